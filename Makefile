@@ -1,0 +1,23 @@
+# The two commands a fresh machine needs: `make demo` and `make test` (both set everything up first).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup demo test bench
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# constraints.txt pins torch to the CPU build (an unpinned torch pulls a multi-GB CUDA build)
+	$(BIN)/pip install -q -c constraints.txt -e ".[test]"
+	touch $@
+
+demo: setup
+	$(BIN)/workbench demo --overwrite
+
+test: setup
+	$(BIN)/python -m pytest -n 2 -q --durations=15
+
+bench: setup
+	$(BIN)/python bench/run_all.py

@@ -1,0 +1,17 @@
+import pytest
+
+from workbench.corpus.synthetic import vocabulary
+from workbench.models.tokenizer import build_tokenizer
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    return build_tokenizer(vocabulary())
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    """The embedded model and its tokenizer (loaded once per test session)."""
+    from workbench.models import load
+
+    return load("tiny", device="cpu")

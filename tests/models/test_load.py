@@ -1,0 +1,60 @@
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from workbench.models import ModelSpecError, load, model_id, save
+
+
+def test_embedded_model_loads_with_its_tokenizer(tiny):
+    model, tok = tiny
+    assert model.cfg.n_layers >= 4 and model.cfg.d_model >= 128
+    assert model.tokenizer is tok
+    assert model.to_str_tokens("When Mary and John went") == ["<bos>", "When", "Mary", "and", "John", "went"]
+    assert model.to_single_token(" Mary") == tok.convert_tokens_to_ids("Mary")
+
+
+def test_saved_model_round_trips(tiny, tmp_path):
+    model, _ = tiny
+    save(model, tmp_path / "copy")
+    again, _ = load(str(tmp_path / "copy"), device="cpu")
+    tokens = model.to_tokens("Alice and Bob went to the park")
+    torch.testing.assert_close(again(tokens), model(tokens))
+    assert model_id(again) == model_id(model)
+
+
+def test_unknown_spec_names_the_choices(tmp_path):
+    with pytest.raises(ModelSpecError, match="unknown model spec 'not-a-model'.*'tiny'"):
+        load("not-a-model")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelSpecError, match="not a saved workbench model"):
+        load(str(tmp_path / "empty"))
+
+
+def _fake_hub_gpt2(hf_home):
+    """A tiny GPT-2 laid out as the Hugging Face cache holds a downloaded 'gpt2'."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from workbench.corpus.synthetic import vocabulary
+    from workbench.models.tokenizer import build_tokenizer
+
+    tok = build_tokenizer(vocabulary())
+    commit = "0" * 40
+    repo = hf_home / "hub" / "models--gpt2"
+    snap = repo / "snapshots" / commit
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=64, vocab_size=len(tok))).save_pretrained(snap)
+    tok.save_pretrained(snap)
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+
+
+def test_transformerlens_names_load_offline_from_the_hf_cache(tmp_path):
+    _fake_hub_gpt2(tmp_path)
+    env = {**os.environ, "HF_HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-m", "workbench.cli", "model", "info", "--model", "gpt2"],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "2 layers, d_model 32" in out.stdout and "blocks.{0..1}.hook_resid_post" in out.stdout

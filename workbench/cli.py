@@ -1,0 +1,148 @@
+"""`workbench ...`: one sub-command per job, each a thin layer over the Python API.
+
+Errors a user can cause (bad spec, bad hook, existing folder, corrupt file) print one clear line
+and exit with status 2; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, FileExistsError, KeyError)
+
+
+def _model_train(a: argparse.Namespace) -> None:
+    from workbench.models.toy import TinyConfig, train_tiny
+
+    cfg = TinyConfig(steps=a.steps, batch_size=a.batch_size, lr=a.lr, seed=a.seed, n_layers=a.n_layers, d_model=a.d_model)
+    card = train_tiny(a.out, cfg, progress=not a.quiet)
+    print(f"saved {a.out}: train loss {card['final_train_loss']:.3f}, {card['train_seconds']} s")
+    for task, acc in card["heldout_task_accuracy"].items():
+        print(f"  {task:<13} held-out top-1 {acc:6.1%}   (chance {card['chance_accuracy'][task]:.1%})")
+
+
+def _model_info(a: argparse.Namespace) -> None:
+    from workbench.models import load, model_id
+
+    model, tok = load(a.model, device="cpu")
+    c = model.cfg
+    print(f"{model_id(model)}: {c.n_layers} layers, d_model {c.d_model}, {c.n_heads} heads x d_head {c.d_head}, "
+          f"d_mlp {c.d_mlp}, n_ctx {c.n_ctx}, vocab {c.d_vocab}, {sum(p.numel() for p in model.parameters()):,} params")
+    print("hooks:", ", ".join(_hook_summary(model)))
+
+
+def _hook_summary(model) -> list[str]:
+    """blocks.0.hook_resid_post ... blocks.3.hook_resid_post -> 'blocks.{0..3}.hook_resid_post'."""
+    import re
+
+    groups: dict[str, list[int]] = {}
+    for name in model.hook_dict:
+        m = re.match(r"blocks\.(\d+)\.(.*)", name)
+        key = f"blocks.{{}}.{m.group(2)}" if m else name
+        groups.setdefault(key, []).append(int(m.group(1)) if m else -1)
+    return [k.format(f"{{{min(v)}..{max(v)}}}") if "{}" in k else k for k, v in groups.items()]
+
+
+def _cache(a: argparse.Namespace) -> None:
+    from workbench.cache import harvest
+    from workbench.corpus import load_corpus
+    from workbench.models import load
+
+    model, tok = load(a.model)
+    corpus = load_corpus(a.corpus, tok, seed=a.seed)
+    hooks = [h for spec in a.hooks for h in _expand_hooks(spec, model)]
+    cache = harvest(model, corpus, hooks, a.out, n_tokens=a.tokens, ctx_len=a.ctx_len, batch_size=a.batch_size,
+                    dtype=a.dtype, heldout_fraction=a.heldout_fraction, exclude_special=not a.keep_special,
+                    resume=a.resume, overwrite=a.overwrite, progress=not a.quiet)
+    _print_cache_summary(cache)
+
+
+def _expand_hooks(spec: str, model) -> list[str]:
+    """'blocks.*.hook_resid_post' expands over layers; plain names pass through (validated by harvest)."""
+    if "*" not in spec:
+        return [spec]
+    import fnmatch
+
+    found = [h for h in model.hook_dict if fnmatch.fnmatchcase(h, spec)]
+    if not found:
+        raise ValueError(f"hook pattern {spec!r} matches no hook; valid hooks: {', '.join(_hook_summary(model))}")
+    return found
+
+
+def _print_cache_summary(cache) -> None:
+    m = cache.manifest
+    print(f"cache {cache.path}: {cache.n_tokens('train'):,} train + {cache.n_tokens('heldout'):,} held-out tokens, "
+          f"dtype {m['config']['dtype']}")
+    for h in cache.hooks:
+        s = cache.stats(h)
+        print(f"  {h:<28} d={cache.d(h):<5} mean norm {s['mean_norm']:.2f}")
+
+
+def _demo(a: argparse.Namespace) -> None:
+    from workbench.demo import run_demo
+
+    run_demo(Path(a.workspace), overwrite=a.overwrite, progress=not a.quiet)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="workbench", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    quiet = argparse.ArgumentParser(add_help=False)
+    quiet.add_argument("--quiet", action="store_true", help="no progress bars")
+
+    model = sub.add_parser("model", help="train or inspect models").add_subparsers(dest="action", required=True, metavar="ACTION")
+    t = model.add_parser("train", parents=[quiet], help="train the embedded model on the synthetic corpus (reproducible from --seed)")
+    t.add_argument("--out", default="data/models/tiny", help="output folder (default: %(default)s, the embedded model)")
+    t.add_argument("--steps", type=int, default=4000, help="optimizer steps (default: %(default)s)")
+    t.add_argument("--batch-size", type=int, default=32, help="sequences of 64 tokens per step (default: %(default)s)")
+    t.add_argument("--lr", type=float, default=1e-3, help="peak AdamW learning rate (default: %(default)s)")
+    t.add_argument("--seed", type=int, default=0, help="seed for weights and data (default: %(default)s)")
+    t.add_argument("--n-layers", type=int, default=4, help="transformer blocks (default: %(default)s)")
+    t.add_argument("--d-model", type=int, default=128, help="residual width (default: %(default)s)")
+    t.set_defaults(func=_model_train)
+    i = model.add_parser("info", help="print a model's shape and hook names")
+    i.add_argument("--model", default="tiny", help="'tiny', a saved model folder, or a TransformerLens name (default: %(default)s)")
+    i.set_defaults(func=_model_info)
+
+    c = sub.add_parser("cache", parents=[quiet], help="harvest activations of one or more hooks into an on-disk cache")
+    c.add_argument("--model", default="tiny", help="'tiny', a saved model folder, or a TransformerLens name (default: %(default)s)")
+    c.add_argument("--corpus", default="synthetic",
+                   help="'synthetic', 'synthetic:seed=N', comma-separated .txt/.jsonl/.parquet files, or hf:<dataset> (default: %(default)s)")
+    c.add_argument("--hooks", nargs="+", default=["blocks.*.hook_resid_post"],
+                   help="TransformerLens hook names; '*' expands over layers (default: %(default)s)")
+    c.add_argument("--tokens", type=int, default=200_000, help="activation rows to store, train + held-out (default: %(default)s)")
+    c.add_argument("--out", required=True, help="cache folder to create")
+    c.add_argument("--dtype", default="float16", choices=["float32", "float16", "bfloat16"], help="storage dtype (default: %(default)s)")
+    c.add_argument("--ctx-len", type=int, default=None, help="tokens per sequence (default: the model's n_ctx)")
+    c.add_argument("--batch-size", type=int, default=64, help="sequences per forward pass (default: %(default)s)")
+    c.add_argument("--heldout-fraction", type=float, default=0.05, help="share of sequences kept for evaluation (default: %(default)s)")
+    c.add_argument("--keep-special", action="store_true", help="also store BOS/EOS/pad positions (excluded by default)")
+    c.add_argument("--seed", type=int, default=0, help="corpus seed (default: %(default)s)")
+    g = c.add_mutually_exclusive_group()
+    g.add_argument("--resume", action="store_true", help="continue an interrupted harvest in --out")
+    g.add_argument("--overwrite", action="store_true", help="replace an existing cache in --out")
+    c.set_defaults(func=_cache)
+
+    d = sub.add_parser("demo", parents=[quiet], help="run the whole workbench on the embedded model into a workspace")
+    d.add_argument("--workspace", default="workspace", help="output folder (default: %(default)s)")
+    d.add_argument("--overwrite", action="store_true", help="replace an existing workspace")
+    d.set_defaults(func=_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except USER_ERRORS as e:
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"workbench {args.command}: error: {msg}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""Corpus specs -> token sources with one interface (`spec`, `label_names`, `sequences`).
+
+  "synthetic" / "synthetic:seed=N"   the generated task corpus (workbench.corpus.synthetic)
+  path(s) to .txt / .jsonl / .parquet files (comma-separated)
+  "hf:<dataset>[:<config>]"          a Hugging Face dataset, streamed (needs a network or a local HF cache)
+
+File corpora are packed like the synthetic one (BOS, documents joined by EOS, cut at ctx_len) and
+carry no ground-truth labels: task/role are "text"/"word" and entity is -1.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import numpy as np
+
+from workbench.corpus.synthetic import SyntheticCorpus, TokenSequence
+
+FILE_SUFFIXES = (".txt", ".jsonl", ".parquet")
+HELDOUT_EVERY = 20  # every 20th document of a file corpus is held out
+
+
+class CorpusError(ValueError):
+    pass
+
+
+def load_corpus(spec: str, tokenizer, seed: int = 0, text_field: str = "text"):
+    if spec == "synthetic" or spec.startswith("synthetic:"):
+        if spec.startswith("synthetic:seed="):
+            seed = int(spec.split("=", 1)[1])
+        elif spec != "synthetic":
+            raise CorpusError(f"bad synthetic corpus spec {spec!r}; use 'synthetic' or 'synthetic:seed=N'")
+        return SyntheticCorpus(tokenizer, seed)
+    if spec.startswith("hf:"):
+        return FileCorpus(spec, tokenizer, text_field)
+    return FileCorpus([p.strip() for p in spec.split(",")], tokenizer, text_field)
+
+
+def _read_texts(path: Path, text_field: str) -> Iterator[str]:
+    if path.suffix == ".txt":
+        # documents are separated by blank lines
+        yield from (d.strip() for d in path.read_text(encoding="utf-8").split("\n\n") if d.strip())
+    elif path.suffix == ".jsonl":
+        with path.open(encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        yield json.loads(line)[text_field]
+                    except (json.JSONDecodeError, KeyError, TypeError) as e:
+                        raise CorpusError(f"{path}:{n}: expected a JSON object with a {text_field!r} field ({e})") from e
+    else:
+        import pyarrow.parquet as pq
+
+        try:
+            table = pq.read_table(path, columns=[text_field])
+        except Exception as e:  # pyarrow raises several types for bad files/columns
+            raise CorpusError(f"cannot read column {text_field!r} from parquet file {path}: {e}") from e
+        yield from table.column(text_field).to_pylist()
+
+
+def _hf_texts(name: str, text_field: str) -> Iterator[str]:
+    import datasets
+
+    ds_name, _, config = name.partition(":")
+    ds = datasets.load_dataset(ds_name, config or None, split="train", streaming=True)
+    for row in ds:
+        yield row[text_field]
+
+
+class FileCorpus:
+    label_names = {"task": ["special", "text"], "role": ["special", "word"]}
+
+    def __init__(self, source: str | list[str], tokenizer, text_field: str = "text"):
+        self.tokenizer = tokenizer
+        self.text_field = text_field
+        if isinstance(source, str):  # hf:<name>
+            self._paths: list[Path] = []
+            self._hf = source[3:]
+            self.spec = source
+        else:
+            self._hf = None
+            self._paths = [Path(p) for p in source]
+            for p in self._paths:
+                if p.suffix not in FILE_SUFFIXES:
+                    raise CorpusError(f"unknown corpus spec {str(p)!r}: expected 'synthetic', 'hf:<dataset>' or a file "
+                                      f"ending in {', '.join(FILE_SUFFIXES)}")
+                if not p.is_file():
+                    raise CorpusError(f"corpus file {str(p)!r} does not exist or is not a file")
+            self.spec = ",".join(str(p.resolve()) for p in self._paths)
+
+    def _texts(self) -> Iterable[str]:
+        if self._hf is not None:
+            yield from _hf_texts(self._hf, self.text_field)
+        for p in self._paths:
+            try:
+                yield from _read_texts(p, self.text_field)
+            except (OSError, UnicodeDecodeError) as e:
+                raise CorpusError(f"cannot read corpus file {str(p)!r}: {e}") from e
+
+    def sequences(self, ctx_len: int, start: int = 0, split: str = "train") -> Iterator[TokenSequence]:
+        """Finite packed sequences; `start` skips that many (resume) without changing what follows."""
+        if split not in ("train", "heldout"):
+            raise CorpusError(f"unknown split {split!r}; valid: 'train', 'heldout'")
+        bos, eos = self.tokenizer.bos_token_id, self.tokenizer.eos_token_id
+        toks, docs = [bos], [-1]
+        i = 0
+        for d, text in enumerate(self._texts()):
+            if (d % HELDOUT_EVERY == HELDOUT_EVERY - 1) != (split == "heldout"):
+                continue
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [eos]
+            toks += ids
+            docs += [d] * len(ids)
+            while len(toks) >= ctx_len:
+                if i >= start:
+                    yield self._pack(toks[:ctx_len], docs[:ctx_len])
+                i += 1
+                toks, docs = [bos] + toks[ctx_len:], [-1] + docs[ctx_len:]
+
+    def _pack(self, toks: list[int], docs: list[int]) -> TokenSequence:
+        t = np.asarray(toks, dtype=np.int64)
+        special = np.isin(t, self.tokenizer.all_special_ids)
+        task = np.where(special, 0, 1).astype(np.int16)
+        return TokenSequence(t, np.asarray(docs, dtype=np.int64),
+                             {"task": task, "role": task.copy(), "entity": np.full(len(t), -1, np.int32)})

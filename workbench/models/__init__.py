@@ -1,0 +1,94 @@
+"""One model loader for every step: `load(spec) -> (HookedTransformer, tokenizer)`.
+
+Specs: "tiny" (the embedded model under data/models/tiny), a path to a saved workbench model
+folder, or any TransformerLens model name (HookedTransformer.from_pretrained; needs a network or a
+populated Hugging Face cache).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from transformer_lens import HookedTransformer, HookedTransformerConfig
+from transformers import PreTrainedTokenizerFast
+
+from workbench.atomic import atomic_path, atomic_write_text
+
+DATA_DIR = Path(__file__).resolve().parents[2] / "data"
+EMBEDDED = {"tiny": DATA_DIR / "models" / "tiny"}
+WEIGHTS, CONFIG = "model.safetensors", "config.json"
+
+
+class ModelSpecError(ValueError):
+    pass
+
+
+def save(model: HookedTransformer, out_dir: str | Path, extra: dict | None = None) -> Path:
+    """Save weights, config and tokenizer so `load(out_dir)` rebuilds the same model."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    with atomic_path(out / WEIGHTS) as tmp:
+        save_file(state, str(tmp))
+    model.tokenizer.save_pretrained(str(out))
+    cfg = {k: v for k, v in model.cfg.to_dict().items() if _jsonable(v)}
+    atomic_write_text(out / CONFIG, json.dumps({"hooked_transformer_config": cfg, **(extra or {})}, indent=2))
+    return out
+
+
+def _jsonable(v) -> bool:
+    try:
+        json.dumps(v)
+        return True
+    except TypeError:
+        return False
+
+
+def _load_dir(path: Path, device: str) -> tuple[HookedTransformer, PreTrainedTokenizerFast]:
+    if not (path / CONFIG).is_file() or not (path / WEIGHTS).is_file():
+        raise ModelSpecError(f"{path} is not a saved workbench model (needs {CONFIG} and {WEIGHTS})")
+    meta = json.loads((path / CONFIG).read_text())
+    cfg = HookedTransformerConfig(**{**meta["hooked_transformer_config"], "device": device})
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(path))
+    model = HookedTransformer(cfg, tokenizer=tokenizer, move_to_device=False)
+    model.load_state_dict(load_file(str(path / WEIGHTS)), strict=True)
+    model.to(device)
+    model.eval()
+    return model, tokenizer
+
+
+def load(spec: str = "tiny", device: str | None = None) -> tuple[HookedTransformer, PreTrainedTokenizerFast]:
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if spec in EMBEDDED:
+        if not (EMBEDDED[spec] / WEIGHTS).is_file():
+            raise ModelSpecError(f"the embedded model {spec!r} is missing from {EMBEDDED[spec]}; "
+                                 "rebuild it with `workbench model train`")
+        return _load_dir(EMBEDDED[spec], device)
+    path = Path(spec)
+    if path.exists():
+        return _load_dir(path, device)
+    from transformer_lens.loading_from_pretrained import OFFICIAL_MODEL_NAMES, get_official_model_name
+
+    try:
+        get_official_model_name(spec)
+    except ValueError:
+        raise ModelSpecError(
+            f"unknown model spec {spec!r}: expected one of {sorted(EMBEDDED)}, a saved model folder, or a "
+            f"TransformerLens model name (e.g. {', '.join(OFFICIAL_MODEL_NAMES[:3])}, ...)") from None
+    model = HookedTransformer.from_pretrained(spec, device=device)
+    model.eval()
+    return model, model.tokenizer
+
+
+def model_id(model: HookedTransformer) -> str:
+    """A stable identifier for manifests: the model name plus a short hash of its weights."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for k, v in sorted(model.state_dict().items()):
+        h.update(k.encode())
+        h.update(v.detach().float().cpu().numpy().tobytes()[:4096])
+    return f"{model.cfg.model_name}@{h.hexdigest()[:12]}"
