@@ -31,19 +31,9 @@ def _model_info(a: argparse.Namespace) -> None:
     c = model.cfg
     print(f"{model_id(model)}: {c.n_layers} layers, d_model {c.d_model}, {c.n_heads} heads x d_head {c.d_head}, "
           f"d_mlp {c.d_mlp}, n_ctx {c.n_ctx}, vocab {c.d_vocab}, {sum(p.numel() for p in model.parameters()):,} params")
-    print("hooks:", ", ".join(_hook_summary(model)))
+    from workbench.cache import hook_summary
 
-
-def _hook_summary(model) -> list[str]:
-    """blocks.0.hook_resid_post ... blocks.3.hook_resid_post -> 'blocks.{0..3}.hook_resid_post'."""
-    import re
-
-    groups: dict[str, list[int]] = {}
-    for name in model.hook_dict:
-        m = re.match(r"blocks\.(\d+)\.(.*)", name)
-        key = f"blocks.{{}}.{m.group(2)}" if m else name
-        groups.setdefault(key, []).append(int(m.group(1)) if m else -1)
-    return [k.format(f"{{{min(v)}..{max(v)}}}") if "{}" in k else k for k, v in groups.items()]
+    print("hooks:", ", ".join(hook_summary(model.hook_dict)))
 
 
 def _cache(a: argparse.Namespace) -> None:
@@ -68,7 +58,9 @@ def _expand_hooks(spec: str, model) -> list[str]:
 
     found = [h for h in model.hook_dict if fnmatch.fnmatchcase(h, spec)]
     if not found:
-        raise ValueError(f"hook pattern {spec!r} matches no hook; valid hooks: {', '.join(_hook_summary(model))}")
+        from workbench.cache import hook_summary
+
+        raise ValueError(f"hook pattern {spec!r} matches no hook; valid hooks: {', '.join(hook_summary(model.hook_dict))}")
     return found
 
 
@@ -79,6 +71,105 @@ def _print_cache_summary(cache) -> None:
     for h in cache.hooks:
         s = cache.stats(h)
         print(f"  {h:<28} d={cache.d(h):<5} mean norm {s['mean_norm']:.2f}")
+
+
+def _set_fields(cls, pairs: list[str]) -> dict:
+    """--set FIELD=VALUE pairs -> typed keyword arguments for the dataclass `cls` (JSON values accepted)."""
+    import dataclasses
+
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    out = {}
+    for pair in pairs:
+        key, eq, raw = pair.partition("=")
+        if not eq or key not in fields:
+            raise ValueError(f"bad --set {pair!r}: expected FIELD=VALUE with FIELD one of {', '.join(fields)}")
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw  # plain strings need no quotes
+    return out
+
+
+def _sae_train(a: argparse.Namespace) -> None:
+    from workbench import sae
+
+    extra = _set_fields(sae.SAEConfig, a.set)
+    cfgs = [sae.SAEConfig(architecture=arch, k=k, expansion=a.expansion, scaffold_rank=r, seed=seed, **extra)
+            for arch in a.arch for k in a.k for r in a.scaffold_rank for seed in a.seed]
+    train_cfg = sae.TrainConfig(n_tokens=a.tokens, batch_size=a.batch_size, lr=a.lr, checkpoint_every=a.checkpoint_every,
+                                progress=not a.quiet)
+    folders = sae.train(a.cache, a.hook, cfgs, train_cfg, a.out, resume=a.resume)
+    for f in folders:
+        print(f"saved {f}")
+
+
+def _sae_eval(a: argparse.Namespace) -> None:
+    from workbench import sae
+
+    for folder in a.sae:
+        m = sae.evaluate(folder, a.cache, None if a.no_model else a.model, max_tokens=a.tokens)
+        keys = [k for k in ("fvu", "l0", "block_l0", "dead_frac", "dense_frac", "ce_loss_recovered", "kl_score",
+                            "ce_no_scaffold") if k in m]
+        print(f"{folder}: " + ", ".join(f"{k} {m[k]:.4g}" for k in keys) + "  (all metrics in metrics.json)")
+
+
+def _fraction(text: str) -> float:
+    """'2%' -> 0.02, '0.02' -> 0.02."""
+    try:
+        return float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad budget {text!r}: use a percentage like 2% or a fraction like 0.02") from None
+
+
+def _circuit_find(a: argparse.Namespace) -> None:
+    from workbench import circuits
+    from workbench.models import load
+
+    model, _ = load(a.model)
+    means = None
+    if a.ablation == "mean":
+        from workbench.cache import ActivationCache
+
+        if not a.cache:
+            raise ValueError("--ablation mean needs --cache DIR (the means come from its token sequences)")
+        means = circuits.writer_means(model, ActivationCache.open(a.cache))
+    common = dict(method=a.method, steps=a.steps, ablation=a.ablation, metric=a.metric, seed=a.seed,
+                  n_samples=a.samples, means=means)
+    if a.task:
+        budgets = a.budgets or [0.01, 0.02, 0.05]
+        summary = circuits.evaluate_task(model, a.task, n=a.n, budgets=budgets, progress=not a.quiet, **common)
+        print(circuits.format_summary_table(summary))
+        if summary["skipped"]:
+            print(f"skipped {len(summary['skipped'])} queries with too small a gap (NDF undefined there)")
+        if a.out:
+            from workbench.circuits.export import write_json
+
+            write_json(summary, a.out)
+            print(f"summary -> {a.out}")
+        return
+    if not a.prompt:
+        raise ValueError("give --prompt (with --answer) for one query, or --task NAME for generated queries")
+    c = circuits.find_circuit(model, a.prompt, a.answer, a.counterfactual, wrong=a.wrong,
+                              budget=a.budget if a.target_ndf is None and a.budget is not None else None,
+                              target_ndf=a.target_ndf, paraphrases=a.paraphrase, strategy=a.strategy, **common)
+    print(c.summary())
+    out = Path(a.out or "circuit.json")
+    c.save(out)
+    print(f"circuit -> {out}")
+    if a.mib:
+        c.to_mib(a.mib)
+        print(f"MIB/EAP-IG JSON -> {a.mib}")
+    if a.neuronpedia:
+        c.to_neuronpedia(a.neuronpedia)
+        print(f"Neuronpedia graph JSON -> {a.neuronpedia}")
+
+
+def _circuit_export(a: argparse.Namespace) -> None:
+    from workbench.circuits.export import load_json
+
+    c = load_json(a.circuit)
+    (c.to_mib if a.format == "mib" else c.to_neuronpedia)(a.out)
+    print(f"{a.circuit} -> {a.out} ({a.format})")
 
 
 def _demo(a: argparse.Namespace) -> None:
@@ -125,6 +216,68 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--resume", action="store_true", help="continue an interrupted harvest in --out")
     g.add_argument("--overwrite", action="store_true", help="replace an existing cache in --out")
     c.set_defaults(func=_cache)
+
+    sae_p = sub.add_parser("sae", help="train and evaluate sparse autoencoders").add_subparsers(dest="action", required=True, metavar="ACTION")
+    st = sae_p.add_parser("train", parents=[quiet], help="train one or more SAEs on one hook of a cache (one shared batch stream)")
+    st.add_argument("--cache", required=True, help="activation cache folder (from `workbench cache`)")
+    st.add_argument("--hook", required=True, help="cached hook to train on, e.g. blocks.2.hook_resid_post")
+    st.add_argument("--out", required=True, help="folder for the SAEs (one SAELens-format subfolder each) and checkpoints")
+    st.add_argument("--arch", nargs="+", default=["topk"],
+                    help="architectures: topk batchtopk matryoshka block_topk block_jumprelu grassmannian (default: %(default)s)")
+    st.add_argument("--k", nargs="+", type=int, default=[32], help="latents per token (one SAE per value; default: %(default)s)")
+    st.add_argument("--expansion", type=int, default=8, help="n_latents = expansion x d_in (default: %(default)s)")
+    st.add_argument("--scaffold-rank", nargs="+", type=int, default=[0], help="rank-r dense bottleneck beside the dictionary, 0 = none (default: %(default)s)")
+    st.add_argument("--seed", nargs="+", type=int, default=[0], help="SAE init seeds (default: %(default)s)")
+    st.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
+                    help="any other SAEConfig field for every SAE, e.g. block_size=4 reg_l1_l2=0.01 prefixes=[64,256,1024]")
+    st.add_argument("--tokens", type=int, default=2_000_000, help="training tokens (default: %(default)s)")
+    st.add_argument("--batch-size", type=int, default=4096, help="tokens per step (default: %(default)s)")
+    st.add_argument("--lr", type=float, default=3e-4, help="peak Adam learning rate (default: %(default)s)")
+    st.add_argument("--checkpoint-every", type=int, default=500, help="steps between checkpoints (default: %(default)s)")
+    st.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
+    st.set_defaults(func=_sae_train)
+    se = sae_p.add_parser("eval", help="evaluate saved SAEs on the cache's held-out split (writes metrics.json)")
+    se.add_argument("sae", nargs="+", help="SAE folders")
+    se.add_argument("--cache", required=True, help="activation cache folder holding the SAE's hook")
+    se.add_argument("--model", default="tiny", help="model for the spliced CE/KL metrics (default: %(default)s)")
+    se.add_argument("--no-model", action="store_true", help="skip the metrics that run the model")
+    se.add_argument("--tokens", type=int, default=20_000, help="held-out tokens to evaluate on (default: %(default)s)")
+    se.set_defaults(func=_sae_eval)
+
+    cp = sub.add_parser("circuit", help="find, score and export query circuits").add_subparsers(dest="action", required=True, metavar="ACTION")
+    cf = cp.add_parser("find", parents=[quiet], help="the circuit behind one model output (or a batch of generated queries)")
+    cf.add_argument("--model", default="tiny", help="'tiny', a saved model folder, or a TransformerLens name (default: %(default)s)")
+    cf.add_argument("--prompt", help="the query text")
+    cf.add_argument("--answer", help="the answer token to explain (default: the model's top prediction)")
+    cf.add_argument("--counterfactual", help="a contrasting prompt (any length; aligned on the answer position)")
+    cf.add_argument("--wrong", help="the contrasting answer token for the logit difference")
+    cf.add_argument("--paraphrase", nargs="*", default=[], help="paraphrases of the prompt for the best-of-N search")
+    g = cf.add_mutually_exclusive_group()
+    g.add_argument("--budget", type=_fraction, default=None, help="edge budget, e.g. 2%% or 0.02 (default: 2%%)")
+    g.add_argument("--target-ndf", type=float, default=None, help="find the sparsest circuit reaching this NDF instead")
+    cf.add_argument("--strategy", default="search", choices=["search", "topk"],
+                    help="best-of-N search + exact refinement, or plain top-k of the attribution (default: %(default)s)")
+    cf.add_argument("--method", default="eap-ig", choices=["eap", "eap-ig"], help="attribution (default: %(default)s)")
+    cf.add_argument("--steps", type=int, default=5, help="EAP-IG interpolation steps (default: %(default)s)")
+    cf.add_argument("--ablation", default="counterfactual", choices=["counterfactual", "mean", "zero"],
+                    help="what replaces edges outside the circuit (default: %(default)s)")
+    cf.add_argument("--cache", help="activation cache whose token sequences give the means for --ablation mean")
+    cf.add_argument("--metric", default="logit_diff", choices=["logit_diff", "prob", "kl"], help="(default: %(default)s)")
+    cf.add_argument("--samples", type=int, default=3, help="resampled counterfactuals/paraphrases for best-of-N (default: %(default)s)")
+    cf.add_argument("--seed", type=int, default=0, help="(default: %(default)s)")
+    cf.add_argument("--task", choices=["ioi", "induction", "greater_than", "addition", "facts"],
+                    help="instead of --prompt: n generated queries of this task, with a summary table")
+    cf.add_argument("--n", type=int, default=20, help="queries for --task (default: %(default)s)")
+    cf.add_argument("--budgets", nargs="+", type=_fraction, help="budgets for --task (default: 1%% 2%% 5%%)")
+    cf.add_argument("--out", help="circuit JSON (default circuit.json), or the --task summary JSON")
+    cf.add_argument("--mib", help="also write the EAP-IG/MIB circuit JSON here")
+    cf.add_argument("--neuronpedia", help="also write the circuit-tracer/Neuronpedia graph JSON here")
+    cf.set_defaults(func=_circuit_find)
+    ce = cp.add_parser("export", help="convert a workbench circuit JSON to another format")
+    ce.add_argument("circuit", help="workbench circuit JSON")
+    ce.add_argument("--format", required=True, choices=["mib", "neuronpedia"], help="target format")
+    ce.add_argument("--out", required=True, help="output file")
+    ce.set_defaults(func=_circuit_export)
 
     d = sub.add_parser("demo", parents=[quiet], help="run the whole workbench on the embedded model into a workspace")
     d.add_argument("--workspace", default="workspace", help="output folder (default: %(default)s)")

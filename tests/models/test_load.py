@@ -45,7 +45,7 @@ def _fake_hub_gpt2(hf_home):
     repo = hf_home / "hub" / "models--gpt2"
     snap = repo / "snapshots" / commit
     torch.manual_seed(0)
-    GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=64, vocab_size=len(tok))).save_pretrained(snap)
+    GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=64, n_ctx=64, vocab_size=len(tok))).save_pretrained(snap)
     tok.save_pretrained(snap)
     (repo / "refs").mkdir(parents=True)
     (repo / "refs" / "main").write_text(commit)

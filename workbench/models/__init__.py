@@ -57,7 +57,7 @@ def _load_dir(path: Path, device: str) -> tuple[HookedTransformer, PreTrainedTok
     model.load_state_dict(load_file(str(path / WEIGHTS)), strict=True)
     model.to(device)
     model.eval()
-    return model, tokenizer
+    return model, model.tokenizer  # TransformerLens may re-create the tokenizer; hand out the one it uses
 
 
 def load(spec: str = "tiny", device: str | None = None) -> tuple[HookedTransformer, PreTrainedTokenizerFast]:
