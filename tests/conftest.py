@@ -1,4 +1,8 @@
 import pytest
+import torch
+
+# pytest -n 2 runs two workers on two cores: one thread each avoids oversubscription stalls.
+torch.set_num_threads(1)
 
 from workbench.corpus.synthetic import vocabulary
 from workbench.models.tokenizer import build_tokenizer

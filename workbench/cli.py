@@ -113,65 +113,6 @@ def _sae_eval(a: argparse.Namespace) -> None:
         print(f"{folder}: " + ", ".join(f"{k} {m[k]:.4g}" for k in keys) + "  (all metrics in metrics.json)")
 
 
-def _fraction(text: str) -> float:
-    """'2%' -> 0.02, '0.02' -> 0.02."""
-    try:
-        return float(text[:-1]) / 100 if text.endswith("%") else float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"bad budget {text!r}: use a percentage like 2% or a fraction like 0.02") from None
-
-
-def _circuit_find(a: argparse.Namespace) -> None:
-    from workbench import circuits
-    from workbench.models import load
-
-    model, _ = load(a.model)
-    means = None
-    if a.ablation == "mean":
-        from workbench.cache import ActivationCache
-
-        if not a.cache:
-            raise ValueError("--ablation mean needs --cache DIR (the means come from its token sequences)")
-        means = circuits.writer_means(model, ActivationCache.open(a.cache))
-    common = dict(method=a.method, steps=a.steps, ablation=a.ablation, metric=a.metric, seed=a.seed,
-                  n_samples=a.samples, means=means)
-    if a.task:
-        budgets = a.budgets or [0.01, 0.02, 0.05]
-        summary = circuits.evaluate_task(model, a.task, n=a.n, budgets=budgets, progress=not a.quiet, **common)
-        print(circuits.format_summary_table(summary))
-        if summary["skipped"]:
-            print(f"skipped {len(summary['skipped'])} queries with too small a gap (NDF undefined there)")
-        if a.out:
-            from workbench.circuits.export import write_json
-
-            write_json(summary, a.out)
-            print(f"summary -> {a.out}")
-        return
-    if not a.prompt:
-        raise ValueError("give --prompt (with --answer) for one query, or --task NAME for generated queries")
-    c = circuits.find_circuit(model, a.prompt, a.answer, a.counterfactual, wrong=a.wrong,
-                              budget=a.budget if a.target_ndf is None and a.budget is not None else None,
-                              target_ndf=a.target_ndf, paraphrases=a.paraphrase, strategy=a.strategy, **common)
-    print(c.summary())
-    out = Path(a.out or "circuit.json")
-    c.save(out)
-    print(f"circuit -> {out}")
-    if a.mib:
-        c.to_mib(a.mib)
-        print(f"MIB/EAP-IG JSON -> {a.mib}")
-    if a.neuronpedia:
-        c.to_neuronpedia(a.neuronpedia)
-        print(f"Neuronpedia graph JSON -> {a.neuronpedia}")
-
-
-def _circuit_export(a: argparse.Namespace) -> None:
-    from workbench.circuits.export import load_json
-
-    c = load_json(a.circuit)
-    (c.to_mib if a.format == "mib" else c.to_neuronpedia)(a.out)
-    print(f"{a.circuit} -> {a.out} ({a.format})")
-
-
 def _demo(a: argparse.Namespace) -> None:
     from workbench.demo import run_demo
 
@@ -244,40 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("--tokens", type=int, default=20_000, help="held-out tokens to evaluate on (default: %(default)s)")
     se.set_defaults(func=_sae_eval)
 
-    cp = sub.add_parser("circuit", help="find, score and export query circuits").add_subparsers(dest="action", required=True, metavar="ACTION")
-    cf = cp.add_parser("find", parents=[quiet], help="the circuit behind one model output (or a batch of generated queries)")
-    cf.add_argument("--model", default="tiny", help="'tiny', a saved model folder, or a TransformerLens name (default: %(default)s)")
-    cf.add_argument("--prompt", help="the query text")
-    cf.add_argument("--answer", help="the answer token to explain (default: the model's top prediction)")
-    cf.add_argument("--counterfactual", help="a contrasting prompt (any length; aligned on the answer position)")
-    cf.add_argument("--wrong", help="the contrasting answer token for the logit difference")
-    cf.add_argument("--paraphrase", nargs="*", default=[], help="paraphrases of the prompt for the best-of-N search")
-    g = cf.add_mutually_exclusive_group()
-    g.add_argument("--budget", type=_fraction, default=None, help="edge budget, e.g. 2%% or 0.02 (default: 2%%)")
-    g.add_argument("--target-ndf", type=float, default=None, help="find the sparsest circuit reaching this NDF instead")
-    cf.add_argument("--strategy", default="search", choices=["search", "topk"],
-                    help="best-of-N search + exact refinement, or plain top-k of the attribution (default: %(default)s)")
-    cf.add_argument("--method", default="eap-ig", choices=["eap", "eap-ig"], help="attribution (default: %(default)s)")
-    cf.add_argument("--steps", type=int, default=5, help="EAP-IG interpolation steps (default: %(default)s)")
-    cf.add_argument("--ablation", default="counterfactual", choices=["counterfactual", "mean", "zero"],
-                    help="what replaces edges outside the circuit (default: %(default)s)")
-    cf.add_argument("--cache", help="activation cache whose token sequences give the means for --ablation mean")
-    cf.add_argument("--metric", default="logit_diff", choices=["logit_diff", "prob", "kl"], help="(default: %(default)s)")
-    cf.add_argument("--samples", type=int, default=3, help="resampled counterfactuals/paraphrases for best-of-N (default: %(default)s)")
-    cf.add_argument("--seed", type=int, default=0, help="(default: %(default)s)")
-    cf.add_argument("--task", choices=["ioi", "induction", "greater_than", "addition", "facts"],
-                    help="instead of --prompt: n generated queries of this task, with a summary table")
-    cf.add_argument("--n", type=int, default=20, help="queries for --task (default: %(default)s)")
-    cf.add_argument("--budgets", nargs="+", type=_fraction, help="budgets for --task (default: 1%% 2%% 5%%)")
-    cf.add_argument("--out", help="circuit JSON (default circuit.json), or the --task summary JSON")
-    cf.add_argument("--mib", help="also write the EAP-IG/MIB circuit JSON here")
-    cf.add_argument("--neuronpedia", help="also write the circuit-tracer/Neuronpedia graph JSON here")
-    cf.set_defaults(func=_circuit_find)
-    ce = cp.add_parser("export", help="convert a workbench circuit JSON to another format")
-    ce.add_argument("circuit", help="workbench circuit JSON")
-    ce.add_argument("--format", required=True, choices=["mib", "neuronpedia"], help="target format")
-    ce.add_argument("--out", required=True, help="output file")
-    ce.set_defaults(func=_circuit_export)
+    from workbench.circuits.cli import add_commands as add_circuit_commands
+
+    add_circuit_commands(sub)
 
     d = sub.add_parser("demo", parents=[quiet], help="run the whole workbench on the embedded model into a workspace")
     d.add_argument("--workspace", default="workspace", help="output folder (default: %(default)s)")

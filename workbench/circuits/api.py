@@ -1,0 +1,225 @@
+"""One call from (model, prompt, answer[, counterfactual]) to a Circuit, and the task-level batch.
+
+    circuit = find_circuit(model, "When Mary and John went to the park , John gave a ball to", "Mary",
+                           "When Mary and John went to the park , Anna gave a ball to", budget=0.02)
+    circuit.ndf, circuit.edges, circuit.save("c.json"), circuit.to_mib("mib.json")
+
+A synthetic-corpus Query can be passed as the prompt: its answer, wrong answer and counterfactual
+are used, and paraphrases / resampled counterfactuals are generated for the best-of-N candidates.
+For free text, pass paraphrases=[(prompt, counterfactual), ...] and counterfactuals=[...] yourself.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+import numpy as np
+import torch
+
+from workbench.circuits.inputs import QueryInput, prepare, str_tokens
+from workbench.circuits.metrics import check_budget
+from workbench.circuits.select import topk
+from workbench.circuits.search import Found, QuerySearch, SearchConfig, ZeroGapError
+from workbench.circuits.types import Circuit
+
+# the corpus variable that only the counterfactual uses, per task: resampling it gives new counterfactuals
+_CF_VARIABLE = {"ioi": "C", "induction": "fresh", "greater_than": "cf_x", "addition": "b_cf", "facts": "e_cf"}
+
+
+def synthetic_samples(query, n: int, seed: int = 0) -> tuple[list[tuple[str, str]], list[str]]:
+    """(paraphrases with their counterfactuals, resampled counterfactuals of the query) from the corpus."""
+    from workbench.corpus import synthetic
+
+    paras = [(p.prompt, p.counterfactual) for p in synthetic.paraphrases(query, n, seed) if p.prompt != query.prompt]
+    maker = getattr(synthetic, "_MAKERS", {}).get(query.task)
+    cfs: list[str] = []
+    if maker is not None:
+        rng = random.Random(f"resample-cf/{seed}/{query.prompt}")
+        keep = {k: v for k, v in query.params.items() if k != _CF_VARIABLE[query.task]}
+        for _ in range(4 * n):
+            cf = maker(rng, keep).counterfactual
+            if cf not in cfs and cf != query.counterfactual:
+                cfs.append(cf)
+            if len(cfs) == n:
+                break
+    return paras, cfs
+
+
+def resolve_wrong(model, q: QueryInput, metric: str) -> QueryInput:
+    """logit_diff needs a wrong answer: take the counterfactual's top prediction (or the clean runner-up)."""
+    if q.wrong is not None or metric != "logit_diff":
+        return q
+    with torch.no_grad():
+        if q.cf_tokens is not None:
+            logits = model(q.cf_tokens[None].to(model.cfg.device))[0, -1]
+            w = int(logits.argmax())
+            if w == q.answer:
+                clean = model(q.tokens[None].to(model.cfg.device))[0, -1]
+                raise ZeroGapError(
+                    f"the counterfactual's answer is the clean answer {q.answer_str!r} (logit {float(logits[w]):.3f} "
+                    f"on the counterfactual, {float(clean[w]):.3f} on the prompt): no wrong answer to contrast, the "
+                    "logit difference gap is 0; pass wrong=... or a counterfactual that changes the answer")
+        else:
+            logits = model(q.tokens[None].to(model.cfg.device))[0, -1].clone()
+            logits[q.answer] = -float("inf")
+            w = int(logits.argmax())
+    q.wrong = w
+    q.wrong_str = str_tokens(model, torch.tensor([w]))[0]
+    return q
+
+
+def _prepare_all(model, prompt, answer, counterfactual, wrong, paraphrases, counterfactuals, n_samples, seed,
+                 metric):
+    if hasattr(prompt, "task") and hasattr(prompt, "counterfactual"):  # a synthetic-corpus Query
+        cq = prompt
+        answer = cq.answer if answer is None else answer
+        wrong = cq.wrong if wrong is None else wrong
+        counterfactual = cq.counterfactual if counterfactual is None else counterfactual
+        if not paraphrases and not counterfactuals and n_samples:
+            paraphrases, counterfactuals = synthetic_samples(cq, n_samples, seed)
+        prompt = cq.prompt
+    if answer is None:
+        raise ValueError("an answer is required (the token the model should predict after the prompt)")
+    q = resolve_wrong(model, prepare(model, prompt, answer, counterfactual, wrong), metric)
+    samples: dict[str, QueryInput] = {}
+    for i, cf in enumerate(counterfactuals, 1):
+        samples[f"cf{i}"] = prepare(model, prompt, q.answer, cf, q.wrong)
+    for i, p in enumerate(paraphrases, 1):
+        text, cf = (p, None) if isinstance(p, str) else p
+        samples[f"para{i}"] = prepare(model, text, q.answer, cf, q.wrong)
+    return q, samples
+
+
+def _stats(values) -> tuple[float, float]:
+    v = np.asarray(list(values), dtype=float)
+    return (float(v.mean()), float(v.std())) if len(v) else (float("nan"), float("nan"))
+
+
+def _to_circuit(model, search: QuerySearch, found: Found, method: dict, samples: dict, seed: int,
+                curve: dict | None, resampled: dict[str, float]) -> Circuit:
+    from workbench.models import model_id
+
+    ev, q = search.ev, search.query
+    faith = dict(metric=search.cfg.metric, ablation=search.cfg.ablation, clean=ev.clean, empty=ev.empty,
+                 circuit=found.value, gap=ev.gap,
+                 answer_prob=float(search.setup.clean_logits.float().softmax(-1)[q.answer]), nfs=found.nfs, ndf=found.ndf, selected=found.source,
+                 baseline_topk_ndf=found.baseline_ndf, ndf_candidates=found.candidates,
+                 ndf_resampled=resampled, exact_evaluations=ev.n_evaluated)
+    faith["ndf_candidates_mean"], faith["ndf_candidates_std"] = _stats(found.candidates.values())
+    faith["ndf_resampled_mean"], faith["ndf_resampled_std"] = _stats(resampled.values())
+    query = {**q.to_dict(), "str_tokens": str_tokens(model, q.tokens),
+             "alignment": "right-aligned on the answer position, BOS anchored; unmatched positions keep clean values",
+             "samples": {n: s.to_dict() for n, s in samples.items()}}
+    if search.setup.alignment is not None:
+        query["counterfactual_position"] = search.setup.alignment.tolist()
+    return Circuit(search.graph, found.mask, search.scores.scores, query, method, model_id(model), seed, faith, curve,
+                   search.scores.per_position)
+
+
+def find_circuit(model, prompt, answer=None, counterfactual=None, *, wrong=None, budget: float | None = None,
+                 target_ndf: float | None = None, strategy: str = "search", ablation: str = "counterfactual",
+                 means: torch.Tensor | None = None, metric: str = "logit_diff", method: str = "eap-ig",
+                 steps: int = 5, paraphrases=(), counterfactuals=(), n_samples: int = 3, seed: int = 0,
+                 refine_steps: int = 4, curve: bool = True, min_gap: float | None = None) -> Circuit:
+    """The sparsest circuit reaching target_ndf, or the most faithful one within budget (fraction of edges).
+
+    strategy: "search" (best-of-N over query / resampled-counterfactual / paraphrase attributions, then
+    exact refinement) or "topk" (plain top-k of the query's own attribution scores: the baseline).
+    """
+    if strategy not in ("search", "topk"):
+        raise ValueError(f"unknown strategy {strategy!r}; valid: search, topk")
+    if budget is not None and target_ndf is not None:
+        raise ValueError("give either budget or target_ndf, not both")
+    if target_ndf is None:
+        budget = 0.02 if budget is None else budget
+        check_budget(budget)
+    elif strategy == "topk":
+        raise ValueError("target_ndf needs strategy='search' (top-k has a fixed budget)")
+    cfg = SearchConfig(method=method, steps=steps, ablation=ablation, metric=metric, refine_steps=refine_steps,
+                       min_gap=min_gap)
+    q, samples = _prepare_all(model, prompt, answer, counterfactual, wrong, paraphrases, counterfactuals,
+                              n_samples if strategy == "search" else 0, seed, metric)
+    torch.manual_seed(seed)
+    search = QuerySearch(model, q, samples if strategy == "search" else {}, cfg, means)
+    if strategy == "topk":
+        mask = topk(search.graph, search.absolute["query"], max(1, int(budget * search.graph.n_edges)))
+        v = float(search.ev.values(mask[None])[0])
+        ndf_v = float(search.ev.ndf(v))
+        found = Found(mask, v, ndf_v, float(search.ev.nfs(v)), "query/topk", {}, ndf_v)
+    else:
+        found = search.at_budget(budget) if target_ndf is None else search.sparsest(target_ndf)
+    resampled = search.ndf_under(found.mask, {n: s for n, s in samples.items() if n.startswith("cf")})
+    method_info = dict(name="query-search" if strategy == "search" else f"{method}-topk", strategy=strategy,
+                       budget=budget, target_ndf=target_ndf, metric=metric, ablation=ablation,
+                       attribution=search.scores.settings(), search=cfg.to_dict(), samples=sorted(samples))
+    return _to_circuit(model, search, found, method_info, samples, seed, search.curve() if curve else None,
+                       resampled)
+
+
+def evaluate_task(model, task: str, n: int = 20, budgets=(0.01, 0.02, 0.05), *, seed: int = 0, n_samples: int = 3,
+                  method: str = "eap-ig", steps: int = 5, ablation: str = "counterfactual", metric: str = "logit_diff",
+                  refine_steps: int = 4, min_gap: float | None = None, means=None, progress: bool = True) -> dict:
+    """Search vs plain top-k on n generated queries of one task: NDF at each budget, CPR, CMD, spreads.
+
+    Queries whose gap |L(M(q)) - L(M(q'))| is below min_gap are skipped and listed (NDF is undefined there).
+    """
+    from workbench.corpus import synthetic
+
+    for b in budgets:
+        check_budget(b)
+    cfg = SearchConfig(method=method, steps=steps, ablation=ablation, metric=metric, refine_steps=refine_steps,
+                       min_gap=min_gap)
+    rows, skipped = [], []
+    qs = synthetic.queries(task, n, seed=seed, tokenizer=model.tokenizer)
+    it = qs
+    if progress:
+        from tqdm.auto import tqdm
+        it = tqdm(qs, desc=f"circuits {task}")
+    for cq in it:
+        t0 = time.perf_counter()
+        try:
+            q, samples = _prepare_all(model, cq, None, None, None, (), (), n_samples, seed, metric)
+            search = QuerySearch(model, q, samples, cfg, means)
+        except ZeroGapError as e:
+            skipped.append({"prompt": cq.prompt, "reason": str(e)})
+            continue
+        row = {"prompt": cq.prompt, "answer": cq.answer, "gap": search.ev.gap}
+        for b in budgets:
+            f = search.at_budget(b)
+            row[f"search_ndf@{b}"], row[f"topk_ndf@{b}"] = f.ndf, f.baseline_ndf
+            row[f"edges@{b}"] = int(f.mask.sum())
+            row[f"candidates_ndf_std@{b}"] = _stats(f.candidates.values())[1]
+            if b == budgets[len(budgets) // 2]:
+                res = search.ndf_under(f.mask, {k: s for k, s in samples.items() if k.startswith("cf")})
+                row["resampled_ndf_mean"], row["resampled_ndf_std"] = _stats(res.values())
+        c = search.curve()
+        row.update(search_cpr=c["search_cpr"], topk_cpr=c["topk_cpr"], search_cmd=c["search_cmd"],
+                   topk_cmd=c["topk_cmd"], seconds=time.perf_counter() - t0)
+        rows.append(row)
+    keys = [k for k in (rows[0] if rows else {}) if k not in ("prompt", "answer")]
+    agg = {k: _stats(r[k] for r in rows) for k in keys}
+    return dict(task=task, n=n, n_used=len(rows), skipped=skipped, budgets=list(budgets), settings=cfg.to_dict(),
+                n_samples=n_samples, rows=rows, mean={k: v[0] for k, v in agg.items()},
+                std={k: v[1] for k, v in agg.items()})
+
+
+def format_summary_table(summaries) -> str:
+    """A markdown table: per task, mean ± std NDF at each budget (search vs top-k), CPR, CMD, seconds/query."""
+    if isinstance(summaries, dict):
+        summaries = [summaries]
+    budgets = summaries[0]["budgets"]
+    head = ["task", "n"] + [f"NDF@{100 * b:g}% search / top-k" for b in budgets] + \
+        ["CPR search / top-k", "CMD search / top-k", "s/query"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def ms(s, k):
+        return f"{s['mean'].get(k, float('nan')):.3f}±{s['std'].get(k, float('nan')):.3f}"
+
+    for s in summaries:
+        cells = [s["task"], f"{s['n_used']}/{s['n']}"]
+        cells += [f"{ms(s, f'search_ndf@{b}')} / {ms(s, f'topk_ndf@{b}')}" for b in budgets]
+        cells += [f"{ms(s, 'search_cpr')} / {ms(s, 'topk_cpr')}", f"{ms(s, 'search_cmd')} / {ms(s, 'topk_cmd')}",
+                  f"{s['mean'].get('seconds', float('nan')):.2f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,95 @@
+"""Evidence for what circuit heads do, read from their attention patterns on the query itself.
+
+Previous-token score of a head: mean attention from each position to the one before it.
+Induction score: mean attention from a repeated token to the token that followed its previous
+occurrence (the classic induction target). An induction mechanism in a circuit is an edge from a
+previous-token head into the key input of a later head with a high induction score.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from workbench.circuits.types import Circuit
+
+
+@torch.no_grad()
+def attention_patterns(model, tokens: torch.Tensor) -> torch.Tensor:
+    """[n_layers, n_heads, pos, pos] attention patterns of one prompt."""
+    _, cache = model.run_with_cache(tokens.reshape(1, -1).to(model.cfg.device),
+                                    names_filter=lambda n: n.endswith("hook_pattern"))
+    return torch.stack([cache[f"blocks.{layer}.attn.hook_pattern"][0] for layer in range(model.cfg.n_layers)]).cpu()
+
+
+def induction_targets(tokens: torch.Tensor) -> dict[int, int]:
+    """Query position -> the position right after the most recent earlier occurrence of its token."""
+    seen, out = {}, {}
+    for p, t in enumerate(tokens.tolist()):
+        if t in seen and seen[t] + 1 < p:
+            out[p] = seen[t] + 1
+        seen[t] = p
+    return out
+
+
+def head_scores(patterns: torch.Tensor, tokens: torch.Tensor) -> dict[str, dict[str, float]]:
+    """Per head `a{l}.h{h}`: previous-token and induction scores on this prompt."""
+    pos = patterns.shape[-1]
+    prev = patterns[..., torch.arange(1, pos), torch.arange(0, pos - 1)].mean(-1)
+    targets = induction_targets(tokens)
+    if targets:
+        q, k = torch.tensor(list(targets)), torch.tensor(list(targets.values()))
+        ind = patterns[..., q, k].mean(-1)
+    else:
+        ind = torch.zeros_like(prev)
+    return {f"a{layer}.h{h}": {"previous_token": float(prev[layer, h]), "induction": float(ind[layer, h])}
+            for layer in range(patterns.shape[0]) for h in range(patterns.shape[1])}
+
+
+def _upstream_heads(circuit: Circuit, node: str) -> list[list[str]]:
+    """Paths (head, mlp, ..., node) by which circuit heads reach `node` through circuit MLPs only."""
+    if node.startswith("a"):
+        return [[node]]
+    if not node.startswith("m"):
+        return []
+    paths = []
+    for edge in circuit.edges:
+        src, dst = edge.split("->")
+        if dst == node:
+            paths += [p + [node] for p in _upstream_heads(circuit, src)]
+    return paths
+
+
+def induction_evidence(model, circuit: Circuit, top: int = 3) -> dict:
+    """Previous-token heads feeding the key of a later head in the circuit (directly or through circuit
+    MLPs), with the attention evidence of both heads on the query."""
+    tokens = torch.tensor(circuit.query["tokens"])
+    str_toks = circuit.query.get("str_tokens") or [str(t) for t in tokens.tolist()]
+    patterns = attention_patterns(model, tokens)
+    scores = head_scores(patterns, tokens)
+    g = circuit.graph
+    pairs = []
+    for edge, s in circuit.edge_scores().items():
+        src, dst = edge.split("->")
+        if not dst.endswith("<k>"):
+            continue
+        for path in _upstream_heads(circuit, src):
+            for head in g.reader_node(dst):
+                pairs.append({"edge": edge, "score": s, "path": " -> ".join(path + [dst]),
+                              "previous_token_head": path[0], "key_reader": head,
+                              "previous_token_score": scores[path[0]]["previous_token"],
+                              "induction_score": scores[head]["induction"]})
+    pairs.sort(key=lambda p: -(p["previous_token_score"] + p["induction_score"]))
+    last = len(tokens) - 1
+
+    def attends(head: str, p: int) -> list[tuple[str, float]]:
+        layer, h = (int(x) for x in head[1:].split(".h"))
+        row = patterns[layer, h, p]
+        idx = row.topk(min(top, len(row))).indices.tolist()
+        return [(f"{i}:{str_toks[i]}", float(row[i])) for i in idx]
+
+    for pr in pairs:
+        pr["key_reader_attends_from_last"] = attends(pr["key_reader"], last)
+        pr["previous_token_head_attends_from_last"] = attends(pr["previous_token_head"], last)
+    uniform = float(torch.tensor([1.0 / (p + 1) for p in range(1, len(tokens))]).mean())
+    return {"pairs": pairs, "head_scores": scores, "induction_targets": induction_targets(tokens),
+            "str_tokens": str_toks, "uniform_previous_token": uniform}

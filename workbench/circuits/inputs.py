@@ -1,0 +1,111 @@
+"""Turn (prompt, answer[, counterfactual]) into checked token ids.
+
+Everything downstream works on token ids, so a model without a tokenizer works too: pass token-id
+lists (or 1-D tensors) for prompts and ints for answers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence, Union
+
+import torch
+
+Text = Union[str, Sequence[int], torch.Tensor]
+
+
+class QueryError(ValueError):
+    """A query the circuit finder cannot work with (multi-token answer, prompt too long, ...)."""
+
+
+@dataclass
+class QueryInput:
+    """One tokenised query. tokens/cf_tokens are 1-D long tensors; positions are predicted at the last token."""
+
+    tokens: torch.Tensor
+    answer: int
+    wrong: int | None = None
+    cf_tokens: torch.Tensor | None = None
+    prompt: str | None = None
+    counterfactual: str | None = None
+    answer_str: str | None = None
+    wrong_str: str | None = None
+
+    def to_dict(self) -> dict:
+        return dict(prompt=self.prompt, tokens=self.tokens.tolist(), answer=self.answer_str, answer_id=self.answer,
+                    wrong=self.wrong_str, wrong_id=self.wrong, counterfactual=self.counterfactual,
+                    counterfactual_tokens=None if self.cf_tokens is None else self.cf_tokens.tolist())
+
+
+def _str_tokens(model, ids: list[int]) -> list[str]:
+    tok = getattr(model, "tokenizer", None)
+    return [str(i) for i in ids] if tok is None else [tok.decode([i]) for i in ids]
+
+
+def _tokens(model, text: Text, what: str) -> torch.Tensor:
+    if isinstance(text, str):
+        if getattr(model, "tokenizer", None) is None:
+            raise QueryError(f"the model has no tokenizer, so the {what} must be a list of token ids, got {text!r}")
+        ids = model.to_tokens(text, truncate=False)[0].cpu()
+    else:
+        ids = torch.as_tensor(text, dtype=torch.long).flatten().cpu()
+    if ids.numel() == 0:
+        raise QueryError(f"the {what} is empty")
+    n_ctx = model.cfg.n_ctx
+    if ids.numel() > n_ctx:
+        raise QueryError(f"the {what} has {ids.numel()} tokens but the model's context is {n_ctx} tokens")
+    if ids.max() >= model.cfg.d_vocab or ids.min() < 0:
+        raise QueryError(f"the {what} has token ids outside the vocabulary [0, {model.cfg.d_vocab})")
+    return ids
+
+
+def single_token(model, answer: Union[str, int], what: str = "answer") -> int:
+    """The token id of an answer, or a QueryError naming the tokens it splits into."""
+    if isinstance(answer, int):
+        if not 0 <= answer < model.cfg.d_vocab:
+            raise QueryError(f"the {what} token id {answer} is outside the vocabulary [0, {model.cfg.d_vocab})")
+        return answer
+    if getattr(model, "tokenizer", None) is None:
+        raise QueryError(f"the model has no tokenizer, so the {what} must be a token id, got {answer!r}")
+    ids = model.to_tokens(answer, prepend_bos=False)[0].tolist()
+    if len(ids) != 1:
+        raise QueryError(f"the {what} {answer!r} is not a single token: it splits into {len(ids)} tokens "
+                         f"{_str_tokens(model, ids)}; pass one token (e.g. {_str_tokens(model, ids)[0]!r})")
+    unk = getattr(model.tokenizer, "unk_token_id", None)
+    if unk is not None and ids[0] == unk and answer != model.tokenizer.unk_token:
+        raise QueryError(f"the {what} {answer!r} is not in the vocabulary (it maps to the unknown token)")
+    return ids[0]
+
+
+def prepare(model, prompt: Text, answer: Union[str, int], counterfactual: Text | None = None,
+            wrong: Union[str, int, None] = None) -> QueryInput:
+    tokens = _tokens(model, prompt, "prompt")
+    cf = None if counterfactual is None else _tokens(model, counterfactual, "counterfactual")
+    a = single_token(model, answer)
+    w = None if wrong is None else single_token(model, wrong, "wrong answer")
+    if w is not None and w == a:
+        raise QueryError(f"the wrong answer {wrong!r} is the same token as the answer {answer!r}")
+    return QueryInput(tokens, a, w, cf, prompt if isinstance(prompt, str) else None,
+                      counterfactual if isinstance(counterfactual, str) else None,
+                      _str_tokens(model, [a])[0], None if w is None else _str_tokens(model, [w])[0])
+
+
+def str_tokens(model, tokens: torch.Tensor) -> list[str]:
+    return _str_tokens(model, tokens.tolist())
+
+
+def align(clean_len: int, cf_len: int, anchor_first: bool) -> torch.Tensor:
+    """For each clean position, the counterfactual position it is compared with (-1: none).
+
+    Prompts are right-aligned on the answer (last) position, because that is where the metric is
+    read; when both start with the same token (BOS), position 0 is also anchored to position 0.
+    Clean positions with no counterpart keep their clean activations (no intervention there);
+    extra leading counterfactual tokens are dropped.
+    """
+    offset = cf_len - clean_len
+    idx = torch.arange(clean_len) + offset
+    lo = 1 if anchor_first else 0
+    idx[(idx < lo)] = -1
+    if anchor_first:
+        idx[0] = 0
+    return idx
