@@ -64,3 +64,12 @@ def test_task_answers_are_right():
 def test_unknown_task_lists_valid_ones():
     with pytest.raises(ValueError, match="valid tasks: ioi, induction"):
         synthetic.queries("sorting", 3)
+
+
+@pytest.mark.parametrize("task", QUERY_TASKS)
+def test_resampled_counterfactuals_keep_the_query(task, tokenizer):
+    q = synthetic.queries(task, 1, seed=2)[0]
+    cfs = synthetic.counterfactuals(q, 3, seed=0)
+    assert cfs and q.counterfactual not in cfs and len(set(cfs)) == len(cfs)
+    n = len(tokenizer(q.prompt, add_special_tokens=False)["input_ids"])
+    assert all(len(tokenizer(cf, add_special_tokens=False)["input_ids"]) == n for cf in cfs)

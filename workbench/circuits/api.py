@@ -11,7 +11,6 @@ For free text, pass paraphrases=[(prompt, counterfactual), ...] and counterfactu
 
 from __future__ import annotations
 
-import random
 import time
 
 import numpy as np
@@ -23,27 +22,12 @@ from workbench.circuits.select import topk
 from workbench.circuits.search import Found, QuerySearch, SearchConfig, ZeroGapError
 from workbench.circuits.types import Circuit
 
-# the corpus variable that only the counterfactual uses, per task: resampling it gives new counterfactuals
-_CF_VARIABLE = {"ioi": "C", "induction": "fresh", "greater_than": "cf_x", "addition": "b_cf", "facts": "e_cf"}
-
-
 def synthetic_samples(query, n: int, seed: int = 0) -> tuple[list[tuple[str, str]], list[str]]:
     """(paraphrases with their counterfactuals, resampled counterfactuals of the query) from the corpus."""
     from workbench.corpus import synthetic
 
     paras = [(p.prompt, p.counterfactual) for p in synthetic.paraphrases(query, n, seed) if p.prompt != query.prompt]
-    maker = getattr(synthetic, "_MAKERS", {}).get(query.task)
-    cfs: list[str] = []
-    if maker is not None:
-        rng = random.Random(f"resample-cf/{seed}/{query.prompt}")
-        keep = {k: v for k, v in query.params.items() if k != _CF_VARIABLE[query.task]}
-        for _ in range(4 * n):
-            cf = maker(rng, keep).counterfactual
-            if cf not in cfs and cf != query.counterfactual:
-                cfs.append(cf)
-            if len(cfs) == n:
-                break
-    return paras, cfs
+    return paras, synthetic.counterfactuals(query, n, seed)
 
 
 def resolve_wrong(model, q: QueryInput, metric: str) -> QueryInput:

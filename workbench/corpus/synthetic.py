@@ -235,6 +235,25 @@ def paraphrases(q: Query, n: int, seed: int = 0) -> list[Query]:
     return [_MAKERS[q.task](rng, keep) for _ in range(n)]
 
 
+# the variable that alone decides each task's counterfactual
+_CF_VARIABLE = {"ioi": "C", "induction": "fresh", "greater_than": "cf_x", "addition": "b_cf", "facts": "e_cf"}
+
+
+def counterfactuals(q: Query, n: int, seed: int = 0) -> list[str]:
+    """Up to n other counterfactual prompts for q itself (same prompt, answer and wrong answer)."""
+    _check_task(q.task)
+    rng = random.Random(f"resample-cf/{seed}/{q.prompt}")
+    keep = {k: v for k, v in q.params.items() if k != _CF_VARIABLE[q.task]}
+    out: list[str] = []
+    for _ in range(4 * n):
+        cf = _MAKERS[q.task](rng, keep).counterfactual
+        if cf not in out and cf != q.counterfactual:
+            out.append(cf)
+        if len(out) == n:
+            break
+    return out
+
+
 # ---------------------------------------------------------------- documents (training text)
 
 def _story(rng: random.Random) -> list[Triple]:
