@@ -22,3 +22,22 @@ def test_user_errors_exit_2_with_one_clear_line(capsys):
     assert main(["model", "info", "--model", "no-such-model"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("workbench model: error: unknown model spec 'no-such-model'") and "Traceback" not in err
+
+
+def test_cache_then_sae_train_and_eval_from_the_cli(tiny, tmp_path, capsys):
+    cache = tmp_path / "cache"
+    assert main(["cache", "--out", str(cache), "--hooks", "blocks.2.hook_resid_post", "--tokens", "6000", "--quiet"]) == 0
+    assert "blocks.2.hook_resid_post" in capsys.readouterr().out
+    assert main(["cache", "--out", str(cache), "--tokens", "6000", "--quiet"]) == 2  # exists: refuse
+    assert "--overwrite" in capsys.readouterr().err
+    saes = tmp_path / "saes"
+    assert main(["sae", "train", "--cache", str(cache), "--hook", "blocks.2.hook_resid_post", "--out", str(saes),
+                 "--arch", "topk", "block_topk", "--k", "8", "--expansion", "2", "--tokens", "8192", "--batch-size", "1024",
+                 "--set", "block_size=2", "n_active_blocks=4", "--quiet"]) == 0
+    folders = [line.split()[-1] for line in capsys.readouterr().out.splitlines() if line.startswith("saved")]
+    assert len(folders) == 2
+    assert main(["sae", "eval", *folders, "--cache", str(cache), "--no-model", "--tokens", "300"]) == 0
+    assert capsys.readouterr().out.count("fvu") == 2
+    assert main(["sae", "train", "--cache", str(cache), "--hook", "blocks.2.hook_resid_post", "--out", str(tmp_path / "x"),
+                 "--set", "no_such_field=1"]) == 2
+    assert "no_such_field" in capsys.readouterr().err

@@ -11,7 +11,12 @@ import json
 import sys
 from pathlib import Path
 
-USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, FileExistsError, KeyError)
+from workbench.cache import CacheError
+from workbench.sae import NonFiniteError
+
+# errors a user can cause and fix (each message names the bad value and the way out)
+USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, FileExistsError, KeyError, CacheError,
+                                                NonFiniteError)
 
 
 def _model_train(a: argparse.Namespace) -> None:
@@ -108,9 +113,10 @@ def _sae_eval(a: argparse.Namespace) -> None:
 
     for folder in a.sae:
         m = sae.evaluate(folder, a.cache, None if a.no_model else a.model, max_tokens=a.tokens)
+        flat = {**m["reconstruction"], **m.get("splice", {})}
         keys = [k for k in ("fvu", "l0", "block_l0", "dead_frac", "dense_frac", "ce_loss_recovered", "kl_score",
-                            "ce_no_scaffold") if k in m]
-        print(f"{folder}: " + ", ".join(f"{k} {m[k]:.4g}" for k in keys) + "  (all metrics in metrics.json)")
+                            "ce_loss_recovered_no_scaffold") if k in flat]
+        print(f"{folder}: " + ", ".join(f"{k} {flat[k]:.4g}" for k in keys) + "  (all metrics in metrics.json)")
 
 
 def _demo(a: argparse.Namespace) -> None:

@@ -1,6 +1,6 @@
 """The workspace: every artifact a step produces, as plain files plus a manifest.
 
-Layout: <root>/<kind>/<name>/ with a `manifest.json` that records what made the artifact (the
+Layout: <root>/<kind>/<name>/ with an `artifact.json` manifest that records what made the artifact (the
 command and its config), from which inputs (model id, cache path, ...), when, and the checksums of
 its files. Later steps and the app find artifacts through `Workspace.artifacts`, never by guessing.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 from workbench.atomic import atomic_write_text, sha256_file
 
 KINDS = ("caches", "saes", "circuits", "models", "features")
-MANIFEST = "manifest.json"
+MANIFEST = "artifact.json"
 
 
 @dataclass
@@ -36,11 +36,15 @@ class Workspace:
         return self.root / kind / name
 
     def record(self, kind: str, name: str, *, made_by: str, config: dict, inputs: dict | None = None,
-               summary: dict | None = None) -> Path:
-        """Write the artifact's manifest after its files are complete (its presence means 'done')."""
+               summary: dict | None = None, checksums: bool = True) -> Path:
+        """Write the artifact's manifest after its files are complete (its presence means 'done').
+
+        checksums=False lists file sizes only, for artifacts that checksum themselves (a cache's
+        own manifest.json holds per-shard checksums; hashing gigabytes twice buys nothing).
+        """
         folder = self.path(kind, name)
-        files = {str(p.relative_to(folder)): sha256_file(p) for p in sorted(folder.rglob("*"))
-                 if p.is_file() and p.name != MANIFEST and not p.name.startswith(".")}
+        files = {str(p.relative_to(folder)): sha256_file(p) if checksums else p.stat().st_size
+                 for p in sorted(folder.rglob("*")) if p.is_file() and p.name != MANIFEST and not p.name.startswith(".")}
         manifest = {"kind": kind, "name": name, "made_by": made_by, "config": config, "inputs": inputs or {},
                     "summary": summary or {}, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "files": files}
         atomic_write_text(folder / MANIFEST, json.dumps(manifest, indent=2, default=str))

@@ -1,0 +1,99 @@
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from workbench.cache.sampler import RowSampler
+from workbench.cache import (ActivationCache, CacheCorruptError, CacheMismatchError, CacheNotFoundError,
+                             UnknownHookError)
+
+
+@pytest.fixture
+def copy(clean, tmp_path):
+    """A throwaway copy of the clean cache, to damage."""
+    return ActivationCache.open(shutil.copytree(clean.path, tmp_path / "copy"))
+
+
+def _act_file(cache, shard=1, hook="blocks.1.hook_resid_post"):
+    return cache.path / "train" / f"s{shard:06d}" / f"act.{hook}.npy"
+
+
+def test_rows_returns_the_stored_rows_in_the_order_asked(clean, hooks):
+    h = hooks[0]
+    stored = np.concatenate([np.load(clean.path / "train" / r["name"] / f"act.{h}.npy")
+                             for r in clean.manifest["shards"]["train"]]).astype(np.float32)
+    idx = np.array([2699, 0, 1234, 0, 700, 699])  # unsorted, repeated, across shards
+    np.testing.assert_array_equal(clean.rows(h, idx).numpy(), stored[idx])
+    assert clean.rows(h, idx % 300, split="heldout").shape == (6, 64)
+    with pytest.raises(IndexError, match=r"\[0, 2700\)"):
+        clean.rows(h, [2700])
+
+
+def test_batches_are_shuffled_deterministic_and_resumable(clean, hooks):
+    h = hooks[0]
+    first = [b for _, b in zip(range(30), clean.batches(h, 256, seed=3))]  # > 10 batches per epoch: crosses epochs
+    assert all(b.shape == (256, 64) and b.dtype == torch.float32 for b in first)
+    again = [b for _, b in zip(range(5), clean.batches(h, 256, seed=3, start_batch=25))]
+    for a, b in zip(first[25:], again):
+        assert torch.equal(a, b)
+    other = next(clean.batches(h, 256, seed=4))
+    assert not torch.equal(first[0], other)
+    assert next(clean.batches(h, 8, dtype=torch.float16)).dtype == torch.float16
+    assert next(clean.batches(h, 16, split="heldout")).shape == (16, 64)
+
+
+def test_batches_read_the_rows_the_sampler_picks(clean, hooks):
+    """Which rows (disjoint per rank, shuffled) is tested on RowSampler; here: batches deliver them."""
+    h = hooks[2]
+    sampler = RowSampler(clean.n_tokens(), 128, seed=3, rank=1, world_size=2)
+    for _, idx, batch in zip(range(3), sampler.batches(), clean.batches(h, 128, seed=3, rank=1, world_size=2)):
+        assert torch.equal(batch, clean.rows(h, idx))
+
+
+def test_metadata_columns_align_with_rows(clean):
+    for split in ("train", "heldout"):
+        n = clean.n_tokens(split)
+        cols = [clean.token_ids(split), clean.positions(split), clean.seq_index(split), clean.doc_ids(split),
+                *clean.labels(split).values()]
+        assert all(len(c) == n for c in cols)
+    assert set(clean.labels()) == {"task", "role", "entity"}
+
+
+def test_open_checks_model_and_hooks(clean, model, hooks):
+    assert ActivationCache.open(clean.path, model=model, hooks=hooks[:2]).hooks == list(hooks)
+    with pytest.raises(CacheMismatchError, match="harvested from model .* not the requested 'gpt2@0123'"):
+        ActivationCache.open(clean.path, model="gpt2@0123")
+    with pytest.raises(CacheMismatchError, match="no hook.* blocks.1.hook_mlp_out; it holds: blocks.0.hook_resid_post"):
+        ActivationCache.open(clean.path, hooks=["blocks.1.hook_mlp_out"])
+    with pytest.raises(CacheNotFoundError, match="no activation cache"):
+        ActivationCache.open(clean.path / "train")
+
+
+def test_unknown_hook_on_read_lists_the_cached_ones(clean):
+    for call in (lambda: clean.batches("blocks.1.hook_mlp_out", 8), lambda: clean.stats("x"),
+                 lambda: clean.rows("x", [0]), lambda: clean.d("x")):
+        with pytest.raises(UnknownHookError, match="it holds: blocks.0.hook_resid_post, blocks.1.hook_resid_post"):
+            call()
+    with pytest.raises(ValueError, match="unknown split 'test'"):
+        clean.n_tokens("test")
+
+
+def test_truncated_shard_is_named_at_open(copy):
+    path = _act_file(copy)
+    with open(path, "r+b") as f:
+        f.truncate(path.stat().st_size - 100)
+    with pytest.raises(CacheCorruptError, match=f"truncated .*{path}"):
+        ActivationCache.open(copy.path)
+
+
+def test_corrupted_shard_is_named_by_its_checksum(copy):
+    path = _act_file(copy, shard=2)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    ActivationCache.open(copy.path)  # same size: open stays cheap and does not notice
+    with pytest.raises(CacheCorruptError, match=f"corrupted cache file {path}"):
+        copy.verify()
+    with pytest.raises(CacheCorruptError, match=f"corrupted cache file {path}"):
+        ActivationCache.open(copy.path, verify=True)

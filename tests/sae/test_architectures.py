@@ -1,0 +1,140 @@
+"""Every architecture trains, its sparse path matches the dense reference, and AuxK reaches W_enc."""
+
+import pytest
+import torch
+
+from workbench.sae.architectures import build
+from workbench.sae.config import ARCHITECTURES, SAEConfig, TrainConfig
+from workbench.sae.train import Trainer, run_steps
+
+from .conftest import D_IN, feature_batches
+
+
+def _cfg(arch, **kw):
+    kw = {"k": 4, "n_latents": 96, "n_active_blocks": 4, "block_l0_coef": 0.3, **kw}
+    return SAEConfig(arch, **kw).resolve(D_IN, 100_000)
+
+
+def _pair(arch, **kw):
+    x = next(feature_batches())
+    saes = []
+    for kernel in ("sparse", "dense"):
+        sae = build(_cfg(arch, kernel=kernel, **kw)).double()
+        sae.init_from_batch(x)
+        saes.append(sae)
+    return x.double(), saes
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+@pytest.mark.parametrize("extras", [{}, {"scaffold_rank": 4}])
+def test_sparse_and_dense_kernels_agree(arch, extras):
+    if arch in ("topk", "batchtopk", "matryoshka"):
+        extras = {**extras, "reg_l1_off": 0.1, "reg_l1_l2": 0.2}
+    x, (sparse, dense) = _pair(arch, **extras)
+    dead = torch.zeros(sparse.cfg.n_units, dtype=torch.bool)
+    dead[::3] = True  # AuxK on
+    outs = [sae(x, dead) for sae in (sparse, dense)]
+    torch.testing.assert_close(outs[0]["loss"], outs[1]["loss"])
+    assert set(outs[0]["losses"]) >= {"aux"}
+    for o in outs:
+        o["loss"].backward()
+    for (name, p), q in zip(sparse.named_parameters(), dense.parameters()):
+        if p.requires_grad:
+            torch.testing.assert_close(p.grad, q.grad, msg=f"{arch}: gradient of {name} differs")
+
+
+@pytest.mark.parametrize("arch", ["topk", "block_topk"])
+def test_auxk_gradient_reaches_the_encoder(arch):
+    x, (sae, _) = _pair(arch)
+    dead = torch.zeros(sae.cfg.n_units, dtype=torch.bool)
+    dead[: sae.cfg.n_units // 2] = True
+    aux = sae(x, dead)["loss"] - sae(x, None)["loss"]  # the AuxK term alone
+    aux.backward()
+    dead_rows = sae.expand_units(dead[None])[0]
+    assert sae.W_enc.grad[dead_rows].abs().sum() > 0
+    assert sae.W_enc.grad[~dead_rows].abs().sum() == 0  # only dead latents take part in AuxK
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_each_architecture_learns_and_inference_matches_training_rule(arch):
+    tr = Trainer([_cfg(arch, scaffold_rank=2)], TrainConfig(n_tokens=128 * 100, batch_size=128, lr=3e-3,
+                                                            warmup_steps=5, progress=False))
+    run_steps(tr, feature_batches(), 100)
+    tr.log_point()
+    sae, row = tr.saes[0], tr.curves[0][-1]
+    assert row["fvu"] < 0.5, row
+    x = next(feature_batches(500))
+    z = sae.encode(x)
+    if sae.cfg.is_block:  # whole blocks are active or not
+        active = z.view(z.shape[0], -1, sae.cfg.block_size).ne(0).any(-1)
+        if arch != "block_jumprelu":
+            assert (active.sum(-1) == sae.cfg.n_active_blocks).all()
+    elif arch == "topk":
+        assert (z.ne(0).sum(-1) <= sae.cfg.k).all()
+    else:  # BatchTopK at inference: a JumpReLU at theta
+        assert float(sae.threshold) > 0 and (z[z != 0] > float(sae.threshold)).all()
+    recon = sae.reconstruct(x)
+    fvu = (x - recon).pow(2).sum() / (x - x.mean(0)).pow(2).sum()
+    assert fvu < 0.6
+
+
+def test_decoder_units_stay_unit_norm():
+    tr = Trainer([_cfg("topk"), _cfg("block_topk")], TrainConfig(n_tokens=128 * 20, batch_size=128, progress=False))
+    run_steps(tr, feature_batches(), 20)
+    torch.testing.assert_close(tr.saes[0].W_dec.norm(dim=-1), torch.ones(96))
+    torch.testing.assert_close(tr.saes[1].W_dec.view(32, -1).norm(dim=-1), torch.ones(32))
+
+
+def test_grassmannian_frames_are_orthonormal():
+    sae = build(_cfg("grassmannian"))
+    _, _, W_dec = sae.weights()
+    frames = W_dec.view(32, 3, D_IN)
+    torch.testing.assert_close(frames @ frames.transpose(1, 2), torch.eye(3).expand(32, 3, 3), atol=1e-5, rtol=0)
+
+
+def test_matryoshka_prefix_losses_match_a_manual_computation():
+    x = next(feature_batches())
+    prefixes = [12, 24, 48, 96]
+    losses = {}
+    for w in ("sum", "mean", "mean_with_bias"):
+        sae = build(_cfg("matryoshka", prefixes=prefixes, prefix_weighting=w))
+        sae.init_from_batch(x)
+        losses[w] = float(sae(x)["losses"]["matryoshka_mse"])
+    with torch.no_grad():  # the training rule: one global top-(k*B) over the batch
+        xs = x * sae.input_scale
+        h = (xs - sae.b_dec) @ sae.W_enc.T + sae.b_enc
+        flat = h.relu().flatten()
+        z = torch.zeros_like(flat).scatter(0, flat.topk(4 * x.shape[0]).indices, flat.topk(4 * x.shape[0]).values)
+        z = z.view_as(h)
+        per = [((xs - (z[:, :m] @ sae.W_dec[:m] + sae.b_dec)) ** 2).sum(-1).mean() for m in prefixes]
+        bias_only = ((xs - sae.b_dec) ** 2).sum(-1).mean()
+    assert losses["sum"] == pytest.approx(float(sum(per)), rel=1e-4)
+    assert losses["mean"] == pytest.approx(float(sum(per)) / 4, rel=1e-4)
+    assert losses["mean_with_bias"] == pytest.approx(float(sum(per) + bias_only) / 5, rel=1e-4)
+
+
+def test_geometric_median_init_is_robust_to_outliers():
+    x = torch.randn(200, D_IN) + 1.0
+    x[:5] += 1000.0
+    gm = build(_cfg("topk", input_norm="none", b_dec_init="geometric_median"))
+    mean = build(_cfg("topk", input_norm="none", b_dec_init="mean"))
+    gm.init_from_batch(x)
+    mean.init_from_batch(x)
+    assert (gm.b_dec - 1.0).abs().max() < 0.5 < (mean.b_dec - 1.0).abs().max()
+
+
+def test_input_scaling_makes_mean_norm_sqrt_d():
+    x = next(feature_batches()) * 50
+    sae = build(_cfg("topk"))
+    sae.init_from_batch(x)
+    assert abs(float((x * sae.input_scale).norm(dim=-1).mean()) - D_IN ** 0.5) < 1e-3
+
+
+def test_scaffold_pca_init_spans_top_components():
+    x = next(feature_batches())
+    sae = build(_cfg("topk", scaffold_rank=3, scaffold_init="pca"))
+    sae.init_from_batch(x)
+    xc = (x * sae.input_scale - sae.b_dec).detach()
+    _, _, vh = torch.linalg.svd(xc - xc.mean(0), full_matrices=False)
+    U = sae.scaffold.U.detach()
+    torch.testing.assert_close(U @ U.T, vh[:3].T @ vh[:3], atol=1e-4, rtol=0)

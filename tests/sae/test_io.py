@@ -1,0 +1,58 @@
+"""Saved SAEs load through sae_lens.SAE.load_from_disk and reconstruct exactly like the workbench SAE."""
+
+import json
+
+import pytest
+import torch
+from sae_lens import SAE, JumpReLUSAE, TopKSAE
+
+from workbench.sae.config import SAEConfig, TrainConfig
+from workbench.sae.io import load_sae, save_sae
+from workbench.sae.saelens import BlockSparseSAE, ScaffoldSAE
+from workbench.sae.train import Trainer, run_steps
+
+from .conftest import D_IN, feature_batches
+
+EXPECTED = {  # architecture -> (SAELens architecture, class) without / with a scaffold
+    "topk": ("topk", TopKSAE), "batchtopk": ("jumprelu", JumpReLUSAE), "matryoshka": ("jumprelu", JumpReLUSAE),
+    "block_topk": ("workbench_block_sparse", BlockSparseSAE),
+    "block_jumprelu": ("workbench_block_sparse", BlockSparseSAE),
+    "grassmannian": ("workbench_block_sparse", BlockSparseSAE),
+}
+
+
+def _trained(arch, scaffold_rank):
+    cfg = SAEConfig(arch, k=4, n_latents=48, block_size=3, n_active_blocks=2, block_l0_coef=0.3,
+                    scaffold_rank=scaffold_rank).resolve(D_IN, 10_000)
+    tr = Trainer([cfg], TrainConfig(n_tokens=128 * 20, batch_size=128, lr=3e-3, warmup_steps=1, progress=False))
+    run_steps(tr, feature_batches(), 20)
+    return tr.saes[0]
+
+
+@pytest.mark.parametrize("scaffold_rank", [0, 3])
+@pytest.mark.parametrize("arch", list(EXPECTED))
+def test_saelens_loads_and_matches(arch, scaffold_rank, tmp_path):
+    sae = _trained(arch, scaffold_rank)
+    save_sae(sae, tmp_path, {"hook_name": "blocks.2.hook_resid_post", "model_name": "test"})
+    cfg = json.loads((tmp_path / "cfg.json").read_text())
+    name, cls = EXPECTED[arch]
+    if scaffold_rank and not sae.cfg.is_block:
+        name, cls = "workbench_scaffold", ScaffoldSAE
+    assert cfg["architecture"] == name
+    assert cfg["metadata"]["hook_name"] == "blocks.2.hook_resid_post"
+    loaded = SAE.load_from_disk(tmp_path)
+    assert type(loaded) is cls
+    x = next(feature_batches(99))
+    torch.testing.assert_close(loaded(x), sae.reconstruct(x), atol=1e-4, rtol=1e-4)
+    if arch in ("batchtopk", "matryoshka"):
+        assert torch.allclose(loaded.threshold[: sae.cfg.n_latents], torch.tensor(float(sae.threshold)))
+    if scaffold_rank:  # zeroing the scaffold's codes removes exactly its output
+        codes = loaded.encode(x)
+        codes[:, sae.cfg.n_latents:] = 0
+        torch.testing.assert_close(loaded.decode(codes), sae.reconstruct(x, drop_scaffold=True), atol=1e-4, rtol=1e-4)
+    assert load_sae(tmp_path).cfg.d_in == D_IN
+
+
+def test_load_sae_names_the_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="cfg.json is missing"):
+        load_sae(tmp_path)

@@ -1,0 +1,71 @@
+"""The sparse kernels give the dense reference's values and gradients."""
+
+import pytest
+import torch
+
+from workbench.sae.kernels import DenseKernels, SparseKernels, Support
+
+
+def _problem(seed=0, B=16, d=8, n=24, k=5):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(B, d, generator=g, dtype=torch.float64)
+    W_enc = torch.randn(n, d, generator=g, dtype=torch.float64)
+    b_enc = torch.randn(n, generator=g, dtype=torch.float64)
+    W_dec = torch.randn(n, d, generator=g, dtype=torch.float64)
+    h = x @ W_enc.T + b_enc
+    sup = Support.from_topk(h.topk(k).indices)
+    return x, W_enc, b_enc, W_dec, h, sup
+
+
+def _grads(kern, bags=None, n_bags=None):
+    x, W_enc, b_enc, W_dec, h, sup = _problem()
+    leaves = [t.requires_grad_() for t in (x, W_enc, b_enc, W_dec)]
+    pre = kern.encode(x, W_enc, b_enc, sup, h)
+    out = kern.decode(pre.relu() * 1.5, W_dec, sup, bags(sup) if bags else None, n_bags)
+    w = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=out.dtype)
+    (out * w).sum().backward()
+    return out.detach(), [t.grad for t in leaves]
+
+
+@pytest.mark.parametrize("bags", [None, "groups"])
+def test_sparse_matches_dense_values_and_gradients(bags):
+    # bags "groups": (token, latent-group) bags, as Matryoshka uses for prefix reconstructions
+    fn = (lambda s: s.rows * 3 + s.idx // 8) if bags else None
+    n_bags = 16 * 3 if bags else None
+    out_s, g_s = _grads(SparseKernels, fn, n_bags)
+    out_d, g_d = _grads(DenseKernels, fn, n_bags)
+    torch.testing.assert_close(out_s, out_d)
+    for name, a, b in zip(("x", "W_enc", "b_enc", "W_dec"), g_s, g_d):
+        torch.testing.assert_close(a, b, msg=f"gradient of {name} differs")
+
+
+def test_sparse_gradcheck():
+    x, W_enc, b_enc, W_dec, h, sup = _problem(B=4, d=3, n=6, k=2)
+
+    def f(x, W_enc, b_enc, W_dec):
+        hh = (x @ W_enc.T + b_enc).detach()
+        return SparseKernels.decode(SparseKernels.encode(x, W_enc, b_enc, sup, hh), W_dec, sup)
+
+    assert torch.autograd.gradcheck(f, [t.requires_grad_() for t in (x, W_enc, b_enc, W_dec)])
+
+
+def test_sparse_backward_touches_only_selected_rows():
+    x, W_enc, b_enc, W_dec, h, sup = _problem()
+    for t in (W_enc, W_dec):
+        t.requires_grad_()
+    SparseKernels.decode(SparseKernels.encode(x, W_enc, b_enc, sup, h), W_dec, sup).sum().backward()
+    untouched = torch.ones(W_enc.shape[0], dtype=torch.bool)
+    untouched[sup.idx] = False
+    assert untouched.any()
+    assert (W_enc.grad[untouched] == 0).all() and (W_dec.grad[untouched] == 0).all()
+
+
+def test_support_from_topk_matches_from_mask_and_expands_blocks():
+    h = torch.randn(6, 12, generator=torch.Generator().manual_seed(3))
+    top = h.topk(4, dim=-1, sorted=False)
+    a = Support.from_topk(top.indices, top.values > 0)
+    mask = torch.zeros_like(h, dtype=torch.bool).scatter(1, top.indices, True) & (h > 0)
+    b = Support.from_mask(mask)
+    assert torch.equal(a.rows, b.rows) and torch.equal(a.idx, b.idx)
+    blocks = Support.from_topk(torch.tensor([[2, 0]]), unit=3)
+    assert blocks.idx.tolist() == [0, 1, 2, 6, 7, 8] and blocks.rows.tolist() == [0] * 6

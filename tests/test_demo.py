@@ -1,0 +1,20 @@
+import json
+
+import pytest
+
+from workbench.demo import run_demo
+from workbench.workspace import Workspace
+
+
+@pytest.mark.slow
+def test_demo_fills_a_workspace_with_manifested_artifacts(tiny, tmp_path):
+    summary = run_demo(tmp_path / "ws", progress=False, cache_tokens=20_000, sae_tokens=60_000)
+    ws = Workspace(tmp_path / "ws")
+    kinds = {a.kind for a in ws.artifacts()}
+    assert kinds == {"caches", "saes", "circuits"}
+    for art in ws.artifacts():
+        assert art.manifest["files"], art.name  # checksums of every file
+    circuit = json.loads((tmp_path / "ws" / "circuits" / "ioi-0" / "circuit.json").read_text())
+    assert circuit["model_id"] == summary["model"]
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        run_demo(tmp_path / "ws", progress=False)

@@ -1,0 +1,57 @@
+"""The harvest config: saved in every manifest, and compared on --resume so a resumed harvest
+cannot silently mix two different configs in one cache."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+DTYPES = ("float32", "float16", "bfloat16")
+SPLITS = ("train", "heldout")
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    model: str  # workbench.models.model_id(model): name + weight hash
+    corpus: str  # corpus.spec
+    hooks: tuple[str, ...]
+    n_tokens: int  # activation rows to store, train + heldout
+    ctx_len: int
+    batch_size: int  # sequences per forward pass; shards close on batch boundaries
+    dtype: str
+    shard_tokens: int  # a shard closes at the first batch boundary with >= this many rows
+    heldout_fraction: float  # share of n_tokens taken from the corpus's held-out split
+    exclude_special: bool
+    special_ids: tuple[int, ...]  # token ids dropped when exclude_special
+    outlier_factor: float  # a row is an outlier when its norm > outlier_factor x median train norm
+
+    def __post_init__(self):
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}; valid: {', '.join(DTYPES)}")
+        if self.n_tokens < 1:
+            raise ValueError(f"n_tokens must be >= 1, got {self.n_tokens}")
+        if not 0.0 <= self.heldout_fraction < 1.0:
+            raise ValueError(f"heldout_fraction must be in [0, 1), got {self.heldout_fraction}")
+        for name in ("ctx_len", "batch_size", "shard_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.outlier_factor <= 1.0:
+            raise ValueError(f"outlier_factor must be > 1, got {self.outlier_factor}")
+        if self.n_rows("train") < 1:
+            raise ValueError(f"n_tokens={self.n_tokens} with heldout_fraction={self.heldout_fraction} leaves no train rows")
+
+    def n_rows(self, split: str) -> int:
+        heldout = round(self.n_tokens * self.heldout_fraction)
+        return heldout if split == "heldout" else self.n_tokens - heldout
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> CacheConfig:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k in known})
+
+    def diff(self, other: CacheConfig) -> list[str]:
+        """Human-readable differences, for mismatch errors."""
+        a, b = self.to_json(), other.to_json()
+        return [f"{k}: {a[k]!r} on disk vs {b[k]!r} requested" for k in a if a[k] != b[k]]

@@ -1,0 +1,58 @@
+"""Which hooks a cache can hold, and how far the forward pass must run to fill them."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from workbench.cache.errors import UnknownHookError
+
+_BLOCK = re.compile(r"blocks\.(\d+)\.(.+)")
+# [batch, head, query, key] activations: not one row per token, so they cannot be cached as rows.
+NOT_PER_TOKEN = ("hook_pattern", "hook_attn_scores")
+
+
+def hook_summary(names: Iterable[str]) -> list[str]:
+    """Group per-layer names for error messages: blocks.{0..3}.hook_resid_post, hook_embed, ..."""
+    groups: dict[str, list[int]] = {}
+    for name in names:
+        m = _BLOCK.fullmatch(name)
+        key = f"blocks.{{}}.{m.group(2)}" if m else name
+        groups.setdefault(key, []).append(int(m.group(1)) if m else -1)
+    out = []
+    for key, layers in groups.items():
+        if "{}" not in key:
+            out.append(key)
+        elif layers == list(range(min(layers), max(layers) + 1)):
+            out.append(key.format(f"{{{min(layers)}..{max(layers)}}}"))
+        else:
+            out.append(key.format("{" + ",".join(map(str, layers)) + "}"))
+    return out
+
+
+def validate_hooks(model, hooks: str | Iterable[str]) -> tuple[str, ...]:
+    hooks = (hooks,) if isinstance(hooks, str) else tuple(hooks)
+    if not hooks:
+        raise UnknownHookError("no hooks given; valid hooks: " + ", ".join(hook_summary(model.hook_dict)))
+    valid = [h for h in model.hook_dict if not h.endswith(NOT_PER_TOKEN)]
+    bad = [h for h in hooks if h not in valid]
+    if bad:
+        raise UnknownHookError(f"unknown hook(s) {', '.join(map(repr, bad))} (attention patterns are not per-token); "
+                               f"valid hooks: {', '.join(hook_summary(valid))}")
+    dupes = sorted({h for h in hooks if hooks.count(h) > 1})
+    if dupes:
+        raise UnknownHookError(f"hook(s) listed twice: {', '.join(dupes)}")
+    return hooks
+
+
+def stop_layer(hooks: Iterable[str]) -> int | None:
+    """`stop_at_layer` for HookedTransformer.forward: run only up to the block of the deepest hook
+    (skipping later blocks, ln_final and the unembedding); None if a hook sits after the blocks."""
+    deepest = -1
+    for h in hooks:
+        m = _BLOCK.fullmatch(h)
+        if m:
+            deepest = max(deepest, int(m.group(1)))
+        elif not h.startswith("hook_"):  # ln_final.*, unembed: needs the whole pass
+            return None
+    return deepest + 1

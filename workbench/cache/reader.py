@@ -1,0 +1,233 @@
+"""ActivationCache: the read side. Activation rows are read with pread, in runs of whole chunks, into
+one reusable window buffer; nothing is loaded whole except the small per-row metadata columns a
+caller asks for, so a cache of any size reads in bounded memory.
+
+Why not np.memmap: pages of a file mapping count in the process's RSS, and the kernel maps up to
+64 KiB around every faulting row (fault-around), so shuffled reads through a map grow RSS towards
+the cache size (bench/results/cache.md shows it); dropping pages with madvise makes the next
+batch fault them back in. pread keeps the data in the page cache, outside the RSS, at the speed
+of a memory copy."""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from workbench.cache.config import SPLITS, CacheConfig
+from workbench.cache.errors import CacheCorruptError, CacheIncompleteError, CacheMismatchError, CacheNotFoundError, UnknownHookError
+from workbench.cache.format import STORE_DTYPES, NpyReader
+from workbench.cache.sampler import RowSampler
+from workbench.cache.shards import check_shard
+
+FORMAT = "workbench-activation-cache/1"
+MAX_OPEN_FILES = 256
+WINDOW_BYTES = 128 << 20  # batches() reads about this much at a time (its buffer)
+
+
+class ActivationCache:
+    def __init__(self, path: Path, manifest: dict):
+        self.path, self.manifest = path, manifest
+        self.config = CacheConfig.from_json(manifest["config"])
+        self._store = STORE_DTYPES[manifest["dtype"]]
+        self._offsets = {s: np.cumsum([0] + [r["rows"] for r in manifest["shards"][s]]) for s in SPLITS}
+        self._files: OrderedDict[tuple, NpyReader] = OrderedDict()
+
+    @classmethod
+    def open(cls, path, *, model=None, hooks=None, verify: bool = False) -> ActivationCache:
+        """Open a finished cache. model (a model or its model_id) and hooks, when given, must match
+        what the cache holds. Sizes of all files are always checked (catches truncation);
+        verify=True also checks every checksum (reads the whole cache)."""
+        path = Path(path)
+        manifest_path = path / "manifest.json"
+        if not manifest_path.is_file():
+            if (path / "progress.json").is_file():
+                raise CacheIncompleteError(f"the harvest into {path} did not finish; rerun it with resume=True (--resume)")
+            raise CacheNotFoundError(f"no activation cache at {path} (no manifest.json)")
+        try:
+            manifest = json.loads(manifest_path.read_text())
+        except json.JSONDecodeError as e:
+            raise CacheCorruptError(f"unreadable manifest {manifest_path}: {e}") from e
+        if manifest.get("format") != FORMAT:
+            raise CacheCorruptError(f"{manifest_path} has format {manifest.get('format')!r}, expected {FORMAT!r}")
+        cache = cls(path, manifest)
+        cache._expect(model, hooks)
+        cache._check(full=verify)
+        return cache
+
+    def _expect(self, model, hooks) -> None:
+        if model is not None:
+            if not isinstance(model, str):
+                from workbench.models import model_id  # here, so readers never import transformer_lens
+
+                model = model_id(model)
+            if model != self.manifest["model"]:
+                raise CacheMismatchError(f"cache {self.path} was harvested from model {self.manifest['model']!r}, "
+                                         f"not the requested {model!r}")
+        missing = [h for h in ([hooks] if isinstance(hooks, str) else hooks or []) if h not in self.hooks]
+        if missing:
+            raise CacheMismatchError(f"cache {self.path} has no hook(s) {', '.join(missing)}; "
+                                     f"it holds: {', '.join(self.hooks)}")
+
+    def _check(self, full: bool) -> None:
+        for split in SPLITS:
+            for rec in self.manifest["shards"][split]:
+                check_shard(self.path / split / rec["name"], rec["files"], full)
+        check_shard(self.path / "stats", {f"{h}.npy": s["file"] for h, s in self.manifest["stats"].items()}, full)
+
+    def verify(self) -> None:
+        """Recompute every checksum; raises CacheCorruptError naming the first bad file."""
+        self._check(full=True)
+
+    # --- shape -------------------------------------------------------------------------------
+
+    @property
+    def hooks(self) -> list[str]:
+        return list(self.manifest["hooks"])
+
+    def d(self, hook: str) -> int:
+        return self.manifest["d"][self._hook(hook)]
+
+    def n_tokens(self, split: str = "train") -> int:
+        return int(self._offsets[self._split(split)][-1])
+
+    def _hook(self, hook: str) -> str:
+        if hook not in self.manifest["d"]:
+            raise UnknownHookError(f"cache {self.path} has no hook {hook!r}; it holds: {', '.join(self.hooks)}")
+        return hook
+
+    def _split(self, split: str) -> str:
+        if split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
+        return split
+
+    # --- activations -------------------------------------------------------------------------
+
+    def rows(self, hook: str, idx, split: str = "train", dtype=torch.float32, device="cpu") -> torch.Tensor:
+        """Activations of the given row indices, in the order given -> [len(idx), d]."""
+        idx = np.asarray(idx, dtype=np.int64).reshape(-1)
+        n = self.n_tokens(split)
+        if len(idx) and (idx.min() < 0 or idx.max() >= n):
+            raise IndexError(f"row indices must be in [0, {n}) for split {split!r}; got {idx.min()}..{idx.max()}")
+        order = np.argsort(idx, kind="stable")
+        data = self._gather(self._hook(hook), split, idx[order])
+        out = np.empty_like(data)
+        out[order] = data
+        return self._tensor(out, dtype, device)
+
+    def batches(self, hook: str, batch_size: int, split: str = "train", seed: int = 0, start_batch: int = 0,
+                rank: int = 0, world_size: int = 1, dtype=torch.float32, device="cpu", skip_outliers: bool = False,
+                chunk_rows: int = 16, window_bytes: int = WINDOW_BYTES):
+        """Infinite iterator of shuffled [batch_size, d] tensors (see sampler.py for the order).
+
+        Deterministic given seed, so start_batch=k resumes exactly at batch k. Each rank of
+        world_size reads disjoint rows within an epoch. skip_outliers drops rows flagged by
+        outliers(). Memory: one window buffer of about window_bytes, whatever the cache size."""
+        row_bytes = self.d(hook) * self._store.itemsize
+        sampler = RowSampler(self.n_tokens(split), batch_size, seed=seed, rank=rank, world_size=world_size,
+                             exclude=np.flatnonzero(self.outliers(hook, split)) if skip_outliers else None,
+                             chunk_rows=chunk_rows, window_rows=max(batch_size, window_bytes // row_bytes))
+        return self._batches(hook, split, sampler.windows(start_batch), dtype, device)
+
+    def _batches(self, hook, split, windows, dtype, device):
+        buf = None
+        for win in windows:
+            if buf is None or len(buf) < len(win.rows):
+                buf = np.empty((len(win.rows), self.d(hook)), dtype=self._store)
+            self._read_rows(hook, split, win.rows, buf)
+            for pos in win.batches:
+                yield self._tensor(buf[pos], dtype, device)
+
+    def _gather(self, hook: str, split: str, rows: np.ndarray) -> np.ndarray:
+        """Rows (sorted ascending) of one hook, in their stored dtype."""
+        out = np.empty((len(rows), self.d(hook)), dtype=self._store)
+        self._read_rows(hook, split, rows, out)
+        return out
+
+    def _read_rows(self, hook: str, split: str, rows: np.ndarray, out: np.ndarray) -> None:
+        """Ascending rows into out[:len(rows)], one pread per run of consecutive rows within a shard."""
+        if not len(rows):
+            return
+        offsets = self._offsets[split]
+        shard = np.searchsorted(offsets, rows, side="right") - 1
+        first = np.concatenate([[0], np.flatnonzero((np.diff(rows) != 1) | (np.diff(shard) != 0)) + 1])
+        ends = np.append(first[1:], len(rows)) * out[0].nbytes
+        files = {s: self._file(split, s, f"act.{hook}") for s in np.unique(shard[first]).tolist()}
+        view = memoryview(out.reshape(-1).view(np.uint8))
+        for s, r, a, b in zip(shard[first].tolist(), (rows[first] - offsets[shard[first]]).tolist(),
+                              (first * out[0].nbytes).tolist(), ends.tolist()):
+            files[s].read_into(r, view[a:b])
+
+    def _file(self, split: str, shard: int, stem: str) -> NpyReader:
+        key = (split, shard, stem)
+        if key in self._files:
+            self._files.move_to_end(key)
+        else:
+            if len(self._files) >= MAX_OPEN_FILES:
+                self._files.popitem(last=False)[1].close()
+            self._files[key] = NpyReader(self._shard_dir(split, shard) / f"{stem}.npy")
+        return self._files[key]
+
+    def _tensor(self, arr: np.ndarray, dtype, device) -> torch.Tensor:
+        t = torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16) if self.manifest["dtype"] == "bfloat16" \
+            else torch.from_numpy(arr)
+        return t.to(device=device).to(dtype)
+
+    def close(self) -> None:
+        while self._files:
+            self._files.popitem()[1].close()
+
+    # --- per-row metadata --------------------------------------------------------------------
+
+    def _shard_dir(self, split: str, shard: int) -> Path:
+        return self.path / split / self.manifest["shards"][split][shard]["name"]
+
+    def _column(self, split: str, stem: str) -> np.ndarray:
+        split = self._split(split)
+        parts = [np.load(self._shard_dir(split, s) / f"{stem}.npy") for s in range(len(self.manifest["shards"][split]))]
+        if not parts:  # an empty split: keep the train split's dtype and row shape
+            like = np.load(self._shard_dir("train", 0) / f"{stem}.npy", mmap_mode="r")
+            return np.empty((0, *like.shape[1:]), like.dtype)
+        return np.concatenate(parts)
+
+    def labels(self, split: str = "train") -> dict[str, np.ndarray]:
+        """Per-row corpus labels (names in manifest["label_names"])."""
+        return {name: self._column(split, f"label.{name}") for name in self.manifest["labels"]}
+
+    def token_ids(self, split: str = "train") -> np.ndarray:
+        return self._column(split, "tokens").astype(np.int64)
+
+    def positions(self, split: str = "train") -> np.ndarray:
+        return self._column(split, "positions").astype(np.int64)
+
+    def seq_index(self, split: str = "train") -> np.ndarray:
+        """Row -> index into sequences(split)."""
+        return self._column(split, "seq_index")
+
+    def doc_ids(self, split: str = "train") -> np.ndarray:
+        return self._column(split, "doc_ids")
+
+    def sequences(self, split: str = "train") -> np.ndarray:
+        """int64 [n_seq, ctx_len]: the full token sequences the rows came from."""
+        return self._column(split, "sequences").astype(np.int64)
+
+    def norms(self, hook: str, split: str = "train") -> np.ndarray:
+        return self._column(split, f"norm.{self._hook(hook)}")
+
+    def outliers(self, hook: str, split: str = "train") -> np.ndarray:
+        """bool per row: norm above outlier_factor x the median train norm of this hook."""
+        return self.norms(hook, split) > self.manifest["stats"][hook]["outlier_threshold"]
+
+    def stats(self, hook: str) -> dict:
+        """Train-split statistics: mean and std vectors (float32 tensors [d]) and scalar norms."""
+        s = self.manifest["stats"][self._hook(hook)]
+        mean, std = np.load(self.path / "stats" / f"{hook}.npy")
+        return {"mean": torch.from_numpy(mean).float(), "std": torch.from_numpy(std).float(), "n": s["n"],
+                "mean_norm": s["mean_norm"], "median_norm": s["median_norm"], "outlier_threshold": s["outlier_threshold"]}
+
+    def __repr__(self) -> str:
+        return (f"ActivationCache({str(self.path)!r}, model={self.manifest['model']!r}, hooks={len(self.hooks)}, "
+                f"train={self.n_tokens('train')}, heldout={self.n_tokens('heldout')}, dtype={self.manifest['dtype']})")

@@ -1,0 +1,328 @@
+"""harvest(): one forward pass per batch writes every requested hook into on-disk shards.
+
+Layout of a cache folder:
+  progress.json            the config of a harvest in progress (deleted once manifest.json exists)
+  manifest.json            written last: config, shapes, per-file sizes and checksums, per-hook stats
+  stats/<hook>.npy         float64 [2, d]: mean and std over the train split
+  train/s000000/           whole forward batches of the train split (see shards.py)
+      act.<hook>.npy       [rows, d] activations (float32, float16, or bfloat16 bits as uint16)
+      norm.<hook>.npy      [rows] float32 L2 norms; outlier = norm > the manifest's threshold
+      moments.<hook>.npy   float64 [2, d]: sum and sum of squares of the rows
+      tokens.npy positions.npy seq_index.npy doc_ids.npy label.<name>.npy   [rows] per-row metadata
+      sequences.npy        int32 [n_seq, ctx_len]: the full sequences the rows came from
+      shard.json           rows, sequence range, file sizes and checksums
+  heldout/s000000/ ...     same, from the corpus's held-out split
+
+Determinism is what makes --resume exact: batch k of a split always holds the corpus's sequences
+[k*batch_size, (k+1)*batch_size) and shards close only between batches, so a resumed harvest
+replays the very same forward passes a clean run would have made.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import shutil
+import threading
+import warnings
+from collections import deque
+from datetime import datetime, timezone
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from workbench.cache.config import SPLITS, CacheConfig
+from workbench.cache.errors import CacheCorruptError, CacheExistsError, CacheMismatchError, DiskFullError, UnknownHookError
+from workbench.cache.format import CHECKSUM, write_json_atomic
+from workbench.cache.hooks import stop_layer, validate_hooks
+from workbench.cache.prefetch import prefetched
+from workbench.cache.reader import FORMAT, ActivationCache
+from workbench.cache.shards import ShardWriter, check_shard, read_record, shard_dirs, shard_name
+from workbench.cache.stats import hook_stats
+
+SHARD_BYTES = 1 << 30  # default shard size: ~1 GiB of activations over all hooks
+
+
+def harvest(model, corpus, hooks, out_dir, n_tokens: int, *, ctx_len: int | None = None, batch_size: int = 32,
+            dtype: str = "float16", shard_tokens: int | None = None, heldout_fraction: float = 0.05,
+            exclude_special: bool = True, special_ids=None, outlier_factor: float = 10.0,
+            resume: bool = False, overwrite: bool = False, progress: bool = True) -> ActivationCache:
+    """Run `model` over `corpus` once and store the activations of every hook in `hooks`.
+
+    n_tokens: activation rows to store, train + heldout (exact; the last sequence may be cut).
+    ctx_len: tokens per sequence (default model.cfg.n_ctx). batch_size: sequences per forward.
+    dtype: "float16" (default), "bfloat16" or "float32" on disk; stats are always from float32.
+    shard_tokens: rows per shard (default ~1 GiB of activations); the unit of resume.
+    heldout_fraction: share of n_tokens taken from the corpus's held-out split (its documents
+        never appear in train). exclude_special: drop rows whose token is in special_ids
+        (default: the tokenizer's BOS/EOS/pad/unk). outlier_factor: rows with a norm above this
+        many times the median train norm are flagged (ActivationCache.outliers).
+    resume: continue an interrupted harvest in out_dir (must have the same config); the result
+        equals a clean run. overwrite: replace an existing cache in out_dir.
+    """
+    if resume and overwrite:
+        raise ValueError("pass resume=True or overwrite=True, not both")
+    hooks = validate_hooks(model, hooks)
+    ctx_len = ctx_len or model.cfg.n_ctx
+    if ctx_len > model.cfg.n_ctx:
+        raise ValueError(f"ctx_len={ctx_len} exceeds the model's n_ctx={model.cfg.n_ctx}")
+    from workbench.models import model_id  # here, so readers of a cache never import transformer_lens
+
+    dims = _probe_dims(model, hooks)
+    if special_ids is None:
+        special_ids = getattr(model.tokenizer, "all_special_ids", None) or []
+    row_bytes = sum(dims.values()) * (4 if dtype == "float32" else 2)
+    cfg = CacheConfig(
+        model=model_id(model), corpus=corpus.spec, hooks=hooks, n_tokens=int(n_tokens), ctx_len=ctx_len,
+        batch_size=batch_size, dtype=dtype, shard_tokens=shard_tokens or max(1, SHARD_BYTES // row_bytes),
+        heldout_fraction=heldout_fraction, exclude_special=exclude_special,
+        special_ids=tuple(sorted(int(i) for i in special_ids)) if exclude_special else (), outlier_factor=outlier_factor)
+    out = Path(out_dir)
+    done = _prepare(out, cfg, resume, overwrite)
+    if done is None:  # resume of a finished cache
+        return ActivationCache.open(out)
+    closer = _Closer()
+    try:
+        with tqdm(total=cfg.n_tokens, initial=sum(r["rows"] for rs in done.values() for r in rs), unit="tok",
+                  desc=f"harvest {out.name}", disable=not progress) as bar:
+            for split in SPLITS:
+                _harvest_split(model, corpus, cfg, split, out / split, done[split], closer, bar)
+        closer.join()
+        _finalize(out, cfg, corpus.label_names, dims)
+    except OSError as e:
+        closer.join(raise_error=False)
+        if e.errno == errno.ENOSPC:
+            n = len([d for s in SPLITS for d in shard_dirs(out / s)])
+            raise DiskFullError(errno.ENOSPC, f"disk full while harvesting into {out}: the {n} complete shards there "
+                                              f"are valid; free some space and rerun with resume=True (--resume)") from e
+        raise
+    except BaseException:
+        closer.join(raise_error=False)
+        raise
+    return ActivationCache.open(out)
+
+
+@torch.inference_mode()
+def _probe_dims(model, hooks: tuple[str, ...]) -> dict[str, int]:
+    """Row width of each hook, from a 2-token forward; rejects hooks that are not one row per token."""
+    dims = {}
+
+    def grab(act, hook):
+        if act.shape[:2] != (1, 2):
+            raise UnknownHookError(f"hook {hook.name!r} has shape {tuple(act.shape)}, not [batch, pos, ...]; "
+                                   "only per-token activations can be cached")
+        dims[hook.name] = int(np.prod(act.shape[2:], dtype=np.int64))
+
+    tokens = torch.zeros(1, 2, dtype=torch.long, device=model.cfg.device)
+    _run(model, tokens, [(h, grab) for h in hooks], stop_layer(hooks))
+    return dims
+
+
+def _run(model, tokens, fwd_hooks, stop):
+    with model.hooks(fwd_hooks=fwd_hooks):
+        if stop is None:
+            model(tokens, return_type=None)
+        else:
+            model(tokens, stop_at_layer=stop)
+
+
+def _prepare(out: Path, cfg: CacheConfig, resume: bool, overwrite: bool) -> dict[str, list[dict]] | None:
+    """Check the output folder against resume/overwrite; return the shards already done per split."""
+    manifest, progress = out / "manifest.json", out / "progress.json"
+    if out.exists() and not out.is_dir():
+        raise CacheExistsError(f"output path {out} exists and is not a folder")
+    if out.exists() and any(out.iterdir()):
+        is_cache = manifest.is_file() or progress.is_file()
+        if overwrite:
+            if not is_cache:
+                raise CacheExistsError(f"{out} is not empty and holds no activation cache (no manifest.json or "
+                                       "progress.json); refusing to delete it: choose another output folder")
+            shutil.rmtree(out)
+        elif not resume:
+            what = "an activation cache" if is_cache else "other files"
+            raise CacheExistsError(f"output folder {out} already holds {what}; pass resume=True (--resume) to continue "
+                                   "an interrupted harvest or overwrite=True (--overwrite) to replace it")
+        elif not is_cache:
+            raise CacheExistsError(f"cannot resume in {out}: it holds no activation cache (no progress.json)")
+        else:
+            on_disk = json.loads((manifest if manifest.is_file() else progress).read_text())
+            old = CacheConfig.from_json(on_disk["config"])
+            if old != cfg:
+                raise CacheMismatchError(f"cannot resume {out}: it was harvested with another config ("
+                                         + "; ".join(old.diff(cfg)) + "); use overwrite=True (--overwrite) to replace it")
+            return None if manifest.is_file() else {s: _resumable_shards(out / s) for s in SPLITS}
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(progress, {"format": FORMAT, "config": cfg.to_json()})
+    return {s: [] for s in SPLITS}
+
+
+def _resumable_shards(split_dir: Path) -> list[dict]:
+    """Complete shards, checksummed; unfinished .tmp shards are deleted (they are redone)."""
+    if split_dir.is_dir():
+        for tmp in split_dir.glob("*.tmp"):
+            shutil.rmtree(tmp)
+    records = []
+    for d in shard_dirs(split_dir):
+        rec = read_record(d)
+        try:
+            check_shard(d, rec["files"], full=True)
+        except CacheCorruptError as e:
+            raise CacheCorruptError(f"{e}; delete shard folder {d} and every later one in {split_dir}, "
+                                    "then resume again to redo them") from e
+        records.append(rec)
+    return records
+
+
+def _harvest_split(model, corpus, cfg: CacheConfig, split: str, split_dir: Path, records: list[dict],
+                   closer: _Closer, bar) -> None:
+    target = cfg.n_rows(split)
+    rows = sum(r["rows"] for r in records)
+    seq = records[-1]["seq_end"] if records else 0
+    if rows >= target or seq % cfg.batch_size:  # finished: target reached, or the corpus ran out mid-batch
+        return
+    split_dir.mkdir(exist_ok=True)
+    n_shards, shard = len(records), None
+    sequences = corpus.sequences(ctx_len=cfg.ctx_len, start=seq, split=split)
+    try:
+        # the next corpus batches are built on a thread while the model runs
+        for batch in prefetched(iter(lambda: list(islice(sequences, cfg.batch_size)), [])):
+            block, moments, n_seq = _forward(model, batch, seq, cfg, target - rows)
+            if shard is None:
+                shard = ShardWriter(split_dir / shard_name(n_shards), seq)
+                n_shards += 1
+            seq += n_seq
+            shard.append(block, moments, seq)
+            n = len(block["tokens"])
+            rows += n
+            bar.update(n)
+            if rows >= target:
+                break
+            if shard.rows >= cfg.shard_tokens:
+                shard, full = None, shard
+                closer.submit(full)
+        else:
+            warnings.warn(f"corpus {cfg.corpus} ran out after {rows} {split} rows of the {target} requested",
+                          stacklevel=3)
+    except BaseException:
+        if shard is not None:  # its rows are redone on resume; deleting it frees the space now
+            shard.abort()
+        raise
+    if shard is not None:
+        closer.submit(shard)
+
+
+@torch.inference_mode()
+def _forward(model, batch, first_seq: int, cfg: CacheConfig, remaining: int):
+    """One forward pass -> (file stem -> rows to append, hook -> float64 [2, d] moments, sequences used)."""
+    tokens = np.stack([s.tokens for s in batch])
+    b, t = tokens.shape
+    if t != cfg.ctx_len:
+        raise ValueError(f"corpus {cfg.corpus} yielded sequences of {t} tokens, expected ctx_len={cfg.ctx_len}")
+    flat = tokens.reshape(-1)
+    keep = np.flatnonzero(~np.isin(flat, cfg.special_ids)) if cfg.exclude_special else np.arange(b * t)
+    n_seq = b
+    if len(keep) > remaining:  # last batch of the split: keep exactly the rows still wanted
+        keep = keep[:remaining]
+        n_seq = int(keep[-1]) // t + 1
+    device = model.cfg.device
+    idx = torch.from_numpy(keep).to(device)
+    captured = {}
+
+    def grab(act, hook):
+        captured[hook.name] = act.reshape(b * t, -1).index_select(0, idx)
+
+    _run(model, torch.from_numpy(tokens).to(device), [(h, grab) for h in cfg.hooks], stop_layer(cfg.hooks))
+    block = {"tokens": flat[keep].astype(np.int32), "positions": (keep % t).astype(np.int32),
+             "seq_index": first_seq + keep // t, "doc_ids": np.stack([s.doc_ids for s in batch]).reshape(-1)[keep]}
+    for name in batch[0].labels:
+        block[f"label.{name}"] = np.stack([s.labels[name] for s in batch]).reshape(-1)[keep]
+    block["sequences"] = tokens[:n_seq].astype(np.int32)
+    moments = {}
+    for h in cfg.hooks:
+        x = captured[h].float()
+        sq = x * x
+        # per-batch float32 sums (cascade-summed by torch) go into float64 shard accumulators
+        moments[h] = torch.stack([x.sum(0), sq.sum(0)]).double()
+        block[f"norm.{h}"] = sq.sum(1).sqrt_().cpu().numpy()
+        block[f"act.{h}"] = _to_store(captured[h], cfg.dtype)
+    return block, moments, n_seq
+
+
+def _to_store(x: torch.Tensor, dtype: str) -> np.ndarray:
+    if dtype == "bfloat16":
+        return x.to(torch.bfloat16).view(torch.int16).cpu().numpy().view(np.uint16)
+    return x.to(getattr(torch, dtype)).cpu().numpy()
+
+
+class _Closer:
+    """Finishes shards (fsync, checksum, rename) in order on a worker thread, so the next forward
+    passes overlap with the disk; the first error is re-raised in the harvesting thread."""
+
+    def __init__(self):
+        self._queue: deque[ShardWriter] = deque()
+        self._cond = threading.Condition()
+        self._error: BaseException | None = None
+        self._closed = False
+        self._thread = threading.Thread(target=self._work, name="cache-shard-closer", daemon=True)
+        self._thread.start()
+
+    def submit(self, shard: ShardWriter) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: len(self._queue) < 2 or self._error is not None)
+            if self._error is None:
+                self._queue.append(shard)
+                self._cond.notify_all()
+                return
+        shard.abort()
+        self.join()
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._queue or self._closed)
+                if not self._queue:
+                    return
+                shard = self._queue[0]
+            try:
+                if self._error is None:
+                    shard.finish()
+                else:
+                    shard.abort()
+            except BaseException as e:  # noqa: BLE001 - handed to the harvesting thread
+                shard.abort()
+                self._error = e
+            with self._cond:
+                self._queue.popleft()
+                self._cond.notify_all()
+
+    def join(self, raise_error: bool = True) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join()
+        if raise_error and self._error is not None:
+            raise self._error
+
+
+def _finalize(out: Path, cfg: CacheConfig, label_names: dict, dims: dict[str, int]) -> None:
+    shards = {s: [read_record(d) for d in shard_dirs(out / s)] for s in SPLITS}
+    if not shards["train"]:
+        raise ValueError(f"corpus {cfg.corpus} yielded no train rows; nothing to cache")
+    (out / "stats").mkdir(exist_ok=True)
+    stats = {h: hook_stats(out, h, shards, cfg.outlier_factor) for h in cfg.hooks}
+    first = shards["train"][0]["files"]
+    n_rows = {s: sum(r["rows"] for r in recs) for s, recs in shards.items()}
+    manifest = {
+        "format": FORMAT, "model": cfg.model, "corpus": cfg.corpus, "hooks": list(cfg.hooks), "d": dims,
+        "dtype": cfg.dtype, "ctx_len": cfg.ctx_len, "n_tokens": n_rows,
+        "n_sequences": {s: recs[-1]["seq_end"] if recs else 0 for s, recs in shards.items()},
+        "shapes": {s: {h: [n_rows[s], dims[h]] for h in cfg.hooks} for s in SPLITS},
+        "labels": sorted(f[len("label."):-len(".npy")] for f in first if f.startswith("label.")),
+        "label_names": label_names, "config": cfg.to_json(), "checksum": CHECKSUM, "stats": stats,
+        "shards": shards, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    write_json_atomic(out / "manifest.json", manifest)
+    (out / "progress.json").unlink()

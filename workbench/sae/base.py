@@ -1,0 +1,242 @@
+"""What every SAE architecture shares: the training step, AuxK, unit-norm decoder, initialisation.
+
+An architecture supplies how latents are chosen (`select`), what the chosen pre-activations
+become (`activate`), and optionally its own weights (`weights`) and reconstruction loss. The rest
+(input scaling, b_dec, the scaffold, AuxK, the regularisers, the sparse kernels) lives here once.
+
+Layout: W_enc and W_dec are both [n_latents, d_in] (one row per latent) so both sparse products
+gather rows; the SAELens export transposes W_enc.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from workbench.sae.config import TOPK_FAMILY, SAEConfig
+from workbench.sae.kernels import KERNELS, Support
+from workbench.sae.regularizers import topk_regularisers
+from workbench.sae.scaffold import Scaffold
+
+
+def geometric_median(x: torch.Tensor, iters: int = 100, eps: float = 1e-6) -> torch.Tensor:
+    """Weiszfeld's algorithm: robust to the outlier tokens that drag the mean."""
+    x = x.double()
+    m = x.mean(0)
+    for _ in range(iters):
+        w = 1 / (x - m).norm(dim=-1).clamp_min(eps)
+        new = (w[:, None] * x).sum(0) / w.sum()
+        if (new - m).norm() < eps * (1 + m.norm()):
+            m = new
+            break
+        m = new
+    return m
+
+
+class SparseAutoencoder(nn.Module):
+    signed = False  # codes keep their sign (block architectures) instead of passing a ReLU
+    unit_norm_decoder = True  # rows (or blocks) of W_dec renormalised after every step
+
+    def __init__(self, cfg: SAEConfig):
+        super().__init__()
+        if cfg.d_in is None or cfg.n_latents is None or cfg.name is None:
+            raise ValueError("SAE configs must be resolved against the data first: cfg.resolve(d_in, n_tokens)")
+        cfg.validate()
+        self.cfg = cfg
+        self.kern = KERNELS[cfg.kernel]
+        self.u = cfg.unit_size
+        gen = torch.Generator().manual_seed(cfg.seed)
+        self.b_dec = nn.Parameter(torch.zeros(cfg.d_in))
+        self.register_buffer("input_scale", torch.ones(()))
+        self.scaffold = Scaffold(cfg.d_in, cfg.scaffold_rank, cfg.scaffold_trainable) if cfg.scaffold_rank else None
+        self.init_dictionary(gen)
+        self._gen = gen
+
+    # ---- what an architecture provides -------------------------------------------------------
+    def init_dictionary(self, gen: torch.Generator) -> None:
+        n, d = self.cfg.n_latents, self.cfg.d_in
+        w = torch.randn(n, d, generator=gen)
+        w = (w.view(n // self.u, -1) / w.view(n // self.u, -1).norm(dim=-1, keepdim=True)).view(n, d)
+        self.W_dec = nn.Parameter(w)
+        self.W_enc = nn.Parameter(w.clone())  # W_enc initialised as W_dec^T
+        self.b_enc = nn.Parameter(torch.zeros(n))
+
+    def weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.W_enc, self.b_enc, self.W_dec
+
+    def select(self, h: torch.Tensor) -> Support:
+        raise NotImplementedError
+
+    def activate(self, pre: torch.Tensor, sup: Support, h: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        """Code values of the selected pairs, plus any loss terms the activation adds."""
+        return (pre if self.signed else pre.relu()), {}
+
+    def reconstruction(self, xs, base, vals, W_dec, sup) -> tuple[dict, torch.Tensor]:
+        """Loss terms and the full reconstruction; Matryoshka replaces this with prefix losses."""
+        x_hat = base + self.kern.decode(vals, W_dec, sup)
+        return {"recon": (xs - x_hat).pow(2).sum(-1).mean()}, x_hat
+
+    # ---- shared machinery --------------------------------------------------------------------
+    def unit_scores(self, h: torch.Tensor) -> torch.Tensor:
+        """[B, n_units]: a latent's pre-activation, or a block's norm."""
+        if self.u == 1:
+            return h
+        return h.view(h.shape[0], -1, self.u).norm(dim=-1)
+
+    def expand_units(self, mask: torch.Tensor) -> torch.Tensor:
+        return mask if self.u == 1 else mask.repeat_interleave(self.u, dim=1)
+
+    def _inputs(self, x: torch.Tensor):
+        xs = x * self.input_scale.to(x.dtype)
+        xc = xs - self.b_dec.to(x.dtype)
+        s = self.scaffold(xc) if self.scaffold is not None else None
+        enc_in = xc - s if s is not None and self.cfg.scaffold_encoder_input == "residual" else xc
+        return xs, xc, s, enc_in
+
+    def _preacts(self, enc_in, W_enc, b_enc) -> torch.Tensor:
+        with torch.no_grad():
+            return torch.addmm(b_enc.detach().to(enc_in.dtype), enc_in.detach(), W_enc.detach().T.to(enc_in.dtype))
+
+    def forward(self, x: torch.Tensor, dead_mask: torch.Tensor | None = None) -> dict:
+        """One training step's losses and statistics for a batch x [B, d_in] (original units)."""
+        cfg = self.cfg
+        xs, xc, s, enc_in = self._inputs(x)
+        W_enc, b_enc, W_dec = self.weights()
+        h = self._preacts(enc_in, W_enc, b_enc)
+        sup = self.select(h)
+        pre = self.kern.encode(enc_in, W_enc, b_enc, sup, h)
+        vals, losses = self.activate(pre, sup, h)
+        base = self.b_dec + s if s is not None else self.b_dec.expand_as(xs)
+        recon_terms, x_hat = self.reconstruction(xs, base, vals, W_dec, sup)
+        losses.update(recon_terms)
+        e = xs - x_hat
+        if dead_mask is not None and cfg.aux_alpha and bool(dead_mask.any()):
+            losses["aux"] = cfg.aux_alpha * self._auxk(enc_in, h, e, dead_mask, W_enc, b_enc, W_dec)
+        if cfg.architecture in TOPK_FAMILY and (cfg.reg_l1_off or cfg.reg_l1_l2):
+            losses.update(self._regularisers(enc_in, W_enc, b_enc, h, sup))
+        loss = sum(losses.values())
+        with torch.no_grad():
+            fired = vals.detach() != 0
+            stats = {
+                "mse": e.detach().float().pow(2).sum(-1).mean(),
+                "fvu": e.detach().float().pow(2).sum() / (xs - xs.mean(0)).float().pow(2).sum().clamp_min(1e-12),
+                "l0": fired.sum().float() / x.shape[0],
+                "unit_fires": self._unit_fires(sup, fired),
+            }
+            if self.u > 1:
+                stats["block_l0"] = stats["unit_fires"].sum().float() / x.shape[0]
+            stats.update(self.extra_stats(vals, sup))
+        return {"loss": loss, "losses": {k: v.detach() for k, v in losses.items()}, "stats": stats}
+
+    def extra_stats(self, vals, sup) -> dict:
+        return {}
+
+    def _unit_fires(self, sup: Support, fired: torch.Tensor) -> torch.Tensor:
+        """[n_units] number of tokens on which each unit fired (a block counts once per token)."""
+        n_units = self.cfg.n_units
+        units = sup.idx[fired] // self.u
+        if self.u > 1:
+            units = torch.unique(sup.rows[fired] * n_units + units) % n_units
+        return torch.bincount(units, minlength=n_units)
+
+    def _auxk(self, enc_in, h, e, dead_mask, W_enc, b_enc, W_dec) -> torch.Tensor:
+        """AuxK: the top dead units reconstruct the detached residual; the gradient reaches W_enc."""
+        n_dead = int(dead_mask.sum())
+        k_units = min(max(1, self.cfg.aux_k // self.u), n_dead)
+        scores = self.unit_scores(h).masked_fill(~dead_mask, -math.inf)
+        top = scores.topk(k_units, dim=-1, sorted=False)
+        keep = top.values > (0 if not self.signed else -math.inf)  # dead units only; ReLU codes must be positive
+        sup = Support.from_topk(top.indices, keep, self.u)
+        pre = self.kern.encode(enc_in, W_enc, b_enc, sup, h)
+        vals = pre if self.signed else pre.relu()
+        e_hat = self.kern.decode(vals, W_dec, sup)
+        target = e.detach()
+        denom = (target - target.mean(0)).pow(2).sum().clamp_min(1e-12)
+        return (target - e_hat).pow(2).sum() / denom
+
+    def _regularisers(self, enc_in, W_enc, b_enc, h, sup: Support) -> dict:
+        active = torch.zeros(self.cfg.n_latents, dtype=torch.bool, device=h.device)
+        active[sup.idx] = True
+        n_active = int(active.sum())
+        if n_active == 0:
+            return {}
+        full = Support.from_mask(active.expand(h.shape[0], -1))
+        h_active = self.kern.encode(enc_in, W_enc, b_enc, full, h).view(h.shape[0], n_active)
+        on = torch.zeros_like(h, dtype=torch.bool)
+        on[sup.rows, sup.idx] = True
+        return topk_regularisers(h_active, on[:, active], self.cfg.reg_l1_off, self.cfg.reg_l1_l2,
+                                 self.cfg.reg_normalisation)
+
+    # ---- inference ---------------------------------------------------------------------------
+    @torch.no_grad()
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """Dense codes [B, n_latents] with the inference rule (what the saved SAELens SAE computes)."""
+        was = self.training
+        self.eval()
+        try:
+            _, _, _, enc_in = self._inputs(x)
+            W_enc, b_enc, W_dec = self.weights()
+            h = self._preacts(enc_in, W_enc, b_enc)
+            sup = self.select(h)
+            vals, _ = self.activate(h[sup.rows, sup.idx], sup, h)
+            z = torch.zeros_like(h)
+            z[sup.rows, sup.idx] = vals.to(z.dtype)
+            return z
+        finally:
+            self.train(was)
+
+    @torch.no_grad()
+    def decode(self, z: torch.Tensor, scaffold_out: torch.Tensor | None = None) -> torch.Tensor:
+        """Reconstruction in original units from dense codes (+ the scaffold's output, scaled units)."""
+        _, _, W_dec = self.weights()
+        out = z @ W_dec + self.b_dec
+        if scaffold_out is not None:
+            out = out + scaffold_out
+        return out / self.input_scale
+
+    @torch.no_grad()
+    def reconstruct(self, x: torch.Tensor, drop_scaffold: bool = False) -> torch.Tensor:
+        _, _, s, _ = self._inputs(x)
+        return self.decode(self.encode(x), None if drop_scaffold else s)
+
+    # ---- training support --------------------------------------------------------------------
+    @torch.no_grad()
+    def init_from_batch(self, x: torch.Tensor) -> None:
+        """Input scale, b_dec and the scaffold from the first batch(es) of the stream."""
+        cfg = self.cfg
+        x = x.double()
+        if cfg.input_norm == "sqrt_d":
+            self.input_scale.fill_(math.sqrt(cfg.d_in) / x.norm(dim=-1).mean().clamp_min(1e-12).item())
+        xs = x * self.input_scale.double()
+        if cfg.b_dec_init == "geometric_median":
+            self.b_dec.copy_(geometric_median(xs))
+        elif cfg.b_dec_init == "mean":
+            self.b_dec.copy_(xs.mean(0))
+        if self.scaffold is not None:
+            if cfg.scaffold_init == "pca" and x.shape[0] < cfg.scaffold_rank:
+                raise ValueError(f"scaffold_init='pca' needs at least scaffold_rank={cfg.scaffold_rank} "
+                                 f"tokens in the init batch, got {x.shape[0]}")
+            self.scaffold.init_from((xs - self.b_dec.double()).float(), cfg.scaffold_init, self._gen)
+
+    def _unit_view(self, w: torch.Tensor) -> torch.Tensor:
+        return w.view(self.cfg.n_units, -1)
+
+    @torch.no_grad()
+    def project_decoder_grad(self) -> None:
+        """Remove each decoder unit's gradient component parallel to the unit (before the step)."""
+        if not self.unit_norm_decoder or self.W_dec.grad is None:
+            return
+        w, g = self._unit_view(self.W_dec), self._unit_view(self.W_dec.grad)
+        g -= (g * w).sum(-1, keepdim=True) * w
+
+    @torch.no_grad()
+    def normalise_decoder(self) -> None:
+        """Back onto the unit sphere (rows, or blocks in Frobenius norm) after the step."""
+        if self.unit_norm_decoder:
+            w = self._unit_view(self.W_dec)
+            w /= w.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+
+    def after_step(self, stats: dict) -> None:
+        """Architecture state updated from (all-reduced) step statistics, e.g. BatchTopK's theta."""

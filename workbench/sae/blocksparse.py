@@ -1,0 +1,102 @@
+"""Block-sparse featurizers: G blocks of b latents; a concept is a small subspace, not a direction.
+
+Codes are signed (no ReLU); each decoder block has unit Frobenius norm. Three variants:
+  block_topk     keep the n_active_blocks blocks with the largest ||a_g||_2 per token
+                 (b = 1 is an absolute-value Top-k SAE);
+  block_jumprelu gate H(||a_g||_2 - theta_g), theta_g = softplus(raw_g), straight-through
+                 rectangle gradient to theta, loss MSE + lambda * E[#active blocks]
+                 (the reliable form of the group-lasso variant); theta starts at the block norm
+                 that keeps n_active_blocks per token on the first batch, lambda moves it after;
+  grassmannian   each block an orthonormal frame D_g (QR of a free matrix every forward),
+                 tied encoder z_g = gamma * D_g (x - b_dec), block Top-k.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from workbench.sae.base import SparseAutoencoder
+from workbench.sae.kernels import Support
+
+
+class BlockTopKSAE(SparseAutoencoder):
+    signed = True
+
+    def select(self, h) -> Support:
+        top = self.unit_scores(h).topk(self.cfg.n_active_blocks, dim=-1, sorted=False)
+        return Support.from_topk(top.indices, unit=self.u)
+
+
+class _BlockStep(torch.autograd.Function):
+    """H(norm - theta) with the rectangle pseudo-derivative to theta only (JumpReLU-style)."""
+
+    @staticmethod
+    def forward(ctx, norm, theta, bandwidth):
+        ctx.save_for_backward(norm, theta)
+        ctx.bandwidth = bandwidth
+        return (norm > theta).to(theta.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        norm, theta = ctx.saved_tensors
+        eps = ctx.bandwidth
+        rect = ((norm - theta).abs() < eps / 2).to(g.dtype)
+        return None, -rect * g / eps, None
+
+
+class BlockJumpReLUSAE(SparseAutoencoder):
+    signed = True
+
+    def init_dictionary(self, gen):
+        super().init_dictionary(gen)
+        self.raw_theta = nn.Parameter(torch.zeros(self.cfg.n_units))
+
+    @torch.no_grad()
+    def init_from_batch(self, x):
+        super().init_from_batch(x)
+        _, _, _, enc_in = self._inputs(x.to(self.b_dec.dtype))
+        norms = self.unit_scores(self._preacts(enc_in, self.W_enc, self.b_enc)).flatten()
+        t = float(norms.kthvalue(max(1, norms.numel() - self.cfg.n_active_blocks * x.shape[0])).values)
+        t = max(t, 1e-3)
+        self.raw_theta.fill_(t + math.log(-math.expm1(-t)))  # softplus^-1(t)
+
+    @property
+    def theta(self) -> torch.Tensor:
+        return F.softplus(self.raw_theta)
+
+    def select(self, h) -> Support:
+        theta = self.theta.detach().to(h.dtype)
+        # in training, blocks just below the threshold join with gate 0 so theta gets their gradient
+        margin = self.cfg.block_bandwidth / 2 if self.training else 0.0
+        return Support.from_mask(self.expand_units(self.unit_scores(h) > theta - margin))
+
+    def activate(self, pre, sup, h):
+        u = self.u
+        blocks = pre.view(-1, u)  # whole blocks are selected, contiguous in the sorted support
+        unit = sup.idx.view(-1, u)[:, 0] // u
+        gate = _BlockStep.apply(blocks.detach().norm(dim=-1), self.theta[unit], self.cfg.block_bandwidth)
+        vals = (blocks * gate[:, None].to(blocks.dtype)).reshape(-1)
+        losses = {}
+        if self.training and self.cfg.block_l0_coef:
+            losses["block_l0_penalty"] = self.cfg.block_l0_coef * gate.sum() / sup.n_rows
+        return vals, losses
+
+
+class GrassmannianSAE(BlockTopKSAE):
+    unit_norm_decoder = False  # orthonormal frames by construction
+
+    def init_dictionary(self, gen):
+        G, b, d = self.cfg.n_units, self.u, self.cfg.d_in
+        # unit-scale columns: Adam's steps of size lr then rotate the frames at a useful rate
+        self.frames_raw = nn.Parameter(torch.randn(G, d, b, generator=gen) / math.sqrt(d))
+        self.gamma = nn.Parameter(torch.ones(()))
+        self.register_buffer("b_enc", torch.zeros(self.cfg.n_latents))
+
+    def weights(self):
+        q = torch.linalg.qr(self.frames_raw).Q  # [G, d, b], orthonormal columns
+        W_dec = q.transpose(1, 2).reshape(self.cfg.n_latents, self.cfg.d_in)
+        return self.gamma * W_dec, self.b_enc, W_dec

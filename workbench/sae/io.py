@@ -1,0 +1,95 @@
+"""Save trained SAEs in SAELens format (cfg.json + sae_weights.safetensors) and load them back.
+
+Top-k saves as SAELens `topk`; BatchTopK and Matryoshka as `jumprelu` with their threshold theta
+(as SAELens does); block-sparse and scaffold SAEs as the architectures in workbench.sae.saelens.
+The input scaling used in training is folded into the weights, so the saved SAE reads raw
+activations. workbench.json beside them holds the full workbench config and run information.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+from sae_lens import SAE, JumpReLUSAEConfig, TopKSAEConfig
+from sae_lens.saes.sae import SAEMetadata
+
+from workbench.atomic import atomic_path, atomic_write_text
+from workbench.sae import saelens
+from workbench.sae.base import SparseAutoencoder
+
+WEIGHTS, CFG, WORKBENCH = "sae_weights.safetensors", "cfg.json", "workbench.json"
+
+
+@torch.no_grad()
+def export(sae: SparseAutoencoder, metadata: dict | None = None):
+    """(SAELens config object, state dict) for a trained workbench SAE, scaling folded in."""
+    c = sae.cfg
+    s = float(sae.input_scale)
+    W_enc, b_enc, W_dec = (t.detach().float().cpu() for t in sae.weights())
+    t = {"W_enc": (W_enc * s).T.contiguous(), "b_enc": b_enc.clone(), "W_dec": W_dec / s,
+         "b_dec": sae.b_dec.detach().float().cpu() / s}
+    meta = SAEMetadata(**(metadata or {}), training_architecture=c.architecture)
+    common = {"d_in": c.d_in, "metadata": meta}
+    if c.is_block or c.scaffold_rank:
+        r = c.scaffold_rank
+        if r:
+            U, V = sae.scaffold.U.detach().float().cpu(), sae.scaffold.V.detach().float().cpu()
+            t["W_dec"] = torch.cat([t["W_dec"], (U / s).T])
+            t["scaffold_V"] = (V * s).contiguous()
+        else:
+            t["scaffold_V"] = torch.zeros(c.d_in, 0)
+        extra = {"d_sae": c.n_latents + r, "scaffold_rank": r, "scaffold_encoder_input": c.scaffold_encoder_input}
+        if c.is_block:
+            jump = c.architecture == "block_jumprelu"
+            t["threshold"] = sae.theta.detach().float().cpu() if jump else torch.zeros(c.n_units)
+            cfg = saelens.BlockSparseSAEConfig(**common, **extra, block_size=c.block_size,
+                                               rule="threshold" if jump else "topk", n_active_blocks=c.n_active_blocks)
+        else:
+            t["threshold"] = _threshold(sae)
+            cfg = saelens.ScaffoldSAEConfig(**common, **extra, base="topk" if c.architecture == "topk" else "jumprelu",
+                                            k=c.k)
+    elif c.architecture == "topk":
+        cfg = TopKSAEConfig(**common, d_sae=c.n_latents, k=c.k, rescale_acts_by_decoder_norm=False)
+    else:
+        t["threshold"] = _threshold(sae)
+        cfg = JumpReLUSAEConfig(**common, d_sae=c.n_latents)
+    return cfg, {k: v.contiguous() for k, v in t.items()}
+
+
+def _threshold(sae: SparseAutoencoder) -> torch.Tensor:
+    if sae.cfg.architecture == "topk":
+        return torch.zeros(sae.cfg.n_latents)
+    return torch.full((sae.cfg.n_latents,), float(sae.threshold))
+
+
+def save_sae(sae: SparseAutoencoder, folder: str | Path, metadata: dict | None = None,
+             workbench_info: dict | None = None) -> Path:
+    """Write cfg.json, sae_weights.safetensors and workbench.json (each atomically)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    cfg, tensors = export(sae, metadata)
+    with atomic_path(folder / WEIGHTS) as tmp:
+        save_file(tensors, str(tmp))
+    atomic_write_text(folder / CFG, json.dumps(cfg.to_dict(), indent=2))
+    info = {"sae_config": sae.cfg.to_dict(), "input_scale": float(sae.input_scale), **(workbench_info or {})}
+    atomic_write_text(folder / WORKBENCH, json.dumps(info, indent=2))
+    return folder
+
+
+def load_sae(folder: str | Path, device: str = "cpu") -> SAE:
+    """The saved SAE as a SAELens object (any architecture SAELens or workbench registers)."""
+    folder = Path(folder)
+    for name in (CFG, WEIGHTS):
+        if not (folder / name).is_file():
+            raise FileNotFoundError(f"{folder} is not an SAE folder: {name} is missing")
+    saelens.register()
+    return SAE.load_from_disk(folder, device=device)
+
+
+def read_info(folder: str | Path) -> dict:
+    """workbench.json of a saved SAE ({} for SAEs trained elsewhere)."""
+    p = Path(folder) / WORKBENCH
+    return json.loads(p.read_text()) if p.is_file() else {}

@@ -1,0 +1,355 @@
+"""The training loop: several SAEs on one stream of batches, exact resume, DDP under torchrun.
+
+`Trainer` owns the SAEs, their optimisers, schedules and dead/dense counters and does one step on
+one batch; `run_steps` drives it over any iterable (what benchmarks call); `fit` adds the data
+position, checkpoints, curves and the saved SAELens folders; `train` reads the activation cache.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import defaultdict
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from workbench.atomic import atomic_write_text
+from workbench.sae import checkpoint
+from workbench.sae.architectures import build
+from workbench.sae.config import ConfigError, SAEConfig, TrainConfig
+from workbench.sae.io import save_sae
+
+CHECKPOINT, RUN, CURVES = "checkpoint.pt", "run.json", "curves.jsonl"
+# TrainConfig fields that do not change the numbers, so a resume may change them
+RESUME_FREE = ("progress", "device", "extra", "checkpoint_every")
+
+
+class NonFiniteError(RuntimeError):
+    """A batch or a loss contained NaN/inf; the message names the step. No checkpoint is written."""
+
+
+def dist_info() -> tuple[int, int]:
+    """(rank, world size); starts the process group when torchrun set WORLD_SIZE > 1."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend)
+    if dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def default_device(train_cfg: TrainConfig) -> torch.device:
+    if train_cfg.device:
+        return torch.device(train_cfg.device)
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
+def lr_factor(step: int, cfg: TrainConfig) -> float:
+    """Linear warm-up, constant, then linear decay to 0 over the last decay_frac of the steps."""
+    n = cfg.n_steps
+    if step < cfg.warmup_steps:
+        return (step + 1) / cfg.warmup_steps
+    decay_start = n - int(cfg.decay_frac * n)
+    if step >= decay_start and n > decay_start:
+        return max(0.0, (n - step) / (n - decay_start))
+    return 1.0
+
+
+class Trainer:
+    def __init__(self, sae_cfgs: list[SAEConfig], train_cfg: TrainConfig, device: torch.device | str = "cpu",
+                 d_in: int | None = None):
+        """sae_cfgs must be resolved (SAEConfig.resolve) unless d_in is given, which resolves them."""
+        self.rank, self.world = dist_info()
+        train_cfg.validate(self.world)
+        if d_in is not None:
+            sae_cfgs = [c.resolve(d_in, train_cfg.n_tokens) for c in sae_cfgs]
+        names = [c.name for c in sae_cfgs]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"SAE names must be unique within a run, got {names}")
+        self.cfgs, self.train_cfg = sae_cfgs, train_cfg
+        self.device = torch.device(device)
+        self.saes = [build(c).to(self.device) for c in sae_cfgs]
+        self.opts = [torch.optim.Adam([p for p in s.parameters() if p.requires_grad], lr=train_cfg.lr,
+                                      betas=train_cfg.adam_betas) for s in self.saes]
+        self.scheds = [torch.optim.lr_scheduler.LambdaLR(o, lambda i: lr_factor(i, train_cfg)) for o in self.opts]
+        self.since_fired = [torch.zeros(c.n_units, dtype=torch.long, device=self.device) for c in sae_cfgs]
+        self.window_fires = [torch.zeros(c.n_units, dtype=torch.long, device=self.device) for c in sae_cfgs]
+        self.window_sums: list[dict] = [defaultdict(float) for _ in sae_cfgs]
+        self.window_steps = self.window_tokens = 0
+        self.curves: list[list[dict]] = [[] for _ in sae_cfgs]
+        self.step = 0  # batches consumed = the data position
+        self.tokens = 0
+        self.skipped: list[int] = []
+        self.initialised = False
+        self.modules = self.saes
+
+    # ---- setup -------------------------------------------------------------------------------
+    def initialise(self, x: torch.Tensor) -> None:
+        """Data-dependent init from the first batch(es), then wrap in DDP (which broadcasts rank 0's)."""
+        x = x[torch.isfinite(x).all(-1)].to(self.device, torch.float32)
+        if x.shape[0] == 0:
+            raise NonFiniteError("every row of the initialisation batch is NaN/inf")
+        for sae in self.saes:
+            sae.init_from_batch(x)
+        self.initialised = True
+        self._wrap()
+
+    def _wrap(self) -> None:
+        if self.world > 1:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.modules = [DistributedDataParallel(s, device_ids=ids, broadcast_buffers=False) for s in self.saes]
+
+    # ---- one step ----------------------------------------------------------------------------
+    def _allreduce(self, t: torch.Tensor, op=None) -> torch.Tensor:
+        if self.world > 1:
+            dist.all_reduce(t, op=op or dist.ReduceOp.SUM)
+        return t
+
+    def train_step(self, x: torch.Tensor) -> bool:
+        """One optimisation step of every SAE on batch x (this rank's share); False if skipped."""
+        if not self.initialised:
+            raise RuntimeError("call Trainer.initialise(first_batch) (or load a checkpoint) before training")
+        x = x.to(self.device, torch.float32, non_blocking=True)
+        bad = self._allreduce(torch.tensor([float(not torch.isfinite(x).all())], device=self.device))
+        if bad.item():
+            if self.train_cfg.on_nonfinite == "stop":
+                raise NonFiniteError(f"the batch at step {self.step} contains NaN/inf; stopped "
+                                     f"(on_nonfinite='stop'); the last checkpoint is intact")
+            self.skipped.append(self.step)
+            self.step += 1
+            return False
+        global_tokens = x.shape[0] * self.world
+        use_amp = self.device.type == "cuda" and self.train_cfg.autocast
+        amp = torch.autocast("cuda", dtype=torch.bfloat16) if use_amp else nullcontext()
+        for i, (sae, module) in enumerate(zip(self.saes, self.modules)):
+            dead = self.since_fired[i] >= sae.cfg.dead_tokens
+            with amp:
+                out = module(x, dead)
+            self.opts[i].zero_grad(set_to_none=True)
+            out["loss"].backward()
+            loss = self._allreduce(out["loss"].detach().float().reshape(1).clone()) / self.world
+            if not torch.isfinite(loss).all():
+                raise NonFiniteError(f"SAE {sae.cfg.name!r}: the loss is NaN/inf at step {self.step} "
+                                     f"(terms: { {k: float(v) for k, v in out['losses'].items()} }); "
+                                     "no checkpoint was written; lower the learning rate")
+            sae.project_decoder_grad()
+            self.opts[i].step()
+            self.scheds[i].step()
+            sae.normalise_decoder()
+            stats = self._reduce_stats(out["stats"])
+            sae.after_step(stats)
+            fires = stats["unit_fires"]
+            self.since_fired[i] += global_tokens
+            self.since_fired[i][fires > 0] = 0
+            self.window_fires[i] += fires
+            sums = self.window_sums[i]
+            sums["loss"] += loss
+            for k, v in out["losses"].items():
+                sums[k] += self._allreduce(v.detach().float().reshape(1).clone()) / self.world
+            for k in ("mse", "fvu", "l0", "block_l0"):
+                if k in stats:
+                    sums[k] += stats[k]
+        self.step += 1
+        self.tokens += global_tokens
+        self.window_steps += 1
+        self.window_tokens += global_tokens
+        return True
+
+    def _reduce_stats(self, stats: dict) -> dict:
+        out = {}
+        for k, v in stats.items():
+            v = v.detach().clone()
+            if k == "unit_fires":
+                out[k] = self._allreduce(v)
+            elif k == "min_kept":
+                out[k] = self._allreduce(v, dist.ReduceOp.MIN if self.world > 1 else None)
+            else:
+                out[k] = self._allreduce(v.float()) / self.world
+        return out
+
+    # ---- curves ------------------------------------------------------------------------------
+    def log_point(self) -> None:
+        """Append one curve row per SAE: means over the steps since the last row."""
+        if self.window_steps == 0:
+            return
+        for i, sae in enumerate(self.saes):
+            c = sae.cfg
+            row = {"step": self.step, "tokens": self.tokens, "lr": self.scheds[i].get_last_lr()[0]}
+            row.update({k: float(v) / self.window_steps for k, v in self.window_sums[i].items()})
+            n_dead = int((self.since_fired[i] >= c.dead_tokens).sum())
+            frac = self.window_fires[i].double() / max(1, self.window_tokens)
+            n_dense = int((frac > c.dense_tau).sum())
+            row.update({"n_dead": n_dead, "dead_frac": n_dead / c.n_units, "n_dense": n_dense,
+                        "dense_frac": n_dense / c.n_units, "skipped_batches": len(self.skipped)})
+            if hasattr(sae, "threshold"):
+                row["threshold"] = float(sae.threshold)
+            self.curves[i].append(row)
+            self.window_sums[i] = defaultdict(float)
+            self.window_fires[i].zero_()
+        self.window_steps = self.window_tokens = 0
+
+    # ---- state -------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {
+            "step": self.step, "tokens": self.tokens, "skipped": list(self.skipped),
+            "window_steps": self.window_steps, "window_tokens": self.window_tokens,
+            "saes": [{"model": sae.state_dict(), "optim": self.opts[i].state_dict(),
+                      "sched": self.scheds[i].state_dict(), "since_fired": self.since_fired[i].cpu(),
+                      "window_fires": self.window_fires[i].cpu(),
+                      "window_sums": {k: float(v) for k, v in self.window_sums[i].items()},
+                      "curves": self.curves[i]} for i, sae in enumerate(self.saes)],
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step, self.tokens, self.skipped = state["step"], state["tokens"], list(state["skipped"])
+        self.window_steps, self.window_tokens = state["window_steps"], state["window_tokens"]
+        for i, s in enumerate(state["saes"]):
+            self.saes[i].load_state_dict(s["model"])
+            self.opts[i].load_state_dict(s["optim"])
+            self.scheds[i].load_state_dict(s["sched"])
+            self.since_fired[i] = s["since_fired"].to(self.device)
+            self.window_fires[i] = s["window_fires"].to(self.device)
+            self.window_sums[i] = defaultdict(float, s["window_sums"])
+            self.curves[i] = list(s["curves"])
+        self.initialised = True
+        self._wrap()
+
+    def params_finite(self) -> bool:
+        return all(torch.isfinite(p).all() for sae in self.saes for p in sae.state_dict().values()
+                   if p.is_floating_point())
+
+
+def run_steps(trainer: Trainer, batches: Iterable[torch.Tensor], n_steps: int) -> Trainer:
+    """Run n_steps steps of every SAE over `batches` (initialising from the first if needed)."""
+    it = iter(batches)
+    for _ in range(n_steps):
+        x = next(it)
+        if not trainer.initialised:
+            trainer.initialise(x)
+        trainer.train_step(x)
+    return trainer
+
+
+def _run_record(cfgs: list[SAEConfig], train_cfg: TrainConfig, data: dict) -> dict:
+    tc = {k: v for k, v in train_cfg.to_dict().items() if k not in RESUME_FREE}
+    # the cache may move between a crash and the resume; what it holds may not
+    return {"sae_configs": [c.to_dict() for c in cfgs], "train_config": tc,
+            "data": {k: v for k, v in data.items() if k != "cache"}}
+
+
+def fit(sae_cfgs: list[SAEConfig], train_cfg: TrainConfig, make_batches: Callable[[int, int, int], Iterator],
+        d_in: int, out_dir: str | Path, resume: bool = False, data: dict | None = None,
+        metadata: dict | None = None) -> list[Path]:
+    """Train every SAE on one stream and save each in SAELens format under out_dir/<name>.
+
+    make_batches(start_batch, rank, world_size) yields this rank's [B/world, d_in] batches from
+    data position start_batch on. `data` identifies the stream (compared on resume); `metadata` goes
+    into each cfg.json (hook_name, model_name, ...).
+    """
+    out = Path(out_dir)
+    rank, world = dist_info()
+    train_cfg.validate(world)
+    cfgs = [c.resolve(d_in, train_cfg.n_tokens) for c in sae_cfgs]
+    record = _run_record(cfgs, train_cfg, data or {})
+    ckpt = out / CHECKPOINT
+    if resume and not ckpt.is_file():
+        raise checkpoint.CheckpointError(f"resume=True but {ckpt} does not exist; train without resume first")
+    if not resume and ckpt.is_file():
+        raise checkpoint.CheckpointError(f"{out} already holds a run ({CHECKPOINT}); pass resume=True to "
+                                         "continue it or choose another out_dir")
+    trainer = Trainer(cfgs, train_cfg, default_device(train_cfg))
+    if resume:
+        state = checkpoint.read(ckpt)
+        diff = checkpoint.config_diff(state["record"], record)
+        if diff:
+            raise checkpoint.CheckpointError(f"{ckpt} was written by a different configuration:\n  " + "\n  ".join(diff))
+        trainer.load_state_dict(state["trainer"])
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        init_it = make_batches(0, rank, world)
+        trainer.initialise(torch.cat([next(init_it) for _ in range(train_cfg.init_batches)]))
+        if rank == 0:
+            atomic_write_text(out / RUN, json.dumps(record, indent=2))
+    n_steps = train_cfg.n_steps
+    bar = None
+    if train_cfg.progress and rank == 0:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=n_steps, initial=trainer.step, desc="sae train", unit="step")
+    it = make_batches(trainer.step, rank, world)
+    while trainer.step < n_steps:
+        trainer.train_step(next(it))
+        if trainer.step % train_cfg.log_every == 0 or trainer.step == n_steps:
+            trainer.log_point()
+            if bar is not None and trainer.curves[0]:
+                last = trainer.curves[0][-1]
+                bar.set_postfix(fvu=f"{last.get('fvu', math.nan):.3f}", l0=f"{last.get('l0', math.nan):.1f}")
+        if train_cfg.checkpoint_every and trainer.step % train_cfg.checkpoint_every == 0 and trainer.step < n_steps:
+            _save_checkpoint(trainer, ckpt, record)
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    _save_checkpoint(trainer, ckpt, record)
+    folders = [out / c.name for c in cfgs]
+    if rank == 0:
+        for sae, curves, folder in zip(trainer.saes, trainer.curves, folders):
+            info = {"train_config": train_cfg.to_dict(), "data": data or {}, "tokens_seen": trainer.tokens,
+                    "steps": trainer.step, "skipped_batches": trainer.skipped, "world_size": world,
+                    "final": curves[-1] if curves else {}}
+            save_sae(sae, folder, metadata, info)
+            atomic_write_text(folder / CURVES, "".join(json.dumps(r) + "\n" for r in curves))
+    if world > 1:
+        dist.barrier()
+    return folders
+
+
+def _save_checkpoint(trainer: Trainer, path: Path, record: dict) -> None:
+    if not trainer.params_finite():
+        raise NonFiniteError(f"parameters became NaN/inf by step {trainer.step}; the checkpoint at {path} "
+                             "was not overwritten")
+    if trainer.rank == 0:
+        checkpoint.write(path, {"record": record, "trainer": trainer.state_dict()})
+    if trainer.world > 1:
+        dist.barrier()
+
+
+def train(cache_path: str | Path, hook: str, sae_configs: list[SAEConfig], train_cfg: TrainConfig,
+          out_dir: str | Path, resume: bool = False) -> list[Path]:
+    """Train SAEs on one hook of an activation cache; returns the saved SAELens folders.
+
+    Batches stream from the cache (never loaded whole); under torchrun each rank reads its own
+    share of every batch position.
+    """
+    from workbench.cache import ActivationCache
+
+    cache = ActivationCache.open(cache_path)
+    if hook not in cache.hooks:
+        raise ConfigError(f"hook {hook!r} is not in the cache at {cache_path}; cached hooks: {cache.hooks}")
+    d_in = cache.d(hook)
+    for c in sae_configs:
+        if c.d_in is not None and c.d_in != d_in:
+            raise ConfigError(f"SAE {c.name or c.architecture!r} has d_in={c.d_in} but hook {hook!r} in the cache "
+                              f"has width {d_in}")
+    _, world = dist_info()
+    per_rank = train_cfg.batch_size // max(1, world)
+
+    def make_batches(start: int, rank: int, world_size: int):
+        return cache.batches(hook, per_rank, split="train", seed=train_cfg.seed, start_batch=start,
+                             rank=rank, world_size=world_size, dtype=torch.float32,
+                             device=default_device(train_cfg))
+
+    m = cache.manifest
+    data = {"cache": str(Path(cache_path).resolve()), "hook": hook, "model": m.get("model"),
+            "corpus": m.get("corpus"), "cache_n_tokens": cache.n_tokens("train")}
+    metadata = {"hook_name": hook, "model_name": m.get("model"), "context_size": m.get("ctx_len"),
+                "prepend_bos": True, "dataset_path": str(cache_path)}
+    return fit(sae_configs, train_cfg, make_batches, d_in, out_dir, resume, data, metadata)
