@@ -51,6 +51,7 @@ def _cache(a: argparse.Namespace) -> None:
     hooks = [h for spec in a.hooks for h in _expand_hooks(spec, model)]
     cache = harvest(model, corpus, hooks, a.out, n_tokens=a.tokens, ctx_len=a.ctx_len, batch_size=a.batch_size,
                     dtype=a.dtype, heldout_fraction=a.heldout_fraction, exclude_special=not a.keep_special,
+                    shard_tokens=a.shard_tokens, outlier_factor=a.outlier_factor,
                     resume=a.resume, overwrite=a.overwrite, progress=not a.quiet)
     _print_cache_summary(cache)
 
@@ -157,6 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--ctx-len", type=int, default=None, help="tokens per sequence (default: the model's n_ctx)")
     c.add_argument("--batch-size", type=int, default=64, help="sequences per forward pass (default: %(default)s)")
     c.add_argument("--heldout-fraction", type=float, default=0.05, help="share of sequences kept for evaluation (default: %(default)s)")
+    c.add_argument("--shard-tokens", type=int, default=None, help="rows per shard, the unit of resume (default: ~1 GiB of activations)")
+    c.add_argument("--outlier-factor", type=float, default=10.0,
+                   help="flag rows whose norm exceeds this many times the median norm (default: %(default)s)")
     c.add_argument("--keep-special", action="store_true", help="also store BOS/EOS/pad positions (excluded by default)")
     c.add_argument("--seed", type=int, default=0, help="corpus seed (default: %(default)s)")
     g = c.add_mutually_exclusive_group()

@@ -34,17 +34,21 @@ def save(model: HookedTransformer, out_dir: str | Path, extra: dict | None = Non
     with atomic_path(out / WEIGHTS) as tmp:
         save_file(state, str(tmp))
     model.tokenizer.save_pretrained(str(out))
-    cfg = {k: v for k, v in model.cfg.to_dict().items() if _jsonable(v)}
-    atomic_write_text(out / CONFIG, json.dumps({"hooked_transformer_config": cfg, **(extra or {})}, indent=2))
+    atomic_write_text(out / CONFIG, json.dumps({"hooked_transformer_config": config_dict(model), **(extra or {})}, indent=2))
     return out
 
 
-def _jsonable(v) -> bool:
-    try:
-        json.dumps(v)
-        return True
-    except TypeError:
-        return False
+def config_dict(model: HookedTransformer) -> dict:
+    """The model's HookedTransformerConfig as JSON-able fields: enough to rebuild the architecture."""
+
+    def jsonable(v) -> bool:
+        try:
+            json.dumps(v)
+            return True
+        except TypeError:
+            return False
+
+    return {k: v for k, v in model.cfg.to_dict().items() if jsonable(v)}
 
 
 def _load_dir(path: Path, device: str) -> tuple[HookedTransformer, PreTrainedTokenizerFast]:
@@ -90,5 +94,5 @@ def model_id(model: HookedTransformer) -> str:
     h = hashlib.sha256()
     for k, v in sorted(model.state_dict().items()):
         h.update(k.encode())
-        h.update(v.detach().float().cpu().numpy().tobytes()[:4096])
+        h.update(v.detach().reshape(-1)[:1024].float().cpu().numpy().tobytes())  # slice first: cheap on big models
     return f"{model.cfg.model_name}@{h.hexdigest()[:12]}"
