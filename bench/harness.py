@@ -1,0 +1,166 @@
+"""Driver-side helpers shared by the *_bench.py drivers: peer venvs, subprocess runs, machine info, tables.
+
+Every side runs in its own subprocess (so peak RSS is per side and comparable); a side prints one
+JSON line as the last line of its stdout.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+WORK = BENCH / "work"  # git-ignored scratch: shared inputs, per-run configs
+PEERS = BENCH / "peers"
+PYTHON = {
+    "main": ROOT / ".venv" / "bin" / "python",
+    "sae": BENCH / ".venv-sae" / "bin" / "python",
+    "circuits": BENCH / ".venv-circuits" / "bin" / "python",
+}
+
+
+class PeerError(RuntimeError):
+    """A side's subprocess failed; `summary` is its exception line, the message the end of its stderr."""
+
+    def __init__(self, summary: str, detail: str):
+        super().__init__(f"{summary}\n{detail}")
+        self.summary = summary
+
+
+def _exception_line(stderr: str) -> str:
+    """The last 'SomeError: message' line of a traceback (the first 200 characters)."""
+    hits = [ln for ln in stderr.splitlines() if re.match(r"^[\w.]*(Error|Exception|Interrupt)\b", ln)]
+    return (hits[-1] if hits else (stderr.strip().splitlines() or ["(no stderr)"])[-1])[:200]
+
+
+def python(venv: str) -> Path:
+    p = PYTHON[venv]
+    if not p.exists():
+        raise FileNotFoundError(f"{p} is missing: build the peer environments with bench/setup_peers.sh")
+    return p
+
+
+class MemoryCapError(PeerError):
+    """A side's RSS went over the cap it was given, so it was stopped (the machine is shared)."""
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def run_side(venv: str, script: str, cfg: dict, tag: str, timeout: float = 1800,
+             mem_cap_mb: float | None = None) -> dict:
+    """Run bench/peers/<script> in a venv with cfg (as a JSON file); returns its JSON result line.
+
+    mem_cap_mb: stop the side (MemoryCapError) when its RSS passes this, instead of letting it take
+    the machine's memory from everything else running there.
+    """
+    WORK.mkdir(parents=True, exist_ok=True)
+    cfg_path = WORK / f"{tag}.json"
+    cfg_path.write_text(json.dumps(cfg, indent=1))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "disabled",
+           "TQDM_DISABLE": "1"}
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([str(python(venv)), str(PEERS / script), str(cfg_path)], stdout=out, stderr=err,
+                                text=True, cwd=ROOT, env=env)
+        t0, peak = time.time(), 0.0
+        while proc.poll() is None:
+            peak = max(peak, _rss_mb(proc.pid))
+            if mem_cap_mb is not None and peak > mem_cap_mb:
+                proc.kill()
+                proc.wait()
+                raise MemoryCapError(f"stopped at {peak:,.0f} MB RSS (cap {mem_cap_mb:,.0f} MB)", "")
+            if time.time() - t0 > timeout:
+                proc.kill()
+                proc.wait()
+                raise PeerError(f"timed out after {timeout:.0f}s", "")
+            time.sleep(0.1)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise PeerError(f"{script} ({venv}) exited {proc.returncode}: {_exception_line(stderr)}", stderr[-3000:])
+    return json.loads(lines[-1])
+
+
+def set_threads(n: int | None) -> str:
+    """Thread count for every side (OMP/MKL env of the subprocesses); None keeps torch's default.
+
+    On a CPU shared with other jobs, two OpenMP threads per process can be ~10x slower than one
+    (threads spin at barriers while their partner is descheduled), so a busy machine needs 1.
+    """
+    if n is None:
+        return f"torch default ({os.cpu_count()} on this machine)"
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(n)
+    return f"{n} (OMP_NUM_THREADS, the same for every side)"
+
+
+def venv_versions(venv: str, packages: tuple[str, ...]) -> dict:
+    code = ("import json, importlib.metadata as m\nout = {}\n"
+            f"for p in {list(packages)!r}:\n"
+            "    try: out[p] = m.version(p)\n"
+            "    except m.PackageNotFoundError: out[p] = None\n"
+            "print(json.dumps(out))")
+    proc = subprocess.run([str(python(venv)), "-c", code], capture_output=True, text=True, timeout=120)
+    return json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else {}
+
+
+def machine_info() -> dict:
+    cpu = platform.processor() or "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = "?"
+    try:
+        kb = int(next(ln for ln in Path("/proc/meminfo").read_text().splitlines() if ln.startswith("MemTotal")).split()[1])
+        mem = f"{kb / 2**20:.1f} GiB"
+    except (OSError, StopIteration):
+        pass
+    return {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "cpu": cpu,
+            "cores": os.cpu_count(), "ram": mem, "os": platform.platform(), "python": sys.version.split()[0],
+            "load_avg_at_start": " ".join(f"{x:.1f}" for x in os.getloadavg())}
+
+
+def machine_lines(info: dict, versions: dict[str, dict], threads: str) -> list[str]:
+    lines = [f"- Date: {info['date']}; threads per side: {threads}",
+             f"- Machine: {info['cpu']}, {info['cores']} cores, {info['ram']} RAM, {info['os']}; load average at "
+             f"start {info['load_avg_at_start']} (the CPU was shared with other jobs, so absolute times are noisy; "
+             "ratios come from interleaved runs)"]
+    for venv, v in versions.items():
+        lines.append(f"- {venv} venv: " + ", ".join(f"{k} {val}" for k, val in v.items()))
+    return lines
+
+
+def table(header: list[str], rows: list[list]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return out
+
+
+def write_text(path: Path, text: str) -> None:
+    """Atomic: a temp file in the same folder, then os.replace."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

@@ -1,0 +1,182 @@
+"""What every side of a benchmark shares, so the sides differ only in the library under test.
+
+Imported by the peer scripts in their own virtual environments, so it needs nothing but numpy,
+torch and the standard library. A peer script reads a JSON config (path in argv[1]) and prints one
+JSON line of results (the last line of its stdout).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import statistics
+import sys
+import time
+from importlib import metadata
+
+import numpy as np
+import torch
+
+
+def load_config() -> dict:
+    with open(sys.argv[1]) as f:
+        return json.load(f)
+
+
+def _status_mb(field: str) -> float | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def reset_peak() -> float:
+    """Start a new peak-RSS window (Linux: clear_refs 5 resets VmHWM); returns the RSS now, in MB.
+
+    Without the reset, a transient peak during imports or data loading would hide the measured part.
+    """
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+    now = _status_mb("VmRSS")
+    return now if now is not None else rss_mb()
+
+
+def rss_mb() -> float:
+    """Peak resident set (MB) since the last reset_peak() (VmHWM), else since the process started."""
+    hwm = _status_mb("VmHWM")
+    return hwm if hwm is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def versions(*packages: str) -> dict:
+    out = {"python": platform.python_version(), "torch": torch.__version__, "threads": torch.get_num_threads()}
+    for p in packages:
+        try:
+            out[p] = metadata.version(p)
+        except metadata.PackageNotFoundError:
+            out[p] = None
+    return out
+
+
+def emit(result: dict) -> None:
+    print(json.dumps(result), flush=True)
+
+
+def median(xs) -> float:
+    return float(statistics.median(xs)) if xs else float("nan")
+
+
+# ---- SAE benchmarks ----------------------------------------------------------------------------
+class SAEData:
+    """The shared activations: every side sees the same batches in the same order."""
+
+    def __init__(self, cfg: dict):
+        self.train = np.load(cfg["train"])  # loaded whole so the baseline RSS already holds it
+        self.heldout = torch.from_numpy(np.load(cfg["heldout"]))
+        self.batch_size, self.n_steps = cfg["batch_size"], cfg["n_steps"]
+        n = self.train.shape[0]
+        rng = np.random.default_rng(cfg["seed"])
+        need = self.batch_size * self.n_steps
+        reps = -(-need // n)
+        self.order = np.concatenate([rng.permutation(n) for _ in range(reps)])[:need]
+
+    @property
+    def d_in(self) -> int:
+        return self.train.shape[1]
+
+    def batch(self, step: int) -> torch.Tensor:
+        idx = np.sort(self.order[step * self.batch_size:(step + 1) * self.batch_size])
+        return torch.from_numpy(self.train[idx])
+
+
+@torch.no_grad()
+def fvu(reconstruct, x: torch.Tensor, chunk: int = 4096) -> float:
+    """Sum ||x - x_hat||^2 / sum ||x - mean(x)||^2 over the held-out rows."""
+    num = 0.0
+    for i in range(0, x.shape[0], chunk):
+        xb = x[i:i + chunk]
+        num += float((xb - reconstruct(xb).float()).pow(2).sum())
+    den = float((x - x.mean(0)).pow(2).sum())
+    return num / den
+
+
+def run_sae(cfg: dict, side: str, step, reconstruct, packages=(), extra: dict | None = None,
+            base_rss: float | None = None, before_step=None) -> dict:
+    """Time `step(x, i)` per batch, then the held-out FVU; peak memory above the loaded-data baseline.
+
+    base_rss: the RSS after the data was loaded and before the SAE existed (the SAE's weights and
+    optimiser state count as training memory); the peak is VmHWM since then.
+    before_step(x, i): called untimed before each step (the workbench times its reference matmul
+    there, so the two are measured under the same load).
+    """
+    data = cfg["_data"]
+    times = []
+    for i in range(data.n_steps):
+        x = data.batch(i)
+        if before_step is not None:
+            before_step(x, i)
+        t0 = time.perf_counter()
+        step(x, i)
+        times.append(time.perf_counter() - t0)
+    peak = rss_mb()
+    warm = cfg.get("warmup_steps", 2)
+    step_s = median(times[warm:])
+    out = {
+        "side": side, "d_in": data.d_in, "n_latents": cfg["expansion"] * data.d_in, "k": cfg["k"],
+        "batch_size": data.batch_size, "n_steps": data.n_steps, "tokens": data.batch_size * data.n_steps,
+        "step_s_median": step_s, "step_s": times, "tokens_per_s": data.batch_size / step_s,
+        "fvu": fvu(reconstruct, data.heldout), "rss_base_mb": base_rss, "rss_peak_mb": peak,
+        "rss_train_mb": peak - base_rss if base_rss is not None else None,
+        "versions": versions(*packages),
+    }
+    out.update(extra or {})
+    return out
+
+
+def sae_setup() -> dict:
+    """Read the config, fix the seed, load the data; returns cfg with '_data' and '_base_rss'."""
+    cfg = load_config()
+    torch.manual_seed(cfg["seed"])
+    cfg["_data"] = SAEData(cfg)
+    cfg["_base_rss"] = reset_peak()
+    return cfg
+
+
+# ---- circuit benchmarks ------------------------------------------------------------------------
+def load_model(model_dir: str):
+    """A HookedTransformer from config.json + model.safetensors (the workbench's saved-model layout), eval mode."""
+    from safetensors.torch import load_file
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    with open(os.path.join(model_dir, "config.json")) as f:
+        cfg = json.load(f)["hooked_transformer_config"]
+    model = HookedTransformer(HookedTransformerConfig(**{**cfg, "device": "cpu"}), move_to_device=False)
+    model.load_state_dict(load_file(os.path.join(model_dir, "model.safetensors")), strict=True)
+    return model.eval()
+
+
+def load_prompts(path: str) -> list[dict]:
+    """[{tokens, cf_tokens, answer, wrong, name}] as token ids."""
+    with open(path) as f:
+        return json.load(f)
+
+
+def timed(fn, repeats: int, warmup: int = 1) -> tuple[list[float], object]:
+    """Wall times of `repeats` calls after `warmup` untimed calls, and the last result."""
+    out = None
+    for _ in range(warmup):
+        out = fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return times, out
