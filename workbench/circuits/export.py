@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 
 import torch
 
+from workbench.atomic import atomic_write_text
 from workbench.circuits.graph import Graph, GraphMismatchError
 from workbench.circuits.types import Circuit
 
@@ -47,16 +46,10 @@ def _clean(x):
 
 
 def write_json(data: dict, path) -> None:
-    """Atomic write: a temp file in the same folder, then os.replace."""
+    """Atomic write (temp file in the same folder, then rename), creating the folder if needed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(_clean(data), f)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file ordinary permissions
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(_clean(data)))
 
 
 def _read(path_or_dict) -> dict:
