@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from workbench.cache import CacheError
+from workbench.cache import CacheError, hook_summary
 from workbench.sae import NonFiniteError
 
 # errors a user can cause and fix (each message names the bad value and the way out)
@@ -36,8 +36,6 @@ def _model_info(a: argparse.Namespace) -> None:
     c = model.cfg
     print(f"{model_id(model)}: {c.n_layers} layers, d_model {c.d_model}, {c.n_heads} heads x d_head {c.d_head}, "
           f"d_mlp {c.d_mlp}, n_ctx {c.n_ctx}, vocab {c.d_vocab}, {sum(p.numel() for p in model.parameters()):,} params")
-    from workbench.cache import hook_summary
-
     print("hooks:", ", ".join(hook_summary(model.hook_dict)))
 
 
@@ -64,8 +62,6 @@ def _expand_hooks(spec: str, model) -> list[str]:
 
     found = [h for h in model.hook_dict if fnmatch.fnmatchcase(h, spec)]
     if not found:
-        from workbench.cache import hook_summary
-
         raise ValueError(f"hook pattern {spec!r} matches no hook; valid hooks: {', '.join(hook_summary(model.hook_dict))}")
     return found
 

@@ -58,9 +58,8 @@ def _checks(n: int, seed: int):
     """(row name, queries, is-correct) for the model card. Addition is reported three ways: exact on
     pairs never seen in training, within +-2 on those pairs, and exact on pairs seen in training."""
     exact = lambda q, pred: pred == q.answer  # noqa: E731
-    rows = [(t, queries(t, n, seed=seed, split="heldout"), exact) for t in QUERY_TASKS]
-    rows[QUERY_TASKS.index("greater_than")] = ("greater_than", rows[QUERY_TASKS.index("greater_than")][1],
-                                               lambda q, pred: pred.isdigit() and int(pred) > q.params["x"])
+    correct = {"greater_than": lambda q, pred: pred.isdigit() and int(pred) > q.params["x"]}  # any larger number
+    rows = [(t, queries(t, n, seed=seed, split="heldout"), correct.get(t, exact)) for t in QUERY_TASKS]
     unseen = rows[QUERY_TASKS.index("addition")][1]
     rows.append(("addition_within_2", unseen, lambda q, pred: pred.isdigit() and abs(int(pred) - int(q.answer)) <= 2))
     rows.append(("addition_seen_pairs", queries("addition", n, seed=seed, split="train"), exact))
