@@ -31,7 +31,7 @@ GPT2_SHAPE = dict(n_layers=12, d_model=768, n_heads=12, d_head=64, d_mlp=3072, n
 # (label, venv, script, variant)
 PEERS = [
     ("workbench", "main", "workbench_sae.py", {}),
-    ("workbench, W_enc x 0.1 at init (diagnostic)", "main", "workbench_sae.py", {"w_enc_init_scale": 0.1}),
+    ("workbench, encoder_init='transpose' (diagnostic)", "main", "workbench_sae.py", {"encoder_init": "transpose"}),
     ("sae-lens", "sae", "saelens_sae.py", {}),
     ("sae-lens (sparse acts)", "sae", "saelens_sae.py",
      {"use_sparse_activations": True, "rescale_acts_by_decoder_norm": False}),
@@ -45,6 +45,7 @@ VARIANTS = [
     ("matryoshka", {"architecture": "matryoshka"}),
     ("batchtopk", {"architecture": "batchtopk"}),
     ("block_topk b4x8", {"architecture": "block_topk", "block_size": 4, "n_active_blocks": 8}),
+    ("group_lasso b4", {"architecture": "group_lasso", "block_size": 4}),
     ("block_jumprelu b4", {"architecture": "block_jumprelu", "block_size": 4}),
     ("grassmannian b4x8", {"architecture": "grassmannian", "block_size": 4, "n_active_blocks": 8}),
     ("topk + scaffold r16", {"scaffold_rank": 16}),
@@ -304,11 +305,10 @@ def main() -> None:
             "constant, overwritten to the run's value.",
             "- FVU after so few tokens mostly reflects initialisation and early learning speed; it is measured on "
             "held-out tokens with each library's own reconstruction in the original units.",
-            "- The diagnostic row `workbench, W_enc x 0.1 at init` is the same workbench trainer with its encoder "
-            "weights scaled by 0.1 right after initialisation (W_enc starts as W_dec^T with unit rows; sparsify's "
-            "nn.Linear encoder starts ~0.6x that, sae-lens's decoder at norm 0.1): it isolates how much of an FVU "
-            "gap comes from the initial encoder scale. `kernel='dense'` gives the same FVU as the sparse kernels "
-            "(checked separately: 0.415 both on the embedded data after 60 steps), so the kernels are not the cause.", ""]
+            "- The workbench's default `encoder_init='fit'` starts W_enc as W_dec^T (unit rows) and scales it so the "
+            "first batch's reconstruction has the least-squares size. The diagnostic row `encoder_init='transpose'` "
+            "is the same trainer without that scale (the unscaled transpose overshoots: FVU > 1 at step 0), which "
+            "was the workbench default before.", ""]
     harness.write_text(harness.WORK / "sae" / "raw.json", json.dumps(raw, indent=1))
     harness.write_text(args.out, "\n".join(text))
     print(f"wrote {args.out} ({time.time() - t_start:.0f}s)")

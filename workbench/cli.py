@@ -13,6 +13,7 @@ from pathlib import Path
 
 from workbench.cache import CacheError, hook_summary
 from workbench.sae import NonFiniteError
+from workbench.sae.config import ARCHITECTURES
 
 # errors a user can cause and fix (each message names the bad value and the way out)
 USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, FileExistsError, KeyError, CacheError,
@@ -170,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--hook", required=True, help="cached hook to train on, e.g. blocks.2.hook_resid_post")
     st.add_argument("--out", required=True, help="folder for the SAEs (one SAELens-format subfolder each) and checkpoints")
     st.add_argument("--arch", nargs="+", default=["topk"],
-                    help="architectures: topk batchtopk matryoshka block_topk block_jumprelu grassmannian (default: %(default)s)")
+                    help=f"architectures: {' '.join(ARCHITECTURES)} (default: %(default)s)")
     st.add_argument("--k", nargs="+", type=int, default=[32], help="latents per token (one SAE per value; default: %(default)s)")
     st.add_argument("--expansion", type=int, default=8, help="n_latents = expansion x d_in (default: %(default)s)")
     st.add_argument("--scaffold-rank", nargs="+", type=int, default=[0], help="rank-r dense bottleneck beside the dictionary, 0 = none (default: %(default)s)")

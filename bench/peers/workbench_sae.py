@@ -1,7 +1,6 @@
 """Workbench side (main venv): workbench.sae.train.Trainer, one `train_step(x)` per batch.
 
-cfg["variant"]: SAEConfig overrides (architecture, scaffold_rank, kernel, ...); default plain Top-k.
-"w_enc_init_scale" (diagnostic) multiplies W_enc right after initialisation.
+cfg["variant"]: SAEConfig overrides (architecture, scaffold_rank, kernel, encoder_init, ...); default plain Top-k.
 Also times the one dense encoder matmul x @ W_enc^T ([B, d] x [d, n]) that no Top-k step avoids,
 right before every step (so step / matmul is a ratio of neighbours, robust to other jobs' load).
 """
@@ -34,7 +33,6 @@ def main() -> None:
     data = cfg["_data"]
     variant = dict(cfg.get("variant", {}))
     label = variant.pop("label", "workbench")
-    enc_scale = variant.pop("w_enc_init_scale", None)  # a diagnostic knob of the benchmark, not an SAEConfig field
     n_tokens = data.batch_size * data.n_steps
     sae_cfg = SAEConfig(k=cfg["k"], expansion=cfg["expansion"], seed=cfg["seed"], dead_tokens=cfg["dead_tokens"],
                         aux_alpha=cfg["auxk_alpha"], **variant).resolve(data.d_in, n_tokens)
@@ -42,9 +40,6 @@ def main() -> None:
                             decay_frac=0.0, checkpoint_every=0, device="cpu", progress=False)
     trainer = Trainer([sae_cfg], train_cfg, "cpu")
     sae = trainer.saes[0]
-    if enc_scale is not None:
-        with torch.no_grad():
-            sae.W_enc.mul_(enc_scale)
 
     def step(x, i):
         if i == 0:

@@ -3,8 +3,9 @@
 import pytest
 import torch
 
+from workbench.sae import base
 from workbench.sae.architectures import build
-from workbench.sae.config import ARCHITECTURES, SAEConfig, TrainConfig
+from workbench.sae.config import ARCHITECTURES, THRESHOLD_BLOCK_ARCHITECTURES, SAEConfig, TrainConfig
 from workbench.sae.train import Trainer, run_steps
 
 from .conftest import D_IN, feature_batches
@@ -67,7 +68,7 @@ def test_each_architecture_learns_and_inference_matches_training_rule(arch):
     z = sae.encode(x)
     if sae.cfg.is_block:  # whole blocks are active or not
         active = z.view(z.shape[0], -1, sae.cfg.block_size).ne(0).any(-1)
-        if arch != "block_jumprelu":
+        if arch not in THRESHOLD_BLOCK_ARCHITECTURES:
             assert (active.sum(-1) == sae.cfg.n_active_blocks).all()
     elif arch == "topk":
         assert (z.ne(0).sum(-1) <= sae.cfg.k).all()
@@ -76,6 +77,62 @@ def test_each_architecture_learns_and_inference_matches_training_rule(arch):
     recon = sae.reconstruct(x)
     fvu = (x - recon).pow(2).sum() / (x - x.mean(0)).pow(2).sum()
     assert fvu < 0.6
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_row_chunked_selection_matches_one_pass(arch, monkeypatch):
+    """On the CPU the encoder runs in row chunks; the losses and gradients must not depend on it."""
+    x, (sae, _) = _pair(arch)
+    if arch in THRESHOLD_BLOCK_ARCHITECTURES:  # theta starts exactly at a block norm: move it off that tie
+        sae.raw_theta.data += 1e-3
+    dead = torch.zeros(sae.cfg.n_units, dtype=torch.bool)
+    dead[1::4] = True
+    runs = []
+    for rows in (10_000, 7):
+        monkeypatch.setattr(base, "ENCODE_ROWS", rows)
+        sae.zero_grad()
+        out = sae(x, dead)
+        out["loss"].backward()
+        runs.append([out["loss"].detach(), sae.encode(x)] + [p.grad.clone() for p in sae.parameters()
+                                                             if p.grad is not None])
+    assert len(runs[0]) == len(runs[1]) > 3
+    for i, (a, b) in enumerate(zip(*runs)):
+        torch.testing.assert_close(a, b, msg=f"item {i}")
+
+
+def test_encoder_init_fit_gives_the_least_squares_scale():
+    x = next(feature_batches())
+    fit, plain = build(_cfg("topk")), build(_cfg("topk", encoder_init="transpose"))
+    for sae in (fit, plain):
+        sae.init_from_batch(x)
+    c = float(fit.encoder_init_scale)
+    assert float(plain.encoder_init_scale) == 1.0 and c != 1.0
+    torch.testing.assert_close(fit.W_enc, plain.W_enc * c)
+
+    def mse(scale):
+        with torch.no_grad():
+            plain.W_enc.mul_(scale)
+            out = float(plain(x)["stats"]["mse"])
+            plain.W_enc.div_(scale)
+        return out
+
+    assert mse(c) < mse(1.0) and mse(c) < mse(c * 1.1) and mse(c) < mse(c * 0.9)
+
+
+def test_group_lasso_codes_are_block_soft_thresholded():
+    x = next(feature_batches())
+    sae = build(_cfg("group_lasso"))
+    sae.init_from_batch(x)
+    sae.eval()
+    z = sae.encode(x).view(x.shape[0], -1, 3)
+    with torch.no_grad():
+        xs = x * sae.input_scale
+        a = ((xs - sae.b_dec) @ sae.W_enc.T + sae.b_enc).view(x.shape[0], -1, 3)
+        expected = a * (1 - sae.theta / a.norm(dim=-1)).clamp_min(0).unsqueeze(-1)
+    torch.testing.assert_close(z, expected)
+    assert 0 < int(z.norm(dim=-1).gt(0).sum(-1).float().mean()) < z.shape[1]
+    sae.train()
+    assert set(sae(x)["losses"]) == {"recon", "group_lasso_penalty"}
 
 
 def test_decoder_units_stay_unit_norm():

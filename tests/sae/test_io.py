@@ -16,6 +16,7 @@ from .conftest import D_IN, feature_batches
 EXPECTED = {  # architecture -> (SAELens architecture, class) without / with a scaffold
     "topk": ("topk", TopKSAE), "batchtopk": ("jumprelu", JumpReLUSAE), "matryoshka": ("jumprelu", JumpReLUSAE),
     "block_topk": ("workbench_block_sparse", BlockSparseSAE),
+    "group_lasso": ("workbench_block_sparse", BlockSparseSAE),
     "block_jumprelu": ("workbench_block_sparse", BlockSparseSAE),
     "grassmannian": ("workbench_block_sparse", BlockSparseSAE),
 }

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from workbench.sae.kernels import DenseKernels, SparseKernels, Support
+from workbench.sae.kernels import DenseKernels, SparseKernels, Support, topk
 
 
 def _problem(seed=0, B=16, d=8, n=24, k=5):
@@ -13,14 +13,14 @@ def _problem(seed=0, B=16, d=8, n=24, k=5):
     b_enc = torch.randn(n, generator=g, dtype=torch.float64)
     W_dec = torch.randn(n, d, generator=g, dtype=torch.float64)
     h = x @ W_enc.T + b_enc
-    sup = Support.from_topk(h.topk(k).indices)
+    sup = Support.from_topk(h, h.topk(k).indices)
     return x, W_enc, b_enc, W_dec, h, sup
 
 
 def _grads(kern, bags=None, n_bags=None):
     x, W_enc, b_enc, W_dec, h, sup = _problem()
     leaves = [t.requires_grad_() for t in (x, W_enc, b_enc, W_dec)]
-    pre = kern.encode(x, W_enc, b_enc, sup, h)
+    pre = kern.encode(x, W_enc, b_enc, sup)
     out = kern.decode(pre.relu() * 1.5, W_dec, sup, bags(sup) if bags else None, n_bags)
     w = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=out.dtype)
     (out * w).sum().backward()
@@ -43,8 +43,8 @@ def test_sparse_gradcheck():
     x, W_enc, b_enc, W_dec, h, sup = _problem(B=4, d=3, n=6, k=2)
 
     def f(x, W_enc, b_enc, W_dec):
-        hh = (x @ W_enc.T + b_enc).detach()
-        return SparseKernels.decode(SparseKernels.encode(x, W_enc, b_enc, sup, hh), W_dec, sup)
+        sup.pre = (x @ W_enc.T + b_enc).detach()[sup.rows, sup.idx]
+        return SparseKernels.decode(SparseKernels.encode(x, W_enc, b_enc, sup), W_dec, sup)
 
     assert torch.autograd.gradcheck(f, [t.requires_grad_() for t in (x, W_enc, b_enc, W_dec)])
 
@@ -53,7 +53,7 @@ def test_sparse_backward_touches_only_selected_rows():
     x, W_enc, b_enc, W_dec, h, sup = _problem()
     for t in (W_enc, W_dec):
         t.requires_grad_()
-    SparseKernels.decode(SparseKernels.encode(x, W_enc, b_enc, sup, h), W_dec, sup).sum().backward()
+    SparseKernels.decode(SparseKernels.encode(x, W_enc, b_enc, sup), W_dec, sup).sum().backward()
     untouched = torch.ones(W_enc.shape[0], dtype=torch.bool)
     untouched[sup.idx] = False
     assert untouched.any()
@@ -63,9 +63,36 @@ def test_sparse_backward_touches_only_selected_rows():
 def test_support_from_topk_matches_from_mask_and_expands_blocks():
     h = torch.randn(6, 12, generator=torch.Generator().manual_seed(3))
     top = h.topk(4, dim=-1, sorted=False)
-    a = Support.from_topk(top.indices, top.values > 0)
+    a = Support.from_topk(h, top.indices, top.values > 0)
     mask = torch.zeros_like(h, dtype=torch.bool).scatter(1, top.indices, True) & (h > 0)
-    b = Support.from_mask(mask)
-    assert torch.equal(a.rows, b.rows) and torch.equal(a.idx, b.idx)
-    blocks = Support.from_topk(torch.tensor([[2, 0]]), unit=3)
+    b = Support.from_mask(mask, h)
+    flat = Support.from_flat(mask.flatten().nonzero().squeeze(1).flip(0), h)
+    for s in (b, flat):
+        assert torch.equal(a.rows, s.rows) and torch.equal(a.idx, s.idx) and torch.equal(a.pre, s.pre)
+    assert torch.equal(a.pre, h[a.rows, a.idx])
+    blocks = Support.from_topk(h[:1], torch.tensor([[2, 0]]), unit=3)
     assert blocks.idx.tolist() == [0, 1, 2, 6, 7, 8] and blocks.rows.tolist() == [0] * 6
+
+
+def test_support_cat_offsets_rows():
+    h = torch.randn(5, 8, generator=torch.Generator().manual_seed(4))
+    whole = Support.from_topk(h, h.topk(3).indices)
+    parts = Support.cat([Support.from_topk(h[:2], h[:2].topk(3).indices), Support.from_topk(h[2:], h[2:].topk(3).indices)])
+    for f in ("rows", "idx", "pre"):
+        assert torch.equal(getattr(whole, f), getattr(parts, f))
+    assert parts.n_rows == 5
+
+
+@pytest.mark.parametrize("shape,k", [((64, 2048), 32), ((7, 12288), 32), ((1, 4096 * 64), 4096), ((3, 96), 5),
+                                     ((5, 100), 3)])
+def test_grouped_topk_is_exact(shape, k):
+    g = torch.Generator().manual_seed(shape[1])
+    t = torch.randn(shape, generator=g)
+    vals, idx = topk(t, k)
+    assert torch.equal(t.gather(-1, idx), vals)
+    assert torch.equal(vals.sort(-1).values, t.topk(k, dim=-1).values.sort(-1).values)
+    # ties (small integers) and one-dimensional input (BatchTopK ranks the flattened batch)
+    t = torch.randint(0, 4, shape, generator=g).float()
+    vals, idx = topk(t.flatten(), k)
+    assert torch.equal(vals.sort().values, t.flatten().topk(k).values.sort().values)
+    assert idx.unique().numel() == k

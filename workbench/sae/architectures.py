@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from workbench.sae.base import SparseAutoencoder
 from workbench.sae.batchtopk import BatchTopKSAE
-from workbench.sae.blocksparse import BlockJumpReLUSAE, BlockTopKSAE, GrassmannianSAE
+from workbench.sae.blocksparse import BlockJumpReLUSAE, BlockTopKSAE, GrassmannianSAE, GroupLassoSAE
 from workbench.sae.config import SAEConfig
 from workbench.sae.matryoshka import MatryoshkaSAE
 from workbench.sae.topk import TopKSAE
@@ -14,6 +14,7 @@ CLASSES: dict[str, type[SparseAutoencoder]] = {
     "batchtopk": BatchTopKSAE,
     "matryoshka": MatryoshkaSAE,
     "block_topk": BlockTopKSAE,
+    "group_lasso": GroupLassoSAE,
     "block_jumprelu": BlockJumpReLUSAE,
     "grassmannian": GrassmannianSAE,
 }

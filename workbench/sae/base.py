@@ -16,9 +16,11 @@ import torch
 from torch import nn
 
 from workbench.sae.config import TOPK_FAMILY, SAEConfig
-from workbench.sae.kernels import KERNELS, Support
+from workbench.sae.kernels import KERNELS, Support, topk
 from workbench.sae.regularizers import topk_regularisers
 from workbench.sae.scaffold import Scaffold
+
+ENCODE_ROWS = 512  # CPU: rows of pre-activations per chunk, so each chunk of h is still in cache when selected
 
 
 def geometric_median(x: torch.Tensor, iters: int = 100, eps: float = 1e-6) -> torch.Tensor:
@@ -38,6 +40,7 @@ def geometric_median(x: torch.Tensor, iters: int = 100, eps: float = 1e-6) -> to
 class SparseAutoencoder(nn.Module):
     signed = False  # codes keep their sign (block architectures) instead of passing a ReLU
     unit_norm_decoder = True  # rows (or blocks) of W_dec renormalised after every step
+    row_local = True  # each token's selection depends on its own row of h only (BatchTopK: not in training)
 
     def __init__(self, cfg: SAEConfig):
         super().__init__()
@@ -50,6 +53,7 @@ class SparseAutoencoder(nn.Module):
         gen = torch.Generator().manual_seed(cfg.seed)
         self.b_dec = nn.Parameter(torch.zeros(cfg.d_in))
         self.register_buffer("input_scale", torch.ones(()))
+        self.register_buffer("encoder_init_scale", torch.ones(()))  # what encoder_init="fit" chose, for the record
         self.scaffold = Scaffold(cfg.d_in, cfg.scaffold_rank, cfg.scaffold_trainable) if cfg.scaffold_rank else None
         self.init_dictionary(gen)
         self._gen = gen
@@ -67,9 +71,17 @@ class SparseAutoencoder(nn.Module):
         return self.W_enc, self.b_enc, self.W_dec
 
     def select(self, h: torch.Tensor) -> Support:
+        """The (token, latent) pairs that fire, from the no-grad pre-activations h [rows, n_latents]."""
         raise NotImplementedError
 
-    def activate(self, pre: torch.Tensor, sup: Support, h: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    def init_select(self, h: torch.Tensor) -> Support:
+        """The selection used to fit the encoder scale at initialisation."""
+        return self.select(h)
+
+    def scale_encoder(self, c: float) -> None:
+        self.W_enc.mul_(c)
+
+    def activate(self, pre: torch.Tensor, sup: Support) -> tuple[torch.Tensor, dict]:
         """Code values of the selected pairs, plus any loss terms the activation adds."""
         return (pre if self.signed else pre.relu()), {}
 
@@ -99,23 +111,36 @@ class SparseAutoencoder(nn.Module):
         with torch.no_grad():
             return torch.addmm(b_enc.detach().to(enc_in.dtype), enc_in.detach(), W_enc.detach().T.to(enc_in.dtype))
 
+    def _select(self, enc_in, W_enc, b_enc, dead_mask=None) -> tuple[Support, Support | None]:
+        """The one dense product, in row chunks on the CPU: each chunk of h is selected from (and
+        AuxK's dead units ranked) while still in cache, so the B x n matrix never goes to memory."""
+        B = enc_in.shape[0]
+        step = ENCODE_ROWS if self.row_local and enc_in.device.type == "cpu" else B
+        sups, auxs = [], []
+        for start in range(0, B, step):
+            h = self._preacts(enc_in[start:start + step], W_enc, b_enc)
+            sups.append(self.select(h))
+            if dead_mask is not None:
+                auxs.append(self._aux_select(h, dead_mask))
+        return Support.cat(sups), Support.cat(auxs) if auxs else None
+
     def forward(self, x: torch.Tensor, dead_mask: torch.Tensor | None = None) -> dict:
         """One training step's losses and statistics for a batch x [B, d_in] (original units)."""
         cfg = self.cfg
         xs, xc, s, enc_in = self._inputs(x)
         W_enc, b_enc, W_dec = self.weights()
-        h = self._preacts(enc_in, W_enc, b_enc)
-        sup = self.select(h)
-        pre = self.kern.encode(enc_in, W_enc, b_enc, sup, h)
-        vals, losses = self.activate(pre, sup, h)
+        use_aux = dead_mask is not None and cfg.aux_alpha and bool(dead_mask.any())
+        sup, aux_sup = self._select(enc_in, W_enc, b_enc, dead_mask if use_aux else None)
+        pre = self.kern.encode(enc_in, W_enc, b_enc, sup)
+        vals, losses = self.activate(pre, sup)
         base = self.b_dec + s if s is not None else self.b_dec.expand_as(xs)
         recon_terms, x_hat = self.reconstruction(xs, base, vals, W_dec, sup)
         losses.update(recon_terms)
         e = xs - x_hat
-        if dead_mask is not None and cfg.aux_alpha and bool(dead_mask.any()):
-            losses["aux"] = cfg.aux_alpha * self._auxk(enc_in, h, e, dead_mask, W_enc, b_enc, W_dec)
+        if aux_sup is not None:
+            losses["aux"] = cfg.aux_alpha * self._auxk(enc_in, e, aux_sup, W_enc, b_enc, W_dec)
         if cfg.architecture in TOPK_FAMILY and (cfg.reg_l1_off or cfg.reg_l1_l2):
-            losses.update(self._regularisers(enc_in, W_enc, b_enc, h, sup))
+            losses.update(self._regularisers(enc_in, W_enc, b_enc, sup))
         loss = sum(losses.values())
         with torch.no_grad():
             fired = vals.detach() != 0
@@ -141,33 +166,39 @@ class SparseAutoencoder(nn.Module):
             units = torch.unique(sup.rows[fired] * n_units + units) % n_units
         return torch.bincount(units, minlength=n_units)
 
-    def _auxk(self, enc_in, h, e, dead_mask, W_enc, b_enc, W_dec) -> torch.Tensor:
+    def _aux_select(self, h: torch.Tensor, dead_mask: torch.Tensor) -> Support:
+        """AuxK's support: the aux_k (in latents) highest-scoring dead units of each token."""
+        dead = dead_mask.nonzero().squeeze(1)
+        k_units = min(max(1, self.cfg.aux_k // self.u), dead.numel())
+        vals, top = topk(self.unit_scores(h).index_select(1, dead), k_units)
+        keep = None if self.signed else vals > 0  # ReLU codes must be positive
+        return Support.from_topk(h, dead[top], keep, self.u)
+
+    def _auxk(self, enc_in, e, sup: Support, W_enc, b_enc, W_dec) -> torch.Tensor:
         """AuxK: the top dead units reconstruct the detached residual; the gradient reaches W_enc."""
-        n_dead = int(dead_mask.sum())
-        k_units = min(max(1, self.cfg.aux_k // self.u), n_dead)
-        scores = self.unit_scores(h).masked_fill(~dead_mask, -math.inf)
-        top = scores.topk(k_units, dim=-1, sorted=False)
-        keep = top.values > (0 if not self.signed else -math.inf)  # dead units only; ReLU codes must be positive
-        sup = Support.from_topk(top.indices, keep, self.u)
-        pre = self.kern.encode(enc_in, W_enc, b_enc, sup, h)
+        pre = self.kern.encode(enc_in, W_enc, b_enc, sup)
         vals = pre if self.signed else pre.relu()
         e_hat = self.kern.decode(vals, W_dec, sup)
         target = e.detach()
         denom = (target - target.mean(0)).pow(2).sum().clamp_min(1e-12)
         return (target - e_hat).pow(2).sum() / denom
 
-    def _regularisers(self, enc_in, W_enc, b_enc, h, sup: Support) -> dict:
-        active = torch.zeros(self.cfg.n_latents, dtype=torch.bool, device=h.device)
+    def _regularisers(self, enc_in, W_enc, b_enc, sup: Support) -> dict:
+        """Both regularisers act on the batch-active units A only: h is recomputed for those columns."""
+        n, B = self.cfg.n_latents, enc_in.shape[0]
+        active = torch.zeros(n, dtype=torch.bool, device=enc_in.device)
         active[sup.idx] = True
-        n_active = int(active.sum())
-        if n_active == 0:
+        cols = active.nonzero().squeeze(1)
+        if cols.numel() == 0:
             return {}
-        full = Support.from_mask(active.expand(h.shape[0], -1))
-        h_active = self.kern.encode(enc_in, W_enc, b_enc, full, h).view(h.shape[0], n_active)
+        h = self._preacts(enc_in, W_enc[cols], b_enc[cols])
+        full = Support(torch.arange(B, device=h.device).repeat_interleave(cols.numel()), cols.repeat(B), B, h.flatten())
+        h_active = self.kern.encode(enc_in, W_enc, b_enc, full).view(B, cols.numel())
+        pos = torch.full((n,), -1, dtype=torch.long, device=h.device)
+        pos[cols] = torch.arange(cols.numel(), device=h.device)
         on = torch.zeros_like(h, dtype=torch.bool)
-        on[sup.rows, sup.idx] = True
-        return topk_regularisers(h_active, on[:, active], self.cfg.reg_l1_off, self.cfg.reg_l1_l2,
-                                 self.cfg.reg_normalisation)
+        on[sup.rows, pos[sup.idx]] = True
+        return topk_regularisers(h_active, on, self.cfg.reg_l1_off, self.cfg.reg_l1_l2, self.cfg.reg_normalisation)
 
     # ---- inference ---------------------------------------------------------------------------
     @torch.no_grad()
@@ -177,11 +208,10 @@ class SparseAutoencoder(nn.Module):
         self.eval()
         try:
             _, _, _, enc_in = self._inputs(x)
-            W_enc, b_enc, W_dec = self.weights()
-            h = self._preacts(enc_in, W_enc, b_enc)
-            sup = self.select(h)
-            vals, _ = self.activate(h[sup.rows, sup.idx], sup, h)
-            z = torch.zeros_like(h)
+            W_enc, b_enc, _ = self.weights()
+            sup, _ = self._select(enc_in, W_enc, b_enc)
+            vals, _ = self.activate(sup.pre, sup)
+            z = torch.zeros(x.shape[0], self.cfg.n_latents, dtype=enc_in.dtype, device=enc_in.device)
             z[sup.rows, sup.idx] = vals.to(z.dtype)
             return z
         finally:
@@ -219,6 +249,30 @@ class SparseAutoencoder(nn.Module):
                 raise ValueError(f"scaffold_init='pca' needs at least scaffold_rank={cfg.scaffold_rank} "
                                  f"tokens in the init batch, got {x.shape[0]}")
             self.scaffold.init_from((xs - self.b_dec.double()).float(), cfg.scaffold_init, self._gen)
+        if cfg.encoder_init == "fit":
+            self._fit_encoder_scale(x.float())
+
+    @torch.no_grad()
+    def _fit_encoder_scale(self, x: torch.Tensor) -> None:
+        """Scale the encoder so the first batch's reconstruction has the least-squares optimal size.
+
+        With W_enc = W_dec^T and unit-norm rows, the k selected codes overshoot the input (their
+        decoder rows overlap), so FVU starts above 1 and early steps undo that. The selection does
+        not change with a positive scale (Top-k) or is re-made after it (thresholds), so one scalar
+        c = <target, recon> / <recon, recon> fits it exactly.
+        """
+        _, xc, s, enc_in = self._inputs(x)
+        W_enc, b_enc, W_dec = self.weights()
+        h = self._preacts(enc_in, W_enc, b_enc)
+        sup = self.init_select(h)
+        vals, _ = self.activate(sup.pre, sup)
+        recon = self.kern.decode(vals, W_dec, sup, n_bags=x.shape[0])
+        target = xc - s if s is not None else xc
+        c = float((target * recon).sum() / (recon * recon).sum().clamp_min(1e-12))
+        if not (math.isfinite(c) and c > 0):
+            return  # nothing selected, or an anti-aligned start: keep the transpose
+        self.scale_encoder(c)
+        self.encoder_init_scale.fill_(c)
 
     def _unit_view(self, w: torch.Tensor) -> torch.Tensor:
         return w.view(self.cfg.n_units, -1)

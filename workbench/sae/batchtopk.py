@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from workbench.sae.base import SparseAutoencoder
-from workbench.sae.kernels import Support
+from workbench.sae.kernels import Support, topk
 
 
 class BatchTopKSAE(SparseAutoencoder):
@@ -18,13 +18,15 @@ class BatchTopKSAE(SparseAutoencoder):
         # float64: the EMA of many small updates drifts in float32
         self.register_buffer("threshold", torch.zeros((), dtype=torch.float64))
 
+    @property
+    def row_local(self) -> bool:
+        return not self.training
+
     def select(self, h) -> Support:
         if not self.training:
-            return Support.from_mask((h > self.threshold.to(h.dtype)) & (h > 0))
-        flat = h.relu().flatten()
-        keep = flat.topk(min(self.cfg.k * h.shape[0], flat.numel()), sorted=False).indices
-        mask = torch.zeros_like(flat, dtype=torch.bool).scatter_(0, keep, True).view_as(h)
-        return Support.from_mask(mask & (h > 0))
+            return Support.from_mask((h > self.threshold.to(h.dtype)) & (h > 0), h)
+        vals, flat = topk(h.flatten(), min(self.cfg.k * h.shape[0], h.numel()))
+        return Support.from_flat(flat[vals > 0], h)
 
     def extra_stats(self, vals, sup) -> dict:
         v = vals.detach()

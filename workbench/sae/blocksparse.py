@@ -1,12 +1,14 @@
 """Block-sparse featurizers: G blocks of b latents; a concept is a small subspace, not a direction.
 
-Codes are signed (no ReLU); each decoder block has unit Frobenius norm. Three variants:
+Codes are signed (no ReLU); each decoder block has unit Frobenius norm. Four variants:
   block_topk     keep the n_active_blocks blocks with the largest ||a_g||_2 per token
                  (b = 1 is an absolute-value Top-k SAE);
-  block_jumprelu gate H(||a_g||_2 - theta_g), theta_g = softplus(raw_g), straight-through
-                 rectangle gradient to theta, loss MSE + lambda * E[#active blocks]
-                 (the reliable form of the group-lasso variant); theta starts at the block norm
-                 that keeps n_active_blocks per token on the first batch, lambda moves it after;
+  group_lasso    block soft threshold z_g = max(1 - theta_g / ||a_g||_2, 0) a_g with a learned
+                 theta_g = softplus(raw_g), loss MSE + lambda * sum_g ||z_g||_2;
+  block_jumprelu gate H(||a_g||_2 - theta_g), straight-through rectangle gradient to theta,
+                 loss MSE + lambda * E[#active blocks] (the more reliable form of group lasso);
+                 for both, theta starts at the block norm that keeps n_active_blocks per token
+                 on the first batch, and lambda moves it after;
   grassmannian   each block an orthonormal frame D_g (QR of a free matrix every forward),
                  tied encoder z_g = gamma * D_g (x - b_dec), block Top-k.
 """
@@ -20,15 +22,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from workbench.sae.base import SparseAutoencoder
-from workbench.sae.kernels import Support
+from workbench.sae.kernels import Support, topk
 
 
 class BlockTopKSAE(SparseAutoencoder):
     signed = True
 
     def select(self, h) -> Support:
-        top = self.unit_scores(h).topk(self.cfg.n_active_blocks, dim=-1, sorted=False)
-        return Support.from_topk(top.indices, unit=self.u)
+        _, idx = topk(self.unit_scores(h), self.cfg.n_active_blocks)
+        return Support.from_topk(h, idx, unit=self.u)
 
 
 class _BlockStep(torch.autograd.Function):
@@ -48,8 +50,11 @@ class _BlockStep(torch.autograd.Function):
         return None, -rect * g / eps, None
 
 
-class BlockJumpReLUSAE(SparseAutoencoder):
+class _ThresholdBlockSAE(SparseAutoencoder):
+    """A block passes when its norm exceeds its learned threshold theta_g = softplus(raw_g)."""
+
     signed = True
+    select_margin = 0.0  # training also selects blocks this far below theta (so theta gets their gradient)
 
     def init_dictionary(self, gen):
         super().init_dictionary(gen)
@@ -70,14 +75,34 @@ class BlockJumpReLUSAE(SparseAutoencoder):
 
     def select(self, h) -> Support:
         theta = self.theta.detach().to(h.dtype)
-        # in training, blocks just below the threshold join with gate 0 so theta gets their gradient
-        margin = self.cfg.block_bandwidth / 2 if self.training else 0.0
-        return Support.from_mask(self.expand_units(self.unit_scores(h) > theta - margin))
+        margin = self.select_margin if self.training else 0.0
+        return Support.from_mask(self.expand_units(self.unit_scores(h) > theta - margin), h)
 
-    def activate(self, pre, sup, h):
-        u = self.u
-        blocks = pre.view(-1, u)  # whole blocks are selected, contiguous in the sorted support
-        unit = sup.idx.view(-1, u)[:, 0] // u
+    init_select = BlockTopKSAE.select  # theta is set after the encoder scale, from the same block Top-k
+
+    def blocks(self, pre, sup) -> tuple[torch.Tensor, torch.Tensor]:
+        """The selected blocks [N/b, b] (whole blocks, contiguous in the sorted support) and their unit ids."""
+        return pre.view(-1, self.u), sup.idx.view(-1, self.u)[:, 0] // self.u
+
+
+class GroupLassoSAE(_ThresholdBlockSAE):
+    def activate(self, pre, sup):
+        blocks, unit = self.blocks(pre, sup)
+        shrink = (1 - self.theta[unit].to(blocks.dtype) / blocks.norm(dim=-1).clamp_min(1e-12)).clamp_min(0)
+        z = blocks * shrink[:, None]
+        losses = {}
+        if self.training and self.cfg.group_lasso_coef:
+            losses["group_lasso_penalty"] = self.cfg.group_lasso_coef * z.norm(dim=-1).sum() / sup.n_rows
+        return z.reshape(-1), losses
+
+
+class BlockJumpReLUSAE(_ThresholdBlockSAE):
+    @property
+    def select_margin(self) -> float:  # blocks just below theta join with gate 0 for the rectangle gradient
+        return self.cfg.block_bandwidth / 2
+
+    def activate(self, pre, sup):
+        blocks, unit = self.blocks(pre, sup)
         gate = _BlockStep.apply(blocks.detach().norm(dim=-1), self.theta[unit], self.cfg.block_bandwidth)
         vals = (blocks * gate[:, None].to(blocks.dtype)).reshape(-1)
         losses = {}
@@ -100,3 +125,6 @@ class GrassmannianSAE(BlockTopKSAE):
         q = torch.linalg.qr(self.frames_raw).Q  # [G, d, b], orthonormal columns
         W_dec = q.transpose(1, 2).reshape(self.cfg.n_latents, self.cfg.d_in)
         return self.gamma * W_dec, self.b_enc, W_dec
+
+    def scale_encoder(self, c):
+        self.gamma.mul_(c)

@@ -7,8 +7,9 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 
-ARCHITECTURES = ("topk", "batchtopk", "matryoshka", "block_topk", "block_jumprelu", "grassmannian")
-BLOCK_ARCHITECTURES = ("block_topk", "block_jumprelu", "grassmannian")
+ARCHITECTURES = ("topk", "batchtopk", "matryoshka", "block_topk", "group_lasso", "block_jumprelu", "grassmannian")
+BLOCK_ARCHITECTURES = ("block_topk", "group_lasso", "block_jumprelu", "grassmannian")
+THRESHOLD_BLOCK_ARCHITECTURES = ("group_lasso", "block_jumprelu")  # learned per-block thresholds
 TOPK_FAMILY = ("topk", "batchtopk", "matryoshka")
 
 
@@ -35,6 +36,9 @@ class SAEConfig:
     kernel: str = "sparse"  # "sparse" (only the encoder forward is dense) | "dense" (reference)
     input_norm: str = "sqrt_d"  # "sqrt_d": scale inputs so the mean norm is sqrt(d_in) | "none"
     b_dec_init: str = "geometric_median"  # "geometric_median" | "mean" | "zeros"
+    # W_enc starts as W_dec^T; "fit" then scales it so the first batch's reconstruction has the
+    # least-squares size (the plain transpose overshoots: FVU > 1 at step 0) | "transpose" (as is)
+    encoder_init: str = "fit"
     # AuxK (dead latents reconstruct the residual)
     aux_k: int | None = None  # None -> d_in // 2
     aux_alpha: float = 1 / 32
@@ -47,8 +51,9 @@ class SAEConfig:
     prefix_weighting: str = "sum"  # "sum" (SAELens) | "mean" (dictionary_learning) | "mean_with_bias" (Bussmann)
     # Block-sparse (n_latents = n_blocks * block_size)
     block_size: int = 3
-    n_active_blocks: int = 4  # block Top-k / Grassmannian: blocks kept per token; block JumpReLU: at init
+    n_active_blocks: int = 4  # block Top-k / Grassmannian: blocks kept per token; thresholded blocks: at init
     block_l0_coef: float = 3.0  # block JumpReLU: lambda on E[#active blocks] (inputs scaled to norm sqrt(d))
+    group_lasso_coef: float = 0.1  # group lasso: lambda on sum_g ||z_g||_2 per token
     block_bandwidth: float = 0.1  # block JumpReLU: straight-through rectangle width
     # Scaffold: rank-r dense bottleneck beside the dictionary
     scaffold_rank: int = 0
@@ -97,7 +102,8 @@ class SAEConfig:
 
     def default_name(self) -> str:
         sparsity = f"b{self.block_size}x{self.n_active_blocks}" if self.architecture in ("block_topk", "grassmannian") \
-            else f"b{self.block_size}l{self.block_l0_coef:g}" if self.architecture == "block_jumprelu" else f"k{self.k}"
+            else f"b{self.block_size}l{self.block_l0_coef:g}" if self.architecture == "block_jumprelu" \
+            else f"b{self.block_size}l{self.group_lasso_coef:g}" if self.architecture == "group_lasso" else f"k{self.k}"
         parts = [self.architecture, f"n{self.n_latents}", sparsity]
         if self.scaffold_rank:
             parts.append(f"scaffold{self.scaffold_rank}")
@@ -105,6 +111,8 @@ class SAEConfig:
             parts.append(f"reg{self.reg_l1_off:g}_{self.reg_l1_l2:g}")
         if self.kernel != "sparse":
             parts.append(self.kernel)
+        if self.encoder_init != "fit":
+            parts.append(f"enc_{self.encoder_init}")
         parts.append(f"seed{self.seed}")
         return "_".join(parts)
 
@@ -113,6 +121,7 @@ class SAEConfig:
         _choice("kernel", self.kernel, ("sparse", "dense"))
         _choice("input_norm", self.input_norm, ("sqrt_d", "none"))
         _choice("b_dec_init", self.b_dec_init, ("geometric_median", "mean", "zeros"))
+        _choice("encoder_init", self.encoder_init, ("fit", "transpose"))
         _choice("prefix_weighting", self.prefix_weighting, ("sum", "mean", "mean_with_bias"))
         _choice("scaffold_init", self.scaffold_init, ("pca", "random"))
         _choice("scaffold_encoder_input", self.scaffold_encoder_input, ("residual", "x"))
@@ -143,7 +152,7 @@ class SAEConfig:
             raise ConfigError(f"scaffold_rank={self.scaffold_rank} must be between 0 and d_in-1={self.d_in - 1}")
         if (self.reg_l1_off or self.reg_l1_l2) and self.architecture not in TOPK_FAMILY:
             raise ConfigError(f"the Top-k regularisers apply to {list(TOPK_FAMILY)}, not {self.architecture!r}")
-        for name in ("aux_alpha", "reg_l1_off", "reg_l1_l2", "block_l0_coef", "threshold_ema"):
+        for name in ("aux_alpha", "reg_l1_off", "reg_l1_l2", "block_l0_coef", "group_lasso_coef", "threshold_ema"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0):
                 raise ConfigError(f"{name}={v} must be a finite non-negative number")

@@ -43,10 +43,10 @@ def export(sae: SparseAutoencoder, metadata: dict | None = None):
             t["scaffold_V"] = torch.zeros(c.d_in, 0)
         extra = {"d_sae": c.n_latents + r, "scaffold_rank": r, "scaffold_encoder_input": c.scaffold_encoder_input}
         if c.is_block:
-            jump = c.architecture == "block_jumprelu"
-            t["threshold"] = sae.theta.detach().float().cpu() if jump else torch.zeros(c.n_units)
-            cfg = saelens.BlockSparseSAEConfig(**common, **extra, block_size=c.block_size,
-                                               rule="threshold" if jump else "topk", n_active_blocks=c.n_active_blocks)
+            rule = {"block_jumprelu": "threshold", "group_lasso": "soft"}.get(c.architecture, "topk")
+            t["threshold"] = sae.theta.detach().float().cpu() if rule != "topk" else torch.zeros(c.n_units)
+            cfg = saelens.BlockSparseSAEConfig(**common, **extra, block_size=c.block_size, rule=rule,
+                                               n_active_blocks=c.n_active_blocks)
         else:
             t["threshold"] = _threshold(sae)
             cfg = saelens.ScaffoldSAEConfig(**common, **extra, base="topk" if c.architecture == "topk" else "jumprelu",
@@ -74,7 +74,8 @@ def save_sae(sae: SparseAutoencoder, folder: str | Path, metadata: dict | None =
     with atomic_path(folder / WEIGHTS) as tmp:
         save_file(tensors, str(tmp))
     atomic_write_text(folder / CFG, json.dumps(cfg.to_dict(), indent=2))
-    info = {"sae_config": sae.cfg.to_dict(), "input_scale": float(sae.input_scale), **(workbench_info or {})}
+    info = {"sae_config": sae.cfg.to_dict(), "input_scale": float(sae.input_scale),
+            "encoder_init_scale": float(sae.encoder_init_scale), **(workbench_info or {})}
     atomic_write_text(folder / WORKBENCH, json.dumps(info, indent=2))
     return folder
 

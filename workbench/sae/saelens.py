@@ -1,7 +1,8 @@
 """SAELens inference classes for the architectures SAELens lacks, registered on import.
 
-`workbench_block_sparse`: signed block codes, kept by block Top-k or by a per-block threshold on
-the block norm (block Top-k, block JumpReLU and Grassmannian SAEs all save as this).
+`workbench_block_sparse`: signed block codes, kept by block Top-k, by a per-block threshold on
+the block norm, or soft-thresholded (block Top-k, group lasso, block JumpReLU and Grassmannian
+SAEs all save as this).
 `workbench_scaffold`: a Top-k or JumpReLU SAE with a rank-r scaffold beside it.
 
 Either may carry a scaffold. SAELens decodes feature activations alone, so the scaffold's r dense
@@ -92,6 +93,7 @@ class ScaffoldSAE(_WorkbenchSAE):
 class BlockSparseSAEConfig(_WorkbenchSAEConfig):
     block_size: int = 3
     rule: str = "topk"  # "topk" (n_active_blocks largest block norms) | "threshold" (norm > threshold[g])
+    # | "soft" (blocks shrunk by max(1 - threshold[g] / norm, 0))
     n_active_blocks: int = 4
 
     @classmethod
@@ -109,9 +111,11 @@ class BlockSparseSAE(_WorkbenchSAE):
         norms = blocks.norm(dim=-1)
         if self.cfg.rule == "topk":
             idx = norms.topk(self.cfg.n_active_blocks, dim=-1).indices
-            keep = torch.zeros_like(norms, dtype=torch.bool).scatter(-1, idx, True)
+            keep = torch.zeros_like(norms, dtype=torch.bool).scatter(-1, idx, True).to(h.dtype)
+        elif self.cfg.rule == "soft":
+            keep = (1 - self.threshold / norms.clamp_min(1e-12)).clamp_min(0)
         else:
-            keep = norms > self.threshold
+            keep = (norms > self.threshold).to(h.dtype)
         return (blocks * keep.unsqueeze(-1)).flatten(-2)
 
 

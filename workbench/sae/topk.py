@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from workbench.sae.base import SparseAutoencoder
-from workbench.sae.kernels import Support
+from workbench.sae.kernels import Support, topk
 
 
 class TopKSAE(SparseAutoencoder):
     def select(self, h) -> Support:
-        top = h.topk(self.cfg.k, dim=-1, sorted=False)
-        return Support.from_topk(top.indices, top.values > 0)
+        vals, idx = topk(h, self.cfg.k)
+        return Support.from_topk(h, idx, vals > 0)
