@@ -107,19 +107,24 @@ class SparseAutoencoder(nn.Module):
         enc_in = xc - s if s is not None and self.cfg.scaffold_encoder_input == "residual" else xc
         return xs, xc, s, enc_in
 
-    def _preacts(self, enc_in, W_enc, b_enc) -> torch.Tensor:
+    def _preacts(self, enc_in, W_enc, b_enc, out: torch.Tensor | None = None) -> torch.Tensor:
         with torch.no_grad():
-            return torch.addmm(b_enc.detach().to(enc_in.dtype), enc_in.detach(), W_enc.detach().T.to(enc_in.dtype))
+            return torch.addmm(b_enc.detach().to(enc_in.dtype), enc_in.detach(), W_enc.detach().T.to(enc_in.dtype),
+                               out=out)
 
-    def _select(self, enc_in, W_enc, b_enc, dead_mask=None) -> tuple[Support, Support | None]:
+    def _select(self, enc_in, W_enc, b_enc, dead_mask=None, select=None) -> tuple[Support, Support | None]:
         """The one dense product, in row chunks on the CPU: each chunk of h is selected from (and
         AuxK's dead units ranked) while still in cache, so the B x n matrix never goes to memory."""
         B = enc_in.shape[0]
         step = ENCODE_ROWS if self.row_local and enc_in.device.type == "cpu" else B
         sups, auxs = [], []
+        buf = None
         for start in range(0, B, step):
-            h = self._preacts(enc_in[start:start + step], W_enc, b_enc)
-            sups.append(self.select(h))
+            rows = min(step, B - start)
+            if buf is None or buf.shape[0] != rows:  # one buffer for all chunks: no fresh pages per chunk
+                buf = torch.empty(rows, W_enc.shape[0], dtype=enc_in.dtype, device=enc_in.device)
+            h = self._preacts(enc_in[start:start + step], W_enc, b_enc, buf)
+            sups.append((select or self.select)(h))
             if dead_mask is not None:
                 auxs.append(self._aux_select(h, dead_mask))
         return Support.cat(sups), Support.cat(auxs) if auxs else None
@@ -263,8 +268,7 @@ class SparseAutoencoder(nn.Module):
         """
         _, xc, s, enc_in = self._inputs(x)
         W_enc, b_enc, W_dec = self.weights()
-        h = self._preacts(enc_in, W_enc, b_enc)
-        sup = self.init_select(h)
+        sup, _ = self._select(enc_in, W_enc, b_enc, select=self.init_select)
         vals, _ = self.activate(sup.pre, sup)
         recon = self.kern.decode(vals, W_dec, sup, n_bags=x.shape[0])
         target = xc - s if s is not None else xc

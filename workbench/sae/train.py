@@ -78,7 +78,7 @@ class Trainer:
         self.device = torch.device(device)
         self.saes = [build(c).to(self.device) for c in sae_cfgs]
         self.opts = [torch.optim.Adam([p for p in s.parameters() if p.requires_grad], lr=train_cfg.lr,
-                                      betas=train_cfg.adam_betas) for s in self.saes]
+                                      betas=train_cfg.adam_betas, fused=True) for s in self.saes]
         self.scheds = [torch.optim.lr_scheduler.LambdaLR(o, lambda i: lr_factor(i, train_cfg)) for o in self.opts]
         self.since_fired = [torch.zeros(c.n_units, dtype=torch.long, device=self.device) for c in sae_cfgs]
         self.window_fires = [torch.zeros(c.n_units, dtype=torch.long, device=self.device) for c in sae_cfgs]
