@@ -100,6 +100,25 @@ def test_row_chunked_selection_matches_one_pass(arch, monkeypatch):
         torch.testing.assert_close(a, b, msg=f"item {i}")
 
 
+@pytest.mark.parametrize("theta", [0.05, 1e6])  # enough chunk candidates / too few (whole-batch fallback)
+def test_batchtopk_chunk_candidates_give_the_exact_batch_top_k(theta, monkeypatch):
+    x, (sae, _) = _pair("batchtopk")
+    monkeypatch.setattr(base, "ENCODE_ROWS", 7)
+    sae.threshold.fill_(theta)
+    _, _, _, enc_in = sae._inputs(x)
+    sup, _ = sae._select(enc_in, sae.W_enc, sae.b_enc)
+    with torch.no_grad():
+        h = enc_in @ sae.W_enc.T + sae.b_enc
+    K = sae.cfg.k * x.shape[0]
+    kept = torch.zeros_like(h, dtype=torch.bool).flatten()
+    kept[h.flatten().topk(K).indices] = True
+    rows, idx = (kept.view_as(h) & (h > 0)).nonzero(as_tuple=True)
+    n_candidates = int((h > theta * sae.candidate_fraction).sum())
+    assert (n_candidates >= K) == (theta < 1)  # theta 0.05 takes the candidate path, 1e6 the fallback
+    assert torch.equal(sup.rows, rows) and torch.equal(sup.idx, idx)
+    torch.testing.assert_close(sup.pre, h[rows, idx])
+
+
 def test_encoder_init_fit_gives_the_least_squares_scale():
     x = next(feature_batches())
     fit, plain = build(_cfg("topk")), build(_cfg("topk", encoder_init="transpose"))

@@ -40,7 +40,6 @@ def geometric_median(x: torch.Tensor, iters: int = 100, eps: float = 1e-6) -> to
 class SparseAutoencoder(nn.Module):
     signed = False  # codes keep their sign (block architectures) instead of passing a ReLU
     unit_norm_decoder = True  # rows (or blocks) of W_dec renormalised after every step
-    row_local = True  # each token's selection depends on its own row of h only (BatchTopK: not in training)
 
     def __init__(self, cfg: SAEConfig):
         super().__init__()
@@ -73,6 +72,10 @@ class SparseAutoencoder(nn.Module):
     def select(self, h: torch.Tensor) -> Support:
         """The (token, latent) pairs that fire, from the no-grad pre-activations h [rows, n_latents]."""
         raise NotImplementedError
+
+    def finish_select(self, sup: Support, enc_in, W_enc, b_enc) -> Support:
+        """The batch's selection from the chunks' supports (BatchTopK: a batch-wide top-k of candidates)."""
+        return sup
 
     def init_select(self, h: torch.Tensor) -> Support:
         """The selection used to fit the encoder scale at initialisation."""
@@ -116,7 +119,7 @@ class SparseAutoencoder(nn.Module):
         """The one dense product, in row chunks on the CPU: each chunk of h is selected from (and
         AuxK's dead units ranked) while still in cache, so the B x n matrix never goes to memory."""
         B = enc_in.shape[0]
-        step = ENCODE_ROWS if self.row_local and enc_in.device.type == "cpu" else B
+        step = ENCODE_ROWS if enc_in.device.type == "cpu" else B
         sups, auxs = [], []
         buf = None
         for start in range(0, B, step):
@@ -127,7 +130,8 @@ class SparseAutoencoder(nn.Module):
             sups.append((select or self.select)(h))
             if dead_mask is not None:
                 auxs.append(self._aux_select(h, dead_mask))
-        return Support.cat(sups), Support.cat(auxs) if auxs else None
+        sup = self.finish_select(Support.cat(sups), enc_in, W_enc, b_enc)
+        return sup, Support.cat(auxs) if auxs else None
 
     def forward(self, x: torch.Tensor, dead_mask: torch.Tensor | None = None) -> dict:
         """One training step's losses and statistics for a batch x [B, d_in] (original units)."""

@@ -2,9 +2,16 @@
 
 At inference there is no batch, so the SAE becomes a JumpReLU with one threshold theta: the EMA
 of the smallest activation kept in training (how SAELens saves BatchTopK and Matryoshka SAEs).
+
+Training ranks the batch in row chunks too: each chunk keeps its pre-activations above 0.8 theta
+as candidates, and the k*B largest candidates are the batch's top k*B exactly whenever there are
+at least k*B candidates (all of them then exceed the k*B-th largest value). Otherwise (the first
+step, or theta far too high) the whole batch is ranked at once.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -18,15 +25,25 @@ class BatchTopKSAE(SparseAutoencoder):
         # float64: the EMA of many small updates drifts in float32
         self.register_buffer("threshold", torch.zeros((), dtype=torch.float64))
 
-    @property
-    def row_local(self) -> bool:
-        return not self.training
+    candidate_fraction = 0.8  # chunk candidates: pre-activations above this fraction of theta
 
     def select(self, h) -> Support:
+        theta = float(self.threshold)
         if not self.training:
-            return Support.from_mask((h > self.threshold.to(h.dtype)) & (h > 0), h)
-        vals, flat = topk(h.flatten(), min(self.cfg.k * h.shape[0], h.numel()))
-        return Support.from_flat(flat[vals > 0], h)
+            return Support.from_mask((h > theta) & (h > 0), h)
+        return Support.from_mask(h > (theta * self.candidate_fraction if theta > 0 else math.inf), h)
+
+    def finish_select(self, sup, enc_in, W_enc, b_enc) -> Support:
+        if not self.training:
+            return sup
+        K = self.cfg.k * sup.n_rows
+        if sup.pre.numel() < K:  # too few candidates to be sure: rank the whole batch
+            h = self._preacts(enc_in, W_enc, b_enc)
+            vals, flat = topk(h.flatten(), min(K, h.numel()))
+            return Support.from_flat(flat[vals > 0], h)
+        vals, pos = topk(sup.pre, K)
+        pos = pos[vals > 0].sort().values
+        return Support(sup.rows[pos], sup.idx[pos], sup.n_rows, sup.pre[pos])
 
     def extra_stats(self, vals, sup) -> dict:
         v = vals.detach()
