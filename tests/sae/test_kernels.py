@@ -96,3 +96,12 @@ def test_grouped_topk_is_exact(shape, k):
     vals, idx = topk(t.flatten(), k)
     assert torch.equal(vals.sort().values, t.flatten().topk(k).values.sort().values)
     assert idx.unique().numel() == k
+
+
+def test_encode_output_does_not_tie_the_support_into_the_graph():
+    """Returning sup.pre itself made a C++ reference cycle (tensor -> node -> ctx -> support -> tensor)
+    that leaked every training step's graph."""
+    x, W_enc, b_enc, W_dec, h, sup = _problem()
+    W_enc.requires_grad_()
+    pre = SparseKernels.encode(x, W_enc, b_enc, sup)
+    assert pre.grad_fn is not None and sup.pre.grad_fn is None and pre.data_ptr() != sup.pre.data_ptr()

@@ -134,7 +134,9 @@ class _Encode(torch.autograd.Function):
     def forward(ctx, x, W_enc, b_enc, sup):
         ctx.save_for_backward(x, W_enc)
         ctx.sup = sup
-        return sup.pre.to(W_enc.dtype)
+        # a copy: returning sup.pre itself would give it this node as grad_fn, and the cycle
+        # tensor -> node -> ctx.sup -> tensor lives in C++ where Python's GC cannot free it
+        return sup.pre.to(W_enc.dtype, copy=True)
 
     @staticmethod
     def backward(ctx, g):
