@@ -118,18 +118,19 @@ class SparseAutoencoder(nn.Module):
     def _select(self, enc_in, W_enc, b_enc, dead_mask=None, select=None) -> tuple[Support, Support | None]:
         """The one dense product, in row chunks on the CPU: each chunk of h is selected from (and
         AuxK's dead units ranked) while still in cache, so the B x n matrix never goes to memory."""
-        B = enc_in.shape[0]
-        step = ENCODE_ROWS if enc_in.device.type == "cpu" else B
+        B, cpu = enc_in.shape[0], enc_in.device.type == "cpu"
+        step = ENCODE_ROWS if cpu else B
+        # CPU: one buffer for every chunk (no fresh pages per chunk). Not on a GPU: an op with out=
+        # is exempt from autocast, so the matmul would stay fp32 there.
+        buf = torch.empty(min(step, B), W_enc.shape[0], dtype=enc_in.dtype) if cpu else None
+        dead = dead_mask.nonzero().squeeze(1) if dead_mask is not None else None
         sups, auxs = [], []
-        buf = None
         for start in range(0, B, step):
-            rows = min(step, B - start)
-            if buf is None or buf.shape[0] != rows:  # one buffer for all chunks: no fresh pages per chunk
-                buf = torch.empty(rows, W_enc.shape[0], dtype=enc_in.dtype, device=enc_in.device)
-            h = self._preacts(enc_in[start:start + step], W_enc, b_enc, buf)
+            chunk = enc_in[start:start + step]
+            h = self._preacts(chunk, W_enc, b_enc, buf[:len(chunk)] if cpu else None)
             sups.append((select or self.select)(h))
-            if dead_mask is not None:
-                auxs.append(self._aux_select(h, dead_mask))
+            if dead is not None:
+                auxs.append(self._aux_select(h, dead))
         sup = self.finish_select(Support.cat(sups), enc_in, W_enc, b_enc)
         return sup, Support.cat(auxs) if auxs else None
 
@@ -175,9 +176,8 @@ class SparseAutoencoder(nn.Module):
             units = torch.unique(sup.rows[fired] * n_units + units) % n_units
         return torch.bincount(units, minlength=n_units)
 
-    def _aux_select(self, h: torch.Tensor, dead_mask: torch.Tensor) -> Support:
-        """AuxK's support: the aux_k (in latents) highest-scoring dead units of each token."""
-        dead = dead_mask.nonzero().squeeze(1)
+    def _aux_select(self, h: torch.Tensor, dead: torch.Tensor) -> Support:
+        """AuxK's support: the aux_k (in latents) highest-scoring dead units (indices `dead`) of each token."""
         k_units = min(max(1, self.cfg.aux_k // self.u), dead.numel())
         vals, top = topk(self.unit_scores(h).index_select(1, dead), k_units)
         keep = None if self.signed else vals > 0  # ReLU codes must be positive

@@ -1,8 +1,8 @@
 """Sparse encoder/decoder products: only the encoder forward is a dense B x d x n matmul.
 
 The encoder forward ranks every latent (dense `h`, computed without autograd, in row chunks that
-stay in cache; `topk` picks from each chunk). Everything else
-touches only the selected (token, latent) pairs of a `Support`:
+stay in cache; `topk` picks from each chunk). Everything else touches only the selected
+(token, latent) pairs of a `Support`:
   encode: the selected pre-activations, whose backward scatters into the selected encoder rows;
   decode: an embedding_bag over the selected decoder rows, whose backward gathers/scatters the same.
 A dense implementation does about five B x d x n matmuls per step; this one does one.
