@@ -195,6 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
     from workbench.circuits.cli import add_commands as add_circuit_commands
 
     add_circuit_commands(sub)
+    from workbench.features.cli import add_commands as add_feature_commands
+
+    add_feature_commands(sub)
 
     d = sub.add_parser("demo", parents=[quiet], help="run the whole workbench on the embedded model into a workspace")
     d.add_argument("--workspace", default="workspace", help="output folder (default: %(default)s)")
