@@ -12,12 +12,13 @@ import sys
 from pathlib import Path
 
 from workbench.cache import CacheError, hook_summary
+from workbench.errors import UserError
 from workbench.sae import NonFiniteError
 from workbench.sae.config import ARCHITECTURES
 
 # errors a user can cause and fix (each message names the bad value and the way out)
 USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, FileExistsError, KeyError, CacheError,
-                                                NonFiniteError)
+                                                NonFiniteError, UserError)
 
 
 def _model_train(a: argparse.Namespace) -> None:
@@ -198,6 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
     from workbench.features.cli import add_commands as add_feature_commands
 
     add_feature_commands(sub)
+    from workbench.app_cli import add_commands as add_app_commands
+
+    add_app_commands(sub)
 
     d = sub.add_parser("demo", parents=[quiet], help="run the whole workbench on the embedded model into a workspace")
     d.add_argument("--workspace", default="workspace", help="output folder (default: %(default)s)")

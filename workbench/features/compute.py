@@ -57,7 +57,7 @@ class Entries:
         edge_i = self.starts[:, None] + np.floor(q * np.maximum(c - 1, 0)).astype(np.int64)
         edges = np.where(c > 0, self.vals[np.minimum(edge_i, len(self.vals) - 1)] if len(self.vals) else 0, 0).astype(np.float32)
         frac = (np.arange(n_bins)[:, None] + (np.arange(per_bin)[None, :] + 0.5) / per_bin).reshape(1, -1) / n_bins
-        i = self.starts[:, None] + np.floor(frac * c).astype(np.int64)
+        i = self.starts[:, None] + np.floor(frac * np.maximum(c - 1, 0)).astype(np.int64)  # same rank scale as the edges
         ok = c > 0
         ok = ok & np.concatenate([np.ones((len(i), 1), bool), np.diff(i, axis=1) > 0], axis=1)
         rows, vals = self._take(i, ok)

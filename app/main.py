@@ -1,0 +1,19 @@
+"""Entry script of the workbench app: `workbench app` runs it with `streamlit run`.
+
+Pages are registered here with st.navigation; each page keeps its view state in the URL's query
+parameters, so every view is a deep link.
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `app` and this checkout's `workbench`
+
+import streamlit as st  # noqa: E402
+
+from app import ui  # noqa: E402
+
+st.set_page_config(page_title="workbench", layout="wide")
+nav = st.navigation([st.Page(p, title=t, url_path=u, default=u == "workspace") for p, t, u in ui.PAGES])
+st.sidebar.caption(f"workspace: `{ui.root()}`")
+nav.run()

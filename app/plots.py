@@ -1,0 +1,97 @@
+"""Figure builders as pure functions (no Streamlit): Plotly figures and token-highlight HTML."""
+
+from __future__ import annotations
+
+import html
+import math
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
+
+
+def activation_histogram(counts, edges, title: str = "non-zero activations") -> go.Figure:
+    """Equal-width histogram of a unit's non-zero activations, from the store's counts and edges."""
+    edges = np.asarray(edges, dtype=float)
+    mids, width = (edges[1:] + edges[:-1]) / 2, np.diff(edges)
+    fig = go.Figure(go.Bar(x=mids, y=counts, width=width, marker_color=PALETTE[1],
+                           hovertemplate="activation %{x:.3g}<br>%{y} tokens<extra></extra>"))
+    fig.update_layout(title=title, xaxis_title="activation", yaxis_title="tokens", bargap=0.02,
+                      height=280, margin=dict(l=40, r=10, t=40, b=40))
+    return fig
+
+
+def log_frequency_histogram(freqs: dict[str, np.ndarray], n_bins: int = 40) -> go.Figure:
+    """Overlaid histograms of log10 firing frequency, one per SAE; units that never fired are counted in the legend."""
+    fig = go.Figure()
+    live = [np.log10(f[f > 0]) for f in freqs.values() if (f > 0).any()]
+    lo = min((x.min() for x in live), default=-6.0)
+    bins = dict(start=math.floor(lo), end=0.0, size=(0 - math.floor(lo)) / n_bins)
+    for i, (name, f) in enumerate(freqs.items()):
+        f = np.asarray(f)
+        fig.add_trace(go.Histogram(x=np.log10(f[f > 0]), xbins=bins, name=f"{name} ({int((f == 0).sum())} never fired)",
+                                   opacity=0.6, marker_color=PALETTE[i % len(PALETTE)]))
+    fig.update_layout(barmode="overlay", xaxis_title="log10 firing frequency", yaxis_title="units", height=320,
+                      margin=dict(l=40, r=10, t=30, b=40), legend=dict(orientation="h", y=-0.25))
+    return fig
+
+
+def training_curves(curves: dict[str, list[dict]], keys=("fvu", "l0", "dead_frac")) -> go.Figure:
+    """One panel per metric, one line per SAE, against training tokens."""
+    keys = [k for k in keys if any(k in r for rows in curves.values() for r in rows)]
+    fig = make_subplots(rows=1, cols=max(len(keys), 1), subplot_titles=keys)
+    for i, (name, rows) in enumerate(curves.items()):
+        for j, k in enumerate(keys):
+            pts = [(r["tokens"], r[k]) for r in rows if k in r and "tokens" in r]
+            if pts:
+                x, y = zip(*pts)
+                fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=name, legendgroup=name, showlegend=j == 0,
+                                         line=dict(color=PALETTE[i % len(PALETTE)])), row=1, col=j + 1)
+    fig.update_xaxes(title_text="tokens")
+    fig.update_layout(height=300, margin=dict(l=40, r=10, t=40, b=40), legend=dict(orientation="h", y=-0.3))
+    return fig
+
+
+def block_scatter(coords, values, title: str = "block coordinates on its top examples") -> go.Figure:
+    """A block's code vectors on its top examples: 2-D for blocks of 2, 3-D (first three coordinates) above."""
+    c = np.asarray(coords, dtype=float).reshape(len(values), -1)
+    hover = [f"example {i + 1}: norm {v:.3g}" for i, v in enumerate(values)]
+    marker = dict(color=values, colorscale="Oranges", showscale=True, colorbar=dict(title="norm"), size=6)
+    if c.shape[1] >= 3:
+        tr = go.Scatter3d(x=c[:, 0], y=c[:, 1], z=c[:, 2], mode="markers", marker=marker, text=hover, hoverinfo="text")
+        fig = go.Figure(tr)
+        fig.update_layout(scene=dict(xaxis_title="z0", yaxis_title="z1", zaxis_title="z2"))
+        if c.shape[1] > 3:
+            title += f" (first 3 of {c.shape[1]} coordinates)"
+    else:
+        y = c[:, 1] if c.shape[1] > 1 else np.zeros(len(c))
+        fig = go.Figure(go.Scatter(x=c[:, 0], y=y, mode="markers", marker=marker, text=hover, hoverinfo="text"))
+        fig.update_layout(xaxis_title="z0", yaxis_title="z1")
+    fig.update_layout(title=title, height=360, margin=dict(l=10, r=10, t=40, b=10))
+    return fig
+
+
+def scaffold_heatmap(abs_cos, explained) -> go.Figure:
+    """|cos| between each scaffold direction and the stream's top principal components."""
+    a = np.asarray(abs_cos, dtype=float)
+    x = [f"PC{j + 1} ({100 * e:.1f}%)" for j, e in enumerate(explained)]
+    fig = go.Figure(go.Heatmap(z=a, x=x, y=[f"scaffold {i + 1}" for i in range(len(a))], zmin=0, zmax=1,
+                               colorscale="Blues", hovertemplate="%{y} vs %{x}: |cos| %{z:.3f}<extra></extra>"))
+    fig.update_layout(title="scaffold directions vs the stream's principal components (|cos|, % variance)",
+                      height=120 + 30 * len(a), margin=dict(l=10, r=10, t=40, b=10))
+    return fig
+
+
+def highlight_html(tokens: list[str], acts: list[float], center: int | None = None, vmax: float | None = None) -> str:
+    """Tokens as inline spans shaded by activation (title = the value); the example's token underlined."""
+    vmax = vmax or max([abs(a) for a in acts] + [1e-12])
+    spans = []
+    for i, (t, a) in enumerate(zip(tokens, acts)):
+        alpha = min(abs(a) / vmax, 1.0)
+        style = f"background:rgba(255,140,0,{alpha:.2f});padding:1px 2px;border-radius:3px"
+        if i == center:
+            style += ";border-bottom:2px solid #d62728;font-weight:600"
+        spans.append(f'<span style="{style}" title="{a:.3f}">{html.escape(t)}</span>')
+    return '<div style="font-family:monospace;line-height:1.9">' + " ".join(spans) + "</div>"

@@ -1,0 +1,81 @@
+"""Prompt view: run the model and an SAE live on a typed prompt; features per token, links to their pages."""
+
+import pandas as pd
+import streamlit as st
+
+from app import data, plots, ui
+from workbench.errors import UserError
+
+st.title("Prompt")
+rel = ui.pick_sae()
+info = ui.sae_info(rel)
+
+
+@st.cache_resource(show_spinner="loading the model...", max_entries=2)
+def load_model(spec: str):
+    from workbench.models import load, model_id
+
+    model, tok = load(spec, device="cpu")
+    return model, model_id(model)
+
+
+@st.cache_resource(show_spinner="loading the SAE...", max_entries=4)
+def load_sae(path: str, stamp: float):
+    from workbench.sae.io import load_sae
+
+    return load_sae(path, device="cpu").eval()
+
+
+def find_model(want: str):
+    """The model the SAE was trained on: the embedded one or a saved model in the workspace, matched by id."""
+    for spec in ["tiny"] + [str(data.resolve(ui.root(), m)) for m in data.model_dirs(ui.root())]:
+        try:
+            model, mid = load_model(spec)
+        except (UserError, ValueError, OSError):
+            continue
+        if mid == want:
+            return model
+    ui.fail(f"the model this SAE reads ({want}) is neither the embedded model nor a saved model in the workspace's "
+            "models/ folder, so it cannot run here")
+
+
+prompt = st.text_input("prompt", value=st.query_params.get("prompt", ""), placeholder="type a prompt and press Enter")
+if st.query_params.get("prompt", "") != prompt:
+    st.query_params["prompt"] = prompt
+if prompt.strip():
+    import torch
+
+    model = find_model((info["cfg"].get("metadata") or {}).get("model_name"))
+    folder = data.resolve(ui.root(), rel)
+    sae = load_sae(str(folder), (folder / "sae_weights.safetensors").stat().st_mtime)
+    hook = info["hook"]
+    if len(model.to_tokens(prompt)[0]) > model.cfg.n_ctx:
+        ui.fail(f"the prompt is longer than the model's context of {model.cfg.n_ctx} tokens")
+    with torch.no_grad():
+        toks = model.to_tokens(prompt)
+        _, cache = model.run_with_cache(toks, names_filter=hook)
+        r = int(getattr(sae.cfg, "scaffold_rank", 0))
+        z = sae.encode(cache[hook][0].to(sae.dtype))[:, :sae.cfg.d_sae - r].float()
+    b = int(getattr(sae.cfg, "block_size", 1))
+    a = z.view(len(z), -1, b).norm(dim=-1) if b > 1 else z
+    strs = model.to_str_tokens(toks[0])
+    unit_name = "block" if b > 1 else "latent"
+    k = min(5, a.shape[1])
+    vals, idx = a.topk(k, dim=-1)
+    rows = [{"pos": i, "token": t, **{f"#{j + 1}": f"{int(idx[i, j])} ({float(vals[i, j]):.2f})" if vals[i, j] > 0 else ""
+                                       for j in range(k)}} for i, t in enumerate(strs)]
+    st.subheader(f"top {k} {unit_name}s per token")
+    st.dataframe(pd.DataFrame(rows), hide_index=True)
+    fired = sorted({int(i) for i, v in zip(idx.flatten(), vals.flatten()) if v > 0})
+    if fired:
+        pick = st.selectbox(f"show one {unit_name} across the prompt", fired,
+                            index=fired.index(ui.int_param("unit", fired[0])) if ui.int_param("unit", fired[0]) in fired else 0)
+        if str(pick) != st.query_params.get("unit"):
+            st.query_params["unit"] = str(pick)
+        st.html(plots.highlight_html(strs, a[:, pick].tolist()))
+        if info["store"]:
+            ui.feature_link(rel, pick, f"open {unit_name} {pick}")
+            lab = ui.store(rel).units["label"]
+            st.caption("best labels of the units above: " + "; ".join(f"{i}: {lab.iat[i]}" for i in fired[:30] if lab.iat[i]))
+        else:
+            st.caption("this SAE has no feature store: build one to open feature pages")

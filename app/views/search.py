@@ -1,0 +1,50 @@
+"""Search one SAE's features: by index, by token, by text in their top contexts, by ground-truth label."""
+
+import pandas as pd
+import streamlit as st
+
+from app import ui
+from workbench.errors import UserError
+
+MODES = {"token": "token (features that fire most on it)", "text": "text in top contexts",
+         "label": "ground-truth label", "index": "index"}
+
+st.title("Search")
+rel = ui.pick_sae(require_store=True)
+store = ui.store(rel)
+by = st.query_params.get("by", "token")
+if by not in MODES:
+    ui.fail(f"unknown search mode by={by!r}; valid: {', '.join(MODES)}")
+c = st.columns([1, 2])
+by = c[0].radio("search by", list(MODES), index=list(MODES).index(by), format_func=MODES.get)
+q = c[1].text_input("query", value=st.query_params.get("q", ""),
+                    placeholder={"token": "a token, e.g. Paris", "text": "words, e.g. lives in", "label": "e.g. ioi, name, city=Paris",
+                                 "index": "a unit index"}[by])
+for k, v in (("by", by), ("q", q)):
+    if st.query_params.get(k, "") != v:
+        st.query_params[k] = v
+
+if q.strip():
+    try:
+        if by == "index":
+            hits = [{"unit": store.check_unit(q.strip())}]
+        elif by == "token":
+            hits = store.search_token(q)
+        elif by == "text":
+            hits = store.search_text(q)
+        else:
+            hits = store.search_label(q)
+    except UserError as e:
+        ui.fail(e)
+    if not hits:
+        st.info("no matching features")
+    else:
+        labels = store.units["label"]
+        for h in hits:
+            h["best label"] = labels.iat[h["unit"]]
+        st.caption(f"{len(hits)} results" + (" (mean activation over the token's occurrences; 'fires_on' = share of them)"
+                                            if by == "token" else ""))
+        st.dataframe(pd.DataFrame(hits), hide_index=True)
+        for h in hits[:20]:
+            ui.feature_link(rel, h["unit"], f"open {store.manifest['unit']} {h['unit']}"
+                            + (f" · {h['best label']}" if h["best label"] else ""))

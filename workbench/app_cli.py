@@ -1,0 +1,39 @@
+"""`workbench app`: serve the Streamlit app (app/main.py) on a workspace, on localhost by default."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from workbench.errors import UserError
+
+APP = Path(__file__).resolve().parents[1] / "app" / "main.py"
+
+
+def streamlit_command(workspace: Path, host: str, port: int) -> list[str]:
+    """streamlit run with the flags of a local, offline tool: no usage stats, no file watcher, no deploy button."""
+    return [sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", host, "--server.port", str(port),
+            "--server.headless", "true", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
+            "--client.toolbarMode", "minimal", "--global.developmentMode", "false"]
+
+
+def _app(a: argparse.Namespace) -> None:
+    ws = Path(a.workspace).resolve()
+    if not ws.is_dir():
+        raise UserError(f"no workspace folder at {ws}: run `workbench demo` first or pass --workspace DIR")
+    if not APP.is_file():
+        raise UserError(f"the app's entry script {APP} is missing from this installation")
+    env = {**os.environ, "WORKBENCH_WORKSPACE": str(ws)}
+    print(f"serving {ws} at http://{a.host}:{a.port}", flush=True)
+    cmd = streamlit_command(ws, a.host, a.port)
+    os.execve(cmd[0], cmd, env)  # the server becomes this process: Ctrl-C and kill reach it directly
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser("app", help="browse a workspace's SAEs and features in the Streamlit app")
+    p.add_argument("--workspace", default="workspace", help="workspace folder (default: %(default)s)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind; anything but localhost exposes the app (default: %(default)s)")
+    p.add_argument("--port", type=int, default=8501, help="port (default: %(default)s)")
+    p.set_defaults(func=_app)
