@@ -1,0 +1,105 @@
+"""Every page of the app on a small real workspace (AppTest: the scripts run, no browser)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from workbench.features import FeatureStore
+
+
+def saes(ws):
+    return sorted(f"saes/{p.name}" for p in (ws / "saes").iterdir() if (p / "cfg.json").is_file())
+
+
+def ok(at):
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    return at
+
+
+def links(at):
+    return [p.proto.label for p in at.get("page_link")]
+
+
+def test_overview_lists_every_artifact(app, feature_workspace):
+    at = ok(app())
+    text = " ".join(str(d.value) for d in at.dataframe)
+    for name in ("random", "random-synthetic", *[s.split("/")[1] for s in saes(feature_workspace)]):
+        assert name in text
+    assert sum("open " in label for label in links(at)) == len(saes(feature_workspace))
+
+
+def test_sae_page_compares_saes_on_one_hook(app, feature_workspace):
+    first, *others = saes(feature_workspace)
+    at = ok(app("views/sae.py", sae=first, compare=",".join(others)))
+    table = at.dataframe[0].value
+    assert list(table.columns) == [s.split("/")[1] for s in [first, *others]]
+    assert "fvu" in table.index and "never fired (store)" in table.index
+    charts = at.get("plotly_chart")
+    assert len(charts) >= 3  # curves, log-frequency histogram, scaffold panel
+    assert any("scaffold" in c.proto.spec for c in charts)
+
+
+def test_feature_page_shows_every_panel(app, feature_workspace):
+    for rel in saes(feature_workspace):
+        store = FeatureStore(feature_workspace / rel)
+        u = int(store.units["count"].idxmax())
+        at = ok(app("views/feature.py", sae=rel, unit=str(u)))
+        assert at.title[0].value.endswith(f"{store.manifest['unit']} {u}")
+        page = " ".join(m.value for m in at.markdown) + " ".join(c.value for c in at.caption)
+        assert "quantile" in page and "ln_final.w" in page
+        nb = [label for label in links(at) if "cosine" in label or "correlation" in label]
+        assert any("cosine" in label for label in nb) and any("correlation" in label for label in nb)
+        if store.manifest["unit"] == "block":
+            assert any("Scatter3d" in c.proto.spec or "scatter3d" in c.proto.spec for c in at.get("plotly_chart"))
+        if store.manifest["prefixes"]:
+            assert any(m.label == "Matryoshka level" for m in at.metric)
+
+
+@pytest.mark.parametrize("by", ["token", "text", "label", "index"])
+def test_search_returns_the_store_s_answer(app, feature_workspace, by):
+    rel = saes(feature_workspace)[-1]
+    store = FeatureStore(feature_workspace / rel)
+    tok = store.units  # noqa: F841  (warms the table like the page does)
+    word = store.token(int(store.array("token_counts").argmax()))
+    q = {"token": word, "text": word, "label": store.units["label"].iat[int(store.units["count"].idxmax())], "index": "7"}[by]
+    expect = {"token": store.search_token, "text": store.search_text, "label": store.search_label,
+              "index": lambda q: [{"unit": 7}]}[by](q)
+    at = ok(app("views/search.py", sae=rel, by=by, q=q))
+    assert list(at.dataframe[0].value["unit"]) == [h["unit"] for h in expect]
+    assert links(at)[0].startswith(f"open {store.manifest['unit']} {expect[0]['unit']}")
+
+
+def test_prompt_view_runs_the_model_and_sae(app, feature_workspace):
+    rel = saes(feature_workspace)[0]
+    at = ok(app("views/prompt.py", sae=rel, prompt="Mary and John went to the market"))
+    table = at.dataframe[0].value
+    assert list(table["token"])[-1].strip() == "market"
+    assert any(label.startswith("open block") for label in links(at))  # the first SAE is the block-sparse one
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"sae": "../etc"}, "'..' may not appear"),
+    ({"sae": "/etc/passwd"}, "not a path inside the workspace"),
+    ({"sae": "saes/escape"}, "outside the workspace"),
+    ({"sae": "saes/nothing-here"}, "does not exist"),
+    ({"unit": "abc"}, "not an integer"),
+    ({"unit": "999999"}, "out of range"),
+])
+def test_bad_deep_links_show_an_error_not_a_traceback(app, feature_workspace, tmp_path, params, message):
+    link = feature_workspace / "saes" / "escape"
+    os.symlink(tmp_path, link)  # a symlink leading out of the workspace
+    try:
+        at = app("views/feature.py", **{"sae": saes(feature_workspace)[0], **params})
+    finally:
+        link.unlink()
+    assert not at.exception
+    assert message in at.error[0].value
+
+
+def test_bad_search_mode_and_query(app, feature_workspace):
+    rel = saes(feature_workspace)[0]
+    assert "unknown search mode" in app("views/search.py", sae=rel, by="regex", q="x").error[0].value
+    assert "no token spelled" in app("views/search.py", sae=rel, by="token", q="qqqq").error[0].value
