@@ -87,8 +87,7 @@ def pick_sae(require_store: bool = False, label: str = "SAE") -> str:
                                               if require_store else ""))
     chosen = st.selectbox(label, options, index=options.index(want) if want in options else 0)
     st.session_state["sae"] = chosen
-    if st.query_params.get("sae") != chosen:
-        st.query_params["sae"] = chosen
+    st.query_params["sae"] = chosen  # always sent: a link to the same page does not update the URL by itself
     return chosen
 
 

@@ -15,8 +15,7 @@ try:
 except ValueError as e:
     ui.fail(e)
 u = st.number_input(f"{unit_name} index (0..{store.n_units - 1})", min_value=0, max_value=store.n_units - 1, value=want)
-if str(u) != st.query_params.get("unit"):
-    st.query_params["unit"] = str(u)
+st.query_params["unit"] = str(u)
 f = store.unit(u)
 s = f["stats"]
 
