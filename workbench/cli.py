@@ -11,13 +11,9 @@ import json
 import sys
 from pathlib import Path
 
-from workbench.cache import CacheError, hook_summary
-from workbench.sae import NonFiniteError
-from workbench.sae.config import ARCHITECTURES
-
-# errors a user can cause and fix (each message names the bad value and the way out)
-USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, FileExistsError, KeyError, CacheError,
-                                                NonFiniteError)
+from workbench.cache import hook_summary
+from workbench.errors import UserError
+from workbench.sae.config import ARCHITECTURES, ConfigError
 
 
 def _model_train(a: argparse.Namespace) -> None:
@@ -63,7 +59,9 @@ def _expand_hooks(spec: str, model) -> list[str]:
 
     found = [h for h in model.hook_dict if fnmatch.fnmatchcase(h, spec)]
     if not found:
-        raise ValueError(f"hook pattern {spec!r} matches no hook; valid hooks: {', '.join(hook_summary(model.hook_dict))}")
+        from workbench.cache import UnknownHookError
+
+        raise UnknownHookError(f"hook pattern {spec!r} matches no hook; valid hooks: {', '.join(hook_summary(model.hook_dict))}")
     return found
 
 
@@ -85,7 +83,7 @@ def _set_fields(cls, pairs: list[str]) -> dict:
     for pair in pairs:
         key, eq, raw = pair.partition("=")
         if not eq or key not in fields:
-            raise ValueError(f"bad --set {pair!r}: expected FIELD=VALUE with FIELD one of {', '.join(fields)}")
+            raise ConfigError(f"bad --set {pair!r}: expected FIELD=VALUE with FIELD one of {', '.join(fields)}")
         try:
             out[key] = json.loads(raw)
         except json.JSONDecodeError:
@@ -204,14 +202,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; a UserError, or an OS error on a named file, is one line on stderr and status 2."""
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
-    except USER_ERRORS as e:
-        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
-        print(f"workbench {args.command}: error: {msg}", file=sys.stderr)
-        return 2
+    except UserError as e:
+        return _fail(args.command, str(e))
+    except OSError as e:
+        if e.filename is None:  # nothing to name: not a user's file, so keep the traceback
+            raise
+        where = f"{e.filename} -> {e.filename2}" if e.filename2 else e.filename
+        return _fail(args.command, f"{e.strerror or type(e).__name__}: {where}")
     return 0
+
+
+def _fail(command: str, message: str) -> int:
+    print(f"workbench {command}: error: {message}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

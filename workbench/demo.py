@@ -11,6 +11,7 @@ import shutil
 import time
 from pathlib import Path
 
+from workbench.errors import OutputExistsError
 from workbench.workspace import Workspace
 
 DEMO_HOOK = "blocks.2.hook_resid_post"
@@ -25,7 +26,7 @@ def run_demo(root: Path, overwrite: bool = False, progress: bool = True, cache_t
 
     if root.exists() and any(root.iterdir()):
         if not overwrite:
-            raise FileExistsError(f"workspace {root} already exists and is not empty; pass --overwrite to replace it")
+            raise OutputExistsError(f"workspace {root} already exists and is not empty; pass --overwrite to replace it")
         shutil.rmtree(root)
     ws = Workspace(root)
     t0 = time.time()

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workbench.atomic import atomic_write_text, sha256_file
+from workbench.errors import BadValueError
 
 KINDS = ("caches", "saes", "circuits", "models", "features")
 MANIFEST = "artifact.json"
@@ -32,7 +33,7 @@ class Workspace:
 
     def path(self, kind: str, name: str) -> Path:
         if kind not in KINDS:
-            raise ValueError(f"unknown artifact kind {kind!r}; valid kinds: {', '.join(KINDS)}")
+            raise BadValueError(f"unknown artifact kind {kind!r}; valid kinds: {', '.join(KINDS)}")
         return self.root / kind / name
 
     def record(self, kind: str, name: str, *, made_by: str, config: dict, inputs: dict | None = None,

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
+from workbench.cache.errors import CacheValueError
+
 DTYPES = ("float32", "float16", "bfloat16")
 SPLITS = ("train", "heldout")
 
@@ -26,18 +28,18 @@ class CacheConfig:
 
     def __post_init__(self):
         if self.dtype not in DTYPES:
-            raise ValueError(f"unknown dtype {self.dtype!r}; valid: {', '.join(DTYPES)}")
+            raise CacheValueError(f"unknown dtype {self.dtype!r}; valid: {', '.join(DTYPES)}")
         if self.n_tokens < 1:
-            raise ValueError(f"n_tokens must be >= 1, got {self.n_tokens}")
+            raise CacheValueError(f"n_tokens must be >= 1, got {self.n_tokens}")
         if not 0.0 <= self.heldout_fraction < 1.0:
-            raise ValueError(f"heldout_fraction must be in [0, 1), got {self.heldout_fraction}")
+            raise CacheValueError(f"heldout_fraction must be in [0, 1), got {self.heldout_fraction}")
         for name in ("ctx_len", "batch_size", "shard_tokens"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise CacheValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.outlier_factor <= 1.0:
-            raise ValueError(f"outlier_factor must be > 1, got {self.outlier_factor}")
+            raise CacheValueError(f"outlier_factor must be > 1, got {self.outlier_factor}")
         if self.n_rows("train") < 1:
-            raise ValueError(f"n_tokens={self.n_tokens} with heldout_fraction={self.heldout_fraction} leaves no train rows")
+            raise CacheValueError(f"n_tokens={self.n_tokens} with heldout_fraction={self.heldout_fraction} leaves no train rows")
 
     def n_rows(self, split: str) -> int:
         heldout = round(self.n_tokens * self.heldout_fraction)

@@ -18,7 +18,8 @@ import numpy as np
 import torch
 
 from workbench.cache.config import SPLITS, CacheConfig
-from workbench.cache.errors import CacheCorruptError, CacheIncompleteError, CacheMismatchError, CacheNotFoundError, UnknownHookError
+from workbench.cache.errors import (CacheCorruptError, CacheIncompleteError, CacheMismatchError, CacheNotFoundError,
+                                    CacheValueError, UnknownHookError)
 from workbench.cache.format import STORE_DTYPES, NpyReader
 from workbench.cache.sampler import RowSampler
 from workbench.cache.shards import check_shard
@@ -101,7 +102,7 @@ class ActivationCache:
 
     def _split(self, split: str) -> str:
         if split not in SPLITS:
-            raise ValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
+            raise CacheValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
         return split
 
     # --- activations -------------------------------------------------------------------------

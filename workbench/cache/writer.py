@@ -35,7 +35,8 @@ import torch
 from tqdm.auto import tqdm
 
 from workbench.cache.config import SPLITS, CacheConfig
-from workbench.cache.errors import CacheCorruptError, CacheExistsError, CacheMismatchError, DiskFullError, UnknownHookError
+from workbench.cache.errors import (CacheCorruptError, CacheExistsError, CacheMismatchError, CacheValueError,
+                                    DiskFullError, UnknownHookError)
 from workbench.cache.format import CHECKSUM, write_json_atomic
 from workbench.cache.hooks import stop_layer, validate_hooks
 from workbench.cache.prefetch import prefetched
@@ -64,11 +65,11 @@ def harvest(model, corpus, hooks, out_dir, n_tokens: int, *, ctx_len: int | None
         equals a clean run. overwrite: replace an existing cache in out_dir.
     """
     if resume and overwrite:
-        raise ValueError("pass resume=True or overwrite=True, not both")
+        raise CacheValueError("pass resume=True or overwrite=True, not both")
     hooks = validate_hooks(model, hooks)
     ctx_len = ctx_len or model.cfg.n_ctx
     if ctx_len > model.cfg.n_ctx:
-        raise ValueError(f"ctx_len={ctx_len} exceeds the model's n_ctx={model.cfg.n_ctx}")
+        raise CacheValueError(f"ctx_len={ctx_len} exceeds the model's n_ctx={model.cfg.n_ctx}")
     from workbench.models import model_id  # here, so readers of a cache never import transformer_lens
 
     dims = _probe_dims(model, hooks)
@@ -220,7 +221,7 @@ def _forward(model, batch, first_seq: int, cfg: CacheConfig, remaining: int):
     tokens = np.stack([s.tokens for s in batch])
     b, t = tokens.shape
     if t != cfg.ctx_len:
-        raise ValueError(f"corpus {cfg.corpus} yielded sequences of {t} tokens, expected ctx_len={cfg.ctx_len}")
+        raise CacheValueError(f"corpus {cfg.corpus} yielded sequences of {t} tokens, expected ctx_len={cfg.ctx_len}")
     flat = tokens.reshape(-1)
     keep = np.flatnonzero(~np.isin(flat, cfg.special_ids)) if cfg.exclude_special else np.arange(b * t)
     n_seq = b
@@ -310,7 +311,7 @@ class _Closer:
 def _finalize(out: Path, cfg: CacheConfig, label_names: dict, dims: dict[str, int]) -> None:
     shards = {s: [read_record(d) for d in shard_dirs(out / s)] for s in SPLITS}
     if not shards["train"]:
-        raise ValueError(f"corpus {cfg.corpus} yielded no train rows; nothing to cache")
+        raise CacheValueError(f"corpus {cfg.corpus} yielded no train rows; nothing to cache")
     (out / "stats").mkdir(exist_ok=True)
     stats = {h: hook_stats(out, h, shards, cfg.outlier_factor) for h in cfg.hooks}
     first = shards["train"][0]["files"]

@@ -21,6 +21,7 @@ from workbench.circuits.metrics import check_budget
 from workbench.circuits.select import topk
 from workbench.circuits.search import Found, QuerySearch, SearchConfig, ZeroGapError
 from workbench.circuits.types import Circuit
+from workbench.errors import BadValueError
 
 def synthetic_samples(query, n: int, seed: int = 0) -> tuple[list[tuple[str, str]], list[str]]:
     """(paraphrases with their counterfactuals, resampled counterfactuals of the query) from the corpus."""
@@ -64,7 +65,7 @@ def _prepare_all(model, prompt, answer, counterfactual, wrong, paraphrases, coun
             paraphrases, counterfactuals = synthetic_samples(cq, n_samples, seed)
         prompt = cq.prompt
     if answer is None:
-        raise ValueError("an answer is required (the token the model should predict after the prompt)")
+        raise BadValueError("an answer is required (the token the model should predict after the prompt)")
     q = resolve_wrong(model, prepare(model, prompt, answer, counterfactual, wrong), metric)
     samples: dict[str, QueryInput] = {}
     for i, cf in enumerate(counterfactuals, 1):
@@ -112,14 +113,14 @@ def find_circuit(model, prompt, answer=None, counterfactual=None, *, wrong=None,
     exact refinement) or "topk" (plain top-k of the query's own attribution scores: the baseline).
     """
     if strategy not in ("search", "topk"):
-        raise ValueError(f"unknown strategy {strategy!r}; valid: search, topk")
+        raise BadValueError(f"unknown strategy {strategy!r}; valid: search, topk")
     if budget is not None and target_ndf is not None:
-        raise ValueError("give either budget or target_ndf, not both")
+        raise BadValueError("give either budget or target_ndf, not both")
     if target_ndf is None:
         budget = 0.02 if budget is None else budget
         check_budget(budget)
     elif strategy == "topk":
-        raise ValueError("target_ndf needs strategy='search' (top-k has a fixed budget)")
+        raise BadValueError("target_ndf needs strategy='search' (top-k has a fixed budget)")
     cfg = SearchConfig(method=method, steps=steps, ablation=ablation, metric=metric, refine_steps=refine_steps,
                        min_gap=min_gap)
     q, samples = _prepare_all(model, prompt, answer, counterfactual, wrong, paraphrases, counterfactuals,

@@ -25,6 +25,7 @@ from workbench.circuits.hooks import answer_logits, flags
 from workbench.circuits.inputs import QueryInput
 from workbench.circuits.metrics import Metric
 from workbench.circuits.patching import Setup, make_setup
+from workbench.errors import BadValueError
 
 METHODS = ("eap", "eap-ig")
 AUTO_BATCH_BYTES = 64 * 2**20
@@ -46,9 +47,9 @@ class EdgeScores:
 
 def check_method(method: str, steps: int) -> None:
     if method not in METHODS:
-        raise ValueError(f"unknown attribution method {method!r}; valid: {', '.join(METHODS)}")
+        raise BadValueError(f"unknown attribution method {method!r}; valid: {', '.join(METHODS)}")
     if not (isinstance(steps, int) and steps >= 1):
-        raise ValueError(f"steps must be a positive integer (interpolation steps for eap-ig), got {steps!r}")
+        raise BadValueError(f"steps must be a positive integer (interpolation steps for eap-ig), got {steps!r}")
 
 
 def attribute(model, query: QueryInput, method: str = "eap-ig", steps: int = 5, ablation: str = "counterfactual",
@@ -94,7 +95,7 @@ def _step_chunk(model, pos: int, n_steps: int, step_batch) -> int:
         return n_steps
     if step_batch != "auto":
         if not (isinstance(step_batch, int) and step_batch >= 1):
-            raise ValueError(f"step_batch must be a positive integer, None or 'auto', got {step_batch!r}")
+            raise BadValueError(f"step_batch must be a positive integer, None or 'auto', got {step_batch!r}")
         return step_batch
     cfg = model.cfg
     # activations kept for backward per prompt: ~20 residual-sized tensors and the attention pattern per layer

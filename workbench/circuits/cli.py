@@ -1,18 +1,23 @@
-"""`workbench circuit find ...`: argparse wiring for the top-level CLI (add_commands) and a standalone main.
+"""`workbench circuit find|export|report`: the circuit sub-commands of the one CLI (`add_commands`).
 
     workbench circuit find --model tiny --prompt "..." --answer "..." [--counterfactual "..."]
                            [--budget 2% | --target-ndf 0.8] --out circuit.json
     workbench circuit find --task ioi --n 20 [--budgets 1%,2%,5%] [--out summary.json]
+    workbench circuit report --n 20 --out circuit_results.md
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+
+from workbench.errors import BadValueError
 
 from workbench.circuits.metrics import METRICS
 from workbench.circuits.patching import ABLATIONS
 from workbench.circuits.attribute import METHODS
+from workbench.corpus.synthetic import QUERY_TASKS
 
 
 def parse_budget(text: str) -> float:
@@ -26,6 +31,23 @@ def parse_budget(text: str) -> float:
         raise argparse.ArgumentTypeError(f"budget {text!r} is outside (0%, 100%]: a circuit needs at least one "
                                          "edge and cannot have more edges than the model")
     return value
+
+
+def parse_budgets(text: str) -> list[float]:
+    """'1%,2%,5%' -> [0.01, 0.02, 0.05] (each checked by parse_budget)."""
+    budgets = [parse_budget(b) for b in str(text).split(",") if b.strip()]
+    if not budgets:
+        raise argparse.ArgumentTypeError(f"no budget in {text!r}; use e.g. 1%,2%,5%")
+    return budgets
+
+
+def parse_tasks(text: str) -> list[str]:
+    """'ioi,induction' -> ['ioi', 'induction']; unknown names are an error listing the valid ones."""
+    tasks = [t.strip() for t in str(text).split(",") if t.strip()]
+    bad = [t for t in tasks if t not in QUERY_TASKS]
+    if bad or not tasks:
+        raise argparse.ArgumentTypeError(f"unknown task families {bad or [text]}; valid: {', '.join(QUERY_TASKS)}")
+    return tasks
 
 
 def add_commands(subparsers) -> None:
@@ -52,9 +74,11 @@ def add_commands(subparsers) -> None:
     f.add_argument("--steps", type=int, default=5, help="EAP-IG interpolation steps m (default: %(default)s)")
     f.add_argument("--samples", type=int, default=3, help="paraphrases and resampled counterfactuals per query")
     f.add_argument("--seed", type=int, default=0, help="seed for resampling (default: %(default)s)")
-    f.add_argument("--task", help="evaluate n generated queries of a synthetic task family instead of one prompt")
+    f.add_argument("--task", choices=QUERY_TASKS,
+                   help="evaluate n generated queries of a synthetic task family instead of one prompt")
     f.add_argument("--n", type=int, default=20, help="queries for --task (default: %(default)s)")
-    f.add_argument("--budgets", default="1%,2%,5%", help="budgets for --task, comma separated")
+    f.add_argument("--budgets", type=parse_budgets, default="1%,2%,5%",
+                   help="budgets for --task, comma separated (default: %(default)s)")
     f.add_argument("--out", help="circuit JSON (workbench schema) or, with --task, the summary JSON")
     f.add_argument("--mib", help="also write the EAP-IG/MIB circuit JSON here")
     f.add_argument("--neuronpedia", help="also write the Neuronpedia graph JSON here")
@@ -64,6 +88,18 @@ def add_commands(subparsers) -> None:
     e.add_argument("--format", required=True, choices=("mib", "neuronpedia"), help="target format")
     e.add_argument("--out", required=True, help="output file")
     e.set_defaults(func=run_export)
+    r = sub.add_parser("report", help="search vs top-k per task family, the induction mechanism and time per query, "
+                                      "as one markdown report")
+    r.add_argument("--model", default="tiny", help="tiny, a saved model folder, or a TransformerLens name (default: %(default)s)")
+    r.add_argument("--n", type=int, default=20, help="generated queries per task family (default: %(default)s)")
+    r.add_argument("--tasks", type=parse_tasks, default=",".join(QUERY_TASKS), help="task families, comma separated (default: %(default)s)")
+    r.add_argument("--budgets", type=parse_budgets, default="1%,1.3%,2%,5%", help="edge budgets, comma separated (default: %(default)s)")
+    r.add_argument("--timing-queries", type=int, default=5, help="queries timed end to end (default: %(default)s)")
+    r.add_argument("--induction-tries", type=int, default=10,
+                   help="induction queries tried for one with a previous-token -> induction path (default: %(default)s)")
+    r.add_argument("--out", default="circuit_results.md", help="markdown report (default: %(default)s)")
+    r.add_argument("--json", help="also write the raw summaries and timings here")
+    r.set_defaults(func=run_report)
 
 
 def run_find(args) -> int:
@@ -78,11 +114,10 @@ def run_find(args) -> int:
         from workbench.circuits.hooks import writer_means
 
         if not args.cache:
-            raise ValueError("--ablation mean needs --cache DIR (the means come from its token sequences)")
+            raise BadValueError("--ablation mean needs --cache DIR (the means come from its token sequences)")
         means = writer_means(model, ActivationCache.open(args.cache))
     if args.task:
-        budgets = [parse_budget(b) for b in args.budgets.split(",") if b.strip()]
-        summary = evaluate_task(model, args.task, args.n, budgets, seed=args.seed, n_samples=args.samples,
+        summary = evaluate_task(model, args.task, args.n, args.budgets, seed=args.seed, n_samples=args.samples,
                                 method=args.method, steps=args.steps, ablation=args.ablation, metric=args.metric,
                                 means=means)
         print(format_summary_table(summary))
@@ -92,7 +127,7 @@ def run_find(args) -> int:
             write_json(summary, args.out)
         return 0
     if not args.prompt or not args.answer:
-        raise SystemExit("circuit find needs --prompt and --answer (or --task NAME for a batch of generated queries)")
+        raise BadValueError("circuit find needs --prompt and --answer (or --task NAME for a batch of generated queries)")
     paraphrases = [tuple(p.split("|||", 1)) if "|||" in p else p for p in args.paraphrase]
     circuit = find_circuit(model, args.prompt, args.answer, args.counterfactual, wrong=args.wrong, budget=args.budget,
                            target_ndf=args.target_ndf, strategy=args.strategy, ablation=args.ablation,
@@ -117,16 +152,16 @@ def run_export(args) -> int:
     return 0
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="workbench")
-    add_commands(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except ValueError as e:  # bad input: one clear line, no traceback
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+def run_report(args) -> int:
+    from workbench.atomic import atomic_write_text
+    from workbench.circuits.export import write_json
+    from workbench.circuits.report import report
+    from workbench.models import load
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    model, _ = load(args.model, device="cpu")
+    text, raw = report(model, args.tasks, args.n, args.budgets, args.timing_queries, args.induction_tries)
+    atomic_write_text(Path(args.out), text)
+    if args.json:
+        write_json(raw, args.json)
+    print(text)
+    return 0

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from workbench.atomic import atomic_write_text
+from workbench.errors import MissingInputError, UserError
 from workbench.circuits.graph import Graph, GraphMismatchError
 from workbench.circuits.types import Circuit
 
@@ -26,7 +27,7 @@ SCHEMA = "workbench.circuit"
 SCHEMA_VERSION = 1
 
 
-class CircuitFileError(ValueError):
+class CircuitFileError(UserError, ValueError):
     """A circuit file of another format / schema version, or for another model."""
 
 
@@ -57,7 +58,7 @@ def _read(path_or_dict) -> dict:
         return path_or_dict
     path = Path(path_or_dict)
     if not path.is_file():
-        raise FileNotFoundError(f"no circuit file at {path}")
+        raise MissingInputError(f"no circuit file at {path}")
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError as e:

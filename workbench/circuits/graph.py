@@ -15,8 +15,10 @@ from functools import cached_property
 
 import torch
 
+from workbench.errors import UserError
 
-class GraphMismatchError(ValueError):
+
+class GraphMismatchError(UserError, ValueError):
     """A circuit or file describes a different model shape than the graph it is used with."""
 
 

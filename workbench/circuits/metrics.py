@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from workbench.errors import BadValueError
 
 METRICS = ("logit_diff", "prob", "kl")
 MIB_GRID = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
@@ -26,9 +27,9 @@ class Metric:
 
     def __post_init__(self):
         if self.kind not in METRICS:
-            raise ValueError(f"unknown metric {self.kind!r}; valid metrics: {', '.join(METRICS)}")
+            raise BadValueError(f"unknown metric {self.kind!r}; valid metrics: {', '.join(METRICS)}")
         if self.kind == "logit_diff" and self.wrong is None:
-            raise ValueError("the logit_diff metric needs a wrong answer (or a counterfactual to take it from)")
+            raise BadValueError("the logit_diff metric needs a wrong answer (or a counterfactual to take it from)")
         self.clean_logprobs = self.clean_logits.float().log_softmax(-1)
 
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
@@ -66,7 +67,7 @@ def budget_edges(budget: float, n_edges: int) -> int:
 
 def check_budget(budget: float) -> None:
     if not (isinstance(budget, (int, float)) and 0 < budget <= 1):
-        raise ValueError(f"the edge budget must be a fraction in (0, 1] (e.g. 0.02 for 2%), got {budget!r}")
+        raise BadValueError(f"the edge budget must be a fraction in (0, 1] (e.g. 0.02 for 2%), got {budget!r}")
 
 
 def area(fractions, values) -> float:

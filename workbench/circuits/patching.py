@@ -16,6 +16,7 @@ import torch
 from workbench.circuits.graph import Graph
 from workbench.circuits.hooks import answer_logits, collect_writers, flags, writer_slices, writer_values
 from workbench.circuits.inputs import QueryInput, align
+from workbench.errors import BadValueError
 
 ABLATIONS = ("counterfactual", "mean", "zero")
 
@@ -35,12 +36,12 @@ class Setup:
 
 def check_ablation(ablation: str, q: QueryInput | None = None, means=None) -> None:
     if ablation not in ABLATIONS:
-        raise ValueError(f"unknown ablation {ablation!r}; valid: {', '.join(ABLATIONS)}")
+        raise BadValueError(f"unknown ablation {ablation!r}; valid: {', '.join(ABLATIONS)}")
     if ablation == "counterfactual" and q is not None and q.cf_tokens is None:
-        raise ValueError("counterfactual ablation needs a counterfactual prompt; pass one, or use "
+        raise BadValueError("counterfactual ablation needs a counterfactual prompt; pass one, or use "
                          "ablation='mean' (with means) or 'zero'")
     if ablation == "mean" and q is not None and means is None:
-        raise ValueError("mean ablation needs writer means: pass means=writer_means(model, cache_or_tokens)")
+        raise BadValueError("mean ablation needs writer means: pass means=writer_means(model, cache_or_tokens)")
 
 
 @torch.no_grad()
@@ -62,7 +63,7 @@ def make_setup(model, graph: Graph, q: QueryInput, ablation: str = "counterfactu
         del z_cf
     elif ablation == "mean":
         if tuple(means.shape) != (len(graph.writers), graph.d_model):
-            raise ValueError(f"means must have shape [n_writers={len(graph.writers)}, d_model={graph.d_model}], "
+            raise BadValueError(f"means must have shape [n_writers={len(graph.writers)}, d_model={graph.d_model}], "
                              f"got {tuple(means.shape)}")
         z_abl = means.to(z_clean)[:, None, :].expand_as(z_clean).clone()
     else:

@@ -21,6 +21,7 @@ from workbench.circuits.inputs import QueryError, QueryInput
 from workbench.circuits.metrics import METRICS, MIB_GRID, Metric, check_budget, cmd, cpr, edge_counts, ndf, nfs
 from workbench.circuits.patching import Setup, check_ablation, evaluate, make_setup
 from workbench.circuits.select import greedy, incidence, prune, topk
+from workbench.errors import BadValueError
 
 DEFAULT_MIN_GAP = {"logit_diff": 0.05, "prob": 0.005, "kl": 0.005}
 
@@ -42,7 +43,7 @@ class SearchConfig:
         check_method(self.method, self.steps)
         check_ablation(self.ablation)
         if self.metric not in METRICS:
-            raise ValueError(f"unknown metric {self.metric!r}; valid metrics: {', '.join(METRICS)}")
+            raise BadValueError(f"unknown metric {self.metric!r}; valid metrics: {', '.join(METRICS)}")
 
     @property
     def gap_threshold(self) -> float:
@@ -276,7 +277,7 @@ class QuerySearch:
     def sparsest(self, target_ndf: float) -> Found:
         """The sparsest circuit whose NDF reaches target_ndf (best-of-N size search, then exact drops)."""
         if not 0 < target_ndf <= 1:
-            raise ValueError(f"target NDF must be in (0, 1], got {target_ndf!r}")
+            raise BadValueError(f"target NDF must be in (0, 1], got {target_ndf!r}")
         n = self.graph.n_edges
         sizes = sorted({max(1, int(round(1.5 ** i))) for i in range(64) if 1.5 ** i < n} | {n})
         lo, hit = 0, None

@@ -16,14 +16,15 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 from transformers import PreTrainedTokenizerFast
 
 from workbench.atomic import atomic_path, atomic_write_text
+from workbench.errors import UserError
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data"
 EMBEDDED = {"tiny": DATA_DIR / "models" / "tiny"}
 WEIGHTS, CONFIG = "model.safetensors", "config.json"
 
 
-class ModelSpecError(ValueError):
-    pass
+class ModelSpecError(UserError, ValueError):
+    """A model spec that names no embedded model, saved folder or TransformerLens model."""
 
 
 def save(model: HookedTransformer, out_dir: str | Path, extra: dict | None = None) -> Path:

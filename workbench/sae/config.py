@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import asdict, dataclass, field
+
+from workbench.errors import UserError
 
 ARCHITECTURES = ("topk", "batchtopk", "matryoshka", "block_topk", "group_lasso", "block_jumprelu", "grassmannian")
 BLOCK_ARCHITECTURES = ("block_topk", "group_lasso", "block_jumprelu", "grassmannian")
@@ -13,7 +14,7 @@ THRESHOLD_BLOCK_ARCHITECTURES = ("group_lasso", "block_jumprelu")  # learned per
 TOPK_FAMILY = ("topk", "batchtopk", "matryoshka")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config value is invalid; the message names the value and the valid choices."""
 
 
@@ -233,7 +234,3 @@ def _known_fields(cls, d: dict) -> dict:
         raise ConfigError(f"unknown {cls.__name__} fields {unknown}; valid fields: {sorted(names)}")
     return dict(d)
 
-
-def digest(obj) -> str:
-    """Canonical JSON of a config, for comparing a checkpoint's config with the current one."""
-    return json.dumps(obj, sort_keys=True, default=list)

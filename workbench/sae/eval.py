@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from workbench.atomic import atomic_write_text
+from workbench.errors import BadValueError
 from workbench.sae import metrics
 from workbench.sae.io import load_sae, read_info
 
@@ -89,15 +90,15 @@ def evaluate(sae_dir: str | Path, cache_path: str | Path, model_spec: str | None
     info = read_info(sae_dir)
     hook = sae.cfg.metadata.hook_name
     if not hook:
-        raise ValueError(f"{sae_dir}/cfg.json has no metadata.hook_name; cannot tell which activations it reads")
+        raise BadValueError(f"{sae_dir}/cfg.json has no metadata.hook_name; cannot tell which activations it reads")
     cache = ActivationCache.open(cache_path, hooks=[hook])
     if cache.d(hook) != sae.cfg.d_in:
-        raise ValueError(f"SAE {sae_dir} has d_in={sae.cfg.d_in} but hook {hook!r} in {cache_path} has width {cache.d(hook)}")
+        raise BadValueError(f"SAE {sae_dir} has d_in={sae.cfg.d_in} but hook {hook!r} in {cache_path} has width {cache.d(hook)}")
     n_sparse, r, b = _codes_layout(sae)
     tau = float(info.get("sae_config", {}).get("dense_tau", 0.1))
     n = min(max_tokens, cache.n_tokens("heldout"))
     if n == 0:
-        raise ValueError(f"the cache at {cache_path} has no held-out rows to evaluate on")
+        raise BadValueError(f"the cache at {cache_path} has no held-out rows to evaluate on")
     acc = metrics.ReconAccumulator(n_sparse, b)
     xs, x_hats, zs = [], [], []
     with torch.no_grad():

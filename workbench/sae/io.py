@@ -17,6 +17,7 @@ from sae_lens import SAE, JumpReLUSAEConfig, TopKSAEConfig
 from sae_lens.saes.sae import SAEMetadata
 
 from workbench.atomic import atomic_path, atomic_write_text
+from workbench.errors import MissingInputError
 from workbench.sae import saelens
 from workbench.sae.base import SparseAutoencoder
 
@@ -85,7 +86,7 @@ def load_sae(folder: str | Path, device: str = "cpu") -> SAE:
     folder = Path(folder)
     for name in (CFG, WEIGHTS):
         if not (folder / name).is_file():
-            raise FileNotFoundError(f"{folder} is not an SAE folder: {name} is missing")
+            raise MissingInputError(f"{folder} is not an SAE folder: {name} is missing")
     saelens.register()
     return SAE.load_from_disk(folder, device=device)
 

@@ -20,6 +20,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from workbench.atomic import atomic_write_text
+from workbench.errors import UserError
 from workbench.sae import checkpoint
 from workbench.sae.architectures import build
 from workbench.sae.config import ConfigError, SAEConfig, TrainConfig
@@ -30,7 +31,7 @@ CHECKPOINT, RUN, CURVES = "checkpoint.pt", "run.json", "curves.jsonl"
 RESUME_FREE = ("progress", "device", "extra", "checkpoint_every")
 
 
-class NonFiniteError(RuntimeError):
+class NonFiniteError(UserError, RuntimeError):
     """A batch or a loss contained NaN/inf; the message names the step. No checkpoint is written."""
 
 
