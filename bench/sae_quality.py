@@ -4,7 +4,7 @@
 
 1. harvest a cache of the middle-layer residual stream (blocks.2.hook_resid_post) of the embedded
    model over the synthetic corpus (once, under bench/work/sae_quality/);
-2. train every SAE of the comparison on ONE stream of batches (workbench.sae.train), then the
+2. train every SAE of the comparison on ONE stream of batches (workbench.sae.trainer), then the
    scaffold and Matryoshka comparisons again with a second seed;
 3. evaluate each on held-out tokens (workbench.sae.evaluate) and write bench/results/sae_quality.md
    (and the raw rows as JSON lines beside the SAEs).

@@ -13,7 +13,7 @@ from workbench.sae.checkpoint import CheckpointError
 from workbench.sae.config import ConfigError, SAEConfig, TrainConfig
 from workbench.sae.eval import evaluate
 from workbench.sae.io import load_sae, save_sae
-from workbench.sae.train import NonFiniteError, Trainer, fit, run_steps, train
+from workbench.sae.trainer import NonFiniteError, Trainer, fit, run_steps, train
 
 saelens.register()
 
