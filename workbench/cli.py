@@ -11,9 +11,9 @@ import json
 import sys
 from pathlib import Path
 
-from workbench.cache import hook_summary
 from workbench.errors import UserError
 from workbench.sae.config import ARCHITECTURES, ConfigError
+from workbench.workspace import KINDS
 
 
 def _model_train(a: argparse.Namespace) -> None:
@@ -27,6 +27,7 @@ def _model_train(a: argparse.Namespace) -> None:
 
 
 def _model_info(a: argparse.Namespace) -> None:
+    from workbench.cache import hook_summary
     from workbench.models import load, model_id
 
     model, tok = load(a.model, device="cpu")
@@ -59,7 +60,7 @@ def _expand_hooks(spec: str, model) -> list[str]:
 
     found = [h for h in model.hook_dict if fnmatch.fnmatchcase(h, spec)]
     if not found:
-        from workbench.cache import UnknownHookError
+        from workbench.cache import UnknownHookError, hook_summary
 
         raise UnknownHookError(f"hook pattern {spec!r} matches no hook; valid hooks: {', '.join(hook_summary(model.hook_dict))}")
     return found
@@ -113,6 +114,19 @@ def _sae_eval(a: argparse.Namespace) -> None:
         keys = [k for k in ("fvu", "l0", "block_l0", "dead_frac", "dense_frac", "ce_loss_recovered", "kl_score",
                             "ce_loss_recovered_no_scaffold") if k in flat]
         print(f"{folder}: " + ", ".join(f"{k} {flat[k]:.4g}" for k in keys) + "  (all metrics in metrics.json)")
+
+
+def _ls(a: argparse.Namespace) -> None:
+    from workbench.browse import artifacts
+
+    found = artifacts(a.workspace, a.kind)
+    if not found:
+        print(f"no artifacts recorded in {a.workspace}" + (f" of kind {a.kind}" if a.kind else ""))
+    for art in found:
+        m = art.manifest
+        summary = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                            for k, v in m.get("summary", {}).items() if isinstance(v, (int, float, str)))
+        print(f"{art.kind:<9} {art.name:<32} {m.get('made_by', '?'):<22} {m.get('created', '?'):<25} {summary}")
 
 
 def _demo(a: argparse.Namespace) -> None:
@@ -193,6 +207,11 @@ def build_parser() -> argparse.ArgumentParser:
     from workbench.circuits.cli import add_commands as add_circuit_commands
 
     add_circuit_commands(sub)
+
+    ls = sub.add_parser("ls", help="list the artifacts recorded in a workspace")
+    ls.add_argument("--workspace", default="workspace", help="workspace folder (default: %(default)s)")
+    ls.add_argument("--kind", choices=KINDS, help="only artifacts of this kind")
+    ls.set_defaults(func=_ls)
 
     d = sub.add_parser("demo", parents=[quiet], help="run the whole workbench on the embedded model into a workspace")
     d.add_argument("--workspace", default="workspace", help="output folder (default: %(default)s)")

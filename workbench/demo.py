@@ -20,6 +20,7 @@ DEMO_HOOK = "blocks.2.hook_resid_post"
 def run_demo(root: Path, overwrite: bool = False, progress: bool = True, cache_tokens: int = 200_000,
              sae_tokens: int = 1_000_000) -> dict:
     from workbench import circuits, sae
+    from workbench.circuits import export
     from workbench.cache import harvest
     from workbench.corpus import load_corpus, synthetic
     from workbench.models import load, model_id
@@ -39,7 +40,7 @@ def run_demo(root: Path, overwrite: bool = False, progress: bool = True, cache_t
     hooks = [f"blocks.{i}.hook_resid_post" for i in range(model.cfg.n_layers)] + \
             [f"blocks.{i}.hook_mlp_out" for i in range(model.cfg.n_layers)]
     cache = harvest(model, load_corpus("synthetic", tok), hooks, cache_dir, n_tokens=cache_tokens, progress=progress)
-    ws.record("caches", cache_dir.name, made_by="workbench cache", config=cache.manifest["config"],
+    ws.record(cache_dir, "caches", made_by="workbench cache", config=cache.manifest["config"],
               inputs={"model": mid, "corpus": "synthetic"},
               summary={"train_tokens": cache.n_tokens("train"), "heldout_tokens": cache.n_tokens("heldout")},
               checksums=False)
@@ -59,8 +60,8 @@ def run_demo(root: Path, overwrite: bool = False, progress: bool = True, cache_t
         rec, splice = metrics["reconstruction"], metrics["splice"]
         headline = {"fvu": rec["fvu"], "l0": rec["l0"], "dead_frac": rec["dead_frac"], "dense_frac": rec["dense_frac"],
                     "ce_loss_recovered": splice["ce_loss_recovered"], "kl_score": splice["kl_score"]}
-        ws.record("saes", folder.name, made_by="workbench sae train", config={"hook": DEMO_HOOK},
-                  inputs={"cache": str(cache_dir), "model": mid}, summary=headline)
+        ws.record(folder, "saes", made_by="workbench sae train", config={"hook": DEMO_HOOK},
+                  inputs={"cache": cache_dir, "model": mid}, summary=headline)
         print(f"[{time.time() - t0:5.0f}s] sae {folder.name}: FVU {rec['fvu']:.3f}, L0 {rec['l0']:.1f}, "
               f"CE loss recovered {splice['ce_loss_recovered']:.3f}")
 
@@ -72,9 +73,9 @@ def run_demo(root: Path, overwrite: bool = False, progress: bool = True, cache_t
         folder = ws.path("circuits", f"{task}-0")
         folder.mkdir(parents=True, exist_ok=True)
         c.save(folder / "circuit.json")
-        c.to_mib(folder / "mib.json")
-        c.to_neuronpedia(folder / "neuronpedia.json")
-        ws.record("circuits", folder.name, made_by="workbench circuit find", config=c.method,
+        export.to_mib(c, folder / "mib.json")
+        export.to_neuronpedia(c, folder / "neuronpedia.json")
+        ws.record(folder, "circuits", made_by="workbench circuit find", config=c.method,
                   inputs={"model": mid, "prompt": q.prompt, "answer": q.answer, "counterfactual": q.counterfactual},
                   summary={"ndf": c.ndf, "nfs": c.nfs, "edges": c.n_edges, "fraction": c.fraction})
         summary["circuits"][task] = {"ndf": c.ndf, "edges": c.n_edges, "fraction": c.fraction}

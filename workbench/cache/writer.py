@@ -35,14 +35,21 @@ import torch
 from tqdm.auto import tqdm
 
 from workbench.cache.config import SPLITS, CacheConfig
-from workbench.cache.errors import (CacheCorruptError, CacheExistsError, CacheMismatchError, CacheValueError,
-                                    DiskFullError, UnknownHookError)
+from workbench.cache.errors import (
+    CacheCorruptError,
+    CacheExistsError,
+    CacheMismatchError,
+    CacheValueError,
+    DiskFullError,
+    UnknownHookError,
+)
 from workbench.cache.format import CHECKSUM, write_json_atomic
 from workbench.cache.hooks import stop_layer, validate_hooks
 from workbench.cache.prefetch import prefetched
 from workbench.cache.reader import FORMAT, ActivationCache
 from workbench.cache.shards import ShardWriter, check_shard, read_record, shard_dirs, shard_name
 from workbench.cache.stats import hook_stats
+from workbench.provenance import model_id
 
 SHARD_BYTES = 1 << 30  # default shard size: ~1 GiB of activations over all hooks
 
@@ -70,8 +77,6 @@ def harvest(model, corpus, hooks, out_dir, n_tokens: int, *, ctx_len: int | None
     ctx_len = ctx_len or model.cfg.n_ctx
     if ctx_len > model.cfg.n_ctx:
         raise CacheValueError(f"ctx_len={ctx_len} exceeds the model's n_ctx={model.cfg.n_ctx}")
-    from workbench.models import model_id  # here, so readers of a cache never import transformer_lens
-
     dims = _probe_dims(model, hooks)
     if special_ids is None:
         special_ids = getattr(model.tokenizer, "all_special_ids", None) or []

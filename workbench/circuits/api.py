@@ -2,7 +2,7 @@
 
     circuit = find_circuit(model, "When Mary and John went to the park , John gave a ball to", "Mary",
                            "When Mary and John went to the park , Anna gave a ball to", budget=0.02)
-    circuit.ndf, circuit.edges, circuit.save("c.json"), circuit.to_mib("mib.json")
+    circuit.ndf, circuit.edges, circuit.save("c.json"), export.to_mib(circuit, "mib.json")
 
 A synthetic-corpus Query can be passed as the prompt: its answer, wrong answer and counterfactual
 are used, and paraphrases / resampled counterfactuals are generated for the best-of-N candidates.
@@ -18,10 +18,12 @@ import torch
 
 from workbench.circuits.inputs import QueryInput, prepare, str_tokens
 from workbench.circuits.metrics import check_budget
-from workbench.circuits.select import topk
 from workbench.circuits.search import Found, QuerySearch, SearchConfig, ZeroGapError
+from workbench.circuits.select import topk
 from workbench.circuits.types import Circuit
 from workbench.errors import BadValueError
+from workbench.provenance import model_id
+
 
 def synthetic_samples(query, n: int, seed: int = 0) -> tuple[list[tuple[str, str]], list[str]]:
     """(paraphrases with their counterfactuals, resampled counterfactuals of the query) from the corpus."""
@@ -83,8 +85,6 @@ def _stats(values) -> tuple[float, float]:
 
 def _to_circuit(model, search: QuerySearch, found: Found, method: dict, samples: dict, seed: int,
                 curve: dict | None, resampled: dict[str, float]) -> Circuit:
-    from workbench.models import model_id
-
     ev, q = search.ev, search.query
     faith = dict(metric=search.cfg.metric, ablation=search.cfg.ablation, clean=ev.clean, empty=ev.empty,
                  circuit=found.value, gap=ev.gap,

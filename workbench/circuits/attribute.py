@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 from transformer_lens.utilities.architectures import POST_NORM_ARCHITECTURES
 
+from workbench.circuits.config import METHODS, check_method  # noqa: F401  (METHODS re-exported)
 from workbench.circuits.graph import Graph
 from workbench.circuits.hooks import answer_logits, flags
 from workbench.circuits.inputs import QueryInput
@@ -27,7 +28,6 @@ from workbench.circuits.metrics import Metric
 from workbench.circuits.patching import Setup, make_setup
 from workbench.errors import BadValueError
 
-METHODS = ("eap", "eap-ig")
 AUTO_BATCH_BYTES = 64 * 2**20
 
 
@@ -43,13 +43,6 @@ class EdgeScores:
 
     def settings(self) -> dict:
         return dict(method=self.method, steps=self.steps, ablation=self.ablation, metric=self.metric)
-
-
-def check_method(method: str, steps: int) -> None:
-    if method not in METHODS:
-        raise BadValueError(f"unknown attribution method {method!r}; valid: {', '.join(METHODS)}")
-    if not (isinstance(steps, int) and steps >= 1):
-        raise BadValueError(f"steps must be a positive integer (interpolation steps for eap-ig), got {steps!r}")
 
 
 def attribute(model, query: QueryInput, method: str = "eap-ig", steps: int = 5, ablation: str = "counterfactual",

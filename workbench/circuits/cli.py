@@ -12,12 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from workbench.circuits.config import ABLATIONS, METHODS, METRICS
 from workbench.errors import BadValueError
-
-from workbench.circuits.metrics import METRICS
-from workbench.circuits.patching import ABLATIONS
-from workbench.circuits.attribute import METHODS
-from workbench.corpus.synthetic import QUERY_TASKS
 
 
 def parse_budget(text: str) -> float:
@@ -41,12 +37,14 @@ def parse_budgets(text: str) -> list[float]:
     return budgets
 
 
-def parse_tasks(text: str) -> list[str]:
-    """'ioi,induction' -> ['ioi', 'induction']; unknown names are an error listing the valid ones."""
-    tasks = [t.strip() for t in str(text).split(",") if t.strip()]
+def check_tasks(tasks: list[str]) -> list[str]:
+    """Task family names, each one the synthetic corpus generates (checked when the command runs, so
+    building the parser does not import the corpus)."""
+    from workbench.corpus.synthetic import QUERY_TASKS
+
     bad = [t for t in tasks if t not in QUERY_TASKS]
     if bad or not tasks:
-        raise argparse.ArgumentTypeError(f"unknown task families {bad or [text]}; valid: {', '.join(QUERY_TASKS)}")
+        raise BadValueError(f"unknown task families {bad or tasks}; valid: {', '.join(QUERY_TASKS)}")
     return tasks
 
 
@@ -74,8 +72,8 @@ def add_commands(subparsers) -> None:
     f.add_argument("--steps", type=int, default=5, help="EAP-IG interpolation steps m (default: %(default)s)")
     f.add_argument("--samples", type=int, default=3, help="paraphrases and resampled counterfactuals per query")
     f.add_argument("--seed", type=int, default=0, help="seed for resampling (default: %(default)s)")
-    f.add_argument("--task", choices=QUERY_TASKS,
-                   help="evaluate n generated queries of a synthetic task family instead of one prompt")
+    f.add_argument("--task", help="evaluate n generated queries of a synthetic task family instead of one prompt "
+                                  "(ioi, induction, greater_than, addition, facts)")
     f.add_argument("--n", type=int, default=20, help="queries for --task (default: %(default)s)")
     f.add_argument("--budgets", type=parse_budgets, default="1%,2%,5%",
                    help="budgets for --task, comma separated (default: %(default)s)")
@@ -92,7 +90,8 @@ def add_commands(subparsers) -> None:
                                       "as one markdown report")
     r.add_argument("--model", default="tiny", help="tiny, a saved model folder, or a TransformerLens name (default: %(default)s)")
     r.add_argument("--n", type=int, default=20, help="generated queries per task family (default: %(default)s)")
-    r.add_argument("--tasks", type=parse_tasks, default=",".join(QUERY_TASKS), help="task families, comma separated (default: %(default)s)")
+    r.add_argument("--tasks", type=lambda t: [x.strip() for x in t.split(",") if x.strip()],
+                   help="task families, comma separated (default: every family of the synthetic corpus)")
     r.add_argument("--budgets", type=parse_budgets, default="1%,1.3%,2%,5%", help="edge budgets, comma separated (default: %(default)s)")
     r.add_argument("--timing-queries", type=int, default=5, help="queries timed end to end (default: %(default)s)")
     r.add_argument("--induction-tries", type=int, default=10,
@@ -103,10 +102,13 @@ def add_commands(subparsers) -> None:
 
 
 def run_find(args) -> int:
+    from workbench.atomic import write_json
     from workbench.circuits.api import evaluate_task, find_circuit, format_summary_table
-    from workbench.circuits.export import write_json
+    from workbench.circuits.export import to_mib, to_neuronpedia
     from workbench.models import load
 
+    if args.task:
+        check_tasks([args.task])
     model, _ = load(args.model)
     means = None
     if args.ablation == "mean":
@@ -124,7 +126,7 @@ def run_find(args) -> int:
         for s in summary["skipped"]:
             print(f"skipped: {s['reason']}", file=sys.stderr)
         if args.out:
-            write_json(summary, args.out)
+            write_json(args.out, summary)
         return 0
     if not args.prompt or not args.answer:
         raise BadValueError("circuit find needs --prompt and --answer (or --task NAME for a batch of generated queries)")
@@ -137,31 +139,35 @@ def run_find(args) -> int:
     if args.out:
         circuit.save(args.out)
     if args.mib:
-        circuit.to_mib(args.mib)
+        to_mib(circuit, args.mib)
     if args.neuronpedia:
-        circuit.to_neuronpedia(args.neuronpedia)
+        to_neuronpedia(circuit, args.neuronpedia)
     return 0
 
 
 def run_export(args) -> int:
-    from workbench.circuits.export import load_json
+    from workbench.circuits.export import to_mib, to_neuronpedia
+    from workbench.circuits.types import Circuit
 
-    circuit = load_json(args.circuit)
-    (circuit.to_mib if args.format == "mib" else circuit.to_neuronpedia)(args.out)
+    circuit = Circuit.load(args.circuit)
+    (to_mib if args.format == "mib" else to_neuronpedia)(circuit, args.out)
     print(f"{args.circuit} -> {args.out} ({args.format})")
     return 0
 
 
 def run_report(args) -> int:
     from workbench.atomic import atomic_write_text
-    from workbench.circuits.export import write_json
+    from workbench.atomic import write_json
     from workbench.circuits.report import report
     from workbench.models import load
 
+    from workbench.corpus.synthetic import QUERY_TASKS
+
+    tasks = check_tasks(args.tasks or list(QUERY_TASKS))
     model, _ = load(args.model, device="cpu")
-    text, raw = report(model, args.tasks, args.n, args.budgets, args.timing_queries, args.induction_tries)
+    text, raw = report(model, tasks, args.n, args.budgets, args.timing_queries, args.induction_tries)
     atomic_write_text(Path(args.out), text)
     if args.json:
-        write_json(raw, args.json)
+        write_json(args.json, raw)
     print(text)
     return 0

@@ -14,6 +14,7 @@ import torch
 from workbench.circuits.api import evaluate_task, find_circuit, format_summary_table
 from workbench.circuits.evidence import induction_evidence
 from workbench.circuits.search import ZeroGapError
+from workbench.provenance import model_id
 
 
 def induction_case(model, n_tries: int = 10, budget: float = 0.05, seed: int = 0):
@@ -95,8 +96,6 @@ def markdown(model_desc: str, summaries: list[dict], induction, seconds: list[fl
 def report(model, tasks, n: int = 20, budgets=(0.01, 0.013, 0.02, 0.05), timing_queries: int = 5,
            induction_tries: int = 10) -> tuple[str, dict]:
     """(markdown report, raw summaries and timings) for `workbench circuit report`."""
-    from workbench.models import model_id
-
     torch.manual_seed(0)
     summaries = [evaluate_task(model, t, n, budgets) for t in tasks]
     seconds = timing(model, n=timing_queries)

@@ -12,9 +12,9 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 from sae_lens import SAE, JumpReLUSAEConfig, TopKSAEConfig
 from sae_lens.saes.sae import SAEMetadata
+from safetensors.torch import save_file
 
 from workbench.atomic import atomic_path, atomic_write_text
 from workbench.errors import MissingInputError
@@ -69,6 +69,7 @@ def _threshold(sae: SparseAutoencoder) -> torch.Tensor:
 def save_sae(sae: SparseAutoencoder, folder: str | Path, metadata: dict | None = None,
              workbench_info: dict | None = None) -> Path:
     """Write cfg.json, sae_weights.safetensors and workbench.json (each atomically)."""
+    saelens.register()  # so sae_lens.SAE.load_from_disk reads it back in this process
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     cfg, tensors = export(sae, metadata)
