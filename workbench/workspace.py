@@ -1,6 +1,6 @@
 """The workspace: every artifact a command makes, as plain files plus a manifest.
 
-Layout: <root>/<kind>/<name>/ with an `artifact.json` manifest that records what made the artifact
+Layout: <root>/<kind>/<name>/ (SAEs: <root>/saes/<run>/<name>/) with an `artifact.json` manifest that records what made the artifact
 (the command and its config), from which inputs, when, and the checksums of its files. An artifact
 written elsewhere (an explicit --out) gets the same manifest in its own folder and is listed in
 <root>/workspace.json, so the workspace still finds it. Paths inside manifests are relative to the
@@ -93,7 +93,7 @@ class Workspace:
         """Recorded artifacts (inside the root, then registered ones that still exist), optionally of one kind."""
         if kind is not None:
             check_kind(kind)
-        manifests = [m for k in KINDS for m in sorted(self.root.glob(f"{k}/*/{MANIFEST}"))]
+        manifests = [m for k in KINDS for m in sorted(self.root.glob(f"{k}/**/{MANIFEST}"))]
         manifests += [m for rel in self._index()["external"] if (m := self.resolve(rel) / MANIFEST).is_file()]
         out = []
         for m in manifests:
@@ -134,7 +134,7 @@ class Workspace:
         for p in entries:
             if p in made and p.is_file():
                 p.unlink()
-        for d in sorted((p for p in entries if p.is_dir() and not p.is_symlink()), key=lambda p: -len(p.parts)):
+        for d in sorted([p for p in entries if p.is_dir() and not p.is_symlink()] + [root], key=lambda p: -len(p.parts)):
             if not any(d.iterdir()):
                 d.rmdir()
 

@@ -3,12 +3,31 @@ cannot silently mix two different configs in one cache."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
 from workbench.cache.errors import CacheValueError
 
 DTYPES = ("float32", "float16", "bfloat16")
 SPLITS = ("train", "heldout")
+
+
+@dataclass
+class HarvestConfig:
+    """What a harvest may choose (harvest(), `workbench cache`); CacheConfig records the resolved values."""
+
+    n_tokens: int = field(default=200_000, metadata={"flag": "--tokens",
+                                                     "help": "activation rows to store, train + held-out"})
+    ctx_len: int | None = field(default=None, metadata={"help": "tokens per sequence; None: the model's n_ctx"})
+    batch_size: int = field(default=64, metadata={"help": "sequences per forward pass"})
+    dtype: str = field(default="float16", metadata={"choices": DTYPES, "help": "storage dtype (stats are float32)"})
+    shard_tokens: int | None = field(default=None, metadata={
+        "help": "rows per shard, the unit of resume; None: about 1 GiB of activations"})
+    heldout_fraction: float = field(default=0.05, metadata={
+        "help": "share of the rows taken from the corpus's held-out split (its documents never appear in train)"})
+    exclude_special: bool = field(default=True, metadata={
+        "flag": "--keep-special", "negate": True, "help": "also store BOS/EOS/pad positions (excluded by default)"})
+    outlier_factor: float = field(default=10.0, metadata={
+        "help": "flag rows whose norm exceeds this many times the median train norm"})
 
 
 @dataclass(frozen=True)

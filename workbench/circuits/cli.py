@@ -12,7 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from workbench.circuits.config import ABLATIONS, METHODS, METRICS
+from workbench.circuits.config import SearchConfig
+from workbench.configflags import add_config_flags, config_values
 from workbench.errors import BadValueError
 
 
@@ -48,10 +49,15 @@ def check_tasks(tasks: list[str]) -> list[str]:
     return tasks
 
 
-def add_commands(subparsers) -> None:
-    p = subparsers.add_parser("circuit", help="query circuits: find, evaluate and export")
+SEARCH = "search."  # namespace prefix of the SearchConfig flags
+
+
+def add_commands(subparsers, parents=()) -> None:
+    """The `circuit` command group; parents carry the shared options (--workspace)."""
+    p = subparsers.add_parser("circuit", help="query circuits: find, evaluate, export and report")
     sub = p.add_subparsers(dest="circuit_command", required=True)
-    f = sub.add_parser("find", help="find the circuit for one query, or evaluate a task family (--task)")
+    f = sub.add_parser("find", parents=list(parents),
+                       help="find the circuit for one query (recorded in the workspace), or evaluate a task family")
     f.add_argument("--model", default="tiny", help="tiny, a saved model folder, or a TransformerLens name (default: %(default)s)")
     f.add_argument("--prompt", help="the query text (BOS is prepended)")
     f.add_argument("--answer", help="the answer token the circuit should explain (a single token)")
@@ -60,24 +66,22 @@ def add_commands(subparsers) -> None:
     f.add_argument("--paraphrase", action="append", default=[], metavar="PROMPT[|||COUNTERFACTUAL]",
                    help="extra prompts (with optional counterfactual after |||) for best-of-N candidates")
     g = f.add_mutually_exclusive_group()
-    g.add_argument("--budget", type=parse_budget, help="edge budget, e.g. 2%% or 0.02")
+    g.add_argument("--budget", type=parse_budget, help="edge budget, e.g. 2%% or 0.02 (default: 2%%)")
     g.add_argument("--target-ndf", type=float, help="find the sparsest circuit with at least this NDF")
     f.add_argument("--strategy", choices=("search", "topk"), default="search",
                    help="best-of-N search + exact refinement, or plain top-k of EAP-IG scores (default: %(default)s)")
-    f.add_argument("--ablation", choices=ABLATIONS, default="counterfactual",
-                   help="what replaces the edges outside the circuit (default: %(default)s)")
+    add_config_flags(f, SearchConfig, SEARCH)
     f.add_argument("--cache", help="activation cache whose token sequences give the means for --ablation mean")
-    f.add_argument("--metric", choices=METRICS, default="logit_diff", help="faithfulness metric L (default: %(default)s)")
-    f.add_argument("--method", choices=METHODS, default="eap-ig", help="edge attribution (default: %(default)s)")
-    f.add_argument("--steps", type=int, default=5, help="EAP-IG interpolation steps m (default: %(default)s)")
-    f.add_argument("--samples", type=int, default=3, help="paraphrases and resampled counterfactuals per query")
+    f.add_argument("--samples", type=int, default=3,
+                   help="paraphrases and resampled counterfactuals per query (default: %(default)s)")
     f.add_argument("--seed", type=int, default=0, help="seed for resampling (default: %(default)s)")
     f.add_argument("--task", help="evaluate n generated queries of a synthetic task family instead of one prompt "
                                   "(ioi, induction, greater_than, addition, facts)")
     f.add_argument("--n", type=int, default=20, help="queries for --task (default: %(default)s)")
     f.add_argument("--budgets", type=parse_budgets, default="1%,2%,5%",
                    help="budgets for --task, comma separated (default: %(default)s)")
-    f.add_argument("--out", help="circuit JSON (workbench schema) or, with --task, the summary JSON")
+    f.add_argument("--name", help="the circuit's folder in <workspace>/circuits (default: from the prompt)")
+    f.add_argument("--out", help="also write the circuit JSON (workbench schema) here; with --task, the summary JSON")
     f.add_argument("--mib", help="also write the EAP-IG/MIB circuit JSON here")
     f.add_argument("--neuronpedia", help="also write the Neuronpedia graph JSON here")
     f.set_defaults(func=run_find)
@@ -102,16 +106,21 @@ def add_commands(subparsers) -> None:
 
 
 def run_find(args) -> int:
+    from workbench import steps
     from workbench.atomic import write_json
-    from workbench.circuits.api import evaluate_task, find_circuit, format_summary_table
+    from workbench.circuits.api import evaluate_task, format_summary_table
     from workbench.circuits.export import to_mib, to_neuronpedia
     from workbench.models import load
+    from workbench.workspace import Workspace
 
     if args.task:
         check_tasks([args.task])
+    elif not args.prompt or not args.answer:
+        raise BadValueError("circuit find needs --prompt and --answer (or --task NAME for a batch of generated queries)")
+    cfg = SearchConfig(**config_values(args, SearchConfig, SEARCH))
     model, _ = load(args.model)
     means = None
-    if args.ablation == "mean":
+    if cfg.ablation == "mean":
         from workbench.cache import ActivationCache
         from workbench.circuits.hooks import writer_means
 
@@ -120,22 +129,20 @@ def run_find(args) -> int:
         means = writer_means(model, ActivationCache.open(args.cache))
     if args.task:
         summary = evaluate_task(model, args.task, args.n, args.budgets, seed=args.seed, n_samples=args.samples,
-                                method=args.method, steps=args.steps, ablation=args.ablation, metric=args.metric,
-                                means=means)
+                                cfg=cfg, means=means)
         print(format_summary_table(summary))
         for s in summary["skipped"]:
             print(f"skipped: {s['reason']}", file=sys.stderr)
         if args.out:
             write_json(args.out, summary)
         return 0
-    if not args.prompt or not args.answer:
-        raise BadValueError("circuit find needs --prompt and --answer (or --task NAME for a batch of generated queries)")
     paraphrases = [tuple(p.split("|||", 1)) if "|||" in p else p for p in args.paraphrase]
-    circuit = find_circuit(model, args.prompt, args.answer, args.counterfactual, wrong=args.wrong, budget=args.budget,
-                           target_ndf=args.target_ndf, strategy=args.strategy, ablation=args.ablation,
-                           metric=args.metric, method=args.method, steps=args.steps, paraphrases=paraphrases,
-                           n_samples=args.samples, seed=args.seed, means=means)
+    circuit, folder = steps.find_circuit(
+        Workspace(args.workspace), model, args.prompt, args.answer, args.counterfactual, model_spec=args.model,
+        cfg=cfg, name=args.name, wrong=args.wrong, budget=args.budget, target_ndf=args.target_ndf,
+        strategy=args.strategy, paraphrases=paraphrases, n_samples=args.samples, seed=args.seed, means=means)
     print(circuit.summary())
+    print(f"recorded {folder}")
     if args.out:
         circuit.save(args.out)
     if args.mib:
@@ -156,12 +163,10 @@ def run_export(args) -> int:
 
 
 def run_report(args) -> int:
-    from workbench.atomic import atomic_write_text
-    from workbench.atomic import write_json
+    from workbench.atomic import atomic_write_text, write_json
     from workbench.circuits.report import report
-    from workbench.models import load
-
     from workbench.corpus.synthetic import QUERY_TASKS
+    from workbench.models import load
 
     tasks = check_tasks(args.tasks or list(QUERY_TASKS))
     model, _ = load(args.model, device="cpu")
