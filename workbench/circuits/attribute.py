@@ -1,4 +1,4 @@
-"""Edge attribution: EAP and EAP-IG (inputs) scores for one query (methods.md §6).
+"""Edge attribution: EAP and EAP-IG (inputs) scores for one query (docs/methods.md §6).
 
 S(u -> v) = sum over positions of (z_u(clean) - z_u(ablated)) . dL/d in_v, with the gradient
 averaged over m interpolations of the input embedding from ablated (alpha=0) to clean (alpha=1),

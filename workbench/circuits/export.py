@@ -161,7 +161,7 @@ def _layer_feature(g: Graph, node: str) -> tuple[int, int]:
 
 
 def validate_neuronpedia(d: dict) -> None:
-    """Check the fields methods.md §8 lists (types included); raise CircuitFileError naming every problem."""
+    """Check the Neuronpedia graph fields (docs/methods.md §8), types included; raise CircuitFileError naming every problem."""
     problems = []
     for key in ("metadata", "qParams", "nodes", "links"):
         if key not in d:

@@ -1,4 +1,4 @@
-"""The computational graph of a TransformerLens model (methods.md §6).
+"""The computational graph of a TransformerLens model (docs/methods.md §6).
 
 Writers (sources): `input`, every head `a{l}.h{h}`, every MLP `m{l}`.
 Readers (destinations): each head's query/key/value input, each MLP input, `logits`.

@@ -1,4 +1,4 @@
-"""Task metrics on answer-position logits and the faithfulness scores built on them (methods.md §6).
+"""Task metrics on answer-position logits and the faithfulness scores built on them (docs/methods.md §6).
 
 Every metric is oriented so that higher means "more like the clean model's answer":
   logit_diff  logit[answer] - logit[wrong]
