@@ -1,8 +1,9 @@
 """The app's read-only view of a workspace: artifacts, SAE folders, feature stores.
 
-Every path the app reads comes from a query parameter or a listing and goes through `resolve`,
-which keeps it inside the workspace: absolute paths, `..` and symlinks that lead out are refused.
-Nothing here imports torch; files are JSON, JSON lines, parquet and .npy (no pickle).
+Built on the read-only layer workbench.browse plus the feature-store reader. Every path the app
+reads comes from a query parameter or a listing and goes through `resolve`, which keeps it inside
+the workspace: absolute paths, `..` and symlinks that lead out are refused. Nothing here imports
+torch; files are JSON, JSON lines, parquet and .npy (no pickle).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from pathlib import Path, PurePosixPath
 from workbench.errors import UserError
 
 WORKSPACE_ENV = "WORKBENCH_WORKSPACE"
-KINDS = ("models", "caches", "saes", "features", "circuits")
 ARTIFACT = "artifact.json"
 
 
@@ -48,19 +48,15 @@ def read_json(path: Path) -> dict:
         raise UserError(f"unreadable JSON file {path}: {e}") from e
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def artifacts(root: Path) -> list[dict]:
-    """Every recorded artifact: {kind, name, rel, manifest}, from <root>/<kind>/<name>/artifact.json."""
+    """Every recorded artifact: {kind, name, rel, manifest, inside}; the app opens only those inside the workspace."""
+    from workbench import browse
+
     out = []
-    for kind in KINDS:
-        for m in sorted((root / kind).glob(f"*/{ARTIFACT}")):
-            if m.resolve().is_relative_to(root):
-                out.append({"kind": kind, "name": m.parent.name, "rel": f"{kind}/{m.parent.name}", "manifest": read_json(m)})
+    for a in browse.artifacts(root):
+        inside = a.path.resolve().is_relative_to(root)
+        out.append({"kind": a.kind, "name": a.name, "rel": str(a.path.resolve().relative_to(root)) if inside else str(a.path),
+                    "manifest": a.manifest, "inside": inside})
     return out
 
 
@@ -71,15 +67,13 @@ def sae_dirs(root: Path) -> list[str]:
 
 
 def sae_info(root: Path, rel: str) -> dict:
-    """An SAE folder's cfg.json, workbench.json, metrics.json, curves and feature-store manifest."""
+    """An SAE folder's cfg.json, workbench.json, metrics.json, curves (browse.open_sae) and feature-store manifest."""
+    from workbench import browse
+
     d = resolve(root, rel)
-    if not (d / "cfg.json").is_file():
-        raise UserError(f"{rel!r} is not an SAE folder (no cfg.json)")
-    cfg = read_json(d / "cfg.json")
-    return {"rel": rel, "name": d.name, "cfg": cfg, "hook": (cfg.get("metadata") or {}).get("hook_name"),
-            "workbench": read_json(d / "workbench.json"), "metrics": read_json(d / "metrics.json"),
-            "curves": read_jsonl(d / "curves.jsonl"), "artifact": read_json(d / ARTIFACT),
-            "store": read_json(d / "features" / "manifest.json")}
+    v = browse.open_sae(d)
+    return {"rel": rel, "name": d.name, "cfg": v.cfg, "hook": v.hook, "workbench": v.info, "metrics": v.metrics,
+            "curves": v.curves, "artifact": read_json(d / ARTIFACT), "store": read_json(d / "features" / "manifest.json")}
 
 
 def open_store(root: Path, rel: str):

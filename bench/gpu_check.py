@@ -27,7 +27,7 @@ import torch
 
 from workbench.sae.architectures import build
 from workbench.sae.config import ARCHITECTURES, SAEConfig, TrainConfig
-from workbench.sae.train import Trainer
+from workbench.sae.trainer import Trainer
 
 
 def _sync(device):

@@ -17,13 +17,14 @@ for a in arts:
     by_kind.setdefault(a["kind"], []).append(a)
 for kind, items in by_kind.items():
     st.subheader(f"{kind} ({len(items)})")
-    rows = [{"name": a["name"], "made by": a["manifest"].get("made_by", ""), "created": a["manifest"].get("created", ""),
+    rows = [{"path": a["rel"] if a["inside"] else f"{a['rel']} (outside the workspace: not opened)",
+             "made by": a["manifest"].get("made_by", ""), "created": a["manifest"].get("created", ""),
              **{k: v for k, v in (a["manifest"].get("summary") or {}).items() if isinstance(v, (int, float, str))}}
             for a in items]
     st.dataframe(pd.DataFrame(rows), hide_index=True)
     with st.expander(f"{kind}: configs and inputs"):
         for a in items:
-            st.markdown(f"**{a['name']}**")
+            st.markdown(f"**{a['rel']}**")
             st.json({"config": a["manifest"].get("config"), "inputs": a["manifest"].get("inputs")}, expanded=False)
 
 sae_rows = []

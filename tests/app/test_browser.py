@@ -65,7 +65,7 @@ def settle(page) -> None:
 def test_browse_search_feature_neighbour_reload_offline(server, feature_workspace, tmp_path):
     from playwright.sync_api import expect, sync_playwright
 
-    rel = next(f"saes/{p.name}" for p in sorted((feature_workspace / "saes").iterdir()) if p.name.startswith("topk"))
+    rel = next(f"saes/run/{p.name}" for p in sorted((feature_workspace / "saes" / "run").iterdir()) if p.name.startswith("topk"))
     store = FeatureStore(feature_workspace / rel)
     word = store.token(int(store.array("token_counts").argmax()))
     first = store.search_token(word)[0]["unit"]

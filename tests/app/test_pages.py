@@ -10,7 +10,7 @@ from workbench.features import FeatureStore
 
 
 def saes(ws):
-    return sorted(f"saes/{p.name}" for p in (ws / "saes").iterdir() if (p / "cfg.json").is_file())
+    return sorted(f"saes/run/{p.name}" for p in (ws / "saes" / "run").iterdir() if (p / "cfg.json").is_file())
 
 
 def ok(at):
@@ -26,7 +26,7 @@ def links(at):
 def test_overview_lists_every_artifact(app, feature_workspace):
     at = ok(app())
     text = " ".join(str(d.value) for d in at.dataframe)
-    for name in ("random", "random-synthetic", *[s.split("/")[1] for s in saes(feature_workspace)]):
+    for name in ("random", "random-synthetic", *[s.split("/")[-1] for s in saes(feature_workspace)]):
         assert name in text
     assert sum("open " in label for label in links(at)) == len(saes(feature_workspace))
 
@@ -35,7 +35,7 @@ def test_sae_page_compares_saes_on_one_hook(app, feature_workspace):
     first, *others = saes(feature_workspace)
     at = ok(app("views/sae.py", sae=first, compare=",".join(others)))
     table = at.dataframe[0].value
-    assert list(table.columns) == [s.split("/")[1] for s in [first, *others]]
+    assert list(table.columns) == [s.split("/")[-1] for s in [first, *others]]
     assert "fvu" in table.index and "never fired (store)" in table.index
     charts = at.get("plotly_chart")
     assert len(charts) >= 3  # curves, log-frequency histogram, scaffold panel
@@ -83,13 +83,13 @@ def test_prompt_view_runs_the_model_and_sae(app, feature_workspace):
 @pytest.mark.parametrize("params, message", [
     ({"sae": "../etc"}, "'..' may not appear"),
     ({"sae": "/etc/passwd"}, "not a path inside the workspace"),
-    ({"sae": "saes/escape"}, "outside the workspace"),
+    ({"sae": "saes/run/escape"}, "outside the workspace"),
     ({"sae": "saes/nothing-here"}, "does not exist"),
     ({"unit": "abc"}, "not an integer"),
     ({"unit": "999999"}, "out of range"),
 ])
 def test_bad_deep_links_show_an_error_not_a_traceback(app, feature_workspace, tmp_path, params, message):
-    link = feature_workspace / "saes" / "escape"
+    link = feature_workspace / "saes" / "run" / "escape"
     os.symlink(tmp_path, link)  # a symlink leading out of the workspace
     try:
         at = app("views/feature.py", **{"sae": saes(feature_workspace)[0], **params})

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from workbench.circuits import evaluate_task, find_circuit, format_summary_table
-from workbench.circuits.cli import main as cli_main
+from workbench.cli import main as cli_main
 from workbench.circuits.cli import parse_budget
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,10 +95,8 @@ def test_example_runs(saved_small, tmp_path, monkeypatch, capsys):
 
 
 def test_report_runs_end_to_end(saved_small, tmp_path, capsys):
-    from workbench.circuits.report import main as report_main
-
     out = tmp_path / "r.md"
-    assert report_main(["--model", saved_small, "--n", "1", "--tasks", "induction", "--budgets", "0.02,0.05",
+    assert cli_main(["circuit", "report", "--model", saved_small, "--n", "1", "--tasks", "induction", "--budgets", "0.02,0.05",
                         "--timing-queries", "1", "--induction-tries", "1", "--out", str(out)]) == 0
     text = out.read_text()
     assert "| induction |" in text and "Search vs plain EAP-IG top-k" in text

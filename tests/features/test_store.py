@@ -18,7 +18,7 @@ from workbench.sae.io import load_sae
 
 def dense(ws, name):
     """(store, unit activations [rows, U] computed densely, cache, sae)."""
-    folder = ws / "saes" / name
+    folder = ws / "saes" / "run" / name
     store = FeatureStore(folder)
     cache = ActivationCache.open(ws / "caches" / "random-synthetic")
     sae = load_sae(folder).eval()
@@ -33,7 +33,7 @@ def dense(ws, name):
 
 @pytest.fixture(scope="module")
 def names(feature_workspace):
-    return sorted(p.name for p in (feature_workspace / "saes").iterdir() if (p / "cfg.json").is_file())
+    return sorted(p.name for p in (feature_workspace / "saes" / "run").iterdir() if (p / "cfg.json").is_file())
 
 
 def test_counts_top_examples_histogram_and_quantiles_match_brute_force(feature_workspace, names):
@@ -102,7 +102,7 @@ def test_logit_effects_use_the_final_layernorm_scale(feature_workspace, names):
 
 
 def test_architecture_panels(feature_workspace, names):
-    mat = FeatureStore(feature_workspace / "saes" / next(n for n in names if n.startswith("matryoshka")))
+    mat = FeatureStore(feature_workspace / "saes" / "run" / next(n for n in names if n.startswith("matryoshka")))
     prefixes = mat.manifest["prefixes"]
     lv = mat.units["level"].to_numpy()
     assert lv[0] == 0 and lv[-1] == len(prefixes) - 1 and np.all(np.diff(lv) >= 0)
@@ -122,7 +122,7 @@ def test_architecture_panels(feature_workspace, names):
 def test_an_interrupted_build_resumes_to_the_same_store(feature_workspace, names, tmp_path, monkeypatch):
     from workbench.features import build
 
-    src = feature_workspace / "saes" / names[0]
+    src = feature_workspace / "saes" / "run" / names[0]
     folder = tmp_path / names[0]
     shutil.copytree(src, folder, ignore=shutil.ignore_patterns("features"))
     cache, model = feature_workspace / "caches" / "random-synthetic", str(feature_workspace / "models" / "random")
@@ -155,7 +155,7 @@ def test_an_interrupted_build_resumes_to_the_same_store(feature_workspace, names
 def test_bad_input_gets_clear_messages(feature_workspace, names, tmp_path, capsys):
     from workbench.cli import main
 
-    store = FeatureStore(feature_workspace / "saes" / names[0])
+    store = FeatureStore(feature_workspace / "saes" / "run" / names[0])
     for bad in (-1, store.n_units, "x"):
         with pytest.raises(FeatureStoreError):
             store.unit(bad)

@@ -46,7 +46,7 @@ class NpyAppender:
     def append(self, block: np.ndarray) -> None:
         block = np.ascontiguousarray(block, dtype=self.dtype)
         if block.shape[1:] != self.row_shape:
-            raise ValueError(f"{self.path.name}: block rows have shape {block.shape[1:]}, expected {self.row_shape}")
+            raise CacheCorruptError(f"{self.path.name}: block rows have shape {block.shape[1:]}, expected {self.row_shape}")
         _write(self.fd, memoryview(block.reshape(-1).view(np.uint8)))
         self.rows += len(block)
 
@@ -121,7 +121,7 @@ class NpyReader:
             self.shape, fortran, self.dtype = read_header(f)
             self.offset = f.tell()
         if fortran:
-            raise ValueError(f"{path}: Fortran-ordered arrays are not part of the cache format")
+            raise CacheCorruptError(f"{path}: Fortran-ordered arrays are not part of the cache format")
         self.row_bytes = int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
         self._file = open(path, "rb", buffering=0)  # a file object, so a forgotten reader still closes
 

@@ -4,32 +4,34 @@ from __future__ import annotations
 
 import argparse
 
+from workbench.configflags import add_config_flags, config_values
+from workbench.features.config import FeatureConfig
+
+PREFIX = "features."
+
 
 def _build(a: argparse.Namespace) -> None:
-    from workbench.features.build import build_stores
-    from workbench.features.config import FeatureConfig
+    from workbench import steps
+    from workbench.workspace import Workspace
 
-    cfg = FeatureConfig(split=a.split, n_tokens=a.tokens, n_top=a.n_top, chunk_rows=a.chunk_rows)
-    for path in build_stores(a.sae, a.cache, a.model, cfg, overwrite=a.overwrite, progress=not a.quiet):
-        from workbench.features.store import FeatureStore
+    cfg = FeatureConfig(**config_values(a, FeatureConfig, PREFIX))
+    for store in steps.build_features(Workspace(a.workspace), a.sae, a.cache, a.model, cfg, overwrite=a.overwrite,
+                                      progress=not a.quiet):
+        m = store.manifest
+        dead = int((store.units["count"] == 0).sum())
+        print(f"saved {store.path}: {store.n_units} {m['unit']}s over {m['n_rows']:,} {m['split']} tokens, "
+              f"{dead} never fired, {m['seconds']} s")
 
-        s = FeatureStore(path)
-        dead = int((s.units["count"] == 0).sum())
-        print(f"saved {path}: {s.n_units} {s.manifest['unit']}s over {s.manifest['n_rows']:,} {s.manifest['split']} tokens, "
-              f"{dead} never fired, {s.manifest['seconds']} s")
 
-
-def add_commands(sub) -> None:
+def add_commands(sub, parents=()) -> None:
     f = sub.add_parser("features", help="feature stores: top contexts, histograms, logit effects, neighbours, labels")
     fs = f.add_subparsers(dest="action", required=True, metavar="ACTION")
-    b = fs.add_parser("build", help="build (or resume) the feature store beside each SAE; SAEs on one hook share one pass")
+    b = fs.add_parser("build", parents=list(parents),
+                      help="build (or resume) the feature store beside each SAE; SAEs on one hook share one pass")
     b.add_argument("sae", nargs="+", help="SAE folders (SAELens format, as `workbench sae train` saves them)")
     b.add_argument("--cache", required=True, help="activation cache holding the SAEs' hook(s)")
     b.add_argument("--model", default="tiny", help="the model the cache came from, for logit effects and token text (default: %(default)s)")
-    b.add_argument("--split", default="heldout", choices=["heldout", "train"], help="cache split to read (default: %(default)s)")
-    b.add_argument("--tokens", type=int, default=None, help="rows of the split to read (default: all)")
-    b.add_argument("--n-top", type=int, default=20, help="top activating examples per unit (default: %(default)s)")
-    b.add_argument("--chunk-rows", type=int, default=16384, help="rows per resumable chunk (default: %(default)s)")
+    add_config_flags(b, FeatureConfig, PREFIX)
     b.add_argument("--overwrite", action="store_true", help="rebuild a finished or unfinished store from scratch")
     b.add_argument("--quiet", action="store_true", help="no progress bars")
     b.set_defaults(func=_build)

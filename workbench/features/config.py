@@ -1,12 +1,15 @@
-"""The feature-store build config: saved in the store's manifest and compared on resume."""
+"""The feature-store build config: saved in the store's manifest and compared on resume.
+
+Field metadata gives each CLI flag its help text (workbench.configflags), so defaults live here only.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
 from workbench.errors import UserError
 
-SPLITS = ("train", "heldout")
+SPLITS = ("heldout", "train")
 
 
 class FeatureStoreError(UserError, ValueError):
@@ -15,21 +18,21 @@ class FeatureStoreError(UserError, ValueError):
 
 @dataclass(frozen=True)
 class FeatureConfig:
-    split: str = "heldout"  # cache split read (held-out by default: the SAEs never trained on it)
-    n_tokens: int | None = None  # rows of the split to read; None = all of them
-    chunk_rows: int = 16384  # rows per resumable chunk
-    batch_rows: int = 2048  # rows per SAE encode (bounds the dense code matrix)
-    n_top: int = 20  # top activating examples per unit
-    n_bins: int = 5  # quantile bins of each unit's non-zero activations
-    per_bin: int = 4  # examples drawn from each quantile bin
-    left: int = 8  # context tokens before the example token
-    right: int = 3  # and after it
-    hist_bins: int = 32  # equal-width histogram of non-zero activations, 0..max
-    n_logits: int = 10  # top and bottom tokens of the logit effect
-    n_neighbours: int = 10  # per kind (decoder cosine, activation correlation)
-    corr_tokens: int = 200_000  # rows used for the activation correlation (first rows of the pass)
-    n_pcs: int = 16  # principal components of the stream kept (scaffold panel)
-    token_top: int = 10  # units kept per token for search by token
+    split: str = field(default="heldout", metadata={"choices": SPLITS, "help": "cache split to read (held-out: the SAEs never trained on it)"})
+    n_tokens: int | None = field(default=None, metadata={"flag": "--tokens", "help": "rows of the split to read; None: all"})
+    chunk_rows: int = field(default=16384, metadata={"help": "rows per resumable chunk"})
+    batch_rows: int = field(default=2048, metadata={"help": "rows per SAE encode (bounds the dense code matrix)"})
+    n_top: int = field(default=20, metadata={"help": "top activating examples per unit"})
+    n_bins: int = field(default=5, metadata={"help": "true quantile bins of each unit's non-zero activations"})
+    per_bin: int = field(default=4, metadata={"help": "examples drawn from each quantile bin"})
+    left: int = field(default=8, metadata={"help": "context tokens before each example token"})
+    right: int = field(default=3, metadata={"help": "context tokens after each example token"})
+    hist_bins: int = field(default=32, metadata={"help": "equal-width histogram bins of non-zero activations, 0..max"})
+    n_logits: int = field(default=10, metadata={"help": "top and bottom tokens of each logit effect"})
+    n_neighbours: int = field(default=10, metadata={"help": "neighbours per kind (decoder cosine, activation correlation)"})
+    corr_tokens: int = field(default=200_000, metadata={"help": "first rows of the pass used for activation correlations"})
+    n_pcs: int = field(default=16, metadata={"help": "principal components of the stream kept for the scaffold panel"})
+    token_top: int = field(default=10, metadata={"help": "units kept per token for search by token"})
 
     def __post_init__(self):
         if self.split not in SPLITS:
