@@ -81,9 +81,9 @@ def test_browse_search_feature_neighbour_reload_offline(server, feature_workspac
             page.goto(server)
             settle(page)
             expect(page.get_by_role("heading", name="Workspace")).to_be_visible()
-            page.get_by_role("link", name=f"open {rel.split('/')[1]}").click()
+            page.get_by_role("link", name=f"open {rel.split('/')[-1]}").click()
             expect(page.get_by_role("heading", name="SAE", exact=True)).to_be_visible()
-            page.get_by_role("link", name=f"search the features of {rel.split('/')[1]}").click()
+            page.get_by_role("link", name=f"search the features of {rel.split('/')[-1]}").click()
             expect(page.get_by_role("heading", name="Search")).to_be_visible()
             box = page.get_by_label("query")
             box.fill(word)
@@ -96,7 +96,7 @@ def test_browse_search_feature_neighbour_reload_offline(server, feature_workspac
             nb = page.get_by_role("link", name="cosine").first
             target = int(nb.inner_text().split("·")[0].split()[1])
             nb.click()
-            heading = page.get_by_role("heading", name=f"{rel.split('/')[1]} · latent {target}")
+            heading = page.get_by_role("heading", name=f"{rel.split('/')[-1]} · latent {target}")
             expect(heading).to_be_visible()
             expect(page).to_have_url(re.compile(rf"/feature\?.*unit={target}\b"))  # the view state is in the URL
             assert "sae=saes" in page.url
