@@ -70,8 +70,9 @@ def store(rel: str):
         fail(e)
 
 
-def pick_sae(require_store: bool = False, label: str = "SAE") -> str:
-    """The SAE named by ?sae= (checked to lie in the workspace), else the last one used, else a picker."""
+def pick_sae(page: str, require_store: bool = False, label: str = "SAE") -> str:
+    """The SAE named by ?sae= (checked to lie in the workspace), else the last one used, else a picker.
+    `page` names the calling page: a keyed widget must not share its key with another page's."""
     options = [s for s in saes() if not require_store or (root() / s / "features" / "manifest.json").is_file()]
     want = st.query_params.get("sae") or st.session_state.get("sae")
     if want is not None:
@@ -85,10 +86,22 @@ def pick_sae(require_store: bool = False, label: str = "SAE") -> str:
     if not options:
         fail("this workspace holds no SAE" + (" with a feature store (build one with `workbench features build`)"
                                               if require_store else ""))
-    chosen = st.selectbox(label, options, index=options.index(want) if want in options else 0)
+    chosen = synced(st.selectbox, "sae", want if want in options else options[0], f"w_sae_{page}", label=label, options=options)
     st.session_state["sae"] = chosen
-    st.query_params["sae"] = chosen  # always sent: a link to the same page does not update the URL by itself
     return chosen
+
+
+def synced(widget, name: str, url_value, key: str, to_url=str, **kwargs):
+    """A widget whose value lives in the query parameter `name`: taken from the URL when the URL changed
+    from outside (a deep link, a page link), written back when the user changes the widget. The key
+    stays fixed, so the widget keeps its identity (and focus) while its value changes."""
+    mark = f"_url_{key}"
+    if key not in st.session_state or st.session_state.get(mark) != url_value:
+        st.session_state[key] = url_value
+    out = widget(key=key, **kwargs)
+    st.session_state[mark] = out
+    st.query_params[name] = to_url(out)  # always sent: a link to the same page does not update the URL by itself
+    return out
 
 
 def int_param(name: str, default: int | None = None) -> int | None:

@@ -5,7 +5,7 @@ import streamlit as st
 
 from app import plots, ui
 
-rel = ui.pick_sae(require_store=True)
+rel = ui.pick_sae("feature", require_store=True)
 store = ui.store(rel)
 m = store.manifest
 unit_name = m["unit"]
@@ -14,8 +14,8 @@ try:
     store.check_unit(want)
 except ValueError as e:
     ui.fail(e)
-u = st.number_input(f"{unit_name} index (0..{store.n_units - 1})", min_value=0, max_value=store.n_units - 1, value=want)
-st.query_params["unit"] = str(u)
+u = ui.synced(st.number_input, "unit", want, "w_unit", label=f"{unit_name} index (0..{store.n_units - 1})", min_value=0,
+             max_value=store.n_units - 1)
 f = store.unit(u)
 s = f["stats"]
 

@@ -7,7 +7,7 @@ from app import data, plots, ui
 from workbench.errors import UserError
 
 st.title("Prompt")
-rel = ui.pick_sae()
+rel = ui.pick_sae("prompt")
 info = ui.sae_info(rel)
 
 
@@ -39,9 +39,8 @@ def find_model(want: str):
             "models/ folder, so it cannot run here")
 
 
-prompt = st.text_input("prompt", value=st.query_params.get("prompt", ""), placeholder="type a prompt and press Enter")
-if st.query_params.get("prompt", "") != prompt:
-    st.query_params["prompt"] = prompt
+prompt = ui.synced(st.text_input, "prompt", st.query_params.get("prompt", ""), "w_prompt", label="prompt",
+                   placeholder="type a prompt and press Enter")
 if prompt.strip():
     import torch
 
@@ -68,10 +67,9 @@ if prompt.strip():
     st.dataframe(pd.DataFrame(rows), hide_index=True)
     fired = sorted({int(i) for i, v in zip(idx.flatten(), vals.flatten()) if v > 0})
     if fired:
-        pick = st.selectbox(f"show one {unit_name} across the prompt", fired,
-                            index=fired.index(ui.int_param("unit", fired[0])) if ui.int_param("unit", fired[0]) in fired else 0)
-        if str(pick) != st.query_params.get("unit"):
-            st.query_params["unit"] = str(pick)
+        want = ui.int_param("unit", fired[0])
+        pick = ui.synced(st.selectbox, "unit", want if want in fired else fired[0], "w_prompt_unit",
+                         label=f"show one {unit_name} across the prompt", options=fired)
         st.html(plots.highlight_html(strs, a[:, pick].tolist()))
         if info["store"]:
             ui.feature_link(rel, pick, f"open {unit_name} {pick}")

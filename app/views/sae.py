@@ -6,7 +6,7 @@ import streamlit as st
 from app import plots, ui
 
 st.title("SAE")
-rel = ui.pick_sae()
+rel = ui.pick_sae("sae")
 info = ui.sae_info(rel)
 same_hook = [s for s in ui.saes() if s != rel and ui.sae_info(s)["hook"] == info["hook"]]
 raw = st.query_params.get("compare", "")
@@ -14,12 +14,8 @@ want = [s for s in raw.split(",") if s]
 bad = [s for s in want if s not in same_hook]
 if bad:
     st.warning(f"not compared (not another SAE on {info['hook']}): {', '.join(bad)}")
-compare = st.multiselect(f"compare with other SAEs on {info['hook']}", same_hook, default=[s for s in want if s in same_hook])
-if ",".join(compare) != raw:
-    if compare:
-        st.query_params["compare"] = ",".join(compare)
-    elif "compare" in st.query_params:
-        del st.query_params["compare"]
+compare = ui.synced(st.multiselect, "compare", [s for s in want if s in same_hook], "w_compare", to_url=",".join,
+                    label=f"compare with other SAEs on {info['hook']}", options=same_hook)
 
 shown = [rel] + compare
 infos = {s: ui.sae_info(s) for s in shown}

@@ -10,19 +10,18 @@ MODES = {"token": "token (features that fire most on it)", "text": "text in top 
          "label": "ground-truth label", "index": "index"}
 
 st.title("Search")
-rel = ui.pick_sae(require_store=True)
+rel = ui.pick_sae("search", require_store=True)
 store = ui.store(rel)
 by = st.query_params.get("by", "token")
 if by not in MODES:
     ui.fail(f"unknown search mode by={by!r}; valid: {', '.join(MODES)}")
 c = st.columns([1, 2])
-by = c[0].radio("search by", list(MODES), index=list(MODES).index(by), format_func=MODES.get)
-q = c[1].text_input("query", value=st.query_params.get("q", ""),
-                    placeholder={"token": "a token, e.g. Paris", "text": "words, e.g. lives in", "label": "e.g. ioi, name, city=Paris",
-                                 "index": "a unit index"}[by])
-for k, v in (("by", by), ("q", q)):
-    if st.query_params.get(k, "") != v:
-        st.query_params[k] = v
+with c[0]:
+    by = ui.synced(st.radio, "by", by, "w_by", label="search by", options=list(MODES), format_func=MODES.get)
+with c[1]:
+    q = ui.synced(st.text_input, "q", st.query_params.get("q", ""), "w_q", label="query",
+                  placeholder={"token": "a token, e.g. Paris", "text": "words, e.g. lives in",
+                               "label": "e.g. ioi, name, city=Paris", "index": "a unit index"}[by])
 
 if q.strip():
     try:
