@@ -95,3 +95,10 @@ def highlight_html(tokens: list[str], acts: list[float], center: int | None = No
             style += ";border-bottom:2px solid #d62728;font-weight:600"
         spans.append(f'<span style="{style}" title="{a:.3f}">{html.escape(t)}</span>')
     return '<div style="font-family:monospace;line-height:1.9">' + " ".join(spans) + "</div>"
+
+
+def examples_html(examples: list[dict], vmax: float) -> str:
+    """Several token-highlighted contexts as one HTML block (one element, not one per example)."""
+    rows = "".join(f'<tr><td style="padding:2px 8px 2px 0;vertical-align:top"><code>{e["value"]:.3f}</code></td>'
+                   f'<td>{highlight_html(e["tokens"], e["acts"], e["center"], vmax)}</td></tr>' for e in examples)
+    return f'<table style="border:none">{rows}</table>'

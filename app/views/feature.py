@@ -41,9 +41,8 @@ with left:
     tops = [e for e in ex if e["group"] == "top"]
     if not tops:
         st.info(f"this {unit_name} never fired on the store's tokens")
-    for e in tops:
-        st.html(f'<div style="display:flex;gap:8px"><code>{e["value"]:.3f}</code>'
-                f'{plots.highlight_html(e["tokens"], e["acts"], e["center"], vmax)}</div>')
+    if tops:
+        st.html(plots.examples_html(tops, vmax))
     st.subheader("examples from quantile bins")
     st.caption(m["quantiles"] + ". Bin edges: " + ", ".join(f"{v:.3g}" for v in f["quantile_edges"]))
     bins = sorted({e["group"] for e in ex if e["group"] != "top"}, key=lambda g: -int(g.split()[1]))
@@ -52,10 +51,7 @@ with left:
         lo, hi = f["quantile_edges"][k - 1], f["quantile_edges"][k]
         with st.expander(f"{g}: activations {lo:.3g} .. {hi:.3g} (quantiles {(k - 1) / len(bins):.0%}-{k / len(bins):.0%})",
                          expanded=k == len(bins)):
-            for e in ex:
-                if e["group"] == g:
-                    st.html(f'<div style="display:flex;gap:8px"><code>{e["value"]:.3f}</code>'
-                            f'{plots.highlight_html(e["tokens"], e["acts"], e["center"], vmax)}</div>')
+            st.html(plots.examples_html([e for e in ex if e["group"] == g], vmax))
 with right:
     st.plotly_chart(plots.activation_histogram(f["hist_counts"], f["hist_edges"]), key="hist")
     st.caption(m["histogram"])

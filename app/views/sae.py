@@ -40,7 +40,8 @@ def headline(i: dict) -> dict:
 
 
 st.subheader("metrics" if not compare else "side by side")
-st.dataframe(pd.DataFrame({s.split("/")[-1]: headline(i) for s, i in infos.items()}).astype(str))
+st.dataframe(pd.DataFrame({s.split("/")[-1]: {k: f"{v:.4g}" if isinstance(v, float) else str(v) for k, v in headline(i).items()}
+                           for s, i in infos.items()}))
 if not info["metrics"]:
     st.info(f"no metrics.json for {rel}: run `workbench sae eval {rel} --cache ...`")
 
