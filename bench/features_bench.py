@@ -2,7 +2,7 @@
 warm app's time to a rendered feature page and to search results (headless Chromium).
 
     .venv/bin/python bench/features_bench.py            # full: 1M held-out tokens of the embedded model
-    .venv/bin/python bench/features_bench.py --quick    # smoke run: 20k tokens, 512/1024 latents, a minute
+    .venv/bin/python bench/features_bench.py --quick    # smoke run: 5k tokens, 256/512 latents, a few minutes
 
 The cache is harvested once into bench/work/features/ws (a workspace, git-ignored) with 91% of its
 rows in the held-out split, so the store reads >= --tokens held-out rows (documents the SAEs never
@@ -169,7 +169,7 @@ def app_timings(ws: Path, sae: Path, env: dict) -> dict:
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="smoke run: 20k tokens, widths 512 and 1024")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 5k tokens, widths 256 and 512")
     ap.add_argument("--tokens", type=int, default=1_000_000, help="held-out rows the store reads (default: %(default)s)")
     ap.add_argument("--widths", type=int, nargs="+", default=[4096, 16384], help="SAE widths (default: %(default)s)")
     ap.add_argument("--train-tokens", type=int, default=400_000, help="tokens each SAE trains on (default: %(default)s)")
@@ -179,7 +179,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--no-app", action="store_true", help="skip the browser timings")
     a = ap.parse_args(argv)
     if a.quick:
-        a.tokens, a.widths, a.train_tokens = 20_000, [512, 1024], 20_000
+        a.tokens, a.widths, a.train_tokens = 5_000, [256, 512], 10_000
     ws = Path(a.work) / ("quick" if a.quick else "ws")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TQDM_DISABLE": "1"}
     if a.threads:

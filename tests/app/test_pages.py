@@ -56,6 +56,8 @@ def test_feature_page_shows_every_panel(app, feature_workspace):
             assert any("Scatter3d" in c.proto.spec or "scatter3d" in c.proto.spec for c in at.get("plotly_chart"))
         if store.manifest["prefixes"]:
             assert any(m.label == "Matryoshka level" for m in at.metric)
+        rare = int(store.units["count"].idxmin())  # a unit that never (or rarely) fired renders too
+        ok(app("views/feature.py", sae=rel, unit=str(rare)))
 
 
 @pytest.mark.parametrize("by", ["token", "text", "label", "index"])
