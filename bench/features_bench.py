@@ -30,12 +30,19 @@ from pathlib import Path
 
 import psutil
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
+
+ROOT = harness.ROOT
 HOOK = "blocks.2.hook_resid_post"
 
 
-def run_measured(cmd: list[str], env: dict) -> tuple[float, float, str]:
-    """(seconds, peak RSS MB of the process tree, output) of a subprocess."""
+def run_measured(cmd: list[str], env: dict) -> tuple[float, float, float, str]:
+    """(wall seconds, CPU seconds, peak RSS MB of the process tree, output) of a subprocess. CPU time is
+    the load-robust figure on a shared machine: other jobs stretch the wall clock, not the CPU time."""
+    import resource
+
+    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=ROOT, text=True)
     ps, peak = psutil.Process(proc.pid), 0.0
@@ -46,9 +53,11 @@ def run_measured(cmd: list[str], env: dict) -> tuple[float, float, str]:
             pass
         time.sleep(0.1)
     out = proc.stdout.read()
+    wall = time.perf_counter() - t0
+    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{out[-3000:]}")
-    return time.perf_counter() - t0, peak, out
+    return wall, cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime, peak, out
 
 
 def prepare(ws: Path, tokens: int, widths: list[int], train_tokens: int) -> dict[int, Path]:
@@ -83,13 +92,13 @@ def prepare(ws: Path, tokens: int, widths: list[int], train_tokens: int) -> dict
     return saes
 
 
-def build(saes: list[Path], ws: Path, tokens: int, env: dict) -> tuple[float, float]:
+def build(saes: list[Path], ws: Path, tokens: int, env: dict) -> tuple[float, float, float]:
     for s in saes:
         shutil.rmtree(s / "features", ignore_errors=True)
     cmd = [sys.executable, "-m", "workbench.cli", "features", "build", *map(str, saes), "--cache",
            str(ws / "caches" / "tiny-bench"), "--workspace", str(ws), "--tokens", str(tokens), "--quiet"]
-    secs, peak, out = run_measured(cmd, env)
-    return secs, peak
+    wall, cpu, peak, _ = run_measured(cmd, env)
+    return wall, cpu, peak
 
 
 def app_timings(ws: Path, sae: Path, env: dict) -> dict:
@@ -174,7 +183,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--widths", type=int, nargs="+", default=[4096, 16384], help="SAE widths (default: %(default)s)")
     ap.add_argument("--train-tokens", type=int, default=400_000, help="tokens each SAE trains on (default: %(default)s)")
     ap.add_argument("--threads", type=int, default=None, help="torch/BLAS threads of each side (default: all cores)")
-    ap.add_argument("--work", default=str(ROOT / "bench" / "work" / "features"), help="scratch folder (default: %(default)s)")
+    ap.add_argument("--work", default=str(harness.WORK / "features"), help="scratch folder (default: %(default)s)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "features.md"), help="report (default: %(default)s)")
     ap.add_argument("--no-app", action="store_true", help="skip the browser timings")
     a = ap.parse_args(argv)
@@ -185,14 +194,17 @@ def main(argv=None) -> dict:
     if a.threads:
         env.update(OMP_NUM_THREADS=str(a.threads), MKL_NUM_THREADS=str(a.threads))
     saes = prepare(ws, a.tokens, a.widths, a.train_tokens)
+    load_before = os.getloadavg()[0]
     rows = []
     for n, s in saes.items():
-        secs, peak = build([s], ws, a.tokens, env)
-        rows.append({"saes": f"{n:,} latents", "seconds": secs, "peak_rss_mb": peak})
-    secs, peak = build(list(saes.values()), ws, a.tokens, env)
-    rows.append({"saes": " + ".join(f"{n:,}" for n in saes) + " (one shared pass)", "seconds": secs, "peak_rss_mb": peak})
+        wall, cpu, peak = build([s], ws, a.tokens, env)
+        rows.append({"saes": f"{n:,} latents", "seconds": wall, "cpu_seconds": cpu, "peak_rss_mb": peak})
+    wall, cpu, peak = build(list(saes.values()), ws, a.tokens, env)
+    rows.append({"saes": " + ".join(f"{n:,}" for n in saes) + " (one shared pass)", "seconds": wall, "cpu_seconds": cpu,
+                 "peak_rss_mb": peak})
     app = {} if a.no_app or not Path("/usr/bin/chromium").exists() else app_timings(ws, saes[max(saes)], env)
-    result = {"tokens": a.tokens, "builds": rows, "app": app, "widths": a.widths, "train_tokens": a.train_tokens}
+    result = {"tokens": a.tokens, "builds": rows, "app": app, "widths": a.widths, "train_tokens": a.train_tokens,
+              "commit": harness.commit(), "load": [load_before, os.getloadavg()[0]]}
     (Path(a.work) / ("quick.json" if a.quick else "raw.json")).write_text(json.dumps(result, indent=1))
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(report(result, a))
@@ -205,7 +217,8 @@ def report(r: dict, a) -> str:
     import streamlit
     import torch
 
-    lines = ["# Feature store and app benchmark", "",
+    lines = ["# Feature store and app benchmark", "", f"- Commit: {r['commit']}",
+             f"Load average before/after the timings: {r['load'][0]:.1f} / {r['load'][1]:.1f} on this shared machine. "
              f"{time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores "
              f"(shared with other jobs), torch {torch.__version__}, numpy {numpy.__version__}, streamlit {streamlit.__version__}"
              f"{', --threads ' + str(a.threads) if a.threads else ''}{' (--quick: smoke run, not the goal setting)' if a.quick else ''}.", "",
@@ -213,11 +226,12 @@ def report(r: dict, a) -> str:
              "The build reads cached activations (it never runs the model), encodes them with each SAE, and computes "
              "every statistic of the store: counts, histograms, top and true-quantile examples with token windows, "
              "logit effects, decoder-cosine and activation-correlation neighbours, ground-truth labels, the token index.", "",
-             "| SAEs | seconds (whole command, incl. imports) | tokens/s | peak RSS (MB) | goal: minutes, not hours |",
-             "|---|---:|---:|---:|---|"]
+             "| SAEs | wall seconds (whole command, incl. imports) | CPU seconds | tokens per wall second | peak RSS (MB) "
+             "| goal: minutes, not hours |", "|---|---:|---:|---:|---:|---|"]
     for b in r["builds"]:
-        lines.append(f"| {b['saes']} | {b['seconds']:.1f} | {r['tokens'] / b['seconds']:,.0f} | {b['peak_rss_mb']:.0f} | "
-                     f"{'met' if b['seconds'] < 3600 else 'missed'} |")
+        cpu = f"{b['cpu_seconds']:.1f}" if "cpu_seconds" in b else "not measured"
+        lines.append(f"| {b['saes']} | {b['seconds']:.1f} | {cpu} | {r['tokens'] / b['seconds']:,.0f} | "
+                     f"{b['peak_rss_mb']:.0f} | {'met' if b['seconds'] < 3600 else 'missed'} |")
     lines += ["", "SAEDashboard (sae-dashboard) on the same SAE and tokens: not run (not done).", ""]
     if r["app"]:
         p = r["app"]
