@@ -302,7 +302,7 @@ def tiny_model():
     try:
         return load("tiny", device="cpu")[0], "embedded tiny"
     except ValueError:  # weights not built yet: the same architecture, random init
-        from workbench.corpus.synthetic import vocabulary
+        from workbench.corpus.vocab import vocabulary
         from workbench.models.tokenizer import build_tokenizer
 
         return build(TinyConfig(), build_tokenizer(vocabulary())), "tiny (random init: data/models/tiny missing)"

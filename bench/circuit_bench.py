@@ -61,7 +61,7 @@ def embedded_model() -> tuple[Path, str]:
         return EMBEDDED["tiny"], "data/models/tiny (trained)"
     folder = WORK / "tiny-random"
     if not (folder / "model.safetensors").is_file():
-        from workbench.corpus.synthetic import vocabulary
+        from workbench.corpus.vocab import vocabulary
         from workbench.models.tokenizer import build_tokenizer
         from workbench.models.toy import TinyConfig, build
 
@@ -81,13 +81,13 @@ def gpt2_model() -> Path:
 def embedded_prompts(model_dir: Path, per_task: int) -> tuple[Path, list[dict]]:
     """Synthetic queries as token ids (clean and counterfactual have equal length, as auto-circuit needs)."""
     from workbench.circuits import prepare
-    from workbench.corpus import synthetic
+    from workbench.corpus import tasks
     from workbench.models import load
 
     model, tok = load(str(model_dir), device="cpu")
     rows = []
     for task in TASKS:
-        for i, q in enumerate(synthetic.queries(task, per_task, seed=0, tokenizer=tok)):
+        for i, q in enumerate(tasks.queries(task, per_task, seed=0, tokenizer=tok)):
             qi = prepare(model, q.prompt, q.answer, q.counterfactual, q.wrong)
             if len(qi.tokens) != len(qi.cf_tokens):
                 continue
@@ -337,7 +337,7 @@ def main() -> None:
     s3, v3 = memory_section(mem, args.steps)
     text = ["# Query-circuit benchmark", "", *harness.machine_lines(info, versions, threads),
             f"- Embedded model: {source} (`{model_dir.relative_to(harness.ROOT) if model_dir.is_relative_to(harness.ROOT) else model_dir}`); "
-            f"queries: {args.per_task} per task from `synthetic.queries(task, n, seed=0)` for {', '.join(TASKS)} "
+            f"queries: {args.per_task} per task from `tasks.queries(task, n, seed=0)` for {', '.join(TASKS)} "
             "(token ids shared by both sides; metric: logit difference answer - wrong at the last position; "
             "ablation: the counterfactual prompt)",
             f"- Command: `.venv/bin/python bench/circuit_bench.py {' '.join(sys.argv[1:])}` (total {time.time() - t_start:.0f}s)",

@@ -151,11 +151,11 @@ def training_run(device, quick: bool, work: Path) -> dict:
 
 def circuit(device) -> dict:
     from workbench.circuits.api import find_circuit
-    from workbench.corpus import synthetic
+    from workbench.corpus import tasks
     from workbench.models import load
 
     model, tok = load("tiny", device=str(device))
-    q = synthetic.queries("ioi", n=1, seed=3, tokenizer=tok)[0]
+    q = tasks.queries("ioi", n=1, seed=3, tokenizer=tok)[0]
     t = time.time()
     c = find_circuit(model, q.prompt, q.answer, q.counterfactual, wrong=q.wrong, budget=0.05)
     return {"prompt": q.prompt, "ndf": c.ndf, "n_edges": len(c.edges), "seconds": time.time() - t}

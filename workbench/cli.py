@@ -21,13 +21,15 @@ USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, F
 
 
 def _model_train(a: argparse.Namespace) -> None:
+    import dataclasses
+
     from workbench.models.toy import TinyConfig, train_tiny
 
-    cfg = TinyConfig(steps=a.steps, batch_size=a.batch_size, lr=a.lr, seed=a.seed, n_layers=a.n_layers, d_model=a.d_model)
-    card = train_tiny(a.out, cfg, progress=not a.quiet)
+    cfg = TinyConfig(**{f.name: getattr(a, f.name) for f in dataclasses.fields(TinyConfig)})
+    card = train_tiny(a.out, cfg, progress=not a.quiet, overwrite=a.overwrite, resume=a.resume)
     print(f"saved {a.out}: train loss {card['final_train_loss']:.3f}, {card['train_seconds']} s")
     for task, acc in card["heldout_task_accuracy"].items():
-        print(f"  {task:<13} held-out top-1 {acc:6.1%}   (chance {card['chance_accuracy'][task]:.1%})")
+        print(f"  {task:<20} held-out top-1 {acc:6.1%}   (chance {card['chance_accuracy'][task]:.1%})")
 
 
 def _model_info(a: argparse.Namespace) -> None:
@@ -131,13 +133,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     model = sub.add_parser("model", help="train or inspect models").add_subparsers(dest="action", required=True, metavar="ACTION")
     t = model.add_parser("train", parents=[quiet], help="train the embedded model on the synthetic corpus (reproducible from --seed)")
-    t.add_argument("--out", default="data/models/tiny", help="output folder (default: %(default)s, the embedded model)")
-    t.add_argument("--steps", type=int, default=4000, help="optimizer steps (default: %(default)s)")
-    t.add_argument("--batch-size", type=int, default=32, help="sequences of 64 tokens per step (default: %(default)s)")
-    t.add_argument("--lr", type=float, default=1e-3, help="peak AdamW learning rate (default: %(default)s)")
-    t.add_argument("--seed", type=int, default=0, help="seed for weights and data (default: %(default)s)")
-    t.add_argument("--n-layers", type=int, default=4, help="transformer blocks (default: %(default)s)")
-    t.add_argument("--d-model", type=int, default=128, help="residual width (default: %(default)s)")
+    t.add_argument("--out", required=True, help="output folder; must be empty unless --overwrite or --resume "
+                   "(the shipped model is data/models/tiny: name it and pass --overwrite to replace it)")
+    g = t.add_mutually_exclusive_group()
+    g.add_argument("--overwrite", action="store_true", help="replace the model files in a non-empty --out")
+    g.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
+    import dataclasses
+
+    from workbench.models.toy import TinyConfig
+
+    for f in dataclasses.fields(TinyConfig):
+        t.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default,
+                       help="(default: %(default)s)")
     t.set_defaults(func=_model_train)
     i = model.add_parser("info", help="print a model's shape and hook names")
     i.add_argument("--model", default="tiny", help="'tiny', a saved model folder, or a TransformerLens name (default: %(default)s)")

@@ -20,7 +20,7 @@ def run_demo(root: Path, overwrite: bool = False, progress: bool = True, cache_t
              sae_tokens: int = 1_000_000) -> dict:
     from workbench import circuits, sae
     from workbench.cache import harvest
-    from workbench.corpus import load_corpus, synthetic
+    from workbench.corpus import load_corpus, tasks
     from workbench.models import load, model_id
 
     if root.exists() and any(root.iterdir()):
@@ -66,7 +66,7 @@ def run_demo(root: Path, overwrite: bool = False, progress: bool = True, cache_t
     # 3. query circuits with exports
     summary["circuits"] = {}
     for task in ("ioi", "induction"):
-        q = synthetic.queries(task, 1, seed=0, tokenizer=tok)[0]
+        q = tasks.queries(task, 1, seed=0, tokenizer=tok)[0]
         c = circuits.find_circuit(model, q.prompt, q.answer, q.counterfactual, wrong=q.wrong, budget=0.05)
         folder = ws.path("circuits", f"{task}-0")
         folder.mkdir(parents=True, exist_ok=True)

@@ -37,7 +37,7 @@ def _fake_hub_gpt2(hf_home):
     """A tiny GPT-2 laid out as the Hugging Face cache holds a downloaded 'gpt2'."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from workbench.corpus.synthetic import vocabulary
+    from workbench.corpus.vocab import vocabulary
     from workbench.models.tokenizer import build_tokenizer
 
     tok = build_tokenizer(vocabulary())

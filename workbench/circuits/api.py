@@ -24,10 +24,10 @@ from workbench.circuits.types import Circuit
 
 def synthetic_samples(query, n: int, seed: int = 0) -> tuple[list[tuple[str, str]], list[str]]:
     """(paraphrases with their counterfactuals, resampled counterfactuals of the query) from the corpus."""
-    from workbench.corpus import synthetic
+    from workbench.corpus import tasks
 
-    paras = [(p.prompt, p.counterfactual) for p in synthetic.paraphrases(query, n, seed) if p.prompt != query.prompt]
-    return paras, synthetic.counterfactuals(query, n, seed)
+    paras = [(p.prompt, p.counterfactual) for p in tasks.paraphrases(query, n, seed) if p.prompt != query.prompt]
+    return paras, tasks.counterfactuals(query, n, seed)
 
 
 def resolve_wrong(model, q: QueryInput, metric: str) -> QueryInput:
@@ -148,14 +148,14 @@ def evaluate_task(model, task: str, n: int = 20, budgets=(0.01, 0.02, 0.05), *, 
 
     Queries whose gap |L(M(q)) - L(M(q'))| is below min_gap are skipped and listed (NDF is undefined there).
     """
-    from workbench.corpus import synthetic
+    from workbench.corpus import tasks
 
     for b in budgets:
         check_budget(b)
     cfg = SearchConfig(method=method, steps=steps, ablation=ablation, metric=metric, refine_steps=refine_steps,
                        min_gap=min_gap)
     rows, skipped = [], []
-    qs = synthetic.queries(task, n, seed=seed, tokenizer=model.tokenizer)
+    qs = tasks.queries(task, n, seed=seed, tokenizer=model.tokenizer)
     it = qs
     if progress:
         from tqdm.auto import tqdm
