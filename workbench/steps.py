@@ -113,10 +113,15 @@ def evaluate_sae(ws: Workspace, sae_dir, cache_dir, model_spec: str | None = "ti
     return metrics
 
 
-def circuit_name(prompt: str, answer: str) -> str:
-    """A stable default folder name for a query's circuit."""
-    words = slug("-".join(str(prompt).split()[-4:]))[:40]
-    return f"{words}-{hashlib.sha1(f'{prompt}|{answer}'.encode()).hexdigest()[:8]}"
+def circuit_name(query: dict, method: dict) -> str:
+    """A stable default folder name: the prompt's last words and a hash of the query and the method
+    settings (the same search on the same query gets the same name)."""
+    import json
+
+    words = slug("-".join(str(query.get("prompt", "")).split()[-4:]))[:40]
+    key = json.dumps([query.get(k) for k in ("prompt", "answer", "counterfactual", "wrong")] + [method],
+                     sort_keys=True, default=str)
+    return f"{words}-{hashlib.sha1(key.encode()).hexdigest()[:8]}"
 
 
 def find_circuit(ws: Workspace, model, prompt, answer=None, counterfactual=None, *, model_spec: str = "tiny",
@@ -126,9 +131,10 @@ def find_circuit(ws: Workspace, model, prompt, answer=None, counterfactual=None,
     from workbench.circuits import export, find_circuit
 
     c = find_circuit(model, prompt, answer, counterfactual, cfg=cfg, **find_options)
-    folder = ws.path("circuits", name or circuit_name(c.query.get("prompt", prompt), c.query.get("answer", answer)))
+    folder = ws.path("circuits", name or circuit_name(c.query, c.method))
     if folder.exists() and any(folder.iterdir()):
-        raise OutputExistsError(f"{folder} already holds a circuit; pass another --name")
+        raise OutputExistsError(f"{folder} already holds a circuit (the same search on the same query?); "
+                                "pass another --name")
     c.save(folder / "circuit.json")
     export.to_mib(c, folder / "mib.json")
     export.to_neuronpedia(c, folder / "neuronpedia.json")
