@@ -33,9 +33,12 @@ def slug(text: str) -> str:
 
 
 def _model_inputs(ws: Workspace, model, spec: str) -> dict:
+    """The model's id, and its spec (a saved model folder as a path relative to the workspace)."""
+    from workbench.models import EMBEDDED
     from workbench.provenance import model_id
 
-    return {"model": model_id(model), "model_spec": ws.rel(spec) if Path(spec).exists() else spec}
+    is_folder = spec not in EMBEDDED and Path(spec).exists()
+    return {"model": model_id(model), "model_spec": ws.rel(spec) if is_folder else spec}
 
 
 def expand_hooks(spec: str, hook_names) -> list[str]:
