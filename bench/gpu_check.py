@@ -19,15 +19,19 @@ import argparse
 import json
 import math
 import statistics
+import sys
 import time
 import traceback
 from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
+
 from workbench.sae.architectures import build
 from workbench.sae.config import ARCHITECTURES, SAEConfig, TrainConfig
-from workbench.sae.train import Trainer
+from workbench.sae.trainer import Trainer
 
 
 def _sync(device):
@@ -162,7 +166,7 @@ def circuit(device) -> dict:
 
 
 def report(res: dict) -> str:
-    lines = ["# CUDA check", "", f"- {res['env']}", ""]
+    lines = ["# CUDA check", "", f"- Commit: {res['commit']}", f"- {res['env']}", ""]
     if "kernels" in res:
         lines += ["## Sparse vs dense kernels on the device", "",
                   "| architecture | bf16 autocast | loss rel. diff | min grad cosine | max grad rel. diff |",
@@ -210,7 +214,7 @@ def main() -> None:
     env = f"torch {torch.__version__}"
     if device.type == "cuda":
         env += f", {torch.cuda.get_device_name(device)}, CUDA {torch.version.cuda}"
-    res: dict = {"env": env, "errors": {}}
+    res: dict = {"commit": harness.commit(), "env": env, "errors": {}}
     sections = {"kernels": lambda: kernels(device, args.quick), "steps": lambda: step_times(device, args.quick),
                 "training": lambda: training_run(device, args.quick, args.out / "work"),
                 "circuit": lambda: circuit(device)}

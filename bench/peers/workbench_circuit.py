@@ -21,7 +21,8 @@ import common  # noqa: E402
 
 
 def attribute_mode(cfg, model, prompts):
-    from workbench.circuits import attribute, prepare
+    from workbench.circuits import prepare
+    from workbench.circuits.attribute import attribute
 
     out = []
     for p in prompts:

@@ -6,7 +6,7 @@ import torch
 from workbench.sae import base
 from workbench.sae.architectures import build
 from workbench.sae.config import ARCHITECTURES, THRESHOLD_BLOCK_ARCHITECTURES, SAEConfig, TrainConfig
-from workbench.sae.train import Trainer, run_steps
+from workbench.sae.trainer import Trainer, run_steps
 
 from .conftest import D_IN, feature_batches
 

@@ -1,5 +1,5 @@
-"""Circuit files: the workbench JSON (schema v1, lossless) plus the EAP-IG/MIB and circuit-tracer /
-Neuronpedia graph formats (methods.md §8).
+"""Foreign circuit formats: EAP-IG/MIB and circuit-tracer / Neuronpedia graph JSON (docs/methods.md §8).
+The workbench's own lossless JSON belongs to the Circuit (types.py: to_dict / save / load).
 
 Neuronpedia graphs are feature graphs; a head/MLP circuit maps onto them as follows: one
 `embedding` node per prompt token feeding the circuit, one node per circuit head (`attention
@@ -12,110 +12,11 @@ KV group links to every head of the group). `activation` is a node's attribution
 
 from __future__ import annotations
 
-import json
-import math
-from pathlib import Path
-
 import torch
 
-from workbench.atomic import atomic_write_text
-from workbench.circuits.graph import Graph, GraphMismatchError
-from workbench.circuits.types import Circuit
-
-SCHEMA = "workbench.circuit"
-SCHEMA_VERSION = 1
-
-
-class CircuitFileError(ValueError):
-    """A circuit file of another format / schema version, or for another model."""
-
-
-def _clean(x):
-    """JSON-safe copy: tensors to lists, NaN/inf to None."""
-    if isinstance(x, torch.Tensor):
-        return _clean(x.tolist())
-    if isinstance(x, dict):
-        return {str(k): _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if hasattr(x, "item") and not isinstance(x, (str, bytes)):
-        return _clean(x.item())
-    return x
-
-
-def write_json(data: dict, path) -> None:
-    """Atomic write (temp file in the same folder, then rename), creating the folder if needed."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps(_clean(data)))
-
-
-def _read(path_or_dict) -> dict:
-    if isinstance(path_or_dict, dict):
-        return path_or_dict
-    path = Path(path_or_dict)
-    if not path.is_file():
-        raise FileNotFoundError(f"no circuit file at {path}")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise CircuitFileError(f"{path} is not valid JSON: {e}") from None
-
-
-# ---------------------------------------------------------------- workbench JSON (v1)
-
-def to_dict(c: Circuit) -> dict:
-    pp = c.per_position
-    return {
-        "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "model_id": c.model_id, "graph": c.graph.config(),
-        "query": c.query, "method": c.method, "seed": c.seed,
-        "nodes": [{"name": n, "in_circuit": n in set(c.nodes)} for n in c.graph.nodes],
-        "edges": [{"name": e, "score": float(s), "in_circuit": bool(m),
-                   **({"per_position": pp[:, i].tolist()} if pp is not None else {})}
-                  for i, (e, s, m) in enumerate(zip(c.graph.edges, c.scores.tolist(), c.in_circuit.tolist()))],
-        "faithfulness": c.faithfulness, "curve": c.curve,
-        "positions": {"str_tokens": c.query.get("str_tokens"), "has_per_position_scores": pp is not None},
-    }
-
-
-def save_json(c: Circuit, path) -> None:
-    write_json(to_dict(c), path)
-
-
-def _check_model(graph: Graph, file_model_id: str, model) -> None:
-    if model is None:
-        return
-    from workbench.models import model_id
-
-    Graph.from_model(model).check_same(graph, "circuit file")
-    mid = model_id(model)
-    if file_model_id and file_model_id != mid:
-        raise GraphMismatchError(f"the circuit was found on model {file_model_id!r}, not on this model {mid!r}")
-
-
-def load_json(path_or_dict, model=None) -> Circuit:
-    """Read a workbench circuit file; with a model, refuse circuits made for another model."""
-    d = _read(path_or_dict)
-    if d.get("schema") != SCHEMA:
-        raise CircuitFileError(f"not a workbench circuit file: schema {d.get('schema')!r}, expected {SCHEMA!r} "
-                               "(MIB files load with from_mib)")
-    if d.get("schema_version") != SCHEMA_VERSION:
-        raise CircuitFileError(f"circuit file schema version {d.get('schema_version')!r} is not supported; "
-                               f"this workbench reads version {SCHEMA_VERSION}")
-    graph = Graph(**d["graph"])
-    _check_model(graph, d.get("model_id", ""), model)
-    names = [e["name"] for e in d["edges"]]
-    if names != graph.edges:
-        raise CircuitFileError(f"the file's {len(names)} edges do not match the graph's {graph.n_edges} edges")
-    pp = None
-    if d["edges"] and "per_position" in d["edges"][0]:
-        pp = torch.tensor([e["per_position"] for e in d["edges"]], dtype=torch.float32).T
-    return Circuit(graph, torch.tensor([e["in_circuit"] for e in d["edges"]]),
-                   torch.tensor([e["score"] for e in d["edges"]], dtype=torch.float32), d["query"], d["method"],
-                   d.get("model_id", ""), d.get("seed", 0), d.get("faithfulness", {}), d.get("curve"), pp)
-
+from workbench.atomic import write_json
+from workbench.circuits.graph import Graph
+from workbench.circuits.types import Circuit, CircuitFileError, check_model, read_json
 
 # ---------------------------------------------------------------- EAP-IG / MIB JSON
 
@@ -140,20 +41,20 @@ def to_mib(c: Circuit, path=None) -> dict:
             edges[name] = {"score": float(s), "in_graph": bool(m)}
     d = {"cfg": cfg, "nodes": {n: {"in_graph": n in in_nodes} for n in g.nodes}, "edges": edges}
     if path is not None:
-        write_json(d, path)
+        write_json(path, d)
     return d
 
 
 def from_mib(path_or_dict, model=None) -> Circuit:
     """Read an EAP-IG / MIB circuit JSON (scores and membership; no query or faithfulness in that format)."""
-    d = _read(path_or_dict)
+    d = read_json(path_or_dict)
     missing = {"cfg", "nodes", "edges"} - set(d)
     if missing:
         raise CircuitFileError(f"not an EAP-IG/MIB circuit file: missing keys {sorted(missing)}")
     cfg = d["cfg"]
     graph = Graph(cfg["n_layers"], cfg["n_heads"], cfg.get("n_key_value_heads", cfg["n_heads"]), cfg["d_model"],
                   bool(cfg.get("parallel_attn_mlp", False)), bool(cfg.get("attn_only", False)))
-    _check_model(graph, "", model)
+    check_model(graph, "", model)
     scores, member = torch.zeros(graph.n_edges), torch.zeros(graph.n_edges, dtype=torch.bool)
     for i, e in enumerate(graph.edges):
         heads = _head_edges(graph, e)
@@ -248,7 +149,7 @@ def to_neuronpedia(c: Circuit, path=None, slug: str | None = None, node_threshol
     }
     validate_neuronpedia(d)
     if path is not None:
-        write_json(d, path)
+        write_json(path, d)
     return d
 
 
@@ -260,7 +161,7 @@ def _layer_feature(g: Graph, node: str) -> tuple[int, int]:
 
 
 def validate_neuronpedia(d: dict) -> None:
-    """Check the fields methods.md §8 lists (types included); raise CircuitFileError naming every problem."""
+    """Check the Neuronpedia graph fields (docs/methods.md §8), types included; raise CircuitFileError naming every problem."""
     problems = []
     for key in ("metadata", "qParams", "nodes", "links"):
         if key not in d:

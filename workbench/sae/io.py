@@ -12,11 +12,12 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 from sae_lens import SAE, JumpReLUSAEConfig, TopKSAEConfig
 from sae_lens.saes.sae import SAEMetadata
+from safetensors.torch import save_file
 
 from workbench.atomic import atomic_path, atomic_write_text
+from workbench.errors import MissingInputError
 from workbench.sae import saelens
 from workbench.sae.base import SparseAutoencoder
 
@@ -68,6 +69,7 @@ def _threshold(sae: SparseAutoencoder) -> torch.Tensor:
 def save_sae(sae: SparseAutoencoder, folder: str | Path, metadata: dict | None = None,
              workbench_info: dict | None = None) -> Path:
     """Write cfg.json, sae_weights.safetensors and workbench.json (each atomically)."""
+    saelens.register()  # so sae_lens.SAE.load_from_disk reads it back in this process
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     cfg, tensors = export(sae, metadata)
@@ -85,7 +87,7 @@ def load_sae(folder: str | Path, device: str = "cpu") -> SAE:
     folder = Path(folder)
     for name in (CFG, WEIGHTS):
         if not (folder / name).is_file():
-            raise FileNotFoundError(f"{folder} is not an SAE folder: {name} is missing")
+            raise MissingInputError(f"{folder} is not an SAE folder: {name} is missing")
     saelens.register()
     return SAE.load_from_disk(folder, device=device)
 

@@ -8,7 +8,7 @@ import torch
 
 from workbench.sae import checkpoint
 from workbench.sae.config import ConfigError, SAEConfig, TrainConfig
-from workbench.sae.train import NonFiniteError, Trainer, fit, lr_factor, run_steps
+from workbench.sae.trainer import NonFiniteError, Trainer, fit, lr_factor, run_steps
 
 from .conftest import D_IN, feature_batches
 
