@@ -53,8 +53,10 @@ def test_refuses_non_empty_output_and_names_the_shipped_model(tmp_path, capsys):
     assert (tmp_path / "notes" / "README.md").read_text() == "mine"
     assert main(["model", "train", "--out", str(EMBEDDED["tiny"]), "--quiet"]) == 2
     assert "the shipped embedded model" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["model", "train", "--steps", "2"])  # --out is required: no default writes into the shipped folder
+    # without --out the model goes into the workspace, never into the shipped folder
+    small = [f"--{k.replace('_', '-')}={v}" for k, v in SMALL.items()]
+    assert main(["model", "train", "--workspace", str(tmp_path / "ws"), "--quiet", *small]) == 0
+    assert (tmp_path / "ws" / "models" / "tiny" / "model.safetensors").is_file()
 
 
 @pytest.mark.parametrize("field,value,match", [("steps", 0, "steps must be >= 1"), ("steps", -1, "steps must be >= 1"),

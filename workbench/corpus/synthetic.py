@@ -51,12 +51,18 @@ def _task_document(task: str, rng: random.Random, split: str) -> list[Triple]:
     return triples(f"{q.prompt} {answer} .")
 
 
+def repeat_words() -> list[str]:
+    """The words of repeated random-token documents: the vocabulary without the facts' entity names, so
+    no held-out facts prompt ("Isolde lives in" is three tokens) can occur in them by chance."""
+    return [w for w in vocabulary() if w not in ENTITIES]
+
+
 def _repeat(rng: random.Random, words: list[str]) -> list[Triple]:
     span = rng.choices(words, k=rng.randint(*REPEAT_LENGTH))
     return triples(" ".join(span + span))
 
 
-_DOC_WEIGHTS = {"story": 2, "ioi": 3, "induction": 2, "greater_than": 2, "addition": 4, "facts": 3, "repeat": 1}
+_DOC_WEIGHTS = {"story": 1, "ioi": 4, "induction": 3, "greater_than": 1, "addition": 3, "facts": 2, "repeat": 3}
 
 
 def document(rng: random.Random, split: str = "train", words: list[str] | None = None) -> tuple[str, list[Triple]]:
@@ -64,7 +70,7 @@ def document(rng: random.Random, split: str = "train", words: list[str] | None =
     if task == "story":
         return task, _story(rng)
     if task == "repeat":
-        return task, _repeat(rng, words or vocabulary())
+        return task, _repeat(rng, words or repeat_words())
     return task, _task_document(task, rng, split)
 
 
@@ -82,12 +88,12 @@ class SyntheticCorpus:
         self.seed = seed
         self.spec = f"synthetic:seed={seed}"
         vocab = tokenizer.get_vocab()
-        self._words = vocabulary()
-        missing = [w for w in self._words if w not in vocab]
+        self._words = repeat_words()
+        missing = [w for w in vocabulary() if w not in vocab]
         if missing:
             raise SyntheticCorpusError(f"tokenizer lacks {len(missing)} synthetic-corpus words, e.g. {missing[:5]}; "
                                        "use the embedded model's tokenizer (workbench.models.tokenizer)")
-        self._ids = {w: vocab[w] for w in self._words}
+        self._ids = {w: vocab[w] for w in vocabulary()}
         self._bos, self._eos = tokenizer.bos_token_id, tokenizer.eos_token_id
         self._task_ids = {t: i for i, t in enumerate(LABEL_NAMES["task"])}
         self._role_ids = {r: i for i, r in enumerate(LABEL_NAMES["role"])}

@@ -40,9 +40,9 @@ class TinyConfig:
     n_heads: int = 4
     d_mlp: int = 512
     n_ctx: int = 128
-    steps: int = 4000
+    steps: int = 4500
     batch_size: int = 16
-    lr: float = 1e-3
+    lr: float = 1.5e-3
     warmup: int = 200
     weight_decay: float = 0.05
     seed: int = 0
