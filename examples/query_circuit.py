@@ -12,7 +12,7 @@ from pathlib import Path
 from workbench.circuits import find_circuit
 from workbench.circuits import Circuit
 from workbench.circuits.export import from_mib, to_mib, to_neuronpedia
-from workbench.corpus import synthetic
+from workbench.corpus import tasks
 from workbench.models import load
 
 
@@ -26,7 +26,7 @@ def main(argv=None):
     out = Path(args.out_dir)
 
     model, tokenizer = load(args.model, device="cpu")
-    query = synthetic.queries("ioi", 1, seed=0, tokenizer=tokenizer)[0]
+    query = tasks.queries("ioi", 1, seed=0, tokenizer=tokenizer)[0]
     print(f"prompt: {query.prompt!r} -> {query.answer!r} (wrong {query.wrong!r})")
     print(f"counterfactual: {query.counterfactual!r}")
 

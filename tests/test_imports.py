@@ -14,7 +14,7 @@ HEAVY = ("torch", "transformer_lens", "sae_lens")
 
 
 @pytest.mark.parametrize("code", [
-    "import workbench.workspace, workbench.browse, workbench.errors",
+    "import workbench.workspace, workbench.browse, workbench.errors, workbench.steps",
     "from workbench.cli import build_parser; build_parser().parse_args(['ls'])",
     "from workbench.sae.config import SAEConfig, TrainConfig; from workbench.cache.config import CacheConfig; "
     "from workbench.circuits.config import SearchConfig",

@@ -21,20 +21,48 @@ from workbench.sae.config import EvalConfig, SAEConfig, TrainConfig
 from workbench.workspace import KINDS, Workspace
 
 SAE_SWEEP = ("architecture", "k", "scaffold_rank", "seed")  # one SAE per combination of these flags' values
-HARVEST, SAE, TRAIN, EVAL = "harvest.", "sae.", "train.", "eval."  # namespace prefixes of the config flags
+HARVEST, SAE, TRAIN, EVAL, MODEL = "harvest.", "sae.", "train.", "eval.", "model."  # namespace prefixes of the config flags
 
 
 def _model_train(a: argparse.Namespace) -> None:
     from workbench import steps
     from workbench.models.toy import TinyConfig
 
-    cfg = TinyConfig(steps=a.steps, batch_size=a.batch_size, lr=a.lr, seed=a.seed, n_layers=a.n_layers,
-                     d_model=a.d_model)
+    cfg = TinyConfig(**config_values(a, TinyConfig, MODEL))
     card, folder = steps.train_model(Workspace(a.workspace), cfg, out=a.out, name=a.name, overwrite=a.overwrite,
-                                     progress=not a.quiet)
+                                     resume=a.resume, progress=not a.quiet)
     print(f"saved {folder}: train loss {card['final_train_loss']:.3f}, {card['train_seconds']} s")
     for task, acc in card["heldout_task_accuracy"].items():
-        print(f"  {task:<13} held-out top-1 {acc:6.1%}   (chance {card['chance_accuracy'][task]:.1%})")
+        print(f"  {task:<20} held-out top-1 {acc:6.1%}   (chance {card['chance_accuracy'][task]:.1%})")
+
+
+def _tiny_flags(parser: argparse.ArgumentParser) -> None:
+    """TinyConfig's flags: its module imports TransformerLens, so only `model train` pays for it."""
+    from workbench.models.toy import TinyConfig
+
+    add_config_flags(parser, TinyConfig, MODEL)
+
+
+class _LazyFlagsParser(argparse.ArgumentParser):
+    """A sub-command parser that adds its flags (`populate(parser)`) when it is first used, so building
+    the whole CLI stays cheap (no torch) while the flags still come from their config dataclass."""
+
+    def __init__(self, *args, populate=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._populate = populate
+
+    def _ensure(self) -> None:
+        if self._populate is not None:
+            populate, self._populate = self._populate, None
+            populate(self)
+
+    def parse_known_args(self, *args, **kwargs):
+        self._ensure()
+        return super().parse_known_args(*args, **kwargs)
+
+    def format_help(self) -> str:
+        self._ensure()
+        return super().format_help()
 
 
 def _model_info(a: argparse.Namespace) -> None:
@@ -118,18 +146,15 @@ def build_parser() -> argparse.ArgumentParser:
     quiet.add_argument("--quiet", action="store_true", help="no progress bars")
     ws = _workspace_flag("that records the artifact")
 
-    model = sub.add_parser("model", help="train or inspect models").add_subparsers(dest="action", required=True, metavar="ACTION")
-    t = model.add_parser("train", parents=[quiet, ws],
+    model = sub.add_parser("model", help="train or inspect models").add_subparsers(
+        dest="action", required=True, metavar="ACTION", parser_class=_LazyFlagsParser)
+    t = model.add_parser("train", parents=[quiet, ws], populate=_tiny_flags,
                          help="train the embedded model's architecture on the synthetic corpus (reproducible from --seed)")
     t.add_argument("--name", default="tiny", help="folder in <workspace>/models (default: %(default)s)")
     t.add_argument("--out", help="output folder instead of <workspace>/models/NAME")
-    t.add_argument("--overwrite", action="store_true", help="replace a model already in the output folder")
-    t.add_argument("--steps", type=int, default=4000, help="optimizer steps (default: %(default)s)")
-    t.add_argument("--batch-size", type=int, default=32, help="sequences per step (default: %(default)s)")
-    t.add_argument("--lr", type=float, default=1e-3, help="peak AdamW learning rate (default: %(default)s)")
-    t.add_argument("--seed", type=int, default=0, help="seed for weights and data (default: %(default)s)")
-    t.add_argument("--n-layers", type=int, default=4, help="transformer blocks (default: %(default)s)")
-    t.add_argument("--d-model", type=int, default=128, help="residual width (default: %(default)s)")
+    g = t.add_mutually_exclusive_group()
+    g.add_argument("--overwrite", action="store_true", help="replace the model files in a non-empty output folder")
+    g.add_argument("--resume", action="store_true", help="continue from the checkpoint in the output folder")
     t.set_defaults(func=_model_train)
     i = model.add_parser("info", help="print a model's shape and hook names")
     i.add_argument("--model", default="tiny", help="'tiny', a saved model folder, or a TransformerLens name (default: %(default)s)")

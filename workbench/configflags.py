@@ -72,7 +72,8 @@ def add_config_flags(parser, cls, prefix: str, sweep: tuple[str, ...] = (), skip
                                                              "(default: %(default)s)")
             else:
                 kw.update(default=default, help=f"{text} (default: %(default)s)")
-            parser.add_argument(flag_name(f), dest=dest, type=_parse(typ, optional), metavar=f.name.upper(), **kw)
+            metavar = "{" + ",".join(map(str, meta["choices"])) + "}" if "choices" in meta else f.name.upper()
+            parser.add_argument(flag_name(f), dest=dest, type=_parse(typ, optional), metavar=metavar, **kw)
 
 
 def config_values(args: argparse.Namespace, cls, prefix: str) -> dict:

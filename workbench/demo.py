@@ -25,7 +25,7 @@ DEMO_SAES = (SAEConfig(architecture="topk", k=16, expansion=8),
 
 def run_demo(root: Path, overwrite: bool = False, progress: bool = True, cache_tokens: int = 200_000,
              sae_tokens: int = 1_000_000) -> dict:
-    from workbench.corpus import synthetic
+    from workbench.corpus import tasks
     from workbench.models import load, model_id
 
     ws = Workspace(root)
@@ -63,7 +63,7 @@ def run_demo(root: Path, overwrite: bool = False, progress: bool = True, cache_t
 
     summary["circuits"] = {}
     for task in ("ioi", "induction"):
-        q = synthetic.queries(task, 1, seed=0, tokenizer=tok)[0]
+        q = tasks.queries(task, 1, seed=0, tokenizer=tok)[0]
         c, folder = steps.find_circuit(ws, model, q.prompt, q.answer, q.counterfactual, wrong=q.wrong, budget=0.05,
                                        name=f"{task}-0")
         summary["circuits"][task] = {"ndf": c.ndf, "edges": c.n_edges, "fraction": c.fraction}

@@ -33,9 +33,12 @@ def slug(text: str) -> str:
 
 
 def _model_inputs(ws: Workspace, model, spec: str) -> dict:
+    """The model's id, and its spec (a saved model folder as a path relative to the workspace)."""
+    from workbench.models import EMBEDDED
     from workbench.provenance import model_id
 
-    return {"model": model_id(model), "model_spec": ws.rel(spec) if Path(spec).exists() else spec}
+    is_folder = spec not in EMBEDDED and Path(spec).exists()
+    return {"model": model_id(model), "model_spec": ws.rel(spec) if is_folder else spec}
 
 
 def expand_hooks(spec: str, hook_names) -> list[str]:
@@ -113,10 +116,15 @@ def evaluate_sae(ws: Workspace, sae_dir, cache_dir, model_spec: str | None = "ti
     return metrics
 
 
-def circuit_name(prompt: str, answer: str) -> str:
-    """A stable default folder name for a query's circuit."""
-    words = slug("-".join(str(prompt).split()[-4:]))[:40]
-    return f"{words}-{hashlib.sha1(f'{prompt}|{answer}'.encode()).hexdigest()[:8]}"
+def circuit_name(query: dict, method: dict) -> str:
+    """A stable default folder name: the prompt's last words and a hash of the query and the method
+    settings (the same search on the same query gets the same name)."""
+    import json
+
+    words = slug("-".join(str(query.get("prompt", "")).split()[-4:]))[:40]
+    key = json.dumps([query.get(k) for k in ("prompt", "answer", "counterfactual", "wrong")] + [method],
+                     sort_keys=True, default=str)
+    return f"{words}-{hashlib.sha1(key.encode()).hexdigest()[:8]}"
 
 
 def find_circuit(ws: Workspace, model, prompt, answer=None, counterfactual=None, *, model_spec: str = "tiny",
@@ -126,9 +134,10 @@ def find_circuit(ws: Workspace, model, prompt, answer=None, counterfactual=None,
     from workbench.circuits import export, find_circuit
 
     c = find_circuit(model, prompt, answer, counterfactual, cfg=cfg, **find_options)
-    folder = ws.path("circuits", name or circuit_name(c.query.get("prompt", prompt), c.query.get("answer", answer)))
+    folder = ws.path("circuits", name or circuit_name(c.query, c.method))
     if folder.exists() and any(folder.iterdir()):
-        raise OutputExistsError(f"{folder} already holds a circuit; pass another --name")
+        raise OutputExistsError(f"{folder} already holds a circuit (the same search on the same query?); "
+                                "pass another --name")
     c.save(folder / "circuit.json")
     export.to_mib(c, folder / "mib.json")
     export.to_neuronpedia(c, folder / "neuronpedia.json")
@@ -140,17 +149,16 @@ def find_circuit(ws: Workspace, model, prompt, answer=None, counterfactual=None,
     return c, folder
 
 
-def train_model(ws: Workspace, cfg=None, *, out=None, name: str = "tiny", overwrite: bool = False,
+def train_model(ws: Workspace, cfg=None, *, out=None, name: str = "tiny", overwrite: bool = False, resume: bool = False,
                 progress: bool = True) -> tuple[dict, Path]:
     """Train the embedded-model architecture on the synthetic corpus (`workbench model train`) into
-    <ws>/models/<name> or `out`; returns (model card, folder)."""
+    <ws>/models/<name> or `out` (train_tiny refuses a non-empty folder unless overwrite/resume); returns
+    (model card, folder)."""
     from workbench.models.toy import TinyConfig, train_tiny
 
     folder = Path(out) if out else ws.path("models", name)
-    if folder.exists() and any(folder.iterdir()) and not overwrite:
-        raise OutputExistsError(f"{folder} is not empty; pass --overwrite to replace the model there, or another --out")
     cfg = cfg or TinyConfig()
-    card = train_tiny(folder, cfg, progress=progress)
+    card = train_tiny(folder, cfg, progress=progress, overwrite=overwrite, resume=resume)
     ws.record(folder, "models", made_by="workbench model train", config=dataclasses.asdict(cfg),
               summary={"final_train_loss": card.get("final_train_loss"), "train_seconds": card.get("train_seconds")})
     return card, folder

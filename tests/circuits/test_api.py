@@ -72,10 +72,13 @@ def test_cli_find_writes_all_formats(saved_small, tmp_path, capsys):
                    "When Mary and John went to the park , John gave a ball to", "--answer", "Mary",
                    "--counterfactual", "When Mary and John went to the park , Anna gave a ball to",
                    "--wrong", "John", "--budget", "5%", "--steps", "2", "--out", str(out),
-                   "--mib", str(tmp_path / "m.json"), "--neuronpedia", str(tmp_path / "n.json")])
+                   "--mib", str(tmp_path / "m.json"), "--neuronpedia", str(tmp_path / "n.json"),
+                   "--workspace", str(tmp_path / "ws")])
     assert rc == 0 and json.loads(out.read_text())["schema_version"] == 1
     assert (tmp_path / "m.json").is_file() and (tmp_path / "n.json").is_file()
     assert "NDF" in capsys.readouterr().out
+    [recorded] = (tmp_path / "ws" / "circuits").glob("*/artifact.json")
+    assert {"circuit.json", "mib.json", "neuronpedia.json"} <= set(json.loads(recorded.read_text())["files"])
 
 
 def test_cli_bad_input_is_one_clear_line(saved_small, capsys):

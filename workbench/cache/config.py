@@ -64,15 +64,15 @@ class CacheConfig:
         heldout = round(self.n_tokens * self.heldout_fraction)
         return heldout if split == "heldout" else self.n_tokens - heldout
 
-    def to_json(self) -> dict:
+    def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, d: dict) -> CacheConfig:
+    def from_dict(cls, d: dict) -> CacheConfig:
         known = {f.name for f in fields(cls)}
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k in known})
 
     def diff(self, other: CacheConfig) -> list[str]:
         """Human-readable differences, for mismatch errors."""
-        a, b = self.to_json(), other.to_json()
+        a, b = self.to_dict(), other.to_dict()
         return [f"{k}: {a[k]!r} on disk vs {b[k]!r} requested" for k in a if a[k] != b[k]]

@@ -7,7 +7,6 @@ there). Files are plain .npy, so `np.load(path, mmap_mode="r")` reads any of the
 from __future__ import annotations
 
 import io
-import json
 import os
 from pathlib import Path
 
@@ -89,13 +88,6 @@ def save_bytes(path: Path, data: bytes) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def write_json_atomic(path: Path, obj) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    save_bytes(tmp, json.dumps(obj, indent=1).encode())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
 
 
 def save_npy(path: Path, arr: np.ndarray) -> None:

@@ -39,7 +39,7 @@ WINDOW_BYTES = 128 << 20  # batches() reads about this much at a time (its buffe
 class ActivationCache:
     def __init__(self, path: Path, manifest: dict):
         self.path, self.manifest = path, manifest
-        self.config = CacheConfig.from_json(manifest["config"])
+        self.config = CacheConfig.from_dict(manifest["config"])
         self._store = STORE_DTYPES[manifest["dtype"]]
         self._offsets = {s: np.cumsum([0] + [r["rows"] for r in manifest["shards"][s]]) for s in SPLITS}
         self._files: OrderedDict[tuple, NpyReader] = OrderedDict()

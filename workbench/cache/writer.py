@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from workbench.atomic import write_json
 from workbench.cache.config import SPLITS, CacheConfig, HarvestConfig
 from workbench.cache.errors import (
     CacheCorruptError,
@@ -44,7 +45,7 @@ from workbench.cache.errors import (
     DiskFullError,
     UnknownHookError,
 )
-from workbench.cache.format import CHECKSUM, write_json_atomic
+from workbench.cache.format import CHECKSUM
 from workbench.cache.hooks import stop_layer, validate_hooks
 from workbench.cache.prefetch import prefetched
 from workbench.cache.reader import FORMAT, ActivationCache
@@ -155,13 +156,13 @@ def _prepare(out: Path, cfg: CacheConfig, resume: bool, overwrite: bool) -> dict
             raise CacheExistsError(f"cannot resume in {out}: it holds no activation cache (no progress.json)")
         else:
             on_disk = json.loads((manifest if manifest.is_file() else progress).read_text())
-            old = CacheConfig.from_json(on_disk["config"])
+            old = CacheConfig.from_dict(on_disk["config"])
             if old != cfg:
                 raise CacheMismatchError(f"cannot resume {out}: it was harvested with another config ("
                                          + "; ".join(old.diff(cfg)) + "); use overwrite=True (--overwrite) to replace it")
             return None if manifest.is_file() else {s: _resumable_shards(out / s) for s in SPLITS}
     out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(progress, {"format": FORMAT, "config": cfg.to_json()})
+    write_json(progress, {"format": FORMAT, "config": cfg.to_dict()}, indent=1)
     return {s: [] for s in SPLITS}
 
 
@@ -327,8 +328,8 @@ def _finalize(out: Path, cfg: CacheConfig, label_names: dict, dims: dict[str, in
         "n_sequences": {s: recs[-1]["seq_end"] if recs else 0 for s, recs in shards.items()},
         "shapes": {s: {h: [n_rows[s], dims[h]] for h in cfg.hooks} for s in SPLITS},
         "labels": sorted(f[len("label."):-len(".npy")] for f in first if f.startswith("label.")),
-        "label_names": label_names, "config": cfg.to_json(), "checksum": CHECKSUM, "stats": stats,
+        "label_names": label_names, "config": cfg.to_dict(), "checksum": CHECKSUM, "stats": stats,
         "shards": shards, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-    write_json_atomic(out / "manifest.json", manifest)
+    write_json(out / "manifest.json", manifest, indent=1)
     (out / "progress.json").unlink()

@@ -29,10 +29,10 @@ from workbench.provenance import model_id
 
 def synthetic_samples(query, n: int, seed: int = 0) -> tuple[list[tuple[str, str]], list[str]]:
     """(paraphrases with their counterfactuals, resampled counterfactuals of the query) from the corpus."""
-    from workbench.corpus import synthetic
+    from workbench.corpus import tasks
 
-    paras = [(p.prompt, p.counterfactual) for p in synthetic.paraphrases(query, n, seed) if p.prompt != query.prompt]
-    return paras, synthetic.counterfactuals(query, n, seed)
+    paras = [(p.prompt, p.counterfactual) for p in tasks.paraphrases(query, n, seed) if p.prompt != query.prompt]
+    return paras, tasks.counterfactuals(query, n, seed)
 
 
 def resolve_wrong(model, q: QueryInput, metric: str) -> QueryInput:
@@ -152,12 +152,12 @@ def evaluate_task(model, task: str, n: int = 20, budgets=(0.01, 0.02, 0.05), *, 
     cfg and search_options as for find_circuit.
     """
     cfg = dataclasses.replace(cfg or SearchConfig(), **search_options)
-    from workbench.corpus import synthetic
+    from workbench.corpus import tasks
 
     for b in budgets:
         check_budget(b)
     rows, skipped = [], []
-    qs = synthetic.queries(task, n, seed=seed, tokenizer=model.tokenizer)
+    qs = tasks.queries(task, n, seed=seed, tokenizer=model.tokenizer)
     it = qs
     if progress:
         from tqdm.auto import tqdm

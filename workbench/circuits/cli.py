@@ -41,7 +41,7 @@ def parse_budgets(text: str) -> list[float]:
 def check_tasks(tasks: list[str]) -> list[str]:
     """Task family names, each one the synthetic corpus generates (checked when the command runs, so
     building the parser does not import the corpus)."""
-    from workbench.corpus.synthetic import QUERY_TASKS
+    from workbench.corpus.tasks import QUERY_TASKS
 
     bad = [t for t in tasks if t not in QUERY_TASKS]
     if bad or not tasks:
@@ -165,7 +165,7 @@ def run_export(args) -> int:
 def run_report(args) -> int:
     from workbench.atomic import atomic_write_text, write_json
     from workbench.circuits.report import report
-    from workbench.corpus.synthetic import QUERY_TASKS
+    from workbench.corpus.tasks import QUERY_TASKS
     from workbench.models import load
 
     tasks = check_tasks(args.tasks or list(QUERY_TASKS))

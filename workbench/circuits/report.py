@@ -19,10 +19,10 @@ from workbench.provenance import model_id
 
 def induction_case(model, n_tries: int = 10, budget: float = 0.05, seed: int = 0):
     """The first generated induction query whose circuit holds a previous-token head -> key edge."""
-    from workbench.corpus import synthetic
+    from workbench.corpus import tasks
 
     best = None
-    for q in synthetic.queries("induction", n_tries, seed=seed, tokenizer=model.tokenizer):
+    for q in tasks.queries("induction", n_tries, seed=seed, tokenizer=model.tokenizer):
         try:
             c = find_circuit(model, q, budget=budget, curve=False, seed=seed)
         except ZeroGapError:
@@ -38,10 +38,10 @@ def induction_case(model, n_tries: int = 10, budget: float = 0.05, seed: int = 0
 
 def timing(model, task: str = "ioi", n: int = 5, budget: float = 0.02) -> list[float]:
     """Seconds per full search (attribution + best-of-N + refinement + exact NDF curve) via find_circuit."""
-    from workbench.corpus import synthetic
+    from workbench.corpus import tasks
 
     out = []
-    for q in synthetic.queries(task, n, seed=1, tokenizer=model.tokenizer):
+    for q in tasks.queries(task, n, seed=1, tokenizer=model.tokenizer):
         t0 = time.perf_counter()
         try:
             find_circuit(model, q, budget=budget)

@@ -16,7 +16,8 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from workbench.corpus.synthetic import SyntheticCorpus, TokenSequence
+from workbench.corpus.base import TokenSequence
+from workbench.corpus.synthetic import SyntheticCorpus
 
 FILE_SUFFIXES = (".txt", ".jsonl", ".parquet")
 HELDOUT_EVERY = 20  # every 20th document of a file corpus is held out
