@@ -68,3 +68,12 @@ def test_gpu_check_quick_on_the_cpu(tmp_path):
     res = json.loads((tmp_path / "gpu" / "gpu.json").read_text())
     assert res["errors"] == {} and res["kernels"] and res["steps"]
     _names_the_commit((tmp_path / "gpu" / "gpu.md").read_text())
+
+
+@pytest.mark.slow
+def test_features_bench_quick(tmp_path):
+    out = tmp_path / "features.md"
+    _run(tmp_path, "bench/features_bench.py", "--quick", "--threads", "1", "--out", out)
+    text = out.read_text()
+    _names_the_commit(text)
+    assert "| 256 latents |" in text and "(one shared pass)" in text
