@@ -41,7 +41,16 @@ def _model_info(a: argparse.Namespace) -> None:
 
 
 def _cache(a: argparse.Namespace) -> None:
-    from workbench.cache import harvest
+    from workbench.cache import ActivationCache, harvest
+
+    if a.action == "verify":
+        if not a.folder:
+            raise ValueError("cache verify needs the cache folder: workbench cache verify DIR")
+        n = ActivationCache.open(a.folder).verify()
+        print(f"cache {a.folder}: all {n} files match their checksums and the manifest")
+        return
+    if not a.out:
+        raise ValueError("workbench cache needs --out DIR (the cache folder to create), or `cache verify DIR`")
     from workbench.corpus import load_corpus
     from workbench.models import load
 
@@ -51,6 +60,7 @@ def _cache(a: argparse.Namespace) -> None:
     cache = harvest(model, corpus, hooks, a.out, n_tokens=a.tokens, ctx_len=a.ctx_len, batch_size=a.batch_size,
                     dtype=a.dtype, heldout_fraction=a.heldout_fraction, exclude_special=not a.keep_special,
                     shard_tokens=a.shard_tokens, outlier_factor=a.outlier_factor,
+                    max_unknown_fraction=a.max_unknown_fraction,
                     resume=a.resume, overwrite=a.overwrite, progress=not a.quiet)
     _print_cache_summary(cache)
 
@@ -70,7 +80,7 @@ def _expand_hooks(spec: str, model) -> list[str]:
 def _print_cache_summary(cache) -> None:
     m = cache.manifest
     print(f"cache {cache.path}: {cache.n_tokens('train'):,} train + {cache.n_tokens('heldout'):,} held-out tokens, "
-          f"dtype {m['config']['dtype']}")
+          f"dtype {m['config']['dtype']}, {m.get('unknown_fraction', 0):.1%} of the corpus's tokens unknown to the tokenizer")
     for h in cache.hooks:
         s = cache.stats(h)
         print(f"  {h:<28} d={cache.d(h):<5} mean norm {s['mean_norm']:.2f}")
@@ -143,14 +153,17 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--model", default="tiny", help="'tiny', a saved model folder, or a TransformerLens name (default: %(default)s)")
     i.set_defaults(func=_model_info)
 
-    c = sub.add_parser("cache", parents=[quiet], help="harvest activations of one or more hooks into an on-disk cache")
+    c = sub.add_parser("cache", parents=[quiet], help="harvest activations of one or more hooks into an on-disk cache "
+                       "(`cache verify DIR` checks every file of one against its checksums)")
+    c.add_argument("action", nargs="?", choices=["verify"], help="verify DIR: recompute every checksum of a cache")
+    c.add_argument("folder", nargs="?", help="the cache folder to verify")
     c.add_argument("--model", default="tiny", help="'tiny', a saved model folder, or a TransformerLens name (default: %(default)s)")
     c.add_argument("--corpus", default="synthetic",
                    help="'synthetic', 'synthetic:seed=N', comma-separated .txt/.jsonl/.parquet files, or hf:<dataset> (default: %(default)s)")
     c.add_argument("--hooks", nargs="+", default=["blocks.*.hook_resid_post"],
                    help="TransformerLens hook names; '*' expands over layers (default: %(default)s)")
     c.add_argument("--tokens", type=int, default=200_000, help="activation rows to store, train + held-out (default: %(default)s)")
-    c.add_argument("--out", required=True, help="cache folder to create")
+    c.add_argument("--out", help="cache folder to create")
     c.add_argument("--dtype", default="float16", choices=["float32", "float16", "bfloat16"], help="storage dtype (default: %(default)s)")
     c.add_argument("--ctx-len", type=int, default=None, help="tokens per sequence (default: the model's n_ctx)")
     c.add_argument("--batch-size", type=int, default=64, help="sequences per forward pass (default: %(default)s)")
@@ -158,6 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--shard-tokens", type=int, default=None, help="rows per shard, the unit of resume (default: ~1 GiB of activations)")
     c.add_argument("--outlier-factor", type=float, default=10.0,
                    help="flag rows whose norm exceeds this many times the median norm (default: %(default)s)")
+    c.add_argument("--max-unknown-fraction", type=float, default=0.05,
+                   help="stop when more of the corpus's tokens than this are unknown to the tokenizer; 1 = never "
+                        "(default: %(default)s)")
     c.add_argument("--keep-special", action="store_true", help="also store BOS/EOS/pad positions (excluded by default)")
     c.add_argument("--seed", type=int, default=0, help="corpus seed (default: %(default)s)")
     g = c.add_mutually_exclusive_group()
