@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from workbench.cli import build_parser, main
@@ -41,3 +43,16 @@ def test_cache_then_sae_train_and_eval_from_the_cli(tiny, tmp_path, capsys):
     assert main(["sae", "train", "--cache", str(cache), "--hook", "blocks.2.hook_resid_post", "--out", str(tmp_path / "x"),
                  "--set", "no_such_field=1"]) == 2
     assert "no_such_field" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("pair, match", [
+    ("k=3", "k has its own flag, use --k instead"), ("architecture=topk", "use --arch"),
+    ("seed=1", "use --seed"), ("dense_tau=abc", "dense_tau='abc' is not of type float"),
+    ("prefixes=[1,2", r"prefixes='\[1,2' is not of type"), ("name=../../x", "must be a plain folder name"),
+])
+def test_sae_train_set_refuses_flag_fields_and_wrong_types_before_any_work(pair, match, tmp_path, capsys):
+    assert main(["sae", "train", "--cache", str(tmp_path / "no-cache"), "--hook", "h", "--out", str(tmp_path / "o"),
+                 "--set", pair]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and re.search(match, err), err
+    assert not (tmp_path / "o").exists()

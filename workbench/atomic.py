@@ -7,6 +7,27 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
+from workbench.errors import UserError
+
+
+class OutputPathError(UserError, ValueError):
+    """An output path that cannot be written (a folder, a file in the way, no permission)."""
+
+
+def check_output_file(path: str | Path, what: str = "output file") -> Path:
+    """Refuse, before any work, a file path that a later atomic write could not create."""
+    path = Path(path)
+    if path.is_dir():
+        raise OutputPathError(f"{what} {path} is an existing folder; give a file path such as {path / 'out.json'}")
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise OutputPathError(f"{what} {path} cannot be created: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputPathError(f"{what} {path} cannot be written: no write permission in {parent}")
+    return path
+
 
 @contextmanager
 def atomic_path(path: str | Path):

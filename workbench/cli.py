@@ -86,16 +86,20 @@ def _print_cache_summary(cache) -> None:
         print(f"  {h:<28} d={cache.d(h):<5} mean norm {s['mean_norm']:.2f}")
 
 
-def _set_fields(cls, pairs: list[str]) -> dict:
-    """--set FIELD=VALUE pairs -> typed keyword arguments for the dataclass `cls` (JSON values accepted)."""
+def _set_fields(cls, pairs: list[str], flags: dict[str, str]) -> dict:
+    """--set FIELD=VALUE pairs -> keyword arguments for the dataclass `cls` (JSON values accepted; the
+    config checks their types). Fields in `flags` have their own flag and are refused here."""
     import dataclasses
 
     fields = {f.name: f for f in dataclasses.fields(cls)}
     out = {}
     for pair in pairs:
         key, eq, raw = pair.partition("=")
+        if key in flags:
+            raise ValueError(f"--set {pair!r}: {key} has its own flag, use {flags[key]} instead")
         if not eq or key not in fields:
-            raise ValueError(f"bad --set {pair!r}: expected FIELD=VALUE with FIELD one of {', '.join(fields)}")
+            raise ValueError(f"bad --set {pair!r}: expected FIELD=VALUE with FIELD one of "
+                             f"{', '.join(f for f in fields if f not in flags)}")
         try:
             out[key] = json.loads(raw)
         except json.JSONDecodeError:
@@ -106,7 +110,8 @@ def _set_fields(cls, pairs: list[str]) -> dict:
 def _sae_train(a: argparse.Namespace) -> None:
     from workbench import sae
 
-    extra = _set_fields(sae.SAEConfig, a.set)
+    extra = _set_fields(sae.SAEConfig, a.set, {"architecture": "--arch", "k": "--k", "expansion": "--expansion",
+                                               "scaffold_rank": "--scaffold-rank", "seed": "--seed"})
     cfgs = [sae.SAEConfig(architecture=arch, k=k, expansion=a.expansion, scaffold_rank=r, seed=seed, **extra)
             for arch in a.arch for k in a.k for r in a.scaffold_rank for seed in a.seed]
     train_cfg = sae.TrainConfig(n_tokens=a.tokens, batch_size=a.batch_size, lr=a.lr, checkpoint_every=a.checkpoint_every,

@@ -36,7 +36,8 @@ def add_commands(subparsers) -> None:
     f.add_argument("--prompt", help="the query text (BOS is prepended)")
     f.add_argument("--answer", help="the answer token the circuit should explain (a single token)")
     f.add_argument("--counterfactual", help="a contrasting prompt, any length (aligned on the answer position)")
-    f.add_argument("--wrong", help="the contrasting answer for logit_diff (default: the counterfactual's top token)")
+    f.add_argument("--wrong", help="the contrasting answer for logit_diff (default: the counterfactual's top token "
+                   "other than the answer; without --counterfactual, the prompt's runner-up)")
     f.add_argument("--paraphrase", action="append", default=[], metavar="PROMPT[|||COUNTERFACTUAL]",
                    help="extra prompts (with optional counterfactual after |||) for best-of-N candidates")
     g = f.add_mutually_exclusive_group()
@@ -50,11 +51,14 @@ def add_commands(subparsers) -> None:
     f.add_argument("--metric", choices=METRICS, default="logit_diff", help="faithfulness metric L (default: %(default)s)")
     f.add_argument("--method", choices=METHODS, default="eap-ig", help="edge attribution (default: %(default)s)")
     f.add_argument("--steps", type=int, default=5, help="EAP-IG interpolation steps m (default: %(default)s)")
-    f.add_argument("--samples", type=int, default=3, help="paraphrases and resampled counterfactuals per query")
+    f.add_argument("--samples", type=int, help="with --task: paraphrases and resampled counterfactuals generated per "
+                   "query (default: 3); with --prompt use --paraphrase")
     f.add_argument("--seed", type=int, default=0, help="seed for resampling (default: %(default)s)")
     f.add_argument("--task", help="evaluate n generated queries of a synthetic task family instead of one prompt")
-    f.add_argument("--n", type=int, default=20, help="queries for --task (default: %(default)s)")
-    f.add_argument("--budgets", default="1%,2%,5%", help="budgets for --task, comma separated")
+    f.add_argument("--n", type=int, help="queries for --task (default: 20)")
+    f.add_argument("--budgets", help="budgets for --task, comma separated (default: 1%%,2%%,5%%; --budget gives one)")
+    f.add_argument("--all-queries", action="store_true",
+                   help="with --task, keep queries whose answer is not the model's top-1 (skipped by default)")
     f.add_argument("--out", help="circuit JSON (workbench schema) or, with --task, the summary JSON")
     f.add_argument("--mib", help="also write the EAP-IG/MIB circuit JSON here")
     f.add_argument("--neuronpedia", help="also write the Neuronpedia graph JSON here")
@@ -66,38 +70,73 @@ def add_commands(subparsers) -> None:
     e.set_defaults(func=run_export)
 
 
+def _check_find_args(args) -> None:
+    """Every flag combination and output path is checked before the model is loaded."""
+    from workbench.atomic import check_output_file
+
+    given = lambda *names: [f"--{n.replace('_', '-')}" for n in names if getattr(args, n) not in (None, [], False)]  # noqa: E731
+    if args.task:
+        bad = given("prompt", "answer", "counterfactual", "wrong", "paraphrase", "target_ndf", "mib", "neuronpedia")
+        if bad:
+            raise ValueError(f"{', '.join(bad)} do not apply to --task (it evaluates {args.n or 20} generated queries at "
+                             "--budgets and writes a summary); find one circuit with --prompt to use them")
+        if args.budget is not None and args.budgets is not None:
+            raise ValueError("give --budget or --budgets with --task, not both")
+    else:
+        bad = given("n", "budgets", "all_queries")
+        if bad:
+            raise ValueError(f"{', '.join(bad)} apply only to --task")
+        if args.samples is not None:
+            raise ValueError("--samples generates paraphrases and counterfactuals of --task queries; for --prompt, "
+                             "pass each extra prompt with --paraphrase 'PROMPT|||COUNTERFACTUAL'")
+        if not args.prompt or not args.answer:
+            raise ValueError("circuit find needs --prompt and --answer (or --task NAME for a batch of generated queries)")
+    for flag in ("out", "mib", "neuronpedia"):
+        if getattr(args, flag):
+            check_output_file(getattr(args, flag), f"--{flag}")
+    if args.ablation == "mean" and not args.cache:
+        raise ValueError("--ablation mean needs --cache DIR (the means come from its token sequences)")
+    if args.target_ndf is not None and not 0 < args.target_ndf <= 1:
+        raise ValueError(f"--target-ndf {args.target_ndf} is outside (0, 1]")
+
+
 def run_find(args) -> int:
     from workbench.circuits.api import evaluate_task, find_circuit, format_summary_table
     from workbench.circuits.export import write_json
     from workbench.models import load
 
+    _check_find_args(args)
+    budgets = None
+    if args.task:
+        from workbench.corpus import synthetic
+
+        if args.task not in synthetic.QUERY_TASKS:
+            raise ValueError(f"unknown task {args.task!r}; valid tasks: {', '.join(synthetic.QUERY_TASKS)}")
+        budgets = [args.budget] if args.budget is not None else \
+            [parse_budget(b) for b in (args.budgets or "1%,2%,5%").split(",") if b.strip()]
     model, _ = load(args.model)
     means = None
     if args.ablation == "mean":
         from workbench.cache import ActivationCache
         from workbench.circuits.hooks import writer_means
 
-        if not args.cache:
-            raise ValueError("--ablation mean needs --cache DIR (the means come from its token sequences)")
         means = writer_means(model, ActivationCache.open(args.cache))
     if args.task:
-        budgets = [parse_budget(b) for b in args.budgets.split(",") if b.strip()]
-        summary = evaluate_task(model, args.task, args.n, budgets, seed=args.seed, n_samples=args.samples,
-                                method=args.method, steps=args.steps, ablation=args.ablation, metric=args.metric,
-                                means=means)
+        summary = evaluate_task(model, args.task, args.n or 20, budgets, seed=args.seed,
+                                n_samples=3 if args.samples is None else args.samples, method=args.method,
+                                steps=args.steps, ablation=args.ablation, metric=args.metric, means=means,
+                                require_prediction=not args.all_queries)
         print(format_summary_table(summary))
         for s in summary["skipped"]:
-            print(f"skipped: {s['reason']}", file=sys.stderr)
+            print(f"skipped: {s['prompt']!r}: {s['reason']}", file=sys.stderr)
         if args.out:
             write_json(summary, args.out)
         return 0
-    if not args.prompt or not args.answer:
-        raise SystemExit("circuit find needs --prompt and --answer (or --task NAME for a batch of generated queries)")
     paraphrases = [tuple(p.split("|||", 1)) if "|||" in p else p for p in args.paraphrase]
     circuit = find_circuit(model, args.prompt, args.answer, args.counterfactual, wrong=args.wrong, budget=args.budget,
                            target_ndf=args.target_ndf, strategy=args.strategy, ablation=args.ablation,
                            metric=args.metric, method=args.method, steps=args.steps, paraphrases=paraphrases,
-                           n_samples=args.samples, seed=args.seed, means=means)
+                           seed=args.seed, means=means)
     print(circuit.summary())
     if args.out:
         circuit.save(args.out)
@@ -109,8 +148,10 @@ def run_find(args) -> int:
 
 
 def run_export(args) -> int:
+    from workbench.atomic import check_output_file
     from workbench.circuits.export import load_json
 
+    check_output_file(args.out, "--out")
     circuit = load_json(args.circuit)
     (circuit.to_mib if args.format == "mib" else circuit.to_neuronpedia)(args.out)
     print(f"{args.circuit} -> {args.out} ({args.format})")

@@ -64,9 +64,13 @@ def budget_edges(budget: float, n_edges: int) -> int:
     return max(1, int(round(budget * n_edges)))
 
 
-def check_budget(budget: float) -> None:
+def check_budget(budget: float, n_edges: int | None = None) -> None:
+    """A fraction in (0, 1] that, for a graph of n_edges edges, allows at least one edge."""
     if not (isinstance(budget, (int, float)) and 0 < budget <= 1):
         raise ValueError(f"the edge budget must be a fraction in (0, 1] (e.g. 0.02 for 2%), got {budget!r}")
+    if n_edges and budget * n_edges < 1:
+        raise ValueError(f"the edge budget {budget:g} is below one edge: this model's graph has {n_edges} edges, "
+                         f"so the smallest budget is 1/{n_edges} = {100 / n_edges:.3g}%")
 
 
 def area(fractions, values) -> float:

@@ -82,6 +82,9 @@ def evaluate(sae_dir: str | Path, cache_path: str | Path, model_spec: str | None
     """Evaluate one saved SAE on the cache's held-out split; model_spec=None skips the splice metrics."""
     from workbench.cache import ActivationCache
 
+    if max_tokens < 1 or n_sequences < 0:
+        raise ValueError(f"max_tokens={max_tokens} must be >= 1 (held-out rows to evaluate on; --tokens) and "
+                         f"n_sequences={n_sequences} >= 0")
     t0 = time.time()
     sae_dir = Path(sae_dir)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
