@@ -19,14 +19,27 @@ def check_output_file(path: str | Path, what: str = "output file") -> Path:
     path = Path(path)
     if path.is_dir():
         raise OutputPathError(f"{what} {path} is an existing folder; give a file path such as {path / 'out.json'}")
-    parent = path.parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        raise OutputPathError(f"{what} {path} cannot be created: {parent} is a file, not a folder")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise OutputPathError(f"{what} {path} cannot be written: no write permission in {parent}")
+    _check_creatable(path.parent, path, what)
     return path
+
+
+def check_output_dir(path: str | Path, what: str = "output folder") -> Path:
+    """Refuse, before any work, a folder path that cannot be created or written to."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise OutputPathError(f"{what} {path} is an existing file, not a folder; choose another path")
+    _check_creatable(path, path, what)
+    return path
+
+
+def _check_creatable(folder: Path, target: Path, what: str) -> None:
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise OutputPathError(f"{what} {target} cannot be created: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise OutputPathError(f"{what} {target} cannot be written: no write permission in {existing}")
 
 
 @contextmanager

@@ -114,6 +114,14 @@ def test_unknown_hook_lists_the_valid_ones(tmp_path, model, corpus, base):
     assert not (tmp_path / "c").exists()
 
 
+def test_output_under_a_file_is_named(tmp_path, model, corpus, hooks, base):
+    from workbench.atomic import OutputPathError
+
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(OutputPathError, match=f"cache folder {tmp_path}/afile/c cannot be created: .*afile is a file"):
+        harvest(model, corpus, hooks, tmp_path / "afile" / "c", **base)
+
+
 def test_shard_tokens_zero_is_refused_not_taken_as_the_default(tmp_path, model, corpus, hooks, base):
     with pytest.raises(ValueError, match="shard_tokens must be >= 1, got 0"):
         harvest(model, corpus, hooks, tmp_path / "c", **{**base, "shard_tokens": 0})

@@ -146,12 +146,12 @@ def test_ioi_queries_without_a_wrong_answer_work_on_the_embedded_model(tiny):
 
 
 @pytest.mark.parametrize("extra, match", [
-    (["--task", "ioi", "--mib", "m.json"], "--mib do not apply to --task"),
+    (["--task", "ioi", "--mib", "m.json"], "--mib does not apply to --task"),
     (["--task", "ioi", "--neuronpedia", "n.json", "--target-ndf", "0.8"], "--target-ndf, --neuronpedia do not apply"),
-    (["--task", "ioi", "--prompt", "x"], "--prompt do not apply to --task"),
+    (["--task", "ioi", "--prompt", "x"], "--prompt does not apply to --task"),
     (["--task", "nope"], "unknown task 'nope'; valid tasks: ioi"),
     (["--prompt", "x", "--answer", "y", "--samples", "2"], "--samples generates paraphrases .* --paraphrase"),
-    (["--prompt", "x", "--answer", "y", "--n", "5"], "--n apply only to --task"),
+    (["--prompt", "x", "--answer", "y", "--n", "5"], "--n applies only to --task"),
     (["--prompt", "x"], "needs --prompt and --answer"),
     (["--prompt", "x", "--answer", "y", "--out", "."], "--out . is an existing folder"),
     (["--prompt", "x", "--answer", "y", "--mib", "blocker/m.json"], "blocker is a file, not a folder"),

@@ -110,15 +110,16 @@ class ActivationCache:
 
     def _verified(self, path: Path, meta: dict, force: bool = False) -> Path:
         """path, after checking its checksum against the manifest's record `meta` (once per process
-        unless force)."""
+        unless force, which verify() uses)."""
         st = path.stat()
         key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
         if force or key not in _VERIFIED:
             _VERIFIED.discard(key)
             if checksum(path) != meta[CHECKSUM]:
+                hint = "" if force else (f"; re-harvest the cache (`workbench cache verify {self.path}` lists "
+                                         "every damaged file)")
                 raise CacheCorruptError(f"corrupted cache file {path}: {CHECKSUM} checksum does not match the "
-                                        f"manifest; re-harvest the cache (`workbench cache verify {self.path}` "
-                                        "lists every bad file)")
+                                        f"manifest{hint}")
             _VERIFIED.add(key)
         return path
 

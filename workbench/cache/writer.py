@@ -34,6 +34,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from workbench.atomic import check_output_dir
 from workbench.cache.config import SPLITS, CacheConfig
 from workbench.cache.errors import CacheCorruptError, CacheExistsError, CacheMismatchError, DiskFullError, UnknownHookError
 from workbench.cache.format import CHECKSUM, write_json_atomic
@@ -150,6 +151,7 @@ def _prepare(out: Path, cfg: CacheConfig, resume: bool, overwrite: bool) -> dict
     manifest, progress = out / "manifest.json", out / "progress.json"
     if out.exists() and not out.is_dir():
         raise CacheExistsError(f"output path {out} exists and is not a folder")
+    check_output_dir(out, "cache folder")
     if out.exists() and any(out.iterdir()):
         is_cache = manifest.is_file() or progress.is_file()
         if overwrite:

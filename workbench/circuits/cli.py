@@ -78,14 +78,14 @@ def _check_find_args(args) -> None:
     if args.task:
         bad = given("prompt", "answer", "counterfactual", "wrong", "paraphrase", "target_ndf", "mib", "neuronpedia")
         if bad:
-            raise ValueError(f"{', '.join(bad)} do not apply to --task (it evaluates {args.n or 20} generated queries at "
+            raise ValueError(f"{', '.join(bad)} {'does' if len(bad) == 1 else 'do'} not apply to --task (it evaluates {args.n or 20} generated queries at "
                              "--budgets and writes a summary); find one circuit with --prompt to use them")
         if args.budget is not None and args.budgets is not None:
             raise ValueError("give --budget or --budgets with --task, not both")
     else:
         bad = given("n", "budgets", "all_queries")
         if bad:
-            raise ValueError(f"{', '.join(bad)} apply only to --task")
+            raise ValueError(f"{', '.join(bad)} {'applies' if len(bad) == 1 else 'apply'} only to --task")
         if args.samples is not None:
             raise ValueError("--samples generates paraphrases and counterfactuals of --task queries; for --prompt, "
                              "pass each extra prompt with --paraphrase 'PROMPT|||COUNTERFACTUAL'")

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from workbench.atomic import atomic_write_text
+from workbench.atomic import atomic_write_text, check_output_dir
 from workbench.sae import checkpoint
 from workbench.sae.architectures import build
 from workbench.sae.config import ConfigError, SAEConfig, TrainConfig, check_types
@@ -264,7 +264,7 @@ def fit(sae_cfgs: list[SAEConfig], train_cfg: TrainConfig, make_batches: Callabl
     data position start_batch on. `data` identifies the stream (compared on resume); `metadata` goes
     into each cfg.json (hook_name, model_name, ...).
     """
-    out = Path(out_dir)
+    out = check_output_dir(out_dir, "SAE output folder")
     rank, world = dist_info()
     train_cfg.validate(world)
     cfgs = [c.resolve(d_in, train_cfg.n_tokens) for c in sae_cfgs]
@@ -345,6 +345,7 @@ def train(cache_path: str | Path, hook: str, sae_configs: list[SAEConfig], train
         check_types(c)
     for c in sae_configs:
         c.check_name()
+    check_output_dir(out_dir, "SAE output folder")
     cache = ActivationCache.open(cache_path)
     if hook not in cache.hooks:
         raise ConfigError(f"hook {hook!r} is not in the cache at {cache_path}; cached hooks: {cache.hooks}")
