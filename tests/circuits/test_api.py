@@ -171,3 +171,9 @@ def test_cli_task_honours_budget(saved_small, tmp_path, capsys):
                      "--samples", "0", "--steps", "2", "--all-queries", "--out", str(out)]) == 0
     s = json.loads(out.read_text())
     assert s["budgets"] == [0.1] and not s["require_prediction"]
+
+
+def test_summary_states_the_models_prediction(small, ioi):
+    with pytest.warns(UserWarning):
+        c = find_circuit(small, ioi[0], budget=0.1, n_samples=0, steps=2, refine_steps=1, curve=False, min_gap=0.0)
+    assert "WARNING: the model does not predict the answer" in c.summary() and "top-1" in c.summary()

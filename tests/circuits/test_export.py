@@ -132,3 +132,18 @@ def test_neuronpedia_merges_qkv_links_and_keeps_positions_causal():
     assert ("1_1_1", "3_9_3") in links
     assert {s for s, t in links if t == "0_0_1"} == {"E_0_0", "E_5_1"}  # position 3 lies after a0.h0's position
     validate_neuronpedia(d)
+
+
+@pytest.mark.parametrize("text, match", [
+    ("[1, 2]", "holds a JSON list, not a circuit object"),
+    ('{"schema": "workbench.circuit", "schema_version": 1}', r"is a damaged workbench circuit file \(KeyError: 'graph'\)"),
+    ('{"schema": "workbench.circuit", "schema_version": 1, "graph": {"n_layers": "x"}}', "damaged workbench circuit file"),
+])
+def test_damaged_circuit_files_are_named(tmp_path, text, match):
+    path = tmp_path / "c.json"
+    path.write_text(text)
+    with pytest.raises(CircuitFileError, match=match) as e:
+        load_json(path)
+    assert str(path) in str(e.value)
+    with pytest.raises(CircuitFileError, match=str(path)):
+        from_mib(path)

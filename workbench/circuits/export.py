@@ -53,16 +53,20 @@ def write_json(data: dict, path) -> None:
     atomic_write_text(path, json.dumps(_clean(data)))
 
 
-def _read(path_or_dict) -> dict:
+def _read(path_or_dict) -> tuple[dict, str]:
+    """(the file's JSON object, a name for messages)."""
     if isinstance(path_or_dict, dict):
-        return path_or_dict
+        return path_or_dict, "the circuit dict"
     path = Path(path_or_dict)
     if not path.is_file():
         raise FileNotFoundError(f"no circuit file at {path}")
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
+        d = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CircuitFileError(f"{path} is not valid JSON: {e}") from None
+    if not isinstance(d, dict):
+        raise CircuitFileError(f"{path} holds a JSON {type(d).__name__}, not a circuit object")
+    return d, str(path)
 
 
 # ---------------------------------------------------------------- workbench JSON (v1)
@@ -98,24 +102,29 @@ def _check_model(graph: Graph, file_model_id: str, model) -> None:
 
 def load_json(path_or_dict, model=None) -> Circuit:
     """Read a workbench circuit file; with a model, refuse circuits made for another model."""
-    d = _read(path_or_dict)
+    d, name = _read(path_or_dict)
     if d.get("schema") != SCHEMA:
         raise CircuitFileError(f"not a workbench circuit file: schema {d.get('schema')!r}, expected {SCHEMA!r} "
                                "(MIB files load with from_mib)")
     if d.get("schema_version") != SCHEMA_VERSION:
         raise CircuitFileError(f"circuit file schema version {d.get('schema_version')!r} is not supported; "
                                f"this workbench reads version {SCHEMA_VERSION}")
-    graph = Graph(**d["graph"])
-    _check_model(graph, d.get("model_id", ""), model)
-    names = [e["name"] for e in d["edges"]]
-    if names != graph.edges:
-        raise CircuitFileError(f"the file's {len(names)} edges do not match the graph's {graph.n_edges} edges")
-    pp = None
-    if d["edges"] and "per_position" in d["edges"][0]:
-        pp = torch.tensor([e["per_position"] for e in d["edges"]], dtype=torch.float32).T
-    return Circuit(graph, torch.tensor([e["in_circuit"] for e in d["edges"]]),
-                   torch.tensor([e["score"] for e in d["edges"]], dtype=torch.float32), d["query"], d["method"],
-                   d.get("model_id", ""), d.get("seed", 0), d.get("faithfulness", {}), d.get("curve"), pp)
+    try:
+        graph = Graph(**d["graph"])
+        _check_model(graph, d.get("model_id", ""), model)
+        names = [e["name"] for e in d["edges"]]
+        if names != graph.edges:
+            raise CircuitFileError(f"the {len(names)} edges of {name} do not match the graph's {graph.n_edges} edges")
+        pp = None
+        if d["edges"] and "per_position" in d["edges"][0]:
+            pp = torch.tensor([e["per_position"] for e in d["edges"]], dtype=torch.float32).T
+        return Circuit(graph, torch.tensor([e["in_circuit"] for e in d["edges"]]),
+                       torch.tensor([e["score"] for e in d["edges"]], dtype=torch.float32), d["query"], d["method"],
+                       d.get("model_id", ""), d.get("seed", 0), d.get("faithfulness", {}), d.get("curve"), pp)
+    except (KeyError, TypeError, ValueError) as e:
+        if isinstance(e, (CircuitFileError, GraphMismatchError)):
+            raise
+        raise CircuitFileError(f"{name} is a damaged workbench circuit file ({type(e).__name__}: {e})") from None
 
 
 # ---------------------------------------------------------------- EAP-IG / MIB JSON
@@ -147,13 +156,16 @@ def to_mib(c: Circuit, path=None) -> dict:
 
 def from_mib(path_or_dict, model=None) -> Circuit:
     """Read an EAP-IG / MIB circuit JSON (scores and membership; no query or faithfulness in that format)."""
-    d = _read(path_or_dict)
+    d, name = _read(path_or_dict)
     missing = {"cfg", "nodes", "edges"} - set(d)
     if missing:
-        raise CircuitFileError(f"not an EAP-IG/MIB circuit file: missing keys {sorted(missing)}")
+        raise CircuitFileError(f"{name} is not an EAP-IG/MIB circuit file: missing keys {sorted(missing)}")
     cfg = d["cfg"]
-    graph = Graph(cfg["n_layers"], cfg["n_heads"], cfg.get("n_key_value_heads", cfg["n_heads"]), cfg["d_model"],
-                  bool(cfg.get("parallel_attn_mlp", False)), bool(cfg.get("attn_only", False)))
+    try:
+        graph = Graph(cfg["n_layers"], cfg["n_heads"], cfg.get("n_key_value_heads", cfg["n_heads"]), cfg["d_model"],
+                      bool(cfg.get("parallel_attn_mlp", False)), bool(cfg.get("attn_only", False)))
+    except (KeyError, TypeError, AttributeError) as e:
+        raise CircuitFileError(f"{name}: cfg {cfg!r} lacks or mistypes a model field ({type(e).__name__}: {e})") from None
     _check_model(graph, "", model)
     scores, member = torch.zeros(graph.n_edges), torch.zeros(graph.n_edges, dtype=torch.bool)
     for i, e in enumerate(graph.edges):

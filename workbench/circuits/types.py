@@ -65,6 +65,10 @@ class Circuit:
                  f"{len(self.nodes)} nodes; method {self.method.get('name')}",
                  f"NDF {f.get('ndf', float('nan')):.3f}  NFS {f.get('nfs', float('nan')):.3f}  "
                  f"gap |L(M(q)) - L(M(q'))| = {f.get('gap', float('nan')):.3f} ({self.method.get('metric')})"]
+        if "top1" in f:
+            lines.append(f"model: top-1 {f['top1']!r} (p={f['top1_prob']:.3f}), answer {self.query.get('answer')!r} "
+                         f"p={f['answer_prob']:.3f}" + ("" if f["predicts_answer"] else
+                                                       "  WARNING: the model does not predict the answer"))
         if f.get("ndf_candidates"):
             lines.append(f"best-of-N NDF over {len(f['ndf_candidates'])} candidates: "
                          f"mean {f['ndf_candidates_mean']:.3f} ± {f['ndf_candidates_std']:.3f}")
