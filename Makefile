@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test bench
+.PHONY: setup demo test bench lint
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml constraints.txt
@@ -24,3 +24,7 @@ test: setup
 
 bench: setup
 	$(BIN)/python bench/run_all.py
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .

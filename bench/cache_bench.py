@@ -30,6 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+import harness  # noqa: E402
+
 WORK = ROOT / "bench" / "work" / "cache"
 RESULTS = ROOT / "bench" / "results" / "cache.md"
 PEER_PYTHON = ROOT / "bench" / ".venv-peers" / "bin" / "python"
@@ -302,7 +305,7 @@ def tiny_model():
     try:
         return load("tiny", device="cpu")[0], "embedded tiny"
     except ValueError:  # weights not built yet: the same architecture, random init
-        from workbench.corpus.synthetic import vocabulary
+        from workbench.corpus.vocab import vocabulary
         from workbench.models.tokenizer import build_tokenizer
 
         return build(TinyConfig(), build_tokenizer(vocabulary())), "tiny (random init: data/models/tiny missing)"
@@ -348,7 +351,7 @@ def report(models, big, big_write_s, reads, started, load, threads) -> str:
     gb, mb = 1e9, 1e6
     lines = [
         "# Activation cache benchmark", "",
-        f"Run {started} by `bench/cache_bench.py` on {os.cpu_count()} CPU cores ({platform.machine()}), "
+        f"Run {started} at commit {harness.commit()} by `bench/cache_bench.py` on {os.cpu_count()} CPU cores ({platform.machine()}), "
         f"torch {threads} thread(s), no GPU; wall-clock, page cache warm. Load average before/after: "
         f"{load[0]:.1f} / {load[1]:.1f}: the machine was shared with other jobs, so runs alternate and each timing "
         f"is the best of its rounds ((a): {models[0]['rounds'][0]} rounds tiny, {models[-1]['rounds'][0]} GPT-2-shaped; "

@@ -61,7 +61,7 @@ def embedded_model() -> tuple[Path, str]:
         return EMBEDDED["tiny"], "data/models/tiny (trained)"
     folder = WORK / "tiny-random"
     if not (folder / "model.safetensors").is_file():
-        from workbench.corpus.synthetic import vocabulary
+        from workbench.corpus.vocab import vocabulary
         from workbench.models.tokenizer import build_tokenizer
         from workbench.models.toy import TinyConfig, build
 
@@ -81,13 +81,13 @@ def gpt2_model() -> Path:
 def embedded_prompts(model_dir: Path, per_task: int) -> tuple[Path, list[dict]]:
     """Synthetic queries as token ids (clean and counterfactual have equal length, as auto-circuit needs)."""
     from workbench.circuits import prepare
-    from workbench.corpus import synthetic
+    from workbench.corpus import tasks
     from workbench.models import load
 
     model, tok = load(str(model_dir), device="cpu")
     rows = []
     for task in TASKS:
-        for i, q in enumerate(synthetic.queries(task, per_task, seed=0, tokenizer=tok)):
+        for i, q in enumerate(tasks.queries(task, per_task, seed=0, tokenizer=tok)):
             qi = prepare(model, q.prompt, q.answer, q.counterfactual, q.wrong)
             if len(qi.tokens) != len(qi.cf_tokens):
                 continue
@@ -252,7 +252,7 @@ def memory_section(rows: list[dict], steps: int) -> tuple[list[str], list[str]]:
                            f"{fmt(ratio(r, 'wb_default', 'fwdbwd_params'))} / {fmt(ratio(r, 'wb_step1', 'fwdbwd_params'))}"])
     lines = [f"### Peak memory against prompt length: random-init GPT-2-small shape (124M parameters), EAP-IG m = {steps}",
              "", "Peak RSS of each process above its RSS after loading the model, MB (time of the one call in brackets). "
-             "`all steps` batches all m interpolation steps in one forward-backward (step_batch=None); the library default step_batch="auto" sizes the batch from a 64 MB activation estimate, which on this shape means 4 steps per batch at 16 tokens and 1 from 64 tokens up; "
+             "`all steps` batches all m interpolation steps in one forward-backward (step_batch=None); the library default step_batch='auto' sizes the batch from a 64 MB activation estimate, which on this shape means 4 steps per batch at 16 tokens and 1 from 64 tokens up; "
              "`step_batch=1` runs them one at a time. Reference: the model's own forward + backward of the logit "
              "difference on the same prompt, with gradients to the weights (`params`) or to the activations only "
              "(`inputs`, what attribution needs).", "",
@@ -303,7 +303,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--budget", type=float, default=0.02)
     ap.add_argument("--n-samples", type=int, default=3)
-    ap.add_argument("--lengths", default="16,64,256,1024")
+    ap.add_argument("--lengths", default="16,64,256,1024", help="prompt lengths of the memory curve ('' skips it)")
     ap.add_argument("--autocircuit-max-len", type=int, default=256)
     ap.add_argument("--mem-cap-gb", type=float, default=10.0,
                     help="stop a memory-curve side whose RSS passes this (reported as over the cap)")
@@ -312,7 +312,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
     if args.quick:
-        args.per_task, args.rounds, args.repeats, args.lengths, args.autocircuit_max_len = 1, 1, 1, "16,64", 64
+        args.per_task, args.rounds, args.repeats, args.autocircuit_max_len = 1, 1, 1, 64
+        args.lengths = "16,64" if args.lengths == ap.get_default("lengths") else args.lengths
     t_start = time.time()
     WORK.mkdir(parents=True, exist_ok=True)
     info = harness.machine_info()
@@ -328,8 +329,10 @@ def main() -> None:
                                                    "tasks": {t: args.per_task for t in TASKS}, "seed": 0,
                                                    "budget": args.budget, "n_samples": args.n_samples}, "search")
     print("memory against prompt length", flush=True)
-    lengths = [int(x) for x in args.lengths.split(",")]
-    mem = memory_curve(gpt2_model(), lengths, args.steps, args.autocircuit_max_len, args.mem_cap_gb * 1024)
+    lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
+    # --lengths '' skips the memory curve (and building the 124M-parameter GPT-2-shaped model)
+    mem = memory_curve(gpt2_model(), lengths, args.steps, args.autocircuit_max_len, args.mem_cap_gb * 1024) \
+        if lengths else []
     harness.write_text(WORK / "raw.json", json.dumps({"compare": cmp, "search": search, "memory": mem}, indent=1))
     s1, v1 = compare_section(cmp, args.steps, prompts, args.repeats)
     s2, v2 = search_section(search, args.budget, args.n_samples, args.steps,
@@ -337,7 +340,7 @@ def main() -> None:
     s3, v3 = memory_section(mem, args.steps)
     text = ["# Query-circuit benchmark", "", *harness.machine_lines(info, versions, threads),
             f"- Embedded model: {source} (`{model_dir.relative_to(harness.ROOT) if model_dir.is_relative_to(harness.ROOT) else model_dir}`); "
-            f"queries: {args.per_task} per task from `synthetic.queries(task, n, seed=0)` for {', '.join(TASKS)} "
+            f"queries: {args.per_task} per task from `tasks.queries(task, n, seed=0)` for {', '.join(TASKS)} "
             "(token ids shared by both sides; metric: logit difference answer - wrong at the last position; "
             "ablation: the counterfactual prompt)",
             f"- Command: `.venv/bin/python bench/circuit_bench.py {' '.join(sys.argv[1:])}` (total {time.time() - t_start:.0f}s)",

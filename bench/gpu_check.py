@@ -19,15 +19,19 @@ import argparse
 import json
 import math
 import statistics
+import sys
 import time
 import traceback
 from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
+
 from workbench.sae.architectures import build
 from workbench.sae.config import ARCHITECTURES, SAEConfig, TrainConfig
-from workbench.sae.train import Trainer
+from workbench.sae.trainer import Trainer
 
 
 def _sync(device):
@@ -151,18 +155,18 @@ def training_run(device, quick: bool, work: Path) -> dict:
 
 def circuit(device) -> dict:
     from workbench.circuits.api import find_circuit
-    from workbench.corpus import synthetic
+    from workbench.corpus import tasks
     from workbench.models import load
 
     model, tok = load("tiny", device=str(device))
-    q = synthetic.queries("ioi", n=1, seed=3, tokenizer=tok)[0]
+    q = tasks.queries("ioi", n=1, seed=3, tokenizer=tok)[0]
     t = time.time()
     c = find_circuit(model, q.prompt, q.answer, q.counterfactual, wrong=q.wrong, budget=0.05)
     return {"prompt": q.prompt, "ndf": c.ndf, "n_edges": len(c.edges), "seconds": time.time() - t}
 
 
 def report(res: dict) -> str:
-    lines = ["# CUDA check", "", f"- {res['env']}", ""]
+    lines = ["# CUDA check", "", f"- Commit: {res['commit']}", f"- {res['env']}", ""]
     if "kernels" in res:
         lines += ["## Sparse vs dense kernels on the device", "",
                   "| architecture | bf16 autocast | loss rel. diff | min grad cosine | max grad rel. diff |",
@@ -210,7 +214,7 @@ def main() -> None:
     env = f"torch {torch.__version__}"
     if device.type == "cuda":
         env += f", {torch.cuda.get_device_name(device)}, CUDA {torch.version.cuda}"
-    res: dict = {"env": env, "errors": {}}
+    res: dict = {"commit": harness.commit(), "env": env, "errors": {}}
     sections = {"kernels": lambda: kernels(device, args.quick), "steps": lambda: step_times(device, args.quick),
                 "training": lambda: training_run(device, args.quick, args.out / "work"),
                 "circuit": lambda: circuit(device)}

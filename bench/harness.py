@@ -19,10 +19,11 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
-WORK = BENCH / "work"  # git-ignored scratch: shared inputs, per-run configs
+# git-ignored scratch: shared inputs, per-run configs (BENCH_WORK moves it, e.g. for the tests' smoke runs)
+WORK = Path(os.environ.get("BENCH_WORK", BENCH / "work"))
 PEERS = BENCH / "peers"
 PYTHON = {
-    "main": ROOT / ".venv" / "bin" / "python",
+    "main": Path(sys.executable),  # the drivers run in the workbench's own environment
     "sae": BENCH / ".venv-sae" / "bin" / "python",
     "circuits": BENCH / ".venv-circuits" / "bin" / "python",
 }
@@ -43,9 +44,10 @@ def _exception_line(stderr: str) -> str:
 
 
 def python(venv: str) -> Path:
+    """The interpreter of a side's venv; a missing peer venv is that side's failure, not the driver's."""
     p = PYTHON[venv]
     if not p.exists():
-        raise FileNotFoundError(f"{p} is missing: build the peer environments with bench/setup_peers.sh")
+        raise PeerError(f"{p} is missing: build the peer environments with bench/setup_peers.sh", "")
     return p
 
 
@@ -118,8 +120,25 @@ def venv_versions(venv: str, packages: tuple[str, ...]) -> dict:
             "    try: out[p] = m.version(p)\n"
             "    except m.PackageNotFoundError: out[p] = None\n"
             "print(json.dumps(out))")
-    proc = subprocess.run([str(python(venv)), "-c", code], capture_output=True, text=True, timeout=120)
+    try:
+        exe = python(venv)
+    except PeerError:
+        return {"(venv missing)": str(PYTHON[venv])}
+    proc = subprocess.run([str(exe), "-c", code], capture_output=True, text=True, timeout=120)
     return json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else {}
+
+
+def commit() -> str:
+    """The commit the results were measured at, marked '+ uncommitted changes' when the tree differs from it."""
+    def git(*args: str) -> str:
+        proc = subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT, timeout=60)
+        return proc.stdout.strip() if proc.returncode == 0 else ""
+
+    sha = git("rev-parse", "--short=12", "HEAD")
+    if not sha:
+        return "unknown (not a git checkout)"
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "workbench", "bench")
+    return f"{sha}" + (" + uncommitted changes to workbench/ or bench/" if dirty else "")
 
 
 def machine_info() -> dict:
@@ -137,13 +156,14 @@ def machine_info() -> dict:
         mem = f"{kb / 2**20:.1f} GiB"
     except (OSError, StopIteration):
         pass
-    return {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "cpu": cpu,
+    return {"commit": commit(), "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "cpu": cpu,
             "cores": os.cpu_count(), "ram": mem, "os": platform.platform(), "python": sys.version.split()[0],
             "load_avg_at_start": " ".join(f"{x:.1f}" for x in os.getloadavg())}
 
 
 def machine_lines(info: dict, versions: dict[str, dict], threads: str) -> list[str]:
-    lines = [f"- Date: {info['date']}; threads per side: {threads}",
+    lines = [f"- Commit: {info['commit']}",
+             f"- Date: {info['date']}; threads per side: {threads}",
              f"- Machine: {info['cpu']}, {info['cores']} cores, {info['ram']} RAM, {info['os']}; load average at "
              f"start {info['load_avg_at_start']} (the CPU was shared with other jobs, so absolute times are noisy; "
              "ratios come from interleaved runs)"]

@@ -113,7 +113,7 @@ def tiny_acts(n_train: int, n_heldout: int, layer: int = 1) -> dict:
         model, tok = load("tiny", device="cpu")
         source = "data/models/tiny"
     except ModelSpecError:
-        from workbench.corpus.synthetic import vocabulary
+        from workbench.corpus.vocab import vocabulary
         from workbench.models.tokenizer import build_tokenizer
         from workbench.models.toy import TinyConfig, build
 

@@ -4,7 +4,7 @@
 
 1. harvest a cache of the middle-layer residual stream (blocks.2.hook_resid_post) of the embedded
    model over the synthetic corpus (once, under bench/work/sae_quality/);
-2. train every SAE of the comparison on ONE stream of batches (workbench.sae.train), then the
+2. train every SAE of the comparison on ONE stream of batches (workbench.sae.trainer), then the
    scaffold and Matryoshka comparisons again with a second seed;
 3. evaluate each on held-out tokens (workbench.sae.evaluate) and write bench/results/sae_quality.md
    (and the raw rows as JSON lines beside the SAEs).
@@ -102,6 +102,7 @@ def report(rows: list[dict], args, timings: dict) -> str:
     by = {r["sae"]: r for r in rows}
     lines = [
         "# SAE quality on the embedded model", "",
+        f"- Commit: {harness.commit()}",
         f"- Date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}; command: "
         f"`OMP_NUM_THREADS=1 .venv/bin/python bench/sae_quality.py` ({', '.join(f'{k} {v:.0f} s' for k, v in timings.items())})",
         f"- Data: `{HOOK}` of the embedded model over the synthetic corpus, {args.cache_tokens:,} cached tokens "
@@ -109,7 +110,7 @@ def report(rows: list[dict], args, timings: dict) -> str:
         f"(batch {args.batch_size}, Adam lr {args.lr}, 50 warm-up steps, linear decay over the last 20%).",
         f"- Evaluation on {args.eval_tokens:,} held-out tokens; CE/KL with the SAE spliced into the model on 256 "
         "held-out sequences; dense = fires on more than tau = 0.1 of tokens; bits/token = the MDL description "
-        "length (methods.md section 5); absorption and probing use the corpus's ground-truth labels.",
+        "length (docs/methods.md §5); absorption and probing use the corpus's ground-truth labels.",
         "- Defaults: encoder_init='fit' (W_enc = W_dec^T scaled to the least-squares size on the first batch), "
         "b_dec from the geometric median, inputs scaled to mean norm sqrt(d).", "",
     ] + harness.table(head, body) + ["", "## The claims", ""]

@@ -10,8 +10,9 @@ import argparse
 from pathlib import Path
 
 from workbench.circuits import find_circuit
-from workbench.circuits.export import from_mib, load_json
-from workbench.corpus import synthetic
+from workbench.circuits import Circuit
+from workbench.circuits.export import from_mib, to_mib, to_neuronpedia
+from workbench.corpus import tasks
 from workbench.models import load
 
 
@@ -25,7 +26,7 @@ def main(argv=None):
     out = Path(args.out_dir)
 
     model, tokenizer = load(args.model, device="cpu")
-    query = synthetic.queries("ioi", 1, seed=0, tokenizer=tokenizer)[0]
+    query = tasks.queries("ioi", 1, seed=0, tokenizer=tokenizer)[0]
     print(f"prompt: {query.prompt!r} -> {query.answer!r} (wrong {query.wrong!r})")
     print(f"counterfactual: {query.counterfactual!r}")
 
@@ -35,9 +36,9 @@ def main(argv=None):
     print(circuit.summary())
 
     circuit.save(out / "circuit.json")
-    circuit.to_mib(out / "circuit_mib.json")
-    circuit.to_neuronpedia(out / "circuit_neuronpedia.json")
-    again = load_json(out / "circuit.json", model=model)
+    to_mib(circuit, out / "circuit_mib.json")
+    to_neuronpedia(circuit, out / "circuit_neuronpedia.json")
+    again = Circuit.load(out / "circuit.json", model=model)
     assert again.edges == circuit.edges and from_mib(out / "circuit_mib.json").edges == circuit.edges
     print(f"wrote {sorted(p.name for p in out.iterdir())} to {out}")
     return circuit

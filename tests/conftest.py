@@ -4,7 +4,7 @@ import torch
 # pytest -n 2 runs two workers on two cores: one thread each avoids oversubscription stalls.
 torch.set_num_threads(1)
 
-from workbench.corpus.synthetic import vocabulary
+from workbench.corpus.vocab import vocabulary
 from workbench.models.tokenizer import build_tokenizer
 
 

@@ -1,4 +1,6 @@
+import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -26,7 +28,8 @@ def test_user_errors_exit_2_with_one_clear_line(capsys):
     assert err.startswith("workbench model: error: unknown model spec 'no-such-model'") and "Traceback" not in err
 
 
-def test_cache_then_sae_train_and_eval_from_the_cli(tiny, tmp_path, capsys):
+def test_cache_then_sae_train_and_eval_from_the_cli(tiny, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the default workspace, ./workspace, records the artifacts made elsewhere
     cache = tmp_path / "cache"
     assert main(["cache", "--out", str(cache), "--hooks", "blocks.2.hook_resid_post", "--tokens", "6000", "--quiet"]) == 0
     assert "blocks.2.hook_resid_post" in capsys.readouterr().out
@@ -35,7 +38,7 @@ def test_cache_then_sae_train_and_eval_from_the_cli(tiny, tmp_path, capsys):
     saes = tmp_path / "saes"
     assert main(["sae", "train", "--cache", str(cache), "--hook", "blocks.2.hook_resid_post", "--out", str(saes),
                  "--arch", "topk", "block_topk", "--k", "8", "--expansion", "2", "--tokens", "8192", "--batch-size", "1024",
-                 "--set", "block_size=2", "n_active_blocks=4", "--quiet"]) == 0
+                 "--block-size", "2", "--n-active-blocks", "4", "--quiet"]) == 0
     folders = [line.split()[-1] for line in capsys.readouterr().out.splitlines() if line.startswith("saved")]
     assert len(folders) == 2
     assert main(["sae", "eval", *folders, "--cache", str(cache), "--no-model", "--tokens", "300"]) == 0
@@ -43,11 +46,40 @@ def test_cache_then_sae_train_and_eval_from_the_cli(tiny, tmp_path, capsys):
     assert main(["sae", "train", "--cache", str(cache), "--hook", "blocks.2.hook_resid_post", "--out", str(tmp_path / "x"),
                  "--set", "no_such_field=1"]) == 2
     assert "no_such_field" in capsys.readouterr().err
+    listed = [line.split()[:2] for line in _ls(capsys)]
+    assert ["caches", "cache"] in listed and sum(kind == "saes" for kind, _ in listed) == 2
+
+
+def _ls(capsys, *args) -> list[str]:
+    assert main(["ls", *args]) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+def test_every_command_records_into_its_workspace(tiny, tmp_path, capsys):
+    ws = str(tmp_path / "ws")
+    assert main(["cache", "--workspace", ws, "--hooks", "blocks.1.hook_resid_post", "--tokens", "3000", "--quiet"]) == 0
+    cache = tmp_path / "ws" / "caches" / "tiny-synthetic"
+    assert (cache / "artifact.json").is_file()
+    assert main(["sae", "train", "--workspace", ws, "--cache", str(cache), "--hook", "blocks.1.hook_resid_post",
+                 "--name", "run", "--k", "4", "8", "--expansion", "2", "--tokens", "4096", "--batch-size", "1024",
+                 "--quiet"]) == 0
+    saes = sorted((tmp_path / "ws" / "saes" / "run").glob("*/artifact.json"))
+    assert len(saes) == 2
+    assert main(["sae", "eval", str(saes[0].parent), "--workspace", ws, "--cache", str(cache), "--no-model",
+                 "--tokens", "200"]) == 0
+    manifest = json.loads(saes[0].read_text())
+    assert manifest["inputs"]["cache"] == "caches/tiny-synthetic" and "fvu" in manifest["summary"]
+    assert "metrics.json" in manifest["files"] and manifest["side_files"] == ["saes/run/checkpoint.pt", "saes/run/run.json"]
+    metrics = json.loads((saes[0].parent / "metrics.json").read_text())
+    assert not Path(metrics["cache"]).is_absolute()
+    capsys.readouterr()
+    assert [line.split()[0] for line in _ls(capsys, "--workspace", ws)] == ["caches", "saes", "saes"]
+    assert _ls(capsys, "--workspace", ws, "--kind", "circuits") == [f"no artifacts recorded in {ws} of kind circuits"]
 
 
 @pytest.mark.parametrize("pair, match", [
-    ("k=3", "k has its own flag, use --k instead"), ("architecture=topk", "use --arch"),
-    ("seed=1", "use --seed"), ("dense_tau=abc", "dense_tau='abc' is not of type float"),
+    ("k=3", "k has its own flag; use --k 3"), ("architecture=topk", "use --arch"),
+    ("seed=1", "use --seed"), ("prefixes=[1.5,2]", r"prefixes=\[1.5, 2\] is not of type list\[int\] \| None"),
     ("prefixes=[1,2", r"prefixes='\[1,2' is not of type"), ("name=../../x", "must be a plain folder name"),
 ])
 def test_sae_train_set_refuses_flag_fields_and_wrong_types_before_any_work(pair, match, tmp_path, capsys):

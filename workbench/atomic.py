@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import math
 import os
 from contextlib import contextmanager
 from pathlib import Path
@@ -52,9 +54,18 @@ def atomic_path(path: str | Path):
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        _fsync_dir(path.parent)  # the rename itself survives a power cut
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -68,3 +79,23 @@ def sha256_file(path: str | Path, chunk: int = 1 << 22) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+def jsonable(x):
+    """A JSON-safe copy: arrays and tensors (anything with .tolist()) to lists, NaN/inf to None."""
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if hasattr(x, "tolist") and not isinstance(x, (str, bytes)):
+        return jsonable(x.tolist())
+    return x
+
+
+def write_json(path: str | Path, data, indent: int | None = None) -> None:
+    """The one way the workbench saves JSON: made JSON-safe (jsonable), folder created, written atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(jsonable(data), indent=indent))

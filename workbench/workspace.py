@@ -1,21 +1,31 @@
-"""The workspace: every artifact a step produces, as plain files plus a manifest.
+"""The workspace: every artifact a command makes, as plain files plus a manifest.
 
-Layout: <root>/<kind>/<name>/ with an `artifact.json` manifest that records what made the artifact (the
-command and its config), from which inputs (model id, cache path, ...), when, and the checksums of
-its files. Later steps and the app find artifacts through `Workspace.artifacts`, never by guessing.
+Layout: <root>/<kind>/<name>/ (SAEs: <root>/saes/<run>/<name>/) with an `artifact.json` manifest that records what made the artifact
+(the command and its config), from which inputs, when, and the checksums of its files. An artifact
+written elsewhere (an explicit --out) gets the same manifest in its own folder and is listed in
+<root>/workspace.json, so the workspace still finds it. Paths inside manifests are relative to the
+workspace root, so a workspace can be moved or shared. Later steps and the app find artifacts through
+`Workspace.artifacts`, never by guessing.
+
+This module imports no torch: `workbench.browse` and the CLI parser stand on it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from workbench.atomic import atomic_write_text, sha256_file
+from workbench.errors import BadValueError, OutputExistsError
 
 KINDS = ("caches", "saes", "circuits", "models", "features")
 MANIFEST = "artifact.json"
+INDEX = "workspace.json"
+SCHEMA = "workbench.workspace"
+REPOSITORY = Path(__file__).resolve().parents[1]
 
 
 @dataclass
@@ -31,29 +41,108 @@ class Workspace:
         self.root = Path(root)
 
     def path(self, kind: str, name: str) -> Path:
-        if kind not in KINDS:
-            raise ValueError(f"unknown artifact kind {kind!r}; valid kinds: {', '.join(KINDS)}")
+        """The default folder of an artifact: <root>/<kind>/<name>."""
+        check_kind(kind)
+        if not name or name in (".", "..") or "/" in name or "\\" in name:
+            raise BadValueError(f"artifact name {name!r} must be one folder name (no '/', not '.' or '..')")
         return self.root / kind / name
 
-    def record(self, kind: str, name: str, *, made_by: str, config: dict, inputs: dict | None = None,
-               summary: dict | None = None, checksums: bool = True) -> Path:
+    def rel(self, path: str | Path) -> str:
+        """`path` relative to the workspace root (with '..' when it lies outside), as manifests store it."""
+        return Path(os.path.relpath(Path(path).resolve(), self.root.resolve())).as_posix()
+
+    def resolve(self, rel: str | Path) -> Path:
+        """A path read from a manifest, back to a real path."""
+        return self.root / rel
+
+    def record(self, folder: str | Path, kind: str, *, made_by: str, config: dict, inputs: dict | None = None,
+               summary: dict | None = None, side_files: tuple[str | Path, ...] = (), checksums: bool = True) -> Path:
         """Write the artifact's manifest after its files are complete (its presence means 'done').
 
-        checksums=False lists file sizes only, for artifacts that checksum themselves (a cache's
-        own manifest.json holds per-shard checksums; hashing gigabytes twice buys nothing).
+        inputs: name -> value; Path values are stored relative to the workspace root. side_files:
+        files the step made outside the folder (a training run's checkpoint), so a workspace clean-up
+        knows them. checksums=False lists file sizes only, for artifacts that checksum themselves (a
+        cache's manifest.json holds per-shard checksums; hashing gigabytes twice buys nothing).
         """
-        folder = self.path(kind, name)
-        files = {str(p.relative_to(folder)): sha256_file(p) if checksums else p.stat().st_size
+        check_kind(kind)
+        folder = Path(folder)
+        files = {p.relative_to(folder).as_posix(): sha256_file(p) if checksums else p.stat().st_size
                  for p in sorted(folder.rglob("*")) if p.is_file() and p.name != MANIFEST and not p.name.startswith(".")}
-        manifest = {"kind": kind, "name": name, "made_by": made_by, "config": config, "inputs": inputs or {},
-                    "summary": summary or {}, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "files": files}
+        manifest = {"kind": kind, "name": folder.name, "made_by": made_by, "config": config,
+                    "inputs": {k: self.rel(v) if isinstance(v, Path) else v for k, v in (inputs or {}).items()},
+                    "summary": summary or {}, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "files": files,
+                    "side_files": [self.rel(p) for p in side_files]}
         atomic_write_text(folder / MANIFEST, json.dumps(manifest, indent=2, default=str))
+        if not _inside(folder, self.root):
+            self._register(folder)
         return folder / MANIFEST
 
+    def _index(self) -> dict:
+        p = self.root / INDEX
+        return json.loads(p.read_text()) if p.is_file() else {"schema": SCHEMA, "version": 1, "external": []}
+
+    def _register(self, folder: Path) -> None:
+        index = self._index()
+        rel = self.rel(folder)
+        if rel not in index["external"]:
+            index["external"].append(rel)
+            self.root.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(self.root / INDEX, json.dumps(index, indent=2))
+
     def artifacts(self, kind: str | None = None) -> list[Artifact]:
-        kinds = [kind] if kind else list(KINDS)
+        """Recorded artifacts (inside the root, then registered ones that still exist), optionally of one kind."""
+        if kind is not None:
+            check_kind(kind)
+        manifests = [m for k in KINDS for m in sorted(self.root.glob(f"{k}/**/{MANIFEST}"))]
+        manifests += [m for rel in self._index()["external"] if (m := self.resolve(rel) / MANIFEST).is_file()]
         out = []
-        for k in kinds:
-            for m in sorted(self.root.glob(f"{k}/*/{MANIFEST}")) if k in KINDS else []:
-                out.append(Artifact(k, m.parent.name, m.parent, json.loads(m.read_text())))
+        for m in manifests:
+            manifest = json.loads(m.read_text())
+            if kind is None or manifest.get("kind") == kind:
+                out.append(Artifact(manifest.get("kind", m.parent.parent.name), m.parent.name, m.parent, manifest))
         return out
+
+    def clear(self) -> None:
+        """Remove what the workspace's manifests say the workbench made, and nothing else.
+
+        Refuses `/`, the home folder, this repository and any folder above them outright, and any
+        workspace holding a file no manifest lists (a user's notes, a .git folder, a half-finished
+        step): those are listed in the error and left alone.
+        """
+        root = self.root.resolve()
+        for guarded in (Path("/"), Path.home().resolve(), REPOSITORY):
+            if root == guarded or _inside(guarded, root):
+                raise OutputExistsError(f"refusing to clear {self.root}: it is or contains {guarded}; "
+                                        "choose a dedicated workspace folder")
+        if not root.exists():
+            return
+        made = {root / INDEX}
+        for a in self.artifacts():
+            folder = a.path.resolve()
+            if not _inside(folder, root):
+                continue  # registered from elsewhere: not this workspace's to delete
+            made |= {folder / MANIFEST} | {folder / f for f in a.manifest.get("files", {})}
+            made |= {p for p in folder.rglob(".*") if p.is_file()}  # atomic-write temp files of the step
+            made |= {(root / s).resolve() for s in a.manifest.get("side_files", [])}
+        entries = list(root.rglob("*"))
+        foreign = sorted(str(p.relative_to(root)) for p in entries
+                         if (p.is_file() or p.is_symlink()) and p not in made)
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+            raise OutputExistsError(f"refusing to clear {self.root}: {len(foreign)} file(s) no workspace manifest "
+                                    f"lists ({shown}); move them or choose another workspace")
+        for p in entries:
+            if p in made and p.is_file():
+                p.unlink()
+        for d in sorted([p for p in entries if p.is_dir() and not p.is_symlink()] + [root], key=lambda p: -len(p.parts)):
+            if not any(d.iterdir()):
+                d.rmdir()
+
+
+def check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise BadValueError(f"unknown artifact kind {kind!r}; valid kinds: {', '.join(KINDS)}")
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return Path(path).resolve().is_relative_to(Path(root).resolve())

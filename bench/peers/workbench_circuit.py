@@ -21,7 +21,8 @@ import common  # noqa: E402
 
 
 def attribute_mode(cfg, model, prompts):
-    from workbench.circuits import attribute, prepare
+    from workbench.circuits import prepare
+    from workbench.circuits.attribute import attribute
 
     out = []
     for p in prompts:
@@ -37,11 +38,11 @@ def attribute_mode(cfg, model, prompts):
 def search_mode(cfg, model, prompts):
     from workbench.circuits import find_circuit
     from workbench.circuits.search import ZeroGapError
-    from workbench.corpus import synthetic
+    from workbench.corpus import tasks
 
     out = []
     for task, n in cfg["tasks"].items():
-        for i, q in enumerate(synthetic.queries(task, n, seed=cfg["seed"], tokenizer=model.tokenizer)):
+        for i, q in enumerate(tasks.queries(task, n, seed=cfg["seed"], tokenizer=model.tokenizer)):
             t0 = time.perf_counter()
             try:
                 c = find_circuit(model, q, budget=cfg["budget"], steps=cfg["steps"], n_samples=cfg["n_samples"],

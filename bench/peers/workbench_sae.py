@@ -1,4 +1,4 @@
-"""Workbench side (main venv): workbench.sae.train.Trainer, one `train_step(x)` per batch.
+"""Workbench side (main venv): workbench.sae.trainer.Trainer, one `train_step(x)` per batch.
 
 cfg["variant"]: SAEConfig overrides (architecture, scaffold_rank, kernel, encoder_init, ...); default plain Top-k.
 Also times the one dense encoder matmul x @ W_enc^T ([B, d] x [d, n]) that no Top-k step avoids,
@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import torch  # noqa: E402
 
 from workbench.sae.config import SAEConfig, TrainConfig  # noqa: E402
-from workbench.sae.train import Trainer  # noqa: E402
+from workbench.sae.trainer import Trainer  # noqa: E402
 
 import common  # noqa: E402
 

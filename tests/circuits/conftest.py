@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from workbench.corpus import synthetic
+from workbench.corpus import tasks
 
 
 def _model(tokenizer=None, seed=0, **kw):
@@ -43,7 +43,7 @@ def gqa():
 
 @pytest.fixture(scope="session")
 def ioi(tokenizer):
-    return synthetic.queries("ioi", 3, seed=0, tokenizer=tokenizer)
+    return tasks.queries("ioi", 3, seed=0, tokenizer=tokenizer)
 
 
 @pytest.fixture(scope="session")

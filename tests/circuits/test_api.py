@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from workbench.circuits import evaluate_task, find_circuit, format_summary_table
-from workbench.circuits.cli import main as cli_main
+from workbench.cli import main as cli_main
 from workbench.circuits.cli import parse_budget
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,10 +73,13 @@ def test_cli_find_writes_all_formats(saved_small, tmp_path, capsys):
                    "When Mary and John went to the park , John gave a ball to", "--answer", "Mary",
                    "--counterfactual", "When Mary and John went to the park , Anna gave a ball to",
                    "--wrong", "John", "--budget", "5%", "--steps", "2", "--out", str(out),
-                   "--mib", str(tmp_path / "m.json"), "--neuronpedia", str(tmp_path / "n.json")])
+                   "--mib", str(tmp_path / "m.json"), "--neuronpedia", str(tmp_path / "n.json"),
+                   "--workspace", str(tmp_path / "ws")])
     assert rc == 0 and json.loads(out.read_text())["schema_version"] == 1
     assert (tmp_path / "m.json").is_file() and (tmp_path / "n.json").is_file()
     assert "NDF" in capsys.readouterr().out
+    [recorded] = (tmp_path / "ws" / "circuits").glob("*/artifact.json")
+    assert {"circuit.json", "mib.json", "neuronpedia.json"} <= set(json.loads(recorded.read_text())["files"])
 
 
 def test_cli_bad_input_is_one_clear_line(saved_small, capsys):
@@ -96,10 +99,8 @@ def test_example_runs(saved_small, tmp_path, monkeypatch, capsys):
 
 
 def test_report_runs_end_to_end(saved_small, tmp_path, capsys):
-    from workbench.circuits.report import main as report_main
-
     out = tmp_path / "r.md"
-    assert report_main(["--model", saved_small, "--n", "1", "--tasks", "induction", "--budgets", "0.05,0.1",
+    assert cli_main(["circuit", "report", "--model", saved_small, "--n", "1", "--tasks", "induction", "--budgets", "0.05,0.1",
                         "--timing-queries", "1", "--induction-tries", "1", "--out", str(out)]) == 0
     text = out.read_text()
     assert "| induction |" in text and "Search vs plain EAP-IG top-k" in text
@@ -129,11 +130,11 @@ def test_ioi_queries_without_a_wrong_answer_work_on_the_embedded_model(tiny):
     gives a gap, also where the counterfactual's top token is the answer itself."""
     from workbench.circuits.api import resolve_wrong
     from workbench.circuits.inputs import prepare
-    from workbench.corpus import synthetic
+    from workbench.corpus import tasks
 
     model, tok = tiny
     same = []
-    for q in synthetic.queries("ioi", 20, tokenizer=tok):
+    for q in tasks.queries("ioi", 20, tokenizer=tok):
         qi = resolve_wrong(model, prepare(model, q.prompt, q.answer, q.counterfactual), "logit_diff")
         assert qi.wrong != qi.answer
         if int(model(model.to_tokens(q.counterfactual))[0, -1].argmax()) == qi.answer:
@@ -149,7 +150,7 @@ def test_ioi_queries_without_a_wrong_answer_work_on_the_embedded_model(tiny):
     (["--task", "ioi", "--mib", "m.json"], "--mib does not apply to --task"),
     (["--task", "ioi", "--neuronpedia", "n.json", "--target-ndf", "0.8"], "--target-ndf, --neuronpedia do not apply"),
     (["--task", "ioi", "--prompt", "x"], "--prompt does not apply to --task"),
-    (["--task", "nope"], "unknown task 'nope'; valid tasks: ioi"),
+    (["--task", "nope"], r"unknown task families \['nope'\]; valid: ioi"),
     (["--prompt", "x", "--answer", "y", "--samples", "2"], "--samples generates paraphrases .* --paraphrase"),
     (["--prompt", "x", "--answer", "y", "--n", "5"], "--n applies only to --task"),
     (["--prompt", "x"], "needs --prompt and --answer"),

@@ -4,9 +4,8 @@ import pytest
 import torch
 
 from workbench.circuits import Graph, GraphMismatchError, find_circuit
-from workbench.circuits.export import (CircuitFileError, from_mib, load_json, save_json, to_mib, to_neuronpedia,
-                                       validate_neuronpedia)
-from workbench.circuits.types import Circuit
+from workbench.circuits.export import from_mib, to_mib, to_neuronpedia, validate_neuronpedia
+from workbench.circuits.types import Circuit, CircuitFileError
 from tests.circuits.conftest import _model
 
 
@@ -23,7 +22,7 @@ def test_workbench_json_round_trip(circuit, small, tmp_path):
     for key in ("query", "method", "seed", "model_id", "nodes", "edges", "faithfulness", "curve", "positions"):
         assert key in d
     assert {"ndf", "nfs", "gap"} <= set(d["faithfulness"]) and d["method"]["attribution"]["method"] == "eap-ig"
-    back = load_json(path, model=small)
+    back = Circuit.load(path, model=small)
     assert back.edges == circuit.edges and torch.equal(back.in_circuit, circuit.in_circuit)
     torch.testing.assert_close(back.scores, circuit.scores)
     torch.testing.assert_close(back.per_position, circuit.per_position)
@@ -33,19 +32,19 @@ def test_workbench_json_round_trip(circuit, small, tmp_path):
 
 def test_import_refuses_other_versions_schemas_and_models(circuit, tiny_shape, tokenizer, tmp_path):
     path = tmp_path / "c.json"
-    save_json(circuit, path)
+    circuit.save(path)
     d = json.loads(path.read_text())
     with pytest.raises(CircuitFileError, match="schema version 2 is not supported; this workbench reads version 1"):
-        load_json({**d, "schema_version": 2})
+        Circuit.load({**d, "schema_version": 2})
     with pytest.raises(CircuitFileError, match="not a workbench circuit file"):
-        load_json(to_mib(circuit))
+        Circuit.load(to_mib(circuit))
     with pytest.raises(GraphMismatchError, match="shape"):
-        load_json(path, model=tiny_shape)
+        Circuit.load(path, model=tiny_shape)
     other = _model(tokenizer, seed=7)  # same shape, other weights
     with pytest.raises(GraphMismatchError, match="not on this model"):
-        load_json(path, model=other)
+        Circuit.load(path, model=other)
     with pytest.raises(FileNotFoundError):
-        load_json(tmp_path / "missing.json")
+        Circuit.load(tmp_path / "missing.json")
 
 
 def test_mib_format_field_names_and_round_trip(circuit, tmp_path):
@@ -136,14 +135,14 @@ def test_neuronpedia_merges_qkv_links_and_keeps_positions_causal():
 
 @pytest.mark.parametrize("text, match", [
     ("[1, 2]", "holds a JSON list, not a circuit object"),
-    ('{"schema": "workbench.circuit", "schema_version": 1}', r"is a damaged workbench circuit file \(KeyError: 'graph'\)"),
-    ('{"schema": "workbench.circuit", "schema_version": 1, "graph": {"n_layers": "x"}}', "damaged workbench circuit file"),
+    ('{"schema": "workbench.circuit", "schema_version": 1}', r"a damaged workbench circuit file \(KeyError: 'graph'\)"),
+    ('{"schema": "workbench.circuit", "schema_version": 1, "graph": {"n_layers": "x"}}', "a damaged workbench circuit file"),
 ])
 def test_damaged_circuit_files_are_named(tmp_path, text, match):
     path = tmp_path / "c.json"
     path.write_text(text)
     with pytest.raises(CircuitFileError, match=match) as e:
-        load_json(path)
+        Circuit.load(path)
     assert str(path) in str(e.value)
     with pytest.raises(CircuitFileError, match=str(path)):
         from_mib(path)

@@ -37,7 +37,7 @@ def _fake_hub_gpt2(hf_home):
     """A tiny GPT-2 laid out as the Hugging Face cache holds a downloaded 'gpt2'."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from workbench.corpus.synthetic import vocabulary
+    from workbench.corpus.vocab import vocabulary
     from workbench.models.tokenizer import build_tokenizer
 
     tok = build_tokenizer(vocabulary())
@@ -80,3 +80,18 @@ def test_damaged_model_folders_are_named(tiny, tmp_path, damage, match):
     damage(folder)
     with pytest.raises(ModelSpecError, match=match):
         load(str(folder), device="cpu")
+
+
+def test_embedded_model_card_claims_hold(tiny):
+    """The shipped card's held-out accuracies are what the shipped weights score (recomputed here)."""
+    import json
+
+    from workbench.models import EMBEDDED
+    from workbench.models.card import task_accuracy
+
+    model, _ = tiny
+    card = json.loads((EMBEDDED["tiny"] / "config.json").read_text())["workbench"]
+    acc = task_accuracy(model, card["train_config"]["eval_queries"])
+    assert acc == pytest.approx(card["heldout_task_accuracy"], abs=0.011)
+    assert all(acc[t] >= 0.9 for t in ("ioi", "induction", "greater_than", "addition", "facts")), acc
+    assert all(a["found_in_training"] == 0 for a in card["verbatim_audit"]["per_task"].values())

@@ -37,7 +37,7 @@ def tiny_cache(tmp_path_factory) -> tuple[Path, Path]:
     tests independent of the trained embedded model."""
     from workbench.cache import harvest
     from workbench.corpus import load_corpus
-    from workbench.corpus.synthetic import vocabulary
+    from workbench.corpus.vocab import vocabulary
     from workbench.models import save
     from workbench.models.tokenizer import build_tokenizer
     from workbench.models.toy import TinyConfig, build

@@ -9,7 +9,7 @@ from sae_lens import SAE, JumpReLUSAE, TopKSAE
 from workbench.sae.config import SAEConfig, TrainConfig
 from workbench.sae.io import load_sae, save_sae
 from workbench.sae.saelens import BlockSparseSAE, ScaffoldSAE
-from workbench.sae.train import Trainer, run_steps
+from workbench.sae.trainer import Trainer, run_steps
 
 from .conftest import D_IN, feature_batches
 

@@ -1,13 +1,15 @@
 """The shared activation cache: harvest many hooks in one resumable pass, read shuffled batches
-from memory-mapped shards, and per-hook statistics for ablation and normalisation."""
+from memory-mapped shards, and per-hook statistics for ablation and normalisation.
 
-from workbench.cache.config import CacheConfig
-from workbench.cache.errors import (CacheCorruptError, CacheError, CacheExistsError, CacheIncompleteError,
-                                    CacheMismatchError, CacheNotFoundError, DiskFullError, UnknownHookError)
-from workbench.cache.hooks import hook_summary
-from workbench.cache.reader import ActivationCache
-from workbench.cache.writer import harvest
+Names resolve on first use (workbench.lazy): the config, errors and hook helpers import without torch.
+"""
 
-__all__ = ["ActivationCache", "CacheConfig", "CacheCorruptError", "CacheError", "CacheExistsError",
-           "CacheIncompleteError", "CacheMismatchError", "CacheNotFoundError", "DiskFullError", "UnknownHookError",
-           "harvest", "hook_summary"]
+from workbench.lazy import lazy_exports
+
+_ERRORS = ("CacheCorruptError", "CacheError", "CacheExistsError", "CacheIncompleteError", "CacheMismatchError",
+           "CacheNotFoundError", "CacheValueError", "DiskFullError", "UnknownHookError")
+_EXPORTS = {"ActivationCache": "workbench.cache.reader", "CacheConfig": "workbench.cache.config",
+            "harvest": "workbench.cache.writer", "hook_summary": "workbench.cache.hooks",
+            **{name: "workbench.cache.errors" for name in _ERRORS}}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -3,10 +3,33 @@ cannot silently mix two different configs in one cache."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
+
+from workbench.cache.errors import CacheValueError
 
 DTYPES = ("float32", "float16", "bfloat16")
 SPLITS = ("train", "heldout")
+
+
+@dataclass
+class HarvestConfig:
+    """What a harvest may choose (harvest(), `workbench cache`); CacheConfig records the resolved values."""
+
+    n_tokens: int = field(default=200_000, metadata={"flag": "--tokens",
+                                                     "help": "activation rows to store, train + held-out"})
+    ctx_len: int | None = field(default=None, metadata={"help": "tokens per sequence; None: the model's n_ctx"})
+    batch_size: int = field(default=64, metadata={"help": "sequences per forward pass"})
+    dtype: str = field(default="float16", metadata={"choices": DTYPES, "help": "storage dtype (stats are float32)"})
+    shard_tokens: int | None = field(default=None, metadata={
+        "help": "rows per shard, the unit of resume; None: about 1 GiB of activations"})
+    heldout_fraction: float = field(default=0.05, metadata={
+        "help": "share of the rows taken from the corpus's held-out split (its documents never appear in train)"})
+    exclude_special: bool = field(default=True, metadata={
+        "flag": "--keep-special", "negate": True, "help": "also store BOS/EOS/pad positions (excluded by default)"})
+    outlier_factor: float = field(default=10.0, metadata={
+        "help": "flag rows whose norm exceeds this many times the median train norm"})
+    max_unknown_fraction: float = field(default=0.05, metadata={
+        "help": "stop when more of the corpus's tokens than this are unknown to the tokenizer (<unk>); 1: never"})
 
 
 @dataclass(frozen=True)
@@ -29,34 +52,34 @@ class CacheConfig:
 
     def __post_init__(self):
         if self.dtype not in DTYPES:
-            raise ValueError(f"unknown dtype {self.dtype!r}; valid: {', '.join(DTYPES)}")
+            raise CacheValueError(f"unknown dtype {self.dtype!r}; valid: {', '.join(DTYPES)}")
         if self.n_tokens < 1:
-            raise ValueError(f"n_tokens must be >= 1, got {self.n_tokens}")
+            raise CacheValueError(f"n_tokens must be >= 1, got {self.n_tokens}")
         if not 0.0 <= self.heldout_fraction < 1.0:
-            raise ValueError(f"heldout_fraction must be in [0, 1), got {self.heldout_fraction}")
+            raise CacheValueError(f"heldout_fraction must be in [0, 1), got {self.heldout_fraction}")
         for name in ("ctx_len", "batch_size", "shard_tokens"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise CacheValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0.0 <= self.max_unknown_fraction <= 1.0:
-            raise ValueError(f"max_unknown_fraction must be in [0, 1], got {self.max_unknown_fraction}")
+            raise CacheValueError(f"max_unknown_fraction must be in [0, 1], got {self.max_unknown_fraction}")
         if self.outlier_factor <= 1.0:
-            raise ValueError(f"outlier_factor must be > 1, got {self.outlier_factor}")
+            raise CacheValueError(f"outlier_factor must be > 1, got {self.outlier_factor}")
         if self.n_rows("train") < 1:
-            raise ValueError(f"n_tokens={self.n_tokens} with heldout_fraction={self.heldout_fraction} leaves no train rows")
+            raise CacheValueError(f"n_tokens={self.n_tokens} with heldout_fraction={self.heldout_fraction} leaves no train rows")
 
     def n_rows(self, split: str) -> int:
         heldout = round(self.n_tokens * self.heldout_fraction)
         return heldout if split == "heldout" else self.n_tokens - heldout
 
-    def to_json(self) -> dict:
+    def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, d: dict) -> CacheConfig:
+    def from_dict(cls, d: dict) -> CacheConfig:
         known = {f.name for f in fields(cls)}
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k in known})
 
     def diff(self, other: CacheConfig) -> list[str]:
         """Human-readable differences, for mismatch errors."""
-        a, b = self.to_json(), other.to_json()
+        a, b = self.to_dict(), other.to_dict()
         return [f"{k}: {a[k]!r} on disk vs {b[k]!r} requested" for k in a if a[k] != b[k]]

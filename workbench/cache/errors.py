@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from workbench.errors import UserError
 
-class CacheError(Exception):
+
+class CacheError(UserError):
     """Base class, so callers (the CLI) can catch every cache problem at once."""
 
 
@@ -25,6 +27,10 @@ class CacheExistsError(CacheError, FileExistsError):
 
 class CacheNotFoundError(CacheError, FileNotFoundError):
     pass
+
+
+class CacheValueError(CacheError, ValueError):
+    """A bad argument to a cache operation (size, dtype, split, batch size ...)."""
 
 
 class CacheIncompleteError(CacheError, FileNotFoundError):

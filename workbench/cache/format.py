@@ -7,7 +7,6 @@ there). Files are plain .npy, so `np.load(path, mmap_mode="r")` reads any of the
 from __future__ import annotations
 
 import io
-import json
 import os
 from pathlib import Path
 
@@ -46,7 +45,7 @@ class NpyAppender:
     def append(self, block: np.ndarray) -> None:
         block = np.ascontiguousarray(block, dtype=self.dtype)
         if block.shape[1:] != self.row_shape:
-            raise ValueError(f"{self.path.name}: block rows have shape {block.shape[1:]}, expected {self.row_shape}")
+            raise CacheCorruptError(f"{self.path.name}: block rows have shape {block.shape[1:]}, expected {self.row_shape}")
         _write(self.fd, memoryview(block.reshape(-1).view(np.uint8)))
         self.rows += len(block)
 
@@ -91,13 +90,6 @@ def save_bytes(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
-def write_json_atomic(path: Path, obj) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    save_bytes(tmp, json.dumps(obj, indent=1).encode())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
 def save_npy(path: Path, arr: np.ndarray) -> None:
     """Small whole arrays (sequences, moments) written like the big ones, through `_write`."""
     w = NpyAppender(path, arr.dtype, arr.shape[1:])
@@ -121,7 +113,7 @@ class NpyReader:
             self.shape, fortran, self.dtype = read_header(f)
             self.offset = f.tell()
         if fortran:
-            raise ValueError(f"{path}: Fortran-ordered arrays are not part of the cache format")
+            raise CacheCorruptError(f"{path}: Fortran-ordered arrays are not part of the cache format")
         self.row_bytes = int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
         self._file = open(path, "rb", buffering=0)  # a file object, so a forgotten reader still closes
 

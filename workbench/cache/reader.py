@@ -18,10 +18,18 @@ import numpy as np
 import torch
 
 from workbench.cache.config import SPLITS, CacheConfig
-from workbench.cache.errors import CacheCorruptError, CacheIncompleteError, CacheMismatchError, CacheNotFoundError, UnknownHookError
+from workbench.cache.errors import (
+    CacheCorruptError,
+    CacheIncompleteError,
+    CacheMismatchError,
+    CacheNotFoundError,
+    CacheValueError,
+    UnknownHookError,
+)
 from workbench.cache.format import CHECKSUM, STORE_DTYPES, NpyReader, checksum
 from workbench.cache.sampler import RowSampler
 from workbench.cache.shards import check_shard, shard_name
+from workbench.provenance import model_id
 
 FORMAT = "workbench-activation-cache/1"
 MAX_OPEN_FILES = 256
@@ -34,7 +42,7 @@ _VERIFIED: set[tuple[str, int, int]] = set()
 class ActivationCache:
     def __init__(self, path: Path, manifest: dict):
         self.path, self.manifest = path, manifest
-        self.config = CacheConfig.from_json(manifest["config"])
+        self.config = CacheConfig.from_dict(manifest["config"])
         self._store = STORE_DTYPES[manifest["dtype"]]
         self._offsets = {s: np.cumsum([0] + [r["rows"] for r in manifest["shards"][s]]) for s in SPLITS}
         self._files: OrderedDict[tuple, NpyReader] = OrderedDict()
@@ -69,8 +77,6 @@ class ActivationCache:
     def _expect(self, model, hooks) -> None:
         if model is not None:
             if not isinstance(model, str):
-                from workbench.models import model_id  # here, so readers never import transformer_lens
-
                 model = model_id(model)
             if model != self.manifest["model"]:
                 raise CacheMismatchError(f"cache {self.path} was harvested from model {self.manifest['model']!r}, "
@@ -149,7 +155,7 @@ class ActivationCache:
 
     def _split(self, split: str) -> str:
         if split not in SPLITS:
-            raise ValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
+            raise CacheValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
         return split
 
     # --- activations -------------------------------------------------------------------------

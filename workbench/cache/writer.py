@@ -20,6 +20,7 @@ replays the very same forward passes a clean run would have made.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import shutil
@@ -34,59 +35,61 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from workbench.atomic import check_output_dir
-from workbench.cache.config import SPLITS, CacheConfig
-from workbench.cache.errors import CacheCorruptError, CacheExistsError, CacheMismatchError, DiskFullError, UnknownHookError
-from workbench.cache.format import CHECKSUM, write_json_atomic
+from workbench.atomic import check_output_dir, write_json
+from workbench.cache.config import SPLITS, CacheConfig, HarvestConfig
+from workbench.cache.errors import (
+    CacheCorruptError,
+    CacheExistsError,
+    CacheMismatchError,
+    CacheValueError,
+    DiskFullError,
+    UnknownHookError,
+)
+from workbench.cache.format import CHECKSUM
 from workbench.cache.hooks import stop_layer, validate_hooks
 from workbench.cache.prefetch import prefetched
 from workbench.cache.reader import FORMAT, ActivationCache
 from workbench.cache.shards import ShardWriter, check_shard, read_record, shard_dirs, shard_name
 from workbench.cache.stats import hook_stats
+from workbench.provenance import model_id
 
 SHARD_BYTES = 1 << 30  # default shard size: ~1 GiB of activations over all hooks
 
 
-def harvest(model, corpus, hooks, out_dir, n_tokens: int, *, ctx_len: int | None = None, batch_size: int = 32,
-            dtype: str = "float16", shard_tokens: int | None = None, heldout_fraction: float = 0.05,
-            exclude_special: bool = True, special_ids=None, outlier_factor: float = 10.0,
-            max_unknown_fraction: float = 0.05, resume: bool = False, overwrite: bool = False,
-            progress: bool = True) -> ActivationCache:
+def harvest(model, corpus, hooks, out_dir, n_tokens: int | None = None, *, cfg: HarvestConfig | None = None,
+            special_ids=None, resume: bool = False, overwrite: bool = False, progress: bool = True,
+            **options) -> ActivationCache:
     """Run `model` over `corpus` once and store the activations of every hook in `hooks`.
 
-    n_tokens: activation rows to store, train + heldout (exact; the last sequence may be cut).
-    ctx_len: tokens per sequence (default model.cfg.n_ctx). batch_size: sequences per forward.
-    dtype: "float16" (default), "bfloat16" or "float32" on disk; stats are always from float32.
-    shard_tokens: rows per shard (default ~1 GiB of activations); the unit of resume.
-    heldout_fraction: share of n_tokens taken from the corpus's held-out split (its documents
-        never appear in train). exclude_special: drop rows whose token is in special_ids
-        (default: the tokenizer's BOS/EOS/pad/unk). outlier_factor: rows with a norm above this
-        many times the median train norm are flagged (ActivationCache.outliers).
-    max_unknown_fraction: stop with an error when more than this share of the corpus's tokens are
-        the tokenizer's unknown token (checked after every batch; the share is recorded in the
-        manifest as "unknown_fraction"); 1 accepts any corpus.
-    resume: continue an interrupted harvest in out_dir (must have the same config); the result
-        equals a clean run. overwrite: replace an existing cache in out_dir.
+    cfg (HarvestConfig) holds every choice and its default; n_tokens and `options` (its field names,
+    e.g. dtype="float32") override it. The rows: n_tokens activation rows, train + held-out (exact;
+    the last sequence may be cut); held-out rows come from the corpus's held-out split, whose
+    documents never appear in train. special_ids: the token ids dropped when cfg.exclude_special
+    (default: the tokenizer's BOS/EOS/pad/unk). Rows with a norm above outlier_factor times the
+    median train norm are flagged (ActivationCache.outliers). A harvest stops with an error when
+    more than max_unknown_fraction of the corpus's tokens are the tokenizer's unknown token (checked
+    after every batch; the share is recorded in the manifest as "unknown_fraction"). resume:
+    continue an interrupted harvest in out_dir (must have the same config); the result equals a
+    clean run. overwrite: replace an existing cache in out_dir.
     """
+    cfg = dataclasses.replace(cfg or HarvestConfig(), **options, **({} if n_tokens is None else {"n_tokens": n_tokens}))
     if resume and overwrite:
-        raise ValueError("pass resume=True or overwrite=True, not both")
+        raise CacheValueError("pass resume=True or overwrite=True, not both")
     hooks = validate_hooks(model, hooks)
-    ctx_len = ctx_len or model.cfg.n_ctx
+    ctx_len = cfg.ctx_len or model.cfg.n_ctx
     if ctx_len > model.cfg.n_ctx:
-        raise ValueError(f"ctx_len={ctx_len} exceeds the model's n_ctx={model.cfg.n_ctx}")
-    from workbench.models import model_id  # here, so readers of a cache never import transformer_lens
-
+        raise CacheValueError(f"ctx_len={ctx_len} exceeds the model's n_ctx={model.cfg.n_ctx}")
     dims = _probe_dims(model, hooks)
     if special_ids is None:
         special_ids = getattr(model.tokenizer, "all_special_ids", None) or []
-    row_bytes = sum(dims.values()) * (4 if dtype == "float32" else 2)
+    row_bytes = sum(dims.values()) * (4 if cfg.dtype == "float32" else 2)
     cfg = CacheConfig(
-        model=model_id(model), corpus=corpus.spec, hooks=hooks, n_tokens=int(n_tokens), ctx_len=ctx_len,
-        batch_size=batch_size, dtype=dtype,
-        shard_tokens=max(1, SHARD_BYTES // row_bytes) if shard_tokens is None else shard_tokens,
-        heldout_fraction=heldout_fraction, exclude_special=exclude_special,
-        special_ids=tuple(sorted(int(i) for i in special_ids)) if exclude_special else (), outlier_factor=outlier_factor,
-        max_unknown_fraction=max_unknown_fraction)
+        model=model_id(model), corpus=corpus.spec, hooks=hooks, n_tokens=int(cfg.n_tokens), ctx_len=ctx_len,
+        batch_size=cfg.batch_size, dtype=cfg.dtype,
+        shard_tokens=max(1, SHARD_BYTES // row_bytes) if cfg.shard_tokens is None else cfg.shard_tokens,
+        heldout_fraction=cfg.heldout_fraction, exclude_special=cfg.exclude_special,
+        special_ids=tuple(sorted(int(i) for i in special_ids)) if cfg.exclude_special else (),
+        outlier_factor=cfg.outlier_factor, max_unknown_fraction=cfg.max_unknown_fraction)
     out = Path(out_dir)
     existed = out.exists()
     fresh = not existed or (out.is_dir() and not any(out.iterdir()))
@@ -167,13 +170,13 @@ def _prepare(out: Path, cfg: CacheConfig, resume: bool, overwrite: bool) -> dict
             raise CacheExistsError(f"cannot resume in {out}: it holds no activation cache (no progress.json)")
         else:
             on_disk = json.loads((manifest if manifest.is_file() else progress).read_text())
-            old = CacheConfig.from_json(on_disk["config"])
+            old = CacheConfig.from_dict(on_disk["config"])
             if old != cfg:
                 raise CacheMismatchError(f"cannot resume {out}: it was harvested with another config ("
                                          + "; ".join(old.diff(cfg)) + "); use overwrite=True (--overwrite) to replace it")
             return None if manifest.is_file() else {s: _resumable_shards(out / s) for s in SPLITS}
     out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(progress, {"format": FORMAT, "config": cfg.to_json()})
+    write_json(progress, {"format": FORMAT, "config": cfg.to_dict()}, indent=1)
     return {s: [] for s in SPLITS}
 
 
@@ -269,7 +272,7 @@ def _forward(model, batch, first_seq: int, cfg: CacheConfig, remaining: int):
     tokens = np.stack([s.tokens for s in batch])
     b, t = tokens.shape
     if t != cfg.ctx_len:
-        raise ValueError(f"corpus {cfg.corpus} yielded sequences of {t} tokens, expected ctx_len={cfg.ctx_len}")
+        raise CacheValueError(f"corpus {cfg.corpus} yielded sequences of {t} tokens, expected ctx_len={cfg.ctx_len}")
     flat = tokens.reshape(-1)
     keep = np.flatnonzero(~np.isin(flat, cfg.special_ids)) if cfg.exclude_special else np.arange(b * t)
     n_seq = b
@@ -360,7 +363,7 @@ def _finalize(out: Path, cfg: CacheConfig, label_names: dict, dims: dict[str, in
     shards = {s: [read_record(d) for d in shard_dirs(out / s)] for s in SPLITS}
     counts = np.array([unknown.fraction(np.load(d / "sequences.npy")) for s in SPLITS for d in shard_dirs(out / s)])
     if not shards["train"]:
-        raise ValueError(f"corpus {cfg.corpus} yielded no train rows; nothing to cache")
+        raise CacheValueError(f"corpus {cfg.corpus} yielded no train rows; nothing to cache")
     (out / "stats").mkdir(exist_ok=True)
     stats = {h: hook_stats(out, h, shards, cfg.outlier_factor) for h in cfg.hooks}
     first = shards["train"][0]["files"]
@@ -371,9 +374,9 @@ def _finalize(out: Path, cfg: CacheConfig, label_names: dict, dims: dict[str, in
         "n_sequences": {s: recs[-1]["seq_end"] if recs else 0 for s, recs in shards.items()},
         "shapes": {s: {h: [n_rows[s], dims[h]] for h in cfg.hooks} for s in SPLITS},
         "labels": sorted(f[len("label."):-len(".npy")] for f in first if f.startswith("label.")),
-        "label_names": label_names, "config": cfg.to_json(), "checksum": CHECKSUM, "stats": stats,
+        "label_names": label_names, "config": cfg.to_dict(), "checksum": CHECKSUM, "stats": stats,
         "unknown_fraction": float(counts[:, 0].sum() / max(1, counts[:, 1].sum())) if len(counts) else 0.0,
         "shards": shards, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-    write_json_atomic(out / "manifest.json", manifest)
+    write_json(out / "manifest.json", manifest, indent=1)
     (out / "progress.json").unlink()

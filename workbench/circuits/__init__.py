@@ -1,15 +1,22 @@
 """Query circuits over TransformerLens models: graph, EAP/EAP-IG attribution, exact faithfulness
-(NFS, NDF, CPR, CMD), best-of-N query-circuit search, and JSON exchange formats."""
+(NFS, NDF, CPR, CMD), best-of-N query-circuit search, and JSON exchange formats.
 
-from workbench.circuits.api import evaluate_task, find_circuit, format_summary_table
-from workbench.circuits.attribute import EdgeScores, attribute
-from workbench.circuits.graph import Graph, GraphMismatchError
-from workbench.circuits.hooks import writer_means
-from workbench.circuits.inputs import QueryError, prepare
-from workbench.circuits.patching import evaluate, make_setup
-from workbench.circuits.search import QuerySearch, SearchConfig, ZeroGapError
-from workbench.circuits.types import Circuit
+Names resolve on first use (workbench.lazy): `workbench.circuits.config` imports without torch.
+"""
 
-__all__ = ["Circuit", "EdgeScores", "Graph", "GraphMismatchError", "QueryError", "QuerySearch", "SearchConfig",
-           "ZeroGapError", "attribute", "evaluate", "evaluate_task", "find_circuit", "format_summary_table",
-           "make_setup", "prepare", "writer_means"]
+from workbench.lazy import lazy_exports
+
+_EXPORTS = {
+    "evaluate_task": "workbench.circuits.api", "find_circuit": "workbench.circuits.api",
+    "format_summary_table": "workbench.circuits.api",
+    "EdgeScores": "workbench.circuits.attribute",
+    "SearchConfig": "workbench.circuits.config",
+    "Graph": "workbench.circuits.graph", "GraphMismatchError": "workbench.circuits.graph",
+    "writer_means": "workbench.circuits.hooks",
+    "QueryError": "workbench.circuits.inputs", "prepare": "workbench.circuits.inputs",
+    "evaluate": "workbench.circuits.patching", "make_setup": "workbench.circuits.patching",
+    "QuerySearch": "workbench.circuits.search", "ZeroGapError": "workbench.circuits.search",
+    "Circuit": "workbench.circuits.types", "CircuitFileError": "workbench.circuits.types",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

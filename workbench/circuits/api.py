@@ -2,7 +2,7 @@
 
     circuit = find_circuit(model, "When Mary and John went to the park , John gave a ball to", "Mary",
                            "When Mary and John went to the park , Anna gave a ball to", budget=0.02)
-    circuit.ndf, circuit.edges, circuit.save("c.json"), circuit.to_mib("mib.json")
+    circuit.ndf, circuit.edges, circuit.save("c.json"), export.to_mib(circuit, "mib.json")
 
 A synthetic-corpus Query can be passed as the prompt: its answer, wrong answer and counterfactual
 are used, and paraphrases / resampled counterfactuals are generated for the best-of-N candidates.
@@ -11,6 +11,7 @@ For free text, pass paraphrases=[(prompt, counterfactual), ...] and counterfactu
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import warnings
 
@@ -19,17 +20,20 @@ import torch
 
 from workbench.circuits.graph import Graph
 from workbench.circuits.inputs import QueryInput, prepare, str_tokens
-from workbench.circuits.metrics import check_budget
+from workbench.circuits.config import SearchConfig, check_budget
+from workbench.circuits.search import Found, QuerySearch, ZeroGapError
 from workbench.circuits.select import topk
-from workbench.circuits.search import Found, QuerySearch, SearchConfig, ZeroGapError
 from workbench.circuits.types import Circuit
+from workbench.errors import BadValueError
+from workbench.provenance import model_id
+
 
 def synthetic_samples(query, n: int, seed: int = 0) -> tuple[list[tuple[str, str]], list[str]]:
     """(paraphrases with their counterfactuals, resampled counterfactuals of the query) from the corpus."""
-    from workbench.corpus import synthetic
+    from workbench.corpus import tasks
 
-    paras = [(p.prompt, p.counterfactual) for p in synthetic.paraphrases(query, n, seed) if p.prompt != query.prompt]
-    return paras, synthetic.counterfactuals(query, n, seed)
+    paras = [(p.prompt, p.counterfactual) for p in tasks.paraphrases(query, n, seed) if p.prompt != query.prompt]
+    return paras, tasks.counterfactuals(query, n, seed)
 
 
 def resolve_wrong(model, q: QueryInput, metric: str) -> QueryInput:
@@ -76,7 +80,7 @@ def _prepare_all(model, prompt, answer, counterfactual, wrong, paraphrases, coun
             paraphrases, counterfactuals = synthetic_samples(cq, n_samples, seed)
         prompt = cq.prompt
     if answer is None:
-        raise ValueError("an answer is required (the token the model should predict after the prompt)")
+        raise BadValueError("an answer is required (the token the model should predict after the prompt)")
     q = resolve_wrong(model, prepare(model, prompt, answer, counterfactual, wrong), metric)
     samples: dict[str, QueryInput] = {}
     for i, cf in enumerate(counterfactuals, 1):
@@ -94,8 +98,6 @@ def _stats(values) -> tuple[float, float]:
 
 def _to_circuit(model, search: QuerySearch, found: Found, method: dict, samples: dict, seed: int,
                 curve: dict | None, resampled: dict[str, float]) -> Circuit:
-    from workbench.models import model_id
-
     ev, q = search.ev, search.query
     pred = prediction(model, q, search.setup.clean_logits)
     if not pred["predicts_answer"]:
@@ -116,32 +118,32 @@ def _to_circuit(model, search: QuerySearch, found: Found, method: dict, samples:
 
 
 def find_circuit(model, prompt, answer=None, counterfactual=None, *, wrong=None, budget: float | None = None,
-                 target_ndf: float | None = None, strategy: str = "search", ablation: str = "counterfactual",
-                 means: torch.Tensor | None = None, metric: str = "logit_diff", method: str = "eap-ig",
-                 steps: int = 5, paraphrases=(), counterfactuals=(), n_samples: int = 3, seed: int = 0,
-                 refine_steps: int = 4, curve: bool = True, min_gap: float | None = None) -> Circuit:
+                 target_ndf: float | None = None, strategy: str = "search", cfg: SearchConfig | None = None,
+                 means: torch.Tensor | None = None, paraphrases=(), counterfactuals=(), n_samples: int = 3,
+                 seed: int = 0, curve: bool = True, **search_options) -> Circuit:
     """The sparsest circuit reaching target_ndf, or the most faithful one within budget (fraction of edges;
     default 2%, or one edge on graphs of fewer than 50 edges; a budget below one edge is refused).
 
     strategy: "search" (best-of-N over query / resampled-counterfactual / paraphrase attributions, then
     exact refinement) or "topk" (plain top-k of the query's own attribution scores: the baseline).
+    cfg (SearchConfig) holds the attribution, ablation, metric and refinement choices; search_options
+    override its fields (e.g. steps=3, min_gap=0.0).
     """
+    cfg = dataclasses.replace(cfg or SearchConfig(), **search_options)
     if strategy not in ("search", "topk"):
-        raise ValueError(f"unknown strategy {strategy!r}; valid: search, topk")
+        raise BadValueError(f"unknown strategy {strategy!r}; valid: search, topk")
     if budget is not None and target_ndf is not None:
-        raise ValueError("give either budget or target_ndf, not both")
+        raise BadValueError("give either budget or target_ndf, not both")
     if target_ndf is None:
         n_edges = Graph.from_model(model).n_edges
         budget = max(0.02, 1 / n_edges) if budget is None else budget  # default: 2%, at least one edge
         check_budget(budget, n_edges)
     elif strategy == "topk":
-        raise ValueError("target_ndf needs strategy='search' (top-k has a fixed budget)")
+        raise BadValueError("target_ndf needs strategy='search' (top-k has a fixed budget)")
     elif not 0 < target_ndf <= 1:
-        raise ValueError(f"target NDF must be in (0, 1], got {target_ndf!r}")
-    cfg = SearchConfig(method=method, steps=steps, ablation=ablation, metric=metric, refine_steps=refine_steps,
-                       min_gap=min_gap)
+        raise BadValueError(f"target NDF must be in (0, 1], got {target_ndf!r}")
     q, samples = _prepare_all(model, prompt, answer, counterfactual, wrong, paraphrases, counterfactuals,
-                              n_samples if strategy == "search" else 0, seed, metric)
+                              n_samples if strategy == "search" else 0, seed, cfg.metric)
     torch.manual_seed(seed)
     search = QuerySearch(model, q, samples if strategy == "search" else {}, cfg, means)
     if strategy == "topk":
@@ -152,31 +154,30 @@ def find_circuit(model, prompt, answer=None, counterfactual=None, *, wrong=None,
     else:
         found = search.at_budget(budget) if target_ndf is None else search.sparsest(target_ndf)
     resampled = search.ndf_under(found.mask, {n: s for n, s in samples.items() if n.startswith("cf")})
-    method_info = dict(name="query-search" if strategy == "search" else f"{method}-topk", strategy=strategy,
-                       budget=budget, target_ndf=target_ndf, metric=metric, ablation=ablation,
+    method_info = dict(name="query-search" if strategy == "search" else f"{cfg.method}-topk", strategy=strategy,
+                       budget=budget, target_ndf=target_ndf, metric=cfg.metric, ablation=cfg.ablation,
                        attribution=search.scores.settings(), search=cfg.to_dict(), samples=sorted(samples))
     return _to_circuit(model, search, found, method_info, samples, seed, search.curve() if curve else None,
                        resampled)
 
 
 def evaluate_task(model, task: str, n: int = 20, budgets=(0.01, 0.02, 0.05), *, seed: int = 0, n_samples: int = 3,
-                  method: str = "eap-ig", steps: int = 5, ablation: str = "counterfactual", metric: str = "logit_diff",
-                  refine_steps: int = 4, min_gap: float | None = None, means=None, progress: bool = True,
-                  require_prediction: bool = True) -> dict:
+                  cfg: SearchConfig | None = None, means=None, progress: bool = True,
+                  require_prediction: bool = True, **search_options) -> dict:
     """Search vs plain top-k on n generated queries of one task: NDF at each budget, CPR, CMD, spreads.
 
     Queries whose gap |L(M(q)) - L(M(q'))| is below min_gap are skipped and listed (NDF is undefined
     there), and so, with require_prediction, are queries whose answer is not the model's top-1 (a
-    circuit for an answer the model does not give explains nothing it does).
+    circuit for an answer the model does not give explains nothing it does). cfg and search_options
+    as for find_circuit.
     """
-    from workbench.corpus import synthetic
+    cfg = dataclasses.replace(cfg or SearchConfig(), **search_options)
+    from workbench.corpus import tasks
 
     for b in budgets:
         check_budget(b, Graph.from_model(model).n_edges)
-    cfg = SearchConfig(method=method, steps=steps, ablation=ablation, metric=metric, refine_steps=refine_steps,
-                       min_gap=min_gap)
     rows, skipped = [], []
-    qs = synthetic.queries(task, n, seed=seed, tokenizer=model.tokenizer)
+    qs = tasks.queries(task, n, seed=seed, tokenizer=model.tokenizer)
     it = qs
     if progress:
         from tqdm.auto import tqdm
@@ -184,7 +185,7 @@ def evaluate_task(model, task: str, n: int = 20, budgets=(0.01, 0.02, 0.05), *, 
     for cq in it:
         t0 = time.perf_counter()
         try:
-            q, samples = _prepare_all(model, cq, None, None, None, (), (), n_samples, seed, metric)
+            q, samples = _prepare_all(model, cq, None, None, None, (), (), n_samples, seed, cfg.metric)
             pred = prediction(model, q)
             if require_prediction and not pred["predicts_answer"]:
                 skipped.append({"prompt": cq.prompt, "reason": _not_predicted(q, pred), **pred})

@@ -1,4 +1,4 @@
-"""Edge attribution: EAP and EAP-IG (inputs) scores for one query (methods.md §6).
+"""Edge attribution: EAP and EAP-IG (inputs) scores for one query (docs/methods.md §6).
 
 S(u -> v) = sum over positions of (z_u(clean) - z_u(ablated)) . dL/d in_v, with the gradient
 averaged over m interpolations of the input embedding from ablated (alpha=0) to clean (alpha=1),
@@ -20,13 +20,14 @@ from dataclasses import dataclass
 import torch
 from transformer_lens.utilities.architectures import POST_NORM_ARCHITECTURES
 
+from workbench.circuits.config import METHODS, check_method  # noqa: F401  (METHODS re-exported)
 from workbench.circuits.graph import Graph
 from workbench.circuits.hooks import answer_logits, flags
 from workbench.circuits.inputs import QueryInput
 from workbench.circuits.metrics import Metric
 from workbench.circuits.patching import Setup, make_setup
+from workbench.errors import BadValueError
 
-METHODS = ("eap", "eap-ig")
 AUTO_BATCH_BYTES = 64 * 2**20
 
 
@@ -42,13 +43,6 @@ class EdgeScores:
 
     def settings(self) -> dict:
         return dict(method=self.method, steps=self.steps, ablation=self.ablation, metric=self.metric)
-
-
-def check_method(method: str, steps: int) -> None:
-    if method not in METHODS:
-        raise ValueError(f"unknown attribution method {method!r}; valid: {', '.join(METHODS)}")
-    if not (isinstance(steps, int) and steps >= 1):
-        raise ValueError(f"steps must be a positive integer (interpolation steps for eap-ig), got {steps!r}")
 
 
 def attribute(model, query: QueryInput, method: str = "eap-ig", steps: int = 5, ablation: str = "counterfactual",
@@ -94,7 +88,7 @@ def _step_chunk(model, pos: int, n_steps: int, step_batch) -> int:
         return n_steps
     if step_batch != "auto":
         if not (isinstance(step_batch, int) and step_batch >= 1):
-            raise ValueError(f"step_batch must be a positive integer, None or 'auto', got {step_batch!r}")
+            raise BadValueError(f"step_batch must be a positive integer, None or 'auto', got {step_batch!r}")
         return step_batch
     cfg = model.cfg
     # activations kept for backward per prompt: ~20 residual-sized tensors and the attention pattern per layer

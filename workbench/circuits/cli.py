@@ -1,18 +1,20 @@
-"""`workbench circuit find ...`: argparse wiring for the top-level CLI (add_commands) and a standalone main.
+"""`workbench circuit find|export|report`: the circuit sub-commands of the one CLI (`add_commands`).
 
     workbench circuit find --model tiny --prompt "..." --answer "..." [--counterfactual "..."]
                            [--budget 2% | --target-ndf 0.8] --out circuit.json
     workbench circuit find --task ioi --n 20 [--budgets 1%,2%,5%] [--out summary.json]
+    workbench circuit report --n 20 --out circuit_results.md
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from workbench.circuits.metrics import METRICS
-from workbench.circuits.patching import ABLATIONS
-from workbench.circuits.attribute import METHODS
+from workbench.circuits.config import SearchConfig
+from workbench.configflags import add_config_flags, config_values
+from workbench.errors import BadValueError
 
 
 def parse_budget(text: str) -> float:
@@ -28,10 +30,34 @@ def parse_budget(text: str) -> float:
     return value
 
 
-def add_commands(subparsers) -> None:
-    p = subparsers.add_parser("circuit", help="query circuits: find, evaluate and export")
+def parse_budgets(text: str) -> list[float]:
+    """'1%,2%,5%' -> [0.01, 0.02, 0.05] (each checked by parse_budget)."""
+    budgets = [parse_budget(b) for b in str(text).split(",") if b.strip()]
+    if not budgets:
+        raise argparse.ArgumentTypeError(f"no budget in {text!r}; use e.g. 1%,2%,5%")
+    return budgets
+
+
+def check_tasks(tasks: list[str]) -> list[str]:
+    """Task family names, each one the synthetic corpus generates (checked when the command runs, so
+    building the parser does not import the corpus)."""
+    from workbench.corpus.tasks import QUERY_TASKS
+
+    bad = [t for t in tasks if t not in QUERY_TASKS]
+    if bad or not tasks:
+        raise BadValueError(f"unknown task families {bad or tasks}; valid: {', '.join(QUERY_TASKS)}")
+    return tasks
+
+
+SEARCH = "search."  # namespace prefix of the SearchConfig flags
+
+
+def add_commands(subparsers, parents=()) -> None:
+    """The `circuit` command group; parents carry the shared options (--workspace)."""
+    p = subparsers.add_parser("circuit", help="query circuits: find, evaluate, export and report")
     sub = p.add_subparsers(dest="circuit_command", required=True)
-    f = sub.add_parser("find", help="find the circuit for one query, or evaluate a task family (--task)")
+    f = sub.add_parser("find", parents=list(parents),
+                       help="find the circuit for one query (recorded in the workspace), or evaluate a task family")
     f.add_argument("--model", default="tiny", help="tiny, a saved model folder, or a TransformerLens name (default: %(default)s)")
     f.add_argument("--prompt", help="the query text (BOS is prepended)")
     f.add_argument("--answer", help="the answer token the circuit should explain (a single token)")
@@ -41,25 +67,24 @@ def add_commands(subparsers) -> None:
     f.add_argument("--paraphrase", action="append", default=[], metavar="PROMPT[|||COUNTERFACTUAL]",
                    help="extra prompts (with optional counterfactual after |||) for best-of-N candidates")
     g = f.add_mutually_exclusive_group()
-    g.add_argument("--budget", type=parse_budget, help="edge budget, e.g. 2%% or 0.02")
+    g.add_argument("--budget", type=parse_budget, help="edge budget, e.g. 2%% or 0.02 (default: 2%%)")
     g.add_argument("--target-ndf", type=float, help="find the sparsest circuit with at least this NDF")
     f.add_argument("--strategy", choices=("search", "topk"), default="search",
                    help="best-of-N search + exact refinement, or plain top-k of EAP-IG scores (default: %(default)s)")
-    f.add_argument("--ablation", choices=ABLATIONS, default="counterfactual",
-                   help="what replaces the edges outside the circuit (default: %(default)s)")
+    add_config_flags(f, SearchConfig, SEARCH)
     f.add_argument("--cache", help="activation cache whose token sequences give the means for --ablation mean")
-    f.add_argument("--metric", choices=METRICS, default="logit_diff", help="faithfulness metric L (default: %(default)s)")
-    f.add_argument("--method", choices=METHODS, default="eap-ig", help="edge attribution (default: %(default)s)")
-    f.add_argument("--steps", type=int, default=5, help="EAP-IG interpolation steps m (default: %(default)s)")
     f.add_argument("--samples", type=int, help="with --task: paraphrases and resampled counterfactuals generated per "
-                   "query (default: 3); with --prompt use --paraphrase")
+                   "query (default: 3); with --prompt pass --paraphrase instead")
     f.add_argument("--seed", type=int, default=0, help="seed for resampling (default: %(default)s)")
-    f.add_argument("--task", help="evaluate n generated queries of a synthetic task family instead of one prompt")
+    f.add_argument("--task", help="evaluate n generated queries of a synthetic task family instead of one prompt "
+                                  "(ioi, induction, greater_than, addition, facts)")
     f.add_argument("--n", type=int, help="queries for --task (default: 20)")
-    f.add_argument("--budgets", help="budgets for --task, comma separated (default: 1%%,2%%,5%%; --budget gives one)")
+    f.add_argument("--budgets", type=parse_budgets,
+                   help="budgets for --task, comma separated (default: 1%%,2%%,5%%; --budget gives one)")
     f.add_argument("--all-queries", action="store_true",
                    help="with --task, keep queries whose answer is not the model's top-1 (skipped by default)")
-    f.add_argument("--out", help="circuit JSON (workbench schema) or, with --task, the summary JSON")
+    f.add_argument("--name", help="the circuit's folder in <workspace>/circuits (default: from the prompt)")
+    f.add_argument("--out", help="also write the circuit JSON (workbench schema) here; with --task, the summary JSON")
     f.add_argument("--mib", help="also write the EAP-IG/MIB circuit JSON here")
     f.add_argument("--neuronpedia", help="also write the Neuronpedia graph JSON here")
     f.set_defaults(func=run_find)
@@ -68,106 +93,124 @@ def add_commands(subparsers) -> None:
     e.add_argument("--format", required=True, choices=("mib", "neuronpedia"), help="target format")
     e.add_argument("--out", required=True, help="output file")
     e.set_defaults(func=run_export)
+    r = sub.add_parser("report", help="search vs top-k per task family, the induction mechanism and time per query, "
+                                      "as one markdown report")
+    r.add_argument("--model", default="tiny", help="tiny, a saved model folder, or a TransformerLens name (default: %(default)s)")
+    r.add_argument("--n", type=int, default=20, help="generated queries per task family (default: %(default)s)")
+    r.add_argument("--tasks", type=lambda t: [x.strip() for x in t.split(",") if x.strip()],
+                   help="task families, comma separated (default: every family of the synthetic corpus)")
+    r.add_argument("--budgets", type=parse_budgets, default="1%,1.3%,2%,5%", help="edge budgets, comma separated (default: %(default)s)")
+    r.add_argument("--timing-queries", type=int, default=5, help="queries timed end to end (default: %(default)s)")
+    r.add_argument("--induction-tries", type=int, default=10,
+                   help="induction queries tried for one with a previous-token -> induction path (default: %(default)s)")
+    r.add_argument("--out", default="circuit_results.md", help="markdown report (default: %(default)s)")
+    r.add_argument("--json", help="also write the raw summaries and timings here")
+    r.set_defaults(func=run_report)
 
 
-def _check_find_args(args) -> None:
+def _check_find_args(args, cfg: SearchConfig) -> None:
     """Every flag combination and output path is checked before the model is loaded."""
     from workbench.atomic import check_output_file
 
-    given = lambda *names: [f"--{n.replace('_', '-')}" for n in names if getattr(args, n) not in (None, [], False)]  # noqa: E731
+    def given(*names):
+        return [f"--{n.replace('_', '-')}" for n in names if getattr(args, n) not in (None, [], False)]
+
     if args.task:
-        bad = given("prompt", "answer", "counterfactual", "wrong", "paraphrase", "target_ndf", "mib", "neuronpedia")
+        check_tasks([args.task])
+        bad = given("prompt", "answer", "counterfactual", "wrong", "paraphrase", "target_ndf", "mib", "neuronpedia",
+                    "name")
         if bad:
-            raise ValueError(f"{', '.join(bad)} {'does' if len(bad) == 1 else 'do'} not apply to --task (it evaluates {args.n or 20} generated queries at "
-                             "--budgets and writes a summary); find one circuit with --prompt to use them")
+            raise BadValueError(f"{', '.join(bad)} {'does' if len(bad) == 1 else 'do'} not apply to --task (it "
+                                f"evaluates {args.n or 20} generated queries at --budgets and writes a summary); find "
+                                "one circuit with --prompt to use them")
         if args.budget is not None and args.budgets is not None:
-            raise ValueError("give --budget or --budgets with --task, not both")
+            raise BadValueError("give --budget or --budgets with --task, not both")
     else:
         bad = given("n", "budgets", "all_queries")
         if bad:
-            raise ValueError(f"{', '.join(bad)} {'applies' if len(bad) == 1 else 'apply'} only to --task")
+            raise BadValueError(f"{', '.join(bad)} {'applies' if len(bad) == 1 else 'apply'} only to --task")
         if args.samples is not None:
-            raise ValueError("--samples generates paraphrases and counterfactuals of --task queries; for --prompt, "
-                             "pass each extra prompt with --paraphrase 'PROMPT|||COUNTERFACTUAL'")
+            raise BadValueError("--samples generates paraphrases and counterfactuals of --task queries; for --prompt, "
+                                "pass each extra prompt with --paraphrase 'PROMPT|||COUNTERFACTUAL'")
         if not args.prompt or not args.answer:
-            raise ValueError("circuit find needs --prompt and --answer (or --task NAME for a batch of generated queries)")
+            raise BadValueError("circuit find needs --prompt and --answer (or --task NAME for a batch of generated "
+                                "queries)")
     for flag in ("out", "mib", "neuronpedia"):
         if getattr(args, flag):
             check_output_file(getattr(args, flag), f"--{flag}")
-    if args.ablation == "mean" and not args.cache:
-        raise ValueError("--ablation mean needs --cache DIR (the means come from its token sequences)")
+    if cfg.ablation == "mean" and not args.cache:
+        raise BadValueError("--ablation mean needs --cache DIR (the means come from its token sequences)")
     if args.target_ndf is not None and not 0 < args.target_ndf <= 1:
-        raise ValueError(f"--target-ndf {args.target_ndf} is outside (0, 1]")
+        raise BadValueError(f"--target-ndf {args.target_ndf} is outside (0, 1]")
 
 
 def run_find(args) -> int:
-    from workbench.circuits.api import evaluate_task, find_circuit, format_summary_table
-    from workbench.circuits.export import write_json
+    from workbench import steps
+    from workbench.atomic import write_json
+    from workbench.circuits.api import evaluate_task, format_summary_table
+    from workbench.circuits.export import to_mib, to_neuronpedia
     from workbench.models import load
+    from workbench.workspace import Workspace
 
-    _check_find_args(args)
-    budgets = None
-    if args.task:
-        from workbench.corpus import synthetic
-
-        if args.task not in synthetic.QUERY_TASKS:
-            raise ValueError(f"unknown task {args.task!r}; valid tasks: {', '.join(synthetic.QUERY_TASKS)}")
-        budgets = [args.budget] if args.budget is not None else \
-            [parse_budget(b) for b in (args.budgets or "1%,2%,5%").split(",") if b.strip()]
+    cfg = SearchConfig(**config_values(args, SearchConfig, SEARCH))
+    _check_find_args(args, cfg)
     model, _ = load(args.model)
     means = None
-    if args.ablation == "mean":
+    if cfg.ablation == "mean":
         from workbench.cache import ActivationCache
         from workbench.circuits.hooks import writer_means
 
         means = writer_means(model, ActivationCache.open(args.cache))
     if args.task:
+        budgets = [args.budget] if args.budget is not None else args.budgets or [0.01, 0.02, 0.05]
         summary = evaluate_task(model, args.task, args.n or 20, budgets, seed=args.seed,
-                                n_samples=3 if args.samples is None else args.samples, method=args.method,
-                                steps=args.steps, ablation=args.ablation, metric=args.metric, means=means,
+                                n_samples=3 if args.samples is None else args.samples, cfg=cfg, means=means,
                                 require_prediction=not args.all_queries)
         print(format_summary_table(summary))
         for s in summary["skipped"]:
             print(f"skipped: {s['prompt']!r}: {s['reason']}", file=sys.stderr)
         if args.out:
-            write_json(summary, args.out)
+            write_json(args.out, summary)
         return 0
     paraphrases = [tuple(p.split("|||", 1)) if "|||" in p else p for p in args.paraphrase]
-    circuit = find_circuit(model, args.prompt, args.answer, args.counterfactual, wrong=args.wrong, budget=args.budget,
-                           target_ndf=args.target_ndf, strategy=args.strategy, ablation=args.ablation,
-                           metric=args.metric, method=args.method, steps=args.steps, paraphrases=paraphrases,
-                           seed=args.seed, means=means)
+    circuit, folder = steps.find_circuit(
+        Workspace(args.workspace), model, args.prompt, args.answer, args.counterfactual, model_spec=args.model,
+        cfg=cfg, name=args.name, wrong=args.wrong, budget=args.budget, target_ndf=args.target_ndf,
+        strategy=args.strategy, paraphrases=paraphrases, seed=args.seed, means=means)
     print(circuit.summary())
+    print(f"recorded {folder}")
     if args.out:
         circuit.save(args.out)
     if args.mib:
-        circuit.to_mib(args.mib)
+        to_mib(circuit, args.mib)
     if args.neuronpedia:
-        circuit.to_neuronpedia(args.neuronpedia)
+        to_neuronpedia(circuit, args.neuronpedia)
     return 0
 
 
 def run_export(args) -> int:
     from workbench.atomic import check_output_file
-    from workbench.circuits.export import load_json
+    from workbench.circuits.export import to_mib, to_neuronpedia
+    from workbench.circuits.types import Circuit
 
     check_output_file(args.out, "--out")
-    circuit = load_json(args.circuit)
-    (circuit.to_mib if args.format == "mib" else circuit.to_neuronpedia)(args.out)
+    circuit = Circuit.load(args.circuit)
+    (to_mib if args.format == "mib" else to_neuronpedia)(circuit, args.out)
     print(f"{args.circuit} -> {args.out} ({args.format})")
     return 0
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="workbench")
-    add_commands(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except ValueError as e:  # bad input: one clear line, no traceback
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+def run_report(args) -> int:
+    from workbench.atomic import atomic_write_text, write_json
+    from workbench.circuits.report import report
+    from workbench.corpus.tasks import QUERY_TASKS
+    from workbench.models import load
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    tasks = check_tasks(args.tasks or list(QUERY_TASKS))
+    model, _ = load(args.model, device="cpu")
+    text, raw = report(model, tasks, args.n, args.budgets, args.timing_queries, args.induction_tries)
+    atomic_write_text(Path(args.out), text)
+    if args.json:
+        write_json(args.json, raw)
+    print(text)
+    return 0

@@ -1,5 +1,5 @@
-"""Circuit files: the workbench JSON (schema v1, lossless) plus the EAP-IG/MIB and circuit-tracer /
-Neuronpedia graph formats (methods.md §8).
+"""Foreign circuit formats: EAP-IG/MIB and circuit-tracer / Neuronpedia graph JSON (docs/methods.md §8).
+The workbench's own lossless JSON belongs to the Circuit (types.py: to_dict / save / load).
 
 Neuronpedia graphs are feature graphs; a head/MLP circuit maps onto them with circuit-tracer's
 conventions (circuit_tracer.frontend.graph_models): one `embedding` node per prompt token feeding
@@ -13,119 +13,11 @@ weights|) and `influence` the cumulative share of that mass at the node's rank.
 
 from __future__ import annotations
 
-import json
-import math
-from pathlib import Path
-
 import torch
 
-from workbench.atomic import atomic_write_text
-from workbench.circuits.graph import Graph, GraphMismatchError
-from workbench.circuits.types import Circuit
-
-SCHEMA = "workbench.circuit"
-SCHEMA_VERSION = 1
-
-
-class CircuitFileError(ValueError):
-    """A circuit file of another format / schema version, or for another model."""
-
-
-def _clean(x):
-    """JSON-safe copy: tensors to lists, NaN/inf to None."""
-    if isinstance(x, torch.Tensor):
-        return _clean(x.tolist())
-    if isinstance(x, dict):
-        return {str(k): _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if hasattr(x, "item") and not isinstance(x, (str, bytes)):
-        return _clean(x.item())
-    return x
-
-
-def write_json(data: dict, path) -> None:
-    """Atomic write (temp file in the same folder, then rename), creating the folder if needed."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps(_clean(data)))
-
-
-def _read(path_or_dict) -> tuple[dict, str]:
-    """(the file's JSON object, a name for messages)."""
-    if isinstance(path_or_dict, dict):
-        return path_or_dict, "the circuit dict"
-    path = Path(path_or_dict)
-    if not path.is_file():
-        raise FileNotFoundError(f"no circuit file at {path}")
-    try:
-        d = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CircuitFileError(f"{path} is not valid JSON: {e}") from None
-    if not isinstance(d, dict):
-        raise CircuitFileError(f"{path} holds a JSON {type(d).__name__}, not a circuit object")
-    return d, str(path)
-
-
-# ---------------------------------------------------------------- workbench JSON (v1)
-
-def to_dict(c: Circuit) -> dict:
-    pp = c.per_position
-    return {
-        "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "model_id": c.model_id, "graph": c.graph.config(),
-        "query": c.query, "method": c.method, "seed": c.seed,
-        "nodes": [{"name": n, "in_circuit": n in set(c.nodes)} for n in c.graph.nodes],
-        "edges": [{"name": e, "score": float(s), "in_circuit": bool(m),
-                   **({"per_position": pp[:, i].tolist()} if pp is not None else {})}
-                  for i, (e, s, m) in enumerate(zip(c.graph.edges, c.scores.tolist(), c.in_circuit.tolist()))],
-        "faithfulness": c.faithfulness, "curve": c.curve,
-        "positions": {"str_tokens": c.query.get("str_tokens"), "has_per_position_scores": pp is not None},
-    }
-
-
-def save_json(c: Circuit, path) -> None:
-    write_json(to_dict(c), path)
-
-
-def _check_model(graph: Graph, file_model_id: str, model) -> None:
-    if model is None:
-        return
-    from workbench.models import model_id
-
-    Graph.from_model(model).check_same(graph, "circuit file")
-    mid = model_id(model)
-    if file_model_id and file_model_id != mid:
-        raise GraphMismatchError(f"the circuit was found on model {file_model_id!r}, not on this model {mid!r}")
-
-
-def load_json(path_or_dict, model=None) -> Circuit:
-    """Read a workbench circuit file; with a model, refuse circuits made for another model."""
-    d, name = _read(path_or_dict)
-    if d.get("schema") != SCHEMA:
-        raise CircuitFileError(f"not a workbench circuit file: schema {d.get('schema')!r}, expected {SCHEMA!r} "
-                               "(MIB files load with from_mib)")
-    if d.get("schema_version") != SCHEMA_VERSION:
-        raise CircuitFileError(f"circuit file schema version {d.get('schema_version')!r} is not supported; "
-                               f"this workbench reads version {SCHEMA_VERSION}")
-    try:
-        graph = Graph(**d["graph"])
-        _check_model(graph, d.get("model_id", ""), model)
-        names = [e["name"] for e in d["edges"]]
-        if names != graph.edges:
-            raise CircuitFileError(f"the {len(names)} edges of {name} do not match the graph's {graph.n_edges} edges")
-        pp = None
-        if d["edges"] and "per_position" in d["edges"][0]:
-            pp = torch.tensor([e["per_position"] for e in d["edges"]], dtype=torch.float32).T
-        return Circuit(graph, torch.tensor([e["in_circuit"] for e in d["edges"]]),
-                       torch.tensor([e["score"] for e in d["edges"]], dtype=torch.float32), d["query"], d["method"],
-                       d.get("model_id", ""), d.get("seed", 0), d.get("faithfulness", {}), d.get("curve"), pp)
-    except (KeyError, TypeError, ValueError) as e:
-        if isinstance(e, (CircuitFileError, GraphMismatchError)):
-            raise
-        raise CircuitFileError(f"{name} is a damaged workbench circuit file ({type(e).__name__}: {e})") from None
-
+from workbench.atomic import write_json
+from workbench.circuits.graph import Graph
+from workbench.circuits.types import Circuit, CircuitFileError, check_model, read_json
 
 # ---------------------------------------------------------------- EAP-IG / MIB JSON
 
@@ -150,13 +42,14 @@ def to_mib(c: Circuit, path=None) -> dict:
             edges[name] = {"score": float(s), "in_graph": bool(m)}
     d = {"cfg": cfg, "nodes": {n: {"in_graph": n in in_nodes} for n in g.nodes}, "edges": edges}
     if path is not None:
-        write_json(d, path)
+        write_json(path, d)
     return d
 
 
 def from_mib(path_or_dict, model=None) -> Circuit:
     """Read an EAP-IG / MIB circuit JSON (scores and membership; no query or faithfulness in that format)."""
-    d, name = _read(path_or_dict)
+    d = read_json(path_or_dict)
+    name = path_or_dict if not isinstance(path_or_dict, dict) else "the MIB dict"
     missing = {"cfg", "nodes", "edges"} - set(d)
     if missing:
         raise CircuitFileError(f"{name} is not an EAP-IG/MIB circuit file: missing keys {sorted(missing)}")
@@ -166,7 +59,7 @@ def from_mib(path_or_dict, model=None) -> Circuit:
                       bool(cfg.get("parallel_attn_mlp", False)), bool(cfg.get("attn_only", False)))
     except (KeyError, TypeError, AttributeError) as e:
         raise CircuitFileError(f"{name}: cfg {cfg!r} lacks or mistypes a model field ({type(e).__name__}: {e})") from None
-    _check_model(graph, "", model)
+    check_model(graph, "", model)
     scores, member = torch.zeros(graph.n_edges), torch.zeros(graph.n_edges, dtype=torch.bool)
     for i, e in enumerate(graph.edges):
         heads = _head_edges(graph, e)
@@ -293,7 +186,7 @@ def to_neuronpedia(c: Circuit, path=None, slug: str | None = None, node_threshol
     }
     validate_neuronpedia(d)
     if path is not None:
-        write_json(d, path)
+        write_json(path, d)
     return d
 
 
@@ -305,7 +198,7 @@ def _layer_feature(g: Graph, node: str) -> tuple[int, int]:
 
 
 def validate_neuronpedia(d: dict) -> None:
-    """Check the fields methods.md §8 lists (types included) and that links are unique and run forward in
+    """Check the fields docs/methods.md §8 lists (types included) and that links are unique and run forward in
     position; raise CircuitFileError naming every problem."""
     problems = []
     for key in ("metadata", "qParams", "nodes", "links"):

@@ -1,4 +1,4 @@
-"""The computational graph of a TransformerLens model (methods.md §6).
+"""The computational graph of a TransformerLens model (docs/methods.md §6).
 
 Writers (sources): `input`, every head `a{l}.h{h}`, every MLP `m{l}`.
 Readers (destinations): each head's query/key/value input, each MLP input, `logits`.
@@ -15,8 +15,10 @@ from functools import cached_property
 
 import torch
 
+from workbench.errors import UserError
 
-class GraphMismatchError(ValueError):
+
+class GraphMismatchError(UserError, ValueError):
     """A circuit or file describes a different model shape than the graph it is used with."""
 
 

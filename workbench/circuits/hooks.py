@@ -12,6 +12,7 @@ import contextlib
 import torch
 
 from workbench.circuits.graph import Graph
+from workbench.errors import BadValueError
 
 
 @contextlib.contextmanager
@@ -82,7 +83,7 @@ def writer_means(model, source, graph: Graph | None = None, batch_size: int = 16
     else:
         tokens = torch.as_tensor(source)[:max_sequences]
     if tokens.ndim != 2 or tokens.shape[0] == 0:
-        raise ValueError(f"mean ablation needs a non-empty [n_sequences, ctx] token source, got shape "
+        raise BadValueError(f"mean ablation needs a non-empty [n_sequences, ctx] token source, got shape "
                          f"{tuple(tokens.shape)}")
     total = torch.zeros(len(graph.writers), graph.d_model, dtype=torch.float64, device=model.cfg.device)
     count = 0

@@ -12,10 +12,12 @@ from typing import Sequence, Union
 
 import torch
 
+from workbench.errors import UserError
+
 Text = Union[str, Sequence[int], torch.Tensor]
 
 
-class QueryError(ValueError):
+class QueryError(UserError, ValueError):
     """A query the circuit finder cannot work with (multi-token answer, prompt too long, ...)."""
 
 

@@ -1,4 +1,4 @@
-"""Task metrics on answer-position logits and the faithfulness scores built on them (methods.md §6).
+"""Task metrics on answer-position logits and the faithfulness scores built on them (docs/methods.md §6).
 
 Every metric is oriented so that higher means "more like the clean model's answer":
   logit_diff  logit[answer] - logit[wrong]
@@ -13,7 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-METRICS = ("logit_diff", "prob", "kl")
+from workbench.circuits.config import METRICS, check_budget, check_metric  # noqa: F401  (re-exported)
+from workbench.errors import BadValueError
+
 MIB_GRID = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
 
@@ -25,10 +27,9 @@ class Metric:
     clean_logits: torch.Tensor  # [vocab], answer position of the clean run
 
     def __post_init__(self):
-        if self.kind not in METRICS:
-            raise ValueError(f"unknown metric {self.kind!r}; valid metrics: {', '.join(METRICS)}")
+        check_metric(self.kind)
         if self.kind == "logit_diff" and self.wrong is None:
-            raise ValueError("the logit_diff metric needs a wrong answer (or a counterfactual to take it from)")
+            raise BadValueError("the logit_diff metric needs a wrong answer (or a counterfactual to take it from)")
         self.clean_logprobs = self.clean_logits.float().log_softmax(-1)
 
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
@@ -62,15 +63,6 @@ def budget_edges(budget: float, n_edges: int) -> int:
     """Edges in a circuit at a budget in (0, 1]; at least one, so a tiny budget is not an empty circuit."""
     check_budget(budget)
     return max(1, int(round(budget * n_edges)))
-
-
-def check_budget(budget: float, n_edges: int | None = None) -> None:
-    """A fraction in (0, 1] that, for a graph of n_edges edges, allows at least one edge."""
-    if not (isinstance(budget, (int, float)) and 0 < budget <= 1):
-        raise ValueError(f"the edge budget must be a fraction in (0, 1] (e.g. 0.02 for 2%), got {budget!r}")
-    if n_edges and budget * n_edges < 1:
-        raise ValueError(f"the edge budget {budget:g} is below one edge: this model's graph has {n_edges} edges, "
-                         f"so the smallest budget is 1/{n_edges} = {100 / n_edges:.3g}%")
 
 
 def area(fractions, values) -> float:

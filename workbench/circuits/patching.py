@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 import torch
 
+from workbench.circuits.config import ABLATIONS, check_ablation  # noqa: F401  (ABLATIONS re-exported)
 from workbench.circuits.graph import Graph
 from workbench.circuits.hooks import answer_logits, collect_writers, flags, writer_slices, writer_values
 from workbench.circuits.inputs import QueryInput, align
-
-ABLATIONS = ("counterfactual", "mean", "zero")
+from workbench.errors import BadValueError
 
 
 @dataclass
@@ -33,17 +33,6 @@ class Setup:
     alignment: torch.Tensor | None = None  # counterfactual position per clean position (-1: none)
 
 
-def check_ablation(ablation: str, q: QueryInput | None = None, means=None) -> None:
-    if ablation not in ABLATIONS:
-        raise ValueError(f"unknown ablation {ablation!r}; valid: {', '.join(ABLATIONS)}")
-    if ablation == "counterfactual" and q is not None and q.cf_tokens is None:
-        raise ValueError("counterfactual ablation needs a counterfactual prompt; pass one, or use "
-                         "ablation='mean' (with means) or 'zero'")
-    if ablation == "mean" and q is not None and means is None:
-        raise ValueError("mean ablation needs writer means: pass means=writer_means(model, cache_or_tokens)")
-
-
-@torch.no_grad()
 def make_setup(model, graph: Graph, q: QueryInput, ablation: str = "counterfactual",
                means: torch.Tensor | None = None) -> Setup:
     check_ablation(ablation, q, means)
@@ -62,7 +51,7 @@ def make_setup(model, graph: Graph, q: QueryInput, ablation: str = "counterfactu
         del z_cf
     elif ablation == "mean":
         if tuple(means.shape) != (len(graph.writers), graph.d_model):
-            raise ValueError(f"means must have shape [n_writers={len(graph.writers)}, d_model={graph.d_model}], "
+            raise BadValueError(f"means must have shape [n_writers={len(graph.writers)}, d_model={graph.d_model}], "
                              f"got {tuple(means.shape)}")
         z_abl = means.to(z_clean)[:, None, :].expand_as(z_clean).clone()
     else:

@@ -1,15 +1,12 @@
 """The query-circuit results on a model: search vs plain EAP-IG top-k per task family, the induction
 mechanism with its attention evidence, and time per query, as one markdown report.
 
-    python -m workbench.circuits.report --model tiny --n 20 --out circuit_results.md
+    workbench circuit report --model tiny --n 20 --out circuit_results.md
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -17,14 +14,15 @@ import torch
 from workbench.circuits.api import evaluate_task, find_circuit, format_summary_table
 from workbench.circuits.evidence import induction_evidence
 from workbench.circuits.search import ZeroGapError
+from workbench.provenance import model_id
 
 
 def induction_case(model, n_tries: int = 10, budget: float = 0.05, seed: int = 0):
     """The first generated induction query whose circuit holds a previous-token head -> key edge."""
-    from workbench.corpus import synthetic
+    from workbench.corpus import tasks
 
     best = None
-    for q in synthetic.queries("induction", n_tries, seed=seed, tokenizer=model.tokenizer):
+    for q in tasks.queries("induction", n_tries, seed=seed, tokenizer=model.tokenizer):
         try:
             c = find_circuit(model, q, budget=budget, curve=False, seed=seed)
         except ZeroGapError:
@@ -40,10 +38,10 @@ def induction_case(model, n_tries: int = 10, budget: float = 0.05, seed: int = 0
 
 def timing(model, task: str = "ioi", n: int = 5, budget: float | None = None) -> list[float]:
     """Seconds per full search (attribution + best-of-N + refinement + exact NDF curve) via find_circuit."""
-    from workbench.corpus import synthetic
+    from workbench.corpus import tasks
 
     out = []
-    for q in synthetic.queries(task, n, seed=1, tokenizer=model.tokenizer):
+    for q in tasks.queries(task, n, seed=1, tokenizer=model.tokenizer):
         t0 = time.perf_counter()
         try:
             find_circuit(model, q, budget=budget)
@@ -95,34 +93,13 @@ def markdown(model_desc: str, summaries: list[dict], induction, seconds: list[fl
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> int:
-    from workbench.corpus.synthetic import QUERY_TASKS
-    from workbench.models import load, model_id
-
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="tiny")
-    ap.add_argument("--n", type=int, default=20)
-    ap.add_argument("--tasks", default=",".join(QUERY_TASKS))
-    ap.add_argument("--budgets", default="0.01,0.013,0.02,0.05")
-    ap.add_argument("--out", default="circuit_results.md")
-    ap.add_argument("--json", help="also write the raw summaries here")
-    ap.add_argument("--timing-queries", type=int, default=5)
-    ap.add_argument("--induction-tries", type=int, default=10)
-    args = ap.parse_args(argv)
+def report(model, tasks, n: int = 20, budgets=(0.01, 0.013, 0.02, 0.05), timing_queries: int = 5,
+           induction_tries: int = 10) -> tuple[str, dict]:
+    """(markdown report, raw summaries and timings) for `workbench circuit report`."""
     torch.manual_seed(0)
-    model, _ = load(args.model, device="cpu")
-    budgets = tuple(float(b) for b in args.budgets.split(","))
-    summaries = [evaluate_task(model, t, args.n, budgets) for t in args.tasks.split(",")]
-    seconds = timing(model, n=args.timing_queries)
-    induction = induction_case(model, n_tries=args.induction_tries)
+    summaries = [evaluate_task(model, t, n, budgets) for t in tasks]
+    seconds = timing(model, n=timing_queries)
+    induction = induction_case(model, n_tries=induction_tries)
     desc = (f"Model `{model_id(model)}` ({model.cfg.n_layers} layers, {model.cfg.n_heads} heads, d_model "
-            f"{model.cfg.d_model}); torch threads {torch.get_num_threads()}; {args.n} held-out queries per task.")
-    Path(args.out).write_text(markdown(desc, summaries, induction, seconds))
-    if args.json:
-        Path(args.json).write_text(json.dumps({"summaries": summaries, "seconds": seconds}, default=str))
-    print(Path(args.out).read_text())
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+            f"{model.cfg.d_model}); torch threads {torch.get_num_threads()}; {n} held-out queries per task.")
+    return markdown(desc, summaries, induction, seconds), {"summaries": summaries, "seconds": seconds}

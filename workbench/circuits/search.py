@@ -10,46 +10,19 @@ resamples is reported, not only the winner.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from workbench.circuits.attribute import EdgeScores, attribute, check_method
+from workbench.circuits.attribute import EdgeScores, attribute
+from workbench.circuits.config import DEFAULT_MIN_GAP, SearchConfig  # noqa: F401  (re-exported)
 from workbench.circuits.graph import Graph
 from workbench.circuits.inputs import QueryError, QueryInput
-from workbench.circuits.metrics import METRICS, MIB_GRID, Metric, check_budget, cmd, cpr, edge_counts, ndf, nfs
-from workbench.circuits.patching import Setup, check_ablation, evaluate, make_setup
+from workbench.circuits.metrics import MIB_GRID, Metric, check_budget, cmd, cpr, edge_counts, ndf, nfs
+from workbench.circuits.patching import Setup, evaluate, make_setup
 from workbench.circuits.select import greedy, incidence, prune, topk
-
-DEFAULT_MIN_GAP = {"logit_diff": 0.05, "prob": 0.005, "kl": 0.005}
-
-
-@dataclass
-class SearchConfig:
-    method: str = "eap-ig"        # attribution for the candidate rankings: eap | eap-ig
-    steps: int = 5                # interpolation steps m of eap-ig
-    ablation: str = "counterfactual"  # counterfactual | mean | zero
-    metric: str = "logit_diff"    # logit_diff | prob | kl
-    refine_steps: int = 4         # rounds of exact drop/add/swap moves after best-of-N
-    pool: int = 24                # additions tried per refinement round
-    grow: float = 2.0             # backward elimination starts from the best circuit with grow * k edges
-    min_gap: float | None = None  # refuse / skip queries with |L(M(q)) - L(M(q'))| below this (None: per metric)
-    max_batch: int = 64           # circuits per batched exact evaluation
-    step_batch: int | str | None = "auto"  # eap-ig steps per forward-backward (1: least memory; None: all)
-
-    def __post_init__(self):
-        check_method(self.method, self.steps)
-        check_ablation(self.ablation)
-        if self.metric not in METRICS:
-            raise ValueError(f"unknown metric {self.metric!r}; valid metrics: {', '.join(METRICS)}")
-
-    @property
-    def gap_threshold(self) -> float:
-        return DEFAULT_MIN_GAP[self.metric] if self.min_gap is None else self.min_gap
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+from workbench.errors import BadValueError
 
 
 class ZeroGapError(QueryError):
@@ -276,7 +249,7 @@ class QuerySearch:
     def sparsest(self, target_ndf: float) -> Found:
         """The sparsest circuit whose NDF reaches target_ndf (best-of-N size search, then exact drops)."""
         if not 0 < target_ndf <= 1:
-            raise ValueError(f"target NDF must be in (0, 1], got {target_ndf!r}")
+            raise BadValueError(f"target NDF must be in (0, 1], got {target_ndf!r}")
         n = self.graph.n_edges
         sizes = sorted({max(1, int(round(1.5 ** i))) for i in range(64) if 1.5 ** i < n} | {n})
         lo, hit = 0, None

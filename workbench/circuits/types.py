@@ -1,13 +1,55 @@
-"""The Circuit object: a set of edges of a Graph plus everything needed to judge and reproduce it."""
+"""The Circuit object: a set of edges of a Graph plus everything needed to judge and reproduce it,
+and its own lossless JSON (schema v1: `to_dict` / `from_dict`, `save` / `load`).
+
+The foreign formats (EAP-IG/MIB, Neuronpedia) live in export.py, which builds on this module.
+"""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
-from workbench.circuits.graph import Graph
+from workbench.atomic import write_json
+from workbench.circuits.graph import Graph, GraphMismatchError
 from workbench.circuits.select import node_names
+from workbench.errors import MissingInputError, UserError
+from workbench.provenance import model_id
+
+SCHEMA = "workbench.circuit"
+SCHEMA_VERSION = 1
+
+
+class CircuitFileError(UserError, ValueError):
+    """A circuit file of another format / schema version, or for another model."""
+
+
+def read_json(path_or_dict) -> dict:
+    """A circuit file's JSON (a dict passes through), with errors that name the file."""
+    if isinstance(path_or_dict, dict):
+        return path_or_dict
+    path = Path(path_or_dict)
+    if not path.is_file():
+        raise MissingInputError(f"no circuit file at {path}")
+    try:
+        d = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise CircuitFileError(f"{path} is not valid JSON: {e}") from None
+    if not isinstance(d, dict):
+        raise CircuitFileError(f"{path} holds a JSON {type(d).__name__}, not a circuit object")
+    return d
+
+
+def check_model(graph: Graph, file_model_id: str, model) -> None:
+    """With a model given, refuse a circuit whose graph or model id is another model's."""
+    if model is None:
+        return
+    Graph.from_model(model).check_same(graph, "circuit file")
+    mid = model_id(model)
+    if file_model_id and file_model_id != mid:
+        raise GraphMismatchError(f"the circuit was found on model {file_model_id!r}, not on this model {mid!r}")
 
 
 @dataclass
@@ -81,15 +123,57 @@ class Circuit:
         lines += [f"  {e}: {s:+.4f}" for e, s in list(self.edge_scores().items())[:12]]
         return "\n".join(lines)
 
-    # exporters live in export.py; thin methods keep notebook use to one object
+    def to_dict(self) -> dict:
+        pp = self.per_position
+        in_nodes = set(self.nodes)
+        return {
+            "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "model_id": self.model_id,
+            "graph": self.graph.config(), "query": self.query, "method": self.method, "seed": self.seed,
+            "nodes": [{"name": n, "in_circuit": n in in_nodes} for n in self.graph.nodes],
+            "edges": [{"name": e, "score": float(s), "in_circuit": bool(m),
+                       **({"per_position": pp[:, i].tolist()} if pp is not None else {})}
+                      for i, (e, s, m) in enumerate(zip(self.graph.edges, self.scores.tolist(),
+                                                        self.in_circuit.tolist()))],
+            "faithfulness": self.faithfulness, "curve": self.curve,
+            "positions": {"str_tokens": self.query.get("str_tokens"), "has_per_position_scores": pp is not None},
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict, model=None) -> Circuit:
+        """Rebuild a circuit from `to_dict`'s output; with a model, refuse circuits made for another model."""
+        if d.get("schema") != SCHEMA:
+            raise CircuitFileError(f"not a workbench circuit file: schema {d.get('schema')!r}, expected {SCHEMA!r} "
+                                   "(MIB files load with export.from_mib)")
+        if d.get("schema_version") != SCHEMA_VERSION:
+            raise CircuitFileError(f"circuit file schema version {d.get('schema_version')!r} is not supported; "
+                                   f"this workbench reads version {SCHEMA_VERSION}")
+        try:
+            graph = Graph(**d["graph"])
+            check_model(graph, d.get("model_id", ""), model)
+            names = [e["name"] for e in d["edges"]]
+            if names != graph.edges:
+                raise CircuitFileError(f"the file's {len(names)} edges do not match the graph's {graph.n_edges} edges")
+            pp = None
+            if d["edges"] and "per_position" in d["edges"][0]:
+                pp = torch.tensor([e["per_position"] for e in d["edges"]], dtype=torch.float32).T
+            return cls(graph, torch.tensor([e["in_circuit"] for e in d["edges"]]),
+                       torch.tensor([e["score"] for e in d["edges"]], dtype=torch.float32), d["query"], d["method"],
+                       d.get("model_id", ""), d.get("seed", 0), d.get("faithfulness", {}), d.get("curve"), pp)
+        except (KeyError, TypeError, ValueError) as e:
+            if isinstance(e, UserError):
+                raise
+            raise CircuitFileError(f"a damaged workbench circuit file ({type(e).__name__}: {e})") from None
+
     def save(self, path) -> None:
-        from workbench.circuits.export import save_json
-        save_json(self, path)
+        write_json(path, self.to_dict())
 
-    def to_mib(self, path=None) -> dict:
-        from workbench.circuits.export import to_mib
-        return to_mib(self, path)
-
-    def to_neuronpedia(self, path=None, **kw) -> dict:
-        from workbench.circuits.export import to_neuronpedia
-        return to_neuronpedia(self, path, **kw)
+    @classmethod
+    def load(cls, path_or_dict, model=None) -> Circuit:
+        """Read a workbench circuit file (or its dict); with a model, refuse circuits made for another model."""
+        d = read_json(path_or_dict)
+        try:
+            return cls.from_dict(d, model)
+        except CircuitFileError as e:
+            if isinstance(path_or_dict, dict):
+                raise
+            raise CircuitFileError(f"{path_or_dict}: {e}") from None

@@ -16,14 +16,16 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from workbench.corpus.synthetic import SyntheticCorpus, TokenSequence
+from workbench.errors import BadValueError
+from workbench.corpus.base import TokenSequence
+from workbench.corpus.synthetic import SyntheticCorpus
 
 FILE_SUFFIXES = (".txt", ".jsonl", ".parquet")
 HELDOUT_EVERY = 20  # every 20th document of a file corpus is held out
 
 
-class CorpusError(ValueError):
-    pass
+class CorpusError(BadValueError):
+    """A corpus spec, file or dataset that cannot be read."""
 
 
 def load_corpus(spec: str, tokenizer, seed: int = 0, text_field: str = "text"):

@@ -16,14 +16,16 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 from transformers import PreTrainedTokenizerFast
 
 from workbench.atomic import atomic_path, atomic_write_text
+from workbench.errors import UserError
+from workbench.provenance import model_id  # noqa: F401  (re-exported: its home has no TransformerLens)
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data"
 EMBEDDED = {"tiny": DATA_DIR / "models" / "tiny"}
 WEIGHTS, CONFIG = "model.safetensors", "config.json"
 
 
-class ModelSpecError(ValueError):
-    pass
+class ModelSpecError(UserError, ValueError):
+    """A model spec that names no embedded model, saved folder or TransformerLens model."""
 
 
 def save(model: HookedTransformer, out_dir: str | Path, extra: dict | None = None) -> Path:
@@ -101,14 +103,3 @@ def load(spec: str = "tiny", device: str | None = None) -> tuple[HookedTransform
                              "folder or 'tiny'") from e
     model.eval()
     return model, model.tokenizer
-
-
-def model_id(model: HookedTransformer) -> str:
-    """A stable identifier for manifests: the model name plus a short hash of its weights."""
-    import hashlib
-
-    h = hashlib.sha256()
-    for k, v in sorted(model.state_dict().items()):
-        h.update(k.encode())
-        h.update(v.detach().reshape(-1)[:1024].float().cpu().numpy().tobytes())  # slice first: cheap on big models
-    return f"{model.cfg.model_name}@{h.hexdigest()[:12]}"

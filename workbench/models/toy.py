@@ -1,12 +1,13 @@
 """Train the embedded model on the synthetic corpus, reproducibly from a seed (nanoGPT-style loop).
 
 `workbench model train` calls `train_tiny`; the result (weights, config, tokenizer, model card with
-held-out task accuracy) is what data/models/tiny holds.
+held-out task accuracy, head-detector tables and the verbatim-overlap audit) is what
+data/models/tiny holds. Training checkpoints every `checkpoint_every` steps and `resume=True`
+continues from the last checkpoint to the same result: the data stream is indexed by step.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -17,9 +18,19 @@ import torch
 from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from workbench.corpus.synthetic import QUERY_TASKS, SyntheticCorpus, queries, vocabulary
-from workbench.models import save
+from workbench.atomic import atomic_path
+from workbench.corpus.synthetic import SyntheticCorpus
+from workbench.corpus.vocab import vocabulary
+from workbench.errors import UserError
+from workbench.models import EMBEDDED, save
+from workbench.models.card import model_card, write_card
 from workbench.models.tokenizer import build_tokenizer
+
+CHECKPOINT = "checkpoint.pt"
+
+
+class TrainConfigError(UserError, ValueError):
+    pass
 
 
 @dataclass
@@ -28,14 +39,29 @@ class TinyConfig:
     d_model: int = 128
     n_heads: int = 4
     d_mlp: int = 512
-    n_ctx: int = 64
-    steps: int = 4000
-    batch_size: int = 32
-    lr: float = 1e-3
+    n_ctx: int = 128
+    steps: int = 4500
+    batch_size: int = 16
+    lr: float = 1.5e-3
     warmup: int = 200
     weight_decay: float = 0.05
     seed: int = 0
     eval_queries: int = 200
+    checkpoint_every: int = 250
+
+    def resolve(self) -> "TinyConfig":
+        for name in ("n_layers", "d_model", "n_heads", "d_mlp", "steps", "batch_size", "eval_queries", "checkpoint_every"):
+            if getattr(self, name) < 1:
+                raise TrainConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.n_ctx < 24:
+            raise TrainConfigError(f"n_ctx must be >= 24 (task prompts are up to 20 tokens), got {self.n_ctx}")
+        if self.d_model % self.n_heads:
+            raise TrainConfigError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
+        if not (0 < self.lr < 1) or not math.isfinite(self.lr):
+            raise TrainConfigError(f"lr must be in (0, 1), got {self.lr}")
+        if not 0 <= self.warmup < self.steps:
+            raise TrainConfigError(f"warmup must be in [0, steps={self.steps}), got {self.warmup}")
+        return self
 
 
 def build(cfg: TinyConfig, tokenizer) -> HookedTransformer:
@@ -54,55 +80,60 @@ def _lr(step: int, cfg: TinyConfig) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
 
 
-def _checks(n: int, seed: int):
-    """(row name, queries, is-correct) for the model card. Addition is reported three ways: exact on
-    pairs never seen in training, within +-2 on those pairs, and exact on pairs seen in training."""
-    exact = lambda q, pred: pred == q.answer  # noqa: E731
-    correct = {"greater_than": lambda q, pred: pred.isdigit() and int(pred) > q.params["x"]}  # any larger number
-    rows = [(t, queries(t, n, seed=seed, split="heldout"), correct.get(t, exact)) for t in QUERY_TASKS]
-    unseen = rows[QUERY_TASKS.index("addition")][1]
-    rows.append(("addition_within_2", unseen, lambda q, pred: pred.isdigit() and abs(int(pred) - int(q.answer)) <= 2))
-    rows.append(("addition_seen_pairs", queries("addition", n, seed=seed, split="train"), exact))
-    return rows
+def _check_out(out: Path, overwrite: bool, resume: bool) -> None:
+    """Refuse to write over anything the user did not ask to replace (the shipped model included)."""
+    if resume:
+        if not (out / CHECKPOINT).is_file():
+            raise TrainConfigError(f"--resume: no {CHECKPOINT} in {out}; start without --resume")
+        return
+    if out.exists() and not out.is_dir():
+        raise TrainConfigError(f"--out {out} is a file, not a folder")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        shipped = " (the shipped embedded model)" if out.resolve() == EMBEDDED["tiny"].resolve() else ""
+        raise TrainConfigError(f"--out {out}{shipped} is not empty; pass --overwrite to replace the model files there, "
+                               "or choose an empty folder")
 
 
-@torch.no_grad()
-def task_accuracy(model: HookedTransformer, n: int = 200, seed: int = 0) -> dict[str, float]:
-    """Top-1 accuracy on held-out queries of each task family (prompts padded on the right)."""
-    tok = model.tokenizer
-    out = {}
-    for name, qs, correct in _checks(n, seed):
-        ids = [[tok.bos_token_id] + tok(q.prompt, add_special_tokens=False)["input_ids"] for q in qs]
-        width = max(map(len, ids))
-        batch = torch.full((len(ids), width), tok.pad_token_id, dtype=torch.long)
-        for i, row in enumerate(ids):
-            batch[i, : len(row)] = torch.tensor(row)
-        logits = model(batch.to(model.cfg.device))
-        last = logits[torch.arange(len(ids)), torch.tensor([len(r) - 1 for r in ids])]
-        preds = tok.convert_ids_to_tokens(last.argmax(-1).tolist())
-        out[name] = float(np.mean([correct(q, p) for q, p in zip(qs, preds)]))
-    return out
+def _optimizer(model: HookedTransformer, cfg: TinyConfig) -> torch.optim.Optimizer:
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+                             lr=cfg.lr, betas=(0.9, 0.98))
 
 
-def chance_accuracy() -> dict[str, float]:
-    """What a guesser that knows the answer type but not the answer would score (model card baseline)."""
-    gt = float(np.mean([(99 - q.params["x"]) / 100 for q in queries("greater_than", 200, split="heldout")]))
-    return {"ioi": 1 / 2, "induction": 1 / 8, "greater_than": gt, "addition": 1 / 79, "facts": 1 / 6,
-            "addition_within_2": 5 / 79, "addition_seen_pairs": 1 / 79}
+def _save_checkpoint(out: Path, model, opt, cfg: TinyConfig, step: int, losses: list[float], seconds: float) -> None:
+    state = {"model": model.state_dict(), "opt": opt.state_dict(), "config": asdict(cfg), "step": step,
+             "losses": torch.tensor(losses), "seconds": seconds}
+    with atomic_path(out / CHECKPOINT) as tmp:
+        torch.save(state, tmp)
 
 
-def train_tiny(out_dir: str | Path, cfg: TinyConfig = TinyConfig(), progress: bool = True) -> dict:
+def _load_checkpoint(out: Path, model, opt, cfg: TinyConfig) -> tuple[int, list[float], float]:
+    state = torch.load(out / CHECKPOINT, weights_only=True)
+    if state["config"] != asdict(cfg):
+        diff = {k: (state["config"].get(k), v) for k, v in asdict(cfg).items() if state["config"].get(k) != v}
+        raise TrainConfigError(f"--resume: the checkpoint in {out} was made with another config "
+                               f"(field: (checkpoint, now) = {diff}); pass the same flags or start afresh")
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["opt"])
+    return int(state["step"]), state["losses"].tolist(), float(state["seconds"])
+
+
+def train_tiny(out_dir: str | Path, cfg: TinyConfig = TinyConfig(), progress: bool = True, overwrite: bool = False,
+               resume: bool = False) -> dict:
+    cfg.resolve()
+    out = Path(out_dir)
+    _check_out(out, overwrite, resume)
+    out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
     tokenizer = build_tokenizer(vocabulary())
     model = build(cfg, tokenizer)
+    opt = _optimizer(model, cfg)
+    start, losses, spent = _load_checkpoint(out, model, opt, cfg) if resume else (0, [], 0.0)
     corpus = SyntheticCorpus(tokenizer, seed=cfg.seed)
-    stream = corpus.sequences(cfg.n_ctx)
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=cfg.lr, betas=(0.9, 0.98))
-    t0, losses = time.time(), []
-    bar = tqdm(range(cfg.steps), desc="train tiny", disable=not progress)
+    stream = corpus.sequences(cfg.n_ctx, start=start * cfg.batch_size)
+    t0 = time.time()
+    bar = tqdm(range(start, cfg.steps), desc="train tiny", disable=not progress, initial=start, total=cfg.steps)
     for step in bar:
         tokens = torch.from_numpy(np.stack([next(stream).tokens for _ in range(cfg.batch_size)]))
         for g in opt.param_groups:
@@ -115,45 +146,14 @@ def train_tiny(out_dir: str | Path, cfg: TinyConfig = TinyConfig(), progress: bo
         losses.append(loss.item())
         if step % 50 == 0:
             bar.set_postfix(loss=f"{np.mean(losses[-50:]):.3f}")
+        if (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
+            _save_checkpoint(out, model, opt, cfg, step + 1, losses, spent + time.time() - t0)
     model.eval()
-    acc = task_accuracy(model, cfg.eval_queries)
-    card = {"train_config": asdict(cfg), "final_train_loss": float(np.mean(losses[-100:])),
-            "train_seconds": round(time.time() - t0, 1), "heldout_task_accuracy": acc, "chance_accuracy": chance_accuracy(),
-            "n_params": sum(p.numel() for p in model.parameters())}
-    save(model, out_dir, {"workbench": card})
-    write_card(Path(out_dir), card)
+    card = model_card(model, cfg.eval_queries, train_sequences=cfg.steps * cfg.batch_size, seed=cfg.seed)
+    card.update(train_config=asdict(cfg), final_train_loss=float(np.mean(losses[-100:])),
+                train_seconds=round(spent + time.time() - t0, 1), n_params=sum(p.numel() for p in model.parameters()))
+    save(model, out, {"workbench": card})
+    write_card(out, card)
+    (out / CHECKPOINT).unlink(missing_ok=True)
     return card
 
-
-def write_card(out: Path, card: dict) -> None:
-    acc, chance = card["heldout_task_accuracy"], card["chance_accuracy"]
-    rows = "\n".join(f"| {t} | {acc[t]:.1%} | {chance[t]:.1%} |" for t in acc)
-    c = card["train_config"]
-    (out / "README.md").write_text(f"""# workbench-tiny: the embedded model
-
-A TransformerLens HookedTransformer ({c['n_layers']} layers, d_model {c['d_model']}, {c['n_heads']} heads,
-d_mlp {c['d_mlp']}, n_ctx {c['n_ctx']}, LayerNorm, GELU; {card['n_params']:,} parameters) trained from seed
-{c['seed']} on the workbench's synthetic corpus ({c['steps']} steps of {c['batch_size']} x {c['n_ctx']} tokens,
-AdamW lr {c['lr']}, {card['train_seconds']} s on CPU). Word-level tokenizer: one word, one token.
-Rebuild it with `workbench model train` (same seed, same weights up to float nondeterminism).
-
-Final training loss: {card['final_train_loss']:.3f} nats/token.
-
-## Held-out task accuracy (top-1 at the answer position, {c['eval_queries']} queries per task)
-
-| task | accuracy | chance baseline |
-| --- | --- | --- |
-{rows}
-
-Chance baselines: IOI = picking one of the two names; induction = one of the span's words;
-greater-than = a uniform random number 0-99 (any number above the start counts as correct);
-addition = one of the 79 possible sums. The `addition` row uses operand pairs never seen in
-training (10% of pairs are reserved); `addition_within_2` scores the same predictions as right when
-they are within 2 of the sum, and `addition_seen_pairs` uses pairs that occur in training. The model
-places unseen sums on the number line (almost always within 2) but does not get them exactly: it
-has memorised a table rather than learnt carrying. facts = one of the 6 values of the attribute.
-
-```json
-{json.dumps(card, indent=2)}
-```
-""")

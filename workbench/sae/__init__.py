@@ -4,18 +4,21 @@
     folders = train(cache_path, "blocks.2.hook_resid_post", [SAEConfig("batchtopk", k=16)], TrainConfig(), out_dir)
     metrics = evaluate(folders[0], cache_path, "tiny")
 
-Importing this package registers the workbench architectures with sae_lens, so
+Names resolve on first use (workbench.lazy), so `workbench.sae.config` imports without torch.
+Saving or loading an SAE registers the workbench architectures with sae_lens (`register()`), so
 sae_lens.SAE.load_from_disk reads every SAE saved here.
 """
 
-from workbench.sae import saelens
-from workbench.sae.checkpoint import CheckpointError
-from workbench.sae.config import ConfigError, SAEConfig, TrainConfig
-from workbench.sae.eval import evaluate
-from workbench.sae.io import load_sae, save_sae
-from workbench.sae.train import NonFiniteError, Trainer, fit, run_steps, train
+from workbench.lazy import lazy_exports
 
-saelens.register()
-
-__all__ = ["CheckpointError", "ConfigError", "NonFiniteError", "SAEConfig", "TrainConfig", "Trainer", "evaluate", "fit",
-           "load_sae", "run_steps", "save_sae", "train"]
+_EXPORTS = {
+    "CheckpointError": "workbench.sae.checkpoint",
+    "ConfigError": "workbench.sae.config", "SAEConfig": "workbench.sae.config", "TrainConfig": "workbench.sae.config",
+    "evaluate": "workbench.sae.eval",
+    "load_sae": "workbench.sae.io", "save_sae": "workbench.sae.io",
+    "register": "workbench.sae.saelens",
+    "NonFiniteError": "workbench.sae.trainer", "Trainer": "workbench.sae.trainer", "fit": "workbench.sae.trainer",
+    "run_steps": "workbench.sae.trainer", "train": "workbench.sae.trainer",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

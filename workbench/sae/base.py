@@ -15,7 +15,7 @@ import math
 import torch
 from torch import nn
 
-from workbench.sae.config import TOPK_FAMILY, SAEConfig
+from workbench.sae.config import TOPK_FAMILY, ConfigError, SAEConfig
 from workbench.sae.kernels import KERNELS, Support, topk
 from workbench.sae.regularizers import topk_regularisers
 from workbench.sae.scaffold import Scaffold
@@ -255,7 +255,7 @@ class SparseAutoencoder(nn.Module):
             self.b_dec.copy_(xs.mean(0))
         if self.scaffold is not None:
             if cfg.scaffold_init == "pca" and x.shape[0] < cfg.scaffold_rank:
-                raise ValueError(f"scaffold_init='pca' needs at least scaffold_rank={cfg.scaffold_rank} "
+                raise ConfigError(f"scaffold_init='pca' needs at least scaffold_rank={cfg.scaffold_rank} "
                                  f"tokens in the init batch, got {x.shape[0]}")
             self.scaffold.init_from((xs - self.b_dec.double()).float(), cfg.scaffold_init, self._gen)
         if cfg.encoder_init == "fit":

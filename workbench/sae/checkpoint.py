@@ -13,11 +13,12 @@ from pathlib import Path
 import torch
 
 from workbench.atomic import atomic_path
+from workbench.errors import UserError
 
 MAGIC = b"WORKBENCH-SAE-CHECKPOINT-1 "
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError, ValueError):
     """A checkpoint is missing, corrupted, or from a different configuration."""
 
 

@@ -1,13 +1,14 @@
-"""Dataclass configs for SAE training; every open choice of methods.md is a field saved with the SAE."""
+"""Dataclass configs for SAE training; every open choice of docs/methods.md §1–§5 is a field saved with the SAE."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import types
 import typing
 from dataclasses import asdict, dataclass, field
+
+from workbench.errors import UserError
 
 ARCHITECTURES = ("topk", "batchtopk", "matryoshka", "block_topk", "group_lasso", "block_jumprelu", "grassmannian")
 BLOCK_ARCHITECTURES = ("block_topk", "group_lasso", "block_jumprelu", "grassmannian")
@@ -15,7 +16,7 @@ THRESHOLD_BLOCK_ARCHITECTURES = ("group_lasso", "block_jumprelu")  # learned per
 TOPK_FAMILY = ("topk", "batchtopk", "matryoshka")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config value is invalid; the message names the value and the valid choices."""
 
 
@@ -47,53 +48,75 @@ def check_types(obj) -> None:
             raise ConfigError(f"{f.name}={v!r} is not of type {expected}")
 
 
-def _choice(name: str, value, choices) -> None:
-    if value not in choices:
-        raise ConfigError(f"{name}={value!r} is not valid; choose one of {list(choices)}")
+def _check_choices(cfg) -> None:
+    """Every field whose metadata lists its choices holds one of them."""
+    for f in dataclasses.fields(cfg):
+        value, choices = getattr(cfg, f.name), f.metadata.get("choices")
+        if choices is not None and value not in choices:
+            raise ConfigError(f"{f.name}={value!r} is not valid; choose one of {list(choices)}")
 
 
 @dataclass
 class SAEConfig:
     """One SAE. Fields left None are resolved against the data by `resolve(d_in, n_tokens)`."""
 
-    architecture: str = "topk"
-    k: int = 32  # Top-k: latents per token; BatchTopK/Matryoshka: mean latents per token
-    n_latents: int | None = None  # width (number of latents); None -> expansion * d_in
-    expansion: int = 8
-    d_in: int | None = None  # None -> the cache's width for the hook; a different value is an error
-    name: str | None = None  # folder name; None -> derived from the fields below
-    seed: int = 0
-    kernel: str = "sparse"  # "sparse" (only the encoder forward is dense) | "dense" (reference)
-    input_norm: str = "sqrt_d"  # "sqrt_d": scale inputs so the mean norm is sqrt(d_in) | "none"
-    b_dec_init: str = "geometric_median"  # "geometric_median" | "mean" | "zeros"
-    # W_enc starts as W_dec^T; "fit" then scales it so the first batch's reconstruction has the
-    # least-squares size (the plain transpose overshoots: FVU > 1 at step 0) | "transpose" (as is)
-    encoder_init: str = "fit"
+    architecture: str = field(default="topk", metadata={"flag": "--arch", "choices": ARCHITECTURES,
+                                                         "help": "SAE architecture"})
+    k: int = field(default=32, metadata={"help": "Top-k: latents per token; BatchTopK/Matryoshka: mean latents per token"})
+    n_latents: int | None = field(default=None, metadata={"help": "width (number of latents); None: expansion x d_in"})
+    expansion: int = field(default=8, metadata={"help": "n_latents = expansion x d_in when n_latents is None"})
+    d_in: int | None = field(default=None, metadata={
+        "help": "None: the cache's width for the hook; a different value is an error", "cli": False})
+    name: str | None = field(default=None, metadata={"help": "folder name; None: derived from the fields below",
+                                                     "cli": False})
+    seed: int = field(default=0, metadata={"help": "SAE initialisation seed"})
+    kernel: str = field(default="sparse", metadata={
+        "choices": ("sparse", "dense"), "help": "sparse: only the encoder forward is dense; dense: the reference"})
+    input_norm: str = field(default="sqrt_d", metadata={
+        "choices": ("sqrt_d", "none"), "help": "sqrt_d: scale inputs so the mean norm is sqrt(d_in)"})
+    b_dec_init: str = field(default="geometric_median", metadata={"choices": ("geometric_median", "mean", "zeros"),
+                                                                  "help": "initial decoder bias"})
+    encoder_init: str = field(default="fit", metadata={
+        "choices": ("fit", "transpose"),
+        "help": "W_enc starts as W_dec^T; fit scales it so the first batch's reconstruction has the least-squares "
+                "size (the plain transpose overshoots: FVU > 1 at step 0)"})
     # AuxK (dead latents reconstruct the residual)
-    aux_k: int | None = None  # None -> d_in // 2
-    aux_alpha: float = 1 / 32
-    dead_tokens: int | None = None  # tokens without firing before a latent counts as dead; None -> scaled to run
-    dense_tau: float = 0.1  # a latent is dense when it fires on more than this fraction of tokens
-    # BatchTopK / Matryoshka inference threshold theta = EMA of the smallest kept activation
-    threshold_ema: float = 0.01
+    aux_k: int | None = field(default=None, metadata={"help": "AuxK latents; None: d_in // 2"})
+    aux_alpha: float = field(default=1 / 32, metadata={"help": "weight of the AuxK loss"})
+    dead_tokens: int | None = field(default=None, metadata={
+        "help": "tokens without firing before a latent counts as dead; None: a tenth of the run, at most 10M"})
+    dense_tau: float = field(default=0.1, metadata={
+        "help": "a latent is dense when it fires on more than this fraction of tokens"})
+    threshold_ema: float = field(default=0.01, metadata={
+        "help": "BatchTopK/Matryoshka inference threshold: EMA rate of the smallest kept activation"})
     # Matryoshka
-    prefixes: list[int] | None = None  # nested widths m_1 < ... < m_G = n_latents
-    prefix_weighting: str = "sum"  # "sum" (SAELens) | "mean" (dictionary_learning) | "mean_with_bias" (Bussmann)
+    prefixes: list[int] | None = field(default=None, metadata={"help": "nested widths m_1 < ... < m_G = n_latents"})
+    prefix_weighting: str = field(default="sum", metadata={
+        "choices": ("sum", "mean", "mean_with_bias"),
+        "help": "sum (SAELens), mean (dictionary_learning) or mean_with_bias (Bussmann) over the prefix losses"})
     # Block-sparse (n_latents = n_blocks * block_size)
-    block_size: int = 4  # divides expansion * d_in for the default expansion 8, whatever d_in
-    n_active_blocks: int = 4  # block Top-k / Grassmannian: blocks kept per token; thresholded blocks: at init
-    block_l0_coef: float = 3.0  # block JumpReLU: lambda on E[#active blocks] (inputs scaled to norm sqrt(d))
-    group_lasso_coef: float = 0.1  # group lasso: lambda on sum_g ||z_g||_2 per token
-    block_bandwidth: float = 0.1  # block JumpReLU: straight-through rectangle width
+    block_size: int = field(default=4, metadata={
+        "help": "latents per block of the block-sparse architectures (4 divides expansion x d_in for the default "
+                "expansion 8, whatever d_in)"})
+    n_active_blocks: int = field(default=4, metadata={
+        "help": "block Top-k / Grassmannian: blocks kept per token; thresholded blocks: at init"})
+    block_l0_coef: float = field(default=3.0, metadata={
+        "help": "block JumpReLU: lambda on E[#active blocks] (inputs scaled to norm sqrt(d))"})
+    group_lasso_coef: float = field(default=0.1, metadata={"help": "group lasso: lambda on sum_g ||z_g||_2 per token"})
+    block_bandwidth: float = field(default=0.1, metadata={"help": "block JumpReLU: straight-through rectangle width"})
     # Scaffold: rank-r dense bottleneck beside the dictionary
-    scaffold_rank: int = 0
-    scaffold_init: str = "pca"  # "pca" (top-r principal components) | "random"
-    scaffold_encoder_input: str = "residual"  # "residual" (x - S(x)) | "x"
-    scaffold_trainable: bool = True  # False keeps the initial map fixed
+    scaffold_rank: int = field(default=0, metadata={"help": "rank-r dense bottleneck beside the dictionary, 0 = none"})
+    scaffold_init: str = field(default="pca", metadata={"choices": ("pca", "random"),
+                                                        "help": "pca: the top-r principal components"})
+    scaffold_encoder_input: str = field(default="residual", metadata={
+        "choices": ("residual", "x"), "help": "the sparse encoder reads x - S(x) (residual) or x"})
+    scaffold_trainable: bool = field(default=True, metadata={"help": "train the scaffold (else it keeps its init)"})
     # Top-k regularisers before the selection (0 = off)
-    reg_l1_off: float = 0.0  # lambda1: l1 on off-support pre-activations of batch-active units
-    reg_l1_l2: float = 0.0  # lambda2: l1/l2 ratio on batch-active units
-    reg_normalisation: str = "token"  # "token" (mean over tokens) | "batch" (whole-batch sums)
+    reg_l1_off: float = field(default=0.0, metadata={
+        "help": "lambda1: l1 on off-support pre-activations of batch-active units"})
+    reg_l1_l2: float = field(default=0.0, metadata={"help": "lambda2: l1/l2 ratio on batch-active units"})
+    reg_normalisation: str = field(default="token", metadata={
+        "choices": ("token", "batch"), "help": "token: mean over tokens; batch: whole-batch sums"})
 
     @property
     def is_block(self) -> bool:
@@ -156,16 +179,8 @@ class SAEConfig:
 
     def validate(self) -> None:
         check_types(self)
-        _choice("architecture", self.architecture, ARCHITECTURES)
+        _check_choices(self)
         self.check_name()
-        _choice("kernel", self.kernel, ("sparse", "dense"))
-        _choice("input_norm", self.input_norm, ("sqrt_d", "none"))
-        _choice("b_dec_init", self.b_dec_init, ("geometric_median", "mean", "zeros"))
-        _choice("encoder_init", self.encoder_init, ("fit", "transpose"))
-        _choice("prefix_weighting", self.prefix_weighting, ("sum", "mean", "mean_with_bias"))
-        _choice("scaffold_init", self.scaffold_init, ("pca", "random"))
-        _choice("scaffold_encoder_input", self.scaffold_encoder_input, ("residual", "x"))
-        _choice("reg_normalisation", self.reg_normalisation, ("token", "batch"))
         n = self.n_latents
         if n is None or n < 1 or self.d_in is None or self.d_in < 1:
             raise ConfigError(f"n_latents={n} and d_in={self.d_in} must be positive integers")
@@ -219,28 +234,31 @@ def _default_prefixes(n: int) -> list[int]:
 class TrainConfig:
     """The shared loop for every SAE of a run (they all see the same batches)."""
 
-    n_tokens: int = 2_000_000
-    batch_size: int = 4096  # tokens per step over all ranks
-    lr: float = 3e-4
-    warmup_steps: int = 100
-    decay_frac: float = 0.2  # the last fraction of steps decays the learning rate linearly to 0
+    n_tokens: int = field(default=2_000_000, metadata={"flag": "--tokens", "help": "training tokens"})
+    batch_size: int = field(default=4096, metadata={"help": "tokens per step over all ranks"})
+    lr: float = field(default=3e-4, metadata={"help": "peak Adam learning rate"})
+    warmup_steps: int = field(default=100, metadata={"help": "linear learning-rate warm-up steps"})
+    decay_frac: float = field(default=0.2, metadata={
+        "help": "the last fraction of steps decays the learning rate linearly to 0"})
     adam_betas: tuple[float, float] = (0.9, 0.999)
-    seed: int = 0  # data order
-    checkpoint_every: int = 500  # steps; 0 = only at the end
-    log_every: int = 50  # steps per curve point
-    on_nonfinite: str = "skip"  # a batch with NaN/inf: "skip" (counted) | "stop" (error with the step)
-    # a curve point with a mean FVU above this means training diverged (zero reconstruction has FVU 1):
-    # stop with the step instead of saving a broken SAE
-    max_fvu: float = 10.0
-    init_batches: int = 1  # batches used for b_dec / scaffold / input-scale initialisation
-    device: str | None = None  # None -> cuda when available
-    autocast: bool = True  # bf16 autocast on CUDA (ignored on CPU)
-    progress: bool = True
+    seed: int = field(default=0, metadata={"flag": "--data-seed", "help": "seed of the data order"})
+    checkpoint_every: int = field(default=500, metadata={"help": "steps between checkpoints; 0 = only at the end"})
+    log_every: int = field(default=50, metadata={"help": "steps per curve point"})
+    on_nonfinite: str = field(default="skip", metadata={
+        "choices": ("skip", "stop"), "help": "a batch with NaN/inf: skip it (counted) or stop with the step"})
+    max_fvu: float = field(default=10.0, metadata={
+        "help": "stop with the step when a curve point's mean FVU exceeds this: training diverged (reconstructing "
+                "nothing has FVU 1)"})
+    init_batches: int = field(default=1, metadata={
+        "help": "batches used for b_dec / scaffold / input-scale initialisation"})
+    device: str | None = field(default=None, metadata={"help": "torch device; None: cuda when available"})
+    autocast: bool = field(default=True, metadata={"help": "bf16 autocast on CUDA (ignored on CPU)"})
+    progress: bool = field(default=True, metadata={"cli": False})
     extra: dict = field(default_factory=dict)  # free-form notes recorded with the run
 
     def validate(self, world_size: int = 1) -> None:
         check_types(self)
-        _choice("on_nonfinite", self.on_nonfinite, ("skip", "stop"))
+        _check_choices(self)
         if self.batch_size < 1 or self.batch_size % world_size:
             raise ConfigError(f"batch_size={self.batch_size} must be a positive multiple of the number of "
                               f"processes ({world_size})")
@@ -280,6 +298,25 @@ def _known_fields(cls, d: dict) -> dict:
     return dict(d)
 
 
-def digest(obj) -> str:
-    """Canonical JSON of a config, for comparing a checkpoint's config with the current one."""
-    return json.dumps(obj, sort_keys=True, default=list)
+@dataclass
+class EvalConfig:
+    """How `evaluate` measures a saved SAE on the cache's held-out split; saved in metrics.json."""
+
+    max_tokens: int = field(default=20_000, metadata={"flag": "--tokens", "help": "held-out tokens to evaluate on"})
+    n_sequences: int = field(default=64, metadata={"help": "held-out sequences the spliced-model metrics run"})
+    batch_size: int = field(default=16, metadata={"help": "sequences per forward pass of the spliced model"})
+    device: str | None = field(default=None, metadata={"help": "torch device; None: cuda when available"})
+    probe_ks: tuple[int, ...] = (1, 2, 5)  # k of the k-sparse probes
+    absorption_main: int = field(default=1, metadata={"help": "latents that count as a feature's main latent "
+                                                              "in the absorption score"})
+    mdl_precision: float = field(default=0.01, metadata={"help": "quantisation step of the description length"})
+
+    def __post_init__(self):
+        if self.max_tokens < 1 or self.n_sequences < 1 or self.batch_size < 1:
+            raise ConfigError(f"max_tokens={self.max_tokens}, n_sequences={self.n_sequences} and "
+                              f"batch_size={self.batch_size} must be >= 1")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["probe_ks"] = list(self.probe_ks)
+        return d

@@ -8,7 +8,9 @@ cache stores (special tokens such as BOS are left as they are when the cache exc
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import time
 from pathlib import Path
 
@@ -17,7 +19,9 @@ import torch
 import torch.nn.functional as F
 
 from workbench.atomic import atomic_write_text
+from workbench.errors import BadValueError
 from workbench.sae import metrics
+from workbench.sae.config import EvalConfig
 from workbench.sae.io import load_sae, read_info
 
 METRICS = "metrics.json"
@@ -76,31 +80,31 @@ def splice_metrics(model, sae, hook: str, tokens: torch.Tensor, special_ids, bat
     return out
 
 
-def evaluate(sae_dir: str | Path, cache_path: str | Path, model_spec: str | None = "tiny", *, max_tokens: int = 20_000,
-             n_sequences: int = 64, batch_size: int = 16, device: str | None = None, probe_ks=(1, 2, 5),
-             absorption_main: int = 1, mdl_precision: float = 0.01, write: bool = True) -> dict:
-    """Evaluate one saved SAE on the cache's held-out split; model_spec=None skips the splice metrics."""
+def evaluate(sae_dir: str | Path, cache_path: str | Path, model_spec: str | None = "tiny", cfg: EvalConfig | None = None,
+             *, write: bool = True, **options) -> dict:
+    """Evaluate one saved SAE on the cache's held-out split; model_spec=None skips the splice metrics.
+
+    options override fields of `cfg` (EvalConfig), e.g. evaluate(folder, cache, max_tokens=5000).
+    """
+    cfg = dataclasses.replace(cfg or EvalConfig(), **options)
     from workbench.cache import ActivationCache
 
-    if max_tokens < 1 or n_sequences < 0:
-        raise ValueError(f"max_tokens={max_tokens} must be >= 1 (held-out rows to evaluate on; --tokens) and "
-                         f"n_sequences={n_sequences} >= 0")
     t0 = time.time()
     sae_dir = Path(sae_dir)
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")
     sae = load_sae(sae_dir, device=device).eval()
     info = read_info(sae_dir)
     hook = sae.cfg.metadata.hook_name
     if not hook:
-        raise ValueError(f"{sae_dir}/cfg.json has no metadata.hook_name; cannot tell which activations it reads")
+        raise BadValueError(f"{sae_dir}/cfg.json has no metadata.hook_name; cannot tell which activations it reads")
     cache = ActivationCache.open(cache_path, hooks=[hook])
     if cache.d(hook) != sae.cfg.d_in:
-        raise ValueError(f"SAE {sae_dir} has d_in={sae.cfg.d_in} but hook {hook!r} in {cache_path} has width {cache.d(hook)}")
+        raise BadValueError(f"SAE {sae_dir} has d_in={sae.cfg.d_in} but hook {hook!r} in {cache_path} has width {cache.d(hook)}")
     n_sparse, r, b = _codes_layout(sae)
     tau = float(info.get("sae_config", {}).get("dense_tau", 0.1))
-    n = min(max_tokens, cache.n_tokens("heldout"))
+    n = min(cfg.max_tokens, cache.n_tokens("heldout"))
     if n == 0:
-        raise ValueError(f"the cache at {cache_path} has no held-out rows to evaluate on")
+        raise BadValueError(f"the cache at {cache_path} has no held-out rows to evaluate on")
     acc = metrics.ReconAccumulator(n_sparse, b)
     xs, x_hats, zs = [], [], []
     with torch.no_grad():
@@ -120,26 +124,24 @@ def evaluate(sae_dir: str | Path, cache_path: str | Path, model_spec: str | None
     result = {
         "sae": sae_dir.name, "architecture": sae.cfg.architecture(),
         "training_architecture": sae.cfg.metadata.training_architecture, "hook": hook,
-        "cache": str(Path(cache_path).resolve()), "model": model_spec,
+        "cache": os.path.relpath(Path(cache_path).resolve(), sae_dir.resolve()), "model": model_spec,
         "reconstruction": acc.result(tau),
-        "description_length": metrics.description_length(X, X_hat, Z[:, :n_sparse], b, mdl_precision, Z[:, n_sparse:]),
-        "probing": metrics.sparse_probing(Z[:, :n_sparse], labels, label_names, train_mask, probe_ks),
+        "description_length": metrics.description_length(X, X_hat, Z[:, :n_sparse], b, cfg.mdl_precision, Z[:, n_sparse:]),
+        "probing": metrics.sparse_probing(Z[:, :n_sparse], labels, label_names, train_mask, cfg.probe_ks),
     }
     if "role" in labels and "entity" in labels and "role" in label_names:
         parents = {int(p): label_names["role"][int(p)] for p in np.unique(labels["role"][labels["entity"] >= 0])}
         result["absorption"] = metrics.absorption(X, Z[:, :n_sparse], W_dec, labels["role"], labels["entity"], parents,
-                                                  train_mask, b, absorption_main)
+                                                  train_mask, b, cfg.absorption_main)
     if model_spec is not None:
         from workbench.models import load
 
         model, _ = load(model_spec, device=device)
         ActivationCache.open(cache_path, model=model, hooks=[hook])  # the model must be the one the cache came from
-        tokens = torch.from_numpy(cache.sequences("heldout")[:n_sequences])
+        tokens = torch.from_numpy(cache.sequences("heldout")[:cfg.n_sequences])
         special = cache.config.special_ids if cache.config.exclude_special else ()
-        result["splice"] = splice_metrics(model, sae, hook, tokens, special, batch_size)
-    result["eval_config"] = {"max_tokens": max_tokens, "n_sequences": n_sequences, "probe_ks": list(probe_ks),
-                             "absorption_main": absorption_main, "mdl_precision": mdl_precision, "dense_tau": tau,
-                             "seconds": round(time.time() - t0, 1)}
+        result["splice"] = splice_metrics(model, sae, hook, tokens, special, cfg.batch_size)
+    result["eval_config"] = {**cfg.to_dict(), "dense_tau": tau, "seconds": round(time.time() - t0, 1)}
     if write:
         atomic_write_text(sae_dir / METRICS, json.dumps(result, indent=2))
     return result

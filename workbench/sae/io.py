@@ -12,18 +12,19 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 from sae_lens import SAE, JumpReLUSAEConfig, TopKSAEConfig
 from sae_lens.saes.sae import SAEMetadata
+from safetensors.torch import save_file
 
 from workbench.atomic import atomic_path, atomic_write_text, sha256_file
+from workbench.errors import MissingInputError, UserError
 from workbench.sae import saelens
 from workbench.sae.base import SparseAutoencoder
 
 WEIGHTS, CFG, WORKBENCH = "sae_weights.safetensors", "cfg.json", "workbench.json"
 
 
-class SAEFileError(ValueError):
+class SAEFileError(UserError, ValueError):
     """A saved SAE folder whose files are damaged (unreadable, wrong checksum, NaN/inf weights)."""
 
 
@@ -72,6 +73,7 @@ def _threshold(sae: SparseAutoencoder) -> torch.Tensor:
 def save_sae(sae: SparseAutoencoder, folder: str | Path, metadata: dict | None = None,
              workbench_info: dict | None = None) -> Path:
     """Write cfg.json, sae_weights.safetensors and workbench.json (each atomically)."""
+    saelens.register()  # so sae_lens.SAE.load_from_disk reads it back in this process
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     cfg, tensors = export(sae, metadata)
@@ -94,7 +96,7 @@ def load_sae(folder: str | Path, device: str = "cpu") -> SAE:
     folder = Path(folder)
     for name in (CFG, WEIGHTS):
         if not (folder / name).is_file():
-            raise FileNotFoundError(f"{folder} is not an SAE folder: {name} is missing")
+            raise MissingInputError(f"{folder} is not an SAE folder: {name} is missing")
     want = read_info(folder).get("weights_sha256")
     if want and sha256_file(folder / WEIGHTS) != want:
         raise SAEFileError(f"{folder / WEIGHTS} does not match the checksum in {folder / WORKBENCH}: the weights "

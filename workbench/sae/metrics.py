@@ -59,7 +59,7 @@ def binary_entropy_bits(p: torch.Tensor) -> torch.Tensor:
 
 def description_length(x: torch.Tensor, x_hat: torch.Tensor, z: torch.Tensor, block_size: int = 1,
                        precision: float = 0.01, dense: torch.Tensor | None = None) -> dict:
-    """Bits per token to send x through the SAE (methods.md section 3, MDL).
+    """Bits per token to send x through the SAE (docs/methods.md §5, description length).
 
     index: which units are active, entropy-coded with each unit's firing rate (independent units);
     values: each active coordinate as a Gaussian with its latent's nonzero variance, quantised at

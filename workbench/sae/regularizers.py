@@ -1,7 +1,7 @@
 """The two Top-k regularisers acting before the selection, on batch-active units only.
 
 A = units selected at least once in the batch, S_b = token b's support. With "token"
-normalisation (the reading of methods.md section 1):
+normalisation (the reading of docs/methods.md §1):
   R1 = lambda1 * mean_b sum_{j in A minus S_b} relu(h_bj)        (l1 on the off-support units)
   R2 = lambda2 * mean_b ||relu(h_b,A)||_1 / ||relu(h_b,A)||_2     (scale-invariant concentration)
 "batch" normalisation divides whole-batch sums instead: R1 by B*|A|, R2 as one ratio over the

@@ -1,4 +1,5 @@
-"""SAELens inference classes for the architectures SAELens lacks, registered on import.
+"""SAELens inference classes for the architectures SAELens lacks; `register()` (called by workbench.sae.io
+when it saves or loads an SAE) makes sae_lens.SAE.load_from_disk know them.
 
 `workbench_block_sparse`: signed block codes, kept by block Top-k, by a per-block threshold on
 the block norm, or soft-thresholded (block Top-k, group lasso, block JumpReLU and Grassmannian

@@ -3,7 +3,7 @@
 The scaffold absorbs the low-rank dense part of the activations (top principal components,
 outlier dimensions) that otherwise shows up as dense latents. Whether U, V start from the top-r
 principal components or at random, whether they keep training, and whether the sparse encoder
-reads x or the residual x - S(x) are config fields (methods.md section 4 leaves them open).
+reads x or the residual x - S(x) are config fields (docs/methods.md §4: open in the literature).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import torch
 
 from workbench.sae import checkpoint
 from workbench.sae.config import ConfigError, SAEConfig, TrainConfig
-from workbench.sae.train import NonFiniteError, Trainer, fit, lr_factor, run_steps
+from workbench.sae.trainer import NonFiniteError, Trainer, fit, lr_factor, run_steps
 
 from .conftest import D_IN, feature_batches
 
@@ -164,7 +164,7 @@ def test_run_steps_is_a_plain_benchmark_entry_point():
 
 
 def test_divergence_stops_with_the_step_and_saves_nothing(tmp_path):
-    from workbench.sae.train import DivergedError
+    from workbench.sae.trainer import DivergedError
 
     with pytest.raises(NonFiniteError, match=r"diverged: mean FVU .* over steps 0\.\.5 .*lower the learning rate") as e:
         fit([SAEConfig("topk", k=4, n_latents=64)], _tc(lr=1e6), feature_batches, D_IN, tmp_path)

@@ -20,6 +20,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from workbench.atomic import atomic_write_text, check_output_dir
+from workbench.errors import UserError
 from workbench.sae import checkpoint
 from workbench.sae.architectures import build
 from workbench.sae.config import ConfigError, SAEConfig, TrainConfig, check_types
@@ -30,7 +31,7 @@ CHECKPOINT, RUN, CURVES = "checkpoint.pt", "run.json", "curves.jsonl"
 RESUME_FREE = ("progress", "device", "extra", "checkpoint_every", "max_fvu")
 
 
-class NonFiniteError(RuntimeError):
+class NonFiniteError(UserError, RuntimeError):
     """A batch or a loss contained NaN/inf; the message names the step. No checkpoint is written."""
 
 
@@ -363,8 +364,10 @@ def train(cache_path: str | Path, hook: str, sae_configs: list[SAEConfig], train
                              device=default_device(train_cfg))
 
     m = cache.manifest
-    data = {"cache": str(Path(cache_path).resolve()), "hook": hook, "model": m.get("model"),
+    # relative to each SAE folder (out_dir/<name>), so the SAEs and their cache can move together
+    cache_rel = (Path("..") / os.path.relpath(Path(cache_path).resolve(), Path(out_dir).resolve())).as_posix()
+    data = {"cache": cache_rel, "hook": hook, "model": m.get("model"),
             "corpus": m.get("corpus"), "cache_n_tokens": cache.n_tokens("train")}
     metadata = {"hook_name": hook, "model_name": m.get("model"), "context_size": m.get("ctx_len"),
-                "prepend_bos": True, "dataset_path": str(cache_path)}
+                "prepend_bos": True, "dataset_path": cache_rel}
     return fit(sae_configs, train_cfg, make_batches, d_in, out_dir, resume, data, metadata)

@@ -1,0 +1,65 @@
+"""The benchmark scripts run at HEAD: every one compiles, and each quick mode runs on tiny sizes.
+
+The quick runs use the workbench side only when the peers' venvs (bench/setup_peers.sh) are absent:
+a missing peer is reported in the table, not a crash. Results go to a temporary folder, never over
+bench/results/, and every table names the commit it was measured at.
+"""
+
+import json
+import os
+import py_compile
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPTS = sorted((ROOT / "bench").rglob("*.py"))
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=[str(p.relative_to(ROOT)) for p in SCRIPTS])
+def test_every_bench_script_compiles(script, tmp_path):
+    py_compile.compile(str(script), cfile=str(tmp_path / "x.pyc"), doraise=True)
+
+
+def _run(tmp_path, *argv) -> str:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "BENCH_WORK": str(tmp_path / "work"), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, *map(str, argv)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=1200)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def _names_the_commit(text: str) -> None:
+    head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    assert f"Commit: {head.stdout.strip()}" in text
+
+
+@pytest.mark.slow
+def test_sae_bench_quick(tmp_path):
+    out = tmp_path / "sae.md"
+    _run(tmp_path, "bench/sae_bench.py", "--quick", "--datasets", "tiny", "--no-variants", "--threads", "1",
+         "--out", out)
+    text = out.read_text()
+    _names_the_commit(text)
+    row = next(line for line in text.splitlines() if line.startswith("| workbench |"))
+    assert "nan" not in row and "failed" not in row.lower()
+
+
+@pytest.mark.slow
+def test_circuit_bench_quick(tmp_path):
+    out = tmp_path / "circuits.md"
+    _run(tmp_path, "bench/circuit_bench.py", "--quick", "--lengths", "", "--threads", "1", "--out", out)
+    text = out.read_text()
+    _names_the_commit(text)
+    assert "# Query-circuit benchmark" in text
+
+
+@pytest.mark.slow
+def test_gpu_check_quick_on_the_cpu(tmp_path):
+    _run(tmp_path, "bench/gpu_check.py", "--device", "cpu", "--quick", "--out", tmp_path / "gpu",
+         "--only", "kernels", "steps", "circuit")
+    res = json.loads((tmp_path / "gpu" / "gpu.json").read_text())
+    assert res["errors"] == {} and res["kernels"] and res["steps"]
+    _names_the_commit((tmp_path / "gpu" / "gpu.md").read_text())

@@ -1,0 +1,69 @@
+"""`workbench model train`: refuses to overwrite, validates its config, resumes to the same weights."""
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from workbench.cli import main
+from workbench.models import EMBEDDED, load
+from workbench.models import toy
+from workbench.models.toy import TinyConfig, TrainConfigError, train_tiny
+
+SMALL = dict(n_layers=1, d_model=16, n_heads=2, d_mlp=32, n_ctx=32, steps=4, batch_size=2, warmup=1, eval_queries=2,
+             checkpoint_every=2)
+
+
+def test_trains_a_loadable_model_with_a_card(tmp_path):
+    card = train_tiny(tmp_path / "m", TinyConfig(**SMALL), progress=False)
+    model, _ = load(str(tmp_path / "m"), device="cpu")
+    assert model.cfg.n_ctx == 32 and not (tmp_path / "m" / toy.CHECKPOINT).exists()
+    assert set(card["heldout_task_accuracy"]) >= {"ioi", "induction", "greater_than", "addition", "facts"}
+    assert len(card["head_detector"]["induction_head"]) == 1  # one layer of scores
+    assert "Verbatim-overlap audit" in (tmp_path / "m" / "README.md").read_text()
+
+
+def test_resume_after_interruption_gives_the_same_weights(tmp_path, monkeypatch):
+    train_tiny(tmp_path / "straight", TinyConfig(**SMALL), progress=False)
+    save = toy._save_checkpoint
+
+    def save_then_die(*args):
+        save(*args)
+        raise KeyboardInterrupt  # as if killed right after the step-2 checkpoint
+
+    monkeypatch.setattr(toy, "_save_checkpoint", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        train_tiny(tmp_path / "cut", TinyConfig(**SMALL), progress=False)
+    monkeypatch.setattr(toy, "_save_checkpoint", save)
+    assert not (tmp_path / "cut" / "model.safetensors").exists()
+    train_tiny(tmp_path / "cut", TinyConfig(**SMALL), progress=False, resume=True)
+    a, b = (load_file(str(tmp_path / d / "model.safetensors")) for d in ("straight", "cut"))
+    for k in a:
+        torch.testing.assert_close(a[k], b[k])
+    with pytest.raises(TrainConfigError, match="another config"):
+        (tmp_path / "cut2").mkdir()
+        torch.save({"config": {**toy.asdict(TinyConfig(**SMALL)), "seed": 9}}, tmp_path / "cut2" / toy.CHECKPOINT)
+        train_tiny(tmp_path / "cut2", TinyConfig(**SMALL), progress=False, resume=True)
+
+
+def test_refuses_non_empty_output_and_names_the_shipped_model(tmp_path, capsys):
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "README.md").write_text("mine")
+    assert main(["model", "train", "--out", str(tmp_path / "notes"), "--steps", "2", "--warmup", "0", "--quiet"]) == 2
+    assert "is not empty; pass --overwrite" in capsys.readouterr().err
+    assert (tmp_path / "notes" / "README.md").read_text() == "mine"
+    assert main(["model", "train", "--out", str(EMBEDDED["tiny"]), "--quiet"]) == 2
+    assert "the shipped embedded model" in capsys.readouterr().err
+    # without --out the model goes into the workspace, never into the shipped folder
+    small = [f"--{k.replace('_', '-')}={v}" for k, v in SMALL.items()]
+    assert main(["model", "train", "--workspace", str(tmp_path / "ws"), "--quiet", *small]) == 0
+    assert (tmp_path / "ws" / "models" / "tiny" / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize("field,value,match", [("steps", 0, "steps must be >= 1"), ("steps", -1, "steps must be >= 1"),
+                                               ("batch_size", 0, "batch_size must be >= 1"),
+                                               ("n_ctx", 8, "n_ctx must be >= 24"), ("lr", 5.0, "lr must be in"),
+                                               ("n_heads", 3, "not divisible")])
+def test_config_is_validated_before_anything_is_written(tmp_path, field, value, match):
+    with pytest.raises(TrainConfigError, match=match):
+        train_tiny(tmp_path / "m", TinyConfig(**{**SMALL, field: value}), progress=False)
+    assert not (tmp_path / "m").exists()

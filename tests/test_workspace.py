@@ -1,0 +1,78 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from workbench.errors import BadValueError, OutputExistsError
+from workbench.workspace import INDEX, MANIFEST, REPOSITORY, Workspace
+
+
+def _artifact(ws: Workspace, kind: str, name: str, files: dict[str, str], folder: Path | None = None) -> Path:
+    folder = folder or ws.path(kind, name)
+    for rel, text in files.items():
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_text(text)
+    ws.record(folder, kind, made_by="test", config={"x": 1}, inputs={"source": folder / next(iter(files))})
+    return folder
+
+
+def test_record_lists_files_and_stores_paths_relative_to_the_root(tmp_path):
+    ws = Workspace(tmp_path / "ws")
+    folder = _artifact(ws, "caches", "c", {"a.txt": "a", "sub/b.txt": "b"})
+    m = json.loads((folder / MANIFEST).read_text())
+    assert set(m["files"]) == {"a.txt", "sub/b.txt"} and m["inputs"]["source"] == "caches/c/a.txt"
+    [art] = ws.artifacts()
+    assert (art.kind, art.name, art.path) == ("caches", "c", folder)
+
+
+def test_an_artifact_written_elsewhere_is_registered_and_found(tmp_path):
+    ws = Workspace(tmp_path / "ws")
+    _artifact(ws, "saes", "s", {"cfg.json": "{}"}, folder=tmp_path / "elsewhere" / "s")
+    assert json.loads((tmp_path / "ws" / INDEX).read_text())["external"] == ["../elsewhere/s"]
+    assert [(a.kind, a.path) for a in ws.artifacts("saes")] == [("saes", tmp_path / "ws" / "../elsewhere/s")]
+    assert ws.artifacts("caches") == []
+
+
+def test_moving_a_workspace_keeps_its_artifacts(tmp_path):
+    ws = Workspace(tmp_path / "ws")
+    _artifact(ws, "circuits", "q", {"circuit.json": "{}"})
+    (tmp_path / "ws").rename(tmp_path / "moved")
+    [art] = Workspace(tmp_path / "moved").artifacts()
+    assert art.manifest["inputs"]["source"] == "circuits/q/circuit.json"
+
+
+def test_bad_kind_and_name_are_refused(tmp_path):
+    ws = Workspace(tmp_path)
+    with pytest.raises(BadValueError, match="unknown artifact kind 'cach'; valid kinds: caches"):
+        ws.path("cach", "x")
+    with pytest.raises(BadValueError, match="one folder name"):
+        ws.path("caches", "../escape")
+
+
+def test_clear_removes_only_what_manifests_list(tmp_path):
+    ws = Workspace(tmp_path / "ws")
+    _artifact(ws, "caches", "c", {"a.txt": "a"})
+    _artifact(ws, "saes", "s", {"w.bin": "w"}, folder=tmp_path / "ws" / "saes" / "run" / "s")
+    (tmp_path / "ws" / "saes" / "run" / "checkpoint.pt").write_text("ckpt")
+    ws.record(tmp_path / "ws" / "saes" / "run" / "s", "saes", made_by="test", config={},
+              side_files=(tmp_path / "ws" / "saes" / "run" / "checkpoint.pt",))
+    outside = _artifact(ws, "models", "m", {"w": "w"}, folder=tmp_path / "mine" / "m")
+    ws.clear()
+    assert not (tmp_path / "ws").exists() and (outside / "w").is_file()  # registered, not ours to delete
+
+
+@pytest.mark.parametrize("stray", [".git/HEAD", "notes.md", "caches/c/user.txt", "caches/half-done/shard.npy"])
+def test_clear_refuses_a_workspace_holding_anything_else(tmp_path, stray):
+    ws = Workspace(tmp_path / "ws")
+    _artifact(ws, "caches", "c", {"a.txt": "a"})
+    (tmp_path / "ws" / stray).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "ws" / stray).write_text("keep me")
+    with pytest.raises(OutputExistsError, match=f"1 file\\(s\\) no workspace manifest lists \\({stray}\\)"):
+        ws.clear()
+    assert (tmp_path / "ws" / stray).read_text() == "keep me" and (tmp_path / "ws" / "caches" / "c" / "a.txt").is_file()
+
+
+@pytest.mark.parametrize("root", [Path("/"), Path.home(), REPOSITORY, REPOSITORY.parent])
+def test_clear_refuses_the_root_the_home_and_the_repository(root):
+    with pytest.raises(OutputExistsError, match="refusing to clear"):
+        Workspace(root).clear()

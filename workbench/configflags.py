@@ -1,0 +1,102 @@
+"""argparse flags generated from the config dataclasses, so each default and help text is written
+once, in the dataclass field (`metadata`: help, choices, flag for a different flag name, negate for
+a store_false flag, cli=False to leave a field to `--set`).
+
+Scalar fields (int, float, str, bool, optionally `| None`) get a flag; lists and dicts are set with
+`--set FIELD=JSON`. Each config's values land under its own prefix in the namespace, so two configs
+on one command may share field names (the SAE's seed and the data-order seed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+from workbench.errors import BadValueError
+
+_SCALARS = {"int": int, "float": float, "str": str, "bool": bool}
+
+
+def _scalar(annotation) -> tuple[type | None, bool]:
+    """(the scalar type, whether None is allowed) of a field annotation such as 'int | None'."""
+    parts = [p.strip() for p in str(annotation).split("|")]
+    optional = "None" in parts
+    parts = [p for p in parts if p != "None"]
+    return (_SCALARS.get(parts[0]) if len(parts) == 1 else None), optional
+
+
+def _parse(typ: type, optional: bool):
+    def parse(text: str):
+        if optional and text.lower() == "none":
+            return None
+        try:
+            return typ(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a valid {typ.__name__}") from None
+
+    parse.__name__ = typ.__name__
+    return parse
+
+
+def _default(f: dataclasses.Field):
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default
+
+
+def flag_fields(cls) -> list[dataclasses.Field]:
+    """The fields of `cls` that get a flag."""
+    return [f for f in dataclasses.fields(cls) if f.metadata.get("cli", True) and _scalar(f.type)[0] is not None]
+
+
+def flag_name(f: dataclasses.Field) -> str:
+    return f.metadata.get("flag", "--" + f.name.replace("_", "-"))
+
+
+def add_config_flags(parser, cls, prefix: str, sweep: tuple[str, ...] = (), skip: tuple[str, ...] = ()) -> None:
+    """One flag per scalar field of dataclass `cls`; fields in `sweep` take several values (one run each)."""
+    for f in flag_fields(cls):
+        if f.name in skip:
+            continue
+        typ, optional = _scalar(f.type)
+        meta, default, dest = f.metadata, _default(f), prefix + f.name
+        text = meta.get("help", f.name.replace("_", " "))
+        if typ is bool and meta.get("negate"):
+            parser.add_argument(flag_name(f), dest=dest, action="store_false", default=default, help=text)
+        elif typ is bool:
+            parser.add_argument(flag_name(f), dest=dest, action=argparse.BooleanOptionalAction, default=default,
+                                help=f"{text} (default: %(default)s)")
+        else:
+            kw = {"choices": meta["choices"]} if "choices" in meta else {}
+            if f.name in sweep:
+                kw.update(nargs="+", default=[default], help=f"{text}; several values train one SAE each "
+                                                             "(default: %(default)s)")
+            else:
+                kw.update(default=default, help=f"{text} (default: %(default)s)")
+            metavar = "{" + ",".join(map(str, meta["choices"])) + "}" if "choices" in meta else f.name.upper()
+            parser.add_argument(flag_name(f), dest=dest, type=_parse(typ, optional), metavar=metavar, **kw)
+
+
+def config_values(args: argparse.Namespace, cls, prefix: str) -> dict:
+    """The flag values of `cls`'s fields from a parsed namespace (only the fields that have a flag)."""
+    return {f.name: getattr(args, prefix + f.name) for f in flag_fields(cls) if hasattr(args, prefix + f.name)}
+
+
+def set_fields(cls, pairs: list[str]) -> dict:
+    """--set FIELD=VALUE pairs -> keyword arguments for `cls` (VALUE as JSON; plain strings need no quotes).
+
+    A field that has its own flag must be set with it, so one value cannot come from two places.
+    """
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    flagged = {f.name: flag_name(f) for f in flag_fields(cls)}
+    out = {}
+    for pair in pairs:
+        key, eq, raw = pair.partition("=")
+        if not eq or key not in fields:
+            raise BadValueError(f"bad --set {pair!r}: expected FIELD=VALUE with FIELD one of {', '.join(fields)}")
+        if key in flagged:
+            raise BadValueError(f"--set {pair!r}: {key} has its own flag; use {flagged[key]} {raw}")
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    return out

@@ -1,0 +1,169 @@
+"""The steps that make artifacts, each recording what it made in a workspace.
+
+The CLI's commands and `workbench demo` are thin layers over these functions, so an artifact made
+either way (or from Python) carries the same manifest and shows up in `workbench ls` and the app.
+Each step writes inside the workspace by default (<root>/<kind>/<name>); an explicit `out` elsewhere
+still gets its manifest there and is registered in the workspace.
+
+Heavy libraries are imported inside the steps: importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import hashlib
+import re
+import time
+from pathlib import Path
+
+from workbench.cache.config import HarvestConfig
+from workbench.circuits.config import SearchConfig
+from workbench.errors import OutputExistsError
+from workbench.sae.config import EvalConfig, SAEConfig, TrainConfig
+from workbench.workspace import Workspace
+
+SAE_HEADLINE = ("fvu", "l0", "block_l0", "dead_frac", "dense_frac", "ce_loss_recovered", "kl_score",
+                "ce_loss_recovered_no_scaffold")
+
+
+def slug(text: str) -> str:
+    """A folder-name-safe version of a spec: 'data/x.txt,hf:y' -> 'data_x.txt_hf_y'."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(text)).strip("_.") or "artifact"
+
+
+def _model_inputs(ws: Workspace, model, spec: str) -> dict:
+    """The model's id, and its spec (a saved model folder as a path relative to the workspace)."""
+    from workbench.models import EMBEDDED
+    from workbench.provenance import model_id
+
+    is_folder = spec not in EMBEDDED and Path(spec).exists()
+    return {"model": model_id(model), "model_spec": ws.rel(spec) if is_folder else spec}
+
+
+def expand_hooks(spec: str, hook_names) -> list[str]:
+    """'blocks.*.hook_resid_post' expands over the model's hooks; plain names pass through (harvest checks them)."""
+    if "*" not in spec:
+        return [spec]
+    found = [h for h in hook_names if fnmatch.fnmatchcase(h, spec)]
+    if not found:
+        from workbench.cache import UnknownHookError, hook_summary
+
+        raise UnknownHookError(f"hook pattern {spec!r} matches no hook; valid hooks: {', '.join(hook_summary(hook_names))}")
+    return found
+
+
+def make_cache(ws: Workspace, model_spec: str = "tiny", corpus_spec: str = "synthetic",
+               hooks=("blocks.*.hook_resid_post",), cfg: HarvestConfig | None = None, *, out=None,
+               name: str | None = None, corpus_seed: int = 0, resume: bool = False, overwrite: bool = False,
+               progress: bool = True, model=None):
+    """Harvest a cache (`workbench cache`) into <ws>/caches/<name> or `out`; returns the ActivationCache.
+
+    model: an already loaded model for `model_spec` (the demo loads it once for every step).
+    """
+    from workbench.cache import harvest
+    from workbench.corpus import load_corpus
+    from workbench.models import load
+
+    if model is None:
+        model, _ = load(model_spec)
+    corpus = load_corpus(corpus_spec, model.tokenizer, seed=corpus_seed)
+    names = [h for spec in hooks for h in expand_hooks(spec, model.hook_dict)]
+    folder = Path(out) if out else ws.path("caches", name or slug(f"{Path(model_spec).name}-{corpus_spec}"))
+    cache = harvest(model, corpus, names, folder, cfg=cfg, resume=resume, overwrite=overwrite, progress=progress)
+    ws.record(folder, "caches", made_by="workbench cache", config=cache.manifest["config"],
+              inputs={**_model_inputs(ws, model, model_spec), "corpus": corpus_spec, "corpus_seed": corpus_seed},
+              summary={"train_tokens": cache.n_tokens("train"), "heldout_tokens": cache.n_tokens("heldout"),
+                       "hooks": len(cache.hooks)}, checksums=False)
+    return cache
+
+
+def train_saes(ws: Workspace, cache_dir, hook: str, sae_cfgs: list[SAEConfig], train_cfg: TrainConfig, *,
+               out=None, name: str | None = None, resume: bool = False) -> list[Path]:
+    """Train SAEs side by side on one hook (`workbench sae train`) into <ws>/saes/<run>/<sae> or `out`/<sae>.
+
+    The run folder holds the shared checkpoint; name defaults to the hook plus the start time.
+    """
+    from workbench import sae
+    from workbench.sae.io import read_info
+
+    run = Path(out) if out else ws.path("saes", name or f"{slug(hook)}-{time.strftime('%Y%m%d-%H%M%S')}")
+    folders = sae.train(cache_dir, hook, sae_cfgs, train_cfg, run, resume=resume)
+    side = [p for p in (run / "checkpoint.pt", run / "run.json") if p.is_file()]
+    for folder in folders:
+        ws.record(folder, "saes", made_by="workbench sae train",
+                  config={**read_info(folder).get("sae_config", {}), "train": train_cfg.to_dict()},
+                  inputs={"cache": Path(cache_dir), "hook": hook}, side_files=tuple(side))
+    return folders
+
+
+def evaluate_sae(ws: Workspace, sae_dir, cache_dir, model_spec: str | None = "tiny",
+                 cfg: EvalConfig | None = None) -> dict:
+    """Evaluate a saved SAE (`workbench sae eval`): metrics.json, and its manifest updated with the headline."""
+    import json
+
+    from workbench import sae
+    from workbench.workspace import MANIFEST
+
+    metrics = sae.evaluate(sae_dir, cache_dir, model_spec, cfg)
+    flat = {**metrics["reconstruction"], **metrics.get("splice", {})}
+    headline = {k: flat[k] for k in SAE_HEADLINE if k in flat}
+    old = Path(sae_dir) / MANIFEST
+    before = json.loads(old.read_text()) if old.is_file() else {}
+    ws.record(sae_dir, "saes", made_by=before.get("made_by", "workbench sae eval"), config=before.get("config", {}),
+              inputs={**before.get("inputs", {}), "cache": Path(cache_dir), "eval_model": model_spec},
+              summary=headline, side_files=tuple(ws.resolve(p) for p in before.get("side_files", [])))
+    return metrics
+
+
+def circuit_name(query: dict, method: dict) -> str:
+    """A stable default folder name: the prompt's last words and a hash of the query and the method
+    settings (the same search on the same query gets the same name)."""
+    import json
+
+    words = slug("-".join(str(query.get("prompt", "")).split()[-4:]))[:40]
+    key = json.dumps([query.get(k) for k in ("prompt", "answer", "counterfactual", "wrong")] + [method],
+                     sort_keys=True, default=str)
+    return f"{words}-{hashlib.sha1(key.encode()).hexdigest()[:8]}"
+
+
+def find_circuit(ws: Workspace, model, prompt, answer=None, counterfactual=None, *, model_spec: str = "tiny",
+                 cfg: SearchConfig | None = None, name: str | None = None, **find_options):
+    """Find a query circuit (`workbench circuit find`) and record it in <ws>/circuits/<name> with its
+    MIB and Neuronpedia exports; returns (circuit, folder). find_options go to circuits.find_circuit."""
+    from workbench.circuits import export, find_circuit
+
+    def check_free(folder):
+        if folder.exists() and any(folder.iterdir()):
+            raise OutputExistsError(f"{folder} already holds a circuit (the same search on the same query?); "
+                                    "pass another --name")
+
+    if name is not None:  # checked before the search too, when it does not depend on the result
+        check_free(ws.path("circuits", name))
+    c = find_circuit(model, prompt, answer, counterfactual, cfg=cfg, **find_options)
+    folder = ws.path("circuits", name or circuit_name(c.query, c.method))
+    check_free(folder)
+    c.save(folder / "circuit.json")
+    export.to_mib(c, folder / "mib.json")
+    export.to_neuronpedia(c, folder / "neuronpedia.json")
+    q = c.query
+    ws.record(folder, "circuits", made_by="workbench circuit find", config=c.method,
+              inputs={**_model_inputs(ws, model, model_spec), "prompt": q.get("prompt"), "answer": q.get("answer"),
+                      "counterfactual": q.get("counterfactual")},
+              summary={"ndf": c.ndf, "nfs": c.nfs, "edges": c.n_edges, "fraction": c.fraction})
+    return c, folder
+
+
+def train_model(ws: Workspace, cfg=None, *, out=None, name: str = "tiny", overwrite: bool = False, resume: bool = False,
+                progress: bool = True) -> tuple[dict, Path]:
+    """Train the embedded-model architecture on the synthetic corpus (`workbench model train`) into
+    <ws>/models/<name> or `out` (train_tiny refuses a non-empty folder unless overwrite/resume); returns
+    (model card, folder)."""
+    from workbench.models.toy import TinyConfig, train_tiny
+
+    folder = Path(out) if out else ws.path("models", name)
+    cfg = cfg or TinyConfig()
+    card = train_tiny(folder, cfg, progress=progress, overwrite=overwrite, resume=resume)
+    ws.record(folder, "models", made_by="workbench model train", config=dataclasses.asdict(cfg),
+              summary={"final_train_loss": card.get("final_train_loss"), "train_seconds": card.get("train_seconds")})
+    return card, folder
