@@ -350,8 +350,8 @@ def read_run(cache_dir, mode) -> dict:
 def report(models, big, big_write_s, reads, started, load, threads) -> str:
     gb, mb = 1e9, 1e6
     lines = [
-        "# Activation cache benchmark", "",
-        f"Run {started} at commit {harness.commit()} by `bench/cache_bench.py` on {os.cpu_count()} CPU cores ({platform.machine()}), "
+        "# Activation cache benchmark", "", f"- Commit: {harness.commit()}", "",
+        f"Run {started} by `bench/cache_bench.py` on {os.cpu_count()} CPU cores ({platform.machine()}), "
         f"torch {threads} thread(s), no GPU; wall-clock, page cache warm. Load average before/after: "
         f"{load[0]:.1f} / {load[1]:.1f}: the machine was shared with other jobs, so runs alternate and each timing "
         f"is the best of its rounds ((a): {models[0]['rounds'][0]} rounds tiny, {models[-1]['rounds'][0]} GPT-2-shaped; "

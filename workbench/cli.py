@@ -36,6 +36,35 @@ def _model_train(a: argparse.Namespace) -> None:
         print(f"  {task:<20} held-out top-1 {acc:6.1%}   (chance {card['chance_accuracy'][task]:.1%})")
 
 
+def _tiny_flags(parser: argparse.ArgumentParser) -> None:
+    """TinyConfig's flags: its module imports TransformerLens, so only `model train` pays for it."""
+    from workbench.models.toy import TinyConfig
+
+    add_config_flags(parser, TinyConfig, MODEL)
+
+
+class _LazyFlagsParser(argparse.ArgumentParser):
+    """A sub-command parser that adds its flags (`populate(parser)`) when it is first used, so building
+    the whole CLI stays cheap (no torch) while the flags still come from their config dataclass."""
+
+    def __init__(self, *args, populate=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._populate = populate
+
+    def _ensure(self) -> None:
+        if self._populate is not None:
+            populate, self._populate = self._populate, None
+            populate(self)
+
+    def parse_known_args(self, *args, **kwargs):
+        self._ensure()
+        return super().parse_known_args(*args, **kwargs)
+
+    def format_help(self) -> str:
+        self._ensure()
+        return super().format_help()
+
+
 def _model_info(a: argparse.Namespace) -> None:
     from workbench.cache import hook_summary
     from workbench.models import load, model_id
@@ -127,17 +156,15 @@ def build_parser() -> argparse.ArgumentParser:
     quiet.add_argument("--quiet", action="store_true", help="no progress bars")
     ws = _workspace_flag("that records the artifact")
 
-    model = sub.add_parser("model", help="train or inspect models").add_subparsers(dest="action", required=True, metavar="ACTION")
-    t = model.add_parser("train", parents=[quiet, ws],
+    model = sub.add_parser("model", help="train or inspect models").add_subparsers(
+        dest="action", required=True, metavar="ACTION", parser_class=_LazyFlagsParser)
+    t = model.add_parser("train", parents=[quiet, ws], populate=_tiny_flags,
                          help="train the embedded model's architecture on the synthetic corpus (reproducible from --seed)")
     t.add_argument("--name", default="tiny", help="folder in <workspace>/models (default: %(default)s)")
     t.add_argument("--out", help="output folder instead of <workspace>/models/NAME")
     g = t.add_mutually_exclusive_group()
     g.add_argument("--overwrite", action="store_true", help="replace the model files in a non-empty output folder")
     g.add_argument("--resume", action="store_true", help="continue from the checkpoint in the output folder")
-    from workbench.models.toy import TinyConfig
-
-    add_config_flags(t, TinyConfig, MODEL)
     t.set_defaults(func=_model_train)
     i = model.add_parser("info", help="print a model's shape and hook names")
     i.add_argument("--model", default="tiny", help="'tiny', a saved model folder, or a TransformerLens name (default: %(default)s)")

@@ -23,6 +23,11 @@ def test_every_bench_script_compiles(script, tmp_path):
     py_compile.compile(str(script), cfile=str(tmp_path / "x.pyc"), doraise=True)
 
 
+def test_every_committed_results_table_names_its_commit():
+    for md in sorted((ROOT / "bench" / "results").glob("*.md")):
+        assert any(line.startswith("- Commit: ") for line in md.read_text().splitlines()), md.name
+
+
 def _run(tmp_path, *argv) -> str:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "BENCH_WORK": str(tmp_path / "work"), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, *map(str, argv)], cwd=ROOT, env=env, capture_output=True, text=True,

@@ -62,7 +62,7 @@ def _repeat(rng: random.Random, words: list[str]) -> list[Triple]:
     return triples(" ".join(span + span))
 
 
-_DOC_WEIGHTS = {"story": 1, "ioi": 4, "induction": 3, "greater_than": 1, "addition": 3, "facts": 2, "repeat": 3}
+_DOC_WEIGHTS = {"story": 1, "ioi": 4, "induction": 3, "greater_than": 1, "addition": 3, "facts": 2, "repeat": 2}
 
 
 def document(rng: random.Random, split: str = "train", words: list[str] | None = None) -> tuple[str, list[Triple]]:

@@ -40,9 +40,12 @@ class TinyConfig:
     n_heads: int = 4
     d_mlp: int = 512
     n_ctx: int = 128
-    steps: int = 4500
+    # rotary: relative positions make previous-token heads, and so induction heads, cheap to learn; with
+    # learned absolute positions ("standard") neither formed in 4,000 steps (see the model card)
+    positional_embedding: str = "rotary"
+    steps: int = 4000
     batch_size: int = 16
-    lr: float = 1.5e-3
+    lr: float = 1e-3
     warmup: int = 200
     weight_decay: float = 0.05
     seed: int = 0
@@ -55,6 +58,8 @@ class TinyConfig:
                 raise TrainConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.n_ctx < 24:
             raise TrainConfigError(f"n_ctx must be >= 24 (task prompts are up to 20 tokens), got {self.n_ctx}")
+        if self.positional_embedding not in ("rotary", "standard"):
+            raise TrainConfigError(f"positional_embedding must be 'rotary' or 'standard', got {self.positional_embedding!r}")
         if self.d_model % self.n_heads:
             raise TrainConfigError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
         if not (0 < self.lr < 1) or not math.isfinite(self.lr):
@@ -68,6 +73,7 @@ def build(cfg: TinyConfig, tokenizer) -> HookedTransformer:
     ht = HookedTransformerConfig(
         n_layers=cfg.n_layers, d_model=cfg.d_model, n_heads=cfg.n_heads, d_head=cfg.d_model // cfg.n_heads,
         d_mlp=cfg.d_mlp, n_ctx=cfg.n_ctx, d_vocab=len(tokenizer), act_fn="gelu", normalization_type="LN",
+        positional_embedding_type=cfg.positional_embedding, rotary_dim=cfg.d_model // cfg.n_heads,
         model_name="workbench-tiny", seed=cfg.seed, device="cpu", tokenizer_prepends_bos=False,
         default_prepend_bos=True)
     return HookedTransformer(ht, tokenizer=tokenizer)
