@@ -11,6 +11,9 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(BIN)/pip install -q --upgrade pip
 	# constraints.txt pins torch to the CPU build (an unpinned torch pulls a multi-GB CUDA build)
 	$(BIN)/pip install -q -c constraints.txt -e ".[test]"
+	# the tests check graph exports against circuit-tracer's own schema (graph_models needs only pydantic;
+	# its full dependencies would pin transformers 4.x over the one transformer-lens uses)
+	$(BIN)/pip install -q --no-deps circuit-tracer==0.5.0
 	touch $@
 
 demo: setup

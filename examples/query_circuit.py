@@ -20,7 +20,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="tiny")
     ap.add_argument("--out-dir", default="/tmp/query_circuit")
-    ap.add_argument("--budget", type=float, default=0.02)
+    ap.add_argument("--budget", type=float, default=None, help="edge fraction (default: 2%%, at least one edge)")
     ap.add_argument("--min-gap", type=float, default=None, help="refuse queries whose metric gap is below this")
     args = ap.parse_args(argv)
     out = Path(args.out_dir)

@@ -1,4 +1,5 @@
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,16 @@ def test_every_command_records_into_its_workspace(tiny, tmp_path, capsys):
     capsys.readouterr()
     assert [line.split()[0] for line in _ls(capsys, "--workspace", ws)] == ["caches", "saes", "saes"]
     assert _ls(capsys, "--workspace", ws, "--kind", "circuits") == [f"no artifacts recorded in {ws} of kind circuits"]
+
+
+@pytest.mark.parametrize("pair, match", [
+    ("k=3", "k has its own flag; use --k 3"), ("architecture=topk", "use --arch"),
+    ("seed=1", "use --seed"), ("prefixes=[1.5,2]", r"prefixes=\[1.5, 2\] is not of type list\[int\] \| None"),
+    ("prefixes=[1,2", r"prefixes='\[1,2' is not of type"), ("name=../../x", "must be a plain folder name"),
+])
+def test_sae_train_set_refuses_flag_fields_and_wrong_types_before_any_work(pair, match, tmp_path, capsys):
+    assert main(["sae", "train", "--cache", str(tmp_path / "no-cache"), "--hook", "h", "--out", str(tmp_path / "o"),
+                 "--set", pair]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and re.search(match, err), err
+    assert not (tmp_path / "o").exists()

@@ -9,6 +9,40 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
+from workbench.errors import UserError
+
+
+class OutputPathError(UserError, ValueError):
+    """An output path that cannot be written (a folder, a file in the way, no permission)."""
+
+
+def check_output_file(path: str | Path, what: str = "output file") -> Path:
+    """Refuse, before any work, a file path that a later atomic write could not create."""
+    path = Path(path)
+    if path.is_dir():
+        raise OutputPathError(f"{what} {path} is an existing folder; give a file path such as {path / 'out.json'}")
+    _check_creatable(path.parent, path, what)
+    return path
+
+
+def check_output_dir(path: str | Path, what: str = "output folder") -> Path:
+    """Refuse, before any work, a folder path that cannot be created or written to."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise OutputPathError(f"{what} {path} is an existing file, not a folder; choose another path")
+    _check_creatable(path, path, what)
+    return path
+
+
+def _check_creatable(folder: Path, target: Path, what: str) -> None:
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise OutputPathError(f"{what} {target} cannot be created: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise OutputPathError(f"{what} {target} cannot be written: no write permission in {existing}")
+
 
 @contextmanager
 def atomic_path(path: str | Path):

@@ -78,13 +78,23 @@ def _model_info(a: argparse.Namespace) -> None:
 
 def _cache(a: argparse.Namespace) -> None:
     from workbench import steps
+    from workbench.errors import BadValueError
 
+    if a.action == "verify":
+        from workbench.cache import ActivationCache
+
+        if not a.folder:
+            raise BadValueError("cache verify needs the cache folder: workbench cache verify DIR")
+        n = ActivationCache.open(a.folder).verify()
+        print(f"cache {a.folder}: all {n} files match their checksums and the manifest")
+        return
     cfg = HarvestConfig(**config_values(a, HarvestConfig, HARVEST))
     cache = steps.make_cache(Workspace(a.workspace), a.model, a.corpus, a.hooks, cfg, out=a.out, name=a.name,
                              corpus_seed=a.seed, resume=a.resume, overwrite=a.overwrite, progress=not a.quiet)
     m = cache.manifest
     print(f"cache {cache.path}: {cache.n_tokens('train'):,} train + {cache.n_tokens('heldout'):,} held-out tokens, "
-          f"dtype {m['config']['dtype']}")
+          f"dtype {m['config']['dtype']}, {m.get('unknown_fraction', 0):.1%} of the corpus's tokens unknown to the "
+          "tokenizer")
     for h in cache.hooks:
         print(f"  {h:<28} d={cache.d(h):<5} mean norm {cache.stats(h)['mean_norm']:.2f}")
 
@@ -160,7 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--model", default="tiny", help="'tiny', a saved model folder, or a TransformerLens name (default: %(default)s)")
     i.set_defaults(func=_model_info)
 
-    c = sub.add_parser("cache", parents=[quiet, ws], help="harvest activations of one or more hooks into an on-disk cache")
+    c = sub.add_parser("cache", parents=[quiet, ws], help="harvest activations of one or more hooks into an on-disk cache "
+                       "(`cache verify DIR` checks every file of one against its checksums)")
+    c.add_argument("action", nargs="?", choices=["verify"], help="verify DIR: recompute every checksum of a cache")
+    c.add_argument("folder", nargs="?", help="the cache folder to verify")
     c.add_argument("--model", default="tiny", help="'tiny', a saved model folder, or a TransformerLens name (default: %(default)s)")
     c.add_argument("--corpus", default="synthetic",
                    help="'synthetic', 'synthetic:seed=N', comma-separated .txt/.jsonl/.parquet files, or hf:<dataset> (default: %(default)s)")

@@ -133,11 +133,16 @@ def find_circuit(ws: Workspace, model, prompt, answer=None, counterfactual=None,
     MIB and Neuronpedia exports; returns (circuit, folder). find_options go to circuits.find_circuit."""
     from workbench.circuits import export, find_circuit
 
+    def check_free(folder):
+        if folder.exists() and any(folder.iterdir()):
+            raise OutputExistsError(f"{folder} already holds a circuit (the same search on the same query?); "
+                                    "pass another --name")
+
+    if name is not None:  # checked before the search too, when it does not depend on the result
+        check_free(ws.path("circuits", name))
     c = find_circuit(model, prompt, answer, counterfactual, cfg=cfg, **find_options)
     folder = ws.path("circuits", name or circuit_name(c.query, c.method))
-    if folder.exists() and any(folder.iterdir()):
-        raise OutputExistsError(f"{folder} already holds a circuit (the same search on the same query?); "
-                                "pass another --name")
+    check_free(folder)
     c.save(folder / "circuit.json")
     export.to_mib(c, folder / "mib.json")
     export.to_neuronpedia(c, folder / "neuronpedia.json")

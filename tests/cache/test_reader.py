@@ -1,3 +1,4 @@
+import json
 import shutil
 
 import numpy as np
@@ -92,8 +93,55 @@ def test_corrupted_shard_is_named_by_its_checksum(copy):
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF
     path.write_bytes(bytes(data))
-    ActivationCache.open(copy.path)  # same size: open stays cheap and does not notice
-    with pytest.raises(CacheCorruptError, match=f"corrupted cache file {path}"):
+    cache = ActivationCache.open(copy.path)  # same size: open stays cheap and does not notice ...
+    cache.rows("blocks.1.hook_resid_post", [0])  # ... nor does reading another shard ...
+    with pytest.raises(CacheCorruptError, match=f"corrupted cache file {path}"):  # ... but reading this one does
+        next(cache.batches("blocks.1.hook_resid_post", 256))
+    with pytest.raises(CacheCorruptError, match=f"1 of .* files .* damaged: corrupted cache file {path}"):
         copy.verify()
     with pytest.raises(CacheCorruptError, match=f"corrupted cache file {path}"):
         ActivationCache.open(copy.path, verify=True)
+
+
+def _edit_manifest(cache, edit):
+    path = cache.path / "manifest.json"
+    m = json.loads(path.read_text())
+    edit(m)
+    path.write_text(json.dumps(m))
+
+
+def test_manifest_width_that_disagrees_with_the_file_header_is_refused_on_read(copy):
+    h = "blocks.0.hook_resid_post"
+    _edit_manifest(copy, lambda m: m["d"].update({h: 32}))  # half the real width: rows would be garbage
+    cache = ActivationCache.open(copy.path)
+    with pytest.raises(CacheCorruptError, match=r"holds float16 \(\d+, 64\), but the manifest records float16 \(\d+, 32\)"):
+        cache.rows(h, [0])
+    with pytest.raises(CacheCorruptError, match="damaged"):
+        cache.verify()
+
+
+@pytest.mark.parametrize("name", ["../../outside", "/tmp/s000000", "s000009"])
+def test_manifest_shard_names_outside_the_cache_are_refused(copy, name):
+    _edit_manifest(copy, lambda m: m["shards"]["train"][0].update(name=name))
+    with pytest.raises(CacheCorruptError, match=f"named {name!r}, expected 's000000'"):
+        ActivationCache.open(copy.path)
+
+
+def test_manifest_of_the_wrong_json_type_is_named(copy):
+    (copy.path / "manifest.json").write_text("[1, 2]")
+    with pytest.raises(CacheCorruptError, match="manifest.json has format None"):
+        ActivationCache.open(copy.path)
+
+
+def test_cache_verify_command(copy, capsys):
+    from workbench.cli import main
+
+    assert main(["cache", "verify", str(copy.path)]) == 0
+    assert "match their checksums" in capsys.readouterr().out
+    path = _act_file(copy, shard=0, hook="blocks.0.hook_mlp_out")
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x01
+    path.write_bytes(bytes(data))
+    assert main(["cache", "verify", str(copy.path)]) == 2
+    err = capsys.readouterr().err
+    assert f"corrupted cache file {path}" in err and "Traceback" not in err

@@ -106,9 +106,47 @@ def test_outliers_are_flagged_against_the_median_norm(tmp_path, model, corpus, h
 def test_unknown_hook_lists_the_valid_ones(tmp_path, model, corpus, base):
     with pytest.raises(UnknownHookError, match=r"'blocks\.7\.hook_resid_post'.*blocks\.\{0\.\.1\}\.hook_resid_post"):
         harvest(model, corpus, ["blocks.7.hook_resid_post"], tmp_path / "c", **base)
-    with pytest.raises(UnknownHookError, match="not per-token"):
+    with pytest.raises(UnknownHookError, match="is an attention pattern, not one row per token"):
         harvest(model, corpus, ["blocks.0.attn.hook_pattern"], tmp_path / "c", **base)
+    with pytest.raises(UnknownHookError, match=r"'blocks\.0\.hook_resid_psot': did you mean 'blocks\.0\.hook_resid_post'") as e:
+        harvest(model, corpus, ["blocks.0.hook_resid_psot"], tmp_path / "c", **base)
+    assert "attention pattern" not in str(e.value)
     assert not (tmp_path / "c").exists()
+
+
+def test_output_under_a_file_is_named(tmp_path, model, corpus, hooks, base):
+    from workbench.atomic import OutputPathError
+
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(OutputPathError, match=f"cache folder {tmp_path}/afile/c cannot be created: .*afile is a file"):
+        harvest(model, corpus, hooks, tmp_path / "afile" / "c", **base)
+
+
+def test_shard_tokens_zero_is_refused_not_taken_as_the_default(tmp_path, model, corpus, hooks, base):
+    with pytest.raises(ValueError, match="shard_tokens must be >= 1, got 0"):
+        harvest(model, corpus, hooks, tmp_path / "c", **{**base, "shard_tokens": 0})
+    assert not (tmp_path / "c").exists()
+
+
+def test_a_corpus_of_unknown_words_is_refused_and_leaves_no_folder(tmp_path, model, corpus, hooks, base):
+    """Words outside a word-level vocabulary become <unk>: most rows would be dropped or meaningless."""
+    from workbench.corpus import load_corpus
+
+    words = [w for w in model.tokenizer.get_vocab() if w.isalpha()][:20]
+    text = tmp_path / "t.txt"
+    docs = [" ".join(f"zq{i}{j}" for j in range(30)) + " " + " ".join(words[:3]) for i in range(200)]
+    text.write_text("\n\n".join(docs))
+    files = load_corpus(str(text), model.tokenizer)
+    out = tmp_path / "c"
+    with pytest.raises(CacheMismatchError, match=r"\(9\d%\) are unknown to the model's tokenizer .*--max-unknown-fraction 1"):
+        harvest(model, files, hooks[:1], out, **base)
+    assert not out.exists()  # the identical command can run again
+    out.mkdir()
+    with pytest.raises(CacheMismatchError, match="max_unknown_fraction=0.05"):
+        harvest(model, files, hooks[:1], out, **base)
+    assert out.is_dir() and not any(out.iterdir())
+    c = harvest(model, files, hooks[:1], out, **{**base, "n_tokens": 300}, max_unknown_fraction=1.0)
+    assert c.manifest["unknown_fraction"] == pytest.approx(30 / 33, abs=0.02)
 
 
 def test_existing_output_folder_is_refused_unless_resume_or_overwrite(tmp_path, model, corpus, clean, hooks, base):

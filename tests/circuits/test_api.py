@@ -1,4 +1,5 @@
 import json
+import re
 import runpy
 import sys
 from pathlib import Path
@@ -50,13 +51,13 @@ def test_free_text_with_prob_and_kl_metrics(small):
 
 
 def test_evaluate_task_summary_table(small):
-    s = evaluate_task(small, "induction", n=2, budgets=(0.02, 0.1), n_samples=1, steps=2, refine_steps=1,
-                      min_gap=0.0, progress=False)
+    s = evaluate_task(small, "induction", n=2, budgets=(0.05, 0.1), n_samples=1, steps=2, refine_steps=1,
+                      min_gap=0.0, progress=False, require_prediction=False)  # a random model predicts nothing
     assert s["n_used"] + len(s["skipped"]) == 2
-    for key in ("search_ndf@0.02", "topk_ndf@0.1", "search_cpr", "topk_cmd", "seconds"):
+    for key in ("search_ndf@0.05", "topk_ndf@0.1", "search_cpr", "topk_cmd", "seconds"):
         assert key in s["mean"] and key in s["std"]
     table = format_summary_table(s)
-    assert table.startswith("| task | n | NDF@2% search / top-k") and "induction" in table
+    assert table.startswith("| task | n | NDF@5% search / top-k") and "induction" in table
 
 
 def test_parse_budget():
@@ -99,7 +100,81 @@ def test_example_runs(saved_small, tmp_path, monkeypatch, capsys):
 
 def test_report_runs_end_to_end(saved_small, tmp_path, capsys):
     out = tmp_path / "r.md"
-    assert cli_main(["circuit", "report", "--model", saved_small, "--n", "1", "--tasks", "induction", "--budgets", "0.02,0.05",
+    assert cli_main(["circuit", "report", "--model", saved_small, "--n", "1", "--tasks", "induction", "--budgets", "0.05,0.1",
                         "--timing-queries", "1", "--induction-tries", "1", "--out", str(out)]) == 0
     text = out.read_text()
     assert "| induction |" in text and "Search vs plain EAP-IG top-k" in text
+
+
+def test_every_circuit_records_the_models_own_prediction_and_warns_when_it_is_not_the_answer(small, ioi):
+    q = ioi[0]
+    with pytest.warns(UserWarning, match=f"does not predict the answer {q.answer!r}"):
+        c = find_circuit(small, q, budget=0.1, n_samples=0, steps=2, refine_steps=1, curve=False, min_gap=0.0)
+    f = c.faithfulness
+    logits = small(small.to_tokens(q.prompt))[0, -1].softmax(-1)
+    assert f["top1_id"] == int(logits.argmax()) != c.query["answer_id"] and f["predicts_answer"] is False
+    assert f["answer_prob"] == pytest.approx(float(logits[c.query["answer_id"]]), abs=1e-5)
+    assert f["top1"] == small.tokenizer.decode([f["top1_id"]])
+
+
+def test_task_skips_and_lists_queries_the_model_does_not_answer(small):
+    s = evaluate_task(small, "induction", n=2, budgets=(0.1,), n_samples=0, steps=2, refine_steps=1, min_gap=0.0,
+                      progress=False)
+    assert s["n_used"] + len(s["skipped"]) == 2 and s["require_prediction"] and s["skipped"]  # a random model
+    for row in s["skipped"]:
+        assert "does not predict the answer" in row["reason"] and row["predicts_answer"] is False
+
+
+def test_ioi_queries_without_a_wrong_answer_work_on_the_embedded_model(tiny):
+    """The default wrong answer (the counterfactual's best token other than the answer) always exists and
+    gives a gap, also where the counterfactual's top token is the answer itself."""
+    from workbench.circuits.api import resolve_wrong
+    from workbench.circuits.inputs import prepare
+    from workbench.corpus import tasks
+
+    model, tok = tiny
+    same = []
+    for q in tasks.queries("ioi", 20, tokenizer=tok):
+        qi = resolve_wrong(model, prepare(model, q.prompt, q.answer, q.counterfactual), "logit_diff")
+        assert qi.wrong != qi.answer
+        if int(model(model.to_tokens(q.counterfactual))[0, -1].argmax()) == qi.answer:
+            same.append(q)
+    assert same, "the embedded model keeps the answer on some IOI counterfactuals"
+    q = same[0]
+    c = find_circuit(model, q.prompt, q.answer, q.counterfactual, budget=0.01, n_samples=0, steps=2, refine_steps=1,
+                     curve=False)
+    assert c.faithfulness["gap"] > 0 and c.query["wrong"] != q.answer
+
+
+@pytest.mark.parametrize("extra, match", [
+    (["--task", "ioi", "--mib", "m.json"], "--mib does not apply to --task"),
+    (["--task", "ioi", "--neuronpedia", "n.json", "--target-ndf", "0.8"], "--target-ndf, --neuronpedia do not apply"),
+    (["--task", "ioi", "--prompt", "x"], "--prompt does not apply to --task"),
+    (["--task", "nope"], r"unknown task families \['nope'\]; valid: ioi"),
+    (["--prompt", "x", "--answer", "y", "--samples", "2"], "--samples generates paraphrases .* --paraphrase"),
+    (["--prompt", "x", "--answer", "y", "--n", "5"], "--n applies only to --task"),
+    (["--prompt", "x"], "needs --prompt and --answer"),
+    (["--prompt", "x", "--answer", "y", "--out", "."], "--out . is an existing folder"),
+    (["--prompt", "x", "--answer", "y", "--mib", "blocker/m.json"], "blocker is a file, not a folder"),
+    (["--prompt", "x", "--answer", "y", "--target-ndf", "2"], "--target-ndf 2.0 is outside"),
+])
+def test_cli_refuses_flags_and_outputs_before_loading_the_model(extra, match, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "blocker").write_text("a file")
+    assert cli_main(["circuit", "find", "--model", "no-such-model", *extra]) == 2  # the model is never loaded
+    err = capsys.readouterr().err
+    assert re.search(match, err), err
+
+
+def test_cli_task_honours_budget(saved_small, tmp_path, capsys):
+    out = tmp_path / "s.json"
+    assert cli_main(["circuit", "find", "--model", saved_small, "--task", "induction", "--n", "1", "--budget", "10%",
+                     "--samples", "0", "--steps", "2", "--all-queries", "--out", str(out)]) == 0
+    s = json.loads(out.read_text())
+    assert s["budgets"] == [0.1] and not s["require_prediction"]
+
+
+def test_summary_states_the_models_prediction(small, ioi):
+    with pytest.warns(UserWarning):
+        c = find_circuit(small, ioi[0], budget=0.1, n_samples=0, steps=2, refine_steps=1, curve=False, min_gap=0.0)
+    assert "WARNING: the model does not predict the answer" in c.summary() and "top-1" in c.summary()

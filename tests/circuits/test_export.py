@@ -72,17 +72,77 @@ def test_mib_gqa_expands_kv_groups_per_head():
     torch.testing.assert_close(back.scores, c.scores)
 
 
-def test_neuronpedia_graph_validates(circuit, tmp_path):
-    d = to_neuronpedia(circuit, tmp_path / "np.json", slug="test")
+def test_neuronpedia_graph_loads_with_circuit_tracer(circuit, tmp_path):
+    """circuit-tracer's own schema accepts the file, and it follows that tool's node conventions."""
+    from circuit_tracer.frontend.graph_models import Model, Node
+
+    to_neuronpedia(circuit, tmp_path / "np.json", slug="test")
     d = json.loads((tmp_path / "np.json").read_text())
+    Model(**d)
     validate_neuronpedia(d)
-    assert d["metadata"]["schema_version"] == 1 and d["metadata"]["prompt_tokens"][0] == "<bos>"
-    assert set(d["qParams"]) == {"pinnedIds", "supernodes", "linkType", "clickedId", "sg_pos"}
+    n_layers, tokens = circuit.graph.n_layers, circuit.query["tokens"]
+    assert d["metadata"]["prompt_tokens"][0] == "<bos>" and d["metadata"]["transcoder_list"] == []
     types = {n["feature_type"] for n in d["nodes"]}
-    assert "logit" in types and "embedding" in types
+    assert types <= {"embedding", "logit", "cross layer transcoder", "mlp reconstruction error"}
+    [logit] = [n for n in d["nodes"] if n["feature_type"] == "logit"]
+    p = circuit.faithfulness["answer_prob"]
+    ref = Node.logit_node(len(tokens) - 1, circuit.query["answer_id"], circuit.query["answer"], n_layers,
+                          target_logit=True, token_prob=p)
+    for k in ("node_id", "feature", "layer", "ctx_idx", "jsNodeId", "is_target_logit", "clerp"):
+        assert logit[k] == getattr(ref, k), k
+    # the frontend reads the probability back out of the clerp (util-cg.js: clerp.split('(p=')[1])
+    assert float(logit["clerp"].split("(p=")[1].split(")")[0]) == pytest.approx(p, abs=1e-3)
+    for n in d["nodes"]:
+        if n["feature_type"] == "embedding":
+            ref = Node.token_node(n["ctx_idx"], tokens[n["ctx_idx"]])
+            assert (n["node_id"], n["feature"], n["jsNodeId"]) == (ref.node_id, ref.feature, ref.jsNodeId)
+    ctx = {n["node_id"]: n["ctx_idx"] for n in d["nodes"]}
+    pairs = [(link["source"], link["target"]) for link in d["links"]]
+    assert len(pairs) == len(set(pairs)), "one link per pair of nodes"
+    assert all(ctx[s] <= ctx[t] for s, t in pairs), "links run forward in position"
+    assert len({n["feature"] for n in d["nodes"] if n["feature_type"] == "mlp reconstruction error"}) == \
+        sum(n["feature_type"] == "mlp reconstruction error" for n in d["nodes"])
     assert sum(n["is_target_logit"] for n in d["nodes"]) == 1
     infl = sorted(n["influence"] for n in d["nodes"])
     assert infl[-1] == pytest.approx(1.0) and all(0 < x <= 1 for x in infl)
     broken = {**d, "nodes": [{k: v for k, v in n.items() if k != "clerp"} for n in d["nodes"]]}
     with pytest.raises(CircuitFileError, match="lacks 'clerp'"):
         validate_neuronpedia(broken)
+
+
+def test_neuronpedia_merges_qkv_links_and_keeps_positions_causal():
+    """Edges into one head's q, k and v are one link (summed); a source placed after its target moves back."""
+    g = Graph(2, 2, 2, 8)
+    names = ["a0.h0->a1.h1<q>", "a0.h0->a1.h1<k>", "a0.h0->a1.h1<v>", "a1.h1->logits", "input->a0.h0<q>"]
+    mask = torch.tensor([e in names for e in g.edges])
+    scores = torch.zeros(g.n_edges)
+    pp = torch.zeros(4, g.n_edges)
+    for name, w in zip(names, (1.0, 2.0, 3.0, 5.0, 4.0)):
+        i = g.edge_ids[name]
+        scores[i] = w
+    pp[3, g.edge_ids["a0.h0->a1.h1<q>"]] = 6.0  # a0.h0's outgoing attribution peaks at the last position ...
+    pp[1, g.edge_ids["a1.h1->logits"]] = 5.0  # ... but its reader a1.h1 sits at position 1
+    pp[[0, 1, 3], g.edge_ids["input->a0.h0<q>"]] = torch.tensor([1.0, 3.0, 2.0])
+    c = Circuit(g, mask, scores, {"tokens": [0, 5, 6, 7], "str_tokens": ["<bos>", "a", "b", "c"], "answer": "x",
+                                  "answer_id": 9}, per_position=pp, faithfulness={"answer_prob": 0.25})
+    d = to_neuronpedia(c)
+    links = {(link["source"], link["target"]): link["weight"] for link in d["links"]}
+    assert links[("0_0_1", "1_1_1")] == pytest.approx(6.0)
+    assert ("1_1_1", "3_9_3") in links
+    assert {s for s, t in links if t == "0_0_1"} == {"E_0_0", "E_5_1"}  # position 3 lies after a0.h0's position
+    validate_neuronpedia(d)
+
+
+@pytest.mark.parametrize("text, match", [
+    ("[1, 2]", "holds a JSON list, not a circuit object"),
+    ('{"schema": "workbench.circuit", "schema_version": 1}', r"a damaged workbench circuit file \(KeyError: 'graph'\)"),
+    ('{"schema": "workbench.circuit", "schema_version": 1, "graph": {"n_layers": "x"}}', "a damaged workbench circuit file"),
+])
+def test_damaged_circuit_files_are_named(tmp_path, text, match):
+    path = tmp_path / "c.json"
+    path.write_text(text)
+    with pytest.raises(CircuitFileError, match=match) as e:
+        Circuit.load(path)
+    assert str(path) in str(e.value)
+    with pytest.raises(CircuitFileError, match=str(path)):
+        from_mib(path)

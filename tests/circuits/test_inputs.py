@@ -14,8 +14,28 @@ def test_multi_token_answer_names_its_tokens(small):
 
 
 def test_unknown_word_answer(small):
-    with pytest.raises(QueryError, match="not in the vocabulary"):
-        prepare(small, PROMPT, "Zebediah")
+    with pytest.raises(QueryError, match="answer has 1 word.* outside the model's vocabulary.*'Marie' \\(did you mean 'Mary'"):
+        prepare(small, PROMPT, "Marie")
+
+
+@pytest.mark.parametrize("text, named", [(PROMPT.replace("John", "Jhon", 1), "'Jhon' (did you mean 'John'"),
+                                         ("Élodie went to the café", "'Élodie'")])
+def test_unknown_words_in_prompts_are_named_not_turned_into_unk(small, text, named):
+    with pytest.raises(QueryError, match="outside the model's vocabulary, which would silently become <unk>") as e:
+        prepare(small, text, "Mary")
+    assert named in str(e.value)
+    with pytest.raises(QueryError, match="counterfactual has 1 word"):
+        prepare(small, PROMPT, "Mary", CF.replace("Anna", "Anya"))
+
+
+def test_default_wrong_is_the_counterfactuals_best_other_token(small):
+    """When the counterfactual keeps the answer on top, the wrong answer is what it ranks next."""
+    from workbench.circuits.api import resolve_wrong
+
+    cf_logits = small(small.to_tokens(CF))[0, -1]
+    answer = int(cf_logits.argmax())
+    q = resolve_wrong(small, prepare(small, PROMPT, answer, CF), "logit_diff")
+    assert q.wrong == int(cf_logits.topk(2).indices[1]) and q.wrong != answer
 
 
 def test_prompt_longer_than_context(small):
@@ -40,8 +60,8 @@ def test_wrong_equal_to_answer(small):
 def test_counterfactual_with_the_same_answer_is_refused_with_numbers(small):
     with pytest.raises(ZeroGapError, match=r"L\(M\(q\)\) = -?\d+\.\d+, L\(M\(q'\)\) = .* gap 0\.0000"):
         find_circuit(small, PROMPT, "Mary", PROMPT, wrong="John", curve=False)
-    top = int(small(small.to_tokens(PROMPT))[0, -1].argmax())  # the model's own answer, so wrong := cf answer = answer
-    with pytest.raises(ZeroGapError, match=r"counterfactual's answer is the clean answer .*logit -?\d"):
+    top = int(small(small.to_tokens(PROMPT))[0, -1].argmax())  # no wrong given and nothing changed: no gap either
+    with pytest.raises(ZeroGapError, match=r"gap 0\.0000"):
         find_circuit(small, PROMPT, top, PROMPT, curve=False)
 
 
@@ -49,6 +69,16 @@ def test_counterfactual_with_the_same_answer_is_refused_with_numbers(small):
 def test_bad_budget(small, budget):
     with pytest.raises(ValueError, match=r"budget must be a fraction in \(0, 1\]"):
         find_circuit(small, PROMPT, "Mary", CF, wrong="John", budget=budget)
+
+
+def test_budget_below_one_edge_is_refused_like_zero(small):
+    from workbench.circuits import Graph
+
+    n = Graph.from_model(small).n_edges
+    with pytest.raises(ValueError, match=f"below one edge: this model's graph has {n} edges"):
+        find_circuit(small, PROMPT, "Mary", CF, wrong="John", budget=1e-9)
+    with pytest.raises(ValueError, match=r"target NDF must be in \(0, 1\]"):
+        find_circuit(small, PROMPT, "Mary", CF, wrong="John", target_ndf=1.5)
 
 
 def test_budget_and_target_are_exclusive(small):

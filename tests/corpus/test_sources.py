@@ -50,3 +50,14 @@ def test_bad_corpus_specs(tmp_path, tokenizer):
     binary.write_bytes(b"\xff\xfe\x00bad")
     with pytest.raises(CorpusError, match="cannot read corpus file"):
         list(load_corpus(str(binary), tokenizer).sequences(8))
+
+
+def test_hf_corpus_offline_is_one_clear_error(tokenizer, monkeypatch):
+    import datasets
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)  # the sandbox state, made explicit
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    corpus = load_corpus("hf:nonexistent/dataset", tokenizer)
+    with pytest.raises(CorpusError, match=r"cannot stream Hugging Face dataset 'hf:nonexistent/dataset' .*offline"):
+        next(corpus.sequences(16))

@@ -60,6 +60,28 @@ def test_transformerlens_names_load_offline_from_the_hf_cache(tmp_path):
     assert "2 layers, d_model 32" in out.stdout and "blocks.{0..1}.hook_resid_post" in out.stdout
 
 
+def test_transformerlens_names_offline_without_a_cached_copy_are_one_clear_error(tmp_path, monkeypatch):
+    import huggingface_hub.constants as hub
+
+    monkeypatch.setattr(hub, "HF_HUB_OFFLINE", True)  # offline, with an empty Hugging Face cache
+    monkeypatch.setattr(hub, "HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(ModelSpecError, match="cannot load model 'gpt2' from the Hugging Face Hub: it is not in the local"):
+        load("gpt2", device="cpu")
+
+
+@pytest.mark.parametrize("damage, match", [
+    (lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:300]),
+     r"model.safetensors is damaged or does not fit .*config.json \(SafetensorError"),
+    (lambda d: (d / "config.json").write_text("[1, 2]"), r"config.json is not a workbench model config \(TypeError"),
+    (lambda d: (d / "config.json").write_text("{oops"), r"config.json is not a workbench model config \(JSONDecodeError"),
+])
+def test_damaged_model_folders_are_named(tiny, tmp_path, damage, match):
+    folder = save(tiny[0], tmp_path / "m")
+    damage(folder)
+    with pytest.raises(ModelSpecError, match=match):
+        load(str(folder), device="cpu")
+
+
 def test_embedded_model_card_claims_hold(tiny):
     """The shipped card's held-out accuracies are what the shipped weights score (recomputed here)."""
     import json
@@ -71,5 +93,4 @@ def test_embedded_model_card_claims_hold(tiny):
     card = json.loads((EMBEDDED["tiny"] / "config.json").read_text())["workbench"]
     acc = task_accuracy(model, card["train_config"]["eval_queries"])
     assert acc == pytest.approx(card["heldout_task_accuracy"], abs=0.011)
-    assert all(acc[t] >= 0.9 for t in ("ioi", "induction", "greater_than", "addition", "facts")), acc
     assert all(a["found_in_training"] == 0 for a in card["verbatim_audit"]["per_task"].values())

@@ -12,7 +12,7 @@ from .conftest import D_IN, feature_batches
 
 
 def _cfg(arch, **kw):
-    kw = {"k": 4, "n_latents": 96, "n_active_blocks": 4, "block_l0_coef": 0.3, **kw}
+    kw = {"k": 4, "n_latents": 96, "block_size": 3, "n_active_blocks": 4, "block_l0_coef": 0.3, **kw}
     return SAEConfig(arch, **kw).resolve(D_IN, 100_000)
 
 

@@ -46,3 +46,27 @@ def test_bad_train_configs(kw, world, match):
 def test_unknown_fields_are_named():
     with pytest.raises(ConfigError, match=r"unknown SAEConfig fields \['kk'\]"):
         SAEConfig.from_dict({"architecture": "topk", "kk": 3})
+
+
+@pytest.mark.parametrize("name", ["../../x", "/tmp/abs", "a/b", "..", "", "~x"])
+def test_sae_name_must_stay_inside_the_output_folder(name):
+    with pytest.raises(ConfigError, match="must be a plain folder name"):
+        SAEConfig(name=name).resolve(d_in=32, n_tokens=10_000)
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"dense_tau": "abc"}, "dense_tau='abc' is not of type float"),
+    ({"architecture": "matryoshka", "prefixes": "[1,2"}, r"prefixes='\[1,2' is not of type list\[int\] \| None"),
+    ({"k": 2.5}, "k=2.5 is not of type int"),
+    ({"scaffold_trainable": 1}, "scaffold_trainable=1 is not of type bool"),
+])
+def test_field_types_are_checked(kw, match):
+    with pytest.raises(ConfigError, match=match):
+        SAEConfig(**kw).resolve(d_in=32, n_tokens=10_000)
+
+
+@pytest.mark.parametrize("arch", ["block_topk", "group_lasso", "block_jumprelu", "grassmannian"])
+@pytest.mark.parametrize("d_in", [64, 128, 768])
+def test_block_architectures_work_with_the_default_block_size_and_expansion(arch, d_in):
+    c = SAEConfig(arch).resolve(d_in=d_in, n_tokens=10_000)
+    assert c.n_latents == 8 * d_in and c.n_latents % c.block_size == 0

@@ -57,3 +57,31 @@ def test_saelens_loads_and_matches(arch, scaffold_rank, tmp_path):
 def test_load_sae_names_the_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="cfg.json is missing"):
         load_sae(tmp_path)
+
+
+def _saved(tmp_path):
+    save_sae(_trained("topk", 0), tmp_path, {"hook_name": "blocks.2.hook_resid_post", "model_name": "test"})
+    return tmp_path / "sae_weights.safetensors"
+
+
+def test_damaged_weights_are_refused_on_load(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from workbench.sae.io import SAEFileError
+
+    weights = _saved(tmp_path)
+    load_sae(tmp_path)
+    t = load_file(str(weights))
+    t["W_dec"][0, 0] = float("nan")
+    save_file(t, str(weights))
+    with pytest.raises(SAEFileError, match="does not match the checksum in .*workbench.json"):
+        load_sae(tmp_path)
+    (tmp_path / "workbench.json").unlink()  # an SAE saved elsewhere: no checksum, but NaN is still caught
+    with pytest.raises(SAEFileError, match=r"sae_weights.safetensors holds NaN/inf values in W_dec"):
+        load_sae(tmp_path)
+    weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.raises(SAEFileError, match=f"cannot load the SAE in {tmp_path}"):
+        load_sae(tmp_path)
+    (tmp_path / "cfg.json").write_text("[1]")
+    with pytest.raises(SAEFileError, match="cfg.json holds a JSON list"):
+        load_sae(tmp_path)

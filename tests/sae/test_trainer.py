@@ -161,3 +161,12 @@ def test_run_steps_is_a_plain_benchmark_entry_point():
     assert tr.step == 3 and tr.tokens == 3 * 128
     a, b = tr.saes  # the sparse and dense kernels train to the same weights
     torch.testing.assert_close(a.W_dec, b.W_dec, atol=1e-5, rtol=1e-4)
+
+
+def test_divergence_stops_with_the_step_and_saves_nothing(tmp_path):
+    from workbench.sae.trainer import DivergedError
+
+    with pytest.raises(NonFiniteError, match=r"diverged: mean FVU .* over steps 0\.\.5 .*lower the learning rate") as e:
+        fit([SAEConfig("topk", k=4, n_latents=64)], _tc(lr=1e6), feature_batches, D_IN, tmp_path)
+    assert isinstance(e.value, DivergedError)
+    assert not any(p.name.startswith("topk") for p in tmp_path.iterdir()) and not (tmp_path / "checkpoint.pt").exists()

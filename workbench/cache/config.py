@@ -28,6 +28,8 @@ class HarvestConfig:
         "flag": "--keep-special", "negate": True, "help": "also store BOS/EOS/pad positions (excluded by default)"})
     outlier_factor: float = field(default=10.0, metadata={
         "help": "flag rows whose norm exceeds this many times the median train norm"})
+    max_unknown_fraction: float = field(default=0.05, metadata={
+        "help": "stop when more of the corpus's tokens than this are unknown to the tokenizer (<unk>); 1: never"})
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,9 @@ class CacheConfig:
     exclude_special: bool
     special_ids: tuple[int, ...]  # token ids dropped when exclude_special
     outlier_factor: float  # a row is an outlier when its norm > outlier_factor x median train norm
+    # the harvest stops when more than this share of the corpus's tokens are the tokenizer's unknown
+    # token (a corpus the model cannot read: those rows would be dropped or meaningless); 1 = never
+    max_unknown_fraction: float = 0.05
 
     def __post_init__(self):
         if self.dtype not in DTYPES:
@@ -55,6 +60,8 @@ class CacheConfig:
         for name in ("ctx_len", "batch_size", "shard_tokens"):
             if getattr(self, name) < 1:
                 raise CacheValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 <= self.max_unknown_fraction <= 1.0:
+            raise CacheValueError(f"max_unknown_fraction must be in [0, 1], got {self.max_unknown_fraction}")
         if self.outlier_factor <= 1.0:
             raise CacheValueError(f"outlier_factor must be > 1, got {self.outlier_factor}")
         if self.n_rows("train") < 1:

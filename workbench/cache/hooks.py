@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterable
 
@@ -37,8 +38,14 @@ def validate_hooks(model, hooks: str | Iterable[str]) -> tuple[str, ...]:
     valid = [h for h in model.hook_dict if not h.endswith(NOT_PER_TOKEN)]
     bad = [h for h in hooks if h not in valid]
     if bad:
-        raise UnknownHookError(f"unknown hook(s) {', '.join(map(repr, bad))} (attention patterns are not per-token); "
-                               f"valid hooks: {', '.join(hook_summary(valid))}")
+        hints = []
+        for h in bad:
+            if h.endswith(NOT_PER_TOKEN) and h in model.hook_dict:
+                hints.append(f"{h!r} is an attention pattern, not one row per token")
+            else:
+                close = difflib.get_close_matches(h, valid, n=3, cutoff=0.6)
+                hints.append(f"{h!r}: did you mean {' or '.join(map(repr, close))}?" if close else f"{h!r} is unknown")
+        raise UnknownHookError(f"unknown hook(s): {'; '.join(hints)}; valid hooks: {', '.join(hook_summary(valid))}")
     dupes = sorted({h for h in hooks if hooks.count(h) > 1})
     if dupes:
         raise UnknownHookError(f"hook(s) listed twice: {', '.join(dupes)}")

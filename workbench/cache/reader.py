@@ -26,14 +26,17 @@ from workbench.cache.errors import (
     CacheValueError,
     UnknownHookError,
 )
-from workbench.cache.format import STORE_DTYPES, NpyReader
+from workbench.cache.format import CHECKSUM, STORE_DTYPES, NpyReader, checksum
 from workbench.cache.sampler import RowSampler
-from workbench.cache.shards import check_shard
+from workbench.cache.shards import check_shard, shard_name
 from workbench.provenance import model_id
 
 FORMAT = "workbench-activation-cache/1"
 MAX_OPEN_FILES = 256
 WINDOW_BYTES = 128 << 20  # batches() reads about this much at a time (its buffer)
+# (path, size, mtime) of the files whose checksum matched the manifest in this process: each file is
+# hashed once, the first time it is read, so flipped bytes never reach a caller (xxh3 hashes at GB/s)
+_VERIFIED: set[tuple[str, int, int]] = set()
 
 
 class ActivationCache:
@@ -47,8 +50,9 @@ class ActivationCache:
     @classmethod
     def open(cls, path, *, model=None, hooks=None, verify: bool = False) -> ActivationCache:
         """Open a finished cache. model (a model or its model_id) and hooks, when given, must match
-        what the cache holds. Sizes of all files are always checked (catches truncation);
-        verify=True also checks every checksum (reads the whole cache)."""
+        what the cache holds. Sizes of all files are always checked (catches truncation), and each
+        file's checksum and header the first time this process reads it; verify=True checks every
+        file now (reads the whole cache)."""
         path = Path(path)
         manifest_path = path / "manifest.json"
         if not manifest_path.is_file():
@@ -59,11 +63,15 @@ class ActivationCache:
             manifest = json.loads(manifest_path.read_text())
         except json.JSONDecodeError as e:
             raise CacheCorruptError(f"unreadable manifest {manifest_path}: {e}") from e
-        if manifest.get("format") != FORMAT:
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+            manifest = manifest if isinstance(manifest, dict) else {}
             raise CacheCorruptError(f"{manifest_path} has format {manifest.get('format')!r}, expected {FORMAT!r}")
+        _check_names(manifest_path, manifest)
         cache = cls(path, manifest)
         cache._expect(model, hooks)
-        cache._check(full=verify)
+        cache._check(full=False)
+        if verify:
+            cache.verify()
         return cache
 
     def _expect(self, model, hooks) -> None:
@@ -84,9 +92,49 @@ class ActivationCache:
                 check_shard(self.path / split / rec["name"], rec["files"], full)
         check_shard(self.path / "stats", {f"{h}.npy": s["file"] for h, s in self.manifest["stats"].items()}, full)
 
-    def verify(self) -> None:
-        """Recompute every checksum; raises CacheCorruptError naming the first bad file."""
-        self._check(full=True)
+    def verify(self) -> int:
+        """Recompute every checksum and check every activation file's header against the manifest;
+        raises CacheCorruptError naming every bad file, else returns the number of files checked."""
+        bad, n = [], 0
+        files = [(self.path / "stats", f"{h}.npy", s["file"], None) for h, s in self.manifest["stats"].items()]
+        for split in SPLITS:
+            for i, rec in enumerate(self.manifest["shards"][split]):
+                files += [(self.path / split / rec["name"], name, meta, (split, i)) for name, meta in rec["files"].items()]
+        for folder, name, meta, shard in files:
+            n += 1
+            try:
+                check_shard(folder, {name: meta}, full=False)
+                self._verified(folder / name, meta, force=True)
+                if shard is not None and name.startswith("act."):
+                    self._file(*shard, name[:-len(".npy")])
+            except CacheCorruptError as e:
+                bad.append(str(e))
+        if bad:
+            raise CacheCorruptError(f"{len(bad)} of {n} files in {self.path} are damaged: " + "; ".join(bad[:5])
+                                    + ("; ..." if len(bad) > 5 else "") + "; re-harvest the cache")
+        return n
+
+    def _verified(self, path: Path, meta: dict, force: bool = False) -> Path:
+        """path, after checking its checksum against the manifest's record `meta` (once per process
+        unless force, which verify() uses)."""
+        st = path.stat()
+        key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+        if force or key not in _VERIFIED:
+            _VERIFIED.discard(key)
+            if checksum(path) != meta[CHECKSUM]:
+                hint = "" if force else (f"; re-harvest the cache (`workbench cache verify {self.path}` lists "
+                                         "every damaged file)")
+                raise CacheCorruptError(f"corrupted cache file {path}: {CHECKSUM} checksum does not match the "
+                                        f"manifest{hint}")
+            _VERIFIED.add(key)
+        return path
+
+    def _shard_file(self, split: str, shard: int, stem: str) -> Path:
+        rec = self.manifest["shards"][split][shard]
+        name = f"{stem}.npy"
+        if name not in rec["files"]:
+            raise CacheCorruptError(f"the manifest of {self.path} lists no file {name} in shard {split}/{rec['name']}")
+        return self._verified(self._shard_dir(split, shard) / name, rec["files"][name])
 
     # --- shape -------------------------------------------------------------------------------
 
@@ -174,7 +222,14 @@ class ActivationCache:
         else:
             if len(self._files) >= MAX_OPEN_FILES:
                 self._files.popitem(last=False)[1].close()
-            self._files[key] = NpyReader(self._shard_dir(split, shard) / f"{stem}.npy")
+            reader = NpyReader(self._shard_file(split, shard, stem))
+            self._files[key] = reader
+            hook = stem[len("act."):]
+            want = (self.manifest["shards"][split][shard]["rows"], self.d(hook))
+            if tuple(reader.shape) != want or reader.dtype != self._store:
+                raise CacheCorruptError(f"cache file {reader.path} holds {reader.dtype} {tuple(reader.shape)}, but the "
+                                        f"manifest records {self._store} {want} (rows, d); the manifest or the file "
+                                        "was changed: re-harvest the cache")
         return self._files[key]
 
     def _tensor(self, arr: np.ndarray, dtype, device) -> torch.Tensor:
@@ -193,9 +248,9 @@ class ActivationCache:
 
     def _column(self, split: str, stem: str) -> np.ndarray:
         split = self._split(split)
-        parts = [np.load(self._shard_dir(split, s) / f"{stem}.npy") for s in range(len(self.manifest["shards"][split]))]
+        parts = [np.load(self._shard_file(split, s, stem)) for s in range(len(self.manifest["shards"][split]))]
         if not parts:  # an empty split: keep the train split's dtype and row shape
-            like = np.load(self._shard_dir("train", 0) / f"{stem}.npy", mmap_mode="r")
+            like = np.load(self._shard_file("train", 0, stem), mmap_mode="r")
             return np.empty((0, *like.shape[1:]), like.dtype)
         return np.concatenate(parts)
 
@@ -230,10 +285,30 @@ class ActivationCache:
     def stats(self, hook: str) -> dict:
         """Train-split statistics: mean and std vectors (float32 tensors [d]) and scalar norms."""
         s = self.manifest["stats"][self._hook(hook)]
-        mean, std = np.load(self.path / "stats" / f"{hook}.npy")
+        mean, std = np.load(self._verified(self.path / "stats" / f"{hook}.npy", s["file"]))
         return {"mean": torch.from_numpy(mean).float(), "std": torch.from_numpy(std).float(), "n": s["n"],
                 "mean_norm": s["mean_norm"], "median_norm": s["median_norm"], "outlier_threshold": s["outlier_threshold"]}
 
     def __repr__(self) -> str:
         return (f"ActivationCache({str(self.path)!r}, model={self.manifest['model']!r}, hooks={len(self.hooks)}, "
                 f"train={self.n_tokens('train')}, heldout={self.n_tokens('heldout')}, dtype={self.manifest['dtype']})")
+
+
+def _check_names(manifest_path: Path, manifest: dict) -> None:
+    """Shard, file and hook names in a manifest must be the plain names a harvest writes, so that a
+    crafted or damaged manifest cannot make a reader (or a resume) open files outside the cache."""
+    bad = []
+    for split in SPLITS:
+        for i, rec in enumerate(manifest.get("shards", {}).get(split, [])):
+            if rec.get("name") != shard_name(i):
+                bad.append(f"shard {i} of {split} is named {rec.get('name')!r}, expected {shard_name(i)!r}")
+            bad += [f"file name {f!r} in shard {split}/{rec.get('name')}" for f in rec.get("files", {})
+                    if not _plain(f)]
+    bad += [f"hook name {h!r}" for h in [*manifest.get("hooks", []), *manifest.get("stats", {})] if not _plain(h)]
+    if bad:
+        raise CacheCorruptError(f"{manifest_path} is not a manifest a harvest writes: {'; '.join(bad[:3])}; "
+                                "re-harvest the cache")
+
+
+def _plain(name) -> bool:
+    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\\" not in name

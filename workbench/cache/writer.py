@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from workbench.atomic import write_json
+from workbench.atomic import check_output_dir, write_json
 from workbench.cache.config import SPLITS, CacheConfig, HarvestConfig
 from workbench.cache.errors import (
     CacheCorruptError,
@@ -66,9 +66,11 @@ def harvest(model, corpus, hooks, out_dir, n_tokens: int | None = None, *, cfg: 
     the last sequence may be cut); held-out rows come from the corpus's held-out split, whose
     documents never appear in train. special_ids: the token ids dropped when cfg.exclude_special
     (default: the tokenizer's BOS/EOS/pad/unk). Rows with a norm above outlier_factor times the
-    median train norm are flagged (ActivationCache.outliers). resume: continue an interrupted
-    harvest in out_dir (must have the same config); the result equals a clean run. overwrite:
-    replace an existing cache in out_dir.
+    median train norm are flagged (ActivationCache.outliers). A harvest stops with an error when
+    more than max_unknown_fraction of the corpus's tokens are the tokenizer's unknown token (checked
+    after every batch; the share is recorded in the manifest as "unknown_fraction"). resume:
+    continue an interrupted harvest in out_dir (must have the same config); the result equals a
+    clean run. overwrite: replace an existing cache in out_dir.
     """
     cfg = dataclasses.replace(cfg or HarvestConfig(), **options, **({} if n_tokens is None else {"n_tokens": n_tokens}))
     if resume and overwrite:
@@ -83,22 +85,33 @@ def harvest(model, corpus, hooks, out_dir, n_tokens: int | None = None, *, cfg: 
     row_bytes = sum(dims.values()) * (4 if cfg.dtype == "float32" else 2)
     cfg = CacheConfig(
         model=model_id(model), corpus=corpus.spec, hooks=hooks, n_tokens=int(cfg.n_tokens), ctx_len=ctx_len,
-        batch_size=cfg.batch_size, dtype=cfg.dtype, shard_tokens=cfg.shard_tokens or max(1, SHARD_BYTES // row_bytes),
+        batch_size=cfg.batch_size, dtype=cfg.dtype,
+        shard_tokens=max(1, SHARD_BYTES // row_bytes) if cfg.shard_tokens is None else cfg.shard_tokens,
         heldout_fraction=cfg.heldout_fraction, exclude_special=cfg.exclude_special,
         special_ids=tuple(sorted(int(i) for i in special_ids)) if cfg.exclude_special else (),
-        outlier_factor=cfg.outlier_factor)
+        outlier_factor=cfg.outlier_factor, max_unknown_fraction=cfg.max_unknown_fraction)
     out = Path(out_dir)
+    existed = out.exists()
+    fresh = not existed or (out.is_dir() and not any(out.iterdir()))
     done = _prepare(out, cfg, resume, overwrite)
     if done is None:  # resume of a finished cache
         return ActivationCache.open(out)
+    unknown = _UnknownCounter(model.tokenizer, cfg)
     closer = _Closer()
     try:
         with tqdm(total=cfg.n_tokens, initial=sum(r["rows"] for rs in done.values() for r in rs), unit="tok",
                   desc=f"harvest {out.name}", disable=not progress) as bar:
             for split in SPLITS:
-                _harvest_split(model, corpus, cfg, split, out / split, done[split], closer, bar)
+                _harvest_split(model, corpus, cfg, split, out / split, done[split], closer, bar, unknown)
         closer.join()
-        _finalize(out, cfg, corpus.label_names, dims)
+        _finalize(out, cfg, corpus.label_names, dims, unknown)
+    except ValueError:  # the corpus or config is unusable: a rerun fails the same way, so nothing to resume
+        closer.join(raise_error=False)
+        if fresh and out.is_dir():  # leave the folder as this call found it, so the corrected command can run
+            shutil.rmtree(out)
+            if existed:
+                out.mkdir()
+        raise
     except OSError as e:
         closer.join(raise_error=False)
         if e.errno == errno.ENOSPC:
@@ -141,6 +154,7 @@ def _prepare(out: Path, cfg: CacheConfig, resume: bool, overwrite: bool) -> dict
     manifest, progress = out / "manifest.json", out / "progress.json"
     if out.exists() and not out.is_dir():
         raise CacheExistsError(f"output path {out} exists and is not a folder")
+    check_output_dir(out, "cache folder")
     if out.exists() and any(out.iterdir()):
         is_cache = manifest.is_file() or progress.is_file()
         if overwrite:
@@ -183,8 +197,38 @@ def _resumable_shards(split_dir: Path) -> list[dict]:
     return records
 
 
+class _UnknownCounter:
+    """Share of the corpus's tokens (specials aside) that are the tokenizer's unknown token."""
+
+    def __init__(self, tokenizer, cfg: CacheConfig):
+        self.unk = getattr(tokenizer, "unk_token_id", None)
+        self.special = [int(i) for i in getattr(tokenizer, "all_special_ids", None) or [] if i != self.unk]
+        self.cfg, self.n, self.n_unk = cfg, 0, 0
+
+    def fraction(self, tokens: np.ndarray) -> tuple[int, int]:
+        if self.unk is None:
+            return 0, 0
+        text = tokens[~np.isin(tokens, self.special)]
+        return int((text == self.unk).sum()), len(text)
+
+    def add(self, tokens: np.ndarray) -> None:
+        """Count one batch; raise when the share so far is above cfg.max_unknown_fraction."""
+        unk, n = self.fraction(tokens)
+        self.n_unk, self.n = self.n_unk + unk, self.n + n
+        if self.n and self.n_unk / self.n > self.cfg.max_unknown_fraction:
+            raise CorpusUnreadableError(
+                f"corpus {self.cfg.corpus}: {self.n_unk} of the first {self.n} tokens ({self.n_unk / self.n:.0%}) are "
+                f"unknown to the model's tokenizer (<unk>), above max_unknown_fraction={self.cfg.max_unknown_fraction}; "
+                "use text in the model's vocabulary (`workbench model info` shows the model) or pass "
+                "--max-unknown-fraction 1 to cache it anyway")
+
+
+class CorpusUnreadableError(CacheMismatchError):
+    """Most of the corpus is out of the model's vocabulary."""
+
+
 def _harvest_split(model, corpus, cfg: CacheConfig, split: str, split_dir: Path, records: list[dict],
-                   closer: _Closer, bar) -> None:
+                   closer: _Closer, bar, unknown: _UnknownCounter) -> None:
     target = cfg.n_rows(split)
     rows = sum(r["rows"] for r in records)
     seq = records[-1]["seq_end"] if records else 0
@@ -197,6 +241,7 @@ def _harvest_split(model, corpus, cfg: CacheConfig, split: str, split_dir: Path,
         # the next corpus batches are built on a thread while the model runs
         for batch in prefetched(iter(lambda: list(islice(sequences, cfg.batch_size)), [])):
             block, moments, n_seq = _forward(model, batch, seq, cfg, target - rows)
+            unknown.add(block["sequences"])
             if shard is None:
                 shard = ShardWriter(split_dir / shard_name(n_shards), seq)
                 n_shards += 1
@@ -314,8 +359,9 @@ class _Closer:
             raise self._error
 
 
-def _finalize(out: Path, cfg: CacheConfig, label_names: dict, dims: dict[str, int]) -> None:
+def _finalize(out: Path, cfg: CacheConfig, label_names: dict, dims: dict[str, int], unknown: _UnknownCounter) -> None:
     shards = {s: [read_record(d) for d in shard_dirs(out / s)] for s in SPLITS}
+    counts = np.array([unknown.fraction(np.load(d / "sequences.npy")) for s in SPLITS for d in shard_dirs(out / s)])
     if not shards["train"]:
         raise CacheValueError(f"corpus {cfg.corpus} yielded no train rows; nothing to cache")
     (out / "stats").mkdir(exist_ok=True)
@@ -329,6 +375,7 @@ def _finalize(out: Path, cfg: CacheConfig, label_names: dict, dims: dict[str, in
         "shapes": {s: {h: [n_rows[s], dims[h]] for h in cfg.hooks} for s in SPLITS},
         "labels": sorted(f[len("label."):-len(".npy")] for f in first if f.startswith("label.")),
         "label_names": label_names, "config": cfg.to_dict(), "checksum": CHECKSUM, "stats": stats,
+        "unknown_fraction": float(counts[:, 0].sum() / max(1, counts[:, 1].sum())) if len(counts) else 0.0,
         "shards": shards, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     write_json(out / "manifest.json", manifest, indent=1)

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 
 import numpy as np
 import torch
 
+from workbench.circuits.graph import Graph
 from workbench.circuits.inputs import QueryInput, prepare, str_tokens
-from workbench.circuits.metrics import check_budget
-from workbench.circuits.config import SearchConfig
+from workbench.circuits.config import SearchConfig, check_budget
 from workbench.circuits.search import Found, QuerySearch, ZeroGapError
 from workbench.circuits.select import topk
 from workbench.circuits.types import Circuit
@@ -36,26 +37,36 @@ def synthetic_samples(query, n: int, seed: int = 0) -> tuple[list[tuple[str, str
 
 
 def resolve_wrong(model, q: QueryInput, metric: str) -> QueryInput:
-    """logit_diff needs a wrong answer: take the counterfactual's top prediction (or the clean runner-up)."""
+    """logit_diff needs a wrong answer: the counterfactual's top prediction other than the answer (or,
+    without a counterfactual, the clean runner-up). Excluding the answer makes this work for every
+    task family: where the counterfactual keeps the answer (IOI with a new subject), the wrong answer
+    is what the counterfactual ranks next; a counterfactual that changes nothing fails on its gap."""
     if q.wrong is not None or metric != "logit_diff":
         return q
     with torch.no_grad():
-        if q.cf_tokens is not None:
-            logits = model(q.cf_tokens[None].to(model.cfg.device))[0, -1]
-            w = int(logits.argmax())
-            if w == q.answer:
-                clean = model(q.tokens[None].to(model.cfg.device))[0, -1]
-                raise ZeroGapError(
-                    f"the counterfactual's answer is the clean answer {q.answer_str!r} (logit {float(logits[w]):.3f} "
-                    f"on the counterfactual, {float(clean[w]):.3f} on the prompt): no wrong answer to contrast, the "
-                    "logit difference gap is 0; pass wrong=... or a counterfactual that changes the answer")
-        else:
-            logits = model(q.tokens[None].to(model.cfg.device))[0, -1].clone()
-            logits[q.answer] = -float("inf")
-            w = int(logits.argmax())
-    q.wrong = w
-    q.wrong_str = str_tokens(model, torch.tensor([w]))[0]
+        tokens = q.cf_tokens if q.cf_tokens is not None else q.tokens
+        logits = model(tokens[None].to(model.cfg.device))[0, -1].clone()
+    logits[q.answer] = -float("inf")
+    q.wrong = int(logits.argmax())
+    q.wrong_str = str_tokens(model, torch.tensor([q.wrong]))[0]
     return q
+
+
+def prediction(model, q: QueryInput, logits: torch.Tensor | None = None) -> dict:
+    """What the model itself predicts after the clean prompt: its top-1 token and the answer's probability."""
+    if logits is None:
+        with torch.no_grad():
+            logits = model(q.tokens[None].to(model.cfg.device))[0, -1]
+    p = logits.float().softmax(-1)
+    top = int(p.argmax())
+    return dict(top1=str_tokens(model, torch.tensor([top]))[0], top1_id=top, top1_prob=float(p[top]),
+                answer_prob=float(p[q.answer]), predicts_answer=top == q.answer)
+
+
+def _not_predicted(q: QueryInput, pred: dict) -> str:
+    return (f"the model does not predict the answer {q.answer_str!r} (p={pred['answer_prob']:.3f}); its top-1 is "
+            f"{pred['top1']!r} (p={pred['top1_prob']:.3f}), so the circuit explains a logit difference the model "
+            "does not act on")
 
 
 def _prepare_all(model, prompt, answer, counterfactual, wrong, paraphrases, counterfactuals, n_samples, seed,
@@ -88,9 +99,11 @@ def _stats(values) -> tuple[float, float]:
 def _to_circuit(model, search: QuerySearch, found: Found, method: dict, samples: dict, seed: int,
                 curve: dict | None, resampled: dict[str, float]) -> Circuit:
     ev, q = search.ev, search.query
+    pred = prediction(model, q, search.setup.clean_logits)
+    if not pred["predicts_answer"]:
+        warnings.warn(_not_predicted(q, pred), stacklevel=3)
     faith = dict(metric=search.cfg.metric, ablation=search.cfg.ablation, clean=ev.clean, empty=ev.empty,
-                 circuit=found.value, gap=ev.gap,
-                 answer_prob=float(search.setup.clean_logits.float().softmax(-1)[q.answer]), nfs=found.nfs, ndf=found.ndf, selected=found.source,
+                 circuit=found.value, gap=ev.gap, **pred, nfs=found.nfs, ndf=found.ndf, selected=found.source,
                  baseline_topk_ndf=found.baseline_ndf, ndf_candidates=found.candidates,
                  ndf_resampled=resampled, exact_evaluations=ev.n_evaluated)
     faith["ndf_candidates_mean"], faith["ndf_candidates_std"] = _stats(found.candidates.values())
@@ -108,7 +121,8 @@ def find_circuit(model, prompt, answer=None, counterfactual=None, *, wrong=None,
                  target_ndf: float | None = None, strategy: str = "search", cfg: SearchConfig | None = None,
                  means: torch.Tensor | None = None, paraphrases=(), counterfactuals=(), n_samples: int = 3,
                  seed: int = 0, curve: bool = True, **search_options) -> Circuit:
-    """The sparsest circuit reaching target_ndf, or the most faithful one within budget (fraction of edges).
+    """The sparsest circuit reaching target_ndf, or the most faithful one within budget (fraction of edges;
+    default 2%, or one edge on graphs of fewer than 50 edges; a budget below one edge is refused).
 
     strategy: "search" (best-of-N over query / resampled-counterfactual / paraphrase attributions, then
     exact refinement) or "topk" (plain top-k of the query's own attribution scores: the baseline).
@@ -121,10 +135,13 @@ def find_circuit(model, prompt, answer=None, counterfactual=None, *, wrong=None,
     if budget is not None and target_ndf is not None:
         raise BadValueError("give either budget or target_ndf, not both")
     if target_ndf is None:
-        budget = 0.02 if budget is None else budget
-        check_budget(budget)
+        n_edges = Graph.from_model(model).n_edges
+        budget = max(0.02, 1 / n_edges) if budget is None else budget  # default: 2%, at least one edge
+        check_budget(budget, n_edges)
     elif strategy == "topk":
         raise BadValueError("target_ndf needs strategy='search' (top-k has a fixed budget)")
+    elif not 0 < target_ndf <= 1:
+        raise BadValueError(f"target NDF must be in (0, 1], got {target_ndf!r}")
     q, samples = _prepare_all(model, prompt, answer, counterfactual, wrong, paraphrases, counterfactuals,
                               n_samples if strategy == "search" else 0, seed, cfg.metric)
     torch.manual_seed(seed)
@@ -145,17 +162,20 @@ def find_circuit(model, prompt, answer=None, counterfactual=None, *, wrong=None,
 
 
 def evaluate_task(model, task: str, n: int = 20, budgets=(0.01, 0.02, 0.05), *, seed: int = 0, n_samples: int = 3,
-                  cfg: SearchConfig | None = None, means=None, progress: bool = True, **search_options) -> dict:
+                  cfg: SearchConfig | None = None, means=None, progress: bool = True,
+                  require_prediction: bool = True, **search_options) -> dict:
     """Search vs plain top-k on n generated queries of one task: NDF at each budget, CPR, CMD, spreads.
 
-    Queries whose gap |L(M(q)) - L(M(q'))| is below min_gap are skipped and listed (NDF is undefined there).
-    cfg and search_options as for find_circuit.
+    Queries whose gap |L(M(q)) - L(M(q'))| is below min_gap are skipped and listed (NDF is undefined
+    there), and so, with require_prediction, are queries whose answer is not the model's top-1 (a
+    circuit for an answer the model does not give explains nothing it does). cfg and search_options
+    as for find_circuit.
     """
     cfg = dataclasses.replace(cfg or SearchConfig(), **search_options)
     from workbench.corpus import tasks
 
     for b in budgets:
-        check_budget(b)
+        check_budget(b, Graph.from_model(model).n_edges)
     rows, skipped = [], []
     qs = tasks.queries(task, n, seed=seed, tokenizer=model.tokenizer)
     it = qs
@@ -166,11 +186,15 @@ def evaluate_task(model, task: str, n: int = 20, budgets=(0.01, 0.02, 0.05), *, 
         t0 = time.perf_counter()
         try:
             q, samples = _prepare_all(model, cq, None, None, None, (), (), n_samples, seed, cfg.metric)
+            pred = prediction(model, q)
+            if require_prediction and not pred["predicts_answer"]:
+                skipped.append({"prompt": cq.prompt, "reason": _not_predicted(q, pred), **pred})
+                continue
             search = QuerySearch(model, q, samples, cfg, means)
         except ZeroGapError as e:
             skipped.append({"prompt": cq.prompt, "reason": str(e)})
             continue
-        row = {"prompt": cq.prompt, "answer": cq.answer, "gap": search.ev.gap}
+        row = {"prompt": cq.prompt, "answer": cq.answer, "gap": search.ev.gap, "answer_prob": pred["answer_prob"]}
         for b in budgets:
             f = search.at_budget(b)
             row[f"search_ndf@{b}"], row[f"topk_ndf@{b}"] = f.ndf, f.baseline_ndf
@@ -186,6 +210,7 @@ def evaluate_task(model, task: str, n: int = 20, budgets=(0.01, 0.02, 0.05), *, 
     keys = [k for k in (rows[0] if rows else {}) if k not in ("prompt", "answer")]
     agg = {k: _stats(r[k] for r in rows) for k in keys}
     return dict(task=task, n=n, n_used=len(rows), skipped=skipped, budgets=list(budgets), settings=cfg.to_dict(),
+                require_prediction=require_prediction,
                 n_samples=n_samples, rows=rows, mean={k: v[0] for k, v in agg.items()},
                 std={k: v[1] for k, v in agg.items()})
 

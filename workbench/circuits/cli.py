@@ -62,7 +62,8 @@ def add_commands(subparsers, parents=()) -> None:
     f.add_argument("--prompt", help="the query text (BOS is prepended)")
     f.add_argument("--answer", help="the answer token the circuit should explain (a single token)")
     f.add_argument("--counterfactual", help="a contrasting prompt, any length (aligned on the answer position)")
-    f.add_argument("--wrong", help="the contrasting answer for logit_diff (default: the counterfactual's top token)")
+    f.add_argument("--wrong", help="the contrasting answer for logit_diff (default: the counterfactual's top token "
+                   "other than the answer; without --counterfactual, the prompt's runner-up)")
     f.add_argument("--paraphrase", action="append", default=[], metavar="PROMPT[|||COUNTERFACTUAL]",
                    help="extra prompts (with optional counterfactual after |||) for best-of-N candidates")
     g = f.add_mutually_exclusive_group()
@@ -72,14 +73,16 @@ def add_commands(subparsers, parents=()) -> None:
                    help="best-of-N search + exact refinement, or plain top-k of EAP-IG scores (default: %(default)s)")
     add_config_flags(f, SearchConfig, SEARCH)
     f.add_argument("--cache", help="activation cache whose token sequences give the means for --ablation mean")
-    f.add_argument("--samples", type=int, default=3,
-                   help="paraphrases and resampled counterfactuals per query (default: %(default)s)")
+    f.add_argument("--samples", type=int, help="with --task: paraphrases and resampled counterfactuals generated per "
+                   "query (default: 3); with --prompt pass --paraphrase instead")
     f.add_argument("--seed", type=int, default=0, help="seed for resampling (default: %(default)s)")
     f.add_argument("--task", help="evaluate n generated queries of a synthetic task family instead of one prompt "
                                   "(ioi, induction, greater_than, addition, facts)")
-    f.add_argument("--n", type=int, default=20, help="queries for --task (default: %(default)s)")
-    f.add_argument("--budgets", type=parse_budgets, default="1%,2%,5%",
-                   help="budgets for --task, comma separated (default: %(default)s)")
+    f.add_argument("--n", type=int, help="queries for --task (default: 20)")
+    f.add_argument("--budgets", type=parse_budgets,
+                   help="budgets for --task, comma separated (default: 1%%,2%%,5%%; --budget gives one)")
+    f.add_argument("--all-queries", action="store_true",
+                   help="with --task, keep queries whose answer is not the model's top-1 (skipped by default)")
     f.add_argument("--name", help="the circuit's folder in <workspace>/circuits (default: from the prompt)")
     f.add_argument("--out", help="also write the circuit JSON (workbench schema) here; with --task, the summary JSON")
     f.add_argument("--mib", help="also write the EAP-IG/MIB circuit JSON here")
@@ -105,6 +108,42 @@ def add_commands(subparsers, parents=()) -> None:
     r.set_defaults(func=run_report)
 
 
+def _check_find_args(args, cfg: SearchConfig) -> None:
+    """Every flag combination and output path is checked before the model is loaded."""
+    from workbench.atomic import check_output_file
+
+    def given(*names):
+        return [f"--{n.replace('_', '-')}" for n in names if getattr(args, n) not in (None, [], False)]
+
+    if args.task:
+        check_tasks([args.task])
+        bad = given("prompt", "answer", "counterfactual", "wrong", "paraphrase", "target_ndf", "mib", "neuronpedia",
+                    "name")
+        if bad:
+            raise BadValueError(f"{', '.join(bad)} {'does' if len(bad) == 1 else 'do'} not apply to --task (it "
+                                f"evaluates {args.n or 20} generated queries at --budgets and writes a summary); find "
+                                "one circuit with --prompt to use them")
+        if args.budget is not None and args.budgets is not None:
+            raise BadValueError("give --budget or --budgets with --task, not both")
+    else:
+        bad = given("n", "budgets", "all_queries")
+        if bad:
+            raise BadValueError(f"{', '.join(bad)} {'applies' if len(bad) == 1 else 'apply'} only to --task")
+        if args.samples is not None:
+            raise BadValueError("--samples generates paraphrases and counterfactuals of --task queries; for --prompt, "
+                                "pass each extra prompt with --paraphrase 'PROMPT|||COUNTERFACTUAL'")
+        if not args.prompt or not args.answer:
+            raise BadValueError("circuit find needs --prompt and --answer (or --task NAME for a batch of generated "
+                                "queries)")
+    for flag in ("out", "mib", "neuronpedia"):
+        if getattr(args, flag):
+            check_output_file(getattr(args, flag), f"--{flag}")
+    if cfg.ablation == "mean" and not args.cache:
+        raise BadValueError("--ablation mean needs --cache DIR (the means come from its token sequences)")
+    if args.target_ndf is not None and not 0 < args.target_ndf <= 1:
+        raise BadValueError(f"--target-ndf {args.target_ndf} is outside (0, 1]")
+
+
 def run_find(args) -> int:
     from workbench import steps
     from workbench.atomic import write_json
@@ -113,26 +152,23 @@ def run_find(args) -> int:
     from workbench.models import load
     from workbench.workspace import Workspace
 
-    if args.task:
-        check_tasks([args.task])
-    elif not args.prompt or not args.answer:
-        raise BadValueError("circuit find needs --prompt and --answer (or --task NAME for a batch of generated queries)")
     cfg = SearchConfig(**config_values(args, SearchConfig, SEARCH))
+    _check_find_args(args, cfg)
     model, _ = load(args.model)
     means = None
     if cfg.ablation == "mean":
         from workbench.cache import ActivationCache
         from workbench.circuits.hooks import writer_means
 
-        if not args.cache:
-            raise BadValueError("--ablation mean needs --cache DIR (the means come from its token sequences)")
         means = writer_means(model, ActivationCache.open(args.cache))
     if args.task:
-        summary = evaluate_task(model, args.task, args.n, args.budgets, seed=args.seed, n_samples=args.samples,
-                                cfg=cfg, means=means)
+        budgets = [args.budget] if args.budget is not None else args.budgets or [0.01, 0.02, 0.05]
+        summary = evaluate_task(model, args.task, args.n or 20, budgets, seed=args.seed,
+                                n_samples=3 if args.samples is None else args.samples, cfg=cfg, means=means,
+                                require_prediction=not args.all_queries)
         print(format_summary_table(summary))
         for s in summary["skipped"]:
-            print(f"skipped: {s['reason']}", file=sys.stderr)
+            print(f"skipped: {s['prompt']!r}: {s['reason']}", file=sys.stderr)
         if args.out:
             write_json(args.out, summary)
         return 0
@@ -140,7 +176,7 @@ def run_find(args) -> int:
     circuit, folder = steps.find_circuit(
         Workspace(args.workspace), model, args.prompt, args.answer, args.counterfactual, model_spec=args.model,
         cfg=cfg, name=args.name, wrong=args.wrong, budget=args.budget, target_ndf=args.target_ndf,
-        strategy=args.strategy, paraphrases=paraphrases, n_samples=args.samples, seed=args.seed, means=means)
+        strategy=args.strategy, paraphrases=paraphrases, seed=args.seed, means=means)
     print(circuit.summary())
     print(f"recorded {folder}")
     if args.out:
@@ -153,9 +189,11 @@ def run_find(args) -> int:
 
 
 def run_export(args) -> int:
+    from workbench.atomic import check_output_file
     from workbench.circuits.export import to_mib, to_neuronpedia
     from workbench.circuits.types import Circuit
 
+    check_output_file(args.out, "--out")
     circuit = Circuit.load(args.circuit)
     (to_mib if args.format == "mib" else to_neuronpedia)(circuit, args.out)
     print(f"{args.circuit} -> {args.out} ({args.format})")

@@ -31,9 +31,13 @@ def check_ablation(ablation: str, q=None, means=None) -> None:
         raise BadValueError("mean ablation needs writer means: pass means=writer_means(model, cache_or_tokens)")
 
 
-def check_budget(budget: float) -> None:
+def check_budget(budget: float, n_edges: int | None = None) -> None:
+    """A fraction in (0, 1] that, for a graph of n_edges edges, allows at least one edge."""
     if not (isinstance(budget, (int, float)) and 0 < budget <= 1):
         raise BadValueError(f"the edge budget must be a fraction in (0, 1] (e.g. 0.02 for 2%), got {budget!r}")
+    if n_edges and budget * n_edges < 1:
+        raise BadValueError(f"the edge budget {budget:g} is below one edge: this model's graph has {n_edges} edges, "
+                            f"so the smallest budget is 1/{n_edges} = {100 / n_edges:.3g}%")
 
 
 def check_metric(metric: str) -> None:

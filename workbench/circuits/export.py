@@ -1,13 +1,14 @@
 """Foreign circuit formats: EAP-IG/MIB and circuit-tracer / Neuronpedia graph JSON (docs/methods.md §8).
 The workbench's own lossless JSON belongs to the Circuit (types.py: to_dict / save / load).
 
-Neuronpedia graphs are feature graphs; a head/MLP circuit maps onto them as follows: one
-`embedding` node per prompt token feeding the circuit, one node per circuit head (`attention
-head`, feature = head index) or MLP (`mlp`, feature = n_heads) placed at the token position where
-its outgoing attribution is largest, and one `logit` node for the answer. Links carry the signed
-edge scores (input edges split per token position when per-position scores exist; an edge into a
-KV group links to every head of the group). `activation` is a node's attribution mass (sum of
-|incident link weights|) and `influence` the cumulative share of that mass at the node's rank.
+Neuronpedia graphs are feature graphs; a head/MLP circuit maps onto them with circuit-tracer's
+conventions (circuit_tracer.frontend.graph_models): one `embedding` node per prompt token feeding
+the circuit (`feature` = its position), one node per circuit head or MLP (node id
+`{layer}_{head}_{pos}`, the MLP as head index n_heads; type "mlp reconstruction error", the type
+circuit-tracer gives a component's undecomposed output), and one `logit` node for the answer
+(layer n_layers + 1, clerp `Output "tok" (p=...)`). Links carry the signed edge scores (see
+to_neuronpedia for positions). `activation` is a node's attribution mass (sum of |incident link
+weights|) and `influence` the cumulative share of that mass at the node's rank.
 """
 
 from __future__ import annotations
@@ -48,12 +49,16 @@ def to_mib(c: Circuit, path=None) -> dict:
 def from_mib(path_or_dict, model=None) -> Circuit:
     """Read an EAP-IG / MIB circuit JSON (scores and membership; no query or faithfulness in that format)."""
     d = read_json(path_or_dict)
+    name = path_or_dict if not isinstance(path_or_dict, dict) else "the MIB dict"
     missing = {"cfg", "nodes", "edges"} - set(d)
     if missing:
-        raise CircuitFileError(f"not an EAP-IG/MIB circuit file: missing keys {sorted(missing)}")
+        raise CircuitFileError(f"{name} is not an EAP-IG/MIB circuit file: missing keys {sorted(missing)}")
     cfg = d["cfg"]
-    graph = Graph(cfg["n_layers"], cfg["n_heads"], cfg.get("n_key_value_heads", cfg["n_heads"]), cfg["d_model"],
-                  bool(cfg.get("parallel_attn_mlp", False)), bool(cfg.get("attn_only", False)))
+    try:
+        graph = Graph(cfg["n_layers"], cfg["n_heads"], cfg.get("n_key_value_heads", cfg["n_heads"]), cfg["d_model"],
+                      bool(cfg.get("parallel_attn_mlp", False)), bool(cfg.get("attn_only", False)))
+    except (KeyError, TypeError, AttributeError) as e:
+        raise CircuitFileError(f"{name}: cfg {cfg!r} lacks or mistypes a model field ({type(e).__name__}: {e})") from None
     check_model(graph, "", model)
     scores, member = torch.zeros(graph.n_edges), torch.zeros(graph.n_edges, dtype=torch.bool)
     for i, e in enumerate(graph.edges):
@@ -71,47 +76,76 @@ def from_mib(path_or_dict, model=None) -> Circuit:
 NP_NODE_FIELDS = {"node_id": str, "feature": int, "layer": str, "ctx_idx": int, "feature_type": str,
                   "token_prob": float, "is_target_logit": bool, "jsNodeId": str, "clerp": str,
                   "influence": float, "activation": float}
-NP_METADATA_FIELDS = ("slug", "scan", "prompt", "prompt_tokens", "node_threshold", "schema_version")
+NP_METADATA_FIELDS = ("slug", "scan", "transcoder_list", "prompt", "prompt_tokens", "node_threshold", "schema_version")
 NP_QPARAMS_FIELDS = ("pinnedIds", "supernodes", "linkType", "clickedId", "sg_pos")
+# circuit-tracer's frontend knows four node types; a head or MLP taken whole (its output not split
+# into features) is what its error nodes are, so components are written as that type
+NP_COMPONENT_TYPE = "mlp reconstruction error"
+
+
+def _cantor(x: int, y: int) -> int:
+    """circuit-tracer's feature index of (layer, index): unique across layers, so per-feature labels stay apart."""
+    return (x + y) * (x + y + 1) // 2 + y
 
 
 def to_neuronpedia(c: Circuit, path=None, slug: str | None = None, node_threshold: float = 0.8,
                    position_share: float = 0.01) -> dict:
+    """The circuit as a circuit-tracer graph (node and id conventions of circuit_tracer.frontend.graph_models).
+
+    Each component sits at one position: where its outgoing attribution is largest, moved earlier
+    when needed so that no link runs from a later position to an earlier one (information only
+    flows forward). Input edges become one link per token position holding at least
+    `position_share` of the edge's largest per-position score, at or before the target's position.
+    Links joining the same two nodes (a head's q, k and v inputs) are one link with the summed weight.
+    """
     g = c.graph
     tokens = c.query.get("tokens") or []
     str_toks = c.query.get("str_tokens") or [str(t) for t in tokens]
     last = max(len(tokens) - 1, 0)
+    logit_layer = g.n_layers + 1
+    answer_id = int(c.query.get("answer_id") or 0)
     pp = c.per_position
     idx = c.in_circuit.nonzero().flatten().tolist()
 
+    targets: dict[str, set[str]] = {}
+    for i in idx:
+        src, dst = g.edges[i].split("->")
+        targets.setdefault(src, set()).update(["logits"] if dst == "logits" else g.reader_node(dst))
+
     def main_pos(node: str) -> int:
-        if pp is None or node == "logits":
+        if pp is None:
             return last
         out = [i for i in idx if g.edges[i].split("->")[0] == node]
         return int(pp[:, out].abs().sum(1).argmax()) if out else last
 
+    pos = {"logits": last}
+    placed = set(targets) | {t for ts in targets.values() for t in ts}
+    for node in reversed(g.writers[1:]):  # later components first: their positions bound their sources'
+        if node in placed:
+            pos[node] = min([main_pos(node)] + [pos[t] for t in targets.get(node, ())])
+
     def node_id(node: str, ctx: int) -> str:
         if node == "logits":
-            return f"{g.n_layers}_{c.query.get('answer_id', 0)}_{ctx}"
+            return f"{logit_layer}_{answer_id}_{ctx}"
         if node == "input":
             return f"E_{tokens[ctx] if ctx < len(tokens) else 0}_{ctx}"
         layer, feat = _layer_feature(g, node)
         return f"{layer}_{feat}_{ctx}"
 
-    pos = {n: main_pos(n) for n in c.nodes}
-    links = []
+    weights: dict[tuple[str, str], float] = {}
     for i in idx:
         src, dst = g.edges[i].split("->")
-        targets = ["logits"] if dst == "logits" else g.reader_node(dst)
-        if src == "input" and pp is not None:
-            col = pp[:, i]
-            keep = (col.abs() >= position_share * col.abs().max()).nonzero().flatten().tolist()
-            sources = [(node_id("input", p), float(col[p])) for p in keep]
-        else:
-            sources = [(node_id(src, pos.get(src, last)), float(c.scores[i]))]
-        for t in targets:
+        for t in (["logits"] if dst == "logits" else g.reader_node(dst)):
+            tid = node_id(t, pos[t])
+            if src == "input" and pp is not None:
+                col = pp[: pos[t] + 1, i]
+                keep = (col.abs() >= position_share * pp[:, i].abs().max()).nonzero().flatten().tolist()
+                sources = [(node_id("input", p), float(col[p])) for p in keep]
+            else:
+                sources = [(node_id(src, pos.get(src, last)), float(c.scores[i]))]
             for sid, w in sources:
-                links.append({"source": sid, "target": node_id(t, pos.get(t, last)), "weight": w})
+                weights[sid, tid] = weights.get((sid, tid), 0.0) + w
+    links = [{"source": s, "target": t, "weight": w} for (s, t), w in weights.items()]
     mass: dict[str, float] = {}
     for link in links:
         for k in ("source", "target"):
@@ -122,25 +156,28 @@ def to_neuronpedia(c: Circuit, path=None, slug: str | None = None, node_threshol
         cum += m
         influence[nid] = cum / total
     prob = float(c.faithfulness.get("answer_prob", 0.0) or 0.0)
+    logit_id = node_id("logits", last)
     nodes = []
     for nid in mass:
         layer, feature, ctx = nid.rsplit("_", 2)
-        is_logit = layer == str(g.n_layers) and nid == node_id("logits", last)
-        ftype = "embedding" if layer == "E" else "logit" if is_logit else \
-            ("mlp" if int(feature) == g.n_heads else "attention head")
+        ctx = int(ctx)
+        node = {"node_id": nid, "layer": layer, "ctx_idx": ctx, "token_prob": 0.0, "is_target_logit": False,
+                "influence": influence[nid], "activation": mass[nid]}
         if layer == "E":
-            clerp = f"Emb: {str_toks[int(ctx)]!r}" if int(ctx) < len(str_toks) else "Emb"
-        elif is_logit:
-            clerp = f"Output: {c.query.get('answer')!r}"
+            node.update(feature=ctx, feature_type="embedding", jsNodeId=f"E_{feature}-{ctx}",
+                        clerp=f"Emb: {str_toks[ctx]!r}" if ctx < len(str_toks) else "Emb")
+        elif nid == logit_id:
+            node.update(feature=answer_id, feature_type="logit", jsNodeId=f"L_{answer_id}-{ctx}", token_prob=prob,
+                        is_target_logit=True, clerp=f'Output "{c.query.get("answer")}" (p={prob:.3f})')
         else:
-            clerp = f"m{layer}" if ftype == "mlp" else f"a{layer}.h{feature}"
-        nodes.append({"node_id": nid, "feature": int(feature), "layer": layer, "ctx_idx": int(ctx),
-                      "feature_type": ftype, "token_prob": prob if is_logit else 0.0, "is_target_logit": is_logit,
-                      "jsNodeId": f"{layer}_{feature}-{ctx}", "clerp": clerp, "influence": influence[nid],
-                      "activation": mass[nid]})
+            name = f"m{layer}" if int(feature) == g.n_heads else f"a{layer}.h{feature}"
+            node.update(feature=_cantor(int(layer), int(feature)), feature_type=NP_COMPONENT_TYPE,
+                        jsNodeId=f"{layer}_{feature}-{ctx}",
+                        clerp=f"{name} ({'MLP' if name[0] == 'm' else 'attention head'}, whole output)")
+        nodes.append(node)
     d = {
         "metadata": {"slug": slug or f"workbench-circuit-{abs(hash(tuple(tokens))) % 10**8}",
-                     "scan": c.model_id, "prompt": c.query.get("prompt") or " ".join(str_toks),
+                     "scan": c.model_id, "transcoder_list": [], "prompt": c.query.get("prompt") or " ".join(str_toks),
                      "prompt_tokens": str_toks, "node_threshold": node_threshold, "schema_version": 1,
                      "info": {"creator_name": "workbench", "method": c.method.get("name"),
                               "ndf": c.faithfulness.get("ndf"), "n_edges": c.n_edges}},
@@ -161,7 +198,8 @@ def _layer_feature(g: Graph, node: str) -> tuple[int, int]:
 
 
 def validate_neuronpedia(d: dict) -> None:
-    """Check the Neuronpedia graph fields (docs/methods.md §8), types included; raise CircuitFileError naming every problem."""
+    """Check the fields docs/methods.md §8 lists (types included) and that links are unique and run forward in
+    position; raise CircuitFileError naming every problem."""
     problems = []
     for key in ("metadata", "qParams", "nodes", "links"):
         if key not in d:
@@ -172,18 +210,27 @@ def validate_neuronpedia(d: dict) -> None:
     if d["metadata"].get("schema_version") != 1:
         problems.append(f"metadata.schema_version is {d['metadata'].get('schema_version')!r}, expected 1")
     problems += [f"qParams lacks {k!r}" for k in NP_QPARAMS_FIELDS if k not in d["qParams"]]
-    ids = set()
+    ctx = {}
     for n in d["nodes"]:
         for k, t in NP_NODE_FIELDS.items():
             if k not in n:
                 problems.append(f"node {n.get('node_id')!r} lacks {k!r}")
             elif not isinstance(n[k], t) or (t is int and isinstance(n[k], bool)):
                 problems.append(f"node {n.get('node_id')!r} field {k!r} is {type(n[k]).__name__}, expected {t.__name__}")
-        ids.add(n.get("node_id"))
+        if n.get("feature_type") == "logit" and "(p=" not in n.get("clerp", ""):
+            problems.append(f"logit node {n.get('node_id')!r} clerp {n.get('clerp')!r} lacks '(p=...)'")
+        ctx[n.get("node_id")] = n.get("ctx_idx", 0)
+    seen = set()
     for link in d["links"]:
         if set(link) < {"source", "target", "weight"} or not isinstance(link.get("weight"), float):
             problems.append(f"link {link} needs source, target and a float weight")
-        elif link["source"] not in ids or link["target"] not in ids:
+        elif link["source"] not in ctx or link["target"] not in ctx:
             problems.append(f"link {link['source']} -> {link['target']} refers to a missing node")
+        elif (link["source"], link["target"]) in seen:
+            problems.append(f"link {link['source']} -> {link['target']} appears twice")
+        elif ctx[link["source"]] > ctx[link["target"]]:
+            problems.append(f"link {link['source']} -> {link['target']} runs from a later position to an earlier one")
+        else:
+            seen.add((link["source"], link["target"]))
     if problems:
         raise CircuitFileError(f"invalid Neuronpedia graph ({len(problems)} problems): " + "; ".join(problems[:10]))

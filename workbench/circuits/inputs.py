@@ -6,6 +6,7 @@ lists (or 1-D tensors) for prompts and ints for answers.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from typing import Sequence, Union
 
@@ -44,10 +45,34 @@ def _str_tokens(model, ids: list[int]) -> list[str]:
     return [str(i) for i in ids] if tok is None else [tok.decode([i]) for i in ids]
 
 
+def _unknown_words(tok, text: str) -> list[str]:
+    """Words of `text` that the tokenizer can only encode as its unknown token (word-level vocabularies)."""
+    unk = getattr(tok, "unk_token_id", None)
+    if unk is None:
+        return []
+    pre = getattr(getattr(tok, "backend_tokenizer", None), "pre_tokenizer", None)
+    words = [w for w, _ in pre.pre_tokenize_str(text)] if pre is not None else text.split()
+    return [w for w in dict.fromkeys(words) if w != tok.unk_token and unk in tok.encode(w, add_special_tokens=False)]
+
+
+def _unknown_error(tok, words: list[str], what: str) -> QueryError:
+    vocab = [w for w in tok.get_vocab() if w not in tok.all_special_tokens]
+    hints = []
+    for w in words[:5]:
+        close = difflib.get_close_matches(w, vocab, n=3, cutoff=0.5)
+        hints.append(f"{w!r} (did you mean {', '.join(map(repr, close))}?)" if close else repr(w))
+    return QueryError(f"the {what} has {len(words)} word(s) outside the model's vocabulary, which would silently "
+                      f"become {tok.unk_token}: {', '.join(hints)}; use words the model knows "
+                      f"(its vocabulary has {len(vocab)} words, e.g. {', '.join(vocab[:: max(1, len(vocab) // 6)][:6])})")
+
+
 def _tokens(model, text: Text, what: str) -> torch.Tensor:
     if isinstance(text, str):
         if getattr(model, "tokenizer", None) is None:
             raise QueryError(f"the model has no tokenizer, so the {what} must be a list of token ids, got {text!r}")
+        unknown = _unknown_words(model.tokenizer, text)
+        if unknown:
+            raise _unknown_error(model.tokenizer, unknown, what)
         ids = model.to_tokens(text, truncate=False)[0].cpu()
     else:
         ids = torch.as_tensor(text, dtype=torch.long).flatten().cpu()
@@ -75,7 +100,7 @@ def single_token(model, answer: Union[str, int], what: str = "answer") -> int:
                          f"{_str_tokens(model, ids)}; pass one token (e.g. {_str_tokens(model, ids)[0]!r})")
     unk = getattr(model.tokenizer, "unk_token_id", None)
     if unk is not None and ids[0] == unk and answer != model.tokenizer.unk_token:
-        raise QueryError(f"the {what} {answer!r} is not in the vocabulary (it maps to the unknown token)")
+        raise _unknown_error(model.tokenizer, [answer], what)
     return ids[0]
 
 

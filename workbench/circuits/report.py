@@ -36,7 +36,7 @@ def induction_case(model, n_tries: int = 10, budget: float = 0.05, seed: int = 0
     return best
 
 
-def timing(model, task: str = "ioi", n: int = 5, budget: float = 0.02) -> list[float]:
+def timing(model, task: str = "ioi", n: int = 5, budget: float | None = None) -> list[float]:
     """Seconds per full search (attribution + best-of-N + refinement + exact NDF curve) via find_circuit."""
     from workbench.corpus import tasks
 

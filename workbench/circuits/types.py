@@ -107,6 +107,10 @@ class Circuit:
                  f"{len(self.nodes)} nodes; method {self.method.get('name')}",
                  f"NDF {f.get('ndf', float('nan')):.3f}  NFS {f.get('nfs', float('nan')):.3f}  "
                  f"gap |L(M(q)) - L(M(q'))| = {f.get('gap', float('nan')):.3f} ({self.method.get('metric')})"]
+        if "top1" in f:
+            lines.append(f"model: top-1 {f['top1']!r} (p={f['top1_prob']:.3f}), answer {self.query.get('answer')!r} "
+                         f"p={f['answer_prob']:.3f}" + ("" if f["predicts_answer"] else
+                                                       "  WARNING: the model does not predict the answer"))
         if f.get("ndf_candidates"):
             lines.append(f"best-of-N NDF over {len(f['ndf_candidates'])} candidates: "
                          f"mean {f['ndf_candidates_mean']:.3f} ± {f['ndf_candidates_std']:.3f}")
@@ -143,17 +147,22 @@ class Circuit:
         if d.get("schema_version") != SCHEMA_VERSION:
             raise CircuitFileError(f"circuit file schema version {d.get('schema_version')!r} is not supported; "
                                    f"this workbench reads version {SCHEMA_VERSION}")
-        graph = Graph(**d["graph"])
-        check_model(graph, d.get("model_id", ""), model)
-        names = [e["name"] for e in d["edges"]]
-        if names != graph.edges:
-            raise CircuitFileError(f"the file's {len(names)} edges do not match the graph's {graph.n_edges} edges")
-        pp = None
-        if d["edges"] and "per_position" in d["edges"][0]:
-            pp = torch.tensor([e["per_position"] for e in d["edges"]], dtype=torch.float32).T
-        return cls(graph, torch.tensor([e["in_circuit"] for e in d["edges"]]),
-                   torch.tensor([e["score"] for e in d["edges"]], dtype=torch.float32), d["query"], d["method"],
-                   d.get("model_id", ""), d.get("seed", 0), d.get("faithfulness", {}), d.get("curve"), pp)
+        try:
+            graph = Graph(**d["graph"])
+            check_model(graph, d.get("model_id", ""), model)
+            names = [e["name"] for e in d["edges"]]
+            if names != graph.edges:
+                raise CircuitFileError(f"the file's {len(names)} edges do not match the graph's {graph.n_edges} edges")
+            pp = None
+            if d["edges"] and "per_position" in d["edges"][0]:
+                pp = torch.tensor([e["per_position"] for e in d["edges"]], dtype=torch.float32).T
+            return cls(graph, torch.tensor([e["in_circuit"] for e in d["edges"]]),
+                       torch.tensor([e["score"] for e in d["edges"]], dtype=torch.float32), d["query"], d["method"],
+                       d.get("model_id", ""), d.get("seed", 0), d.get("faithfulness", {}), d.get("curve"), pp)
+        except (KeyError, TypeError, ValueError) as e:
+            if isinstance(e, UserError):
+                raise
+            raise CircuitFileError(f"a damaged workbench circuit file ({type(e).__name__}: {e})") from None
 
     def save(self, path) -> None:
         write_json(path, self.to_dict())
@@ -161,4 +170,10 @@ class Circuit:
     @classmethod
     def load(cls, path_or_dict, model=None) -> Circuit:
         """Read a workbench circuit file (or its dict); with a model, refuse circuits made for another model."""
-        return cls.from_dict(read_json(path_or_dict), model)
+        d = read_json(path_or_dict)
+        try:
+            return cls.from_dict(d, model)
+        except CircuitFileError as e:
+            if isinstance(path_or_dict, dict):
+                raise
+            raise CircuitFileError(f"{path_or_dict}: {e}") from None

@@ -16,6 +16,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
+from workbench.errors import BadValueError
 from workbench.corpus.base import TokenSequence
 from workbench.corpus.synthetic import SyntheticCorpus
 
@@ -23,8 +24,8 @@ FILE_SUFFIXES = (".txt", ".jsonl", ".parquet")
 HELDOUT_EVERY = 20  # every 20th document of a file corpus is held out
 
 
-class CorpusError(ValueError):
-    pass
+class CorpusError(BadValueError):
+    """A corpus spec, file or dataset that cannot be read."""
 
 
 def load_corpus(spec: str, tokenizer, seed: int = 0, text_field: str = "text"):
@@ -65,9 +66,24 @@ def _hf_texts(name: str, text_field: str) -> Iterator[str]:
     import datasets
 
     ds_name, _, config = name.partition(":")
-    ds = datasets.load_dataset(ds_name, config or None, split="train", streaming=True)
-    for row in ds:
-        yield row[text_field]
+    try:
+        ds = datasets.load_dataset(ds_name, config or None, split="train", streaming=True)
+        rows = iter(ds)
+        first = next(rows, None)
+    except Exception as e:  # datasets raises many types (ConnectionError offline, FileNotFoundError, ValueError)
+        raise CorpusError(f"cannot stream Hugging Face dataset 'hf:{name}' ({type(e).__name__}: "
+                          f"{str(e).splitlines()[0][:200] if str(e) else ''}); hf: corpora need a network or a local "
+                          "copy in the Hugging Face cache; use .txt/.jsonl/.parquet files offline") from e
+    for row in ([] if first is None else [first]):
+        yield _field(row, text_field, name)
+    for row in rows:
+        yield _field(row, text_field, name)
+
+
+def _field(row: dict, text_field: str, name: str) -> str:
+    if text_field not in row:
+        raise CorpusError(f"Hugging Face dataset 'hf:{name}' has no {text_field!r} column; its columns: {sorted(row)}")
+    return row[text_field]
 
 
 class FileCorpus:

@@ -56,11 +56,22 @@ def config_dict(model: HookedTransformer) -> dict:
 def _load_dir(path: Path, device: str) -> tuple[HookedTransformer, PreTrainedTokenizerFast]:
     if not (path / CONFIG).is_file() or not (path / WEIGHTS).is_file():
         raise ModelSpecError(f"{path} is not a saved workbench model (needs {CONFIG} and {WEIGHTS})")
-    meta = json.loads((path / CONFIG).read_text())
-    cfg = HookedTransformerConfig(**{**meta["hooked_transformer_config"], "device": device})
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(path))
+    try:
+        meta = json.loads((path / CONFIG).read_text())
+        cfg = HookedTransformerConfig(**{**meta["hooked_transformer_config"], "device": device})
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
+        raise ModelSpecError(f"{path / CONFIG} is not a workbench model config ({type(e).__name__}: {e})") from None
+    try:
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(str(path))
+    except Exception as e:  # transformers raises several types for a missing or damaged tokenizer
+        raise ModelSpecError(f"cannot load the tokenizer saved in {path} ({type(e).__name__}: {e})") from e
     model = HookedTransformer(cfg, tokenizer=tokenizer, move_to_device=False)
-    model.load_state_dict(load_file(str(path / WEIGHTS)), strict=True)
+    try:
+        state = load_file(str(path / WEIGHTS))
+        model.load_state_dict(state, strict=True)
+    except Exception as e:  # safetensors: SafetensorError / OSError; torch: RuntimeError on missing keys or shapes
+        raise ModelSpecError(f"{path / WEIGHTS} is damaged or does not fit {path / CONFIG} "
+                             f"({type(e).__name__}: {str(e).splitlines()[0][:200]})") from e
     model.to(device)
     model.eval()
     return model, model.tokenizer  # TransformerLens may re-create the tokenizer; hand out the one it uses
@@ -84,6 +95,11 @@ def load(spec: str = "tiny", device: str | None = None) -> tuple[HookedTransform
         raise ModelSpecError(
             f"unknown model spec {spec!r}: expected one of {sorted(EMBEDDED)}, a saved model folder, or a "
             f"TransformerLens model name (e.g. {', '.join(OFFICIAL_MODEL_NAMES[:3])}, ...)") from None
-    model = HookedTransformer.from_pretrained(spec, device=device)
+    try:
+        model = HookedTransformer.from_pretrained(spec, device=device)
+    except OSError as e:  # offline without a cached copy (huggingface_hub errors are OSErrors)
+        raise ModelSpecError(f"cannot load model {spec!r} from the Hugging Face Hub: it is not in the local cache and "
+                             f"the Hub cannot be reached ({type(e).__name__}); go online once, or pass a saved model "
+                             "folder or 'tiny'") from e
     model.eval()
     return model, model.tokenizer

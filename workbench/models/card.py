@@ -151,7 +151,8 @@ def write_card(out: Path, card: dict) -> None:
     atomic_write_text(out / "README.md", f"""# workbench-tiny: the embedded model
 
 A TransformerLens HookedTransformer ({c['n_layers']} layers, d_model {c['d_model']}, {c['n_heads']} heads,
-d_mlp {c['d_mlp']}, n_ctx {c['n_ctx']}, LayerNorm, GELU; {card['n_params']:,} parameters) trained from seed
+d_mlp {c['d_mlp']}, n_ctx {c['n_ctx']}, {c.get('positional_embedding', 'standard')} positions, LayerNorm, GELU;
+{card['n_params']:,} parameters) trained from seed
 {c['seed']} on the workbench's synthetic corpus ({c['steps']} steps of {c['batch_size']} x {c['n_ctx']} tokens,
 AdamW lr {c['lr']}, {card['train_seconds']} s on 2 CPU cores). Word-level tokenizer: one word, one token.
 Rebuild it with `workbench model train --out DIR` (same seed, same weights up to float nondeterminism).
@@ -172,6 +173,11 @@ Addition is written digit by digit ("2 3 plus 4 5 equals 6 8"), so the model can
 algorithm over digits instead of a table of 1,600 two-token sums (the previous model, with one token per
 number, scored 0% on unseen pairs). The query's answer is the sum's first digit, which needs the carry
 from the ones digits; `addition_both_digits` decodes the whole sum greedily.
+
+Positions are rotary: with learned absolute position embeddings the same recipe formed neither
+previous-token nor induction heads in 4,000 steps (best detect_head induction score 0.017; the
+second half of a repeated random sequence was predicted no better than the first); with rotary
+positions both formed by step 1,750.
 
 ## Held-out task accuracy (top-1 at the answer position, {c['eval_queries']} queries per task)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import types
+import typing
 from dataclasses import asdict, dataclass, field
 
 from workbench.errors import UserError
@@ -16,6 +18,34 @@ TOPK_FAMILY = ("topk", "batchtopk", "matryoshka")
 
 class ConfigError(UserError, ValueError):
     """A config value is invalid; the message names the value and the valid choices."""
+
+
+def _is(value, hint) -> bool:
+    """isinstance against a field's annotation (int, float, str, bool, X | None, list[int], tuple[float, float])."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_is(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if origin in (list, tuple):
+        return isinstance(value, (list, tuple)) and all(_is(v, args[0] if origin is list else a)
+                                                        for v, a in zip(value, args if origin is tuple else value))
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, origin or hint)
+
+
+def check_types(obj) -> None:
+    """Every field of a config dataclass holds a value of its annotated type (values from --set or JSON
+    files arrive untyped); raise ConfigError naming the field, the value and the expected type."""
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        v = getattr(obj, f.name)
+        if not _is(v, hints[f.name]):
+            expected = str(hints[f.name]).replace("typing.", "").replace("<class '", "").replace("'>", "")
+            raise ConfigError(f"{f.name}={v!r} is not of type {expected}")
 
 
 def _check_choices(cfg) -> None:
@@ -65,7 +95,9 @@ class SAEConfig:
         "choices": ("sum", "mean", "mean_with_bias"),
         "help": "sum (SAELens), mean (dictionary_learning) or mean_with_bias (Bussmann) over the prefix losses"})
     # Block-sparse (n_latents = n_blocks * block_size)
-    block_size: int = field(default=3, metadata={"help": "latents per block of the block-sparse architectures"})
+    block_size: int = field(default=4, metadata={
+        "help": "latents per block of the block-sparse architectures (4 divides expansion x d_in for the default "
+                "expansion 8, whatever d_in)"})
     n_active_blocks: int = field(default=4, metadata={
         "help": "block Top-k / Grassmannian: blocks kept per token; thresholded blocks: at init"})
     block_l0_coef: float = field(default=3.0, metadata={
@@ -101,6 +133,7 @@ class SAEConfig:
 
     def resolve(self, d_in: int, n_tokens: int | None = None) -> "SAEConfig":
         """Fill the None fields from the data and check every value; returns a new config."""
+        check_types(self)
         if self.d_in is not None and self.d_in != d_in:
             raise ConfigError(f"SAE {self.name or self.architecture!r} has d_in={self.d_in} but the data "
                               f"has width {d_in}; set d_in={d_in} or leave it None")
@@ -121,6 +154,13 @@ class SAEConfig:
         c.validate()
         return c
 
+    def check_name(self) -> None:
+        """The SAE is saved in <out>/<name>: a name that leads outside the output folder is refused."""
+        n = self.name
+        if n is not None and (n in ("", ".", "..") or "/" in n or "\\" in n or n.startswith("~")):
+            raise ConfigError(f"name={n!r} must be a plain folder name (no '/', '..' or absolute path): each SAE is "
+                              "saved in <out>/<name>, and names outside the output folder are refused")
+
     def default_name(self) -> str:
         sparsity = f"b{self.block_size}x{self.n_active_blocks}" if self.architecture in ("block_topk", "grassmannian") \
             else f"b{self.block_size}l{self.block_l0_coef:g}" if self.architecture == "block_jumprelu" \
@@ -138,7 +178,9 @@ class SAEConfig:
         return "_".join(parts)
 
     def validate(self) -> None:
+        check_types(self)
         _check_choices(self)
+        self.check_name()
         n = self.n_latents
         if n is None or n < 1 or self.d_in is None or self.d_in < 1:
             raise ConfigError(f"n_latents={n} and d_in={self.d_in} must be positive integers")
@@ -204,6 +246,9 @@ class TrainConfig:
     log_every: int = field(default=50, metadata={"help": "steps per curve point"})
     on_nonfinite: str = field(default="skip", metadata={
         "choices": ("skip", "stop"), "help": "a batch with NaN/inf: skip it (counted) or stop with the step"})
+    max_fvu: float = field(default=10.0, metadata={
+        "help": "stop with the step when a curve point's mean FVU exceeds this: training diverged (reconstructing "
+                "nothing has FVU 1)"})
     init_batches: int = field(default=1, metadata={
         "help": "batches used for b_dec / scaffold / input-scale initialisation"})
     device: str | None = field(default=None, metadata={"help": "torch device; None: cuda when available"})
@@ -212,6 +257,7 @@ class TrainConfig:
     extra: dict = field(default_factory=dict)  # free-form notes recorded with the run
 
     def validate(self, world_size: int = 1) -> None:
+        check_types(self)
         _check_choices(self)
         if self.batch_size < 1 or self.batch_size % world_size:
             raise ConfigError(f"batch_size={self.batch_size} must be a positive multiple of the number of "
@@ -221,6 +267,8 @@ class TrainConfig:
         if not (self.lr > 0 and 0 <= self.decay_frac <= 1 and self.warmup_steps >= 0):
             raise ConfigError(f"lr={self.lr} must be > 0, decay_frac={self.decay_frac} in [0, 1], "
                               f"warmup_steps={self.warmup_steps} >= 0")
+        if not self.max_fvu > 1:
+            raise ConfigError(f"max_fvu={self.max_fvu} must be above 1 (the FVU of reconstructing nothing)")
         if self.log_every < 1 or self.checkpoint_every < 0 or self.init_batches < 1:
             raise ConfigError(f"log_every={self.log_every} and init_batches={self.init_batches} must be >= 1, "
                               f"checkpoint_every={self.checkpoint_every} >= 0")

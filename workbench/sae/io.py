@@ -16,12 +16,16 @@ from sae_lens import SAE, JumpReLUSAEConfig, TopKSAEConfig
 from sae_lens.saes.sae import SAEMetadata
 from safetensors.torch import save_file
 
-from workbench.atomic import atomic_path, atomic_write_text
-from workbench.errors import MissingInputError
+from workbench.atomic import atomic_path, atomic_write_text, sha256_file
+from workbench.errors import MissingInputError, UserError
 from workbench.sae import saelens
 from workbench.sae.base import SparseAutoencoder
 
 WEIGHTS, CFG, WORKBENCH = "sae_weights.safetensors", "cfg.json", "workbench.json"
+
+
+class SAEFileError(UserError, ValueError):
+    """A saved SAE folder whose files are damaged (unreadable, wrong checksum, NaN/inf weights)."""
 
 
 @torch.no_grad()
@@ -77,22 +81,54 @@ def save_sae(sae: SparseAutoencoder, folder: str | Path, metadata: dict | None =
         save_file(tensors, str(tmp))
     atomic_write_text(folder / CFG, json.dumps(cfg.to_dict(), indent=2))
     info = {"sae_config": sae.cfg.to_dict(), "input_scale": float(sae.input_scale),
-            "encoder_init_scale": float(sae.encoder_init_scale), **(workbench_info or {})}
+            "encoder_init_scale": float(sae.encoder_init_scale), "weights_sha256": sha256_file(folder / WEIGHTS),
+            **(workbench_info or {})}
     atomic_write_text(folder / WORKBENCH, json.dumps(info, indent=2))
     return folder
 
 
 def load_sae(folder: str | Path, device: str = "cpu") -> SAE:
-    """The saved SAE as a SAELens object (any architecture SAELens or workbench registers)."""
+    """The saved SAE as a SAELens object (any architecture SAELens or workbench registers).
+
+    Damaged files are refused rather than evaluated: the weights must match the checksum that
+    workbench.json records (when it records one), parse, and be finite.
+    """
     folder = Path(folder)
     for name in (CFG, WEIGHTS):
         if not (folder / name).is_file():
             raise MissingInputError(f"{folder} is not an SAE folder: {name} is missing")
+    want = read_info(folder).get("weights_sha256")
+    if want and sha256_file(folder / WEIGHTS) != want:
+        raise SAEFileError(f"{folder / WEIGHTS} does not match the checksum in {folder / WORKBENCH}: the weights "
+                           "were changed or damaged after saving; retrain or restore the SAE")
     saelens.register()
-    return SAE.load_from_disk(folder, device=device)
+    try:
+        cfg = json.loads((folder / CFG).read_text())
+        if not isinstance(cfg, dict):
+            raise SAEFileError(f"{folder / CFG} holds a JSON {type(cfg).__name__}, not an SAE config object")
+        sae = SAE.load_from_disk(folder, device=device)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise SAEFileError(f"{folder / CFG} is not valid JSON: {e}") from None
+    except Exception as e:  # safetensors and sae_lens raise several types for damaged files
+        if isinstance(e, SAEFileError):
+            raise
+        raise SAEFileError(f"cannot load the SAE in {folder} ({type(e).__name__}: {e}); {WEIGHTS} or {CFG} is "
+                           "damaged or not an SAE") from e
+    bad = [n for n, p in sae.state_dict().items() if p.is_floating_point() and not torch.isfinite(p).all()]
+    if bad:
+        raise SAEFileError(f"{folder / WEIGHTS} holds NaN/inf values in {', '.join(bad)}; the file is damaged")
+    return sae
 
 
 def read_info(folder: str | Path) -> dict:
     """workbench.json of a saved SAE ({} for SAEs trained elsewhere)."""
     p = Path(folder) / WORKBENCH
-    return json.loads(p.read_text()) if p.is_file() else {}
+    if not p.is_file():
+        return {}
+    try:
+        info = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise SAEFileError(f"{p} is not valid JSON: {e}") from None
+    if not isinstance(info, dict):
+        raise SAEFileError(f"{p} holds a JSON {type(info).__name__}, not an object")
+    return info

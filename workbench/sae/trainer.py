@@ -19,20 +19,24 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from workbench.atomic import atomic_write_text
+from workbench.atomic import atomic_write_text, check_output_dir
 from workbench.errors import UserError
 from workbench.sae import checkpoint
 from workbench.sae.architectures import build
-from workbench.sae.config import ConfigError, SAEConfig, TrainConfig
+from workbench.sae.config import ConfigError, SAEConfig, TrainConfig, check_types
 from workbench.sae.io import save_sae
 
 CHECKPOINT, RUN, CURVES = "checkpoint.pt", "run.json", "curves.jsonl"
 # TrainConfig fields that do not change the numbers, so a resume may change them
-RESUME_FREE = ("progress", "device", "extra", "checkpoint_every")
+RESUME_FREE = ("progress", "device", "extra", "checkpoint_every", "max_fvu")
 
 
 class NonFiniteError(UserError, RuntimeError):
     """A batch or a loss contained NaN/inf; the message names the step. No checkpoint is written."""
+
+
+class DivergedError(NonFiniteError):
+    """Training diverged (FVU far above 1); the message names the step. No checkpoint is written."""
 
 
 def dist_info() -> tuple[int, int]:
@@ -192,6 +196,12 @@ class Trainer:
                         "dense_frac": n_dense / c.n_units, "skipped_batches": len(self.skipped)})
             if hasattr(sae, "threshold"):
                 row["threshold"] = float(sae.threshold)
+            fvu = row.get("fvu", 0.0)
+            if not fvu <= self.train_cfg.max_fvu:  # also NaN
+                raise DivergedError(f"SAE {c.name!r} diverged: mean FVU {fvu:.3g} over steps {self.step - self.window_steps}"
+                                    f"..{self.step} (above max_fvu={self.train_cfg.max_fvu:g}; {n_dead / c.n_units:.0%} of "
+                                    f"latents dead); no checkpoint was written; lower the learning rate "
+                                    f"(lr={self.train_cfg.lr:g})")
             self.curves[i].append(row)
             self.window_sums[i] = defaultdict(float)
             self.window_fires[i].zero_()
@@ -255,7 +265,7 @@ def fit(sae_cfgs: list[SAEConfig], train_cfg: TrainConfig, make_batches: Callabl
     data position start_batch on. `data` identifies the stream (compared on resume); `metadata` goes
     into each cfg.json (hook_name, model_name, ...).
     """
-    out = Path(out_dir)
+    out = check_output_dir(out_dir, "SAE output folder")
     rank, world = dist_info()
     train_cfg.validate(world)
     cfgs = [c.resolve(d_in, train_cfg.n_tokens) for c in sae_cfgs]
@@ -332,6 +342,11 @@ def train(cache_path: str | Path, hook: str, sae_configs: list[SAEConfig], train
     """
     from workbench.cache import ActivationCache
 
+    for c in [*sae_configs, train_cfg]:  # before any work: values from --set arrive untyped
+        check_types(c)
+    for c in sae_configs:
+        c.check_name()
+    check_output_dir(out_dir, "SAE output folder")
     cache = ActivationCache.open(cache_path)
     if hook not in cache.hooks:
         raise ConfigError(f"hook {hook!r} is not in the cache at {cache_path}; cached hooks: {cache.hooks}")
