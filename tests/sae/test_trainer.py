@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from workbench.sae import checkpoint
+from workbench import checkpoint
 from workbench.sae.config import ConfigError, SAEConfig, TrainConfig
 from workbench.sae.trainer import NonFiniteError, Trainer, fit, lr_factor, run_steps
 
