@@ -144,6 +144,7 @@ def install(model, cfg: GateConfig | None = None):
         attn.gate = AttentionGate(cfg, model.cfg.n_heads).to(attn.W_Q.device)
         attn.hook_attn_scores.add_hook(partial(attn.gate.on_scores, gate_hook=attn.hook_gate), is_permanent=True)
         attn.hook_pattern.add_hook(attn.gate.on_pattern, is_permanent=True)
+        attn.gate.train(model.training)  # a new module starts in training mode; follow the model
     model.setup()  # registers blocks.L.attn.hook_gate in hook_dict
     model.workbench_extensions = {**getattr(model, "workbench_extensions", {}), EXTENSION_KEY: cfg.to_dict()}
     return model
