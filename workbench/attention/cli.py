@@ -59,6 +59,7 @@ def run_sparsify(args) -> int:
     from workbench.attention.config import GateConfig, SparsifyConfig
     from workbench.attention.report import format_report
     from workbench.attention.train import ConstraintNotMet, sparsify
+    from workbench.checkpoint import dist_info
 
     gate = GateConfig(**_fields(GateConfig, args.gate))
     cfg = SparsifyConfig(**{"gates": gate, "tolerance": args.tolerance, "steps": args.steps,
@@ -76,6 +77,8 @@ def run_sparsify(args) -> int:
     if not out:
         raise ValueError("sparsify needs --out FOLDER (or --workspace WS)")
     report = sparsify(args.model, out, cfg, args.corpus, resume=args.resume)
+    if dist_info()[0] != 0:  # under torchrun rank 0 prints, records and exits non-zero on an unmet constraint
+        return 0
     print(format_report(report))
     if ws is not None:
         ws.record("models", Path(out).name, made_by="workbench attention sparsify", config=cfg.to_dict(),

@@ -16,6 +16,7 @@ ESTIMATORS = ("gumbel_st", "hard_concrete")
 GATE_INPUTS = ("log_prob", "score")
 EMPTY_ROWS = ("zero", "first")
 TAU_SCHEDULES = ("constant", "linear", "exponential")
+DUAL_CE = ("paired", "fixed")
 
 
 class AttentionConfigError(UserError, ValueError):
@@ -94,9 +95,12 @@ class GateConfig:
 class SparsifyConfig:
     """Minimise the expected open-edge fraction subject to held-out CE <= base CE + tolerance.
 
-    Lagrangian per step: open_frac + lambda * (CE - CE_target); lambda by dual ascent
-    lambda <- max(0, lambda + multiplier_lr * (c - CE_target)), c the batch CE or (ce_ema > 0, GECO)
-    its exponential moving average.
+    Lagrangian per step: open_frac + lambda * v, v = CE - CE_ref - tolerance * (1 - dual_margin);
+    lambda by dual ascent lambda <- max(0, lambda + multiplier_lr * v) on the batch's v or (ce_ema > 0,
+    GECO) its exponential moving average. CE_ref: the base model's CE on the same batch ("paired": one
+    extra no-grad forward per step, removes the batch-to-batch noise, which is larger than a 0.01-nat
+    tolerance) or its mean over the first eval_sequences training sequences ("fixed"). The held-out
+    check (CE <= held-out base CE + tolerance, deterministic gates) decides what is saved.
     """
 
     gates: GateConfig = field(default_factory=GateConfig)
@@ -111,7 +115,9 @@ class SparsifyConfig:
     grad_clip: float = 1.0  # max global gradient norm (0 = off)
     lambda_init: float = 1.0
     multiplier_lr: float = 1.0
-    ce_ema: float = 0.0  # 0: dual ascent on each batch's CE; in (0, 1): on an EMA with this decay (GECO)
+    ce_ema: float = 0.9  # 0: dual ascent on each batch's violation; in (0, 1): on an EMA with this decay (GECO)
+    dual_ce: str = "paired"  # CE_ref of the dual step: "paired" (base CE of the same batch) | "fixed"
+    dual_margin: float = 0.2  # share of the tolerance held back in the dual step (sampled vs deterministic gates)
     tau_start: float = 1.0  # relaxation temperature, annealed to tau_end over the run
     tau_end: float = 0.1
     tau_schedule: str = "exponential"
@@ -136,6 +142,9 @@ class SparsifyConfig:
         if not 0 <= self.ce_ema < 1:
             raise AttentionConfigError(f"ce_ema={self.ce_ema!r} must be in [0, 1) (0 = no EMA)")
         _choice("tau_schedule", self.tau_schedule, TAU_SCHEDULES)
+        _choice("dual_ce", self.dual_ce, DUAL_CE)
+        if not 0 <= self.dual_margin < 1:
+            raise AttentionConfigError(f"dual_margin={self.dual_margin!r} must be in [0, 1)")
         for name in ("steps", "eval_sequences", "eval_every"):
             if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 1):
                 raise AttentionConfigError(f"{name}={getattr(self, name)!r} must be an integer >= 1")

@@ -84,15 +84,16 @@ def summarise(sums: dict[str, torch.Tensor], task_names: list[str] | None = None
     return res
 
 
-def heldout(corpus, n: int, ctx_len: int, rank: int = 0, world: int = 1) -> tuple[torch.Tensor, np.ndarray]:
-    """This process's share of the first n held-out sequences: tokens [n/world, ctx] and task labels."""
+def heldout(corpus, n: int, ctx_len: int, rank: int = 0, world: int = 1,
+            split: str = "heldout") -> tuple[torch.Tensor, np.ndarray]:
+    """This process's share of the first n sequences of a split: tokens [n/world, ctx] and task labels."""
     seqs = []
-    for s in corpus.sequences(ctx_len, 0, split="heldout"):
+    for s in corpus.sequences(ctx_len, 0, split=split):
         if len(seqs) == n:
             break
         seqs.append(s)
     if len(seqs) < n:
-        raise ReportError(f"the corpus {corpus.spec!r} has {len(seqs)} held-out sequences of {ctx_len} tokens, fewer "
+        raise ReportError(f"the corpus {corpus.spec!r} has {len(seqs)} {split} sequences of {ctx_len} tokens, fewer "
                           f"than eval_sequences={n}; lower eval_sequences or add text")
     seqs = seqs[rank::world]
     return (torch.as_tensor(np.stack([s.tokens for s in seqs])),

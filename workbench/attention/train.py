@@ -4,13 +4,15 @@
 on open_frac + lambda * (CE - CE_target) while lambda ascends (constraint.Multiplier). Every
 eval_every steps the deterministic model is evaluated on the held-out sequences; the state with the
 fewest open edges among those meeting CE <= CE_target is what gets saved (if none does, the one with
-the lowest CE, marked constraint_met = false). Tokens come from the corpus machinery; sequence
+the lowest CE, marked constraint_met = false). The dual step compares the training CE with the base
+model's CE on the same batch (SparsifyConfig.dual_ce). Tokens come from the corpus machinery; sequence
 indices and the gate noise depend only on (seed, step, rank), so a resume from a checkpoint gives
 the identical result; under torchrun each process takes its share of every batch (DDP, gloo on CPU).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from pathlib import Path
@@ -116,6 +118,12 @@ def sparsify(base: str, out_dir: str | Path, cfg: SparsifyConfig | None = None, 
     eval_tokens, _ = heldout(data, cfg.eval_sequences, ctx, rank, world)
     ce_base = _evaluate(model, eval_tokens, world)["ce"]
     target = ce_base + cfg.tolerance
+    base_copy, ce_ref_fixed = None, None
+    if cfg.dual_ce == "paired":
+        base_copy = copy.deepcopy(model).eval().requires_grad_(False)
+    else:
+        ce_ref_fixed = _evaluate(model, heldout(data, cfg.eval_sequences, ctx, rank, world, split="train")[0],
+                                 world)["ce"]
     G.install(model, cfg.gates)
     model.train()
     gate_params = [p for n, p in model.named_parameters() if ".attn.gate." in n]
@@ -127,7 +135,7 @@ def sparsify(base: str, out_dir: str | Path, cfg: SparsifyConfig | None = None, 
         groups.append({"params": weights, "lr": cfg.lr, "weight_decay": cfg.weight_decay})
     opt = torch.optim.AdamW(groups)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _lr_factor(s, cfg))
-    mult = Multiplier(cfg, target)
+    mult = Multiplier(cfg)
     step, curves, evals = 0, [], []
     best = fallback = None  # {"step", "ce", "open_fraction", "state"}
     if resume:
@@ -156,22 +164,28 @@ def sparsify(base: str, out_dir: str | Path, cfg: SparsifyConfig | None = None, 
         G.set_temperature(model, tau)
         ce = net(tokens, return_type="loss")
         open_frac = G.expected_open_fraction(model)
-        loss = mult.lagrangian(open_frac, ce)
+        if base_copy is not None:
+            with torch.no_grad():
+                ce_ref = float(base_copy(tokens, return_type="loss"))
+        else:
+            ce_ref = ce_ref_fixed
+        loss = mult.lagrangian(open_frac, ce, ce_ref)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if cfg.grad_clip:
             torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.grad_clip)
         opt.step()
         sched.step()
-        ce_v, open_v = _allreduce_mean([float(ce.detach()), float(open_frac.detach())], world)
+        ce_v, open_v, ref_v = _allreduce_mean([float(ce.detach()), float(open_frac.detach()), ce_ref], world)
         if not (math.isfinite(ce_v) and math.isfinite(open_v)):
             raise SparsifyError(f"the CE or open fraction became NaN/inf at step {step}; lower lr / gate_lr "
                                 f"(lr={cfg.lr}, gate_lr={cfg.gate_lr}); the last checkpoint is intact")
-        lam = mult.update(ce_v)
+        lam = mult.update(ce_v, ref_v)
         step += 1
-        curves.append({"step": step, "ce": ce_v, "ce_target": target, "lambda": lam, "open_fraction": open_v, "tau": tau})
+        curves.append({"step": step, "ce": ce_v, "ce_base": ref_v, "lambda": lam, "open_fraction": open_v, "tau": tau})
         if bar is not None:
-            bar.set_postfix(ce=f"{ce_v:.4f}", target=f"{target:.4f}", lam=f"{lam:.3g}", open=f"{open_v:.2%}")
+            bar.set_postfix(ce=f"{ce_v:.4f}", ce_target=f"{ref_v + cfg.tolerance:.4f}", lam=f"{lam:.3g}",
+                            open=f"{open_v:.2%}")
             bar.update(1)
         if step % cfg.eval_every == 0 or step == cfg.steps:
             m = _evaluate(model, eval_tokens, world)
@@ -211,5 +225,7 @@ def sparsify(base: str, out_dir: str | Path, cfg: SparsifyConfig | None = None, 
                               cfg.eval_sequences, ctx, report_queries)
         write_report(report, out)
     if world > 1:
-        dist.barrier()
-    return report if report is not None else info
+        shared = [report]
+        dist.broadcast_object_list(shared, src=0)
+        report = shared[0]
+    return report
