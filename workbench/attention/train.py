@@ -79,6 +79,76 @@ def _cpu_state(model) -> dict:
     return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
 
 
+
+class Sparsifier:
+    """One gated model's optimiser, schedule and multiplier, and `step(tokens)`: what the loop and bench run."""
+
+    def __init__(self, model, cfg: SparsifyConfig, base_copy=None, ce_ref_fixed: float | None = None,
+                 rank: int = 0, world: int = 1):
+        """model: gated; base_copy: the frozen base model (cfg.dual_ce "paired") or ce_ref_fixed ("fixed")."""
+        self.model, self.cfg, self.base, self.ce_ref_fixed = model, cfg, base_copy, ce_ref_fixed
+        self.rank, self.world = rank, world
+        gate_params = [p for n, p in model.named_parameters() if ".attn.gate." in n]
+        weights = [p for n, p in model.named_parameters() if ".attn.gate." not in n]
+        for p in weights:
+            p.requires_grad_(cfg.lr > 0)
+        groups = [{"params": gate_params, "lr": cfg.gate_lr, "weight_decay": 0.0}]
+        if cfg.lr > 0:
+            groups.append({"params": weights, "lr": cfg.lr, "weight_decay": cfg.weight_decay})
+        self.opt = torch.optim.AdamW(groups)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: _lr_factor(s, cfg))
+        self.mult = Multiplier(cfg)
+        self.net = model
+        self.step_no = 0
+
+    def wrap(self, device: torch.device) -> None:
+        """DistributedDataParallel over the processes (after any state is loaded: it broadcasts rank 0's)."""
+        if self.world > 1:
+            from torch.nn.parallel import DistributedDataParallel
+
+            self.net = DistributedDataParallel(self.model, device_ids=[device.index] if device.type == "cuda" else None)
+
+    def step(self, tokens: torch.Tensor) -> dict:
+        """One descent step on the Lagrangian and one dual-ascent step on lambda; returns the curve row."""
+        cfg, model, step = self.cfg, self.model, self.step_no
+        torch.manual_seed(cfg.seed * 1_000_000_007 + step * 1_000 + self.rank)  # gate noise: f(seed, step, rank)
+        tau = cfg.tau(step)
+        G.set_temperature(model, tau)
+        model.train()
+        ce = self.net(tokens, return_type="loss")
+        open_frac = G.expected_open_fraction(model)
+        if self.base is not None:
+            with torch.no_grad():
+                ce_ref = float(self.base(tokens, return_type="loss"))
+        else:
+            ce_ref = self.ce_ref_fixed
+        loss = self.mult.lagrangian(open_frac, ce, ce_ref)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.grad_clip:
+            torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.grad_clip)
+        self.opt.step()
+        self.sched.step()
+        ce_v, open_v, ref_v = _allreduce_mean([float(ce.detach()), float(open_frac.detach()), ce_ref], self.world)
+        if not (math.isfinite(ce_v) and math.isfinite(open_v)):
+            raise SparsifyError(f"the CE or open fraction became NaN/inf at step {step}; lower lr / gate_lr "
+                                f"(lr={cfg.lr}, gate_lr={cfg.gate_lr}); the last checkpoint is intact")
+        lam = self.mult.update(ce_v, ref_v)
+        self.step_no += 1
+        return {"step": self.step_no, "ce": ce_v, "ce_base": ref_v, "lambda": lam, "open_fraction": open_v, "tau": tau}
+
+    def state_dict(self) -> dict:
+        return {"step": self.step_no, "model": _cpu_state(self.model), "optim": self.opt.state_dict(),
+                "sched": self.sched.state_dict(), "multiplier": self.mult.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["optim"])
+        self.sched.load_state_dict(state["sched"])
+        self.mult.load_state_dict(state["multiplier"])
+        self.step_no = state["step"]
+
+
 def sparsify(base: str, out_dir: str | Path, cfg: SparsifyConfig | None = None, corpus: str = "synthetic",
              resume: bool = False, report_queries: int = 100) -> dict:
     """Train gates (and weights) on `base` (a model spec) and save a gated workbench model in out_dir.
@@ -125,32 +195,16 @@ def sparsify(base: str, out_dir: str | Path, cfg: SparsifyConfig | None = None, 
         ce_ref_fixed = _evaluate(model, heldout(data, cfg.eval_sequences, ctx, rank, world, split="train")[0],
                                  world)["ce"]
     G.install(model, cfg.gates)
-    model.train()
-    gate_params = [p for n, p in model.named_parameters() if ".attn.gate." in n]
-    weights = [p for n, p in model.named_parameters() if ".attn.gate." not in n]
-    for p in weights:
-        p.requires_grad_(cfg.lr > 0)
-    groups = [{"params": gate_params, "lr": cfg.gate_lr, "weight_decay": 0.0}]
-    if cfg.lr > 0:
-        groups.append({"params": weights, "lr": cfg.lr, "weight_decay": cfg.weight_decay})
-    opt = torch.optim.AdamW(groups)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _lr_factor(s, cfg))
-    mult = Multiplier(cfg)
-    step, curves, evals = 0, [], []
+    trainer = Sparsifier(model, cfg, base_copy, ce_ref_fixed, rank, world)
+    curves, evals = [], []
     best = fallback = None  # {"step", "ce", "open_fraction", "state"}
     if resume:
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optim"])
-        sched.load_state_dict(state["sched"])
-        mult.load_state_dict(state["multiplier"])
-        step, curves, evals, best, fallback = (state[k] for k in ("step", "curves", "evals", "best", "fallback"))
+        trainer.load_state_dict(state)
+        curves, evals, best, fallback = (state[k] for k in ("curves", "evals", "best", "fallback"))
     else:
         out.mkdir(parents=True, exist_ok=True)
-    net = model
-    if world > 1:
-        from torch.nn.parallel import DistributedDataParallel
-
-        net = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    trainer.wrap(device)
+    step = trainer.step_no
     bar = None
     if cfg.progress and rank == 0:
         from tqdm.auto import tqdm
@@ -158,50 +212,26 @@ def sparsify(base: str, out_dir: str | Path, cfg: SparsifyConfig | None = None, 
         bar = tqdm(total=cfg.steps, initial=step, desc="attention sparsify", unit="step")
     batches = _batches(data, ctx, cfg, step, rank, world)
     while step < cfg.steps:
-        tokens = next(batches).to(device)
-        torch.manual_seed(cfg.seed * 1_000_000_007 + step * 1_000 + rank)  # gate noise: a function of (seed, step, rank)
-        tau = cfg.tau(step)
-        G.set_temperature(model, tau)
-        ce = net(tokens, return_type="loss")
-        open_frac = G.expected_open_fraction(model)
-        if base_copy is not None:
-            with torch.no_grad():
-                ce_ref = float(base_copy(tokens, return_type="loss"))
-        else:
-            ce_ref = ce_ref_fixed
-        loss = mult.lagrangian(open_frac, ce, ce_ref)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if cfg.grad_clip:
-            torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.grad_clip)
-        opt.step()
-        sched.step()
-        ce_v, open_v, ref_v = _allreduce_mean([float(ce.detach()), float(open_frac.detach()), ce_ref], world)
-        if not (math.isfinite(ce_v) and math.isfinite(open_v)):
-            raise SparsifyError(f"the CE or open fraction became NaN/inf at step {step}; lower lr / gate_lr "
-                                f"(lr={cfg.lr}, gate_lr={cfg.gate_lr}); the last checkpoint is intact")
-        lam = mult.update(ce_v, ref_v)
-        step += 1
-        curves.append({"step": step, "ce": ce_v, "ce_base": ref_v, "lambda": lam, "open_fraction": open_v, "tau": tau})
+        row = trainer.step(next(batches).to(device))
+        step = row["step"]
+        curves.append(row)
         if bar is not None:
-            bar.set_postfix(ce=f"{ce_v:.4f}", ce_target=f"{ref_v + cfg.tolerance:.4f}", lam=f"{lam:.3g}",
-                            open=f"{open_v:.2%}")
+            bar.set_postfix(ce=f"{row['ce']:.4f}", ce_target=f"{row['ce_base'] + cfg.tolerance:.4f}",
+                            lam=f"{row['lambda']:.3g}", open=f"{row['open_fraction']:.2%}")
             bar.update(1)
         if step % cfg.eval_every == 0 or step == cfg.steps:
             m = _evaluate(model, eval_tokens, world)
-            row = {"step": step, "ce": m["ce"], "open_fraction": m["open_fraction"], "feasible": m["ce"] <= target}
-            evals.append(row)
-            if row["feasible"] and (best is None or row["open_fraction"] < best["open_fraction"]):
-                best = {**row, "state": _cpu_state(model)}
-            if not row["feasible"] and best is None and (fallback is None or row["ce"] < fallback["ce"]):
-                fallback = {**row, "state": _cpu_state(model)}
+            ev = {"step": step, "ce": m["ce"], "open_fraction": m["open_fraction"], "feasible": m["ce"] <= target}
+            evals.append(ev)
+            if ev["feasible"] and (best is None or ev["open_fraction"] < best["open_fraction"]):
+                best = {**ev, "state": _cpu_state(model)}
+            if not ev["feasible"] and best is None and (fallback is None or ev["ce"] < fallback["ce"]):
+                fallback = {**ev, "state": _cpu_state(model)}
             if best is not None:
                 fallback = None  # only kept while nothing feasible exists
         if (cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or step == cfg.steps:
             if rank == 0:
-                checkpoint.write(ckpt, {"record": record, "step": step, "model": _cpu_state(model),
-                                        "optim": opt.state_dict(), "sched": sched.state_dict(),
-                                        "multiplier": mult.state_dict(), "curves": curves, "evals": evals,
+                checkpoint.write(ckpt, {"record": record, **trainer.state_dict(), "curves": curves, "evals": evals,
                                         "best": best, "fallback": fallback})
             if world > 1:
                 dist.barrier()
@@ -214,13 +244,13 @@ def sparsify(base: str, out_dir: str | Path, cfg: SparsifyConfig | None = None, 
             "ce_base": ce_base, "ce_target": target, "tolerance": cfg.tolerance, "selected_step": chosen["step"],
             "selected_eval": {k: v for k, v in chosen.items() if k != "state"}, "evals": evals,
             "config": cfg.to_dict(), "world_size": world, "corpus": data.spec,
-            "final_lambda": mult.value}
+            "final_lambda": trainer.mult.value}
     report = None
     if rank == 0:
         save(model, out)
         atomic_write_text(out / RUN, json.dumps(info, indent=1))
         atomic_write_text(out / CURVES, "".join(json.dumps(r) + "\n" for r in curves))
-        base_model, _ = load(base, device=str(device))
+        base_model = base_copy if base_copy is not None else load(base, device=str(device))[0]
         report = build_report(base_model, model, data, {**info, "model_id": model_id(model)},
                               cfg.eval_sequences, ctx, report_queries)
         write_report(report, out)
