@@ -32,3 +32,12 @@ def test_round_trip_and_temperature_schedules():
     lin = SparsifyConfig(steps=11, tau_schedule="linear", tau_start=1.0, tau_end=0.1)
     assert lin.tau(5) == pytest.approx(0.55)
     assert SparsifyConfig(tau_schedule="constant").tau(7) == 1.0
+
+
+def test_field_types_are_checked_by_name():
+    with pytest.raises(AttentionConfigError, match=r"lr='abc' must be of type float"):
+        SparsifyConfig(lr="abc").validate()
+    with pytest.raises(AttentionConfigError, match=r"steps=True must be of type int"):
+        SparsifyConfig(steps=True).validate()
+    with pytest.raises(AttentionConfigError, match=r"init_bias=None must be of type float"):
+        GateConfig(init_bias=None).validate()

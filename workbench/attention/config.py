@@ -39,6 +39,19 @@ def _finite(name: str, value, positive: bool = False, non_negative: bool = False
         raise AttentionConfigError(f"{name}={value!r} must be {need}")
 
 
+_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "int | None": (int, type(None)),
+          "str | None": (str, type(None))}
+
+
+def _check_types(obj) -> None:
+    """Plain fields must hold their annotated type (a --set value such as lr=abc fails here, by name)."""
+    for f in dataclasses.fields(obj):
+        want = _TYPES.get(f.type)
+        v = getattr(obj, f.name)
+        if want and (not isinstance(v, want) or (isinstance(v, bool) and bool not in want)):
+            raise AttentionConfigError(f"{f.name}={v!r} must be of type {f.type}")
+
+
 def _known(cls, d: dict) -> dict:
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(d) - names)
@@ -66,6 +79,7 @@ class GateConfig:
     score_clamp: float = 30.0  # training only: exp(score - row max of open scores) capped at e^this
 
     def validate(self) -> "GateConfig":
+        _check_types(self)
         _choice("estimator", self.estimator, ESTIMATORS)
         _choice("gate_input", self.gate_input, GATE_INPUTS)
         _choice("empty_row", self.empty_row, EMPTY_ROWS)
@@ -132,6 +146,7 @@ class SparsifyConfig:
         if isinstance(self.gates, dict):
             self.gates = GateConfig.from_dict(self.gates)
         self.gates.validate()
+        _check_types(self)
         if not (isinstance(self.tolerance, (int, float)) and math.isfinite(self.tolerance) and self.tolerance > 0):
             raise AttentionConfigError(f"tolerance={self.tolerance!r} must be a finite number > 0 (nats of held-out CE "
                                        "above the base model, e.g. 0.01)")
