@@ -1,4 +1,4 @@
-"""compare: refusals, token-level attention edges, and the CLI end to end on the embedded model."""
+"""compare: refusals, token-level attention edges, and the CLI end to end."""
 
 import json
 
@@ -9,7 +9,7 @@ from workbench.attention import gates as G
 from workbench.attention.compare import CompareError, check_same_vocab, token_edges
 from workbench.attention.config import GateConfig
 from workbench.cli import main
-from workbench.corpus.synthetic import vocabulary
+from workbench.corpus.vocab import vocabulary
 from workbench.models import load, save
 from workbench.models.tokenizer import build_tokenizer
 
@@ -47,13 +47,14 @@ def test_token_edges_count_only_open_entries_and_keeping_all_is_the_model(small)
         assert res[t_]["entries"] is not None and 0 <= res[t_]["entries"] <= n_open and res[t_]["ndf"] >= float(t_)
 
 
-def test_cli_compare_on_the_embedded_model(tmp_path, capsys):
-    model, _ = load("tiny", device="cpu")
-    G.install(model, GateConfig(init_bias=4.0))
-    save(model, tmp_path / "sparse")
+def test_cli_compare_end_to_end(tokenizer, tmp_path, capsys):
+    base = build(tokenizer, seed=2)  # a random model whose induction query has a logit-difference gap
+    save(base, tmp_path / "base")
+    G.install(base, GateConfig(init_bias=3.0))
+    save(base, tmp_path / "sparse")
     out = tmp_path / "compare.json"
-    rc = main(["attention", "compare", "--base", "tiny", "--sparse", str(tmp_path / "sparse"), "--task", "induction",
-               "--n", "1", "--samples", "1", "--quiet", "--out", str(out)])
+    rc = main(["attention", "compare", "--base", str(tmp_path / "base"), "--sparse", str(tmp_path / "sparse"),
+               "--task", "induction", "--n", "1", "--samples", "1", "--quiet", "--out", str(out)])
     text = capsys.readouterr().out
     assert rc == 0 and "attention entries" in text and "component edges" in text
     res = json.loads(out.read_text())

@@ -15,8 +15,9 @@ from workbench.attention import gates as G
 from workbench.attention import train as T
 from workbench.attention.config import GateConfig, SparsifyConfig
 from workbench.cli import main
-from workbench.corpus.synthetic import TASKS
+from workbench.corpus.vocab import TASKS
 from workbench.models import load
+from workbench.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -100,17 +101,33 @@ def _cli(args, capsys):
     return rc, capsys.readouterr()
 
 
+def _own_text(model, path: Path, n_docs: int = 40) -> str:
+    """A text corpus the model itself sampled: in distribution for it, whatever its vocabulary."""
+    torch.manual_seed(0)
+    bos = torch.full((n_docs, 1), model.tokenizer.bos_token_id)
+    out = model.generate(bos, max_new_tokens=24, temperature=1.0, verbose=False, stop_at_eos=False)
+    special = set(model.tokenizer.all_special_ids)
+    docs = [model.tokenizer.decode([t for t in row.tolist() if t not in special]) for row in out]
+    path.write_text("\n\n".join(docs))
+    return str(path)
+
+
 def test_cli_unmet_constraint_saves_the_best_state_marked_and_exits_nonzero(tmp_path, capsys):
-    out = tmp_path / "closed"  # the trained embedded model with every edge closed: its CE must rise
-    rc, io = _cli(["attention", "sparsify", "--model", "tiny", "--out", str(out), "--steps", "2", "--batch-size", "2",
+    corpus = _own_text(load("tiny", device="cpu")[0], tmp_path / "own.txt")
+    ws = tmp_path / "ws"  # the trained embedded model with every edge closed: its CE must rise
+    rc, io = _cli(["attention", "sparsify", "--model", "tiny", "--workspace", str(ws), "--out", "closed",
+                   "--corpus", corpus, "--steps", "2", "--batch-size", "2",
                    "--tolerance", "0.001", "--quiet", "--set", "eval_sequences=2", "eval_every=1", "lr=0", "ctx_len=16",
                    "--gate", "init_bias=-10000"], capsys)
     assert rc == 2
     err = io.err.strip().splitlines()
     assert len(err) == 1 and "no evaluated state met held-out CE" in err[0] and "constraint_met=false" in err[0]
+    out = ws / "models" / "closed"
     report = json.loads((out / "attention_report.json").read_text())
     assert report["constraint_met"] is False and report["ce"]["sparse"] > report["ce_target"]
     assert G.is_gated(load(str(out), device="cpu")[0])
+    (art,) = Workspace(ws).artifacts("models")
+    assert art.manifest["summary"]["constraint_met"] is False and art.manifest["made_by"] == "workbench attention sparsify"
     rc, io = _cli(["attention", "report", str(out)], capsys)
     assert rc == 0 and "constraint NOT MET" in io.out and "layer 0" in io.out
 

@@ -156,14 +156,14 @@ def compare(base, sparse, task: str, n: int = 20, targets=TARGETS, seed: int = 0
             steps: int = 5, progress: bool = True) -> dict:
     """Per-query counts on both models and, per target, the base/sparse ratios (of the means over queries
     answered by both)."""
-    from workbench.corpus import synthetic
+    from workbench.corpus import tasks
     from workbench.models import model_id
 
     check_same_vocab(base, sparse)
     for t in targets:
         if not 0 < t <= 1:
             raise CompareError(f"NDF target {t!r} must be in (0, 1]")
-    qs = synthetic.queries(task, n, seed=seed, tokenizer=base.tokenizer)
+    qs = tasks.queries(task, n, seed=seed, tokenizer=base.tokenizer)
     it = qs
     if progress:
         from tqdm.auto import tqdm

@@ -103,12 +103,12 @@ def heldout(corpus, n: int, ctx_len: int, rank: int = 0, world: int = 1,
 @torch.no_grad()
 def example_patterns(model, tokenizer, per_task: int = 2, seed: int = 0) -> dict:
     """Attention patterns [layer][head][query][key] (4 decimals) of a few held-out prompts per task family."""
-    from workbench.corpus import synthetic
+    from workbench.corpus import tasks
 
     out = {}
-    for task in synthetic.QUERY_TASKS:
+    for task in tasks.QUERY_TASKS:
         rows = []
-        for q in synthetic.queries(task, per_task, seed=seed):
+        for q in tasks.queries(task, per_task, seed=seed):
             toks = model.to_tokens(q.prompt).to(model.cfg.device)
             _, cache = model.run_with_cache(toks, names_filter=lambda n: n.endswith("hook_pattern"))
             pats = torch.stack([cache[f"blocks.{i}.attn.hook_pattern"][0] for i in range(model.cfg.n_layers)])
@@ -118,10 +118,39 @@ def example_patterns(model, tokenizer, per_task: int = 2, seed: int = 0) -> dict
     return out
 
 
+@torch.no_grad()
+def induction_heads(model, n: int = 20, seed: int = 0) -> list[list[dict]]:
+    """Per layer and head, on the repeated half of induction prompts ([BOS] span span[:cut]): mean
+    attention on the previous token and on the induction target (the token after the current token's
+    first occurrence), the share of queries putting >= 0.9 on that one key (a clean single-key
+    pattern), and the mean number of keys with nonzero attention."""
+    from workbench.corpus import tasks
+
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    acc = torch.zeros(L, H, 5, dtype=torch.float64)  # prev, induction, prev clean, induction clean, keys
+    count = 0
+    for q in tasks.queries("induction", n, seed=seed):
+        span = len(q.params["span"])
+        toks = model.to_tokens(q.prompt).to(model.cfg.device)
+        _, cache = model.run_with_cache(toks, names_filter=lambda name: name.endswith("hook_pattern"))
+        pats = torch.stack([cache[f"blocks.{i}.attn.hook_pattern"][0] for i in range(L)]).double().cpu()
+        qpos = torch.arange(span + 1, toks.shape[1])  # queries in the repeat
+        prev, ind = pats[:, :, qpos, qpos - 1], pats[:, :, qpos, qpos - span + 1]
+        acc[..., 0] += prev.sum(-1)
+        acc[..., 1] += ind.sum(-1)
+        acc[..., 2] += (prev >= 0.9).sum(-1)
+        acc[..., 3] += (ind >= 0.9).sum(-1)
+        acc[..., 4] += (pats[:, :, qpos] > 0).sum((-1, -2))
+        count += len(qpos)
+    acc /= max(count, 1)
+    keys = ("prev_token_attention", "induction_attention", "prev_token_clean", "induction_clean", "open_keys")
+    return [[{k: round(float(v), 4) for k, v in zip(keys, acc[layer, h])} for h in range(H)] for layer in range(L)]
+
+
 def build_report(base, sparse, corpus, info: dict, eval_sequences: int = 64, ctx_len: int | None = None,
                  n_queries: int = 100, examples_per_task: int = 2) -> dict:
     """The full report of a sparse model against its base (single process)."""
-    from workbench.models.toy import task_accuracy
+    from workbench.models.card import task_accuracy
 
     ctx_len = ctx_len or sparse.cfg.n_ctx
     tokens, labels = heldout(corpus, eval_sequences, ctx_len)
@@ -140,6 +169,7 @@ def build_report(base, sparse, corpus, info: dict, eval_sequences: int = 64, ctx
         "task_accuracy": acc, "task_accuracy_queries": n_queries if acc else 0,
         **{k: sparse_m[k] for k in ("open_fraction", "open_fraction_per_layer", "open_fraction_per_head",
                                      "mean_open_keys_per_query_per_head", "mean_open_keys_per_query")},
+        "induction_heads": {"base": induction_heads(base), "sparse": induction_heads(sparse)} if synthetic_vocab else {},
         "examples": {"base": example_patterns(base, base.tokenizer, examples_per_task) if synthetic_vocab else {},
                      "sparse": example_patterns(sparse, sparse.tokenizer, examples_per_task) if synthetic_vocab else {}},
     }
@@ -181,4 +211,15 @@ def format_report(r: dict) -> str:
                                               r["mean_open_keys_per_query_per_head"])):
         cells = "  ".join(f"h{h} {v:6.2%} ({k:.2f})" for h, (v, k) in enumerate(zip(heads, keys)))
         lines.append(f"  layer {i}: {lf:6.2%}   {cells}")
+    ih = r.get("induction_heads") or {}
+    if ih:
+        lines += ["", "induction prompts, repeated half: attention on the previous token / the induction target "
+                      "(share of queries with >= 0.9 on it), open keys per query; base -> sparse:"]
+        for i, (lb, ls) in enumerate(zip(ih["base"], ih["sparse"])):
+            for h, (b, s) in enumerate(zip(lb, ls)):
+                lines.append(f"  a{i}.h{h}: prev {b['prev_token_attention']:.2f} ({b['prev_token_clean']:.0%}) -> "
+                             f"{s['prev_token_attention']:.2f} ({s['prev_token_clean']:.0%})   induction "
+                             f"{b['induction_attention']:.2f} ({b['induction_clean']:.0%}) -> "
+                             f"{s['induction_attention']:.2f} ({s['induction_clean']:.0%})   keys "
+                             f"{b['open_keys']:.1f} -> {s['open_keys']:.1f}")
     return "\n".join(lines)
