@@ -10,10 +10,10 @@ leave the softmax; a row with no open edge gives the head a zero pattern there (
 Mechanics, so every TransformerLens hook keeps working: a permanent hook on `hook_attn_scores`
 computes the gates, passes them through the new `blocks.L.attn.hook_gate` (cacheable, patchable:
 what a hook there returns is what the model uses), and returns the scores with closed edges at
--inf (what later hooks and the cache see); a permanent hook on `hook_pattern` then recomputes the
-pattern as a gate-weighted softmax of the original scores, which equals the masked softmax in the
-forward pass and gives the closed gates a straight-through gradient (the plain masked softmax has
-none, and NaN gradients on empty rows). Grouped-query attention needs nothing special: scores are
+-inf (what later hooks and the cache see); when gradients are on, a permanent hook on `hook_pattern`
+then recomputes the pattern as a gate-weighted softmax of the original scores, which equals the
+masked softmax in the forward pass and gives the closed gates a straight-through gradient (the plain
+masked softmax has none, and NaN gradients on empty rows). Grouped-query attention needs nothing special: scores are
 per query head. `model.reset_hooks(including_permanent=True)` removes the gates' hooks.
 """
 
@@ -56,8 +56,7 @@ class AttentionGate(nn.Module):
 
     def sample(self, logit: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(relaxed gate z, probability that the gate is open) in training."""
-        u = torch.rand_like(logit).clamp_(1e-6, 1 - 1e-6)
-        noise = torch.log(u) - torch.log1p(-u)  # logistic
+        noise = torch.logit(torch.rand_like(logit), eps=1e-6)  # logistic
         if self.cfg.estimator == "gumbel_st":
             y = torch.sigmoid((logit + noise) / self.tau)
             return (y > 0.5).to(logit.dtype) + (y - y.detach()), torch.sigmoid(logit)
@@ -90,6 +89,8 @@ class AttentionGate(nn.Module):
             return pattern
         scores, z = self._stash
         self._stash = None
+        if not torch.is_grad_enabled():
+            return pattern  # TransformerLens's softmax of the masked scores: the same values
         return gated_softmax(scores, z, self.cfg.score_clamp).to(pattern.dtype)
 
 
