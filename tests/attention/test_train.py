@@ -115,10 +115,10 @@ def _own_text(model, path: Path, n_docs: int = 40) -> str:
 def test_cli_unmet_constraint_saves_the_best_state_marked_and_exits_nonzero(tmp_path, capsys):
     corpus = _own_text(load("tiny", device="cpu")[0], tmp_path / "own.txt")
     ws = tmp_path / "ws"  # the trained embedded model with every edge closed: its CE must rise
-    rc, io = _cli(["attention", "sparsify", "--model", "tiny", "--workspace", str(ws), "--out", "closed",
+    rc, io = _cli(["attention", "sparsify", "--model", "tiny", "--workspace", str(ws), "--name", "closed",
                    "--corpus", corpus, "--steps", "2", "--batch-size", "2",
-                   "--tolerance", "0.001", "--quiet", "--set", "eval_sequences=2", "eval_every=1", "lr=0", "ctx_len=16",
-                   "--gate", "init_bias=-10000"], capsys)
+                   "--tolerance", "0.001", "--quiet", "--eval-sequences", "2", "--eval-every", "1", "--lr", "0",
+                   "--ctx-len", "16", "--init-bias", "-10000"], capsys)
     assert rc == 2
     err = io.err.strip().splitlines()
     assert len(err) == 1 and "no evaluated state met held-out CE" in err[0] and "constraint_met=false" in err[0]
@@ -145,7 +145,7 @@ def test_sparsify_under_torchrun_with_two_processes(small_dir, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "workbench.cli",
            "attention", "sparsify", "--model", small_dir, "--out", str(out), "--steps", "4", "--batch-size", "4",
-           "--tolerance", "0.5", "--quiet", "--set", "eval_sequences=4", "eval_every=2"]
+           "--tolerance", "0.5", "--quiet", "--eval-sequences", "4", "--eval-every", "2"]
     proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     info = json.loads((out / "sparsify.json").read_text())

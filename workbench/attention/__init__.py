@@ -1,4 +1,4 @@
-"""Sparse-attention post-training (methods.md §7): gated attention on any HookedTransformer, trained to
+"""Sparse-attention post-training (docs/methods.md §7): gated attention on any HookedTransformer, trained to
 keep as few query-key edges as possible at the base model's held-out loss, and its circuits compared.
 
     from workbench.attention import SparsifyConfig, GateConfig

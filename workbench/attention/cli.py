@@ -1,32 +1,35 @@
 """`workbench attention sparsify|report|compare` (argparse wiring; torch is imported inside the commands).
 
-    workbench attention sparsify --model tiny --out sparse-tiny [--tolerance 0.01] [--steps 1000] [--resume]
-    workbench attention report sparse-tiny
+    workbench attention sparsify --model tiny [--workspace W] [--name N | --out DIR] [--tolerance 0.01] [--resume]
+    workbench attention report W/models/tiny-sparse
     workbench attention compare --base tiny --sparse sparse-tiny --task ioi --n 20 [--out compare.json]
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
+
+SPARSIFY, GATE = "sparsify.", "gate."  # namespace prefixes of the config flags
 
 
-def add_commands(sub) -> None:
+def add_commands(sub, parents=()) -> None:
+    """The `attention` command group; parents carry the shared options (--workspace)."""
     p = sub.add_parser("attention", help="sparse-attention post-training under a loss constraint")
     a = p.add_subparsers(dest="attention_command", required=True, metavar="ACTION")
 
-    s = a.add_parser("sparsify", help="train attention gates (and weights) keeping held-out CE within a tolerance")
+    s = a.add_parser("sparsify", parents=list(parents),
+                     help="train attention gates (and weights) keeping held-out CE within a tolerance")
     s.add_argument("--model", default="tiny", help="base model: tiny, a saved model folder, or a TransformerLens name")
-    s.add_argument("--out", help="folder for the gated model (default with --workspace: WS/models/<model>-sparse)")
-    s.add_argument("--workspace", help="record the model in this workspace (artifact kind 'models')")
+    s.add_argument("--name", help="model folder in <workspace>/models (default: MODEL-sparse)")
+    s.add_argument("--out", help="model folder instead of <workspace>/models/NAME")
     s.add_argument("--corpus", default="synthetic", help="'synthetic', 'synthetic:seed=N', files, or hf:<dataset>")
-    s.add_argument("--tolerance", type=float, default=0.01, help="allowed held-out CE increase in nats (default: %(default)s)")
-    s.add_argument("--steps", type=int, default=1000, help="optimizer steps (default: %(default)s)")
-    s.add_argument("--batch-size", type=int, default=16, help="sequences per step over all processes (default: %(default)s)")
-    s.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
-                   help="any other SparsifyConfig field, e.g. lr=3e-5 ce_ema=0.9 tau_end=0.2")
-    s.add_argument("--gate", nargs="*", default=[], metavar="FIELD=VALUE",
-                   help="GateConfig fields, e.g. estimator=hard_concrete empty_row=first gate_input=score")
+    from workbench.attention.config import GateConfig, SparsifyConfig
+    from workbench.configflags import add_config_flags
+
+    add_config_flags(s, SparsifyConfig, SPARSIFY)
+    add_config_flags(s, GateConfig, GATE)
+    s.add_argument("--set", nargs="*", default=[], metavar="FIELD=JSON",
+                   help="GateConfig fields without a flag, e.g. hard_concrete_limits=[-0.1,1.1]")
     s.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=run_sparsify)
@@ -49,42 +52,23 @@ def add_commands(sub) -> None:
     c.set_defaults(func=run_compare)
 
 
-def _fields(cls, pairs: list[str]) -> dict:
-    from workbench.cli import _set_fields
-
-    return _set_fields(cls, pairs)
-
-
 def run_sparsify(args) -> int:
     from workbench.attention.config import GateConfig, SparsifyConfig
     from workbench.attention.report import format_report
-    from workbench.attention.train import ConstraintNotMet, sparsify
+    from workbench.attention.train import ConstraintNotMet
     from workbench.checkpoint import dist_info
+    from workbench.configflags import config_values, set_fields
+    from workbench.steps import sparsify_attention
+    from workbench.workspace import Workspace
 
-    gate = GateConfig(**_fields(GateConfig, args.gate))
-    cfg = SparsifyConfig(**{"gates": gate, "tolerance": args.tolerance, "steps": args.steps,
-                            "batch_size": args.batch_size, "progress": not args.quiet,
-                            **_fields(SparsifyConfig, args.set)})
+    gate = GateConfig(**config_values(args, GateConfig, GATE), **set_fields(GateConfig, args.set))
+    cfg = SparsifyConfig(gates=gate, progress=not args.quiet, **config_values(args, SparsifyConfig, SPARSIFY))
     cfg.validate()  # a bad value fails here, before the model loads
-    ws = None
-    out = args.out
-    if args.workspace:
-        from workbench.workspace import Workspace
-
-        ws = Workspace(args.workspace)
-        name = Path(out).name if out else f"{Path(args.model).name}-sparse"
-        out = str(ws.path("models", name))
-    if not out:
-        raise ValueError("sparsify needs --out FOLDER (or --workspace WS)")
-    report = sparsify(args.model, out, cfg, args.corpus, resume=args.resume)
+    report, out = sparsify_attention(Workspace(args.workspace), args.model, cfg, corpus_spec=args.corpus, out=args.out,
+                                     name=args.name, resume=args.resume)
     if dist_info()[0] != 0:  # under torchrun rank 0 prints, records and exits non-zero on an unmet constraint
         return 0
     print(format_report(report))
-    if ws is not None:
-        ws.record("models", Path(out).name, made_by="workbench attention sparsify", config=cfg.to_dict(),
-                  inputs={"model": report["base_model"], "corpus": report["corpus"]},
-                  summary={k: report[k] for k in ("constraint_met", "ce_target", "open_fraction",
-                                                  "mean_open_keys_per_query")} | {"ce": report["ce"]})
     if not report["constraint_met"]:
         raise ConstraintNotMet(
             f"no evaluated state met held-out CE <= {report['ce_target']:.4f} (base {report['ce_base']:.4f} + "
@@ -109,10 +93,12 @@ def run_compare(args) -> int:
     from workbench.atomic import atomic_write_text
     from workbench.models import load
 
+    from workbench.errors import BadValueError
+
     try:
         targets = tuple(float(t) for t in args.targets.split(",") if t.strip())
     except ValueError:
-        raise ValueError(f"--targets {args.targets!r} must be comma-separated numbers in (0, 1], e.g. 0.8,0.9") from None
+        raise BadValueError(f"--targets {args.targets!r} must be comma-separated numbers in (0, 1], e.g. 0.8,0.9") from None
     base, _ = load(args.base)
     sparse, _ = load(args.sparse)
     res = compare(base, sparse, args.task, args.n, targets, seed=args.seed, n_samples=args.samples,

@@ -1,4 +1,4 @@
-"""Configs for sparse-attention post-training (methods.md §7); every open choice is a field saved with the model.
+"""Configs for sparse-attention post-training (docs/methods.md §7); every open choice is a field saved with the model.
 
 `GateConfig` is what a gated model needs to run (saved in its config.json); `SparsifyConfig` adds
 the constrained-loss training choices (saved in the run record and the report).
@@ -68,13 +68,18 @@ class GateConfig:
     a head attends, invariant to per-row score shifts) or the raw score ("score").
     """
 
-    estimator: str = "gumbel_st"  # training relaxation: straight-through Gumbel-sigmoid | hard-concrete
-    gate_input: str = "log_prob"
+    estimator: str = field(default="gumbel_st", metadata={  # straight-through Gumbel-sigmoid | hard-concrete
+        "help": "training relaxation of the gates", "choices": ESTIMATORS})
+    gate_input: str = field(default="log_prob", metadata={"help": "what the gate thresholds: the dense attention "
+                                                                  "log-probability or the raw score",
+                                                          "choices": GATE_INPUTS})
     init_scale: float = 1.0
     init_bias: float = 8.0  # log_prob: open iff attention > e^-8 at the start (every edge that matters)
     # a row with no open edge: "zero" (the head writes nothing at that query: exact, costs no edge) |
     # "first" (key 0, the BOS, is always open and counted: 1 edge per row, 2/(n_ctx+1) of causal pairs)
-    empty_row: str = "zero"
+    empty_row: str = field(default="zero", metadata={"help": "a row with no open edge: the head writes nothing "
+                                                             "there (zero) or key 0 stays open (first)",
+                                                     "choices": EMPTY_ROWS})
     hard_concrete_limits: tuple[float, float] = (-0.1, 1.1)  # the stretch (gamma, zeta) of Louizos et al.
     score_clamp: float = 30.0  # training only: exp(score - row max of open scores) capped at e^this
 
@@ -118,9 +123,9 @@ class SparsifyConfig:
     """
 
     gates: GateConfig = field(default_factory=GateConfig)
-    tolerance: float = 0.01  # nats of held-out CE above the base model
-    steps: int = 1000
-    batch_size: int = 16  # sequences per step over all processes
+    tolerance: float = field(default=0.01, metadata={"help": "allowed held-out CE above the base model, in nats"})
+    steps: int = field(default=1000, metadata={"help": "optimizer steps"})
+    batch_size: int = field(default=16, metadata={"help": "sequences per step over all processes"})
     ctx_len: int | None = None  # None -> the model's n_ctx
     lr: float = 1e-4  # AdamW on the model's own weights (0 freezes them: only the gates learn)
     gate_lr: float = 3e-2  # AdamW on the gates' scale and bias
@@ -130,17 +135,17 @@ class SparsifyConfig:
     lambda_init: float = 1.0
     multiplier_lr: float = 1.0
     ce_ema: float = 0.9  # 0: dual ascent on each batch's violation; in (0, 1): on an EMA with this decay (GECO)
-    dual_ce: str = "paired"  # CE_ref of the dual step: "paired" (base CE of the same batch) | "fixed"
+    dual_ce: str = field(default="paired", metadata={"choices": DUAL_CE})  # CE_ref of the dual step: "paired" (base CE of the same batch) | "fixed"
     dual_margin: float = 0.2  # share of the tolerance held back in the dual step (sampled vs deterministic gates)
     tau_start: float = 1.0  # relaxation temperature, annealed to tau_end over the run
     tau_end: float = 0.1
-    tau_schedule: str = "exponential"
+    tau_schedule: str = field(default="exponential", metadata={"choices": TAU_SCHEDULES})
     eval_sequences: int = 64  # held-out sequences for CE_target, the constraint check and model selection
     eval_every: int = 100  # steps between held-out evaluations (the best feasible one is kept)
     checkpoint_every: int = 100  # steps; 0 = only at the end
     seed: int = 0  # data order and gate noise
     device: str | None = None
-    progress: bool = True
+    progress: bool = field(default=True, metadata={"cli": False})  # the CLI's --quiet
 
     def validate(self, world_size: int = 1) -> "SparsifyConfig":
         if isinstance(self.gates, dict):

@@ -1,4 +1,4 @@
-"""The constrained-loss objective: min E[open edges]/N_edges subject to CE <= CE_target (methods.md §7).
+"""The constrained-loss objective: min E[open edges]/N_edges subject to CE <= CE_target (docs/methods.md §7).
 
 Lagrangian L = open_frac + lambda * v with the violation v = CE - CE_ref - allowed; the model and
 gates descend on L while lambda ascends on v: lambda <- max(0, lambda + eta * v), v the batch's or,

@@ -1,4 +1,4 @@
-"""Gated attention for any HookedTransformer, installed through hooks (methods.md §7).
+"""Gated attention for any HookedTransformer, installed through hooks (docs/methods.md §7).
 
 Each block's attention gets a gate per (head, query i, key j) from its own attention scores:
 logit_ij = scale_h * x_ij + bias_h (x = dense log-probability or raw score, GateConfig.gate_input).

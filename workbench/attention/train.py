@@ -1,4 +1,4 @@
-"""Sparse-attention post-training: gates + the model's weights under a loss constraint (methods.md §7).
+"""Sparse-attention post-training: gates + the model's weights under a loss constraint (docs/methods.md §7).
 
 `sparsify(base, out_dir, cfg)` measures the base model's held-out CE, installs gates, then descends
 on open_frac + lambda * (CE - CE_target) while lambda ascends (constraint.Multiplier). Every
