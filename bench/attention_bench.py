@@ -97,7 +97,8 @@ def run_side(spec: dict) -> dict:
             with torch.no_grad():
                 model(tokens)
     rss_loaded = _rss_mb()
-    call()
+    for _ in range(spec.get("warmup", 1)):
+        call()
     times = []
     for _ in range(spec["reps"]):
         t0 = time.perf_counter()
@@ -121,6 +122,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="small shapes, one repetition (a smoke run)")
     p.add_argument("--reps", type=int, default=3, help="timed calls per side after one warm-up (default: %(default)s)")
+    p.add_argument("--gpt2-reps", type=int, default=1,
+                   help="timed calls per side on the GPT-2 shape, without warm-up: a CPU step there takes minutes "
+                        "(default: %(default)s)")
     p.add_argument("--threads", type=int, default=1, help="OMP threads per side (default: %(default)s)")
     p.add_argument("--out", default=str(OUT), help="markdown report (default: %(default)s)")
     p.add_argument("--side", help=argparse.SUPPRESS)
@@ -136,7 +140,9 @@ def main(argv=None) -> int:
     results = {}
     for name, (model, batch, ctx) in shapes.items():
         for side in SIDES:
-            spec = {"model": model, "batch": batch, "ctx": ctx, "side": side, "reps": reps}
+            big = name.startswith("gpt2") and not a.quick
+            spec = {"model": model, "batch": batch, "ctx": ctx, "side": side, "reps": a.gpt2_reps if big else reps,
+                    "warmup": 0 if big else 1}
             r = run_side(spec) if a.quick else _side_subprocess(spec)
             results[(name, side)] = r
             print(f"{name:<18} {side:<18} {r['seconds']:8.3f} s  peak RSS {r['peak_rss_mb']:8.0f} MB", flush=True)
@@ -159,7 +165,8 @@ def main(argv=None) -> int:
         "# Sparse-attention post-training: cost of the gates",
         "",
         f"Commit `{commit}`{' (quick smoke run: small shapes, one repetition, every side in this one process, so RSS is cumulative)' if a.quick else ''}; "
-        f"`bench/attention_bench.py`, {reps} timed call(s) per side after one warm-up"
+        f"`bench/attention_bench.py`, {reps} timed call(s) per side after one warm-up "
+        f"({a.gpt2_reps} without warm-up on the GPT-2 shape)"
         f"{'' if a.quick else ', each side in its own process'}.",
         *harness.machine_lines(info, {}, threads),
         "",
