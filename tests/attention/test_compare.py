@@ -10,7 +10,7 @@ from workbench.attention.compare import CompareError, check_same_vocab, token_ed
 from workbench.attention.config import GateConfig
 from workbench.cli import main
 from workbench.corpus.vocab import vocabulary
-from workbench.models import load, save
+from workbench.models import save
 from workbench.models.tokenizer import build_tokenizer
 
 from .conftest import build

@@ -89,11 +89,10 @@ def run_report(args) -> int:
 
 
 def run_compare(args) -> int:
-    from workbench.attention.compare import compare, format_compare
     from workbench.atomic import atomic_write_text
-    from workbench.models import load
-
+    from workbench.attention.compare import compare, format_compare
     from workbench.errors import BadValueError
+    from workbench.models import load
 
     try:
         targets = tuple(float(t) for t in args.targets.split(",") if t.strip())

@@ -83,7 +83,7 @@ class GateConfig:
     hard_concrete_limits: tuple[float, float] = (-0.1, 1.1)  # the stretch (gamma, zeta) of Louizos et al.
     score_clamp: float = 30.0  # training only: exp(score - row max of open scores) capped at e^this
 
-    def validate(self) -> "GateConfig":
+    def validate(self) -> GateConfig:
         _check_types(self)
         _choice("estimator", self.estimator, ESTIMATORS)
         _choice("gate_input", self.gate_input, GATE_INPUTS)
@@ -103,7 +103,7 @@ class GateConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "GateConfig":
+    def from_dict(cls, d: dict) -> GateConfig:
         d = _known(cls, d)
         if "hard_concrete_limits" in d:
             d["hard_concrete_limits"] = tuple(d["hard_concrete_limits"])
@@ -147,7 +147,7 @@ class SparsifyConfig:
     device: str | None = None
     progress: bool = field(default=True, metadata={"cli": False})  # the CLI's --quiet
 
-    def validate(self, world_size: int = 1) -> "SparsifyConfig":
+    def validate(self, world_size: int = 1) -> SparsifyConfig:
         if isinstance(self.gates, dict):
             self.gates = GateConfig.from_dict(self.gates)
         self.gates.validate()
@@ -196,7 +196,7 @@ class SparsifyConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "SparsifyConfig":
+    def from_dict(cls, d: dict) -> SparsifyConfig:
         d = _known(cls, d)
         if isinstance(d.get("gates"), dict):
             d["gates"] = GateConfig.from_dict(d["gates"])
