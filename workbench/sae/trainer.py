@@ -11,9 +11,9 @@ import json
 import math
 import os
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Callable, Iterable, Iterator
 
 import torch
 import torch.distributed as dist
