@@ -212,6 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
     from workbench.circuits.cli import add_commands as add_circuit_commands
 
     add_circuit_commands(sub, parents=[ws])
+    from workbench.attention.cli import add_commands as add_attention_commands
+
+    add_attention_commands(sub, parents=[ws])
 
     ls = sub.add_parser("ls", parents=[_workspace_flag("to list")], help="list the artifacts recorded in a workspace")
     ls.add_argument("--kind", choices=KINDS, help="only artifacts of this kind")
