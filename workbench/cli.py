@@ -218,6 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
     from workbench.app_cli import add_commands as add_app_commands
 
     add_app_commands(sub)
+    from workbench.attention.cli import add_commands as add_attention_commands
+
+    add_attention_commands(sub, parents=[ws])
 
     ls = sub.add_parser("ls", parents=[_workspace_flag("to list")], help="list the artifacts recorded in a workspace")
     ls.add_argument("--kind", choices=KINDS, help="only artifacts of this kind")

@@ -187,3 +187,24 @@ def build_features(ws: Workspace, sae_dirs, cache_dir, model_spec: str = "tiny",
                   checksums=False)
         out.append(store)
     return out
+
+
+def sparsify_attention(ws: Workspace, model_spec: str = "tiny", cfg=None, *, corpus_spec: str = "synthetic",
+                       out=None, name: str | None = None, resume: bool = False) -> tuple[dict, Path]:
+    """Sparse-attention post-training (`workbench attention sparsify`) into <ws>/models/<name> or `out`,
+    recorded as a model (the report says whether the constraint was met); returns (report, folder)."""
+    from workbench.attention.train import sparsify
+    from workbench.checkpoint import dist_info
+
+    folder = Path(out) if out else ws.path("models", name or f"{slug(Path(model_spec).name)}-sparse")
+    report = sparsify(model_spec, folder, cfg, corpus_spec, resume=resume)
+    if dist_info()[0] == 0:  # under torchrun, rank 0 records
+        ws.record(folder, "models", made_by="workbench attention sparsify", config=report["config"],
+                  inputs={"model": report["base_model"],
+                          "model_spec": ws.rel(model_spec) if Path(model_spec).exists() else model_spec,
+                          "corpus": report["corpus"]},
+                  summary={"constraint_met": report["constraint_met"], "ce_base": report["ce"]["base"],
+                           "ce": report["ce"]["sparse"], "ce_target": report["ce_target"],
+                           "open_fraction": report["open_fraction"],
+                           "mean_open_keys_per_query": report["mean_open_keys_per_query"]})
+    return report, folder

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from workbench.sae import checkpoint
+from workbench import checkpoint
 from workbench.sae.config import ConfigError, SAEConfig, TrainConfig
 from workbench.sae.trainer import NonFiniteError, Trainer, fit, lr_factor, run_steps
 
@@ -135,7 +135,7 @@ def test_corrupted_checkpoint_is_refused(tmp_path):
     with pytest.raises(checkpoint.CheckpointError, match="corrupted"):
         fit(CFGS[:1], _tc(n_tokens=128 * 10), feature_batches, D_IN, tmp_path, resume=True)
     path.write_bytes(b"garbage")
-    with pytest.raises(checkpoint.CheckpointError, match="not a workbench SAE checkpoint"):
+    with pytest.raises(checkpoint.CheckpointError, match="not a workbench checkpoint"):
         checkpoint.read(path)
 
 

@@ -7,6 +7,7 @@ populated Hugging Face cache).
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 
@@ -22,6 +23,10 @@ from workbench.provenance import model_id  # noqa: F401  (re-exported: its home 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data"
 EMBEDDED = {"tiny": DATA_DIR / "models" / "tiny"}
 WEIGHTS, CONFIG = "model.safetensors", "config.json"
+# Architecture extensions: a model may carry `workbench_extensions = {key: json config}`; save() writes
+# them into config.json and load() re-installs each, via "module:function(model, config)", before the
+# weights load (so the saved state dict matches).
+EXTENSIONS = {"attention_gates": "workbench.attention.gates:install_from_dict"}
 
 
 class ModelSpecError(UserError, ValueError):
@@ -36,7 +41,8 @@ def save(model: HookedTransformer, out_dir: str | Path, extra: dict | None = Non
     with atomic_path(out / WEIGHTS) as tmp:
         save_file(state, str(tmp))
     model.tokenizer.save_pretrained(str(out))
-    atomic_write_text(out / CONFIG, json.dumps({"hooked_transformer_config": config_dict(model), **(extra or {})}, indent=2))
+    meta = {"hooked_transformer_config": config_dict(model), **getattr(model, "workbench_extensions", {}), **(extra or {})}
+    atomic_write_text(out / CONFIG, json.dumps(meta, indent=2))
     return out
 
 
@@ -66,6 +72,10 @@ def _load_dir(path: Path, device: str) -> tuple[HookedTransformer, PreTrainedTok
     except Exception as e:  # transformers raises several types for a missing or damaged tokenizer
         raise ModelSpecError(f"cannot load the tokenizer saved in {path} ({type(e).__name__}: {e})") from e
     model = HookedTransformer(cfg, tokenizer=tokenizer, move_to_device=False)
+    for key, target in EXTENSIONS.items():
+        if key in meta:
+            module, _, fn = target.partition(":")
+            getattr(importlib.import_module(module), fn)(model, meta[key])
     try:
         state = load_file(str(path / WEIGHTS))
         model.load_state_dict(state, strict=True)

@@ -12,7 +12,7 @@ sae_lens.SAE.load_from_disk reads every SAE saved here.
 from workbench.lazy import lazy_exports
 
 _EXPORTS = {
-    "CheckpointError": "workbench.sae.checkpoint",
+    "CheckpointError": "workbench.checkpoint",
     "ConfigError": "workbench.sae.config", "SAEConfig": "workbench.sae.config", "TrainConfig": "workbench.sae.config",
     "evaluate": "workbench.sae.eval",
     "load_sae": "workbench.sae.io", "save_sae": "workbench.sae.io",

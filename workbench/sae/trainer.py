@@ -19,9 +19,10 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from workbench import checkpoint
 from workbench.atomic import atomic_write_text, check_output_dir
+from workbench.checkpoint import default_device, dist_info
 from workbench.errors import UserError
-from workbench.sae import checkpoint
 from workbench.sae.architectures import build
 from workbench.sae.config import ConfigError, SAEConfig, TrainConfig, check_types
 from workbench.sae.io import save_sae
@@ -37,24 +38,6 @@ class NonFiniteError(UserError, RuntimeError):
 
 class DivergedError(NonFiniteError):
     """Training diverged (FVU far above 1); the message names the step. No checkpoint is written."""
-
-
-def dist_info() -> tuple[int, int]:
-    """(rank, world size); starts the process group when torchrun set WORLD_SIZE > 1."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        dist.init_process_group(backend)
-    if dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-def default_device(train_cfg: TrainConfig) -> torch.device:
-    if train_cfg.device:
-        return torch.device(train_cfg.device)
-    if torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-    return torch.device("cpu")
 
 
 def lr_factor(step: int, cfg: TrainConfig) -> float:
@@ -276,7 +259,7 @@ def fit(sae_cfgs: list[SAEConfig], train_cfg: TrainConfig, make_batches: Callabl
     if not resume and ckpt.is_file():
         raise checkpoint.CheckpointError(f"{out} already holds a run ({CHECKPOINT}); pass resume=True to "
                                          "continue it or choose another out_dir")
-    trainer = Trainer(cfgs, train_cfg, default_device(train_cfg))
+    trainer = Trainer(cfgs, train_cfg, default_device(train_cfg.device))
     if resume:
         state = checkpoint.read(ckpt)
         diff = checkpoint.config_diff(state["record"], record)
@@ -361,7 +344,7 @@ def train(cache_path: str | Path, hook: str, sae_configs: list[SAEConfig], train
     def make_batches(start: int, rank: int, world_size: int):
         return cache.batches(hook, per_rank, split="train", seed=train_cfg.seed, start_batch=start,
                              rank=rank, world_size=world_size, dtype=torch.float32,
-                             device=default_device(train_cfg))
+                             device=default_device(train_cfg.device))
 
     m = cache.manifest
     # relative to each SAE folder (out_dir/<name>), so the SAEs and their cache can move together

@@ -1,5 +1,6 @@
 """Checkpoint files that are either complete and verified or rejected with a clear error.
 
+Shared by the training loops (SAEs, sparse attention), with the process-group and device helpers.
 torch.load does not notice flipped bytes inside a tensor, so the file carries a SHA-256 of its
 payload in a one-line header; writes go to a temp file in the same folder and then os.replace.
 """
@@ -8,14 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 from workbench.atomic import atomic_path
 from workbench.errors import UserError
 
-MAGIC = b"WORKBENCH-SAE-CHECKPOINT-1 "
+MAGIC = b"WORKBENCH-SAE-CHECKPOINT-1 "  # the SAE trainer wrote it first; kept so old checkpoints still read
 
 
 class CheckpointError(UserError, ValueError):
@@ -37,7 +40,7 @@ def read(path: Path) -> dict:
     data = path.read_bytes()
     head, _, payload = data.partition(b"\n")
     if not head.startswith(MAGIC):
-        raise CheckpointError(f"{path} is not a workbench SAE checkpoint (bad header)")
+        raise CheckpointError(f"{path} is not a workbench checkpoint (bad header)")
     if hashlib.sha256(payload).hexdigest().encode() != head[len(MAGIC):]:
         raise CheckpointError(f"{path} is corrupted: its checksum does not match its contents; "
                               "delete it to start over or restore a good copy")
@@ -56,3 +59,22 @@ def config_diff(saved, current, prefix: str = "") -> list[str]:
     if isinstance(saved, list) and isinstance(current, list) and len(saved) == len(current):
         return [d for i, (a, b) in enumerate(zip(saved, current)) for d in config_diff(a, b, f"{prefix}{i}.")]
     return [] if saved == current else [f"{prefix.rstrip('.')}: checkpoint {saved!r} != now {current!r}"]
+
+
+def dist_info() -> tuple[int, int]:
+    """(rank, world size); starts the process group when torchrun set WORLD_SIZE > 1."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend)
+    if dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def default_device(device: str | None = None) -> torch.device:
+    """The requested device, else this process's GPU under torchrun (LOCAL_RANK), else the CPU."""
+    if device:
+        return torch.device(device)
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")

@@ -1,0 +1,69 @@
+"""compare: refusals, token-level attention edges, and the CLI end to end."""
+
+import json
+
+import pytest
+import torch
+
+from workbench.attention import gates as G
+from workbench.attention.compare import CompareError, check_same_vocab, token_edges
+from workbench.attention.config import GateConfig
+from workbench.cli import main
+from workbench.corpus.vocab import vocabulary
+from workbench.models import save
+from workbench.models.tokenizer import build_tokenizer
+
+from .conftest import build
+
+
+def test_models_with_different_vocabularies_are_refused(small, capsys, tmp_path):
+    other = build(build_tokenizer(vocabulary()[:50]), seed=1)
+    with pytest.raises(CompareError, match=r"different vocabularies .*d_vocab \d+, \d+ tokens; sparse"):
+        check_same_vocab(small, other)
+    save(other, tmp_path / "other")
+    rc = main(["attention", "compare", "--base", "tiny", "--sparse", str(tmp_path / "other"), "--task", "ioi",
+               "--n", "1", "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "different vocabularies" in err[0]
+
+
+def test_token_edges_count_only_open_entries_and_keeping_all_is_the_model(small):
+    G.install(small, GateConfig(init_bias=2.0))
+    t = small.to_tokens("the count went from 34 to")[0]
+    answer, wrong = small.to_single_token("50"), small.to_single_token("20")
+    with torch.no_grad():
+        logits = small(t[None])[0, -1]
+        clean = float(logits[answer] - logits[wrong])
+        cf = small(small.to_tokens("the count went from 3 to"))[0, -1]
+        empty = float(cf[answer] - cf[wrong])
+    _, cache = small.run_with_cache(t[None], names_filter=lambda n: n.endswith("hook_gate"))
+    n_open = int(sum(cache[f"blocks.{i}.attn.hook_gate"].sum() for i in range(small.cfg.n_layers)))
+    res = token_edges(small, t, answer, wrong, clean, empty, targets=(0.8, 0.9))
+    n = len(t)
+    assert res["causal_entries"] == small.cfg.n_layers * small.cfg.n_heads * n * (n + 1) // 2
+    assert res["candidates"] == n_open < res["causal_entries"]
+    assert res["ndf_all_kept"] == pytest.approx(1.0, abs=1e-4)
+    for t_ in ("0.8", "0.9"):
+        assert res[t_]["entries"] is not None and 0 <= res[t_]["entries"] <= n_open and res[t_]["ndf"] >= float(t_)
+
+
+def test_cli_compare_end_to_end(tokenizer, tmp_path, capsys):
+    base = build(tokenizer, seed=2)  # a random model whose induction query has a logit-difference gap
+    save(base, tmp_path / "base")
+    G.install(base, GateConfig(init_bias=3.0))
+    save(base, tmp_path / "sparse")
+    out = tmp_path / "compare.json"
+    rc = main(["attention", "compare", "--base", str(tmp_path / "base"), "--sparse", str(tmp_path / "sparse"),
+               "--task", "induction", "--n", "1", "--samples", "1", "--quiet", "--out", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0 and "attention entries" in text and "component edges" in text
+    res = json.loads(out.read_text())
+    assert res["n_used"] == 1 and set(res["summary"]) == {"0.8", "0.9"}
+    q = res["queries"][0]
+    assert q["sparse"]["token"]["candidates"] < q["base"]["token"]["candidates"]
+    for side in ("base", "sparse"):
+        for t in ("0.8", "0.9"):
+            c = q[side]["component"][t]
+            assert c["ndf"] >= float(t) and c["edges"] >= 1 and c["heads"] + c["mlps"]
+    s = res["summary"]["0.8"]["token_entries"]
+    assert s["ratio"] == pytest.approx(s["base"] / s["sparse"])

@@ -1,0 +1,43 @@
+import math
+
+import pytest
+
+from workbench.attention.config import AttentionConfigError, GateConfig, SparsifyConfig
+from workbench.errors import UserError
+
+
+@pytest.mark.parametrize("tol", [0, -0.01, math.nan, math.inf])
+def test_tolerance_must_be_positive_and_finite(tol):
+    with pytest.raises(AttentionConfigError, match=r"tolerance=.* must be a finite number > 0") as e:
+        SparsifyConfig(tolerance=tol).validate()
+    assert isinstance(e.value, UserError) and "\n" not in str(e.value)
+
+
+def test_bad_choices_name_the_valid_ones():
+    with pytest.raises(AttentionConfigError, match=r"estimator='gumbel'.*\['gumbel_st', 'hard_concrete'\]"):
+        GateConfig(estimator="gumbel").validate()
+    with pytest.raises(AttentionConfigError, match=r"empty_row='none'.*\['zero', 'first'\]"):
+        SparsifyConfig(gates=GateConfig(empty_row="none")).validate()
+    with pytest.raises(AttentionConfigError, match="batch_size=3 must be a positive multiple of the number of processes"):
+        SparsifyConfig(batch_size=3).validate(world_size=2)
+    with pytest.raises(AttentionConfigError, match="unknown SparsifyConfig fields"):
+        SparsifyConfig.from_dict({"tolerence": 0.1})
+
+
+def test_round_trip_and_temperature_schedules():
+    cfg = SparsifyConfig(gates=GateConfig(estimator="hard_concrete"), steps=11, tau_start=1.0, tau_end=0.1)
+    assert SparsifyConfig.from_dict(cfg.to_dict()) == cfg
+    assert cfg.tau(0) == 1.0 and cfg.tau(10) == pytest.approx(0.1)
+    assert cfg.tau(5) == pytest.approx(math.sqrt(0.1))  # exponential: geometric midpoint
+    lin = SparsifyConfig(steps=11, tau_schedule="linear", tau_start=1.0, tau_end=0.1)
+    assert lin.tau(5) == pytest.approx(0.55)
+    assert SparsifyConfig(tau_schedule="constant").tau(7) == 1.0
+
+
+def test_field_types_are_checked_by_name():
+    with pytest.raises(AttentionConfigError, match=r"lr='abc' must be of type float"):
+        SparsifyConfig(lr="abc").validate()
+    with pytest.raises(AttentionConfigError, match=r"steps=True must be of type int"):
+        SparsifyConfig(steps=True).validate()
+    with pytest.raises(AttentionConfigError, match=r"init_bias=None must be of type float"):
+        GateConfig(init_bias=None).validate()

@@ -1,0 +1,147 @@
+"""Gated attention: exact semantics at evaluation, straight-through training, hooks, GQA, save/load."""
+
+import math
+
+import pytest
+import torch
+
+from workbench.attention import gates as G
+from workbench.attention.config import GateConfig
+from workbench.models import load, save
+
+from .conftest import build
+
+
+def _tokens(model, n=12, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(1, model.cfg.d_vocab, (2, n), generator=g)
+
+
+def test_all_open_gates_leave_the_model_unchanged_and_keep_every_hook_name(small):
+    t = _tokens(small)
+    base_logits = small(t)
+    names = set(small.hook_dict)
+    G.install(small, GateConfig(init_bias=1e4))
+    torch.testing.assert_close(small(t), base_logits, atol=1e-5, rtol=1e-5)
+    assert names < set(small.hook_dict)
+    assert set(small.hook_dict) - names == {f"blocks.{i}.attn.hook_gate" for i in range(small.cfg.n_layers)}
+    assert float(G.expected_open_fraction(small)) == 1.0
+
+
+def test_evaluation_gates_are_deterministic_and_closed_edges_leave_the_softmax(small):
+    t = _tokens(small)
+    G.install(small, GateConfig(init_bias=2.5))
+    with torch.no_grad():
+        for g in G.gates(small):  # per-head differences, so heads open different edges
+            g.scale.copy_(torch.tensor([1.0, 0.5, 2.0, 0.0]))
+    _, cache = small.run_with_cache(t)
+    _, again = small.run_with_cache(t)
+    n = t.shape[1]
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    for i in range(small.cfg.n_layers):
+        gate, pat = cache[f"blocks.{i}.attn.hook_gate"], cache[f"blocks.{i}.attn.hook_pattern"]
+        assert torch.equal(gate, again[f"blocks.{i}.attn.hook_gate"])
+        # recompute: open iff sigmoid(scale * log_prob + bias) > 0.5, over the dense scores
+        q, k = cache[f"blocks.{i}.attn.hook_q"], cache[f"blocks.{i}.attn.hook_k"]
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(small.cfg.d_head)
+        scores = scores.masked_fill(~causal, -math.inf)
+        logit = torch.tensor([1.0, 0.5, 2.0, 0.0])[:, None, None] * scores.log_softmax(-1).nan_to_num(neginf=0) + 2.5
+        expect = (torch.sigmoid(logit) > 0.5) & causal
+        assert torch.equal(gate.bool(), expect)
+        assert 0 < gate.sum() < causal.sum() * 2 * 4
+        masked = scores.masked_fill(~expect, -math.inf).softmax(-1).nan_to_num(0)
+        torch.testing.assert_close(pat, masked, atol=1e-6, rtol=1e-5)
+        assert torch.equal(cache[f"blocks.{i}.attn.hook_attn_scores"].isinf(), ~expect)
+
+
+def test_a_row_with_no_open_edge_writes_nothing_or_keeps_the_first_key(tokenizer):
+    closed = build(tokenizer, seed=1)
+    G.install(closed, GateConfig(init_bias=-1e4))
+    t = _tokens(closed)
+    _, cache = closed.run_with_cache(t)
+    assert float(cache["blocks.0.attn.hook_pattern"].abs().sum()) == 0.0
+    assert float(cache["blocks.1.attn.hook_z"].abs().sum()) == 0.0  # the heads write nothing
+    first = build(tokenizer, seed=1)
+    G.install(first, GateConfig(init_bias=-1e4, empty_row="first"))
+    _, cache = first.run_with_cache(t)
+    pat = cache["blocks.0.attn.hook_pattern"]
+    assert torch.equal(pat[..., 0], torch.ones_like(pat[..., 0])) and float(pat[..., 1:].sum()) == 0.0
+    assert float(G.expected_open_fraction(first)) == pytest.approx(t.shape[1] / (t.shape[1] * (t.shape[1] + 1) / 2))
+
+
+def test_the_gate_hook_is_patchable(small):
+    G.install(small, GateConfig(init_bias=1e4))
+    t = _tokens(small)
+    before = small(t)
+    only_self = lambda z, hook: z * torch.eye(z.shape[-1])  # noqa: E731
+    patched = small.run_with_hooks(t, fwd_hooks=[("blocks.0.attn.hook_gate", only_self)])
+    assert not torch.allclose(patched, before, atol=1e-3)
+    seen = {}
+    small.run_with_hooks(t, fwd_hooks=[("blocks.0.attn.hook_gate", only_self),
+                                       ("blocks.0.attn.hook_pattern", lambda p, hook: seen.setdefault("p", p))])
+    assert torch.allclose(seen["p"], torch.eye(t.shape[1]).expand_as(seen["p"]))  # each query keeps only itself
+    torch.testing.assert_close(small(t), before)  # the temporary hook is gone, the gates stay
+
+
+@pytest.mark.parametrize("estimator", ["gumbel_st", "hard_concrete"])
+def test_training_samples_gates_with_finite_gradients_even_on_empty_rows(small, estimator):
+    G.install(small, GateConfig(estimator=estimator, init_bias=0.0))
+    small.train()
+    G.set_temperature(small, 0.5)
+    t = _tokens(small)
+    gates = []
+    small.blocks[0].attn.hook_gate.add_hook(lambda z, hook: gates.append(z.detach()))
+    torch.manual_seed(0)
+    loss = small(t, return_type="loss") + G.expected_open_fraction(small)
+    loss.backward()
+    z = gates[0]
+    if estimator == "gumbel_st":
+        assert set(z.unique().tolist()) <= {0.0, 1.0}  # hard forward: closed edges exactly out
+    assert 0 < float(z.sum()) < float(torch.ones_like(z).tril().sum())
+    for name, p in small.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+    assert float(small.blocks[0].attn.gate.bias.grad.abs().sum()) > 0
+    torch.manual_seed(0)
+    small.zero_grad()
+    small.reset_hooks()
+    empty = small(t, return_type="loss")  # same noise; now close everything via the hook
+    small.blocks[1].attn.hook_gate.add_hook(lambda z, hook: z * 0)
+    small(t, return_type="loss").backward()
+    assert all(torch.isfinite(p.grad).all() for p in small.parameters() if p.grad is not None)
+    assert torch.isfinite(empty)
+
+
+def test_grouped_query_attention(gqa):
+    t = _tokens(gqa)
+    base = gqa(t)
+    G.install(gqa, GateConfig(init_bias=1e4))
+    torch.testing.assert_close(gqa(t), base, atol=1e-5, rtol=1e-5)
+    with torch.no_grad():
+        for g in G.gates(gqa):
+            g.bias.fill_(3.0)
+    _, cache = gqa.run_with_cache(t)
+    gate = cache["blocks.0.attn.hook_gate"]
+    assert gate.shape == (2, gqa.cfg.n_heads, t.shape[1], t.shape[1])
+    assert 0 < float(G.expected_open_fraction(gqa)) < 1
+    assert torch.equal(cache["blocks.0.attn.hook_pattern"] > 0, gate.bool())
+
+
+def test_a_model_without_an_attention_scores_hook_is_refused(small):
+    del small.blocks[1].attn.hook_attn_scores
+    with pytest.raises(G.GateError, match=r"block 1 of 'test-attention' has no attention hook_attn_scores hook"):
+        G.install(small, GateConfig())
+    assert not G.is_gated(small)
+
+
+def test_saved_gated_model_loads_with_its_gates(small, tmp_path):
+    G.install(small, GateConfig(init_bias=2.0, estimator="hard_concrete"))
+    with torch.no_grad():
+        small.blocks[0].attn.gate.scale.fill_(0.7)
+    save(small, tmp_path / "gated")
+    again, _ = load(str(tmp_path / "gated"), device="cpu")
+    assert G.is_gated(again) and not again.training
+    assert again.blocks[0].attn.gate.cfg == small.blocks[0].attn.gate.cfg
+    t = _tokens(small)
+    torch.testing.assert_close(again(t), small(t))
+    with pytest.raises(G.GateError, match="already has attention gates"):
+        G.install(again, GateConfig())

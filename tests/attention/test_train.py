@@ -1,0 +1,155 @@
+"""sparsify: the saved gated model and report, exact resume, refusals, the unmet constraint, torchrun."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from workbench import checkpoint
+from workbench.attention import gates as G
+from workbench.attention import train as T
+from workbench.attention.config import GateConfig, SparsifyConfig
+from workbench.cli import main
+from workbench.corpus.vocab import TASKS
+from workbench.models import load
+from workbench.workspace import Workspace
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _cfg(**kw):
+    return SparsifyConfig(**{"steps": 6, "batch_size": 4, "eval_sequences": 4, "eval_every": 3, "checkpoint_every": 3,
+                             "tolerance": 0.5, "lr": 1e-3, "gate_lr": 0.1, "progress": False,
+                             "gates": GateConfig(init_bias=1.0), **kw})
+
+
+def test_sparsify_saves_a_gated_model_and_its_report(small_dir, tmp_path):
+    out = tmp_path / "sparse"
+    report = T.sparsify(small_dir, out, _cfg(), report_queries=4)
+    model, _ = load(str(out), device="cpu")
+    assert G.is_gated(model) and not model.training
+    saved = json.loads((out / "attention_report.json").read_text())
+    assert saved["constraint_met"] is True and saved["ce"]["sparse"] <= saved["ce_target"]
+    assert saved["ce"]["sparse"] == pytest.approx(saved["selected_eval"]["ce"], abs=1e-6)
+    assert saved["open_fraction"] == pytest.approx(saved["selected_eval"]["open_fraction"], abs=1e-9)
+    assert 0 < saved["open_fraction"] < 1
+    assert len(saved["open_fraction_per_head"]) == model.cfg.n_layers
+    assert len(saved["mean_open_keys_per_query_per_head"][0]) == model.cfg.n_heads
+    families = set(saved["ce_per_task"]["base"])
+    assert len(families) >= 2 and families <= set(TASKS) and set(saved["task_accuracy"]) == {"base", "sparse"}
+    ex = saved["examples"]["sparse"]["induction"][0]
+    n = len(ex["str_tokens"])
+    assert len(ex["patterns"]) == model.cfg.n_layers and len(ex["patterns"][0][0]) == n
+    assert report["constraint_met"] is True
+    curves = (out / "curves.jsonl").read_text().splitlines()
+    assert len(curves) == 6 and {"ce", "ce_base", "lambda", "open_fraction", "tau"} <= set(json.loads(curves[0]))
+    info = json.loads((out / "sparsify.json").read_text())
+    assert [e["step"] for e in info["evals"]] == [3, 6] and info["config"]["tolerance"] == 0.5
+
+
+class Crash(Exception):
+    pass
+
+
+def test_resume_after_a_crash_gives_the_identical_model(small_dir, tmp_path, monkeypatch):
+    cfg = _cfg(steps=8, gates=GateConfig(init_bias=1.0, estimator="hard_concrete"))
+    T.sparsify(small_dir, tmp_path / "full", cfg, report_queries=2)
+    real = T._batches
+
+    def dying(corpus, ctx, cfg, start, rank, world):
+        for i, b in enumerate(real(corpus, ctx, cfg, start, rank, world)):
+            if start + i == 5:
+                raise Crash
+            yield b
+
+    monkeypatch.setattr(T, "_batches", dying)
+    with pytest.raises(Crash):
+        T.sparsify(small_dir, tmp_path / "resumed", cfg, report_queries=2)
+    assert checkpoint.read(tmp_path / "resumed" / T.CHECKPOINT)["step"] == 3
+    monkeypatch.setattr(T, "_batches", real)
+    T.sparsify(small_dir, tmp_path / "resumed", cfg, resume=True, report_queries=2)
+    a, b = load_file(str(tmp_path / "full" / "model.safetensors")), load_file(str(tmp_path / "resumed" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert (tmp_path / "full" / "curves.jsonl").read_text() == (tmp_path / "resumed" / "curves.jsonl").read_text()
+    ia, ib = (json.loads((tmp_path / d / "sparsify.json").read_text()) for d in ("full", "resumed"))
+    assert ia["evals"] == ib["evals"] and ia["final_lambda"] == ib["final_lambda"]
+
+
+def test_resume_refuses_another_config_or_base_model(small_dir, tokenizer, tmp_path):
+    from workbench.models import save
+
+    from .conftest import build
+
+    out = tmp_path / "run"
+    T.sparsify(small_dir, out, _cfg(steps=2, eval_every=2), report_queries=2)
+    with pytest.raises(checkpoint.CheckpointError, match=r"config\.tolerance: checkpoint 0\.5 != now 0\.2"):
+        T.sparsify(small_dir, out, _cfg(steps=2, eval_every=2, tolerance=0.2), resume=True)
+    other = str(save(build(tokenizer, seed=9), tmp_path / "other"))
+    with pytest.raises(checkpoint.CheckpointError, match=r"base_model: checkpoint 'test-attention@"):
+        T.sparsify(other, out, _cfg(steps=2, eval_every=2), resume=True)
+    with pytest.raises(T.SparsifyError, match="already exists and is not empty; pass --resume"):
+        T.sparsify(small_dir, out, _cfg(steps=2, eval_every=2))
+
+
+def _cli(args, capsys):
+    rc = main(args)
+    return rc, capsys.readouterr()
+
+
+def _own_text(model, path: Path, n_docs: int = 40) -> str:
+    """A text corpus the model itself sampled: in distribution for it, whatever its vocabulary."""
+    torch.manual_seed(0)
+    bos = torch.full((n_docs, 1), model.tokenizer.bos_token_id)
+    out = model.generate(bos, max_new_tokens=24, temperature=1.0, verbose=False, stop_at_eos=False)
+    special = set(model.tokenizer.all_special_ids)
+    docs = [model.tokenizer.decode([t for t in row.tolist() if t not in special]) for row in out]
+    path.write_text("\n\n".join(docs))
+    return str(path)
+
+
+def test_cli_unmet_constraint_saves_the_best_state_marked_and_exits_nonzero(tmp_path, capsys):
+    corpus = _own_text(load("tiny", device="cpu")[0], tmp_path / "own.txt")
+    ws = tmp_path / "ws"  # the trained embedded model with every edge closed: its CE must rise
+    rc, io = _cli(["attention", "sparsify", "--model", "tiny", "--workspace", str(ws), "--name", "closed",
+                   "--corpus", corpus, "--steps", "2", "--batch-size", "2",
+                   "--tolerance", "0.001", "--quiet", "--eval-sequences", "2", "--eval-every", "1", "--lr", "0",
+                   "--ctx-len", "16", "--init-bias", "-10000"], capsys)
+    assert rc == 2
+    err = io.err.strip().splitlines()
+    assert len(err) == 1 and "no evaluated state met held-out CE" in err[0] and "constraint_met=false" in err[0]
+    out = ws / "models" / "closed"
+    report = json.loads((out / "attention_report.json").read_text())
+    assert report["constraint_met"] is False and report["ce"]["sparse"] > report["ce_target"]
+    assert G.is_gated(load(str(out), device="cpu")[0])
+    (art,) = Workspace(ws).artifacts("models")
+    assert art.manifest["summary"]["constraint_met"] is False and art.manifest["made_by"] == "workbench attention sparsify"
+    rc, io = _cli(["attention", "report", str(out)], capsys)
+    assert rc == 0 and "constraint NOT MET" in io.out and "layer 0" in io.out
+
+
+@pytest.mark.parametrize("value", ["0", "nan", "-1"])
+def test_cli_bad_tolerance_is_one_line(value, tmp_path, capsys):
+    rc, io = _cli(["attention", "sparsify", "--out", str(tmp_path / "x"), "--tolerance", value, "--quiet"], capsys)
+    assert rc == 2 and len(io.err.strip().splitlines()) == 1
+    assert f"tolerance={float(value)!r} must be a finite number > 0" in io.err
+    assert not (tmp_path / "x").exists()
+
+
+def test_sparsify_under_torchrun_with_two_processes(small_dir, tmp_path):
+    out = tmp_path / "ddp"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "workbench.cli",
+           "attention", "sparsify", "--model", small_dir, "--out", str(out), "--steps", "4", "--batch-size", "4",
+           "--tolerance", "0.5", "--quiet", "--eval-sequences", "4", "--eval-every", "2"]
+    proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    info = json.loads((out / "sparsify.json").read_text())
+    assert info["world_size"] == 2 and len(info["evals"]) == 2
+    model, _ = load(str(out), device="cpu")
+    assert G.is_gated(model)
+    assert proc.stdout.count("held-out CE") == 1  # only rank 0 reports

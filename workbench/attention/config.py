@@ -1,0 +1,207 @@
+"""Configs for sparse-attention post-training (docs/methods.md §7); every open choice is a field saved with the model.
+
+`GateConfig` is what a gated model needs to run (saved in its config.json); `SparsifyConfig` adds
+the constrained-loss training choices (saved in the run record and the report).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import asdict, dataclass, field
+
+from workbench.errors import UserError
+
+ESTIMATORS = ("gumbel_st", "hard_concrete")
+GATE_INPUTS = ("log_prob", "score")
+EMPTY_ROWS = ("zero", "first")
+TAU_SCHEDULES = ("constant", "linear", "exponential")
+DUAL_CE = ("paired", "fixed")
+
+
+class AttentionConfigError(UserError, ValueError):
+    """A config value is invalid; the message names the value and the valid choices."""
+
+
+def _choice(name: str, value, choices) -> None:
+    if value not in choices:
+        raise AttentionConfigError(f"{name}={value!r} is not valid; choose one of {list(choices)}")
+
+
+def _finite(name: str, value, positive: bool = False, non_negative: bool = False) -> None:
+    ok = isinstance(value, (int, float)) and math.isfinite(value)
+    if ok and positive:
+        ok = value > 0
+    if ok and non_negative:
+        ok = value >= 0
+    if not ok:
+        need = "a finite number > 0" if positive else "a finite number >= 0" if non_negative else "a finite number"
+        raise AttentionConfigError(f"{name}={value!r} must be {need}")
+
+
+_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "int | None": (int, type(None)),
+          "str | None": (str, type(None))}
+
+
+def _check_types(obj) -> None:
+    """Plain fields must hold their annotated type (a --set value such as lr=abc fails here, by name)."""
+    for f in dataclasses.fields(obj):
+        want = _TYPES.get(f.type)
+        v = getattr(obj, f.name)
+        if want and (not isinstance(v, want) or (isinstance(v, bool) and bool not in want)):
+            raise AttentionConfigError(f"{f.name}={v!r} must be of type {f.type}")
+
+
+def _known(cls, d: dict) -> dict:
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - names)
+    if unknown:
+        raise AttentionConfigError(f"unknown {cls.__name__} fields {unknown}; valid fields: {sorted(names)}")
+    return dict(d)
+
+
+@dataclass
+class GateConfig:
+    """One gate per (layer, head, query i, key j <= i): logit = scale_h * x_ij + bias_h.
+
+    x_ij is the attention log-probability of the dense softmax ("log_prob": a threshold on how much
+    a head attends, invariant to per-row score shifts) or the raw score ("score").
+    """
+
+    estimator: str = field(default="gumbel_st", metadata={  # straight-through Gumbel-sigmoid | hard-concrete
+        "help": "training relaxation of the gates", "choices": ESTIMATORS})
+    gate_input: str = field(default="log_prob", metadata={"help": "what the gate thresholds: the dense attention "
+                                                                  "log-probability or the raw score",
+                                                          "choices": GATE_INPUTS})
+    init_scale: float = 1.0
+    init_bias: float = 8.0  # log_prob: open iff attention > e^-8 at the start (every edge that matters)
+    # a row with no open edge: "zero" (the head writes nothing at that query: exact, costs no edge) |
+    # "first" (key 0, the BOS, is always open and counted: 1 edge per row, 2/(n_ctx+1) of causal pairs)
+    empty_row: str = field(default="zero", metadata={"help": "a row with no open edge: the head writes nothing "
+                                                             "there (zero) or key 0 stays open (first)",
+                                                     "choices": EMPTY_ROWS})
+    hard_concrete_limits: tuple[float, float] = (-0.1, 1.1)  # the stretch (gamma, zeta) of Louizos et al.
+    score_clamp: float = 30.0  # training only: exp(score - row max of open scores) capped at e^this
+
+    def validate(self) -> GateConfig:
+        _check_types(self)
+        _choice("estimator", self.estimator, ESTIMATORS)
+        _choice("gate_input", self.gate_input, GATE_INPUTS)
+        _choice("empty_row", self.empty_row, EMPTY_ROWS)
+        for name in ("init_scale", "init_bias"):
+            _finite(name, getattr(self, name))
+        _finite("score_clamp", self.score_clamp, positive=True)
+        lo, hi = self.hard_concrete_limits
+        if not (math.isfinite(lo) and math.isfinite(hi) and lo < 0 and hi > 1):
+            raise AttentionConfigError(f"hard_concrete_limits={list(self.hard_concrete_limits)} must be (gamma < 0, "
+                                       "zeta > 1), e.g. [-0.1, 1.1]")
+        return self
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["hard_concrete_limits"] = list(self.hard_concrete_limits)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> GateConfig:
+        d = _known(cls, d)
+        if "hard_concrete_limits" in d:
+            d["hard_concrete_limits"] = tuple(d["hard_concrete_limits"])
+        return cls(**d).validate()
+
+
+@dataclass
+class SparsifyConfig:
+    """Minimise the expected open-edge fraction subject to held-out CE <= base CE + tolerance.
+
+    Lagrangian per step: open_frac + lambda * v, v = CE - CE_ref - tolerance * (1 - dual_margin);
+    lambda by dual ascent lambda <- max(0, lambda + multiplier_lr * v) on the batch's v or (ce_ema > 0,
+    GECO) its exponential moving average. CE_ref: the base model's CE on the same batch ("paired": one
+    extra no-grad forward per step, removes the batch-to-batch noise, which is larger than a 0.01-nat
+    tolerance) or its mean over the first eval_sequences training sequences ("fixed"). The held-out
+    check (CE <= held-out base CE + tolerance, deterministic gates) decides what is saved.
+    """
+
+    gates: GateConfig = field(default_factory=GateConfig)
+    tolerance: float = field(default=0.01, metadata={"help": "allowed held-out CE above the base model, in nats"})
+    steps: int = field(default=1000, metadata={"help": "optimizer steps"})
+    batch_size: int = field(default=16, metadata={"help": "sequences per step over all processes"})
+    ctx_len: int | None = None  # None -> the model's n_ctx
+    lr: float = 1e-4  # AdamW on the model's own weights (0 freezes them: only the gates learn)
+    gate_lr: float = 3e-2  # AdamW on the gates' scale and bias
+    weight_decay: float = 0.0
+    warmup_steps: int = 20
+    grad_clip: float = 1.0  # max global gradient norm (0 = off)
+    lambda_init: float = 1.0
+    multiplier_lr: float = 1.0
+    ce_ema: float = 0.9  # 0: dual ascent on each batch's violation; in (0, 1): on an EMA with this decay (GECO)
+    dual_ce: str = field(default="paired", metadata={"choices": DUAL_CE})  # CE_ref of the dual step: "paired" (base CE of the same batch) | "fixed"
+    dual_margin: float = 0.2  # share of the tolerance held back in the dual step (sampled vs deterministic gates)
+    tau_start: float = 1.0  # relaxation temperature, annealed to tau_end over the run
+    tau_end: float = 0.1
+    tau_schedule: str = field(default="exponential", metadata={"choices": TAU_SCHEDULES})
+    eval_sequences: int = 64  # held-out sequences for CE_target, the constraint check and model selection
+    eval_every: int = 100  # steps between held-out evaluations (the best feasible one is kept)
+    checkpoint_every: int = 100  # steps; 0 = only at the end
+    seed: int = 0  # data order and gate noise
+    device: str | None = None
+    progress: bool = field(default=True, metadata={"cli": False})  # the CLI's --quiet
+
+    def validate(self, world_size: int = 1) -> SparsifyConfig:
+        if isinstance(self.gates, dict):
+            self.gates = GateConfig.from_dict(self.gates)
+        self.gates.validate()
+        _check_types(self)
+        if not (isinstance(self.tolerance, (int, float)) and math.isfinite(self.tolerance) and self.tolerance > 0):
+            raise AttentionConfigError(f"tolerance={self.tolerance!r} must be a finite number > 0 (nats of held-out CE "
+                                       "above the base model, e.g. 0.01)")
+        for name in ("lr", "weight_decay", "grad_clip", "lambda_init"):
+            _finite(name, getattr(self, name), non_negative=True)
+        for name in ("gate_lr", "multiplier_lr", "tau_start", "tau_end"):
+            _finite(name, getattr(self, name), positive=True)
+        if not 0 <= self.ce_ema < 1:
+            raise AttentionConfigError(f"ce_ema={self.ce_ema!r} must be in [0, 1) (0 = no EMA)")
+        _choice("tau_schedule", self.tau_schedule, TAU_SCHEDULES)
+        _choice("dual_ce", self.dual_ce, DUAL_CE)
+        if not 0 <= self.dual_margin < 1:
+            raise AttentionConfigError(f"dual_margin={self.dual_margin!r} must be in [0, 1)")
+        for name in ("steps", "eval_sequences", "eval_every"):
+            if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 1):
+                raise AttentionConfigError(f"{name}={getattr(self, name)!r} must be an integer >= 1")
+        if self.warmup_steps < 0 or self.checkpoint_every < 0:
+            raise AttentionConfigError(f"warmup_steps={self.warmup_steps} and checkpoint_every={self.checkpoint_every} "
+                                       "must be >= 0")
+        if self.batch_size < 1 or self.batch_size % world_size:
+            raise AttentionConfigError(f"batch_size={self.batch_size} must be a positive multiple of the number of "
+                                       f"processes ({world_size})")
+        if self.eval_sequences % world_size:
+            raise AttentionConfigError(f"eval_sequences={self.eval_sequences} must be a multiple of the number of "
+                                       f"processes ({world_size})")
+        if self.ctx_len is not None and self.ctx_len < 2:
+            raise AttentionConfigError(f"ctx_len={self.ctx_len} must be >= 2 (or None for the model's n_ctx)")
+        return self
+
+    def tau(self, step: int) -> float:
+        """The relaxation temperature at a step."""
+        t = min(1.0, step / max(1, self.steps - 1))
+        if self.tau_schedule == "constant":
+            return self.tau_start
+        if self.tau_schedule == "linear":
+            return self.tau_start + t * (self.tau_end - self.tau_start)
+        return self.tau_start * (self.tau_end / self.tau_start) ** t
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["gates"] = self.gates.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> SparsifyConfig:
+        d = _known(cls, d)
+        if isinstance(d.get("gates"), dict):
+            d["gates"] = GateConfig.from_dict(d["gates"])
+        return cls(**d)
+
+
+# fields that do not change the numbers, so a resume may change them
+RESUME_FREE = ("progress", "device", "checkpoint_every")

@@ -1,0 +1,169 @@
+"""Gated attention for any HookedTransformer, installed through hooks (docs/methods.md §7).
+
+Each block's attention gets a gate per (head, query i, key j) from its own attention scores:
+logit_ij = scale_h * x_ij + bias_h (x = dense log-probability or raw score, GateConfig.gate_input).
+Training samples the gates (straight-through Gumbel-sigmoid or hard-concrete, at the temperature
+`set_temperature` gives); evaluation is deterministic: open iff sigmoid(logit) > 0.5. Closed edges
+leave the softmax; a row with no open edge gives the head a zero pattern there (GateConfig.empty_row
+"zero"), or key 0 is always open ("first").
+
+Mechanics, so every TransformerLens hook keeps working: a permanent hook on `hook_attn_scores`
+computes the gates, passes them through the new `blocks.L.attn.hook_gate` (cacheable, patchable:
+what a hook there returns is what the model uses), and returns the scores with closed edges at
+-inf (what later hooks and the cache see); when gradients are on, a permanent hook on `hook_pattern`
+then recomputes the pattern as a gate-weighted softmax of the original scores, which equals the
+masked softmax in the forward pass and gives the closed gates a straight-through gradient (the plain
+masked softmax has none, and NaN gradients on empty rows). Grouped-query attention needs nothing special: scores are
+per query head. `model.reset_hooks(including_permanent=True)` removes the gates' hooks.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import torch
+from torch import nn
+from transformer_lens.hook_points import HookPoint
+
+from workbench.attention.config import GateConfig
+from workbench.errors import UserError
+
+EXTENSION_KEY = "attention_gates"  # the key in a saved model's config.json (workbench.models extension point)
+
+
+class GateError(UserError, ValueError):
+    """The model cannot be gated (no attention-scores hook, already gated, unsupported attention)."""
+
+
+class AttentionGate(nn.Module):
+    """One layer's gates: a learned scale and bias per head, and the tensors of the last forward."""
+
+    def __init__(self, cfg: GateConfig, n_heads: int):
+        super().__init__()
+        self.cfg = cfg
+        self.scale = nn.Parameter(torch.full((n_heads,), float(cfg.init_scale)))
+        self.bias = nn.Parameter(torch.full((n_heads,), float(cfg.init_bias)))
+        self.tau = 1.0
+        self.open_sum: torch.Tensor | None = None  # expected open edges of the last forward (differentiable)
+        self.pairs: torch.Tensor | None = None  # causal (query, key) pairs x heads of the last forward
+        self._stash: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def logits(self, scores: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+        x = torch.log_softmax(scores, -1) if self.cfg.gate_input == "log_prob" else scores
+        x = torch.where(allowed, x, torch.zeros_like(x))
+        return x * self.scale[:, None, None].to(x.dtype) + self.bias[:, None, None].to(x.dtype)
+
+    def sample(self, logit: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(relaxed gate z, probability that the gate is open) in training."""
+        noise = torch.logit(torch.rand_like(logit), eps=1e-6)  # logistic
+        if self.cfg.estimator == "gumbel_st":
+            y = torch.sigmoid((logit + noise) / self.tau)
+            return (y > 0.5).to(logit.dtype) + (y - y.detach()), torch.sigmoid(logit)
+        lo, hi = self.cfg.hard_concrete_limits
+        z = (torch.sigmoid((logit + noise) / self.tau) * (hi - lo) + lo).clamp(0, 1)
+        return z, torch.sigmoid(logit - self.tau * math.log(-lo / hi))
+
+    def on_scores(self, scores: torch.Tensor, hook, gate_hook: HookPoint) -> torch.Tensor:
+        allowed = torch.isfinite(scores)
+        logit = self.logits(scores, allowed)
+        if self.training:
+            z, p_open = self.sample(logit)
+        else:
+            z = (logit > 0).to(scores.dtype)
+            p_open = z
+        if self.cfg.empty_row == "first":
+            first = torch.zeros_like(allowed)
+            first[..., 0] = True
+            first &= allowed
+            z = torch.where(first, torch.ones_like(z), z)
+            p_open = torch.where(first, torch.ones_like(p_open), p_open)
+        z = gate_hook(torch.where(allowed, z, torch.zeros_like(z)))
+        self.open_sum = torch.where(allowed, p_open, torch.zeros_like(p_open)).sum()
+        self.pairs = allowed.sum()
+        self._stash = (scores, z)
+        return torch.where(z > 0, scores, torch.full_like(scores, -math.inf))
+
+    def on_pattern(self, pattern: torch.Tensor, hook) -> torch.Tensor:
+        if self._stash is None:
+            return pattern
+        scores, z = self._stash
+        self._stash = None
+        if not torch.is_grad_enabled():
+            return pattern  # TransformerLens's softmax of the masked scores: the same values
+        return gated_softmax(scores, z, self.cfg.score_clamp).to(pattern.dtype)
+
+
+def gated_softmax(scores: torch.Tensor, z: torch.Tensor, clamp: float = 30.0) -> torch.Tensor:
+    """softmax restricted to the open edges, weighted by z (0/1 in the forward pass); empty rows -> 0.
+
+    The row maximum is taken over open edges, so open edges are exact; a closed edge's weight
+    exp(score - max) is capped at e^clamp, which only bounds its straight-through gradient.
+    """
+    open_ = (z > 0) & torch.isfinite(scores)
+    m = torch.where(open_, scores, torch.full_like(scores, -math.inf)).amax(-1, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m)).detach()
+    num = z * torch.exp((scores - m).clamp(max=clamp))
+    den = num.sum(-1, keepdim=True)
+    return num / torch.where(den > 0, den, torch.ones_like(den))
+
+
+def check_model(model) -> None:
+    """Every block must expose hook_attn_scores and hook_pattern on its attention (TransformerLens names)."""
+    for i, block in enumerate(model.blocks):
+        attn = getattr(block, "attn", None)
+        missing = [h for h in ("hook_attn_scores", "hook_pattern") if not isinstance(getattr(attn, h, None), HookPoint)]
+        if missing:
+            raise GateError(f"block {i} of {model.cfg.model_name!r} has no attention {' / '.join(missing)} hook "
+                            f"(blocks.{i}.attn.{missing[0]}); gated attention needs a TransformerLens attention "
+                            "with an attention-scores hook")
+    if getattr(model.cfg, "use_attention_sinks", False):
+        raise GateError(f"{model.cfg.model_name!r} uses learned attention sinks, which join the softmax after "
+                        "the scores hook; gated attention supports models without them")
+
+
+def is_gated(model) -> bool:
+    return any(hasattr(b.attn, "gate") for b in model.blocks)
+
+
+def gates(model) -> list[AttentionGate]:
+    if not is_gated(model):
+        raise GateError(f"{model.cfg.model_name!r} has no attention gates; sparsify it first "
+                        "(workbench attention sparsify) or install them with workbench.attention.gates.install")
+    return [b.attn.gate for b in model.blocks]
+
+
+def install(model, cfg: GateConfig | None = None):
+    """Add gates to every attention layer of `model` in place (and return it); see the module doc."""
+    cfg = (cfg or GateConfig()).validate()
+    check_model(model)
+    if is_gated(model):
+        raise GateError(f"{model.cfg.model_name!r} already has attention gates")
+    for block in model.blocks:
+        attn = block.attn
+        attn.hook_gate = HookPoint()
+        attn.gate = AttentionGate(cfg, model.cfg.n_heads).to(attn.W_Q.device)
+        attn.hook_attn_scores.add_hook(partial(attn.gate.on_scores, gate_hook=attn.hook_gate), is_permanent=True)
+        attn.hook_pattern.add_hook(attn.gate.on_pattern, is_permanent=True)
+        attn.gate.train(model.training)  # a new module starts in training mode; follow the model
+    model.setup()  # registers blocks.L.attn.hook_gate in hook_dict
+    model.workbench_extensions = {**getattr(model, "workbench_extensions", {}), EXTENSION_KEY: cfg.to_dict()}
+    return model
+
+
+def install_from_dict(model, cfg: dict) -> None:
+    """The workbench.models load-time installer: rebuild the gates a saved model had."""
+    install(model, GateConfig.from_dict(cfg))
+
+
+def set_temperature(model, tau: float) -> None:
+    for g in gates(model):
+        g.tau = float(tau)
+
+
+def expected_open_fraction(model) -> torch.Tensor:
+    """Expected open edges / causal pairs over all layers and heads of the last forward (differentiable)."""
+    gs = gates(model)
+    if any(g.open_sum is None for g in gs):
+        raise RuntimeError("run a forward pass before reading the gates' open fraction")
+    return sum(g.open_sum for g in gs) / sum(g.pairs for g in gs)
