@@ -86,7 +86,7 @@ def prepare(ws: Path, tokens: int, widths: list[int], train_tokens: int) -> dict
         if not found:
             shutil.rmtree(run, ignore_errors=True)
             steps.train_saes(w, cache_dir, HOOK, [SAEConfig("topk", k=32, n_latents=n)],
-                             TrainConfig(n_tokens=train_tokens, batch_size=2048, lr=1e-3, progress=True), name=f"w{n}")
+                             TrainConfig(n_tokens=train_tokens, batch_size=min(2048, train_tokens // 40), lr=1e-3, progress=True), name=f"w{n}")
             found = sorted(run.glob("*/cfg.json"))
         saes[n] = found[0].parent
     return saes
