@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 demo: setup
 	$(BIN)/workbench demo --overwrite
 
-test: setup
+test: lint
 	$(BIN)/python -m pytest -n 2 -q --durations=15
 
 bench: setup

@@ -55,8 +55,15 @@ def artifacts(root: Path) -> list[dict]:
     out = []
     for a in browse.artifacts(root):
         inside = a.path.resolve().is_relative_to(root)
-        out.append({"kind": a.kind, "name": a.name, "rel": str(a.path.resolve().relative_to(root)) if inside else str(a.path),
-                    "manifest": a.manifest, "inside": inside})
+        out.append(
+            {
+                "kind": a.kind,
+                "name": a.name,
+                "rel": str(a.path.resolve().relative_to(root)) if inside else str(a.path),
+                "manifest": a.manifest,
+                "inside": inside,
+            }
+        )
     return out
 
 
@@ -72,8 +79,17 @@ def sae_info(root: Path, rel: str) -> dict:
 
     d = resolve(root, rel)
     v = browse.open_sae(d)
-    return {"rel": rel, "name": d.name, "cfg": v.cfg, "hook": v.hook, "workbench": v.info, "metrics": v.metrics,
-            "curves": v.curves, "artifact": read_json(d / ARTIFACT), "store": read_json(d / "features" / "manifest.json")}
+    return {
+        "rel": rel,
+        "name": d.name,
+        "cfg": v.cfg,
+        "hook": v.hook,
+        "workbench": v.info,
+        "metrics": v.metrics,
+        "curves": v.curves,
+        "artifact": read_json(d / ARTIFACT),
+        "store": read_json(d / "features" / "manifest.json"),
+    }
 
 
 def open_store(root: Path, rel: str):
@@ -84,5 +100,8 @@ def open_store(root: Path, rel: str):
 
 def model_dirs(root: Path) -> list[str]:
     """Saved models in the workspace (config.json + model.safetensors)."""
-    return sorted(str(p.parent.relative_to(root)) for p in root.glob("models/*/model.safetensors")
-                  if (p.parent / "config.json").is_file() and p.resolve().is_relative_to(root))
+    return sorted(
+        str(p.parent.relative_to(root))
+        for p in root.glob("models/*/model.safetensors")
+        if (p.parent / "config.json").is_file() and p.resolve().is_relative_to(root)
+    )

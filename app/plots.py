@@ -16,10 +16,23 @@ def activation_histogram(counts, edges, title: str = "non-zero activations") -> 
     """Equal-width histogram of a unit's non-zero activations, from the store's counts and edges."""
     edges = np.asarray(edges, dtype=float)
     mids, width = (edges[1:] + edges[:-1]) / 2, np.diff(edges)
-    fig = go.Figure(go.Bar(x=mids, y=counts, width=width, marker_color=PALETTE[1],
-                           hovertemplate="activation %{x:.3g}<br>%{y} tokens<extra></extra>"))
-    fig.update_layout(title=title, xaxis_title="activation", yaxis_title="tokens", bargap=0.02,
-                      height=280, margin=dict(l=40, r=10, t=40, b=40))
+    fig = go.Figure(
+        go.Bar(
+            x=mids,
+            y=counts,
+            width=width,
+            marker_color=PALETTE[1],
+            hovertemplate="activation %{x:.3g}<br>%{y} tokens<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        title=title,
+        xaxis_title="activation",
+        yaxis_title="tokens",
+        bargap=0.02,
+        height=280,
+        margin=dict(l=40, r=10, t=40, b=40),
+    )
     return fig
 
 
@@ -31,10 +44,23 @@ def log_frequency_histogram(freqs: dict[str, np.ndarray], n_bins: int = 40) -> g
     bins = dict(start=math.floor(lo), end=0.0, size=(0 - math.floor(lo)) / n_bins)
     for i, (name, f) in enumerate(freqs.items()):
         f = np.asarray(f)
-        fig.add_trace(go.Histogram(x=np.log10(f[f > 0]), xbins=bins, name=f"{name} ({int((f == 0).sum())} never fired)",
-                                   opacity=0.6, marker_color=PALETTE[i % len(PALETTE)]))
-    fig.update_layout(barmode="overlay", xaxis_title="log10 firing frequency", yaxis_title="units", height=320,
-                      margin=dict(l=40, r=10, t=30, b=40), legend=dict(orientation="h", y=-0.25))
+        fig.add_trace(
+            go.Histogram(
+                x=np.log10(f[f > 0]),
+                xbins=bins,
+                name=f"{name} ({int((f == 0).sum())} never fired)",
+                opacity=0.6,
+                marker_color=PALETTE[i % len(PALETTE)],
+            )
+        )
+    fig.update_layout(
+        barmode="overlay",
+        xaxis_title="log10 firing frequency",
+        yaxis_title="units",
+        height=320,
+        margin=dict(l=40, r=10, t=30, b=40),
+        legend=dict(orientation="h", y=-0.25),
+    )
     return fig
 
 
@@ -47,8 +73,19 @@ def training_curves(curves: dict[str, list[dict]], keys=("fvu", "l0", "dead_frac
             pts = [(r["tokens"], r[k]) for r in rows if k in r and "tokens" in r]
             if pts:
                 x, y = zip(*pts)
-                fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=name, legendgroup=name, showlegend=j == 0,
-                                         line=dict(color=PALETTE[i % len(PALETTE)])), row=1, col=j + 1)
+                fig.add_trace(
+                    go.Scatter(
+                        x=x,
+                        y=y,
+                        mode="lines",
+                        name=name,
+                        legendgroup=name,
+                        showlegend=j == 0,
+                        line=dict(color=PALETTE[i % len(PALETTE)]),
+                    ),
+                    row=1,
+                    col=j + 1,
+                )
     fig.update_xaxes(title_text="tokens")
     fig.update_layout(height=300, margin=dict(l=40, r=10, t=40, b=40), legend=dict(orientation="h", y=-0.3))
     return fig
@@ -77,10 +114,22 @@ def scaffold_heatmap(abs_cos, explained) -> go.Figure:
     """|cos| between each scaffold direction and the stream's top principal components."""
     a = np.asarray(abs_cos, dtype=float)
     x = [f"PC{j + 1} ({100 * e:.1f}%)" for j, e in enumerate(explained)]
-    fig = go.Figure(go.Heatmap(z=a, x=x, y=[f"scaffold {i + 1}" for i in range(len(a))], zmin=0, zmax=1,
-                               colorscale="Blues", hovertemplate="%{y} vs %{x}: |cos| %{z:.3f}<extra></extra>"))
-    fig.update_layout(title="scaffold directions vs the stream's principal components (|cos|, % variance)",
-                      height=120 + 30 * len(a), margin=dict(l=10, r=10, t=40, b=10))
+    fig = go.Figure(
+        go.Heatmap(
+            z=a,
+            x=x,
+            y=[f"scaffold {i + 1}" for i in range(len(a))],
+            zmin=0,
+            zmax=1,
+            colorscale="Blues",
+            hovertemplate="%{y} vs %{x}: |cos| %{z:.3f}<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        title="scaffold directions vs the stream's principal components (|cos|, % variance)",
+        height=120 + 30 * len(a),
+        margin=dict(l=10, r=10, t=40, b=10),
+    )
     return fig
 
 
@@ -99,6 +148,9 @@ def highlight_html(tokens: list[str], acts: list[float], center: int | None = No
 
 def examples_html(examples: list[dict], vmax: float) -> str:
     """Several token-highlighted contexts as one HTML block (one element, not one per example)."""
-    rows = "".join(f'<tr><td style="padding:2px 8px 2px 0;vertical-align:top"><code>{e["value"]:.3f}</code></td>'
-                   f'<td>{highlight_html(e["tokens"], e["acts"], e["center"], vmax)}</td></tr>' for e in examples)
+    rows = "".join(
+        f'<tr><td style="padding:2px 8px 2px 0;vertical-align:top"><code>{e["value"]:.3f}</code></td>'
+        f"<td>{highlight_html(e['tokens'], e['acts'], e['center'], vmax)}</td></tr>"
+        for e in examples
+    )
     return f'<table style="border:none">{rows}</table>'

@@ -7,9 +7,13 @@ import streamlit as st
 from app import data
 from workbench.errors import UserError
 
-PAGES = [("views/workspace.py", "Workspace", "workspace"), ("views/sae.py", "SAEs", "sae"),
-         ("views/feature.py", "Feature", "feature"), ("views/search.py", "Search", "search"),
-         ("views/prompt.py", "Prompt", "prompt")]
+PAGES = [
+    ("views/workspace.py", "Workspace", "workspace"),
+    ("views/sae.py", "SAEs", "sae"),
+    ("views/feature.py", "Feature", "feature"),
+    ("views/search.py", "Search", "search"),
+    ("views/prompt.py", "Prompt", "prompt"),
+]
 FEATURE, SAE, SEARCH, PROMPT = "views/feature.py", "views/sae.py", "views/search.py", "views/prompt.py"
 
 
@@ -81,12 +85,18 @@ def pick_sae(page: str, require_store: bool = False, label: str = "SAE") -> str:
         except UserError as e:
             fail(e)
         if want not in options:
-            fail(f"{want!r} is not an SAE{' with a feature store' if require_store else ''} in this workspace; "
-                 f"choose one of: {', '.join(options) or '(none)'}")
+            fail(
+                f"{want!r} is not an SAE{' with a feature store' if require_store else ''} in this workspace; "
+                f"choose one of: {', '.join(options) or '(none)'}"
+            )
     if not options:
-        fail("this workspace holds no SAE" + (" with a feature store (build one with `workbench features build`)"
-                                              if require_store else ""))
-    chosen = synced(st.selectbox, "sae", want if want in options else options[0], f"w_sae_{page}", label=label, options=options)
+        fail(
+            "this workspace holds no SAE"
+            + (" with a feature store (build one with `workbench features build`)" if require_store else "")
+        )
+    chosen = synced(
+        st.selectbox, "sae", want if want in options else options[0], f"w_sae_{page}", label=label, options=options
+    )
     st.session_state["sae"] = chosen
     return chosen
 

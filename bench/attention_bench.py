@@ -27,15 +27,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 
 OUT = harness.BENCH / "results" / "attention.md"
-GPT2_SHAPE = dict(n_layers=12, d_model=768, n_heads=12, d_head=64, d_mlp=3072, n_ctx=1024, d_vocab=50257,
-                  act_fn="gelu_new", normalization_type="LN")
+GPT2_SHAPE = dict(
+    n_layers=12,
+    d_model=768,
+    n_heads=12,
+    d_head=64,
+    d_mlp=3072,
+    n_ctx=1024,
+    d_vocab=50257,
+    act_fn="gelu_new",
+    normalization_type="LN",
+)
 SHAPES = {  # name -> (model: "tiny" or HookedTransformerConfig fields, batch, ctx)
     "embedded": ("tiny", 16, None),
     "gpt2-small shape": (GPT2_SHAPE, 1, 1024),
 }
 QUICK_SHAPES = {
     "embedded": ("tiny", 2, 16),
-    "small random": (dict(GPT2_SHAPE, n_layers=2, d_model=64, n_heads=4, d_head=16, d_mlp=256, n_ctx=128, d_vocab=500), 1, 128),
+    "small random": (
+        dict(GPT2_SHAPE, n_layers=2, d_model=64, n_heads=4, d_head=16, d_mlp=256, n_ctx=128, d_vocab=500),
+        1,
+        128,
+    ),
 }
 SIDES = ("plain_step", "gated_step_paired", "gated_step_fixed", "base_forward", "gated_forward")
 GOAL_STEP, GOAL_GB = 1.5, 8.0
@@ -96,6 +109,7 @@ def run_side(spec: dict) -> dict:
         def call():
             with torch.no_grad():
                 model(tokens)
+
     rss_loaded = _rss_mb()
     for _ in range(spec.get("warmup", 1)):
         call()
@@ -104,14 +118,25 @@ def run_side(spec: dict) -> dict:
         t0 = time.perf_counter()
         call()
         times.append(time.perf_counter() - t0)
-    return {"side": side, "seconds": statistics.median(times), "times": times, "rss_loaded_mb": rss_loaded,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "tokens": tokens.numel(), "n_ctx": ctx}
+    return {
+        "side": side,
+        "seconds": statistics.median(times),
+        "times": times,
+        "rss_loaded_mb": rss_loaded,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "tokens": tokens.numel(),
+        "n_ctx": ctx,
+    }
 
 
 def _side_subprocess(spec: dict) -> dict:
-    proc = subprocess.run([sys.executable, __file__, "--side", json.dumps(spec)], capture_output=True, text=True,
-                          cwd=harness.ROOT, env={**os.environ, "PYTHONPATH": str(harness.ROOT)})
+    proc = subprocess.run(
+        [sys.executable, __file__, "--side", json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        cwd=harness.ROOT,
+        env={**os.environ, "PYTHONPATH": str(harness.ROOT)},
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"side {spec['side']} failed: {proc.stderr[-2000:]}")
@@ -122,9 +147,13 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="small shapes, one repetition (a smoke run)")
     p.add_argument("--reps", type=int, default=3, help="timed calls per side after one warm-up (default: %(default)s)")
-    p.add_argument("--gpt2-reps", type=int, default=1,
-                   help="timed calls per side on the GPT-2 shape, without warm-up: a CPU step there takes minutes "
-                        "(default: %(default)s)")
+    p.add_argument(
+        "--gpt2-reps",
+        type=int,
+        default=1,
+        help="timed calls per side on the GPT-2 shape, without warm-up: a CPU step there takes minutes "
+        "(default: %(default)s)",
+    )
     p.add_argument("--threads", type=int, default=1, help="OMP threads per side (default: %(default)s)")
     p.add_argument("--out", default=str(OUT), help="markdown report (default: %(default)s)")
     p.add_argument("--side", help=argparse.SUPPRESS)
@@ -135,14 +164,24 @@ def main(argv=None) -> int:
     threads = harness.set_threads(a.threads)
     shapes, reps = (QUICK_SHAPES, 1) if a.quick else (SHAPES, a.reps)
     info = harness.machine_info()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=harness.ROOT).stdout.strip() or "?"
+    commit = (
+        subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=harness.ROOT
+        ).stdout.strip()
+        or "?"
+    )
     results = {}
     for name, (model, batch, ctx) in shapes.items():
         for side in SIDES:
             big = name.startswith("gpt2") and not a.quick
-            spec = {"model": model, "batch": batch, "ctx": ctx, "side": side, "reps": a.gpt2_reps if big else reps,
-                    "warmup": 0 if big else 1}
+            spec = {
+                "model": model,
+                "batch": batch,
+                "ctx": ctx,
+                "side": side,
+                "reps": a.gpt2_reps if big else reps,
+                "warmup": 0 if big else 1,
+            }
             r = run_side(spec) if a.quick else _side_subprocess(spec)
             results[(name, side)] = r
             print(f"{name:<18} {side:<18} {r['seconds']:8.3f} s  peak RSS {r['peak_rss_mb']:8.0f} MB", flush=True)
@@ -153,32 +192,75 @@ def main(argv=None) -> int:
         peak_gb = max(v["peak_rss_mb"] for v in r.values()) / 1024
         for label, key in (("paired", "gated_step_paired"), ("fixed", "gated_step_fixed")):
             ratio = r[key]["seconds"] / plain
-            rows.append([name, f"{r[key]['n_ctx']} x {r[key]['tokens'] // r[key]['n_ctx']}", f"gated step ({label} dual)",
-                         f"{r[key]['seconds']:.3f}", f"{plain:.3f}", f"{ratio:.2f}x",
-                         "met" if ratio <= GOAL_STEP else "missed", f"{r[key]['peak_rss_mb']:.0f}"])
+            rows.append(
+                [
+                    name,
+                    f"{r[key]['n_ctx']} x {r[key]['tokens'] // r[key]['n_ctx']}",
+                    f"gated step ({label} dual)",
+                    f"{r[key]['seconds']:.3f}",
+                    f"{plain:.3f}",
+                    f"{ratio:.2f}x",
+                    "met" if ratio <= GOAL_STEP else "missed",
+                    f"{r[key]['peak_rss_mb']:.0f}",
+                ]
+            )
         g = r["gated_forward"]["seconds"]
-        rows.append([name, "", "gated eval forward", f"{g:.3f}", f"{fwd:.3f}", f"{g / fwd:.2f}x", "-",
-                     f"{r['gated_forward']['peak_rss_mb']:.0f}"])
-        rows.append([name, "", "peak RSS of any side", "", "", "", "met" if peak_gb <= GOAL_GB else "missed",
-                     f"{peak_gb * 1024:.0f} (plain step {r['plain_step']['peak_rss_mb']:.0f})"])
-    text = "\n".join([
-        "# Sparse-attention post-training: cost of the gates",
-        "",
-        f"Commit `{commit}`{' (quick smoke run: small shapes, one repetition, every side in this one process, so RSS is cumulative)' if a.quick else ''}; "
-        f"`bench/attention_bench.py`, {reps} timed call(s) per side after one warm-up "
-        f"({a.gpt2_reps} without warm-up on the GPT-2 shape)"
-        f"{'' if a.quick else ', each side in its own process'}.",
-        *harness.machine_lines(info, {}, threads),
-        "",
-        *harness.table(["shape", "ctx x batch", "measure", "seconds", "plain / base", "ratio",
-                        f"goal (step <= {GOAL_STEP}x, <= {GOAL_GB:g} GB)", "peak RSS MB"], rows),
-        "",
-        "The plain step is AdamW on the CE of the same batch (same clipping); the gated step is "
-        "`Sparsifier.step` (sampled gates, the Lagrangian, the dual step; 'paired' adds the frozen base "
-        "model's no-grad forward on the batch). The sparsity is only masked, not exploited: the dense "
-        "scores and softmax are still computed, the gates add elementwise work over every (query, key) pair, "
-        "so the gated forward costs more than the base one at any open fraction.",
-        ""])
+        rows.append(
+            [
+                name,
+                "",
+                "gated eval forward",
+                f"{g:.3f}",
+                f"{fwd:.3f}",
+                f"{g / fwd:.2f}x",
+                "-",
+                f"{r['gated_forward']['peak_rss_mb']:.0f}",
+            ]
+        )
+        rows.append(
+            [
+                name,
+                "",
+                "peak RSS of any side",
+                "",
+                "",
+                "",
+                "met" if peak_gb <= GOAL_GB else "missed",
+                f"{peak_gb * 1024:.0f} (plain step {r['plain_step']['peak_rss_mb']:.0f})",
+            ]
+        )
+    text = "\n".join(
+        [
+            "# Sparse-attention post-training: cost of the gates",
+            "",
+            f"Commit `{commit}`{' (quick smoke run: small shapes, one repetition, every side in this one process, so RSS is cumulative)' if a.quick else ''}; "
+            f"`bench/attention_bench.py`, {reps} timed call(s) per side after one warm-up "
+            f"({a.gpt2_reps} without warm-up on the GPT-2 shape)"
+            f"{'' if a.quick else ', each side in its own process'}.",
+            *harness.machine_lines(info, {}, threads),
+            "",
+            *harness.table(
+                [
+                    "shape",
+                    "ctx x batch",
+                    "measure",
+                    "seconds",
+                    "plain / base",
+                    "ratio",
+                    f"goal (step <= {GOAL_STEP}x, <= {GOAL_GB:g} GB)",
+                    "peak RSS MB",
+                ],
+                rows,
+            ),
+            "",
+            "The plain step is AdamW on the CE of the same batch (same clipping); the gated step is "
+            "`Sparsifier.step` (sampled gates, the Lagrangian, the dual step; 'paired' adds the frozen base "
+            "model's no-grad forward on the batch). The sparsity is only masked, not exploited: the dense "
+            "scores and softmax are still computed, the gates add elementwise work over every (query, key) pair, "
+            "so the gated forward costs more than the base one at any open fraction.",
+            "",
+        ]
+    )
     harness.write_text(Path(a.out), text)
     print(f"wrote {a.out}")
     return 0

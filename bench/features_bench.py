@@ -77,16 +77,29 @@ def prepare(ws: Path, tokens: int, widths: list[int], train_tokens: int) -> dict
         ok = False
     if not ok:
         shutil.rmtree(cache_dir, ignore_errors=True)
-        steps.make_cache(w, "tiny", "synthetic", [HOOK], HarvestConfig(n_tokens=need, heldout_fraction=0.91),
-                         name="tiny-bench", progress=True)
+        steps.make_cache(
+            w,
+            "tiny",
+            "synthetic",
+            [HOOK],
+            HarvestConfig(n_tokens=need, heldout_fraction=0.91),
+            name="tiny-bench",
+            progress=True,
+        )
     saes = {}
     for n in widths:
         run = ws / "saes" / f"w{n}"
         found = sorted(run.glob("*/cfg.json"))
         if not found:
             shutil.rmtree(run, ignore_errors=True)
-            steps.train_saes(w, cache_dir, HOOK, [SAEConfig("topk", k=32, n_latents=n)],
-                             TrainConfig(n_tokens=train_tokens, batch_size=min(2048, train_tokens // 40), lr=1e-3, progress=True), name=f"w{n}")
+            steps.train_saes(
+                w,
+                cache_dir,
+                HOOK,
+                [SAEConfig("topk", k=32, n_latents=n)],
+                TrainConfig(n_tokens=train_tokens, batch_size=min(2048, train_tokens // 40), lr=1e-3, progress=True),
+                name=f"w{n}",
+            )
             found = sorted(run.glob("*/cfg.json"))
         saes[n] = found[0].parent
     return saes
@@ -95,8 +108,21 @@ def prepare(ws: Path, tokens: int, widths: list[int], train_tokens: int) -> dict
 def build(saes: list[Path], ws: Path, tokens: int, env: dict) -> tuple[float, float, float]:
     for s in saes:
         shutil.rmtree(s / "features", ignore_errors=True)
-    cmd = [sys.executable, "-m", "workbench.cli", "features", "build", *map(str, saes), "--cache",
-           str(ws / "caches" / "tiny-bench"), "--workspace", str(ws), "--tokens", str(tokens), "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "workbench.cli",
+        "features",
+        "build",
+        *map(str, saes),
+        "--cache",
+        str(ws / "caches" / "tiny-bench"),
+        "--workspace",
+        str(ws),
+        "--tokens",
+        str(tokens),
+        "--quiet",
+    ]
     wall, cpu, peak, _ = run_measured(cmd, env)
     return wall, cpu, peak
 
@@ -113,8 +139,13 @@ def app_timings(ws: Path, sae: Path, env: dict) -> dict:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", "app", "--workspace", str(ws), "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=ROOT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workbench.cli", "app", "--workspace", str(ws), "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=ROOT,
+    )
     base = f"http://127.0.0.1:{port}"
     out = {}
     try:
@@ -179,12 +210,18 @@ def app_timings(ws: Path, sae: Path, env: dict) -> dict:
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smoke run: 5k tokens, widths 256 and 512")
-    ap.add_argument("--tokens", type=int, default=1_000_000, help="held-out rows the store reads (default: %(default)s)")
+    ap.add_argument(
+        "--tokens", type=int, default=1_000_000, help="held-out rows the store reads (default: %(default)s)"
+    )
     ap.add_argument("--widths", type=int, nargs="+", default=[4096, 16384], help="SAE widths (default: %(default)s)")
-    ap.add_argument("--train-tokens", type=int, default=400_000, help="tokens each SAE trains on (default: %(default)s)")
+    ap.add_argument(
+        "--train-tokens", type=int, default=400_000, help="tokens each SAE trains on (default: %(default)s)"
+    )
     ap.add_argument("--threads", type=int, default=None, help="torch/BLAS threads of each side (default: all cores)")
     ap.add_argument("--work", default=str(harness.WORK / "features"), help="scratch folder (default: %(default)s)")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "features.md"), help="report (default: %(default)s)")
+    ap.add_argument(
+        "--out", default=str(ROOT / "bench" / "results" / "features.md"), help="report (default: %(default)s)"
+    )
     ap.add_argument("--no-app", action="store_true", help="skip the browser timings")
     a = ap.parse_args(argv)
     if a.quick:
@@ -200,11 +237,24 @@ def main(argv=None) -> dict:
         wall, cpu, peak = build([s], ws, a.tokens, env)
         rows.append({"saes": f"{n:,} latents", "seconds": wall, "cpu_seconds": cpu, "peak_rss_mb": peak})
     wall, cpu, peak = build(list(saes.values()), ws, a.tokens, env)
-    rows.append({"saes": " + ".join(f"{n:,}" for n in saes) + " (one shared pass)", "seconds": wall, "cpu_seconds": cpu,
-                 "peak_rss_mb": peak})
+    rows.append(
+        {
+            "saes": " + ".join(f"{n:,}" for n in saes) + " (one shared pass)",
+            "seconds": wall,
+            "cpu_seconds": cpu,
+            "peak_rss_mb": peak,
+        }
+    )
     app = {} if a.no_app or not Path("/usr/bin/chromium").exists() else app_timings(ws, saes[max(saes)], env)
-    result = {"tokens": a.tokens, "builds": rows, "app": app, "widths": a.widths, "train_tokens": a.train_tokens,
-              "commit": harness.commit(), "load": [load_before, os.getloadavg()[0]]}
+    result = {
+        "tokens": a.tokens,
+        "builds": rows,
+        "app": app,
+        "widths": a.widths,
+        "train_tokens": a.train_tokens,
+        "commit": harness.commit(),
+        "load": [load_before, os.getloadavg()[0]],
+    }
     (Path(a.work) / ("quick.json" if a.quick else "raw.json")).write_text(json.dumps(result, indent=1))
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(report(result, a))
@@ -217,34 +267,54 @@ def report(r: dict, a) -> str:
     import streamlit
     import torch
 
-    lines = ["# Feature store and app benchmark", "", f"- Commit: {r['commit']}",
-             f"Load average before/after the timings: {r['load'][0]:.1f} / {r['load'][1]:.1f} on this shared machine. "
-             f"{time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores "
-             f"(shared with other jobs), torch {torch.__version__}, numpy {numpy.__version__}, streamlit {streamlit.__version__}"
-             f"{', --threads ' + str(a.threads) if a.threads else ''}{' (--quick: smoke run, not the goal setting)' if a.quick else ''}.", "",
-             f"## Store build: {r['tokens']:,} held-out tokens of the embedded model's cache ({HOOK}), Top-k k=32", "",
-             "The build reads cached activations (it never runs the model), encodes them with each SAE, and computes "
-             "every statistic of the store: counts, histograms, top and true-quantile examples with token windows, "
-             "logit effects, decoder-cosine and activation-correlation neighbours, ground-truth labels, the token index.", "",
-             "| SAEs | wall seconds (whole command, incl. imports) | CPU seconds | tokens per wall second | peak RSS (MB) "
-             "| goal: minutes, not hours |", "|---|---:|---:|---:|---:|---|"]
+    lines = [
+        "# Feature store and app benchmark",
+        "",
+        f"- Commit: {r['commit']}",
+        f"Load average before/after the timings: {r['load'][0]:.1f} / {r['load'][1]:.1f} on this shared machine. "
+        f"{time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores "
+        f"(shared with other jobs), torch {torch.__version__}, numpy {numpy.__version__}, streamlit {streamlit.__version__}"
+        f"{', --threads ' + str(a.threads) if a.threads else ''}{' (--quick: smoke run, not the goal setting)' if a.quick else ''}.",
+        "",
+        f"## Store build: {r['tokens']:,} held-out tokens of the embedded model's cache ({HOOK}), Top-k k=32",
+        "",
+        "The build reads cached activations (it never runs the model), encodes them with each SAE, and computes "
+        "every statistic of the store: counts, histograms, top and true-quantile examples with token windows, "
+        "logit effects, decoder-cosine and activation-correlation neighbours, ground-truth labels, the token index.",
+        "",
+        "| SAEs | wall seconds (whole command, incl. imports) | CPU seconds | tokens per wall second | peak RSS (MB) "
+        "| goal: minutes, not hours |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
     for b in r["builds"]:
         cpu = f"{b['cpu_seconds']:.1f}" if "cpu_seconds" in b else "not measured"
-        lines.append(f"| {b['saes']} | {b['seconds']:.1f} | {cpu} | {r['tokens'] / b['seconds']:,.0f} | "
-                     f"{b['peak_rss_mb']:.0f} | {'met' if b['seconds'] < 3600 else 'missed'} |")
+        lines.append(
+            f"| {b['saes']} | {b['seconds']:.1f} | {cpu} | {r['tokens'] / b['seconds']:,.0f} | "
+            f"{b['peak_rss_mb']:.0f} | {'met' if b['seconds'] < 3600 else 'missed'} |"
+        )
     lines += ["", "SAEDashboard (sae-dashboard) on the same SAE and tokens: not run (not done).", ""]
     if r["app"]:
         p = r["app"]
-        lines += [f"## Warm app, {max(r['widths']):,}-latent SAE, headless Chromium", "",
-                  "| measure | seconds | goal < 1 s |", "|---|---:|---|"]
-        for k, name in (("feature_cold_s", "first feature page (cold: store opened)"),
-                        ("feature_warm_s", "feature page, page load of another latent (warm, best of 5)"),
-                        ("neighbour_click_s", "neighbour link click to rendered page (best of 3)"),
-                        ("search_token_warm_s", "search by token to results (warm, best of 3)")):
+        lines += [
+            f"## Warm app, {max(r['widths']):,}-latent SAE, headless Chromium",
+            "",
+            "| measure | seconds | goal < 1 s |",
+            "|---|---:|---|",
+        ]
+        for k, name in (
+            ("feature_cold_s", "first feature page (cold: store opened)"),
+            ("feature_warm_s", "feature page, page load of another latent (warm, best of 5)"),
+            ("neighbour_click_s", "neighbour link click to rendered page (best of 3)"),
+            ("search_token_warm_s", "search by token to results (warm, best of 3)"),
+        ):
             goal = "" if k == "feature_cold_s" else ("met" if p[k] < 1 else "missed")
             lines.append(f"| {name} | {p[k]:.2f} | {goal} |")
-        lines += ["", f"App process RSS after these pages: {p['app_rss_mb']:.0f} MB; torch loaded in the app process: "
-                      f"{'yes' if p['app_imports_torch'] else 'no'} (only the prompt view loads it).", ""]
+        lines += [
+            "",
+            f"App process RSS after these pages: {p['app_rss_mb']:.0f} MB; torch loaded in the app process: "
+            f"{'yes' if p['app_imports_torch'] else 'no'} (only the prompt view loads it).",
+            "",
+        ]
     return "\n".join(lines)
 
 

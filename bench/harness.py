@@ -66,8 +66,9 @@ def _rss_mb(pid: int) -> float:
     return 0.0
 
 
-def run_side(venv: str, script: str, cfg: dict, tag: str, timeout: float = 1800,
-             mem_cap_mb: float | None = None) -> dict:
+def run_side(
+    venv: str, script: str, cfg: dict, tag: str, timeout: float = 1800, mem_cap_mb: float | None = None
+) -> dict:
     """Run bench/peers/<script> in a venv with cfg (as a JSON file); returns its JSON result line.
 
     mem_cap_mb: stop the side (MemoryCapError) when its RSS passes this, instead of letting it take
@@ -76,11 +77,22 @@ def run_side(venv: str, script: str, cfg: dict, tag: str, timeout: float = 1800,
     WORK.mkdir(parents=True, exist_ok=True)
     cfg_path = WORK / f"{tag}.json"
     cfg_path.write_text(json.dumps(cfg, indent=1))
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "disabled",
-           "TQDM_DISABLE": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "TOKENIZERS_PARALLELISM": "false",
+        "WANDB_MODE": "disabled",
+        "TQDM_DISABLE": "1",
+    }
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen([str(python(venv)), str(PEERS / script), str(cfg_path)], stdout=out, stderr=err,
-                                text=True, cwd=ROOT, env=env)
+        proc = subprocess.Popen(
+            [str(python(venv)), str(PEERS / script), str(cfg_path)],
+            stdout=out,
+            stderr=err,
+            text=True,
+            cwd=ROOT,
+            env=env,
+        )
         t0, peak = time.time(), 0.0
         while proc.poll() is None:
             peak = max(peak, _rss_mb(proc.pid))
@@ -115,11 +127,13 @@ def set_threads(n: int | None) -> str:
 
 
 def venv_versions(venv: str, packages: tuple[str, ...]) -> dict:
-    code = ("import json, importlib.metadata as m\nout = {}\n"
-            f"for p in {list(packages)!r}:\n"
-            "    try: out[p] = m.version(p)\n"
-            "    except m.PackageNotFoundError: out[p] = None\n"
-            "print(json.dumps(out))")
+    code = (
+        "import json, importlib.metadata as m\nout = {}\n"
+        f"for p in {list(packages)!r}:\n"
+        "    try: out[p] = m.version(p)\n"
+        "    except m.PackageNotFoundError: out[p] = None\n"
+        "print(json.dumps(out))"
+    )
     try:
         exe = python(venv)
     except PeerError:
@@ -130,6 +144,7 @@ def venv_versions(venv: str, packages: tuple[str, ...]) -> dict:
 
 def commit() -> str:
     """The commit the results were measured at, marked '+ uncommitted changes' when the tree differs from it."""
+
     def git(*args: str) -> str:
         proc = subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT, timeout=60)
         return proc.stdout.strip() if proc.returncode == 0 else ""
@@ -152,21 +167,32 @@ def machine_info() -> dict:
         pass
     mem = "?"
     try:
-        kb = int(next(ln for ln in Path("/proc/meminfo").read_text().splitlines() if ln.startswith("MemTotal")).split()[1])
+        kb = int(
+            next(ln for ln in Path("/proc/meminfo").read_text().splitlines() if ln.startswith("MemTotal")).split()[1]
+        )
         mem = f"{kb / 2**20:.1f} GiB"
     except (OSError, StopIteration):
         pass
-    return {"commit": commit(), "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "cpu": cpu,
-            "cores": os.cpu_count(), "ram": mem, "os": platform.platform(), "python": sys.version.split()[0],
-            "load_avg_at_start": " ".join(f"{x:.1f}" for x in os.getloadavg())}
+    return {
+        "commit": commit(),
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "ram": mem,
+        "os": platform.platform(),
+        "python": sys.version.split()[0],
+        "load_avg_at_start": " ".join(f"{x:.1f}" for x in os.getloadavg()),
+    }
 
 
 def machine_lines(info: dict, versions: dict[str, dict], threads: str) -> list[str]:
-    lines = [f"- Commit: {info['commit']}",
-             f"- Date: {info['date']}; threads per side: {threads}",
-             f"- Machine: {info['cpu']}, {info['cores']} cores, {info['ram']} RAM, {info['os']}; load average at "
-             f"start {info['load_avg_at_start']} (the CPU was shared with other jobs, so absolute times are noisy; "
-             "ratios come from interleaved runs)"]
+    lines = [
+        f"- Commit: {info['commit']}",
+        f"- Date: {info['date']}; threads per side: {threads}",
+        f"- Machine: {info['cpu']}, {info['cores']} cores, {info['ram']} RAM, {info['os']}; load average at "
+        f"start {info['load_avg_at_start']} (the CPU was shared with other jobs, so absolute times are noisy; "
+        "ratios come from interleaved runs)",
+    ]
     for venv, v in versions.items():
         lines.append(f"- {venv} venv: " + ", ".join(f"{k} {val}" for k, val in v.items()))
     return lines

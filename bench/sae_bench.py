@@ -26,15 +26,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 
 OUT = harness.BENCH / "results" / "sae.md"
-GPT2_SHAPE = dict(n_layers=12, d_model=768, n_heads=12, d_head=64, d_mlp=3072, n_ctx=1024, d_vocab=50257,
-                  act_fn="gelu_new", normalization_type="LN")
+GPT2_SHAPE = dict(
+    n_layers=12,
+    d_model=768,
+    n_heads=12,
+    d_head=64,
+    d_mlp=3072,
+    n_ctx=1024,
+    d_vocab=50257,
+    act_fn="gelu_new",
+    normalization_type="LN",
+)
 # (label, venv, script, variant)
 PEERS = [
     ("workbench", "main", "workbench_sae.py", {}),
     ("workbench, encoder_init='transpose' (diagnostic)", "main", "workbench_sae.py", {"encoder_init": "transpose"}),
     ("sae-lens", "sae", "saelens_sae.py", {}),
-    ("sae-lens (sparse acts)", "sae", "saelens_sae.py",
-     {"use_sparse_activations": True, "rescale_acts_by_decoder_norm": False}),
+    (
+        "sae-lens (sparse acts)",
+        "sae",
+        "saelens_sae.py",
+        {"use_sparse_activations": True, "rescale_acts_by_decoder_norm": False},
+    ),
     ("sparsify", "sae", "sparsify_sae.py", {}),
     ("dictionary_learning", "sae", "dictlearn_sae.py", {}),
 ]
@@ -73,7 +86,9 @@ def _cached(name: str, spec: dict, make) -> dict:
     else:
         t0 = time.time()
         meta = make(folder)
-        print(f"  prepared {name}: {meta['n_train']} + {meta['n_heldout']} tokens in {time.time() - t0:.0f}s", flush=True)
+        print(
+            f"  prepared {name}: {meta['n_train']} + {meta['n_heldout']} tokens in {time.time() - t0:.0f}s", flush=True
+        )
     return {**meta, "train": str(folder / "train.npy"), "heldout": str(folder / "heldout.npy")}
 
 
@@ -81,15 +96,21 @@ def _cached(name: str, spec: dict, make) -> dict:
 def _harvest(model, tokens: torch.Tensor, hook: str, layer: int, batch: int) -> np.ndarray:
     out = []
     for i in range(0, len(tokens), batch):
-        _, cache = model.run_with_cache(tokens[i:i + batch], names_filter=hook, stop_at_layer=layer + 1)
+        _, cache = model.run_with_cache(tokens[i : i + batch], names_filter=hook, stop_at_layer=layer + 1)
         out.append(cache[hook].reshape(-1, model.cfg.d_model).numpy())
     return np.concatenate(out)
 
 
 def gpt2_acts(n_train: int, n_heldout: int, seed: int = 0, layer: int = 5, ctx: int = 128) -> dict:
     """Residual stream of a randomly initialised GPT-2-small-shaped model on uniform random tokens."""
-    spec = {"model": "gpt2-small-shape random init", "seed": seed, "layer": layer, "ctx": ctx,
-            "n_train": n_train, "n_heldout": n_heldout}
+    spec = {
+        "model": "gpt2-small-shape random init",
+        "seed": seed,
+        "layer": layer,
+        "ctx": ctx,
+        "n_train": n_train,
+        "n_heldout": n_heldout,
+    }
 
     def make(folder):
         from transformer_lens import HookedTransformer, HookedTransformerConfig
@@ -143,23 +164,40 @@ def tiny_acts(n_train: int, n_heldout: int, layer: int = 1) -> dict:
 # ---- runs ------------------------------------------------------------------------------------------
 def base_cfg(data: dict, steps: int, lr: float) -> dict:
     batch = 4096
-    return dict(train=data["train"], heldout=data["heldout"], batch_size=batch, n_steps=steps, k=32, expansion=16,
-                lr=lr, dead_tokens=max(batch, steps * batch // 4), auxk_alpha=1 / 32, seed=0, warmup_steps=2)
+    return dict(
+        train=data["train"],
+        heldout=data["heldout"],
+        batch_size=batch,
+        n_steps=steps,
+        k=32,
+        expansion=16,
+        lr=lr,
+        dead_tokens=max(batch, steps * batch // 4),
+        auxk_alpha=1 / 32,
+        seed=0,
+        warmup_steps=2,
+    )
 
 
 def run_round_robin(cfg: dict, rounds: int, tag: str, peers=PEERS) -> dict[str, list[dict]]:
     """Every side once per round, the order rotated each round, so load from other jobs hits all sides."""
     results: dict[str, list[dict]] = {p[0]: [] for p in peers}
     for r in range(rounds):
-        order = peers[r % len(peers):] + peers[:r % len(peers)]
+        order = peers[r % len(peers) :] + peers[: r % len(peers)]
         for label, venv, script, variant in order:
             t0 = time.time()
             try:
-                res = harness.run_side(venv, script, {**cfg, "variant": variant,
-                                                      "time_matmul": label in ("workbench", "wb topk")},
-                                       f"sae-{tag}")
-                print(f"  [{tag} r{r}] {label}: {res['tokens_per_s']:.0f} tok/s, fvu {res['fvu']:.4f}, "
-                      f"+{res['rss_train_mb']:.0f} MB ({time.time() - t0:.0f}s)", flush=True)
+                res = harness.run_side(
+                    venv,
+                    script,
+                    {**cfg, "variant": variant, "time_matmul": label in ("workbench", "wb topk")},
+                    f"sae-{tag}",
+                )
+                print(
+                    f"  [{tag} r{r}] {label}: {res['tokens_per_s']:.0f} tok/s, fvu {res['fvu']:.4f}, "
+                    f"+{res['rss_train_mb']:.0f} MB ({time.time() - t0:.0f}s)",
+                    flush=True,
+                )
             except harness.PeerError as e:
                 err = e.summary
                 res = {"error": err}
@@ -194,28 +232,58 @@ def main_table(name: str, data: dict, cfg: dict, res: dict[str, list[dict]]) -> 
             continue
         tps, fvu = _med(runs, "tokens_per_s"), _med(runs, "fvu")
         ratio = wb_tps / tps
-        rows.append([label, f"{1000 * _med(runs, 'step_s_median'):.0f}", f"{tps:,.0f}", f"{ratio:.2f}x" if label != "workbench" else "1",
-                     f"{fvu:.4f}", f"{_med(runs, 'rss_train_mb'):,.0f} / {_med(runs, 'rss_peak_mb'):,.0f}",
-                     f"{len(ok)} run(s)"])
+        rows.append(
+            [
+                label,
+                f"{1000 * _med(runs, 'step_s_median'):.0f}",
+                f"{tps:,.0f}",
+                f"{ratio:.2f}x" if label != "workbench" else "1",
+                f"{fvu:.4f}",
+                f"{_med(runs, 'rss_train_mb'):,.0f} / {_med(runs, 'rss_peak_mb'):,.0f}",
+                f"{len(ok)} run(s)",
+            ]
+        )
         base = label.split(" (")[0]
         if base in GOALS:
             goal = GOALS[base]
             met = ratio >= goal and wb_fvu <= fvu
-            verdicts.append(f"- vs {label}: {ratio:.2f}x tokens/s (goal >= {goal}x) at FVU {wb_fvu:.4f} vs {fvu:.4f} "
-                            f"-> **{'met' if met else 'missed'}**"
-                            + ("" if met else (f" (speed short by {goal / ratio:.2f}x)" if ratio < goal else "")
-                               + (" (workbench FVU worse)" if wb_fvu > fvu else "")))
+            verdicts.append(
+                f"- vs {label}: {ratio:.2f}x tokens/s (goal >= {goal}x) at FVU {wb_fvu:.4f} vs {fvu:.4f} "
+                f"-> **{'met' if met else 'missed'}**"
+                + (
+                    ""
+                    if met
+                    else (f" (speed short by {goal / ratio:.2f}x)" if ratio < goal else "")
+                    + (" (workbench FVU worse)" if wb_fvu > fvu else "")
+                )
+            )
     mm, step, rel = _med(wb, "matmul_s_median"), _med(wb, "step_s_median"), _med(wb, "step_over_matmul")
-    verdicts.append(f"- workbench step / dense encoder matmul ({cfg['batch_size']} x {data['d']} x "
-                    f"{16 * data['d']}, timed right before each step): median ratio {rel:.2f}x (step {1000 * step:.0f} "
-                    f"ms, matmul {1000 * mm:.0f} ms) (goal <= 1.5x) -> **{'met' if rel <= 1.5 else 'missed'}**")
+    verdicts.append(
+        f"- workbench step / dense encoder matmul ({cfg['batch_size']} x {data['d']} x "
+        f"{16 * data['d']}, timed right before each step): median ratio {rel:.2f}x (step {1000 * step:.0f} "
+        f"ms, matmul {1000 * mm:.0f} ms) (goal <= 1.5x) -> **{'met' if rel <= 1.5 else 'missed'}**"
+    )
     source = f" ({data['source']})" if data.get("source") else ""
-    lines = [f"### {name}: d_in = {data['d']}, n = {16 * data['d']}, {cfg['n_steps']} steps = "
-             f"{cfg['n_steps'] * cfg['batch_size']:,} tokens", "",
-             f"Activations: {data['model']}{source}, `{data['hook']}`, scaled by {data['scale']:.4g} "
-             f"to mean norm sqrt(d); {data['n_train']:,} train tokens, FVU on {data['n_heldout']:,} held-out tokens.", ""]
-    lines += harness.table(["side", "step ms (median)", "tokens/s", "workbench speed-up", "held-out FVU",
-                            "peak MB above data / absolute", "runs"], rows)
+    lines = [
+        f"### {name}: d_in = {data['d']}, n = {16 * data['d']}, {cfg['n_steps']} steps = "
+        f"{cfg['n_steps'] * cfg['batch_size']:,} tokens",
+        "",
+        f"Activations: {data['model']}{source}, `{data['hook']}`, scaled by {data['scale']:.4g} "
+        f"to mean norm sqrt(d); {data['n_train']:,} train tokens, FVU on {data['n_heldout']:,} held-out tokens.",
+        "",
+    ]
+    lines += harness.table(
+        [
+            "side",
+            "step ms (median)",
+            "tokens/s",
+            "workbench speed-up",
+            "held-out FVU",
+            "peak MB above data / absolute",
+            "runs",
+        ],
+        rows,
+    )
     return lines + [""], verdicts
 
 
@@ -227,8 +295,15 @@ def variant_table(res: dict[str, list[dict]]) -> list[str]:
             rows.append([label, "failed", "", "", runs[0]["error"][:120]])
             continue
         s = _med(runs, "step_s_median")
-        rows.append([label.removeprefix("wb "), f"{1000 * s:.0f}", f"{s / base:.2f}x", f"{_med(runs, 'fvu'):.4f}",
-                     f"{_med(runs, 'rss_train_mb'):,.0f}"])
+        rows.append(
+            [
+                label.removeprefix("wb "),
+                f"{1000 * s:.0f}",
+                f"{s / base:.2f}x",
+                f"{_med(runs, 'fvu'):.4f}",
+                f"{_med(runs, 'rss_train_mb'):,.0f}",
+            ]
+        )
     return harness.table(["architecture", "step ms (median)", "vs Top-k", "held-out FVU", "peak MB above data"], rows)
 
 
@@ -239,13 +314,21 @@ def main() -> None:
     ap.add_argument("--steps-tiny", type=int, default=60)
     ap.add_argument("--rounds-768", type=int, default=2)
     ap.add_argument("--rounds-tiny", type=int, default=1)
-    ap.add_argument("--variant-steps", type=int, default=4,
-                    help="steps per architecture at d 768 (the embedded model uses up to 30)")
+    ap.add_argument(
+        "--variant-steps",
+        type=int,
+        default=4,
+        help="steps per architecture at d 768 (the embedded model uses up to 30)",
+    )
     ap.add_argument("--lr", type=float, default=5e-4)
     ap.add_argument("--datasets", default="tiny,gpt2", help="which activations: tiny (embedded model), gpt2 (d 768)")
     ap.add_argument("--no-variants", action="store_true", help="skip the workbench architecture timings")
-    ap.add_argument("--threads", type=int, default=None,
-                    help="threads per side (default: torch's); use 1 when other jobs load the CPU")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="threads per side (default: torch's); use 1 when other jobs load the CPU",
+    )
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
     if args.quick:
@@ -253,8 +336,10 @@ def main() -> None:
     t_start = time.time()
     info = harness.machine_info()
     threads = harness.set_threads(args.threads)
-    versions = {"main": harness.venv_versions("main", ("torch", "transformer-lens", "workbench")),
-                "sae": harness.venv_versions("sae", ("torch", "sae-lens", "eai-sparsify", "dictionary-learning"))}
+    versions = {
+        "main": harness.venv_versions("main", ("torch", "transformer-lens", "workbench")),
+        "sae": harness.venv_versions("sae", ("torch", "sae-lens", "eai-sparsify", "dictionary-learning")),
+    }
     print("preparing activations", flush=True)
     chosen = args.datasets.split(",")
     runs = []
@@ -277,38 +362,57 @@ def main() -> None:
         print(f"{name}: architectures, {vcfg['n_steps']} steps", flush=True)
         vres = run_variants(vcfg, 1, f"var{data['d']}")
         raw[name]["architectures"] = vres
-        sections += [f"Workbench architectures on the same data ({vcfg['n_steps']} steps, one run each; "
-                     "block variants use blocks of 4 latents, 8 active = 32 latents):", ""]
+        sections += [
+            f"Workbench architectures on the same data ({vcfg['n_steps']} steps, one run each; "
+            "block variants use blocks of 4 latents, 8 active = 32 latents):",
+            "",
+        ]
         sections += variant_table(vres) + [""]
-    settings = (f"Top-k k = {cfg['k']}, 16x expansion, batch {cfg['batch_size']}, fp32, CPU; "
-                f"Adam lr {args.lr} constant (no warm-up, no decay) on every side; AuxK on (alpha 1/32 where the "
-                "library takes a coefficient; sae-lens keeps its own default coefficient 1.0), a latent is dead "
-                "after a quarter of the run's tokens; each library's own initialisation (b_dec: workbench "
-                "geometric median, dictionary_learning geometric median, sparsify batch mean, sae-lens zeros). "
-                "Step time = wall time of one full optimiser step (forward, backward, Adam, decoder "
-                "renormalisation, dead-latent bookkeeping); tokens/s = batch / median step time over all but the "
-                "first 2 steps. Memory = peak RSS of the side's own process during training (VmHWM, reset after imports "
-                "and loading the data) minus its RSS at that reset, i.e. weights + optimiser state + step "
-                "temporaries; 'absolute' is the process's peak RSS during training.")
-    text = ["# SAE training benchmark", "", *harness.machine_lines(info, versions, threads), f"- Settings: {settings}",
-            f"- Command: `.venv/bin/python bench/sae_bench.py {' '.join(sys.argv[1:])}` "
-            f"(total {time.time() - t_start:.0f}s)", "", "## Goals", "", *verdicts, "## Tables", "", *sections,
-            "## Notes", "",
-            "- sparsify: its Trainer runs a Hugging Face model itself, so bench/peers/sparsify_sae.py replays its "
-            "per-batch code (fvu loss + AuxK, decoder-parallel gradient removal, renormalisation) with Adam "
-            "instead of the default signum; without Triton it decodes with torch's embedding_bag (CPU).",
-            "- sae-lens: SAETrainer.step per batch (its fit loop minus logging). `sae-lens (sparse acts)` is its "
-            "documented fast path for fp32 without autocast (`use_sparse_activations=True`); on torch 2.13 CPU its "
-            "backward fails (NotImplementedError: aten::view on SparseCPU) unless `rescale_acts_by_decoder_norm=False`, "
-            "so that row also turns the rescale off.",
-            "- dictionary_learning: TopKTrainer.update per batch; its 10M-token dead threshold is a constructor "
-            "constant, overwritten to the run's value.",
-            "- FVU after so few tokens mostly reflects initialisation and early learning speed; it is measured on "
-            "held-out tokens with each library's own reconstruction in the original units.",
-            "- The workbench's default `encoder_init='fit'` starts W_enc as W_dec^T (unit rows) and scales it so the "
-            "first batch's reconstruction has the least-squares size. The diagnostic row `encoder_init='transpose'` "
-            "is the same trainer without that scale (the unscaled transpose overshoots: FVU > 1 at step 0), which "
-            "was the workbench default before.", ""]
+    settings = (
+        f"Top-k k = {cfg['k']}, 16x expansion, batch {cfg['batch_size']}, fp32, CPU; "
+        f"Adam lr {args.lr} constant (no warm-up, no decay) on every side; AuxK on (alpha 1/32 where the "
+        "library takes a coefficient; sae-lens keeps its own default coefficient 1.0), a latent is dead "
+        "after a quarter of the run's tokens; each library's own initialisation (b_dec: workbench "
+        "geometric median, dictionary_learning geometric median, sparsify batch mean, sae-lens zeros). "
+        "Step time = wall time of one full optimiser step (forward, backward, Adam, decoder "
+        "renormalisation, dead-latent bookkeeping); tokens/s = batch / median step time over all but the "
+        "first 2 steps. Memory = peak RSS of the side's own process during training (VmHWM, reset after imports "
+        "and loading the data) minus its RSS at that reset, i.e. weights + optimiser state + step "
+        "temporaries; 'absolute' is the process's peak RSS during training."
+    )
+    text = [
+        "# SAE training benchmark",
+        "",
+        *harness.machine_lines(info, versions, threads),
+        f"- Settings: {settings}",
+        f"- Command: `.venv/bin/python bench/sae_bench.py {' '.join(sys.argv[1:])}` "
+        f"(total {time.time() - t_start:.0f}s)",
+        "",
+        "## Goals",
+        "",
+        *verdicts,
+        "## Tables",
+        "",
+        *sections,
+        "## Notes",
+        "",
+        "- sparsify: its Trainer runs a Hugging Face model itself, so bench/peers/sparsify_sae.py replays its "
+        "per-batch code (fvu loss + AuxK, decoder-parallel gradient removal, renormalisation) with Adam "
+        "instead of the default signum; without Triton it decodes with torch's embedding_bag (CPU).",
+        "- sae-lens: SAETrainer.step per batch (its fit loop minus logging). `sae-lens (sparse acts)` is its "
+        "documented fast path for fp32 without autocast (`use_sparse_activations=True`); on torch 2.13 CPU its "
+        "backward fails (NotImplementedError: aten::view on SparseCPU) unless `rescale_acts_by_decoder_norm=False`, "
+        "so that row also turns the rescale off.",
+        "- dictionary_learning: TopKTrainer.update per batch; its 10M-token dead threshold is a constructor "
+        "constant, overwritten to the run's value.",
+        "- FVU after so few tokens mostly reflects initialisation and early learning speed; it is measured on "
+        "held-out tokens with each library's own reconstruction in the original units.",
+        "- The workbench's default `encoder_init='fit'` starts W_enc as W_dec^T (unit rows) and scales it so the "
+        "first batch's reconstruction has the least-squares size. The diagnostic row `encoder_init='transpose'` "
+        "is the same trainer without that scale (the unscaled transpose overshoots: FVU > 1 at step 0), which "
+        "was the workbench default before.",
+        "",
+    ]
     harness.write_text(harness.WORK / "sae" / "raw.json", json.dumps(raw, indent=1))
     harness.write_text(args.out, "\n".join(text))
     print(f"wrote {args.out} ({time.time() - t_start:.0f}s)")

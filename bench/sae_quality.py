@@ -72,20 +72,41 @@ def harvest_cache(path: Path, n_tokens: int) -> None:
     from workbench.models import load
 
     model, tok = load("tiny", device="cpu")
-    harvest(model, load_corpus("synthetic", tok), [HOOK], path, n_tokens, batch_size=64, heldout_fraction=0.05,
-            dtype="float32", progress=False)
+    harvest(
+        model,
+        load_corpus("synthetic", tok),
+        [HOOK],
+        path,
+        n_tokens,
+        batch_size=64,
+        heldout_fraction=0.05,
+        dtype="float32",
+        progress=False,
+    )
 
 
 def evaluate_row(folder: Path, cache: Path, eval_tokens: int) -> dict:
     t = time.time()
     m = evaluate(folder, cache, "tiny", max_tokens=eval_tokens, n_sequences=256, device="cpu")
     r, s = m["reconstruction"], m["splice"]
-    return {"sae": folder.name, "fvu": r["fvu"], "l0": r["l0"], "block_l0": r.get("block_l0"),
-            "n_dense": r["n_dense"], "n_dead": r["n_dead"], "bits": m["description_length"]["bits_per_token"],
-            "ce_rec": s["ce_loss_recovered"], "kl_score": s["kl_score"], "ce_clean": s["ce_clean"],
-            "ce_sae": s["ce_sae"], "ce_no_scaffold": s.get("ce_no_scaffold"),
-            "absorption": m["absorption"]["absorption"], "probe_k1": m["probing"]["mean_k1"],
-            "probe_k5": m["probing"]["mean_k5"], "eval_s": round(time.time() - t)}
+    return {
+        "sae": folder.name,
+        "fvu": r["fvu"],
+        "l0": r["l0"],
+        "block_l0": r.get("block_l0"),
+        "n_dense": r["n_dense"],
+        "n_dead": r["n_dead"],
+        "bits": m["description_length"]["bits_per_token"],
+        "ce_rec": s["ce_loss_recovered"],
+        "kl_score": s["kl_score"],
+        "ce_clean": s["ce_clean"],
+        "ce_sae": s["ce_sae"],
+        "ce_no_scaffold": s.get("ce_no_scaffold"),
+        "absorption": m["absorption"]["absorption"],
+        "probe_k1": m["probing"]["mean_k1"],
+        "probe_k5": m["probing"]["mean_k5"],
+        "eval_s": round(time.time() - t),
+    }
 
 
 def _f(v, fmt="{:.3f}"):
@@ -93,58 +114,106 @@ def _f(v, fmt="{:.3f}"):
 
 
 def report(rows: list[dict], args, timings: dict) -> str:
-    head = ["SAE", "FVU", "L0", "block L0", "dense", "dead", "bits/token", "CE recovered", "KL score",
-            "CE without scaffold", "absorption", "probe k=1 / k=5"]
-    body = [[r["sae"], _f(r["fvu"]), _f(r["l0"], "{:.1f}"), _f(r["block_l0"], "{:.2f}"), r["n_dense"], r["n_dead"],
-             _f(r["bits"], "{:.1f}"), _f(r["ce_rec"], "{:.4f}"), _f(r["kl_score"], "{:.4f}"),
-             _f(r["ce_no_scaffold"], "{:.2f}"), _f(r["absorption"]), f"{r['probe_k1']:.3f} / {r['probe_k5']:.3f}"]
-            for r in rows]
+    head = [
+        "SAE",
+        "FVU",
+        "L0",
+        "block L0",
+        "dense",
+        "dead",
+        "bits/token",
+        "CE recovered",
+        "KL score",
+        "CE without scaffold",
+        "absorption",
+        "probe k=1 / k=5",
+    ]
+    body = [
+        [
+            r["sae"],
+            _f(r["fvu"]),
+            _f(r["l0"], "{:.1f}"),
+            _f(r["block_l0"], "{:.2f}"),
+            r["n_dense"],
+            r["n_dead"],
+            _f(r["bits"], "{:.1f}"),
+            _f(r["ce_rec"], "{:.4f}"),
+            _f(r["kl_score"], "{:.4f}"),
+            _f(r["ce_no_scaffold"], "{:.2f}"),
+            _f(r["absorption"]),
+            f"{r['probe_k1']:.3f} / {r['probe_k5']:.3f}",
+        ]
+        for r in rows
+    ]
     by = {r["sae"]: r for r in rows}
-    lines = [
-        "# SAE quality on the embedded model", "",
-        f"- Commit: {harness.commit()}",
-        f"- Date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}; command: "
-        f"`OMP_NUM_THREADS=1 .venv/bin/python bench/sae_quality.py` ({', '.join(f'{k} {v:.0f} s' for k, v in timings.items())})",
-        f"- Data: `{HOOK}` of the embedded model over the synthetic corpus, {args.cache_tokens:,} cached tokens "
-        f"(5% held out); every SAE of a run sees the same {args.n_tokens:,} training tokens in the same order "
-        f"(batch {args.batch_size}, Adam lr {args.lr}, 50 warm-up steps, linear decay over the last 20%).",
-        f"- Evaluation on {args.eval_tokens:,} held-out tokens; CE/KL with the SAE spliced into the model on 256 "
-        "held-out sequences; dense = fires on more than tau = 0.1 of tokens; bits/token = the MDL description "
-        "length (docs/methods.md §5); absorption and probing use the corpus's ground-truth labels.",
-        "- Defaults: encoder_init='fit' (W_enc = W_dec^T scaled to the least-squares size on the first batch), "
-        "b_dec from the geometric median, inputs scaled to mean norm sqrt(d).", "",
-    ] + harness.table(head, body) + ["", "## The claims", ""]
+    lines = (
+        [
+            "# SAE quality on the embedded model",
+            "",
+            f"- Commit: {harness.commit()}",
+            f"- Date: {datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds')}; command: "
+            f"`OMP_NUM_THREADS=1 .venv/bin/python bench/sae_quality.py` ({', '.join(f'{k} {v:.0f} s' for k, v in timings.items())})",
+            f"- Data: `{HOOK}` of the embedded model over the synthetic corpus, {args.cache_tokens:,} cached tokens "
+            f"(5% held out); every SAE of a run sees the same {args.n_tokens:,} training tokens in the same order "
+            f"(batch {args.batch_size}, Adam lr {args.lr}, 50 warm-up steps, linear decay over the last 20%).",
+            f"- Evaluation on {args.eval_tokens:,} held-out tokens; CE/KL with the SAE spliced into the model on 256 "
+            "held-out sequences; dense = fires on more than tau = 0.1 of tokens; bits/token = the MDL description "
+            "length (docs/methods.md §5); absorption and probing use the corpus's ground-truth labels.",
+            "- Defaults: encoder_init='fit' (W_enc = W_dec^T scaled to the least-squares size on the first batch), "
+            "b_dec from the geometric median, inputs scaled to mean norm sqrt(d).",
+            "",
+        ]
+        + harness.table(head, body)
+        + ["", "## The claims", ""]
+    )
 
     def get(name, key):
         return by[name][key] if name in by else None
 
     fvus = [(r["sae"], r["fvu"]) for r in rows if "_seed0" in r["sae"] and "scaffold" not in r["sae"]]
     worst = max(fvus, key=lambda t: t[1])
-    lines.append(f"- **FVU < 0.2 for every architecture**: {'met' if worst[1] < 0.2 else 'missed'}; "
-                 f"worst {worst[0]} at {worst[1]:.3f}.")
-    for seed in sorted({int(r['sae'].rsplit('seed', 1)[1]) for r in rows}):
+    lines.append(
+        f"- **FVU < 0.2 for every architecture**: {'met' if worst[1] < 0.2 else 'missed'}; "
+        f"worst {worst[0]} at {worst[1]:.3f}."
+    )
+    for seed in sorted({int(r["sae"].rsplit("seed", 1)[1]) for r in rows}):
         for arch in ("topk", "batchtopk", "matryoshka"):
             base = f"{arch}_n1024_k16_seed{seed}"
             if base not in by:
                 continue
-            withs = [(r["sae"].split("scaffold")[1].split("_")[0], r) for r in rows
-                     if r["sae"].startswith(f"{arch}_n1024_k16_scaffold") and r["sae"].endswith(f"seed{seed}")]
+            withs = [
+                (r["sae"].split("scaffold")[1].split("_")[0], r)
+                for r in rows
+                if r["sae"].startswith(f"{arch}_n1024_k16_scaffold") and r["sae"].endswith(f"seed{seed}")
+            ]
             if withs:
-                parts = ", ".join(f"rank {rk}: {r['n_dense']} (L0 {r['l0']:.1f}, FVU {r['fvu']:.3f})" for rk, r in withs)
-                lines.append(f"- Scaffold, {arch}, seed {seed}: dense latents without {by[base]['n_dense']} "
-                             f"(L0 {by[base]['l0']:.1f}, FVU {by[base]['fvu']:.3f}); with {parts}.")
+                parts = ", ".join(
+                    f"rank {rk}: {r['n_dense']} (L0 {r['l0']:.1f}, FVU {r['fvu']:.3f})" for rk, r in withs
+                )
+                lines.append(
+                    f"- Scaffold, {arch}, seed {seed}: dense latents without {by[base]['n_dense']} "
+                    f"(L0 {by[base]['l0']:.1f}, FVU {by[base]['fvu']:.3f}); with {parts}."
+                )
         m, b = f"matryoshka_n1024_k16_seed{seed}", f"batchtopk_n1024_k16_seed{seed}"
         if m in by and b in by:
-            lines.append(f"- Absorption, seed {seed}: Matryoshka {by[m]['absorption']:.3f} (L0 {by[m]['l0']:.1f}) vs "
-                         f"BatchTopK {by[b]['absorption']:.3f} (L0 {by[b]['l0']:.1f}) -> "
-                         f"{'lower' if by[m]['absorption'] < by[b]['absorption'] else 'NOT lower'}.")
+            lines.append(
+                f"- Absorption, seed {seed}: Matryoshka {by[m]['absorption']:.3f} (L0 {by[m]['l0']:.1f}) vs "
+                f"BatchTopK {by[b]['absorption']:.3f} (L0 {by[b]['l0']:.1f}) -> "
+                f"{'lower' if by[m]['absorption'] < by[b]['absorption'] else 'NOT lower'}."
+            )
     ref = "topk_n1024_k12_seed0"
     if ref in by:
-        blocks = [r for r in rows if r["sae"].startswith("block_topk_n10") and ("b2x6" in r["sae"] or "b3x4" in r["sae"]
-                                                                                 or "b4x3" in r["sae"])]
+        blocks = [
+            r
+            for r in rows
+            if r["sae"].startswith("block_topk_n10")
+            and ("b2x6" in r["sae"] or "b3x4" in r["sae"] or "b4x3" in r["sae"])
+        ]
         parts = "; ".join(f"{r['sae']}: {r['bits']:.1f} bits, FVU {r['fvu']:.3f}" for r in blocks)
-        lines.append(f"- Block-sparse vs Top-k at 12 active dimensions: Top-k k=12 {get(ref, 'bits'):.1f} bits/token, "
-                     f"FVU {get(ref, 'fvu'):.3f}; {parts}.")
+        lines.append(
+            f"- Block-sparse vs Top-k at 12 active dimensions: Top-k k=12 {get(ref, 'bits'):.1f} bits/token, "
+            f"FVU {get(ref, 'fvu'):.3f}; {parts}."
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -171,8 +240,16 @@ def main() -> None:
     for tag, cfgs in [("seed0", main_configs())] + [(f"seed{s}", seed_configs(s)) for s in args.seeds]:
         runs = args.work / f"saes_{tag}"
         t = time.time()
-        tc = TrainConfig(n_tokens=args.n_tokens, batch_size=args.batch_size, lr=args.lr, warmup_steps=50,
-                         decay_frac=0.2, checkpoint_every=500, log_every=25, progress=False)
+        tc = TrainConfig(
+            n_tokens=args.n_tokens,
+            batch_size=args.batch_size,
+            lr=args.lr,
+            warmup_steps=50,
+            decay_frac=0.2,
+            checkpoint_every=500,
+            log_every=25,
+            progress=False,
+        )
         folders = train(cache, HOOK, cfgs, tc, runs, resume=args.resume and (runs / "checkpoint.pt").is_file())
         timings[f"train {tag} ({len(cfgs)} SAEs)"] = time.time() - t
         t = time.time()

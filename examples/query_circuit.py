@@ -9,8 +9,7 @@ on a small saved random model.
 import argparse
 from pathlib import Path
 
-from workbench.circuits import find_circuit
-from workbench.circuits import Circuit
+from workbench.circuits import Circuit, find_circuit
 from workbench.circuits.export import from_mib, to_mib, to_neuronpedia
 from workbench.corpus import tasks
 from workbench.models import load

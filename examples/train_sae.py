@@ -30,8 +30,10 @@ def main() -> None:
     p.add_argument("--resume", action="store_true")
     args = p.parse_args()
 
-    configs = [SAEConfig("batchtopk", k=args.k, expansion=args.expansion),
-               SAEConfig("batchtopk", k=args.k, expansion=args.expansion, scaffold_rank=args.scaffold_rank)]
+    configs = [
+        SAEConfig("batchtopk", k=args.k, expansion=args.expansion),
+        SAEConfig("batchtopk", k=args.k, expansion=args.expansion, scaffold_rank=args.scaffold_rank),
+    ]
     train_cfg = TrainConfig(n_tokens=args.n_tokens, batch_size=args.batch_size, lr=args.lr, log_every=10)
     folders = train(args.cache, args.hook, configs, train_cfg, args.out, resume=args.resume)
 
@@ -39,8 +41,17 @@ def main() -> None:
         for folder in folders:
             m = evaluate(folder, args.cache, args.model or None, n_sequences=16)
             r = m["reconstruction"]
-            print(json.dumps({"sae": folder.name, "fvu": r["fvu"], "l0": r["l0"], "n_dense": r["n_dense"],
-                              "ce_loss_recovered": m.get("splice", {}).get("ce_loss_recovered")}))
+            print(
+                json.dumps(
+                    {
+                        "sae": folder.name,
+                        "fvu": r["fvu"],
+                        "l0": r["l0"],
+                        "n_dense": r["n_dense"],
+                        "ce_loss_recovered": m.get("splice", {}).get("ce_loss_recovered"),
+                    }
+                )
+            )
     if dist.is_initialized():
         dist.destroy_process_group()
 

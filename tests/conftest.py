@@ -42,14 +42,27 @@ def feature_workspace(tmp_path_factory):
     model = build(TinyConfig(), build_tokenizer(vocabulary()))
     model_dir = save(model, ws.path("models", "random"))
     ws.record(model_dir, "models", made_by="test", config={}, summary={"model_id": model_id(model)})
-    cache = steps.make_cache(ws, str(model_dir), "synthetic", [hook], HarvestConfig(n_tokens=6000, heldout_fraction=0.3),
-                             name="random-synthetic", progress=False, model=model)
-    cfgs = [SAEConfig("topk", k=8, expansion=4), SAEConfig("matryoshka", k=8, expansion=4, scaffold_rank=4),
-            SAEConfig("block_topk", expansion=4, block_size=4, n_active_blocks=2)]
-    folders = steps.train_saes(ws, cache.path, hook, cfgs,
-                               TrainConfig(n_tokens=16_384, batch_size=512, lr=1e-3, progress=False), name="run")
+    cache = steps.make_cache(
+        ws,
+        str(model_dir),
+        "synthetic",
+        [hook],
+        HarvestConfig(n_tokens=6000, heldout_fraction=0.3),
+        name="random-synthetic",
+        progress=False,
+        model=model,
+    )
+    cfgs = [
+        SAEConfig("topk", k=8, expansion=4),
+        SAEConfig("matryoshka", k=8, expansion=4, scaffold_rank=4),
+        SAEConfig("block_topk", expansion=4, block_size=4, n_active_blocks=2),
+    ]
+    folders = steps.train_saes(
+        ws, cache.path, hook, cfgs, TrainConfig(n_tokens=16_384, batch_size=512, lr=1e-3, progress=False), name="run"
+    )
     for f in folders:
         steps.evaluate_sae(ws, f, cache.path, str(model_dir), EvalConfig(max_tokens=1000, n_sequences=4))
-    steps.build_features(ws, folders, cache.path, str(model_dir), FeatureConfig(chunk_rows=1000, corr_tokens=1500),
-                         progress=False)
+    steps.build_features(
+        ws, folders, cache.path, str(model_dir), FeatureConfig(chunk_rows=1000, corr_tokens=1500), progress=False
+    )
     return root

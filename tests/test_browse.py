@@ -16,13 +16,31 @@ def made(tiny, tmp_path_factory):
     model, tok = tiny
     ws = Workspace(tmp_path_factory.mktemp("browse") / "ws")
     cache = steps.make_cache(ws, "tiny", "synthetic", [HOOK], HarvestConfig(n_tokens=3000), progress=False, model=model)
-    [sae] = steps.train_saes(ws, cache.path, HOOK, [SAEConfig(k=4, expansion=2)],
-                             TrainConfig(n_tokens=4096, batch_size=1024, progress=False), name="run")
+    [sae] = steps.train_saes(
+        ws,
+        cache.path,
+        HOOK,
+        [SAEConfig(k=4, expansion=2)],
+        TrainConfig(n_tokens=4096, batch_size=1024, progress=False),
+        name="run",
+    )
     from workbench.corpus import tasks
 
     q = tasks.queries("induction", 1, tokenizer=tok)[0]
-    _, circuit = steps.find_circuit(ws, model, q.prompt, q.answer, q.counterfactual, wrong=q.wrong, budget=0.1,
-                                    n_samples=1, steps=2, refine_steps=1, min_gap=0.0, curve=False)
+    _, circuit = steps.find_circuit(
+        ws,
+        model,
+        q.prompt,
+        q.answer,
+        q.counterfactual,
+        wrong=q.wrong,
+        budget=0.1,
+        n_samples=1,
+        steps=2,
+        refine_steps=1,
+        min_gap=0.0,
+        curve=False,
+    )
     return ws, cache, sae, circuit
 
 

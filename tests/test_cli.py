@@ -8,7 +8,13 @@ from workbench.cli import build_parser, main
 
 
 def test_every_command_documents_every_option(capsys):
-    for argv in (["--help"], ["model", "train", "--help"], ["model", "info", "--help"], ["cache", "--help"], ["demo", "--help"]):
+    for argv in (
+        ["--help"],
+        ["model", "train", "--help"],
+        ["model", "info", "--help"],
+        ["cache", "--help"],
+        ["demo", "--help"],
+    ):
         with pytest.raises(SystemExit) as e:
             build_parser().parse_args(argv)
         assert e.value.code == 0
@@ -31,20 +37,65 @@ def test_user_errors_exit_2_with_one_clear_line(capsys):
 def test_cache_then_sae_train_and_eval_from_the_cli(tiny, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the default workspace, ./workspace, records the artifacts made elsewhere
     cache = tmp_path / "cache"
-    assert main(["cache", "--out", str(cache), "--hooks", "blocks.2.hook_resid_post", "--tokens", "6000", "--quiet"]) == 0
+    assert (
+        main(["cache", "--out", str(cache), "--hooks", "blocks.2.hook_resid_post", "--tokens", "6000", "--quiet"]) == 0
+    )
     assert "blocks.2.hook_resid_post" in capsys.readouterr().out
     assert main(["cache", "--out", str(cache), "--tokens", "6000", "--quiet"]) == 2  # exists: refuse
     assert "--overwrite" in capsys.readouterr().err
     saes = tmp_path / "saes"
-    assert main(["sae", "train", "--cache", str(cache), "--hook", "blocks.2.hook_resid_post", "--out", str(saes),
-                 "--arch", "topk", "block_topk", "--k", "8", "--expansion", "2", "--tokens", "8192", "--batch-size", "1024",
-                 "--block-size", "2", "--n-active-blocks", "4", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "sae",
+                "train",
+                "--cache",
+                str(cache),
+                "--hook",
+                "blocks.2.hook_resid_post",
+                "--out",
+                str(saes),
+                "--arch",
+                "topk",
+                "block_topk",
+                "--k",
+                "8",
+                "--expansion",
+                "2",
+                "--tokens",
+                "8192",
+                "--batch-size",
+                "1024",
+                "--block-size",
+                "2",
+                "--n-active-blocks",
+                "4",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     folders = [line.split()[-1] for line in capsys.readouterr().out.splitlines() if line.startswith("saved")]
     assert len(folders) == 2
     assert main(["sae", "eval", *folders, "--cache", str(cache), "--no-model", "--tokens", "300"]) == 0
     assert capsys.readouterr().out.count("fvu") == 2
-    assert main(["sae", "train", "--cache", str(cache), "--hook", "blocks.2.hook_resid_post", "--out", str(tmp_path / "x"),
-                 "--set", "no_such_field=1"]) == 2
+    assert (
+        main(
+            [
+                "sae",
+                "train",
+                "--cache",
+                str(cache),
+                "--hook",
+                "blocks.2.hook_resid_post",
+                "--out",
+                str(tmp_path / "x"),
+                "--set",
+                "no_such_field=1",
+            ]
+        )
+        == 2
+    )
     assert "no_such_field" in capsys.readouterr().err
     listed = [line.split()[:2] for line in _ls(capsys)]
     assert ["caches", "cache"] in listed and sum(kind == "saes" for kind, _ in listed) == 2
@@ -60,16 +111,58 @@ def test_every_command_records_into_its_workspace(tiny, tmp_path, capsys):
     assert main(["cache", "--workspace", ws, "--hooks", "blocks.1.hook_resid_post", "--tokens", "3000", "--quiet"]) == 0
     cache = tmp_path / "ws" / "caches" / "tiny-synthetic"
     assert (cache / "artifact.json").is_file()
-    assert main(["sae", "train", "--workspace", ws, "--cache", str(cache), "--hook", "blocks.1.hook_resid_post",
-                 "--name", "run", "--k", "4", "8", "--expansion", "2", "--tokens", "4096", "--batch-size", "1024",
-                 "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "sae",
+                "train",
+                "--workspace",
+                ws,
+                "--cache",
+                str(cache),
+                "--hook",
+                "blocks.1.hook_resid_post",
+                "--name",
+                "run",
+                "--k",
+                "4",
+                "8",
+                "--expansion",
+                "2",
+                "--tokens",
+                "4096",
+                "--batch-size",
+                "1024",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     saes = sorted((tmp_path / "ws" / "saes" / "run").glob("*/artifact.json"))
     assert len(saes) == 2
-    assert main(["sae", "eval", str(saes[0].parent), "--workspace", ws, "--cache", str(cache), "--no-model",
-                 "--tokens", "200"]) == 0
+    assert (
+        main(
+            [
+                "sae",
+                "eval",
+                str(saes[0].parent),
+                "--workspace",
+                ws,
+                "--cache",
+                str(cache),
+                "--no-model",
+                "--tokens",
+                "200",
+            ]
+        )
+        == 0
+    )
     manifest = json.loads(saes[0].read_text())
     assert manifest["inputs"]["cache"] == "caches/tiny-synthetic" and "fvu" in manifest["summary"]
-    assert "metrics.json" in manifest["files"] and manifest["side_files"] == ["saes/run/checkpoint.pt", "saes/run/run.json"]
+    assert "metrics.json" in manifest["files"] and manifest["side_files"] == [
+        "saes/run/checkpoint.pt",
+        "saes/run/run.json",
+    ]
     metrics = json.loads((saes[0].parent / "metrics.json").read_text())
     assert not Path(metrics["cache"]).is_absolute()
     capsys.readouterr()
@@ -77,14 +170,35 @@ def test_every_command_records_into_its_workspace(tiny, tmp_path, capsys):
     assert _ls(capsys, "--workspace", ws, "--kind", "circuits") == [f"no artifacts recorded in {ws} of kind circuits"]
 
 
-@pytest.mark.parametrize("pair, match", [
-    ("k=3", "k has its own flag; use --k 3"), ("architecture=topk", "use --arch"),
-    ("seed=1", "use --seed"), ("prefixes=[1.5,2]", r"prefixes=\[1.5, 2\] is not of type list\[int\] \| None"),
-    ("prefixes=[1,2", r"prefixes='\[1,2' is not of type"), ("name=../../x", "must be a plain folder name"),
-])
+@pytest.mark.parametrize(
+    "pair, match",
+    [
+        ("k=3", "k has its own flag; use --k 3"),
+        ("architecture=topk", "use --arch"),
+        ("seed=1", "use --seed"),
+        ("prefixes=[1.5,2]", r"prefixes=\[1.5, 2\] is not of type list\[int\] \| None"),
+        ("prefixes=[1,2", r"prefixes='\[1,2' is not of type"),
+        ("name=../../x", "must be a plain folder name"),
+    ],
+)
 def test_sae_train_set_refuses_flag_fields_and_wrong_types_before_any_work(pair, match, tmp_path, capsys):
-    assert main(["sae", "train", "--cache", str(tmp_path / "no-cache"), "--hook", "h", "--out", str(tmp_path / "o"),
-                 "--set", pair]) == 2
+    assert (
+        main(
+            [
+                "sae",
+                "train",
+                "--cache",
+                str(tmp_path / "no-cache"),
+                "--hook",
+                "h",
+                "--out",
+                str(tmp_path / "o"),
+                "--set",
+                pair,
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "Traceback" not in err and re.search(match, err), err
     assert not (tmp_path / "o").exists()

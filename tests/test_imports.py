@@ -13,16 +13,27 @@ ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "transformer_lens", "sae_lens")
 
 
-@pytest.mark.parametrize("code", [
-    "import workbench.workspace, workbench.browse, workbench.errors, workbench.steps",
-    "from workbench.cli import build_parser; build_parser().parse_args(['ls'])",
-    "from workbench.sae.config import SAEConfig, TrainConfig; from workbench.cache.config import CacheConfig; "
-    "from workbench.circuits.config import SearchConfig",
-])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import workbench.workspace, workbench.browse, workbench.errors, workbench.steps",
+        "from workbench.cli import build_parser; build_parser().parse_args(['ls'])",
+        "from workbench.sae.config import SAEConfig, TrainConfig; from workbench.cache.config import CacheConfig; "
+        "from workbench.circuits.config import SearchConfig",
+    ],
+)
 def test_light_layers_import_no_torch(code):
-    probe = f"import sys, json\n{code}\nprint(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})))"
-    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True,
-                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    probe = (
+        f"import sys, json\n{code}\nprint(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
 
 
@@ -57,8 +68,9 @@ def _graph() -> dict[str, set[str]]:
     for path in sorted((ROOT / "workbench").rglob("*.py")):
         parts = path.relative_to(ROOT).with_suffix("").parts
         modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return {name: {m for m in _module_imports(path, name) if m in modules and m != name}
-            for name, path in modules.items()}
+    return {
+        name: {m for m in _module_imports(path, name) if m in modules and m != name} for name, path in modules.items()
+    }
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -69,7 +81,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         state[node] = "open"
         for nxt in sorted(graph[node]):
             if state.get(nxt) == "open":
-                cycles.append(stack[stack.index(nxt):] + [nxt])
+                cycles.append(stack[stack.index(nxt) :] + [nxt])
             elif nxt not in state:
                 visit(nxt, stack + [nxt])
         state[node] = "done"

@@ -54,8 +54,13 @@ def test_clear_removes_only_what_manifests_list(tmp_path):
     _artifact(ws, "caches", "c", {"a.txt": "a"})
     _artifact(ws, "saes", "s", {"w.bin": "w"}, folder=tmp_path / "ws" / "saes" / "run" / "s")
     (tmp_path / "ws" / "saes" / "run" / "checkpoint.pt").write_text("ckpt")
-    ws.record(tmp_path / "ws" / "saes" / "run" / "s", "saes", made_by="test", config={},
-              side_files=(tmp_path / "ws" / "saes" / "run" / "checkpoint.pt",))
+    ws.record(
+        tmp_path / "ws" / "saes" / "run" / "s",
+        "saes",
+        made_by="test",
+        config={},
+        side_files=(tmp_path / "ws" / "saes" / "run" / "checkpoint.pt",),
+    )
     outside = _artifact(ws, "models", "m", {"w": "w"}, folder=tmp_path / "mine" / "m")
     ws.clear()
     assert not (tmp_path / "ws").exists() and (outside / "w").is_file()  # registered, not ours to delete

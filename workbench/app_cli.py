@@ -14,9 +14,27 @@ APP = Path(__file__).resolve().parents[1] / "app" / "main.py"
 
 def streamlit_command(workspace: Path, host: str, port: int) -> list[str]:
     """streamlit run with the flags of a local, offline tool: no usage stats, no file watcher, no deploy button."""
-    return [sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", host, "--server.port", str(port),
-            "--server.headless", "true", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
-            "--client.toolbarMode", "minimal", "--global.developmentMode", "false"]
+    return [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(APP),
+        "--server.address",
+        host,
+        "--server.port",
+        str(port),
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+        "--server.fileWatcherType",
+        "none",
+        "--client.toolbarMode",
+        "minimal",
+        "--global.developmentMode",
+        "false",
+    ]
 
 
 def _app(a: argparse.Namespace) -> None:
@@ -34,6 +52,10 @@ def _app(a: argparse.Namespace) -> None:
 def add_commands(sub) -> None:
     p = sub.add_parser("app", help="browse a workspace's SAEs and features in the Streamlit app")
     p.add_argument("--workspace", default="workspace", help="workspace folder (default: %(default)s)")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind; anything but localhost exposes the app (default: %(default)s)")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind; anything but localhost exposes the app (default: %(default)s)",
+    )
     p.add_argument("--port", type=int, default=8501, help="port (default: %(default)s)")
     p.set_defaults(func=_app)

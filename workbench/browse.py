@@ -43,8 +43,8 @@ class SAEView:
 
     path: Path
     cfg: dict
-    info: dict      # workbench.json: sae_config, train_config, data, final curve point ({} if trained elsewhere)
-    metrics: dict   # metrics.json ({} until `workbench sae eval` ran)
+    info: dict  # workbench.json: sae_config, train_config, data, final curve point ({} if trained elsewhere)
+    metrics: dict  # metrics.json ({} until `workbench sae eval` ran)
     curves: list[dict]  # one dict per logged step
 
     @property
@@ -57,10 +57,18 @@ def open_sae(folder: str | Path) -> SAEView:
     if not (folder / "cfg.json").is_file():
         raise MissingInputError(f"{folder} is not an SAE folder (no cfg.json)")
     curves_path = folder / "curves.jsonl"
-    curves = [json.loads(line) for line in curves_path.read_text().splitlines() if line.strip()] \
-        if curves_path.is_file() else []
-    return SAEView(folder, _json(folder / "cfg.json"), _json_or_empty(folder / "workbench.json"),
-                   _json_or_empty(folder / "metrics.json"), curves)
+    curves = (
+        [json.loads(line) for line in curves_path.read_text().splitlines() if line.strip()]
+        if curves_path.is_file()
+        else []
+    )
+    return SAEView(
+        folder,
+        _json(folder / "cfg.json"),
+        _json_or_empty(folder / "workbench.json"),
+        _json_or_empty(folder / "metrics.json"),
+        curves,
+    )
 
 
 def open_circuit(path: str | Path) -> dict:

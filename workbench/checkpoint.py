@@ -41,9 +41,11 @@ def read(path: Path) -> dict:
     head, _, payload = data.partition(b"\n")
     if not head.startswith(MAGIC):
         raise CheckpointError(f"{path} is not a workbench checkpoint (bad header)")
-    if hashlib.sha256(payload).hexdigest().encode() != head[len(MAGIC):]:
-        raise CheckpointError(f"{path} is corrupted: its checksum does not match its contents; "
-                              "delete it to start over or restore a good copy")
+    if hashlib.sha256(payload).hexdigest().encode() != head[len(MAGIC) :]:
+        raise CheckpointError(
+            f"{path} is corrupted: its checksum does not match its contents; "
+            "delete it to start over or restore a good copy"
+        )
     try:
         return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises several types for unreadable archives
@@ -54,8 +56,9 @@ def config_diff(saved, current, prefix: str = "") -> list[str]:
     """Human-readable differences between two nested configs (dicts and lists)."""
     if isinstance(saved, dict) and isinstance(current, dict):
         keys = sorted(set(saved) | set(current))
-        return [d for k in keys for d in config_diff(saved.get(k, "<absent>"), current.get(k, "<absent>"),
-                                                    f"{prefix}{k}.")]
+        return [
+            d for k in keys for d in config_diff(saved.get(k, "<absent>"), current.get(k, "<absent>"), f"{prefix}{k}.")
+        ]
     if isinstance(saved, list) and isinstance(current, list) and len(saved) == len(current):
         return [d for i, (a, b) in enumerate(zip(saved, current)) for d in config_diff(a, b, f"{prefix}{i}.")]
     return [] if saved == current else [f"{prefix.rstrip('.')}: checkpoint {saved!r} != now {current!r}"]

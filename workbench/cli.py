@@ -21,7 +21,13 @@ from workbench.sae.config import EvalConfig, SAEConfig, TrainConfig
 from workbench.workspace import KINDS, Workspace
 
 SAE_SWEEP = ("architecture", "k", "scaffold_rank", "seed")  # one SAE per combination of these flags' values
-HARVEST, SAE, TRAIN, EVAL, MODEL = "harvest.", "sae.", "train.", "eval.", "model."  # namespace prefixes of the config flags
+HARVEST, SAE, TRAIN, EVAL, MODEL = (
+    "harvest.",
+    "sae.",
+    "train.",
+    "eval.",
+    "model.",
+)  # namespace prefixes of the config flags
 
 
 def _model_train(a: argparse.Namespace) -> None:
@@ -29,8 +35,15 @@ def _model_train(a: argparse.Namespace) -> None:
     from workbench.models.toy import TinyConfig
 
     cfg = TinyConfig(**config_values(a, TinyConfig, MODEL))
-    card, folder = steps.train_model(Workspace(a.workspace), cfg, out=a.out, name=a.name, overwrite=a.overwrite,
-                                     resume=a.resume, progress=not a.quiet)
+    card, folder = steps.train_model(
+        Workspace(a.workspace),
+        cfg,
+        out=a.out,
+        name=a.name,
+        overwrite=a.overwrite,
+        resume=a.resume,
+        progress=not a.quiet,
+    )
     print(f"saved {folder}: train loss {card['final_train_loss']:.3f}, {card['train_seconds']} s")
     for task, acc in card["heldout_task_accuracy"].items():
         print(f"  {task:<20} held-out top-1 {acc:6.1%}   (chance {card['chance_accuracy'][task]:.1%})")
@@ -71,8 +84,10 @@ def _model_info(a: argparse.Namespace) -> None:
 
     model, tok = load(a.model, device="cpu")
     c = model.cfg
-    print(f"{model_id(model)}: {c.n_layers} layers, d_model {c.d_model}, {c.n_heads} heads x d_head {c.d_head}, "
-          f"d_mlp {c.d_mlp}, n_ctx {c.n_ctx}, vocab {c.d_vocab}, {sum(p.numel() for p in model.parameters()):,} params")
+    print(
+        f"{model_id(model)}: {c.n_layers} layers, d_model {c.d_model}, {c.n_heads} heads x d_head {c.d_head}, "
+        f"d_mlp {c.d_mlp}, n_ctx {c.n_ctx}, vocab {c.d_vocab}, {sum(p.numel() for p in model.parameters()):,} params"
+    )
     print("hooks:", ", ".join(hook_summary(model.hook_dict)))
 
 
@@ -89,12 +104,25 @@ def _cache(a: argparse.Namespace) -> None:
         print(f"cache {a.folder}: all {n} files match their checksums and the manifest")
         return
     cfg = HarvestConfig(**config_values(a, HarvestConfig, HARVEST))
-    cache = steps.make_cache(Workspace(a.workspace), a.model, a.corpus, a.hooks, cfg, out=a.out, name=a.name,
-                             corpus_seed=a.seed, resume=a.resume, overwrite=a.overwrite, progress=not a.quiet)
+    cache = steps.make_cache(
+        Workspace(a.workspace),
+        a.model,
+        a.corpus,
+        a.hooks,
+        cfg,
+        out=a.out,
+        name=a.name,
+        corpus_seed=a.seed,
+        resume=a.resume,
+        overwrite=a.overwrite,
+        progress=not a.quiet,
+    )
     m = cache.manifest
-    print(f"cache {cache.path}: {cache.n_tokens('train'):,} train + {cache.n_tokens('heldout'):,} held-out tokens, "
-          f"dtype {m['config']['dtype']}, {m.get('unknown_fraction', 0):.1%} of the corpus's tokens unknown to the "
-          "tokenizer")
+    print(
+        f"cache {cache.path}: {cache.n_tokens('train'):,} train + {cache.n_tokens('heldout'):,} held-out tokens, "
+        f"dtype {m['config']['dtype']}, {m.get('unknown_fraction', 0):.1%} of the corpus's tokens unknown to the "
+        "tokenizer"
+    )
     for h in cache.hooks:
         print(f"  {h:<28} d={cache.d(h):<5} mean norm {cache.stats(h)['mean_norm']:.2f}")
 
@@ -106,8 +134,9 @@ def _sae_train(a: argparse.Namespace) -> None:
     sweeps = [shared.pop(name) for name in SAE_SWEEP]
     cfgs = [SAEConfig(**dict(zip(SAE_SWEEP, values)), **shared) for values in itertools.product(*sweeps)]
     train_cfg = TrainConfig(**config_values(a, TrainConfig, TRAIN), progress=not a.quiet)
-    folders = steps.train_saes(Workspace(a.workspace), a.cache, a.hook, cfgs, train_cfg, out=a.out, name=a.name,
-                               resume=a.resume)
+    folders = steps.train_saes(
+        Workspace(a.workspace), a.cache, a.hook, cfgs, train_cfg, out=a.out, name=a.name, resume=a.resume
+    )
     for f in folders:
         print(f"saved {f}")
 
@@ -132,8 +161,11 @@ def _ls(a: argparse.Namespace) -> None:
         print(f"no artifacts recorded in {a.workspace}" + (f" of kind {a.kind}" if a.kind else ""))
     for art in found:
         m = art.manifest
-        summary = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
-                            for k, v in m.get("summary", {}).items() if isinstance(v, (int, float, str)))
+        summary = ", ".join(
+            f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+            for k, v in m.get("summary", {}).items()
+            if isinstance(v, (int, float, str))
+        )
         print(f"{art.kind:<9} {art.name:<34} {m.get('made_by', '?'):<22} {m.get('created', '?'):<25} {summary}")
 
 
@@ -157,9 +189,14 @@ def build_parser() -> argparse.ArgumentParser:
     ws = _workspace_flag("that records the artifact")
 
     model = sub.add_parser("model", help="train or inspect models").add_subparsers(
-        dest="action", required=True, metavar="ACTION", parser_class=_LazyFlagsParser)
-    t = model.add_parser("train", parents=[quiet, ws], populate=_tiny_flags,
-                         help="train the embedded model's architecture on the synthetic corpus (reproducible from --seed)")
+        dest="action", required=True, metavar="ACTION", parser_class=_LazyFlagsParser
+    )
+    t = model.add_parser(
+        "train",
+        parents=[quiet, ws],
+        populate=_tiny_flags,
+        help="train the embedded model's architecture on the synthetic corpus (reproducible from --seed)",
+    )
     t.add_argument("--name", default="tiny", help="folder in <workspace>/models (default: %(default)s)")
     t.add_argument("--out", help="output folder instead of <workspace>/models/NAME")
     g = t.add_mutually_exclusive_group()
@@ -167,18 +204,33 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--resume", action="store_true", help="continue from the checkpoint in the output folder")
     t.set_defaults(func=_model_train)
     i = model.add_parser("info", help="print a model's shape and hook names")
-    i.add_argument("--model", default="tiny", help="'tiny', a saved model folder, or a TransformerLens name (default: %(default)s)")
+    i.add_argument(
+        "--model", default="tiny", help="'tiny', a saved model folder, or a TransformerLens name (default: %(default)s)"
+    )
     i.set_defaults(func=_model_info)
 
-    c = sub.add_parser("cache", parents=[quiet, ws], help="harvest activations of one or more hooks into an on-disk cache "
-                       "(`cache verify DIR` checks every file of one against its checksums)")
+    c = sub.add_parser(
+        "cache",
+        parents=[quiet, ws],
+        help="harvest activations of one or more hooks into an on-disk cache "
+        "(`cache verify DIR` checks every file of one against its checksums)",
+    )
     c.add_argument("action", nargs="?", choices=["verify"], help="verify DIR: recompute every checksum of a cache")
     c.add_argument("folder", nargs="?", help="the cache folder to verify")
-    c.add_argument("--model", default="tiny", help="'tiny', a saved model folder, or a TransformerLens name (default: %(default)s)")
-    c.add_argument("--corpus", default="synthetic",
-                   help="'synthetic', 'synthetic:seed=N', comma-separated .txt/.jsonl/.parquet files, or hf:<dataset> (default: %(default)s)")
-    c.add_argument("--hooks", nargs="+", default=["blocks.*.hook_resid_post"],
-                   help="TransformerLens hook names; '*' expands over layers (default: %(default)s)")
+    c.add_argument(
+        "--model", default="tiny", help="'tiny', a saved model folder, or a TransformerLens name (default: %(default)s)"
+    )
+    c.add_argument(
+        "--corpus",
+        default="synthetic",
+        help="'synthetic', 'synthetic:seed=N', comma-separated .txt/.jsonl/.parquet files, or hf:<dataset> (default: %(default)s)",
+    )
+    c.add_argument(
+        "--hooks",
+        nargs="+",
+        default=["blocks.*.hook_resid_post"],
+        help="TransformerLens hook names; '*' expands over layers (default: %(default)s)",
+    )
     c.add_argument("--name", help="folder in <workspace>/caches (default: MODEL-CORPUS)")
     c.add_argument("--out", help="cache folder instead of <workspace>/caches/NAME")
     add_config_flags(c, HarvestConfig, HARVEST)
@@ -188,20 +240,34 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--overwrite", action="store_true", help="replace an existing cache in the output folder")
     c.set_defaults(func=_cache)
 
-    sae_p = sub.add_parser("sae", help="train and evaluate sparse autoencoders").add_subparsers(dest="action", required=True, metavar="ACTION")
-    st = sae_p.add_parser("train", parents=[quiet, ws], help="train one or more SAEs on one hook of a cache (one shared batch stream)")
+    sae_p = sub.add_parser("sae", help="train and evaluate sparse autoencoders").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    st = sae_p.add_parser(
+        "train", parents=[quiet, ws], help="train one or more SAEs on one hook of a cache (one shared batch stream)"
+    )
     st.add_argument("--cache", required=True, help="activation cache folder (from `workbench cache`)")
     st.add_argument("--hook", required=True, help="cached hook to train on, e.g. blocks.2.hook_resid_post")
     st.add_argument("--name", help="run folder in <workspace>/saes (default: HOOK-TIME)")
-    st.add_argument("--out", help="run folder instead of <workspace>/saes/NAME: one SAELens-format subfolder per SAE "
-                                  "and the shared checkpoint")
+    st.add_argument(
+        "--out",
+        help="run folder instead of <workspace>/saes/NAME: one SAELens-format subfolder per SAE "
+        "and the shared checkpoint",
+    )
     add_config_flags(st, SAEConfig, SAE, sweep=SAE_SWEEP)
-    st.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
-                    help="SAEConfig fields without a flag, as JSON, for every SAE, e.g. prefixes=[64,256,1024]")
+    st.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="SAEConfig fields without a flag, as JSON, for every SAE, e.g. prefixes=[64,256,1024]",
+    )
     add_config_flags(st, TrainConfig, TRAIN)
     st.add_argument("--resume", action="store_true", help="continue from the checkpoint in the run folder")
     st.set_defaults(func=_sae_train)
-    se = sae_p.add_parser("eval", parents=[ws], help="evaluate saved SAEs on the cache's held-out split (writes metrics.json)")
+    se = sae_p.add_parser(
+        "eval", parents=[ws], help="evaluate saved SAEs on the cache's held-out split (writes metrics.json)"
+    )
     se.add_argument("sae", nargs="+", help="SAE folders")
     se.add_argument("--cache", required=True, help="activation cache folder holding the SAE's hook")
     se.add_argument("--model", default="tiny", help="model for the spliced CE/KL metrics (default: %(default)s)")
@@ -226,10 +292,16 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--kind", choices=KINDS, help="only artifacts of this kind")
     ls.set_defaults(func=_ls)
 
-    d = sub.add_parser("demo", parents=[quiet, _workspace_flag("to fill")],
-                       help="run the whole workbench on the embedded model into a workspace")
-    d.add_argument("--overwrite", action="store_true",
-                   help="first remove what the workbench made in the workspace (refuses folders holding anything else)")
+    d = sub.add_parser(
+        "demo",
+        parents=[quiet, _workspace_flag("to fill")],
+        help="run the whole workbench on the embedded model into a workspace",
+    )
+    d.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="first remove what the workbench made in the workspace (refuses folders holding anything else)",
+    )
     d.set_defaults(func=_demo)
     return p
 

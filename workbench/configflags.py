@@ -63,13 +63,21 @@ def add_config_flags(parser, cls, prefix: str, sweep: tuple[str, ...] = (), skip
         if typ is bool and meta.get("negate"):
             parser.add_argument(flag_name(f), dest=dest, action="store_false", default=default, help=text)
         elif typ is bool:
-            parser.add_argument(flag_name(f), dest=dest, action=argparse.BooleanOptionalAction, default=default,
-                                help=f"{text} (default: %(default)s)")
+            parser.add_argument(
+                flag_name(f),
+                dest=dest,
+                action=argparse.BooleanOptionalAction,
+                default=default,
+                help=f"{text} (default: %(default)s)",
+            )
         else:
             kw = {"choices": meta["choices"]} if "choices" in meta else {}
             if f.name in sweep:
-                kw.update(nargs="+", default=[default], help=f"{text}; several values train one SAE each "
-                                                             "(default: %(default)s)")
+                kw.update(
+                    nargs="+",
+                    default=[default],
+                    help=f"{text}; several values train one SAE each (default: %(default)s)",
+                )
             else:
                 kw.update(default=default, help=f"{text} (default: %(default)s)")
             metavar = "{" + ",".join(map(str, meta["choices"])) + "}" if "choices" in meta else f.name.upper()

@@ -23,8 +23,16 @@ from workbench.errors import OutputExistsError
 from workbench.sae.config import EvalConfig, SAEConfig, TrainConfig
 from workbench.workspace import Workspace
 
-SAE_HEADLINE = ("fvu", "l0", "block_l0", "dead_frac", "dense_frac", "ce_loss_recovered", "kl_score",
-                "ce_loss_recovered_no_scaffold")
+SAE_HEADLINE = (
+    "fvu",
+    "l0",
+    "block_l0",
+    "dead_frac",
+    "dense_frac",
+    "ce_loss_recovered",
+    "kl_score",
+    "ce_loss_recovered_no_scaffold",
+)
 
 
 def slug(text: str) -> str:
@@ -49,14 +57,27 @@ def expand_hooks(spec: str, hook_names) -> list[str]:
     if not found:
         from workbench.cache import UnknownHookError, hook_summary
 
-        raise UnknownHookError(f"hook pattern {spec!r} matches no hook; valid hooks: {', '.join(hook_summary(hook_names))}")
+        raise UnknownHookError(
+            f"hook pattern {spec!r} matches no hook; valid hooks: {', '.join(hook_summary(hook_names))}"
+        )
     return found
 
 
-def make_cache(ws: Workspace, model_spec: str = "tiny", corpus_spec: str = "synthetic",
-               hooks=("blocks.*.hook_resid_post",), cfg: HarvestConfig | None = None, *, out=None,
-               name: str | None = None, corpus_seed: int = 0, resume: bool = False, overwrite: bool = False,
-               progress: bool = True, model=None):
+def make_cache(
+    ws: Workspace,
+    model_spec: str = "tiny",
+    corpus_spec: str = "synthetic",
+    hooks=("blocks.*.hook_resid_post",),
+    cfg: HarvestConfig | None = None,
+    *,
+    out=None,
+    name: str | None = None,
+    corpus_seed: int = 0,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: bool = True,
+    model=None,
+):
     """Harvest a cache (`workbench cache`) into <ws>/caches/<name> or `out`; returns the ActivationCache.
 
     model: an already loaded model for `model_spec` (the demo loads it once for every step).
@@ -71,15 +92,33 @@ def make_cache(ws: Workspace, model_spec: str = "tiny", corpus_spec: str = "synt
     names = [h for spec in hooks for h in expand_hooks(spec, model.hook_dict)]
     folder = Path(out) if out else ws.path("caches", name or slug(f"{Path(model_spec).name}-{corpus_spec}"))
     cache = harvest(model, corpus, names, folder, cfg=cfg, resume=resume, overwrite=overwrite, progress=progress)
-    ws.record(folder, "caches", made_by="workbench cache", config=cache.manifest["config"],
-              inputs={**_model_inputs(ws, model, model_spec), "corpus": corpus_spec, "corpus_seed": corpus_seed},
-              summary={"train_tokens": cache.n_tokens("train"), "heldout_tokens": cache.n_tokens("heldout"),
-                       "hooks": len(cache.hooks)}, checksums=False)
+    ws.record(
+        folder,
+        "caches",
+        made_by="workbench cache",
+        config=cache.manifest["config"],
+        inputs={**_model_inputs(ws, model, model_spec), "corpus": corpus_spec, "corpus_seed": corpus_seed},
+        summary={
+            "train_tokens": cache.n_tokens("train"),
+            "heldout_tokens": cache.n_tokens("heldout"),
+            "hooks": len(cache.hooks),
+        },
+        checksums=False,
+    )
     return cache
 
 
-def train_saes(ws: Workspace, cache_dir, hook: str, sae_cfgs: list[SAEConfig], train_cfg: TrainConfig, *,
-               out=None, name: str | None = None, resume: bool = False) -> list[Path]:
+def train_saes(
+    ws: Workspace,
+    cache_dir,
+    hook: str,
+    sae_cfgs: list[SAEConfig],
+    train_cfg: TrainConfig,
+    *,
+    out=None,
+    name: str | None = None,
+    resume: bool = False,
+) -> list[Path]:
     """Train SAEs side by side on one hook (`workbench sae train`) into <ws>/saes/<run>/<sae> or `out`/<sae>.
 
     The run folder holds the shared checkpoint; name defaults to the hook plus the start time.
@@ -91,14 +130,20 @@ def train_saes(ws: Workspace, cache_dir, hook: str, sae_cfgs: list[SAEConfig], t
     folders = sae.train(cache_dir, hook, sae_cfgs, train_cfg, run, resume=resume)
     side = [p for p in (run / "checkpoint.pt", run / "run.json") if p.is_file()]
     for folder in folders:
-        ws.record(folder, "saes", made_by="workbench sae train",
-                  config={**read_info(folder).get("sae_config", {}), "train": train_cfg.to_dict()},
-                  inputs={"cache": Path(cache_dir), "hook": hook}, side_files=tuple(side))
+        ws.record(
+            folder,
+            "saes",
+            made_by="workbench sae train",
+            config={**read_info(folder).get("sae_config", {}), "train": train_cfg.to_dict()},
+            inputs={"cache": Path(cache_dir), "hook": hook},
+            side_files=tuple(side),
+        )
     return folders
 
 
-def evaluate_sae(ws: Workspace, sae_dir, cache_dir, model_spec: str | None = "tiny",
-                 cfg: EvalConfig | None = None) -> dict:
+def evaluate_sae(
+    ws: Workspace, sae_dir, cache_dir, model_spec: str | None = "tiny", cfg: EvalConfig | None = None
+) -> dict:
     """Evaluate a saved SAE (`workbench sae eval`): metrics.json, and its manifest updated with the headline."""
     import json
 
@@ -110,9 +155,15 @@ def evaluate_sae(ws: Workspace, sae_dir, cache_dir, model_spec: str | None = "ti
     headline = {k: flat[k] for k in SAE_HEADLINE if k in flat}
     old = Path(sae_dir) / MANIFEST
     before = json.loads(old.read_text()) if old.is_file() else {}
-    ws.record(sae_dir, "saes", made_by=before.get("made_by", "workbench sae eval"), config=before.get("config", {}),
-              inputs={**before.get("inputs", {}), "cache": Path(cache_dir), "eval_model": model_spec},
-              summary=headline, side_files=tuple(ws.resolve(p) for p in before.get("side_files", [])))
+    ws.record(
+        sae_dir,
+        "saes",
+        made_by=before.get("made_by", "workbench sae eval"),
+        config=before.get("config", {}),
+        inputs={**before.get("inputs", {}), "cache": Path(cache_dir), "eval_model": model_spec},
+        summary=headline,
+        side_files=tuple(ws.resolve(p) for p in before.get("side_files", [])),
+    )
     return metrics
 
 
@@ -122,21 +173,33 @@ def circuit_name(query: dict, method: dict) -> str:
     import json
 
     words = slug("-".join(str(query.get("prompt", "")).split()[-4:]))[:40]
-    key = json.dumps([query.get(k) for k in ("prompt", "answer", "counterfactual", "wrong")] + [method],
-                     sort_keys=True, default=str)
+    key = json.dumps(
+        [query.get(k) for k in ("prompt", "answer", "counterfactual", "wrong")] + [method], sort_keys=True, default=str
+    )
     return f"{words}-{hashlib.sha1(key.encode()).hexdigest()[:8]}"
 
 
-def find_circuit(ws: Workspace, model, prompt, answer=None, counterfactual=None, *, model_spec: str = "tiny",
-                 cfg: SearchConfig | None = None, name: str | None = None, **find_options):
+def find_circuit(
+    ws: Workspace,
+    model,
+    prompt,
+    answer=None,
+    counterfactual=None,
+    *,
+    model_spec: str = "tiny",
+    cfg: SearchConfig | None = None,
+    name: str | None = None,
+    **find_options,
+):
     """Find a query circuit (`workbench circuit find`) and record it in <ws>/circuits/<name> with its
     MIB and Neuronpedia exports; returns (circuit, folder). find_options go to circuits.find_circuit."""
     from workbench.circuits import export, find_circuit
 
     def check_free(folder):
         if folder.exists() and any(folder.iterdir()):
-            raise OutputExistsError(f"{folder} already holds a circuit (the same search on the same query?); "
-                                    "pass another --name")
+            raise OutputExistsError(
+                f"{folder} already holds a circuit (the same search on the same query?); pass another --name"
+            )
 
     if name is not None:  # checked before the search too, when it does not depend on the result
         check_free(ws.path("circuits", name))
@@ -147,15 +210,32 @@ def find_circuit(ws: Workspace, model, prompt, answer=None, counterfactual=None,
     export.to_mib(c, folder / "mib.json")
     export.to_neuronpedia(c, folder / "neuronpedia.json")
     q = c.query
-    ws.record(folder, "circuits", made_by="workbench circuit find", config=c.method,
-              inputs={**_model_inputs(ws, model, model_spec), "prompt": q.get("prompt"), "answer": q.get("answer"),
-                      "counterfactual": q.get("counterfactual")},
-              summary={"ndf": c.ndf, "nfs": c.nfs, "edges": c.n_edges, "fraction": c.fraction})
+    ws.record(
+        folder,
+        "circuits",
+        made_by="workbench circuit find",
+        config=c.method,
+        inputs={
+            **_model_inputs(ws, model, model_spec),
+            "prompt": q.get("prompt"),
+            "answer": q.get("answer"),
+            "counterfactual": q.get("counterfactual"),
+        },
+        summary={"ndf": c.ndf, "nfs": c.nfs, "edges": c.n_edges, "fraction": c.fraction},
+    )
     return c, folder
 
 
-def train_model(ws: Workspace, cfg=None, *, out=None, name: str = "tiny", overwrite: bool = False, resume: bool = False,
-                progress: bool = True) -> tuple[dict, Path]:
+def train_model(
+    ws: Workspace,
+    cfg=None,
+    *,
+    out=None,
+    name: str = "tiny",
+    overwrite: bool = False,
+    resume: bool = False,
+    progress: bool = True,
+) -> tuple[dict, Path]:
     """Train the embedded-model architecture on the synthetic corpus (`workbench model train`) into
     <ws>/models/<name> or `out` (train_tiny refuses a non-empty folder unless overwrite/resume); returns
     (model card, folder)."""
@@ -164,13 +244,26 @@ def train_model(ws: Workspace, cfg=None, *, out=None, name: str = "tiny", overwr
     folder = Path(out) if out else ws.path("models", name)
     cfg = cfg or TinyConfig()
     card = train_tiny(folder, cfg, progress=progress, overwrite=overwrite, resume=resume)
-    ws.record(folder, "models", made_by="workbench model train", config=dataclasses.asdict(cfg),
-              summary={"final_train_loss": card.get("final_train_loss"), "train_seconds": card.get("train_seconds")})
+    ws.record(
+        folder,
+        "models",
+        made_by="workbench model train",
+        config=dataclasses.asdict(cfg),
+        summary={"final_train_loss": card.get("final_train_loss"), "train_seconds": card.get("train_seconds")},
+    )
     return card, folder
 
 
-def build_features(ws: Workspace, sae_dirs, cache_dir, model_spec: str = "tiny", cfg=None, *, overwrite: bool = False,
-                   progress: bool = True) -> list:
+def build_features(
+    ws: Workspace,
+    sae_dirs,
+    cache_dir,
+    model_spec: str = "tiny",
+    cfg=None,
+    *,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> list:
     """Build (or resume) the feature store beside each SAE (`workbench features build`) and record each
     as a `features` artifact; returns the opened FeatureStores."""
     from workbench.features import FeatureStore
@@ -180,17 +273,36 @@ def build_features(ws: Workspace, sae_dirs, cache_dir, model_spec: str = "tiny",
     for path in build_stores(sae_dirs, cache_dir, model_spec, cfg, overwrite=overwrite, progress=progress):
         store = FeatureStore(path)
         m = store.manifest
-        ws.record(path, "features", made_by="workbench features build", config=m["config"],
-                  inputs={"sae": path.parent, "cache": Path(cache_dir), "model_spec": model_spec},
-                  summary={"sae": path.parent.name, "units": m["n_units"], "unit": m["unit"], "tokens": m["n_rows"],
-                           "never_fired": int((store.units["count"] == 0).sum()), "seconds": m["seconds"]},
-                  checksums=False)
+        ws.record(
+            path,
+            "features",
+            made_by="workbench features build",
+            config=m["config"],
+            inputs={"sae": path.parent, "cache": Path(cache_dir), "model_spec": model_spec},
+            summary={
+                "sae": path.parent.name,
+                "units": m["n_units"],
+                "unit": m["unit"],
+                "tokens": m["n_rows"],
+                "never_fired": int((store.units["count"] == 0).sum()),
+                "seconds": m["seconds"],
+            },
+            checksums=False,
+        )
         out.append(store)
     return out
 
 
-def sparsify_attention(ws: Workspace, model_spec: str = "tiny", cfg=None, *, corpus_spec: str = "synthetic",
-                       out=None, name: str | None = None, resume: bool = False) -> tuple[dict, Path]:
+def sparsify_attention(
+    ws: Workspace,
+    model_spec: str = "tiny",
+    cfg=None,
+    *,
+    corpus_spec: str = "synthetic",
+    out=None,
+    name: str | None = None,
+    resume: bool = False,
+) -> tuple[dict, Path]:
     """Sparse-attention post-training (`workbench attention sparsify`) into <ws>/models/<name> or `out`,
     recorded as a model (the report says whether the constraint was met); returns (report, folder)."""
     from workbench.attention.train import sparsify
@@ -199,12 +311,23 @@ def sparsify_attention(ws: Workspace, model_spec: str = "tiny", cfg=None, *, cor
     folder = Path(out) if out else ws.path("models", name or f"{slug(Path(model_spec).name)}-sparse")
     report = sparsify(model_spec, folder, cfg, corpus_spec, resume=resume)
     if dist_info()[0] == 0:  # under torchrun, rank 0 records
-        ws.record(folder, "models", made_by="workbench attention sparsify", config=report["config"],
-                  inputs={"model": report["base_model"],
-                          "model_spec": ws.rel(model_spec) if Path(model_spec).exists() else model_spec,
-                          "corpus": report["corpus"]},
-                  summary={"constraint_met": report["constraint_met"], "ce_base": report["ce"]["base"],
-                           "ce": report["ce"]["sparse"], "ce_target": report["ce_target"],
-                           "open_fraction": report["open_fraction"],
-                           "mean_open_keys_per_query": report["mean_open_keys_per_query"]})
+        ws.record(
+            folder,
+            "models",
+            made_by="workbench attention sparsify",
+            config=report["config"],
+            inputs={
+                "model": report["base_model"],
+                "model_spec": ws.rel(model_spec) if Path(model_spec).exists() else model_spec,
+                "corpus": report["corpus"],
+            },
+            summary={
+                "constraint_met": report["constraint_met"],
+                "ce_base": report["ce"]["base"],
+                "ce": report["ce"]["sparse"],
+                "ce_target": report["ce_target"],
+                "open_fraction": report["open_fraction"],
+                "mean_open_keys_per_query": report["mean_open_keys_per_query"],
+            },
+        )
     return report, folder

@@ -55,8 +55,18 @@ class Workspace:
         """A path read from a manifest, back to a real path."""
         return self.root / rel
 
-    def record(self, folder: str | Path, kind: str, *, made_by: str, config: dict, inputs: dict | None = None,
-               summary: dict | None = None, side_files: tuple[str | Path, ...] = (), checksums: bool = True) -> Path:
+    def record(
+        self,
+        folder: str | Path,
+        kind: str,
+        *,
+        made_by: str,
+        config: dict,
+        inputs: dict | None = None,
+        summary: dict | None = None,
+        side_files: tuple[str | Path, ...] = (),
+        checksums: bool = True,
+    ) -> Path:
         """Write the artifact's manifest after its files are complete (its presence means 'done').
 
         inputs: name -> value; Path values are stored relative to the workspace root. side_files:
@@ -66,12 +76,22 @@ class Workspace:
         """
         check_kind(kind)
         folder = Path(folder)
-        files = {p.relative_to(folder).as_posix(): sha256_file(p) if checksums else p.stat().st_size
-                 for p in sorted(folder.rglob("*")) if p.is_file() and p.name != MANIFEST and not p.name.startswith(".")}
-        manifest = {"kind": kind, "name": folder.name, "made_by": made_by, "config": config,
-                    "inputs": {k: self.rel(v) if isinstance(v, Path) else v for k, v in (inputs or {}).items()},
-                    "summary": summary or {}, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "files": files,
-                    "side_files": [self.rel(p) for p in side_files]}
+        files = {
+            p.relative_to(folder).as_posix(): sha256_file(p) if checksums else p.stat().st_size
+            for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name != MANIFEST and not p.name.startswith(".")
+        }
+        manifest = {
+            "kind": kind,
+            "name": folder.name,
+            "made_by": made_by,
+            "config": config,
+            "inputs": {k: self.rel(v) if isinstance(v, Path) else v for k, v in (inputs or {}).items()},
+            "summary": summary or {},
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "files": files,
+            "side_files": [self.rel(p) for p in side_files],
+        }
         atomic_write_text(folder / MANIFEST, json.dumps(manifest, indent=2, default=str))
         if not _inside(folder, self.root):
             self._register(folder)
@@ -112,8 +132,9 @@ class Workspace:
         root = self.root.resolve()
         for guarded in (Path("/"), Path.home().resolve(), REPOSITORY):
             if root == guarded or _inside(guarded, root):
-                raise OutputExistsError(f"refusing to clear {self.root}: it is or contains {guarded}; "
-                                        "choose a dedicated workspace folder")
+                raise OutputExistsError(
+                    f"refusing to clear {self.root}: it is or contains {guarded}; choose a dedicated workspace folder"
+                )
         if not root.exists():
             return
         made = {root / INDEX}
@@ -125,16 +146,19 @@ class Workspace:
             made |= {p for p in folder.rglob(".*") if p.is_file()}  # atomic-write temp files of the step
             made |= {(root / s).resolve() for s in a.manifest.get("side_files", [])}
         entries = list(root.rglob("*"))
-        foreign = sorted(str(p.relative_to(root)) for p in entries
-                         if (p.is_file() or p.is_symlink()) and p not in made)
+        foreign = sorted(str(p.relative_to(root)) for p in entries if (p.is_file() or p.is_symlink()) and p not in made)
         if foreign:
             shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-            raise OutputExistsError(f"refusing to clear {self.root}: {len(foreign)} file(s) no workspace manifest "
-                                    f"lists ({shown}); move them or choose another workspace")
+            raise OutputExistsError(
+                f"refusing to clear {self.root}: {len(foreign)} file(s) no workspace manifest "
+                f"lists ({shown}); move them or choose another workspace"
+            )
         for p in entries:
             if p in made and p.is_file():
                 p.unlink()
-        for d in sorted([p for p in entries if p.is_dir() and not p.is_symlink()] + [root], key=lambda p: -len(p.parts)):
+        for d in sorted(
+            [p for p in entries if p.is_dir() and not p.is_symlink()] + [root], key=lambda p: -len(p.parts)
+        ):
             if not any(d.iterdir()):
                 d.rmdir()
 

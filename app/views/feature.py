@@ -14,14 +14,25 @@ try:
     store.check_unit(want)
 except ValueError as e:
     ui.fail(e)
-u = ui.synced(st.number_input, "unit", want, "w_unit", label=f"{unit_name} index (0..{store.n_units - 1})", min_value=0,
-             max_value=store.n_units - 1)
+u = ui.synced(
+    st.number_input,
+    "unit",
+    want,
+    "w_unit",
+    label=f"{unit_name} index (0..{store.n_units - 1})",
+    min_value=0,
+    max_value=store.n_units - 1,
+)
 f = store.unit(u)
 s = f["stats"]
 
 st.title(f"{rel.split('/')[-1]} · {unit_name} {u}")
-label = f"best ground-truth label: **{s['label']}** ({s['label_kind']}), precision {s['label_precision']:.2f}, " \
-        f"recall {s['label_recall']:.2f}" if s.get("label") else "fires on no labelled token"
+label = (
+    f"best ground-truth label: **{s['label']}** ({s['label_kind']}), precision {s['label_precision']:.2f}, "
+    f"recall {s['label_recall']:.2f}"
+    if s.get("label")
+    else "fires on no labelled token"
+)
 st.markdown(label)
 c = st.columns(5)
 c[0].metric("firing frequency", f"{100 * s['freq']:.3g}%")
@@ -29,8 +40,11 @@ c[1].metric("tokens fired on", f"{s['count']:,} / {m['n_rows']:,}")
 c[2].metric("max activation", f"{s['max']:.3g}")
 c[3].metric("mean when firing", f"{s['mean_nonzero']:.3g}")
 if "level" in s:
-    c[4].metric("Matryoshka level", f"{s['level'] + 1} of {len(m['prefixes'])}",
-                help=f"prefix widths {m['prefixes']}: this latent joins at the prefix of {m['prefixes'][s['level']]} latents")
+    c[4].metric(
+        "Matryoshka level",
+        f"{s['level'] + 1} of {len(m['prefixes'])}",
+        help=f"prefix widths {m['prefixes']}: this latent joins at the prefix of {m['prefixes'][s['level']]} latents",
+    )
 st.caption(f"{m['split']} tokens of the cache ({m['n_rows']:,}); hook {m['hook']}; {m['architecture']}")
 
 left, right = st.columns([3, 2])
@@ -49,8 +63,10 @@ with left:
     for g in bins:
         k = int(g.split()[1])
         lo, hi = f["quantile_edges"][k - 1], f["quantile_edges"][k]
-        with st.expander(f"{g}: activations {lo:.3g} .. {hi:.3g} (quantiles {(k - 1) / len(bins):.0%}-{k / len(bins):.0%})",
-                         expanded=k == len(bins)):
+        with st.expander(
+            f"{g}: activations {lo:.3g} .. {hi:.3g} (quantiles {(k - 1) / len(bins):.0%}-{k / len(bins):.0%})",
+            expanded=k == len(bins),
+        ):
             st.html(plots.examples_html([e for e in ex if e["group"] == g], vmax))
 with right:
     st.plotly_chart(plots.activation_histogram(f["hist_counts"], f["hist_edges"]), key="hist")
@@ -64,9 +80,21 @@ with right:
     else:
         st.caption("no logit effects: the SAE's hook does not write to the residual stream")
     st.subheader("ground-truth labels")
-    st.dataframe(pd.DataFrame([{"kind": k, "label": s.get(f"{k}_label"), "precision": s.get(f"{k}_precision"),
-                                "recall": s.get(f"{k}_recall"), "f1": s.get(f"{k}_f1")} for k in m["label_kinds"]]),
-                 hide_index=True)
+    st.dataframe(
+        pd.DataFrame(
+            [
+                {
+                    "kind": k,
+                    "label": s.get(f"{k}_label"),
+                    "precision": s.get(f"{k}_precision"),
+                    "recall": s.get(f"{k}_recall"),
+                    "f1": s.get(f"{k}_f1"),
+                }
+                for k in m["label_kinds"]
+            ]
+        ),
+        hide_index=True,
+    )
 
 st.subheader("neighbours")
 nc = st.columns(2)
@@ -81,6 +109,7 @@ for col, kind, key in ((nc[0], "cosine", "cos"), (nc[1], "correlation", "corr"))
 
 if "block_coords" in f and f["block_coords"]:
     st.subheader("block coordinates")
-    st.plotly_chart(plots.block_scatter(f["block_coords"], [e["value"] for e in f["examples"] if e["group"] == "top"]),
-                    key="coords")
+    st.plotly_chart(
+        plots.block_scatter(f["block_coords"], [e["value"] for e in f["examples"] if e["group"] == "top"]), key="coords"
+    )
     st.caption(f"the block's {m['block_size']} signed codes on its top examples (colour: block norm)")

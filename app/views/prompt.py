@@ -35,12 +35,20 @@ def find_model(want: str):
             continue
         if mid == want:
             return model
-    ui.fail(f"the model this SAE reads ({want}) is neither the embedded model nor a saved model in the workspace's "
-            "models/ folder, so it cannot run here")
+    ui.fail(
+        f"the model this SAE reads ({want}) is neither the embedded model nor a saved model in the workspace's "
+        "models/ folder, so it cannot run here"
+    )
 
 
-prompt = ui.synced(st.text_input, "prompt", st.query_params.get("prompt", ""), "w_prompt", label="prompt",
-                   placeholder="type a prompt and press Enter")
+prompt = ui.synced(
+    st.text_input,
+    "prompt",
+    st.query_params.get("prompt", ""),
+    "w_prompt",
+    label="prompt",
+    placeholder="type a prompt and press Enter",
+)
 if prompt.strip():
     import torch
 
@@ -54,26 +62,40 @@ if prompt.strip():
         toks = model.to_tokens(prompt)
         _, cache = model.run_with_cache(toks, names_filter=hook)
         r = int(getattr(sae.cfg, "scaffold_rank", 0))
-        z = sae.encode(cache[hook][0].to(sae.dtype))[:, :sae.cfg.d_sae - r].float()
+        z = sae.encode(cache[hook][0].to(sae.dtype))[:, : sae.cfg.d_sae - r].float()
     b = int(getattr(sae.cfg, "block_size", 1))
     a = z.view(len(z), -1, b).norm(dim=-1) if b > 1 else z
     strs = model.to_str_tokens(toks[0])
     unit_name = "block" if b > 1 else "latent"
     k = min(5, a.shape[1])
     vals, idx = a.topk(k, dim=-1)
-    rows = [{"pos": i, "token": t, **{f"#{j + 1}": f"{int(idx[i, j])} ({float(vals[i, j]):.2f})" if vals[i, j] > 0 else ""
-                                       for j in range(k)}} for i, t in enumerate(strs)]
+    rows = [
+        {
+            "pos": i,
+            "token": t,
+            **{f"#{j + 1}": f"{int(idx[i, j])} ({float(vals[i, j]):.2f})" if vals[i, j] > 0 else "" for j in range(k)},
+        }
+        for i, t in enumerate(strs)
+    ]
     st.subheader(f"top {k} {unit_name}s per token")
     st.dataframe(pd.DataFrame(rows), hide_index=True)
     fired = sorted({int(i) for i, v in zip(idx.flatten(), vals.flatten()) if v > 0})
     if fired:
         want = ui.int_param("unit", fired[0])
-        pick = ui.synced(st.selectbox, "unit", want if want in fired else fired[0], "w_prompt_unit",
-                         label=f"show one {unit_name} across the prompt", options=fired)
+        pick = ui.synced(
+            st.selectbox,
+            "unit",
+            want if want in fired else fired[0],
+            "w_prompt_unit",
+            label=f"show one {unit_name} across the prompt",
+            options=fired,
+        )
         st.html(plots.highlight_html(strs, a[:, pick].tolist()))
         if info["store"]:
             ui.feature_link(rel, pick, f"open {unit_name} {pick}")
             lab = ui.store(rel).units["label"]
-            st.caption("best labels of the units above: " + "; ".join(f"{i}: {lab.iat[i]}" for i in fired[:30] if lab.iat[i]))
+            st.caption(
+                "best labels of the units above: " + "; ".join(f"{i}: {lab.iat[i]}" for i in fired[:30] if lab.iat[i])
+            )
         else:
             st.caption("this SAE has no feature store: build one to open feature pages")

@@ -14,8 +14,15 @@ want = [s for s in raw.split(",") if s]
 bad = [s for s in want if s not in same_hook]
 if bad:
     st.warning(f"not compared (not another SAE on {info['hook']}): {', '.join(bad)}")
-compare = ui.synced(st.multiselect, "compare", [s for s in want if s in same_hook], "w_compare", to_url=",".join,
-                    label=f"compare with other SAEs on {info['hook']}", options=same_hook)
+compare = ui.synced(
+    st.multiselect,
+    "compare",
+    [s for s in want if s in same_hook],
+    "w_compare",
+    to_url=",".join,
+    label=f"compare with other SAEs on {info['hook']}",
+    options=same_hook,
+)
 
 shown = [rel] + compare
 infos = {s: ui.sae_info(s) for s in shown}
@@ -23,8 +30,11 @@ infos = {s: ui.sae_info(s) for s in shown}
 
 def headline(i: dict) -> dict:
     rec, spl = i["metrics"].get("reconstruction", {}), i["metrics"].get("splice", {})
-    out = {"architecture": i["workbench"].get("sae_config", {}).get("architecture", i["cfg"].get("architecture")),
-           "width": i["cfg"].get("d_sae"), "scaffold rank": i["cfg"].get("scaffold_rank", 0)}
+    out = {
+        "architecture": i["workbench"].get("sae_config", {}).get("architecture", i["cfg"].get("architecture")),
+        "width": i["cfg"].get("d_sae"),
+        "scaffold rank": i["cfg"].get("scaffold_rank", 0),
+    }
     for k in ("fvu", "l0", "block_l0", "dead_frac", "dense_frac"):
         if k in rec:
             out[k] = rec[k]
@@ -40,8 +50,14 @@ def headline(i: dict) -> dict:
 
 
 st.subheader("metrics" if not compare else "side by side")
-st.dataframe(pd.DataFrame({s.split("/")[-1]: {k: f"{v:.4g}" if isinstance(v, float) else str(v) for k, v in headline(i).items()}
-                           for s, i in infos.items()}))
+st.dataframe(
+    pd.DataFrame(
+        {
+            s.split("/")[-1]: {k: f"{v:.4g}" if isinstance(v, float) else str(v) for k, v in headline(i).items()}
+            for s, i in infos.items()
+        }
+    )
+)
 if not info["metrics"]:
     st.info(f"no metrics.json for {rel}: run `workbench sae eval {rel} --cache ...`")
 
@@ -66,8 +82,10 @@ for s, i in infos.items():
         if sc:
             st.subheader(f"scaffold of {s.split('/')[-1]} (rank {sc['rank']})")
             st.plotly_chart(plots.scaffold_heatmap(sc["abs_cos_with_pcs"], sc["pc_explained"]))
-            st.caption("share of each scaffold direction inside the span of the top-r principal components: "
-                       + ", ".join(f"{v:.2f}" for v in sc["in_top_r_pcs"]))
+            st.caption(
+                "share of each scaffold direction inside the span of the top-r principal components: "
+                + ", ".join(f"{v:.2f}" for v in sc["in_top_r_pcs"])
+            )
             if sc["ce"]:
                 st.dataframe(pd.DataFrame([sc["ce"]]), hide_index=True)
             else:
@@ -76,5 +94,11 @@ for s, i in infos.items():
 with st.expander("configs (cfg.json, workbench.json) and the full metrics.json"):
     for s, i in infos.items():
         st.markdown(f"**{s}**")
-        st.json({"cfg": i["cfg"], "workbench": {k: v for k, v in i["workbench"].items() if k != "final"},
-                 "metrics": i["metrics"]}, expanded=False)
+        st.json(
+            {
+                "cfg": i["cfg"],
+                "workbench": {k: v for k, v in i["workbench"].items() if k != "final"},
+                "metrics": i["metrics"],
+            },
+            expanded=False,
+        )

@@ -6,8 +6,12 @@ import streamlit as st
 from app import ui
 from workbench.errors import UserError
 
-MODES = {"token": "token (features that fire most on it)", "text": "text in top contexts",
-         "label": "ground-truth label", "index": "index"}
+MODES = {
+    "token": "token (features that fire most on it)",
+    "text": "text in top contexts",
+    "label": "ground-truth label",
+    "index": "index",
+}
 
 st.title("Search")
 rel = ui.pick_sae("search", require_store=True)
@@ -19,9 +23,19 @@ c = st.columns([1, 2])
 with c[0]:
     by = ui.synced(st.radio, "by", by, "w_by", label="search by", options=list(MODES), format_func=MODES.get)
 with c[1]:
-    q = ui.synced(st.text_input, "q", st.query_params.get("q", ""), "w_q", label="query",
-                  placeholder={"token": "a token, e.g. Paris", "text": "words, e.g. lives in",
-                               "label": "e.g. ioi, name, city=Paris", "index": "a unit index"}[by])
+    q = ui.synced(
+        st.text_input,
+        "q",
+        st.query_params.get("q", ""),
+        "w_q",
+        label="query",
+        placeholder={
+            "token": "a token, e.g. Paris",
+            "text": "words, e.g. lives in",
+            "label": "e.g. ioi, name, city=Paris",
+            "index": "a unit index",
+        }[by],
+    )
 
 if q.strip():
     try:
@@ -41,9 +55,14 @@ if q.strip():
         labels = store.units["label"]
         for h in hits:
             h["best label"] = labels.iat[h["unit"]]
-        st.caption(f"{len(hits)} results" + (" (mean activation over the token's occurrences; 'fires_on' = share of them)"
-                                            if by == "token" else ""))
+        st.caption(
+            f"{len(hits)} results"
+            + (" (mean activation over the token's occurrences; 'fires_on' = share of them)" if by == "token" else "")
+        )
         st.dataframe(pd.DataFrame(hits), hide_index=True)
         for h in hits[:20]:
-            ui.feature_link(rel, h["unit"], f"open {store.manifest['unit']} {h['unit']}"
-                            + (f" · {h['best label']}" if h["best label"] else ""))
+            ui.feature_link(
+                rel,
+                h["unit"],
+                f"open {store.manifest['unit']} {h['unit']}" + (f" · {h['best label']}" if h["best label"] else ""),
+            )

@@ -17,10 +17,15 @@ for a in arts:
     by_kind.setdefault(a["kind"], []).append(a)
 for kind, items in by_kind.items():
     st.subheader(f"{kind} ({len(items)})")
-    rows = [{"path": a["rel"] if a["inside"] else f"{a['rel']} (outside the workspace: not opened)",
-             "made by": a["manifest"].get("made_by", ""), "created": a["manifest"].get("created", ""),
-             **{k: v for k, v in (a["manifest"].get("summary") or {}).items() if isinstance(v, (int, float, str))}}
-            for a in items]
+    rows = [
+        {
+            "path": a["rel"] if a["inside"] else f"{a['rel']} (outside the workspace: not opened)",
+            "made by": a["manifest"].get("made_by", ""),
+            "created": a["manifest"].get("created", ""),
+            **{k: v for k, v in (a["manifest"].get("summary") or {}).items() if isinstance(v, (int, float, str))},
+        }
+        for a in items
+    ]
     st.dataframe(pd.DataFrame(rows), hide_index=True)
     with st.expander(f"{kind}: configs and inputs"):
         for a in items:
@@ -32,10 +37,18 @@ for rel in ui.saes():
     info = ui.sae_info(rel)
     rec = info["metrics"].get("reconstruction", {})
     store = info["store"]
-    sae_rows.append({"sae": rel, "hook": info["hook"], "architecture": info["cfg"].get("architecture"),
-                     "width": info["cfg"].get("d_sae"), "fvu": rec.get("fvu"), "l0": rec.get("l0"),
-                     "ce recovered": info["metrics"].get("splice", {}).get("ce_loss_recovered"),
-                     "feature store": f"{store['n_units']} {store['unit']}s / {store['n_rows']:,} tokens" if store else "none"})
+    sae_rows.append(
+        {
+            "sae": rel,
+            "hook": info["hook"],
+            "architecture": info["cfg"].get("architecture"),
+            "width": info["cfg"].get("d_sae"),
+            "fvu": rec.get("fvu"),
+            "l0": rec.get("l0"),
+            "ce recovered": info["metrics"].get("splice", {}).get("ce_loss_recovered"),
+            "feature store": f"{store['n_units']} {store['unit']}s / {store['n_rows']:,} tokens" if store else "none",
+        }
+    )
 st.subheader(f"SAEs ({len(sae_rows)})")
 if sae_rows:
     st.dataframe(pd.DataFrame(sae_rows), hide_index=True)

@@ -28,12 +28,11 @@ _shim.HookedTransformerKeyValueCache = TransformerLensKeyValueCache
 sys.modules[_shim.__name__] = _shim
 transformer_lens.HookedTransformerKeyValueCache = TransformerLensKeyValueCache
 
+import common  # noqa: E402
 from auto_circuit.data import PromptDataLoader, PromptDataset  # noqa: E402
 from auto_circuit.prune_algos.mask_gradient import mask_gradient_prune_scores  # noqa: E402
 from auto_circuit.types import AblationType  # noqa: E402
 from auto_circuit.utils.graph_utils import patchable_model  # noqa: E402
-
-import common  # noqa: E402
 
 
 def loader(p: dict) -> PromptDataLoader:
@@ -53,26 +52,51 @@ def main() -> None:
     prompts = common.load_prompts(cfg["prompts"])
     base = common.reset_peak()
     t0 = time.perf_counter()
-    pm = patchable_model(model, factorized=True, slice_output="last_seq", seq_len=None, separate_qkv=True,
-                         device=torch.device("cpu"))
+    pm = patchable_model(
+        model, factorized=True, slice_output="last_seq", seq_len=None, separate_qkv=True, device=torch.device("cpu")
+    )
     wrap_s = time.perf_counter() - t0
     per_query = []
     for p in prompts:
         dl = loader(p)
 
         def run():
-            scores = mask_gradient_prune_scores(pm, dl, None, grad_function="logit", answer_function="avg_diff",
-                                                integrated_grad_samples=cfg["steps"],
-                                                ablation_type=AblationType.RESAMPLE, clean_corrupt="corrupt")
+            scores = mask_gradient_prune_scores(
+                pm,
+                dl,
+                None,
+                grad_function="logit",
+                answer_function="avg_diff",
+                integrated_grad_samples=cfg["steps"],
+                ablation_type=AblationType.RESAMPLE,
+                clean_corrupt="corrupt",
+            )
             return sum(int(s.numel()) for s in scores.values())
 
         times, n_scores = common.timed(run, cfg["repeats"], cfg.get("warmup", 1))
-        per_query.append({"name": p["name"], "n_tokens": len(p["tokens"]), "seconds": times,
-                          "seconds_median": common.median(times), "n_scores": n_scores})
+        per_query.append(
+            {
+                "name": p["name"],
+                "n_tokens": len(p["tokens"]),
+                "seconds": times,
+                "seconds_median": common.median(times),
+                "n_scores": n_scores,
+            }
+        )
     peak = common.rss_mb()
-    common.emit({"side": "auto-circuit", "steps": cfg["steps"], "n_edges": pm.n_edges, "wrap_s": wrap_s,
-                 "queries": per_query, "rss_base_mb": base, "rss_peak_mb": peak, "rss_extra_mb": peak - base,
-                 "versions": common.versions("auto-circuit", "transformer-lens")})
+    common.emit(
+        {
+            "side": "auto-circuit",
+            "steps": cfg["steps"],
+            "n_edges": pm.n_edges,
+            "wrap_s": wrap_s,
+            "queries": per_query,
+            "rss_base_mb": base,
+            "rss_peak_mb": peak,
+            "rss_extra_mb": peak - base,
+            "versions": common.versions("auto-circuit", "transformer-lens"),
+        }
+    )
 
 
 if __name__ == "__main__":

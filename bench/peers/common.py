@@ -93,7 +93,7 @@ class SAEData:
         return self.train.shape[1]
 
     def batch(self, step: int) -> torch.Tensor:
-        idx = np.sort(self.order[step * self.batch_size:(step + 1) * self.batch_size])
+        idx = np.sort(self.order[step * self.batch_size : (step + 1) * self.batch_size])
         return torch.from_numpy(self.train[idx])
 
 
@@ -102,14 +102,22 @@ def fvu(reconstruct, x: torch.Tensor, chunk: int = 4096) -> float:
     """Sum ||x - x_hat||^2 / sum ||x - mean(x)||^2 over the held-out rows."""
     num = 0.0
     for i in range(0, x.shape[0], chunk):
-        xb = x[i:i + chunk]
+        xb = x[i : i + chunk]
         num += float((xb - reconstruct(xb).float()).pow(2).sum())
     den = float((x - x.mean(0)).pow(2).sum())
     return num / den
 
 
-def run_sae(cfg: dict, side: str, step, reconstruct, packages=(), extra: dict | None = None,
-            base_rss: float | None = None, before_step=None) -> dict:
+def run_sae(
+    cfg: dict,
+    side: str,
+    step,
+    reconstruct,
+    packages=(),
+    extra: dict | None = None,
+    base_rss: float | None = None,
+    before_step=None,
+) -> dict:
     """Time `step(x, i)` per batch, then the held-out FVU; peak memory above the loaded-data baseline.
 
     base_rss: the RSS after the data was loaded and before the SAE existed (the SAE's weights and
@@ -130,10 +138,19 @@ def run_sae(cfg: dict, side: str, step, reconstruct, packages=(), extra: dict | 
     warm = cfg.get("warmup_steps", 2)
     step_s = median(times[warm:])
     out = {
-        "side": side, "d_in": data.d_in, "n_latents": cfg["expansion"] * data.d_in, "k": cfg["k"],
-        "batch_size": data.batch_size, "n_steps": data.n_steps, "tokens": data.batch_size * data.n_steps,
-        "step_s_median": step_s, "step_s": times, "tokens_per_s": data.batch_size / step_s,
-        "fvu": fvu(reconstruct, data.heldout), "rss_base_mb": base_rss, "rss_peak_mb": peak,
+        "side": side,
+        "d_in": data.d_in,
+        "n_latents": cfg["expansion"] * data.d_in,
+        "k": cfg["k"],
+        "batch_size": data.batch_size,
+        "n_steps": data.n_steps,
+        "tokens": data.batch_size * data.n_steps,
+        "step_s_median": step_s,
+        "step_s": times,
+        "tokens_per_s": data.batch_size / step_s,
+        "fvu": fvu(reconstruct, data.heldout),
+        "rss_base_mb": base_rss,
+        "rss_peak_mb": peak,
         "rss_train_mb": peak - base_rss if base_rss is not None else None,
         "versions": versions(*packages),
     }

@@ -13,24 +13,32 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+import common  # noqa: E402
 from sae_lens import TopKTrainingSAE, TopKTrainingSAEConfig  # noqa: E402
 from sae_lens.config import LoggingConfig, SAETrainerConfig  # noqa: E402
 from sae_lens.training.sae_trainer import SAETrainer  # noqa: E402
-
-import common  # noqa: E402
 
 
 def main() -> None:
     cfg = common.sae_setup()
     data, variant = cfg["_data"], cfg.get("variant", {})
     d = data.d_in
-    sae = TopKTrainingSAE(TopKTrainingSAEConfig(d_in=d, d_sae=cfg["expansion"] * d, k=cfg["k"], dtype="float32",
-                                                device="cpu", **variant))
-    tcfg = SAETrainerConfig(total_training_samples=data.batch_size * data.n_steps,
-                            train_batch_size_samples=data.batch_size, lr=cfg["lr"], lr_end=cfg["lr"], lr_warm_up_steps=0,
-                            lr_decay_steps=0, device="cpu", autocast=False,
-                            dead_feature_window=max(1, cfg["dead_tokens"] // data.batch_size),
-                            feature_sampling_window=10**9, logger=LoggingConfig(log_to_wandb=False))
+    sae = TopKTrainingSAE(
+        TopKTrainingSAEConfig(d_in=d, d_sae=cfg["expansion"] * d, k=cfg["k"], dtype="float32", device="cpu", **variant)
+    )
+    tcfg = SAETrainerConfig(
+        total_training_samples=data.batch_size * data.n_steps,
+        train_batch_size_samples=data.batch_size,
+        lr=cfg["lr"],
+        lr_end=cfg["lr"],
+        lr_warm_up_steps=0,
+        lr_decay_steps=0,
+        device="cpu",
+        autocast=False,
+        dead_feature_window=max(1, cfg["dead_tokens"] // data.batch_size),
+        feature_sampling_window=10**9,
+        logger=LoggingConfig(log_to_wandb=False),
+    )
     trainer = SAETrainer(cfg=tcfg, sae=sae, data_provider=iter(()))
 
     def step(x, i):  # what SAETrainer.fit does per batch, minus logging / checkpoints

@@ -13,17 +13,17 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+import common  # noqa: E402
 import torch  # noqa: E402
 from sparsify import SparseCoder, SparseCoderConfig  # noqa: E402
-
-import common  # noqa: E402
 
 
 def main() -> None:
     cfg = common.sae_setup()
     data = cfg["_data"]
-    sae = SparseCoder(data.d_in, SparseCoderConfig(expansion_factor=cfg["expansion"], k=cfg["k"]), device="cpu",
-                      dtype=torch.float32)
+    sae = SparseCoder(
+        data.d_in, SparseCoderConfig(expansion_factor=cfg["expansion"], k=cfg["k"]), device="cpu", dtype=torch.float32
+    )
     opt = torch.optim.Adam(sae.parameters(), lr=cfg["lr"])
     since_fired = torch.zeros(sae.num_latents, dtype=torch.long)
     auxk_alpha = cfg["auxk_alpha"]

@@ -15,9 +15,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-import torch  # noqa: E402
-
 import common  # noqa: E402
+import torch  # noqa: E402
 
 
 def attribute_mode(cfg, model, prompts):
@@ -27,11 +26,20 @@ def attribute_mode(cfg, model, prompts):
     out = []
     for p in prompts:
         q = prepare(model, p["tokens"], p["answer"], p["cf_tokens"], p["wrong"])
-        times, scores = common.timed(lambda: attribute(model, q, method="eap-ig", steps=cfg["steps"],
-                                                       step_batch=cfg.get("step_batch")),
-                                     cfg["repeats"], cfg.get("warmup", 1))
-        out.append({"name": p["name"], "n_tokens": len(p["tokens"]), "seconds": times,
-                    "seconds_median": common.median(times), "n_edges": scores.graph.n_edges})
+        times, scores = common.timed(
+            lambda: attribute(model, q, method="eap-ig", steps=cfg["steps"], step_batch=cfg.get("step_batch")),
+            cfg["repeats"],
+            cfg.get("warmup", 1),
+        )
+        out.append(
+            {
+                "name": p["name"],
+                "n_tokens": len(p["tokens"]),
+                "seconds": times,
+                "seconds_median": common.median(times),
+                "n_edges": scores.graph.n_edges,
+            }
+        )
     return out
 
 
@@ -45,10 +53,15 @@ def search_mode(cfg, model, prompts):
         for i, q in enumerate(tasks.queries(task, n, seed=cfg["seed"], tokenizer=model.tokenizer)):
             t0 = time.perf_counter()
             try:
-                c = find_circuit(model, q, budget=cfg["budget"], steps=cfg["steps"], n_samples=cfg["n_samples"],
-                                 curve=True)
-                row = {"ndf": c.ndf, "n_edges_kept": c.n_edges, "selected": c.faithfulness.get("selected"),
-                       "exact_evaluations": c.faithfulness.get("exact_evaluations")}
+                c = find_circuit(
+                    model, q, budget=cfg["budget"], steps=cfg["steps"], n_samples=cfg["n_samples"], curve=True
+                )
+                row = {
+                    "ndf": c.ndf,
+                    "n_edges_kept": c.n_edges,
+                    "selected": c.faithfulness.get("selected"),
+                    "exact_evaluations": c.faithfulness.get("exact_evaluations"),
+                }
             except ZeroGapError as e:
                 row = {"skipped": str(e)[:200]}
             out.append({"name": f"{task}{i}", "seconds": [time.perf_counter() - t0], **row})
@@ -75,8 +88,9 @@ def fwdbwd_mode(cfg, model, prompts):
             (logits[0, -1, p["answer"]] - logits[0, -1, p["wrong"]]).backward()
 
         times, _ = common.timed(run, cfg["repeats"], cfg.get("warmup", 1))
-        out.append({"name": p["name"], "n_tokens": len(p["tokens"]), "seconds": times,
-                    "seconds_median": common.median(times)})
+        out.append(
+            {"name": p["name"], "n_tokens": len(p["tokens"]), "seconds": times, "seconds_median": common.median(times)}
+        )
     return out
 
 
@@ -94,9 +108,19 @@ def main() -> None:
     queries = fn(cfg, model, prompts)
     peak = common.rss_mb()
     label = {"attribute": "workbench", "search": "workbench search", "fwdbwd": f"forward+backward ({cfg.get('grads')})"}
-    common.emit({"side": label[cfg["mode"]], "mode": cfg["mode"], "steps": cfg.get("steps"),
-                 "step_batch": cfg.get("step_batch"), "queries": queries, "rss_base_mb": base, "rss_peak_mb": peak,
-                 "rss_extra_mb": peak - base, "versions": common.versions("workbench", "transformer-lens")})
+    common.emit(
+        {
+            "side": label[cfg["mode"]],
+            "mode": cfg["mode"],
+            "steps": cfg.get("steps"),
+            "step_batch": cfg.get("step_batch"),
+            "queries": queries,
+            "rss_base_mb": base,
+            "rss_peak_mb": peak,
+            "rss_extra_mb": peak - base,
+            "versions": common.versions("workbench", "transformer-lens"),
+        }
+    )
 
 
 if __name__ == "__main__":

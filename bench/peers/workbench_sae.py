@@ -13,12 +13,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+import common  # noqa: E402
 import torch  # noqa: E402
 
 from workbench.sae.config import SAEConfig, TrainConfig  # noqa: E402
 from workbench.sae.trainer import Trainer  # noqa: E402
-
-import common  # noqa: E402
 
 
 def matmul_seconds(x: torch.Tensor, w: torch.Tensor) -> float:
@@ -34,10 +33,24 @@ def main() -> None:
     variant = dict(cfg.get("variant", {}))
     label = variant.pop("label", "workbench")
     n_tokens = data.batch_size * data.n_steps
-    sae_cfg = SAEConfig(k=cfg["k"], expansion=cfg["expansion"], seed=cfg["seed"], dead_tokens=cfg["dead_tokens"],
-                        aux_alpha=cfg["auxk_alpha"], **variant).resolve(data.d_in, n_tokens)
-    train_cfg = TrainConfig(n_tokens=n_tokens, batch_size=data.batch_size, lr=cfg["lr"], warmup_steps=0,
-                            decay_frac=0.0, checkpoint_every=0, device="cpu", progress=False)
+    sae_cfg = SAEConfig(
+        k=cfg["k"],
+        expansion=cfg["expansion"],
+        seed=cfg["seed"],
+        dead_tokens=cfg["dead_tokens"],
+        aux_alpha=cfg["auxk_alpha"],
+        **variant,
+    ).resolve(data.d_in, n_tokens)
+    train_cfg = TrainConfig(
+        n_tokens=n_tokens,
+        batch_size=data.batch_size,
+        lr=cfg["lr"],
+        warmup_steps=0,
+        decay_frac=0.0,
+        checkpoint_every=0,
+        device="cpu",
+        progress=False,
+    )
     trainer = Trainer([sae_cfg], train_cfg, "cpu")
     sae = trainer.saes[0]
 
@@ -52,8 +65,16 @@ def main() -> None:
         mm.append(matmul_seconds(x, sae.W_enc.detach()))
 
     extra = {"sae_config": sae_cfg.to_dict()}
-    result = common.run_sae(cfg, label, step, sae.reconstruct, ("workbench",), extra, base_rss=cfg["_base_rss"],
-                            before_step=before_step if cfg.get("time_matmul") else None)
+    result = common.run_sae(
+        cfg,
+        label,
+        step,
+        sae.reconstruct,
+        ("workbench",),
+        extra,
+        base_rss=cfg["_base_rss"],
+        before_step=before_step if cfg.get("time_matmul") else None,
+    )
     if mm:
         warm = cfg.get("warmup_steps", 2)
         result["matmul_s"] = mm

@@ -24,8 +24,9 @@ CHROMIUM = "/usr/bin/chromium"
 REPO = Path(__file__).resolve().parents[2]
 WAIT_MS = 120_000  # waits for the page, not assertions on speed (2 shared cores, cold imports)
 
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(),
-                                reason=f"{CHROMIUM} is absent (apt-get install chromium; .ci/run installs it)")
+pytestmark = pytest.mark.skipif(
+    not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is absent (apt-get install chromium; .ci/run installs it)"
+)
 
 
 def free_port() -> int:
@@ -39,8 +40,13 @@ def server(feature_workspace, tmp_path):
     port = free_port()
     log = open(tmp_path / "server.log", "w")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", "app", "--workspace", str(feature_workspace),
-                             "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workbench.cli", "app", "--workspace", str(feature_workspace), "--port", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=REPO,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(600):  # like Streamlit's own e2e suite: poll the health endpoint
@@ -65,7 +71,11 @@ def settle(page) -> None:
 def test_browse_search_feature_neighbour_reload_offline(server, feature_workspace, tmp_path):
     from playwright.sync_api import expect, sync_playwright
 
-    rel = next(f"saes/run/{p.name}" for p in sorted((feature_workspace / "saes" / "run").iterdir()) if p.name.startswith("topk"))
+    rel = next(
+        f"saes/run/{p.name}"
+        for p in sorted((feature_workspace / "saes" / "run").iterdir())
+        if p.name.startswith("topk")
+    )
     store = FeatureStore(feature_workspace / rel)
     word = store.token(int(store.array("token_counts").argmax()))
     first = store.search_token(word)[0]["unit"]
@@ -109,7 +119,10 @@ def test_browse_search_feature_neighbour_reload_offline(server, feature_workspac
         finally:
             page.screenshot(path=str(tmp_path / "feature.png"), full_page=True)
             browser.close()
-    outside = [u for u in requests if urlparse(u).scheme not in ("data", "blob")
-               and urlparse(u).hostname not in ("127.0.0.1", "localhost")]
+    outside = [
+        u
+        for u in requests
+        if urlparse(u).scheme not in ("data", "blob") and urlparse(u).hostname not in ("127.0.0.1", "localhost")
+    ]
     assert requests and not outside, outside
     assert (tmp_path / "feature.png").stat().st_size > 0

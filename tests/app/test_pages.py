@@ -66,9 +66,18 @@ def test_search_returns_the_store_s_answer(app, feature_workspace, by):
     store = FeatureStore(feature_workspace / rel)
     tok = store.units  # noqa: F841  (warms the table like the page does)
     word = store.token(int(store.array("token_counts").argmax()))
-    q = {"token": word, "text": word, "label": store.units["label"].iat[int(store.units["count"].idxmax())], "index": "7"}[by]
-    expect = {"token": store.search_token, "text": store.search_text, "label": store.search_label,
-              "index": lambda q: [{"unit": 7}]}[by](q)
+    q = {
+        "token": word,
+        "text": word,
+        "label": store.units["label"].iat[int(store.units["count"].idxmax())],
+        "index": "7",
+    }[by]
+    expect = {
+        "token": store.search_token,
+        "text": store.search_text,
+        "label": store.search_label,
+        "index": lambda q: [{"unit": 7}],
+    }[by](q)
     at = ok(app("views/search.py", sae=rel, by=by, q=q))
     assert list(at.dataframe[0].value["unit"]) == [h["unit"] for h in expect]
     assert links(at)[0].startswith(f"open {store.manifest['unit']} {expect[0]['unit']}")
@@ -82,14 +91,17 @@ def test_prompt_view_runs_the_model_and_sae(app, feature_workspace):
     assert any(label.startswith("open block") for label in links(at))  # the first SAE is the block-sparse one
 
 
-@pytest.mark.parametrize("params, message", [
-    ({"sae": "../etc"}, "'..' may not appear"),
-    ({"sae": "/etc/passwd"}, "not a path inside the workspace"),
-    ({"sae": "saes/run/escape"}, "outside the workspace"),
-    ({"sae": "saes/nothing-here"}, "does not exist"),
-    ({"unit": "abc"}, "not an integer"),
-    ({"unit": "999999"}, "out of range"),
-])
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"sae": "../etc"}, "'..' may not appear"),
+        ({"sae": "/etc/passwd"}, "not a path inside the workspace"),
+        ({"sae": "saes/run/escape"}, "outside the workspace"),
+        ({"sae": "saes/nothing-here"}, "does not exist"),
+        ({"unit": "abc"}, "not an integer"),
+        ({"unit": "999999"}, "out of range"),
+    ],
+)
 def test_bad_deep_links_show_an_error_not_a_traceback(app, feature_workspace, tmp_path, params, message):
     link = feature_workspace / "saes" / "run" / "escape"
     os.symlink(tmp_path, link)  # a symlink leading out of the workspace

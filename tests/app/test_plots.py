@@ -40,7 +40,9 @@ def test_highlight_html_escapes_tokens_and_marks_the_example():
 
 
 def test_examples_html_is_one_table_row_per_example():
-    ex = [{"value": 2.0, "tokens": ["a", "b"], "acts": [0.0, 2.0], "center": 1},
-          {"value": 1.0, "tokens": ["c"], "acts": [1.0], "center": 0}]
+    ex = [
+        {"value": 2.0, "tokens": ["a", "b"], "acts": [0.0, 2.0], "center": 1},
+        {"value": 1.0, "tokens": ["c"], "acts": [1.0], "center": 0},
+    ]
     html = plots.examples_html(ex, 2.0)
     assert html.count("<tr>") == 2 and "<code>2.000</code>" in html and "rgba(255,140,0,0.50)" in html

@@ -6,9 +6,20 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 
 def build(tokenizer=None, seed=0, **kw):
-    cfg = dict(n_layers=2, d_model=32, n_heads=4, d_head=8, d_mlp=64, n_ctx=24, act_fn="gelu",
-               normalization_type="LN", seed=seed, device="cpu", model_name="test-attention",
-               d_vocab=len(tokenizer) if tokenizer is not None else 40)
+    cfg = dict(
+        n_layers=2,
+        d_model=32,
+        n_heads=4,
+        d_head=8,
+        d_mlp=64,
+        n_ctx=24,
+        act_fn="gelu",
+        normalization_type="LN",
+        seed=seed,
+        device="cpu",
+        model_name="test-attention",
+        d_vocab=len(tokenizer) if tokenizer is not None else 40,
+    )
     cfg.update(kw)
     if tokenizer is not None:
         cfg.update(tokenizer_prepends_bos=False, default_prepend_bos=True)
@@ -26,8 +37,16 @@ def small(tokenizer):
 @pytest.fixture
 def gqa():
     """Grouped-query attention: 4 query heads share 2 key/value heads; RMSNorm, rotary."""
-    return build(None, seed=2, n_key_value_heads=2, normalization_type="RMS", positional_embedding_type="rotary",
-                 rotary_dim=8, act_fn="silu", gated_mlp=True)
+    return build(
+        None,
+        seed=2,
+        n_key_value_heads=2,
+        normalization_type="RMS",
+        positional_embedding_type="rotary",
+        rotary_dim=8,
+        act_fn="silu",
+        gated_mlp=True,
+    )
 
 
 @pytest.fixture(scope="session")

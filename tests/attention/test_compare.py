@@ -21,8 +21,21 @@ def test_models_with_different_vocabularies_are_refused(small, capsys, tmp_path)
     with pytest.raises(CompareError, match=r"different vocabularies .*d_vocab \d+, \d+ tokens; sparse"):
         check_same_vocab(small, other)
     save(other, tmp_path / "other")
-    rc = main(["attention", "compare", "--base", "tiny", "--sparse", str(tmp_path / "other"), "--task", "ioi",
-               "--n", "1", "--quiet"])
+    rc = main(
+        [
+            "attention",
+            "compare",
+            "--base",
+            "tiny",
+            "--sparse",
+            str(tmp_path / "other"),
+            "--task",
+            "ioi",
+            "--n",
+            "1",
+            "--quiet",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "different vocabularies" in err[0]
 
@@ -53,8 +66,25 @@ def test_cli_compare_end_to_end(tokenizer, tmp_path, capsys):
     G.install(base, GateConfig(init_bias=3.0))
     save(base, tmp_path / "sparse")
     out = tmp_path / "compare.json"
-    rc = main(["attention", "compare", "--base", str(tmp_path / "base"), "--sparse", str(tmp_path / "sparse"),
-               "--task", "induction", "--n", "1", "--samples", "1", "--quiet", "--out", str(out)])
+    rc = main(
+        [
+            "attention",
+            "compare",
+            "--base",
+            str(tmp_path / "base"),
+            "--sparse",
+            str(tmp_path / "sparse"),
+            "--task",
+            "induction",
+            "--n",
+            "1",
+            "--samples",
+            "1",
+            "--quiet",
+            "--out",
+            str(out),
+        ]
+    )
     text = capsys.readouterr().out
     assert rc == 0 and "attention entries" in text and "component edges" in text
     res = json.loads(out.read_text())

@@ -18,7 +18,9 @@ def test_bad_choices_name_the_valid_ones():
         GateConfig(estimator="gumbel").validate()
     with pytest.raises(AttentionConfigError, match=r"empty_row='none'.*\['zero', 'first'\]"):
         SparsifyConfig(gates=GateConfig(empty_row="none")).validate()
-    with pytest.raises(AttentionConfigError, match="batch_size=3 must be a positive multiple of the number of processes"):
+    with pytest.raises(
+        AttentionConfigError, match="batch_size=3 must be a positive multiple of the number of processes"
+    ):
         SparsifyConfig(batch_size=3).validate(world_size=2)
     with pytest.raises(AttentionConfigError, match="unknown SparsifyConfig fields"):
         SparsifyConfig.from_dict({"tolerence": 0.1})

@@ -77,8 +77,13 @@ def test_the_gate_hook_is_patchable(small):
     patched = small.run_with_hooks(t, fwd_hooks=[("blocks.0.attn.hook_gate", only_self)])
     assert not torch.allclose(patched, before, atol=1e-3)
     seen = {}
-    small.run_with_hooks(t, fwd_hooks=[("blocks.0.attn.hook_gate", only_self),
-                                       ("blocks.0.attn.hook_pattern", lambda p, hook: seen.setdefault("p", p))])
+    small.run_with_hooks(
+        t,
+        fwd_hooks=[
+            ("blocks.0.attn.hook_gate", only_self),
+            ("blocks.0.attn.hook_pattern", lambda p, hook: seen.setdefault("p", p)),
+        ],
+    )
     assert torch.allclose(seen["p"], torch.eye(t.shape[1]).expand_as(seen["p"]))  # each query keeps only itself
     torch.testing.assert_close(small(t), before)  # the temporary hook is gone, the gates stay
 

@@ -23,9 +23,21 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cfg(**kw):
-    return SparsifyConfig(**{"steps": 6, "batch_size": 4, "eval_sequences": 4, "eval_every": 3, "checkpoint_every": 3,
-                             "tolerance": 0.5, "lr": 1e-3, "gate_lr": 0.1, "progress": False,
-                             "gates": GateConfig(init_bias=1.0), **kw})
+    return SparsifyConfig(
+        **{
+            "steps": 6,
+            "batch_size": 4,
+            "eval_sequences": 4,
+            "eval_every": 3,
+            "checkpoint_every": 3,
+            "tolerance": 0.5,
+            "lr": 1e-3,
+            "gate_lr": 0.1,
+            "progress": False,
+            "gates": GateConfig(init_bias=1.0),
+            **kw,
+        }
+    )
 
 
 def test_sparsify_saves_a_gated_model_and_its_report(small_dir, tmp_path):
@@ -73,7 +85,10 @@ def test_resume_after_a_crash_gives_the_identical_model(small_dir, tmp_path, mon
     assert checkpoint.read(tmp_path / "resumed" / T.CHECKPOINT)["step"] == 3
     monkeypatch.setattr(T, "_batches", real)
     T.sparsify(small_dir, tmp_path / "resumed", cfg, resume=True, report_queries=2)
-    a, b = load_file(str(tmp_path / "full" / "model.safetensors")), load_file(str(tmp_path / "resumed" / "model.safetensors"))
+    a, b = (
+        load_file(str(tmp_path / "full" / "model.safetensors")),
+        load_file(str(tmp_path / "resumed" / "model.safetensors")),
+    )
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert (tmp_path / "full" / "curves.jsonl").read_text() == (tmp_path / "resumed" / "curves.jsonl").read_text()
     ia, ib = (json.loads((tmp_path / d / "sparsify.json").read_text()) for d in ("full", "resumed"))
@@ -115,10 +130,38 @@ def _own_text(model, path: Path, n_docs: int = 40) -> str:
 def test_cli_unmet_constraint_saves_the_best_state_marked_and_exits_nonzero(tmp_path, capsys):
     corpus = _own_text(load("tiny", device="cpu")[0], tmp_path / "own.txt")
     ws = tmp_path / "ws"  # the trained embedded model with every edge closed: its CE must rise
-    rc, io = _cli(["attention", "sparsify", "--model", "tiny", "--workspace", str(ws), "--name", "closed",
-                   "--corpus", corpus, "--steps", "2", "--batch-size", "2",
-                   "--tolerance", "0.001", "--quiet", "--eval-sequences", "2", "--eval-every", "1", "--lr", "0",
-                   "--ctx-len", "16", "--init-bias", "-10000"], capsys)
+    rc, io = _cli(
+        [
+            "attention",
+            "sparsify",
+            "--model",
+            "tiny",
+            "--workspace",
+            str(ws),
+            "--name",
+            "closed",
+            "--corpus",
+            corpus,
+            "--steps",
+            "2",
+            "--batch-size",
+            "2",
+            "--tolerance",
+            "0.001",
+            "--quiet",
+            "--eval-sequences",
+            "2",
+            "--eval-every",
+            "1",
+            "--lr",
+            "0",
+            "--ctx-len",
+            "16",
+            "--init-bias",
+            "-10000",
+        ],
+        capsys,
+    )
     assert rc == 2
     err = io.err.strip().splitlines()
     assert len(err) == 1 and "no evaluated state met held-out CE" in err[0] and "constraint_met=false" in err[0]
@@ -127,7 +170,9 @@ def test_cli_unmet_constraint_saves_the_best_state_marked_and_exits_nonzero(tmp_
     assert report["constraint_met"] is False and report["ce"]["sparse"] > report["ce_target"]
     assert G.is_gated(load(str(out), device="cpu")[0])
     (art,) = Workspace(ws).artifacts("models")
-    assert art.manifest["summary"]["constraint_met"] is False and art.manifest["made_by"] == "workbench attention sparsify"
+    assert (
+        art.manifest["summary"]["constraint_met"] is False and art.manifest["made_by"] == "workbench attention sparsify"
+    )
     rc, io = _cli(["attention", "report", str(out)], capsys)
     assert rc == 0 and "constraint NOT MET" in io.out and "layer 0" in io.out
 
@@ -143,9 +188,33 @@ def test_cli_bad_tolerance_is_one_line(value, tmp_path, capsys):
 def test_sparsify_under_torchrun_with_two_processes(small_dir, tmp_path):
     out = tmp_path / "ddp"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "workbench.cli",
-           "attention", "sparsify", "--model", small_dir, "--out", str(out), "--steps", "4", "--batch-size", "4",
-           "--tolerance", "0.5", "--quiet", "--eval-sequences", "4", "--eval-every", "2"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "workbench.cli",
+        "attention",
+        "sparsify",
+        "--model",
+        small_dir,
+        "--out",
+        str(out),
+        "--steps",
+        "4",
+        "--batch-size",
+        "4",
+        "--tolerance",
+        "0.5",
+        "--quiet",
+        "--eval-sequences",
+        "4",
+        "--eval-every",
+        "2",
+    ]
     proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     info = json.loads((out / "sparsify.json").read_text())

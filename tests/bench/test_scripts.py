@@ -30,8 +30,9 @@ def test_every_committed_results_table_names_its_commit():
 
 def _run(tmp_path, *argv) -> str:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "BENCH_WORK": str(tmp_path / "work"), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, *map(str, argv)], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=1200)
+    proc = subprocess.run(
+        [sys.executable, *map(str, argv)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return proc.stdout
 
@@ -44,8 +45,9 @@ def _names_the_commit(text: str) -> None:
 @pytest.mark.slow
 def test_sae_bench_quick(tmp_path):
     out = tmp_path / "sae.md"
-    _run(tmp_path, "bench/sae_bench.py", "--quick", "--datasets", "tiny", "--no-variants", "--threads", "1",
-         "--out", out)
+    _run(
+        tmp_path, "bench/sae_bench.py", "--quick", "--datasets", "tiny", "--no-variants", "--threads", "1", "--out", out
+    )
     text = out.read_text()
     _names_the_commit(text)
     row = next(line for line in text.splitlines() if line.startswith("| workbench |"))
@@ -63,8 +65,19 @@ def test_circuit_bench_quick(tmp_path):
 
 @pytest.mark.slow
 def test_gpu_check_quick_on_the_cpu(tmp_path):
-    _run(tmp_path, "bench/gpu_check.py", "--device", "cpu", "--quick", "--out", tmp_path / "gpu",
-         "--only", "kernels", "steps", "circuit")
+    _run(
+        tmp_path,
+        "bench/gpu_check.py",
+        "--device",
+        "cpu",
+        "--quick",
+        "--out",
+        tmp_path / "gpu",
+        "--only",
+        "kernels",
+        "steps",
+        "circuit",
+    )
     res = json.loads((tmp_path / "gpu" / "gpu.json").read_text())
     assert res["errors"] == {} and res["kernels"] and res["steps"]
     _names_the_commit((tmp_path / "gpu" / "gpu.md").read_text())

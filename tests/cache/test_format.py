@@ -2,7 +2,6 @@ import numpy as np
 import pytest
 
 from workbench.cache import CacheCorruptError
-
 from workbench.cache.format import NpyAppender, NpyReader, checksum
 
 

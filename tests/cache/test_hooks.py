@@ -2,8 +2,11 @@ from workbench.cache.hooks import hook_summary, stop_layer
 
 
 def test_hook_summary_groups_layers():
-    names = [f"blocks.{i}.hook_resid_post" for i in range(4)] + ["hook_embed", "blocks.0.mlp.hook_post",
-                                                                  "blocks.2.mlp.hook_post"]
+    names = [f"blocks.{i}.hook_resid_post" for i in range(4)] + [
+        "hook_embed",
+        "blocks.0.mlp.hook_post",
+        "blocks.2.mlp.hook_post",
+    ]
     assert hook_summary(names) == ["blocks.{0..3}.hook_resid_post", "hook_embed", "blocks.{0,2}.mlp.hook_post"]
 
 

@@ -5,9 +5,8 @@ import numpy as np
 import pytest
 import torch
 
+from workbench.cache import ActivationCache, CacheCorruptError, CacheMismatchError, CacheNotFoundError, UnknownHookError
 from workbench.cache.sampler import RowSampler
-from workbench.cache import (ActivationCache, CacheCorruptError, CacheMismatchError, CacheNotFoundError,
-                             UnknownHookError)
 
 
 @pytest.fixture
@@ -22,8 +21,9 @@ def _act_file(cache, shard=1, hook="blocks.1.hook_resid_post"):
 
 def test_rows_returns_the_stored_rows_in_the_order_asked(clean, hooks):
     h = hooks[0]
-    stored = np.concatenate([np.load(clean.path / "train" / r["name"] / f"act.{h}.npy")
-                             for r in clean.manifest["shards"]["train"]]).astype(np.float32)
+    stored = np.concatenate(
+        [np.load(clean.path / "train" / r["name"] / f"act.{h}.npy") for r in clean.manifest["shards"]["train"]]
+    ).astype(np.float32)
     idx = np.array([2699, 0, 1234, 0, 700, 699])  # unsorted, repeated, across shards
     np.testing.assert_array_equal(clean.rows(h, idx).numpy(), stored[idx])
     assert clean.rows(h, idx % 300, split="heldout").shape == (6, 64)
@@ -55,8 +55,13 @@ def test_batches_read_the_rows_the_sampler_picks(clean, hooks):
 def test_metadata_columns_align_with_rows(clean):
     for split in ("train", "heldout"):
         n = clean.n_tokens(split)
-        cols = [clean.token_ids(split), clean.positions(split), clean.seq_index(split), clean.doc_ids(split),
-                *clean.labels(split).values()]
+        cols = [
+            clean.token_ids(split),
+            clean.positions(split),
+            clean.seq_index(split),
+            clean.doc_ids(split),
+            *clean.labels(split).values(),
+        ]
         assert all(len(c) == n for c in cols)
     assert set(clean.labels()) == {"task", "role", "entity"}
 
@@ -72,8 +77,12 @@ def test_open_checks_model_and_hooks(clean, model, hooks):
 
 
 def test_unknown_hook_on_read_lists_the_cached_ones(clean):
-    for call in (lambda: clean.batches("blocks.1.hook_mlp_out", 8), lambda: clean.stats("x"),
-                 lambda: clean.rows("x", [0]), lambda: clean.d("x")):
+    for call in (
+        lambda: clean.batches("blocks.1.hook_mlp_out", 8),
+        lambda: clean.stats("x"),
+        lambda: clean.rows("x", [0]),
+        lambda: clean.d("x"),
+    ):
         with pytest.raises(UnknownHookError, match="it holds: blocks.0.hook_resid_post, blocks.1.hook_resid_post"):
             call()
     with pytest.raises(ValueError, match="unknown split 'test'"):
@@ -114,7 +123,9 @@ def test_manifest_width_that_disagrees_with_the_file_header_is_refused_on_read(c
     h = "blocks.0.hook_resid_post"
     _edit_manifest(copy, lambda m: m["d"].update({h: 32}))  # half the real width: rows would be garbage
     cache = ActivationCache.open(copy.path)
-    with pytest.raises(CacheCorruptError, match=r"holds float16 \(\d+, 64\), but the manifest records float16 \(\d+, 32\)"):
+    with pytest.raises(
+        CacheCorruptError, match=r"holds float16 \(\d+, 64\), but the manifest records float16 \(\d+, 32\)"
+    ):
         cache.rows(h, [0])
     with pytest.raises(CacheCorruptError, match="damaged"):
         cache.verify()

@@ -28,7 +28,7 @@ def test_start_batch_resumes_exactly_across_epochs():
         s = RowSampler(10_000, 300, seed=5, exclude=exclude, window_rows=2000)
         full = take(s.batches(), 100)  # ~30 batches per epoch: three epoch boundaries
         for k in (1, 29, 33, 64, 97):
-            assert all(np.array_equal(a, b) for a, b in zip(full[k:k + 3], take(s.batches(start_batch=k), 3)))
+            assert all(np.array_equal(a, b) for a, b in zip(full[k : k + 3], take(s.batches(start_batch=k), 3)))
 
 
 def test_ranks_are_disjoint_within_an_epoch():

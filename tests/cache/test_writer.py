@@ -10,8 +10,15 @@ import numpy as np
 import pytest
 import torch
 
-from workbench.cache import (ActivationCache, CacheExistsError, CacheIncompleteError, CacheMismatchError, DiskFullError,
-                             UnknownHookError, harvest)
+from workbench.cache import (
+    ActivationCache,
+    CacheExistsError,
+    CacheIncompleteError,
+    CacheMismatchError,
+    DiskFullError,
+    UnknownHookError,
+    harvest,
+)
 from workbench.cache import format as fmt
 from workbench.cache.shards import check_shard, read_record, shard_dirs
 from workbench.models import model_id
@@ -43,7 +50,8 @@ def test_manifest_describes_the_cache(clean, model, corpus, hooks, base):
     assert m["shapes"]["train"]["blocks.0.hook_resid_post"] == [2700, 64]
     assert m["config"]["batch_size"] == base["batch_size"] and m["label_names"] == corpus.label_names
     assert len(m["shards"]["train"]) >= 3 and all(
-        set(f) == {"bytes", "xxh3_128"} for r in m["shards"]["train"] for f in r["files"].values())
+        set(f) == {"bytes", "xxh3_128"} for r in m["shards"]["train"] for f in r["files"].values()
+    )
     assert not (clean.path / "progress.json").exists()
 
 
@@ -53,8 +61,10 @@ def test_rows_are_the_model_activations_of_the_corpus_tokens(clean, model, corpu
         np.testing.assert_array_equal(seqs[i], corpus.sequence(i, 32, "train").tokens)
     np.testing.assert_array_equal(clean.token_ids(), seqs[seq, pos])
     assert not np.isin(clean.token_ids(), model.tokenizer.all_special_ids).any()  # BOS/EOS excluded
-    np.testing.assert_array_equal(clean.labels()["task"], np.stack(
-        [corpus.sequence(i, 32, "train").labels["task"] for i in range(len(seqs))])[seq, pos])
+    np.testing.assert_array_equal(
+        clean.labels()["task"],
+        np.stack([corpus.sequence(i, 32, "train").labels["task"] for i in range(len(seqs))])[seq, pos],
+    )
     _, acts = model.run_with_cache(torch.from_numpy(seqs[:8]), names_filter=list(hooks))
     rows = np.flatnonzero(seq < 8)
     for h in hooks:
@@ -77,7 +87,9 @@ def test_stats_are_float64_moments_of_the_train_rows(clean, hooks):
 
 @pytest.mark.parametrize("dtype,stored,tol", [("float32", "<f4", 2e-3), ("bfloat16", "<u2", 2e-2)])
 def test_dtypes(tmp_path, model, corpus, clean, hooks, base, dtype, stored, tol):
-    c = harvest(model, corpus, hooks[:1], tmp_path / "c", **{**base, "n_tokens": 500, "heldout_fraction": 0}, dtype=dtype)
+    c = harvest(
+        model, corpus, hooks[:1], tmp_path / "c", **{**base, "n_tokens": 500, "heldout_fraction": 0}, dtype=dtype
+    )
     assert np.load(c.path / "train" / "s000000" / f"act.{hooks[0]}.npy", mmap_mode="r").dtype == stored
     idx = np.arange(500)
     torch.testing.assert_close(c.rows(hooks[0], idx), clean.rows(hooks[0], idx), atol=tol, rtol=tol)
@@ -85,8 +97,14 @@ def test_dtypes(tmp_path, model, corpus, clean, hooks, base, dtype, stored, tol)
 
 
 def test_keep_special_tokens(tmp_path, model, corpus, hooks, base):
-    c = harvest(model, corpus, hooks[:1], tmp_path / "c", **{**base, "n_tokens": 320, "heldout_fraction": 0},
-                exclude_special=False)
+    c = harvest(
+        model,
+        corpus,
+        hooks[:1],
+        tmp_path / "c",
+        **{**base, "n_tokens": 320, "heldout_fraction": 0},
+        exclude_special=False,
+    )
     assert c.n_tokens() == 320 and c.positions()[0] == 0
     assert c.token_ids()[0] == model.tokenizer.bos_token_id
     np.testing.assert_array_equal(c.positions(), np.tile(np.arange(32), 10))
@@ -108,7 +126,9 @@ def test_unknown_hook_lists_the_valid_ones(tmp_path, model, corpus, base):
         harvest(model, corpus, ["blocks.7.hook_resid_post"], tmp_path / "c", **base)
     with pytest.raises(UnknownHookError, match="is an attention pattern, not one row per token"):
         harvest(model, corpus, ["blocks.0.attn.hook_pattern"], tmp_path / "c", **base)
-    with pytest.raises(UnknownHookError, match=r"'blocks\.0\.hook_resid_psot': did you mean 'blocks\.0\.hook_resid_post'") as e:
+    with pytest.raises(
+        UnknownHookError, match=r"'blocks\.0\.hook_resid_psot': did you mean 'blocks\.0\.hook_resid_post'"
+    ) as e:
         harvest(model, corpus, ["blocks.0.hook_resid_psot"], tmp_path / "c", **base)
     assert "attention pattern" not in str(e.value)
     assert not (tmp_path / "c").exists()
@@ -138,7 +158,9 @@ def test_a_corpus_of_unknown_words_is_refused_and_leaves_no_folder(tmp_path, mod
     text.write_text("\n\n".join(docs))
     files = load_corpus(str(text), model.tokenizer)
     out = tmp_path / "c"
-    with pytest.raises(CacheMismatchError, match=r"\(9\d%\) are unknown to the model's tokenizer .*--max-unknown-fraction 1"):
+    with pytest.raises(
+        CacheMismatchError, match=r"\(9\d%\) are unknown to the model's tokenizer .*--max-unknown-fraction 1"
+    ):
         harvest(model, files, hooks[:1], out, **base)
     assert not out.exists()  # the identical command can run again
     out.mkdir()
@@ -211,8 +233,9 @@ def test_resume_after_sigkill_equals_a_clean_run(tmp_path, model_dir, model, cor
     same_cache(clean, harvest(model, corpus, hooks, out, **base, resume=True))
 
 
-def test_disk_full_keeps_complete_shards_and_resumes(tmp_path, monkeypatch, model, corpus, clean, hooks, base,
-                                                      same_cache):
+def test_disk_full_keeps_complete_shards_and_resumes(
+    tmp_path, monkeypatch, model, corpus, clean, hooks, base, same_cache
+):
     out, budget, real = tmp_path / "c", [700_000], fmt._write
 
     def write(fd, data):
@@ -238,5 +261,7 @@ def test_a_finite_corpus_that_runs_out_gives_a_smaller_cache(tmp_path, model, co
     with pytest.warns(UserWarning, match="ran out"):
         c = harvest(model, short, hooks[:1], tmp_path / "c", **{**base, "heldout_fraction": 0})
     assert 0 < c.n_tokens() < 3000 and len(c.sequences()) == 20
-    assert harvest(model, short, hooks[:1], tmp_path / "c", **{**base, "heldout_fraction": 0},
-                   resume=True).manifest == c.manifest
+    assert (
+        harvest(model, short, hooks[:1], tmp_path / "c", **{**base, "heldout_fraction": 0}, resume=True).manifest
+        == c.manifest
+    )

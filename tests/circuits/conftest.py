@@ -9,9 +9,20 @@ from workbench.corpus import tasks
 
 
 def _model(tokenizer=None, seed=0, **kw):
-    cfg = dict(n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64, n_ctx=64, act_fn="gelu",
-               normalization_type="LN", seed=seed, device="cpu", model_name="test-circuits",
-               d_vocab=len(tokenizer) if tokenizer is not None else 50)
+    cfg = dict(
+        n_layers=2,
+        d_model=32,
+        n_heads=2,
+        d_head=16,
+        d_mlp=64,
+        n_ctx=64,
+        act_fn="gelu",
+        normalization_type="LN",
+        seed=seed,
+        device="cpu",
+        model_name="test-circuits",
+        d_vocab=len(tokenizer) if tokenizer is not None else 50,
+    )
     cfg.update(kw)
     if tokenizer is not None:
         cfg.update(tokenizer_prepends_bos=False, default_prepend_bos=True)
@@ -36,9 +47,22 @@ def tiny_shape(tokenizer):
 @pytest.fixture(scope="session")
 def gqa():
     """Grouped-query attention (4 query heads, 2 KV heads), RMSNorm, rotary, gated MLP; token ids only."""
-    return _model(None, seed=2, n_layers=3, d_model=32, n_heads=4, d_head=8, n_key_value_heads=2,
-                  normalization_type="RMS", positional_embedding_type="rotary", rotary_dim=8, act_fn="silu",
-                  gated_mlp=True, d_vocab=40, n_ctx=16)
+    return _model(
+        None,
+        seed=2,
+        n_layers=3,
+        d_model=32,
+        n_heads=4,
+        d_head=8,
+        n_key_value_heads=2,
+        normalization_type="RMS",
+        positional_embedding_type="rotary",
+        rotary_dim=8,
+        act_fn="silu",
+        gated_mlp=True,
+        d_vocab=40,
+        n_ctx=16,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -54,5 +78,6 @@ def attn_only():
 @pytest.fixture(scope="session")
 def parallel():
     """GPT-J style: attention and MLP read the same residual (parallel_attn_mlp)."""
-    return _model(None, seed=4, parallel_attn_mlp=True, d_vocab=40, n_ctx=16, positional_embedding_type="rotary",
-                  rotary_dim=8)
+    return _model(
+        None, seed=4, parallel_attn_mlp=True, d_vocab=40, n_ctx=16, positional_embedding_type="rotary", rotary_dim=8
+    )

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from workbench.circuits import evaluate_task, find_circuit, format_summary_table
-from workbench.cli import main as cli_main
 from workbench.circuits.cli import parse_budget
+from workbench.cli import main as cli_main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,32 +27,75 @@ def test_find_circuit_one_call(small, ioi):
     assert f["ndf"] >= f["baseline_topk_ndf"] - 1e-9
     assert len(f["ndf_candidates"]) == 2 * (1 + 2 + 2 + 1) and len(f["ndf_resampled"]) <= 2
     assert c.curve["fractions"][0] == 0.001 and c.query["answer"] == ioi[0].answer
-    assert c.method["attribution"] == {"method": "eap-ig", "steps": 3, "ablation": "counterfactual",
-                                       "metric": "logit_diff"}
+    assert c.method["attribution"] == {
+        "method": "eap-ig",
+        "steps": 3,
+        "ablation": "counterfactual",
+        "metric": "logit_diff",
+    }
     assert "NDF" in c.summary()
 
 
 def test_topk_strategy_and_target_mode(small, ioi):
     q = ioi[1]
-    top = find_circuit(small, q.prompt, q.answer, q.counterfactual, wrong=q.wrong, strategy="topk", budget=0.05,
-                       steps=2, curve=False, min_gap=0.0)
+    top = find_circuit(
+        small,
+        q.prompt,
+        q.answer,
+        q.counterfactual,
+        wrong=q.wrong,
+        strategy="topk",
+        budget=0.05,
+        steps=2,
+        curve=False,
+        min_gap=0.0,
+    )
     assert top.method["name"] == "eap-ig-topk" and top.faithfulness["selected"] == "query/topk"
-    tgt = find_circuit(small, q.prompt, q.answer, q.counterfactual, wrong=q.wrong, target_ndf=0.7, steps=2,
-                       curve=False, min_gap=0.0, paraphrases=[(ioi[2].prompt, ioi[2].counterfactual)])
+    tgt = find_circuit(
+        small,
+        q.prompt,
+        q.answer,
+        q.counterfactual,
+        wrong=q.wrong,
+        target_ndf=0.7,
+        steps=2,
+        curve=False,
+        min_gap=0.0,
+        paraphrases=[(ioi[2].prompt, ioi[2].counterfactual)],
+    )
     assert tgt.ndf >= 0.7 and tgt.method["target_ndf"] == 0.7
 
 
 def test_free_text_with_prob_and_kl_metrics(small):
     for metric in ("prob", "kl"):
-        c = find_circuit(small, "When Mary and John went to the park , John gave a ball to", "Mary",
-                         "When Mary and John went to the park , Mary gave a ball to", metric=metric, budget=0.1,
-                         steps=2, curve=False, min_gap=0.0, refine_steps=1)
+        c = find_circuit(
+            small,
+            "When Mary and John went to the park , John gave a ball to",
+            "Mary",
+            "When Mary and John went to the park , Mary gave a ball to",
+            metric=metric,
+            budget=0.1,
+            steps=2,
+            curve=False,
+            min_gap=0.0,
+            refine_steps=1,
+        )
         assert c.faithfulness["metric"] == metric and 0 <= c.ndf <= 1
 
 
 def test_evaluate_task_summary_table(small):
-    s = evaluate_task(small, "induction", n=2, budgets=(0.05, 0.1), n_samples=1, steps=2, refine_steps=1,
-                      min_gap=0.0, progress=False, require_prediction=False)  # a random model predicts nothing
+    s = evaluate_task(
+        small,
+        "induction",
+        n=2,
+        budgets=(0.05, 0.1),
+        n_samples=1,
+        steps=2,
+        refine_steps=1,
+        min_gap=0.0,
+        progress=False,
+        require_prediction=False,
+    )  # a random model predicts nothing
     assert s["n_used"] + len(s["skipped"]) == 2
     for key in ("search_ndf@0.05", "topk_ndf@0.1", "search_cpr", "topk_cmd", "seconds"):
         assert key in s["mean"] and key in s["std"]
@@ -69,12 +112,34 @@ def test_parse_budget():
 
 def test_cli_find_writes_all_formats(saved_small, tmp_path, capsys):
     out = tmp_path / "c.json"
-    rc = cli_main(["circuit", "find", "--model", saved_small, "--prompt",
-                   "When Mary and John went to the park , John gave a ball to", "--answer", "Mary",
-                   "--counterfactual", "When Mary and John went to the park , Anna gave a ball to",
-                   "--wrong", "John", "--budget", "5%", "--steps", "2", "--out", str(out),
-                   "--mib", str(tmp_path / "m.json"), "--neuronpedia", str(tmp_path / "n.json"),
-                   "--workspace", str(tmp_path / "ws")])
+    rc = cli_main(
+        [
+            "circuit",
+            "find",
+            "--model",
+            saved_small,
+            "--prompt",
+            "When Mary and John went to the park , John gave a ball to",
+            "--answer",
+            "Mary",
+            "--counterfactual",
+            "When Mary and John went to the park , Anna gave a ball to",
+            "--wrong",
+            "John",
+            "--budget",
+            "5%",
+            "--steps",
+            "2",
+            "--out",
+            str(out),
+            "--mib",
+            str(tmp_path / "m.json"),
+            "--neuronpedia",
+            str(tmp_path / "n.json"),
+            "--workspace",
+            str(tmp_path / "ws"),
+        ]
+    )
     assert rc == 0 and json.loads(out.read_text())["schema_version"] == 1
     assert (tmp_path / "m.json").is_file() and (tmp_path / "n.json").is_file()
     assert "NDF" in capsys.readouterr().out
@@ -83,16 +148,29 @@ def test_cli_find_writes_all_formats(saved_small, tmp_path, capsys):
 
 
 def test_cli_bad_input_is_one_clear_line(saved_small, capsys):
-    rc = cli_main(["circuit", "find", "--model", saved_small, "--prompt", "John gave a ball to",
-                   "--answer", "Mary John", "--counterfactual", "Anna gave a ball to"])
+    rc = cli_main(
+        [
+            "circuit",
+            "find",
+            "--model",
+            saved_small,
+            "--prompt",
+            "John gave a ball to",
+            "--answer",
+            "Mary John",
+            "--counterfactual",
+            "Anna gave a ball to",
+        ]
+    )
     assert rc == 2 and "splits into 2 tokens ['Mary', 'John']" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli_main(["circuit", "find", "--model", saved_small, "--prompt", "x", "--answer", "y", "--budget", "0%"])
 
 
 def test_example_runs(saved_small, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["query_circuit.py", "--model", saved_small, "--out-dir", str(tmp_path),
-                                      "--min-gap", "0"])
+    monkeypatch.setattr(
+        sys, "argv", ["query_circuit.py", "--model", saved_small, "--out-dir", str(tmp_path), "--min-gap", "0"]
+    )
     runpy.run_path(str(ROOT / "examples" / "query_circuit.py"), run_name="__main__")
     assert {"circuit.json", "circuit_mib.json", "circuit_neuronpedia.json"} <= {p.name for p in tmp_path.iterdir()}
     assert "NDF" in capsys.readouterr().out
@@ -100,8 +178,29 @@ def test_example_runs(saved_small, tmp_path, monkeypatch, capsys):
 
 def test_report_runs_end_to_end(saved_small, tmp_path, capsys):
     out = tmp_path / "r.md"
-    assert cli_main(["circuit", "report", "--model", saved_small, "--n", "1", "--tasks", "induction", "--budgets", "0.05,0.1",
-                        "--timing-queries", "1", "--induction-tries", "1", "--out", str(out)]) == 0
+    assert (
+        cli_main(
+            [
+                "circuit",
+                "report",
+                "--model",
+                saved_small,
+                "--n",
+                "1",
+                "--tasks",
+                "induction",
+                "--budgets",
+                "0.05,0.1",
+                "--timing-queries",
+                "1",
+                "--induction-tries",
+                "1",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     text = out.read_text()
     assert "| induction |" in text and "Search vs plain EAP-IG top-k" in text
 
@@ -118,8 +217,9 @@ def test_every_circuit_records_the_models_own_prediction_and_warns_when_it_is_no
 
 
 def test_task_skips_and_lists_queries_the_model_does_not_answer(small):
-    s = evaluate_task(small, "induction", n=2, budgets=(0.1,), n_samples=0, steps=2, refine_steps=1, min_gap=0.0,
-                      progress=False)
+    s = evaluate_task(
+        small, "induction", n=2, budgets=(0.1,), n_samples=0, steps=2, refine_steps=1, min_gap=0.0, progress=False
+    )
     assert s["n_used"] + len(s["skipped"]) == 2 and s["require_prediction"] and s["skipped"]  # a random model
     for row in s["skipped"]:
         assert "does not predict the answer" in row["reason"] and row["predicts_answer"] is False
@@ -141,23 +241,30 @@ def test_ioi_queries_without_a_wrong_answer_work_on_the_embedded_model(tiny):
             same.append(q)
     assert same, "the embedded model keeps the answer on some IOI counterfactuals"
     q = same[0]
-    c = find_circuit(model, q.prompt, q.answer, q.counterfactual, budget=0.01, n_samples=0, steps=2, refine_steps=1,
-                     curve=False)
+    c = find_circuit(
+        model, q.prompt, q.answer, q.counterfactual, budget=0.01, n_samples=0, steps=2, refine_steps=1, curve=False
+    )
     assert c.faithfulness["gap"] > 0 and c.query["wrong"] != q.answer
 
 
-@pytest.mark.parametrize("extra, match", [
-    (["--task", "ioi", "--mib", "m.json"], "--mib does not apply to --task"),
-    (["--task", "ioi", "--neuronpedia", "n.json", "--target-ndf", "0.8"], "--target-ndf, --neuronpedia do not apply"),
-    (["--task", "ioi", "--prompt", "x"], "--prompt does not apply to --task"),
-    (["--task", "nope"], r"unknown task families \['nope'\]; valid: ioi"),
-    (["--prompt", "x", "--answer", "y", "--samples", "2"], "--samples generates paraphrases .* --paraphrase"),
-    (["--prompt", "x", "--answer", "y", "--n", "5"], "--n applies only to --task"),
-    (["--prompt", "x"], "needs --prompt and --answer"),
-    (["--prompt", "x", "--answer", "y", "--out", "."], "--out . is an existing folder"),
-    (["--prompt", "x", "--answer", "y", "--mib", "blocker/m.json"], "blocker is a file, not a folder"),
-    (["--prompt", "x", "--answer", "y", "--target-ndf", "2"], "--target-ndf 2.0 is outside"),
-])
+@pytest.mark.parametrize(
+    "extra, match",
+    [
+        (["--task", "ioi", "--mib", "m.json"], "--mib does not apply to --task"),
+        (
+            ["--task", "ioi", "--neuronpedia", "n.json", "--target-ndf", "0.8"],
+            "--target-ndf, --neuronpedia do not apply",
+        ),
+        (["--task", "ioi", "--prompt", "x"], "--prompt does not apply to --task"),
+        (["--task", "nope"], r"unknown task families \['nope'\]; valid: ioi"),
+        (["--prompt", "x", "--answer", "y", "--samples", "2"], "--samples generates paraphrases .* --paraphrase"),
+        (["--prompt", "x", "--answer", "y", "--n", "5"], "--n applies only to --task"),
+        (["--prompt", "x"], "needs --prompt and --answer"),
+        (["--prompt", "x", "--answer", "y", "--out", "."], "--out . is an existing folder"),
+        (["--prompt", "x", "--answer", "y", "--mib", "blocker/m.json"], "blocker is a file, not a folder"),
+        (["--prompt", "x", "--answer", "y", "--target-ndf", "2"], "--target-ndf 2.0 is outside"),
+    ],
+)
 def test_cli_refuses_flags_and_outputs_before_loading_the_model(extra, match, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "blocker").write_text("a file")
@@ -168,8 +275,30 @@ def test_cli_refuses_flags_and_outputs_before_loading_the_model(extra, match, tm
 
 def test_cli_task_honours_budget(saved_small, tmp_path, capsys):
     out = tmp_path / "s.json"
-    assert cli_main(["circuit", "find", "--model", saved_small, "--task", "induction", "--n", "1", "--budget", "10%",
-                     "--samples", "0", "--steps", "2", "--all-queries", "--out", str(out)]) == 0
+    assert (
+        cli_main(
+            [
+                "circuit",
+                "find",
+                "--model",
+                saved_small,
+                "--task",
+                "induction",
+                "--n",
+                "1",
+                "--budget",
+                "10%",
+                "--samples",
+                "0",
+                "--steps",
+                "2",
+                "--all-queries",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     s = json.loads(out.read_text())
     assert s["budgets"] == [0.1] and not s["require_prediction"]
 

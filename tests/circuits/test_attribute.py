@@ -17,13 +17,18 @@ def _reference_eap(model, qi):
     grads = {}
     names = []
     for layer in range(g.n_layers):
-        names += [f"blocks.{layer}.hook_{k}_input" for k in "qkv"] + ([] if g.attn_only else [f"blocks.{layer}.hook_mlp_in"])
+        names += [f"blocks.{layer}.hook_{k}_input" for k in "qkv"] + (
+            [] if g.attn_only else [f"blocks.{layer}.hook_mlp_in"]
+        )
     names.append(f"blocks.{g.n_layers - 1}.hook_resid_post")
 
     def keep(grad, hook):
         grads[hook.name] = grad[0]
 
-    with flags(model, use_split_qkv_input=True, use_hook_mlp_in=True), model.hooks(bwd_hooks=[(n, keep) for n in names]):
+    with (
+        flags(model, use_split_qkv_input=True, use_hook_mlp_in=True),
+        model.hooks(bwd_hooks=[(n, keep) for n in names]),
+    ):
         metric(model(qi.tokens[None])[:, -1]).sum().backward()
     model.zero_grad(set_to_none=True)
     per_reader = [grads[n] if grads[n].ndim == 3 else grads[n][:, None] for n in names]
@@ -88,9 +93,15 @@ def test_eap_predicts_single_edge_patching(small, ioi):
     assert corr > 0.8
 
 
-@pytest.mark.parametrize("kw,match", [(dict(method="acdc"), "valid: eap, eap-ig"), (dict(steps=0), "steps"),
-                                      (dict(ablation="resample"), "valid: counterfactual, mean, zero"),
-                                      (dict(metric="acc"), "valid metrics")])
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        (dict(method="acdc"), "valid: eap, eap-ig"),
+        (dict(steps=0), "steps"),
+        (dict(ablation="resample"), "valid: counterfactual, mean, zero"),
+        (dict(metric="acc"), "valid metrics"),
+    ],
+)
 def test_bad_settings_name_the_choices(small, ioi, kw, match):
     q = ioi[0]
     qi = prepare(small, q.prompt, q.answer, q.counterfactual, q.wrong)
@@ -99,9 +110,10 @@ def test_bad_settings_name_the_choices(small, ioi, kw, match):
 
 
 def test_different_length_counterfactual_attribution(small):
-    qi = prepare(small, "When Mary and John went to the park , John gave a ball to", "Mary",
-                 "Then John gave a ball to", "John")
+    qi = prepare(
+        small, "When Mary and John went to the park , John gave a ball to", "Mary", "Then John gave a ball to", "John"
+    )
     es = attribute(small, qi, steps=3, per_position=True)
     assert torch.isfinite(es.scores).all()
     # positions without a counterfactual counterpart keep clean values: no attribution flows from them
-    assert es.per_position[1:len(qi.tokens) - len(qi.cf_tokens) + 1].abs().max() == 0
+    assert es.per_position[1 : len(qi.tokens) - len(qi.cf_tokens) + 1].abs().max() == 0

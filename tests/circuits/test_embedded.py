@@ -8,8 +8,9 @@ from workbench.circuits.evidence import attention_patterns, head_scores
 from workbench.corpus import tasks
 from workbench.models import EMBEDDED
 
-pytestmark = pytest.mark.skipif(not (EMBEDDED["tiny"] / "model.safetensors").is_file(),
-                                reason="the embedded model is not built")
+pytestmark = pytest.mark.skipif(
+    not (EMBEDDED["tiny"] / "model.safetensors").is_file(), reason="the embedded model is not built"
+)
 
 
 def _solves(model, q) -> bool:

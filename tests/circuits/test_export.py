@@ -3,10 +3,10 @@ import json
 import pytest
 import torch
 
+from tests.circuits.conftest import _model
 from workbench.circuits import Graph, GraphMismatchError, find_circuit
 from workbench.circuits.export import from_mib, to_mib, to_neuronpedia, validate_neuronpedia
 from workbench.circuits.types import Circuit, CircuitFileError
-from tests.circuits.conftest import _model
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +86,9 @@ def test_neuronpedia_graph_loads_with_circuit_tracer(circuit, tmp_path):
     assert types <= {"embedding", "logit", "cross layer transcoder", "mlp reconstruction error"}
     [logit] = [n for n in d["nodes"] if n["feature_type"] == "logit"]
     p = circuit.faithfulness["answer_prob"]
-    ref = Node.logit_node(len(tokens) - 1, circuit.query["answer_id"], circuit.query["answer"], n_layers,
-                          target_logit=True, token_prob=p)
+    ref = Node.logit_node(
+        len(tokens) - 1, circuit.query["answer_id"], circuit.query["answer"], n_layers, target_logit=True, token_prob=p
+    )
     for k in ("node_id", "feature", "layer", "ctx_idx", "jsNodeId", "is_target_logit", "clerp"):
         assert logit[k] == getattr(ref, k), k
     # the frontend reads the probability back out of the clerp (util-cg.js: clerp.split('(p=')[1])
@@ -100,8 +101,9 @@ def test_neuronpedia_graph_loads_with_circuit_tracer(circuit, tmp_path):
     pairs = [(link["source"], link["target"]) for link in d["links"]]
     assert len(pairs) == len(set(pairs)), "one link per pair of nodes"
     assert all(ctx[s] <= ctx[t] for s, t in pairs), "links run forward in position"
-    assert len({n["feature"] for n in d["nodes"] if n["feature_type"] == "mlp reconstruction error"}) == \
-        sum(n["feature_type"] == "mlp reconstruction error" for n in d["nodes"])
+    assert len({n["feature"] for n in d["nodes"] if n["feature_type"] == "mlp reconstruction error"}) == sum(
+        n["feature_type"] == "mlp reconstruction error" for n in d["nodes"]
+    )
     assert sum(n["is_target_logit"] for n in d["nodes"]) == 1
     infl = sorted(n["influence"] for n in d["nodes"])
     assert infl[-1] == pytest.approx(1.0) and all(0 < x <= 1 for x in infl)
@@ -123,8 +125,14 @@ def test_neuronpedia_merges_qkv_links_and_keeps_positions_causal():
     pp[3, g.edge_ids["a0.h0->a1.h1<q>"]] = 6.0  # a0.h0's outgoing attribution peaks at the last position ...
     pp[1, g.edge_ids["a1.h1->logits"]] = 5.0  # ... but its reader a1.h1 sits at position 1
     pp[[0, 1, 3], g.edge_ids["input->a0.h0<q>"]] = torch.tensor([1.0, 3.0, 2.0])
-    c = Circuit(g, mask, scores, {"tokens": [0, 5, 6, 7], "str_tokens": ["<bos>", "a", "b", "c"], "answer": "x",
-                                  "answer_id": 9}, per_position=pp, faithfulness={"answer_prob": 0.25})
+    c = Circuit(
+        g,
+        mask,
+        scores,
+        {"tokens": [0, 5, 6, 7], "str_tokens": ["<bos>", "a", "b", "c"], "answer": "x", "answer_id": 9},
+        per_position=pp,
+        faithfulness={"answer_prob": 0.25},
+    )
     d = to_neuronpedia(c)
     links = {(link["source"], link["target"]): link["weight"] for link in d["links"]}
     assert links[("0_0_1", "1_1_1")] == pytest.approx(6.0)
@@ -133,11 +141,20 @@ def test_neuronpedia_merges_qkv_links_and_keeps_positions_causal():
     validate_neuronpedia(d)
 
 
-@pytest.mark.parametrize("text, match", [
-    ("[1, 2]", "holds a JSON list, not a circuit object"),
-    ('{"schema": "workbench.circuit", "schema_version": 1}', r"a damaged workbench circuit file \(KeyError: 'graph'\)"),
-    ('{"schema": "workbench.circuit", "schema_version": 1, "graph": {"n_layers": "x"}}', "a damaged workbench circuit file"),
-])
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("[1, 2]", "holds a JSON list, not a circuit object"),
+        (
+            '{"schema": "workbench.circuit", "schema_version": 1}',
+            r"a damaged workbench circuit file \(KeyError: 'graph'\)",
+        ),
+        (
+            '{"schema": "workbench.circuit", "schema_version": 1, "graph": {"n_layers": "x"}}',
+            "a damaged workbench circuit file",
+        ),
+    ],
+)
 def test_damaged_circuit_files_are_named(tmp_path, text, match):
     path = tmp_path / "c.json"
     path.write_text(text)

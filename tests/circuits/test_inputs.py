@@ -14,12 +14,16 @@ def test_multi_token_answer_names_its_tokens(small):
 
 
 def test_unknown_word_answer(small):
-    with pytest.raises(QueryError, match="answer has 1 word.* outside the model's vocabulary.*'Marie' \\(did you mean 'Mary'"):
+    with pytest.raises(
+        QueryError, match="answer has 1 word.* outside the model's vocabulary.*'Marie' \\(did you mean 'Mary'"
+    ):
         prepare(small, PROMPT, "Marie")
 
 
-@pytest.mark.parametrize("text, named", [(PROMPT.replace("John", "Jhon", 1), "'Jhon' (did you mean 'John'"),
-                                         ("Élodie went to the café", "'Élodie'")])
+@pytest.mark.parametrize(
+    "text, named",
+    [(PROMPT.replace("John", "Jhon", 1), "'Jhon' (did you mean 'John'"), ("Élodie went to the café", "'Élodie'")],
+)
 def test_unknown_words_in_prompts_are_named_not_turned_into_unk(small, text, named):
     with pytest.raises(QueryError, match="outside the model's vocabulary, which would silently become <unk>") as e:
         prepare(small, text, "Mary")

@@ -50,8 +50,9 @@ def test_batched_circuits_equal_one_at_a_time(small, ioi):
 
 
 def test_different_length_counterfactual_empty_circuit_is_counterfactual(small):
-    qi = prepare(small, "When Mary and John went to the park , John gave a ball to", "Mary",
-                 "John gave a ball to", "John")
+    qi = prepare(
+        small, "When Mary and John went to the park , John gave a ball to", "Mary", "John gave a ball to", "John"
+    )
     _, setup, out = _check_identities(small, qi)
     torch.testing.assert_close(out[1], _last(small, qi.cf_tokens), atol=1e-4, rtol=1e-4)
     assert setup.alignment[0] == 0 and setup.alignment[-1] == len(qi.cf_tokens) - 1
@@ -78,8 +79,16 @@ def test_means_from_the_activation_cache(small, tokenizer, tmp_path):
     from workbench.cache import harvest
     from workbench.corpus import load_corpus
 
-    cache = harvest(small, load_corpus("synthetic", tokenizer, seed=0), ["blocks.0.hook_resid_pre"], tmp_path / "c",
-                    n_tokens=256, ctx_len=32, batch_size=4, progress=False)
+    cache = harvest(
+        small,
+        load_corpus("synthetic", tokenizer, seed=0),
+        ["blocks.0.hook_resid_pre"],
+        tmp_path / "c",
+        n_tokens=256,
+        ctx_len=32,
+        batch_size=4,
+        progress=False,
+    )
     means = writer_means(small, cache)
     direct = writer_means(small, torch.as_tensor(cache.sequences("train")))
     torch.testing.assert_close(means, direct)

@@ -31,7 +31,9 @@ def test_splits_are_disjoint_combinations(task):
 def test_held_out_combinations_are_what_the_docstring_says():
     ioi = tasks.queries("ioi", 300, split="heldout")
     assert any(q.params["template"] == len(tasks.IOI_TEMPLATES) - 1 for q in ioi)
-    assert not any(q.params["template"] == len(tasks.IOI_TEMPLATES) - 1 for q in tasks.queries("ioi", 300, split="train"))
+    assert not any(
+        q.params["template"] == len(tasks.IOI_TEMPLATES) - 1 for q in tasks.queries("ioi", 300, split="train")
+    )
     facts = tasks.queries("facts", 100, split="train") + tasks.queries("facts", 100, split="heldout")
     by_fact = {}
     for q in facts:

@@ -25,7 +25,7 @@ def dense(ws, name):
     n = store.manifest["n_rows"]
     x = cache.rows(store.manifest["hook"], np.arange(n), split="heldout")
     with torch.no_grad():
-        z = sae.encode(x)[:, :store.manifest["n_sparse"]]
+        z = sae.encode(x)[:, : store.manifest["n_sparse"]]
     b = store.manifest["block_size"]
     a = z.view(n, -1, b).norm(dim=-1) if b > 1 else z
     return store, a.numpy(), cache, sae
@@ -48,7 +48,7 @@ def test_counts_top_examples_histogram_and_quantiles_match_brute_force(feature_w
             f = store.unit(u)
             vals = np.sort(a[fired[:, u], u])
             top = [e for e in f["examples"] if e["group"] == "top"]
-            np.testing.assert_allclose([e["value"] for e in top], vals[::-1][:c.n_top], rtol=1e-5)
+            np.testing.assert_allclose([e["value"] for e in top], vals[::-1][: c.n_top], rtol=1e-5)
             for e in top:  # the example's own token sits at `center`, with the unit's activation on it
                 assert e["tokens"][e["center"]] == store.token(int(tokens[e["row"]]))
                 assert e["acts"][e["center"]] == pytest.approx(a[e["row"], u], rel=1e-5)
@@ -66,21 +66,23 @@ def test_neighbours_labels_and_token_search_match_brute_force(feature_workspace,
     Wn = W / np.linalg.norm(W, axis=1, keepdims=True)
     cos = Wn @ Wn.T
     np.fill_diagonal(cos, -np.inf)
-    corr = np.corrcoef(a[:store.config.corr_tokens].T)
+    corr = np.corrcoef(a[: store.config.corr_tokens].T)
     np.fill_diagonal(corr, -np.inf)
-    labels = cache.labels("heldout")["task"][:len(a)]
+    labels = cache.labels("heldout")["task"][: len(a)]
     for u in np.flatnonzero((a > 0).sum(0) >= 5)[:20]:
         f = store.unit(u)
         ids, vals = zip(*f["neighbours"]["cos"])
-        np.testing.assert_allclose(vals, np.sort(cos[u])[::-1][:len(vals)], rtol=1e-4)
+        np.testing.assert_allclose(vals, np.sort(cos[u])[::-1][: len(vals)], rtol=1e-4)
         ids, vals = zip(*f["neighbours"]["corr"])
-        np.testing.assert_allclose(vals, np.sort(np.nan_to_num(corr[u], nan=-1))[::-1][:len(vals)], rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(
+            vals, np.sort(np.nan_to_num(corr[u], nan=-1))[::-1][: len(vals)], rtol=1e-4, atol=1e-6
+        )
         fires = a[:, u] > 0
         names_ = store.manifest["label_kinds"]["task"]
         v = names_.index(f["stats"]["task_label"])
         assert f["stats"]["task_precision"] == pytest.approx((labels[fires] == v).mean(), rel=1e-5)
         assert f["stats"]["task_recall"] == pytest.approx((fires & (labels == v)).sum() / (labels == v).sum(), rel=1e-5)
-    tokens = cache.token_ids("heldout")[:len(a)]
+    tokens = cache.token_ids("heldout")[: len(a)]
     t = np.bincount(tokens).argmax()
     word = store.token(int(t))
     means = a[tokens == t].mean(0)
@@ -115,8 +117,9 @@ def test_architecture_panels(feature_workspace, names):
     u = int(np.argmax((a > 0).sum(0)))
     f = store.unit(u)
     coords = np.array(f["block_coords"])
-    np.testing.assert_allclose(np.linalg.norm(coords, axis=1), [e["value"] for e in f["examples"] if e["group"] == "top"],
-                               rtol=1e-4)
+    np.testing.assert_allclose(
+        np.linalg.norm(coords, axis=1), [e["value"] for e in f["examples"] if e["group"] == "top"], rtol=1e-4
+    )
 
 
 def test_an_interrupted_build_resumes_to_the_same_store(feature_workspace, names, tmp_path, monkeypatch):
@@ -169,5 +172,8 @@ def test_bad_input_gets_clear_messages(feature_workspace, names, tmp_path, capsy
         FeatureStore(tmp_path)
     with pytest.raises(FeatureStoreError, match="split"):
         FeatureConfig(split="test")
-    assert main(["features", "build", str(tmp_path), "--cache", str(feature_workspace / "caches" / "random-synthetic")]) == 2
+    assert (
+        main(["features", "build", str(tmp_path), "--cache", str(feature_workspace / "caches" / "random-synthetic")])
+        == 2
+    )
     assert "not an SAE folder" in capsys.readouterr().err

@@ -45,7 +45,9 @@ def _fake_hub_gpt2(hf_home):
     repo = hf_home / "hub" / "models--gpt2"
     snap = repo / "snapshots" / commit
     torch.manual_seed(0)
-    GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=64, n_ctx=64, vocab_size=len(tok))).save_pretrained(snap)
+    GPT2LMHeadModel(
+        GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=64, n_ctx=64, vocab_size=len(tok))
+    ).save_pretrained(snap)
     tok.save_pretrained(snap)
     (repo / "refs").mkdir(parents=True)
     (repo / "refs" / "main").write_text(commit)
@@ -54,8 +56,13 @@ def _fake_hub_gpt2(hf_home):
 def test_transformerlens_names_load_offline_from_the_hf_cache(tmp_path):
     _fake_hub_gpt2(tmp_path)
     env = {**os.environ, "HF_HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    out = subprocess.run([sys.executable, "-m", "workbench.cli", "model", "info", "--model", "gpt2"],
-                         env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "workbench.cli", "model", "info", "--model", "gpt2"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     assert "2 layers, d_model 32" in out.stdout and "blocks.{0..1}.hook_resid_post" in out.stdout
 
@@ -65,16 +72,29 @@ def test_transformerlens_names_offline_without_a_cached_copy_are_one_clear_error
 
     monkeypatch.setattr(hub, "HF_HUB_OFFLINE", True)  # offline, with an empty Hugging Face cache
     monkeypatch.setattr(hub, "HF_HUB_CACHE", str(tmp_path))
-    with pytest.raises(ModelSpecError, match="cannot load model 'gpt2' from the Hugging Face Hub: it is not in the local"):
+    with pytest.raises(
+        ModelSpecError, match="cannot load model 'gpt2' from the Hugging Face Hub: it is not in the local"
+    ):
         load("gpt2", device="cpu")
 
 
-@pytest.mark.parametrize("damage, match", [
-    (lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:300]),
-     r"model.safetensors is damaged or does not fit .*config.json \(SafetensorError"),
-    (lambda d: (d / "config.json").write_text("[1, 2]"), r"config.json is not a workbench model config \(TypeError"),
-    (lambda d: (d / "config.json").write_text("{oops"), r"config.json is not a workbench model config \(JSONDecodeError"),
-])
+@pytest.mark.parametrize(
+    "damage, match",
+    [
+        (
+            lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:300]),
+            r"model.safetensors is damaged or does not fit .*config.json \(SafetensorError",
+        ),
+        (
+            lambda d: (d / "config.json").write_text("[1, 2]"),
+            r"config.json is not a workbench model config \(TypeError",
+        ),
+        (
+            lambda d: (d / "config.json").write_text("{oops"),
+            r"config.json is not a workbench model config \(JSONDecodeError",
+        ),
+    ],
+)
 def test_damaged_model_folders_are_named(tiny, tmp_path, damage, match):
     folder = save(tiny[0], tmp_path / "m")
     damage(folder)

@@ -5,12 +5,21 @@ import torch
 from safetensors.torch import load_file
 
 from workbench.cli import main
-from workbench.models import EMBEDDED, load
-from workbench.models import toy
+from workbench.models import EMBEDDED, load, toy
 from workbench.models.toy import TinyConfig, TrainConfigError, train_tiny
 
-SMALL = dict(n_layers=1, d_model=16, n_heads=2, d_mlp=32, n_ctx=32, steps=4, batch_size=2, warmup=1, eval_queries=2,
-             checkpoint_every=2)
+SMALL = dict(
+    n_layers=1,
+    d_model=16,
+    n_heads=2,
+    d_mlp=32,
+    n_ctx=32,
+    steps=4,
+    batch_size=2,
+    warmup=1,
+    eval_queries=2,
+    checkpoint_every=2,
+)
 
 
 def test_trains_a_loadable_model_with_a_card(tmp_path):
@@ -59,10 +68,17 @@ def test_refuses_non_empty_output_and_names_the_shipped_model(tmp_path, capsys):
     assert (tmp_path / "ws" / "models" / "tiny" / "model.safetensors").is_file()
 
 
-@pytest.mark.parametrize("field,value,match", [("steps", 0, "steps must be >= 1"), ("steps", -1, "steps must be >= 1"),
-                                               ("batch_size", 0, "batch_size must be >= 1"),
-                                               ("n_ctx", 8, "n_ctx must be >= 24"), ("lr", 5.0, "lr must be in"),
-                                               ("n_heads", 3, "not divisible")])
+@pytest.mark.parametrize(
+    "field,value,match",
+    [
+        ("steps", 0, "steps must be >= 1"),
+        ("steps", -1, "steps must be >= 1"),
+        ("batch_size", 0, "batch_size must be >= 1"),
+        ("n_ctx", 8, "n_ctx must be >= 24"),
+        ("lr", 5.0, "lr must be in"),
+        ("n_heads", 3, "not divisible"),
+    ],
+)
 def test_config_is_validated_before_anything_is_written(tmp_path, field, value, match):
     with pytest.raises(TrainConfigError, match=match):
         train_tiny(tmp_path / "m", TinyConfig(**{**SMALL, field: value}), progress=False)

@@ -10,8 +10,15 @@ import torch
 D_IN = 32
 
 
-def feature_batches(start: int = 0, rank: int = 0, world: int = 1, batch: int = 128, d: int = D_IN,
-                    n_features: int = 64, density: float = 0.05):
+def feature_batches(
+    start: int = 0,
+    rank: int = 0,
+    world: int = 1,
+    batch: int = 128,
+    d: int = D_IN,
+    n_features: int = 64,
+    density: float = 0.05,
+):
     """Batch i depends only on (i, rank): sparse non-negative codes over fixed random features + an offset."""
     feats = torch.randn(n_features, d, generator=torch.Generator().manual_seed(123))
     i = start

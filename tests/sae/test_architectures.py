@@ -58,8 +58,10 @@ def test_auxk_gradient_reaches_the_encoder(arch):
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_each_architecture_learns_and_inference_matches_training_rule(arch):
-    tr = Trainer([_cfg(arch, scaffold_rank=2)], TrainConfig(n_tokens=128 * 100, batch_size=128, lr=3e-3,
-                                                            warmup_steps=5, progress=False))
+    tr = Trainer(
+        [_cfg(arch, scaffold_rank=2)],
+        TrainConfig(n_tokens=128 * 100, batch_size=128, lr=3e-3, warmup_steps=5, progress=False),
+    )
     run_steps(tr, feature_batches(), 100)
     tr.log_point()
     sae, row = tr.saes[0], tr.curves[0][-1]
@@ -93,8 +95,9 @@ def test_row_chunked_selection_matches_one_pass(arch, monkeypatch):
         sae.zero_grad()
         out = sae(x, dead)
         out["loss"].backward()
-        runs.append([out["loss"].detach(), sae.encode(x)] + [p.grad.clone() for p in sae.parameters()
-                                                             if p.grad is not None])
+        runs.append(
+            [out["loss"].detach(), sae.encode(x)] + [p.grad.clone() for p in sae.parameters() if p.grad is not None]
+        )
     assert len(runs[0]) == len(runs[1]) > 3
     for i, (a, b) in enumerate(zip(*runs)):
         torch.testing.assert_close(a, b, msg=f"item {i}")
@@ -203,7 +206,7 @@ def test_input_scaling_makes_mean_norm_sqrt_d():
     x = next(feature_batches()) * 50
     sae = build(_cfg("topk"))
     sae.init_from_batch(x)
-    assert abs(float((x * sae.input_scale).norm(dim=-1).mean()) - D_IN ** 0.5) < 1e-3
+    assert abs(float((x * sae.input_scale).norm(dim=-1).mean()) - D_IN**0.5) < 1e-3
 
 
 def test_scaffold_pca_init_spans_top_components():

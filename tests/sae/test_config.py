@@ -12,32 +12,38 @@ def test_defaults_resolve_against_the_data():
     assert SAEConfig.from_dict(c.to_dict()) == c
 
 
-@pytest.mark.parametrize("kw, match", [
-    ({"architecture": "topk", "d_in": 64}, "d_in=64 but the data has width 32"),
-    ({"architecture": "topk", "k": 300, "n_latents": 256}, "k=300 must be between 1 and n_latents=256"),
-    ({"architecture": "batchtopk", "k": 0}, "k=0"),
-    ({"architecture": "matryoshka", "prefixes": [64, 32, 256]}, "strictly increasing"),
-    ({"architecture": "matryoshka", "prefixes": [32, 64, 128]}, "ending at n_latents=256"),
-    ({"architecture": "topk", "prefixes": [32, 256]}, "only apply to architecture='matryoshka'"),
-    ({"architecture": "block_topk", "n_latents": 100, "block_size": 3}, "block_size=3 must divide n_latents=100"),
-    ({"architecture": "block_topk", "block_size": 4, "n_active_blocks": 65}, "n_active_blocks=65"),
-    ({"architecture": "sparse"}, "architecture='sparse' is not valid; choose one of"),
-    ({"architecture": "topk", "scaffold_init": "svd"}, "scaffold_init='svd' is not valid"),
-    ({"architecture": "topk", "scaffold_rank": 32}, "scaffold_rank=32"),
-    ({"architecture": "block_topk", "n_latents": 96, "reg_l1_off": 0.1}, "regularisers apply to"),
-    ({"architecture": "topk", "dense_tau": 1.5}, "dense_tau"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"architecture": "topk", "d_in": 64}, "d_in=64 but the data has width 32"),
+        ({"architecture": "topk", "k": 300, "n_latents": 256}, "k=300 must be between 1 and n_latents=256"),
+        ({"architecture": "batchtopk", "k": 0}, "k=0"),
+        ({"architecture": "matryoshka", "prefixes": [64, 32, 256]}, "strictly increasing"),
+        ({"architecture": "matryoshka", "prefixes": [32, 64, 128]}, "ending at n_latents=256"),
+        ({"architecture": "topk", "prefixes": [32, 256]}, "only apply to architecture='matryoshka'"),
+        ({"architecture": "block_topk", "n_latents": 100, "block_size": 3}, "block_size=3 must divide n_latents=100"),
+        ({"architecture": "block_topk", "block_size": 4, "n_active_blocks": 65}, "n_active_blocks=65"),
+        ({"architecture": "sparse"}, "architecture='sparse' is not valid; choose one of"),
+        ({"architecture": "topk", "scaffold_init": "svd"}, "scaffold_init='svd' is not valid"),
+        ({"architecture": "topk", "scaffold_rank": 32}, "scaffold_rank=32"),
+        ({"architecture": "block_topk", "n_latents": 96, "reg_l1_off": 0.1}, "regularisers apply to"),
+        ({"architecture": "topk", "dense_tau": 1.5}, "dense_tau"),
+    ],
+)
 def test_bad_sae_configs(kw, match):
     with pytest.raises(ConfigError, match=match):
         SAEConfig(**kw).resolve(d_in=32, n_tokens=10_000)
 
 
-@pytest.mark.parametrize("kw, world, match", [
-    ({"batch_size": 100}, 3, "multiple of the number of processes"),
-    ({"n_tokens": 10, "batch_size": 100}, 1, "less than one batch"),
-    ({"on_nonfinite": "ignore"}, 1, "on_nonfinite='ignore' is not valid"),
-    ({"lr": -1.0}, 1, "lr=-1.0"),
-])
+@pytest.mark.parametrize(
+    "kw, world, match",
+    [
+        ({"batch_size": 100}, 3, "multiple of the number of processes"),
+        ({"n_tokens": 10, "batch_size": 100}, 1, "less than one batch"),
+        ({"on_nonfinite": "ignore"}, 1, "on_nonfinite='ignore' is not valid"),
+        ({"lr": -1.0}, 1, "lr=-1.0"),
+    ],
+)
 def test_bad_train_configs(kw, world, match):
     with pytest.raises(ConfigError, match=match):
         TrainConfig(**kw).validate(world)
@@ -54,12 +60,15 @@ def test_sae_name_must_stay_inside_the_output_folder(name):
         SAEConfig(name=name).resolve(d_in=32, n_tokens=10_000)
 
 
-@pytest.mark.parametrize("kw, match", [
-    ({"dense_tau": "abc"}, "dense_tau='abc' is not of type float"),
-    ({"architecture": "matryoshka", "prefixes": "[1,2"}, r"prefixes='\[1,2' is not of type list\[int\] \| None"),
-    ({"k": 2.5}, "k=2.5 is not of type int"),
-    ({"scaffold_trainable": 1}, "scaffold_trainable=1 is not of type bool"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"dense_tau": "abc"}, "dense_tau='abc' is not of type float"),
+        ({"architecture": "matryoshka", "prefixes": "[1,2"}, r"prefixes='\[1,2' is not of type list\[int\] \| None"),
+        ({"k": 2.5}, "k=2.5 is not of type int"),
+        ({"scaffold_trainable": 1}, "scaffold_trainable=1 is not of type bool"),
+    ],
+)
 def test_field_types_are_checked(kw, match):
     with pytest.raises(ConfigError, match=match):
         SAEConfig(**kw).resolve(d_in=32, n_tokens=10_000)

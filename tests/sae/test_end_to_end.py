@@ -19,13 +19,17 @@ EXAMPLE = ROOT / "examples" / "train_sae.py"
 
 
 def _tc(**kw):
-    return TrainConfig(**{"n_tokens": 256 * 30, "batch_size": 256, "lr": 1e-3, "log_every": 10, "progress": False, **kw})
+    return TrainConfig(
+        **{"n_tokens": 256 * 30, "batch_size": 256, "lr": 1e-3, "log_every": 10, "progress": False, **kw}
+    )
 
 
 def test_train_and_evaluate_from_the_cache(tiny_cache, tmp_path):
     cache, model = tiny_cache
-    cfgs = [SAEConfig("topk", k=8, expansion=2), SAEConfig("block_topk", n_latents=255, block_size=3,
-                                                             n_active_blocks=3, scaffold_rank=4)]
+    cfgs = [
+        SAEConfig("topk", k=8, expansion=2),
+        SAEConfig("block_topk", n_latents=255, block_size=3, n_active_blocks=3, scaffold_rank=4),
+    ]
     folders = train(cache, HOOK, cfgs, _tc(), tmp_path)
     for folder in folders:
         assert load_sae(folder).cfg.metadata.hook_name == HOOK
@@ -61,8 +65,23 @@ def _run(cmd, tmp_path):
 
 
 def _example_args(cache, model, out):
-    return [str(EXAMPLE), "--cache", str(cache), "--out", str(out), "--model", str(model), "--k", "8",
-            "--expansion", "2", "--n-tokens", str(256 * 20), "--batch-size", "256"]
+    return [
+        str(EXAMPLE),
+        "--cache",
+        str(cache),
+        "--out",
+        str(out),
+        "--model",
+        str(model),
+        "--k",
+        "8",
+        "--expansion",
+        "2",
+        "--n-tokens",
+        str(256 * 20),
+        "--batch-size",
+        "256",
+    ]
 
 
 @pytest.mark.slow
@@ -75,8 +94,15 @@ def test_example_script_runs(tiny_cache, tmp_path):
 @pytest.mark.slow
 def test_example_script_under_torchrun_with_two_processes(tiny_cache, tmp_path):
     cache, model = tiny_cache
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           *_example_args(cache, model, tmp_path / "ddp")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        *_example_args(cache, model, tmp_path / "ddp"),
+    ]
     rows = _run(cmd, tmp_path)
     assert len(rows) == 2  # only rank 0 evaluates and prints
     for folder in sorted((tmp_path / "ddp").iterdir()):

@@ -14,7 +14,9 @@ from workbench.sae.trainer import Trainer, run_steps
 from .conftest import D_IN, feature_batches
 
 EXPECTED = {  # architecture -> (SAELens architecture, class) without / with a scaffold
-    "topk": ("topk", TopKSAE), "batchtopk": ("jumprelu", JumpReLUSAE), "matryoshka": ("jumprelu", JumpReLUSAE),
+    "topk": ("topk", TopKSAE),
+    "batchtopk": ("jumprelu", JumpReLUSAE),
+    "matryoshka": ("jumprelu", JumpReLUSAE),
     "block_topk": ("workbench_block_sparse", BlockSparseSAE),
     "group_lasso": ("workbench_block_sparse", BlockSparseSAE),
     "block_jumprelu": ("workbench_block_sparse", BlockSparseSAE),
@@ -23,8 +25,9 @@ EXPECTED = {  # architecture -> (SAELens architecture, class) without / with a s
 
 
 def _trained(arch, scaffold_rank):
-    cfg = SAEConfig(arch, k=4, n_latents=48, block_size=3, n_active_blocks=2, block_l0_coef=0.3,
-                    scaffold_rank=scaffold_rank).resolve(D_IN, 10_000)
+    cfg = SAEConfig(
+        arch, k=4, n_latents=48, block_size=3, n_active_blocks=2, block_l0_coef=0.3, scaffold_rank=scaffold_rank
+    ).resolve(D_IN, 10_000)
     tr = Trainer([cfg], TrainConfig(n_tokens=128 * 20, batch_size=128, lr=3e-3, warmup_steps=1, progress=False))
     run_steps(tr, feature_batches(), 20)
     return tr.saes[0]
@@ -49,7 +52,7 @@ def test_saelens_loads_and_matches(arch, scaffold_rank, tmp_path):
         assert torch.allclose(loaded.threshold[: sae.cfg.n_latents], torch.tensor(float(sae.threshold)))
     if scaffold_rank:  # zeroing the scaffold's codes removes exactly its output
         codes = loaded.encode(x)
-        codes[:, sae.cfg.n_latents:] = 0
+        codes[:, sae.cfg.n_latents :] = 0
         torch.testing.assert_close(loaded.decode(codes), sae.reconstruct(x, drop_scaffold=True), atol=1e-4, rtol=1e-4)
     assert load_sae(tmp_path).cfg.d_in == D_IN
 

@@ -77,14 +77,17 @@ def test_support_from_topk_matches_from_mask_and_expands_blocks():
 def test_support_cat_offsets_rows():
     h = torch.randn(5, 8, generator=torch.Generator().manual_seed(4))
     whole = Support.from_topk(h, h.topk(3).indices)
-    parts = Support.cat([Support.from_topk(h[:2], h[:2].topk(3).indices), Support.from_topk(h[2:], h[2:].topk(3).indices)])
+    parts = Support.cat(
+        [Support.from_topk(h[:2], h[:2].topk(3).indices), Support.from_topk(h[2:], h[2:].topk(3).indices)]
+    )
     for f in ("rows", "idx", "pre"):
         assert torch.equal(getattr(whole, f), getattr(parts, f))
     assert parts.n_rows == 5
 
 
-@pytest.mark.parametrize("shape,k", [((64, 2048), 32), ((7, 12288), 32), ((1, 4096 * 64), 4096), ((3, 96), 5),
-                                     ((5, 100), 3)])
+@pytest.mark.parametrize(
+    "shape,k", [((64, 2048), 32), ((7, 12288), 32), ((1, 4096 * 64), 4096), ((3, 96), 5), ((5, 100), 3)]
+)
 def test_grouped_topk_is_exact(shape, k):
     g = torch.Generator().manual_seed(shape[1])
     t = torch.randn(shape, generator=g)

@@ -16,7 +16,7 @@ def test_recon_accumulator_matches_direct_formulas():
     z[::20, 1] = 2.0  # fires on 5% of tokens
     acc = metrics.ReconAccumulator(6)
     for i in range(0, 300, 64):  # chunked like the evaluator
-        acc.add(x[i:i + 64], x_hat[i:i + 64], z[i:i + 64])
+        acc.add(x[i : i + 64], x_hat[i : i + 64], z[i : i + 64])
     r = acc.result(dense_tau=0.1)
     fvu = float((x - x_hat).pow(2).sum() / (x - x.mean(0)).pow(2).sum())
     assert r["fvu"] == pytest.approx(fvu, rel=1e-5)

@@ -12,13 +12,26 @@ from workbench.sae.trainer import NonFiniteError, Trainer, fit, lr_factor, run_s
 
 from .conftest import D_IN, feature_batches
 
-CFGS = [SAEConfig("topk", k=4, n_latents=64, dead_tokens=2000), SAEConfig("batchtopk", k=4, n_latents=64),
-        SAEConfig("block_topk", n_latents=48, block_size=3, n_active_blocks=2, scaffold_rank=2)]
+CFGS = [
+    SAEConfig("topk", k=4, n_latents=64, dead_tokens=2000),
+    SAEConfig("batchtopk", k=4, n_latents=64),
+    SAEConfig("block_topk", n_latents=48, block_size=3, n_active_blocks=2, scaffold_rank=2),
+]
 
 
 def _tc(**kw):
-    return TrainConfig(**{"n_tokens": 128 * 40, "batch_size": 128, "lr": 2e-3, "warmup_steps": 5,
-                          "checkpoint_every": 10, "log_every": 5, "progress": False, **kw})
+    return TrainConfig(
+        **{
+            "n_tokens": 128 * 40,
+            "batch_size": 128,
+            "lr": 2e-3,
+            "warmup_steps": 5,
+            "checkpoint_every": 10,
+            "log_every": 5,
+            "progress": False,
+            **kw,
+        }
+    )
 
 
 class Crash(Exception):
@@ -27,16 +40,19 @@ class Crash(Exception):
 
 def crashing(after: int):
     """A batch source that dies once `after` batches have been served (a kill mid-run)."""
+
     def make(start, rank, world):
         for i, x in enumerate(feature_batches(start, rank, world)):
             if start + i >= after:
                 raise Crash
             yield x
+
     return make
 
 
 def _weights(folder):
     from safetensors.torch import load_file
+
     return load_file(str(folder / "sae_weights.safetensors"))
 
 
@@ -99,6 +115,7 @@ def _poisoned(bad_step):
                 x = x.clone()
                 x[3, 5] = float("nan")
             yield x
+
     return make
 
 
@@ -154,8 +171,9 @@ def test_duplicate_names_are_refused():
 
 
 def test_run_steps_is_a_plain_benchmark_entry_point():
-    tr = Trainer([SAEConfig("topk", k=4, n_latents=64), SAEConfig("topk", k=4, n_latents=64, kernel="dense")],
-                 _tc(), d_in=D_IN)
+    tr = Trainer(
+        [SAEConfig("topk", k=4, n_latents=64), SAEConfig("topk", k=4, n_latents=64, kernel="dense")], _tc(), d_in=D_IN
+    )
     xs = [next(feature_batches(i)) for i in range(3)]
     run_steps(tr, xs, 3)
     assert tr.step == 3 and tr.tokens == 3 * 128

@@ -1,8 +1,8 @@
 """`workbench attention sparsify|report|compare` (argparse wiring; torch is imported inside the commands).
 
-    workbench attention sparsify --model tiny [--workspace W] [--name N | --out DIR] [--tolerance 0.01] [--resume]
-    workbench attention report W/models/tiny-sparse
-    workbench attention compare --base tiny --sparse sparse-tiny --task ioi --n 20 [--out compare.json]
+workbench attention sparsify --model tiny [--workspace W] [--name N | --out DIR] [--tolerance 0.01] [--resume]
+workbench attention report W/models/tiny-sparse
+workbench attention compare --base tiny --sparse sparse-tiny --task ioi --n 20 [--out compare.json]
 """
 
 from __future__ import annotations
@@ -17,8 +17,11 @@ def add_commands(sub, parents=()) -> None:
     p = sub.add_parser("attention", help="sparse-attention post-training under a loss constraint")
     a = p.add_subparsers(dest="attention_command", required=True, metavar="ACTION")
 
-    s = a.add_parser("sparsify", parents=list(parents),
-                     help="train attention gates (and weights) keeping held-out CE within a tolerance")
+    s = a.add_parser(
+        "sparsify",
+        parents=list(parents),
+        help="train attention gates (and weights) keeping held-out CE within a tolerance",
+    )
     s.add_argument("--model", default="tiny", help="base model: tiny, a saved model folder, or a TransformerLens name")
     s.add_argument("--name", help="model folder in <workspace>/models (default: MODEL-sparse)")
     s.add_argument("--out", help="model folder instead of <workspace>/models/NAME")
@@ -28,8 +31,13 @@ def add_commands(sub, parents=()) -> None:
 
     add_config_flags(s, SparsifyConfig, SPARSIFY)
     add_config_flags(s, GateConfig, GATE)
-    s.add_argument("--set", nargs="*", default=[], metavar="FIELD=JSON",
-                   help="GateConfig fields without a flag, e.g. hard_concrete_limits=[-0.1,1.1]")
+    s.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="FIELD=JSON",
+        help="GateConfig fields without a flag, e.g. hard_concrete_limits=[-0.1,1.1]",
+    )
     s.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=run_sparsify)
@@ -64,8 +72,15 @@ def run_sparsify(args) -> int:
     gate = GateConfig(**config_values(args, GateConfig, GATE), **set_fields(GateConfig, args.set))
     cfg = SparsifyConfig(gates=gate, progress=not args.quiet, **config_values(args, SparsifyConfig, SPARSIFY))
     cfg.validate()  # a bad value fails here, before the model loads
-    report, out = sparsify_attention(Workspace(args.workspace), args.model, cfg, corpus_spec=args.corpus, out=args.out,
-                                     name=args.name, resume=args.resume)
+    report, out = sparsify_attention(
+        Workspace(args.workspace),
+        args.model,
+        cfg,
+        corpus_spec=args.corpus,
+        out=args.out,
+        name=args.name,
+        resume=args.resume,
+    )
     if dist_info()[0] != 0:  # under torchrun rank 0 prints, records and exits non-zero on an unmet constraint
         return 0
     print(format_report(report))
@@ -73,7 +88,8 @@ def run_sparsify(args) -> int:
         raise ConstraintNotMet(
             f"no evaluated state met held-out CE <= {report['ce_target']:.4f} (base {report['ce_base']:.4f} + "
             f"tolerance {report['tolerance']}); saved the lowest-CE state (CE {report['ce']['sparse']:.4f}) in {out} "
-            "marked constraint_met=false; raise --steps, lr or multiplier_lr, or the tolerance")
+            "marked constraint_met=false; raise --steps, lr or multiplier_lr, or the tolerance"
+        )
     return 0
 
 
@@ -97,11 +113,14 @@ def run_compare(args) -> int:
     try:
         targets = tuple(float(t) for t in args.targets.split(",") if t.strip())
     except ValueError:
-        raise BadValueError(f"--targets {args.targets!r} must be comma-separated numbers in (0, 1], e.g. 0.8,0.9") from None
+        raise BadValueError(
+            f"--targets {args.targets!r} must be comma-separated numbers in (0, 1], e.g. 0.8,0.9"
+        ) from None
     base, _ = load(args.base)
     sparse, _ = load(args.sparse)
-    res = compare(base, sparse, args.task, args.n, targets, seed=args.seed, n_samples=args.samples,
-                  progress=not args.quiet)
+    res = compare(
+        base, sparse, args.task, args.n, targets, seed=args.seed, n_samples=args.samples, progress=not args.quiet
+    )
     print(format_compare(res))
     if args.out:
         atomic_write_text(args.out, json.dumps(res, indent=1))

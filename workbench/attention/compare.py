@@ -28,9 +28,11 @@ class CompareError(UserError, ValueError):
 def check_same_vocab(base, sparse) -> None:
     vb, vs = base.tokenizer.get_vocab(), sparse.tokenizer.get_vocab()
     if base.cfg.d_vocab != sparse.cfg.d_vocab or vb != vs:
-        raise CompareError(f"the models have different vocabularies (base {base.cfg.model_name!r}: d_vocab "
-                           f"{base.cfg.d_vocab}, {len(vb)} tokens; sparse {sparse.cfg.model_name!r}: d_vocab "
-                           f"{sparse.cfg.d_vocab}, {len(vs)} tokens); compare a sparse model with the base it came from")
+        raise CompareError(
+            f"the models have different vocabularies (base {base.cfg.model_name!r}: d_vocab "
+            f"{base.cfg.d_vocab}, {len(vb)} tokens; sparse {sparse.cfg.model_name!r}: d_vocab "
+            f"{sparse.cfg.d_vocab}, {len(vs)} tokens); compare a sparse model with the base it came from"
+        )
 
 
 def _logit_diff(logits: torch.Tensor, answer: int, wrong: int) -> torch.Tensor:
@@ -42,11 +44,13 @@ def _run_kept(model, tokens: torch.Tensor, keep: torch.Tensor | None) -> torch.T
     """Logits with only the kept entries [b, L, H, q, k] in each softmax (None: the model as is)."""
     hooks = []
     if keep is not None:
+
         def fn(pattern, hook):
             k = keep[:, int(hook.name.split(".")[1])].to(pattern.dtype)
             p = pattern * k
             s = p.sum(-1, keepdim=True)
             return p / torch.where(s > 0, s, torch.ones_like(s))
+
         hooks = [(f"blocks.{i}.attn.hook_pattern", fn) for i in range(model.cfg.n_layers)]
     return model.run_with_hooks(tokens.expand(1 if keep is None else keep.shape[0], -1), fwd_hooks=hooks)
 
@@ -73,8 +77,16 @@ def attention_scores(model, tokens: torch.Tensor, answer: int, wrong: int) -> tu
 
 
 @torch.no_grad()
-def token_edges(model, tokens: torch.Tensor, answer: int, wrong: int, clean: float, empty: float,
-                targets=TARGETS, max_batch: int = 32) -> dict:
+def token_edges(
+    model,
+    tokens: torch.Tensor,
+    answer: int,
+    wrong: int,
+    clean: float,
+    empty: float,
+    targets=TARGETS,
+    max_batch: int = 32,
+) -> dict:
     """Fewest top-ranked attention entries keeping NDF >= each target (see the module doc)."""
     from workbench.circuits.metrics import ndf
 
@@ -88,18 +100,20 @@ def token_edges(model, tokens: torch.Tensor, answer: int, wrong: int, clean: flo
     def values(ks: list[int]) -> None:
         ks = [k for k in dict.fromkeys(ks) if k not in memo]
         for i in range(0, len(ks), max_batch):
-            chunk = ks[i:i + max_batch]
+            chunk = ks[i : i + max_batch]
             keep = torch.zeros(len(chunk), flat.numel(), dtype=torch.bool, device=flat.device)
             for r, k in enumerate(chunk):
                 keep[r, order[:k]] = True
             v = _logit_diff(_run_kept(model, tokens, keep.reshape(len(chunk), *score.shape)), answer, wrong)
             memo.update(zip(chunk, ndf(v.cpu().numpy(), clean, empty).tolist()))
 
-    grid = sorted({0, n_cand} | {int(round(1.25 ** i)) for i in range(80) if 1.25 ** i < n_cand})
+    grid = sorted({0, n_cand} | {int(round(1.25**i)) for i in range(80) if 1.25**i < n_cand})
     values(grid)
-    out = {"candidates": n_cand, "causal_entries": int(score.shape[0] * score.shape[1] * tokens.shape[-1] *
-                                                        (tokens.shape[-1] + 1) // 2),
-           "ndf_all_kept": memo[n_cand]}
+    out = {
+        "candidates": n_cand,
+        "causal_entries": int(score.shape[0] * score.shape[1] * tokens.shape[-1] * (tokens.shape[-1] + 1) // 2),
+        "ndf_all_kept": memo[n_cand],
+    }
     for t in targets:
         hits = [k for k in grid if memo[k] >= t]
         if not hits:
@@ -137,8 +151,14 @@ def query_side(model, cq, targets=TARGETS, n_samples: int = 3, steps: int = 5, s
     except ZeroGapError as e:
         return {"skipped": str(e)}
     torch.manual_seed(seed)
-    res = {"clean": search.ev.clean, "counterfactual": search.ev.empty, "gap": search.ev.gap,
-           "graph_edges": search.graph.n_edges, "component": {}, "token": None}
+    res = {
+        "clean": search.ev.clean,
+        "counterfactual": search.ev.empty,
+        "gap": search.ev.gap,
+        "graph_edges": search.graph.n_edges,
+        "component": {},
+        "token": None,
+    }
     for t in targets:
         f = search.sparsest(t)
         heads, mlps = _nodes(search.graph, f.mask)
@@ -152,8 +172,17 @@ def _ratio(a: list, b: list) -> float | None:
     return float(np.mean([x for x, _ in pairs]) / np.mean([y for _, y in pairs])) if pairs else None
 
 
-def compare(base, sparse, task: str, n: int = 20, targets=TARGETS, seed: int = 0, n_samples: int = 3,
-            steps: int = 5, progress: bool = True) -> dict:
+def compare(
+    base,
+    sparse,
+    task: str,
+    n: int = 20,
+    targets=TARGETS,
+    seed: int = 0,
+    n_samples: int = 3,
+    steps: int = 5,
+    progress: bool = True,
+) -> dict:
     """Per-query counts on both models and, per target, the base/sparse ratios (of the means over queries
     answered by both)."""
     from workbench.corpus import tasks
@@ -167,28 +196,58 @@ def compare(base, sparse, task: str, n: int = 20, targets=TARGETS, seed: int = 0
     it = qs
     if progress:
         from tqdm.auto import tqdm
+
         it = tqdm(qs, desc=f"compare {task}")
     rows = []
     for cq in it:
-        rows.append({"prompt": cq.prompt, "answer": cq.answer, "wrong": cq.wrong, "counterfactual": cq.counterfactual,
-                     "base": query_side(base, cq, targets, n_samples, steps, seed),
-                     "sparse": query_side(sparse, cq, targets, n_samples, steps, seed)})
+        rows.append(
+            {
+                "prompt": cq.prompt,
+                "answer": cq.answer,
+                "wrong": cq.wrong,
+                "counterfactual": cq.counterfactual,
+                "base": query_side(base, cq, targets, n_samples, steps, seed),
+                "sparse": query_side(sparse, cq, targets, n_samples, steps, seed),
+            }
+        )
     used = [r for r in rows if "skipped" not in r["base"] and "skipped" not in r["sparse"]]
     summary = {}
     for t in map(str, targets):
+
         def col(side, level, key):
             return [r[side][level][t][key] for r in used]
+
         comp_b, comp_s = col("base", "component", "edges"), col("sparse", "component", "edges")
         tok_b, tok_s = col("base", "token", "entries"), col("sparse", "token", "entries")
-        nodes = lambda side: [len(r[side]["component"][t]["heads"]) + len(r[side]["component"][t]["mlps"])  # noqa: E731
-                              for r in used]
-        summary[t] = {"component_edges": {"base": _mean(comp_b), "sparse": _mean(comp_s), "ratio": _ratio(comp_b, comp_s)},
-                      "nodes": {"base": _mean(nodes("base")), "sparse": _mean(nodes("sparse")),
-                                "ratio": _ratio(nodes("base"), nodes("sparse"))},
-                      "token_entries": {"base": _mean(tok_b), "sparse": _mean(tok_s), "ratio": _ratio(tok_b, tok_s),
-                                        "unreached": {"base": tok_b.count(None), "sparse": tok_s.count(None)}}}
-    return {"task": task, "n": n, "n_used": len(used), "targets": list(targets), "seed": seed,
-            "base_model": model_id(base), "sparse_model": model_id(sparse), "summary": summary, "queries": rows}
+        nodes = lambda side: [
+            len(r[side]["component"][t]["heads"]) + len(r[side]["component"][t]["mlps"])  # noqa: E731
+            for r in used
+        ]
+        summary[t] = {
+            "component_edges": {"base": _mean(comp_b), "sparse": _mean(comp_s), "ratio": _ratio(comp_b, comp_s)},
+            "nodes": {
+                "base": _mean(nodes("base")),
+                "sparse": _mean(nodes("sparse")),
+                "ratio": _ratio(nodes("base"), nodes("sparse")),
+            },
+            "token_entries": {
+                "base": _mean(tok_b),
+                "sparse": _mean(tok_s),
+                "ratio": _ratio(tok_b, tok_s),
+                "unreached": {"base": tok_b.count(None), "sparse": tok_s.count(None)},
+            },
+        }
+    return {
+        "task": task,
+        "n": n,
+        "n_used": len(used),
+        "targets": list(targets),
+        "seed": seed,
+        "base_model": model_id(base),
+        "sparse_model": model_id(sparse),
+        "summary": summary,
+        "queries": rows,
+    }
 
 
 def _mean(v: list) -> float | None:
@@ -197,13 +256,18 @@ def _mean(v: list) -> float | None:
 
 
 def format_compare(res: dict) -> str:
-    lines = [f"{res['task']}: {res['n_used']}/{res['n']} queries with a gap on both models "
-             f"(base {res['base_model']}, sparse {res['sparse_model']})",
-             f"{'NDF':>5} {'level':<18}{'base':>10}{'sparse':>10}{'base/sparse':>13}"]
+    lines = [
+        f"{res['task']}: {res['n_used']}/{res['n']} queries with a gap on both models "
+        f"(base {res['base_model']}, sparse {res['sparse_model']})",
+        f"{'NDF':>5} {'level':<18}{'base':>10}{'sparse':>10}{'base/sparse':>13}",
+    ]
     f = lambda v, fmt=".1f": "-" if v is None else format(v, fmt)  # noqa: E731
     for t, s in res["summary"].items():
-        for name, key in (("component edges", "component_edges"), ("heads + MLPs", "nodes"),
-                          ("attention entries", "token_entries")):
+        for name, key in (
+            ("component edges", "component_edges"),
+            ("heads + MLPs", "nodes"),
+            ("attention entries", "token_entries"),
+        ):
             d = s[key]
             lines.append(f"{t:>5} {name:<18}{f(d['base']):>10}{f(d['sparse']):>10}{f(d['ratio'], '.2f'):>13}")
     return "\n".join(lines)

@@ -39,8 +39,14 @@ def _finite(name: str, value, positive: bool = False, non_negative: bool = False
         raise AttentionConfigError(f"{name}={value!r} must be {need}")
 
 
-_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "int | None": (int, type(None)),
-          "str | None": (str, type(None))}
+_TYPES = {
+    "int": (int,),
+    "float": (int, float),
+    "str": (str,),
+    "bool": (bool,),
+    "int | None": (int, type(None)),
+    "str | None": (str, type(None)),
+}
 
 
 def _check_types(obj) -> None:
@@ -68,18 +74,31 @@ class GateConfig:
     a head attends, invariant to per-row score shifts) or the raw score ("score").
     """
 
-    estimator: str = field(default="gumbel_st", metadata={  # straight-through Gumbel-sigmoid | hard-concrete
-        "help": "training relaxation of the gates", "choices": ESTIMATORS})
-    gate_input: str = field(default="log_prob", metadata={"help": "what the gate thresholds: the dense attention "
-                                                                  "log-probability or the raw score",
-                                                          "choices": GATE_INPUTS})
+    estimator: str = field(
+        default="gumbel_st",
+        metadata={  # straight-through Gumbel-sigmoid | hard-concrete
+            "help": "training relaxation of the gates",
+            "choices": ESTIMATORS,
+        },
+    )
+    gate_input: str = field(
+        default="log_prob",
+        metadata={
+            "help": "what the gate thresholds: the dense attention log-probability or the raw score",
+            "choices": GATE_INPUTS,
+        },
+    )
     init_scale: float = 1.0
     init_bias: float = 8.0  # log_prob: open iff attention > e^-8 at the start (every edge that matters)
     # a row with no open edge: "zero" (the head writes nothing at that query: exact, costs no edge) |
     # "first" (key 0, the BOS, is always open and counted: 1 edge per row, 2/(n_ctx+1) of causal pairs)
-    empty_row: str = field(default="zero", metadata={"help": "a row with no open edge: the head writes nothing "
-                                                             "there (zero) or key 0 stays open (first)",
-                                                     "choices": EMPTY_ROWS})
+    empty_row: str = field(
+        default="zero",
+        metadata={
+            "help": "a row with no open edge: the head writes nothing there (zero) or key 0 stays open (first)",
+            "choices": EMPTY_ROWS,
+        },
+    )
     hard_concrete_limits: tuple[float, float] = (-0.1, 1.1)  # the stretch (gamma, zeta) of Louizos et al.
     score_clamp: float = 30.0  # training only: exp(score - row max of open scores) capped at e^this
 
@@ -93,8 +112,10 @@ class GateConfig:
         _finite("score_clamp", self.score_clamp, positive=True)
         lo, hi = self.hard_concrete_limits
         if not (math.isfinite(lo) and math.isfinite(hi) and lo < 0 and hi > 1):
-            raise AttentionConfigError(f"hard_concrete_limits={list(self.hard_concrete_limits)} must be (gamma < 0, "
-                                       "zeta > 1), e.g. [-0.1, 1.1]")
+            raise AttentionConfigError(
+                f"hard_concrete_limits={list(self.hard_concrete_limits)} must be (gamma < 0, "
+                "zeta > 1), e.g. [-0.1, 1.1]"
+            )
         return self
 
     def to_dict(self) -> dict:
@@ -135,7 +156,9 @@ class SparsifyConfig:
     lambda_init: float = 1.0
     multiplier_lr: float = 1.0
     ce_ema: float = 0.9  # 0: dual ascent on each batch's violation; in (0, 1): on an EMA with this decay (GECO)
-    dual_ce: str = field(default="paired", metadata={"choices": DUAL_CE})  # CE_ref of the dual step: "paired" (base CE of the same batch) | "fixed"
+    dual_ce: str = field(
+        default="paired", metadata={"choices": DUAL_CE}
+    )  # CE_ref of the dual step: "paired" (base CE of the same batch) | "fixed"
     dual_margin: float = 0.2  # share of the tolerance held back in the dual step (sampled vs deterministic gates)
     tau_start: float = 1.0  # relaxation temperature, annealed to tau_end over the run
     tau_end: float = 0.1
@@ -153,8 +176,10 @@ class SparsifyConfig:
         self.gates.validate()
         _check_types(self)
         if not (isinstance(self.tolerance, (int, float)) and math.isfinite(self.tolerance) and self.tolerance > 0):
-            raise AttentionConfigError(f"tolerance={self.tolerance!r} must be a finite number > 0 (nats of held-out CE "
-                                       "above the base model, e.g. 0.01)")
+            raise AttentionConfigError(
+                f"tolerance={self.tolerance!r} must be a finite number > 0 (nats of held-out CE "
+                "above the base model, e.g. 0.01)"
+            )
         for name in ("lr", "weight_decay", "grad_clip", "lambda_init"):
             _finite(name, getattr(self, name), non_negative=True)
         for name in ("gate_lr", "multiplier_lr", "tau_start", "tau_end"):
@@ -169,14 +194,17 @@ class SparsifyConfig:
             if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 1):
                 raise AttentionConfigError(f"{name}={getattr(self, name)!r} must be an integer >= 1")
         if self.warmup_steps < 0 or self.checkpoint_every < 0:
-            raise AttentionConfigError(f"warmup_steps={self.warmup_steps} and checkpoint_every={self.checkpoint_every} "
-                                       "must be >= 0")
+            raise AttentionConfigError(
+                f"warmup_steps={self.warmup_steps} and checkpoint_every={self.checkpoint_every} must be >= 0"
+            )
         if self.batch_size < 1 or self.batch_size % world_size:
-            raise AttentionConfigError(f"batch_size={self.batch_size} must be a positive multiple of the number of "
-                                       f"processes ({world_size})")
+            raise AttentionConfigError(
+                f"batch_size={self.batch_size} must be a positive multiple of the number of processes ({world_size})"
+            )
         if self.eval_sequences % world_size:
-            raise AttentionConfigError(f"eval_sequences={self.eval_sequences} must be a multiple of the number of "
-                                       f"processes ({world_size})")
+            raise AttentionConfigError(
+                f"eval_sequences={self.eval_sequences} must be a multiple of the number of processes ({world_size})"
+            )
         if self.ctx_len is not None and self.ctx_len < 2:
             raise AttentionConfigError(f"ctx_len={self.ctx_len} must be >= 2 (or None for the model's n_ctx)")
         return self

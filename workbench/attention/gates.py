@@ -114,12 +114,16 @@ def check_model(model) -> None:
         attn = getattr(block, "attn", None)
         missing = [h for h in ("hook_attn_scores", "hook_pattern") if not isinstance(getattr(attn, h, None), HookPoint)]
         if missing:
-            raise GateError(f"block {i} of {model.cfg.model_name!r} has no attention {' / '.join(missing)} hook "
-                            f"(blocks.{i}.attn.{missing[0]}); gated attention needs a TransformerLens attention "
-                            "with an attention-scores hook")
+            raise GateError(
+                f"block {i} of {model.cfg.model_name!r} has no attention {' / '.join(missing)} hook "
+                f"(blocks.{i}.attn.{missing[0]}); gated attention needs a TransformerLens attention "
+                "with an attention-scores hook"
+            )
     if getattr(model.cfg, "use_attention_sinks", False):
-        raise GateError(f"{model.cfg.model_name!r} uses learned attention sinks, which join the softmax after "
-                        "the scores hook; gated attention supports models without them")
+        raise GateError(
+            f"{model.cfg.model_name!r} uses learned attention sinks, which join the softmax after "
+            "the scores hook; gated attention supports models without them"
+        )
 
 
 def is_gated(model) -> bool:
@@ -128,8 +132,10 @@ def is_gated(model) -> bool:
 
 def gates(model) -> list[AttentionGate]:
     if not is_gated(model):
-        raise GateError(f"{model.cfg.model_name!r} has no attention gates; sparsify it first "
-                        "(workbench attention sparsify) or install them with workbench.attention.gates.install")
+        raise GateError(
+            f"{model.cfg.model_name!r} has no attention gates; sparsify it first "
+            "(workbench attention sparsify) or install them with workbench.attention.gates.install"
+        )
     return [b.attn.gate for b in model.blocks]
 
 

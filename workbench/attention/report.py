@@ -25,8 +25,9 @@ class ReportError(UserError, ValueError):
 
 
 @torch.no_grad()
-def measure(model, tokens: torch.Tensor, task_labels: np.ndarray | None = None, n_tasks: int = 1,
-            batch_size: int = 16) -> dict[str, torch.Tensor]:
+def measure(
+    model, tokens: torch.Tensor, task_labels: np.ndarray | None = None, n_tasks: int = 1, batch_size: int = 16
+) -> dict[str, torch.Tensor]:
     """Sums over held-out sequences (all float64, so processes can all-reduce them before `summarise`).
 
     ce/n: next-token CE; task_ce/task_n: per family of the predicted token; open [L, H]: open
@@ -35,10 +36,15 @@ def measure(model, tokens: torch.Tensor, task_labels: np.ndarray | None = None, 
     from workbench.attention.gates import is_gated
 
     L, H = model.cfg.n_layers, model.cfg.n_heads
-    out = {"ce": torch.zeros(1, dtype=torch.float64), "n": torch.zeros(1, dtype=torch.float64),
-           "task_ce": torch.zeros(n_tasks, dtype=torch.float64), "task_n": torch.zeros(n_tasks, dtype=torch.float64),
-           "open": torch.zeros(L, H, dtype=torch.float64), "pairs": torch.zeros(1, dtype=torch.float64),
-           "queries": torch.zeros(1, dtype=torch.float64)}
+    out = {
+        "ce": torch.zeros(1, dtype=torch.float64),
+        "n": torch.zeros(1, dtype=torch.float64),
+        "task_ce": torch.zeros(n_tasks, dtype=torch.float64),
+        "task_n": torch.zeros(n_tasks, dtype=torch.float64),
+        "open": torch.zeros(L, H, dtype=torch.float64),
+        "pairs": torch.zeros(1, dtype=torch.float64),
+        "queries": torch.zeros(1, dtype=torch.float64),
+    }
     gated = is_gated(model)
     was_training = model.training
     model.eval()
@@ -49,14 +55,19 @@ def measure(model, tokens: torch.Tensor, task_labels: np.ndarray | None = None, 
     hooks = [(f"blocks.{i}.attn.hook_gate", count) for i in range(L)] if gated else []
     try:
         for s in range(0, len(tokens), batch_size):
-            t = tokens[s:s + batch_size].to(model.cfg.device)
+            t = tokens[s : s + batch_size].to(model.cfg.device)
             logits = model.run_with_hooks(t, fwd_hooks=hooks)
-            ce = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), t[:, 1:].flatten(),
-                                                   reduction="none").double().cpu()
+            ce = (
+                torch.nn.functional.cross_entropy(
+                    logits[:, :-1].flatten(0, 1).float(), t[:, 1:].flatten(), reduction="none"
+                )
+                .double()
+                .cpu()
+            )
             out["ce"] += ce.sum()
             out["n"] += ce.numel()
             if task_labels is not None:
-                lab = torch.as_tensor(task_labels[s:s + batch_size, 1:]).flatten().long()
+                lab = torch.as_tensor(task_labels[s : s + batch_size, 1:]).flatten().long()
                 out["task_ce"].index_add_(0, lab, ce)
                 out["task_n"].index_add_(0, lab, torch.ones_like(ce))
             b, n = t.shape
@@ -72,20 +83,27 @@ def measure(model, tokens: torch.Tensor, task_labels: np.ndarray | None = None, 
 def summarise(sums: dict[str, torch.Tensor], task_names: list[str] | None = None) -> dict:
     open_ = sums["open"]
     pairs, queries = float(sums["pairs"]), float(sums["queries"])
-    res = {"ce": float(sums["ce"] / sums["n"]), "tokens": int(sums["n"]),
-           "open_fraction": float(open_.sum() / (pairs * open_.numel())),
-           "open_fraction_per_layer": (open_.sum(1) / (pairs * open_.shape[1])).tolist(),
-           "open_fraction_per_head": (open_ / pairs).tolist(),
-           "mean_open_keys_per_query_per_head": (open_ / queries).tolist(),
-           "mean_open_keys_per_query": float(open_.sum() / (queries * open_.numel()))}
+    res = {
+        "ce": float(sums["ce"] / sums["n"]),
+        "tokens": int(sums["n"]),
+        "open_fraction": float(open_.sum() / (pairs * open_.numel())),
+        "open_fraction_per_layer": (open_.sum(1) / (pairs * open_.shape[1])).tolist(),
+        "open_fraction_per_head": (open_ / pairs).tolist(),
+        "mean_open_keys_per_query_per_head": (open_ / queries).tolist(),
+        "mean_open_keys_per_query": float(open_.sum() / (queries * open_.numel())),
+    }
     if task_names:
-        res["ce_per_task"] = {name: float(c / n) for name, c, n in zip(task_names, sums["task_ce"], sums["task_n"])
-                              if n > 0 and name != "special"}
+        res["ce_per_task"] = {
+            name: float(c / n)
+            for name, c, n in zip(task_names, sums["task_ce"], sums["task_n"])
+            if n > 0 and name != "special"
+        }
     return res
 
 
-def heldout(corpus, n: int, ctx_len: int, rank: int = 0, world: int = 1,
-            split: str = "heldout") -> tuple[torch.Tensor, np.ndarray]:
+def heldout(
+    corpus, n: int, ctx_len: int, rank: int = 0, world: int = 1, split: str = "heldout"
+) -> tuple[torch.Tensor, np.ndarray]:
     """This process's share of the first n sequences of a split: tokens [n/world, ctx] and task labels."""
     seqs = []
     for s in corpus.sequences(ctx_len, 0, split=split):
@@ -93,11 +111,15 @@ def heldout(corpus, n: int, ctx_len: int, rank: int = 0, world: int = 1,
             break
         seqs.append(s)
     if len(seqs) < n:
-        raise ReportError(f"the corpus {corpus.spec!r} has {len(seqs)} {split} sequences of {ctx_len} tokens, fewer "
-                          f"than eval_sequences={n}; lower eval_sequences or add text")
+        raise ReportError(
+            f"the corpus {corpus.spec!r} has {len(seqs)} {split} sequences of {ctx_len} tokens, fewer "
+            f"than eval_sequences={n}; lower eval_sequences or add text"
+        )
     seqs = seqs[rank::world]
-    return (torch.as_tensor(np.stack([s.tokens for s in seqs])),
-            np.stack([s.labels["task"] for s in seqs]).astype(np.int64))
+    return (
+        torch.as_tensor(np.stack([s.tokens for s in seqs])),
+        np.stack([s.labels["task"] for s in seqs]).astype(np.int64),
+    )
 
 
 @torch.no_grad()
@@ -112,8 +134,14 @@ def example_patterns(model, tokenizer, per_task: int = 2, seed: int = 0) -> dict
             toks = model.to_tokens(q.prompt).to(model.cfg.device)
             _, cache = model.run_with_cache(toks, names_filter=lambda n: n.endswith("hook_pattern"))
             pats = torch.stack([cache[f"blocks.{i}.attn.hook_pattern"][0] for i in range(model.cfg.n_layers)])
-            rows.append({"prompt": q.prompt, "answer": q.answer, "str_tokens": model.to_str_tokens(toks[0]),
-                         "patterns": np.round(pats.float().cpu().numpy(), 4).tolist()})
+            rows.append(
+                {
+                    "prompt": q.prompt,
+                    "answer": q.answer,
+                    "str_tokens": model.to_str_tokens(toks[0]),
+                    "patterns": np.round(pats.float().cpu().numpy(), 4).tolist(),
+                }
+            )
         out[task] = rows
     return out
 
@@ -147,8 +175,16 @@ def induction_heads(model, n: int = 20, seed: int = 0) -> list[list[dict]]:
     return [[{k: round(float(v), 4) for k, v in zip(keys, acc[layer, h])} for h in range(H)] for layer in range(L)]
 
 
-def build_report(base, sparse, corpus, info: dict, eval_sequences: int = 64, ctx_len: int | None = None,
-                 n_queries: int = 100, examples_per_task: int = 2) -> dict:
+def build_report(
+    base,
+    sparse,
+    corpus,
+    info: dict,
+    eval_sequences: int = 64,
+    ctx_len: int | None = None,
+    n_queries: int = 100,
+    examples_per_task: int = 2,
+) -> dict:
     """The full report of a sparse model against its base (single process)."""
     from workbench.models.card import task_accuracy
 
@@ -166,12 +202,25 @@ def build_report(base, sparse, corpus, info: dict, eval_sequences: int = 64, ctx
         "heldout": {"sequences": eval_sequences, "ctx_len": ctx_len, "corpus": corpus.spec},
         "ce": {"base": base_m["ce"], "sparse": sparse_m["ce"], "increase": sparse_m["ce"] - base_m["ce"]},
         "ce_per_task": {"base": base_m.get("ce_per_task", {}), "sparse": sparse_m.get("ce_per_task", {})},
-        "task_accuracy": acc, "task_accuracy_queries": n_queries if acc else 0,
-        **{k: sparse_m[k] for k in ("open_fraction", "open_fraction_per_layer", "open_fraction_per_head",
-                                     "mean_open_keys_per_query_per_head", "mean_open_keys_per_query")},
-        "induction_heads": {"base": induction_heads(base), "sparse": induction_heads(sparse)} if synthetic_vocab else {},
-        "examples": {"base": example_patterns(base, base.tokenizer, examples_per_task) if synthetic_vocab else {},
-                     "sparse": example_patterns(sparse, sparse.tokenizer, examples_per_task) if synthetic_vocab else {}},
+        "task_accuracy": acc,
+        "task_accuracy_queries": n_queries if acc else 0,
+        **{
+            k: sparse_m[k]
+            for k in (
+                "open_fraction",
+                "open_fraction_per_layer",
+                "open_fraction_per_head",
+                "mean_open_keys_per_query_per_head",
+                "mean_open_keys_per_query",
+            )
+        },
+        "induction_heads": {"base": induction_heads(base), "sparse": induction_heads(sparse)}
+        if synthetic_vocab
+        else {},
+        "examples": {
+            "base": example_patterns(base, base.tokenizer, examples_per_task) if synthetic_vocab else {},
+            "sparse": example_patterns(sparse, sparse.tokenizer, examples_per_task) if synthetic_vocab else {},
+        },
     }
 
 
@@ -184,21 +233,26 @@ def write_report(report: dict, folder: str | Path) -> Path:
 def read_report(folder: str | Path) -> dict:
     path = Path(folder) / REPORT
     if not path.is_file():
-        raise ReportError(f"{path} does not exist; {folder} is not a sparse-attention model folder "
-                          "(make one with `workbench attention sparsify`)")
+        raise ReportError(
+            f"{path} does not exist; {folder} is not a sparse-attention model folder "
+            "(make one with `workbench attention sparsify`)"
+        )
     return json.loads(path.read_text())
 
 
 def format_report(r: dict) -> str:
     """The report as plain-text tables (what `workbench attention report` prints)."""
     met = "met" if r.get("constraint_met") else "NOT MET"
-    lines = [f"{r.get('model', '?')} from {r.get('base_model', '?')}: constraint {met} "
-             f"(CE target {r.get('ce_target', float('nan')):.4f} = base {r.get('ce_base', float('nan')):.4f} + "
-             f"tolerance {r.get('tolerance', float('nan'))})",
-             f"held-out CE: base {r['ce']['base']:.4f}  sparse {r['ce']['sparse']:.4f}  (+{r['ce']['increase']:.4f})",
-             f"open edges: {r['open_fraction']:.2%} of causal pairs; mean open keys per query per head "
-             f"{r['mean_open_keys_per_query']:.2f}", "",
-             f"{'family':<14}{'CE base':>9}{'CE sparse':>11}{'acc base':>10}{'acc sparse':>12}"]
+    lines = [
+        f"{r.get('model', '?')} from {r.get('base_model', '?')}: constraint {met} "
+        f"(CE target {r.get('ce_target', float('nan')):.4f} = base {r.get('ce_base', float('nan')):.4f} + "
+        f"tolerance {r.get('tolerance', float('nan'))})",
+        f"held-out CE: base {r['ce']['base']:.4f}  sparse {r['ce']['sparse']:.4f}  (+{r['ce']['increase']:.4f})",
+        f"open edges: {r['open_fraction']:.2%} of causal pairs; mean open keys per query per head "
+        f"{r['mean_open_keys_per_query']:.2f}",
+        "",
+        f"{'family':<14}{'CE base':>9}{'CE sparse':>11}{'acc base':>10}{'acc sparse':>12}",
+    ]
     acc = r.get("task_accuracy") or {}
     tasks = sorted(set(r["ce_per_task"]["base"]) | set(acc.get("base", {})))
     for t in tasks:
@@ -207,19 +261,25 @@ def format_report(r: dict) -> str:
         f = lambda v, fmt: format(v, fmt) if v is not None else "-"  # noqa: E731
         lines.append(f"{t:<14}{f(cb, '.4f'):>9}{f(cs, '.4f'):>11}{f(ab, '.1%'):>10}{f(as_, '.1%'):>12}")
     lines += ["", "open fraction per layer / head (mean open keys per query):"]
-    for i, (lf, heads, keys) in enumerate(zip(r["open_fraction_per_layer"], r["open_fraction_per_head"],
-                                              r["mean_open_keys_per_query_per_head"])):
+    for i, (lf, heads, keys) in enumerate(
+        zip(r["open_fraction_per_layer"], r["open_fraction_per_head"], r["mean_open_keys_per_query_per_head"])
+    ):
         cells = "  ".join(f"h{h} {v:6.2%} ({k:.2f})" for h, (v, k) in enumerate(zip(heads, keys)))
         lines.append(f"  layer {i}: {lf:6.2%}   {cells}")
     ih = r.get("induction_heads") or {}
     if ih:
-        lines += ["", "induction prompts, repeated half: attention on the previous token / the induction target "
-                      "(share of queries with >= 0.9 on it), open keys per query; base -> sparse:"]
+        lines += [
+            "",
+            "induction prompts, repeated half: attention on the previous token / the induction target "
+            "(share of queries with >= 0.9 on it), open keys per query; base -> sparse:",
+        ]
         for i, (lb, ls) in enumerate(zip(ih["base"], ih["sparse"])):
             for h, (b, s) in enumerate(zip(lb, ls)):
-                lines.append(f"  a{i}.h{h}: prev {b['prev_token_attention']:.2f} ({b['prev_token_clean']:.0%}) -> "
-                             f"{s['prev_token_attention']:.2f} ({s['prev_token_clean']:.0%})   induction "
-                             f"{b['induction_attention']:.2f} ({b['induction_clean']:.0%}) -> "
-                             f"{s['induction_attention']:.2f} ({s['induction_clean']:.0%})   keys "
-                             f"{b['open_keys']:.1f} -> {s['open_keys']:.1f}")
+                lines.append(
+                    f"  a{i}.h{h}: prev {b['prev_token_attention']:.2f} ({b['prev_token_clean']:.0%}) -> "
+                    f"{s['prev_token_attention']:.2f} ({s['prev_token_clean']:.0%})   induction "
+                    f"{b['induction_attention']:.2f} ({b['induction_clean']:.0%}) -> "
+                    f"{s['induction_attention']:.2f} ({s['induction_clean']:.0%})   keys "
+                    f"{b['open_keys']:.1f} -> {s['open_keys']:.1f}"
+                )
     return "\n".join(lines)

@@ -49,9 +49,11 @@ def _batches(corpus, ctx: int, cfg: SparsifyConfig, start_step: int, rank: int, 
     while True:
         seqs = [next(it, None) for _ in range(B)]
         if seqs[-1] is None:
-            raise SparsifyError(f"the corpus {corpus.spec!r} ran out of training sequences at step {step} "
-                                f"(batch_size={B}, ctx_len={ctx}); lower steps or add text")
-        yield torch.as_tensor(np.stack([s.tokens for s in seqs[rank * share:(rank + 1) * share]]))
+            raise SparsifyError(
+                f"the corpus {corpus.spec!r} ran out of training sequences at step {step} "
+                f"(batch_size={B}, ctx_len={ctx}); lower steps or add text"
+            )
+        yield torch.as_tensor(np.stack([s.tokens for s in seqs[rank * share : (rank + 1) * share]]))
         step += 1
 
 
@@ -79,12 +81,18 @@ def _cpu_state(model) -> dict:
     return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
 
 
-
 class Sparsifier:
     """One gated model's optimiser, schedule and multiplier, and `step(tokens)`: what the loop and bench run."""
 
-    def __init__(self, model, cfg: SparsifyConfig, base_copy=None, ce_ref_fixed: float | None = None,
-                 rank: int = 0, world: int = 1):
+    def __init__(
+        self,
+        model,
+        cfg: SparsifyConfig,
+        base_copy=None,
+        ce_ref_fixed: float | None = None,
+        rank: int = 0,
+        world: int = 1,
+    ):
         """model: gated; base_copy: the frozen base model (cfg.dual_ce "paired") or ce_ref_fixed ("fixed")."""
         self.model, self.cfg, self.base, self.ce_ref_fixed = model, cfg, base_copy, ce_ref_fixed
         self.rank, self.world = rank, world
@@ -131,15 +139,22 @@ class Sparsifier:
         self.sched.step()
         ce_v, open_v, ref_v = _allreduce_mean([float(ce.detach()), float(open_frac.detach()), ce_ref], self.world)
         if not (math.isfinite(ce_v) and math.isfinite(open_v)):
-            raise SparsifyError(f"the CE or open fraction became NaN/inf at step {step}; lower lr / gate_lr "
-                                f"(lr={cfg.lr}, gate_lr={cfg.gate_lr}); the last checkpoint is intact")
+            raise SparsifyError(
+                f"the CE or open fraction became NaN/inf at step {step}; lower lr / gate_lr "
+                f"(lr={cfg.lr}, gate_lr={cfg.gate_lr}); the last checkpoint is intact"
+            )
         lam = self.mult.update(ce_v, ref_v)
         self.step_no += 1
         return {"step": self.step_no, "ce": ce_v, "ce_base": ref_v, "lambda": lam, "open_fraction": open_v, "tau": tau}
 
     def state_dict(self) -> dict:
-        return {"step": self.step_no, "model": _cpu_state(self.model), "optim": self.opt.state_dict(),
-                "sched": self.sched.state_dict(), "multiplier": self.mult.state_dict()}
+        return {
+            "step": self.step_no,
+            "model": _cpu_state(self.model),
+            "optim": self.opt.state_dict(),
+            "sched": self.sched.state_dict(),
+            "multiplier": self.mult.state_dict(),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
@@ -149,8 +164,14 @@ class Sparsifier:
         self.step_no = state["step"]
 
 
-def sparsify(base: str, out_dir: str | Path, cfg: SparsifyConfig | None = None, corpus: str = "synthetic",
-             resume: bool = False, report_queries: int = 100) -> dict:
+def sparsify(
+    base: str,
+    out_dir: str | Path,
+    cfg: SparsifyConfig | None = None,
+    corpus: str = "synthetic",
+    resume: bool = False,
+    report_queries: int = 100,
+) -> dict:
     """Train gates (and weights) on `base` (a model spec) and save a gated workbench model in out_dir.
 
     Returns the report (also out_dir/attention_report.json); report["constraint_met"] says whether
@@ -167,8 +188,9 @@ def sparsify(base: str, out_dir: str | Path, cfg: SparsifyConfig | None = None, 
     if resume and not ckpt.is_file():
         raise checkpoint.CheckpointError(f"--resume given but {ckpt} does not exist; start the run without --resume")
     if not resume and out.exists() and any(out.iterdir()):
-        raise SparsifyError(f"{out} already exists and is not empty; pass --resume to continue its run or choose "
-                            "another folder")
+        raise SparsifyError(
+            f"{out} already exists and is not empty; pass --resume to continue its run or choose another folder"
+        )
     device = default_device(cfg.device)
     model, tok = load(base, device=str(device))
     base_id = model_id(model)
@@ -177,14 +199,20 @@ def sparsify(base: str, out_dir: str | Path, cfg: SparsifyConfig | None = None, 
         raise SparsifyError(f"ctx_len={ctx} exceeds the model's n_ctx={model.cfg.n_ctx}")
     G.check_model(model)
     data = load_corpus(corpus, tok, seed=cfg.seed)
-    record = {"config": {k: v for k, v in cfg.to_dict().items() if k not in RESUME_FREE},
-              "base_model": base_id, "corpus": data.spec, "ctx_len": ctx, "world_size": world}
+    record = {
+        "config": {k: v for k, v in cfg.to_dict().items() if k not in RESUME_FREE},
+        "base_model": base_id,
+        "corpus": data.spec,
+        "ctx_len": ctx,
+        "world_size": world,
+    }
     if resume:
         state = checkpoint.read(ckpt)
         diff = checkpoint.config_diff(state["record"], record)
         if diff:
-            raise checkpoint.CheckpointError(f"{ckpt} was written by a different run; refusing to resume:\n  "
-                                             + "\n  ".join(diff))
+            raise checkpoint.CheckpointError(
+                f"{ckpt} was written by a different run; refusing to resume:\n  " + "\n  ".join(diff)
+            )
     eval_tokens, _ = heldout(data, cfg.eval_sequences, ctx, rank, world)
     ce_base = _evaluate(model, eval_tokens, world)["ce"]
     target = ce_base + cfg.tolerance
@@ -192,8 +220,9 @@ def sparsify(base: str, out_dir: str | Path, cfg: SparsifyConfig | None = None, 
     if cfg.dual_ce == "paired":
         base_copy = copy.deepcopy(model).eval().requires_grad_(False)
     else:
-        ce_ref_fixed = _evaluate(model, heldout(data, cfg.eval_sequences, ctx, rank, world, split="train")[0],
-                                 world)["ce"]
+        ce_ref_fixed = _evaluate(model, heldout(data, cfg.eval_sequences, ctx, rank, world, split="train")[0], world)[
+            "ce"
+        ]
     G.install(model, cfg.gates)
     trainer = Sparsifier(model, cfg, base_copy, ce_ref_fixed, rank, world)
     curves, evals = [], []
@@ -216,8 +245,12 @@ def sparsify(base: str, out_dir: str | Path, cfg: SparsifyConfig | None = None, 
         step = row["step"]
         curves.append(row)
         if bar is not None:
-            bar.set_postfix(ce=f"{row['ce']:.4f}", ce_target=f"{row['ce_base'] + cfg.tolerance:.4f}",
-                            lam=f"{row['lambda']:.3g}", open=f"{row['open_fraction']:.2%}")
+            bar.set_postfix(
+                ce=f"{row['ce']:.4f}",
+                ce_target=f"{row['ce_base'] + cfg.tolerance:.4f}",
+                lam=f"{row['lambda']:.3g}",
+                open=f"{row['open_fraction']:.2%}",
+            )
             bar.update(1)
         if step % cfg.eval_every == 0 or step == cfg.steps:
             m = _evaluate(model, eval_tokens, world)
@@ -231,8 +264,17 @@ def sparsify(base: str, out_dir: str | Path, cfg: SparsifyConfig | None = None, 
                 fallback = None  # only kept while nothing feasible exists
         if (cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or step == cfg.steps:
             if rank == 0:
-                checkpoint.write(ckpt, {"record": record, **trainer.state_dict(), "curves": curves, "evals": evals,
-                                        "best": best, "fallback": fallback})
+                checkpoint.write(
+                    ckpt,
+                    {
+                        "record": record,
+                        **trainer.state_dict(),
+                        "curves": curves,
+                        "evals": evals,
+                        "best": best,
+                        "fallback": fallback,
+                    },
+                )
             if world > 1:
                 dist.barrier()
     if bar is not None:
@@ -240,19 +282,31 @@ def sparsify(base: str, out_dir: str | Path, cfg: SparsifyConfig | None = None, 
     chosen = best or fallback
     model.load_state_dict(chosen["state"])
     model.eval()
-    info = {"model": out.name, "base_model": base_id, "base_spec": base, "constraint_met": best is not None,
-            "ce_base": ce_base, "ce_target": target, "tolerance": cfg.tolerance, "selected_step": chosen["step"],
-            "selected_eval": {k: v for k, v in chosen.items() if k != "state"}, "evals": evals,
-            "config": cfg.to_dict(), "world_size": world, "corpus": data.spec,
-            "final_lambda": trainer.mult.value}
+    info = {
+        "model": out.name,
+        "base_model": base_id,
+        "base_spec": base,
+        "constraint_met": best is not None,
+        "ce_base": ce_base,
+        "ce_target": target,
+        "tolerance": cfg.tolerance,
+        "selected_step": chosen["step"],
+        "selected_eval": {k: v for k, v in chosen.items() if k != "state"},
+        "evals": evals,
+        "config": cfg.to_dict(),
+        "world_size": world,
+        "corpus": data.spec,
+        "final_lambda": trainer.mult.value,
+    }
     report = None
     if rank == 0:
         save(model, out)
         atomic_write_text(out / RUN, json.dumps(info, indent=1))
         atomic_write_text(out / CURVES, "".join(json.dumps(r) + "\n" for r in curves))
         base_model = base_copy if base_copy is not None else load(base, device=str(device))[0]
-        report = build_report(base_model, model, data, {**info, "model_id": model_id(model)},
-                              cfg.eval_sequences, ctx, report_queries)
+        report = build_report(
+            base_model, model, data, {**info, "model_id": model_id(model)}, cfg.eval_sequences, ctx, report_queries
+        )
         write_report(report, out)
     if world > 1:
         shared = [report]

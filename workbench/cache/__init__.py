@@ -6,10 +6,23 @@ Names resolve on first use (workbench.lazy): the config, errors and hook helpers
 
 from workbench.lazy import lazy_exports
 
-_ERRORS = ("CacheCorruptError", "CacheError", "CacheExistsError", "CacheIncompleteError", "CacheMismatchError",
-           "CacheNotFoundError", "CacheValueError", "DiskFullError", "UnknownHookError")
-_EXPORTS = {"ActivationCache": "workbench.cache.reader", "CacheConfig": "workbench.cache.config",
-            "harvest": "workbench.cache.writer", "hook_summary": "workbench.cache.hooks",
-            **{name: "workbench.cache.errors" for name in _ERRORS}}
+_ERRORS = (
+    "CacheCorruptError",
+    "CacheError",
+    "CacheExistsError",
+    "CacheIncompleteError",
+    "CacheMismatchError",
+    "CacheNotFoundError",
+    "CacheValueError",
+    "DiskFullError",
+    "UnknownHookError",
+)
+_EXPORTS = {
+    "ActivationCache": "workbench.cache.reader",
+    "CacheConfig": "workbench.cache.config",
+    "harvest": "workbench.cache.writer",
+    "hook_summary": "workbench.cache.hooks",
+    **{name: "workbench.cache.errors" for name in _ERRORS},
+}
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

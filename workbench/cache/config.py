@@ -15,21 +15,38 @@ SPLITS = ("train", "heldout")
 class HarvestConfig:
     """What a harvest may choose (harvest(), `workbench cache`); CacheConfig records the resolved values."""
 
-    n_tokens: int = field(default=200_000, metadata={"flag": "--tokens",
-                                                     "help": "activation rows to store, train + held-out"})
+    n_tokens: int = field(
+        default=200_000, metadata={"flag": "--tokens", "help": "activation rows to store, train + held-out"}
+    )
     ctx_len: int | None = field(default=None, metadata={"help": "tokens per sequence; None: the model's n_ctx"})
     batch_size: int = field(default=64, metadata={"help": "sequences per forward pass"})
     dtype: str = field(default="float16", metadata={"choices": DTYPES, "help": "storage dtype (stats are float32)"})
-    shard_tokens: int | None = field(default=None, metadata={
-        "help": "rows per shard, the unit of resume; None: about 1 GiB of activations"})
-    heldout_fraction: float = field(default=0.05, metadata={
-        "help": "share of the rows taken from the corpus's held-out split (its documents never appear in train)"})
-    exclude_special: bool = field(default=True, metadata={
-        "flag": "--keep-special", "negate": True, "help": "also store BOS/EOS/pad positions (excluded by default)"})
-    outlier_factor: float = field(default=10.0, metadata={
-        "help": "flag rows whose norm exceeds this many times the median train norm"})
-    max_unknown_fraction: float = field(default=0.05, metadata={
-        "help": "stop when more of the corpus's tokens than this are unknown to the tokenizer (<unk>); 1: never"})
+    shard_tokens: int | None = field(
+        default=None, metadata={"help": "rows per shard, the unit of resume; None: about 1 GiB of activations"}
+    )
+    heldout_fraction: float = field(
+        default=0.05,
+        metadata={
+            "help": "share of the rows taken from the corpus's held-out split (its documents never appear in train)"
+        },
+    )
+    exclude_special: bool = field(
+        default=True,
+        metadata={
+            "flag": "--keep-special",
+            "negate": True,
+            "help": "also store BOS/EOS/pad positions (excluded by default)",
+        },
+    )
+    outlier_factor: float = field(
+        default=10.0, metadata={"help": "flag rows whose norm exceeds this many times the median train norm"}
+    )
+    max_unknown_fraction: float = field(
+        default=0.05,
+        metadata={
+            "help": "stop when more of the corpus's tokens than this are unknown to the tokenizer (<unk>); 1: never"
+        },
+    )
 
 
 @dataclass(frozen=True)
@@ -65,7 +82,9 @@ class CacheConfig:
         if self.outlier_factor <= 1.0:
             raise CacheValueError(f"outlier_factor must be > 1, got {self.outlier_factor}")
         if self.n_rows("train") < 1:
-            raise CacheValueError(f"n_tokens={self.n_tokens} with heldout_fraction={self.heldout_fraction} leaves no train rows")
+            raise CacheValueError(
+                f"n_tokens={self.n_tokens} with heldout_fraction={self.heldout_fraction} leaves no train rows"
+            )
 
     def n_rows(self, split: str) -> int:
         heldout = round(self.n_tokens * self.heldout_fraction)

@@ -27,8 +27,9 @@ def _write(fd: int, data: memoryview) -> None:
 
 def _header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
     buf = io.BytesIO()
-    np.lib.format.write_array_header_1_0(buf, {"descr": np.lib.format.dtype_to_descr(dtype),
-                                               "fortran_order": False, "shape": shape})
+    np.lib.format.write_array_header_1_0(
+        buf, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
+    )
     return buf.getvalue()
 
 
@@ -45,7 +46,9 @@ class NpyAppender:
     def append(self, block: np.ndarray) -> None:
         block = np.ascontiguousarray(block, dtype=self.dtype)
         if block.shape[1:] != self.row_shape:
-            raise CacheCorruptError(f"{self.path.name}: block rows have shape {block.shape[1:]}, expected {self.row_shape}")
+            raise CacheCorruptError(
+                f"{self.path.name}: block rows have shape {block.shape[1:]}, expected {self.row_shape}"
+            )
         _write(self.fd, memoryview(block.reshape(-1).view(np.uint8)))
         self.rows += len(block)
 
@@ -109,7 +112,9 @@ class NpyReader:
         self.path = path
         with open(path, "rb") as f:
             version = np.lib.format.read_magic(f)
-            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            read_header = (
+                np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            )
             self.shape, fortran, self.dtype = read_header(f)
             self.offset = f.tell()
         if fortran:

@@ -57,7 +57,9 @@ class ActivationCache:
         manifest_path = path / "manifest.json"
         if not manifest_path.is_file():
             if (path / "progress.json").is_file():
-                raise CacheIncompleteError(f"the harvest into {path} did not finish; rerun it with resume=True (--resume)")
+                raise CacheIncompleteError(
+                    f"the harvest into {path} did not finish; rerun it with resume=True (--resume)"
+                )
             raise CacheNotFoundError(f"no activation cache at {path} (no manifest.json)")
         try:
             manifest = json.loads(manifest_path.read_text())
@@ -79,12 +81,15 @@ class ActivationCache:
             if not isinstance(model, str):
                 model = model_id(model)
             if model != self.manifest["model"]:
-                raise CacheMismatchError(f"cache {self.path} was harvested from model {self.manifest['model']!r}, "
-                                         f"not the requested {model!r}")
+                raise CacheMismatchError(
+                    f"cache {self.path} was harvested from model {self.manifest['model']!r}, "
+                    f"not the requested {model!r}"
+                )
         missing = [h for h in ([hooks] if isinstance(hooks, str) else hooks or []) if h not in self.hooks]
         if missing:
-            raise CacheMismatchError(f"cache {self.path} has no hook(s) {', '.join(missing)}; "
-                                     f"it holds: {', '.join(self.hooks)}")
+            raise CacheMismatchError(
+                f"cache {self.path} has no hook(s) {', '.join(missing)}; it holds: {', '.join(self.hooks)}"
+            )
 
     def _check(self, full: bool) -> None:
         for split in SPLITS:
@@ -99,19 +104,25 @@ class ActivationCache:
         files = [(self.path / "stats", f"{h}.npy", s["file"], None) for h, s in self.manifest["stats"].items()]
         for split in SPLITS:
             for i, rec in enumerate(self.manifest["shards"][split]):
-                files += [(self.path / split / rec["name"], name, meta, (split, i)) for name, meta in rec["files"].items()]
+                files += [
+                    (self.path / split / rec["name"], name, meta, (split, i)) for name, meta in rec["files"].items()
+                ]
         for folder, name, meta, shard in files:
             n += 1
             try:
                 check_shard(folder, {name: meta}, full=False)
                 self._verified(folder / name, meta, force=True)
                 if shard is not None and name.startswith("act."):
-                    self._file(*shard, name[:-len(".npy")])
+                    self._file(*shard, name[: -len(".npy")])
             except CacheCorruptError as e:
                 bad.append(str(e))
         if bad:
-            raise CacheCorruptError(f"{len(bad)} of {n} files in {self.path} are damaged: " + "; ".join(bad[:5])
-                                    + ("; ..." if len(bad) > 5 else "") + "; re-harvest the cache")
+            raise CacheCorruptError(
+                f"{len(bad)} of {n} files in {self.path} are damaged: "
+                + "; ".join(bad[:5])
+                + ("; ..." if len(bad) > 5 else "")
+                + "; re-harvest the cache"
+            )
         return n
 
     def _verified(self, path: Path, meta: dict, force: bool = False) -> Path:
@@ -122,10 +133,14 @@ class ActivationCache:
         if force or key not in _VERIFIED:
             _VERIFIED.discard(key)
             if checksum(path) != meta[CHECKSUM]:
-                hint = "" if force else (f"; re-harvest the cache (`workbench cache verify {self.path}` lists "
-                                         "every damaged file)")
-                raise CacheCorruptError(f"corrupted cache file {path}: {CHECKSUM} checksum does not match the "
-                                        f"manifest{hint}")
+                hint = (
+                    ""
+                    if force
+                    else (f"; re-harvest the cache (`workbench cache verify {self.path}` lists every damaged file)")
+                )
+                raise CacheCorruptError(
+                    f"corrupted cache file {path}: {CHECKSUM} checksum does not match the manifest{hint}"
+                )
             _VERIFIED.add(key)
         return path
 
@@ -172,18 +187,37 @@ class ActivationCache:
         out[order] = data
         return self._tensor(out, dtype, device)
 
-    def batches(self, hook: str, batch_size: int, split: str = "train", seed: int = 0, start_batch: int = 0,
-                rank: int = 0, world_size: int = 1, dtype=torch.float32, device="cpu", skip_outliers: bool = False,
-                chunk_rows: int = 16, window_bytes: int = WINDOW_BYTES):
+    def batches(
+        self,
+        hook: str,
+        batch_size: int,
+        split: str = "train",
+        seed: int = 0,
+        start_batch: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        dtype=torch.float32,
+        device="cpu",
+        skip_outliers: bool = False,
+        chunk_rows: int = 16,
+        window_bytes: int = WINDOW_BYTES,
+    ):
         """Infinite iterator of shuffled [batch_size, d] tensors (see sampler.py for the order).
 
         Deterministic given seed, so start_batch=k resumes exactly at batch k. Each rank of
         world_size reads disjoint rows within an epoch. skip_outliers drops rows flagged by
         outliers(). Memory: one window buffer of about window_bytes, whatever the cache size."""
         row_bytes = self.d(hook) * self._store.itemsize
-        sampler = RowSampler(self.n_tokens(split), batch_size, seed=seed, rank=rank, world_size=world_size,
-                             exclude=np.flatnonzero(self.outliers(hook, split)) if skip_outliers else None,
-                             chunk_rows=chunk_rows, window_rows=max(batch_size, window_bytes // row_bytes))
+        sampler = RowSampler(
+            self.n_tokens(split),
+            batch_size,
+            seed=seed,
+            rank=rank,
+            world_size=world_size,
+            exclude=np.flatnonzero(self.outliers(hook, split)) if skip_outliers else None,
+            chunk_rows=chunk_rows,
+            window_rows=max(batch_size, window_bytes // row_bytes),
+        )
         return self._batches(hook, split, sampler.windows(start_batch), dtype, device)
 
     def _batches(self, hook, split, windows, dtype, device):
@@ -211,8 +245,12 @@ class ActivationCache:
         ends = np.append(first[1:], len(rows)) * out[0].nbytes
         files = {s: self._file(split, s, f"act.{hook}") for s in np.unique(shard[first]).tolist()}
         view = memoryview(out.reshape(-1).view(np.uint8))
-        for s, r, a, b in zip(shard[first].tolist(), (rows[first] - offsets[shard[first]]).tolist(),
-                              (first * out[0].nbytes).tolist(), ends.tolist()):
+        for s, r, a, b in zip(
+            shard[first].tolist(),
+            (rows[first] - offsets[shard[first]]).tolist(),
+            (first * out[0].nbytes).tolist(),
+            ends.tolist(),
+        ):
             files[s].read_into(r, view[a:b])
 
     def _file(self, split: str, shard: int, stem: str) -> NpyReader:
@@ -224,17 +262,22 @@ class ActivationCache:
                 self._files.popitem(last=False)[1].close()
             reader = NpyReader(self._shard_file(split, shard, stem))
             self._files[key] = reader
-            hook = stem[len("act."):]
+            hook = stem[len("act.") :]
             want = (self.manifest["shards"][split][shard]["rows"], self.d(hook))
             if tuple(reader.shape) != want or reader.dtype != self._store:
-                raise CacheCorruptError(f"cache file {reader.path} holds {reader.dtype} {tuple(reader.shape)}, but the "
-                                        f"manifest records {self._store} {want} (rows, d); the manifest or the file "
-                                        "was changed: re-harvest the cache")
+                raise CacheCorruptError(
+                    f"cache file {reader.path} holds {reader.dtype} {tuple(reader.shape)}, but the "
+                    f"manifest records {self._store} {want} (rows, d); the manifest or the file "
+                    "was changed: re-harvest the cache"
+                )
         return self._files[key]
 
     def _tensor(self, arr: np.ndarray, dtype, device) -> torch.Tensor:
-        t = torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16) if self.manifest["dtype"] == "bfloat16" \
+        t = (
+            torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16)
+            if self.manifest["dtype"] == "bfloat16"
             else torch.from_numpy(arr)
+        )
         return t.to(device=device).to(dtype)
 
     def close(self) -> None:
@@ -286,12 +329,20 @@ class ActivationCache:
         """Train-split statistics: mean and std vectors (float32 tensors [d]) and scalar norms."""
         s = self.manifest["stats"][self._hook(hook)]
         mean, std = np.load(self._verified(self.path / "stats" / f"{hook}.npy", s["file"]))
-        return {"mean": torch.from_numpy(mean).float(), "std": torch.from_numpy(std).float(), "n": s["n"],
-                "mean_norm": s["mean_norm"], "median_norm": s["median_norm"], "outlier_threshold": s["outlier_threshold"]}
+        return {
+            "mean": torch.from_numpy(mean).float(),
+            "std": torch.from_numpy(std).float(),
+            "n": s["n"],
+            "mean_norm": s["mean_norm"],
+            "median_norm": s["median_norm"],
+            "outlier_threshold": s["outlier_threshold"],
+        }
 
     def __repr__(self) -> str:
-        return (f"ActivationCache({str(self.path)!r}, model={self.manifest['model']!r}, hooks={len(self.hooks)}, "
-                f"train={self.n_tokens('train')}, heldout={self.n_tokens('heldout')}, dtype={self.manifest['dtype']})")
+        return (
+            f"ActivationCache({str(self.path)!r}, model={self.manifest['model']!r}, hooks={len(self.hooks)}, "
+            f"train={self.n_tokens('train')}, heldout={self.n_tokens('heldout')}, dtype={self.manifest['dtype']})"
+        )
 
 
 def _check_names(manifest_path: Path, manifest: dict) -> None:
@@ -302,12 +353,14 @@ def _check_names(manifest_path: Path, manifest: dict) -> None:
         for i, rec in enumerate(manifest.get("shards", {}).get(split, [])):
             if rec.get("name") != shard_name(i):
                 bad.append(f"shard {i} of {split} is named {rec.get('name')!r}, expected {shard_name(i)!r}")
-            bad += [f"file name {f!r} in shard {split}/{rec.get('name')}" for f in rec.get("files", {})
-                    if not _plain(f)]
+            bad += [
+                f"file name {f!r} in shard {split}/{rec.get('name')}" for f in rec.get("files", {}) if not _plain(f)
+            ]
     bad += [f"hook name {h!r}" for h in [*manifest.get("hooks", []), *manifest.get("stats", {})] if not _plain(h)]
     if bad:
-        raise CacheCorruptError(f"{manifest_path} is not a manifest a harvest writes: {'; '.join(bad[:3])}; "
-                                "re-harvest the cache")
+        raise CacheCorruptError(
+            f"{manifest_path} is not a manifest a harvest writes: {'; '.join(bad[:3])}; re-harvest the cache"
+        )
 
 
 def _plain(name) -> bool:

@@ -27,8 +27,18 @@ class Window:
 
 
 class RowSampler:
-    def __init__(self, n_rows: int, batch_size: int, *, seed: int = 0, rank: int = 0, world_size: int = 1,
-                 exclude: np.ndarray | None = None, chunk_rows: int = 16, window_rows: int = 1 << 16):
+    def __init__(
+        self,
+        n_rows: int,
+        batch_size: int,
+        *,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        exclude: np.ndarray | None = None,
+        chunk_rows: int = 16,
+        window_rows: int = 1 << 16,
+    ):
         if not 0 <= rank < world_size:
             raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
         if batch_size < 1:
@@ -42,14 +52,16 @@ class RowSampler:
         self.batch_size, self.seed, self.rank, self.world_size = batch_size, seed, rank, world_size
         self.exclude = exclude if exclude is not None and len(exclude) else None
         if self._batches_per_window(self._starts(0)).sum() < 1:
-            raise CacheValueError(f"batch_size={batch_size} is too large: rank {rank} of {world_size} gets "
-                             f"{self.per_rank * c} of the {n_rows} rows per epoch, in windows of {self.window * c} rows")
+            raise CacheValueError(
+                f"batch_size={batch_size} is too large: rank {rank} of {world_size} gets "
+                f"{self.per_rank * c} of the {n_rows} rows per epoch, in windows of {self.window * c} rows"
+            )
 
     def _starts(self, epoch: int) -> np.ndarray:
         """First row of each chunk this rank reads in `epoch`, in reading order."""
         rng = np.random.default_rng([self.seed, epoch])
         offset = int(rng.integers(self.chunk))
-        chunks = rng.permutation(self.n_chunks)[self.rank::self.world_size][: self.per_rank]
+        chunks = rng.permutation(self.n_chunks)[self.rank :: self.world_size][: self.per_rank]
         return offset + chunks.astype(np.int64) * self.chunk
 
     def _batches_per_window(self, starts: np.ndarray) -> np.ndarray:
@@ -64,14 +76,14 @@ class RowSampler:
         return int(self._batches_per_window(self._starts(epoch)).sum())
 
     def _window(self, epoch: int, w: int, starts: np.ndarray, first_batch: int) -> Window:
-        rows = (np.sort(starts[w * self.window:(w + 1) * self.window])[:, None] + np.arange(self.chunk)).reshape(-1)
+        rows = (np.sort(starts[w * self.window : (w + 1) * self.window])[:, None] + np.arange(self.chunk)).reshape(-1)
         keep = np.arange(len(rows))
         if self.exclude is not None:
             pos = np.minimum(np.searchsorted(self.exclude, rows), len(self.exclude) - 1)
             keep = keep[self.exclude[pos] != rows]
         order = np.random.default_rng([self.seed, epoch, self.rank, w]).permutation(keep)
         b = self.batch_size
-        return Window(rows, [np.sort(order[k * b:(k + 1) * b]) for k in range(first_batch, len(order) // b)])
+        return Window(rows, [np.sort(order[k * b : (k + 1) * b]) for k in range(first_batch, len(order) // b)])
 
     def windows(self, start_batch: int = 0):
         """Infinite iterator of windows; the first one starts at batch `start_batch`."""

@@ -54,8 +54,13 @@ class ShardWriter:
         for hook, m in self.moments.items():
             save_npy(self.tmp / f"moments.{hook}.npy", m.cpu().numpy())
         files = {p.name: {"bytes": p.stat().st_size, CHECKSUM: checksum(p)} for p in sorted(self.tmp.iterdir())}
-        record = {"name": self.final_dir.name, "rows": self.rows, "seq_start": self.seq_start,
-                  "seq_end": self.seq_end, "files": files}
+        record = {
+            "name": self.final_dir.name,
+            "rows": self.rows,
+            "seq_start": self.seq_start,
+            "seq_end": self.seq_end,
+            "files": files,
+        }
         save_bytes(self.tmp / RECORD, json.dumps(record, indent=1).encode())
         fsync_dir(self.tmp)
         os.replace(self.tmp, self.final_dir)
@@ -75,8 +80,10 @@ def shard_dirs(split_dir: Path) -> list[Path]:
     dirs = sorted(p for p in split_dir.iterdir() if p.is_dir() and not p.name.endswith(".tmp"))
     for i, d in enumerate(dirs):
         if d.name != shard_name(i):
-            raise CacheCorruptError(f"{split_dir}: expected shard folder {shard_name(i)}, found {d.name} "
-                                    f"(shards must be numbered without gaps)")
+            raise CacheCorruptError(
+                f"{split_dir}: expected shard folder {shard_name(i)}, found {d.name} "
+                f"(shards must be numbered without gaps)"
+            )
     return dirs
 
 
@@ -95,7 +102,8 @@ def check_shard(shard_dir: Path, files: dict, full: bool) -> None:
             raise CacheCorruptError(f"missing cache file {path}")
         size = path.stat().st_size
         if size != meta["bytes"]:
-            raise CacheCorruptError(f"truncated or overwritten cache file {path}: {size} bytes, "
-                                    f"the manifest records {meta['bytes']}")
+            raise CacheCorruptError(
+                f"truncated or overwritten cache file {path}: {size} bytes, the manifest records {meta['bytes']}"
+            )
         if full and checksum(path) != meta[CHECKSUM]:
             raise CacheCorruptError(f"corrupted cache file {path}: {CHECKSUM} checksum does not match the manifest")

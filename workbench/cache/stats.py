@@ -32,11 +32,19 @@ def hook_stats(out: Path, hook: str, shards: dict[str, list[dict]], outlier_fact
     stride = max(1, -(-n // MEDIAN_SAMPLE))
     median = float(np.median(np.concatenate(list(_norms(out / "train", train, hook, stride)))))
     threshold = outlier_factor * median
-    n_outliers = {split: int(sum((x > threshold).sum() for x in _norms(out / split, recs, hook)))
-                  for split, recs in shards.items()}
+    n_outliers = {
+        split: int(sum((x > threshold).sum() for x in _norms(out / split, recs, hook)))
+        for split, recs in shards.items()
+    }
     path = out / "stats" / f"{hook}.npy"
     tmp = path.with_name(path.name + ".tmp")
     save_npy(tmp, np.stack([mean, std]))
     tmp.replace(path)
-    return {"n": n, "mean_norm": norm_sum / n, "median_norm": median, "outlier_threshold": threshold,
-            "n_outliers": n_outliers, "file": {"bytes": path.stat().st_size, CHECKSUM: checksum(path)}}
+    return {
+        "n": n,
+        "mean_norm": norm_sum / n,
+        "median_norm": median,
+        "outlier_threshold": threshold,
+        "n_outliers": n_outliers,
+        "file": {"bytes": path.stat().st_size, CHECKSUM: checksum(path)},
+    }

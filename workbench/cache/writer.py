@@ -27,7 +27,7 @@ import shutil
 import threading
 import warnings
 from collections import deque
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from itertools import islice
 from pathlib import Path
 
@@ -56,9 +56,20 @@ from workbench.provenance import model_id
 SHARD_BYTES = 1 << 30  # default shard size: ~1 GiB of activations over all hooks
 
 
-def harvest(model, corpus, hooks, out_dir, n_tokens: int | None = None, *, cfg: HarvestConfig | None = None,
-            special_ids=None, resume: bool = False, overwrite: bool = False, progress: bool = True,
-            **options) -> ActivationCache:
+def harvest(
+    model,
+    corpus,
+    hooks,
+    out_dir,
+    n_tokens: int | None = None,
+    *,
+    cfg: HarvestConfig | None = None,
+    special_ids=None,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: bool = True,
+    **options,
+) -> ActivationCache:
     """Run `model` over `corpus` once and store the activations of every hook in `hooks`.
 
     cfg (HarvestConfig) holds every choice and its default; n_tokens and `options` (its field names,
@@ -84,12 +95,20 @@ def harvest(model, corpus, hooks, out_dir, n_tokens: int | None = None, *, cfg: 
         special_ids = getattr(model.tokenizer, "all_special_ids", None) or []
     row_bytes = sum(dims.values()) * (4 if cfg.dtype == "float32" else 2)
     cfg = CacheConfig(
-        model=model_id(model), corpus=corpus.spec, hooks=hooks, n_tokens=int(cfg.n_tokens), ctx_len=ctx_len,
-        batch_size=cfg.batch_size, dtype=cfg.dtype,
+        model=model_id(model),
+        corpus=corpus.spec,
+        hooks=hooks,
+        n_tokens=int(cfg.n_tokens),
+        ctx_len=ctx_len,
+        batch_size=cfg.batch_size,
+        dtype=cfg.dtype,
         shard_tokens=max(1, SHARD_BYTES // row_bytes) if cfg.shard_tokens is None else cfg.shard_tokens,
-        heldout_fraction=cfg.heldout_fraction, exclude_special=cfg.exclude_special,
+        heldout_fraction=cfg.heldout_fraction,
+        exclude_special=cfg.exclude_special,
         special_ids=tuple(sorted(int(i) for i in special_ids)) if cfg.exclude_special else (),
-        outlier_factor=cfg.outlier_factor, max_unknown_fraction=cfg.max_unknown_fraction)
+        outlier_factor=cfg.outlier_factor,
+        max_unknown_fraction=cfg.max_unknown_fraction,
+    )
     out = Path(out_dir)
     existed = out.exists()
     fresh = not existed or (out.is_dir() and not any(out.iterdir()))
@@ -99,8 +118,13 @@ def harvest(model, corpus, hooks, out_dir, n_tokens: int | None = None, *, cfg: 
     unknown = _UnknownCounter(model.tokenizer, cfg)
     closer = _Closer()
     try:
-        with tqdm(total=cfg.n_tokens, initial=sum(r["rows"] for rs in done.values() for r in rs), unit="tok",
-                  desc=f"harvest {out.name}", disable=not progress) as bar:
+        with tqdm(
+            total=cfg.n_tokens,
+            initial=sum(r["rows"] for rs in done.values() for r in rs),
+            unit="tok",
+            desc=f"harvest {out.name}",
+            disable=not progress,
+        ) as bar:
             for split in SPLITS:
                 _harvest_split(model, corpus, cfg, split, out / split, done[split], closer, bar, unknown)
         closer.join()
@@ -116,8 +140,11 @@ def harvest(model, corpus, hooks, out_dir, n_tokens: int | None = None, *, cfg: 
         closer.join(raise_error=False)
         if e.errno == errno.ENOSPC:
             n = len([d for s in SPLITS for d in shard_dirs(out / s)])
-            raise DiskFullError(errno.ENOSPC, f"disk full while harvesting into {out}: the {n} complete shards there "
-                                              f"are valid; free some space and rerun with resume=True (--resume)") from e
+            raise DiskFullError(
+                errno.ENOSPC,
+                f"disk full while harvesting into {out}: the {n} complete shards there "
+                f"are valid; free some space and rerun with resume=True (--resume)",
+            ) from e
         raise
     except BaseException:
         closer.join(raise_error=False)
@@ -132,8 +159,10 @@ def _probe_dims(model, hooks: tuple[str, ...]) -> dict[str, int]:
 
     def grab(act, hook):
         if act.shape[:2] != (1, 2):
-            raise UnknownHookError(f"hook {hook.name!r} has shape {tuple(act.shape)}, not [batch, pos, ...]; "
-                                   "only per-token activations can be cached")
+            raise UnknownHookError(
+                f"hook {hook.name!r} has shape {tuple(act.shape)}, not [batch, pos, ...]; "
+                "only per-token activations can be cached"
+            )
         dims[hook.name] = int(np.prod(act.shape[2:], dtype=np.int64))
 
     tokens = torch.zeros(1, 2, dtype=torch.long, device=model.cfg.device)
@@ -159,21 +188,28 @@ def _prepare(out: Path, cfg: CacheConfig, resume: bool, overwrite: bool) -> dict
         is_cache = manifest.is_file() or progress.is_file()
         if overwrite:
             if not is_cache:
-                raise CacheExistsError(f"{out} is not empty and holds no activation cache (no manifest.json or "
-                                       "progress.json); refusing to delete it: choose another output folder")
+                raise CacheExistsError(
+                    f"{out} is not empty and holds no activation cache (no manifest.json or "
+                    "progress.json); refusing to delete it: choose another output folder"
+                )
             shutil.rmtree(out)
         elif not resume:
             what = "an activation cache" if is_cache else "other files"
-            raise CacheExistsError(f"output folder {out} already holds {what}; pass resume=True (--resume) to continue "
-                                   "an interrupted harvest or overwrite=True (--overwrite) to replace it")
+            raise CacheExistsError(
+                f"output folder {out} already holds {what}; pass resume=True (--resume) to continue "
+                "an interrupted harvest or overwrite=True (--overwrite) to replace it"
+            )
         elif not is_cache:
             raise CacheExistsError(f"cannot resume in {out}: it holds no activation cache (no progress.json)")
         else:
             on_disk = json.loads((manifest if manifest.is_file() else progress).read_text())
             old = CacheConfig.from_dict(on_disk["config"])
             if old != cfg:
-                raise CacheMismatchError(f"cannot resume {out}: it was harvested with another config ("
-                                         + "; ".join(old.diff(cfg)) + "); use overwrite=True (--overwrite) to replace it")
+                raise CacheMismatchError(
+                    f"cannot resume {out}: it was harvested with another config ("
+                    + "; ".join(old.diff(cfg))
+                    + "); use overwrite=True (--overwrite) to replace it"
+                )
             return None if manifest.is_file() else {s: _resumable_shards(out / s) for s in SPLITS}
     out.mkdir(parents=True, exist_ok=True)
     write_json(progress, {"format": FORMAT, "config": cfg.to_dict()}, indent=1)
@@ -191,8 +227,9 @@ def _resumable_shards(split_dir: Path) -> list[dict]:
         try:
             check_shard(d, rec["files"], full=True)
         except CacheCorruptError as e:
-            raise CacheCorruptError(f"{e}; delete shard folder {d} and every later one in {split_dir}, "
-                                    "then resume again to redo them") from e
+            raise CacheCorruptError(
+                f"{e}; delete shard folder {d} and every later one in {split_dir}, then resume again to redo them"
+            ) from e
         records.append(rec)
     return records
 
@@ -220,15 +257,25 @@ class _UnknownCounter:
                 f"corpus {self.cfg.corpus}: {self.n_unk} of the first {self.n} tokens ({self.n_unk / self.n:.0%}) are "
                 f"unknown to the model's tokenizer (<unk>), above max_unknown_fraction={self.cfg.max_unknown_fraction}; "
                 "use text in the model's vocabulary (`workbench model info` shows the model) or pass "
-                "--max-unknown-fraction 1 to cache it anyway")
+                "--max-unknown-fraction 1 to cache it anyway"
+            )
 
 
 class CorpusUnreadableError(CacheMismatchError):
     """Most of the corpus is out of the model's vocabulary."""
 
 
-def _harvest_split(model, corpus, cfg: CacheConfig, split: str, split_dir: Path, records: list[dict],
-                   closer: _Closer, bar, unknown: _UnknownCounter) -> None:
+def _harvest_split(
+    model,
+    corpus,
+    cfg: CacheConfig,
+    split: str,
+    split_dir: Path,
+    records: list[dict],
+    closer: _Closer,
+    bar,
+    unknown: _UnknownCounter,
+) -> None:
     target = cfg.n_rows(split)
     rows = sum(r["rows"] for r in records)
     seq = records[-1]["seq_end"] if records else 0
@@ -256,8 +303,9 @@ def _harvest_split(model, corpus, cfg: CacheConfig, split: str, split_dir: Path,
                 shard, full = None, shard
                 closer.submit(full)
         else:
-            warnings.warn(f"corpus {cfg.corpus} ran out after {rows} {split} rows of the {target} requested",
-                          stacklevel=3)
+            warnings.warn(
+                f"corpus {cfg.corpus} ran out after {rows} {split} rows of the {target} requested", stacklevel=3
+            )
     except BaseException:
         if shard is not None:  # its rows are redone on resume; deleting it frees the space now
             shard.abort()
@@ -287,8 +335,12 @@ def _forward(model, batch, first_seq: int, cfg: CacheConfig, remaining: int):
         captured[hook.name] = act.reshape(b * t, -1).index_select(0, idx)
 
     _run(model, torch.from_numpy(tokens).to(device), [(h, grab) for h in cfg.hooks], stop_layer(cfg.hooks))
-    block = {"tokens": flat[keep].astype(np.int32), "positions": (keep % t).astype(np.int32),
-             "seq_index": first_seq + keep // t, "doc_ids": np.stack([s.doc_ids for s in batch]).reshape(-1)[keep]}
+    block = {
+        "tokens": flat[keep].astype(np.int32),
+        "positions": (keep % t).astype(np.int32),
+        "seq_index": first_seq + keep // t,
+        "doc_ids": np.stack([s.doc_ids for s in batch]).reshape(-1)[keep],
+    }
     for name in batch[0].labels:
         block[f"label.{name}"] = np.stack([s.labels[name] for s in batch]).reshape(-1)[keep]
     block["sequences"] = tokens[:n_seq].astype(np.int32)
@@ -369,14 +421,24 @@ def _finalize(out: Path, cfg: CacheConfig, label_names: dict, dims: dict[str, in
     first = shards["train"][0]["files"]
     n_rows = {s: sum(r["rows"] for r in recs) for s, recs in shards.items()}
     manifest = {
-        "format": FORMAT, "model": cfg.model, "corpus": cfg.corpus, "hooks": list(cfg.hooks), "d": dims,
-        "dtype": cfg.dtype, "ctx_len": cfg.ctx_len, "n_tokens": n_rows,
+        "format": FORMAT,
+        "model": cfg.model,
+        "corpus": cfg.corpus,
+        "hooks": list(cfg.hooks),
+        "d": dims,
+        "dtype": cfg.dtype,
+        "ctx_len": cfg.ctx_len,
+        "n_tokens": n_rows,
         "n_sequences": {s: recs[-1]["seq_end"] if recs else 0 for s, recs in shards.items()},
         "shapes": {s: {h: [n_rows[s], dims[h]] for h in cfg.hooks} for s in SPLITS},
-        "labels": sorted(f[len("label."):-len(".npy")] for f in first if f.startswith("label.")),
-        "label_names": label_names, "config": cfg.to_dict(), "checksum": CHECKSUM, "stats": stats,
+        "labels": sorted(f[len("label.") : -len(".npy")] for f in first if f.startswith("label.")),
+        "label_names": label_names,
+        "config": cfg.to_dict(),
+        "checksum": CHECKSUM,
+        "stats": stats,
         "unknown_fraction": float(counts[:, 0].sum() / max(1, counts[:, 1].sum())) if len(counts) else 0.0,
-        "shards": shards, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "shards": shards,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     write_json(out / "manifest.json", manifest, indent=1)
     (out / "progress.json").unlink()

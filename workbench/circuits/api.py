@@ -18,9 +18,9 @@ import warnings
 import numpy as np
 import torch
 
+from workbench.circuits.config import SearchConfig, check_budget
 from workbench.circuits.graph import Graph
 from workbench.circuits.inputs import QueryInput, prepare, str_tokens
-from workbench.circuits.config import SearchConfig, check_budget
 from workbench.circuits.search import Found, QuerySearch, ZeroGapError
 from workbench.circuits.select import topk
 from workbench.circuits.types import Circuit
@@ -59,18 +59,24 @@ def prediction(model, q: QueryInput, logits: torch.Tensor | None = None) -> dict
             logits = model(q.tokens[None].to(model.cfg.device))[0, -1]
     p = logits.float().softmax(-1)
     top = int(p.argmax())
-    return dict(top1=str_tokens(model, torch.tensor([top]))[0], top1_id=top, top1_prob=float(p[top]),
-                answer_prob=float(p[q.answer]), predicts_answer=top == q.answer)
+    return dict(
+        top1=str_tokens(model, torch.tensor([top]))[0],
+        top1_id=top,
+        top1_prob=float(p[top]),
+        answer_prob=float(p[q.answer]),
+        predicts_answer=top == q.answer,
+    )
 
 
 def _not_predicted(q: QueryInput, pred: dict) -> str:
-    return (f"the model does not predict the answer {q.answer_str!r} (p={pred['answer_prob']:.3f}); its top-1 is "
-            f"{pred['top1']!r} (p={pred['top1_prob']:.3f}), so the circuit explains a logit difference the model "
-            "does not act on")
+    return (
+        f"the model does not predict the answer {q.answer_str!r} (p={pred['answer_prob']:.3f}); its top-1 is "
+        f"{pred['top1']!r} (p={pred['top1_prob']:.3f}), so the circuit explains a logit difference the model "
+        "does not act on"
+    )
 
 
-def _prepare_all(model, prompt, answer, counterfactual, wrong, paraphrases, counterfactuals, n_samples, seed,
-                 metric):
+def _prepare_all(model, prompt, answer, counterfactual, wrong, paraphrases, counterfactuals, n_samples, seed, metric):
     if hasattr(prompt, "task") and hasattr(prompt, "counterfactual"):  # a synthetic-corpus Query
         cq = prompt
         answer = cq.answer if answer is None else answer
@@ -96,31 +102,79 @@ def _stats(values) -> tuple[float, float]:
     return (float(v.mean()), float(v.std())) if len(v) else (float("nan"), float("nan"))
 
 
-def _to_circuit(model, search: QuerySearch, found: Found, method: dict, samples: dict, seed: int,
-                curve: dict | None, resampled: dict[str, float]) -> Circuit:
+def _to_circuit(
+    model,
+    search: QuerySearch,
+    found: Found,
+    method: dict,
+    samples: dict,
+    seed: int,
+    curve: dict | None,
+    resampled: dict[str, float],
+) -> Circuit:
     ev, q = search.ev, search.query
     pred = prediction(model, q, search.setup.clean_logits)
     if not pred["predicts_answer"]:
         warnings.warn(_not_predicted(q, pred), stacklevel=3)
-    faith = dict(metric=search.cfg.metric, ablation=search.cfg.ablation, clean=ev.clean, empty=ev.empty,
-                 circuit=found.value, gap=ev.gap, **pred, nfs=found.nfs, ndf=found.ndf, selected=found.source,
-                 baseline_topk_ndf=found.baseline_ndf, ndf_candidates=found.candidates,
-                 ndf_resampled=resampled, exact_evaluations=ev.n_evaluated)
+    faith = dict(
+        metric=search.cfg.metric,
+        ablation=search.cfg.ablation,
+        clean=ev.clean,
+        empty=ev.empty,
+        circuit=found.value,
+        gap=ev.gap,
+        **pred,
+        nfs=found.nfs,
+        ndf=found.ndf,
+        selected=found.source,
+        baseline_topk_ndf=found.baseline_ndf,
+        ndf_candidates=found.candidates,
+        ndf_resampled=resampled,
+        exact_evaluations=ev.n_evaluated,
+    )
     faith["ndf_candidates_mean"], faith["ndf_candidates_std"] = _stats(found.candidates.values())
     faith["ndf_resampled_mean"], faith["ndf_resampled_std"] = _stats(resampled.values())
-    query = {**q.to_dict(), "str_tokens": str_tokens(model, q.tokens),
-             "alignment": "right-aligned on the answer position, BOS anchored; unmatched positions keep clean values",
-             "samples": {n: s.to_dict() for n, s in samples.items()}}
+    query = {
+        **q.to_dict(),
+        "str_tokens": str_tokens(model, q.tokens),
+        "alignment": "right-aligned on the answer position, BOS anchored; unmatched positions keep clean values",
+        "samples": {n: s.to_dict() for n, s in samples.items()},
+    }
     if search.setup.alignment is not None:
         query["counterfactual_position"] = search.setup.alignment.tolist()
-    return Circuit(search.graph, found.mask, search.scores.scores, query, method, model_id(model), seed, faith, curve,
-                   search.scores.per_position)
+    return Circuit(
+        search.graph,
+        found.mask,
+        search.scores.scores,
+        query,
+        method,
+        model_id(model),
+        seed,
+        faith,
+        curve,
+        search.scores.per_position,
+    )
 
 
-def find_circuit(model, prompt, answer=None, counterfactual=None, *, wrong=None, budget: float | None = None,
-                 target_ndf: float | None = None, strategy: str = "search", cfg: SearchConfig | None = None,
-                 means: torch.Tensor | None = None, paraphrases=(), counterfactuals=(), n_samples: int = 3,
-                 seed: int = 0, curve: bool = True, **search_options) -> Circuit:
+def find_circuit(
+    model,
+    prompt,
+    answer=None,
+    counterfactual=None,
+    *,
+    wrong=None,
+    budget: float | None = None,
+    target_ndf: float | None = None,
+    strategy: str = "search",
+    cfg: SearchConfig | None = None,
+    means: torch.Tensor | None = None,
+    paraphrases=(),
+    counterfactuals=(),
+    n_samples: int = 3,
+    seed: int = 0,
+    curve: bool = True,
+    **search_options,
+) -> Circuit:
     """The sparsest circuit reaching target_ndf, or the most faithful one within budget (fraction of edges;
     default 2%, or one edge on graphs of fewer than 50 edges; a budget below one edge is refused).
 
@@ -142,8 +196,18 @@ def find_circuit(model, prompt, answer=None, counterfactual=None, *, wrong=None,
         raise BadValueError("target_ndf needs strategy='search' (top-k has a fixed budget)")
     elif not 0 < target_ndf <= 1:
         raise BadValueError(f"target NDF must be in (0, 1], got {target_ndf!r}")
-    q, samples = _prepare_all(model, prompt, answer, counterfactual, wrong, paraphrases, counterfactuals,
-                              n_samples if strategy == "search" else 0, seed, cfg.metric)
+    q, samples = _prepare_all(
+        model,
+        prompt,
+        answer,
+        counterfactual,
+        wrong,
+        paraphrases,
+        counterfactuals,
+        n_samples if strategy == "search" else 0,
+        seed,
+        cfg.metric,
+    )
     torch.manual_seed(seed)
     search = QuerySearch(model, q, samples if strategy == "search" else {}, cfg, means)
     if strategy == "topk":
@@ -154,16 +218,34 @@ def find_circuit(model, prompt, answer=None, counterfactual=None, *, wrong=None,
     else:
         found = search.at_budget(budget) if target_ndf is None else search.sparsest(target_ndf)
     resampled = search.ndf_under(found.mask, {n: s for n, s in samples.items() if n.startswith("cf")})
-    method_info = dict(name="query-search" if strategy == "search" else f"{cfg.method}-topk", strategy=strategy,
-                       budget=budget, target_ndf=target_ndf, metric=cfg.metric, ablation=cfg.ablation,
-                       attribution=search.scores.settings(), search=cfg.to_dict(), samples=sorted(samples))
-    return _to_circuit(model, search, found, method_info, samples, seed, search.curve() if curve else None,
-                       resampled)
+    method_info = dict(
+        name="query-search" if strategy == "search" else f"{cfg.method}-topk",
+        strategy=strategy,
+        budget=budget,
+        target_ndf=target_ndf,
+        metric=cfg.metric,
+        ablation=cfg.ablation,
+        attribution=search.scores.settings(),
+        search=cfg.to_dict(),
+        samples=sorted(samples),
+    )
+    return _to_circuit(model, search, found, method_info, samples, seed, search.curve() if curve else None, resampled)
 
 
-def evaluate_task(model, task: str, n: int = 20, budgets=(0.01, 0.02, 0.05), *, seed: int = 0, n_samples: int = 3,
-                  cfg: SearchConfig | None = None, means=None, progress: bool = True,
-                  require_prediction: bool = True, **search_options) -> dict:
+def evaluate_task(
+    model,
+    task: str,
+    n: int = 20,
+    budgets=(0.01, 0.02, 0.05),
+    *,
+    seed: int = 0,
+    n_samples: int = 3,
+    cfg: SearchConfig | None = None,
+    means=None,
+    progress: bool = True,
+    require_prediction: bool = True,
+    **search_options,
+) -> dict:
     """Search vs plain top-k on n generated queries of one task: NDF at each budget, CPR, CMD, spreads.
 
     Queries whose gap |L(M(q)) - L(M(q'))| is below min_gap are skipped and listed (NDF is undefined
@@ -181,6 +263,7 @@ def evaluate_task(model, task: str, n: int = 20, budgets=(0.01, 0.02, 0.05), *, 
     it = qs
     if progress:
         from tqdm.auto import tqdm
+
         it = tqdm(qs, desc=f"circuits {task}")
     for cq in it:
         t0 = time.perf_counter()
@@ -204,15 +287,29 @@ def evaluate_task(model, task: str, n: int = 20, budgets=(0.01, 0.02, 0.05), *, 
                 res = search.ndf_under(f.mask, {k: s for k, s in samples.items() if k.startswith("cf")})
                 row["resampled_ndf_mean"], row["resampled_ndf_std"] = _stats(res.values())
         c = search.curve()
-        row.update(search_cpr=c["search_cpr"], topk_cpr=c["topk_cpr"], search_cmd=c["search_cmd"],
-                   topk_cmd=c["topk_cmd"], seconds=time.perf_counter() - t0)
+        row.update(
+            search_cpr=c["search_cpr"],
+            topk_cpr=c["topk_cpr"],
+            search_cmd=c["search_cmd"],
+            topk_cmd=c["topk_cmd"],
+            seconds=time.perf_counter() - t0,
+        )
         rows.append(row)
     keys = [k for k in (rows[0] if rows else {}) if k not in ("prompt", "answer")]
     agg = {k: _stats(r[k] for r in rows) for k in keys}
-    return dict(task=task, n=n, n_used=len(rows), skipped=skipped, budgets=list(budgets), settings=cfg.to_dict(),
-                require_prediction=require_prediction,
-                n_samples=n_samples, rows=rows, mean={k: v[0] for k, v in agg.items()},
-                std={k: v[1] for k, v in agg.items()})
+    return dict(
+        task=task,
+        n=n,
+        n_used=len(rows),
+        skipped=skipped,
+        budgets=list(budgets),
+        settings=cfg.to_dict(),
+        require_prediction=require_prediction,
+        n_samples=n_samples,
+        rows=rows,
+        mean={k: v[0] for k, v in agg.items()},
+        std={k: v[1] for k, v in agg.items()},
+    )
 
 
 def format_summary_table(summaries) -> str:
@@ -220,8 +317,11 @@ def format_summary_table(summaries) -> str:
     if isinstance(summaries, dict):
         summaries = [summaries]
     budgets = summaries[0]["budgets"]
-    head = ["task", "n"] + [f"NDF@{100 * b:g}% search / top-k" for b in budgets] + \
-        ["CPR search / top-k", "CMD search / top-k", "s/query"]
+    head = (
+        ["task", "n"]
+        + [f"NDF@{100 * b:g}% search / top-k" for b in budgets]
+        + ["CPR search / top-k", "CMD search / top-k", "s/query"]
+    )
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
     def ms(s, k):
@@ -230,7 +330,10 @@ def format_summary_table(summaries) -> str:
     for s in summaries:
         cells = [s["task"], f"{s['n_used']}/{s['n']}"]
         cells += [f"{ms(s, f'search_ndf@{b}')} / {ms(s, f'topk_ndf@{b}')}" for b in budgets]
-        cells += [f"{ms(s, 'search_cpr')} / {ms(s, 'topk_cpr')}", f"{ms(s, 'search_cmd')} / {ms(s, 'topk_cmd')}",
-                  f"{s['mean'].get('seconds', float('nan')):.2f}"]
+        cells += [
+            f"{ms(s, 'search_cpr')} / {ms(s, 'topk_cpr')}",
+            f"{ms(s, 'search_cmd')} / {ms(s, 'topk_cmd')}",
+            f"{s['mean'].get('seconds', float('nan')):.2f}",
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

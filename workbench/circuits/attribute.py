@@ -34,7 +34,7 @@ AUTO_BATCH_BYTES = 64 * 2**20
 @dataclass
 class EdgeScores:
     graph: Graph
-    scores: torch.Tensor                 # [n_edges]
+    scores: torch.Tensor  # [n_edges]
     method: str
     steps: int
     ablation: str
@@ -45,9 +45,18 @@ class EdgeScores:
         return dict(method=self.method, steps=self.steps, ablation=self.ablation, metric=self.metric)
 
 
-def attribute(model, query: QueryInput, method: str = "eap-ig", steps: int = 5, ablation: str = "counterfactual",
-              metric: str = "logit_diff", means: torch.Tensor | None = None, per_position: bool = False,
-              step_batch: int | str | None = "auto", setup: Setup | None = None) -> EdgeScores:
+def attribute(
+    model,
+    query: QueryInput,
+    method: str = "eap-ig",
+    steps: int = 5,
+    ablation: str = "counterfactual",
+    metric: str = "logit_diff",
+    means: torch.Tensor | None = None,
+    per_position: bool = False,
+    step_batch: int | str | None = "auto",
+    setup: Setup | None = None,
+) -> EdgeScores:
     """Edge scores for one query against its counterfactual (or mean / zero ablation).
 
     step_batch: interpolation steps per forward-backward. 1 keeps peak memory near one
@@ -72,15 +81,21 @@ def attribute(model, query: QueryInput, method: str = "eap-ig", steps: int = 5, 
     pos_scores = torch.zeros(delta.shape[1], *scores.shape, device=delta.device) if per_position else None
     chunk = _step_chunk(model, len(tokens), len(alphas), step_batch)
     for i in range(0, len(alphas), chunk):
-        for sl, n, g in _reader_grads(model, graph, tokens, x0, m, torch.tensor(alphas[i:i + chunk])):
+        for sl, n, g in _reader_grads(model, graph, tokens, x0, m, torch.tensor(alphas[i : i + chunk])):
             d = delta[:n].float()
             scores[:n, sl] += torch.einsum("wpd,bprd->wr", d, g)
             if per_position:
                 pos_scores[:, :n, sl] += torch.einsum("wpd,bprd->pwr", d, g)
     scale = 1.0 / len(alphas)
-    return EdgeScores(graph, graph.matrix_to_edges(scores * scale).cpu(), method, steps if method == "eap-ig" else 1,
-                      ablation_name, metric,
-                      None if pos_scores is None else graph.matrix_to_edges(pos_scores * scale).cpu())
+    return EdgeScores(
+        graph,
+        graph.matrix_to_edges(scores * scale).cpu(),
+        method,
+        steps if method == "eap-ig" else 1,
+        ablation_name,
+        metric,
+        None if pos_scores is None else graph.matrix_to_edges(pos_scores * scale).cpu(),
+    )
 
 
 def _step_chunk(model, pos: int, n_steps: int, step_batch) -> int:
@@ -96,8 +111,14 @@ def _step_chunk(model, pos: int, n_steps: int, step_batch) -> int:
     return max(1, min(n_steps, AUTO_BATCH_BYTES // max(per_step, 1)))
 
 
-def _reader_grads(model, graph: Graph, tokens: torch.Tensor, x0: tuple[torch.Tensor, torch.Tensor], metric: Metric,
-                  alphas: torch.Tensor):
+def _reader_grads(
+    model,
+    graph: Graph,
+    tokens: torch.Tensor,
+    x0: tuple[torch.Tensor, torch.Tensor],
+    metric: Metric,
+    alphas: torch.Tensor,
+):
     """Gradients of the metric w.r.t. every reader input, yielded per layer as (reader slice, n writers,
     [b, pos, R, d]) so only one layer's per-reader gradients exist at a time."""
     device = model.cfg.device
@@ -124,8 +145,12 @@ def _reader_grads(model, graph: Graph, tokens: torch.Tensor, x0: tuple[torch.Ten
         if not graph.attn_only:
             bwd.append((f"blocks.{layer}.hook_mlp_in", keep_grad))
     tokens = tokens.to(device)[None].expand(b, -1)
-    with flags(model, use_split_qkv_input=False, use_attn_in=False, use_hook_mlp_in=True), \
-            model.hooks(fwd_hooks=fwd, bwd_hooks=bwd), _frozen(model), torch.enable_grad():
+    with (
+        flags(model, use_split_qkv_input=False, use_attn_in=False, use_hook_mlp_in=True),
+        model.hooks(fwd_hooks=fwd, bwd_hooks=bwd),
+        _frozen(model),
+        torch.enable_grad(),
+    ):
         resid = model(tokens, stop_at_layer=graph.n_layers)
         metric(answer_logits(model, resid)).sum().backward()
 
@@ -135,10 +160,14 @@ def _reader_grads(model, graph: Graph, tokens: torch.Tensor, x0: tuple[torch.Ten
         block, n_attn = model.blocks[layer], 1 + layer * per
         attn = block.attn
         w_k, w_v = (attn._W_K, attn._W_V) if graph.grouped else (attn.W_K, attn.W_V)
-        g_norm_out = torch.cat([
-            torch.einsum("bphe,hde->bphd", grads[f"blocks.{layer}.attn.hook_q"], attn.W_Q.detach()),
-            torch.einsum("bphe,hde->bphd", grads[f"blocks.{layer}.attn.hook_k"], w_k.detach()),
-            torch.einsum("bphe,hde->bphd", grads[f"blocks.{layer}.attn.hook_v"], w_v.detach())], dim=2)
+        g_norm_out = torch.cat(
+            [
+                torch.einsum("bphe,hde->bphd", grads[f"blocks.{layer}.attn.hook_q"], attn.W_Q.detach()),
+                torch.einsum("bphe,hde->bphd", grads[f"blocks.{layer}.attn.hook_k"], w_k.detach()),
+                torch.einsum("bphe,hde->bphd", grads[f"blocks.{layer}.attn.hook_v"], w_v.detach()),
+            ],
+            dim=2,
+        )
         g_in = g_norm_out if post_norm else _through_norm(block.ln1, resid_pre[layer], g_norm_out)
         q0 = graph.reader_slice(layer, "q").start
         yield slice(q0, q0 + g_in.shape[2]), n_attn, g_in.float()

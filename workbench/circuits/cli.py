@@ -1,9 +1,9 @@
 """`workbench circuit find|export|report`: the circuit sub-commands of the one CLI (`add_commands`).
 
-    workbench circuit find --model tiny --prompt "..." --answer "..." [--counterfactual "..."]
-                           [--budget 2% | --target-ndf 0.8] --out circuit.json
-    workbench circuit find --task ioi --n 20 [--budgets 1%,2%,5%] [--out summary.json]
-    workbench circuit report --n 20 --out circuit_results.md
+workbench circuit find --model tiny --prompt "..." --answer "..." [--counterfactual "..."]
+                       [--budget 2% | --target-ndf 0.8] --out circuit.json
+workbench circuit find --task ioi --n 20 [--budgets 1%,2%,5%] [--out summary.json]
+workbench circuit report --n 20 --out circuit_results.md
 """
 
 from __future__ import annotations
@@ -25,8 +25,10 @@ def parse_budget(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"budget {text!r} is not a number; use e.g. 2% or 0.02") from None
     if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"budget {text!r} is outside (0%, 100%]: a circuit needs at least one "
-                                         "edge and cannot have more edges than the model")
+        raise argparse.ArgumentTypeError(
+            f"budget {text!r} is outside (0%, 100%]: a circuit needs at least one "
+            "edge and cannot have more edges than the model"
+        )
     return value
 
 
@@ -56,33 +58,63 @@ def add_commands(subparsers, parents=()) -> None:
     """The `circuit` command group; parents carry the shared options (--workspace)."""
     p = subparsers.add_parser("circuit", help="query circuits: find, evaluate, export and report")
     sub = p.add_subparsers(dest="circuit_command", required=True)
-    f = sub.add_parser("find", parents=list(parents),
-                       help="find the circuit for one query (recorded in the workspace), or evaluate a task family")
-    f.add_argument("--model", default="tiny", help="tiny, a saved model folder, or a TransformerLens name (default: %(default)s)")
+    f = sub.add_parser(
+        "find",
+        parents=list(parents),
+        help="find the circuit for one query (recorded in the workspace), or evaluate a task family",
+    )
+    f.add_argument(
+        "--model", default="tiny", help="tiny, a saved model folder, or a TransformerLens name (default: %(default)s)"
+    )
     f.add_argument("--prompt", help="the query text (BOS is prepended)")
     f.add_argument("--answer", help="the answer token the circuit should explain (a single token)")
     f.add_argument("--counterfactual", help="a contrasting prompt, any length (aligned on the answer position)")
-    f.add_argument("--wrong", help="the contrasting answer for logit_diff (default: the counterfactual's top token "
-                   "other than the answer; without --counterfactual, the prompt's runner-up)")
-    f.add_argument("--paraphrase", action="append", default=[], metavar="PROMPT[|||COUNTERFACTUAL]",
-                   help="extra prompts (with optional counterfactual after |||) for best-of-N candidates")
+    f.add_argument(
+        "--wrong",
+        help="the contrasting answer for logit_diff (default: the counterfactual's top token "
+        "other than the answer; without --counterfactual, the prompt's runner-up)",
+    )
+    f.add_argument(
+        "--paraphrase",
+        action="append",
+        default=[],
+        metavar="PROMPT[|||COUNTERFACTUAL]",
+        help="extra prompts (with optional counterfactual after |||) for best-of-N candidates",
+    )
     g = f.add_mutually_exclusive_group()
     g.add_argument("--budget", type=parse_budget, help="edge budget, e.g. 2%% or 0.02 (default: 2%%)")
     g.add_argument("--target-ndf", type=float, help="find the sparsest circuit with at least this NDF")
-    f.add_argument("--strategy", choices=("search", "topk"), default="search",
-                   help="best-of-N search + exact refinement, or plain top-k of EAP-IG scores (default: %(default)s)")
+    f.add_argument(
+        "--strategy",
+        choices=("search", "topk"),
+        default="search",
+        help="best-of-N search + exact refinement, or plain top-k of EAP-IG scores (default: %(default)s)",
+    )
     add_config_flags(f, SearchConfig, SEARCH)
     f.add_argument("--cache", help="activation cache whose token sequences give the means for --ablation mean")
-    f.add_argument("--samples", type=int, help="with --task: paraphrases and resampled counterfactuals generated per "
-                   "query (default: 3); with --prompt pass --paraphrase instead")
+    f.add_argument(
+        "--samples",
+        type=int,
+        help="with --task: paraphrases and resampled counterfactuals generated per "
+        "query (default: 3); with --prompt pass --paraphrase instead",
+    )
     f.add_argument("--seed", type=int, default=0, help="seed for resampling (default: %(default)s)")
-    f.add_argument("--task", help="evaluate n generated queries of a synthetic task family instead of one prompt "
-                                  "(ioi, induction, greater_than, addition, facts)")
+    f.add_argument(
+        "--task",
+        help="evaluate n generated queries of a synthetic task family instead of one prompt "
+        "(ioi, induction, greater_than, addition, facts)",
+    )
     f.add_argument("--n", type=int, help="queries for --task (default: 20)")
-    f.add_argument("--budgets", type=parse_budgets,
-                   help="budgets for --task, comma separated (default: 1%%,2%%,5%%; --budget gives one)")
-    f.add_argument("--all-queries", action="store_true",
-                   help="with --task, keep queries whose answer is not the model's top-1 (skipped by default)")
+    f.add_argument(
+        "--budgets",
+        type=parse_budgets,
+        help="budgets for --task, comma separated (default: 1%%,2%%,5%%; --budget gives one)",
+    )
+    f.add_argument(
+        "--all-queries",
+        action="store_true",
+        help="with --task, keep queries whose answer is not the model's top-1 (skipped by default)",
+    )
     f.add_argument("--name", help="the circuit's folder in <workspace>/circuits (default: from the prompt)")
     f.add_argument("--out", help="also write the circuit JSON (workbench schema) here; with --task, the summary JSON")
     f.add_argument("--mib", help="also write the EAP-IG/MIB circuit JSON here")
@@ -93,16 +125,32 @@ def add_commands(subparsers, parents=()) -> None:
     e.add_argument("--format", required=True, choices=("mib", "neuronpedia"), help="target format")
     e.add_argument("--out", required=True, help="output file")
     e.set_defaults(func=run_export)
-    r = sub.add_parser("report", help="search vs top-k per task family, the induction mechanism and time per query, "
-                                      "as one markdown report")
-    r.add_argument("--model", default="tiny", help="tiny, a saved model folder, or a TransformerLens name (default: %(default)s)")
+    r = sub.add_parser(
+        "report",
+        help="search vs top-k per task family, the induction mechanism and time per query, as one markdown report",
+    )
+    r.add_argument(
+        "--model", default="tiny", help="tiny, a saved model folder, or a TransformerLens name (default: %(default)s)"
+    )
     r.add_argument("--n", type=int, default=20, help="generated queries per task family (default: %(default)s)")
-    r.add_argument("--tasks", type=lambda t: [x.strip() for x in t.split(",") if x.strip()],
-                   help="task families, comma separated (default: every family of the synthetic corpus)")
-    r.add_argument("--budgets", type=parse_budgets, default="1%,1.3%,2%,5%", help="edge budgets, comma separated (default: %(default)s)")
+    r.add_argument(
+        "--tasks",
+        type=lambda t: [x.strip() for x in t.split(",") if x.strip()],
+        help="task families, comma separated (default: every family of the synthetic corpus)",
+    )
+    r.add_argument(
+        "--budgets",
+        type=parse_budgets,
+        default="1%,1.3%,2%,5%",
+        help="edge budgets, comma separated (default: %(default)s)",
+    )
     r.add_argument("--timing-queries", type=int, default=5, help="queries timed end to end (default: %(default)s)")
-    r.add_argument("--induction-tries", type=int, default=10,
-                   help="induction queries tried for one with a previous-token -> induction path (default: %(default)s)")
+    r.add_argument(
+        "--induction-tries",
+        type=int,
+        default=10,
+        help="induction queries tried for one with a previous-token -> induction path (default: %(default)s)",
+    )
     r.add_argument("--out", default="circuit_results.md", help="markdown report (default: %(default)s)")
     r.add_argument("--json", help="also write the raw summaries and timings here")
     r.set_defaults(func=run_report)
@@ -117,12 +165,15 @@ def _check_find_args(args, cfg: SearchConfig) -> None:
 
     if args.task:
         check_tasks([args.task])
-        bad = given("prompt", "answer", "counterfactual", "wrong", "paraphrase", "target_ndf", "mib", "neuronpedia",
-                    "name")
+        bad = given(
+            "prompt", "answer", "counterfactual", "wrong", "paraphrase", "target_ndf", "mib", "neuronpedia", "name"
+        )
         if bad:
-            raise BadValueError(f"{', '.join(bad)} {'does' if len(bad) == 1 else 'do'} not apply to --task (it "
-                                f"evaluates {args.n or 20} generated queries at --budgets and writes a summary); find "
-                                "one circuit with --prompt to use them")
+            raise BadValueError(
+                f"{', '.join(bad)} {'does' if len(bad) == 1 else 'do'} not apply to --task (it "
+                f"evaluates {args.n or 20} generated queries at --budgets and writes a summary); find "
+                "one circuit with --prompt to use them"
+            )
         if args.budget is not None and args.budgets is not None:
             raise BadValueError("give --budget or --budgets with --task, not both")
     else:
@@ -130,11 +181,14 @@ def _check_find_args(args, cfg: SearchConfig) -> None:
         if bad:
             raise BadValueError(f"{', '.join(bad)} {'applies' if len(bad) == 1 else 'apply'} only to --task")
         if args.samples is not None:
-            raise BadValueError("--samples generates paraphrases and counterfactuals of --task queries; for --prompt, "
-                                "pass each extra prompt with --paraphrase 'PROMPT|||COUNTERFACTUAL'")
+            raise BadValueError(
+                "--samples generates paraphrases and counterfactuals of --task queries; for --prompt, "
+                "pass each extra prompt with --paraphrase 'PROMPT|||COUNTERFACTUAL'"
+            )
         if not args.prompt or not args.answer:
-            raise BadValueError("circuit find needs --prompt and --answer (or --task NAME for a batch of generated "
-                                "queries)")
+            raise BadValueError(
+                "circuit find needs --prompt and --answer (or --task NAME for a batch of generated queries)"
+            )
     for flag in ("out", "mib", "neuronpedia"):
         if getattr(args, flag):
             check_output_file(getattr(args, flag), f"--{flag}")
@@ -163,9 +217,17 @@ def run_find(args) -> int:
         means = writer_means(model, ActivationCache.open(args.cache))
     if args.task:
         budgets = [args.budget] if args.budget is not None else args.budgets or [0.01, 0.02, 0.05]
-        summary = evaluate_task(model, args.task, args.n or 20, budgets, seed=args.seed,
-                                n_samples=3 if args.samples is None else args.samples, cfg=cfg, means=means,
-                                require_prediction=not args.all_queries)
+        summary = evaluate_task(
+            model,
+            args.task,
+            args.n or 20,
+            budgets,
+            seed=args.seed,
+            n_samples=3 if args.samples is None else args.samples,
+            cfg=cfg,
+            means=means,
+            require_prediction=not args.all_queries,
+        )
         print(format_summary_table(summary))
         for s in summary["skipped"]:
             print(f"skipped: {s['prompt']!r}: {s['reason']}", file=sys.stderr)
@@ -174,9 +236,22 @@ def run_find(args) -> int:
         return 0
     paraphrases = [tuple(p.split("|||", 1)) if "|||" in p else p for p in args.paraphrase]
     circuit, folder = steps.find_circuit(
-        Workspace(args.workspace), model, args.prompt, args.answer, args.counterfactual, model_spec=args.model,
-        cfg=cfg, name=args.name, wrong=args.wrong, budget=args.budget, target_ndf=args.target_ndf,
-        strategy=args.strategy, paraphrases=paraphrases, seed=args.seed, means=means)
+        Workspace(args.workspace),
+        model,
+        args.prompt,
+        args.answer,
+        args.counterfactual,
+        model_spec=args.model,
+        cfg=cfg,
+        name=args.name,
+        wrong=args.wrong,
+        budget=args.budget,
+        target_ndf=args.target_ndf,
+        strategy=args.strategy,
+        paraphrases=paraphrases,
+        seed=args.seed,
+        means=means,
+    )
     print(circuit.summary())
     print(f"recorded {folder}")
     if args.out:

@@ -25,8 +25,10 @@ def check_ablation(ablation: str, q=None, means=None) -> None:
     if ablation not in ABLATIONS:
         raise BadValueError(f"unknown ablation {ablation!r}; valid: {', '.join(ABLATIONS)}")
     if ablation == "counterfactual" and q is not None and q.cf_tokens is None:
-        raise BadValueError("counterfactual ablation needs a counterfactual prompt; pass one, or use "
-                            "ablation='mean' (with means) or 'zero'")
+        raise BadValueError(
+            "counterfactual ablation needs a counterfactual prompt; pass one, or use "
+            "ablation='mean' (with means) or 'zero'"
+        )
     if ablation == "mean" and q is not None and means is None:
         raise BadValueError("mean ablation needs writer means: pass means=writer_means(model, cache_or_tokens)")
 
@@ -36,8 +38,10 @@ def check_budget(budget: float, n_edges: int | None = None) -> None:
     if not (isinstance(budget, (int, float)) and 0 < budget <= 1):
         raise BadValueError(f"the edge budget must be a fraction in (0, 1] (e.g. 0.02 for 2%), got {budget!r}")
     if n_edges and budget * n_edges < 1:
-        raise BadValueError(f"the edge budget {budget:g} is below one edge: this model's graph has {n_edges} edges, "
-                            f"so the smallest budget is 1/{n_edges} = {100 / n_edges:.3g}%")
+        raise BadValueError(
+            f"the edge budget {budget:g} is below one edge: this model's graph has {n_edges} edges, "
+            f"so the smallest budget is 1/{n_edges} = {100 / n_edges:.3g}%"
+        )
 
 
 def check_metric(metric: str) -> None:
@@ -47,23 +51,34 @@ def check_metric(metric: str) -> None:
 
 @dataclass
 class SearchConfig:
-    method: str = field(default="eap-ig", metadata={"help": "edge attribution for the candidate rankings",
-                                                     "choices": METHODS})
+    method: str = field(
+        default="eap-ig", metadata={"help": "edge attribution for the candidate rankings", "choices": METHODS}
+    )
     steps: int = field(default=5, metadata={"help": "EAP-IG interpolation steps m"})
-    ablation: str = field(default="counterfactual", metadata={"help": "what replaces the edges outside the circuit",
-                                                              "choices": ABLATIONS})
+    ablation: str = field(
+        default="counterfactual", metadata={"help": "what replaces the edges outside the circuit", "choices": ABLATIONS}
+    )
     metric: str = field(default="logit_diff", metadata={"help": "faithfulness metric L", "choices": METRICS})
     refine_steps: int = field(default=4, metadata={"help": "rounds of exact drop/add/swap moves after best-of-N"})
     pool: int = field(default=24, metadata={"help": "additions tried per refinement round"})
-    grow: float = field(default=2.0, metadata={"help": "backward elimination starts from the best circuit with "
-                                                       "grow x k edges"})
-    min_gap: float | None = field(default=None, metadata={
-        "help": "refuse / skip queries whose gap |L(M(q)) - L(M(q'))| is below this (default: per metric, "
-                f"{DEFAULT_MIN_GAP})"})
+    grow: float = field(
+        default=2.0, metadata={"help": "backward elimination starts from the best circuit with grow x k edges"}
+    )
+    min_gap: float | None = field(
+        default=None,
+        metadata={
+            "help": "refuse / skip queries whose gap |L(M(q)) - L(M(q'))| is below this (default: per metric, "
+            f"{DEFAULT_MIN_GAP})"
+        },
+    )
     max_batch: int = field(default=64, metadata={"help": "circuits per batched exact evaluation"})
-    step_batch: int | str | None = field(default="auto", metadata={
-        "help": "EAP-IG steps per forward-backward: an integer (1: least memory), 'auto', or all at once (None)",
-        "cli": False})
+    step_batch: int | str | None = field(
+        default="auto",
+        metadata={
+            "help": "EAP-IG steps per forward-backward: an integer (1: least memory), 'auto', or all at once (None)",
+            "cli": False,
+        },
+    )
 
     def __post_init__(self):
         check_method(self.method, self.steps)

@@ -16,8 +16,9 @@ from workbench.circuits.types import Circuit
 @torch.no_grad()
 def attention_patterns(model, tokens: torch.Tensor) -> torch.Tensor:
     """[n_layers, n_heads, pos, pos] attention patterns of one prompt."""
-    _, cache = model.run_with_cache(tokens.reshape(1, -1).to(model.cfg.device),
-                                    names_filter=lambda n: n.endswith("hook_pattern"))
+    _, cache = model.run_with_cache(
+        tokens.reshape(1, -1).to(model.cfg.device), names_filter=lambda n: n.endswith("hook_pattern")
+    )
     return torch.stack([cache[f"blocks.{layer}.attn.hook_pattern"][0] for layer in range(model.cfg.n_layers)]).cpu()
 
 
@@ -41,8 +42,11 @@ def head_scores(patterns: torch.Tensor, tokens: torch.Tensor) -> dict[str, dict[
         ind = patterns[..., q, k].mean(-1)
     else:
         ind = torch.zeros_like(prev)
-    return {f"a{layer}.h{h}": {"previous_token": float(prev[layer, h]), "induction": float(ind[layer, h])}
-            for layer in range(patterns.shape[0]) for h in range(patterns.shape[1])}
+    return {
+        f"a{layer}.h{h}": {"previous_token": float(prev[layer, h]), "induction": float(ind[layer, h])}
+        for layer in range(patterns.shape[0])
+        for h in range(patterns.shape[1])
+    }
 
 
 def _upstream_heads(circuit: Circuit, node: str) -> list[list[str]]:
@@ -74,10 +78,17 @@ def induction_evidence(model, circuit: Circuit, top: int = 3) -> dict:
             continue
         for path in _upstream_heads(circuit, src):
             for head in g.reader_node(dst):
-                pairs.append({"edge": edge, "score": s, "path": " -> ".join(path + [dst]),
-                              "previous_token_head": path[0], "key_reader": head,
-                              "previous_token_score": scores[path[0]]["previous_token"],
-                              "induction_score": scores[head]["induction"]})
+                pairs.append(
+                    {
+                        "edge": edge,
+                        "score": s,
+                        "path": " -> ".join(path + [dst]),
+                        "previous_token_head": path[0],
+                        "key_reader": head,
+                        "previous_token_score": scores[path[0]]["previous_token"],
+                        "induction_score": scores[head]["induction"],
+                    }
+                )
     pairs.sort(key=lambda p: -(p["previous_token_score"] + p["induction_score"]))
     last = len(tokens) - 1
 
@@ -91,5 +102,10 @@ def induction_evidence(model, circuit: Circuit, top: int = 3) -> dict:
         pr["key_reader_attends_from_last"] = attends(pr["key_reader"], last)
         pr["previous_token_head_attends_from_last"] = attends(pr["previous_token_head"], last)
     uniform = float(torch.tensor([1.0 / (p + 1) for p in range(1, len(tokens))]).mean())
-    return {"pairs": pairs, "head_scores": scores, "induction_targets": induction_targets(tokens),
-            "str_tokens": str_toks, "uniform_previous_token": uniform}
+    return {
+        "pairs": pairs,
+        "head_scores": scores,
+        "induction_targets": induction_targets(tokens),
+        "str_tokens": str_toks,
+        "uniform_previous_token": uniform,
+    }

@@ -21,12 +21,13 @@ from workbench.circuits.types import Circuit, CircuitFileError, check_model, rea
 
 # ---------------------------------------------------------------- EAP-IG / MIB JSON
 
+
 def _head_edges(graph: Graph, edge: str) -> list[str]:
     """An edge in MIB's per-head naming (a KV-group edge becomes one edge per head of the group)."""
     src, dst = edge.split("->")
     if ".kv" not in dst:
         return [edge]
-    kind = dst[dst.index("<"):]
+    kind = dst[dst.index("<") :]
     return [f"{src}->{h}{kind}" for h in graph.reader_node(dst)]
 
 
@@ -55,10 +56,18 @@ def from_mib(path_or_dict, model=None) -> Circuit:
         raise CircuitFileError(f"{name} is not an EAP-IG/MIB circuit file: missing keys {sorted(missing)}")
     cfg = d["cfg"]
     try:
-        graph = Graph(cfg["n_layers"], cfg["n_heads"], cfg.get("n_key_value_heads", cfg["n_heads"]), cfg["d_model"],
-                      bool(cfg.get("parallel_attn_mlp", False)), bool(cfg.get("attn_only", False)))
+        graph = Graph(
+            cfg["n_layers"],
+            cfg["n_heads"],
+            cfg.get("n_key_value_heads", cfg["n_heads"]),
+            cfg["d_model"],
+            bool(cfg.get("parallel_attn_mlp", False)),
+            bool(cfg.get("attn_only", False)),
+        )
     except (KeyError, TypeError, AttributeError) as e:
-        raise CircuitFileError(f"{name}: cfg {cfg!r} lacks or mistypes a model field ({type(e).__name__}: {e})") from None
+        raise CircuitFileError(
+            f"{name}: cfg {cfg!r} lacks or mistypes a model field ({type(e).__name__}: {e})"
+        ) from None
     check_model(graph, "", model)
     scores, member = torch.zeros(graph.n_edges), torch.zeros(graph.n_edges, dtype=torch.bool)
     for i, e in enumerate(graph.edges):
@@ -73,9 +82,19 @@ def from_mib(path_or_dict, model=None) -> Circuit:
 
 # ---------------------------------------------------------------- circuit-tracer / Neuronpedia graph JSON
 
-NP_NODE_FIELDS = {"node_id": str, "feature": int, "layer": str, "ctx_idx": int, "feature_type": str,
-                  "token_prob": float, "is_target_logit": bool, "jsNodeId": str, "clerp": str,
-                  "influence": float, "activation": float}
+NP_NODE_FIELDS = {
+    "node_id": str,
+    "feature": int,
+    "layer": str,
+    "ctx_idx": int,
+    "feature_type": str,
+    "token_prob": float,
+    "is_target_logit": bool,
+    "jsNodeId": str,
+    "clerp": str,
+    "influence": float,
+    "activation": float,
+}
 NP_METADATA_FIELDS = ("slug", "scan", "transcoder_list", "prompt", "prompt_tokens", "node_threshold", "schema_version")
 NP_QPARAMS_FIELDS = ("pinnedIds", "supernodes", "linkType", "clickedId", "sg_pos")
 # circuit-tracer's frontend knows four node types; a head or MLP taken whole (its output not split
@@ -88,8 +107,9 @@ def _cantor(x: int, y: int) -> int:
     return (x + y) * (x + y + 1) // 2 + y
 
 
-def to_neuronpedia(c: Circuit, path=None, slug: str | None = None, node_threshold: float = 0.8,
-                   position_share: float = 0.01) -> dict:
+def to_neuronpedia(
+    c: Circuit, path=None, slug: str | None = None, node_threshold: float = 0.8, position_share: float = 0.01
+) -> dict:
     """The circuit as a circuit-tracer graph (node and id conventions of circuit_tracer.frontend.graph_models).
 
     Each component sits at one position: where its outgoing attribution is largest, moved earlier
@@ -135,7 +155,7 @@ def to_neuronpedia(c: Circuit, path=None, slug: str | None = None, node_threshol
     weights: dict[tuple[str, str], float] = {}
     for i in idx:
         src, dst = g.edges[i].split("->")
-        for t in (["logits"] if dst == "logits" else g.reader_node(dst)):
+        for t in ["logits"] if dst == "logits" else g.reader_node(dst):
             tid = node_id(t, pos[t])
             if src == "input" and pp is not None:
                 col = pp[: pos[t] + 1, i]
@@ -161,28 +181,59 @@ def to_neuronpedia(c: Circuit, path=None, slug: str | None = None, node_threshol
     for nid in mass:
         layer, feature, ctx = nid.rsplit("_", 2)
         ctx = int(ctx)
-        node = {"node_id": nid, "layer": layer, "ctx_idx": ctx, "token_prob": 0.0, "is_target_logit": False,
-                "influence": influence[nid], "activation": mass[nid]}
+        node = {
+            "node_id": nid,
+            "layer": layer,
+            "ctx_idx": ctx,
+            "token_prob": 0.0,
+            "is_target_logit": False,
+            "influence": influence[nid],
+            "activation": mass[nid],
+        }
         if layer == "E":
-            node.update(feature=ctx, feature_type="embedding", jsNodeId=f"E_{feature}-{ctx}",
-                        clerp=f"Emb: {str_toks[ctx]!r}" if ctx < len(str_toks) else "Emb")
+            node.update(
+                feature=ctx,
+                feature_type="embedding",
+                jsNodeId=f"E_{feature}-{ctx}",
+                clerp=f"Emb: {str_toks[ctx]!r}" if ctx < len(str_toks) else "Emb",
+            )
         elif nid == logit_id:
-            node.update(feature=answer_id, feature_type="logit", jsNodeId=f"L_{answer_id}-{ctx}", token_prob=prob,
-                        is_target_logit=True, clerp=f'Output "{c.query.get("answer")}" (p={prob:.3f})')
+            node.update(
+                feature=answer_id,
+                feature_type="logit",
+                jsNodeId=f"L_{answer_id}-{ctx}",
+                token_prob=prob,
+                is_target_logit=True,
+                clerp=f'Output "{c.query.get("answer")}" (p={prob:.3f})',
+            )
         else:
             name = f"m{layer}" if int(feature) == g.n_heads else f"a{layer}.h{feature}"
-            node.update(feature=_cantor(int(layer), int(feature)), feature_type=NP_COMPONENT_TYPE,
-                        jsNodeId=f"{layer}_{feature}-{ctx}",
-                        clerp=f"{name} ({'MLP' if name[0] == 'm' else 'attention head'}, whole output)")
+            node.update(
+                feature=_cantor(int(layer), int(feature)),
+                feature_type=NP_COMPONENT_TYPE,
+                jsNodeId=f"{layer}_{feature}-{ctx}",
+                clerp=f"{name} ({'MLP' if name[0] == 'm' else 'attention head'}, whole output)",
+            )
         nodes.append(node)
     d = {
-        "metadata": {"slug": slug or f"workbench-circuit-{abs(hash(tuple(tokens))) % 10**8}",
-                     "scan": c.model_id, "transcoder_list": [], "prompt": c.query.get("prompt") or " ".join(str_toks),
-                     "prompt_tokens": str_toks, "node_threshold": node_threshold, "schema_version": 1,
-                     "info": {"creator_name": "workbench", "method": c.method.get("name"),
-                              "ndf": c.faithfulness.get("ndf"), "n_edges": c.n_edges}},
+        "metadata": {
+            "slug": slug or f"workbench-circuit-{abs(hash(tuple(tokens))) % 10**8}",
+            "scan": c.model_id,
+            "transcoder_list": [],
+            "prompt": c.query.get("prompt") or " ".join(str_toks),
+            "prompt_tokens": str_toks,
+            "node_threshold": node_threshold,
+            "schema_version": 1,
+            "info": {
+                "creator_name": "workbench",
+                "method": c.method.get("name"),
+                "ndf": c.faithfulness.get("ndf"),
+                "n_edges": c.n_edges,
+            },
+        },
         "qParams": {"pinnedIds": [], "supernodes": [], "linkType": "both", "clickedId": "", "sg_pos": ""},
-        "nodes": nodes, "links": links,
+        "nodes": nodes,
+        "links": links,
     }
     validate_neuronpedia(d)
     if path is not None:
@@ -216,7 +267,9 @@ def validate_neuronpedia(d: dict) -> None:
             if k not in n:
                 problems.append(f"node {n.get('node_id')!r} lacks {k!r}")
             elif not isinstance(n[k], t) or (t is int and isinstance(n[k], bool)):
-                problems.append(f"node {n.get('node_id')!r} field {k!r} is {type(n[k]).__name__}, expected {t.__name__}")
+                problems.append(
+                    f"node {n.get('node_id')!r} field {k!r} is {type(n[k]).__name__}, expected {t.__name__}"
+                )
         if n.get("feature_type") == "logit" and "(p=" not in n.get("clerp", ""):
             problems.append(f"logit node {n.get('node_id')!r} clerp {n.get('clerp')!r} lacks '(p=...)'")
         ctx[n.get("node_id")] = n.get("ctx_idx", 0)

@@ -32,7 +32,7 @@ class Graph:
     attn_only: bool = False
 
     @classmethod
-    def from_model(cls, model_or_cfg) -> "Graph":
+    def from_model(cls, model_or_cfg) -> Graph:
         cfg = getattr(model_or_cfg, "cfg", model_or_cfg)
         kv = cfg.n_key_value_heads
         if kv is None or getattr(cfg, "ungroup_grouped_query_attention", False):
@@ -40,8 +40,14 @@ class Graph:
         return cls(cfg.n_layers, cfg.n_heads, kv, cfg.d_model, bool(cfg.parallel_attn_mlp), bool(cfg.attn_only))
 
     def config(self) -> dict:
-        return dict(n_layers=self.n_layers, n_heads=self.n_heads, n_kv_heads=self.n_kv_heads, d_model=self.d_model,
-                    parallel_attn_mlp=self.parallel_attn_mlp, attn_only=self.attn_only)
+        return dict(
+            n_layers=self.n_layers,
+            n_heads=self.n_heads,
+            n_kv_heads=self.n_kv_heads,
+            d_model=self.d_model,
+            parallel_attn_mlp=self.parallel_attn_mlp,
+            attn_only=self.attn_only,
+        )
 
     @property
     def grouped(self) -> bool:
@@ -85,9 +91,12 @@ class Graph:
         """Index range of one layer's q / k / v / mlp readers in `readers`."""
         per = self.n_heads + 2 * self.n_kv_heads + (0 if self.attn_only else 1)
         start = layer * per
-        offsets = {"q": (0, self.n_heads), "k": (self.n_heads, self.n_kv_heads),
-                   "v": (self.n_heads + self.n_kv_heads, self.n_kv_heads),
-                   "mlp": (self.n_heads + 2 * self.n_kv_heads, 1)}
+        offsets = {
+            "q": (0, self.n_heads),
+            "k": (self.n_heads, self.n_kv_heads),
+            "v": (self.n_heads + self.n_kv_heads, self.n_kv_heads),
+            "mlp": (self.n_heads + 2 * self.n_kv_heads, 1),
+        }
         off, n = offsets[kind]
         return slice(start + off, start + off + n)
 
@@ -154,7 +163,8 @@ class Graph:
         src, dst = self.edge_index
         return matrix[..., src.to(matrix.device), dst.to(matrix.device)]
 
-    def check_same(self, other: "Graph", what: str = "circuit") -> None:
+    def check_same(self, other: Graph, what: str = "circuit") -> None:
         if self != other:
-            raise GraphMismatchError(f"the {what} was made for a model of shape {other.config()}, "
-                                     f"but this model has shape {self.config()}")
+            raise GraphMismatchError(
+                f"the {what} was made for a model of shape {other.config()}, but this model has shape {self.config()}"
+            )

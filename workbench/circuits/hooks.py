@@ -52,8 +52,14 @@ def writer_values(model, name: str, act: torch.Tensor) -> torch.Tensor:
 def collect_writers(model, graph: Graph, tokens: torch.Tensor, return_resid: bool = False):
     """Writer outputs of a forward pass: [batch, n_writers, pos, d_model] (and the final residual)."""
     tokens = tokens.reshape(-1, tokens.shape[-1]).to(model.cfg.device)
-    out = torch.empty(tokens.shape[0], len(graph.writers), tokens.shape[1], graph.d_model,
-                      dtype=model.cfg.dtype, device=model.cfg.device)
+    out = torch.empty(
+        tokens.shape[0],
+        len(graph.writers),
+        tokens.shape[1],
+        graph.d_model,
+        dtype=model.cfg.dtype,
+        device=model.cfg.device,
+    )
     slices = writer_slices(graph)
 
     def store(act, hook):
@@ -68,8 +74,9 @@ def answer_logits(model, resid: torch.Tensor) -> torch.Tensor:
     return model.unembed(model.ln_final(resid[:, -1:]))[:, 0]
 
 
-def writer_means(model, source, graph: Graph | None = None, batch_size: int = 16,
-                 max_sequences: int = 256, split: str = "train") -> torch.Tensor:
+def writer_means(
+    model, source, graph: Graph | None = None, batch_size: int = 16, max_sequences: int = 256, split: str = "train"
+) -> torch.Tensor:
     """Mean output of every writer over a token source: [n_writers, d_model] (for mean ablation).
 
     `source`: a workbench ActivationCache (its stored token sequences are re-run), a [N, ctx]
@@ -83,12 +90,13 @@ def writer_means(model, source, graph: Graph | None = None, batch_size: int = 16
     else:
         tokens = torch.as_tensor(source)[:max_sequences]
     if tokens.ndim != 2 or tokens.shape[0] == 0:
-        raise BadValueError(f"mean ablation needs a non-empty [n_sequences, ctx] token source, got shape "
-                         f"{tuple(tokens.shape)}")
+        raise BadValueError(
+            f"mean ablation needs a non-empty [n_sequences, ctx] token source, got shape {tuple(tokens.shape)}"
+        )
     total = torch.zeros(len(graph.writers), graph.d_model, dtype=torch.float64, device=model.cfg.device)
     count = 0
     for i in range(0, tokens.shape[0], batch_size):
-        z = collect_writers(model, graph, tokens[i:i + batch_size])
+        z = collect_writers(model, graph, tokens[i : i + batch_size])
         total += z.double().sum(dim=(0, 2))
         count += z.shape[0] * z.shape[2]
     return (total / count).to(model.cfg.dtype)

@@ -7,14 +7,14 @@ lists (or 1-D tensors) for prompts and ints for answers.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence, Union
 
 import torch
 
 from workbench.errors import UserError
 
-Text = Union[str, Sequence[int], torch.Tensor]
+Text = str | Sequence[int] | torch.Tensor
 
 
 class QueryError(UserError, ValueError):
@@ -35,9 +35,16 @@ class QueryInput:
     wrong_str: str | None = None
 
     def to_dict(self) -> dict:
-        return dict(prompt=self.prompt, tokens=self.tokens.tolist(), answer=self.answer_str, answer_id=self.answer,
-                    wrong=self.wrong_str, wrong_id=self.wrong, counterfactual=self.counterfactual,
-                    counterfactual_tokens=None if self.cf_tokens is None else self.cf_tokens.tolist())
+        return dict(
+            prompt=self.prompt,
+            tokens=self.tokens.tolist(),
+            answer=self.answer_str,
+            answer_id=self.answer,
+            wrong=self.wrong_str,
+            wrong_id=self.wrong,
+            counterfactual=self.counterfactual,
+            counterfactual_tokens=None if self.cf_tokens is None else self.cf_tokens.tolist(),
+        )
 
 
 def _str_tokens(model, ids: list[int]) -> list[str]:
@@ -61,9 +68,11 @@ def _unknown_error(tok, words: list[str], what: str) -> QueryError:
     for w in words[:5]:
         close = difflib.get_close_matches(w, vocab, n=3, cutoff=0.5)
         hints.append(f"{w!r} (did you mean {', '.join(map(repr, close))}?)" if close else repr(w))
-    return QueryError(f"the {what} has {len(words)} word(s) outside the model's vocabulary, which would silently "
-                      f"become {tok.unk_token}: {', '.join(hints)}; use words the model knows "
-                      f"(its vocabulary has {len(vocab)} words, e.g. {', '.join(vocab[:: max(1, len(vocab) // 6)][:6])})")
+    return QueryError(
+        f"the {what} has {len(words)} word(s) outside the model's vocabulary, which would silently "
+        f"become {tok.unk_token}: {', '.join(hints)}; use words the model knows "
+        f"(its vocabulary has {len(vocab)} words, e.g. {', '.join(vocab[:: max(1, len(vocab) // 6)][:6])})"
+    )
 
 
 def _tokens(model, text: Text, what: str) -> torch.Tensor:
@@ -86,7 +95,7 @@ def _tokens(model, text: Text, what: str) -> torch.Tensor:
     return ids
 
 
-def single_token(model, answer: Union[str, int], what: str = "answer") -> int:
+def single_token(model, answer: str | int, what: str = "answer") -> int:
     """The token id of an answer, or a QueryError naming the tokens it splits into."""
     if isinstance(answer, int):
         if not 0 <= answer < model.cfg.d_vocab:
@@ -96,25 +105,35 @@ def single_token(model, answer: Union[str, int], what: str = "answer") -> int:
         raise QueryError(f"the model has no tokenizer, so the {what} must be a token id, got {answer!r}")
     ids = model.to_tokens(answer, prepend_bos=False)[0].tolist()
     if len(ids) != 1:
-        raise QueryError(f"the {what} {answer!r} is not a single token: it splits into {len(ids)} tokens "
-                         f"{_str_tokens(model, ids)}; pass one token (e.g. {_str_tokens(model, ids)[0]!r})")
+        raise QueryError(
+            f"the {what} {answer!r} is not a single token: it splits into {len(ids)} tokens "
+            f"{_str_tokens(model, ids)}; pass one token (e.g. {_str_tokens(model, ids)[0]!r})"
+        )
     unk = getattr(model.tokenizer, "unk_token_id", None)
     if unk is not None and ids[0] == unk and answer != model.tokenizer.unk_token:
         raise _unknown_error(model.tokenizer, [answer], what)
     return ids[0]
 
 
-def prepare(model, prompt: Text, answer: Union[str, int], counterfactual: Text | None = None,
-            wrong: Union[str, int, None] = None) -> QueryInput:
+def prepare(
+    model, prompt: Text, answer: str | int, counterfactual: Text | None = None, wrong: str | int | None = None
+) -> QueryInput:
     tokens = _tokens(model, prompt, "prompt")
     cf = None if counterfactual is None else _tokens(model, counterfactual, "counterfactual")
     a = single_token(model, answer)
     w = None if wrong is None else single_token(model, wrong, "wrong answer")
     if w is not None and w == a:
         raise QueryError(f"the wrong answer {wrong!r} is the same token as the answer {answer!r}")
-    return QueryInput(tokens, a, w, cf, prompt if isinstance(prompt, str) else None,
-                      counterfactual if isinstance(counterfactual, str) else None,
-                      _str_tokens(model, [a])[0], None if w is None else _str_tokens(model, [w])[0])
+    return QueryInput(
+        tokens,
+        a,
+        w,
+        cf,
+        prompt if isinstance(prompt, str) else None,
+        counterfactual if isinstance(counterfactual, str) else None,
+        _str_tokens(model, [a])[0],
+        None if w is None else _str_tokens(model, [w])[0],
+    )
 
 
 def str_tokens(model, tokens: torch.Tensor) -> list[str]:

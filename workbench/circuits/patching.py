@@ -25,16 +25,17 @@ class Setup:
     """What exact evaluation needs for one query: clean tokens and the ablated value of every writer."""
 
     graph: Graph
-    tokens: torch.Tensor          # [pos]
-    z_clean: torch.Tensor         # [n_writers, pos, d_model]
-    z_abl: torch.Tensor           # [n_writers, pos, d_model], aligned to the clean positions
-    clean_logits: torch.Tensor    # [vocab] at the answer position
+    tokens: torch.Tensor  # [pos]
+    z_clean: torch.Tensor  # [n_writers, pos, d_model]
+    z_abl: torch.Tensor  # [n_writers, pos, d_model], aligned to the clean positions
+    clean_logits: torch.Tensor  # [vocab] at the answer position
     ablation: str
     alignment: torch.Tensor | None = None  # counterfactual position per clean position (-1: none)
 
 
-def make_setup(model, graph: Graph, q: QueryInput, ablation: str = "counterfactual",
-               means: torch.Tensor | None = None) -> Setup:
+def make_setup(
+    model, graph: Graph, q: QueryInput, ablation: str = "counterfactual", means: torch.Tensor | None = None
+) -> Setup:
     check_ablation(ablation, q, means)
     z, resid = collect_writers(model, graph, q.tokens, return_resid=True)
     z_clean, clean_logits = z[0], answer_logits(model, resid)[0]
@@ -51,8 +52,10 @@ def make_setup(model, graph: Graph, q: QueryInput, ablation: str = "counterfactu
         del z_cf
     elif ablation == "mean":
         if tuple(means.shape) != (len(graph.writers), graph.d_model):
-            raise BadValueError(f"means must have shape [n_writers={len(graph.writers)}, d_model={graph.d_model}], "
-                             f"got {tuple(means.shape)}")
+            raise BadValueError(
+                f"means must have shape [n_writers={len(graph.writers)}, d_model={graph.d_model}], "
+                f"got {tuple(means.shape)}"
+            )
         z_abl = means.to(z_clean)[:, None, :].expand_as(z_clean).clone()
     else:
         z_abl = torch.zeros_like(z_clean)
@@ -85,8 +88,9 @@ def _group(graph: Graph, sl: slice, n: int, readers) -> slice:
 def evaluate(model, setup: Setup, in_circuit: torch.Tensor, max_batch: int = 64) -> torch.Tensor:
     """Answer-position logits [n_circuits, vocab] for circuits given as bool edge masks [n_circuits, n_edges]."""
     in_circuit = torch.as_tensor(in_circuit, dtype=torch.bool).reshape(-1, setup.graph.n_edges)
-    return torch.cat([_evaluate(model, setup, in_circuit[i:i + max_batch])
-                      for i in range(0, len(in_circuit), max_batch)])
+    return torch.cat(
+        [_evaluate(model, setup, in_circuit[i : i + max_batch]) for i in range(0, len(in_circuit), max_batch)]
+    )
 
 
 def _evaluate(model, setup: Setup, in_circuit: torch.Tensor) -> torch.Tensor:
@@ -110,10 +114,11 @@ def _evaluate(model, setup: Setup, in_circuit: torch.Tensor) -> torch.Tensor:
                 c = torch.einsum("bwpd,bwr->bprd", delta[:, :n], removed[:, :n, group])
                 start = 0
                 for nm, s in siblings[group.start]:
-                    corr[nm] = c[:, :, start:start + s.stop - s.start]
+                    corr[nm] = c[:, :, start : start + s.stop - s.start]
                     start += s.stop - s.start
             c = corr.pop(name)
             return act + (c if act.ndim == 4 else c[:, :, 0])
+
         return fn
 
     readers = _reader_hooks(graph)

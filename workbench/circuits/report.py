@@ -28,8 +28,11 @@ def induction_case(model, n_tries: int = 10, budget: float = 0.05, seed: int = 0
         except ZeroGapError:
             continue
         ev = induction_evidence(model, c)
-        good = [p for p in ev["pairs"]
-                if p["previous_token_score"] > 2 * ev["uniform_previous_token"] and p["induction_score"] > 0.5]
+        good = [
+            p
+            for p in ev["pairs"]
+            if p["previous_token_score"] > 2 * ev["uniform_previous_token"] and p["induction_score"] > 0.5
+        ]
         if good:
             return q, c, ev, good
         best = best or (q, c, ev, ev["pairs"][:3])
@@ -52,54 +55,88 @@ def timing(model, task: str = "ioi", n: int = 5, budget: float | None = None) ->
 
 
 def _fmt_pairs(pairs) -> list[str]:
-    lines = ["| circuit path | key edge score | prev-token head (prev-token score) | key reader (induction score) | "
-             "key reader attends from last position | prev-token head attends from last position |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| circuit path | key edge score | prev-token head (prev-token score) | key reader (induction score) | "
+        "key reader attends from last position | prev-token head attends from last position |",
+        "|---|---|---|---|---|---|",
+    ]
     for p in pairs:
         att = ", ".join(f"{t} {w:.2f}" for t, w in p["key_reader_attends_from_last"])
         att2 = ", ".join(f"{t} {w:.2f}" for t, w in p["previous_token_head_attends_from_last"])
-        lines.append(f"| `{p['path']}` | {p['score']:+.3f} | {p['previous_token_head']} ({p['previous_token_score']:.2f})"
-                     f" | {p['key_reader']} ({p['induction_score']:.2f}) | {att} | {att2} |")
+        lines.append(
+            f"| `{p['path']}` | {p['score']:+.3f} | {p['previous_token_head']} ({p['previous_token_score']:.2f})"
+            f" | {p['key_reader']} ({p['induction_score']:.2f}) | {att} | {att2} |"
+        )
     return lines
 
 
 def markdown(model_desc: str, summaries: list[dict], induction, seconds: list[float]) -> str:
-    lines = ["# Query circuits on the embedded model", "", model_desc, "",
-             "## Search vs plain EAP-IG top-k (mean ± std over queries)", "", format_summary_table(summaries), "",
-             "NDF@k: exact normalised deviation faithfulness of the circuit with k% of edges (MIB count int(k*E), "
-             "pruned, so a circuit may use fewer). Search = best-of-N over attributions on the query, resampled "
-             "counterfactuals and paraphrases (+ their mean), each as top-k and greedy-from-logits, selected by "
-             "exact NDF, then exact drop/add/swap refinement. Top-k = top-|score| edges of EAP-IG on the query "
-             "alone. CPR/CMD over the MIB grid 0.1..100% (linear edge-fraction axis).", ""]
-    lines += ["## Spread over resamples", "", "| task | best-of-N candidates: std of NDF@2% | "
-              "NDF@2% of the chosen circuit under resampled counterfactuals | skipped (tiny gap) |", "|---|---|---|---|"]
+    lines = [
+        "# Query circuits on the embedded model",
+        "",
+        model_desc,
+        "",
+        "## Search vs plain EAP-IG top-k (mean ± std over queries)",
+        "",
+        format_summary_table(summaries),
+        "",
+        "NDF@k: exact normalised deviation faithfulness of the circuit with k% of edges (MIB count int(k*E), "
+        "pruned, so a circuit may use fewer). Search = best-of-N over attributions on the query, resampled "
+        "counterfactuals and paraphrases (+ their mean), each as top-k and greedy-from-logits, selected by "
+        "exact NDF, then exact drop/add/swap refinement. Top-k = top-|score| edges of EAP-IG on the query "
+        "alone. CPR/CMD over the MIB grid 0.1..100% (linear edge-fraction axis).",
+        "",
+    ]
+    lines += [
+        "## Spread over resamples",
+        "",
+        "| task | best-of-N candidates: std of NDF@2% | "
+        "NDF@2% of the chosen circuit under resampled counterfactuals | skipped (tiny gap) |",
+        "|---|---|---|---|",
+    ]
     for s in summaries:
         m, sd = s["mean"], s["std"]
-        lines.append(f"| {s['task']} | {m.get('candidates_ndf_std@0.02', float('nan')):.3f} | "
-                     f"{m.get('resampled_ndf_mean', float('nan')):.3f} ± {sd.get('resampled_ndf_mean', float('nan')):.3f}"
-                     f" | {len(s['skipped'])} |")
+        lines.append(
+            f"| {s['task']} | {m.get('candidates_ndf_std@0.02', float('nan')):.3f} | "
+            f"{m.get('resampled_ndf_mean', float('nan')):.3f} ± {sd.get('resampled_ndf_mean', float('nan')):.3f}"
+            f" | {len(s['skipped'])} |"
+        )
     if induction:
         q, c, ev, pairs = induction
-        lines += ["", "## Induction query", "", f"prompt `{q.prompt}` → `{q.answer}` (counterfactual "
-                  f"`{q.counterfactual}`); circuit: {c.n_edges} edges, NDF {c.ndf:.3f}.", "",
-                  f"Induction targets (query position → attended position): {ev['induction_targets']}; "
-                  f"previous-token attention of a uniform head would be {ev['uniform_previous_token']:.2f}.", ""]
+        lines += [
+            "",
+            "## Induction query",
+            "",
+            f"prompt `{q.prompt}` → `{q.answer}` (counterfactual "
+            f"`{q.counterfactual}`); circuit: {c.n_edges} edges, NDF {c.ndf:.3f}.",
+            "",
+            f"Induction targets (query position → attended position): {ev['induction_targets']}; "
+            f"previous-token attention of a uniform head would be {ev['uniform_previous_token']:.2f}.",
+            "",
+        ]
         lines += _fmt_pairs(pairs[:6])
         lines += ["", "Circuit edges: " + ", ".join(f"`{e}`" for e in c.edges)]
     if seconds:
-        lines += ["", "## Time per query", "",
-                  f"find_circuit (attribution on query + samples, best-of-N, refinement, exact NFS/NDF curve over the "
-                  f"MIB grid): {np.mean(seconds):.2f} s mean, {np.max(seconds):.2f} s max over {len(seconds)} queries."]
+        lines += [
+            "",
+            "## Time per query",
+            "",
+            f"find_circuit (attribution on query + samples, best-of-N, refinement, exact NFS/NDF curve over the "
+            f"MIB grid): {np.mean(seconds):.2f} s mean, {np.max(seconds):.2f} s max over {len(seconds)} queries.",
+        ]
     return "\n".join(lines) + "\n"
 
 
-def report(model, tasks, n: int = 20, budgets=(0.01, 0.013, 0.02, 0.05), timing_queries: int = 5,
-           induction_tries: int = 10) -> tuple[str, dict]:
+def report(
+    model, tasks, n: int = 20, budgets=(0.01, 0.013, 0.02, 0.05), timing_queries: int = 5, induction_tries: int = 10
+) -> tuple[str, dict]:
     """(markdown report, raw summaries and timings) for `workbench circuit report`."""
     torch.manual_seed(0)
     summaries = [evaluate_task(model, t, n, budgets) for t in tasks]
     seconds = timing(model, n=timing_queries)
     induction = induction_case(model, n_tries=induction_tries)
-    desc = (f"Model `{model_id(model)}` ({model.cfg.n_layers} layers, {model.cfg.n_heads} heads, d_model "
-            f"{model.cfg.d_model}); torch threads {torch.get_num_threads()}; {n} held-out queries per task.")
+    desc = (
+        f"Model `{model_id(model)}` ({model.cfg.n_layers} layers, {model.cfg.n_heads} heads, d_model "
+        f"{model.cfg.d_model}); torch threads {torch.get_num_threads()}; {n} held-out queries per task."
+    )
     return markdown(desc, summaries, induction, seconds), {"summaries": summaries, "seconds": seconds}

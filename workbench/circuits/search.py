@@ -83,14 +83,21 @@ def check_gap(ev: Evaluator, cfg: SearchConfig, q: QueryInput) -> None:
             f"the {cfg.ablation} ablation barely changes the {cfg.metric}: L(M(q)) = {ev.clean:.4f}, "
             f"L(M(q')) = {ev.empty:.4f}, gap {ev.gap:.4f} < min_gap {cfg.gap_threshold} (answer "
             f"{q.answer_str!r}, wrong {q.wrong_str!r}); faithfulness is undefined without a gap — use a "
-            "counterfactual that changes the answer")
+            "counterfactual that changes the answer"
+        )
 
 
 class QuerySearch:
     """Attribution for a query and its samples, then candidate circuits evaluated exactly on the query."""
 
-    def __init__(self, model, query: QueryInput, samples: dict[str, QueryInput] | None = None,
-                 cfg: SearchConfig | None = None, means: torch.Tensor | None = None):
+    def __init__(
+        self,
+        model,
+        query: QueryInput,
+        samples: dict[str, QueryInput] | None = None,
+        cfg: SearchConfig | None = None,
+        means: torch.Tensor | None = None,
+    ):
         self.model, self.query, self.cfg, self.means = model, query, cfg or SearchConfig(), means
         cfg = self.cfg
         self.graph = Graph.from_model(model)
@@ -99,8 +106,9 @@ class QuerySearch:
         self.ev = Evaluator(model, self.setup, self.metric, cfg.max_batch)
         check_gap(self.ev, cfg, query)
         kw = dict(method=cfg.method, steps=cfg.steps, metric=cfg.metric, means=means, step_batch=cfg.step_batch)
-        self.scores: EdgeScores = attribute(model, query, ablation=cfg.ablation, per_position=True,
-                                            setup=self.setup, **kw)
+        self.scores: EdgeScores = attribute(
+            model, query, ablation=cfg.ablation, per_position=True, setup=self.setup, **kw
+        )
         sets = {"query": self.scores.scores}
         for name, s in (samples or {}).items():
             abl = cfg.ablation if s.cf_tokens is not None or cfg.ablation != "counterfactual" else None
@@ -129,8 +137,15 @@ class QuerySearch:
         scores = self.ev.ndf(vals)
         i = int(np.argmax(scores))
         base = names.index("query/topk")
-        return Found(masks[i], float(vals[i]), float(scores[i]), float(self.ev.nfs(vals[i])), names[i],
-                     dict(zip(names, map(float, scores))), float(scores[base]))
+        return Found(
+            masks[i],
+            float(vals[i]),
+            float(scores[i]),
+            float(self.ev.nfs(vals[i])),
+            names[i],
+            dict(zip(names, map(float, scores))),
+            float(scores[base]),
+        )
 
     # ------------------------------------------------------------------ refinement
     def _moves(self, mask: torch.Tensor, k: int) -> tuple[list[str], torch.Tensor]:
@@ -208,8 +223,9 @@ class QuerySearch:
         if best <= found.ndf and torch.equal(mask, found.mask):
             return found
         v = float(self.ev.values(mask[None])[0])
-        return Found(mask, v, best, float(self.ev.nfs(v)), found.source + "+refined", found.candidates,
-                     found.baseline_ndf)
+        return Found(
+            mask, v, best, float(self.ev.nfs(v)), found.source + "+refined", found.candidates, found.baseline_ndf
+        )
 
     # ------------------------------------------------------------------ modes
     def shrink(self, found: Found, k: int) -> Found:
@@ -224,8 +240,15 @@ class QuerySearch:
             together = prune(self.graph, moves[order].all(0))
             mask = together if n_drop > 1 and int(together.sum()) >= k else moves[order[0]]
         v = float(self.ev.values(mask[None])[0])
-        return Found(mask, v, float(self.ev.ndf(v)), float(self.ev.nfs(v)), found.source + "+shrunk",
-                     found.candidates, found.baseline_ndf)
+        return Found(
+            mask,
+            v,
+            float(self.ev.ndf(v)),
+            float(self.ev.nfs(v)),
+            found.source + "+shrunk",
+            found.candidates,
+            found.baseline_ndf,
+        )
 
     def at_budget(self, budget: float) -> Found:
         """The most faithful circuit with at most budget * n_edges edges.
@@ -242,8 +265,12 @@ class QuerySearch:
         if big <= k:
             return forward
         wide = self.best_of_n(big)
-        backward = self.refine(self.shrink(Found(wide.mask, wide.value, wide.ndf, wide.nfs, wide.source,
-                                                 bon.candidates, bon.baseline_ndf), k), k)
+        backward = self.refine(
+            self.shrink(
+                Found(wide.mask, wide.value, wide.ndf, wide.nfs, wide.source, bon.candidates, bon.baseline_ndf), k
+            ),
+            k,
+        )
         return backward if backward.ndf > forward.ndf else forward
 
     def sparsest(self, target_ndf: float) -> Found:
@@ -251,7 +278,7 @@ class QuerySearch:
         if not 0 < target_ndf <= 1:
             raise BadValueError(f"target NDF must be in (0, 1], got {target_ndf!r}")
         n = self.graph.n_edges
-        sizes = sorted({max(1, int(round(1.5 ** i))) for i in range(64) if 1.5 ** i < n} | {n})
+        sizes = sorted({max(1, int(round(1.5**i))) for i in range(64) if 1.5**i < n} | {n})
         lo, hit = 0, None
         for k in sizes:
             f = self.best_of_n(k)
@@ -276,8 +303,15 @@ class QuerySearch:
                 break
             mask = moves[i]
         v = float(self.ev.values(mask[None])[0])
-        return Found(mask, v, float(self.ev.ndf(v)), float(self.ev.nfs(v)), found.source + "+pruned",
-                     found.candidates, found.baseline_ndf)
+        return Found(
+            mask,
+            v,
+            float(self.ev.ndf(v)),
+            float(self.ev.nfs(v)),
+            found.source + "+pruned",
+            found.candidates,
+            found.baseline_ndf,
+        )
 
     def curve(self, fractions=MIB_GRID) -> dict:
         """f(k) = NFS over the MIB grid for the search (best of N at each k) and for plain top-k of the query's scores.
@@ -292,14 +326,22 @@ class QuerySearch:
             base = [fi[names.index("query/topk")] for (names, _), fi in zip(per_k, f)]
             if signed:
                 best = [float(fi.max()) for fi in f]
-                out.update(search_cpr_f=best, topk_cpr_f=list(map(float, base)), search_cpr=cpr(fractions, best),
-                           topk_cpr=cpr(fractions, base))
+                out.update(
+                    search_cpr_f=best,
+                    topk_cpr_f=list(map(float, base)),
+                    search_cpr=cpr(fractions, best),
+                    topk_cpr=cpr(fractions, base),
+                )
             else:
                 best = [float(fi[np.argmin(np.abs(1 - fi))]) for fi in f]
-                out.update(search_f=best, topk_f=list(map(float, base)), search_cmd=cmd(fractions, best),
-                           topk_cmd=cmd(fractions, base),
-                           search_ndf=[float(1 - min(abs(1 - x), 1)) for x in best],
-                           topk_ndf=[float(1 - min(abs(1 - x), 1)) for x in base])
+                out.update(
+                    search_f=best,
+                    topk_f=list(map(float, base)),
+                    search_cmd=cmd(fractions, best),
+                    topk_cmd=cmd(fractions, base),
+                    search_ndf=[float(1 - min(abs(1 - x), 1)) for x in best],
+                    topk_ndf=[float(1 - min(abs(1 - x), 1)) for x in base],
+                )
         return out
 
     def ndf_under(self, mask: torch.Tensor, others: dict[str, QueryInput]) -> dict[str, float]:

@@ -36,8 +36,10 @@ def prune(graph: Graph, mask: torch.Tensor) -> torch.Tensor:
     logits, inp = n_nodes - 1, 0
     while True:
         # a node is alive if it has an incoming (or is input) and an outgoing (or is logits) circuit edge
-        has_out = torch.zeros(m.shape[0], n_nodes).scatter_reduce_(
-            1, parent.expand(m.shape[0], -1), m.float(), reduce="amax") > 0
+        has_out = (
+            torch.zeros(m.shape[0], n_nodes).scatter_reduce_(1, parent.expand(m.shape[0], -1), m.float(), reduce="amax")
+            > 0
+        )
         has_in = (m.float() @ child.float()) > 0
         has_in[:, inp] = True
         has_out[:, logits] = True

@@ -55,15 +55,15 @@ def check_model(graph: Graph, file_model_id: str, model) -> None:
 @dataclass
 class Circuit:
     graph: Graph
-    in_circuit: torch.Tensor                     # [n_edges] bool
-    scores: torch.Tensor                         # [n_edges] attribution scores on the query
-    query: dict = field(default_factory=dict)    # prompt, tokens, answer(s), counterfactual, str_tokens
-    method: dict = field(default_factory=dict)   # name + settings (attribution, search, ablation, metric)
+    in_circuit: torch.Tensor  # [n_edges] bool
+    scores: torch.Tensor  # [n_edges] attribution scores on the query
+    query: dict = field(default_factory=dict)  # prompt, tokens, answer(s), counterfactual, str_tokens
+    method: dict = field(default_factory=dict)  # name + settings (attribution, search, ablation, metric)
     model_id: str = ""
     seed: int = 0
     faithfulness: dict = field(default_factory=dict)  # clean/empty/circuit metric, gap, NFS, NDF, spreads
-    curve: dict | None = None                    # MIB grid: f(k) for search and top-k, CPR, CMD
-    per_position: torch.Tensor | None = None     # [pos, n_edges] attribution per token position
+    curve: dict | None = None  # MIB grid: f(k) for search and top-k, CPR, CMD
+    per_position: torch.Tensor | None = None  # [pos, n_edges] attribution per token position
 
     def __post_init__(self):
         self.in_circuit = torch.as_tensor(self.in_circuit, dtype=torch.bool).reshape(-1)
@@ -98,28 +98,40 @@ class Circuit:
 
     def edge_scores(self) -> dict[str, float]:
         """Scores of the circuit's edges, strongest first."""
-        pairs = [(e, float(s)) for e, s, m in zip(self.graph.edges, self.scores.tolist(), self.in_circuit.tolist()) if m]
+        pairs = [
+            (e, float(s)) for e, s, m in zip(self.graph.edges, self.scores.tolist(), self.in_circuit.tolist()) if m
+        ]
         return dict(sorted(pairs, key=lambda p: -abs(p[1])))
 
     def summary(self) -> str:
         f = self.faithfulness
-        lines = [f"circuit: {self.n_edges} / {self.graph.n_edges} edges ({100 * self.fraction:.2f}%), "
-                 f"{len(self.nodes)} nodes; method {self.method.get('name')}",
-                 f"NDF {f.get('ndf', float('nan')):.3f}  NFS {f.get('nfs', float('nan')):.3f}  "
-                 f"gap |L(M(q)) - L(M(q'))| = {f.get('gap', float('nan')):.3f} ({self.method.get('metric')})"]
+        lines = [
+            f"circuit: {self.n_edges} / {self.graph.n_edges} edges ({100 * self.fraction:.2f}%), "
+            f"{len(self.nodes)} nodes; method {self.method.get('name')}",
+            f"NDF {f.get('ndf', float('nan')):.3f}  NFS {f.get('nfs', float('nan')):.3f}  "
+            f"gap |L(M(q)) - L(M(q'))| = {f.get('gap', float('nan')):.3f} ({self.method.get('metric')})",
+        ]
         if "top1" in f:
-            lines.append(f"model: top-1 {f['top1']!r} (p={f['top1_prob']:.3f}), answer {self.query.get('answer')!r} "
-                         f"p={f['answer_prob']:.3f}" + ("" if f["predicts_answer"] else
-                                                       "  WARNING: the model does not predict the answer"))
+            lines.append(
+                f"model: top-1 {f['top1']!r} (p={f['top1_prob']:.3f}), answer {self.query.get('answer')!r} "
+                f"p={f['answer_prob']:.3f}"
+                + ("" if f["predicts_answer"] else "  WARNING: the model does not predict the answer")
+            )
         if f.get("ndf_candidates"):
-            lines.append(f"best-of-N NDF over {len(f['ndf_candidates'])} candidates: "
-                         f"mean {f['ndf_candidates_mean']:.3f} ± {f['ndf_candidates_std']:.3f}")
+            lines.append(
+                f"best-of-N NDF over {len(f['ndf_candidates'])} candidates: "
+                f"mean {f['ndf_candidates_mean']:.3f} ± {f['ndf_candidates_std']:.3f}"
+            )
         if f.get("ndf_resampled"):
-            lines.append(f"NDF under {len(f['ndf_resampled'])} resampled counterfactuals: "
-                         f"{f['ndf_resampled_mean']:.3f} ± {f['ndf_resampled_std']:.3f}")
+            lines.append(
+                f"NDF under {len(f['ndf_resampled'])} resampled counterfactuals: "
+                f"{f['ndf_resampled_mean']:.3f} ± {f['ndf_resampled_std']:.3f}"
+            )
         if self.curve:
-            lines.append(f"CPR {self.curve['search_cpr']:.3f} (top-k {self.curve['topk_cpr']:.3f})  "
-                         f"CMD {self.curve['search_cmd']:.3f} (top-k {self.curve['topk_cmd']:.3f})")
+            lines.append(
+                f"CPR {self.curve['search_cpr']:.3f} (top-k {self.curve['topk_cpr']:.3f})  "
+                f"CMD {self.curve['search_cmd']:.3f} (top-k {self.curve['topk_cmd']:.3f})"
+            )
         lines += [f"  {e}: {s:+.4f}" for e, s in list(self.edge_scores().items())[:12]]
         return "\n".join(lines)
 
@@ -127,14 +139,25 @@ class Circuit:
         pp = self.per_position
         in_nodes = set(self.nodes)
         return {
-            "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "model_id": self.model_id,
-            "graph": self.graph.config(), "query": self.query, "method": self.method, "seed": self.seed,
+            "schema": SCHEMA,
+            "schema_version": SCHEMA_VERSION,
+            "model_id": self.model_id,
+            "graph": self.graph.config(),
+            "query": self.query,
+            "method": self.method,
+            "seed": self.seed,
             "nodes": [{"name": n, "in_circuit": n in in_nodes} for n in self.graph.nodes],
-            "edges": [{"name": e, "score": float(s), "in_circuit": bool(m),
-                       **({"per_position": pp[:, i].tolist()} if pp is not None else {})}
-                      for i, (e, s, m) in enumerate(zip(self.graph.edges, self.scores.tolist(),
-                                                        self.in_circuit.tolist()))],
-            "faithfulness": self.faithfulness, "curve": self.curve,
+            "edges": [
+                {
+                    "name": e,
+                    "score": float(s),
+                    "in_circuit": bool(m),
+                    **({"per_position": pp[:, i].tolist()} if pp is not None else {}),
+                }
+                for i, (e, s, m) in enumerate(zip(self.graph.edges, self.scores.tolist(), self.in_circuit.tolist()))
+            ],
+            "faithfulness": self.faithfulness,
+            "curve": self.curve,
             "positions": {"str_tokens": self.query.get("str_tokens"), "has_per_position_scores": pp is not None},
         }
 
@@ -142,11 +165,15 @@ class Circuit:
     def from_dict(cls, d: dict, model=None) -> Circuit:
         """Rebuild a circuit from `to_dict`'s output; with a model, refuse circuits made for another model."""
         if d.get("schema") != SCHEMA:
-            raise CircuitFileError(f"not a workbench circuit file: schema {d.get('schema')!r}, expected {SCHEMA!r} "
-                                   "(MIB files load with export.from_mib)")
+            raise CircuitFileError(
+                f"not a workbench circuit file: schema {d.get('schema')!r}, expected {SCHEMA!r} "
+                "(MIB files load with export.from_mib)"
+            )
         if d.get("schema_version") != SCHEMA_VERSION:
-            raise CircuitFileError(f"circuit file schema version {d.get('schema_version')!r} is not supported; "
-                                   f"this workbench reads version {SCHEMA_VERSION}")
+            raise CircuitFileError(
+                f"circuit file schema version {d.get('schema_version')!r} is not supported; "
+                f"this workbench reads version {SCHEMA_VERSION}"
+            )
         try:
             graph = Graph(**d["graph"])
             check_model(graph, d.get("model_id", ""), model)
@@ -156,9 +183,18 @@ class Circuit:
             pp = None
             if d["edges"] and "per_position" in d["edges"][0]:
                 pp = torch.tensor([e["per_position"] for e in d["edges"]], dtype=torch.float32).T
-            return cls(graph, torch.tensor([e["in_circuit"] for e in d["edges"]]),
-                       torch.tensor([e["score"] for e in d["edges"]], dtype=torch.float32), d["query"], d["method"],
-                       d.get("model_id", ""), d.get("seed", 0), d.get("faithfulness", {}), d.get("curve"), pp)
+            return cls(
+                graph,
+                torch.tensor([e["in_circuit"] for e in d["edges"]]),
+                torch.tensor([e["score"] for e in d["edges"]], dtype=torch.float32),
+                d["query"],
+                d["method"],
+                d.get("model_id", ""),
+                d.get("seed", 0),
+                d.get("faithfulness", {}),
+                d.get("curve"),
+                pp,
+            )
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, UserError):
                 raise

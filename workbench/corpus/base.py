@@ -7,8 +7,9 @@ deterministic in (spec, split, index), which is what makes harvests and training
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, Protocol
+from typing import Protocol
 
 import numpy as np
 

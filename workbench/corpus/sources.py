@@ -11,14 +11,14 @@ carry no ground-truth labels: task/role are "text"/"word" and entity is -1.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import numpy as np
 
-from workbench.errors import BadValueError
 from workbench.corpus.base import TokenSequence
 from workbench.corpus.synthetic import SyntheticCorpus
+from workbench.errors import BadValueError
 
 FILE_SUFFIXES = (".txt", ".jsonl", ".parquet")
 HELDOUT_EVERY = 20  # every 20th document of a file corpus is held out
@@ -51,7 +51,9 @@ def _read_texts(path: Path, text_field: str) -> Iterator[str]:
                     try:
                         yield json.loads(line)[text_field]
                     except (json.JSONDecodeError, KeyError, TypeError) as e:
-                        raise CorpusError(f"{path}:{n}: expected a JSON object with a {text_field!r} field ({e})") from e
+                        raise CorpusError(
+                            f"{path}:{n}: expected a JSON object with a {text_field!r} field ({e})"
+                        ) from e
     else:
         import pyarrow.parquet as pq
 
@@ -71,10 +73,12 @@ def _hf_texts(name: str, text_field: str) -> Iterator[str]:
         rows = iter(ds)
         first = next(rows, None)
     except Exception as e:  # datasets raises many types (ConnectionError offline, FileNotFoundError, ValueError)
-        raise CorpusError(f"cannot stream Hugging Face dataset 'hf:{name}' ({type(e).__name__}: "
-                          f"{str(e).splitlines()[0][:200] if str(e) else ''}); hf: corpora need a network or a local "
-                          "copy in the Hugging Face cache; use .txt/.jsonl/.parquet files offline") from e
-    for row in ([] if first is None else [first]):
+        raise CorpusError(
+            f"cannot stream Hugging Face dataset 'hf:{name}' ({type(e).__name__}: "
+            f"{str(e).splitlines()[0][:200] if str(e) else ''}); hf: corpora need a network or a local "
+            "copy in the Hugging Face cache; use .txt/.jsonl/.parquet files offline"
+        ) from e
+    for row in [] if first is None else [first]:
         yield _field(row, text_field, name)
     for row in rows:
         yield _field(row, text_field, name)
@@ -101,8 +105,10 @@ class FileCorpus:
             self._paths = [Path(p) for p in source]
             for p in self._paths:
                 if p.suffix not in FILE_SUFFIXES:
-                    raise CorpusError(f"unknown corpus spec {str(p)!r}: expected 'synthetic', 'hf:<dataset>' or a file "
-                                      f"ending in {', '.join(FILE_SUFFIXES)}")
+                    raise CorpusError(
+                        f"unknown corpus spec {str(p)!r}: expected 'synthetic', 'hf:<dataset>' or a file "
+                        f"ending in {', '.join(FILE_SUFFIXES)}"
+                    )
                 if not p.is_file():
                     raise CorpusError(f"corpus file {str(p)!r} does not exist or is not a file")
             self.spec = ",".join(str(p.resolve()) for p in self._paths)
@@ -139,5 +145,8 @@ class FileCorpus:
         t = np.asarray(toks, dtype=np.int64)
         special = np.isin(t, self.tokenizer.all_special_ids)
         task = np.where(special, 0, 1).astype(np.int16)
-        return TokenSequence(t, np.asarray(docs, dtype=np.int64),
-                             {"task": task, "role": task.copy(), "entity": np.full(len(t), -1, np.int32)})
+        return TokenSequence(
+            t,
+            np.asarray(docs, dtype=np.int64),
+            {"task": task, "role": task.copy(), "entity": np.full(len(t), -1, np.int32)},
+        )

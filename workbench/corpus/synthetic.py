@@ -16,8 +16,21 @@ import numpy as np
 
 from workbench.corpus.base import TokenSequence, check_split
 from workbench.corpus.tasks import make_query
-from workbench.corpus.vocab import (ADJECTIVES, ENTITIES, FACTS, LABEL_NAMES, NAMES, NOUNS, OBJECTS, PLACES, STORY_VERBS,
-                                    Triple, digits, triples, vocabulary)
+from workbench.corpus.vocab import (
+    ADJECTIVES,
+    ENTITIES,
+    FACTS,
+    LABEL_NAMES,
+    NAMES,
+    NOUNS,
+    OBJECTS,
+    PLACES,
+    STORY_VERBS,
+    Triple,
+    digits,
+    triples,
+    vocabulary,
+)
 from workbench.errors import UserError
 
 REPEAT_LENGTH = (4, 60)  # span lengths of repeated random-token documents (2 x 60 + EOS fits n_ctx 128)
@@ -91,8 +104,10 @@ class SyntheticCorpus:
         self._words = repeat_words()
         missing = [w for w in vocabulary() if w not in vocab]
         if missing:
-            raise SyntheticCorpusError(f"tokenizer lacks {len(missing)} synthetic-corpus words, e.g. {missing[:5]}; "
-                                       "use the embedded model's tokenizer (workbench.models.tokenizer)")
+            raise SyntheticCorpusError(
+                f"tokenizer lacks {len(missing)} synthetic-corpus words, e.g. {missing[:5]}; "
+                "use the embedded model's tokenizer (workbench.models.tokenizer)"
+            )
         self._ids = {w: vocab[w] for w in vocabulary()}
         self._bos, self._eos = tokenizer.bos_token_id, tokenizer.eos_token_id
         self._task_ids = {t: i for i, t in enumerate(LABEL_NAMES["task"])}
@@ -115,8 +130,13 @@ class SyntheticCorpus:
             j += 1
         s = slice(0, ctx_len)
         return TokenSequence(
-            np.asarray(toks[s], dtype=np.int64), np.asarray(docs[s], dtype=np.int64),
-            {"task": np.asarray(task[s], np.int16), "role": np.asarray(role[s], np.int16), "entity": np.asarray(ent[s], np.int32)},
+            np.asarray(toks[s], dtype=np.int64),
+            np.asarray(docs[s], dtype=np.int64),
+            {
+                "task": np.asarray(task[s], np.int16),
+                "role": np.asarray(role[s], np.int16),
+                "entity": np.asarray(ent[s], np.int32),
+            },
         )
 
     def sequences(self, ctx_len: int, start: int = 0, split: str = "train"):

@@ -24,9 +24,9 @@ import random
 import zlib
 from dataclasses import dataclass, field
 
+from workbench.corpus.base import check_split
 from workbench.corpus.vocab import ATTRIBUTES, ENTITIES, FACTS, INDUCTION_POOL, NAMES, NOUNS, OBJECTS, PLACES, digits
 from workbench.errors import UserError
-from workbench.corpus.base import check_split
 
 
 class TaskError(UserError, ValueError):
@@ -129,8 +129,9 @@ def _facts(rng: random.Random, p: dict | None = None) -> Query:
     p.setdefault("template", rng.randrange(len(FACT_TEMPLATES[p["attr"]])))
     p.setdefault("e_cf", rng.choice([o for o in ENTITIES if FACTS[o][p["attr"]] != FACTS[p["e"]][p["attr"]]]))
     t = FACT_TEMPLATES[p["attr"]][p["template"]]
-    return Query("facts", t.format(e=p["e"]), FACTS[p["e"]][p["attr"]], FACTS[p["e_cf"]][p["attr"]],
-                 t.format(e=p["e_cf"]), p)
+    return Query(
+        "facts", t.format(e=p["e"]), FACTS[p["e"]][p["attr"]], FACTS[p["e_cf"]][p["attr"]], t.format(e=p["e_cf"]), p
+    )
 
 
 _MAKERS = {"ioi": _ioi, "induction": _induction, "greater_than": _greater_than, "addition": _addition, "facts": _facts}
@@ -190,8 +191,13 @@ def queries(task: str, n: int, seed: int = 0, tokenizer=None, split: str = "held
 # what a paraphrase keeps: the variables that decide the answer; everything else is resampled
 # (counterfactual-only variables such as the third IOI name are resampled too; a facts or addition
 # counterfactual decides the wrong answer, so it is kept)
-_KEEP = {"ioi": ("A", "B", "s_first"), "induction": ("span", "cut", "other"), "greater_than": ("x", "above", "below"),
-         "addition": ("a", "b", "b_cf"), "facts": ("attr", "e", "e_cf")}
+_KEEP = {
+    "ioi": ("A", "B", "s_first"),
+    "induction": ("span", "cut", "other"),
+    "greater_than": ("x", "above", "below"),
+    "addition": ("a", "b", "b_cf"),
+    "facts": ("attr", "e", "e_cf"),
+}
 
 
 def paraphrases(q: Query, n: int, seed: int = 0) -> list[Query]:

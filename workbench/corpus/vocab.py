@@ -35,7 +35,11 @@ FUNCTION_WORDS = (
 ATTRIBUTES = ("city", "color", "job")
 # Facts are fixed by construction (not by the seed): they are what the model memorises.
 FACTS = {
-    e: {"city": CITIES[i % len(CITIES)], "color": COLORS[(i * 5 + 1) % len(COLORS)], "job": JOBS[(i * 7 + 2) % len(JOBS)]}
+    e: {
+        "city": CITIES[i % len(CITIES)],
+        "color": COLORS[(i * 5 + 1) % len(COLORS)],
+        "job": JOBS[(i * 7 + 2) % len(JOBS)],
+    }
     for i, e in enumerate(ENTITIES)
 }
 
@@ -46,15 +50,34 @@ LABEL_NAMES = {
     # value, which gives probing and absorption a two-level (parent role -> child entity) hierarchy.
     "role": ["special", "word", "name", "entity", "number", "city", "color", "job", "place", "object", "digit"],
 }
-ROLE_ENTITY_VALUES = {"name": NAMES, "entity": ENTITIES, "number": NUMBERS, "city": CITIES, "color": COLORS,
-                      "job": JOBS, "digit": DIGITS}
+ROLE_ENTITY_VALUES = {
+    "name": NAMES,
+    "entity": ENTITIES,
+    "number": NUMBERS,
+    "city": CITIES,
+    "color": COLORS,
+    "job": JOBS,
+    "digit": DIGITS,
+}
 
 
 def vocabulary() -> list[str]:
     """All words the generator can emit, in a fixed order (the tokenizer's vocabulary)."""
     words: list[str] = []
-    for group in (FUNCTION_WORDS, NAMES, ENTITIES, CITIES, COLORS, JOBS, PLACES, OBJECTS, ADJECTIVES,
-                  NOUNS, STORY_VERBS, NUMBERS):
+    for group in (
+        FUNCTION_WORDS,
+        NAMES,
+        ENTITIES,
+        CITIES,
+        COLORS,
+        JOBS,
+        PLACES,
+        OBJECTS,
+        ADJECTIVES,
+        NOUNS,
+        STORY_VERBS,
+        NUMBERS,
+    ):
         words += [w for w in group if w not in words]
     return words
 
@@ -84,6 +107,7 @@ def triples(text: str) -> list[Triple]:
 def digits(n: int) -> str:
     """A number written digit by digit, as addition prompts and answers spell it: 68 -> '6 8'."""
     return " ".join(str(n))
+
 
 # Induction spans draw from nouns, adjectives and objects so the repeated tokens carry no task structure.
 INDUCTION_POOL = NOUNS + ADJECTIVES + OBJECTS

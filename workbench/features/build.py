@@ -57,15 +57,22 @@ class _Job:
             shutil.rmtree(self.out)
         if (self.out / MANIFEST).is_file():
             raise FeatureStoreError(f"{self.out} already holds a feature store; pass --overwrite to rebuild it")
-        self.record = {"config": cfg.to_json(), "cache": str(Path(cache.path).resolve()), "n_rows": n_rows,
-                       "cache_created": cache.manifest.get("created"), "sae_weights": sha256_file(sae_dir / "sae_weights.safetensors")}
+        self.record = {
+            "config": cfg.to_json(),
+            "cache": str(Path(cache.path).resolve()),
+            "n_rows": n_rows,
+            "cache_created": cache.manifest.get("created"),
+            "sae_weights": sha256_file(sae_dir / "sae_weights.safetensors"),
+        }
         prog = self.partial / "progress.json"
         if prog.is_file():
             old = json.loads(prog.read_text())
             if old != self.record:
                 diff = [k for k in self.record if old.get(k) != self.record[k]]
-                raise FeatureStoreError(f"{self.out} holds an unfinished build with a different {', '.join(diff)}; "
-                                        "rerun it with the same options, or pass --overwrite to start over")
+                raise FeatureStoreError(
+                    f"{self.out} holds an unfinished build with a different {', '.join(diff)}; "
+                    "rerun it with the same options, or pass --overwrite to start over"
+                )
         else:
             self.partial.mkdir(parents=True, exist_ok=True)
             atomic_write_text(prog, json.dumps(self.record, indent=1))
@@ -78,7 +85,7 @@ class _Job:
         """Non-zero unit activations of rows row0.. -> partial chunk files (a block's activation is its code norm)."""
         parts: dict[str, list] = {"units": [], "rows": [], "vals": [], "coords": []}
         for s in range(0, len(x), self.cfg.batch_rows):
-            z = self.sae.encode(x[s:s + self.cfg.batch_rows].to(self.sae.dtype))[:, :self.n_sparse].float()
+            z = self.sae.encode(x[s : s + self.cfg.batch_rows].to(self.sae.dtype))[:, : self.n_sparse].float()
             zb = z.view(len(z), self.n_units, self.block)
             a = zb.norm(dim=-1) if self.block > 1 else z
             r, u = (a > 0).nonzero(as_tuple=True)
@@ -99,14 +106,27 @@ class _Job:
         def cat(k):
             return np.concatenate([_load_npy(self.partial / f"c{c:06d}.{k}.npy") for c in range(n_chunks)])
 
-        e = compute.Entries(cat("units").astype(np.int64), cat("rows").astype(np.int64), cat("vals"), self.n_units,
-                            self.record["n_rows"])
+        e = compute.Entries(
+            cat("units").astype(np.int64),
+            cat("rows").astype(np.int64),
+            cat("vals"),
+            self.n_units,
+            self.record["n_rows"],
+        )
         coords = cat("coords")[e.order] if self.block > 1 else None
         return e, coords
 
 
-def build_stores(sae_dirs, cache_path, model_spec: str = "tiny", cfg: FeatureConfig | None = None, *,
-                 overwrite: bool = False, progress: bool = True, device: str = "cpu") -> list[Path]:
+def build_stores(
+    sae_dirs,
+    cache_path,
+    model_spec: str = "tiny",
+    cfg: FeatureConfig | None = None,
+    *,
+    overwrite: bool = False,
+    progress: bool = True,
+    device: str = "cpu",
+) -> list[Path]:
     """Build (or resume) the feature store of every SAE; SAEs on one hook share one pass over the cache."""
     from workbench.cache import ActivationCache
     from workbench.models import load
@@ -138,7 +158,9 @@ def _build_hook(cache, hook, group, model, vocab, cfg, overwrite, progress) -> l
         raise FeatureStoreError(f"the cache at {cache.path} has no {cfg.split} rows; choose another --split")
     for d, s in group:
         if s.cfg.d_in != cache.d(hook):
-            raise FeatureStoreError(f"SAE {d} has d_in={s.cfg.d_in} but hook {hook!r} in {cache.path} has width {cache.d(hook)}")
+            raise FeatureStoreError(
+                f"SAE {d} has d_in={s.cfg.d_in} but hook {hook!r} in {cache.path} has width {cache.d(hook)}"
+            )
     jobs = [_Job(d, s, cfg, cache, n_rows, overwrite) for d, s in group]
     n_chunks = math.ceil(n_rows / cfg.chunk_rows)
     bar = None
@@ -186,8 +208,10 @@ def _row_metadata(cache, split: str, n: int, vocab: list[str]) -> dict:
         dense = np.full(int(key.max()) + 1 if (key >= 0).any() else 1, -1, np.int64)
         dense[values] = np.arange(len(values))
         rn = kinds.get("role", (None, []))[1]
-        label = [f"{rn[int(v) // width] if int(v) // width < len(rn) else int(v) // width}={vocab[tokens[r]].strip()}"
-                 for v, r in zip(values, rows)]
+        label = [
+            f"{rn[int(v) // width] if int(v) // width < len(rn) else int(v) // width}={vocab[tokens[r]].strip()}"
+            for v, r in zip(values, rows)
+        ]
         kinds["entity"] = (np.where(key >= 0, dense[np.maximum(key, 0)], -1), label)
     return {"seq": seq, "pos": pos, "sequences": sequences, "seqpos_row": seqpos_row, "tokens": tokens, "labels": kinds}
 
@@ -203,17 +227,29 @@ def _finalize(job: _Job, n_chunks: int, cache, hook: str, model, vocab: list[str
     top_rows, top_vals = e.top(cfg.n_top)
     edges, q_rows, q_vals = e.quantiles(cfg.n_bins, cfg.per_bin)
     ex_rows, ex_vals = np.concatenate([top_rows, q_rows], 1), np.concatenate([top_vals, q_vals], 1)
-    toks, wrows = compute.windows(ex_rows, meta["seq"], meta["pos"], meta["sequences"], meta["seqpos_row"], cfg.left, cfg.right)
+    toks, wrows = compute.windows(
+        ex_rows, meta["seq"], meta["pos"], meta["sequences"], meta["seqpos_row"], cfg.left, cfg.right
+    )
     acts = e.lookup(wrows.reshape(-1), np.repeat(np.arange(U), wrows.shape[1] * wrows.shape[2])).reshape(wrows.shape)
-    files.update(ex_rows=ex_rows, ex_vals=ex_vals, ctx_tokens=toks, ctx_acts=acts, quantile_edges=edges,
-                 hist=e.histogram(cfg.hist_bins))
+    files.update(
+        ex_rows=ex_rows,
+        ex_vals=ex_vals,
+        ctx_tokens=toks,
+        ctx_acts=acts,
+        quantile_edges=edges,
+        hist=e.histogram(cfg.hist_bins),
+    )
 
     # neighbours, both kinds
-    files["nb_cos_ids"], files["nb_cos_vals"] = compute.decoder_neighbours(W_dec[:job.n_sparse], job.block, cfg.n_neighbours)
+    files["nb_cos_ids"], files["nb_cos_vals"] = compute.decoder_neighbours(
+        W_dec[: job.n_sparse], job.block, cfg.n_neighbours
+    )
     files["nb_corr_ids"], files["nb_corr_vals"] = compute.correlation_neighbours(e, cfg.corr_tokens, cfg.n_neighbours)
 
     # per-token search index
-    files["token_units"], files["token_means"], files["token_frac"] = compute.token_units(e, meta["tokens"], len(vocab), cfg.token_top)
+    files["token_units"], files["token_means"], files["token_frac"] = compute.token_units(
+        e, meta["tokens"], len(vocab), cfg.token_top
+    )
     files["token_counts"] = np.bincount(meta["tokens"], minlength=len(vocab)).astype(np.int64)
 
     # block architecture: coordinates of the top examples, and the block's mean code (for its logit direction)
@@ -221,33 +257,49 @@ def _finalize(job: _Job, n_chunks: int, cache, hook: str, model, vocab: list[str
         i = np.clip(e.ends[:, None] - 1 - np.arange(cfg.n_top)[None, :], 0, max(len(coords) - 1, 0))
         ok = (np.arange(cfg.n_top)[None, :] < e.counts[:, None])[..., None]
         files["block_coords"] = np.where(ok, coords[i] if len(coords) else 0, 0).astype(np.float32)
-        mean_code = np.stack([np.bincount(e.units, weights=coords[:, k], minlength=U) for k in range(job.block)], 1) \
-            / np.maximum(e.counts[:, None], 1)
-        dirs = np.einsum("ub,ubd->ud", mean_code, W_dec[:job.n_sparse].reshape(U, job.block, -1))
+        mean_code = np.stack(
+            [np.bincount(e.units, weights=coords[:, k], minlength=U) for k in range(job.block)], 1
+        ) / np.maximum(e.counts[:, None], 1)
+        dirs = np.einsum("ub,ubd->ud", mean_code, W_dec[: job.n_sparse].reshape(U, job.block, -1))
     else:
-        dirs = W_dec[:job.n_sparse]
+        dirs = W_dec[: job.n_sparse]
 
     # logit effects: direct path through the unembedding, the final LayerNorm's scale folded in
     logit_note = None
     if hook.split(".")[-1] in RESID_HOOKS and job.sae.cfg.d_in == model.cfg.d_model:
         ln_w = getattr(getattr(model, "ln_final", None), "w", None)
         ln = ln_w.detach().float().cpu().numpy() if ln_w is not None else None
-        files["logit_ids"], files["logit_vals"] = compute.logit_effects(dirs, model.W_U.detach().float().cpu().numpy(), ln, cfg.n_logits)
-        logit_note = ("decoder direction @ diag(ln_final.w) @ W_U: the final LayerNorm's scale is applied, its "
-                      "normalisation by the residual norm is not" if ln is not None else
-                      "decoder direction @ W_U (the model has no final LayerNorm scale, or it is folded into W_U)")
+        files["logit_ids"], files["logit_vals"] = compute.logit_effects(
+            dirs, model.W_U.detach().float().cpu().numpy(), ln, cfg.n_logits
+        )
+        logit_note = (
+            "decoder direction @ diag(ln_final.w) @ W_U: the final LayerNorm's scale is applied, its "
+            "normalisation by the residual norm is not"
+            if ln is not None
+            else "decoder direction @ W_U (the model has no final LayerNorm scale, or it is folded into W_U)"
+        )
         if job.block > 1:
             logit_note += "; a block's direction is its mean code over its firings times its decoder block"
 
-    units = {"unit": np.arange(U, dtype=np.int32), "count": e.counts, "freq": e.freq(), "max": e.max(),
-             "mean_nonzero": e.mean_nonzero()}
+    units = {
+        "unit": np.arange(U, dtype=np.int32),
+        "count": e.counts,
+        "freq": e.freq(),
+        "max": e.max(),
+        "mean_nonzero": e.mean_nonzero(),
+    }
     info = _read_json(job.dir / "workbench.json")
     sae_cfg = info.get("sae_config", {})
     if sae_cfg.get("prefixes") and job.block == 1:
         units["level"] = np.searchsorted(np.asarray(sae_cfg["prefixes"]), np.arange(U), side="right").astype(np.int32)
     label_kinds: dict[str, list[str]] = {}
-    best = {"label_kind": np.full(U, "", object), "label": np.full(U, "", object), "label_precision": np.zeros(U, np.float32),
-            "label_recall": np.zeros(U, np.float32), "label_f1": np.zeros(U, np.float32)}
+    best = {
+        "label_kind": np.full(U, "", object),
+        "label": np.full(U, "", object),
+        "label_precision": np.zeros(U, np.float32),
+        "label_recall": np.zeros(U, np.float32),
+        "label_f1": np.zeros(U, np.float32),
+    }
     for kind, (lab, names) in meta["labels"].items():
         r = compute.unit_labels(e, lab, len(names))
         label_kinds[kind] = names
@@ -271,20 +323,36 @@ def _finalize(job: _Job, n_chunks: int, cache, hook: str, model, vocab: list[str
     if scaffold is not None:
         atomic_write_text(out / "scaffold.json", json.dumps(scaffold, indent=1))
     manifest = {
-        "format": FORMAT, "sae": job.dir.name, "hook": hook, "model": cache.manifest["model"],
-        "architecture": job.sae.cfg.architecture(), "training_architecture": job.sae.cfg.metadata.training_architecture,
-        "cache": job.record["cache"], "split": cfg.split, "n_rows": n_rows, "n_units": U,
-        "unit": "block" if job.block > 1 else "latent", "block_size": job.block, "n_sparse": job.n_sparse,
-        "scaffold_rank": job.rank, "prefixes": sae_cfg.get("prefixes") if "level" in units else None,
-        "config": cfg.to_json(), "label_kinds": label_kinds, "logit_effects": logit_note,
-        "neighbours": {"cosine": "cosine of decoder directions" if job.block == 1 else
-                       "decoder subspace overlap: sqrt(mean cos^2 of the principal angles between the blocks' spans)",
-                       "correlation": f"Pearson correlation of activations over the first {min(cfg.corr_tokens, n_rows):,} "
-                                      f"{cfg.split} tokens"},
+        "format": FORMAT,
+        "sae": job.dir.name,
+        "hook": hook,
+        "model": cache.manifest["model"],
+        "architecture": job.sae.cfg.architecture(),
+        "training_architecture": job.sae.cfg.metadata.training_architecture,
+        "cache": job.record["cache"],
+        "split": cfg.split,
+        "n_rows": n_rows,
+        "n_units": U,
+        "unit": "block" if job.block > 1 else "latent",
+        "block_size": job.block,
+        "n_sparse": job.n_sparse,
+        "scaffold_rank": job.rank,
+        "prefixes": sae_cfg.get("prefixes") if "level" in units else None,
+        "config": cfg.to_json(),
+        "label_kinds": label_kinds,
+        "logit_effects": logit_note,
+        "neighbours": {
+            "cosine": "cosine of decoder directions"
+            if job.block == 1
+            else "decoder subspace overlap: sqrt(mean cos^2 of the principal angles between the blocks' spans)",
+            "correlation": f"Pearson correlation of activations over the first {min(cfg.corr_tokens, n_rows):,} "
+            f"{cfg.split} tokens",
+        },
         "histogram": f"{cfg.hist_bins} equal-width bins of the non-zero activations, from 0 to the unit's max",
         "quantiles": f"{cfg.n_bins} true quantile bins of the non-zero activations (edges in quantile_edges), "
-                     f"{cfg.per_bin} examples each, spread evenly by rank",
-        "seconds": round(time.time() - t0, 1), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        f"{cfg.per_bin} examples each, spread evenly by rank",
+        "seconds": round(time.time() - t0, 1),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "files": {p.name: sha256_file(p) for p in sorted(out.iterdir()) if p.is_file() and p.name != MANIFEST},
     }
     atomic_write_text(out / MANIFEST, json.dumps(manifest, indent=1))
@@ -297,17 +365,23 @@ def _scaffold(job: _Job, n_chunks: int, W_dec: np.ndarray, cfg: FeatureConfig) -
     s1 = sum(_load_npy(job.partial / f"c{c:06d}.s1.npy")[0] for c in range(n_chunks))
     s2 = sum(_load_npy(job.partial / f"c{c:06d}.s2.npy") for c in range(n_chunks))
     pcs, explained = compute.principal_components(s1, s2, job.record["n_rows"], min(cfg.n_pcs, W_dec.shape[1]))
-    S = W_dec[job.n_sparse:].astype(np.float64)
+    S = W_dec[job.n_sparse :].astype(np.float64)
     S = S / np.maximum(np.linalg.norm(S, axis=1, keepdims=True), 1e-12)
     cos = S @ pcs.T
-    P = pcs[:job.rank]
+    P = pcs[: job.rank]
     splice = _read_json(job.dir / "metrics.json").get("splice", {})
-    return {"rank": job.rank, "abs_cos_with_pcs": np.abs(cos).round(4).tolist(), "pc_explained": explained.round(5).tolist(),
-            "in_top_r_pcs": np.linalg.norm(S @ P.T, axis=1).round(4).tolist(),
-            "ce": {k: splice[k] for k in ("ce_clean", "ce_sae", "ce_no_scaffold", "ce_loss_recovered",
-                                          "ce_loss_recovered_no_scaffold") if k in splice}}
+    return {
+        "rank": job.rank,
+        "abs_cos_with_pcs": np.abs(cos).round(4).tolist(),
+        "pc_explained": explained.round(5).tolist(),
+        "in_top_r_pcs": np.linalg.norm(S @ P.T, axis=1).round(4).tolist(),
+        "ce": {
+            k: splice[k]
+            for k in ("ce_clean", "ce_sae", "ce_no_scaffold", "ce_loss_recovered", "ce_loss_recovered_no_scaffold")
+            if k in splice
+        },
+    }
 
 
 def _read_json(path: Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
-

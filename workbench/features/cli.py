@@ -15,22 +15,32 @@ def _build(a: argparse.Namespace) -> None:
     from workbench.workspace import Workspace
 
     cfg = FeatureConfig(**config_values(a, FeatureConfig, PREFIX))
-    for store in steps.build_features(Workspace(a.workspace), a.sae, a.cache, a.model, cfg, overwrite=a.overwrite,
-                                      progress=not a.quiet):
+    for store in steps.build_features(
+        Workspace(a.workspace), a.sae, a.cache, a.model, cfg, overwrite=a.overwrite, progress=not a.quiet
+    ):
         m = store.manifest
         dead = int((store.units["count"] == 0).sum())
-        print(f"saved {store.path}: {store.n_units} {m['unit']}s over {m['n_rows']:,} {m['split']} tokens, "
-              f"{dead} never fired, {m['seconds']} s")
+        print(
+            f"saved {store.path}: {store.n_units} {m['unit']}s over {m['n_rows']:,} {m['split']} tokens, "
+            f"{dead} never fired, {m['seconds']} s"
+        )
 
 
 def add_commands(sub, parents=()) -> None:
     f = sub.add_parser("features", help="feature stores: top contexts, histograms, logit effects, neighbours, labels")
     fs = f.add_subparsers(dest="action", required=True, metavar="ACTION")
-    b = fs.add_parser("build", parents=list(parents),
-                      help="build (or resume) the feature store beside each SAE; SAEs on one hook share one pass")
+    b = fs.add_parser(
+        "build",
+        parents=list(parents),
+        help="build (or resume) the feature store beside each SAE; SAEs on one hook share one pass",
+    )
     b.add_argument("sae", nargs="+", help="SAE folders (SAELens format, as `workbench sae train` saves them)")
     b.add_argument("--cache", required=True, help="activation cache holding the SAEs' hook(s)")
-    b.add_argument("--model", default="tiny", help="the model the cache came from, for logit effects and token text (default: %(default)s)")
+    b.add_argument(
+        "--model",
+        default="tiny",
+        help="the model the cache came from, for logit effects and token text (default: %(default)s)",
+    )
     add_config_flags(b, FeatureConfig, PREFIX)
     b.add_argument("--overwrite", action="store_true", help="rebuild a finished or unfinished store from scratch")
     b.add_argument("--quiet", action="store_true", help="no progress bars")

@@ -27,7 +27,9 @@ class Entries:
         return self.counts / max(self.n_rows, 1)
 
     def max(self) -> np.ndarray:
-        return np.where(self.counts > 0, self.vals[np.maximum(self.ends - 1, 0)] if len(self.vals) else 0, 0).astype(np.float32)
+        return np.where(self.counts > 0, self.vals[np.maximum(self.ends - 1, 0)] if len(self.vals) else 0, 0).astype(
+            np.float32
+        )
 
     def mean_nonzero(self) -> np.ndarray:
         s = np.bincount(self.units, weights=self.vals, minlength=self.n_units)
@@ -37,7 +39,11 @@ class Entries:
         """[U, n_bins] counts over equal-width bins from 0 to each unit's max (edges: linspace(0, max, n+1))."""
         top = self.max()[self.units].astype(np.float64)
         b = np.minimum((self.vals / np.where(top > 0, top, 1) * n_bins).astype(np.int64), n_bins - 1)
-        return np.bincount(self.units * n_bins + b, minlength=self.n_units * n_bins).reshape(self.n_units, n_bins).astype(np.int32)
+        return (
+            np.bincount(self.units * n_bins + b, minlength=self.n_units * n_bins)
+            .reshape(self.n_units, n_bins)
+            .astype(np.int32)
+        )
 
     def top(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(rows, values) [U, n] of each unit's n largest activations, largest first; row -1 pads."""
@@ -55,9 +61,13 @@ class Entries:
         c = self.counts[:, None]
         q = np.arange(n_bins + 1)[None, :] / n_bins
         edge_i = self.starts[:, None] + np.floor(q * np.maximum(c - 1, 0)).astype(np.int64)
-        edges = np.where(c > 0, self.vals[np.minimum(edge_i, len(self.vals) - 1)] if len(self.vals) else 0, 0).astype(np.float32)
+        edges = np.where(c > 0, self.vals[np.minimum(edge_i, len(self.vals) - 1)] if len(self.vals) else 0, 0).astype(
+            np.float32
+        )
         frac = (np.arange(n_bins)[:, None] + (np.arange(per_bin)[None, :] + 0.5) / per_bin).reshape(1, -1) / n_bins
-        i = self.starts[:, None] + np.floor(frac * np.maximum(c - 1, 0)).astype(np.int64)  # same rank scale as the edges
+        i = self.starts[:, None] + np.floor(frac * np.maximum(c - 1, 0)).astype(
+            np.int64
+        )  # same rank scale as the edges
         ok = c > 0
         ok = ok & np.concatenate([np.ones((len(i), 1), bool), np.diff(i, axis=1) > 0], axis=1)
         rows, vals = self._take(i, ok)
@@ -73,8 +83,9 @@ class Entries:
         """[rows, U] sparse activations (optionally only the first n_rows rows)."""
         n = self.n_rows if n_rows is None else min(n_rows, self.n_rows)
         keep = self.rows < n
-        return sp.csr_matrix((self.vals[keep].astype(np.float64), (self.rows[keep], self.units[keep])),
-                             shape=(n, self.n_units))
+        return sp.csr_matrix(
+            (self.vals[keep].astype(np.float64), (self.rows[keep], self.units[keep])), shape=(n, self.n_units)
+        )
 
     def lookup(self, rows: np.ndarray, units: np.ndarray) -> np.ndarray:
         """Activation of units[i] on rows[i] (0 where it did not fire or row < 0)."""
@@ -87,8 +98,15 @@ class Entries:
         return np.where(hit, self.vals[order][pos] if len(skey) else 0, 0).astype(np.float32)
 
 
-def windows(ex_rows: np.ndarray, row_seq: np.ndarray, row_pos: np.ndarray, sequences: np.ndarray,
-            seqpos_row: np.ndarray, left: int, right: int) -> tuple[np.ndarray, np.ndarray]:
+def windows(
+    ex_rows: np.ndarray,
+    row_seq: np.ndarray,
+    row_pos: np.ndarray,
+    sequences: np.ndarray,
+    seqpos_row: np.ndarray,
+    left: int,
+    right: int,
+) -> tuple[np.ndarray, np.ndarray]:
     """Token windows around example rows [..., E] -> (token ids, rows) [..., E, left + 1 + right];
     -1 marks positions outside the sequence (token) or not in the pass (row)."""
     valid = ex_rows >= 0
@@ -101,7 +119,9 @@ def windows(ex_rows: np.ndarray, row_seq: np.ndarray, row_pos: np.ndarray, seque
     return toks, rows
 
 
-def unit_labels(e: Entries, labels: np.ndarray, n_values: int, totals: np.ndarray | None = None) -> dict[str, np.ndarray]:
+def unit_labels(
+    e: Entries, labels: np.ndarray, n_values: int, totals: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
     """Best-matching value of one per-row label for each unit, as a detector of it.
 
     precision = P(label = v | unit fires), recall = P(unit fires | label = v); the best v has the
@@ -117,8 +137,12 @@ def unit_labels(e: Entries, labels: np.ndarray, n_values: int, totals: np.ndarra
     best = f1.argmax(1)
     ix = np.arange(e.n_units)
     fired = e.counts > 0
-    return {"value": np.where(fired, best, -1).astype(np.int32), "precision": prec[ix, best].astype(np.float32),
-            "recall": rec[ix, best].astype(np.float32), "f1": f1[ix, best].astype(np.float32)}
+    return {
+        "value": np.where(fired, best, -1).astype(np.int32),
+        "precision": prec[ix, best].astype(np.float32),
+        "recall": rec[ix, best].astype(np.float32),
+        "f1": f1[ix, best].astype(np.float32),
+    }
 
 
 def token_units(e: Entries, row_tokens: np.ndarray, vocab: int, top: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -154,7 +178,11 @@ def top_k_rows(sim_rows, n: int, exclude_self_from: int | None = None) -> tuple[
     if exclude_self_from is not None:
         sim[np.arange(len(sim)), exclude_self_from + np.arange(len(sim))] = -np.inf
     n = min(n, sim.shape[1])
-    idx = np.argpartition(-sim, n - 1, axis=1)[:, :n] if n < sim.shape[1] else np.tile(np.arange(sim.shape[1]), (len(sim), 1))
+    idx = (
+        np.argpartition(-sim, n - 1, axis=1)[:, :n]
+        if n < sim.shape[1]
+        else np.tile(np.arange(sim.shape[1]), (len(sim), 1))
+    )
     vals = np.take_along_axis(sim, idx, 1)
     o = np.argsort(-vals, axis=1, kind="stable")
     return np.take_along_axis(idx, o, 1).astype(np.int32), np.take_along_axis(vals, o, 1)
@@ -173,7 +201,7 @@ def decoder_neighbours(W: np.ndarray, block: int, n: int, chunk: int = 1024) -> 
     ids, vals = np.zeros((U, min(n, U - 1)), np.int32), np.zeros((U, min(n, U - 1)), np.float32)
     for a in range(0, U, chunk):
         b = min(U, a + chunk)
-        s = Q[a * block:b * block] @ Q.T
+        s = Q[a * block : b * block] @ Q.T
         if block > 1:
             s = np.sqrt((s.reshape(b - a, block, U, block) ** 2).sum((1, 3)) / block)
         ids[a:b], vals[a:b] = top_k_rows(s, ids.shape[1], exclude_self_from=a)
@@ -189,7 +217,7 @@ def correlation_neighbours(e: Entries, n_rows: int, n: int) -> tuple[np.ndarray,
     A = e.matrix(n_rows)
     N = A.shape[0]
     mean = np.asarray(A.sum(0)).ravel() / N
-    var = np.asarray(A.multiply(A).sum(0)).ravel() / N - mean ** 2
+    var = np.asarray(A.multiply(A).sum(0)).ravel() / N - mean**2
     G = (A.T @ A).tocoo()
     off = G.row != G.col
     i, j = G.row[off], G.col[off]
@@ -207,18 +235,19 @@ def correlation_neighbours(e: Entries, n_rows: int, n: int) -> tuple[np.ndarray,
     return ids, vals
 
 
-def logit_effects(dirs: np.ndarray, W_U: np.ndarray, ln_scale: np.ndarray | None, n: int,
-                  chunk: int = 512) -> tuple[np.ndarray, np.ndarray]:
+def logit_effects(
+    dirs: np.ndarray, W_U: np.ndarray, ln_scale: np.ndarray | None, n: int, chunk: int = 512
+) -> tuple[np.ndarray, np.ndarray]:
     """Top and bottom tokens of dirs @ diag(ln_scale) @ W_U -> ids, values [U, 2n] (n top, then n bottom, most negative first)."""
     M = (W_U * ln_scale[:, None] if ln_scale is not None else W_U).astype(np.float32)
     n = min(n, M.shape[1])
     ids, vals = np.zeros((len(dirs), 2 * n), np.int32), np.zeros((len(dirs), 2 * n), np.float32)
     for a in range(0, len(dirs), chunk):
-        eff = dirs[a:a + chunk].astype(np.float32) @ M
+        eff = dirs[a : a + chunk].astype(np.float32) @ M
         ti, tv = top_k_rows(eff, n)
         bi, bv = top_k_rows(-eff, n)
-        ids[a:a + chunk] = np.concatenate([ti, bi], 1)
-        vals[a:a + chunk] = np.concatenate([tv, -bv], 1)
+        ids[a : a + chunk] = np.concatenate([ti, bi], 1)
+        vals[a : a + chunk] = np.concatenate([tv, -bv], 1)
     return ids, vals
 
 

@@ -18,8 +18,13 @@ class FeatureStoreError(UserError, ValueError):
 
 @dataclass(frozen=True)
 class FeatureConfig:
-    split: str = field(default="heldout", metadata={"choices": SPLITS, "help": "cache split to read (held-out: the SAEs never trained on it)"})
-    n_tokens: int | None = field(default=None, metadata={"flag": "--tokens", "help": "rows of the split to read; None: all"})
+    split: str = field(
+        default="heldout",
+        metadata={"choices": SPLITS, "help": "cache split to read (held-out: the SAEs never trained on it)"},
+    )
+    n_tokens: int | None = field(
+        default=None, metadata={"flag": "--tokens", "help": "rows of the split to read; None: all"}
+    )
     chunk_rows: int = field(default=16384, metadata={"help": "rows per resumable chunk"})
     batch_rows: int = field(default=2048, metadata={"help": "rows per SAE encode (bounds the dense code matrix)"})
     n_top: int = field(default=20, metadata={"help": "top activating examples per unit"})
@@ -29,8 +34,12 @@ class FeatureConfig:
     right: int = field(default=3, metadata={"help": "context tokens after each example token"})
     hist_bins: int = field(default=32, metadata={"help": "equal-width histogram bins of non-zero activations, 0..max"})
     n_logits: int = field(default=10, metadata={"help": "top and bottom tokens of each logit effect"})
-    n_neighbours: int = field(default=10, metadata={"help": "neighbours per kind (decoder cosine, activation correlation)"})
-    corr_tokens: int = field(default=200_000, metadata={"help": "first rows of the pass used for activation correlations"})
+    n_neighbours: int = field(
+        default=10, metadata={"help": "neighbours per kind (decoder cosine, activation correlation)"}
+    )
+    corr_tokens: int = field(
+        default=200_000, metadata={"help": "first rows of the pass used for activation correlations"}
+    )
     n_pcs: int = field(default=16, metadata={"help": "principal components of the stream kept for the scaffold panel"})
     token_top: int = field(default=10, metadata={"help": "units kept per token for search by token"})
 
@@ -41,7 +50,9 @@ class FeatureConfig:
             raise FeatureStoreError(f"n_tokens must be >= 1 (or None for all), got {self.n_tokens}")
         for f in fields(self):
             v = getattr(self, f.name)
-            if f.name not in ("split", "n_tokens") and (not isinstance(v, int) or v < (0 if f.name in ("left", "right") else 1)):
+            if f.name not in ("split", "n_tokens") and (
+                not isinstance(v, int) or v < (0 if f.name in ("left", "right") else 1)
+            ):
                 raise FeatureStoreError(f"{f.name} must be a positive integer, got {v!r}")
 
     @property

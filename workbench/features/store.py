@@ -27,8 +27,11 @@ class FeatureStore:
             path = path / STORE
         mpath = path / MANIFEST
         if not mpath.is_file():
-            hint = " (a build was interrupted: rerun `workbench features build` to resume it)" if (path / ".partial").is_dir() \
+            hint = (
+                " (a build was interrupted: rerun `workbench features build` to resume it)"
+                if (path / ".partial").is_dir()
                 else " (build one with `workbench features build`)"
+            )
             raise FeatureStoreError(f"no feature store at {path}{hint}")
         try:
             self.manifest = json.loads(mpath.read_text())
@@ -73,7 +76,9 @@ class FeatureStore:
         except (TypeError, ValueError):
             raise FeatureStoreError(f"unit index must be an integer, got {u!r}") from None
         if not 0 <= u < self.n_units:
-            raise FeatureStoreError(f"unit {u} is out of range: this store has {self.n_units} {self.manifest['unit']}s (0..{self.n_units - 1})")
+            raise FeatureStoreError(
+                f"unit {u} is out of range: this store has {self.n_units} {self.manifest['unit']}s (0..{self.n_units - 1})"
+            )
         return u
 
     def token(self, t: int) -> str:
@@ -92,20 +97,39 @@ class FeatureStore:
                 continue
             group = "top" if i < c.n_top else f"bin {(i - c.n_top) // c.per_bin + 1}"
             keep = toks[i] >= 0
-            examples.append({"group": group, "row": int(ex_rows[i]), "value": float(ex_vals[i]),
-                             "tokens": [self.token(int(t)) for t in toks[i][keep]], "acts": acts[i][keep].astype(float).tolist(),
-                             "center": int(c.left - (~keep[:c.left]).sum())})
-        out = {"unit": u, "stats": row, "examples": examples,
-               "quantile_edges": self.array("quantile_edges")[u].astype(float).tolist(),
-               "hist_counts": self.array("hist")[u].astype(int).tolist(),
-               "hist_edges": np.linspace(0, row["max"], c.hist_bins + 1).tolist(),
-               "neighbours": {kind: [(int(i), float(v)) for i, v in zip(self.array(f"nb_{kind}_ids")[u], self.array(f"nb_{kind}_vals")[u])
-                                     if i >= 0] for kind in ("cos", "corr")}}
+            examples.append(
+                {
+                    "group": group,
+                    "row": int(ex_rows[i]),
+                    "value": float(ex_vals[i]),
+                    "tokens": [self.token(int(t)) for t in toks[i][keep]],
+                    "acts": acts[i][keep].astype(float).tolist(),
+                    "center": int(c.left - (~keep[: c.left]).sum()),
+                }
+            )
+        out = {
+            "unit": u,
+            "stats": row,
+            "examples": examples,
+            "quantile_edges": self.array("quantile_edges")[u].astype(float).tolist(),
+            "hist_counts": self.array("hist")[u].astype(int).tolist(),
+            "hist_edges": np.linspace(0, row["max"], c.hist_bins + 1).tolist(),
+            "neighbours": {
+                kind: [
+                    (int(i), float(v))
+                    for i, v in zip(self.array(f"nb_{kind}_ids")[u], self.array(f"nb_{kind}_vals")[u])
+                    if i >= 0
+                ]
+                for kind in ("cos", "corr")
+            },
+        }
         if self.has("logit_ids"):
             ids, vals = self.array("logit_ids")[u], self.array("logit_vals")[u]
             n = len(ids) // 2
-            out["logits"] = {"top": [(self.token(int(i)), float(v)) for i, v in zip(ids[:n], vals[:n])],
-                             "bottom": [(self.token(int(i)), float(v)) for i, v in zip(ids[n:], vals[n:])]}
+            out["logits"] = {
+                "top": [(self.token(int(i)), float(v)) for i, v in zip(ids[:n], vals[:n])],
+                "bottom": [(self.token(int(i)), float(v)) for i, v in zip(ids[n:], vals[n:])],
+            }
         if self.has("block_coords"):
             n = int(min(row["count"], c.n_top))
             out["block_coords"] = self.array("block_coords")[u][:n].astype(float).tolist()
@@ -125,8 +149,18 @@ class FeatureStore:
             raise FeatureStoreError(f"no token spelled {text.strip()!r} in this model's vocabulary")
         units, means, frac = self.array("token_units"), self.array("token_means"), self.array("token_frac")
         counts = self.array("token_counts")
-        hits = [{"unit": int(u), "token": self.token(t), "mean_act": float(m), "fires_on": float(f), "occurrences": int(counts[t])}
-                for t in ids for u, m, f in zip(units[t], means[t], frac[t]) if u >= 0]
+        hits = [
+            {
+                "unit": int(u),
+                "token": self.token(t),
+                "mean_act": float(m),
+                "fires_on": float(f),
+                "occurrences": int(counts[t]),
+            }
+            for t in ids
+            for u, m, f in zip(units[t], means[t], frac[t])
+            if u >= 0
+        ]
         return sorted(hits, key=lambda h: -h["mean_act"])[:top]
 
     def search_text(self, text: str, top: int = 50) -> list[dict]:
@@ -165,7 +199,14 @@ class FeatureStore:
             col = df[f"{kind}_label"].astype(str).str.casefold()
             m = col.str.contains(re.escape(want), regex=True) & (df["count"] > 0)
             for u in np.flatnonzero(m.to_numpy()):
-                hits.append({"unit": int(u), "kind": kind, "label": df[f"{kind}_label"].iat[u],
-                             "precision": float(df[f"{kind}_precision"].iat[u]), "recall": float(df[f"{kind}_recall"].iat[u]),
-                             "f1": float(df[f"{kind}_f1"].iat[u])})
+                hits.append(
+                    {
+                        "unit": int(u),
+                        "kind": kind,
+                        "label": df[f"{kind}_label"].iat[u],
+                        "precision": float(df[f"{kind}_precision"].iat[u]),
+                        "recall": float(df[f"{kind}_recall"].iat[u]),
+                        "f1": float(df[f"{kind}_f1"].iat[u]),
+                    }
+                )
         return sorted(hits, key=lambda h: -h["f1"])[:top]

@@ -41,7 +41,11 @@ def save(model: HookedTransformer, out_dir: str | Path, extra: dict | None = Non
     with atomic_path(out / WEIGHTS) as tmp:
         save_file(state, str(tmp))
     model.tokenizer.save_pretrained(str(out))
-    meta = {"hooked_transformer_config": config_dict(model), **getattr(model, "workbench_extensions", {}), **(extra or {})}
+    meta = {
+        "hooked_transformer_config": config_dict(model),
+        **getattr(model, "workbench_extensions", {}),
+        **(extra or {}),
+    }
     atomic_write_text(out / CONFIG, json.dumps(meta, indent=2))
     return out
 
@@ -80,8 +84,10 @@ def _load_dir(path: Path, device: str) -> tuple[HookedTransformer, PreTrainedTok
         state = load_file(str(path / WEIGHTS))
         model.load_state_dict(state, strict=True)
     except Exception as e:  # safetensors: SafetensorError / OSError; torch: RuntimeError on missing keys or shapes
-        raise ModelSpecError(f"{path / WEIGHTS} is damaged or does not fit {path / CONFIG} "
-                             f"({type(e).__name__}: {str(e).splitlines()[0][:200]})") from e
+        raise ModelSpecError(
+            f"{path / WEIGHTS} is damaged or does not fit {path / CONFIG} "
+            f"({type(e).__name__}: {str(e).splitlines()[0][:200]})"
+        ) from e
     model.to(device)
     model.eval()
     return model, model.tokenizer  # TransformerLens may re-create the tokenizer; hand out the one it uses
@@ -91,8 +97,9 @@ def load(spec: str = "tiny", device: str | None = None) -> tuple[HookedTransform
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if spec in EMBEDDED:
         if not (EMBEDDED[spec] / WEIGHTS).is_file():
-            raise ModelSpecError(f"the embedded model {spec!r} is missing from {EMBEDDED[spec]}; "
-                                 "rebuild it with `workbench model train`")
+            raise ModelSpecError(
+                f"the embedded model {spec!r} is missing from {EMBEDDED[spec]}; rebuild it with `workbench model train`"
+            )
         return _load_dir(EMBEDDED[spec], device)
     path = Path(spec)
     if path.exists():
@@ -104,12 +111,15 @@ def load(spec: str = "tiny", device: str | None = None) -> tuple[HookedTransform
     except ValueError:
         raise ModelSpecError(
             f"unknown model spec {spec!r}: expected one of {sorted(EMBEDDED)}, a saved model folder, or a "
-            f"TransformerLens model name (e.g. {', '.join(OFFICIAL_MODEL_NAMES[:3])}, ...)") from None
+            f"TransformerLens model name (e.g. {', '.join(OFFICIAL_MODEL_NAMES[:3])}, ...)"
+        ) from None
     try:
         model = HookedTransformer.from_pretrained(spec, device=device)
     except OSError as e:  # offline without a cached copy (huggingface_hub errors are OSErrors)
-        raise ModelSpecError(f"cannot load model {spec!r} from the Hugging Face Hub: it is not in the local cache and "
-                             f"the Hub cannot be reached ({type(e).__name__}); go online once, or pass a saved model "
-                             "folder or 'tiny'") from e
+        raise ModelSpecError(
+            f"cannot load model {spec!r} from the Hugging Face Hub: it is not in the local cache and "
+            f"the Hub cannot be reached ({type(e).__name__}); go online once, or pass a saved model "
+            "folder or 'tiny'"
+        ) from e
     model.eval()
     return model, model.tokenizer

@@ -57,9 +57,11 @@ def task_accuracy(model, n: int = 200, seed: int = 0) -> dict[str, float]:
             out["ioi_unseen_template"] = float(np.mean(unseen))
         if task == "addition":
             second = tok.convert_ids_to_tokens(
-                _last_logits(model, [f"{q.prompt} {p}" for q, p in zip(qs, preds)]).argmax(-1).tolist())
-            out["addition_both_digits"] = float(np.mean(
-                [f"{p}{s}" == str(q.params["a"] + q.params["b"]) for q, p, s in zip(qs, preds, second)]))
+                _last_logits(model, [f"{q.prompt} {p}" for q, p in zip(qs, preds)]).argmax(-1).tolist()
+            )
+            out["addition_both_digits"] = float(
+                np.mean([f"{p}{s}" == str(q.params["a"] + q.params["b"]) for q, p, s in zip(qs, preds, second)])
+            )
     return out
 
 
@@ -67,8 +69,15 @@ def chance_accuracy(n: int = 200, seed: int = 0) -> dict[str, float]:
     """What a guesser that knows the answer type but not the answer would score (model-card baseline)."""
     gt = float(np.mean([(99 - q.params["x"]) / 100 for q in queries("greater_than", n, seed=seed, split="heldout")]))
     # addition: the sum of two operands in 10..49 starts with one of 2..9; both digits: one of 79 sums
-    return {"ioi": 1 / 2, "ioi_unseen_template": 1 / 2, "induction": 1 / 8, "greater_than": gt, "addition": 1 / 8,
-            "addition_both_digits": 1 / 79, "facts": 1 / 6}
+    return {
+        "ioi": 1 / 2,
+        "ioi_unseen_template": 1 / 2,
+        "induction": 1 / 8,
+        "greater_than": gt,
+        "addition": 1 / 8,
+        "addition_both_digits": 1 / 79,
+        "facts": 1 / 6,
+    }
 
 
 @torch.no_grad()
@@ -96,7 +105,7 @@ def _window_hashes(tokens: np.ndarray, length: int) -> np.ndarray:
     re-checked)."""
     out = np.zeros((tokens.shape[0], tokens.shape[1] - length + 1), dtype=np.int64)
     for k in range(length):
-        out = out * np.int64(1_000_003) + tokens[:, k: k + out.shape[1]]
+        out = out * np.int64(1_000_003) + tokens[:, k : k + out.shape[1]]
     return out
 
 
@@ -114,7 +123,7 @@ def verbatim_overlap(tokenizer, prompts: list[str], n_sequences: int, ctx_len: i
         rows, cols = np.nonzero(np.isin(hashes, targets))
         for r, c in zip(rows, cols):
             for i in which:
-                if np.array_equal(train[r, c: c + length], ids[i]):
+                if np.array_equal(train[r, c : c + length], ids[i]):
                     counts[i] += 1
     return counts
 
@@ -130,9 +139,12 @@ def audit(tokenizer, n: int, n_sequences: int, ctx_len: int, seed: int = 0) -> d
 
 
 def model_card(model, n: int, train_sequences: int, seed: int = 0) -> dict:
-    return {"heldout_task_accuracy": task_accuracy(model, n, seed), "chance_accuracy": chance_accuracy(n, seed),
-            "head_detector": head_scores(model, seed=seed),
-            "verbatim_audit": audit(model.tokenizer, n, train_sequences, model.cfg.n_ctx, seed)}
+    return {
+        "heldout_task_accuracy": task_accuracy(model, n, seed),
+        "chance_accuracy": chance_accuracy(n, seed),
+        "head_detector": head_scores(model, seed=seed),
+        "verbatim_audit": audit(model.tokenizer, n, train_sequences, model.cfg.n_ctx, seed),
+    }
 
 
 def _head_table(scores: list[list[float]]) -> str:
@@ -144,20 +156,23 @@ def _head_table(scores: list[list[float]]) -> str:
 
 def write_card(out: Path, card: dict) -> None:
     acc, chance, c = card["heldout_task_accuracy"], card["chance_accuracy"], card["train_config"]
-    audit_rows = "\n".join(f"| {t} | {a['prompts']} | {a['found_in_training']} |"
-                           for t, a in card["verbatim_audit"]["per_task"].items())
+    audit_rows = "\n".join(
+        f"| {t} | {a['prompts']} | {a['found_in_training']} |" for t, a in card["verbatim_audit"]["per_task"].items()
+    )
     rows = "\n".join(f"| {t} | {acc[t]:.1%} | {chance[t]:.1%} |" for t in acc)
     hd = card["head_detector"]
-    atomic_write_text(out / "README.md", f"""# workbench-tiny: the embedded model
+    atomic_write_text(
+        out / "README.md",
+        f"""# workbench-tiny: the embedded model
 
-A TransformerLens HookedTransformer ({c['n_layers']} layers, d_model {c['d_model']}, {c['n_heads']} heads,
-d_mlp {c['d_mlp']}, n_ctx {c['n_ctx']}, {c.get('positional_embedding', 'standard')} positions, LayerNorm, GELU;
-{card['n_params']:,} parameters) trained from seed
-{c['seed']} on the workbench's synthetic corpus ({c['steps']} steps of {c['batch_size']} x {c['n_ctx']} tokens,
-AdamW lr {c['lr']}, {card['train_seconds']} s on 2 CPU cores). Word-level tokenizer: one word, one token.
+A TransformerLens HookedTransformer ({c["n_layers"]} layers, d_model {c["d_model"]}, {c["n_heads"]} heads,
+d_mlp {c["d_mlp"]}, n_ctx {c["n_ctx"]}, {c.get("positional_embedding", "standard")} positions, LayerNorm, GELU;
+{card["n_params"]:,} parameters) trained from seed
+{c["seed"]} on the workbench's synthetic corpus ({c["steps"]} steps of {c["batch_size"]} x {c["n_ctx"]} tokens,
+AdamW lr {c["lr"]}, {card["train_seconds"]} s on 2 CPU cores). Word-level tokenizer: one word, one token.
 Rebuild it with `workbench model train --out DIR` (same seed, same weights up to float nondeterminism).
 
-Final training loss: {card['final_train_loss']:.3f} nats/token.
+Final training loss: {card["final_train_loss"]:.3f} nats/token.
 
 ## Training data
 
@@ -179,7 +194,7 @@ previous-token nor induction heads in 4,000 steps (best detect_head induction sc
 second half of a repeated random sequence was predicted no better than the first); with rotary
 positions both formed by step 1,750.
 
-## Held-out task accuracy (top-1 at the answer position, {c['eval_queries']} queries per task)
+## Held-out task accuracy (top-1 at the answer position, {c["eval_queries"]} queries per task)
 
 | task | accuracy | chance baseline |
 | --- | --- | --- |
@@ -192,7 +207,7 @@ possible first digits (2-9), both digits = one of the 79 sums; facts = one of th
 ## Verbatim-overlap audit
 
 Every evaluation prompt above was searched, token for token, in the regenerated training stream (all
-{card['verbatim_audit']['training_sequences_checked']:,} sequences of {card['verbatim_audit']['ctx_len']} tokens the model was trained on;
+{card["verbatim_audit"]["training_sequences_checked"]:,} sequences of {card["verbatim_audit"]["ctx_len"]} tokens the model was trained on;
 `workbench.models.card.verbatim_overlap`: a rolling hash over every window of the prompt's length,
 hits re-checked exactly).
 
@@ -202,19 +217,20 @@ hits re-checked exactly).
 
 ## Attention heads (TransformerLens `detect_head`, random tokens repeated twice)
 
-Twenty sequences of BOS + {(c['n_ctx'] - 1) // 2} uniformly random vocabulary words + the same words again.
+Twenty sequences of BOS + {(c["n_ctx"] - 1) // 2} uniformly random vocabulary words + the same words again.
 Scores are detect_head's default 'mul' measure (share of the head's attention on the pattern); for
 induction only second-half rows can score, so the maximum is about 0.5.
 
 Induction (attention to the token after the previous occurrence of the current token):
 
-{_head_table(hd['induction_head'])}
+{_head_table(hd["induction_head"])}
 
 Previous token:
 
-{_head_table(hd['previous_token_head'])}
+{_head_table(hd["previous_token_head"])}
 
 ```json
-{json.dumps({k: v for k, v in card.items() if k != 'head_detector'}, indent=2)}
+{json.dumps({k: v for k, v in card.items() if k != "head_detector"}, indent=2)}
 ```
-""")
+""",
+    )

@@ -52,14 +52,25 @@ class TinyConfig:
     eval_queries: int = 200
     checkpoint_every: int = 250
 
-    def resolve(self) -> "TinyConfig":
-        for name in ("n_layers", "d_model", "n_heads", "d_mlp", "steps", "batch_size", "eval_queries", "checkpoint_every"):
+    def resolve(self) -> TinyConfig:
+        for name in (
+            "n_layers",
+            "d_model",
+            "n_heads",
+            "d_mlp",
+            "steps",
+            "batch_size",
+            "eval_queries",
+            "checkpoint_every",
+        ):
             if getattr(self, name) < 1:
                 raise TrainConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.n_ctx < 24:
             raise TrainConfigError(f"n_ctx must be >= 24 (task prompts are up to 20 tokens), got {self.n_ctx}")
         if self.positional_embedding not in ("rotary", "standard"):
-            raise TrainConfigError(f"positional_embedding must be 'rotary' or 'standard', got {self.positional_embedding!r}")
+            raise TrainConfigError(
+                f"positional_embedding must be 'rotary' or 'standard', got {self.positional_embedding!r}"
+            )
         if self.d_model % self.n_heads:
             raise TrainConfigError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
         if not (0 < self.lr < 1) or not math.isfinite(self.lr):
@@ -71,11 +82,23 @@ class TinyConfig:
 
 def build(cfg: TinyConfig, tokenizer) -> HookedTransformer:
     ht = HookedTransformerConfig(
-        n_layers=cfg.n_layers, d_model=cfg.d_model, n_heads=cfg.n_heads, d_head=cfg.d_model // cfg.n_heads,
-        d_mlp=cfg.d_mlp, n_ctx=cfg.n_ctx, d_vocab=len(tokenizer), act_fn="gelu", normalization_type="LN",
-        positional_embedding_type=cfg.positional_embedding, rotary_dim=cfg.d_model // cfg.n_heads,
-        model_name="workbench-tiny", seed=cfg.seed, device="cpu", tokenizer_prepends_bos=False,
-        default_prepend_bos=True)
+        n_layers=cfg.n_layers,
+        d_model=cfg.d_model,
+        n_heads=cfg.n_heads,
+        d_head=cfg.d_model // cfg.n_heads,
+        d_mlp=cfg.d_mlp,
+        n_ctx=cfg.n_ctx,
+        d_vocab=len(tokenizer),
+        act_fn="gelu",
+        normalization_type="LN",
+        positional_embedding_type=cfg.positional_embedding,
+        rotary_dim=cfg.d_model // cfg.n_heads,
+        model_name="workbench-tiny",
+        seed=cfg.seed,
+        device="cpu",
+        tokenizer_prepends_bos=False,
+        default_prepend_bos=True,
+    )
     return HookedTransformer(ht, tokenizer=tokenizer)
 
 
@@ -96,20 +119,31 @@ def _check_out(out: Path, overwrite: bool, resume: bool) -> None:
         raise TrainConfigError(f"--out {out} is a file, not a folder")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         shipped = " (the shipped embedded model)" if out.resolve() == EMBEDDED["tiny"].resolve() else ""
-        raise TrainConfigError(f"--out {out}{shipped} is not empty; pass --overwrite to replace the model files there, "
-                               "or choose an empty folder")
+        raise TrainConfigError(
+            f"--out {out}{shipped} is not empty; pass --overwrite to replace the model files there, "
+            "or choose an empty folder"
+        )
 
 
 def _optimizer(model: HookedTransformer, cfg: TinyConfig) -> torch.optim.Optimizer:
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-                             lr=cfg.lr, betas=(0.9, 0.98))
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr,
+        betas=(0.9, 0.98),
+    )
 
 
 def _save_checkpoint(out: Path, model, opt, cfg: TinyConfig, step: int, losses: list[float], seconds: float) -> None:
-    state = {"model": model.state_dict(), "opt": opt.state_dict(), "config": asdict(cfg), "step": step,
-             "losses": torch.tensor(losses), "seconds": seconds}
+    state = {
+        "model": model.state_dict(),
+        "opt": opt.state_dict(),
+        "config": asdict(cfg),
+        "step": step,
+        "losses": torch.tensor(losses),
+        "seconds": seconds,
+    }
     with atomic_path(out / CHECKPOINT) as tmp:
         torch.save(state, tmp)
 
@@ -118,16 +152,23 @@ def _load_checkpoint(out: Path, model, opt, cfg: TinyConfig) -> tuple[int, list[
     state = torch.load(out / CHECKPOINT, weights_only=True)
     if state["config"] != asdict(cfg):
         diff = {k: (state["config"].get(k), v) for k, v in asdict(cfg).items() if state["config"].get(k) != v}
-        raise TrainConfigError(f"--resume: the checkpoint in {out} was made with another config "
-                               f"(field: (checkpoint, now) = {diff}); pass the same flags or start afresh")
+        raise TrainConfigError(
+            f"--resume: the checkpoint in {out} was made with another config "
+            f"(field: (checkpoint, now) = {diff}); pass the same flags or start afresh"
+        )
     model.load_state_dict(state["model"])
     opt.load_state_dict(state["opt"])
     return int(state["step"]), state["losses"].tolist(), float(state["seconds"])
 
 
-def train_tiny(out_dir: str | Path, cfg: TinyConfig = TinyConfig(), progress: bool = True, overwrite: bool = False,
-               resume: bool = False) -> dict:
-    cfg.resolve()
+def train_tiny(
+    out_dir: str | Path,
+    cfg: TinyConfig | None = None,
+    progress: bool = True,
+    overwrite: bool = False,
+    resume: bool = False,
+) -> dict:
+    cfg = (cfg or TinyConfig()).resolve()
     out = Path(out_dir)
     _check_out(out, overwrite, resume)
     out.mkdir(parents=True, exist_ok=True)
@@ -156,10 +197,13 @@ def train_tiny(out_dir: str | Path, cfg: TinyConfig = TinyConfig(), progress: bo
             _save_checkpoint(out, model, opt, cfg, step + 1, losses, spent + time.time() - t0)
     model.eval()
     card = model_card(model, cfg.eval_queries, train_sequences=cfg.steps * cfg.batch_size, seed=cfg.seed)
-    card.update(train_config=asdict(cfg), final_train_loss=float(np.mean(losses[-100:])),
-                train_seconds=round(spent + time.time() - t0, 1), n_params=sum(p.numel() for p in model.parameters()))
+    card.update(
+        train_config=asdict(cfg),
+        final_train_loss=float(np.mean(losses[-100:])),
+        train_seconds=round(spent + time.time() - t0, 1),
+        n_params=sum(p.numel() for p in model.parameters()),
+    )
     save(model, out, {"workbench": card})
     write_card(out, card)
     (out / CHECKPOINT).unlink(missing_ok=True)
     return card
-

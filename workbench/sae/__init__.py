@@ -13,12 +13,18 @@ from workbench.lazy import lazy_exports
 
 _EXPORTS = {
     "CheckpointError": "workbench.checkpoint",
-    "ConfigError": "workbench.sae.config", "SAEConfig": "workbench.sae.config", "TrainConfig": "workbench.sae.config",
+    "ConfigError": "workbench.sae.config",
+    "SAEConfig": "workbench.sae.config",
+    "TrainConfig": "workbench.sae.config",
     "evaluate": "workbench.sae.eval",
-    "load_sae": "workbench.sae.io", "save_sae": "workbench.sae.io",
+    "load_sae": "workbench.sae.io",
+    "save_sae": "workbench.sae.io",
     "register": "workbench.sae.saelens",
-    "NonFiniteError": "workbench.sae.trainer", "Trainer": "workbench.sae.trainer", "fit": "workbench.sae.trainer",
-    "run_steps": "workbench.sae.trainer", "train": "workbench.sae.trainer",
+    "NonFiniteError": "workbench.sae.trainer",
+    "Trainer": "workbench.sae.trainer",
+    "fit": "workbench.sae.trainer",
+    "run_steps": "workbench.sae.trainer",
+    "train": "workbench.sae.trainer",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

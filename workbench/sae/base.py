@@ -112,8 +112,9 @@ class SparseAutoencoder(nn.Module):
 
     def _preacts(self, enc_in, W_enc, b_enc, out: torch.Tensor | None = None) -> torch.Tensor:
         with torch.no_grad():
-            return torch.addmm(b_enc.detach().to(enc_in.dtype), enc_in.detach(), W_enc.detach().T.to(enc_in.dtype),
-                               out=out)
+            return torch.addmm(
+                b_enc.detach().to(enc_in.dtype), enc_in.detach(), W_enc.detach().T.to(enc_in.dtype), out=out
+            )
 
     def _select(self, enc_in, W_enc, b_enc, dead_mask=None, select=None) -> tuple[Support, Support | None]:
         """The one dense product, in row chunks on the CPU: each chunk of h is selected from (and
@@ -126,8 +127,8 @@ class SparseAutoencoder(nn.Module):
         dead = dead_mask.nonzero().squeeze(1) if dead_mask is not None else None
         sups, auxs = [], []
         for start in range(0, B, step):
-            chunk = enc_in[start:start + step]
-            h = self._preacts(chunk, W_enc, b_enc, buf[:len(chunk)] if cpu else None)
+            chunk = enc_in[start : start + step]
+            h = self._preacts(chunk, W_enc, b_enc, buf[: len(chunk)] if cpu else None)
             sups.append((select or self.select)(h))
             if dead is not None:
                 auxs.append(self._aux_select(h, dead))
@@ -255,8 +256,10 @@ class SparseAutoencoder(nn.Module):
             self.b_dec.copy_(xs.mean(0))
         if self.scaffold is not None:
             if cfg.scaffold_init == "pca" and x.shape[0] < cfg.scaffold_rank:
-                raise ConfigError(f"scaffold_init='pca' needs at least scaffold_rank={cfg.scaffold_rank} "
-                                 f"tokens in the init batch, got {x.shape[0]}")
+                raise ConfigError(
+                    f"scaffold_init='pca' needs at least scaffold_rank={cfg.scaffold_rank} "
+                    f"tokens in the init batch, got {x.shape[0]}"
+                )
             self.scaffold.init_from((xs - self.b_dec.double()).float(), cfg.scaffold_init, self._gen)
         if cfg.encoder_init == "fit":
             self._fit_encoder_scale(x.float())

@@ -49,8 +49,11 @@ class BatchTopKSAE(SparseAutoencoder):
         v = vals.detach()
         v = v[v > 0]
         # +inf when nothing fired: a min-reduction across ranks then ignores this rank
-        return {"min_kept": v.min().double() if v.numel() else torch.tensor(float("inf"), dtype=torch.float64,
-                                                                            device=vals.device)}
+        return {
+            "min_kept": v.min().double()
+            if v.numel()
+            else torch.tensor(float("inf"), dtype=torch.float64, device=vals.device)
+        }
 
     @torch.no_grad()
     def after_step(self, stats: dict) -> None:

@@ -28,8 +28,9 @@ def _is(value, hint) -> bool:
     if hint is type(None):
         return value is None
     if origin in (list, tuple):
-        return isinstance(value, (list, tuple)) and all(_is(v, args[0] if origin is list else a)
-                                                        for v, a in zip(value, args if origin is tuple else value))
+        return isinstance(value, (list, tuple)) and all(
+            _is(v, args[0] if origin is list else a) for v, a in zip(value, args if origin is tuple else value)
+        )
     if hint is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if hint is int:
@@ -60,63 +61,105 @@ def _check_choices(cfg) -> None:
 class SAEConfig:
     """One SAE. Fields left None are resolved against the data by `resolve(d_in, n_tokens)`."""
 
-    architecture: str = field(default="topk", metadata={"flag": "--arch", "choices": ARCHITECTURES,
-                                                         "help": "SAE architecture"})
-    k: int = field(default=32, metadata={"help": "Top-k: latents per token; BatchTopK/Matryoshka: mean latents per token"})
+    architecture: str = field(
+        default="topk", metadata={"flag": "--arch", "choices": ARCHITECTURES, "help": "SAE architecture"}
+    )
+    k: int = field(
+        default=32, metadata={"help": "Top-k: latents per token; BatchTopK/Matryoshka: mean latents per token"}
+    )
     n_latents: int | None = field(default=None, metadata={"help": "width (number of latents); None: expansion x d_in"})
     expansion: int = field(default=8, metadata={"help": "n_latents = expansion x d_in when n_latents is None"})
-    d_in: int | None = field(default=None, metadata={
-        "help": "None: the cache's width for the hook; a different value is an error", "cli": False})
-    name: str | None = field(default=None, metadata={"help": "folder name; None: derived from the fields below",
-                                                     "cli": False})
+    d_in: int | None = field(
+        default=None,
+        metadata={"help": "None: the cache's width for the hook; a different value is an error", "cli": False},
+    )
+    name: str | None = field(
+        default=None, metadata={"help": "folder name; None: derived from the fields below", "cli": False}
+    )
     seed: int = field(default=0, metadata={"help": "SAE initialisation seed"})
-    kernel: str = field(default="sparse", metadata={
-        "choices": ("sparse", "dense"), "help": "sparse: only the encoder forward is dense; dense: the reference"})
-    input_norm: str = field(default="sqrt_d", metadata={
-        "choices": ("sqrt_d", "none"), "help": "sqrt_d: scale inputs so the mean norm is sqrt(d_in)"})
-    b_dec_init: str = field(default="geometric_median", metadata={"choices": ("geometric_median", "mean", "zeros"),
-                                                                  "help": "initial decoder bias"})
-    encoder_init: str = field(default="fit", metadata={
-        "choices": ("fit", "transpose"),
-        "help": "W_enc starts as W_dec^T; fit scales it so the first batch's reconstruction has the least-squares "
-                "size (the plain transpose overshoots: FVU > 1 at step 0)"})
+    kernel: str = field(
+        default="sparse",
+        metadata={
+            "choices": ("sparse", "dense"),
+            "help": "sparse: only the encoder forward is dense; dense: the reference",
+        },
+    )
+    input_norm: str = field(
+        default="sqrt_d",
+        metadata={"choices": ("sqrt_d", "none"), "help": "sqrt_d: scale inputs so the mean norm is sqrt(d_in)"},
+    )
+    b_dec_init: str = field(
+        default="geometric_median",
+        metadata={"choices": ("geometric_median", "mean", "zeros"), "help": "initial decoder bias"},
+    )
+    encoder_init: str = field(
+        default="fit",
+        metadata={
+            "choices": ("fit", "transpose"),
+            "help": "W_enc starts as W_dec^T; fit scales it so the first batch's reconstruction has the least-squares "
+            "size (the plain transpose overshoots: FVU > 1 at step 0)",
+        },
+    )
     # AuxK (dead latents reconstruct the residual)
     aux_k: int | None = field(default=None, metadata={"help": "AuxK latents; None: d_in // 2"})
     aux_alpha: float = field(default=1 / 32, metadata={"help": "weight of the AuxK loss"})
-    dead_tokens: int | None = field(default=None, metadata={
-        "help": "tokens without firing before a latent counts as dead; None: a tenth of the run, at most 10M"})
-    dense_tau: float = field(default=0.1, metadata={
-        "help": "a latent is dense when it fires on more than this fraction of tokens"})
-    threshold_ema: float = field(default=0.01, metadata={
-        "help": "BatchTopK/Matryoshka inference threshold: EMA rate of the smallest kept activation"})
+    dead_tokens: int | None = field(
+        default=None,
+        metadata={
+            "help": "tokens without firing before a latent counts as dead; None: a tenth of the run, at most 10M"
+        },
+    )
+    dense_tau: float = field(
+        default=0.1, metadata={"help": "a latent is dense when it fires on more than this fraction of tokens"}
+    )
+    threshold_ema: float = field(
+        default=0.01,
+        metadata={"help": "BatchTopK/Matryoshka inference threshold: EMA rate of the smallest kept activation"},
+    )
     # Matryoshka
     prefixes: list[int] | None = field(default=None, metadata={"help": "nested widths m_1 < ... < m_G = n_latents"})
-    prefix_weighting: str = field(default="sum", metadata={
-        "choices": ("sum", "mean", "mean_with_bias"),
-        "help": "sum (SAELens), mean (dictionary_learning) or mean_with_bias (Bussmann) over the prefix losses"})
+    prefix_weighting: str = field(
+        default="sum",
+        metadata={
+            "choices": ("sum", "mean", "mean_with_bias"),
+            "help": "sum (SAELens), mean (dictionary_learning) or mean_with_bias (Bussmann) over the prefix losses",
+        },
+    )
     # Block-sparse (n_latents = n_blocks * block_size)
-    block_size: int = field(default=4, metadata={
-        "help": "latents per block of the block-sparse architectures (4 divides expansion x d_in for the default "
-                "expansion 8, whatever d_in)"})
-    n_active_blocks: int = field(default=4, metadata={
-        "help": "block Top-k / Grassmannian: blocks kept per token; thresholded blocks: at init"})
-    block_l0_coef: float = field(default=3.0, metadata={
-        "help": "block JumpReLU: lambda on E[#active blocks] (inputs scaled to norm sqrt(d))"})
+    block_size: int = field(
+        default=4,
+        metadata={
+            "help": "latents per block of the block-sparse architectures (4 divides expansion x d_in for the default "
+            "expansion 8, whatever d_in)"
+        },
+    )
+    n_active_blocks: int = field(
+        default=4, metadata={"help": "block Top-k / Grassmannian: blocks kept per token; thresholded blocks: at init"}
+    )
+    block_l0_coef: float = field(
+        default=3.0, metadata={"help": "block JumpReLU: lambda on E[#active blocks] (inputs scaled to norm sqrt(d))"}
+    )
     group_lasso_coef: float = field(default=0.1, metadata={"help": "group lasso: lambda on sum_g ||z_g||_2 per token"})
     block_bandwidth: float = field(default=0.1, metadata={"help": "block JumpReLU: straight-through rectangle width"})
     # Scaffold: rank-r dense bottleneck beside the dictionary
     scaffold_rank: int = field(default=0, metadata={"help": "rank-r dense bottleneck beside the dictionary, 0 = none"})
-    scaffold_init: str = field(default="pca", metadata={"choices": ("pca", "random"),
-                                                        "help": "pca: the top-r principal components"})
-    scaffold_encoder_input: str = field(default="residual", metadata={
-        "choices": ("residual", "x"), "help": "the sparse encoder reads x - S(x) (residual) or x"})
+    scaffold_init: str = field(
+        default="pca", metadata={"choices": ("pca", "random"), "help": "pca: the top-r principal components"}
+    )
+    scaffold_encoder_input: str = field(
+        default="residual",
+        metadata={"choices": ("residual", "x"), "help": "the sparse encoder reads x - S(x) (residual) or x"},
+    )
     scaffold_trainable: bool = field(default=True, metadata={"help": "train the scaffold (else it keeps its init)"})
     # Top-k regularisers before the selection (0 = off)
-    reg_l1_off: float = field(default=0.0, metadata={
-        "help": "lambda1: l1 on off-support pre-activations of batch-active units"})
+    reg_l1_off: float = field(
+        default=0.0, metadata={"help": "lambda1: l1 on off-support pre-activations of batch-active units"}
+    )
     reg_l1_l2: float = field(default=0.0, metadata={"help": "lambda2: l1/l2 ratio on batch-active units"})
-    reg_normalisation: str = field(default="token", metadata={
-        "choices": ("token", "batch"), "help": "token: mean over tokens; batch: whole-batch sums"})
+    reg_normalisation: str = field(
+        default="token",
+        metadata={"choices": ("token", "batch"), "help": "token: mean over tokens; batch: whole-batch sums"},
+    )
 
     @property
     def is_block(self) -> bool:
@@ -131,12 +174,14 @@ class SAEConfig:
     def n_units(self) -> int:
         return self.n_latents // self.unit_size
 
-    def resolve(self, d_in: int, n_tokens: int | None = None) -> "SAEConfig":
+    def resolve(self, d_in: int, n_tokens: int | None = None) -> SAEConfig:
         """Fill the None fields from the data and check every value; returns a new config."""
         check_types(self)
         if self.d_in is not None and self.d_in != d_in:
-            raise ConfigError(f"SAE {self.name or self.architecture!r} has d_in={self.d_in} but the data "
-                              f"has width {d_in}; set d_in={d_in} or leave it None")
+            raise ConfigError(
+                f"SAE {self.name or self.architecture!r} has d_in={self.d_in} but the data "
+                f"has width {d_in}; set d_in={d_in} or leave it None"
+            )
         c = dataclasses.replace(self, d_in=d_in)
         if c.n_latents is None:
             c.n_latents = c.expansion * d_in
@@ -158,13 +203,21 @@ class SAEConfig:
         """The SAE is saved in <out>/<name>: a name that leads outside the output folder is refused."""
         n = self.name
         if n is not None and (n in ("", ".", "..") or "/" in n or "\\" in n or n.startswith("~")):
-            raise ConfigError(f"name={n!r} must be a plain folder name (no '/', '..' or absolute path): each SAE is "
-                              "saved in <out>/<name>, and names outside the output folder are refused")
+            raise ConfigError(
+                f"name={n!r} must be a plain folder name (no '/', '..' or absolute path): each SAE is "
+                "saved in <out>/<name>, and names outside the output folder are refused"
+            )
 
     def default_name(self) -> str:
-        sparsity = f"b{self.block_size}x{self.n_active_blocks}" if self.architecture in ("block_topk", "grassmannian") \
-            else f"b{self.block_size}l{self.block_l0_coef:g}" if self.architecture == "block_jumprelu" \
-            else f"b{self.block_size}l{self.group_lasso_coef:g}" if self.architecture == "group_lasso" else f"k{self.k}"
+        sparsity = (
+            f"b{self.block_size}x{self.n_active_blocks}"
+            if self.architecture in ("block_topk", "grassmannian")
+            else f"b{self.block_size}l{self.block_l0_coef:g}"
+            if self.architecture == "block_jumprelu"
+            else f"b{self.block_size}l{self.group_lasso_coef:g}"
+            if self.architecture == "group_lasso"
+            else f"k{self.k}"
+        )
         parts = [self.architecture, f"n{self.n_latents}", sparsity]
         if self.scaffold_rank:
             parts.append(f"scaffold{self.scaffold_rank}")
@@ -188,19 +241,27 @@ class SAEConfig:
             raise ConfigError(f"k={self.k} must be between 1 and n_latents={n}")
         if self.is_block:
             if self.block_size < 1 or n % self.block_size:
-                raise ConfigError(f"block_size={self.block_size} must divide n_latents={n} "
-                                  f"(valid block sizes: {[b for b in range(1, 9) if n % b == 0]})")
+                raise ConfigError(
+                    f"block_size={self.block_size} must divide n_latents={n} "
+                    f"(valid block sizes: {[b for b in range(1, 9) if n % b == 0]})"
+                )
             if not 1 <= self.n_active_blocks <= n // self.block_size:
-                raise ConfigError(f"n_active_blocks={self.n_active_blocks} must be between 1 and the number "
-                                  f"of blocks {n // self.block_size}")
+                raise ConfigError(
+                    f"n_active_blocks={self.n_active_blocks} must be between 1 and the number "
+                    f"of blocks {n // self.block_size}"
+                )
             if self.architecture == "grassmannian" and self.block_size > self.d_in:
-                raise ConfigError(f"block_size={self.block_size} exceeds d_in={self.d_in}: a block is an "
-                                  "orthonormal frame in the input space")
+                raise ConfigError(
+                    f"block_size={self.block_size} exceeds d_in={self.d_in}: a block is an "
+                    "orthonormal frame in the input space"
+                )
         if self.architecture == "matryoshka":
             p = self.prefixes or []
             if not p or any(b <= a for a, b in zip(p, p[1:])) or p[0] < 1 or p[-1] != n:
-                raise ConfigError(f"prefixes={p} must be strictly increasing positive widths ending at "
-                                  f"n_latents={n}, e.g. {_default_prefixes(n)}")
+                raise ConfigError(
+                    f"prefixes={p} must be strictly increasing positive widths ending at "
+                    f"n_latents={n}, e.g. {_default_prefixes(n)}"
+                )
         elif self.prefixes is not None:
             raise ConfigError(f"prefixes={self.prefixes} only apply to architecture='matryoshka'")
         if not 0 <= self.scaffold_rank < self.d_in:
@@ -220,7 +281,7 @@ class SAEConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "SAEConfig":
+    def from_dict(cls, d: dict) -> SAEConfig:
         return cls(**_known_fields(cls, d))
 
 
@@ -238,19 +299,27 @@ class TrainConfig:
     batch_size: int = field(default=4096, metadata={"help": "tokens per step over all ranks"})
     lr: float = field(default=3e-4, metadata={"help": "peak Adam learning rate"})
     warmup_steps: int = field(default=100, metadata={"help": "linear learning-rate warm-up steps"})
-    decay_frac: float = field(default=0.2, metadata={
-        "help": "the last fraction of steps decays the learning rate linearly to 0"})
+    decay_frac: float = field(
+        default=0.2, metadata={"help": "the last fraction of steps decays the learning rate linearly to 0"}
+    )
     adam_betas: tuple[float, float] = (0.9, 0.999)
     seed: int = field(default=0, metadata={"flag": "--data-seed", "help": "seed of the data order"})
     checkpoint_every: int = field(default=500, metadata={"help": "steps between checkpoints; 0 = only at the end"})
     log_every: int = field(default=50, metadata={"help": "steps per curve point"})
-    on_nonfinite: str = field(default="skip", metadata={
-        "choices": ("skip", "stop"), "help": "a batch with NaN/inf: skip it (counted) or stop with the step"})
-    max_fvu: float = field(default=10.0, metadata={
-        "help": "stop with the step when a curve point's mean FVU exceeds this: training diverged (reconstructing "
-                "nothing has FVU 1)"})
-    init_batches: int = field(default=1, metadata={
-        "help": "batches used for b_dec / scaffold / input-scale initialisation"})
+    on_nonfinite: str = field(
+        default="skip",
+        metadata={"choices": ("skip", "stop"), "help": "a batch with NaN/inf: skip it (counted) or stop with the step"},
+    )
+    max_fvu: float = field(
+        default=10.0,
+        metadata={
+            "help": "stop with the step when a curve point's mean FVU exceeds this: training diverged (reconstructing "
+            "nothing has FVU 1)"
+        },
+    )
+    init_batches: int = field(
+        default=1, metadata={"help": "batches used for b_dec / scaffold / input-scale initialisation"}
+    )
     device: str | None = field(default=None, metadata={"help": "torch device; None: cuda when available"})
     autocast: bool = field(default=True, metadata={"help": "bf16 autocast on CUDA (ignored on CPU)"})
     progress: bool = field(default=True, metadata={"cli": False})
@@ -260,18 +329,23 @@ class TrainConfig:
         check_types(self)
         _check_choices(self)
         if self.batch_size < 1 or self.batch_size % world_size:
-            raise ConfigError(f"batch_size={self.batch_size} must be a positive multiple of the number of "
-                              f"processes ({world_size})")
+            raise ConfigError(
+                f"batch_size={self.batch_size} must be a positive multiple of the number of processes ({world_size})"
+            )
         if self.n_tokens < self.batch_size:
             raise ConfigError(f"n_tokens={self.n_tokens} is less than one batch ({self.batch_size})")
         if not (self.lr > 0 and 0 <= self.decay_frac <= 1 and self.warmup_steps >= 0):
-            raise ConfigError(f"lr={self.lr} must be > 0, decay_frac={self.decay_frac} in [0, 1], "
-                              f"warmup_steps={self.warmup_steps} >= 0")
+            raise ConfigError(
+                f"lr={self.lr} must be > 0, decay_frac={self.decay_frac} in [0, 1], "
+                f"warmup_steps={self.warmup_steps} >= 0"
+            )
         if not self.max_fvu > 1:
             raise ConfigError(f"max_fvu={self.max_fvu} must be above 1 (the FVU of reconstructing nothing)")
         if self.log_every < 1 or self.checkpoint_every < 0 or self.init_batches < 1:
-            raise ConfigError(f"log_every={self.log_every} and init_batches={self.init_batches} must be >= 1, "
-                              f"checkpoint_every={self.checkpoint_every} >= 0")
+            raise ConfigError(
+                f"log_every={self.log_every} and init_batches={self.init_batches} must be >= 1, "
+                f"checkpoint_every={self.checkpoint_every} >= 0"
+            )
 
     @property
     def n_steps(self) -> int:
@@ -283,7 +357,7 @@ class TrainConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "TrainConfig":
+    def from_dict(cls, d: dict) -> TrainConfig:
         d = _known_fields(cls, d)
         if "adam_betas" in d:
             d["adam_betas"] = tuple(d["adam_betas"])
@@ -307,14 +381,17 @@ class EvalConfig:
     batch_size: int = field(default=16, metadata={"help": "sequences per forward pass of the spliced model"})
     device: str | None = field(default=None, metadata={"help": "torch device; None: cuda when available"})
     probe_ks: tuple[int, ...] = (1, 2, 5)  # k of the k-sparse probes
-    absorption_main: int = field(default=1, metadata={"help": "latents that count as a feature's main latent "
-                                                              "in the absorption score"})
+    absorption_main: int = field(
+        default=1, metadata={"help": "latents that count as a feature's main latent in the absorption score"}
+    )
     mdl_precision: float = field(default=0.01, metadata={"help": "quantisation step of the description length"})
 
     def __post_init__(self):
         if self.max_tokens < 1 or self.n_sequences < 1 or self.batch_size < 1:
-            raise ConfigError(f"max_tokens={self.max_tokens}, n_sequences={self.n_sequences} and "
-                              f"batch_size={self.batch_size} must be >= 1")
+            raise ConfigError(
+                f"max_tokens={self.max_tokens}, n_sequences={self.n_sequences} and "
+                f"batch_size={self.batch_size} must be >= 1"
+            )
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -43,7 +43,7 @@ def splice_metrics(model, sae, hook: str, tokens: torch.Tensor, special_ids, bat
     n_pred = 0
     special = torch.tensor(sorted(special_ids), dtype=torch.long)
     for i in range(0, tokens.shape[0], batch_size):
-        toks = tokens[i:i + batch_size].to(model.cfg.device)
+        toks = tokens[i : i + batch_size].to(model.cfg.device)
         mask = ~torch.isin(toks, special.to(toks.device))
         logits = model(toks)
         logp_clean = logits[:, :-1].log_softmax(-1)
@@ -51,6 +51,7 @@ def splice_metrics(model, sae, hook: str, tokens: torch.Tensor, special_ids, bat
         sums["clean"] += float(F.nll_loss(logp_clean.flatten(0, 1), target.flatten(), reduction="sum"))
         n_pred += target.numel()
         for mode in modes:
+
             def patch(act, hook, mode=mode):
                 x = act[mask]
                 if mode == "zero":
@@ -69,19 +70,39 @@ def splice_metrics(model, sae, hook: str, tokens: torch.Tensor, special_ids, bat
             kl[mode] += float((logp_clean.exp() * (logp_clean - logp)).sum())
     ce = {m: v / n_pred for m, v in sums.items()}
     kls = {m: v / n_pred for m, v in kl.items()}
-    out = {"n_sequences": int(tokens.shape[0]), "n_predictions": n_pred, "ce_clean": ce["clean"], "ce_sae": ce["sae"],
-           "ce_zero_ablation": ce["zero"], "kl_sae": kls["sae"], "kl_zero_ablation": kls["zero"],
-           "ce_loss_recovered": (ce["zero"] - ce["sae"]) / max(ce["zero"] - ce["clean"], 1e-12),
-           "kl_score": (kls["zero"] - kls["sae"]) / max(kls["zero"], 1e-12)}
+    out = {
+        "n_sequences": int(tokens.shape[0]),
+        "n_predictions": n_pred,
+        "ce_clean": ce["clean"],
+        "ce_sae": ce["sae"],
+        "ce_zero_ablation": ce["zero"],
+        "kl_sae": kls["sae"],
+        "kl_zero_ablation": kls["zero"],
+        "ce_loss_recovered": (ce["zero"] - ce["sae"]) / max(ce["zero"] - ce["clean"], 1e-12),
+        "kl_score": (kls["zero"] - kls["sae"]) / max(kls["zero"], 1e-12),
+    }
     if r:
-        out.update({"ce_no_scaffold": ce["no_scaffold"], "kl_no_scaffold": kls["no_scaffold"],
-                    "ce_no_scaffold_over_clean": ce["no_scaffold"] / ce["clean"],
-                    "ce_loss_recovered_no_scaffold": (ce["zero"] - ce["no_scaffold"]) / max(ce["zero"] - ce["clean"], 1e-12)})
+        out.update(
+            {
+                "ce_no_scaffold": ce["no_scaffold"],
+                "kl_no_scaffold": kls["no_scaffold"],
+                "ce_no_scaffold_over_clean": ce["no_scaffold"] / ce["clean"],
+                "ce_loss_recovered_no_scaffold": (ce["zero"] - ce["no_scaffold"])
+                / max(ce["zero"] - ce["clean"], 1e-12),
+            }
+        )
     return out
 
 
-def evaluate(sae_dir: str | Path, cache_path: str | Path, model_spec: str | None = "tiny", cfg: EvalConfig | None = None,
-             *, write: bool = True, **options) -> dict:
+def evaluate(
+    sae_dir: str | Path,
+    cache_path: str | Path,
+    model_spec: str | None = "tiny",
+    cfg: EvalConfig | None = None,
+    *,
+    write: bool = True,
+    **options,
+) -> dict:
     """Evaluate one saved SAE on the cache's held-out split; model_spec=None skips the splice metrics.
 
     options override fields of `cfg` (EvalConfig), e.g. evaluate(folder, cache, max_tokens=5000).
@@ -99,7 +120,9 @@ def evaluate(sae_dir: str | Path, cache_path: str | Path, model_spec: str | None
         raise BadValueError(f"{sae_dir}/cfg.json has no metadata.hook_name; cannot tell which activations it reads")
     cache = ActivationCache.open(cache_path, hooks=[hook])
     if cache.d(hook) != sae.cfg.d_in:
-        raise BadValueError(f"SAE {sae_dir} has d_in={sae.cfg.d_in} but hook {hook!r} in {cache_path} has width {cache.d(hook)}")
+        raise BadValueError(
+            f"SAE {sae_dir} has d_in={sae.cfg.d_in} but hook {hook!r} in {cache_path} has width {cache.d(hook)}"
+        )
     n_sparse, r, b = _codes_layout(sae)
     tau = float(info.get("sae_config", {}).get("dense_tau", 0.1))
     n = min(cfg.max_tokens, cache.n_tokens("heldout"))
@@ -122,23 +145,29 @@ def evaluate(sae_dir: str | Path, cache_path: str | Path, model_spec: str | None
     label_names = cache.manifest.get("label_names", {})
     W_dec = sae.W_dec.detach().cpu()[:n_sparse]
     result = {
-        "sae": sae_dir.name, "architecture": sae.cfg.architecture(),
-        "training_architecture": sae.cfg.metadata.training_architecture, "hook": hook,
-        "cache": os.path.relpath(Path(cache_path).resolve(), sae_dir.resolve()), "model": model_spec,
+        "sae": sae_dir.name,
+        "architecture": sae.cfg.architecture(),
+        "training_architecture": sae.cfg.metadata.training_architecture,
+        "hook": hook,
+        "cache": os.path.relpath(Path(cache_path).resolve(), sae_dir.resolve()),
+        "model": model_spec,
         "reconstruction": acc.result(tau),
-        "description_length": metrics.description_length(X, X_hat, Z[:, :n_sparse], b, cfg.mdl_precision, Z[:, n_sparse:]),
+        "description_length": metrics.description_length(
+            X, X_hat, Z[:, :n_sparse], b, cfg.mdl_precision, Z[:, n_sparse:]
+        ),
         "probing": metrics.sparse_probing(Z[:, :n_sparse], labels, label_names, train_mask, cfg.probe_ks),
     }
     if "role" in labels and "entity" in labels and "role" in label_names:
         parents = {int(p): label_names["role"][int(p)] for p in np.unique(labels["role"][labels["entity"] >= 0])}
-        result["absorption"] = metrics.absorption(X, Z[:, :n_sparse], W_dec, labels["role"], labels["entity"], parents,
-                                                  train_mask, b, cfg.absorption_main)
+        result["absorption"] = metrics.absorption(
+            X, Z[:, :n_sparse], W_dec, labels["role"], labels["entity"], parents, train_mask, b, cfg.absorption_main
+        )
     if model_spec is not None:
         from workbench.models import load
 
         model, _ = load(model_spec, device=device)
         ActivationCache.open(cache_path, model=model, hooks=[hook])  # the model must be the one the cache came from
-        tokens = torch.from_numpy(cache.sequences("heldout")[:cfg.n_sequences])
+        tokens = torch.from_numpy(cache.sequences("heldout")[: cfg.n_sequences])
         special = cache.config.special_ids if cache.config.exclude_special else ()
         result["splice"] = splice_metrics(model, sae, hook, tokens, special, cfg.batch_size)
     result["eval_config"] = {**cfg.to_dict(), "dense_tau": tau, "seconds": round(time.time() - t0, 1)}

@@ -34,8 +34,12 @@ def export(sae: SparseAutoencoder, metadata: dict | None = None):
     c = sae.cfg
     s = float(sae.input_scale)
     W_enc, b_enc, W_dec = (t.detach().float().cpu() for t in sae.weights())
-    t = {"W_enc": (W_enc * s).T.contiguous(), "b_enc": b_enc.clone(), "W_dec": W_dec / s,
-         "b_dec": sae.b_dec.detach().float().cpu() / s}
+    t = {
+        "W_enc": (W_enc * s).T.contiguous(),
+        "b_enc": b_enc.clone(),
+        "W_dec": W_dec / s,
+        "b_dec": sae.b_dec.detach().float().cpu() / s,
+    }
     meta = SAEMetadata(**(metadata or {}), training_architecture=c.architecture)
     common = {"d_in": c.d_in, "metadata": meta}
     if c.is_block or c.scaffold_rank:
@@ -50,12 +54,14 @@ def export(sae: SparseAutoencoder, metadata: dict | None = None):
         if c.is_block:
             rule = {"block_jumprelu": "threshold", "group_lasso": "soft"}.get(c.architecture, "topk")
             t["threshold"] = sae.theta.detach().float().cpu() if rule != "topk" else torch.zeros(c.n_units)
-            cfg = saelens.BlockSparseSAEConfig(**common, **extra, block_size=c.block_size, rule=rule,
-                                               n_active_blocks=c.n_active_blocks)
+            cfg = saelens.BlockSparseSAEConfig(
+                **common, **extra, block_size=c.block_size, rule=rule, n_active_blocks=c.n_active_blocks
+            )
         else:
             t["threshold"] = _threshold(sae)
-            cfg = saelens.ScaffoldSAEConfig(**common, **extra, base="topk" if c.architecture == "topk" else "jumprelu",
-                                            k=c.k)
+            cfg = saelens.ScaffoldSAEConfig(
+                **common, **extra, base="topk" if c.architecture == "topk" else "jumprelu", k=c.k
+            )
     elif c.architecture == "topk":
         cfg = TopKSAEConfig(**common, d_sae=c.n_latents, k=c.k, rescale_acts_by_decoder_norm=False)
     else:
@@ -70,8 +76,9 @@ def _threshold(sae: SparseAutoencoder) -> torch.Tensor:
     return torch.full((sae.cfg.n_latents,), float(sae.threshold))
 
 
-def save_sae(sae: SparseAutoencoder, folder: str | Path, metadata: dict | None = None,
-             workbench_info: dict | None = None) -> Path:
+def save_sae(
+    sae: SparseAutoencoder, folder: str | Path, metadata: dict | None = None, workbench_info: dict | None = None
+) -> Path:
     """Write cfg.json, sae_weights.safetensors and workbench.json (each atomically)."""
     saelens.register()  # so sae_lens.SAE.load_from_disk reads it back in this process
     folder = Path(folder)
@@ -80,9 +87,13 @@ def save_sae(sae: SparseAutoencoder, folder: str | Path, metadata: dict | None =
     with atomic_path(folder / WEIGHTS) as tmp:
         save_file(tensors, str(tmp))
     atomic_write_text(folder / CFG, json.dumps(cfg.to_dict(), indent=2))
-    info = {"sae_config": sae.cfg.to_dict(), "input_scale": float(sae.input_scale),
-            "encoder_init_scale": float(sae.encoder_init_scale), "weights_sha256": sha256_file(folder / WEIGHTS),
-            **(workbench_info or {})}
+    info = {
+        "sae_config": sae.cfg.to_dict(),
+        "input_scale": float(sae.input_scale),
+        "encoder_init_scale": float(sae.encoder_init_scale),
+        "weights_sha256": sha256_file(folder / WEIGHTS),
+        **(workbench_info or {}),
+    }
     atomic_write_text(folder / WORKBENCH, json.dumps(info, indent=2))
     return folder
 
@@ -99,8 +110,10 @@ def load_sae(folder: str | Path, device: str = "cpu") -> SAE:
             raise MissingInputError(f"{folder} is not an SAE folder: {name} is missing")
     want = read_info(folder).get("weights_sha256")
     if want and sha256_file(folder / WEIGHTS) != want:
-        raise SAEFileError(f"{folder / WEIGHTS} does not match the checksum in {folder / WORKBENCH}: the weights "
-                           "were changed or damaged after saving; retrain or restore the SAE")
+        raise SAEFileError(
+            f"{folder / WEIGHTS} does not match the checksum in {folder / WORKBENCH}: the weights "
+            "were changed or damaged after saving; retrain or restore the SAE"
+        )
     saelens.register()
     try:
         cfg = json.loads((folder / CFG).read_text())
@@ -112,8 +125,9 @@ def load_sae(folder: str | Path, device: str = "cpu") -> SAE:
     except Exception as e:  # safetensors and sae_lens raise several types for damaged files
         if isinstance(e, SAEFileError):
             raise
-        raise SAEFileError(f"cannot load the SAE in {folder} ({type(e).__name__}: {e}); {WEIGHTS} or {CFG} is "
-                           "damaged or not an SAE") from e
+        raise SAEFileError(
+            f"cannot load the SAE in {folder} ({type(e).__name__}: {e}); {WEIGHTS} or {CFG} is damaged or not an SAE"
+        ) from e
     bad = [n for n, p in sae.state_dict().items() if p.is_floating_point() and not torch.isfinite(p).all()]
     if bad:
         raise SAEFileError(f"{folder / WEIGHTS} holds NaN/inf values in {', '.join(bad)}; the file is damaged")

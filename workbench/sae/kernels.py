@@ -12,9 +12,8 @@ the sparse gradients against, and a config choice (`kernel="dense"`) for benchma
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import warnings
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -63,20 +62,19 @@ class Support:
     _by_latent: tuple | None = field(default=None, repr=False)
 
     @classmethod
-    def from_mask(cls, mask: torch.Tensor, h: torch.Tensor) -> "Support":
+    def from_mask(cls, mask: torch.Tensor, h: torch.Tensor) -> Support:
         rows, idx = mask.nonzero(as_tuple=True)
         return cls(rows, idx, mask.shape[0], h[rows, idx])
 
     @classmethod
-    def from_flat(cls, flat: torch.Tensor, h: torch.Tensor) -> "Support":
+    def from_flat(cls, flat: torch.Tensor, h: torch.Tensor) -> Support:
         """From indices into h.flatten() (any order), e.g. a batch-wide top-k."""
         flat = flat.sort().values
         n = h.shape[1]
         return cls(flat // n, flat % n, h.shape[0], h.flatten()[flat])
 
     @classmethod
-    def from_topk(cls, h: torch.Tensor, idx: torch.Tensor, keep: torch.Tensor | None = None,
-                  unit: int = 1) -> "Support":
+    def from_topk(cls, h: torch.Tensor, idx: torch.Tensor, keep: torch.Tensor | None = None, unit: int = 1) -> Support:
         """From per-row unit indices [B, k] into h's columns (unit > 1: unit u covers latents
         u*unit ... u*unit + unit - 1), optionally filtered by `keep` [B, k]."""
         B = idx.shape[0]
@@ -95,7 +93,7 @@ class Support:
         return cls(rows, idx, B, pre)
 
     @classmethod
-    def cat(cls, parts: list["Support"]) -> "Support":
+    def cat(cls, parts: list[Support]) -> Support:
         """Concatenate the supports of consecutive row chunks."""
         if len(parts) == 1:
             return parts[0]
@@ -103,8 +101,12 @@ class Support:
         for p in parts:
             starts.append(n)
             n += p.n_rows
-        return cls(torch.cat([p.rows + s for p, s in zip(parts, starts)]), torch.cat([p.idx for p in parts]), n,
-                   torch.cat([p.pre for p in parts]))
+        return cls(
+            torch.cat([p.rows + s for p, s in zip(parts, starts)]),
+            torch.cat([p.idx for p in parts]),
+            n,
+            torch.cat([p.pre for p in parts]),
+        )
 
     def offsets(self, bags: torch.Tensor | None = None, n_bags: int | None = None) -> torch.Tensor:
         """Start of each bag in the (sorted) entry list, for embedding_bag."""
@@ -170,8 +172,9 @@ class _Decode(torch.autograd.Function):
         gv = gW = None
         if ctx.needs_input_grad[0]:  # <g[bag_e], W_dec[idx_e]> for each entry: a sampled dense-dense product
             crow = torch.cat([offsets, offsets.new_tensor([idx.numel()])])
-            pattern = torch.sparse_csr_tensor(crow, idx, torch.zeros_like(vals, dtype=g.dtype),
-                                              (g.shape[0], W_dec.shape[0]), check_invariants=False)
+            pattern = torch.sparse_csr_tensor(
+                crow, idx, torch.zeros_like(vals, dtype=g.dtype), (g.shape[0], W_dec.shape[0]), check_invariants=False
+            )
             gv = torch.sparse.sampled_addmm(pattern, g, W_dec.T, beta=0.0).values().to(vals.dtype)
         if ctx.needs_input_grad[1]:
             gW = _weight_grad(bags, vals.to(W_dec.dtype), g, sup.by_latent(W_dec.shape[0]))
@@ -187,8 +190,13 @@ class SparseKernels:
         return _Encode.apply(x, W_enc, b_enc, sup)
 
     @staticmethod
-    def decode(vals: torch.Tensor, W_dec: torch.Tensor, sup: Support, bags: torch.Tensor | None = None,
-               n_bags: int | None = None) -> torch.Tensor:
+    def decode(
+        vals: torch.Tensor,
+        W_dec: torch.Tensor,
+        sup: Support,
+        bags: torch.Tensor | None = None,
+        n_bags: int | None = None,
+    ) -> torch.Tensor:
         """[n_bags, d]: each bag's sum of vals * W_dec[idx]; bags default to tokens (must be sorted)."""
         bags = sup.rows if bags is None else bags
         return _Decode.apply(vals, W_dec, sup, bags, sup.offsets(bags, n_bags))

@@ -42,11 +42,20 @@ class ReconAccumulator:
         total_var = self.sum_sq - float(self.sum_x.pow(2).sum()) / n
         fvu = self.sq_err / max(total_var, 1e-12)
         freq = self.fires.double() / n
-        out = {"n_tokens": self.n, "fvu": fvu, "explained_variance": 1 - fvu, "mse": self.sq_err / n,
-               "cosine": self.cos / n, "l0": self.l0 / n, "dead_frac": float((self.fires == 0).double().mean()),
-               "n_dead": int((self.fires == 0).sum()), "dense_tau": dense_tau,
-               "dense_frac": float((freq > dense_tau).double().mean()), "n_dense": int((freq > dense_tau).sum()),
-               "dead_definition": f"no firing on {self.n} held-out tokens"}
+        out = {
+            "n_tokens": self.n,
+            "fvu": fvu,
+            "explained_variance": 1 - fvu,
+            "mse": self.sq_err / n,
+            "cosine": self.cos / n,
+            "l0": self.l0 / n,
+            "dead_frac": float((self.fires == 0).double().mean()),
+            "n_dead": int((self.fires == 0).sum()),
+            "dense_tau": dense_tau,
+            "dense_frac": float((freq > dense_tau).double().mean()),
+            "n_dense": int((freq > dense_tau).sum()),
+            "dead_definition": f"no firing on {self.n} held-out tokens",
+        }
         if self.b > 1:
             out["block_l0"] = self.block_l0 / n
         return out
@@ -57,8 +66,14 @@ def binary_entropy_bits(p: torch.Tensor) -> torch.Tensor:
     return -(p * torch.log2(p) + (1 - p) * torch.log2(1 - p))
 
 
-def description_length(x: torch.Tensor, x_hat: torch.Tensor, z: torch.Tensor, block_size: int = 1,
-                       precision: float = 0.01, dense: torch.Tensor | None = None) -> dict:
+def description_length(
+    x: torch.Tensor,
+    x_hat: torch.Tensor,
+    z: torch.Tensor,
+    block_size: int = 1,
+    precision: float = 0.01,
+    dense: torch.Tensor | None = None,
+) -> dict:
     """Bits per token to send x through the SAE (docs/methods.md §5, description length).
 
     index: which units are active, entropy-coded with each unit's firing rate (independent units);
@@ -80,12 +95,20 @@ def description_length(x: torch.Tensor, x_hat: torch.Tensor, z: torch.Tensor, bl
     value_bits = float((active.double() * per_coord).sum() / N)
     if dense is not None and dense.shape[1]:
         dvar = dense.double().var(0)
-        value_bits += float((0.5 * torch.log2(2 * math.pi * math.e * dvar.clamp_min(1e-30)) - math.log2(delta)).clamp_min(0).sum())
+        value_bits += float(
+            (0.5 * torch.log2(2 * math.pi * math.e * dvar.clamp_min(1e-30)) - math.log2(delta)).clamp_min(0).sum()
+        )
     e_var = (x - x_hat).var(0)
     resid = (0.5 * torch.log2(2 * math.pi * math.e * e_var.clamp_min(1e-30)) - math.log2(delta)).clamp_min(0)
     residual_bits = float(resid.sum())
-    return {"bits_per_token": index_bits + value_bits + residual_bits, "index_bits": index_bits,
-            "value_bits": value_bits, "residual_bits": residual_bits, "precision": precision, "delta": delta}
+    return {
+        "bits_per_token": index_bits + value_bits + residual_bits,
+        "index_bits": index_bits,
+        "value_bits": value_bits,
+        "residual_bits": residual_bits,
+        "precision": precision,
+        "delta": delta,
+    }
 
 
 def _fit_logistic(X: torch.Tensor, y: torch.Tensor, l2: float = 1e-3, iters: int = 100) -> torch.Tensor:
@@ -111,8 +134,14 @@ def _balanced_accuracy(pred: torch.Tensor, y: torch.Tensor) -> float:
     return 0.5 * (float(pred[pos].float().mean()) + float((~pred[neg]).float().mean()))
 
 
-def sparse_probing(z: torch.Tensor, labels: dict[str, np.ndarray], label_names: dict[str, list[str]],
-                   train_mask: np.ndarray, ks=(1, 2, 5), min_examples: int = 20) -> dict:
+def sparse_probing(
+    z: torch.Tensor,
+    labels: dict[str, np.ndarray],
+    label_names: dict[str, list[str]],
+    train_mask: np.ndarray,
+    ks=(1, 2, 5),
+    min_examples: int = 20,
+) -> dict:
     """k-sparse probes: per class (one vs rest), pick the k latents with the largest mean difference
     on the train tokens, fit a logistic regression on them, report test balanced accuracy."""
     z = z.double()
@@ -143,9 +172,18 @@ def sparse_probing(z: torch.Tensor, labels: dict[str, np.ndarray], label_names: 
     return {**out, **means}
 
 
-def absorption(x: torch.Tensor, z: torch.Tensor, W_dec: torch.Tensor, parent: np.ndarray, child: np.ndarray,
-               parents: dict[int, str], train_mask: np.ndarray, block_size: int = 1, n_main: int = 1,
-               min_child_tokens: int = 5) -> dict:
+def absorption(
+    x: torch.Tensor,
+    z: torch.Tensor,
+    W_dec: torch.Tensor,
+    parent: np.ndarray,
+    child: np.ndarray,
+    parents: dict[int, str],
+    train_mask: np.ndarray,
+    block_size: int = 1,
+    n_main: int = 1,
+    min_child_tokens: int = 5,
+) -> dict:
     """Share of a parent concept's probe projection carried by latents other than its main ones.
 
     For each parent concept P (a role such as "name" whose tokens carry a child label such as which
@@ -182,9 +220,16 @@ def absorption(x: torch.Tensor, z: torch.Tensor, W_dec: torch.Tensor, parent: np
             fired = (z[rows].view(int(rows.sum()), -1, block_size) != 0).any(-1)[:, main_mask].any(-1)
             inactive.append(float((~fired).double().mean()))
         if shares:
-            per_parent[pname] = {"absorption": float(np.mean(shares)), "main_inactive": float(np.mean(inactive)),
-                                 "n_children": len(shares), "main_units": main.tolist()}
+            per_parent[pname] = {
+                "absorption": float(np.mean(shares)),
+                "main_inactive": float(np.mean(inactive)),
+                "n_children": len(shares),
+                "main_units": main.tolist(),
+            }
     vals = [v["absorption"] for v in per_parent.values()]
-    return {"absorption": float(np.mean(vals)) if vals else None,
-            "main_inactive": float(np.mean([v["main_inactive"] for v in per_parent.values()])) if vals else None,
-            "n_main": n_main, "parents": per_parent}
+    return {
+        "absorption": float(np.mean(vals)) if vals else None,
+        "main_inactive": float(np.mean([v["main_inactive"] for v in per_parent.values()])) if vals else None,
+        "n_main": n_main,
+        "parents": per_parent,
+    }

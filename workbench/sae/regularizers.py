@@ -13,8 +13,9 @@ from __future__ import annotations
 import torch
 
 
-def topk_regularisers(h_active: torch.Tensor, on_support: torch.Tensor, l1_off: float, l1_l2: float,
-                      normalisation: str) -> dict[str, torch.Tensor]:
+def topk_regularisers(
+    h_active: torch.Tensor, on_support: torch.Tensor, l1_off: float, l1_l2: float, normalisation: str
+) -> dict[str, torch.Tensor]:
     """h_active [B, |A|] pre-activations (with grad), on_support [B, |A|] bool."""
     a = h_active.relu()
     out = {}

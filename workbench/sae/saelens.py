@@ -56,7 +56,7 @@ class _WorkbenchSAE(SAE):
         a = sae_in @ self.scaffold_V
         enc_in = sae_in
         if self.cfg.scaffold_rank and self.cfg.scaffold_encoder_input == "residual":
-            enc_in = sae_in - a @ self.W_dec[self.cfg.n_sparse:]
+            enc_in = sae_in - a @ self.W_dec[self.cfg.n_sparse :]
         h = self.hook_sae_acts_pre(enc_in @ self.W_enc + self.b_enc)
         return self.hook_sae_acts_post(torch.cat([self.sparse_codes(h), a], dim=-1))
 

@@ -11,9 +11,9 @@ import json
 import math
 import os
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -52,8 +52,13 @@ def lr_factor(step: int, cfg: TrainConfig) -> float:
 
 
 class Trainer:
-    def __init__(self, sae_cfgs: list[SAEConfig], train_cfg: TrainConfig, device: torch.device | str = "cpu",
-                 d_in: int | None = None):
+    def __init__(
+        self,
+        sae_cfgs: list[SAEConfig],
+        train_cfg: TrainConfig,
+        device: torch.device | str = "cpu",
+        d_in: int | None = None,
+    ):
         """sae_cfgs must be resolved (SAEConfig.resolve) unless d_in is given, which resolves them."""
         self.rank, self.world = dist_info()
         train_cfg.validate(self.world)
@@ -65,8 +70,12 @@ class Trainer:
         self.cfgs, self.train_cfg = sae_cfgs, train_cfg
         self.device = torch.device(device)
         self.saes = [build(c).to(self.device) for c in sae_cfgs]
-        self.opts = [torch.optim.Adam([p for p in s.parameters() if p.requires_grad], lr=train_cfg.lr,
-                                      betas=train_cfg.adam_betas, fused=True) for s in self.saes]
+        self.opts = [
+            torch.optim.Adam(
+                [p for p in s.parameters() if p.requires_grad], lr=train_cfg.lr, betas=train_cfg.adam_betas, fused=True
+            )
+            for s in self.saes
+        ]
         self.scheds = [torch.optim.lr_scheduler.LambdaLR(o, lambda i: lr_factor(i, train_cfg)) for o in self.opts]
         self.since_fired = [torch.zeros(c.n_units, dtype=torch.long, device=self.device) for c in sae_cfgs]
         self.window_fires = [torch.zeros(c.n_units, dtype=torch.long, device=self.device) for c in sae_cfgs]
@@ -109,8 +118,10 @@ class Trainer:
         bad = self._allreduce(torch.tensor([float(not torch.isfinite(x).all())], device=self.device))
         if bad.item():
             if self.train_cfg.on_nonfinite == "stop":
-                raise NonFiniteError(f"the batch at step {self.step} contains NaN/inf; stopped "
-                                     f"(on_nonfinite='stop'); the last checkpoint is intact")
+                raise NonFiniteError(
+                    f"the batch at step {self.step} contains NaN/inf; stopped "
+                    f"(on_nonfinite='stop'); the last checkpoint is intact"
+                )
             self.skipped.append(self.step)
             self.step += 1
             return False
@@ -125,9 +136,11 @@ class Trainer:
             out["loss"].backward()
             loss = self._allreduce(out["loss"].detach().float().reshape(1).clone()) / self.world
             if not torch.isfinite(loss).all():
-                raise NonFiniteError(f"SAE {sae.cfg.name!r}: the loss is NaN/inf at step {self.step} "
-                                     f"(terms: { {k: float(v) for k, v in out['losses'].items()} }); "
-                                     "no checkpoint was written; lower the learning rate")
+                raise NonFiniteError(
+                    f"SAE {sae.cfg.name!r}: the loss is NaN/inf at step {self.step} "
+                    f"(terms: { {k: float(v) for k, v in out['losses'].items()} }); "
+                    "no checkpoint was written; lower the learning rate"
+                )
             sae.project_decoder_grad()
             self.opts[i].step()
             self.scheds[i].step()
@@ -175,16 +188,25 @@ class Trainer:
             n_dead = int((self.since_fired[i] >= c.dead_tokens).sum())
             frac = self.window_fires[i].double() / max(1, self.window_tokens)
             n_dense = int((frac > c.dense_tau).sum())
-            row.update({"n_dead": n_dead, "dead_frac": n_dead / c.n_units, "n_dense": n_dense,
-                        "dense_frac": n_dense / c.n_units, "skipped_batches": len(self.skipped)})
+            row.update(
+                {
+                    "n_dead": n_dead,
+                    "dead_frac": n_dead / c.n_units,
+                    "n_dense": n_dense,
+                    "dense_frac": n_dense / c.n_units,
+                    "skipped_batches": len(self.skipped),
+                }
+            )
             if hasattr(sae, "threshold"):
                 row["threshold"] = float(sae.threshold)
             fvu = row.get("fvu", 0.0)
             if not fvu <= self.train_cfg.max_fvu:  # also NaN
-                raise DivergedError(f"SAE {c.name!r} diverged: mean FVU {fvu:.3g} over steps {self.step - self.window_steps}"
-                                    f"..{self.step} (above max_fvu={self.train_cfg.max_fvu:g}; {n_dead / c.n_units:.0%} of "
-                                    f"latents dead); no checkpoint was written; lower the learning rate "
-                                    f"(lr={self.train_cfg.lr:g})")
+                raise DivergedError(
+                    f"SAE {c.name!r} diverged: mean FVU {fvu:.3g} over steps {self.step - self.window_steps}"
+                    f"..{self.step} (above max_fvu={self.train_cfg.max_fvu:g}; {n_dead / c.n_units:.0%} of "
+                    f"latents dead); no checkpoint was written; lower the learning rate "
+                    f"(lr={self.train_cfg.lr:g})"
+                )
             self.curves[i].append(row)
             self.window_sums[i] = defaultdict(float)
             self.window_fires[i].zero_()
@@ -193,13 +215,23 @@ class Trainer:
     # ---- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {
-            "step": self.step, "tokens": self.tokens, "skipped": list(self.skipped),
-            "window_steps": self.window_steps, "window_tokens": self.window_tokens,
-            "saes": [{"model": sae.state_dict(), "optim": self.opts[i].state_dict(),
-                      "sched": self.scheds[i].state_dict(), "since_fired": self.since_fired[i].cpu(),
-                      "window_fires": self.window_fires[i].cpu(),
-                      "window_sums": {k: float(v) for k, v in self.window_sums[i].items()},
-                      "curves": self.curves[i]} for i, sae in enumerate(self.saes)],
+            "step": self.step,
+            "tokens": self.tokens,
+            "skipped": list(self.skipped),
+            "window_steps": self.window_steps,
+            "window_tokens": self.window_tokens,
+            "saes": [
+                {
+                    "model": sae.state_dict(),
+                    "optim": self.opts[i].state_dict(),
+                    "sched": self.scheds[i].state_dict(),
+                    "since_fired": self.since_fired[i].cpu(),
+                    "window_fires": self.window_fires[i].cpu(),
+                    "window_sums": {k: float(v) for k, v in self.window_sums[i].items()},
+                    "curves": self.curves[i],
+                }
+                for i, sae in enumerate(self.saes)
+            ],
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -217,8 +249,9 @@ class Trainer:
         self._wrap()
 
     def params_finite(self) -> bool:
-        return all(torch.isfinite(p).all() for sae in self.saes for p in sae.state_dict().values()
-                   if p.is_floating_point())
+        return all(
+            torch.isfinite(p).all() for sae in self.saes for p in sae.state_dict().values() if p.is_floating_point()
+        )
 
 
 def run_steps(trainer: Trainer, batches: Iterable[torch.Tensor], n_steps: int) -> Trainer:
@@ -235,13 +268,23 @@ def run_steps(trainer: Trainer, batches: Iterable[torch.Tensor], n_steps: int) -
 def _run_record(cfgs: list[SAEConfig], train_cfg: TrainConfig, data: dict) -> dict:
     tc = {k: v for k, v in train_cfg.to_dict().items() if k not in RESUME_FREE}
     # the cache may move between a crash and the resume; what it holds may not
-    return {"sae_configs": [c.to_dict() for c in cfgs], "train_config": tc,
-            "data": {k: v for k, v in data.items() if k != "cache"}}
+    return {
+        "sae_configs": [c.to_dict() for c in cfgs],
+        "train_config": tc,
+        "data": {k: v for k, v in data.items() if k != "cache"},
+    }
 
 
-def fit(sae_cfgs: list[SAEConfig], train_cfg: TrainConfig, make_batches: Callable[[int, int, int], Iterator],
-        d_in: int, out_dir: str | Path, resume: bool = False, data: dict | None = None,
-        metadata: dict | None = None) -> list[Path]:
+def fit(
+    sae_cfgs: list[SAEConfig],
+    train_cfg: TrainConfig,
+    make_batches: Callable[[int, int, int], Iterator],
+    d_in: int,
+    out_dir: str | Path,
+    resume: bool = False,
+    data: dict | None = None,
+    metadata: dict | None = None,
+) -> list[Path]:
     """Train every SAE on one stream and save each in SAELens format under out_dir/<name>.
 
     make_batches(start_batch, rank, world_size) yields this rank's [B/world, d_in] batches from
@@ -257,14 +300,17 @@ def fit(sae_cfgs: list[SAEConfig], train_cfg: TrainConfig, make_batches: Callabl
     if resume and not ckpt.is_file():
         raise checkpoint.CheckpointError(f"resume=True but {ckpt} does not exist; train without resume first")
     if not resume and ckpt.is_file():
-        raise checkpoint.CheckpointError(f"{out} already holds a run ({CHECKPOINT}); pass resume=True to "
-                                         "continue it or choose another out_dir")
+        raise checkpoint.CheckpointError(
+            f"{out} already holds a run ({CHECKPOINT}); pass resume=True to continue it or choose another out_dir"
+        )
     trainer = Trainer(cfgs, train_cfg, default_device(train_cfg.device))
     if resume:
         state = checkpoint.read(ckpt)
         diff = checkpoint.config_diff(state["record"], record)
         if diff:
-            raise checkpoint.CheckpointError(f"{ckpt} was written by a different configuration:\n  " + "\n  ".join(diff))
+            raise checkpoint.CheckpointError(
+                f"{ckpt} was written by a different configuration:\n  " + "\n  ".join(diff)
+            )
         trainer.load_state_dict(state["trainer"])
     else:
         out.mkdir(parents=True, exist_ok=True)
@@ -296,9 +342,15 @@ def fit(sae_cfgs: list[SAEConfig], train_cfg: TrainConfig, make_batches: Callabl
     folders = [out / c.name for c in cfgs]
     if rank == 0:
         for sae, curves, folder in zip(trainer.saes, trainer.curves, folders):
-            info = {"train_config": train_cfg.to_dict(), "data": data or {}, "tokens_seen": trainer.tokens,
-                    "steps": trainer.step, "skipped_batches": trainer.skipped, "world_size": world,
-                    "final": curves[-1] if curves else {}}
+            info = {
+                "train_config": train_cfg.to_dict(),
+                "data": data or {},
+                "tokens_seen": trainer.tokens,
+                "steps": trainer.step,
+                "skipped_batches": trainer.skipped,
+                "world_size": world,
+                "final": curves[-1] if curves else {},
+            }
             save_sae(sae, folder, metadata, info)
             atomic_write_text(folder / CURVES, "".join(json.dumps(r) + "\n" for r in curves))
     if world > 1:
@@ -308,16 +360,23 @@ def fit(sae_cfgs: list[SAEConfig], train_cfg: TrainConfig, make_batches: Callabl
 
 def _save_checkpoint(trainer: Trainer, path: Path, record: dict) -> None:
     if not trainer.params_finite():
-        raise NonFiniteError(f"parameters became NaN/inf by step {trainer.step}; the checkpoint at {path} "
-                             "was not overwritten")
+        raise NonFiniteError(
+            f"parameters became NaN/inf by step {trainer.step}; the checkpoint at {path} was not overwritten"
+        )
     if trainer.rank == 0:
         checkpoint.write(path, {"record": record, "trainer": trainer.state_dict()})
     if trainer.world > 1:
         dist.barrier()
 
 
-def train(cache_path: str | Path, hook: str, sae_configs: list[SAEConfig], train_cfg: TrainConfig,
-          out_dir: str | Path, resume: bool = False) -> list[Path]:
+def train(
+    cache_path: str | Path,
+    hook: str,
+    sae_configs: list[SAEConfig],
+    train_cfg: TrainConfig,
+    out_dir: str | Path,
+    resume: bool = False,
+) -> list[Path]:
     """Train SAEs on one hook of an activation cache; returns the saved SAELens folders.
 
     Batches stream from the cache (never loaded whole); under torchrun each rank reads its own
@@ -336,21 +395,40 @@ def train(cache_path: str | Path, hook: str, sae_configs: list[SAEConfig], train
     d_in = cache.d(hook)
     for c in sae_configs:
         if c.d_in is not None and c.d_in != d_in:
-            raise ConfigError(f"SAE {c.name or c.architecture!r} has d_in={c.d_in} but hook {hook!r} in the cache "
-                              f"has width {d_in}")
+            raise ConfigError(
+                f"SAE {c.name or c.architecture!r} has d_in={c.d_in} but hook {hook!r} in the cache has width {d_in}"
+            )
     _, world = dist_info()
     per_rank = train_cfg.batch_size // max(1, world)
 
     def make_batches(start: int, rank: int, world_size: int):
-        return cache.batches(hook, per_rank, split="train", seed=train_cfg.seed, start_batch=start,
-                             rank=rank, world_size=world_size, dtype=torch.float32,
-                             device=default_device(train_cfg.device))
+        return cache.batches(
+            hook,
+            per_rank,
+            split="train",
+            seed=train_cfg.seed,
+            start_batch=start,
+            rank=rank,
+            world_size=world_size,
+            dtype=torch.float32,
+            device=default_device(train_cfg.device),
+        )
 
     m = cache.manifest
     # relative to each SAE folder (out_dir/<name>), so the SAEs and their cache can move together
     cache_rel = (Path("..") / os.path.relpath(Path(cache_path).resolve(), Path(out_dir).resolve())).as_posix()
-    data = {"cache": cache_rel, "hook": hook, "model": m.get("model"),
-            "corpus": m.get("corpus"), "cache_n_tokens": cache.n_tokens("train")}
-    metadata = {"hook_name": hook, "model_name": m.get("model"), "context_size": m.get("ctx_len"),
-                "prepend_bos": True, "dataset_path": cache_rel}
+    data = {
+        "cache": cache_rel,
+        "hook": hook,
+        "model": m.get("model"),
+        "corpus": m.get("corpus"),
+        "cache_n_tokens": cache.n_tokens("train"),
+    }
+    metadata = {
+        "hook_name": hook,
+        "model_name": m.get("model"),
+        "context_size": m.get("ctx_len"),
+        "prepend_bos": True,
+        "dataset_path": cache_rel,
+    }
     return fit(sae_configs, train_cfg, make_batches, d_in, out_dir, resume, data, metadata)
