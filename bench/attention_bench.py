@@ -27,25 +27,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 
 OUT = harness.BENCH / "results" / "attention.md"
-GPT2_SHAPE = dict(
-    n_layers=12,
-    d_model=768,
-    n_heads=12,
-    d_head=64,
-    d_mlp=3072,
-    n_ctx=1024,
-    d_vocab=50257,
-    act_fn="gelu_new",
-    normalization_type="LN",
-)
 SHAPES = {  # name -> (model: "tiny" or HookedTransformerConfig fields, batch, ctx)
     "embedded": ("tiny", 16, None),
-    "gpt2-small shape": (GPT2_SHAPE, 1, 1024),
+    "gpt2-small shape": (harness.GPT2_SHAPE, 1, 1024),
 }
 QUICK_SHAPES = {
     "embedded": ("tiny", 2, 16),
     "small random": (
-        dict(GPT2_SHAPE, n_layers=2, d_model=64, n_heads=4, d_head=16, d_mlp=256, n_ctx=128, d_vocab=500),
+        dict(harness.GPT2_SHAPE, n_layers=2, d_model=64, n_heads=4, d_head=16, d_mlp=256, n_ctx=128, d_vocab=500),
         1,
         128,
     ),

@@ -377,15 +377,7 @@ def gpt2_shaped(n_layers=12):
 
     return HookedTransformer(
         HookedTransformerConfig(
-            n_layers=n_layers,
-            d_model=768,
-            n_heads=12,
-            d_head=64,
-            d_mlp=3072,
-            n_ctx=1024,
-            d_vocab=50257,
-            act_fn="gelu_new",
-            normalization_type="LN",
+            **{**harness.GPT2_SHAPE, "n_layers": n_layers},
             seed=0,
             model_name=f"gpt2-small-shaped-random-{n_layers}L",
             device="cpu",

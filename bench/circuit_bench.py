@@ -29,17 +29,6 @@ import harness  # noqa: E402
 
 OUT = harness.BENCH / "results" / "circuits.md"
 WORK = harness.WORK / "circuits"
-GPT2_SHAPE = dict(
-    n_layers=12,
-    d_model=768,
-    n_heads=12,
-    d_head=64,
-    d_mlp=3072,
-    n_ctx=1024,
-    d_vocab=50257,
-    act_fn="gelu_new",
-    normalization_type="LN",
-)
 TASKS = ("ioi", "induction", "greater_than", "addition", "facts")
 
 
@@ -83,7 +72,7 @@ def gpt2_model() -> Path:
     if not (folder / "model.safetensors").is_file():
         from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-        save_model(HookedTransformer(HookedTransformerConfig(**GPT2_SHAPE, seed=0, device="cpu")), folder)
+        save_model(HookedTransformer(HookedTransformerConfig(**harness.GPT2_SHAPE, seed=0, device="cpu")), folder)
     return folder
 
 
@@ -117,8 +106,8 @@ def embedded_prompts(model_dir: Path, per_task: int) -> tuple[Path, list[dict]]:
 
 def random_prompt(n_tokens: int, seed: int = 0) -> Path:
     gen = torch.Generator().manual_seed(seed + n_tokens)
-    toks = torch.randint(0, GPT2_SHAPE["d_vocab"], (2, n_tokens), generator=gen)
-    a, w = torch.randint(0, GPT2_SHAPE["d_vocab"], (2,), generator=gen).tolist()
+    toks = torch.randint(0, harness.GPT2_SHAPE["d_vocab"], (2, n_tokens), generator=gen)
+    a, w = torch.randint(0, harness.GPT2_SHAPE["d_vocab"], (2,), generator=gen).tolist()
     path = WORK / f"prompt-random-{n_tokens}.json"
     harness.write_text(
         path,

@@ -37,6 +37,20 @@ class PeerError(RuntimeError):
         self.summary = summary
 
 
+# GPT-2 small's shape as HookedTransformerConfig fields (random weights: the benches' large case)
+GPT2_SHAPE = dict(
+    n_layers=12,
+    d_model=768,
+    n_heads=12,
+    d_head=64,
+    d_mlp=3072,
+    n_ctx=1024,
+    d_vocab=50257,
+    act_fn="gelu_new",
+    normalization_type="LN",
+)
+
+
 def _exception_line(stderr: str) -> str:
     """The last 'SomeError: message' line of a traceback (the first 200 characters)."""
     hits = [ln for ln in stderr.splitlines() if re.match(r"^[\w.]*(Error|Exception|Interrupt)\b", ln)]

@@ -26,17 +26,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 
 OUT = harness.BENCH / "results" / "sae.md"
-GPT2_SHAPE = dict(
-    n_layers=12,
-    d_model=768,
-    n_heads=12,
-    d_head=64,
-    d_mlp=3072,
-    n_ctx=1024,
-    d_vocab=50257,
-    act_fn="gelu_new",
-    normalization_type="LN",
-)
 # (label, venv, script, variant)
 PEERS = [
     ("workbench", "main", "workbench_sae.py", {}),
@@ -115,10 +104,10 @@ def gpt2_acts(n_train: int, n_heldout: int, seed: int = 0, layer: int = 5, ctx: 
     def make(folder):
         from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-        model = HookedTransformer(HookedTransformerConfig(**GPT2_SHAPE, seed=seed, device="cpu")).eval()
+        model = HookedTransformer(HookedTransformerConfig(**harness.GPT2_SHAPE, seed=seed, device="cpu")).eval()
         n_seq = -(-(n_train + n_heldout) // ctx)
         gen = torch.Generator().manual_seed(seed)
-        tokens = torch.randint(0, GPT2_SHAPE["d_vocab"], (n_seq, ctx), generator=gen)
+        tokens = torch.randint(0, harness.GPT2_SHAPE["d_vocab"], (n_seq, ctx), generator=gen)
         hook = f"blocks.{layer}.hook_resid_post"
         acts = _harvest(model, tokens, hook, layer, 16)[: n_train + n_heldout]
         return _save_split(acts, n_train, folder, {**spec, "hook": hook})

@@ -1,32 +1,14 @@
 """Small random HookedTransformers for the attention tests (the corpus tokenizer, seconds per test)."""
 
 import pytest
-import torch
-from transformer_lens import HookedTransformer, HookedTransformerConfig
+from small_models import small_model
 
 
 def build(tokenizer=None, seed=0, **kw):
-    cfg = dict(
-        n_layers=2,
-        d_model=32,
-        n_heads=4,
-        d_head=8,
-        d_mlp=64,
-        n_ctx=24,
-        act_fn="gelu",
-        normalization_type="LN",
-        seed=seed,
-        device="cpu",
-        model_name="test-attention",
-        d_vocab=len(tokenizer) if tokenizer is not None else 40,
+    shape = dict(
+        n_heads=4, d_head=8, n_ctx=24, model_name="test-attention", **({"d_vocab": 40} if tokenizer is None else {})
     )
-    cfg.update(kw)
-    if tokenizer is not None:
-        cfg.update(tokenizer_prepends_bos=False, default_prepend_bos=True)
-    torch.manual_seed(seed)
-    model = HookedTransformer(HookedTransformerConfig(**cfg), tokenizer=tokenizer)
-    model.eval()
-    return model
+    return small_model(tokenizer, seed, **{**shape, **kw})
 
 
 @pytest.fixture

@@ -2,34 +2,13 @@
 tiny shape for exactness checks, and a grouped-query-attention config with RMSNorm and rotary."""
 
 import pytest
-import torch
-from transformer_lens import HookedTransformer, HookedTransformerConfig
+from small_models import small_model
 
 from workbench.corpus import tasks
 
 
 def _model(tokenizer=None, seed=0, **kw):
-    cfg = dict(
-        n_layers=2,
-        d_model=32,
-        n_heads=2,
-        d_head=16,
-        d_mlp=64,
-        n_ctx=64,
-        act_fn="gelu",
-        normalization_type="LN",
-        seed=seed,
-        device="cpu",
-        model_name="test-circuits",
-        d_vocab=len(tokenizer) if tokenizer is not None else 50,
-    )
-    cfg.update(kw)
-    if tokenizer is not None:
-        cfg.update(tokenizer_prepends_bos=False, default_prepend_bos=True)
-    torch.manual_seed(seed)
-    model = HookedTransformer(HookedTransformerConfig(**cfg), tokenizer=tokenizer)
-    model.eval()
-    return model
+    return small_model(tokenizer, seed, **{"model_name": "test-circuits", **kw})
 
 
 @pytest.fixture(scope="session")
