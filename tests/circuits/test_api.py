@@ -225,6 +225,24 @@ def test_task_skips_and_lists_queries_the_model_does_not_answer(small):
         assert "does not predict the answer" in row["reason"] and row["predicts_answer"] is False
 
 
+def test_greater_than_circuits_explain_the_larger_number_the_model_gives(tiny):
+    """Its drawn answer is one of many correct ones; the query is re-targeted at the model's own top-1."""
+    from workbench.circuits.api import prediction, retarget
+    from workbench.circuits.inputs import prepare
+    from workbench.corpus import tasks
+
+    model, tok = tiny
+    moved = 0
+    for q in tasks.queries("greater_than", 10, tokenizer=tok):
+        r = retarget(model, q)
+        top1 = prediction(model, prepare(model, r.prompt, r.answer, r.counterfactual, r.wrong))
+        assert r.answer == q.answer or (tasks.accepts(q, r.answer) and top1["predicts_answer"])
+        moved += r.answer != q.answer
+    assert moved  # the drawn larger number is rarely the model's choice
+    s = evaluate_task(model, "greater_than", n=2, budgets=(0.1,), n_samples=0, steps=2, refine_steps=1, progress=False)
+    assert s["n_used"] >= 1, s["skipped"]
+
+
 def test_ioi_queries_without_a_wrong_answer_work_on_the_embedded_model(tiny):
     """The default wrong answer (the counterfactual's best token other than the answer) always exists and
     gives a gap, also where the counterfactual's top token is the answer itself."""

@@ -2,13 +2,13 @@ import numpy as np
 import pytest
 import torch
 
-from workbench.circuits.api import _prepare_all, synthetic_samples
+from workbench.circuits.api import prepare_all, synthetic_samples
 from workbench.circuits.search import QuerySearch, SearchConfig
 
 
 @pytest.fixture(scope="module")
 def search(small, ioi):
-    q, samples = _prepare_all(small, ioi[0], None, None, None, (), (), 2, 0, "logit_diff")
+    q, samples = prepare_all(small, ioi[0], None, None, None, (), (), 2, 0, "logit_diff")
     return QuerySearch(small, q, samples, SearchConfig(steps=3, min_gap=0.0))
 
 

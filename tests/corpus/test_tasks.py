@@ -55,6 +55,20 @@ def test_task_answers_are_right():
         assert int(q.answer) > q.params["x"] > int(q.wrong)
 
 
+def test_greater_than_accepts_any_larger_number_and_retargets_its_paraphrases():
+    q = tasks.queries("greater_than", 1)[0]
+    x = q.params["x"]
+    assert tasks.accepts(q, str(x + 1)) and tasks.accepts(q, "99")
+    assert not tasks.accepts(q, str(x)) and not tasks.accepts(q, q.wrong) and not tasks.accepts(q, "the")
+    r = tasks.with_answer(q, "99")
+    assert (r.answer, r.prompt, r.counterfactual, r.wrong) == ("99", q.prompt, q.counterfactual, q.wrong)
+    assert all(p.answer == "99" for p in tasks.paraphrases(r, 3))
+    with pytest.raises(TaskError, match="is not a correct answer"):
+        tasks.with_answer(q, str(x))
+    ioi = tasks.queries("ioi", 1)[0]
+    assert tasks.accepts(ioi, ioi.answer) and not tasks.accepts(ioi, ioi.wrong)
+
+
 def test_unknown_task_and_split_list_valid_ones():
     with pytest.raises(TaskError, match="valid tasks: ioi, induction"):
         tasks.queries("sorting", 3)

@@ -142,11 +142,11 @@ def _nodes(graph, mask: torch.Tensor) -> tuple[list[str], list[str]]:
 
 def query_side(model, cq, targets=TARGETS, n_samples: int = 3, steps: int = 5, seed: int = 0) -> dict:
     """Component-level and token-level counts for one model on one synthetic query."""
-    from workbench.circuits.api import _prepare_all
+    from workbench.circuits.api import prepare_all
     from workbench.circuits.search import QuerySearch, SearchConfig, ZeroGapError
 
     try:
-        q, samples = _prepare_all(model, cq, None, None, None, (), (), n_samples, seed, "logit_diff")
+        q, samples = prepare_all(model, cq, None, None, None, (), (), n_samples, seed, "logit_diff")
         search = QuerySearch(model, q, samples, SearchConfig(steps=steps))
     except ZeroGapError as e:
         return {"skipped": str(e)}
@@ -185,6 +185,7 @@ def compare(
 ) -> dict:
     """Per-query counts on both models and, per target, the base/sparse ratios (of the means over queries
     answered by both)."""
+    from workbench.circuits.api import retarget
     from workbench.corpus import tasks
     from workbench.models import model_id
 
@@ -200,6 +201,7 @@ def compare(
         it = tqdm(qs, desc=f"compare {task}")
     rows = []
     for cq in it:
+        cq = retarget(base, cq)  # both models are asked for the base model's answer
         rows.append(
             {
                 "prompt": cq.prompt,

@@ -76,7 +76,17 @@ def _not_predicted(q: QueryInput, pred: dict) -> str:
     )
 
 
-def _prepare_all(model, prompt, answer, counterfactual, wrong, paraphrases, counterfactuals, n_samples, seed, metric):
+def retarget(model, cq):
+    """A synthetic query re-targeted at the model's own top-1 where that is also correct: greater-than
+    accepts any larger number, and its drawn answer is rarely the one the model gives, so without this
+    every greater-than query would be skipped as not predicted."""
+    from workbench.corpus import tasks
+
+    top1 = prediction(model, prepare(model, cq.prompt, cq.answer, cq.counterfactual, cq.wrong))["top1"]
+    return tasks.with_answer(cq, top1) if top1 != cq.answer and tasks.accepts(cq, top1) else cq
+
+
+def prepare_all(model, prompt, answer, counterfactual, wrong, paraphrases, counterfactuals, n_samples, seed, metric):
     if hasattr(prompt, "task") and hasattr(prompt, "counterfactual"):  # a synthetic-corpus Query
         cq = prompt
         answer = cq.answer if answer is None else answer
@@ -196,7 +206,7 @@ def find_circuit(
         raise BadValueError("target_ndf needs strategy='search' (top-k has a fixed budget)")
     elif not 0 < target_ndf <= 1:
         raise BadValueError(f"target NDF must be in (0, 1], got {target_ndf!r}")
-    q, samples = _prepare_all(
+    q, samples = prepare_all(
         model,
         prompt,
         answer,
@@ -268,7 +278,8 @@ def evaluate_task(
     for cq in it:
         t0 = time.perf_counter()
         try:
-            q, samples = _prepare_all(model, cq, None, None, None, (), (), n_samples, seed, cfg.metric)
+            cq = retarget(model, cq)
+            q, samples = prepare_all(model, cq, None, None, None, (), (), n_samples, seed, cfg.metric)
             pred = prediction(model, q)
             if require_prediction and not pred["predicts_answer"]:
                 skipped.append({"prompt": cq.prompt, "reason": _not_predicted(q, pred), **pred})

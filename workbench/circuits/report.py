@@ -14,6 +14,7 @@ import torch
 from workbench.circuits.api import evaluate_task, find_circuit, format_summary_table
 from workbench.circuits.evidence import induction_evidence
 from workbench.circuits.search import ZeroGapError
+from workbench.models.card import DETECTOR_THRESHOLDS, detected_heads, head_scores
 from workbench.provenance import model_id
 
 
@@ -70,7 +71,7 @@ def _fmt_pairs(pairs) -> list[str]:
     return lines
 
 
-def markdown(model_desc: str, summaries: list[dict], induction, seconds: list[float]) -> str:
+def markdown(model_desc: str, summaries: list[dict], induction, seconds: list[float], detected: dict) -> str:
     lines = [
         "# Query circuits on the embedded model",
         "",
@@ -116,6 +117,13 @@ def markdown(model_desc: str, summaries: list[dict], induction, seconds: list[fl
         ]
         lines += _fmt_pairs(pairs[:6])
         lines += ["", "Circuit edges: " + ", ".join(f"`{e}`" for e in c.edges)]
+        lines += [
+            "",
+            "Heads TransformerLens `detect_head` names on random tokens repeated twice (the model card's bars):",
+        ]
+        for pattern, heads in detected.items():
+            shown = ", ".join(f"{h} ({'in' if h in c.nodes else 'NOT in'} the circuit)" for h in heads) or "none"
+            lines.append(f"- {pattern} ≥ {DETECTOR_THRESHOLDS[pattern]}: {shown}")
     if seconds:
         lines += [
             "",
@@ -135,8 +143,13 @@ def report(
     summaries = [evaluate_task(model, t, n, budgets) for t in tasks]
     seconds = timing(model, n=timing_queries)
     induction = induction_case(model, n_tries=induction_tries)
+    detected = detected_heads(head_scores(model))
     desc = (
         f"Model `{model_id(model)}` ({model.cfg.n_layers} layers, {model.cfg.n_heads} heads, d_model "
         f"{model.cfg.d_model}); torch threads {torch.get_num_threads()}; {n} held-out queries per task."
     )
-    return markdown(desc, summaries, induction, seconds), {"summaries": summaries, "seconds": seconds}
+    return markdown(desc, summaries, induction, seconds, detected), {
+        "summaries": summaries,
+        "seconds": seconds,
+        "detected_heads": detected,
+    }

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import random
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from workbench.corpus.base import check_split
 from workbench.corpus.vocab import ATTRIBUTES, ENTITIES, FACTS, INDUCTION_POOL, NAMES, NOUNS, OBJECTS, PLACES, digits
@@ -52,6 +52,12 @@ IOI_TEMPLATES = (
     "While {A} and {B} were working at the {place} , {S} decided to give a {obj} to",
     "After lunch , {A} and {B} went to the {place} . {S} handed the {obj} to",
     "Later , {A} and {B} walked to the {place} . {S} threw the {obj} to",
+    "{A} and {B} went to the {place} . Then {S} gave the {obj} to",
+    "At the {place} , {A} and {B} found a {obj} . {S} gave it to",
+    "{A} met {B} at the {place} , and {S} handed a {obj} to",
+    "When {A} and {B} were at the {place} , {S} threw a {obj} to",
+    "One day {A} and {B} walked home . {S} said to",
+    "After {A} and {B} had lunch at the {place} , {S} sent the {obj} to",
     "Once {A} and {B} met at the {place} , {S} sent a {obj} to",  # held out entirely
 )
 GT_TEMPLATES = ("the count went from {x} to", "the {noun} lasted from year {x} to year", "the price rose from {x} to")
@@ -155,6 +161,22 @@ def is_heldout(q: Query) -> bool:
     if q.task == "addition":
         return (p["a"] * 7 + p["b"] * 3) % 10 == 0
     return p["template"] == (ENTITIES.index(p["e"]) + ATTRIBUTES.index(p["attr"])) % 3  # facts
+
+
+def accepts(q: Query, word: str) -> bool:
+    """Whether `word` is a correct answer to q: greater-than accepts any larger number, the rest only q.answer."""
+    if q.task == "greater_than":
+        return word.isdigit() and int(word) > q.params["x"]
+    return word == q.answer
+
+
+def with_answer(q: Query, word: str) -> Query:
+    """q re-targeted at another correct answer (greater-than has many: a circuit should explain the one
+    the model gives, not a randomly drawn larger number). Paraphrases keep the new answer."""
+    if not accepts(q, word):
+        raise TaskError(f"{word!r} is not a correct answer to {q.prompt!r}")
+    params = {**q.params, "above": int(word)} if q.task == "greater_than" else q.params
+    return replace(q, answer=word, params=params)
 
 
 def _check_task(task: str) -> None:

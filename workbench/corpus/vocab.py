@@ -29,7 +29,7 @@ FUNCTION_WORDS = (
     "When and went to the , gave a Then had long argument . Afterwards said While were working at "
     "decided give After lunch handed it count from lasted year plus equals lives in likes color "
     "works as favorite is One day walked home was very met who Later threw Once sent price rose "
-    "has house of always wears by trade earns living sum"
+    "has house of always wears by trade earns living sum At"
 ).split()
 
 ATTRIBUTES = ("city", "color", "job")

@@ -16,16 +16,10 @@ import torch
 
 from workbench.atomic import atomic_write_text
 from workbench.corpus.synthetic import SyntheticCorpus
-from workbench.corpus.tasks import IOI_TEMPLATES, QUERY_TASKS, queries
+from workbench.corpus.tasks import IOI_TEMPLATES, QUERY_TASKS, accepts, queries
 from workbench.corpus.vocab import vocabulary
 
 HEAD_PATTERNS = ("induction_head", "previous_token_head")
-
-
-def _correct(q, pred: str) -> bool:
-    if q.task == "greater_than":  # any larger number is right
-        return pred.isdigit() and int(pred) > q.params["x"]
-    return pred == q.answer
 
 
 def _last_logits(model, prompts: list[str]) -> torch.Tensor:
@@ -50,7 +44,7 @@ def task_accuracy(model, n: int = 200, seed: int = 0) -> dict[str, float]:
     for task in QUERY_TASKS:
         qs = queries(task, n, seed=seed, split="heldout")
         preds = tok.convert_ids_to_tokens(_last_logits(model, [q.prompt for q in qs]).argmax(-1).tolist())
-        right = [_correct(q, p) for q, p in zip(qs, preds)]
+        right = [accepts(q, p) for q, p in zip(qs, preds)]
         out[task] = float(np.mean(right))
         if task == "ioi":
             unseen = [r for q, r in zip(qs, right) if q.params["template"] == len(IOI_TEMPLATES) - 1]
@@ -98,6 +92,17 @@ def head_scores(model, n_seqs: int = 20, seed: int = 0) -> dict[str, list[list[f
         span = rng.choices(words, k=half)
         seqs.append(" ".join(span + span))
     return {p: detect_head(model, seqs, p).tolist() for p in HEAD_PATTERNS}
+
+
+DETECTOR_THRESHOLDS = {"induction_head": 0.3, "previous_token_head": 0.5}
+
+
+def detected_heads(scores: dict[str, list[list[float]]]) -> dict[str, list[str]]:
+    """Heads ('aL.hH', as the circuit graph names them) whose detect_head score passes the model card's bar."""
+    return {
+        p: [f"a{li}.h{h}" for li, row in enumerate(scores[p]) for h, v in enumerate(row) if v >= t]
+        for p, t in DETECTOR_THRESHOLDS.items()
+    }
 
 
 def _window_hashes(tokens: np.ndarray, length: int) -> np.ndarray:
@@ -180,7 +185,8 @@ The synthetic corpus (`workbench/corpus/`): short stories, documents of five tas
 query followed by its answer) and repeated random-token sequences (a span of 4-60 uniformly random
 vocabulary words followed by the same span), which is how general induction heads form. Every task
 family reserves combinations that training text never contains (`workbench.corpus.tasks.is_heldout`):
-a whole IOI template plus 1 in 6 (template, name pair) combinations; 1 in 8 induction spans; a third
+one whole IOI template of eleven (`ioi_unseen_template` below) plus 1 in 6 (template, name pair)
+combinations of the other ten; 1 in 8 induction spans; a third
 of the start numbers of each greater-than template; 1 in 10 addition operand pairs; and for each
 (entity, attribute) fact one of its three phrasings (the fact itself is seen in the other two).
 
@@ -192,7 +198,9 @@ from the ones digits; `addition_both_digits` decodes the whole sum greedily.
 Positions are rotary: with learned absolute position embeddings the same recipe formed neither
 previous-token nor induction heads in 4,000 steps (best detect_head induction score 0.017; the
 second half of a repeated random sequence was predicted no better than the first); with rotary
-positions both formed by step 1,750.
+positions both formed (by step 1,750 in a 4,000-step trial run). An earlier 4,000-step run with five
+training IOI templates reached 83% on IOI (69% on the unseen template) and 89.5% on induction; ten
+training templates and 8,000 steps give the figures below.
 
 ## Held-out task accuracy (top-1 at the answer position, {c["eval_queries"]} queries per task)
 

@@ -43,7 +43,7 @@ class TinyConfig:
     # rotary: relative positions make previous-token heads, and so induction heads, cheap to learn; with
     # learned absolute positions ("standard") neither formed in 4,000 steps (see the model card)
     positional_embedding: str = "rotary"
-    steps: int = 4000
+    steps: int = 8000
     batch_size: int = 16
     lr: float = 1e-3
     warmup: int = 200
