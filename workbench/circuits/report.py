@@ -85,14 +85,16 @@ def markdown(model_desc: str, summaries: list[dict], induction, seconds: list[fl
         "pruned, so a circuit may use fewer). Search = best-of-N over attributions on the query, resampled "
         "counterfactuals and paraphrases (+ their mean), each as top-k and greedy-from-logits, selected by "
         "exact NDF, then exact drop/add/swap refinement. Top-k = top-|score| edges of EAP-IG on the query "
-        "alone. CPR/CMD over the MIB grid 0.1..100% (linear edge-fraction axis).",
+        "alone. CPR/CMD over the MIB grid 0.1..100% (linear edge-fraction axis). These NDFs are in-sample: "
+        "each circuit is scored on the query and counterfactual it was chosen on; the resampled column below "
+        "scores it on counterfactuals it was not chosen on.",
         "",
     ]
     lines += [
         "## Spread over resamples",
         "",
         "| task | best-of-N candidates: std of NDF@2% | "
-        "NDF@2% of the chosen circuit under resampled counterfactuals | skipped (tiny gap) |",
+        "NDF@2% of the chosen circuit under resampled counterfactuals | skipped (tiny gap, or answer not top-1) |",
         "|---|---|---|---|",
     ]
     for s in summaries:
