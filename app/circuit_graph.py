@@ -441,12 +441,12 @@ def curve_figure(cd: CircuitData, point: tuple[float, float] | None = None) -> g
             )
         )
     fig.update_layout(
-        title=f"CPR search {c['search_cpr']:.3f} / top-k {c['topk_cpr']:.3f} · "
+        title=f"CPR search {c['search_cpr']:.3f} / top-k {c['topk_cpr']:.3f}<br>"
         f"CMD search {c['search_cmd']:.3f} / top-k {c['topk_cmd']:.3f}",
         xaxis=dict(title="% of graph edges", type="log"),
         yaxis_title="NDF / NFS",
         height=340,
-        margin=dict(l=40, r=10, t=40, b=40),
+        margin=dict(l=40, r=10, t=60, b=40),
         legend=dict(orientation="h", y=-0.3),
     )
     return fig

@@ -243,3 +243,26 @@ def _sae_model(rel: str) -> str | None:
 @st.cache_data(show_spinner="running the SAE...", max_entries=64)
 def _features(spec: str, tokens: tuple[int, ...], rel: str, hook: str) -> list[tuple[int, float]]:
     return live.stream_features(spec, tokens, rel, hook)
+
+
+def choice(widget, name: str, options: list, key: str, what: str | None = None, **kwargs):
+    """A widget over `options` synced with ?name=: an unknown value in the URL is a one-line page error."""
+    want = st.query_params.get(name, str(options[0]))
+    by_text = {str(o): o for o in options}
+    if want not in by_text:
+        ui.fail(f"{what or name}={want!r} is not valid; choose one of: {', '.join(by_text)}")
+    return ui.synced(widget, name, by_text[want], key, options=options, **kwargs)
+
+
+def pick_sparse_model(page: str) -> tuple[str, dict]:
+    """The sparse-attention model named by ?model= (or the first) and its attention_report.json."""
+    models = data.sparse_models(ui.root())
+    if not models:
+        ui.fail("this workspace holds no sparse-attention model: make one with `workbench attention sparsify`")
+    rel = choice(
+        st.selectbox, "model", models, f"w_{page}_model", "sparse-attention model", label="sparse-attention model"
+    )
+    try:
+        return rel, data.read_json(data.resolve(ui.root(), rel) / "attention_report.json")
+    except UserError as e:
+        ui.fail(e)

@@ -4,21 +4,11 @@ typed prompt run live), and its open-edge fraction per layer and head."""
 import pandas as pd
 import streamlit as st
 
+from app import circuits_ui as cu
 from app import data, live, patterns, ui
-from workbench.errors import UserError
 
 st.title("Attention")
-models = data.sparse_models(ui.root())
-if not models:
-    ui.fail("this workspace holds no sparse-attention model: make one with `workbench attention sparsify`")
-want = st.query_params.get("model", models[0])
-if want not in models:
-    ui.fail(f"{want!r} is not a sparse-attention model in this workspace; choose one of: {', '.join(models)}")
-rel = ui.synced(st.selectbox, "model", want, "w_att_model", label="sparse-attention model", options=models)
-try:
-    r = data.read_json(data.resolve(ui.root(), rel) / "attention_report.json")
-except UserError as e:
-    ui.fail(e)
+rel, r = cu.pick_sparse_model("attention")
 
 cfg = r.get("config", {})
 st.caption(
@@ -66,37 +56,19 @@ ex = r.get("examples") or {}
 sources = {"examples": "the report's example prompts", "prompt": "a typed prompt (run live)"}
 if not ex.get("base"):
     sources.pop("examples")
-src = st.query_params.get("source", next(iter(sources)))
-if src not in sources:
-    ui.fail(f"unknown source={src!r}; valid: {', '.join(sources)}")
-src = ui.synced(
-    st.radio,
-    "source",
-    src,
-    "w_att_source",
-    label="prompt",
-    options=list(sources),
-    format_func=sources.get,
-    horizontal=True,
+src = cu.choice(
+    st.radio, "source", list(sources), "w_att_source", label="prompt", format_func=sources.get, horizontal=True
 )
 if src == "examples":
-    fams = list(ex["base"])
-    fam = ui.synced(
-        st.selectbox,
-        "family",
-        st.query_params.get("family", fams[0]) if st.query_params.get("family") in fams else fams[0],
-        "w_att_fam",
-        label="task family",
-        options=fams,
-    )
-    i = ui.synced(
+    fam = cu.choice(st.selectbox, "family", list(ex["base"]), "w_att_fam", label="task family")
+    rows = ex["base"][fam]
+    i = cu.choice(
         st.selectbox,
         "example",
-        min(ui.int_param("example", 0), len(ex["base"][fam]) - 1),
+        list(range(len(rows))),
         "w_att_ex",
         label="example",
-        options=list(range(len(ex["base"][fam]))),
-        format_func=lambda j: ex["base"][fam][j]["prompt"],
+        format_func=lambda j: rows[j]["prompt"],
     )
     base_row, sparse_row = ex["base"][fam][i], ex["sparse"][fam][i]
     toks, pb, ps = base_row["str_tokens"], base_row["patterns"], sparse_row["patterns"]

@@ -45,12 +45,9 @@ st.caption(f"model {cd.model_id or '?'} Â· method {cd.method.get('name', '?')} Â
 modes = {"circuit": "the saved circuit", "budget": "edge budget", "target": "NDF target"}
 if not cd.curve:
     modes = {"circuit": modes["circuit"]}
-mode = st.query_params.get("view", "circuit")
-if mode not in modes:
-    ui.fail(f"unknown view={mode!r}; valid: {', '.join(modes)}")
 ctl = st.columns([2, 3, 1])
 with ctl[0]:
-    mode = ui.synced(st.radio, "view", mode, "w_view", label="draw", options=list(modes), format_func=modes.get)
+    mode = cu.choice(st.radio, "view", list(modes), "w_view", label="draw", format_func=modes.get)
 fraction = None
 with ctl[1]:
     if mode == "budget":

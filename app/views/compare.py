@@ -11,15 +11,8 @@ from app import data, ui
 TARGETS = (0.5, 0.6, 0.7, 0.8, 0.9)
 
 st.title("Compare base and sparse attention")
-models = data.sparse_models(ui.root())
-if not models:
-    ui.fail("this workspace holds no sparse-attention model: make one with `workbench attention sparsify`")
-want = st.query_params.get("model", models[0])
-if want not in models:
-    ui.fail(f"{want!r} is not a sparse-attention model in this workspace; choose one of: {', '.join(models)}")
-rel = ui.synced(st.selectbox, "model", want, "w_cmp_model", label="sparse-attention model", options=models)
+rel, report = cu.pick_sparse_model("compare")
 folder = data.resolve(ui.root(), rel)
-report = data.read_json(folder / "attention_report.json")
 base_id, sparse_id = report.get("base_model"), report.get("model_id")
 
 

@@ -82,7 +82,7 @@ def test_mlp_node_and_a_node_on_a_layer_without_saes(circuit_app):
     [
         ({"circuit": "circuits/none"}, "does not exist"),
         ({"circuit": "../x"}, "'..' may not appear"),
-        ({"view": "3d"}, "unknown view='3d'"),
+        ({"view": "3d"}, "view='3d' is not valid"),
         ({"view": "budget", "budget": "0.3"}, "not a point of the curve"),
         ({"cap": "x"}, "not an integer"),
     ],
