@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	touch $@
 
 demo: setup
-	$(BIN)/workbench demo --overwrite
+	$(BIN)/workbench demo
 
 test: lint
 	$(BIN)/python -m pytest -n 2 -q --durations=15

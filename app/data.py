@@ -105,3 +105,17 @@ def model_dirs(root: Path) -> list[str]:
         for p in root.glob("models/*/model.safetensors")
         if (p.parent / "config.json").is_file() and p.resolve().is_relative_to(root)
     )
+
+
+def circuit_dirs(root: Path) -> list[str]:
+    """Workspace-relative circuit folders (circuits/<name>/circuit.json), found on disk like SAE folders."""
+    return sorted(
+        str(p.parent.relative_to(root))
+        for p in root.glob("circuits/*/circuit.json")
+        if p.resolve().is_relative_to(root)
+    )
+
+
+def sparse_models(root: Path) -> list[str]:
+    """Workspace-relative sparse-attention model folders (those holding an attention_report.json)."""
+    return [m for m in model_dirs(root) if (root / m / "attention_report.json").is_file()]

@@ -13,8 +13,13 @@ PAGES = [
     ("views/feature.py", "Feature", "feature"),
     ("views/search.py", "Search", "search"),
     ("views/prompt.py", "Prompt", "prompt"),
+    ("views/circuit.py", "Circuit", "circuit"),
+    ("views/compare.py", "Compare", "compare"),
+    ("views/attention.py", "Attention", "attention"),
+    ("views/run.py", "Run", "run"),
 ]
 FEATURE, SAE, SEARCH, PROMPT = "views/feature.py", "views/sae.py", "views/search.py", "views/prompt.py"
+CIRCUIT, COMPARE = "views/circuit.py", "views/compare.py"
 
 
 def root():

@@ -2,29 +2,58 @@ import json
 
 import pytest
 
-from workbench.demo import run_demo
-from workbench.errors import OutputExistsError
+from workbench.demo import DemoConfig, run_demo
+from workbench.errors import BadValueError, OutputExistsError
 from workbench.workspace import Workspace
+
+TINY = DemoConfig(
+    cache_tokens=20_000,
+    sae_tokens=40_000,
+    sparsify_steps=4,
+    sparsify_eval_every=2,
+    sparsify_eval_sequences=4,
+    report_queries=2,
+    samples=1,
+    tasks="ioi",
+)
 
 
 @pytest.mark.slow
-def test_demo_fills_a_workspace_with_manifested_artifacts(tiny, tmp_path):
-    summary = run_demo(tmp_path / "ws", progress=False, cache_tokens=20_000, sae_tokens=60_000)
+def test_demo_fills_a_workspace_then_resumes_without_redoing_anything(tiny, tmp_path, capsys):
+    summary = run_demo(tmp_path / "ws", TINY, progress=False)
     ws = Workspace(tmp_path / "ws")
-    kinds_before = ws.artifacts()
-    kinds = {a.kind for a in kinds_before}
-    assert kinds == {"caches", "saes", "features", "circuits"}
-    for art in ws.artifacts():
+    arts = ws.artifacts()
+    assert {a.kind for a in arts} == {"caches", "saes", "features", "circuits", "models"}
+    assert len([a for a in arts if a.kind == "saes"]) == 4 and len([a for a in arts if a.kind == "features"]) == 4
+    for art in arts:
         assert art.manifest["files"], art.name  # checksums of every file
-    circuit = json.loads((tmp_path / "ws" / "circuits" / "ioi-0" / "circuit.json").read_text())
-    assert circuit["model_id"] == summary["model"]
-    with pytest.raises(FileExistsError, match="--overwrite"):
-        run_demo(tmp_path / "ws", progress=False)
+    circuits = {a.name for a in arts if a.kind == "circuits"}
+    assert circuits <= {"ioi-0", "ioi-0-sparse"} and "ioi-0" in circuits
+    base = json.loads((tmp_path / "ws" / "circuits" / "ioi-0" / "circuit.json").read_text())
+    assert base["model_id"] == summary["model"] and base["method"]["target_ndf"] == TINY.target_ndf
+    sparse = next(a for a in arts if a.kind == "models")
+    assert "compare/ioi.json" in sparse.manifest["files"] and "attention_report.json" in sparse.manifest["files"]
+    assert set(summary["seconds"]) >= {"cache", "saes", "sae eval", "features", "sparse attention", "circuits", "total"}
+    assert not summary["skipped"]
+
+    # an interrupted demo continues: here every step is complete, so each is skipped and nothing is rewritten
+    before = {a.name: a.manifest["created"] for a in arts}
+    again = run_demo(tmp_path / "ws", TINY, progress=False)
+    redone = set() if circuits == {"ioi-0", "ioi-0-sparse"} else {"circuits"}  # a gapless query is retried
+    assert set(again["skipped"]) == set(summary["seconds"]) - {"total"} - redone
+    assert {a.name: a.manifest["created"] for a in ws.artifacts()} == before
+
     # --overwrite removes only what the manifests list: a user's file blocks it and survives
     (tmp_path / "ws" / "notes.md").write_text("mine")
     with pytest.raises(OutputExistsError, match="notes.md"):
-        run_demo(tmp_path / "ws", overwrite=True, progress=False)
-    assert (tmp_path / "ws" / "notes.md").read_text() == "mine" and len(ws.artifacts()) == len(kinds_before)
+        run_demo(tmp_path / "ws", TINY, overwrite=True, progress=False)
+    assert (tmp_path / "ws" / "notes.md").read_text() == "mine" and len(ws.artifacts()) == len(arts)
     (tmp_path / "ws" / "notes.md").unlink()
     ws.clear()  # what run_demo(overwrite=True) does first
+    assert not (tmp_path / "ws").exists()
+
+
+def test_demo_refuses_an_unknown_task_family(tmp_path):
+    with pytest.raises(BadValueError, match="valid: ioi"):
+        run_demo(tmp_path / "ws", DemoConfig(tasks="ioi,poetry"), progress=False)
     assert not (tmp_path / "ws").exists()

@@ -37,25 +37,34 @@ def streamlit_command(workspace: Path, host: str, port: int) -> list[str]:
     ]
 
 
-def _app(a: argparse.Namespace) -> None:
-    ws = Path(a.workspace).resolve()
+def serve(workspace: Path, host: str, port: int) -> None:
+    """Print the URL and become the Streamlit server (`workbench app`, and `workbench demo` at its end)."""
+    ws = Path(workspace).resolve()
     if not ws.is_dir():
         raise UserError(f"no workspace folder at {ws}: run `workbench demo` first or pass --workspace DIR")
     if not APP.is_file():
         raise UserError(f"the app's entry script {APP} is missing from this installation")
     env = {**os.environ, "WORKBENCH_WORKSPACE": str(ws)}
-    print(f"serving {ws} at http://{a.host}:{a.port}", flush=True)
-    cmd = streamlit_command(ws, a.host, a.port)
+    print(f"serving {ws} at http://{host}:{port}", flush=True)
+    cmd = streamlit_command(ws, host, port)
     os.execve(cmd[0], cmd, env)  # the server becomes this process: Ctrl-C and kill reach it directly
 
 
-def add_commands(sub) -> None:
-    p = sub.add_parser("app", help="browse a workspace's SAEs and features in the Streamlit app")
-    p.add_argument("--workspace", default="workspace", help="workspace folder (default: %(default)s)")
+def _app(a: argparse.Namespace) -> None:
+    serve(Path(a.workspace), a.host, a.port)
+
+
+def add_serve_flags(p) -> None:
     p.add_argument(
         "--host",
         default="127.0.0.1",
         help="address to bind; anything but localhost exposes the app (default: %(default)s)",
     )
     p.add_argument("--port", type=int, default=8501, help="port (default: %(default)s)")
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser("app", help="browse a workspace's SAEs, features, circuits and attention in the Streamlit app")
+    p.add_argument("--workspace", default="workspace", help="workspace folder (default: %(default)s)")
+    add_serve_flags(p)
     p.set_defaults(func=_app)

@@ -28,6 +28,7 @@ HARVEST, SAE, TRAIN, EVAL, MODEL = (
     "eval.",
     "model.",
 )  # namespace prefixes of the config flags
+DEMO = "demo."
 
 
 def _model_train(a: argparse.Namespace) -> None:
@@ -170,9 +171,12 @@ def _ls(a: argparse.Namespace) -> None:
 
 
 def _demo(a: argparse.Namespace) -> None:
-    from workbench.demo import run_demo
+    from workbench.app_cli import serve
+    from workbench.demo import DemoConfig, run_demo
 
-    run_demo(Path(a.workspace), overwrite=a.overwrite, progress=not a.quiet)
+    run_demo(Path(a.workspace), DemoConfig(**config_values(a, DemoConfig, DEMO)), a.overwrite, not a.quiet)
+    if not a.no_serve:
+        serve(Path(a.workspace), a.host, a.port)
 
 
 def _workspace_flag(default_help: str) -> argparse.ArgumentParser:
@@ -282,6 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_feature_commands(sub, parents=[ws])
     from workbench.app_cli import add_commands as add_app_commands
+    from workbench.app_cli import add_serve_flags
 
     add_app_commands(sub)
     from workbench.attention.cli import add_commands as add_attention_commands
@@ -295,13 +300,18 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser(
         "demo",
         parents=[quiet, _workspace_flag("to fill")],
-        help="run the whole workbench on the embedded model into a workspace",
+        help="run the whole workbench on the embedded model into a workspace (resumes), then serve the app",
     )
     d.add_argument(
         "--overwrite",
         action="store_true",
         help="first remove what the workbench made in the workspace (refuses folders holding anything else)",
     )
+    d.add_argument("--no-serve", action="store_true", help="build the workspace only; do not start the app")
+    add_serve_flags(d)
+    from workbench.demo import DemoConfig
+
+    add_config_flags(d, DemoConfig, DEMO)
     d.set_defaults(func=_demo)
     return p
 

@@ -145,26 +145,40 @@ def evaluate_sae(
     ws: Workspace, sae_dir, cache_dir, model_spec: str | None = "tiny", cfg: EvalConfig | None = None
 ) -> dict:
     """Evaluate a saved SAE (`workbench sae eval`): metrics.json, and its manifest updated with the headline."""
-    import json
-
     from workbench import sae
-    from workbench.workspace import MANIFEST
 
     metrics = sae.evaluate(sae_dir, cache_dir, model_spec, cfg)
     flat = {**metrics["reconstruction"], **metrics.get("splice", {})}
     headline = {k: flat[k] for k in SAE_HEADLINE if k in flat}
-    old = Path(sae_dir) / MANIFEST
-    before = json.loads(old.read_text()) if old.is_file() else {}
-    ws.record(
+    rerecord(
+        ws,
         sae_dir,
         "saes",
-        made_by=before.get("made_by", "workbench sae eval"),
-        config=before.get("config", {}),
-        inputs={**before.get("inputs", {}), "cache": Path(cache_dir), "eval_model": model_spec},
+        "workbench sae eval",
+        inputs={"cache": Path(cache_dir), "eval_model": model_spec},
         summary=headline,
-        side_files=tuple(ws.resolve(p) for p in before.get("side_files", [])),
     )
     return metrics
+
+
+def rerecord(ws: Workspace, folder, kind: str, made_by: str, inputs: dict | None = None, summary: dict | None = None):
+    """Rewrite an artifact's manifest after a later step added files or numbers to its folder, keeping what
+    made it (made_by applies when the folder had no manifest); inputs are added, a summary replaces the old."""
+    import json
+
+    from workbench.workspace import MANIFEST
+
+    old = Path(folder) / MANIFEST
+    before = json.loads(old.read_text()) if old.is_file() else {}
+    ws.record(
+        folder,
+        kind,
+        made_by=before.get("made_by", made_by),
+        config=before.get("config", {}),
+        inputs={**before.get("inputs", {}), **(inputs or {})},
+        summary=before.get("summary", {}) if summary is None else summary,
+        side_files=tuple(ws.resolve(p) for p in before.get("side_files", [])),
+    )
 
 
 def circuit_name(query: dict, method: dict) -> str:
@@ -302,14 +316,16 @@ def sparsify_attention(
     out=None,
     name: str | None = None,
     resume: bool = False,
+    report_queries: int = 100,
 ) -> tuple[dict, Path]:
     """Sparse-attention post-training (`workbench attention sparsify`) into <ws>/models/<name> or `out`,
-    recorded as a model (the report says whether the constraint was met); returns (report, folder)."""
+    recorded as a model (the report says whether the constraint was met); returns (report, folder).
+    report_queries: queries per task family for the report's accuracy table."""
     from workbench.attention.train import sparsify
     from workbench.checkpoint import dist_info
 
     folder = Path(out) if out else ws.path("models", name or f"{slug(Path(model_spec).name)}-sparse")
-    report = sparsify(model_spec, folder, cfg, corpus_spec, resume=resume)
+    report = sparsify(model_spec, folder, cfg, corpus_spec, resume=resume, report_queries=report_queries)
     if dist_info()[0] == 0:  # under torchrun, rank 0 records
         ws.record(
             folder,
@@ -331,3 +347,21 @@ def sparsify_attention(
             },
         )
     return report, folder
+
+
+def compare_attention(
+    ws: Workspace, base, sparse, sparse_dir, task: str, n: int = 20, *, n_samples: int = 3, progress: bool = True
+) -> dict:
+    """`workbench attention compare` on one task family, kept with the sparse model as compare/<task>.json
+    (where the app finds it); the model's manifest is rewritten to list the new file."""
+    import json
+
+    from workbench.atomic import atomic_write_text
+    from workbench.attention.compare import compare
+
+    folder = Path(sparse_dir)
+    res = compare(base, sparse, task, n, n_samples=n_samples, progress=progress)
+    (folder / "compare").mkdir(exist_ok=True)
+    atomic_write_text(folder / "compare" / f"{slug(task)}.json", json.dumps(res, indent=1))
+    rerecord(ws, folder, "models", "workbench attention compare")
+    return res

@@ -3,44 +3,11 @@
 import pandas as pd
 import streamlit as st
 
-from app import data, plots, ui
-from workbench.errors import UserError
+from app import live, plots, ui
 
 st.title("Prompt")
 rel = ui.pick_sae("prompt")
 info = ui.sae_info(rel)
-
-
-@st.cache_resource(show_spinner="loading the model...", max_entries=2)
-def load_model(spec: str):
-    from workbench.models import load, model_id
-
-    model, tok = load(spec, device="cpu")
-    return model, model_id(model)
-
-
-@st.cache_resource(show_spinner="loading the SAE...", max_entries=4)
-def load_sae(path: str, stamp: float):
-    from workbench.sae.io import load_sae
-
-    return load_sae(path, device="cpu").eval()
-
-
-def find_model(want: str):
-    """The model the SAE was trained on: the embedded one or a saved model in the workspace, matched by id."""
-    for spec in ["tiny"] + [str(data.resolve(ui.root(), m)) for m in data.model_dirs(ui.root())]:
-        try:
-            model, mid = load_model(spec)
-        except (UserError, ValueError, OSError):
-            continue
-        if mid == want:
-            return model
-    ui.fail(
-        f"the model this SAE reads ({want}) is neither the embedded model nor a saved model in the workspace's "
-        "models/ folder, so it cannot run here"
-    )
-
-
 prompt = ui.synced(
     st.text_input,
     "prompt",
@@ -52,9 +19,8 @@ prompt = ui.synced(
 if prompt.strip():
     import torch
 
-    model = find_model((info["cfg"].get("metadata") or {}).get("model_name"))
-    folder = data.resolve(ui.root(), rel)
-    sae = load_sae(str(folder), (folder / "sae_weights.safetensors").stat().st_mtime)
+    model = live.find_model((info["cfg"].get("metadata") or {}).get("model_name"))
+    sae = live.sae_for(rel)
     hook = info["hook"]
     if len(model.to_tokens(prompt)[0]) > model.cfg.n_ctx:
         ui.fail(f"the prompt is longer than the model's context of {model.cfg.n_ctx} tokens")

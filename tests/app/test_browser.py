@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -22,7 +23,7 @@ from workbench.features import FeatureStore
 
 CHROMIUM = "/usr/bin/chromium"
 REPO = Path(__file__).resolve().parents[2]
-WAIT_MS = 120_000  # waits for the page, not assertions on speed (2 shared cores, cold imports)
+WAIT_MS = 300_000  # waits for the page, not assertions on speed (2 shared cores, cold imports)
 
 pytestmark = pytest.mark.skipif(
     not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is absent (apt-get install chromium; .ci/run installs it)"
@@ -35,13 +36,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def server(feature_workspace, tmp_path):
+@contextmanager
+def serving(workspace, tmp_path):
+    """`workbench app` on a free port, yielding its URL once its health endpoint answers."""
     port = free_port()
     log = open(tmp_path / "server.log", "w")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "workbench.cli", "app", "--workspace", str(feature_workspace), "--port", str(port)],
+        [sys.executable, "-m", "workbench.cli", "app", "--workspace", str(workspace), "--port", str(port)],
         stdout=log,
         stderr=subprocess.STDOUT,
         env=env,
@@ -64,12 +66,51 @@ def server(feature_workspace, tmp_path):
         log.close()
 
 
+@pytest.fixture
+def server(feature_workspace, tmp_path):
+    with serving(feature_workspace, tmp_path) as url:
+        yield url
+
+
+@pytest.fixture
+def circuit_server(circuit_workspace, tmp_path):
+    with serving(circuit_workspace, tmp_path) as url:
+        yield url
+
+
 def settle(page) -> None:
     page.wait_for_selector("[data-testid='stApp'][data-test-script-state='notRunning']", timeout=WAIT_MS)
 
 
-def test_browse_search_feature_neighbour_reload_offline(server, feature_workspace, tmp_path):
+@contextmanager
+def browser_page(requests: list):
+    """A headless Chromium page that records every request and websocket URL into `requests`."""
     from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+        page.on("request", lambda r: requests.append(r.url))
+        page.on("websocket", lambda w: requests.append(w.url))
+        page.set_default_timeout(WAIT_MS)
+        expect.set_options(timeout=WAIT_MS)
+        try:
+            yield page
+        finally:
+            browser.close()
+
+
+def assert_offline(requests: list) -> None:
+    outside = [
+        u
+        for u in requests
+        if urlparse(u).scheme not in ("data", "blob") and urlparse(u).hostname not in ("127.0.0.1", "localhost")
+    ]
+    assert requests and not outside, outside
+
+
+def test_browse_search_feature_neighbour_reload_offline(server, feature_workspace, tmp_path):
+    from playwright.sync_api import expect
 
     rel = next(
         f"saes/run/{p.name}"
@@ -80,13 +121,7 @@ def test_browse_search_feature_neighbour_reload_offline(server, feature_workspac
     word = store.token(int(store.array("token_counts").argmax()))
     first = store.search_token(word)[0]["unit"]
     requests = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.on("request", lambda r: requests.append(r.url))
-        page.on("websocket", lambda w: requests.append(w.url))
-        page.set_default_timeout(WAIT_MS)
-        expect.set_options(timeout=WAIT_MS)
+    with browser_page(requests) as page:
         try:
             page.goto(server)
             settle(page)
@@ -118,11 +153,90 @@ def test_browse_search_feature_neighbour_reload_offline(server, feature_workspac
             page.locator(".js-plotly-plot").first.wait_for()
         finally:
             page.screenshot(path=str(tmp_path / "feature.png"), full_page=True)
-            browser.close()
-    outside = [
-        u
-        for u in requests
-        if urlparse(u).scheme not in ("data", "blob") and urlparse(u).hostname not in ("127.0.0.1", "localhost")
-    ]
-    assert requests and not outside, outside
+    assert_offline(requests)
     assert (tmp_path / "feature.png").stat().st_size > 0
+
+
+def plotly(page, i: int, expr: str):
+    """Evaluate `expr` on the i-th Plotly chart's graph div `d` (its data and layout as Plotly holds them)."""
+    return page.evaluate(f"() => {{ const d = document.querySelectorAll('.js-plotly-plot')[{i}]; return {expr}; }}")
+
+
+def test_circuit_budget_click_download_upload_compare_feature_offline(circuit_server, circuit_workspace, tmp_path):
+    """Open a circuit, move the budget and see the drawing and the curve's mark change, click a head and see
+    its pattern, download the JSON and upload it again (and a wrong file: one line), open the comparison,
+    follow a node to a feature page; nothing leaves localhost. WORKBENCH_SCREENSHOTS=DIR keeps circuit.png."""
+    import json
+
+    from playwright.sync_api import expect
+
+    d = json.loads((circuit_workspace / "circuits" / "ioi-0" / "circuit.json").read_text())
+    in_circuit = {n["name"] for n in d["nodes"] if n["in_circuit"]}
+    layer2 = sorted(n for n in in_circuit if n.startswith(("a2.", "m2")))
+    requests = []
+    with browser_page(requests) as page:
+        try:
+            page.goto(f"{circuit_server}/circuit?circuit=circuits/ioi-0")
+            settle(page)
+            expect(page.get_by_role("heading", name="Circuit")).to_be_visible()
+            page.locator(".js-plotly-plot").nth(1).wait_for()
+            page.get_by_text("edge budget", exact=True).click()
+            settle(page)
+            slider = page.get_by_role("slider").first
+            before_label = page.get_by_text("drawn: top").inner_text()
+            before_x = plotly(page, 1, "d.data[d.data.length - 1].x[0]")
+            slider.focus()
+            slider.press("ArrowRight")
+            settle(page)
+            expect(page.get_by_text("drawn: top")).not_to_have_text(before_label)
+            assert plotly(page, 1, "d.data[d.data.length - 1].x[0]") > before_x  # the mark moved right
+            expect(page).to_have_url(re.compile(r"view=budget.*budget=|budget=.*view=budget"))
+
+            nodes = plotly(page, 0, "d.data[d.data.length - 1].customdata")
+            head = next(i for i, n in enumerate(nodes) if n.startswith("a"))
+            page.locator(".js-plotly-plot").first.locator(".scatterlayer .trace").last.locator(".points path").nth(
+                head
+            ).click(force=True)
+            settle(page)
+            expect(page.get_by_text(f"{nodes[head]}: attention pattern on the prompt")).to_be_visible()
+
+            with page.expect_download() as dl:
+                page.get_by_role("button", name="download workbench JSON").click()
+            saved = tmp_path / "downloaded.json"
+            dl.value.save_as(saved)
+            assert json.loads(saved.read_text())["schema"] == "workbench.circuit"
+            page.get_by_text("upload a circuit JSON").click()
+            bad = tmp_path / "bad.json"
+            bad.write_text(json.dumps({"schema": "someone.else", "edges": []}))
+            page.locator("input[type=file]").set_input_files(str(bad))
+            settle(page)
+            expect(page.get_by_text("not a circuit file")).to_be_visible()
+            page.locator("input[type=file]").set_input_files(str(saved))
+            settle(page)
+            picked = page.locator("[data-testid='stSelectbox']").filter(has_text="uploaded: downloaded.json")
+            expect(picked).to_have_count(1)
+            expect(page).to_have_url(re.compile(r"circuit=uploaded"))
+            page.locator(".js-plotly-plot").first.wait_for()
+            if os.environ.get("WORKBENCH_SCREENSHOTS"):
+                page.goto(f"{circuit_server}/circuit?circuit=circuits/ioi-0&node={nodes[head]}")
+                settle(page)
+                page.locator(".js-plotly-plot").nth(2).wait_for()
+                page.screenshot(path=str(Path(os.environ["WORKBENCH_SCREENSHOTS"]) / "app.png"), full_page=True)
+
+            page.get_by_role("link", name="Compare").click()
+            settle(page)
+            expect(page.get_by_role("heading", name="Compare base and sparse attention")).to_be_visible()
+            expect(page.locator(".js-plotly-plot")).to_have_count(2)
+            expect(page.get_by_text("component edges").first).to_be_visible()
+
+            if layer2:
+                page.goto(f"{circuit_server}/circuit?circuit=circuits/ioi-0&cap=2000&node={layer2[0]}")
+                settle(page)
+                link = page.get_by_role("link", name=re.compile(r"^unit \d+")).first
+                unit = int(link.inner_text().split()[1])
+                link.click()
+                expect(page.get_by_role("heading", name=re.compile(rf"· (latent|block) {unit}$"))).to_be_visible()
+        finally:
+            page.screenshot(path=str(tmp_path / "circuit.png"), full_page=True)
+    assert_offline(requests)
+    assert layer2, "the IOI circuit of the random model has no layer-2 node, so no feature link was followed"

@@ -90,3 +90,14 @@ def test_features_bench_quick(tmp_path):
     text = out.read_text()
     _names_the_commit(text)
     assert "| 256 latents |" in text and "(one shared pass)" in text
+
+
+@pytest.mark.slow
+def test_app_bench_quick(tmp_path):
+    out = tmp_path / "app.md"
+    _run(tmp_path, "bench/app_bench.py", "--quick", "--threads", "1", "--out", out)
+    text = out.read_text()
+    _names_the_commit(text)
+    assert "| sparse attention |" in text and "GPT-2-shaped circuit:" in text
+    if Path("/usr/bin/chromium").exists():
+        assert "| GPT-2-shaped (bench-gpt2-shaped) | 300 |" in text

@@ -1,0 +1,481 @@
+"""A circuit as a bounded, layered drawing: parse the three circuit formats, choose the subgraph, lay it out.
+
+Pure Python + numpy + Plotly (no torch, no Streamlit), so the page sends the browser a graph of at
+most `max_edges` edges whatever the circuit's size, and every filter reports what it hides.
+
+Edges are kept per reader input: a head's query, key and value inputs are separate edges (drawn
+solid, dashed and dotted into three ports on the head's left); a key/value group's edge is drawn into
+each head of the group. The drawn subgraph at a budget other than the saved circuit is the top-k of
+the query's attribution scores (|score|), pruned to input -> logits paths: the same circuit as the
+curve's "top-k" line at that budget, so the marked point's NDF is that circuit's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import plotly.graph_objects as go
+
+from workbench.errors import UserError
+
+FORMATS = {
+    "workbench": "workbench JSON (schema workbench.circuit v1)",
+    "mib": "EAP-IG / MIB JSON",
+    "neuronpedia": "Neuronpedia / circuit-tracer graph JSON",
+}
+MAX_EDGES = 300  # default display cap
+HARD_MAX_EDGES = 2000  # what the page may ask for at most
+POSITIVE, NEGATIVE = "#2166ac", "#b2182b"
+DASH = {"q": "solid", "k": "dash", "v": "dot", "mlp": "solid", "logits": "solid", "in": "solid"}
+PORT = {"q": -0.22, "k": 0.0, "v": 0.22}
+NODE_COLOUR = {"input": "#555555", "head": "#ff7f0e", "mlp": "#2ca02c", "logits": "#9467bd"}
+
+
+class CircuitFormatError(UserError, ValueError):
+    """A JSON file that is none of the circuit formats, or a damaged one."""
+
+
+@dataclass
+class CircuitData:
+    """One circuit's edges as arrays (one row per drawn reader input), plus what the file says about it."""
+
+    n_layers: int
+    n_heads: int
+    src: list[str]  # writer node
+    dst: list[str]  # reader node (a head, an MLP, logits)
+    kind: list[str]  # q | k | v | mlp | logits | in (a head input of unknown kind)
+    score: np.ndarray  # attribution score per row
+    in_circuit: np.ndarray  # bool per row
+    orig: np.ndarray  # graph edge index per row (a KV-group edge spans several rows)
+    n_graph_edges: int
+    fmt: str
+    model_id: str = ""
+    query: dict = field(default_factory=dict)
+    faithfulness: dict = field(default_factory=dict)
+    curve: dict | None = None
+    method: dict = field(default_factory=dict)
+
+    @property
+    def n_circuit_edges(self) -> int:
+        return len(np.unique(self.orig[self.in_circuit]))
+
+
+def detect_format(d) -> str:
+    """Which of FORMATS a parsed JSON file is, or CircuitFormatError naming all three."""
+    if isinstance(d, dict):
+        if d.get("schema") == "workbench.circuit":
+            return "workbench"
+        if {"cfg", "nodes", "edges"} <= set(d):
+            return "mib"
+        if {"metadata", "nodes", "links"} <= set(d):
+            return "neuronpedia"
+    keys = sorted(d)[:6] if isinstance(d, dict) else type(d).__name__
+    raise CircuitFormatError(f"not a circuit file (top level {keys}); valid formats: {'; '.join(FORMATS.values())}")
+
+
+def _split_reader(reader: str, n_heads: int, n_kv_heads: int) -> list[tuple[str, str]]:
+    """A graph reader name -> [(node, kind)]: 'a3.h2<q>' -> [('a3.h2','q')], 'a3.kv0<k>' -> one per head."""
+    if reader == "logits":
+        return [("logits", "logits")]
+    if "<" not in reader:
+        return [(reader, "mlp")]
+    base, kind = reader[:-3], reader[-2]
+    if ".kv" not in base:
+        return [(base, kind)]
+    layer, g = base[1:].split(".kv")
+    per = n_heads // n_kv_heads
+    return [(f"a{layer}.h{int(g) * per + i}", kind) for i in range(per)]
+
+
+def _from_edges(names, scores, member, n_layers, n_heads, n_kv_heads, **info) -> CircuitData:
+    src, dst, kind, score, inc, orig = [], [], [], [], [], []
+    for i, (name, s, m) in enumerate(zip(names, scores, member)):
+        w, _, r = name.partition("->")
+        if not r:
+            raise CircuitFormatError(f"edge name {name!r} is not WRITER->READER")
+        for node, k in _split_reader(r, n_heads, n_kv_heads):
+            src.append(w)
+            dst.append(node)
+            kind.append(k)
+            score.append(s)
+            inc.append(m)
+            orig.append(i)
+    return CircuitData(
+        n_layers,
+        n_heads,
+        src,
+        dst,
+        kind,
+        np.asarray(score, dtype=np.float32),
+        np.asarray(inc, dtype=bool),
+        np.asarray(orig, dtype=np.int64),
+        len(names),
+        **info,
+    )
+
+
+def from_workbench(d: dict) -> CircuitData:
+    try:
+        g = d["graph"]
+        edges = d["edges"]
+        return _from_edges(
+            [e["name"] for e in edges],
+            [float(e["score"]) for e in edges],
+            [bool(e["in_circuit"]) for e in edges],
+            int(g["n_layers"]),
+            int(g["n_heads"]),
+            int(g.get("n_kv_heads", g["n_heads"])),
+            fmt="workbench",
+            model_id=d.get("model_id", ""),
+            query=d.get("query") or {},
+            faithfulness=d.get("faithfulness") or {},
+            curve=d.get("curve"),
+            method=d.get("method") or {},
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        if isinstance(e, UserError):
+            raise
+        raise CircuitFormatError(f"a damaged workbench circuit file ({type(e).__name__}: {e})") from None
+
+
+def from_mib(d: dict) -> CircuitData:
+    """MIB names every edge per head (no KV groups), so its rows are its edges."""
+    try:
+        cfg = d["cfg"]
+        names = list(d["edges"])
+        return _from_edges(
+            names,
+            [float(d["edges"][n]["score"]) for n in names],
+            [bool(d["edges"][n]["in_graph"]) for n in names],
+            int(cfg["n_layers"]),
+            int(cfg["n_heads"]),
+            int(cfg["n_heads"]),
+            fmt="mib",
+            method={"name": "imported from MIB"},
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        if isinstance(e, UserError):
+            raise
+        raise CircuitFormatError(f"a damaged EAP-IG/MIB circuit file ({type(e).__name__}: {e})") from None
+
+
+def from_neuronpedia(d: dict, n_layers: int, n_heads: int, n_graph_edges: int) -> CircuitData:
+    """A component graph written by the workbench: embeddings -> 'input', '{layer}_{head}_{pos}' -> head or
+    MLP (head index n_heads), the target logit -> 'logits'. Links are node to node (a head's q/k/v merged)."""
+    names = {}
+    for n in d["nodes"]:
+        t, nid = n.get("feature_type"), n.get("node_id", "")
+        if t == "embedding":
+            names[nid] = "input"
+        elif t == "logit":
+            names[nid] = "logits"
+        elif t == "mlp reconstruction error":
+            layer, feat, _ = nid.split("_")
+            names[nid] = f"m{layer}" if int(feat) == n_heads else f"a{layer}.h{feat}"
+        else:
+            raise CircuitFormatError(
+                f"node {nid!r} has type {t!r}: only component graphs (the workbench's Neuronpedia export) can be "
+                "drawn here, not feature graphs"
+            )
+    rows: dict[tuple[str, str], float] = {}
+    for link in d["links"]:
+        key = (names[link["source"]], names[link["target"]])
+        rows[key] = rows.get(key, 0.0) + float(link["weight"])
+    src = [s for s, _ in rows]
+    dst = [t for _, t in rows]
+    kind = ["logits" if t == "logits" else "mlp" if t.startswith("m") else "in" for t in dst]
+    meta = d.get("metadata", {})
+    return CircuitData(
+        n_layers,
+        n_heads,
+        src,
+        dst,
+        kind,
+        np.asarray(list(rows.values()), dtype=np.float32),
+        np.ones(len(rows), dtype=bool),
+        np.arange(len(rows)),
+        n_graph_edges,
+        "neuronpedia",
+        model_id=meta.get("scan", ""),
+        query={"prompt": meta.get("prompt"), "str_tokens": meta.get("prompt_tokens")},
+        faithfulness={"ndf": (meta.get("info") or {}).get("ndf")},
+        method={"name": (meta.get("info") or {}).get("method") or "imported from Neuronpedia"},
+    )
+
+
+# ------------------------------------------------------------------ choosing the subgraph
+
+
+def prune(cd: CircuitData, keep: np.ndarray) -> np.ndarray:
+    """Keep only rows on an input -> logits path (a node is alive with an incoming and an outgoing kept row)."""
+    keep = keep.copy()
+    src, dst = np.asarray(cd.src, dtype=object), np.asarray(cd.dst, dtype=object)
+    while True:
+        has_out = set(src[keep]) | {"logits"}
+        has_in = set(dst[keep]) | {"input"}
+        alive = has_out & has_in
+        new = keep & np.fromiter((s in alive and t in alive for s, t in zip(src, dst)), bool, len(src))
+        if (new == keep).all():
+            return keep
+        keep = new
+
+
+def topk_rows(cd: CircuitData, n_edges: int) -> np.ndarray:
+    """Rows of the top n_edges graph edges by |score| (MIB's top-k on the query's own attribution), pruned."""
+    first = np.unique(cd.orig, return_index=True)[1]
+    order = np.argsort(-np.abs(cd.score[first]), kind="stable")[:n_edges]
+    chosen = np.zeros(cd.n_graph_edges, dtype=bool)
+    chosen[cd.orig[first][order]] = True
+    return prune(cd, chosen[cd.orig])
+
+
+@dataclass
+class View:
+    """The rows to draw, and one sentence per filter saying what it hides."""
+
+    rows: np.ndarray  # indices into cd rows, strongest first
+    selected_edges: int  # graph edges in the selection (before the display cap)
+    label: str  # what the selection is
+    hidden: list[str]
+    point: tuple[float, float] | None = None  # (edge fraction, NDF) of the selection on the curve
+
+
+def grid_point(cd: CircuitData, fraction: float) -> tuple[int, float | None, float | None]:
+    """(MIB edge count, search NDF, top-k NDF) at a grid fraction of the curve."""
+    c = cd.curve or {}
+    if fraction in c.get("fractions", []):
+        i = c["fractions"].index(fraction)
+        return c["edges"][i], c["search_ndf"][i], c["topk_ndf"][i]
+    return int(fraction * cd.n_graph_edges), None, None
+
+
+def fraction_for_target(cd: CircuitData, target: float) -> float | None:
+    """The smallest grid fraction whose top-k circuit reaches NDF >= target (None: none does)."""
+    c = cd.curve or {}
+    for f, v in zip(c.get("fractions", []), c.get("topk_ndf", [])):
+        if v >= target:
+            return f
+    return None
+
+
+def choose(cd: CircuitData, fraction: float | None = None, max_edges: int = MAX_EDGES) -> View:
+    """The subgraph to draw: the saved circuit (fraction None) or the top-k circuit at a fraction, then the
+    display cap (the strongest |score| rows). Every filter adds a sentence to `hidden`."""
+    if not 1 <= max_edges <= HARD_MAX_EDGES:
+        raise UserError(f"the display cap must be 1..{HARD_MAX_EDGES} edges, got {max_edges}")
+    nodes_all = set(cd.src) | set(cd.dst)
+    hidden = []
+    if fraction is None:
+        sel = cd.in_circuit.copy()
+        n_sel = len(np.unique(cd.orig[sel]))
+        label = f"the saved circuit ({n_sel} edges, NDF {_fmt(cd.faithfulness.get('ndf'))})"
+        point = (
+            (n_sel / cd.n_graph_edges, cd.faithfulness.get("ndf")) if cd.faithfulness.get("ndf") is not None else None
+        )
+        hidden.append(f"{cd.n_graph_edges - n_sel} graph edges outside the saved circuit")
+    else:
+        k, search_ndf, topk_ndf = grid_point(cd, fraction)
+        raw = np.zeros(len(cd.score), dtype=bool)
+        raw[topk_rows(cd, k)] = True
+        n_sel = len(np.unique(cd.orig[raw]))
+        label = (
+            f"top {k} edges by |attribution| at {100 * fraction:g}% ({n_sel} after pruning), NDF {_fmt(topk_ndf)}"
+            f"; the search's best circuit at this budget reaches NDF {_fmt(search_ndf)}"
+        )
+        point = (fraction, topk_ndf) if topk_ndf is not None else None
+        hidden.append(f"{cd.n_graph_edges - k} graph edges below the top {k} by |score|")
+        if k > n_sel:
+            hidden.append(f"{k - n_sel} of the top {k} off every input -> logits path (pruned)")
+        sel = raw
+    idx = np.flatnonzero(sel)
+    idx = idx[np.argsort(-np.abs(cd.score[idx]), kind="stable")]
+    if len(idx) > max_edges:
+        cut = idx[max_edges:]
+        hidden.append(
+            f"{len(cut)} selected edge inputs weaker than the {max_edges} strongest (display cap, |score| < "
+            f"{abs(float(cd.score[idx[max_edges - 1]])):.3g})"
+        )
+        idx = idx[:max_edges]
+    shown_nodes = {cd.src[i] for i in idx} | {cd.dst[i] for i in idx}
+    hidden.append(f"{len(nodes_all - shown_nodes)} of {len(nodes_all)} nodes touch no drawn edge")
+    return View(idx, n_sel, label, hidden, point)
+
+
+def _fmt(v) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+# ------------------------------------------------------------------ layout and figures
+
+
+def node_kind(node: str) -> str:
+    return node if node in ("input", "logits") else "mlp" if node.startswith("m") else "head"
+
+
+def position(node: str, n_layers: int, n_heads: int) -> tuple[float, float]:
+    """Layer columns left to right: input, then per layer its heads (one row each) and its MLP, then logits."""
+    mid = (n_heads - 1) / 2
+    if node == "input":
+        return 0.0, mid
+    if node == "logits":
+        return 2.0 * n_layers + 1, mid
+    if node.startswith("m"):
+        return 2.0 * int(node[1:]) + 2, mid
+    layer, h = node[1:].split(".h")
+    return 2.0 * int(layer) + 1, float(h)
+
+
+def node_strength(cd: CircuitData, rows: np.ndarray) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for i in rows:
+        for n in (cd.src[i], cd.dst[i]):
+            out[n] = out.get(n, 0.0) + abs(float(cd.score[i]))
+    return out
+
+
+def graph_figure(cd: CircuitData, view: View, selected: str | None = None, height: int = 520) -> go.Figure:
+    """Edges as a few line traces (sign x width class x q/k/v kind), nodes as one clickable marker trace (last)."""
+    pos = {n: position(n, cd.n_layers, cd.n_heads) for n in set(cd.src) | set(cd.dst)}
+    rows = view.rows
+    mags = np.abs(cd.score[rows])
+    edges = np.quantile(mags, [1 / 3, 2 / 3]) if len(rows) else np.array([0.0, 0.0])
+    width_class = np.searchsorted(edges, mags)
+    fig = go.Figure()
+    groups: dict[tuple, list[int]] = {}
+    for j, i in enumerate(rows):
+        groups.setdefault((cd.score[i] >= 0, int(width_class[j]), cd.kind[i]), []).append(int(i))
+    mid_x, mid_y, mid_text = [], [], []
+    for (positive, w, kind), members in sorted(groups.items()):
+        xs, ys = [], []
+        for i in members:
+            (x0, y0), (x1, y1) = pos[cd.src[i]], pos[cd.dst[i]]
+            x0, x1, y1 = x0 + 0.15, x1 - (0.3 if kind in PORT else 0.15), y1 + PORT.get(kind, 0.0)
+            xs += [x0, x1, None]
+            ys += [y0, y1, None]
+            mid_x.append((x0 + x1) / 2)
+            mid_y.append((y0 + y1) / 2)
+            mid_text.append(f"{cd.src[i]} -> {cd.dst[i]}{'<' + kind + '>' if kind in PORT else ''}: {cd.score[i]:+.4g}")
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=ys,
+                mode="lines",
+                line=dict(color=POSITIVE if positive else NEGATIVE, width=(1, 2.5, 5)[w], dash=DASH[kind]),
+                opacity=0.55,
+                hoverinfo="skip",
+                showlegend=False,
+            )
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=mid_x,
+            y=mid_y,
+            mode="markers",
+            marker=dict(size=5, color="rgba(0,0,0,0.15)"),
+            text=mid_text,
+            hovertemplate="%{text}<extra>edge</extra>",
+            showlegend=False,
+        )
+    )
+    for name, style in (("positive score", dict(color=POSITIVE)), ("negative score", dict(color=NEGATIVE))):
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=style, name=name))
+    for kind, label in (("q", "into query"), ("k", "into key"), ("v", "into value")):
+        fig.add_trace(
+            go.Scatter(x=[None], y=[None], mode="lines", line=dict(color="#777", dash=DASH[kind]), name=label)
+        )
+    strength = node_strength(cd, rows)
+    names = sorted(strength, key=lambda n: pos[n])
+    top = max(strength.values(), default=1.0) or 1.0
+    fig.add_trace(
+        go.Scatter(
+            x=[pos[n][0] for n in names],
+            y=[pos[n][1] for n in names],
+            mode="markers+text",
+            text=names,
+            textposition="top center",
+            customdata=names,
+            marker=dict(
+                size=[10 + 18 * strength[n] / top for n in names],
+                color=[NODE_COLOUR[node_kind(n)] for n in names],
+                line=dict(width=[3 if n == selected else 0 for n in names], color="black"),
+            ),
+            hovertemplate="%{customdata}<br>sum |score| of drawn edges %{marker.size:.0f}<extra>click for details</extra>",
+            name="nodes (click one)",
+        )
+    )
+    ticks = [0] + [2 * layer + 1 for layer in range(cd.n_layers)] + [2 * cd.n_layers + 1]
+    labels = ["input"] + [f"L{layer}" for layer in range(cd.n_layers)] + ["logits"]
+    fig.update_layout(
+        height=height,
+        margin=dict(l=10, r=10, t=30, b=30),
+        xaxis=dict(tickvals=ticks, ticktext=labels, showgrid=False, zeroline=False),
+        yaxis=dict(visible=False, autorange="reversed"),
+        legend=dict(orientation="h", y=-0.08),
+        clickmode="event+select",
+        dragmode=False,
+    )
+    return fig
+
+
+def curve_figure(cd: CircuitData, point: tuple[float, float] | None = None) -> go.Figure:
+    """NDF and NFS against % edges, search vs top-k, CPR/CMD in the title; the drawn selection marked."""
+    c = cd.curve
+    x = [100 * f for f in c["fractions"]]
+    fig = go.Figure()
+    for key, name, colour, dash in (
+        ("search_ndf", "NDF search", "#1f77b4", "solid"),
+        ("topk_ndf", "NDF top-k", "#ff7f0e", "solid"),
+        ("search_cpr_f", "NFS search", "#1f77b4", "dot"),
+        ("topk_cpr_f", "NFS top-k", "#ff7f0e", "dot"),
+    ):
+        fig.add_trace(go.Scatter(x=x, y=c[key], mode="lines+markers", name=name, line=dict(color=colour, dash=dash)))
+    if point is not None and point[1] is not None:
+        fig.add_trace(
+            go.Scatter(
+                x=[100 * point[0]],
+                y=[point[1]],
+                mode="markers",
+                marker=dict(symbol="star", size=16, color="#d62728"),
+                name="drawn",
+            )
+        )
+    fig.update_layout(
+        title=f"CPR search {c['search_cpr']:.3f} / top-k {c['topk_cpr']:.3f}<br>"
+        f"CMD search {c['search_cmd']:.3f} / top-k {c['topk_cmd']:.3f}",
+        xaxis=dict(title="% of graph edges", type="log"),
+        yaxis_title="NDF / NFS",
+        height=340,
+        margin=dict(l=40, r=10, t=60, b=40),
+        legend=dict(orientation="h", y=-0.3),
+    )
+    return fig
+
+
+def grid_rows(cd: CircuitData) -> list[dict]:
+    """Search vs top-k at each grid point of the curve: the table beside the curve."""
+    c = cd.curve or {}
+    return [
+        {
+            "% edges": 100 * f,
+            "edges": k,
+            "NDF search": s,
+            "NDF top-k": t,
+            "NFS search": cs,
+            "NFS top-k": ct,
+        }
+        for f, k, s, t, cs, ct in zip(
+            c.get("fractions", []),
+            c.get("edges", []),
+            c.get("search_ndf", []),
+            c.get("topk_ndf", []),
+            c.get("search_cpr_f", []),
+            c.get("topk_cpr_f", []),
+        )
+    ]
+
+
+def edges_at_ndf(cd: CircuitData, target: float, line: str = "search_ndf") -> int | None:
+    """Edges of the smallest grid circuit on `line` reaching NDF >= target (None: none on the grid does)."""
+    c = cd.curve or {}
+    return next((k for k, v in zip(c.get("edges", []), c.get(line, [])) if v >= target), None)

@@ -1,0 +1,112 @@
+"""Attention page: a sparse-attention model's patterns next to its base model's (the report's examples or a
+typed prompt run live), and its open-edge fraction per layer and head."""
+
+import pandas as pd
+import streamlit as st
+
+from app import circuits_ui as cu
+from app import data, live, patterns, ui
+
+st.title("Attention")
+rel, r = cu.pick_sparse_model("attention")
+
+cfg = r.get("config", {})
+st.caption(
+    f"{r.get('model_id', rel)} from {r.get('base_model', '?')} · {cfg.get('steps', '?')} steps of {cfg.get('batch_size', '?')} "
+    f"sequences (selected step {r.get('selected_step', '?')})"
+)
+c = st.columns(4)
+c[0].metric(
+    "constraint", "met" if r.get("constraint_met") else "NOT met", help=f"held-out CE <= base + {r.get('tolerance')}"
+)
+c[1].metric(
+    "held-out CE (base → sparse)",
+    f"{r['ce']['base']:.4f} → {r['ce']['sparse']:.4f}",
+    f"{r['ce']['increase']:+.4f}",
+    delta_color="inverse",
+)
+c[2].metric("open edges", f"{100 * r['open_fraction']:.2f}%")
+c[3].metric("open keys per query per head", f"{r['mean_open_keys_per_query']:.2f}")
+st.plotly_chart(
+    patterns.open_fraction_heatmap(
+        r["open_fraction_per_head"], r["open_fraction_per_layer"], r.get("mean_open_keys_per_query_per_head")
+    ),
+    key="open",
+)
+acc = r.get("task_accuracy") or {}
+tasks = sorted(set(r["ce_per_task"]["base"]) | set(acc.get("base", {})))
+st.dataframe(
+    pd.DataFrame(
+        [
+            {
+                "family": t,
+                "CE base": r["ce_per_task"]["base"].get(t),
+                "CE sparse": r["ce_per_task"]["sparse"].get(t),
+                "accuracy base": acc.get("base", {}).get(t),
+                "accuracy sparse": acc.get("sparse", {}).get(t),
+            }
+            for t in tasks
+        ]
+    ),
+    hide_index=True,
+)
+
+st.subheader("attention patterns, base vs sparse")
+ex = r.get("examples") or {}
+sources = {"examples": "the report's example prompts", "prompt": "a typed prompt (run live)"}
+if not ex.get("base"):
+    sources.pop("examples")
+src = cu.choice(
+    st.radio, "source", list(sources), "w_att_source", label="prompt", format_func=sources.get, horizontal=True
+)
+if src == "examples":
+    fam = cu.choice(st.selectbox, "family", list(ex["base"]), "w_att_fam", label="task family")
+    rows = ex["base"][fam]
+    i = cu.choice(
+        st.selectbox,
+        "example",
+        list(range(len(rows))),
+        "w_att_ex",
+        label="example",
+        format_func=lambda j: rows[j]["prompt"],
+    )
+    base_row, sparse_row = ex["base"][fam][i], ex["sparse"][fam][i]
+    toks, pb, ps = base_row["str_tokens"], base_row["patterns"], sparse_row["patterns"]
+else:
+    text = ui.synced(
+        st.text_input,
+        "prompt",
+        st.query_params.get("prompt", ""),
+        "w_att_prompt",
+        label="prompt",
+        placeholder="type a prompt and press Enter",
+    )
+    if not text.strip():
+        st.stop()
+    sparse_spec = str(data.resolve(ui.root(), rel))
+    model, _ = live.load_model(sparse_spec)
+    tokens = model.to_tokens(text)[0].tolist()
+    if len(tokens) > model.cfg.n_ctx:
+        ui.fail(f"the prompt is longer than the model's context of {model.cfg.n_ctx} tokens")
+    try:
+        base_spec = live.spec_of(r.get("base_model", ""), "this sparse model was trained from")
+    except live.ModelNotFound as e:
+        ui.fail(e)
+    base_res = live.run_prompt(base_spec, tuple(tokens))
+    sparse_res = live.run_prompt(sparse_spec, tuple(tokens))
+    toks, pb, ps = base_res["str_tokens"], base_res["patterns"], sparse_res["patterns"]
+n_layers, n_heads = len(pb), len(pb[0])
+lc = st.columns(2)
+layer = lc[0].selectbox("layer", list(range(n_layers)), key="w_att_layer")
+head = lc[1].selectbox("head", list(range(n_heads)), key="w_att_head")
+pc = st.columns(2)
+pc[0].plotly_chart(patterns.attention_heatmap(pb[layer][head], toks, f"base a{layer}.h{head}"), key="pat_base")
+pc[1].plotly_chart(
+    patterns.attention_heatmap(
+        ps[layer][head],
+        toks,
+        f"sparse a{layer}.h{head} ({100 * r['open_fraction_per_head'][layer][head]:.1f}% open on held-out text)",
+    ),
+    key="pat_sparse",
+)
+st.caption("blank cells: future keys (causal mask); in the sparse model a closed gate gives an exact 0")

@@ -1,0 +1,92 @@
+"""Compare: one query's circuit in the base and the sparse-attention model side by side, edge counts at equal
+NDF, and the per-task table of `workbench attention compare`."""
+
+import pandas as pd
+import streamlit as st
+
+from app import circuit_graph as cg
+from app import circuits_ui as cu
+from app import data, ui
+
+TARGETS = (0.5, 0.6, 0.7, 0.8, 0.9)
+
+st.title("Compare base and sparse attention")
+rel, report = cu.pick_sparse_model("compare")
+folder = data.resolve(ui.root(), rel)
+base_id, sparse_id = report.get("base_model"), report.get("model_id")
+
+
+def key(cd):
+    return cd.query.get("prompt"), cd.query.get("answer")
+
+
+found = {rel_c: cu.circuit(rel_c) for rel_c in data.circuit_dirs(ui.root())}
+sparse_by_query = {key(cd): r for r, cd in found.items() if cd.model_id == sparse_id}
+pairs = [r for r, cd in found.items() if cd.model_id == base_id and key(cd) in sparse_by_query]
+st.caption(f"base {base_id} · sparse {sparse_id} · {len(pairs)} queries with a circuit in both models")
+
+if pairs:
+    base_rel = cu.pick_circuit("compare", pairs, label="query (base-model circuit)")
+    sparse_rel = sparse_by_query[key(found[base_rel])]
+    b, s = found[base_rel], found[sparse_rel]
+    st.markdown(f"**{b.query.get('prompt')}** → `{b.query.get('answer')}`")
+    rows = [
+        {
+            "": "saved circuit",
+            "base edges": b.n_circuit_edges,
+            "base NDF": b.faithfulness.get("ndf"),
+            "sparse edges": s.n_circuit_edges,
+            "sparse NDF": s.faithfulness.get("ndf"),
+        }
+    ]
+    for t in TARGETS:
+        eb, es = cg.edges_at_ndf(b, t), cg.edges_at_ndf(s, t)
+        rows.append(
+            {
+                "": f"NDF ≥ {t} (search, MIB grid)",
+                "base edges": eb,
+                "base NDF": t,
+                "sparse edges": es,
+                "sparse NDF": t,
+                "base/sparse": eb / es if eb and es else None,
+            }
+        )
+    st.dataframe(pd.DataFrame(rows), hide_index=True)
+    st.caption(
+        "the grid rows: edges of the smallest budget on the MIB grid where the search's circuit reaches the NDF "
+        "(a grid point, so an upper bound on the fewest edges); empty: no grid budget reaches it"
+    )
+    cap = 150
+    cols = st.columns(2)
+    for col, name, r, cd in ((cols[0], "base", base_rel, b), (cols[1], "sparse attention", sparse_rel, s)):
+        with col:
+            st.markdown(f"**{name}**: {r.split('/')[-1]}")
+            cu.draw(cd, cu.view(r, cd, None, cap), f"graph_{name}", height=420)
+            st.page_link(ui.CIRCUIT, label=f"open the {name} circuit", query_params={"circuit": r})
+else:
+    st.info(
+        "no query has a circuit in both models yet: find one with the Run page on each model (the demo finds "
+        "several per task family)"
+    )
+
+st.subheader("per task: `workbench attention compare`")
+files = sorted((folder / "compare").glob("*.json"))
+if not files:
+    st.info(f"no compare results in {rel}/compare (the demo writes them; or `workbench attention compare --out`)")
+for p in files:
+    res = data.read_json(p)
+    table = []
+    for t, summ in res.get("summary", {}).items():
+        for level, k in (
+            ("component edges", "component_edges"),
+            ("heads + MLPs", "nodes"),
+            ("attention entries", "token_entries"),
+        ):
+            d = summ[k]
+            table.append(
+                {"NDF": t, "level": level, "base": d["base"], "sparse": d["sparse"], "base/sparse": d["ratio"]}
+            )
+    st.markdown(
+        f"**{res.get('task', p.stem)}**: {res.get('n_used', 0)}/{res.get('n', 0)} queries with a gap on both models"
+    )
+    st.dataframe(pd.DataFrame(table), hide_index=True)

@@ -1,0 +1,155 @@
+"""app/circuit_graph.py without Streamlit: the three formats read back, the subgraph matches the engine's
+top-k and pruning, the display cap and every filter say what they hide, the figures carry what they claim."""
+
+import numpy as np
+import pytest
+import torch
+
+from app import circuit_graph as cg
+from app import patterns
+from workbench.circuits import export
+from workbench.circuits.graph import Graph
+from workbench.circuits.metrics import MIB_GRID
+from workbench.circuits.select import greedy, prune, topk
+from workbench.circuits.types import Circuit
+from workbench.errors import UserError
+
+PLAIN = Graph(3, 4, 4, 32)
+GROUPED = Graph(3, 4, 2, 32)
+
+
+def circuit(graph: Graph, seed: int = 0, k: int = 40) -> Circuit:
+    """A real Circuit object (the finder's own type and JSON) with random scores; its members grown greedily
+    from the logits (so the circuit is connected and not empty)."""
+    g = torch.Generator().manual_seed(seed)
+    scores = torch.randn(graph.n_edges, generator=g)
+    tokens = list(range(1, 7))
+    curve = {
+        "fractions": list(MIB_GRID),
+        "edges": [int(f * graph.n_edges) for f in MIB_GRID],
+        "search_ndf": [min(1.0, 2 * f) for f in MIB_GRID],
+        "topk_ndf": [min(1.0, f) for f in MIB_GRID],
+        "search_cpr_f": list(MIB_GRID),
+        "topk_cpr_f": list(MIB_GRID),
+        "search_cpr": 0.5,
+        "topk_cpr": 0.4,
+        "search_cmd": 0.1,
+        "topk_cmd": 0.2,
+    }
+    return Circuit(
+        graph,
+        greedy(graph, scores.abs(), k),
+        scores,
+        query={"prompt": "a b c", "tokens": tokens, "str_tokens": list("abcdef"), "answer": "x", "answer_id": 3},
+        method={"name": "test"},
+        model_id="m@1",
+        faithfulness={"ndf": 0.9, "nfs": 0.95, "answer_prob": 0.5},
+        curve=curve,
+        per_position=torch.randn(len(tokens), graph.n_edges, generator=g),
+    )
+
+
+def graph_edges(cd, rows) -> set[int]:
+    return set(cd.orig[rows].tolist())
+
+
+@pytest.mark.parametrize("graph", [PLAIN, GROUPED])
+def test_workbench_and_mib_files_give_the_same_circuit(graph):
+    c = circuit(graph)
+    a = cg.from_workbench(c.to_dict())
+    b = cg.from_mib(export.to_mib(c))
+    assert a.n_graph_edges == graph.n_edges and a.n_circuit_edges == c.n_edges
+    key = lambda cd: sorted(
+        (s, d, k, round(float(v), 5)) for s, d, k, v, m in zip(cd.src, cd.dst, cd.kind, cd.score, cd.in_circuit) if m
+    )
+    assert key(a) == key(b)  # MIB names KV-group edges per head; the workbench file per group
+    assert {"q", "k", "v", "mlp", "logits"} == set(a.kind)
+
+
+@pytest.mark.parametrize("graph", [PLAIN, GROUPED])
+def test_pruning_and_top_k_match_the_engine(graph):
+    c = circuit(graph, seed=3)
+    cd = cg.from_workbench(c.to_dict())
+    for k in (1, 5, 30, 200):
+        engine = set(topk(graph, c.scores.abs(), k).nonzero().flatten().tolist())
+        assert graph_edges(cd, cg.topk_rows(cd, k)) == engine
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        m = torch.from_numpy(rng.random(graph.n_edges) < 0.05)
+        mine = cg.prune(cd, m.numpy()[cd.orig])
+        assert set(cd.orig[mine].tolist()) == set(prune(graph, m).nonzero().flatten().tolist())
+
+
+def test_neuronpedia_graph_draws_the_circuit_s_nodes():
+    c = circuit(PLAIN)
+    cd = cg.from_neuronpedia(export.to_neuronpedia(c), PLAIN.n_layers, PLAIN.n_heads, PLAIN.n_edges)
+    assert c.n_edges > 0 and set(cd.src) | set(cd.dst) == set(c.nodes)
+    assert cd.model_id == "m@1" and cd.query["str_tokens"] == list("abcdef")
+    feature_graph = export.to_neuronpedia(c)
+    feature_graph["nodes"][1]["feature_type"] = "cross layer transcoder"
+    with pytest.raises(cg.CircuitFormatError, match="only component graphs"):
+        cg.from_neuronpedia(feature_graph, 3, 4, PLAIN.n_edges)
+
+
+@pytest.mark.parametrize("bad", [[1, 2], {"schema": "other"}, {"cfg": {}, "nodes": {}}])
+def test_other_json_is_refused_naming_the_valid_formats(bad):
+    with pytest.raises(cg.CircuitFormatError, match="valid formats: workbench JSON"):
+        cg.detect_format(bad)
+
+
+def test_choose_states_what_each_filter_hides():
+    c = circuit(PLAIN, k=60)
+    cd = cg.from_workbench(c.to_dict())
+    v = cg.choose(cd, None, max_edges=10)
+    assert len(v.rows) == 10 and v.selected_edges == c.n_edges
+    strongest = np.sort(np.abs(cd.score[cd.in_circuit]))[::-1][:10]
+    np.testing.assert_allclose(np.sort(np.abs(cd.score[v.rows]))[::-1], strongest)
+    text = " ".join(v.hidden)
+    assert f"{PLAIN.n_edges - c.n_edges} graph edges outside the saved circuit" in text
+    assert f"{c.n_edges - 10} selected edge inputs weaker than the 10 strongest" in text
+    drawn = {cd.src[i] for i in v.rows} | {cd.dst[i] for i in v.rows}
+    assert f"{len(PLAIN.nodes) - len(drawn)} of {len(PLAIN.nodes)} nodes" in text
+    f = MIB_GRID[5]
+    at = cg.choose(cd, f, max_edges=2000)
+    k = int(f * PLAIN.n_edges)
+    assert graph_edges(cd, at.rows) == set(topk(PLAIN, c.scores.abs(), k).nonzero().flatten().tolist())
+    assert at.point == (f, c.curve["topk_ndf"][5]) and f"top {k} edges" in at.label
+    assert cg.fraction_for_target(cd, 0.05) == 0.05 and cg.fraction_for_target(cd, 1.1) is None
+    with pytest.raises(UserError, match="display cap"):
+        cg.choose(cd, None, max_edges=0)
+
+
+def test_graph_figure_draws_each_row_once_with_clickable_nodes_last():
+    c = circuit(GROUPED, k=80)
+    cd = cg.from_workbench(c.to_dict())
+    v = cg.choose(cd, None, max_edges=50)
+    fig = cg.graph_figure(cd, v, selected="logits")
+    lines = [t for t in fig.data if t.mode == "lines" and t.x and t.x[0] is not None]
+    assert sum(len(t.x) // 3 for t in lines) == len(v.rows)
+    dashes = {t.line.dash for t in lines}
+    assert dashes <= {"solid", "dash", "dot"} and len({t.line.color for t in lines}) == 2
+    nodes = fig.data[-1]
+    assert list(nodes.customdata) == list(nodes.text) and "logits" in nodes.customdata
+    assert max(nodes.marker.line.width) == 3  # the selected node is outlined
+    edges = fig.data[len(lines)]
+    assert len(edges.text) == len(v.rows) and all("->" in t for t in edges.text)
+
+
+def test_curve_marks_the_drawn_point_and_the_grid_table_lists_both_lines():
+    cd = cg.from_workbench(circuit(PLAIN).to_dict())
+    fig = cg.curve_figure(cd, (0.02, 0.5))
+    assert [t.name for t in fig.data] == ["NDF search", "NDF top-k", "NFS search", "NFS top-k", "drawn"]
+    assert fig.data[-1].x == (2.0,) and "CPR search 0.500" in fig.layout.title.text
+    rows = cg.grid_rows(cd)
+    assert len(rows) == len(MIB_GRID) and rows[4]["NDF search"] == pytest.approx(0.04)
+    assert cg.edges_at_ndf(cd, 0.5) == int(0.5 * PLAIN.n_edges)  # search NDF 2f: first reaches 0.5 at f = 0.5
+    assert cg.edges_at_ndf(cd, 0.6, "topk_ndf") == PLAIN.n_edges and cg.edges_at_ndf(cd, 1.5) is None
+
+
+def test_attention_heatmap_blanks_future_keys_and_labels_positions():
+    a = np.tril(np.full((3, 3), 0.5))
+    fig = patterns.attention_heatmap(a, ["x", "x", "y"], "t")
+    z = np.array(fig.data[0].z, dtype=float)
+    assert np.isnan(z[0, 1]) and z[1, 0] == 0.5 and list(fig.data[0].x) == ["0:x", "1:x", "2:y"]
+    fig = patterns.open_fraction_heatmap([[0.1, 0.2]], [0.15], [[1.0, 2.0]])
+    assert fig.data[0].y == ("layer 0 (15.0%)",) and "2.00 keys" in fig.data[0].text[0][1]
