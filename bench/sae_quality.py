@@ -9,10 +9,15 @@
 3. evaluate each on held-out tokens (workbench.sae.evaluate) and write bench/results/sae_quality.md
    (and the raw rows as JSON lines beside the SAEs).
 
-The claims checked: every architecture reaches FVU < 0.2 at its configured sparsity; the scaffold
-lowers the dense-latent count at matched L0 (several ranks); Matryoshka has lower absorption than
-BatchTopK at the same L0; block-sparse SAEs with blocks of 2-4 reach a lower description length or
-FVU than Top-k with the same number of active dimensions. Nothing here is tuned to make a claim hold.
+The claims checked: every architecture reaches FVU < 0.2 at its configured sparsity; every
+architecture compared with Top-k at matched L0 (16 latents per token: the thresholded block
+architectures hold it with their target_l0 controller, beside their fixed-coefficient runs); the
+scaffold lowers the dense-latent count at matched L0 (several ranks); Matryoshka has lower
+absorption than BatchTopK at the same L0; block-sparse SAEs with blocks of 2-4 reach a lower
+description length or FVU than Top-k with the same number of active dimensions. Nothing here is
+tuned to make a claim hold.
+
+    .venv/bin/python bench/sae_quality.py --quick --out /tmp/q.md   # smoke run on tiny sizes (~5 min)
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import argparse
 import datetime
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,22 +36,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 
 from workbench.sae import SAEConfig, TrainConfig, evaluate, train  # noqa: E402
+from workbench.sae.io import read_info  # noqa: E402
 
 HOOK = "blocks.2.hook_resid_post"
 PREFIXES = [64, 128, 256, 512, 1024]
 OUT = harness.BENCH / "results" / "sae_quality.md"
+L0 = 16  # the matched L0: Top-k's k; 4 blocks of 4 for the block architectures
 
 
 def main_configs() -> list[SAEConfig]:
     return [
-        # each architecture at its configured sparsity (16 latents, or 5 blocks of 3 = 15 dimensions)
-        SAEConfig("topk", k=16, n_latents=1024),
-        SAEConfig("batchtopk", k=16, n_latents=1024),
-        SAEConfig("matryoshka", k=16, n_latents=1024, prefixes=PREFIXES),
-        SAEConfig("block_topk", n_latents=1020, block_size=3, n_active_blocks=5),
-        SAEConfig("grassmannian", n_latents=1020, block_size=3, n_active_blocks=5),
-        SAEConfig("group_lasso", n_latents=1020, block_size=3, n_active_blocks=5),
-        SAEConfig("block_jumprelu", n_latents=1020, block_size=3, n_active_blocks=5),
+        # every architecture at L0 = 16: Top-k's k, 4 active blocks of 4, or a target_l0 the controller holds
+        SAEConfig("topk", k=L0, n_latents=1024),
+        SAEConfig("batchtopk", k=L0, n_latents=1024),
+        SAEConfig("matryoshka", k=L0, n_latents=1024, prefixes=PREFIXES),
+        SAEConfig("block_topk", n_latents=1024, block_size=4, n_active_blocks=L0 // 4),
+        SAEConfig("grassmannian", n_latents=1024, block_size=4, n_active_blocks=L0 // 4),
+        SAEConfig("group_lasso", n_latents=1024, block_size=4, n_active_blocks=L0 // 4, target_l0=L0),
+        SAEConfig("block_jumprelu", n_latents=1024, block_size=4, n_active_blocks=L0 // 4, target_l0=L0),
+        # the thresholded ones with their fixed default coefficients (where L0 drifts), from the same start
+        SAEConfig("group_lasso", n_latents=1024, block_size=4, n_active_blocks=L0 // 4),
+        SAEConfig("block_jumprelu", n_latents=1024, block_size=4, n_active_blocks=L0 // 4),
         # the scaffold at matched sparsity (same k), ranks 2, 8, 32
         *[SAEConfig(a, k=16, n_latents=1024, scaffold_rank=r) for a in ("topk", "batchtopk") for r in (2, 8, 32)],
         SAEConfig("matryoshka", k=16, n_latents=1024, prefixes=PREFIXES, scaffold_rank=8),
@@ -89,6 +100,7 @@ def evaluate_row(folder: Path, cache: Path, eval_tokens: int) -> dict:
     t = time.time()
     m = evaluate(folder, cache, "tiny", max_tokens=eval_tokens, n_sequences=256, device="cpu")
     r, s = m["reconstruction"], m["splice"]
+    info = read_info(folder)
     return {
         "sae": folder.name,
         "fvu": r["fvu"],
@@ -105,6 +117,8 @@ def evaluate_row(folder: Path, cache: Path, eval_tokens: int) -> dict:
         "absorption": m["absorption"]["absorption"],
         "probe_k1": m["probing"]["mean_k1"],
         "probe_k5": m["probing"]["mean_k5"],
+        "target_l0": info["sae_config"].get("target_l0"),
+        "sparsity_coef": info.get("final", {}).get("sparsity_coef"),  # lambda at the end of training
         "eval_s": round(time.time() - t),
     }
 
@@ -152,7 +166,7 @@ def report(rows: list[dict], args, timings: dict) -> str:
             "",
             f"- Commit: {harness.commit()}",
             f"- Date: {datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds')}; command: "
-            f"`OMP_NUM_THREADS=1 .venv/bin/python bench/sae_quality.py` ({', '.join(f'{k} {v:.0f} s' for k, v in timings.items())})",
+            f"`OMP_NUM_THREADS=1 .venv/bin/python bench/sae_quality.py{''.join(' ' + a for a in sys.argv[1:])}` ({', '.join(f'{k} {v:.0f} s' for k, v in timings.items())})",
             f"- Data: `{HOOK}` of the embedded model over the synthetic corpus, {args.cache_tokens:,} cached tokens "
             f"(5% held out); every SAE of a run sees the same {args.n_tokens:,} training tokens in the same order "
             f"(batch {args.batch_size}, Adam lr {args.lr}, 50 warm-up steps, linear decay over the last 20%).",
@@ -201,6 +215,7 @@ def report(rows: list[dict], args, timings: dict) -> str:
                 f"BatchTopK {by[b]['absorption']:.3f} (L0 {by[b]['l0']:.1f}) -> "
                 f"{'lower' if by[m]['absorption'] < by[b]['absorption'] else 'NOT lower'}."
             )
+    lines += matched_l0(by)
     ref = "topk_n1024_k12_seed0"
     if ref in by:
         blocks = [
@@ -217,6 +232,52 @@ def report(rows: list[dict], args, timings: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def matched_l0(by: dict[str, dict]) -> list[str]:
+    """The table of every architecture at L0 = 16, and the claims about holding and comparing it."""
+    names = [c.resolve(d_in=128).name for c in main_configs()[:9]]  # n_latents is fixed: names do not use d_in
+    rows = [by[n] for n in names if n in by]
+    if not rows:
+        return []
+    top = by.get(names[0])
+    body = [
+        [
+            r["sae"],
+            f"{r['target_l0']:g} (controller)"
+            if r["target_l0"] is not None
+            else "fixed by k / blocks"
+            if r["sparsity_coef"] is None
+            else "none (fixed coefficient)",
+            _f(r["l0"], "{:.1f}"),
+            _f(r["sparsity_coef"], "{:.3g}"),
+            _f(r["fvu"]),
+            _f(r["fvu"] / top["fvu"], "{:.2f}x") if top else "–",
+            _f(r["bits"], "{:.1f}"),
+            _f(r["ce_rec"], "{:.4f}"),
+            _f(r["absorption"]),
+            f"{r['probe_k1']:.3f} / {r['probe_k5']:.3f}",
+        ]
+        for r in rows
+    ]
+    head = ["SAE", "target L0", "held-out L0", "final lambda", "FVU", "FVU / Top-k's", "bits/token"]
+    out = ["", f"## Every architecture at matched L0 = {L0}", ""]
+    out += harness.table(head + ["CE recovered", "absorption", "probe k=1 / k=5"], body)
+    held = [r for r in rows if r["target_l0"] is not None or r["sparsity_coef"] is None]
+    off = [(r["sae"], r["l0"]) for r in held if abs(r["l0"] - L0) > 0.1 * L0]
+    out += [
+        "",
+        f"- **Every architecture within 10% of L0 {L0} on held-out tokens** (the thresholded ones by their "
+        f"target_l0 controller): {'met' if not off else 'missed: ' + ', '.join(f'{n} at {v:.1f}' for n, v in off)}.",
+    ]
+    drift = [r for r in rows if r["target_l0"] is None and r["sparsity_coef"] is not None]
+    if drift:
+        out.append(
+            "- The same architectures with a fixed coefficient, from the same start: "
+            + ", ".join(f"{r['sae']} L0 {r['l0']:.1f} (FVU {r['fvu']:.3f})" for r in drift)
+            + "."
+        )
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--work", type=Path, default=harness.WORK / "sae_quality")
@@ -228,7 +289,12 @@ def main() -> None:
     p.add_argument("--seeds", type=int, nargs="*", default=[1], help="extra seeds for the scaffold/Matryoshka suite")
     p.add_argument("--resume", action="store_true", help="continue interrupted training runs")
     p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--quick", action="store_true", help="tiny sizes, no extra seeds: checks the script runs")
     args = p.parse_args()
+    if args.quick:
+        args.cache_tokens, args.n_tokens, args.eval_tokens, args.seeds = 40_000, 40_960, 2_000, []
+        harness.WORK.mkdir(parents=True, exist_ok=True)
+        args.work = Path(tempfile.mkdtemp(prefix="sae_quality_quick-", dir=harness.WORK))
     torch.manual_seed(0)
     cache = args.work / "cache"
     timings = {}

@@ -117,6 +117,7 @@ def run_sae(
     extra: dict | None = None,
     base_rss: float | None = None,
     before_step=None,
+    n_dead=None,
 ) -> dict:
     """Time `step(x, i)` per batch, then the held-out FVU; peak memory above the loaded-data baseline.
 
@@ -124,11 +125,15 @@ def run_sae(
     optimiser state count as training memory); the peak is VmHWM since then.
     before_step(x, i): called untimed before each step (the workbench times its reference matmul
     there, so the two are measured under the same load).
+    n_dead(): the library's own count of dead latents, read untimed before each step: AuxK works
+    on the steps where it is above 0.
     """
     data = cfg["_data"]
-    times = []
+    times, dead = [], []
     for i in range(data.n_steps):
         x = data.batch(i)
+        if n_dead is not None:
+            dead.append(int(n_dead()))
         if before_step is not None:
             before_step(x, i)
         t0 = time.perf_counter()
@@ -154,6 +159,11 @@ def run_sae(
         "rss_train_mb": peak - base_rss if base_rss is not None else None,
         "versions": versions(*packages),
     }
+    if dead:
+        n = out["n_latents"]
+        out["dead_frac"] = [c / n for c in dead]
+        out["auxk_steps"] = sum(c > 0 for c in dead)
+        out["dead_frac_timed"] = sum(dead[warm:]) / max(1, len(dead[warm:])) / n  # mean over the timed steps
     out.update(extra or {})
     return out
 

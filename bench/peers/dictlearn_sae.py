@@ -40,7 +40,13 @@ def main() -> None:
 
     common.emit(
         common.run_sae(
-            cfg, "dictionary_learning", step, reconstruct, ("dictionary-learning",), base_rss=cfg["_base_rss"]
+            cfg,
+            "dictionary_learning",
+            step,
+            reconstruct,
+            ("dictionary-learning",),
+            base_rss=cfg["_base_rss"],
+            n_dead=lambda: (trainer.num_tokens_since_fired >= trainer.dead_feature_threshold).sum(),
         )
     )
 

@@ -51,7 +51,17 @@ def main() -> None:
         return sae.decode(sae.encode(x))
 
     side = "sae-lens" + (f" ({', '.join(f'{k}={v}' for k, v in variant.items())})" if variant else "")
-    common.emit(common.run_sae(cfg, side, step, reconstruct, ("sae-lens",), base_rss=cfg["_base_rss"]))
+    common.emit(
+        common.run_sae(
+            cfg,
+            side,
+            step,
+            reconstruct,
+            ("sae-lens",),
+            base_rss=cfg["_base_rss"],
+            n_dead=lambda: trainer.dead_neurons.sum(),
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -49,7 +49,17 @@ def main() -> None:
         enc = sae.encode(x)
         return sae.decode(enc.top_acts, enc.top_indices)
 
-    common.emit(common.run_sae(cfg, "sparsify", step, reconstruct, ("eai-sparsify",), base_rss=cfg["_base_rss"]))
+    common.emit(
+        common.run_sae(
+            cfg,
+            "sparsify",
+            step,
+            reconstruct,
+            ("eai-sparsify",),
+            base_rss=cfg["_base_rss"],
+            n_dead=lambda: (since_fired > cfg["dead_tokens"]).sum(),
+        )
+    )
 
 
 if __name__ == "__main__":

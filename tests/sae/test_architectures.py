@@ -45,6 +45,23 @@ def test_sparse_and_dense_kernels_agree(arch, extras):
 
 
 @pytest.mark.parametrize("arch", ["topk", "block_topk"])
+@pytest.mark.parametrize("n_dead", [5, 90])  # 90 dead latents: all selected by AuxK / a few of them
+def test_auxk_dense_over_dead_rows_matches_the_sparse_kernels(arch, n_dead, monkeypatch):
+    x, (sae, _) = _pair(arch, aux_k=6)
+    dead = torch.zeros(sae.cfg.n_units, dtype=torch.bool)
+    dead[torch.randperm(sae.cfg.n_units, generator=torch.Generator().manual_seed(0))[: n_dead // sae.u]] = True
+    runs = []
+    for ratio in (0, 10**9):  # always sparse, always dense
+        monkeypatch.setattr(base, "AUXK_DENSE_RATIO", ratio)
+        sae.zero_grad()
+        out = sae(x, dead)
+        out["loss"].backward()
+        runs.append([out["losses"]["aux"]] + [p.grad.clone() for p in sae.parameters() if p.grad is not None])
+    for i, (a, b) in enumerate(zip(*runs)):
+        torch.testing.assert_close(a, b, msg=f"item {i}")
+
+
+@pytest.mark.parametrize("arch", ["topk", "block_topk"])
 def test_auxk_gradient_reaches_the_encoder(arch):
     x, (sae, _) = _pair(arch)
     dead = torch.zeros(sae.cfg.n_units, dtype=torch.bool)
@@ -217,3 +234,28 @@ def test_scaffold_pca_init_spans_top_components():
     _, _, vh = torch.linalg.svd(xc - xc.mean(0), full_matrices=False)
     U = sae.scaffold.U.detach()
     torch.testing.assert_close(U @ U.T, vh[:3].T @ vh[:3], atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("arch", THRESHOLD_BLOCK_ARCHITECTURES)
+def test_target_l0_controller_holds_the_l0_where_a_fixed_coefficient_drifts(arch):
+    """Both start at 4 blocks = 12 latents per token; the target is 6. With a fixed lambda the L0 ends
+    wherever the loss balance puts it; the controller moves lambda until the batch L0 sits at the target."""
+    target, coef = 6.0, {"group_lasso": {"group_lasso_coef": 0.01}, "block_jumprelu": {"block_l0_coef": 1.0}}[arch]
+    runs = {}
+    for name, extra in (("fixed", {}), ("controlled", {"target_l0": target, "l0_control_rate": 0.05})):
+        tr = Trainer(
+            [_cfg(arch, **coef, **extra)],
+            TrainConfig(
+                n_tokens=128 * 400, batch_size=128, lr=3e-3, warmup_steps=5, decay_frac=0, log_every=50, progress=False
+            ),
+        )
+        for _ in range(8):
+            run_steps(tr, feature_batches(tr.step), 50)
+            tr.log_point()
+        runs[name] = tr.curves[0]
+    last = [r["l0"] for r in runs["controlled"][-2:]]
+    assert all(abs(v - target) < 0.15 * target for v in last), runs["controlled"]
+    assert abs(runs["fixed"][-1]["l0"] - target) > 0.5 * target, runs["fixed"]
+    (start,) = coef.values()
+    assert runs["controlled"][-1]["sparsity_coef"] != start  # the coefficient the controller moved is recorded
+    assert all(r["sparsity_coef"] == start for r in runs["fixed"])

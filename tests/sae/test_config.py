@@ -28,6 +28,13 @@ def test_defaults_resolve_against_the_data():
         ({"architecture": "topk", "scaffold_rank": 32}, "scaffold_rank=32"),
         ({"architecture": "block_topk", "n_latents": 96, "reg_l1_off": 0.1}, "regularisers apply to"),
         ({"architecture": "topk", "dense_tau": 1.5}, "dense_tau"),
+        ({"architecture": "topk", "target_l0": 8.0}, "target_l0 applies to"),
+        (
+            {"architecture": "group_lasso", "n_latents": 96, "target_l0": 97.0},
+            r"target_l0=97.0 must be in \(0, n_latents=96\]",
+        ),
+        ({"architecture": "block_jumprelu", "target_l0": 8.0, "block_l0_coef": 0.0}, "block_l0_coef=0.0 must be > 0"),
+        ({"architecture": "group_lasso", "target_l0": 8.0, "l0_control_rate": 0.0}, "l0_control_rate=0.0"),
     ],
 )
 def test_bad_sae_configs(kw, match):

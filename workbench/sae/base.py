@@ -21,6 +21,10 @@ from workbench.sae.regularizers import topk_regularisers
 from workbench.sae.scaffold import Scaffold
 
 ENCODE_ROWS = 512  # CPU: rows of pre-activations per chunk, so each chunk of h is still in cache when selected
+# AuxK runs dense over the dead latents' rows when there are at most this many per AuxK latent: six
+# B x dead x d matmuls then cost less than the five gathers of B x aux_k rows the sparse kernels do
+# (measured at d 768: dense wins up to about 6 dead latents per aux_k)
+AUXK_DENSE_RATIO = 4
 
 
 def geometric_median(x: torch.Tensor, iters: int = 100, eps: float = 1e-6) -> torch.Tensor:
@@ -149,7 +153,7 @@ class SparseAutoencoder(nn.Module):
         losses.update(recon_terms)
         e = xs - x_hat
         if aux_sup is not None:
-            losses["aux"] = cfg.aux_alpha * self._auxk(enc_in, e, aux_sup, W_enc, b_enc, W_dec)
+            losses["aux"] = cfg.aux_alpha * self._auxk(enc_in, e, aux_sup, W_enc, b_enc, W_dec, dead_mask)
         if cfg.architecture in TOPK_FAMILY and (cfg.reg_l1_off or cfg.reg_l1_l2):
             losses.update(self._regularisers(enc_in, W_enc, b_enc, sup))
         loss = sum(losses.values())
@@ -184,11 +188,20 @@ class SparseAutoencoder(nn.Module):
         keep = None if self.signed else vals > 0  # ReLU codes must be positive
         return Support.from_topk(h, dead[top], keep, self.u)
 
-    def _auxk(self, enc_in, e, sup: Support, W_enc, b_enc, W_dec) -> torch.Tensor:
-        """AuxK: the top dead units reconstruct the detached residual; the gradient reaches W_enc."""
-        pre = self.kern.encode(enc_in, W_enc, b_enc, sup)
+    def _auxk(self, enc_in, e, sup: Support, W_enc, b_enc, W_dec, dead_mask) -> torch.Tensor:
+        """AuxK: the top dead units reconstruct the detached residual; the gradient reaches W_enc.
+
+        With few dead latents the products run dense over just their rows (same values and gradients)."""
+        kern = self.kern
+        dead = self.expand_units(dead_mask[None])[0].nonzero().squeeze(1)
+        if dead.numel() <= AUXK_DENSE_RATIO * self.cfg.aux_k:
+            pos = torch.full((self.cfg.n_latents,), -1, dtype=torch.long, device=dead.device)
+            pos[dead] = torch.arange(dead.numel(), device=dead.device)
+            sup = Support(sup.rows, pos[sup.idx], sup.n_rows, sup.pre)
+            W_enc, b_enc, W_dec, kern = W_enc[dead], b_enc[dead], W_dec[dead], KERNELS["dense"]
+        pre = kern.encode(enc_in, W_enc, b_enc, sup)
         vals = pre if self.signed else pre.relu()
-        e_hat = self.kern.decode(vals, W_dec, sup)
+        e_hat = kern.decode(vals, W_dec, sup)
         target = e.detach()
         denom = (target - target.mean(0)).pow(2).sum().clamp_min(1e-12)
         return (target - e_hat).pow(2).sum() / denom

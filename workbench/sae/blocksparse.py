@@ -8,7 +8,8 @@ Codes are signed (no ReLU); each decoder block has unit Frobenius norm. Four var
   block_jumprelu gate H(||a_g||_2 - theta_g), straight-through rectangle gradient to theta,
                  loss MSE + lambda * E[#active blocks] (the more reliable form of group lasso);
                  for both, theta starts at the block norm that keeps n_active_blocks per token
-                 on the first batch, and lambda moves it after;
+                 on the first batch, and lambda moves it after; a fixed lambda lets L0 drift far
+                 from the start, so with target_l0 a controller moves lambda to hold L0 there;
   grassmannian   each block an orthonormal frame D_g (QR of a free matrix every forward),
                  tied encoder z_g = gamma * D_g (x - b_dec), block Top-k.
 """
@@ -55,6 +56,15 @@ class _ThresholdBlockSAE(SparseAutoencoder):
 
     signed = True
     select_margin = 0.0  # training also selects blocks this far below theta (so theta gets their gradient)
+    coef_field = ""  # the SAEConfig field holding lambda, the sparsity coefficient
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        # lambda as training uses it: the config's value, moved by the target_l0 controller (float64: its
+        # many small multiplicative steps drift in float32); saved in checkpoints so a resume is exact
+        coef = torch.tensor(float(getattr(cfg, self.coef_field)), dtype=torch.float64)
+        self.register_buffer("sparsity_coef", coef)
+        self.register_buffer("coef_integral", coef.clone())  # the controller's integral part of lambda
 
     def init_dictionary(self, gen):
         super().init_dictionary(gen)
@@ -80,23 +90,45 @@ class _ThresholdBlockSAE(SparseAutoencoder):
 
     init_select = BlockTopKSAE.select  # theta is set after the encoder scale, from the same block Top-k
 
+    def penalty(self, per_token: torch.Tensor, n_rows: int) -> dict:
+        """{name: lambda * per_token.sum() / n_rows} in training with lambda > 0, else {}."""
+        if not (self.training and getattr(self.cfg, self.coef_field)):
+            return {}
+        return {
+            f"{self.coef_field.removesuffix('_coef')}_penalty": self.sparsity_coef.to(per_token.dtype)
+            * per_token.sum()
+            / n_rows
+        }
+
+    @torch.no_grad()
+    def after_step(self, stats: dict) -> None:
+        """The target_l0 controller, PI in log space: the integral part of lambda takes a multiplicative step
+        toward the target, and the proportional factor damps the lag between lambda and theta."""
+        c = self.cfg
+        if c.target_l0 is None:
+            return
+        err = (stats["l0"].double() / c.target_l0 - 1).clamp(-1, 1)
+        self.coef_integral.mul_(torch.exp(c.l0_control_rate * err))
+        self.sparsity_coef.copy_(self.coef_integral * torch.exp(c.l0_control_gain * err))
+
     def blocks(self, pre, sup) -> tuple[torch.Tensor, torch.Tensor]:
         """The selected blocks [N/b, b] (whole blocks, contiguous in the sorted support) and their unit ids."""
         return pre.view(-1, self.u), sup.idx.view(-1, self.u)[:, 0] // self.u
 
 
 class GroupLassoSAE(_ThresholdBlockSAE):
+    coef_field = "group_lasso_coef"
+
     def activate(self, pre, sup):
         blocks, unit = self.blocks(pre, sup)
         shrink = (1 - self.theta[unit].to(blocks.dtype) / blocks.norm(dim=-1).clamp_min(1e-12)).clamp_min(0)
         z = blocks * shrink[:, None]
-        losses = {}
-        if self.training and self.cfg.group_lasso_coef:
-            losses["group_lasso_penalty"] = self.cfg.group_lasso_coef * z.norm(dim=-1).sum() / sup.n_rows
-        return z.reshape(-1), losses
+        return z.reshape(-1), self.penalty(z.norm(dim=-1), sup.n_rows)
 
 
 class BlockJumpReLUSAE(_ThresholdBlockSAE):
+    coef_field = "block_l0_coef"
+
     @property
     def select_margin(self) -> float:  # blocks just below theta join with gate 0 for the rectangle gradient
         return self.cfg.block_bandwidth / 2
@@ -105,10 +137,7 @@ class BlockJumpReLUSAE(_ThresholdBlockSAE):
         blocks, unit = self.blocks(pre, sup)
         gate = _BlockStep.apply(blocks.detach().norm(dim=-1), self.theta[unit], self.cfg.block_bandwidth)
         vals = (blocks * gate[:, None].to(blocks.dtype)).reshape(-1)
-        losses = {}
-        if self.training and self.cfg.block_l0_coef:
-            losses["block_l0_penalty"] = self.cfg.block_l0_coef * gate.sum() / sup.n_rows
-        return vals, losses
+        return vals, self.penalty(gate, sup.n_rows)
 
 
 class GrassmannianSAE(BlockTopKSAE):

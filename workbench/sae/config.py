@@ -141,6 +141,24 @@ class SAEConfig:
     )
     group_lasso_coef: float = field(default=0.1, metadata={"help": "group lasso: lambda on sum_g ||z_g||_2 per token"})
     block_bandwidth: float = field(default=0.1, metadata={"help": "block JumpReLU: straight-through rectangle width"})
+    target_l0: float | None = field(
+        default=None,
+        metadata={
+            "help": "group lasso / block JumpReLU: hold the mean L0 (latents per token) here by moving the sparsity "
+            "coefficient; None: the coefficient stays fixed (and L0 drifts)"
+        },
+    )
+    l0_control_rate: float = field(
+        default=0.02,
+        metadata={
+            "help": "target_l0's controller, integral part: after every step I *= exp(rate * err), "
+            "err = clamp(L0 / target_l0 - 1, -1, 1) with L0 from that step's batch (dual ascent in log space)"
+        },
+    )
+    l0_control_gain: float = field(
+        default=1.0,
+        metadata={"help": "target_l0's controller, proportional part: the coefficient is I * exp(gain * err)"},
+    )
     # Scaffold: rank-r dense bottleneck beside the dictionary
     scaffold_rank: int = field(default=0, metadata={"help": "rank-r dense bottleneck beside the dictionary, 0 = none"})
     scaffold_init: str = field(
@@ -212,6 +230,8 @@ class SAEConfig:
         sparsity = (
             f"b{self.block_size}x{self.n_active_blocks}"
             if self.architecture in ("block_topk", "grassmannian")
+            else f"b{self.block_size}t{self.target_l0:g}"
+            if self.target_l0 is not None
             else f"b{self.block_size}l{self.block_l0_coef:g}"
             if self.architecture == "block_jumprelu"
             else f"b{self.block_size}l{self.group_lasso_coef:g}"
@@ -255,6 +275,23 @@ class SAEConfig:
                     f"block_size={self.block_size} exceeds d_in={self.d_in}: a block is an "
                     "orthonormal frame in the input space"
                 )
+        if self.target_l0 is not None:
+            if self.architecture not in THRESHOLD_BLOCK_ARCHITECTURES:
+                raise ConfigError(
+                    f"target_l0 applies to {list(THRESHOLD_BLOCK_ARCHITECTURES)} (the other architectures fix their "
+                    f"L0 by k or n_active_blocks), not {self.architecture!r}"
+                )
+            if not 0 < self.target_l0 <= n:
+                raise ConfigError(f"target_l0={self.target_l0} must be in (0, n_latents={n}]")
+            coef = "group_lasso_coef" if self.architecture == "group_lasso" else "block_l0_coef"
+            if not getattr(self, coef) > 0:
+                raise ConfigError(
+                    f"target_l0 moves {coef} multiplicatively, so {coef}={getattr(self, coef)} must be > 0"
+                )
+            if not (math.isfinite(self.l0_control_rate) and self.l0_control_rate > 0):
+                raise ConfigError(f"l0_control_rate={self.l0_control_rate} must be a finite positive number")
+            if not (math.isfinite(self.l0_control_gain) and self.l0_control_gain >= 0):
+                raise ConfigError(f"l0_control_gain={self.l0_control_gain} must be a finite non-negative number")
         if self.architecture == "matryoshka":
             p = self.prefixes or []
             if not p or any(b <= a for a, b in zip(p, p[1:])) or p[0] < 1 or p[-1] != n:

@@ -199,6 +199,8 @@ class Trainer:
             )
             if hasattr(sae, "threshold"):
                 row["threshold"] = float(sae.threshold)
+            if hasattr(sae, "sparsity_coef"):
+                row["sparsity_coef"] = float(sae.sparsity_coef)
             fvu = row.get("fvu", 0.0)
             if not fvu <= self.train_cfg.max_fvu:  # also NaN
                 raise DivergedError(
