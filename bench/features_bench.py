@@ -177,7 +177,7 @@ def dashboard(ws: Path, sae: Path, n_latents: int, tokens: int, a) -> dict:
     for mode, acts in (("model", None), ("cached", str(d / "acts"))):
         try:
             r = harness.run_side(
-                "dash", "saedashboard_features.py", {**cfg, "cache_dir": acts}, f"dash_{mode}", 6 * 3600
+                "dash", "saedashboard_features.py", {**cfg, "cache_dir": acts}, f"dash_{n_latents}_{mode}", 6 * 3600
             )
         except harness.PeerError as e:
             out[mode] = {"error": e.summary}
@@ -472,8 +472,13 @@ def dash_section(r: dict) -> list[str]:
                 + f" s over {x['n_tokens']:,} tokens ({x['n_seq']:,} sequences); peak RSS {x['rss_peak_mb']:,.0f} MB; "
                 f"max activation within 2% of the store's for {100 * x['max_within_2pct']:.0f}% of the measured "
                 f"features and more than 2% below it for {100 * x['max_below_store']:.0f}% (SAEDashboard's maximum "
-                "also covers the special-token positions and the rest of the last sequence); its model reproduces the cached activations to {x['model_check_rel_err']:.1e} (relative, "
-                "the cache is float16)."
+                "also covers the special-token positions and the rest of the last sequence); its model reproduces "
+                f"the cached activations to {x['model_check_rel_err']:.1e} (relative; the cache is float16)."
+                + (
+                    " CPU seconds per batch: " + ", ".join(f"{t:.1f}" for t in x["batch_cpu_seconds"])
+                    if "batch_cpu_seconds" in x
+                    else ""
+                )
             )
     return lines + ["", *notes, ""]
 

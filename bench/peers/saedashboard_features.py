@@ -56,7 +56,7 @@ def main() -> None:
     if cache_dir:
         shutil.rmtree(cache_dir, ignore_errors=True)  # the first batch fills SAEDashboard's cache afresh
     base = common.reset_peak()
-    F, times, maxes = cfg["batch_features"], [], []
+    F, times, cpu, maxes = cfg["batch_features"], [], [], []
     for b in range(cfg["n_batches"]):
         feats = list(range(b * F, min((b + 1) * F, cfg["n_latents"])))
         vis = SaeVisConfig(
@@ -68,9 +68,10 @@ def main() -> None:
             cache_dir=Path(cache_dir) if cache_dir else None,
             verbose=False,
         )
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         data = SaeVisRunner(vis).run(encoder=sae, model=model, tokens=tokens)
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
         maxes += data.feature_stats.max
         assert sorted(data.feature_data_dict) == feats
     common.emit(
@@ -80,6 +81,7 @@ def main() -> None:
             "n_tokens": int(tokens.numel()),
             "batch_features": F,
             "batch_seconds": times,
+            "batch_cpu_seconds": cpu,
             "feature_max": maxes,
             "model_check_rel_err": rel_err,
             "rss_base_mb": base,
