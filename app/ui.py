@@ -72,9 +72,17 @@ def _store(root_str: str, rel: str, stamp: float):
     return data.open_store(Path(root_str), rel)
 
 
+def stamp(rel: str) -> float:
+    """The stamp of an SAE folder inside the workspace: cache keys of what is read from its store."""
+    try:
+        return _stamp(data.resolve(root(), rel))
+    except UserError as e:
+        fail(e)
+
+
 def store(rel: str):
     try:
-        return _store(str(root()), rel, _stamp(data.resolve(root(), rel)))
+        return _store(str(root()), rel, stamp(rel))
     except UserError as e:
         fail(e)
 

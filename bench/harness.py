@@ -26,6 +26,7 @@ PYTHON = {
     "main": Path(sys.executable),  # the drivers run in the workbench's own environment
     "sae": BENCH / ".venv-sae" / "bin" / "python",
     "circuits": BENCH / ".venv-circuits" / "bin" / "python",
+    "dash": BENCH / ".venv-dash" / "bin" / "python",
 }
 
 

@@ -37,16 +37,20 @@ with c[1]:
         }[by],
     )
 
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def search(root: str, rel: str, stamp: float, by: str, q: str) -> list[dict]:
+    """One query's hits, computed once per store build: a rerun or a return to the page reads nothing again
+    (search by text scans every stored context)."""
+    s = ui.store(rel)
+    if by == "index":
+        return [{"unit": s.check_unit(q.strip())}]
+    return {"token": s.search_token, "text": s.search_text, "label": s.search_label}[by](q)
+
+
 if q.strip():
     try:
-        if by == "index":
-            hits = [{"unit": store.check_unit(q.strip())}]
-        elif by == "token":
-            hits = store.search_token(q)
-        elif by == "text":
-            hits = store.search_text(q)
-        else:
-            hits = store.search_label(q)
+        hits = search(str(ui.root()), rel, ui.stamp(rel), by, q)
     except UserError as e:
         ui.fail(e)
     if not hits:

@@ -179,14 +179,36 @@ def sae_setup() -> dict:
 
 # ---- circuit benchmarks ------------------------------------------------------------------------
 def load_model(model_dir: str):
-    """A HookedTransformer from config.json + model.safetensors (the workbench's saved-model layout), eval mode."""
+    """A HookedTransformer from config.json + model.safetensors (the workbench's saved-model layout), eval mode.
+
+    An older TransformerLens (2.x, which SAEDashboard requires) lacks some config fields the workbench's
+    3.x saves; they are dropped only while they switch off what 2.x has not got, buffers saved in another
+    shape are the model's own, and strict loading of every weight catches any other difference."""
+    import dataclasses
+
     from safetensors.torch import load_file
     from transformer_lens import HookedTransformer, HookedTransformerConfig
 
     with open(os.path.join(model_dir, "config.json")) as f:
         cfg = json.load(f)["hooked_transformer_config"]
+    known = {f.name for f in dataclasses.fields(HookedTransformerConfig)}
+    unknown = {k: v for k, v in cfg.items() if k not in known}
+    yarn_off = not cfg.get("use_yarn_rope")  # the yarn_* numbers mean nothing while YaRN is off
+    used = {
+        k: v
+        for k, v in unknown.items()
+        if not (
+            v in (None, False) or (k == "rotary_scaling_factor" and v == 1.0) or (k.startswith("yarn_") and yarn_off)
+        )
+    }
+    if used:
+        raise ValueError(f"this TransformerLens lacks config fields the model uses: {used}")
+    cfg = {k: v for k, v in cfg.items() if k in known}
     model = HookedTransformer(HookedTransformerConfig(**{**cfg, "device": "cpu"}), move_to_device=False)
-    model.load_state_dict(load_file(os.path.join(model_dir, "model.safetensors")), strict=True)
+    state = load_file(os.path.join(model_dir, "model.safetensors"))
+    own = dict(model.named_buffers())  # derived from the config (causal mask, IGNORE): 3.x saves the mask empty
+    state.update({k: v for k, v in own.items() if k in state and state[k].shape != v.shape})
+    model.load_state_dict(state, strict=True)
     return model.eval()
 
 
