@@ -395,12 +395,13 @@ def graph_figure(cd: CircuitData, view: View, selected: str | None = None, heigh
             text=names,
             textposition="top center",
             customdata=names,
+            hovertext=[f"{n}<br>sum |score| of drawn edges {strength[n]:.3g}" for n in names],
             marker=dict(
                 size=[10 + 18 * strength[n] / top for n in names],
                 color=[NODE_COLOUR[node_kind(n)] for n in names],
                 line=dict(width=[3 if n == selected else 0 for n in names], color="black"),
             ),
-            hovertemplate="%{customdata}<br>sum |score| of drawn edges %{marker.size:.0f}<extra>click for details</extra>",
+            hovertemplate="%{hovertext}<extra>click for details</extra>",
             name="nodes (click one)",
         )
     )
