@@ -193,7 +193,11 @@ def test_circuit_budget_click_download_upload_compare_feature_offline(circuit_se
             slider.press("ArrowRight")
             settle(page)
             expect(page.get_by_text("drawn: top")).not_to_have_text(before_label)
-            assert plotly(page, 1, "d.data[d.data.length - 1].x[0]") > before_x  # the mark moved right
+            page.wait_for_function(  # the curve's mark moves right (Plotly redraws after the script has finished)
+                "b => { const d = document.querySelectorAll('.js-plotly-plot')[1]; const t = d && d.data &&"
+                " d.data[d.data.length - 1]; return t && t.name === 'drawn' && t.x[0] > b; }",
+                arg=before_x,
+            )
             expect(page).to_have_url(re.compile(r"view=budget.*budget=|budget=.*view=budget"))
 
             nodes = plotly(page, 0, "d.data[d.data.length - 1].customdata")
