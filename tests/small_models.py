@@ -4,6 +4,17 @@
 import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
+# grouped-query attention (2 key/value heads) with RMSNorm, rotary positions and a gated MLP: the
+# non-GPT-2 code paths the circuit graph and the attention gates must handle
+GQA = dict(
+    n_key_value_heads=2,
+    normalization_type="RMS",
+    positional_embedding_type="rotary",
+    rotary_dim=8,
+    act_fn="silu",
+    gated_mlp=True,
+)
+
 
 def small_model(tokenizer=None, seed=0, **kw) -> HookedTransformer:
     cfg = dict(

@@ -52,6 +52,18 @@ def read(path: Path) -> dict:
         raise CheckpointError(f"{path} is corrupted: {e}") from e
 
 
+def read_matching(path: Path, record: dict) -> dict:
+    """The checkpoint at path, or CheckpointError listing how the run that wrote it differs from `record`
+    (resuming it under another configuration would silently mix two runs)."""
+    state = read(path)
+    diff = config_diff(state["record"], record)
+    if diff:
+        raise CheckpointError(
+            f"{path} was written by a different configuration; refusing to resume:\n  " + "\n  ".join(diff)
+        )
+    return state
+
+
 def config_diff(saved, current, prefix: str = "") -> list[str]:
     """Human-readable differences between two nested configs (dicts and lists)."""
     if isinstance(saved, dict) and isinstance(current, dict):

@@ -1,7 +1,7 @@
 """Small random HookedTransformers for the attention tests (the corpus tokenizer, seconds per test)."""
 
 import pytest
-from small_models import small_model
+from small_models import GQA, small_model
 
 
 def build(tokenizer=None, seed=0, **kw):
@@ -19,16 +19,7 @@ def small(tokenizer):
 @pytest.fixture
 def gqa():
     """Grouped-query attention: 4 query heads share 2 key/value heads; RMSNorm, rotary."""
-    return build(
-        None,
-        seed=2,
-        n_key_value_heads=2,
-        normalization_type="RMS",
-        positional_embedding_type="rotary",
-        rotary_dim=8,
-        act_fn="silu",
-        gated_mlp=True,
-    )
+    return build(None, seed=2, **GQA)
 
 
 @pytest.fixture(scope="session")

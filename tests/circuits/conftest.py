@@ -2,7 +2,7 @@
 tiny shape for exactness checks, and a grouped-query-attention config with RMSNorm and rotary."""
 
 import pytest
-from small_models import small_model
+from small_models import GQA, small_model
 
 from workbench.corpus import tasks
 
@@ -33,12 +33,7 @@ def gqa():
         d_model=32,
         n_heads=4,
         d_head=8,
-        n_key_value_heads=2,
-        normalization_type="RMS",
-        positional_embedding_type="rotary",
-        rotary_dim=8,
-        act_fn="silu",
-        gated_mlp=True,
+        **GQA,
         d_vocab=40,
         n_ctx=16,
     )

@@ -4,6 +4,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from workbench import checkpoint
 from workbench.cli import main
 from workbench.models import EMBEDDED, load, toy
 from workbench.models.toy import TinyConfig, TrainConfigError, train_tiny
@@ -50,7 +51,7 @@ def test_resume_after_interruption_gives_the_same_weights(tmp_path, monkeypatch)
         torch.testing.assert_close(a[k], b[k])
     with pytest.raises(TrainConfigError, match="another config"):
         (tmp_path / "cut2").mkdir()
-        torch.save({"config": {**toy.asdict(TinyConfig(**SMALL)), "seed": 9}}, tmp_path / "cut2" / toy.CHECKPOINT)
+        checkpoint.write(tmp_path / "cut2" / toy.CHECKPOINT, {"config": {**toy.asdict(TinyConfig(**SMALL)), "seed": 9}})
         train_tiny(tmp_path / "cut2", TinyConfig(**SMALL), progress=False, resume=True)
 
 

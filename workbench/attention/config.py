@@ -6,10 +6,10 @@ the constrained-loss training choices (saved in the run record and the report).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
 
+from workbench.configcheck import known_fields, type_mismatch
 from workbench.errors import UserError
 
 ESTIMATORS = ("gumbel_st", "hard_concrete")
@@ -39,31 +39,11 @@ def _finite(name: str, value, positive: bool = False, non_negative: bool = False
         raise AttentionConfigError(f"{name}={value!r} must be {need}")
 
 
-_TYPES = {
-    "int": (int,),
-    "float": (int, float),
-    "str": (str,),
-    "bool": (bool,),
-    "int | None": (int, type(None)),
-    "str | None": (str, type(None)),
-}
-
-
 def _check_types(obj) -> None:
-    """Plain fields must hold their annotated type (a --set value such as lr=abc fails here, by name)."""
-    for f in dataclasses.fields(obj):
-        want = _TYPES.get(f.type)
-        v = getattr(obj, f.name)
-        if want and (not isinstance(v, want) or (isinstance(v, bool) and bool not in want)):
-            raise AttentionConfigError(f"{f.name}={v!r} must be of type {f.type}")
-
-
-def _known(cls, d: dict) -> dict:
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(d) - names)
-    if unknown:
-        raise AttentionConfigError(f"unknown {cls.__name__} fields {unknown}; valid fields: {sorted(names)}")
-    return dict(d)
+    """Fields must hold their annotated type (a --set value such as lr=abc fails here, by name)."""
+    bad = type_mismatch(obj)
+    if bad:
+        raise AttentionConfigError(f"{bad[0]}={bad[1]!r} must be of type {bad[2]}")
 
 
 @dataclass
@@ -125,7 +105,7 @@ class GateConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> GateConfig:
-        d = _known(cls, d)
+        d = known_fields(cls, d, AttentionConfigError)
         if "hard_concrete_limits" in d:
             d["hard_concrete_limits"] = tuple(d["hard_concrete_limits"])
         return cls(**d).validate()
@@ -225,7 +205,7 @@ class SparsifyConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> SparsifyConfig:
-        d = _known(cls, d)
+        d = known_fields(cls, d, AttentionConfigError)
         if isinstance(d.get("gates"), dict):
             d["gates"] = GateConfig.from_dict(d["gates"])
         return cls(**d)

@@ -207,12 +207,7 @@ def sparsify(
         "world_size": world,
     }
     if resume:
-        state = checkpoint.read(ckpt)
-        diff = checkpoint.config_diff(state["record"], record)
-        if diff:
-            raise checkpoint.CheckpointError(
-                f"{ckpt} was written by a different run; refusing to resume:\n  " + "\n  ".join(diff)
-            )
+        state = checkpoint.read_matching(ckpt, record)
     eval_tokens, _ = heldout(data, cfg.eval_sequences, ctx, rank, world)
     ce_base = _evaluate(model, eval_tokens, world)["ce"]
     target = ce_base + cfg.tolerance

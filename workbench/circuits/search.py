@@ -228,6 +228,19 @@ class QuerySearch:
         )
 
     # ------------------------------------------------------------------ modes
+    def _measured(self, found: Found, mask: torch.Tensor, step: str) -> Found:
+        """found's provenance on a new mask, its value, NDF and NFS evaluated exactly; step says what changed it."""
+        v = float(self.ev.values(mask[None])[0])
+        return Found(
+            mask,
+            v,
+            float(self.ev.ndf(v)),
+            float(self.ev.nfs(v)),
+            f"{found.source}+{step}",
+            found.candidates,
+            found.baseline_ndf,
+        )
+
     def shrink(self, found: Found, k: int) -> Found:
         """Backward elimination by exact evaluation: drop the least useful edge until at most k remain."""
         mask = found.mask
@@ -239,16 +252,7 @@ class QuerySearch:
             order = np.argsort(-scores)[:n_drop]
             together = prune(self.graph, moves[order].all(0))
             mask = together if n_drop > 1 and int(together.sum()) >= k else moves[order[0]]
-        v = float(self.ev.values(mask[None])[0])
-        return Found(
-            mask,
-            v,
-            float(self.ev.ndf(v)),
-            float(self.ev.nfs(v)),
-            found.source + "+shrunk",
-            found.candidates,
-            found.baseline_ndf,
-        )
+        return self._measured(found, mask, "shrunk")
 
     def at_budget(self, budget: float) -> Found:
         """The most faithful circuit with at most budget * n_edges edges.
@@ -302,16 +306,7 @@ class QuerySearch:
             if scores[i] < target_ndf:
                 break
             mask = moves[i]
-        v = float(self.ev.values(mask[None])[0])
-        return Found(
-            mask,
-            v,
-            float(self.ev.ndf(v)),
-            float(self.ev.nfs(v)),
-            found.source + "+pruned",
-            found.candidates,
-            found.baseline_ndf,
-        )
+        return self._measured(found, mask, "pruned")
 
     def curve(self, fractions=MIB_GRID) -> dict:
         """f(k) = NFS over the MIB grid for the search (best of N at each k) and for plain top-k of the query's scores.

@@ -18,7 +18,7 @@ import torch
 from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from workbench.atomic import atomic_path
+from workbench import checkpoint
 from workbench.corpus.synthetic import SyntheticCorpus
 from workbench.corpus.vocab import vocabulary
 from workbench.errors import UserError
@@ -144,17 +144,16 @@ def _save_checkpoint(out: Path, model, opt, cfg: TinyConfig, step: int, losses: 
         "losses": torch.tensor(losses),
         "seconds": seconds,
     }
-    with atomic_path(out / CHECKPOINT) as tmp:
-        torch.save(state, tmp)
+    checkpoint.write(out / CHECKPOINT, state)
 
 
 def _load_checkpoint(out: Path, model, opt, cfg: TinyConfig) -> tuple[int, list[float], float]:
-    state = torch.load(out / CHECKPOINT, weights_only=True)
-    if state["config"] != asdict(cfg):
-        diff = {k: (state["config"].get(k), v) for k, v in asdict(cfg).items() if state["config"].get(k) != v}
+    state = checkpoint.read(out / CHECKPOINT)
+    diff = checkpoint.config_diff(state["config"], asdict(cfg))
+    if diff:
         raise TrainConfigError(
-            f"--resume: the checkpoint in {out} was made with another config "
-            f"(field: (checkpoint, now) = {diff}); pass the same flags or start afresh"
+            f"--resume: the checkpoint in {out} was made with another config ({'; '.join(diff)}); "
+            "pass the same flags or start afresh"
         )
     model.load_state_dict(state["model"])
     opt.load_state_dict(state["opt"])

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import types
-import typing
 from dataclasses import asdict, dataclass, field
 
+from workbench.configcheck import known_fields, type_mismatch
 from workbench.errors import UserError
 
 ARCHITECTURES = ("topk", "batchtopk", "matryoshka", "block_topk", "group_lasso", "block_jumprelu", "grassmannian")
@@ -20,33 +19,12 @@ class ConfigError(UserError, ValueError):
     """A config value is invalid; the message names the value and the valid choices."""
 
 
-def _is(value, hint) -> bool:
-    """isinstance against a field's annotation (int, float, str, bool, X | None, list[int], tuple[float, float])."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        return any(_is(value, a) for a in args)
-    if hint is type(None):
-        return value is None
-    if origin in (list, tuple):
-        return isinstance(value, (list, tuple)) and all(
-            _is(v, args[0] if origin is list else a) for v, a in zip(value, args if origin is tuple else value)
-        )
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, origin or hint)
-
-
 def check_types(obj) -> None:
-    """Every field of a config dataclass holds a value of its annotated type (values from --set or JSON
-    files arrive untyped); raise ConfigError naming the field, the value and the expected type."""
-    hints = typing.get_type_hints(type(obj))
-    for f in dataclasses.fields(obj):
-        v = getattr(obj, f.name)
-        if not _is(v, hints[f.name]):
-            expected = str(hints[f.name]).replace("typing.", "").replace("<class '", "").replace("'>", "")
-            raise ConfigError(f"{f.name}={v!r} is not of type {expected}")
+    """Every field of a config dataclass holds a value of its annotated type; raise ConfigError naming the
+    field, the value and the expected type."""
+    bad = type_mismatch(obj)
+    if bad:
+        raise ConfigError(f"{bad[0]}={bad[1]!r} is not of type {bad[2]}")
 
 
 def _check_choices(cfg) -> None:
@@ -319,7 +297,7 @@ class SAEConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> SAEConfig:
-        return cls(**_known_fields(cls, d))
+        return cls(**known_fields(cls, d, ConfigError))
 
 
 def _default_prefixes(n: int) -> list[int]:
@@ -395,18 +373,10 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> TrainConfig:
-        d = _known_fields(cls, d)
+        d = known_fields(cls, d, ConfigError)
         if "adam_betas" in d:
             d["adam_betas"] = tuple(d["adam_betas"])
         return cls(**d)
-
-
-def _known_fields(cls, d: dict) -> dict:
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(d) - names)
-    if unknown:
-        raise ConfigError(f"unknown {cls.__name__} fields {unknown}; valid fields: {sorted(names)}")
-    return dict(d)
 
 
 @dataclass

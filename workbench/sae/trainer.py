@@ -307,12 +307,7 @@ def fit(
         )
     trainer = Trainer(cfgs, train_cfg, default_device(train_cfg.device))
     if resume:
-        state = checkpoint.read(ckpt)
-        diff = checkpoint.config_diff(state["record"], record)
-        if diff:
-            raise checkpoint.CheckpointError(
-                f"{ckpt} was written by a different configuration:\n  " + "\n  ".join(diff)
-            )
+        state = checkpoint.read_matching(ckpt, record)
         trainer.load_state_dict(state["trainer"])
     else:
         out.mkdir(parents=True, exist_ok=True)
