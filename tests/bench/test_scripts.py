@@ -101,3 +101,4 @@ def test_app_bench_quick(tmp_path):
     assert "| sparse attention |" in text and "GPT-2-shaped circuit:" in text
     if Path("/usr/bin/chromium").exists():
         assert "| GPT-2-shaped (bench-gpt2-shaped) | 300 |" in text
+        assert "Switching circuits on the open page" in text and "budget move s" in text
