@@ -226,7 +226,7 @@ def main(argv=None) -> int:
             f"`bench/attention_bench.py`, {reps} timed call(s) per side after one warm-up "
             f"({a.gpt2_reps} without warm-up on the GPT-2 shape)"
             f"{'' if a.quick else ', each side in its own process'}.",
-            *harness.machine_lines(info, {}, threads),
+            *harness.machine_lines(info, {}, threads, "ratios compare sides run one after another"),
             "",
             *harness.table(
                 [

@@ -200,13 +200,16 @@ def machine_info() -> dict:
     }
 
 
-def machine_lines(info: dict, versions: dict[str, dict], threads: str) -> list[str]:
+def machine_lines(
+    info: dict, versions: dict[str, dict], threads: str, ratios: str = "ratios come from interleaved runs"
+) -> list[str]:
+    """The header every results table starts with; `ratios` says how this benchmark's comparisons were made."""
     lines = [
         f"- Commit: {info['commit']}",
         f"- Date: {info['date']}; threads per side: {threads}",
         f"- Machine: {info['cpu']}, {info['cores']} cores, {info['ram']} RAM, {info['os']}; load average at "
         f"start {info['load_avg_at_start']} (the CPU was shared with other jobs, so absolute times are noisy; "
-        "ratios come from interleaved runs)",
+        f"{ratios})",
     ]
     for venv, v in versions.items():
         lines.append(f"- {venv} venv: " + ", ".join(f"{k} {val}" for k, val in v.items()))

@@ -25,7 +25,8 @@ class CheckpointError(UserError, ValueError):
     """A checkpoint is missing, corrupted, or from a different configuration."""
 
 
-def write(path: Path, state: dict) -> None:
+def write(path: Path | str, state: dict) -> None:
+    path = Path(path)
     buf = io.BytesIO()
     torch.save(state, buf)
     payload = buf.getvalue()
@@ -34,7 +35,8 @@ def write(path: Path, state: dict) -> None:
         f.write(payload)
 
 
-def read(path: Path) -> dict:
+def read(path: Path | str) -> dict:
+    path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"no checkpoint at {path}")
     data = path.read_bytes()

@@ -300,10 +300,10 @@ def fit(
     record = _run_record(cfgs, train_cfg, data or {})
     ckpt = out / CHECKPOINT
     if resume and not ckpt.is_file():
-        raise checkpoint.CheckpointError(f"resume=True but {ckpt} does not exist; train without resume first")
+        raise checkpoint.CheckpointError(f"resume=True (--resume) but {ckpt} does not exist; train without it first")
     if not resume and ckpt.is_file():
         raise checkpoint.CheckpointError(
-            f"{out} already holds a run ({CHECKPOINT}); pass resume=True to continue it or choose another out_dir"
+            f"{out} already holds a run ({CHECKPOINT}); pass resume=True (--resume) to continue it, or choose another output folder"
         )
     trainer = Trainer(cfgs, train_cfg, default_device(train_cfg.device))
     if resume:
