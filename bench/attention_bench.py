@@ -143,8 +143,7 @@ def main(argv=None) -> int:
         help="timed calls per side on the GPT-2 shape, without warm-up: a CPU step there takes minutes "
         "(default: %(default)s)",
     )
-    p.add_argument("--threads", type=int, default=1, help="OMP threads per side (default: %(default)s)")
-    p.add_argument("--out", default=str(OUT), help="markdown report (default: %(default)s)")
+    harness.add_common_args(p, OUT, threads=1)
     p.add_argument("--side", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.side:

@@ -393,13 +393,7 @@ def main() -> None:
         default=10.0,
         help="stop a memory-curve side whose RSS passes this (reported as over the cap)",
     )
-    ap.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        help="threads per side (default: torch's); use 1 when other jobs load the CPU",
-    )
-    ap.add_argument("--out", type=Path, default=OUT)
+    harness.add_common_args(ap, OUT)
     args = ap.parse_args()
     if args.quick:
         args.per_task, args.rounds, args.repeats, args.autocircuit_max_len = 1, 1, 1, 64

@@ -297,11 +297,8 @@ def main(argv=None) -> dict:
     ap.add_argument(
         "--train-tokens", type=int, default=400_000, help="tokens each SAE trains on (default: %(default)s)"
     )
-    ap.add_argument("--threads", type=int, default=None, help="torch/BLAS threads of each side (default: all cores)")
     ap.add_argument("--work", default=str(harness.WORK / "features"), help="scratch folder (default: %(default)s)")
-    ap.add_argument(
-        "--out", default=str(ROOT / "bench" / "results" / "features.md"), help="report (default: %(default)s)"
-    )
+    harness.add_common_args(ap, ROOT / "bench" / "results" / "features.md")
     ap.add_argument("--no-app", action="store_true", help="skip the browser timings")
     ap.add_argument("--no-dash", action="store_true", help="skip SAEDashboard (bench/.venv-dash)")
     ap.add_argument(
@@ -350,9 +347,9 @@ def main(argv=None) -> dict:
         "load": [load_before, os.getloadavg()[0]],
     }
     (Path(a.work) / ("quick.json" if a.quick else "raw.json")).write_text(json.dumps(result, indent=1))
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(report(result, a))
-    print(Path(a.out).read_text())
+    text = report(result, a)
+    harness.write_text(a.out, text)
+    print(text)
     return result
 
 

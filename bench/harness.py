@@ -141,6 +141,17 @@ def set_threads(n: int | None) -> str:
     return f"{n} (OMP_NUM_THREADS, the same for every side)"
 
 
+def add_common_args(ap, out: Path, threads: int | None = None) -> None:
+    """--threads and --out, the same in every benchmark (parse --threads, then call set_threads)."""
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=threads,
+        help="OMP threads of every side (default: %(default)s, None = torch's); use 1 when other jobs load the CPU",
+    )
+    ap.add_argument("--out", type=Path, default=out, help="markdown report (default: %(default)s)")
+
+
 def venv_versions(venv: str, packages: tuple[str, ...]) -> dict:
     code = (
         "import json, importlib.metadata as m\nout = {}\n"

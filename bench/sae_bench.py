@@ -368,13 +368,7 @@ def main() -> None:
         "side, d 768: latents die, AuxK works), gpt2 (a random-init GPT-2-small shape, d 768: no latent dies)",
     )
     ap.add_argument("--no-variants", action="store_true", help="skip the workbench architecture timings")
-    ap.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        help="threads per side (default: torch's); use 1 when other jobs load the CPU",
-    )
-    ap.add_argument("--out", type=Path, default=OUT)
+    harness.add_common_args(ap, OUT)
     args = ap.parse_args()
     if args.quick:
         args.steps_768, args.steps_tiny, args.rounds_768, args.rounds_tiny, args.variant_steps = 3, 6, 1, 1, 3
