@@ -77,12 +77,19 @@ def seed_configs(seed: int) -> list[SAEConfig]:
     return out
 
 
-def harvest_cache(path: Path, n_tokens: int) -> None:
+def harvest_cache(path: Path, n_tokens: int) -> bool:
+    """The cache of the current embedded model at path: kept when its manifest names this model, else
+    harvested (replacing one from earlier weights, which would otherwise fail only at evaluation). True if
+    harvested."""
     from workbench.cache import harvest
     from workbench.corpus import load_corpus
     from workbench.models import load
+    from workbench.provenance import model_id
 
     model, tok = load("tiny", device="cpu")
+    manifest = path / "manifest.json"
+    if manifest.is_file() and json.loads(manifest.read_text()).get("model") == model_id(model):
+        return False
     harvest(
         model,
         load_corpus("synthetic", tok),
@@ -93,7 +100,9 @@ def harvest_cache(path: Path, n_tokens: int) -> None:
         heldout_fraction=0.05,
         dtype="float32",
         progress=False,
+        overwrite=manifest.is_file(),
     )
+    return True
 
 
 def evaluate_row(folder: Path, cache: Path, eval_tokens: int) -> dict:
@@ -298,9 +307,8 @@ def main() -> None:
     torch.manual_seed(0)
     cache = args.work / "cache"
     timings = {}
-    if not (cache / "manifest.json").is_file():
-        t = time.time()
-        harvest_cache(cache, args.cache_tokens)
+    t = time.time()
+    if harvest_cache(cache, args.cache_tokens):
         timings["harvest"] = time.time() - t
     rows = []
     for tag, cfgs in [("seed0", main_configs())] + [(f"seed{s}", seed_configs(s)) for s in args.seeds]:
