@@ -26,7 +26,14 @@ c[1].metric(
     delta_color="inverse",
 )
 c[2].metric("open edges", f"{100 * r['open_fraction']:.2f}%")
-c[3].metric("open keys per query per head", f"{r['mean_open_keys_per_query']:.2f}")
+c[3].metric(
+    "open keys per query per head",
+    f"{r['mean_open_keys_per_query']:.2f}",
+    help=None
+    if "empty_row_fraction" not in r
+    else f"query rows with no open key: {100 * r['empty_row_fraction']:.2f}% (empty_row="
+    f"{r.get('config', {}).get('gates', {}).get('empty_row', '?')}); with one: {100 * r['single_key_row_fraction']:.2f}%",
+)
 st.plotly_chart(
     patterns.open_fraction_heatmap(
         r["open_fraction_per_head"], r["open_fraction_per_layer"], r.get("mean_open_keys_per_query_per_head")

@@ -31,7 +31,8 @@ def measure(
     """Sums over held-out sequences (all float64, so processes can all-reduce them before `summarise`).
 
     ce/n: next-token CE; task_ce/task_n: per family of the predicted token; open [L, H]: open
-    gates (all causal pairs when the model is not gated); pairs, queries: per head.
+    gates (all causal pairs when the model is not gated); empty / single [L, H]: query rows with no /
+    exactly one open key; pairs, queries: per head.
     """
     from workbench.attention.gates import is_gated
 
@@ -42,6 +43,8 @@ def measure(
         "task_ce": torch.zeros(n_tasks, dtype=torch.float64),
         "task_n": torch.zeros(n_tasks, dtype=torch.float64),
         "open": torch.zeros(L, H, dtype=torch.float64),
+        "empty": torch.zeros(L, H, dtype=torch.float64),
+        "single": torch.zeros(L, H, dtype=torch.float64),
         "pairs": torch.zeros(1, dtype=torch.float64),
         "queries": torch.zeros(1, dtype=torch.float64),
     }
@@ -49,8 +52,11 @@ def measure(
     was_training = model.training
     model.eval()
 
-    def count(z, hook):
-        out["open"][int(hook.name.split(".")[1])] += z.sum((0, 2, 3)).double().cpu()
+    def count(z, hook):  # z [batch, head, query, key]
+        layer, keys = int(hook.name.split(".")[1]), z.sum(-1)
+        out["open"][layer] += keys.sum((0, 2)).double().cpu()
+        out["empty"][layer] += (keys == 0).sum((0, 2)).double().cpu()
+        out["single"][layer] += (keys == 1).sum((0, 2)).double().cpu()
 
     hooks = [(f"blocks.{i}.attn.hook_gate", count) for i in range(L)] if gated else []
     try:
@@ -73,8 +79,9 @@ def measure(
             b, n = t.shape
             out["pairs"] += b * n * (n + 1) / 2
             out["queries"] += b * n
-            if not gated:
+            if not gated:  # every causal pair; only the first query has a single key
                 out["open"] += b * n * (n + 1) / 2
+                out["single"] += b
     finally:
         model.train(was_training)
     return out
@@ -91,6 +98,9 @@ def summarise(sums: dict[str, torch.Tensor], task_names: list[str] | None = None
         "open_fraction_per_head": (open_ / pairs).tolist(),
         "mean_open_keys_per_query_per_head": (open_ / queries).tolist(),
         "mean_open_keys_per_query": float(open_.sum() / (queries * open_.numel())),
+        "empty_row_fraction": float(sums["empty"].sum() / (queries * open_.numel())),
+        "empty_row_fraction_per_head": (sums["empty"] / queries).tolist(),
+        "single_key_row_fraction": float(sums["single"].sum() / (queries * open_.numel())),
     }
     if task_names:
         res["ce_per_task"] = {
@@ -212,6 +222,9 @@ def build_report(
                 "open_fraction_per_head",
                 "mean_open_keys_per_query_per_head",
                 "mean_open_keys_per_query",
+                "empty_row_fraction",
+                "empty_row_fraction_per_head",
+                "single_key_row_fraction",
             )
         },
         "induction_heads": {"base": induction_heads(base), "sparse": induction_heads(sparse)}
@@ -250,6 +263,15 @@ def format_report(r: dict) -> str:
         f"held-out CE: base {r['ce']['base']:.4f}  sparse {r['ce']['sparse']:.4f}  (+{r['ce']['increase']:.4f})",
         f"open edges: {r['open_fraction']:.2%} of causal pairs; mean open keys per query per head "
         f"{r['mean_open_keys_per_query']:.2f}",
+        *(
+            [
+                f"query rows with no open key: {r['empty_row_fraction']:.2%} (empty_row="
+                f"{r.get('config', {}).get('gates', {}).get('empty_row', '?')}); with exactly one: "
+                f"{r['single_key_row_fraction']:.2%}"
+            ]
+            if "empty_row_fraction" in r
+            else []
+        ),
         "",
         f"{'family':<14}{'CE base':>9}{'CE sparse':>11}{'acc base':>10}{'acc sparse':>12}",
     ]
