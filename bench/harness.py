@@ -178,7 +178,8 @@ def commit() -> str:
     sha = git("rev-parse", "--short=12", "HEAD")
     if not sha:
         return "unknown (not a git checkout)"
-    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "workbench", "bench")
+    # results tables do not count: a benchmark that just wrote its own would mark the next one dirty
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "workbench", "bench", ":!bench/results")
     return f"{sha}" + (" + uncommitted changes to workbench/ or bench/" if dirty else "")
 
 

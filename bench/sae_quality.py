@@ -173,7 +173,7 @@ def report(rows: list[dict], args, timings: dict) -> str:
         [
             "# SAE quality on the embedded model",
             "",
-            f"- Commit: {harness.commit()}",
+            f"- Commit: {args.commit} (when the run started)",
             f"- Date: {datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds')}; command: "
             f"`OMP_NUM_THREADS=1 .venv/bin/python bench/sae_quality.py{''.join(' ' + a for a in sys.argv[1:])}` ({', '.join(f'{k} {v:.0f} s' for k, v in timings.items())})",
             f"- Data: `{HOOK}` of the embedded model over the synthetic corpus, {args.cache_tokens:,} cached tokens "
@@ -304,6 +304,7 @@ def main() -> None:
         args.cache_tokens, args.n_tokens, args.eval_tokens, args.seeds = 40_000, 40_960, 2_000, []
         harness.WORK.mkdir(parents=True, exist_ok=True)
         args.work = Path(tempfile.mkdtemp(prefix="sae_quality_quick-", dir=harness.WORK))
+    args.commit = harness.commit()  # what is measured: the code at the start, not at the end
     torch.manual_seed(0)
     cache = args.work / "cache"
     timings = {}
