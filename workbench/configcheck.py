@@ -1,7 +1,8 @@
-"""Checks every config dataclass shares: field values of their annotated type, no unknown fields.
+"""What every config dataclass shares: field values of their annotated type, no unknown fields, one JSON form.
 
 Values from `--set` or a JSON file arrive untyped, so each config checks itself on construction;
-the configs raise their own error types, with their own wording for a type mismatch.
+the configs raise their own error types, with their own wording for a type mismatch. Every config saves
+with `to_dict()` (= `to_json`) and loads with `from_dict()` (through `from_json`).
 """
 
 from __future__ import annotations
@@ -47,3 +48,34 @@ def known_fields(cls, d: dict, error: type[Exception]) -> dict:
     if unknown:
         raise error(f"unknown {cls.__name__} fields {unknown}; valid fields: {sorted(names)}")
     return dict(d)
+
+
+def to_json(obj) -> dict:
+    """dataclasses.asdict with tuples as lists (what JSON gives back), so a saved config compares equal to a
+    fresh one."""
+
+    def plain(v):
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        return v
+
+    return plain(dataclasses.asdict(obj))
+
+
+def _tuple_field(hint) -> bool:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_tuple_field(a) for a in typing.get_args(hint))
+    return origin is tuple or hint is tuple
+
+
+def from_json(cls, d: dict, error: type[Exception] | None) -> dict:
+    """Keyword arguments for cls from a saved dict: JSON lists back to tuples in tuple fields; keys that are
+    not fields raise `error` naming them (None: dropped, for manifests written by another version)."""
+    if error is not None:
+        d = known_fields(cls, d, error)
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: tuple(v) if isinstance(v, list) and _tuple_field(hints[k]) else v for k, v in d.items() if k in names}

@@ -12,11 +12,12 @@ from its checkpoint, so rerunning after an interruption continues where it stopp
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from workbench import steps
 from workbench.cache.config import HarvestConfig
+from workbench.configcheck import to_json
 from workbench.errors import UserError
 from workbench.sae.config import SAEConfig, TrainConfig
 from workbench.workspace import MANIFEST, Workspace
@@ -61,7 +62,7 @@ class DemoConfig:
         return out
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return to_json(self)
 
 
 def _done(folder: Path) -> bool:

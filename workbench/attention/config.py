@@ -7,9 +7,9 @@ the constrained-loss training choices (saved in the run record and the report).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
-from workbench.configcheck import known_fields, type_mismatch
+from workbench.configcheck import from_json, to_json, type_mismatch
 from workbench.errors import UserError
 
 ESTIMATORS = ("gumbel_st", "hard_concrete")
@@ -99,16 +99,11 @@ class GateConfig:
         return self
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["hard_concrete_limits"] = list(self.hard_concrete_limits)
-        return d
+        return to_json(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> GateConfig:
-        d = known_fields(cls, d, AttentionConfigError)
-        if "hard_concrete_limits" in d:
-            d["hard_concrete_limits"] = tuple(d["hard_concrete_limits"])
-        return cls(**d).validate()
+        return cls(**from_json(cls, d, AttentionConfigError)).validate()
 
 
 @dataclass
@@ -199,13 +194,11 @@ class SparsifyConfig:
         return self.tau_start * (self.tau_end / self.tau_start) ** t
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["gates"] = self.gates.to_dict()
-        return d
+        return to_json(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> SparsifyConfig:
-        d = known_fields(cls, d, AttentionConfigError)
+        d = from_json(cls, d, AttentionConfigError)
         if isinstance(d.get("gates"), dict):
             d["gates"] = GateConfig.from_dict(d["gates"])
         return cls(**d)

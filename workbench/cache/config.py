@@ -3,9 +3,10 @@ cannot silently mix two different configs in one cache."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 
 from workbench.cache.errors import CacheValueError
+from workbench.configcheck import from_json, to_json
 
 DTYPES = ("float32", "float16", "bfloat16")
 SPLITS = ("train", "heldout")
@@ -91,12 +92,11 @@ class CacheConfig:
         return heldout if split == "heldout" else self.n_tokens - heldout
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return to_json(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> CacheConfig:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k in known})
+        return cls(**from_json(cls, d, None))  # a manifest from another version: its unknown keys are dropped
 
     def diff(self, other: CacheConfig) -> list[str]:
         """Human-readable differences, for mismatch errors."""

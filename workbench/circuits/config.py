@@ -3,8 +3,9 @@ so the CLI can build its flags from them cheaply). Each field is saved with ever
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
+from workbench.configcheck import to_json
 from workbench.errors import BadValueError
 
 METHODS = ("eap", "eap-ig")
@@ -90,4 +91,4 @@ class SearchConfig:
         return DEFAULT_MIN_GAP[self.metric] if self.min_gap is None else self.min_gap
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return to_json(self)

@@ -58,7 +58,7 @@ class _Job:
         if (self.out / MANIFEST).is_file():
             raise FeatureStoreError(f"{self.out} already holds a feature store; pass --overwrite to rebuild it")
         self.record = {
-            "config": cfg.to_json(),
+            "config": cfg.to_dict(),
             "cache": str(Path(cache.path).resolve()),
             "n_rows": n_rows,
             "cache_created": cache.manifest.get("created"),
@@ -338,7 +338,7 @@ def _finalize(job: _Job, n_chunks: int, cache, hook: str, model, vocab: list[str
         "n_sparse": job.n_sparse,
         "scaffold_rank": job.rank,
         "prefixes": sae_cfg.get("prefixes") if "level" in units else None,
-        "config": cfg.to_json(),
+        "config": cfg.to_dict(),
         "label_kinds": label_kinds,
         "logit_effects": logit_note,
         "neighbours": {

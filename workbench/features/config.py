@@ -5,8 +5,9 @@ Field metadata gives each CLI flag its help text (workbench.configflags), so def
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 
+from workbench.configcheck import from_json, to_json
 from workbench.errors import UserError
 
 SPLITS = ("heldout", "train")
@@ -63,10 +64,9 @@ class FeatureConfig:
     def window(self) -> int:
         return self.left + 1 + self.right
 
-    def to_json(self) -> dict:
-        return asdict(self)
+    def to_dict(self) -> dict:
+        return to_json(self)
 
     @classmethod
-    def from_json(cls, d: dict) -> FeatureConfig:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
+    def from_dict(cls, d: dict) -> FeatureConfig:
+        return cls(**from_json(cls, d, None))  # a store from another version: its unknown keys are dropped

@@ -40,7 +40,7 @@ class FeatureStore:
         if self.manifest.get("format") != FORMAT:
             raise FeatureStoreError(f"{mpath} has format {self.manifest.get('format')!r}, expected {FORMAT!r}")
         self.path = path
-        self.config = FeatureConfig.from_json(self.manifest["config"])
+        self.config = FeatureConfig.from_dict(self.manifest["config"])
         self.n_units = int(self.manifest["n_units"])
         self._arrays: dict[str, np.ndarray] = {}
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
-from workbench.configcheck import known_fields, type_mismatch
+from workbench.configcheck import from_json, to_json, type_mismatch
 from workbench.errors import UserError
 
 ARCHITECTURES = ("topk", "batchtopk", "matryoshka", "block_topk", "group_lasso", "block_jumprelu", "grassmannian")
@@ -293,11 +293,11 @@ class SAEConfig:
             raise ConfigError(f"aux_k={self.aux_k} and dead_tokens={self.dead_tokens} must be positive")
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return to_json(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> SAEConfig:
-        return cls(**known_fields(cls, d, ConfigError))
+        return cls(**from_json(cls, d, ConfigError))
 
 
 def _default_prefixes(n: int) -> list[int]:
@@ -367,16 +367,11 @@ class TrainConfig:
         return self.n_tokens // self.batch_size
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["adam_betas"] = list(self.adam_betas)
-        return d
+        return to_json(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> TrainConfig:
-        d = known_fields(cls, d, ConfigError)
-        if "adam_betas" in d:
-            d["adam_betas"] = tuple(d["adam_betas"])
-        return cls(**d)
+        return cls(**from_json(cls, d, ConfigError))
 
 
 @dataclass
@@ -401,6 +396,4 @@ class EvalConfig:
             )
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["probe_ks"] = list(self.probe_ks)
-        return d
+        return to_json(self)
