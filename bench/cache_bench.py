@@ -427,12 +427,12 @@ def read_run(cache_dir, mode) -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def report(models, big, big_write_s, reads, started, load, threads) -> str:
+def report(models, big, big_write_s, reads, started, commit, load, threads) -> str:
     gb, mb = 1e9, 1e6
     lines = [
         "# Activation cache benchmark",
         "",
-        f"- Commit: {harness.commit()}",
+        f"- Commit: {commit}",
         "",
         f"Run {started} by `bench/cache_bench.py` on {os.cpu_count()} CPU cores ({platform.machine()}), "
         f"torch {threads} thread(s), no GPU; wall-clock, page cache warm. Load average before/after: "
@@ -550,7 +550,7 @@ def main_bench(args) -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    started = time.strftime("%Y-%m-%d %H:%M")
+    started, commit = time.strftime("%Y-%m-%d %H:%M"), harness.commit()  # the code measured: at the start
     load0 = os.getloadavg()[0]
     log = lambda s: print(s, flush=True)  # noqa: E731
     shutil.rmtree(WORK, ignore_errors=True)
@@ -595,9 +595,10 @@ def main_bench(args) -> None:
         for mode in ("sequential", "batches", "batches_fp16", "naive"):
             reads[mode] = read_run(out, mode)
             log(f"  read {mode}: {reads[mode]}")
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        text = report(models, big, write_s, reads, started, (load0, os.getloadavg()[0]), torch.get_num_threads())
-        RESULTS.write_text(text)
+        text = report(
+            models, big, write_s, reads, started, commit, (load0, os.getloadavg()[0]), torch.get_num_threads()
+        )
+        harness.write_text(args.out, text)
         print(text)
     finally:
         shutil.rmtree(WORK, ignore_errors=True)
@@ -614,7 +615,13 @@ def main() -> None:
     p.add_argument("--peer-rounds", type=int, default=3, help="(b) rounds with sae-lens, tiny (GPT-2-shaped: one less)")
     p.add_argument("--threads", type=int, help="torch threads for every timed run (default: torch's default)")
     p.add_argument("--big-rows", type=int, default=3_000_000, help="rows of the > 4 GB cache (d 768, fp16)")
+    p.add_argument("--out", type=Path, default=RESULTS, help="markdown report (default: %(default)s)")
+    p.add_argument("--quick", action="store_true", help="tiny sizes, one round each: checks the script runs")
     args = p.parse_args()
+    if args.quick:
+        # sae-lens caches at least one model batch (64 tiny / 8 GPT-2 sequences); GPT-2 gets peer_rounds - 1
+        args.tiny_seqs, args.gpt2_seqs, args.rounds, args.gpt2_rounds, args.peer_rounds = 64, 8, 1, 1, 2
+        args.big_rows = 20_000
     if args.peer:
         peer_main(args.peer)
     elif args.read:

@@ -309,6 +309,7 @@ def main(argv=None) -> dict:
         "extrapolated (default: %(default)s)",
     )
     a = ap.parse_args(argv)
+    commit = harness.commit()  # the code measured: at the start, not when the report is written
     if a.quick:
         a.tokens, a.widths, a.train_tokens = 5_000, [256, 512], 10_000
     ws = Path(a.work) / ("quick" if a.quick else "ws")
@@ -343,7 +344,7 @@ def main(argv=None) -> dict:
         "app": app,
         "widths": a.widths,
         "train_tokens": a.train_tokens,
-        "commit": harness.commit(),
+        "commit": commit,
         "load": [load_before, os.getloadavg()[0]],
     }
     (Path(a.work) / ("quick.json" if a.quick else "raw.json")).write_text(json.dumps(result, indent=1))

@@ -93,6 +93,15 @@ def test_features_bench_quick(tmp_path):
 
 
 @pytest.mark.slow
+def test_cache_bench_quick(tmp_path):
+    out = tmp_path / "cache.md"
+    _run(tmp_path, "bench/cache_bench.py", "--quick", "--threads", "1", "--out", out)
+    text = out.read_text()
+    _names_the_commit(text)
+    assert "GPT-2-small-shaped" in text
+
+
+@pytest.mark.slow
 def test_app_bench_quick(tmp_path):
     out = tmp_path / "app.md"
     _run(tmp_path, "bench/app_bench.py", "--quick", "--threads", "1", "--out", out)
