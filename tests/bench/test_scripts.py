@@ -42,25 +42,25 @@ def _names_the_commit(text: str) -> None:
     assert f"Commit: {head.stdout.strip()}" in text
 
 
-@pytest.mark.slow
-def test_sae_bench_quick(tmp_path):
-    out = tmp_path / "sae.md"
-    _run(
-        tmp_path, "bench/sae_bench.py", "--quick", "--datasets", "tiny", "--no-variants", "--threads", "1", "--out", out
-    )
+def _quick(tmp_path, script: str, *extra) -> str:
+    """The report of `bench/<script> --quick --threads 1 ...`, checked to name the commit it measured."""
+    out = tmp_path / "report.md"
+    _run(tmp_path, f"bench/{script}", "--quick", "--threads", "1", *extra, "--out", out)
     text = out.read_text()
     _names_the_commit(text)
+    return text
+
+
+@pytest.mark.slow
+def test_sae_bench_quick(tmp_path):
+    text = _quick(tmp_path, "sae_bench.py", "--datasets", "tiny", "--no-variants")
     row = next(line for line in text.splitlines() if line.startswith("| workbench |"))
     assert "nan" not in row and "failed" not in row.lower()
 
 
 @pytest.mark.slow
 def test_circuit_bench_quick(tmp_path):
-    out = tmp_path / "circuits.md"
-    _run(tmp_path, "bench/circuit_bench.py", "--quick", "--lengths", "", "--threads", "1", "--out", out)
-    text = out.read_text()
-    _names_the_commit(text)
-    assert "# Query-circuit benchmark" in text
+    assert "# Query-circuit benchmark" in _quick(tmp_path, "circuit_bench.py", "--lengths", "")
 
 
 @pytest.mark.slow
@@ -85,28 +85,19 @@ def test_gpu_check_quick_on_the_cpu(tmp_path):
 
 @pytest.mark.slow
 def test_features_bench_quick(tmp_path):
-    out = tmp_path / "features.md"
-    _run(tmp_path, "bench/features_bench.py", "--quick", "--threads", "1", "--out", out)
-    text = out.read_text()
-    _names_the_commit(text)
+    text = _quick(tmp_path, "features_bench.py")
     assert "| 256 latents |" in text and "(one shared pass)" in text
 
 
 @pytest.mark.slow
 def test_cache_bench_quick(tmp_path):
-    out = tmp_path / "cache.md"
-    _run(tmp_path, "bench/cache_bench.py", "--quick", "--threads", "1", "--out", out)
-    text = out.read_text()
-    _names_the_commit(text)
+    text = _quick(tmp_path, "cache_bench.py")
     assert "GPT-2-small-shaped" in text
 
 
 @pytest.mark.slow
 def test_app_bench_quick(tmp_path):
-    out = tmp_path / "app.md"
-    _run(tmp_path, "bench/app_bench.py", "--quick", "--threads", "1", "--out", out)
-    text = out.read_text()
-    _names_the_commit(text)
+    text = _quick(tmp_path, "app_bench.py")
     assert "| sparse attention |" in text and "GPT-2-shaped circuit:" in text
     if Path("/usr/bin/chromium").exists():
         assert "| GPT-2-shaped (bench-gpt2-shaped) | 300 |" in text
