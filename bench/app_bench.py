@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
-# JS conditions on the page: both Plotly charts drawn; the curve's "drawn" mark and the graph's node list (each
-# the whole graph (each compared with its value before an action, CMP)
+# JS conditions on the page: both Plotly charts drawn; the curve's "drawn" mark, and the whole graph (each
+# compared with its value before an action, CMP)
 DRAWN = (
     "() => { const d = document.querySelectorAll('.js-plotly-plot');"
     " return d.length >= 2 && d[0].querySelector('.scatterlayer .trace') && d[1].querySelector('.scatterlayer .trace'); }"
@@ -168,7 +168,7 @@ def page_times(ws: Path, pages: dict[str, str], repeats: int) -> dict[str, dict]
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.set_default_timeout(300_000)
 
-            idle = "[data-testid='stApp'][data-test-script-state='notRunning']"
+            idle = harness.STREAMLIT_IDLE
 
             def load(path: str) -> float:
                 t0 = time.perf_counter()

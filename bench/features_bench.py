@@ -229,7 +229,7 @@ def app_timings(ws: Path, sae: Path, env: dict) -> dict:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.set_default_timeout(300_000)
             units = [int(u) for u in store.units.sort_values("count", ascending=False)["unit"][:8]]
-            settled = "[data-testid='stApp'][data-test-script-state='notRunning']"
+            settled = harness.STREAMLIT_IDLE
 
             def timed(act, done) -> tuple[float, float]:
                 """(wall seconds, CPU seconds of the browser and the app server) from act() until done() returns."""

@@ -141,6 +141,10 @@ def set_threads(n: int | None) -> str:
     return f"{n} (OMP_NUM_THREADS, the same for every side)"
 
 
+# a Streamlit page whose script has finished (the browser benchmarks wait for it after every action)
+STREAMLIT_IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
+
+
 def add_common_args(ap, out: Path, threads: int | None = None) -> None:
     """--threads and --out, the same in every benchmark (parse --threads, then call set_threads)."""
     ap.add_argument(
