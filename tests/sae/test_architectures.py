@@ -69,8 +69,10 @@ def test_auxk_gradient_reaches_the_encoder(arch):
     aux = sae(x, dead)["loss"] - sae(x, None)["loss"]  # the AuxK term alone
     aux.backward()
     dead_rows = sae.expand_units(dead[None])[0]
-    assert sae.W_enc.grad[dead_rows].abs().sum() > 0
-    assert sae.W_enc.grad[~dead_rows].abs().sum() == 0  # only dead latents take part in AuxK
+    g = sae.W_enc.grad.abs()
+    assert g[dead_rows].max() > 0
+    # only dead latents take part in AuxK; live rows keep the rounding of the two passes' difference
+    assert g[~dead_rows].max() <= 1e-12 * g[dead_rows].max()
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)

@@ -6,19 +6,19 @@ import torch
 from workbench.sae.kernels import DenseKernels, SparseKernels, Support, topk
 
 
-def _problem(seed=0, B=16, d=8, n=24, k=5):
+def _problem(seed=0, B=16, d=8, n=24, k=5, sort=True):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(B, d, generator=g, dtype=torch.float64)
     W_enc = torch.randn(n, d, generator=g, dtype=torch.float64)
     b_enc = torch.randn(n, generator=g, dtype=torch.float64)
     W_dec = torch.randn(n, d, generator=g, dtype=torch.float64)
     h = x @ W_enc.T + b_enc
-    sup = Support.from_topk(h, h.topk(k).indices)
+    sup = Support.from_topk(h, h.topk(k).indices, sort=sort)
     return x, W_enc, b_enc, W_dec, h, sup
 
 
-def _grads(kern, bags=None, n_bags=None):
-    x, W_enc, b_enc, W_dec, h, sup = _problem()
+def _grads(kern, bags=None, n_bags=None, sort=True):
+    x, W_enc, b_enc, W_dec, h, sup = _problem(sort=sort)
     leaves = [t.requires_grad_() for t in (x, W_enc, b_enc, W_dec)]
     pre = kern.encode(x, W_enc, b_enc, sup)
     out = kern.decode(pre.relu() * 1.5, W_dec, sup, bags(sup) if bags else None, n_bags)
@@ -36,6 +36,16 @@ def test_sparse_matches_dense_values_and_gradients(bags):
     out_d, g_d = _grads(DenseKernels, fn, n_bags)
     torch.testing.assert_close(out_s, out_d)
     for name, a, b in zip(("x", "W_enc", "b_enc", "W_dec"), g_s, g_d):
+        torch.testing.assert_close(a, b, msg=f"gradient of {name} differs")
+
+
+def test_token_bags_need_no_latent_order():
+    """AuxK's support keeps each token's latents unsorted (topk's order): same values and gradients."""
+    assert not torch.equal(_problem(sort=False)[-1].idx, _problem()[-1].idx)
+    out_u, g_u = _grads(SparseKernels, sort=False)
+    out_d, g_d = _grads(DenseKernels)
+    torch.testing.assert_close(out_u, out_d)
+    for name, a, b in zip(("x", "W_enc", "b_enc", "W_dec"), g_u, g_d):
         torch.testing.assert_close(a, b, msg=f"gradient of {name} differs")
 
 

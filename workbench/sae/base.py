@@ -146,6 +146,7 @@ class SparseAutoencoder(nn.Module):
         W_enc, b_enc, W_dec = self.weights()
         use_aux = dead_mask is not None and cfg.aux_alpha and bool(dead_mask.any())
         sup, aux_sup = self._select(enc_in, W_enc, b_enc, dead_mask if use_aux else None)
+        enc_in, b_enc = self._grad_operands(x, xs, enc_in, W_enc, b_enc)
         pre = self.kern.encode(enc_in, W_enc, b_enc, sup)
         vals, losses = self.activate(pre, sup)
         base = self.b_dec + s if s is not None else self.b_dec.expand_as(xs)
@@ -170,6 +171,17 @@ class SparseAutoencoder(nn.Module):
             stats.update(self.extra_stats(vals, sup))
         return {"loss": loss, "losses": {k: v.detach() for k, v in losses.items()}, "stats": stats}
 
+    def _grad_operands(self, x, xs, enc_in, W_enc, b_enc) -> tuple[torch.Tensor, torch.Tensor]:
+        """The (input, bias) the encoder's gradients flow through once the support is chosen.
+
+        When the input is just xs - b_dec, b_dec moves into the bias: W(xs - b_dec) + b_enc =
+        W xs + (b_enc - W b_dec). The gradients are the same, but b_dec's is one n x d matvec instead
+        of a B x d input gradient gathered from every selected encoder row (AuxK's 384 a token)."""
+        residual_in = self.scaffold is not None and self.cfg.scaffold_encoder_input == "residual"
+        if residual_in or x.requires_grad or self.kern.name != "sparse":  # dense: the plain reference
+            return enc_in, b_enc
+        return xs.to(enc_in.dtype), b_enc - W_enc @ self.b_dec.to(W_enc.dtype)
+
     def extra_stats(self, vals, sup) -> dict:
         return {}
 
@@ -186,7 +198,7 @@ class SparseAutoencoder(nn.Module):
         k_units = min(max(1, self.cfg.aux_k // self.u), dead.numel())
         vals, top = topk(self.unit_scores(h).index_select(1, dead), k_units)
         keep = None if self.signed else vals > 0  # ReLU codes must be positive
-        return Support.from_topk(h, dead[top], keep, self.u)
+        return Support.from_topk(h, dead[top], keep, self.u, sort=False)  # decoded in token bags only
 
     def _auxk(self, enc_in, e, sup: Support, W_enc, b_enc, W_dec, dead_mask) -> torch.Tensor:
         """AuxK: the top dead units reconstruct the detached residual; the gradient reaches W_enc.
