@@ -261,3 +261,22 @@ def test_target_l0_controller_holds_the_l0_where_a_fixed_coefficient_drifts(arch
     (start,) = coef.values()
     assert runs["controlled"][-1]["sparsity_coef"] != start  # the coefficient the controller moved is recorded
     assert all(r["sparsity_coef"] == start for r in runs["fixed"])
+
+
+def test_signed_controller_lifts_block_jumprelu_l0_that_its_thresholds_hold_down():
+    """From 12 latents a token to a target of 24: with lambda kept positive (log) the penalty can only fade
+    toward zero and the thresholds leave L0 short; the signed multiplier turns negative and reaches it."""
+    target, last = 24.0, {}
+    for ctl in ("log", "signed"):
+        tr = Trainer(
+            [_cfg("block_jumprelu", block_l0_coef=1.0, target_l0=target, l0_control=ctl, l0_control_rate=0.05)],
+            TrainConfig(
+                n_tokens=128 * 400, batch_size=128, lr=3e-3, warmup_steps=5, decay_frac=0, log_every=50, progress=False
+            ),
+        )
+        for _ in range(8):
+            run_steps(tr, feature_batches(tr.step), 50)
+            tr.log_point()
+        last[ctl] = tr.curves[0][-1]
+    assert last["log"]["l0"] < 0.8 * target and last["log"]["sparsity_coef"] > 0, last
+    assert abs(last["signed"]["l0"] - target) < 0.15 * target and last["signed"]["sparsity_coef"] < 0, last
