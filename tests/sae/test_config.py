@@ -91,5 +91,5 @@ def test_block_architectures_work_with_the_default_block_size_and_expansion(arch
 
 def test_l0_controller_resolves_per_architecture_and_is_saved():
     resolved = {a: SAEConfig(a, target_l0=8.0).resolve(d_in=32).l0_control for a in ("group_lasso", "block_jumprelu")}
-    assert resolved == {"group_lasso": "log", "block_jumprelu": "signed"}
+    assert resolved == {"group_lasso": "log", "block_jumprelu": "threshold"}
     assert SAEConfig("block_jumprelu", l0_control="log").resolve(d_in=32).l0_control == "log"

@@ -60,8 +60,8 @@ class _ThresholdBlockSAE(SparseAutoencoder):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        # lambda as training uses it: the config's value, moved by the target_l0 controller (float64: its
-        # many small steps drift in float32); saved in checkpoints so a resume is exact
+        # lambda as training uses it: the config's value, moved by the target_l0 log controller (float64: its
+        # many small multiplicative steps drift in float32); saved in checkpoints so a resume is exact
         coef = torch.tensor(float(getattr(cfg, self.coef_field)), dtype=torch.float64)
         self.register_buffer("sparsity_coef", coef)
         self.register_buffer("coef_integral", coef.clone())  # the controller's integral part of lambda
@@ -91,7 +91,7 @@ class _ThresholdBlockSAE(SparseAutoencoder):
     init_select = BlockTopKSAE.select  # theta is set after the encoder scale, from the same block Top-k
 
     def penalty(self, per_token: torch.Tensor, n_rows: int) -> dict:
-        """{name: lambda * per_token.sum() / n_rows} in training with a nonzero configured lambda, else {}."""
+        """{name: lambda * per_token.sum() / n_rows} in training with lambda > 0, else {}."""
         if not (self.training and getattr(self.cfg, self.coef_field)):
             return {}
         return {
@@ -102,21 +102,21 @@ class _ThresholdBlockSAE(SparseAutoencoder):
 
     @torch.no_grad()
     def after_step(self, stats: dict) -> None:
-        """The target_l0 controller, PI: the integral part of lambda takes a step toward the target and the
-        proportional part damps the lag between lambda and theta. "log" steps multiplicatively, so lambda
-        stays positive; "signed" steps additively in units of the configured coefficient, so lambda can turn
-        negative when the learned thresholds, not the penalty, hold L0 below the target."""
+        """The target_l0 controller. "log": PI in log space on lambda (the integral part takes a multiplicative
+        step toward the target, the proportional factor damps the lag between lambda and theta). "threshold":
+        every theta_g is scaled by exp(rate * err), so L0 follows the target within steps; lambda stays
+        fixed. A JumpReLU needs the latter: Adam moves a threshold at most about lr a step whatever lambda
+        is, so a lambda controller winds up while L0 stays where the thresholds hold it."""
         c = self.cfg
         if c.target_l0 is None:
             return
         err = (stats["l0"].double() / c.target_l0 - 1).clamp(-1, 1)
-        if c.l0_control == "log":
-            self.coef_integral.mul_(torch.exp(c.l0_control_rate * err))
-            self.sparsity_coef.copy_(self.coef_integral * torch.exp(c.l0_control_gain * err))
-        else:
-            c0 = getattr(c, self.coef_field)
-            self.coef_integral.add_(c.l0_control_rate * c0 * err)
-            self.sparsity_coef.copy_(self.coef_integral + c.l0_control_gain * c0 * err)
+        if c.l0_control == "threshold":
+            t = self.theta.double() * torch.exp(c.l0_control_rate * err)
+            self.raw_theta.copy_(t + torch.log(-torch.expm1(-t)))  # softplus^-1
+            return
+        self.coef_integral.mul_(torch.exp(c.l0_control_rate * err))
+        self.sparsity_coef.copy_(self.coef_integral * torch.exp(c.l0_control_gain * err))
 
     def blocks(self, pre, sup) -> tuple[torch.Tensor, torch.Tensor]:
         """The selected blocks [N/b, b] (whole blocks, contiguous in the sorted support) and their unit ids."""
