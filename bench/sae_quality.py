@@ -127,6 +127,7 @@ def evaluate_row(folder: Path, cache: Path, eval_tokens: int) -> dict:
         "probe_k1": m["probing"]["mean_k1"],
         "probe_k5": m["probing"]["mean_k5"],
         "target_l0": info["sae_config"].get("target_l0"),
+        "l0_control": info["sae_config"].get("l0_control"),
         "sparsity_coef": info.get("final", {}).get("sparsity_coef"),  # lambda at the end of training
         "eval_s": round(time.time() - t),
     }
@@ -251,7 +252,7 @@ def matched_l0(by: dict[str, dict]) -> list[str]:
     body = [
         [
             r["sae"],
-            f"{r['target_l0']:g} (controller)"
+            f"{r['target_l0']:g} ({r['l0_control']} controller)"
             if r["target_l0"] is not None
             else "fixed by k / blocks"
             if r["sparsity_coef"] is None

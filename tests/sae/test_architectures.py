@@ -238,26 +238,48 @@ def test_scaffold_pca_init_spans_top_components():
     torch.testing.assert_close(U @ U.T, vh[:3].T @ vh[:3], atol=1e-4, rtol=0)
 
 
+def _curve_400_steps(cfg) -> list[dict]:
+    """The logged rows (every 50 steps) of 400 steps at a constant learning rate."""
+    tr = Trainer(
+        [cfg],
+        TrainConfig(
+            n_tokens=128 * 400, batch_size=128, lr=3e-3, warmup_steps=5, decay_frac=0, log_every=50, progress=False
+        ),
+    )
+    for _ in range(8):
+        run_steps(tr, feature_batches(tr.step), 50)
+        tr.log_point()
+    return tr.curves[0]
+
+
 @pytest.mark.parametrize("arch", THRESHOLD_BLOCK_ARCHITECTURES)
 def test_target_l0_controller_holds_the_l0_where_a_fixed_coefficient_drifts(arch):
     """Both start at 4 blocks = 12 latents per token; the target is 6. With a fixed lambda the L0 ends
-    wherever the loss balance puts it; the controller moves lambda until the batch L0 sits at the target."""
+    wherever the loss balance puts it; each architecture's default controller (group lasso: lambda;
+    block JumpReLU: the thresholds) brings the batch L0 to the target."""
     target, coef = 6.0, {"group_lasso": {"group_lasso_coef": 0.01}, "block_jumprelu": {"block_l0_coef": 1.0}}[arch]
-    runs = {}
-    for name, extra in (("fixed", {}), ("controlled", {"target_l0": target, "l0_control_rate": 0.05})):
-        tr = Trainer(
-            [_cfg(arch, **coef, **extra)],
-            TrainConfig(
-                n_tokens=128 * 400, batch_size=128, lr=3e-3, warmup_steps=5, decay_frac=0, log_every=50, progress=False
-            ),
-        )
-        for _ in range(8):
-            run_steps(tr, feature_batches(tr.step), 50)
-            tr.log_point()
-        runs[name] = tr.curves[0]
+    runs = {
+        name: _curve_400_steps(_cfg(arch, **coef, **extra))
+        for name, extra in (("fixed", {}), ("controlled", {"target_l0": target, "l0_control_rate": 0.05}))
+    }
     last = [r["l0"] for r in runs["controlled"][-2:]]
     assert all(abs(v - target) < 0.15 * target for v in last), runs["controlled"]
     assert abs(runs["fixed"][-1]["l0"] - target) > 0.5 * target, runs["fixed"]
     (start,) = coef.values()
-    assert runs["controlled"][-1]["sparsity_coef"] != start  # the coefficient the controller moved is recorded
+    if arch == "group_lasso":  # the log controller's moving coefficient is recorded
+        assert runs["controlled"][-1]["sparsity_coef"] != start
     assert all(r["sparsity_coef"] == start for r in runs["fixed"])
+
+
+def test_threshold_controller_lifts_block_jumprelu_l0_where_a_lambda_controller_cannot():
+    """From 12 latents a token to a target of 24: the log controller drives lambda toward zero, but Adam moves
+    the thresholds too slowly and L0 stays short; scaling the thresholds reaches the target, lambda fixed."""
+    target = 24.0
+    last = {
+        ctl: _curve_400_steps(
+            _cfg("block_jumprelu", block_l0_coef=1.0, target_l0=target, l0_control=ctl, l0_control_rate=0.05)
+        )[-1]
+        for ctl in ("log", "threshold")
+    }
+    assert last["log"]["l0"] < 0.8 * target and last["log"]["sparsity_coef"] < 0.1, last
+    assert abs(last["threshold"]["l0"] - target) < 0.15 * target and last["threshold"]["sparsity_coef"] == 1.0, last

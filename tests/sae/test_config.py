@@ -35,6 +35,7 @@ def test_defaults_resolve_against_the_data():
         ),
         ({"architecture": "block_jumprelu", "target_l0": 8.0, "block_l0_coef": 0.0}, "block_l0_coef=0.0 must be > 0"),
         ({"architecture": "group_lasso", "target_l0": 8.0, "l0_control_rate": 0.0}, "l0_control_rate=0.0"),
+        ({"architecture": "block_jumprelu", "l0_control": "pid"}, "l0_control='pid' is not valid; choose one of"),
     ],
 )
 def test_bad_sae_configs(kw, match):
@@ -86,3 +87,9 @@ def test_field_types_are_checked(kw, match):
 def test_block_architectures_work_with_the_default_block_size_and_expansion(arch, d_in):
     c = SAEConfig(arch).resolve(d_in=d_in, n_tokens=10_000)
     assert c.n_latents == 8 * d_in and c.n_latents % c.block_size == 0
+
+
+def test_l0_controller_resolves_per_architecture_and_is_saved():
+    resolved = {a: SAEConfig(a, target_l0=8.0).resolve(d_in=32).l0_control for a in ("group_lasso", "block_jumprelu")}
+    assert resolved == {"group_lasso": "log", "block_jumprelu": "threshold"}
+    assert SAEConfig("block_jumprelu", l0_control="log").resolve(d_in=32).l0_control == "log"

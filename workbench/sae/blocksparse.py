@@ -60,7 +60,7 @@ class _ThresholdBlockSAE(SparseAutoencoder):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        # lambda as training uses it: the config's value, moved by the target_l0 controller (float64: its
+        # lambda as training uses it: the config's value, moved by the target_l0 log controller (float64: its
         # many small multiplicative steps drift in float32); saved in checkpoints so a resume is exact
         coef = torch.tensor(float(getattr(cfg, self.coef_field)), dtype=torch.float64)
         self.register_buffer("sparsity_coef", coef)
@@ -102,12 +102,19 @@ class _ThresholdBlockSAE(SparseAutoencoder):
 
     @torch.no_grad()
     def after_step(self, stats: dict) -> None:
-        """The target_l0 controller, PI in log space: the integral part of lambda takes a multiplicative step
-        toward the target, and the proportional factor damps the lag between lambda and theta."""
+        """The target_l0 controller. "log": PI in log space on lambda (the integral part takes a multiplicative
+        step toward the target, the proportional factor damps the lag between lambda and theta). "threshold":
+        every theta_g is scaled by exp(rate * err), so L0 follows the target within steps; lambda stays
+        fixed. A JumpReLU needs the latter: Adam moves a threshold at most about lr a step whatever lambda
+        is, so a lambda controller winds up while L0 stays where the thresholds hold it."""
         c = self.cfg
         if c.target_l0 is None:
             return
         err = (stats["l0"].double() / c.target_l0 - 1).clamp(-1, 1)
+        if c.l0_control == "threshold":
+            t = self.theta.double() * torch.exp(c.l0_control_rate * err)
+            self.raw_theta.copy_(t + torch.log(-torch.expm1(-t)))  # softplus^-1
+            return
         self.coef_integral.mul_(torch.exp(c.l0_control_rate * err))
         self.sparsity_coef.copy_(self.coef_integral * torch.exp(c.l0_control_gain * err))
 

@@ -126,16 +126,27 @@ class SAEConfig:
             "coefficient; None: the coefficient stays fixed (and L0 drifts)"
         },
     )
+    l0_control: str = field(
+        default="auto",
+        metadata={
+            "choices": ("auto", "log", "threshold"),
+            "help": "target_l0's controller. log: moves lambda multiplicatively (dual ascent in log space); "
+            "threshold: lambda stays fixed and every block's learned threshold is scaled by exp(rate * err) "
+            "after each step; auto: log for group lasso, threshold for block JumpReLU (whose thresholds, "
+            "moved by Adam at most lr a step, hold L0 wherever lambda goes)",
+        },
+    )
     l0_control_rate: float = field(
         default=0.02,
         metadata={
-            "help": "target_l0's controller, integral part: after every step I *= exp(rate * err), "
-            "err = clamp(L0 / target_l0 - 1, -1, 1) with L0 from that step's batch (dual ascent in log space)"
+            "help": "target_l0's controller, integral part: after every step I *= exp(rate * err) (log) or "
+            "theta *= exp(rate * err) (threshold), err = clamp(L0 / target_l0 - 1, -1, 1) with L0 from that "
+            "step's batch"
         },
     )
     l0_control_gain: float = field(
         default=1.0,
-        metadata={"help": "target_l0's controller, proportional part: the coefficient is I * exp(gain * err)"},
+        metadata={"help": "target_l0's log controller, proportional part: the coefficient is I * exp(gain * err)"},
     )
     # Scaffold: rank-r dense bottleneck beside the dictionary
     scaffold_rank: int = field(default=0, metadata={"help": "rank-r dense bottleneck beside the dictionary, 0 = none"})
@@ -186,6 +197,8 @@ class SAEConfig:
         if c.dead_tokens is None:
             # 10M tokens in the published runs; short runs use a tenth of the run (at least 1 batch-size worth)
             c.dead_tokens = int(min(10_000_000, max(1, (n_tokens or 10_000_000) // 10)))
+        if c.l0_control == "auto" and c.architecture in THRESHOLD_BLOCK_ARCHITECTURES:
+            c.l0_control = "log" if c.architecture == "group_lasso" else "threshold"
         if c.architecture == "matryoshka" and c.prefixes is None:
             c.prefixes = _default_prefixes(c.n_latents)
         if c.prefixes is not None:
@@ -264,7 +277,8 @@ class SAEConfig:
             coef = "group_lasso_coef" if self.architecture == "group_lasso" else "block_l0_coef"
             if not getattr(self, coef) > 0:
                 raise ConfigError(
-                    f"target_l0 moves {coef} multiplicatively, so {coef}={getattr(self, coef)} must be > 0"
+                    f"target_l0's log controller moves {coef} multiplicatively and the threshold controller "
+                    f"keeps it, so {coef}={getattr(self, coef)} must be > 0"
                 )
             if not (math.isfinite(self.l0_control_rate) and self.l0_control_rate > 0):
                 raise ConfigError(f"l0_control_rate={self.l0_control_rate} must be a finite positive number")
