@@ -146,7 +146,7 @@ class SparseAutoencoder(nn.Module):
         W_enc, b_enc, W_dec = self.weights()
         use_aux = dead_mask is not None and cfg.aux_alpha and bool(dead_mask.any())
         sup, aux_sup = self._select(enc_in, W_enc, b_enc, dead_mask if use_aux else None)
-        enc_in, b_enc = self._grad_operands(x, xs, enc_in, W_enc, b_enc)
+        enc_in, b_enc = self._grad_operands(xs, xc, enc_in, W_enc, b_enc)
         pre = self.kern.encode(enc_in, W_enc, b_enc, sup)
         vals, losses = self.activate(pre, sup)
         base = self.b_dec + s if s is not None else self.b_dec.expand_as(xs)
@@ -171,14 +171,14 @@ class SparseAutoencoder(nn.Module):
             stats.update(self.extra_stats(vals, sup))
         return {"loss": loss, "losses": {k: v.detach() for k, v in losses.items()}, "stats": stats}
 
-    def _grad_operands(self, x, xs, enc_in, W_enc, b_enc) -> tuple[torch.Tensor, torch.Tensor]:
+    def _grad_operands(self, xs, xc, enc_in, W_enc, b_enc) -> tuple[torch.Tensor, torch.Tensor]:
         """The (input, bias) the encoder's gradients flow through once the support is chosen.
 
-        When the input is just xs - b_dec, b_dec moves into the bias: W(xs - b_dec) + b_enc =
-        W xs + (b_enc - W b_dec). The gradients are the same, but b_dec's is one n x d matvec instead
-        of a B x d input gradient gathered from every selected encoder row (AuxK's 384 a token)."""
-        residual_in = self.scaffold is not None and self.cfg.scaffold_encoder_input == "residual"
-        if residual_in or x.requires_grad or self.kern.name != "sparse":  # dense: the plain reference
+        When the input is just xc = xs - b_dec (`_inputs` chose no scaffold residual), b_dec moves into the
+        bias: W(xs - b_dec) + b_enc = W xs + (b_enc - W b_dec). The gradients are the same, but b_dec's is one
+        n x d matvec instead of a B x d input gradient gathered from every selected encoder row (AuxK's 384
+        a token)."""
+        if enc_in is not xc or xs.requires_grad or self.kern.name != "sparse":  # dense: the plain reference
             return enc_in, b_enc
         return xs.to(enc_in.dtype), b_enc - W_enc @ self.b_dec.to(W_enc.dtype)
 
