@@ -147,11 +147,11 @@ def test_neuronpedia_merges_qkv_links_and_keeps_positions_causal():
         ("[1, 2]", "holds a JSON list, not a circuit object"),
         (
             '{"schema": "workbench.circuit", "schema_version": 1}',
-            r"a damaged workbench circuit file \(KeyError: 'graph'\)",
+            "graph is null, expected an object with n_layers",
         ),
         (
-            '{"schema": "workbench.circuit", "schema_version": 1, "graph": {"n_layers": "x"}}',
-            "a damaged workbench circuit file",
+            '{"schema": "workbench.circuit", "schema_version": 1, "graph": {"n_heads": 2, "n_layers": "x"}}',
+            "graph.n_layers is a string, expected int",
         ),
     ],
 )

@@ -16,19 +16,12 @@ from __future__ import annotations
 import torch
 
 from workbench.atomic import write_json
+from workbench.circuits import schema
 from workbench.circuits.graph import Graph
+from workbench.circuits.schema import NP_COMPONENT_TYPE, validate_neuronpedia
 from workbench.circuits.types import Circuit, CircuitFileError, check_model, read_json
 
 # ---------------------------------------------------------------- EAP-IG / MIB JSON
-
-
-def _head_edges(graph: Graph, edge: str) -> list[str]:
-    """An edge in MIB's per-head naming (a KV-group edge becomes one edge per head of the group)."""
-    src, dst = edge.split("->")
-    if ".kv" not in dst:
-        return [edge]
-    kind = dst[dst.index("<") :]
-    return [f"{src}->{h}{kind}" for h in graph.reader_node(dst)]
 
 
 def to_mib(c: Circuit, path=None) -> dict:
@@ -39,7 +32,7 @@ def to_mib(c: Circuit, path=None) -> dict:
     in_nodes = set(c.nodes)
     edges = {}
     for e, s, m in zip(g.edges, c.scores.tolist(), c.in_circuit.tolist()):
-        for name in _head_edges(g, e):
+        for name in g.head_edges(e):
             edges[name] = {"score": float(s), "in_graph": bool(m)}
     d = {"cfg": cfg, "nodes": {n: {"in_graph": n in in_nodes} for n in g.nodes}, "edges": edges}
     if path is not None:
@@ -54,52 +47,22 @@ def from_mib(path_or_dict, model=None) -> Circuit:
     missing = {"cfg", "nodes", "edges"} - set(d)
     if missing:
         raise CircuitFileError(f"{name} is not an EAP-IG/MIB circuit file: missing keys {sorted(missing)}")
-    cfg = d["cfg"]
-    try:
-        graph = Graph(
-            cfg["n_layers"],
-            cfg["n_heads"],
-            cfg.get("n_key_value_heads", cfg["n_heads"]),
-            cfg["d_model"],
-            bool(cfg.get("parallel_attn_mlp", False)),
-            bool(cfg.get("attn_only", False)),
-        )
-    except (KeyError, TypeError, AttributeError) as e:
-        raise CircuitFileError(
-            f"{name}: cfg {cfg!r} lacks or mistypes a model field ({type(e).__name__}: {e})"
-        ) from None
+    rec = schema.read_mib(d)
+    graph = Graph(**rec.shape.config())
     check_model(graph, "", model)
+    index = dict(zip(rec.edges, range(len(rec.edges))))
     scores, member = torch.zeros(graph.n_edges), torch.zeros(graph.n_edges, dtype=torch.bool)
     for i, e in enumerate(graph.edges):
-        heads = _head_edges(graph, e)
-        absent = [h for h in heads if h not in d["edges"]]
+        heads = graph.head_edges(e)
+        absent = [h for h in heads if h not in index]
         if absent:
-            raise CircuitFileError(f"the MIB file lacks edge {absent[0]!r} of a model with config {cfg}")
-        scores[i] = d["edges"][heads[0]]["score"]
-        member[i] = any(d["edges"][h]["in_graph"] for h in heads)
-    return Circuit(graph, member, scores, method={"name": "imported from MIB"})
+            raise CircuitFileError(f"the MIB file lacks edge {absent[0]!r} of a model with config {d['cfg']}")
+        scores[i] = float(rec.scores[index[heads[0]]])
+        member[i] = bool(rec.in_circuit[[index[h] for h in heads]].any())
+    return Circuit(graph, member, scores, method=rec.method)
 
 
 # ---------------------------------------------------------------- circuit-tracer / Neuronpedia graph JSON
-
-NP_NODE_FIELDS = {
-    "node_id": str,
-    "feature": int,
-    "layer": str,
-    "ctx_idx": int,
-    "feature_type": str,
-    "token_prob": float,
-    "is_target_logit": bool,
-    "jsNodeId": str,
-    "clerp": str,
-    "influence": float,
-    "activation": float,
-}
-NP_METADATA_FIELDS = ("slug", "scan", "transcoder_list", "prompt", "prompt_tokens", "node_threshold", "schema_version")
-NP_QPARAMS_FIELDS = ("pinnedIds", "supernodes", "linkType", "clickedId", "sg_pos")
-# circuit-tracer's frontend knows four node types; a head or MLP taken whole (its output not split
-# into features) is what its error nodes are, so components are written as that type
-NP_COMPONENT_TYPE = "mlp reconstruction error"
 
 
 def _cantor(x: int, y: int) -> int:
@@ -246,44 +209,3 @@ def _layer_feature(g: Graph, node: str) -> tuple[int, int]:
         return int(node[1:]), g.n_heads
     layer, head = node[1:].split(".h")
     return int(layer), int(head)
-
-
-def validate_neuronpedia(d: dict) -> None:
-    """Check the fields docs/methods.md §8 lists (types included) and that links are unique and run forward in
-    position; raise CircuitFileError naming every problem."""
-    problems = []
-    for key in ("metadata", "qParams", "nodes", "links"):
-        if key not in d:
-            problems.append(f"missing top-level key {key!r}")
-    if problems:
-        raise CircuitFileError("; ".join(problems))
-    problems += [f"metadata lacks {k!r}" for k in NP_METADATA_FIELDS if k not in d["metadata"]]
-    if d["metadata"].get("schema_version") != 1:
-        problems.append(f"metadata.schema_version is {d['metadata'].get('schema_version')!r}, expected 1")
-    problems += [f"qParams lacks {k!r}" for k in NP_QPARAMS_FIELDS if k not in d["qParams"]]
-    ctx = {}
-    for n in d["nodes"]:
-        for k, t in NP_NODE_FIELDS.items():
-            if k not in n:
-                problems.append(f"node {n.get('node_id')!r} lacks {k!r}")
-            elif not isinstance(n[k], t) or (t is int and isinstance(n[k], bool)):
-                problems.append(
-                    f"node {n.get('node_id')!r} field {k!r} is {type(n[k]).__name__}, expected {t.__name__}"
-                )
-        if n.get("feature_type") == "logit" and "(p=" not in n.get("clerp", ""):
-            problems.append(f"logit node {n.get('node_id')!r} clerp {n.get('clerp')!r} lacks '(p=...)'")
-        ctx[n.get("node_id")] = n.get("ctx_idx", 0)
-    seen = set()
-    for link in d["links"]:
-        if set(link) < {"source", "target", "weight"} or not isinstance(link.get("weight"), float):
-            problems.append(f"link {link} needs source, target and a float weight")
-        elif link["source"] not in ctx or link["target"] not in ctx:
-            problems.append(f"link {link['source']} -> {link['target']} refers to a missing node")
-        elif (link["source"], link["target"]) in seen:
-            problems.append(f"link {link['source']} -> {link['target']} appears twice")
-        elif ctx[link["source"]] > ctx[link["target"]]:
-            problems.append(f"link {link['source']} -> {link['target']} runs from a later position to an earlier one")
-        else:
-            seen.add((link["source"], link["target"]))
-    if problems:
-        raise CircuitFileError(f"invalid Neuronpedia graph ({len(problems)} problems): " + "; ".join(problems[:10]))

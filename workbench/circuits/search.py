@@ -50,7 +50,7 @@ class Evaluator:
         self.cache: dict[bytes, float] = {}
         self.n_evaluated = 0
         e = setup.graph.n_edges
-        self.clean = float(metric(setup.clean_logits))
+        self.clean = float(metric(setup.clean_logits).detach())
         self.empty = self.values(torch.zeros(1, e, dtype=torch.bool))[0]
 
     def values(self, masks: torch.Tensor) -> np.ndarray:

@@ -6,40 +6,24 @@ The foreign formats (EAP-IG/MIB, Neuronpedia) live in export.py, which builds on
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
 from workbench.atomic import write_json
+from workbench.circuits import schema
 from workbench.circuits.graph import Graph, GraphMismatchError
 from workbench.circuits.select import node_names
-from workbench.errors import MissingInputError, UserError
 from workbench.provenance import model_id
 
-SCHEMA = "workbench.circuit"
-SCHEMA_VERSION = 1
-
-
-class CircuitFileError(UserError, ValueError):
-    """A circuit file of another format / schema version, or for another model."""
+SCHEMA = schema.SCHEMA
+SCHEMA_VERSION = schema.FORMAT_VERSION
+CircuitFileError = schema.CircuitFormatError  # the name the engine has always raised and caught
 
 
 def read_json(path_or_dict) -> dict:
-    """A circuit file's JSON (a dict passes through), with errors that name the file."""
-    if isinstance(path_or_dict, dict):
-        return path_or_dict
-    path = Path(path_or_dict)
-    if not path.is_file():
-        raise MissingInputError(f"no circuit file at {path}")
-    try:
-        d = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise CircuitFileError(f"{path} is not valid JSON: {e}") from None
-    if not isinstance(d, dict):
-        raise CircuitFileError(f"{path} holds a JSON {type(d).__name__}, not a circuit object")
-    return d
+    """A circuit file's JSON (a dict passes through), with errors that name the file (schema.load)."""
+    return path_or_dict if isinstance(path_or_dict, dict) else schema.load(path_or_dict)
 
 
 def check_model(graph: Graph, file_model_id: str, model) -> None:
@@ -163,42 +147,28 @@ class Circuit:
 
     @classmethod
     def from_dict(cls, d: dict, model=None) -> Circuit:
-        """Rebuild a circuit from `to_dict`'s output; with a model, refuse circuits made for another model."""
+        """Rebuild a circuit from `to_dict`'s output (validated by schema.read_workbench); with a model, refuse
+        circuits made for another model or holding token ids outside its vocabulary."""
         if d.get("schema") != SCHEMA:
             raise CircuitFileError(
                 f"not a workbench circuit file: schema {d.get('schema')!r}, expected {SCHEMA!r} "
                 "(MIB files load with export.from_mib)"
             )
-        if d.get("schema_version") != SCHEMA_VERSION:
-            raise CircuitFileError(
-                f"circuit file schema version {d.get('schema_version')!r} is not supported; "
-                f"this workbench reads version {SCHEMA_VERSION}"
-            )
-        try:
-            graph = Graph(**d["graph"])
-            check_model(graph, d.get("model_id", ""), model)
-            names = [e["name"] for e in d["edges"]]
-            if names != graph.edges:
-                raise CircuitFileError(f"the file's {len(names)} edges do not match the graph's {graph.n_edges} edges")
-            pp = None
-            if d["edges"] and "per_position" in d["edges"][0]:
-                pp = torch.tensor([e["per_position"] for e in d["edges"]], dtype=torch.float32).T
-            return cls(
-                graph,
-                torch.tensor([e["in_circuit"] for e in d["edges"]]),
-                torch.tensor([e["score"] for e in d["edges"]], dtype=torch.float32),
-                d["query"],
-                d["method"],
-                d.get("model_id", ""),
-                d.get("seed", 0),
-                d.get("faithfulness", {}),
-                d.get("curve"),
-                pp,
-            )
-        except (KeyError, TypeError, ValueError) as e:
-            if isinstance(e, UserError):
-                raise
-            raise CircuitFileError(f"a damaged workbench circuit file ({type(e).__name__}: {e})") from None
+        rec = schema.read(d, d_vocab=None if model is None else model.cfg.d_vocab)
+        graph = Graph(**rec.shape.config())
+        check_model(graph, rec.model_id, model)
+        return cls(
+            graph,
+            torch.from_numpy(rec.in_circuit),
+            torch.from_numpy(rec.scores),
+            rec.query,
+            rec.method,
+            rec.model_id,
+            rec.seed,
+            rec.faithfulness,
+            rec.curve,
+            None if rec.per_position is None else torch.from_numpy(rec.per_position),
+        )
 
     def save(self, path) -> None:
         write_json(path, self.to_dict())
