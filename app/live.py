@@ -1,42 +1,60 @@
-"""What the app computes live from a model: cached model and SAE loading, the model a file names, and a
-circuit node's details (attention pattern, direct logit effect, SAE features at the answer position).
+"""What the app computes live from a model: cached model and SAE loading, the model a file names, a circuit
+node's evidence (attention pattern, direct logit effect, SAE features at the answer position), a typed
+prompt's features, and uploads checked against their model. The only app module that imports torch
+(inside the functions); the maths itself is workbench's (workbench.circuits.evidence).
 
 Attention patterns are computed here from the model, not stored with circuits: a pattern is
 layers x heads x n^2 numbers per prompt (GPT-2 small at 128 tokens: 2.4M, more than the circuit
 file), it is needed only for the node a user clicks, and one cached forward pass gives all of them.
-Torch is imported inside the functions.
+Cached models are shared by every session: every use of one (a forward pass here, a circuit search on
+the Run page, which adds hooks) holds that model's lock, so two tabs never run one model at once; runs
+here are under torch.no_grad (not inference_mode, whose tensors a later search could not update).
 """
 
 from __future__ import annotations
 
+import threading
+import warnings
+from pathlib import Path
+
 import streamlit as st
 
-from app import data, ui
+import workbench
+from app import state
+from app.figures import circuit as cg
+from workbench.circuits import schema
 from workbench.errors import UserError
+
+MAX_UPLOAD_BYTES = 64 * 2**20
+WORKBENCH = Path(workbench.__file__).resolve().parent
+
+
+class ModelNotFound(UserError):
+    """A file names a model that is neither the embedded one nor a saved model in the workspace."""
 
 
 @st.cache_resource(show_spinner="loading the model...", max_entries=4)
 def load_model(spec: str):
+    """(model, model id, lock): the lock serialises runs of this shared model across sessions."""
     from workbench.models import load, model_id
 
-    model, _ = load(spec, device="cpu")
-    return model, model_id(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # library deprecation notes are not the user's business
+        model, _ = load(spec, device="cpu")
+    model.eval()
+    return model, model_id(model), threading.Lock()
 
 
 @st.cache_resource(show_spinner="loading the SAE...", max_entries=8)
 def load_sae(path: str, stamp: float):
     from workbench.sae.io import load_sae as load
 
-    return load(path, device="cpu").eval()
+    return load(path, device="cpu").eval(), threading.Lock()
 
 
 def model_specs() -> list[str]:
-    """The models the app can run: the embedded one and each saved model of the workspace (absolute paths)."""
-    return ["tiny"] + [str(data.resolve(ui.root(), m)) for m in data.model_dirs(ui.root())]
-
-
-class ModelNotFound(UserError):
-    """A file names a model that is neither the embedded one nor a saved model in the workspace."""
+    """The models the app can run: the embedded one and each recorded model of the workspace (absolute paths)."""
+    return ["tiny"] + [str(state.resolve(m)) for m in state.catalog().models]
 
 
 def spec_of(model_id: str, what: str = "this SAE") -> str:
@@ -53,60 +71,113 @@ def spec_of(model_id: str, what: str = "this SAE") -> str:
     )
 
 
-def find_model(model_id: str, what: str = "this SAE"):
-    """The loaded model with this id, or a page error."""
-    try:
-        return load_model(spec_of(model_id, what))[0]
-    except ModelNotFound as e:
-        ui.fail(e)
-
-
 def sae_for(rel: str):
-    folder = data.resolve(ui.root(), rel)
+    folder = state.resolve(rel)
     return load_sae(str(folder), (folder / "sae_weights.safetensors").stat().st_mtime)
 
 
-@st.cache_data(show_spinner="running the model on the prompt...", max_entries=32)
+@st.cache_data(show_spinner=False, max_entries=32)
 def run_prompt(spec: str, tokens: tuple[int, ...]) -> dict:
-    """One forward pass: attention patterns [L][H][q][k], and per node its direct effect on every logit at the
-    answer (last) position, through the final LayerNorm's scale of that run (W_U applied, bias left out)."""
+    """One forward pass: attention patterns [L][H][q][k] and each head's and MLP's direct logit effect at the
+    last position (evidence.direct_logit_effects), with the tokens as strings."""
     import torch
 
-    model, _ = load_model(spec)
-    toks = torch.tensor([tokens])
-    with torch.no_grad():
-        _, cache = model.run_with_cache(toks)
-        L, H = model.cfg.n_layers, model.cfg.n_heads
-        patterns = torch.stack([cache[f"blocks.{i}.attn.hook_pattern"][0] for i in range(L)])
-        scale = cache["ln_final.hook_scale"][0, -1] if "ln_final.hook_scale" in cache else torch.ones(1)
-        outs = {}
-        for i in range(L):
-            z = cache[f"blocks.{i}.attn.hook_z"][0, -1]  # [H, d_head]
-            per_head = torch.einsum("hd,hdm->hm", z, model.W_O[i])
-            for h in range(H):
-                outs[f"a{i}.h{h}"] = per_head[h]
-            if f"blocks.{i}.hook_mlp_out" in cache:
-                outs[f"m{i}"] = cache[f"blocks.{i}.hook_mlp_out"][0, -1]
-        dla = {n: ((v / scale) @ model.W_U).numpy() for n, v in outs.items()}
+    from workbench.circuits import evidence
+
+    model, _, lock = load_model(spec)
+    toks = torch.tensor(tokens)
+    with lock, torch.no_grad():
+        patterns, dla = evidence.patterns_and_logit_effects(model, toks)
+        str_tokens = model.to_str_tokens(toks)
+        vocab = model.to_str_tokens(torch.arange(model.cfg.d_vocab))
     return {
         "patterns": patterns.numpy(),
-        "dla": dla,
-        "str_tokens": model.to_str_tokens(toks[0]),
-        "vocab": model.to_str_tokens(torch.arange(model.cfg.d_vocab)),
+        "dla": {n: v.numpy() for n, v in dla.items()},
+        "str_tokens": str_tokens,
+        "vocab": vocab,
     }
 
 
-def stream_features(spec: str, tokens: tuple[int, ...], sae_rel: str, hook: str, k: int = 8) -> list[tuple[int, float]]:
-    """The SAE's k most active units (latents, or block norms) at the answer position, strongest first."""
+def tokenize(spec: str, text: str) -> tuple[int, ...]:
+    """A typed prompt as token ids, as the CLI reads it (inputs.tokens_of): a word outside the vocabulary is
+    named with suggestions, a prompt longer than the context refused; TransformerLens would cut the first
+    silently and turn the second into <unk>. A UserError otherwise."""
+    from workbench.circuits.inputs import tokens_of
+
+    return tuple(tokens_of(load_model(spec)[0], text).tolist())
+
+
+@st.cache_data(show_spinner="running the SAE...", max_entries=64)
+def sae_codes(spec: str, tokens: tuple[int, ...], sae_rel: str, hook: str, stamp: float):
+    """[pos, units] activations of the SAE's units (latents, or block norms; scaffold directions left out)."""
     import torch
 
-    model, _ = load_model(spec)
-    sae = sae_for(sae_rel)
-    with torch.no_grad():
+    model, _, lock = load_model(spec)
+    sae, sae_lock = sae_for(sae_rel)
+    with lock, sae_lock, torch.no_grad():
         _, cache = model.run_with_cache(torch.tensor([tokens]), names_filter=hook)
-        z = sae.encode(cache[hook][0, -1:].to(sae.dtype))[0].float()
-    z = z[: sae.cfg.d_sae - int(getattr(sae.cfg, "scaffold_rank", 0))]
+        z = sae.encode(cache[hook][0].to(sae.dtype)).float()
+    z = z[:, : sae.cfg.d_sae - int(getattr(sae.cfg, "scaffold_rank", 0))]
     b = int(getattr(sae.cfg, "block_size", 1))
-    a = z.view(-1, b).norm(dim=-1) if b > 1 else z
-    vals, idx = a.topk(min(k, len(a)))
-    return [(int(i), float(v)) for i, v in zip(idx, vals) if v > 0]
+    return (z.view(len(z), -1, b).norm(dim=-1) if b > 1 else z).numpy()
+
+
+def stream_features(spec: str, tokens: tuple[int, ...], sae_rel: str, hook: str, k: int = 8) -> list[tuple[int, float]]:
+    """The SAE's k most active units at the answer (last) position, strongest first."""
+    a = sae_codes(spec, tokens, sae_rel, hook, state.stamp(sae_rel))[-1]
+    idx = a.argsort()[::-1][:k]
+    return [(int(i), float(a[i])) for i in idx if a[i] > 0]
+
+
+def find_circuit(spec: str, prompt: str, answer: str, counterfactual: str | None, **kwargs):
+    """steps.find_circuit into the workspace, holding the model's lock (the search adds hooks to the shared
+    model); returns (circuit, folder, the finder's own warnings as text). Library warnings (deprecations,
+    torch internals) stay in the server log: they are not the user's to act on."""
+    from workbench import steps
+    from workbench.workspace import Workspace
+
+    model, _, lock = load_model(spec)
+    with lock, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        circuit, folder = steps.find_circuit(
+            Workspace(state.root()), model, prompt, answer, counterfactual, model_spec=spec, **kwargs
+        )
+    notes = [str(w.message) for w in caught if _from_workbench(w)]
+    for w in caught:
+        if not _from_workbench(w):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return circuit, folder, notes
+
+
+def _from_workbench(w: warnings.WarningMessage) -> bool:
+    return issubclass(w.category, UserWarning) and Path(w.filename).resolve().is_relative_to(WORKBENCH)
+
+
+def check_upload(name: str, raw: bytes, mib_spec: str) -> dict:
+    """Validate an uploaded circuit file completely, once (schema.read against the model it names: its shape,
+    its vocabulary); returns the session entry, keyed by content. Raises UserError with one line."""
+    if len(raw) > MAX_UPLOAD_BYTES:
+        raise UserError(
+            f"{name} is {len(raw) / 2**20:.1f} MiB; circuit uploads are limited to {MAX_UPLOAD_BYTES >> 20} MiB"
+        )
+    d = schema.loads(raw, name, MAX_UPLOAD_BYTES)
+    fmt = schema.detect(d)
+    if fmt == "workbench" and d.get("model_id"):
+        spec = spec_of(str(d["model_id"]), f"the circuit in {name}")
+    elif fmt == "neuronpedia":
+        scan = d["metadata"].get("scan") if isinstance(d.get("metadata"), dict) else None
+        spec = spec_of(str(scan), f"the graph in {name}")
+    else:
+        spec = mib_spec
+    model, mid, _ = load_model(spec)
+    from workbench.circuits.graph import Graph
+
+    shape = schema.GraphShape(**Graph.from_model(model).config())
+    try:
+        rec = schema.read(d, shape=shape, d_vocab=model.cfg.d_vocab)
+    except schema.CircuitFormatError as e:
+        raise schema.CircuitFormatError(f"{name}: {e}") from None
+    if rec.model_id and rec.model_id != mid and fmt == "workbench":
+        raise UserError(f"{name} was found on model {rec.model_id!r}, not on {mid!r}")
+    rec.model_id = rec.model_id or mid
+    return {"name": name, "format": fmt, "data": cg.from_record(rec), "raw": raw, "stamp": state.upload_key(raw)}

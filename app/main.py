@@ -11,9 +11,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `app` and this c
 
 import streamlit as st  # noqa: E402
 
-from app import ui  # noqa: E402
+from app import state  # noqa: E402
 
 st.set_page_config(page_title="workbench", layout="wide")
-nav = st.navigation([st.Page(p, title=t, url_path=u, default=u == "workspace") for p, t, u in ui.PAGES])
-st.sidebar.caption(f"workspace: `{ui.root()}`")
+nav = st.navigation([st.Page(p, title=t, url_path=u, default=u == "workspace") for p, t, u in state.PAGES])
+st.sidebar.caption(f"workspace: `{state.root()}`")
 nav.run()

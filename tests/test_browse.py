@@ -4,7 +4,7 @@ import pytest
 
 from workbench import browse, steps
 from workbench.cache.config import HarvestConfig
-from workbench.errors import MissingInputError
+from workbench.circuits.schema import CircuitFormatError
 from workbench.sae.config import SAEConfig, TrainConfig
 from workbench.workspace import Workspace
 
@@ -51,26 +51,58 @@ def test_artifacts_by_kind(made):
     assert [a.path for a in browse.artifacts(ws.root, "circuits")] == [circuit]
 
 
+def test_catalog_lists_what_the_manifests_record(made):
+    ws, _, sae, circuit = made
+    cat = browse.catalog(ws.root)
+    rel = lambda p: p.resolve().relative_to(ws.root.resolve()).as_posix()  # noqa: E731
+    assert cat.saes == [rel(sae)] and cat.circuits == [rel(circuit)] and cat.models == [] and not cat.skipped
+    assert cat.feature_stores == set() and cat.sparse_models == []
+    stray = ws.root / "circuits" / "stray"  # a circuit file no manifest records is not listed
+    stray.mkdir()
+    (stray / "circuit.json").write_text((circuit / "circuit.json").read_text())
+    try:
+        assert browse.catalog(ws.root).circuits == [rel(circuit)]
+    finally:
+        (stray / "circuit.json").unlink()
+        stray.rmdir()
+
+
+@pytest.mark.parametrize("text", ["{", "[]", '{"kind": "someone-else"}', '"x"'])
+def test_a_damaged_manifest_is_skipped_and_named(made, text):
+    ws, _, sae, circuit = made
+    bad = ws.root / "circuits" / "broken"
+    bad.mkdir()
+    (bad / "artifact.json").write_text(text)
+    try:
+        arts, skipped = browse.scan(ws.root)
+        assert [s.path for s in skipped] == [bad / "artifact.json"] and str(bad / "artifact.json") in str(skipped[0])
+        assert {a.path for a in arts} >= {sae, circuit} and bad not in {a.path for a in arts}
+        assert browse.catalog(ws.root).circuits == [circuit.resolve().relative_to(ws.root.resolve()).as_posix()]
+    finally:
+        (bad / "artifact.json").unlink()
+        bad.rmdir()
+
+
+def test_resolve_keeps_paths_inside(made, tmp_path):
+    ws, _, sae, _ = made
+    rel = sae.resolve().relative_to(ws.root.resolve()).as_posix()
+    assert browse.resolve(ws.root, rel) == sae.resolve()
+    for bad, match in (("../x", "'..' may not appear"), ("/etc", "not a path inside"), ("nothing", "does not exist")):
+        with pytest.raises(browse.OutsideWorkspace, match=match):
+            browse.resolve(ws.root, bad)
+
+
 def test_open_sae_reads_config_info_and_curves(made):
     _, _, sae, _ = made
     view = browse.open_sae(sae)
     assert view.hook == HOOK and view.info["sae_config"]["k"] == 4 and view.curves and "fvu" in view.curves[-1]
-    assert view.metrics == {}  # not evaluated yet
-
-
-def test_open_cache_maps_the_token_ids(made):
-    _, cache, _, _ = made
-    view = browse.open_cache(cache.path)
-    assert view.hooks == [HOOK] and view.n_tokens("train") == cache.n_tokens("train")
-    assert (view.token_ids("train") == cache.token_ids("train")).all()
-    assert (view.sequences("heldout") == cache.sequences("heldout")).all()
-    with pytest.raises(MissingInputError, match="no split 'test'"):
-        view.token_ids("test")
+    assert view.metrics == {} and view.store == {} and view.artifact["kind"] == "saes"  # not evaluated yet
 
 
 def test_open_circuit_reads_the_folder_or_the_file(made):
     _, _, _, circuit = made
-    d = browse.open_circuit(circuit)
-    assert d == browse.open_circuit(circuit / "circuit.json") and d["schema"] == "workbench.circuit"
-    with pytest.raises(MissingInputError, match="not a workbench circuit file"):
+    rec = browse.open_circuit(circuit)
+    assert rec.fmt == "workbench" and rec.n_graph_edges == rec.shape.n_edges and rec.query["tokens"]
+    assert rec.edges == browse.open_circuit(circuit / "circuit.json").edges
+    with pytest.raises(CircuitFormatError, match="not a workbench circuit file"):
         browse.open_circuit(circuit / "mib.json")

@@ -81,3 +81,26 @@ def test_clear_refuses_a_workspace_holding_anything_else(tmp_path, stray):
 def test_clear_refuses_the_root_the_home_and_the_repository(root):
     with pytest.raises(OutputExistsError, match="refusing to clear"):
         Workspace(root).clear()
+
+
+@pytest.mark.parametrize("text", ["{", "[]", '{"kind": "elsewhere"}'])
+def test_a_damaged_manifest_is_skipped_with_its_path_everywhere(tmp_path, text):
+    ws = Workspace(tmp_path / "ws")
+    good = _artifact(ws, "circuits", "good", {"circuit.json": "{}"})
+    bad = ws.path("circuits", "bad")
+    bad.mkdir(parents=True)
+    (bad / MANIFEST).write_text(text)
+    arts, skipped = ws.scan()
+    assert [a.path for a in arts] == [good] and ws.artifacts() == arts
+    assert [s.path for s in skipped] == [bad / MANIFEST] and str(bad / MANIFEST) in str(skipped[0])
+    with pytest.raises(OutputExistsError, match=f"damaged manifest {bad / MANIFEST}"):
+        ws.clear()  # its files are no manifest's: left alone, and the message says why
+    assert (bad / MANIFEST).is_file() and good.is_dir()
+
+
+def test_a_damaged_index_is_named_and_the_workspace_still_lists(tmp_path):
+    ws = Workspace(tmp_path / "ws")
+    good = _artifact(ws, "models", "m", {"config.json": "{}"})
+    (tmp_path / "ws" / INDEX).write_text('{"external": "../elsewhere"}')
+    arts, skipped = ws.scan()
+    assert [a.path for a in arts] == [good] and "unreadable workspace index" in skipped[0].reason

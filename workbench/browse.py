@@ -1,22 +1,48 @@
 """A read-only view of a workspace for the app and `workbench ls`: no torch, TransformerLens or sae_lens.
 
-Everything here reads plain files (JSON, JSONL, .npy through numpy memory maps): the artifacts of a
-workspace by kind, an SAE folder's config, metrics and training curves, a circuit file, and a
-cache's manifest and token ids. Opening a model or running an SAE is the engine's job, not this layer's.
+Everything here starts from the manifests (`Workspace.scan`), never from guessed paths: the artifacts of
+a workspace by kind (a damaged manifest is skipped and named), the SAEs, feature stores, saved models,
+sparse-attention models and circuits among them (`catalog`), and readers for their plain files (an SAE folder's config, metrics and
+training curves; a circuit through the one circuit schema; an attention report and its comparisons).
+Every workspace-relative path the app receives goes through `resolve`, which keeps it inside the
+workspace. Opening a model or running an SAE is the engine's job, not this layer's.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
-import numpy as np
+from workbench.circuits import schema
+from workbench.errors import MissingInputError, UserError
+from workbench.workspace import KINDS, Artifact, Skipped, Workspace
 
-from workbench.errors import MissingInputError
-from workbench.workspace import KINDS, Artifact, Workspace
+__all__ = [
+    "Artifact",
+    "KINDS",
+    "OutsideWorkspace",
+    "SAEView",
+    "Skipped",
+    "Catalog",
+    "artifacts",
+    "attention_report",
+    "catalog",
+    "compare_results",
+    "open_circuit",
+    "open_sae",
+    "resolve",
+    "scan",
+]
 
-__all__ = ["Artifact", "CacheView", "KINDS", "SAEView", "artifacts", "open_cache", "open_circuit", "open_sae"]
+SAE_FILES = ("cfg.json", "sae_weights.safetensors")
+MODEL_FILES = ("config.json", "model.safetensors")
+REPORT = "attention_report.json"
+CIRCUIT = "circuit.json"
+
+
+class OutsideWorkspace(UserError):
+    """A path names something outside the workspace, or nothing at all."""
 
 
 def artifacts(workspace: str | Path, kind: str | None = None) -> list[Artifact]:
@@ -24,13 +50,96 @@ def artifacts(workspace: str | Path, kind: str | None = None) -> list[Artifact]:
     return Workspace(workspace).artifacts(kind)
 
 
+def scan(workspace: str | Path, kind: str | None = None) -> tuple[list[Artifact], list[Skipped]]:
+    """(artifacts, skipped manifests with why): what a listing shows, and what it must name as left out."""
+    return Workspace(workspace).scan(kind)
+
+
+def resolve(root: Path, rel: str) -> Path:
+    """The workspace-relative path `rel` as an absolute path inside root, or OutsideWorkspace."""
+    root = Path(root).resolve()
+    p = PurePosixPath(rel)
+    if not rel or p.is_absolute() or rel.startswith("~"):
+        raise OutsideWorkspace(f"{rel!r} is not a path inside the workspace: give it relative to {root}")
+    if ".." in p.parts:
+        raise OutsideWorkspace(f"{rel!r} is refused: '..' may not appear in a workspace path")
+    full = (root / p).resolve()
+    if not full.is_relative_to(root):
+        raise OutsideWorkspace(f"{rel!r} is refused: it leads outside the workspace {root} (through a symlink)")
+    if not full.exists():
+        raise OutsideWorkspace(f"{rel!r} does not exist in the workspace {root}")
+    return full
+
+
+@dataclass
+class Catalog:
+    """One scan of a workspace's manifests, and the workspace-relative folders of what the app opens:
+    only artifacts inside the workspace whose manifests list the files each kind needs."""
+
+    root: Path
+    artifacts: list[Artifact]
+    skipped: list[Skipped]
+
+    def _inside(self, kind: str, files: tuple[str, ...]) -> list[str]:
+        out = []
+        for a in self.artifacts:
+            folder = a.path.resolve()
+            if (
+                a.kind == kind
+                and folder.is_relative_to(self.root)
+                and all(f in a.manifest.get("files", {}) for f in files)
+            ):
+                out.append(folder.relative_to(self.root).as_posix())
+        return sorted(out)
+
+    def rel(self, a: Artifact) -> str | None:
+        """An artifact's folder relative to the root, None when it lies outside (registered from elsewhere)."""
+        folder = a.path.resolve()
+        return folder.relative_to(self.root).as_posix() if folder.is_relative_to(self.root) else None
+
+    @property
+    def saes(self) -> list[str]:
+        """SAE folders (cfg.json + weights)."""
+        return self._inside("saes", SAE_FILES)
+
+    @property
+    def feature_stores(self) -> set[str]:
+        """The SAE folders whose feature store (<sae>/features) a manifest records as finished."""
+        return {str(PurePosixPath(rel).parent) for rel in self._inside("features", ("manifest.json",))}
+
+    @property
+    def models(self) -> list[str]:
+        """Saved models (config.json + model.safetensors)."""
+        return self._inside("models", MODEL_FILES)
+
+    @property
+    def sparse_models(self) -> list[str]:
+        """Saved models whose manifest lists an attention report: the sparse-attention ones."""
+        return self._inside("models", MODEL_FILES + (REPORT,))
+
+    @property
+    def circuits(self) -> list[str]:
+        """Circuit folders (circuits/<name>/circuit.json)."""
+        return self._inside("circuits", (CIRCUIT,))
+
+
+def catalog(workspace: str | Path) -> Catalog:
+    root = Path(workspace).resolve()
+    return Catalog(root, *Workspace(root).scan())
+
+
 def _json(path: Path) -> dict:
     try:
-        return json.loads(path.read_text())
+        d = json.loads(path.read_text())
     except FileNotFoundError:
         raise MissingInputError(f"{path} does not exist") from None
     except json.JSONDecodeError as e:
         raise MissingInputError(f"{path} is not valid JSON ({e}); was it written by the workbench?") from None
+    if not isinstance(d, dict):
+        raise MissingInputError(
+            f"{path} holds a JSON {type(d).__name__}, not an object; was it written by the workbench?"
+        )
+    return d
 
 
 def _json_or_empty(path: Path) -> dict:
@@ -39,17 +148,24 @@ def _json_or_empty(path: Path) -> dict:
 
 @dataclass
 class SAEView:
-    """An SAE folder as data: cfg.json (SAELens), workbench.json, metrics.json and curves.jsonl."""
+    """An SAE folder as data: cfg.json (SAELens), workbench.json, metrics.json, curves.jsonl, its manifest
+    and its feature store's manifest."""
 
     path: Path
     cfg: dict
     info: dict  # workbench.json: sae_config, train_config, data, final curve point ({} if trained elsewhere)
     metrics: dict  # metrics.json ({} until `workbench sae eval` ran)
     curves: list[dict]  # one dict per logged step
+    artifact: dict  # artifact.json
+    store: dict  # features/manifest.json ({} without a feature store)
 
     @property
     def hook(self) -> str | None:
         return self.cfg.get("metadata", {}).get("hook_name")
+
+    @property
+    def model_name(self) -> str | None:
+        return self.cfg.get("metadata", {}).get("model_name")
 
 
 def open_sae(folder: str | Path) -> SAEView:
@@ -57,69 +173,45 @@ def open_sae(folder: str | Path) -> SAEView:
     if not (folder / "cfg.json").is_file():
         raise MissingInputError(f"{folder} is not an SAE folder (no cfg.json)")
     curves_path = folder / "curves.jsonl"
-    curves = (
-        [json.loads(line) for line in curves_path.read_text().splitlines() if line.strip()]
-        if curves_path.is_file()
-        else []
-    )
+    try:
+        curves = [json.loads(line) for line in curves_path.read_text().splitlines() if line.strip()]
+    except FileNotFoundError:
+        curves = []
+    except json.JSONDecodeError as e:
+        raise MissingInputError(f"{curves_path} is not valid JSON lines ({e})") from None
     return SAEView(
         folder,
         _json(folder / "cfg.json"),
         _json_or_empty(folder / "workbench.json"),
         _json_or_empty(folder / "metrics.json"),
         curves,
+        _json_or_empty(folder / "artifact.json"),
+        _json_or_empty(folder / "features" / "manifest.json"),
     )
 
 
-def open_circuit(path: str | Path) -> dict:
-    """A workbench circuit file (or an artifact folder holding circuit.json) as its JSON dict."""
+def open_circuit(path: str | Path) -> schema.CircuitRecord:
+    """A workbench circuit file (or an artifact folder holding circuit.json), read and validated by the schema."""
     path = Path(path)
     if path.is_dir():
-        path = path / "circuit.json"
-    d = _json(path)
-    if d.get("schema") != "workbench.circuit":
-        raise MissingInputError(f"{path} is not a workbench circuit file (schema {d.get('schema')!r})")
-    return d
+        path = path / CIRCUIT
+    d = schema.load(path)
+    if schema.detect(d) != "workbench":
+        raise schema.CircuitFormatError(f"{path} is not a workbench circuit file (schema {d.get('schema')!r})")
+    try:
+        return schema.read(d)
+    except schema.CircuitFormatError as e:
+        raise schema.CircuitFormatError(f"{path}: {e}") from None
 
 
-@dataclass
-class CacheView:
-    """An activation cache's manifest and per-row metadata, memory-mapped (activations stay on disk)."""
-
-    path: Path
-    manifest: dict
-
-    @property
-    def hooks(self) -> list[str]:
-        return list(self.manifest["hooks"])
-
-    def n_tokens(self, split: str = "train") -> int:
-        return sum(r["rows"] for r in self._shards(split))
-
-    def _shards(self, split: str) -> list[dict]:
-        shards = self.manifest["shards"]
-        if split not in shards:
-            raise MissingInputError(f"cache {self.path} has no split {split!r}; it has: {', '.join(shards)}")
-        return shards[split]
-
-    def column(self, split: str, stem: str) -> np.ndarray:
-        """One per-row (or per-sequence) column over all shards: a read-only memmap when one shard holds it."""
-        parts = [np.load(self.path / split / r["name"] / f"{stem}.npy", mmap_mode="r") for r in self._shards(split)]
-        if not parts:
-            return np.empty((0,), np.int32)
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
-
-    def token_ids(self, split: str = "train") -> np.ndarray:
-        """The token id of every cached row."""
-        return self.column(split, "tokens")
-
-    def sequences(self, split: str = "train") -> np.ndarray:
-        """[n_seq, ctx_len] token ids of the sequences the rows came from."""
-        return self.column(split, "sequences")
+def attention_report(folder: str | Path) -> dict:
+    """A sparse-attention model's attention_report.json."""
+    return _json(Path(folder) / REPORT)
 
 
-def open_cache(folder: str | Path) -> CacheView:
+def compare_results(folder: str | Path) -> list[tuple[str, dict]]:
+    """(task, result) of each `workbench attention compare` the sparse model's manifest lists (compare/<task>.json)."""
     folder = Path(folder)
-    if not (folder / "manifest.json").is_file():
-        raise MissingInputError(f"no finished activation cache at {folder} (no manifest.json)")
-    return CacheView(folder, _json(folder / "manifest.json"))
+    listed = _json_or_empty(folder / "artifact.json").get("files", {})
+    names = sorted(f for f in listed if f.startswith("compare/") and f.endswith(".json"))
+    return [(PurePosixPath(f).stem, _json(folder / f)) for f in names]

@@ -155,9 +155,11 @@ def _sae_eval(a: argparse.Namespace) -> None:
 
 
 def _ls(a: argparse.Namespace) -> None:
-    from workbench.browse import artifacts
+    from workbench.browse import scan
 
-    found = artifacts(a.workspace, a.kind)
+    found, skipped = scan(a.workspace, a.kind)
+    for s in skipped:
+        print(f"skipped {s}", file=sys.stderr)
     if not found:
         print(f"no artifacts recorded in {a.workspace}" + (f" of kind {a.kind}" if a.kind else ""))
     for art in found:

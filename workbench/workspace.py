@@ -36,6 +36,17 @@ class Artifact:
     manifest: dict
 
 
+@dataclass
+class Skipped:
+    """A manifest a listing could not use (damaged JSON, not an object, a foreign kind): named, never fatal."""
+
+    path: Path
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+
 class Workspace:
     def __init__(self, root: str | Path):
         self.root = Path(root)
@@ -110,17 +121,40 @@ class Workspace:
             atomic_write_text(self.root / INDEX, json.dumps(index, indent=2))
 
     def artifacts(self, kind: str | None = None) -> list[Artifact]:
-        """Recorded artifacts (inside the root, then registered ones that still exist), optionally of one kind."""
+        """Recorded artifacts (inside the root, then registered ones that still exist), optionally of one kind;
+        a damaged manifest is left out (`scan` names it)."""
+        return self.scan(kind)[0]
+
+    def scan(self, kind: str | None = None) -> tuple[list[Artifact], list[Skipped]]:
+        """(artifacts, skipped manifests): one bad artifact.json (`{`, `[]`, another tool's) never hides the rest."""
         if kind is not None:
             check_kind(kind)
         manifests = [m for k in KINDS for m in sorted(self.root.glob(f"{k}/**/{MANIFEST}"))]
-        manifests += [m for rel in self._index()["external"] if (m := self.resolve(rel) / MANIFEST).is_file()]
+        skipped = []
+        try:
+            external = self._index()["external"]
+            if not isinstance(external, list) or not all(isinstance(r, str) for r in external):
+                raise ValueError(f"'external' is {type(external).__name__}, expected a list of paths")
+        except (ValueError, KeyError, TypeError, OSError) as e:
+            skipped.append(
+                Skipped(self.root / INDEX, f"unreadable workspace index, registered artifacts not listed ({e})")
+            )
+            external = []
+        manifests += [m for rel in external if (m := self.resolve(rel) / MANIFEST).is_file()]
         out = []
         for m in manifests:
-            manifest = json.loads(m.read_text())
+            try:
+                manifest = json.loads(m.read_text())
+            except (ValueError, OSError) as e:
+                skipped.append(Skipped(m, f"not a readable JSON manifest ({e})"))
+                continue
+            if not isinstance(manifest, dict) or manifest.get("kind", m.parent.parent.name) not in KINDS:
+                what = manifest.get("kind") if isinstance(manifest, dict) else f"a JSON {type(manifest).__name__}"
+                skipped.append(Skipped(m, f"not a workbench manifest (kind {what!r}; valid kinds: {', '.join(KINDS)})"))
+                continue
             if kind is None or manifest.get("kind") == kind:
                 out.append(Artifact(manifest.get("kind", m.parent.parent.name), m.parent.name, m.parent, manifest))
-        return out
+        return out, skipped
 
     def clear(self) -> None:
         """Remove what the workspace's manifests say the workbench made, and nothing else.
@@ -138,7 +172,8 @@ class Workspace:
         if not root.exists():
             return
         made = {root / INDEX}
-        for a in self.artifacts():
+        found, skipped = self.scan()
+        for a in found:
             folder = a.path.resolve()
             if not _inside(folder, root):
                 continue  # registered from elsewhere: not this workspace's to delete
@@ -149,9 +184,10 @@ class Workspace:
         foreign = sorted(str(p.relative_to(root)) for p in entries if (p.is_file() or p.is_symlink()) and p not in made)
         if foreign:
             shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+            damaged = "".join(f"; damaged manifest {s}" for s in skipped)
             raise OutputExistsError(
                 f"refusing to clear {self.root}: {len(foreign)} file(s) no workspace manifest "
-                f"lists ({shown}); move them or choose another workspace"
+                f"lists ({shown}){damaged}; move them or choose another workspace"
             )
         for p in entries:
             if p in made and p.is_file():

@@ -1,16 +1,28 @@
-"""The app's read side (everything but the prompt view) imports no torch, TransformerLens or sae_lens."""
+"""The app's read side imports no torch, TransformerLens or sae_lens: pages, figures and state stand on
+workbench.browse and the circuit schema; only app/live.py runs a model."""
 
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_app_read_layer_imports_no_torch():
+@pytest.mark.parametrize(
+    "modules",
+    [
+        "app.state",
+        "app.figures.circuit, app.figures.sae, app.figures.attention",
+        "workbench.browse",
+        "workbench.circuits.schema",
+    ],
+)
+def test_read_side_imports_no_torch(modules):
     code = (
-        "import sys, json\nimport app.data, app.plots\nfrom workbench.features import FeatureStore\n"
+        f"import sys, json\nimport {modules}\nfrom workbench.features import FeatureStore\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformer_lens', 'sae_lens'))))"
     )
     out = subprocess.run(
@@ -22,3 +34,13 @@ def test_app_read_layer_imports_no_torch():
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
     )
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_only_live_imports_torch_in_the_app():
+    """No app module but live.py names torch, the model loader or training code at all."""
+    heavy = ("import torch", "from torch", "workbench.models", "workbench.sae", "transformer_lens", "workbench.steps")
+    for p in sorted((ROOT / "app").rglob("*.py")):
+        if p.name == "live.py" or p.name == "run.py":
+            continue
+        text = p.read_text()
+        assert not [h for h in heavy if h in text], p

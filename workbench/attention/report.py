@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from workbench.atomic import atomic_write_text
+from workbench.circuits.evidence import attention_patterns
 from workbench.errors import UserError
 
 REPORT = "attention_report.json"
@@ -142,8 +143,7 @@ def example_patterns(model, tokenizer, per_task: int = 2, seed: int = 0) -> dict
         rows = []
         for q in tasks.queries(task, per_task, seed=seed):
             toks = model.to_tokens(q.prompt).to(model.cfg.device)
-            _, cache = model.run_with_cache(toks, names_filter=lambda n: n.endswith("hook_pattern"))
-            pats = torch.stack([cache[f"blocks.{i}.attn.hook_pattern"][0] for i in range(model.cfg.n_layers)])
+            pats = attention_patterns(model, toks)
             rows.append(
                 {
                     "prompt": q.prompt,
@@ -170,8 +170,7 @@ def induction_heads(model, n: int = 20, seed: int = 0) -> list[list[dict]]:
     for q in tasks.queries("induction", n, seed=seed):
         span = len(q.params["span"])
         toks = model.to_tokens(q.prompt).to(model.cfg.device)
-        _, cache = model.run_with_cache(toks, names_filter=lambda name: name.endswith("hook_pattern"))
-        pats = torch.stack([cache[f"blocks.{i}.attn.hook_pattern"][0] for i in range(L)]).double().cpu()
+        pats = attention_patterns(model, toks).double()
         qpos = torch.arange(span + 1, toks.shape[1])  # queries in the repeat
         prev, ind = pats[:, :, qpos, qpos - 1], pats[:, :, qpos, qpos - span + 1]
         acc[..., 0] += prev.sum(-1)

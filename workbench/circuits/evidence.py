@@ -1,4 +1,10 @@
-"""Evidence for what circuit heads do, read from their attention patterns on the query itself.
+"""Evidence for what circuit nodes do, read from the model on the query itself: attention patterns (the one
+place they are computed: the attention report and the app call `attention_patterns`), each head's and
+MLP's direct logit effect, and induction evidence.
+
+Direct logit effect of a node: its output at the last position divided by the final LayerNorm's scale of
+this run, times W_U (the unembedding bias left out), so the effects of all nodes plus the embeddings'
+and the biases' add up to the logits.
 
 Previous-token score of a head: mean attention from each position to the one before it.
 Induction score: mean attention from a repeated token to the token that followed its previous
@@ -10,16 +16,44 @@ from __future__ import annotations
 
 import torch
 
+from workbench.circuits import schema
 from workbench.circuits.types import Circuit
+
+
+def _patterns(model, cache) -> torch.Tensor:
+    return torch.stack([cache[f"blocks.{layer}.attn.hook_pattern"][0] for layer in range(model.cfg.n_layers)]).cpu()
 
 
 @torch.no_grad()
 def attention_patterns(model, tokens: torch.Tensor) -> torch.Tensor:
-    """[n_layers, n_heads, pos, pos] attention patterns of one prompt."""
+    """[n_layers, n_heads, pos, pos] attention patterns of one prompt (token ids, with BOS if the model uses one)."""
     _, cache = model.run_with_cache(
         tokens.reshape(1, -1).to(model.cfg.device), names_filter=lambda n: n.endswith("hook_pattern")
     )
-    return torch.stack([cache[f"blocks.{layer}.attn.hook_pattern"][0] for layer in range(model.cfg.n_layers)]).cpu()
+    return _patterns(model, cache)
+
+
+def direct_logit_effects(model, cache) -> dict[str, torch.Tensor]:
+    """Per node `a{l}.h{h}` / `m{l}`: its direct effect on every logit [d_vocab] at the last position of a run
+    cached with hook_z, hook_mlp_out and ln_final.hook_scale (the module docstring says how)."""
+    scale = cache["ln_final.hook_scale"][0, -1] if "ln_final.hook_scale" in cache else torch.ones(1)
+    outs = {}
+    for layer in range(model.cfg.n_layers):
+        z = cache[f"blocks.{layer}.attn.hook_z"][0, -1]  # [H, d_head]
+        per_head = torch.einsum("hd,hdm->hm", z, model.W_O[layer])
+        for h in range(model.cfg.n_heads):
+            outs[schema.head(layer, h)] = per_head[h]
+        if f"blocks.{layer}.hook_mlp_out" in cache:
+            outs[schema.mlp(layer)] = cache[f"blocks.{layer}.hook_mlp_out"][0, -1]
+    return {n: ((v / scale) @ model.W_U).cpu() for n, v in outs.items()}
+
+
+@torch.no_grad()
+def patterns_and_logit_effects(model, tokens: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """One forward pass: (attention_patterns, direct_logit_effects) of a prompt."""
+    keep = ("hook_pattern", "hook_z", "hook_mlp_out", "ln_final.hook_scale")
+    _, cache = model.run_with_cache(tokens.reshape(1, -1).to(model.cfg.device), names_filter=lambda n: n.endswith(keep))
+    return _patterns(model, cache), direct_logit_effects(model, cache)
 
 
 def induction_targets(tokens: torch.Tensor) -> dict[int, int]:

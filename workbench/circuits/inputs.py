@@ -75,7 +75,9 @@ def _unknown_error(tok, words: list[str], what: str) -> QueryError:
     )
 
 
-def _tokens(model, text: Text, what: str) -> torch.Tensor:
+def tokens_of(model, text: Text, what: str = "prompt") -> torch.Tensor:
+    """A prompt as token ids, refused in one line when it would be changed silently: a word outside a
+    word-level vocabulary (named, with suggestions), more tokens than the context, ids outside the vocabulary."""
     if isinstance(text, str):
         if getattr(model, "tokenizer", None) is None:
             raise QueryError(f"the model has no tokenizer, so the {what} must be a list of token ids, got {text!r}")
@@ -118,8 +120,8 @@ def single_token(model, answer: str | int, what: str = "answer") -> int:
 def prepare(
     model, prompt: Text, answer: str | int, counterfactual: Text | None = None, wrong: str | int | None = None
 ) -> QueryInput:
-    tokens = _tokens(model, prompt, "prompt")
-    cf = None if counterfactual is None else _tokens(model, counterfactual, "counterfactual")
+    tokens = tokens_of(model, prompt, "prompt")
+    cf = None if counterfactual is None else tokens_of(model, counterfactual, "counterfactual")
     a = single_token(model, answer)
     w = None if wrong is None else single_token(model, wrong, "wrong answer")
     if w is not None and w == a:

@@ -1,13 +1,13 @@
-"""app/circuit_graph.py without Streamlit: the three formats read back, the subgraph matches the engine's
-top-k and pruning, the display cap and every filter say what they hide, the figures carry what they claim."""
+"""app/figures without Streamlit: the three formats read back (through the schema), the subgraph matches the
+engine's top-k and pruning, the display cap and every filter say what they hide, the figures carry what they claim."""
 
 import numpy as np
 import pytest
 import torch
 
-from app import circuit_graph as cg
-from app import patterns
-from workbench.circuits import export
+from app.figures import attention as patterns
+from app.figures import circuit as cg
+from workbench.circuits import export, schema
 from workbench.circuits.graph import Graph
 from workbench.circuits.metrics import MIB_GRID
 from workbench.circuits.select import greedy, prune, topk
@@ -49,6 +49,10 @@ def circuit(graph: Graph, seed: int = 0, k: int = 40) -> Circuit:
     )
 
 
+def read(d: dict, shape=None) -> cg.CircuitData:
+    return cg.from_record(schema.read(d, shape=shape))
+
+
 def graph_edges(cd, rows) -> set[int]:
     return set(cd.orig[rows].tolist())
 
@@ -56,8 +60,8 @@ def graph_edges(cd, rows) -> set[int]:
 @pytest.mark.parametrize("graph", [PLAIN, GROUPED])
 def test_workbench_and_mib_files_give_the_same_circuit(graph):
     c = circuit(graph)
-    a = cg.from_workbench(c.to_dict())
-    b = cg.from_mib(export.to_mib(c))
+    a = read(c.to_dict())
+    b = read(export.to_mib(c))
     assert a.n_graph_edges == graph.n_edges and a.n_circuit_edges == c.n_edges
     key = lambda cd: sorted(
         (s, d, k, round(float(v), 5)) for s, d, k, v, m in zip(cd.src, cd.dst, cd.kind, cd.score, cd.in_circuit) if m
@@ -69,7 +73,7 @@ def test_workbench_and_mib_files_give_the_same_circuit(graph):
 @pytest.mark.parametrize("graph", [PLAIN, GROUPED])
 def test_pruning_and_top_k_match_the_engine(graph):
     c = circuit(graph, seed=3)
-    cd = cg.from_workbench(c.to_dict())
+    cd = read(c.to_dict())
     for k in (1, 5, 30, 200):
         engine = set(topk(graph, c.scores.abs(), k).nonzero().flatten().tolist())
         assert graph_edges(cd, cg.topk_rows(cd, k)) == engine
@@ -82,24 +86,18 @@ def test_pruning_and_top_k_match_the_engine(graph):
 
 def test_neuronpedia_graph_draws_the_circuit_s_nodes():
     c = circuit(PLAIN)
-    cd = cg.from_neuronpedia(export.to_neuronpedia(c), PLAIN.n_layers, PLAIN.n_heads, PLAIN.n_edges)
+    cd = read(export.to_neuronpedia(c), PLAIN)
     assert c.n_edges > 0 and set(cd.src) | set(cd.dst) == set(c.nodes)
     assert cd.model_id == "m@1" and cd.query["str_tokens"] == list("abcdef")
     feature_graph = export.to_neuronpedia(c)
     feature_graph["nodes"][1]["feature_type"] = "cross layer transcoder"
-    with pytest.raises(cg.CircuitFormatError, match="only component graphs"):
-        cg.from_neuronpedia(feature_graph, 3, 4, PLAIN.n_edges)
-
-
-@pytest.mark.parametrize("bad", [[1, 2], {"schema": "other"}, {"cfg": {}, "nodes": {}}])
-def test_other_json_is_refused_naming_the_valid_formats(bad):
-    with pytest.raises(cg.CircuitFormatError, match="valid formats: workbench JSON"):
-        cg.detect_format(bad)
+    with pytest.raises(schema.CircuitFormatError, match="only component graphs"):
+        read(feature_graph, PLAIN)
 
 
 def test_choose_states_what_each_filter_hides():
     c = circuit(PLAIN, k=60)
-    cd = cg.from_workbench(c.to_dict())
+    cd = read(c.to_dict())
     v = cg.choose(cd, None, max_edges=10)
     assert len(v.rows) == 10 and v.selected_edges == c.n_edges
     strongest = np.sort(np.abs(cd.score[cd.in_circuit]))[::-1][:10]
@@ -121,7 +119,7 @@ def test_choose_states_what_each_filter_hides():
 
 def test_graph_figure_draws_each_row_once_with_clickable_nodes_last():
     c = circuit(GROUPED, k=80)
-    cd = cg.from_workbench(c.to_dict())
+    cd = read(c.to_dict())
     v = cg.choose(cd, None, max_edges=50)
     fig = cg.graph_figure(cd, v, selected="logits")
     lines = [t for t in fig.data if t.mode == "lines" and t.x and t.x[0] is not None]
@@ -136,7 +134,7 @@ def test_graph_figure_draws_each_row_once_with_clickable_nodes_last():
 
 
 def test_curve_marks_the_drawn_point_and_the_grid_table_lists_both_lines():
-    cd = cg.from_workbench(circuit(PLAIN).to_dict())
+    cd = read(circuit(PLAIN).to_dict())
     fig = cg.curve_figure(cd, (0.02, 0.5))
     assert [t.name for t in fig.data] == ["NDF search", "NDF top-k", "NFS search", "NFS top-k", "drawn"]
     assert fig.data[-1].x == (2.0,) and "CPR search 0.500" in fig.layout.title.text

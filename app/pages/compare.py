@@ -4,15 +4,16 @@ NDF, and the per-task table of `workbench attention compare`."""
 import pandas as pd
 import streamlit as st
 
-from app import circuit_graph as cg
-from app import circuits_ui as cu
-from app import data, ui
+from app import state
+from app.figures import circuit as cg
+from workbench import browse
+from workbench.errors import UserError
 
 TARGETS = (0.5, 0.6, 0.7, 0.8, 0.9)
 
 st.title("Compare base and sparse attention")
-rel, report = cu.pick_sparse_model("compare")
-folder = data.resolve(ui.root(), rel)
+rel, report = state.pick_sparse_model("compare")
+folder = state.resolve(rel)
 base_id, sparse_id = report.get("base_model"), report.get("model_id")
 
 
@@ -20,16 +21,16 @@ def key(cd):
     return cd.query.get("prompt"), cd.query.get("answer")
 
 
-found = {rel_c: cu.circuit(rel_c) for rel_c in data.circuit_dirs(ui.root())}
+found = {rel_c: state.circuit(rel_c) for rel_c in state.catalog().circuits}
 sparse_by_query = {key(cd): r for r, cd in found.items() if cd.model_id == sparse_id}
 pairs = [r for r, cd in found.items() if cd.model_id == base_id and key(cd) in sparse_by_query]
-st.caption(f"base {base_id} · sparse {sparse_id} · {len(pairs)} queries with a circuit in both models")
+st.caption(state.text(f"base {base_id} · sparse {sparse_id} · {len(pairs)} queries with a circuit in both models"))
 
 if pairs:
-    base_rel = cu.pick_circuit("compare", pairs, label="query (base-model circuit)")
+    base_rel = state.pick_circuit("compare", pairs, label="query (base-model circuit)")
     sparse_rel = sparse_by_query[key(found[base_rel])]
     b, s = found[base_rel], found[sparse_rel]
-    st.markdown(f"**{b.query.get('prompt')}** → `{b.query.get('answer')}`")
+    st.markdown(f"**{state.text(b.query.get('prompt'))}** → `{state.text(b.query.get('answer'))}`")
     rows = [
         {
             "": "saved circuit",
@@ -60,9 +61,9 @@ if pairs:
     cols = st.columns(2)
     for col, name, r, cd in ((cols[0], "base", base_rel, b), (cols[1], "sparse attention", sparse_rel, s)):
         with col:
-            st.markdown(f"**{name}**: {r.split('/')[-1]}")
-            cu.draw(cd, cu.view(r, cd, None, cap), f"graph_{name}", height=420)
-            st.page_link(ui.CIRCUIT, label=f"open the {name} circuit", query_params={"circuit": r})
+            st.markdown(f"**{name}**: {state.text(r.split('/')[-1])}")
+            state.draw(cd, state.view(r, cd, None, cap), f"graph_{name}", height=420)
+            st.page_link(state.CIRCUIT, label=f"open the {name} circuit", query_params={"circuit": r})
 else:
     st.info(
         "no query has a circuit in both models yet: find one with the Run page on each model (the demo finds "
@@ -70,11 +71,17 @@ else:
     )
 
 st.subheader("per task: `workbench attention compare`")
-files = sorted((folder / "compare").glob("*.json"))
-if not files:
-    st.info(f"no compare results in {rel}/compare (the demo writes them; or `workbench attention compare --out`)")
-for p in files:
-    res = data.read_json(p)
+try:
+    results = browse.compare_results(folder)
+except UserError as e:
+    state.fail(e)
+if not results:
+    st.info(
+        state.text(
+            f"no compare results in {rel}/compare (the demo writes them; or `workbench attention compare --out`)"
+        )
+    )
+for task, res in results:
     table = []
     for t, summ in res.get("summary", {}).items():
         for level, k in (
@@ -87,6 +94,6 @@ for p in files:
                 {"NDF": t, "level": level, "base": d["base"], "sparse": d["sparse"], "base/sparse": d["ratio"]}
             )
     st.markdown(
-        f"**{res.get('task', p.stem)}**: {res.get('n_used', 0)}/{res.get('n', 0)} queries with a gap on both models"
+        f"**{state.text(res.get('task', task))}**: {res.get('n_used', 0)}/{res.get('n', 0)} queries with a gap on both models"
     )
     st.dataframe(pd.DataFrame(table), hide_index=True)

@@ -3,38 +3,39 @@
 import pandas as pd
 import streamlit as st
 
-from app import data, ui
+from app import state
 
-root = ui.root()
+root = state.root()
 st.title("Workspace")
 if not root.is_dir():
-    ui.fail(f"no workspace at {root}: run `workbench demo` or pass --workspace")
-arts = data.artifacts(root)
-st.caption(f"{root} · {len(arts)} recorded artifacts")
+    state.fail(f"no workspace at {root}: run `workbench demo` or pass --workspace")
+cat = state.catalog()
+st.caption(state.text(f"{root} · {len(cat.artifacts)} recorded artifacts"))
+state.skipped_notice()
 
 by_kind: dict[str, list] = {}
-for a in arts:
-    by_kind.setdefault(a["kind"], []).append(a)
+for a in cat.artifacts:
+    by_kind.setdefault(a.kind, []).append(a)
 for kind, items in by_kind.items():
     st.subheader(f"{kind} ({len(items)})")
     rows = [
         {
-            "path": a["rel"] if a["inside"] else f"{a['rel']} (outside the workspace: not opened)",
-            "made by": a["manifest"].get("made_by", ""),
-            "created": a["manifest"].get("created", ""),
-            **{k: v for k, v in (a["manifest"].get("summary") or {}).items() if isinstance(v, (int, float, str))},
+            "path": cat.rel(a) or f"{a.path} (outside the workspace: not opened)",
+            "made by": a.manifest.get("made_by", ""),
+            "created": a.manifest.get("created", ""),
+            **{k: v for k, v in (a.manifest.get("summary") or {}).items() if isinstance(v, (int, float, str))},
         }
         for a in items
     ]
     st.dataframe(pd.DataFrame(rows), hide_index=True)
     with st.expander(f"{kind}: configs and inputs"):
         for a in items:
-            st.markdown(f"**{a['rel']}**")
-            st.json({"config": a["manifest"].get("config"), "inputs": a["manifest"].get("inputs")}, expanded=False)
+            st.markdown(f"**{state.text(cat.rel(a) or a.path)}**")
+            st.json({"config": a.manifest.get("config"), "inputs": a.manifest.get("inputs")}, expanded=False)
 
 sae_rows = []
-for rel in ui.saes():
-    info = ui.sae_info(rel)
+for rel in state.saes():
+    info = state.sae_info(rel)
     rec = info["metrics"].get("reconstruction", {})
     store = info["store"]
     sae_rows.append(
@@ -54,6 +55,8 @@ if sae_rows:
     st.dataframe(pd.DataFrame(sae_rows), hide_index=True)
     cols = st.columns(min(len(sae_rows), 4))
     for i, r in enumerate(sae_rows):
-        cols[i % len(cols)].page_link(ui.SAE, label=f"open {r['sae'].split('/')[-1]}", query_params={"sae": r["sae"]})
+        cols[i % len(cols)].page_link(
+            state.SAE, label=f"open {state.text(r['sae'].split('/')[-1])}", query_params={"sae": r["sae"]}
+        )
 else:
     st.info("no SAEs yet: train one with `workbench sae train`")

@@ -4,16 +4,19 @@ typed prompt run live), and its open-edge fraction per layer and head."""
 import pandas as pd
 import streamlit as st
 
-from app import circuits_ui as cu
-from app import data, live, patterns, ui
+from app import live, state
+from app.figures import attention as fa
+from workbench.errors import UserError
 
 st.title("Attention")
-rel, r = cu.pick_sparse_model("attention")
+rel, r = state.pick_sparse_model("attention")
 
 cfg = r.get("config", {})
 st.caption(
-    f"{r.get('model_id', rel)} from {r.get('base_model', '?')} · {cfg.get('steps', '?')} steps of {cfg.get('batch_size', '?')} "
-    f"sequences (selected step {r.get('selected_step', '?')})"
+    state.text(
+        f"{r.get('model_id', rel)} from {r.get('base_model', '?')} · {cfg.get('steps', '?')} steps of "
+        f"{cfg.get('batch_size', '?')} sequences (selected step {r.get('selected_step', '?')})"
+    )
 )
 c = st.columns(4)
 c[0].metric(
@@ -35,7 +38,7 @@ c[3].metric(
     f"{r.get('config', {}).get('gates', {}).get('empty_row', '?')}); with one: {100 * r['single_key_row_fraction']:.2f}%",
 )
 st.plotly_chart(
-    patterns.open_fraction_heatmap(
+    fa.open_fraction_heatmap(
         r["open_fraction_per_head"], r["open_fraction_per_layer"], r.get("mean_open_keys_per_query_per_head")
     ),
     key="open",
@@ -63,13 +66,13 @@ ex = r.get("examples") or {}
 sources = {"examples": "the report's example prompts", "prompt": "a typed prompt (run live)"}
 if not ex.get("base"):
     sources.pop("examples")
-src = cu.choice(
+src = state.choice(
     st.radio, "source", list(sources), "w_att_source", label="prompt", format_func=sources.get, horizontal=True
 )
 if src == "examples":
-    fam = cu.choice(st.selectbox, "family", list(ex["base"]), "w_att_fam", label="task family")
+    fam = state.choice(st.selectbox, "family", list(ex["base"]), "w_att_fam", label="task family")
     rows = ex["base"][fam]
-    i = cu.choice(
+    i = state.choice(
         st.selectbox,
         "example",
         list(range(len(rows))),
@@ -80,7 +83,7 @@ if src == "examples":
     base_row, sparse_row = ex["base"][fam][i], ex["sparse"][fam][i]
     toks, pb, ps = base_row["str_tokens"], base_row["patterns"], sparse_row["patterns"]
 else:
-    text = ui.synced(
+    text = state.synced(
         st.text_input,
         "prompt",
         st.query_params.get("prompt", ""),
@@ -90,26 +93,24 @@ else:
     )
     if not text.strip():
         st.stop()
-    sparse_spec = str(data.resolve(ui.root(), rel))
-    model, _ = live.load_model(sparse_spec)
-    tokens = model.to_tokens(text)[0].tolist()
-    if len(tokens) > model.cfg.n_ctx:
-        ui.fail(f"the prompt is longer than the model's context of {model.cfg.n_ctx} tokens")
+    sparse_spec = str(state.resolve(rel))
     try:
         base_spec = live.spec_of(r.get("base_model", ""), "this sparse model was trained from")
-    except live.ModelNotFound as e:
-        ui.fail(e)
-    base_res = live.run_prompt(base_spec, tuple(tokens))
-    sparse_res = live.run_prompt(sparse_spec, tuple(tokens))
+        tokens = live.tokenize(sparse_spec, text)
+        with st.spinner("running both models live on the prompt..."):
+            base_res = live.run_prompt(base_spec, tokens)
+            sparse_res = live.run_prompt(sparse_spec, tokens)
+    except UserError as e:
+        state.fail(e)
     toks, pb, ps = base_res["str_tokens"], base_res["patterns"], sparse_res["patterns"]
 n_layers, n_heads = len(pb), len(pb[0])
 lc = st.columns(2)
 layer = lc[0].selectbox("layer", list(range(n_layers)), key="w_att_layer")
 head = lc[1].selectbox("head", list(range(n_heads)), key="w_att_head")
 pc = st.columns(2)
-pc[0].plotly_chart(patterns.attention_heatmap(pb[layer][head], toks, f"base a{layer}.h{head}"), key="pat_base")
+pc[0].plotly_chart(fa.attention_heatmap(pb[layer][head], toks, f"base a{layer}.h{head}"), key="pat_base")
 pc[1].plotly_chart(
-    patterns.attention_heatmap(
+    fa.attention_heatmap(
         ps[layer][head],
         toks,
         f"sparse a{layer}.h{head} ({100 * r['open_fraction_per_head'][layer][head]:.1f}% open on held-out text)",

@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from app import ui
+from app import state
 from workbench.errors import UserError
 
 MODES = {
@@ -14,16 +14,16 @@ MODES = {
 }
 
 st.title("Search")
-rel = ui.pick_sae("search", require_store=True)
-store = ui.store(rel)
+rel = state.pick_sae("search", require_store=True)
+store = state.store(rel)
 by = st.query_params.get("by", "token")
 if by not in MODES:
-    ui.fail(f"unknown search mode by={by!r}; valid: {', '.join(MODES)}")
+    state.fail(f"unknown search mode by={by!r}; valid: {', '.join(MODES)}")
 c = st.columns([1, 2])
 with c[0]:
-    by = ui.synced(st.radio, "by", by, "w_by", label="search by", options=list(MODES), format_func=MODES.get)
+    by = state.synced(st.radio, "by", by, "w_by", label="search by", options=list(MODES), format_func=MODES.get)
 with c[1]:
-    q = ui.synced(
+    q = state.synced(
         st.text_input,
         "q",
         st.query_params.get("q", ""),
@@ -42,7 +42,7 @@ with c[1]:
 def search(root: str, rel: str, stamp: float, by: str, q: str) -> list[dict]:
     """One query's hits, computed once per store build: a rerun or a return to the page reads nothing again
     (search by text scans every stored context)."""
-    s = ui.store(rel)
+    s = state.store(rel)
     if by == "index":
         return [{"unit": s.check_unit(q.strip())}]
     return {"token": s.search_token, "text": s.search_text, "label": s.search_label}[by](q)
@@ -50,9 +50,9 @@ def search(root: str, rel: str, stamp: float, by: str, q: str) -> list[dict]:
 
 if q.strip():
     try:
-        hits = search(str(ui.root()), rel, ui.stamp(rel), by, q)
+        hits = search(str(state.root()), rel, state.stamp(rel), by, q)
     except UserError as e:
-        ui.fail(e)
+        state.fail(e)
     if not hits:
         st.info("no matching features")
     else:
@@ -65,8 +65,9 @@ if q.strip():
         )
         st.dataframe(pd.DataFrame(hits), hide_index=True)
         for h in hits[:20]:
-            ui.feature_link(
+            state.feature_link(
                 rel,
                 h["unit"],
-                f"open {store.manifest['unit']} {h['unit']}" + (f" · {h['best label']}" if h["best label"] else ""),
+                f"open {store.manifest['unit']} {h['unit']}"
+                + (f" · {state.text(h['best label'])}" if h["best label"] else ""),
             )

@@ -1,7 +1,8 @@
-"""A circuit as a bounded, layered drawing: parse the three circuit formats, choose the subgraph, lay it out.
+"""A circuit as a bounded, layered drawing: rows from a schema record, the subgraph to draw, its layout.
 
 Pure Python + numpy + Plotly (no torch, no Streamlit), so the page sends the browser a graph of at
-most `max_edges` edges whatever the circuit's size, and every filter reports what it hides.
+most `max_edges` edges whatever the circuit's size, and every filter reports what it hides. The
+files themselves are read by workbench.circuits.schema (every format, validated once).
 
 Edges are kept per reader input: a head's query, key and value inputs are separate edges (drawn
 solid, dashed and dotted into three ports on the head's left); a key/value group's edge is drawn into
@@ -17,23 +18,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import plotly.graph_objects as go
 
+from workbench.circuits import schema
 from workbench.errors import UserError
 
-FORMATS = {
-    "workbench": "workbench JSON (schema workbench.circuit v1)",
-    "mib": "EAP-IG / MIB JSON",
-    "neuronpedia": "Neuronpedia / circuit-tracer graph JSON",
-}
 MAX_EDGES = 300  # default display cap
 HARD_MAX_EDGES = 2000  # what the page may ask for at most
 POSITIVE, NEGATIVE = "#2166ac", "#b2182b"
 DASH = {"q": "solid", "k": "dash", "v": "dot", "mlp": "solid", "logits": "solid", "in": "solid"}
 PORT = {"q": -0.22, "k": 0.0, "v": 0.22}
 NODE_COLOUR = {"input": "#555555", "head": "#ff7f0e", "mlp": "#2ca02c", "logits": "#9467bd"}
-
-
-class CircuitFormatError(UserError, ValueError):
-    """A JSON file that is none of the circuit formats, or a damaged one."""
 
 
 @dataclass
@@ -61,146 +54,34 @@ class CircuitData:
         return len(np.unique(self.orig[self.in_circuit]))
 
 
-def detect_format(d) -> str:
-    """Which of FORMATS a parsed JSON file is, or CircuitFormatError naming all three."""
-    if isinstance(d, dict):
-        if d.get("schema") == "workbench.circuit":
-            return "workbench"
-        if {"cfg", "nodes", "edges"} <= set(d):
-            return "mib"
-        if {"metadata", "nodes", "links"} <= set(d):
-            return "neuronpedia"
-    keys = sorted(d)[:6] if isinstance(d, dict) else type(d).__name__
-    raise CircuitFormatError(f"not a circuit file (top level {keys}); valid formats: {'; '.join(FORMATS.values())}")
-
-
-def _split_reader(reader: str, n_heads: int, n_kv_heads: int) -> list[tuple[str, str]]:
-    """A graph reader name -> [(node, kind)]: 'a3.h2<q>' -> [('a3.h2','q')], 'a3.kv0<k>' -> one per head."""
-    if reader == "logits":
-        return [("logits", "logits")]
-    if "<" not in reader:
-        return [(reader, "mlp")]
-    base, kind = reader[:-3], reader[-2]
-    if ".kv" not in base:
-        return [(base, kind)]
-    layer, g = base[1:].split(".kv")
-    per = n_heads // n_kv_heads
-    return [(f"a{layer}.h{int(g) * per + i}", kind) for i in range(per)]
-
-
-def _from_edges(names, scores, member, n_layers, n_heads, n_kv_heads, **info) -> CircuitData:
-    src, dst, kind, score, inc, orig = [], [], [], [], [], []
-    for i, (name, s, m) in enumerate(zip(names, scores, member)):
-        w, _, r = name.partition("->")
-        if not r:
-            raise CircuitFormatError(f"edge name {name!r} is not WRITER->READER")
-        for node, k in _split_reader(r, n_heads, n_kv_heads):
+def from_record(rec: schema.CircuitRecord) -> CircuitData:
+    """The drawable rows of a circuit record: one per reader input, a KV-group edge once per head of its group."""
+    src, dst, kind, orig = [], [], [], []
+    sh = rec.shape
+    for i, name in enumerate(rec.edges):
+        w, r = schema.split_edge(name)
+        for node, k in schema.parse_reader(r, sh.n_heads, sh.n_kv_heads):
             src.append(w)
             dst.append(node)
             kind.append(k)
-            score.append(s)
-            inc.append(m)
             orig.append(i)
+    orig = np.asarray(orig, dtype=np.int64)
     return CircuitData(
-        n_layers,
-        n_heads,
+        sh.n_layers,
+        sh.n_heads,
         src,
         dst,
         kind,
-        np.asarray(score, dtype=np.float32),
-        np.asarray(inc, dtype=bool),
-        np.asarray(orig, dtype=np.int64),
-        len(names),
-        **info,
-    )
-
-
-def from_workbench(d: dict) -> CircuitData:
-    try:
-        g = d["graph"]
-        edges = d["edges"]
-        return _from_edges(
-            [e["name"] for e in edges],
-            [float(e["score"]) for e in edges],
-            [bool(e["in_circuit"]) for e in edges],
-            int(g["n_layers"]),
-            int(g["n_heads"]),
-            int(g.get("n_kv_heads", g["n_heads"])),
-            fmt="workbench",
-            model_id=d.get("model_id", ""),
-            query=d.get("query") or {},
-            faithfulness=d.get("faithfulness") or {},
-            curve=d.get("curve"),
-            method=d.get("method") or {},
-        )
-    except (KeyError, TypeError, ValueError) as e:
-        if isinstance(e, UserError):
-            raise
-        raise CircuitFormatError(f"a damaged workbench circuit file ({type(e).__name__}: {e})") from None
-
-
-def from_mib(d: dict) -> CircuitData:
-    """MIB names every edge per head (no KV groups), so its rows are its edges."""
-    try:
-        cfg = d["cfg"]
-        names = list(d["edges"])
-        return _from_edges(
-            names,
-            [float(d["edges"][n]["score"]) for n in names],
-            [bool(d["edges"][n]["in_graph"]) for n in names],
-            int(cfg["n_layers"]),
-            int(cfg["n_heads"]),
-            int(cfg["n_heads"]),
-            fmt="mib",
-            method={"name": "imported from MIB"},
-        )
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        if isinstance(e, UserError):
-            raise
-        raise CircuitFormatError(f"a damaged EAP-IG/MIB circuit file ({type(e).__name__}: {e})") from None
-
-
-def from_neuronpedia(d: dict, n_layers: int, n_heads: int, n_graph_edges: int) -> CircuitData:
-    """A component graph written by the workbench: embeddings -> 'input', '{layer}_{head}_{pos}' -> head or
-    MLP (head index n_heads), the target logit -> 'logits'. Links are node to node (a head's q/k/v merged)."""
-    names = {}
-    for n in d["nodes"]:
-        t, nid = n.get("feature_type"), n.get("node_id", "")
-        if t == "embedding":
-            names[nid] = "input"
-        elif t == "logit":
-            names[nid] = "logits"
-        elif t == "mlp reconstruction error":
-            layer, feat, _ = nid.split("_")
-            names[nid] = f"m{layer}" if int(feat) == n_heads else f"a{layer}.h{feat}"
-        else:
-            raise CircuitFormatError(
-                f"node {nid!r} has type {t!r}: only component graphs (the workbench's Neuronpedia export) can be "
-                "drawn here, not feature graphs"
-            )
-    rows: dict[tuple[str, str], float] = {}
-    for link in d["links"]:
-        key = (names[link["source"]], names[link["target"]])
-        rows[key] = rows.get(key, 0.0) + float(link["weight"])
-    src = [s for s, _ in rows]
-    dst = [t for _, t in rows]
-    kind = ["logits" if t == "logits" else "mlp" if t.startswith("m") else "in" for t in dst]
-    meta = d.get("metadata", {})
-    return CircuitData(
-        n_layers,
-        n_heads,
-        src,
-        dst,
-        kind,
-        np.asarray(list(rows.values()), dtype=np.float32),
-        np.ones(len(rows), dtype=bool),
-        np.arange(len(rows)),
-        n_graph_edges,
-        "neuronpedia",
-        model_id=meta.get("scan", ""),
-        query={"prompt": meta.get("prompt"), "str_tokens": meta.get("prompt_tokens")},
-        faithfulness={"ndf": (meta.get("info") or {}).get("ndf")},
-        method={"name": (meta.get("info") or {}).get("method") or "imported from Neuronpedia"},
+        rec.scores[orig],
+        rec.in_circuit[orig],
+        orig,
+        rec.n_graph_edges,
+        rec.fmt,
+        model_id=rec.model_id,
+        query=rec.query,
+        faithfulness=rec.faithfulness,
+        curve=rec.curve,
+        method=rec.method,
     )
 
 
@@ -254,7 +135,7 @@ def fraction_for_target(cd: CircuitData, target: float) -> float | None:
     """The smallest grid fraction whose top-k circuit reaches NDF >= target (None: none does)."""
     c = cd.curve or {}
     for f, v in zip(c.get("fractions", []), c.get("topk_ndf", [])):
-        if v >= target:
+        if v is not None and v >= target:
             return f
     return None
 
@@ -309,21 +190,17 @@ def _fmt(v) -> str:
 # ------------------------------------------------------------------ layout and figures
 
 
-def node_kind(node: str) -> str:
-    return node if node in ("input", "logits") else "mlp" if node.startswith("m") else "head"
-
-
 def position(node: str, n_layers: int, n_heads: int) -> tuple[float, float]:
     """Layer columns left to right: input, then per layer its heads (one row each) and its MLP, then logits."""
     mid = (n_heads - 1) / 2
-    if node == "input":
+    kind, layer, h = schema.parse_node(node)
+    if kind == "input":
         return 0.0, mid
-    if node == "logits":
+    if kind == "logits":
         return 2.0 * n_layers + 1, mid
-    if node.startswith("m"):
-        return 2.0 * int(node[1:]) + 2, mid
-    layer, h = node[1:].split(".h")
-    return 2.0 * int(layer) + 1, float(h)
+    if kind == "mlp":
+        return 2.0 * layer + 2, mid
+    return 2.0 * layer + 1, float(h)
 
 
 def node_strength(cd: CircuitData, rows: np.ndarray) -> dict[str, float]:
@@ -332,6 +209,14 @@ def node_strength(cd: CircuitData, rows: np.ndarray) -> dict[str, float]:
         for n in (cd.src[i], cd.dst[i]):
             out[n] = out.get(n, 0.0) + abs(float(cd.score[i]))
     return out
+
+
+def strongest_node(cd: CircuitData, view: View) -> str:
+    """The drawn head or MLP with the most attribution on its drawn edges: what the node panel opens on."""
+    strength = {n: v for n, v in node_strength(cd, view.rows).items() if n not in ("input", "logits")}
+    if not strength:
+        return min(node_strength(cd, view.rows) or {"logits": 0.0}, key=lambda n: position(n, cd.n_layers, cd.n_heads))
+    return max(strength, key=strength.get)
 
 
 def graph_figure(cd: CircuitData, view: View, selected: str | None = None, height: int = 520) -> go.Figure:
@@ -398,7 +283,7 @@ def graph_figure(cd: CircuitData, view: View, selected: str | None = None, heigh
             hovertext=[f"{n}<br>sum |score| of drawn edges {strength[n]:.3g}" for n in names],
             marker=dict(
                 size=[10 + 18 * strength[n] / top for n in names],
-                color=[NODE_COLOUR[node_kind(n)] for n in names],
+                color=[NODE_COLOUR[schema.node_kind(n)] for n in names],
                 line=dict(width=[3 if n == selected else 0 for n in names], color="black"),
             ),
             hovertemplate="%{hovertext}<extra>click for details</extra>",
@@ -479,4 +364,4 @@ def grid_rows(cd: CircuitData) -> list[dict]:
 def edges_at_ndf(cd: CircuitData, target: float, line: str = "search_ndf") -> int | None:
     """Edges of the smallest grid circuit on `line` reaching NDF >= target (None: none on the grid does)."""
     c = cd.curve or {}
-    return next((k for k, v in zip(c.get("edges", []), c.get(line, [])) if v >= target), None)
+    return next((k for k, v in zip(c.get("edges", []), c.get(line, [])) if v is not None and v >= target), None)

@@ -1,11 +1,9 @@
 """Run: find a query circuit from the UI on a model of the workspace and save it there, with its manifest
 (the same step as `workbench circuit find`)."""
 
-import warnings
-
 import streamlit as st
 
-from app import live, ui
+from app import live, state
 from workbench.errors import UserError
 
 st.title("Run a circuit search")
@@ -31,41 +29,33 @@ with st.form("run"):
 
 if go:
     if not prompt.strip() or not answer.strip():
-        ui.fail("give a prompt and an answer")
-    from workbench import steps
-    from workbench.workspace import Workspace
-
+        state.fail("give a prompt and an answer")
     with st.status("finding the circuit...", expanded=True) as status:
-        st.write(f"loading {spec.split('/')[-1]}")
-        model, _ = live.load_model(spec)
+        st.write(f"loading {state.text(spec.split('/')[-1])}")
+        live.load_model(spec)
         st.write("attributing edges (EAP-IG on the query, resampled counterfactuals, paraphrases) and searching")
         try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                circuit, folder = steps.find_circuit(
-                    Workspace(ui.root()),
-                    model,
-                    prompt.strip(),
-                    answer.strip(),
-                    cf.strip() or None,
-                    model_spec=spec,
-                    budget=budget / 100,
-                    name=name.strip() or None,
-                    steps=int(ig_steps),
-                    n_samples=int(samples),
-                )
+            circuit, folder, notes = live.find_circuit(
+                spec,
+                prompt.strip(),
+                answer.strip(),
+                cf.strip() or None,
+                budget=budget / 100,
+                name=name.strip() or None,
+                steps=int(ig_steps),
+                n_samples=int(samples),
+            )
         except UserError as e:
-            status.update(label="the search did not run", state="error")
-            ui.fail(e)
-        st.write(f"saved with its MIB and Neuronpedia exports and manifest in {folder}")
+            status.update(label=state.text(f"the search did not run: {e}"), state="error")
+            state.fail(e)
+        st.write(f"saved with its MIB and Neuronpedia exports and manifest in {state.text(folder)}")
         status.update(label=f"circuit found: {circuit.n_edges} edges, NDF {circuit.ndf:.3f}", state="complete")
-    for w in caught:
-        st.warning(str(w.message))
-    rel = str(folder.resolve().relative_to(ui.root()))
-    st.session_state["run_last"] = rel
+    for note in notes:
+        st.warning(state.text(note))
+    st.session_state["run_last"] = str(folder.resolve().relative_to(state.root()))
 if st.session_state.get("run_last"):
     st.page_link(
-        ui.CIRCUIT,
-        label=f"open {st.session_state['run_last'].split('/')[-1]}",
+        state.CIRCUIT,
+        label=f"open {state.text(st.session_state['run_last'].split('/')[-1])}",
         query_params={"circuit": st.session_state["run_last"]},
     )

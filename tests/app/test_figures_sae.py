@@ -1,8 +1,8 @@
-"""The figure builders of app/plots.py, without Streamlit."""
+"""The SAE figure builders of app/figures/sae.py, without Streamlit."""
 
 import numpy as np
 
-from app import plots
+from app.figures import sae as plots
 
 
 def test_activation_histogram_bars_sit_on_the_store_edges():

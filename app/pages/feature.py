@@ -3,18 +3,21 @@
 import pandas as pd
 import streamlit as st
 
-from app import plots, ui
+from app import state
+from app.figures import sae as plots
 
-rel = ui.pick_sae("feature", require_store=True)
-store = ui.store(rel)
+rel = state.pick_sae("feature", require_store=True)
+store = state.store(rel)
 m = store.manifest
 unit_name = m["unit"]
-want = ui.int_param("unit", 0)
+want = state.int_param("unit")
+if want is None:  # open on the unit whose ground-truth label fits it best, not on unit 0
+    want = state.best_unit(str(state.root()), rel, state.stamp(rel))[0]
 try:
     store.check_unit(want)
 except ValueError as e:
-    ui.fail(e)
-u = ui.synced(
+    state.fail(e)
+u = state.synced(
     st.number_input,
     "unit",
     want,
@@ -26,9 +29,9 @@ u = ui.synced(
 f = store.unit(u)
 s = f["stats"]
 
-st.title(f"{rel.split('/')[-1]} · {unit_name} {u}")
+st.title(f"{state.text(rel.split('/')[-1])} · {unit_name} {u}")
 label = (
-    f"best ground-truth label: **{s['label']}** ({s['label_kind']}), precision {s['label_precision']:.2f}, "
+    f"best ground-truth label: **{state.text(s['label'])}** ({s['label_kind']}), precision {s['label_precision']:.2f}, "
     f"recall {s['label_recall']:.2f}"
     if s.get("label")
     else "fires on no labelled token"
@@ -105,7 +108,7 @@ for col, kind, key in ((nc[0], "cosine", "cos"), (nc[1], "correlation", "corr"))
             st.caption("none")
         for j, v in f["neighbours"][key]:
             lab = store.units["label"].iat[j]
-            ui.feature_link(rel, j, f"{unit_name} {j} · {kind} {v:.3f}" + (f" · {lab}" if lab else ""))
+            state.feature_link(rel, j, f"{unit_name} {j} · {kind} {v:.3f}" + (f" · {state.text(lab)}" if lab else ""))
 
 if "block_coords" in f and f["block_coords"]:
     st.subheader("block coordinates")

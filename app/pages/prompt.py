@@ -1,14 +1,16 @@
 """Prompt view: run the model and an SAE live on a typed prompt; features per token, links to their pages."""
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
-from app import live, plots, ui
+from app import live, state
+from app.figures import sae as plots
 
 st.title("Prompt")
-rel = ui.pick_sae("prompt")
-info = ui.sae_info(rel)
-prompt = ui.synced(
+rel = state.pick_sae("prompt")
+info = state.sae_info(rel)
+prompt = state.synced(
     st.text_input,
     "prompt",
     st.query_params.get("prompt", ""),
@@ -17,24 +19,21 @@ prompt = ui.synced(
     placeholder="type a prompt and press Enter",
 )
 if prompt.strip():
-    import torch
+    from workbench.errors import UserError
 
-    model = live.find_model((info["cfg"].get("metadata") or {}).get("model_name"))
-    sae = live.sae_for(rel)
-    hook = info["hook"]
-    if len(model.to_tokens(prompt)[0]) > model.cfg.n_ctx:
-        ui.fail(f"the prompt is longer than the model's context of {model.cfg.n_ctx} tokens")
-    with torch.no_grad():
-        toks = model.to_tokens(prompt)
-        _, cache = model.run_with_cache(toks, names_filter=hook)
-        r = int(getattr(sae.cfg, "scaffold_rank", 0))
-        z = sae.encode(cache[hook][0].to(sae.dtype))[:, : sae.cfg.d_sae - r].float()
-    b = int(getattr(sae.cfg, "block_size", 1))
-    a = z.view(len(z), -1, b).norm(dim=-1) if b > 1 else z
-    strs = model.to_str_tokens(toks[0])
-    unit_name = "block" if b > 1 else "latent"
+    try:
+        spec = live.spec_of(info["model_name"], "this SAE")
+        tokens = live.tokenize(spec, prompt)
+        with st.spinner("running the model and the SAE live on the prompt..."):
+            a = live.sae_codes(spec, tokens, rel, info["hook"], state.stamp(rel))
+            strs = live.run_prompt(spec, tokens)["str_tokens"]
+    except UserError as e:
+        state.fail(e)
+    n_latents = info["cfg"]["d_sae"] - int(info["cfg"].get("scaffold_rank", 0) or 0)
+    unit_name = "block" if a.shape[1] < n_latents else "latent"
     k = min(5, a.shape[1])
-    vals, idx = a.topk(k, dim=-1)
+    idx = np.argsort(-a, axis=1, kind="stable")[:, :k]
+    vals = np.take_along_axis(a, idx, axis=1)
     rows = [
         {
             "pos": i,
@@ -47,8 +46,8 @@ if prompt.strip():
     st.dataframe(pd.DataFrame(rows), hide_index=True)
     fired = sorted({int(i) for i, v in zip(idx.flatten(), vals.flatten()) if v > 0})
     if fired:
-        want = ui.int_param("unit", fired[0])
-        pick = ui.synced(
+        want = state.int_param("unit", fired[0])
+        pick = state.synced(
             st.selectbox,
             "unit",
             want if want in fired else fired[0],
@@ -58,10 +57,11 @@ if prompt.strip():
         )
         st.html(plots.highlight_html(strs, a[:, pick].tolist()))
         if info["store"]:
-            ui.feature_link(rel, pick, f"open {unit_name} {pick}")
-            lab = ui.store(rel).units["label"]
+            state.feature_link(rel, pick, f"open {unit_name} {pick}")
+            lab = state.store(rel).units["label"]
             st.caption(
-                "best labels of the units above: " + "; ".join(f"{i}: {lab.iat[i]}" for i in fired[:30] if lab.iat[i])
+                "best labels of the units above: "
+                + "; ".join(f"{i}: {state.text(lab.iat[i])}" for i in fired[:30] if lab.iat[i])
             )
         else:
             st.caption("this SAE has no feature store: build one to open feature pages")

@@ -3,18 +3,19 @@
 import pandas as pd
 import streamlit as st
 
-from app import plots, ui
+from app import state
+from app.figures import sae as plots
 
 st.title("SAE")
-rel = ui.pick_sae("sae")
-info = ui.sae_info(rel)
-same_hook = [s for s in ui.saes() if s != rel and ui.sae_info(s)["hook"] == info["hook"]]
+rel = state.pick_sae("sae")
+info = state.sae_info(rel)
+same_hook = [s for s in state.saes() if s != rel and state.sae_info(s)["hook"] == info["hook"]]
 raw = st.query_params.get("compare", "")
 want = [s for s in raw.split(",") if s]
 bad = [s for s in want if s not in same_hook]
 if bad:
     st.warning(f"not compared (not another SAE on {info['hook']}): {', '.join(bad)}")
-compare = ui.synced(
+compare = state.synced(
     st.multiselect,
     "compare",
     [s for s in want if s in same_hook],
@@ -25,7 +26,7 @@ compare = ui.synced(
 )
 
 shown = [rel] + compare
-infos = {s: ui.sae_info(s) for s in shown}
+infos = {s: state.sae_info(s) for s in shown}
 
 
 def headline(i: dict) -> dict:
@@ -42,7 +43,7 @@ def headline(i: dict) -> dict:
         if k in spl:
             out[k] = spl[k]
     if i["store"]:
-        s = ui.store(i["rel"])
+        s = state.store(i["rel"])
         f = s.units["freq"].to_numpy()
         out["never fired (store)"] = int((f == 0).sum())
         out["dense > 10% (store)"] = int((f > 0.1).sum())
@@ -66,19 +67,19 @@ if curves:
     st.subheader("training curves")
     st.plotly_chart(plots.training_curves(curves))
 
-freqs = {s.split("/")[-1]: ui.store(s).units["freq"].to_numpy() for s, i in infos.items() if i["store"]}
+freqs = {s.split("/")[-1]: state.store(s).units["freq"].to_numpy() for s, i in infos.items() if i["store"]}
 if freqs:
     st.subheader("firing frequency (held-out tokens of the feature store)")
     st.plotly_chart(plots.log_frequency_histogram(freqs))
     for s, i in infos.items():
         if i["store"]:
-            st.page_link(ui.SEARCH, label=f"search the features of {s.split('/')[-1]}", query_params={"sae": s})
+            st.page_link(state.SEARCH, label=f"search the features of {s.split('/')[-1]}", query_params={"sae": s})
 else:
     st.info("no feature store for these SAEs: build one with `workbench features build`")
 
 for s, i in infos.items():
     if i["store"]:
-        sc = ui.store(s).scaffold
+        sc = state.store(s).scaffold
         if sc:
             st.subheader(f"scaffold of {s.split('/')[-1]} (rank {sc['rank']})")
             st.plotly_chart(plots.scaffold_heatmap(sc["abs_cos_with_pcs"], sc["pc_explained"]))

@@ -1,0 +1,251 @@
+"""Circuit page: one query's circuit as a layered graph, a budget / NDF-target control that redraws it and
+marks the point on the faithfulness curve, search vs top-k, node details, downloads and uploads."""
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from app import live, state
+from app.figures import attention as fa
+from app.figures import circuit as cg
+from workbench.circuits import schema
+from workbench.errors import UserError
+
+
+def upload_box() -> None:
+    """Every upload is validated once, completely (live.check_upload); a new file is told apart by content."""
+    with st.expander("upload a circuit JSON (workbench, EAP-IG/MIB or Neuronpedia)"):
+        specs = live.model_specs()
+        mib_spec = st.selectbox(
+            "model for MIB files (they name no model)", specs, format_func=lambda s: s.split("/")[-1], key="w_mib_model"
+        )
+        up = st.file_uploader("circuit file", type=["json"], key="w_upload")
+        if up is not None:
+            raw = up.getvalue()
+            if st.session_state.get("_upload_seen") != state.upload_key(raw):
+                st.session_state["_upload_seen"] = state.upload_key(raw)
+                try:
+                    with st.spinner("checking the upload against its model..."):
+                        st.session_state[state.UPLOADED] = live.check_upload(up.name, raw, mib_spec)
+                    st.session_state.pop("_upload_error", None)
+                    st.query_params["circuit"] = state.UPLOADED
+                except UserError as e:
+                    st.session_state.pop(state.UPLOADED, None)
+                    st.session_state["_upload_error"] = str(e)
+        if st.session_state.get("_upload_error") and state.UPLOADED not in st.session_state:
+            st.error(state.text(st.session_state["_upload_error"]))
+
+
+def budget_controls(cd: cg.CircuitData) -> tuple[float | None, int]:
+    """(grid fraction to draw, None: the saved circuit; display cap), each synced with the URL."""
+    modes = {"circuit": "the saved circuit", "budget": "edge budget", "target": "NDF target"}
+    if not cd.curve:
+        modes = {"circuit": modes["circuit"]}
+    ctl = st.columns([2, 3, 1])
+    with ctl[0]:
+        mode = state.choice(st.radio, "view", list(modes), "w_view", label="draw", format_func=modes.get)
+    fraction = None
+    with ctl[1]:
+        if mode == "budget":
+            grid = cd.curve["fractions"]
+            want = st.query_params.get("budget", str(grid[len(grid) // 2]))
+            try:
+                want_f = float(want)
+            except ValueError:
+                state.fail(f"budget={want!r} is not a number; valid: {', '.join(map(str, grid))}")
+            if want_f not in grid:
+                state.fail(f"budget={want!r} is not a point of the curve; valid: {', '.join(map(str, grid))}")
+            fraction = state.synced(
+                st.select_slider,
+                "budget",
+                want_f,
+                "w_budget",
+                label="edge budget (% of graph edges; MIB grid)",
+                options=grid,
+                format_func=lambda x: f"{100 * x:g}%",
+            )
+        elif mode == "target":
+            fraction = _target(cd)
+    with ctl[2]:
+        cap = state.synced(
+            st.number_input,
+            "cap",
+            state.int_param("cap", cg.MAX_EDGES, 1, cg.HARD_MAX_EDGES),
+            "w_cap",
+            to_url=lambda v: str(int(v)),
+            label="max drawn edges",
+            min_value=1,
+            max_value=cg.HARD_MAX_EDGES,
+            step=50,
+        )
+    return fraction, int(cap)
+
+
+def _target(cd: cg.CircuitData) -> float | None:
+    try:
+        target = float(st.query_params.get("target", "0.8"))
+    except ValueError:
+        state.fail(f"target={st.query_params.get('target')!r} is not a number in (0, 1]")
+    if not 0.05 <= target <= 1.0:
+        st.warning(f"target={target:g} is outside 0.05..1: using {min(max(target, 0.05), 1.0):g}")
+    target = state.synced(
+        st.slider,
+        "target",
+        min(max(target, 0.05), 1.0),
+        "w_target",
+        label="NDF target",
+        min_value=0.05,
+        max_value=1.0,
+        step=0.05,
+    )
+    fraction = cg.fraction_for_target(cd, target)
+    if fraction is None:
+        st.warning(f"no top-k circuit on the grid reaches NDF {target:g}; drawing the saved circuit")
+    else:
+        st.caption(f"the smallest grid budget whose top-k circuit reaches NDF ≥ {target:g}: {100 * fraction:g}%")
+    return fraction
+
+
+def _layer(hook: str | None) -> int | None:
+    parts = (hook or "").split(".")
+    return int(parts[1]) if len(parts) > 2 and parts[0] == "blocks" and parts[1].isdigit() else None
+
+
+def run_live(cd: cg.CircuitData) -> tuple[str, dict] | None:
+    """The model's forward pass on the circuit's prompt, started as soon as the circuit opens (not on the first
+    click), saying so while it runs; None (with the reason shown) when it cannot run here."""
+    tokens = cd.query.get("tokens")
+    if not tokens:
+        st.info("this file holds no prompt tokens (MIB and Neuronpedia files carry none), so nothing can be run")
+        return None
+    try:
+        spec = live.spec_of(cd.model_id, "this circuit")
+        with st.spinner("running the model live on the prompt (attention patterns and logit effects of every node)..."):
+            model = live.load_model(spec)[0]
+            schema.check_tokens(cd.query, model.cfg.d_vocab)
+            return spec, live.run_prompt(spec, tuple(tokens))
+    except UserError as e:
+        st.warning(state.text(e))
+        return None
+
+
+def node_panel(cd: cg.CircuitData, node: str, spec: str, res: dict) -> None:
+    """A head's attention pattern on the prompt, a head's or MLP's direct logit effect at the answer position,
+    and the top features of SAEs on the node's layer (same model) with links to their pages."""
+    if node in ("input", "logits"):
+        st.caption(f"{node}: the token embeddings / the unembedding; pick a head or an MLP for details")
+        return
+    strs = res["str_tokens"]
+    kind, layer, h = schema.parse_node(node)
+    cols = st.columns([3, 2])
+    if kind == "head":
+        cols[0].plotly_chart(
+            fa.attention_heatmap(res["patterns"][layer][h], strs, f"{node}: attention pattern on the prompt"),
+            key="node_pattern",
+        )
+    q = cd.query
+    answer, wrong = q.get("answer_id"), q.get("wrong_id")
+    dla = res["dla"][node]
+    with cols[1]:
+        st.markdown(f"**{node}: direct logit effect at the answer position**")
+        st.caption("its output at the last position through the final LayerNorm's scale of this run, times W_U")
+        m = st.columns(3)
+        if answer is not None:
+            m[0].metric(state.text(f"answer {q.get('answer')!r}"), f"{dla[answer]:+.3f}")
+        if wrong is not None:
+            m[1].metric(state.text(f"wrong {q.get('wrong')!r}"), f"{dla[wrong]:+.3f}")
+            m[2].metric("difference", f"{dla[answer] - dla[wrong]:+.3f}")
+        order = np.argsort(dla)
+        t = st.columns(2)
+        for col, idx, name in ((t[0], order[::-1][:8], "promotes"), (t[1], order[:8], "suppresses")):
+            col.dataframe(
+                pd.DataFrame([(res["vocab"][i], float(dla[i])) for i in idx], columns=[name, "logit"]), hide_index=True
+            )
+    layer_features(cd, spec, layer)
+
+
+def layer_features(cd: cg.CircuitData, spec: str, layer: int) -> None:
+    same = [
+        s
+        for s in state.saes()
+        if state.sae_info(s)["model_name"] == cd.model_id and _layer(state.sae_info(s)["hook"]) == layer
+    ]
+    if not same:
+        st.caption(f"no SAE of this model on a layer-{layer} hook in the workspace")
+    for s in same:
+        info = state.sae_info(s)
+        with st.spinner(f"running {s.split('/')[-1]} on the prompt..."):
+            feats = live.stream_features(spec, tuple(cd.query["tokens"]), s, info["hook"])
+        st.markdown(f"**{state.text(s.split('/')[-1])}** on `{info['hook']}`: top units at the answer position")
+        if not feats:
+            st.caption("no unit fires there")
+        for u, a in feats:
+            if info["store"]:
+                lab = state.store(s).units["label"].iat[u]
+                state.feature_link(s, u, f"unit {u} · {a:.2f}" + (f" · {state.text(lab)}" if lab else ""))
+            else:
+                st.caption(f"unit {u} · {a:.2f} (no feature store: build one to open its page)")
+
+
+def header(cd: cg.CircuitData) -> None:
+    q, f = cd.query, cd.faithfulness
+    st.markdown(
+        f"**{state.text(q.get('prompt') or '(no prompt in this file)')}** → `{state.text(q.get('answer', '?'))}`"
+        + (f" (counterfactual: *{state.text(q['counterfactual'])}*)" if q.get("counterfactual") else "")
+    )
+    c = st.columns(5)
+    c[0].metric("edges in the circuit", f"{cd.n_circuit_edges:,} / {cd.n_graph_edges:,}")
+    c[1].metric("NDF", "-" if f.get("ndf") is None else f"{f['ndf']:.3f}")
+    c[2].metric("NFS", "-" if f.get("nfs") is None else f"{f['nfs']:.3f}")
+    c[3].metric(
+        "top-k NDF at this budget", "-" if f.get("baseline_topk_ndf") is None else f"{f['baseline_topk_ndf']:.3f}"
+    )
+    c[4].metric("model predicts the answer", {True: "yes", False: "NO"}.get(f.get("predicts_answer"), "-"))
+    st.caption(
+        state.text(
+            f"model {cd.model_id or '?'} · method {cd.method.get('name', '?')} · format {schema.FORMATS[cd.fmt]}"
+        )
+    )
+
+
+st.title("Circuit")
+upload_box()
+rel = state.pick_circuit("circuit")
+cd = state.circuit(rel)
+header(cd)
+fraction, cap = budget_controls(cd)
+v = state.view(rel, cd, fraction, cap)
+node_url = st.query_params.get("node")
+left, right = st.columns([3, 2])
+with left:
+    clicked = state.draw(cd, v, "graph", node_url)
+with right:
+    if cd.curve:
+        st.plotly_chart(cg.curve_figure(cd, v.point), key="curve")
+        with st.expander("search vs top-k at each budget (the finder's curve)"):
+            st.dataframe(pd.DataFrame(cg.grid_rows(cd)), hide_index=True)
+    else:
+        st.info("this file holds no faithfulness curve (MIB and Neuronpedia files carry none)")
+    state.download_buttons(rel)
+
+st.subheader("node details")
+drawn = sorted(
+    {cd.src[i] for i in v.rows} | {cd.dst[i] for i in v.rows}, key=lambda n: cg.position(n, cd.n_layers, cd.n_heads)
+)
+if not drawn:
+    st.info("no edge is drawn")
+    st.stop()
+if clicked and clicked != st.session_state.get("_clicked"):
+    st.session_state["_clicked"] = clicked
+    node_url = clicked
+node = state.synced(
+    st.selectbox,
+    "node",
+    node_url if node_url in drawn else cg.strongest_node(cd, v),
+    "w_node",
+    label="node (or click one in the graph)",
+    options=drawn,
+)
+ran = run_live(cd)
+if ran is not None:
+    node_panel(cd, node, *ran)

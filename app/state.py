@@ -1,0 +1,367 @@
+"""Streamlit glue every page shares: cached wrappers around workbench.browse, URL sync, pickers, errors.
+
+Everything the app lists comes from the workspace's manifests (browse.catalog); every path a query
+parameter names goes through browse.resolve. No torch here: what runs a model lives in app/live.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import streamlit as st
+
+from app.figures import circuit as cg
+from workbench import browse
+from workbench.circuits import schema
+from workbench.errors import UserError
+
+PAGES = [
+    ("pages/workspace.py", "Workspace", "workspace"),
+    ("pages/sae.py", "SAEs", "sae"),
+    ("pages/feature.py", "Feature", "feature"),
+    ("pages/search.py", "Search", "search"),
+    ("pages/prompt.py", "Prompt", "prompt"),
+    ("pages/circuit.py", "Circuit", "circuit"),
+    ("pages/compare.py", "Compare", "compare"),
+    ("pages/attention.py", "Attention", "attention"),
+    ("pages/run.py", "Run", "run"),
+]
+FEATURE, SAE, SEARCH, PROMPT = "pages/feature.py", "pages/sae.py", "pages/search.py", "pages/prompt.py"
+CIRCUIT, COMPARE = "pages/circuit.py", "pages/compare.py"
+WORKSPACE_ENV = "WORKBENCH_WORKSPACE"
+UPLOADED = "uploaded"
+DOWNLOADS = {"workbench": "circuit.json", "mib": "mib.json", "neuronpedia": "neuronpedia.json"}
+PREFERRED_TASKS = ("ioi", "induction")  # what a circuit page opens on when the URL names none
+
+
+def root() -> Path:
+    return Path(os.environ.get(WORKSPACE_ENV, "workspace")).resolve()
+
+
+def fail(msg) -> None:
+    """Show a user error and stop the page (no traceback); the message may quote a file, so it is escaped."""
+    st.error(text(msg))
+    st.stop()
+
+
+def resolve(rel: str) -> Path:
+    try:
+        return browse.resolve(root(), rel)
+    except UserError as e:
+        fail(e)
+
+
+# ------------------------------------------------------------------ the catalog (manifests only)
+
+
+def _manifest_stamp(r: Path) -> tuple:
+    """Changes when any manifest (or the index) is written: the catalog's cache key, without parsing them."""
+    paths = [p for k in browse.KINDS for p in r.glob(f"{k}/**/artifact.json")] + [r / "workspace.json"]
+    return tuple(sorted((str(p), p.stat().st_mtime_ns) for p in paths if p.is_file()))
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _catalog(root_str: str, stamp: tuple) -> browse.Catalog:
+    return browse.catalog(root_str)
+
+
+def catalog() -> browse.Catalog:
+    r = root()
+    return _catalog(str(r), _manifest_stamp(r))
+
+
+def saes(require_store: bool = False) -> list[str]:
+    c = catalog()
+    return [s for s in c.saes if not require_store or s in c.feature_stores]
+
+
+def has_store(rel: str) -> bool:
+    return rel in catalog().feature_stores
+
+
+def skipped_notice() -> None:
+    """Name every manifest the listing skipped (damaged or foreign): never fatal, never silent."""
+    for s in catalog().skipped:
+        st.warning(text(f"skipped a manifest: {s}"))
+
+
+# ------------------------------------------------------------------ SAEs and feature stores
+
+
+def _stamp(folder: Path) -> float:
+    """Changes when the folder's SAE or store is rebuilt, so caches never serve stale files."""
+    fm = folder / "features" / "manifest.json"
+    return max(p.stat().st_mtime for p in [folder, fm] if p.exists())
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _sae_info(root_str: str, rel: str, stamp: float) -> dict:
+    v = browse.open_sae(browse.resolve(Path(root_str), rel))
+    return {
+        "rel": rel,
+        "name": v.path.name,
+        "cfg": v.cfg,
+        "hook": v.hook,
+        "model_name": v.model_name,
+        "workbench": v.info,
+        "metrics": v.metrics,
+        "curves": v.curves,
+        "artifact": v.artifact,
+        "store": v.store,
+    }
+
+
+def sae_info(rel: str) -> dict:
+    """An SAE's files as one dict; `store` is its feature store's manifest when a manifest records the store."""
+    try:
+        info = _sae_info(str(root()), rel, stamp(rel))
+    except UserError as e:
+        fail(e)
+    return info if has_store(rel) else {**info, "store": {}}
+
+
+def stamp(rel: str) -> float:
+    """The stamp of an SAE folder inside the workspace: cache keys of what is read from its store."""
+    return _stamp(resolve(rel))
+
+
+@st.cache_resource(show_spinner="opening the feature store...", max_entries=16)
+def _store(root_str: str, rel: str, stamp: float):
+    from workbench.features import FeatureStore
+
+    return FeatureStore(browse.resolve(Path(root_str), rel))
+
+
+def store(rel: str):
+    try:
+        return _store(str(root()), rel, stamp(rel))
+    except UserError as e:
+        fail(e)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def best_unit(root_str: str, rel: str, stamp: float, min_count: int = 20) -> tuple[int, float]:
+    """(unit, f1) of the unit whose best ground-truth label fits it best (F1 of precision and recall), among
+    units firing at least `min_count` times: what the feature page opens on (unit 0 may be a dead one)."""
+    u = _store(root_str, rel, stamp).units
+    f1 = (2 * u["label_precision"] * u["label_recall"] / (u["label_precision"] + u["label_recall"])).fillna(0.0)
+    f1 = f1.where(u["count"] >= min_count, -1.0)
+    i = int(f1.to_numpy().argmax())
+    return i, float(f1.iat[i])
+
+
+def pick_sae(page: str, require_store: bool = False, label: str = "SAE") -> str:
+    """The SAE named by ?sae= (checked to lie in the workspace), else the last one used, else the one worth
+    opening (a feature store's best-labelled unit); `page` keeps each page's widget key its own."""
+    options = saes(require_store)
+    want = st.query_params.get("sae") or st.session_state.get("sae")
+    if want is not None:
+        resolve(want)
+        if want not in options:
+            fail(
+                f"{want!r} is not an SAE{' with a feature store' if require_store else ''} in this workspace; "
+                f"choose one of: {', '.join(options) or '(none)'}"
+            )
+    if not options:
+        fail(
+            "this workspace holds no SAE"
+            + (" with a feature store (build one with `workbench features build`)" if require_store else "")
+        )
+    if want is None:
+        with_store = [s for s in options if has_store(s)]
+        want = max(with_store, key=lambda s: best_unit(str(root()), s, stamp(s))[1]) if with_store else options[0]
+    chosen = synced(st.selectbox, "sae", want, f"w_sae_{page}", label=label, options=options)
+    st.session_state["sae"] = chosen
+    return chosen
+
+
+# ------------------------------------------------------------------ the URL
+
+
+def synced(widget, name: str, url_value, key: str, to_url=str, **kwargs):
+    """A widget whose value lives in the query parameter `name`: taken from the URL when the URL changed
+    from outside (a deep link, a page link, Back/Forward), written back when the user changes the widget.
+    The key stays fixed, so the widget keeps its identity (and focus) while its value changes."""
+    mark = f"_url_{key}"
+    if key not in st.session_state or st.session_state.get(mark) != url_value:
+        st.session_state[key] = url_value
+    out = widget(key=key, **kwargs)
+    st.session_state[mark] = out
+    st.query_params[name] = to_url(out)  # always sent: a link to the same page does not update the URL by itself
+    return out
+
+
+def int_param(name: str, default: int | None = None, lo: int | None = None, hi: int | None = None) -> int | None:
+    """An integer query parameter; outside [lo, hi] it is clamped with a visible notice (never silently)."""
+    raw = st.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        v = int(raw)
+    except ValueError:
+        fail(f"query parameter {name}={raw!r} is not an integer")
+    clamped = max(lo, v) if lo is not None else v
+    clamped = min(hi, clamped) if hi is not None else clamped
+    if clamped != v:
+        st.warning(f"{name}={v} is outside {lo}..{hi}: using {clamped}")
+    return clamped
+
+
+def choice(widget, name: str, options: list, key: str, what: str | None = None, **kwargs):
+    """A widget over `options` synced with ?name=: an unknown value in the URL is a one-line page error."""
+    want = st.query_params.get(name, str(options[0]))
+    by_text = {str(o): o for o in options}
+    if want not in by_text:
+        fail(f"{what or name}={want!r} is not valid; choose one of: {', '.join(by_text)}")
+    return synced(widget, name, by_text[want], key, options=options, **kwargs)
+
+
+def feature_link(sae: str, unit: int, label: str | None = None) -> None:
+    st.page_link(FEATURE, label=label or f"unit {unit}", query_params={"sae": sae, "unit": str(unit)})
+
+
+MARKDOWN = set("\\`*_{}[]()<>#+-.!|~$:&=")
+
+
+def text(s) -> str:
+    """A string from a file or a user, escaped for Markdown (every element that renders text does Markdown):
+    shown as typed, never as an image, a link or HTML, so nothing in a file makes the browser fetch."""
+    s = "" if s is None else str(s)
+    return "".join("\\" + ch if ch in MARKDOWN else ch for ch in s).replace("\n", " ")
+
+
+# ------------------------------------------------------------------ circuits
+
+
+@st.cache_resource(show_spinner="reading the circuit...", max_entries=16)
+def _circuit(path: str, stamp: float) -> cg.CircuitData:
+    return cg.from_record(browse.open_circuit(path))
+
+
+def circuit(rel: str) -> cg.CircuitData:
+    """A workspace circuit (or the session's upload), parsed once per file version (read-only: never mutate)."""
+    if rel == UPLOADED:
+        if UPLOADED not in st.session_state:
+            fail("no circuit has been uploaded in this session: upload one on the Circuit page")
+        return st.session_state[UPLOADED]["data"]
+    p = resolve(rel) / browse.CIRCUIT
+    if rel not in catalog().circuits:
+        fail(f"{rel!r} is not a recorded circuit; choose one of: {', '.join(catalog().circuits)}")
+    try:
+        return _circuit(str(p), p.stat().st_mtime)
+    except UserError as e:
+        fail(e)
+
+
+def circuits() -> list[str]:
+    return catalog().circuits + ([UPLOADED] if UPLOADED in st.session_state else [])
+
+
+def default_circuit(options: list[str]) -> str:
+    """What a circuit page opens on: the first circuit of a preferred task (IOI, then induction), else the first."""
+    for task in PREFERRED_TASKS:
+        for o in options:
+            if o.split("/")[-1].startswith(task):
+                return o
+    return options[0]
+
+
+def pick_circuit(page: str, options: list[str] | None = None, name: str = "circuit", label: str = "circuit") -> str:
+    """The circuit named by ?circuit= (checked to lie in the workspace), else the default, else a page error."""
+    options = circuits() if options is None else options
+    if not options:
+        fail("this workspace holds no circuit: find one on the Run page, with `workbench circuit find` or the demo")
+    want = st.query_params.get(name)
+    if want == UPLOADED and UPLOADED not in options:
+        fail("circuit=uploaded names this session's upload, and none has been made: upload one on the Circuit page")
+    if want is not None and want != UPLOADED:
+        resolve(want)
+        if want not in options:
+            fail(f"{want!r} is not a circuit in this workspace; choose one of: {', '.join(options)}")
+    return synced(
+        st.selectbox,
+        name,
+        want if want in options else default_circuit(options),
+        f"w_{name}_{page}",
+        label=label,
+        options=options,
+        format_func=lambda r: r.split("/")[-1] if r != UPLOADED else f"uploaded: {st.session_state[UPLOADED]['name']}",
+    )
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _choose(_cd: cg.CircuitData, key: tuple, fraction: float | None, cap: int) -> cg.View:
+    return cg.choose(_cd, fraction, cap)
+
+
+def view(rel: str, cd: cg.CircuitData, fraction: float | None, cap: int) -> cg.View:
+    """cg.choose, cached per circuit file version (uploads: per upload content)."""
+    stamp = st.session_state[UPLOADED]["stamp"] if rel == UPLOADED else (resolve(rel) / browse.CIRCUIT).stat().st_mtime
+    try:
+        return _choose(cd, (rel, stamp), fraction, cap)
+    except UserError as e:
+        fail(e)
+
+
+def draw(cd: cg.CircuitData, v: cg.View, key: str, selected: str | None = None, height: int = 520) -> str | None:
+    """The bounded graph with what each filter hides; returns the node clicked in this run (None: no click)."""
+    fig = cg.graph_figure(cd, v, selected, height)
+    st.caption(f"drawn: {v.label}; {len(v.rows)} edge inputs")
+    st.caption("not drawn: " + "; ".join(v.hidden))
+    event = st.plotly_chart(fig, key=key, on_select="rerun", selection_mode="points")
+    nodes_trace = len(fig.data) - 1
+    for p in (event or {}).get("selection", {}).get("points", []):
+        if p.get("curve_number") == nodes_trace:
+            c = p.get("customdata")
+            return c[0] if isinstance(c, list) else c
+    return None
+
+
+def upload_key(raw: bytes) -> str:
+    """Uploads are told apart by content, not name and size: a changed file with the same name is a new upload."""
+    return hashlib.sha256(raw).hexdigest()
+
+
+def download_buttons(rel: str) -> None:
+    """One button per format; a workspace circuit's files are read when clicked (deferred), not on every run."""
+    if rel == UPLOADED:
+        up = st.session_state[UPLOADED]
+        st.download_button(
+            f"download the uploaded file ({schema.FORMATS[up['format']]})",
+            up["raw"],
+            file_name=up["name"],
+            mime="application/json",
+            on_click="ignore",
+        )
+        return
+    folder = resolve(rel)
+    cols = st.columns(len(DOWNLOADS))
+    for col, (fmt, fname) in zip(cols, DOWNLOADS.items()):
+        path = folder / fname
+        if path.is_file():
+            col.download_button(
+                f"download {schema.FORMATS[fmt].split(' (')[0]}",
+                lambda p=path: p.read_bytes(),
+                file_name=f"{folder.name}-{fname}",
+                mime="application/json",
+                on_click="ignore",
+                key=f"dl_{fmt}",
+            )
+        else:
+            col.caption(f"no {fname} in {rel} (export it with `workbench circuit export`)")
+
+
+def pick_sparse_model(page: str) -> tuple[str, dict]:
+    """The sparse-attention model named by ?model= (or the first) and its attention_report.json."""
+    models = catalog().sparse_models
+    if not models:
+        fail("this workspace holds no sparse-attention model: make one with `workbench attention sparsify`")
+    rel = choice(
+        st.selectbox, "model", models, f"w_{page}_model", "sparse-attention model", label="sparse-attention model"
+    )
+    try:
+        return rel, browse.attention_report(resolve(rel))
+    except UserError as e:
+        fail(e)
