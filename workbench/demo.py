@@ -170,7 +170,7 @@ def run_demo(root: Path, cfg: DemoConfig | None = None, overwrite: bool = False,
     def sparsify(done):
         if not done:
             log(f"attention: post-training gates for {cfg.sparsify_steps} steps (demo scale)")
-            steps.sparsify_attention(
+            steps.train_attention(
                 ws,
                 "tiny",
                 SparsifyConfig(

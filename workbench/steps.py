@@ -307,7 +307,7 @@ def build_features(
     return out
 
 
-def sparsify_attention(
+def train_attention(
     ws: Workspace,
     model_spec: str = "tiny",
     cfg=None,
@@ -318,7 +318,7 @@ def sparsify_attention(
     resume: bool = False,
     report_queries: int = 100,
 ) -> tuple[dict, Path]:
-    """Sparse-attention post-training (`workbench attention sparsify`) into <ws>/models/<name> or `out`,
+    """Sparse-attention post-training (`workbench attention train`) into <ws>/models/<name> or `out`,
     recorded as a model (the report says whether the constraint was met); returns (report, folder).
     report_queries: queries per task family for the report's accuracy table."""
     from workbench.attention.train import sparsify
@@ -330,7 +330,7 @@ def sparsify_attention(
         ws.record(
             folder,
             "models",
-            made_by="workbench attention sparsify",
+            made_by="workbench attention train",
             config=report["config"],
             inputs={
                 "model": report["base_model"],
