@@ -1,9 +1,10 @@
-# The two commands a fresh machine needs: `make demo` and `make test` (both set everything up first).
+# The two commands a fresh machine needs: `make demo` and `make test` (both set everything up first);
+# `make test-fast` skips the tests marked slow.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test bench lint
+.PHONY: setup demo test test-fast bench lint
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml constraints.txt
@@ -21,6 +22,10 @@ demo: setup
 
 test: lint
 	$(BIN)/python -m pytest -n 2 -q --durations=15
+
+# the suite without the tests marked slow (the end-to-end demo and other long integration runs)
+test-fast: lint
+	$(BIN)/python -m pytest -n 2 -q --durations=15 -m "not slow"
 
 bench: setup
 	$(BIN)/python bench/run_all.py

@@ -1,3 +1,4 @@
+import argparse
 import json
 import re
 from pathlib import Path
@@ -20,6 +21,36 @@ def test_every_command_documents_every_option(capsys):
         assert e.value.code == 0
     text = capsys.readouterr().out
     assert "--resume" in text and "--overwrite" in text and "hook_resid_post" in text
+
+
+def _commands(parser, path=()):
+    """Every command path of the parser, e.g. ('circuit', 'find'), the groups included."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield (*path, name)
+                yield from _commands(sub, (*path, name))
+
+
+def test_every_command_has_help(capsys):
+    commands = list(_commands(build_parser()))
+    assert {("attention", "train"), ("attention", "sparsify"), ("circuit", "find"), ("ls",), ("demo",)} <= set(commands)
+    for path in commands:
+        with pytest.raises(SystemExit) as e:
+            build_parser().parse_args([*path, "--help"])
+        assert e.value.code == 0, path
+        name = "train" if path == ("attention", "sparsify") else path[-1]  # an alias prints its command's usage
+        assert f"usage: workbench {' '.join((*path[:-1], name))}" in capsys.readouterr().out
+
+
+def test_attention_sparsify_is_the_old_name_of_attention_train(tmp_path, capsys):
+    argv = ["--workspace", str(tmp_path / "ws"), "--model", "no-such-model", "--quiet"]
+    assert main(["attention", "sparsify", *argv]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "workbench attention sparsify is deprecated: use `workbench attention train`"
+    assert err[1].startswith("workbench attention: error: unknown model spec 'no-such-model'") and len(err) == 2
+    assert main(["attention", "train", *argv]) == 2
+    assert "deprecated" not in capsys.readouterr().err
 
 
 def test_model_info_lists_hooks(tiny, capsys):

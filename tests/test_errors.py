@@ -33,7 +33,7 @@ def _run_with(monkeypatch, exc):
     def boom(args):
         raise exc
 
-    monkeypatch.setattr("workbench.cli._model_info", boom)
+    monkeypatch.setattr("workbench.cli.model._info", boom)
     return main(["model", "info"])
 
 

@@ -100,3 +100,26 @@ def test_the_package_has_no_import_cycle():
     graph = _graph()
     assert "workbench.circuits.types" in graph and "workbench.errors" in graph["workbench.workspace"]
     assert _cycles(graph) == []
+
+
+METHOD_PACKAGES = ("attention", "cache", "circuits", "corpus", "features", "models", "sae")
+
+
+def test_no_method_package_imports_the_steps_or_the_cli():
+    """The method packages are the engine; the steps and the CLI sit on top of them, never below."""
+    graph = _graph()
+    up = {"workbench.steps", "workbench.demo", "workbench.cli"}
+    found = {
+        name: sorted(m for m in deps if m in up or m.startswith("workbench.cli."))
+        for name, deps in graph.items()
+        if name.partition(".")[2].split(".")[0] in METHOD_PACKAGES
+    }
+    assert {"workbench.attention.train", "workbench.circuits.export", "workbench.sae.trainer"} <= set(found)
+    assert {name: deps for name, deps in found.items() if deps} == {}
+
+
+def test_the_import_graph_sees_a_planted_upward_import(tmp_path):
+    """The check above reads imports the way the package writes them (inside functions too)."""
+    path = tmp_path / "probe.py"
+    path.write_text("def f():\n    from workbench import steps\n    from workbench.cli.circuit import parse_budget\n")
+    assert {"workbench.steps", "workbench.cli.circuit"} <= _module_imports(path, "workbench.sae.probe")

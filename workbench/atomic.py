@@ -54,13 +54,14 @@ def atomic_path(path: str | Path):
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        _fsync_dir(path.parent)  # the rename itself survives a power cut
+        fsync_dir(path.parent)  # the rename itself survives a power cut
     finally:
         if tmp.exists():
             tmp.unlink()
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_dir(folder: Path) -> None:
+    """Make a rename or a new file inside `folder` survive a power cut (the folder's entry list is data too)."""
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -20,7 +20,7 @@ from workbench.cache.config import HarvestConfig
 from workbench.configcheck import to_json
 from workbench.errors import UserError
 from workbench.sae.config import SAEConfig, TrainConfig
-from workbench.workspace import MANIFEST, Workspace
+from workbench.workspace import Workspace
 
 DEMO_HOOK = "blocks.2.hook_resid_post"
 DEMO_HOOKS = ("blocks.*.hook_resid_post", "blocks.*.hook_mlp_out")
@@ -65,183 +65,142 @@ class DemoConfig:
         return to_json(self)
 
 
-def _done(folder: Path) -> bool:
-    return (folder / MANIFEST).is_file()
+class _Steps:
+    """Runs the demo's steps one after another, timing each and logging from the demo's start; a step that
+    recorded nothing new in the workspace (every artifact it makes was complete) is counted as skipped."""
+
+    def __init__(self, ws: Workspace, summary: dict):
+        self.ws, self.summary, self.t0 = ws, summary, time.time()
+
+    def log(self, text: str) -> None:
+        print(f"[{time.time() - self.t0:5.0f}s] {text}", flush=True)
+
+    def __call__(self, name: str, run):
+        before, start = self._manifests(), time.time()
+        out = run()
+        self.summary["seconds"][name] = round(time.time() - start, 1)
+        if self._manifests() == before:
+            self.log(f"{name}: complete in the workspace, skipped")
+            self.summary["skipped"].append(name)
+        return out
+
+    def _manifests(self) -> dict:
+        return {a.path: a.manifest for a in self.ws.artifacts()}
 
 
 def run_demo(root: Path, cfg: DemoConfig | None = None, overwrite: bool = False, progress: bool = True) -> dict:
     """Run (or continue) the demo in `root`; returns a summary with the wall time of each step."""
     from workbench.attention.config import SparsifyConfig
-    from workbench.cache import ActivationCache
-    from workbench.corpus import tasks
-    from workbench.models import load, model_id
+    from workbench.models import load
+    from workbench.provenance import model_id
 
     cfg = cfg or DemoConfig()
     families = cfg.families()
     ws = Workspace(root)
     if overwrite:
         ws.clear()
-    t0 = time.time()
     model, tok = load("tiny", device="cpu")
     summary: dict = {"model": model_id(model), "config": cfg.to_dict(), "seconds": {}, "skipped": []}
-
-    def log(text: str) -> None:
-        print(f"[{time.time() - t0:5.0f}s] {text}", flush=True)
-
-    def step(name: str, done: bool, run) -> object:
-        """Run one step unless its artifacts are complete; time it."""
-        if done:
-            log(f"{name}: complete in the workspace, skipped")
-            summary["skipped"].append(name)
-        s = time.time()
-        out = run(done)
-        summary["seconds"][name] = round(time.time() - s, 1)
-        return out
-
-    # 1. the cache
-    cache_dir = ws.path("caches", CACHE)
-
-    def make_cache(done):
-        if done:
-            return ActivationCache.open(cache_dir)
-        log("cache: harvesting every residual stream and MLP output")
-        return steps.make_cache(
-            ws,
-            "tiny",
-            "synthetic",
-            DEMO_HOOKS,
-            HarvestConfig(n_tokens=cfg.cache_tokens),
-            name=CACHE,
-            progress=progress,
-            model=model,
-            resume=(cache_dir / "progress.json").is_file() or (cache_dir / "manifest.json").is_file(),
-        )
-
-    cache = step("cache", _done(cache_dir), make_cache)
-    log(f"cache: {cache.n_tokens('train'):,} + {cache.n_tokens('heldout'):,} tokens x {len(cache.hooks)} hooks")
-
-    # 2. four SAEs on one hook, trained side by side on one batch stream, then evaluated
-    run_dir = ws.path("saes", steps.slug(DEMO_HOOK))
-    trained = sorted(p.parent for p in run_dir.glob(f"*/{MANIFEST}"))
-
-    def train(done):
-        if done:
-            return trained
-        log(f"saes: training {len(DEMO_SAES)} SAEs on {DEMO_HOOK}")
-        return steps.train_saes(
-            ws,
-            cache.path,
-            DEMO_HOOK,
-            list(DEMO_SAES),
-            TrainConfig(n_tokens=cfg.sae_tokens, batch_size=2048, lr=1e-3, progress=progress),
-            name=run_dir.name,
-            resume=(run_dir / "checkpoint.pt").is_file(),
-        )
-
-    folders = step("saes", len(trained) == len(DEMO_SAES), train)
-
-    def evaluate(done):
-        out = {}
-        for folder in folders:
-            if _evaluated(folder):
-                continue
-            m = steps.evaluate_sae(ws, folder, cache.path, "tiny")
-            rec, splice = m["reconstruction"], m["splice"]
-            log(
-                f"sae {folder.name}: FVU {rec['fvu']:.3f}, L0 {rec['l0']:.1f}, "
-                f"CE loss recovered {splice['ce_loss_recovered']:.3f}"
-            )
-            out[folder.name] = m
-        return out
-
-    summary["saes"] = step("sae eval", all(_evaluated(f) for f in folders), evaluate)
-
-    def features(done):
-        pending = [f for f in folders if not _done(f / "features")]
-        for store in steps.build_features(ws, pending, cache.path, "tiny", progress=progress) if pending else []:
-            m = store.manifest
-            log(f"features {m['sae']}: {m['n_units']} {m['unit']}s over {m['n_rows']:,} held-out tokens")
-
-    step("features", all(_done(f / "features") for f in folders), features)
-
-    # 3. sparse attention (demo scale)
-    sparse_dir = ws.path("models", SPARSE)
-
-    def sparsify(done):
-        if not done:
-            log(f"attention: post-training gates for {cfg.sparsify_steps} steps (demo scale)")
-            steps.sparsify_attention(
-                ws,
-                "tiny",
-                SparsifyConfig(
-                    steps=cfg.sparsify_steps,
-                    eval_every=cfg.sparsify_eval_every,
-                    eval_sequences=cfg.sparsify_eval_sequences,
-                    checkpoint_every=cfg.sparsify_eval_every,
-                    progress=progress,
-                ),
-                name=SPARSE,
-                resume=(sparse_dir / "checkpoint.pt").is_file(),
-                report_queries=cfg.report_queries,
-            )
-        from workbench.attention.report import read_report
-
-        r = read_report(sparse_dir)
-        log(
-            f"attention: {r['open_fraction']:.1%} of causal edges open, held-out CE {r['ce']['base']:.4f} -> "
-            f"{r['ce']['sparse']:.4f} (constraint {'met' if r['constraint_met'] else 'NOT met'} at demo scale)"
-        )
-        return r
-
-    report = step("sparse attention", _done(sparse_dir), sparsify)
-    sparse, _ = load(str(sparse_dir), device="cpu")
-
-    # 4. query circuits in both models, at equal NDF
-    summary["circuits"] = {}
-
-    def circuits(done):
-        for task in families:
-            for i, q in enumerate(tasks.queries(task, cfg.queries, seed=0, tokenizer=tok)):
-                for m, spec, suffix in ((model, "tiny", ""), (sparse, str(sparse_dir), "-sparse")):
-                    name = f"{task}-{i}{suffix}"
-                    if _done(ws.path("circuits", name)):
-                        continue
-                    try:
-                        c, _ = steps.find_circuit(
-                            ws, m, q, model_spec=spec, target_ndf=cfg.target_ndf, n_samples=cfg.samples, name=name
-                        )
-                    except UserError as e:  # a query without a gap on this model: say so, go on
-                        log(f"circuit {name}: skipped ({e})")
-                        continue
-                    summary["circuits"][name] = {"ndf": c.ndf, "edges": c.n_edges}
-                    log(f"circuit {name}: {c.n_edges} edges, NDF {c.ndf:.3f}")
-
-    names = [f"{t}-{i}{s}" for t in families for i in range(cfg.queries) for s in ("", "-sparse")]
-    step("circuits", all(_done(ws.path("circuits", n)) for n in names), circuits)
-
-    def compare(done):
-        for task in families:
-            if not (sparse_dir / "compare" / f"{task}.json").is_file():
-                res = steps.compare_attention(
-                    ws, model, sparse, sparse_dir, task, cfg.compare_queries, n_samples=cfg.samples, progress=progress
-                )
-                log(f"compare {task}: {res['n_used']}/{res['n']} queries with a gap on both models")
-
-    step(
-        "compare",
-        all((sparse_dir / "compare" / f"{t}.json").is_file() for t in families),
-        compare,
+    step = _Steps(ws, summary)
+    harvest = HarvestConfig(n_tokens=cfg.cache_tokens)
+    cache = step(
+        "cache",
+        lambda: steps.make_cache(
+            ws, "tiny", "synthetic", DEMO_HOOKS, harvest, name=CACHE, progress=progress, model=model, ensure=True
+        ),
     )
+    step.log(f"cache: {cache.n_tokens('train'):,} + {cache.n_tokens('heldout'):,} tokens x {len(cache.hooks)} hooks")
+    train = TrainConfig(n_tokens=cfg.sae_tokens, batch_size=2048, lr=1e-3, progress=progress)
+    run = steps.slug(DEMO_HOOK)
+    folders = step(
+        "saes", lambda: steps.train_saes(ws, cache.path, DEMO_HOOK, list(DEMO_SAES), train, name=run, ensure=True)
+    )
+    summary["saes"] = step("sae eval", lambda: _evaluate(ws, folders, cache.path, step.log))
+    step("features", lambda: steps.build_features(ws, folders, cache.path, "tiny", progress=progress, ensure=True))
+    sparsify = SparsifyConfig(
+        steps=cfg.sparsify_steps,
+        eval_every=cfg.sparsify_eval_every,
+        eval_sequences=cfg.sparsify_eval_sequences,
+        checkpoint_every=cfg.sparsify_eval_every,
+        progress=progress,
+    )
+    report, sparse_dir = step(
+        "sparse attention",
+        lambda: steps.train_attention(
+            ws, "tiny", sparsify, name=SPARSE, report_queries=cfg.report_queries, ensure=True
+        ),
+    )
+    step.log(
+        f"attention: {report['open_fraction']:.1%} of causal edges open, held-out CE {report['ce']['base']:.4f} -> "
+        f"{report['ce']['sparse']:.4f} (constraint {'met' if report['constraint_met'] else 'NOT met'} at demo scale)"
+    )
+    sparse, _ = load(str(sparse_dir), device="cpu")
+    models = ((model, "tiny", ""), (sparse, str(sparse_dir), "-sparse"))
+    summary["circuits"] = step("circuits", lambda: _circuits(ws, cfg, families, models, tok, step.log))
+    step("compare", lambda: _compare(ws, cfg, families, model, sparse, sparse_dir, progress, step.log))
     summary["open_fraction"] = report["open_fraction"]
-    total = time.time() - t0
+    total = time.time() - step.t0
     summary["seconds"]["total"] = round(total, 1)
     print(f"demo finished in {total:.0f}s; workspace: {root} ({len(ws.artifacts())} artifacts)")
     print("step seconds: " + ", ".join(f"{k} {v}" for k, v in summary["seconds"].items()))
     return summary
 
 
-def _evaluated(folder: Path) -> bool:
-    import json
+def _evaluate(ws: Workspace, folders: list[Path], cache_dir: Path, log) -> dict:
+    """Evaluate every SAE not evaluated yet; returns each SAE's metrics."""
+    out = {}
+    for folder in folders:
+        m = steps.evaluate_sae(ws, folder, cache_dir, "tiny", ensure=True)
+        rec, splice = m["reconstruction"], m["splice"]
+        log(
+            f"sae {folder.name}: FVU {rec['fvu']:.3f}, L0 {rec['l0']:.1f}, CE loss recovered "
+            f"{splice['ce_loss_recovered']:.3f}"
+        )
+        out[folder.name] = m
+    return out
 
-    m = folder / MANIFEST
-    return m.is_file() and "fvu" in json.loads(m.read_text()).get("summary", {})
+
+def _compare(ws: Workspace, cfg: DemoConfig, families: list[str], model, sparse, sparse_dir: Path, progress, log):
+    """`attention compare` per family, kept with the sparse model."""
+    for task in families:
+        res = steps.compare_attention(
+            ws,
+            model,
+            sparse,
+            sparse_dir,
+            task,
+            cfg.compare_queries,
+            n_samples=cfg.samples,
+            progress=progress,
+            ensure=True,
+        )
+        log(f"compare {task}: {res['n_used']}/{res['n']} queries with a gap on both models")
+
+
+def _circuits(ws: Workspace, cfg: DemoConfig, families: list[str], models, tok, log) -> dict:
+    """Query circuits for the first queries of each family in each model, at equal NDF; a query without a
+    logit gap on a model is logged and skipped (and tried again on the next run)."""
+    from workbench.corpus import tasks
+
+    out = {}
+    for task in families:
+        for i, q in enumerate(tasks.queries(task, cfg.queries, seed=0, tokenizer=tok)):
+            for model, spec, suffix in models:
+                name = f"{task}-{i}{suffix}"
+                try:
+                    c, _ = steps.find_circuit(
+                        ws,
+                        model,
+                        q,
+                        model_spec=spec,
+                        target_ndf=cfg.target_ndf,
+                        n_samples=cfg.samples,
+                        name=name,
+                        ensure=True,
+                    )
+                except UserError as e:
+                    log(f"circuit {name}: skipped ({e})")
+                    continue
+                out[name] = {"ndf": c.ndf, "edges": c.n_edges}
+                log(f"circuit {name}: {c.n_edges} edges, NDF {c.ndf:.3f}")
+    return out

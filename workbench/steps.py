@@ -3,7 +3,9 @@
 The CLI's commands and `workbench demo` are thin layers over these functions, so an artifact made
 either way (or from Python) carries the same manifest and shows up in `workbench ls` and the app.
 Each step writes inside the workspace by default (<root>/<kind>/<name>); an explicit `out` elsewhere
-still gets its manifest there and is registered in the workspace.
+still gets its manifest there and is registered in the workspace. With `ensure=True` a step returns its
+artifact as it is when the manifest says it is complete (the manifest is written last), and otherwise
+resumes from the checkpoint an interrupted run left: what `workbench demo` calls, so a rerun continues.
 
 Heavy libraries are imported inside the steps: importing this module stays cheap.
 """
@@ -21,7 +23,7 @@ from workbench.cache.config import HarvestConfig
 from workbench.circuits.config import SearchConfig
 from workbench.errors import OutputExistsError
 from workbench.sae.config import EvalConfig, SAEConfig, TrainConfig
-from workbench.workspace import Workspace
+from workbench.workspace import MANIFEST, Workspace
 
 SAE_HEADLINE = (
     "fvu",
@@ -33,6 +35,11 @@ SAE_HEADLINE = (
     "kl_score",
     "ce_loss_recovered_no_scaffold",
 )
+
+
+def complete(folder) -> bool:
+    """Whether the artifact in `folder` is complete: its manifest, written last, is there."""
+    return (Path(folder) / MANIFEST).is_file()
 
 
 def slug(text: str) -> str:
@@ -77,20 +84,26 @@ def make_cache(
     overwrite: bool = False,
     progress: bool = True,
     model=None,
+    ensure: bool = False,
 ):
     """Harvest a cache (`workbench cache`) into <ws>/caches/<name> or `out`; returns the ActivationCache.
 
     model: an already loaded model for `model_spec` (the demo loads it once for every step).
     """
-    from workbench.cache import harvest
+    from workbench.cache.reader import ActivationCache
+    from workbench.cache.writer import harvest
     from workbench.corpus import load_corpus
     from workbench.models import load
 
+    folder = Path(out) if out else ws.path("caches", name or slug(f"{Path(model_spec).name}-{corpus_spec}"))
+    if ensure and complete(folder):
+        return ActivationCache.open(folder)
+    if ensure:  # an interrupted harvest left its progress record (a finished one, its manifest)
+        resume = (folder / "progress.json").is_file() or (folder / "manifest.json").is_file()
     if model is None:
         model, _ = load(model_spec)
     corpus = load_corpus(corpus_spec, model.tokenizer, seed=corpus_seed)
     names = [h for spec in hooks for h in expand_hooks(spec, model.hook_dict)]
-    folder = Path(out) if out else ws.path("caches", name or slug(f"{Path(model_spec).name}-{corpus_spec}"))
     cache = harvest(model, corpus, names, folder, cfg=cfg, resume=resume, overwrite=overwrite, progress=progress)
     ws.record(
         folder,
@@ -118,16 +131,21 @@ def train_saes(
     out=None,
     name: str | None = None,
     resume: bool = False,
+    ensure: bool = False,
 ) -> list[Path]:
     """Train SAEs side by side on one hook (`workbench sae train`) into <ws>/saes/<run>/<sae> or `out`/<sae>.
 
     The run folder holds the shared checkpoint; name defaults to the hook plus the start time.
     """
-    from workbench import sae
     from workbench.sae.io import read_info
+    from workbench.sae.trainer import train
 
     run = Path(out) if out else ws.path("saes", name or f"{slug(hook)}-{time.strftime('%Y%m%d-%H%M%S')}")
-    folders = sae.train(cache_dir, hook, sae_cfgs, train_cfg, run, resume=resume)
+    done = sorted(p.parent for p in run.glob(f"*/{MANIFEST}"))
+    if ensure and len(done) == len(sae_cfgs):
+        return done
+    resume = resume or (ensure and (run / "checkpoint.pt").is_file())
+    folders = train(cache_dir, hook, sae_cfgs, train_cfg, run, resume=resume)
     side = [p for p in (run / "checkpoint.pt", run / "run.json") if p.is_file()]
     for folder in folders:
         ws.record(
@@ -142,12 +160,24 @@ def train_saes(
 
 
 def evaluate_sae(
-    ws: Workspace, sae_dir, cache_dir, model_spec: str | None = "tiny", cfg: EvalConfig | None = None
+    ws: Workspace,
+    sae_dir,
+    cache_dir,
+    model_spec: str | None = "tiny",
+    cfg: EvalConfig | None = None,
+    *,
+    ensure: bool = False,
 ) -> dict:
-    """Evaluate a saved SAE (`workbench sae eval`): metrics.json, and its manifest updated with the headline."""
-    from workbench import sae
+    """Evaluate a saved SAE (`workbench sae eval`): metrics.json, and its manifest updated with the headline.
 
-    metrics = sae.evaluate(sae_dir, cache_dir, model_spec, cfg)
+    ensure: an SAE whose manifest already carries the headline keeps its metrics.json (returned as read)."""
+    import json
+
+    from workbench.sae.eval import evaluate
+
+    if ensure and "fvu" in _manifest(sae_dir).get("summary", {}):
+        return json.loads((Path(sae_dir) / "metrics.json").read_text())
+    metrics = evaluate(sae_dir, cache_dir, model_spec, cfg)
     flat = {**metrics["reconstruction"], **metrics.get("splice", {})}
     headline = {k: flat[k] for k in SAE_HEADLINE if k in flat}
     rerecord(
@@ -164,12 +194,7 @@ def evaluate_sae(
 def rerecord(ws: Workspace, folder, kind: str, made_by: str, inputs: dict | None = None, summary: dict | None = None):
     """Rewrite an artifact's manifest after a later step added files or numbers to its folder, keeping what
     made it (made_by applies when the folder had no manifest); inputs are added, a summary replaces the old."""
-    import json
-
-    from workbench.workspace import MANIFEST
-
-    old = Path(folder) / MANIFEST
-    before = json.loads(old.read_text()) if old.is_file() else {}
+    before = _manifest(folder)
     ws.record(
         folder,
         kind,
@@ -179,6 +204,14 @@ def rerecord(ws: Workspace, folder, kind: str, made_by: str, inputs: dict | None
         summary=before.get("summary", {}) if summary is None else summary,
         side_files=tuple(ws.resolve(p) for p in before.get("side_files", [])),
     )
+
+
+def _manifest(folder) -> dict:
+    """The artifact's manifest, or {} when it has none yet."""
+    import json
+
+    path = Path(folder) / MANIFEST
+    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def circuit_name(query: dict, method: dict) -> str:
@@ -203,11 +236,16 @@ def find_circuit(
     model_spec: str = "tiny",
     cfg: SearchConfig | None = None,
     name: str | None = None,
+    ensure: bool = False,
     **find_options,
 ):
     """Find a query circuit (`workbench circuit find`) and record it in <ws>/circuits/<name> with its
-    MIB and Neuronpedia exports; returns (circuit, folder). find_options go to circuits.find_circuit."""
-    from workbench.circuits import export, find_circuit
+    MIB and Neuronpedia exports; returns (circuit, folder). find_options go to circuits.find_circuit.
+
+    ensure (needs a name): a circuit already recorded under that name is loaded instead."""
+    from workbench.circuits import export
+    from workbench.circuits.api import find_circuit
+    from workbench.circuits.types import Circuit
 
     def check_free(folder):
         if folder.exists() and any(folder.iterdir()):
@@ -215,6 +253,10 @@ def find_circuit(
                 f"{folder} already holds a circuit (the same search on the same query?); pass another --name"
             )
 
+    if ensure and name is None:
+        raise ValueError("find_circuit(ensure=True) needs the circuit's name")
+    if ensure and complete(ws.path("circuits", name)):
+        return Circuit.load(ws.path("circuits", name) / "circuit.json"), ws.path("circuits", name)
     if name is not None:  # checked before the search too, when it does not depend on the result
         check_free(ws.path("circuits", name))
     c = find_circuit(model, prompt, answer, counterfactual, cfg=cfg, **find_options)
@@ -277,14 +319,18 @@ def build_features(
     *,
     overwrite: bool = False,
     progress: bool = True,
+    ensure: bool = False,
 ) -> list:
     """Build (or resume) the feature store beside each SAE (`workbench features build`) and record each
-    as a `features` artifact; returns the opened FeatureStores."""
-    from workbench.features import FeatureStore
+    as a `features` artifact; returns the opened FeatureStores (ensure: a recorded store is opened as it is)."""
     from workbench.features.build import build_stores
+    from workbench.features.store import STORE, FeatureStore
 
-    out = []
-    for path in build_stores(sae_dirs, cache_dir, model_spec, cfg, overwrite=overwrite, progress=progress):
+    kept = [Path(d) / STORE for d in sae_dirs if ensure and complete(Path(d) / STORE)]
+    pending = [d for d in sae_dirs if Path(d) / STORE not in kept]
+    out = [FeatureStore(path) for path in kept]
+    built = build_stores(pending, cache_dir, model_spec, cfg, overwrite=overwrite, progress=progress) if pending else []
+    for path in built:
         store = FeatureStore(path)
         m = store.manifest
         ws.record(
@@ -307,7 +353,7 @@ def build_features(
     return out
 
 
-def sparsify_attention(
+def train_attention(
     ws: Workspace,
     model_spec: str = "tiny",
     cfg=None,
@@ -317,20 +363,25 @@ def sparsify_attention(
     name: str | None = None,
     resume: bool = False,
     report_queries: int = 100,
+    ensure: bool = False,
 ) -> tuple[dict, Path]:
-    """Sparse-attention post-training (`workbench attention sparsify`) into <ws>/models/<name> or `out`,
+    """Sparse-attention post-training (`workbench attention train`) into <ws>/models/<name> or `out`,
     recorded as a model (the report says whether the constraint was met); returns (report, folder).
     report_queries: queries per task family for the report's accuracy table."""
+    from workbench.attention.report import read_report
     from workbench.attention.train import sparsify
     from workbench.checkpoint import dist_info
 
     folder = Path(out) if out else ws.path("models", name or f"{slug(Path(model_spec).name)}-sparse")
+    if ensure and complete(folder):
+        return read_report(folder), folder
+    resume = resume or (ensure and (folder / "checkpoint.pt").is_file())
     report = sparsify(model_spec, folder, cfg, corpus_spec, resume=resume, report_queries=report_queries)
     if dist_info()[0] == 0:  # under torchrun, rank 0 records
         ws.record(
             folder,
             "models",
-            made_by="workbench attention sparsify",
+            made_by="workbench attention train",
             config=report["config"],
             inputs={
                 "model": report["base_model"],
@@ -350,16 +401,28 @@ def sparsify_attention(
 
 
 def compare_attention(
-    ws: Workspace, base, sparse, sparse_dir, task: str, n: int = 20, *, n_samples: int = 3, progress: bool = True
+    ws: Workspace,
+    base,
+    sparse,
+    sparse_dir,
+    task: str,
+    n: int = 20,
+    *,
+    n_samples: int = 3,
+    progress: bool = True,
+    ensure: bool = False,
 ) -> dict:
     """`workbench attention compare` on one task family, kept with the sparse model as compare/<task>.json
-    (where the app finds it); the model's manifest is rewritten to list the new file."""
+    (where the app finds it); the model's manifest is rewritten to list the new file (ensure: a kept
+    comparison is returned as read)."""
     import json
 
     from workbench.atomic import atomic_write_text
     from workbench.attention.compare import compare
 
     folder = Path(sparse_dir)
+    if ensure and (folder / "compare" / f"{slug(task)}.json").is_file():
+        return json.loads((folder / "compare" / f"{slug(task)}.json").read_text())
     res = compare(base, sparse, task, n, n_samples=n_samples, progress=progress)
     (folder / "compare").mkdir(exist_ok=True)
     atomic_write_text(folder / "compare" / f"{slug(task)}.json", json.dumps(res, indent=1))

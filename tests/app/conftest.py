@@ -22,7 +22,7 @@ def circuit_workspace(feature_workspace, tmp_path_factory):
     shutil.copytree(feature_workspace, root, symlinks=True)
     ws = Workspace(root)
     base_dir = str(root / "models" / "random")
-    _, sparse_dir = steps.sparsify_attention(
+    _, sparse_dir = steps.train_attention(
         ws,
         base_dir,
         SparsifyConfig(steps=4, eval_every=2, eval_sequences=4, batch_size=2, ctx_len=32, progress=False),

@@ -1,7 +1,7 @@
 """`workbench app`: binds localhost by default with the offline flags; a missing workspace is one clear line."""
 
-from workbench.app_cli import APP, streamlit_command
 from workbench.cli import build_parser, main
+from workbench.cli.app import APP, streamlit_command
 
 
 def test_defaults_bind_localhost_offline(tmp_path):

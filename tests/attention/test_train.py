@@ -170,9 +170,7 @@ def test_cli_unmet_constraint_saves_the_best_state_marked_and_exits_nonzero(tmp_
     assert report["constraint_met"] is False and report["ce"]["sparse"] > report["ce_target"]
     assert G.is_gated(load(str(out), device="cpu")[0])
     (art,) = Workspace(ws).artifacts("models")
-    assert (
-        art.manifest["summary"]["constraint_met"] is False and art.manifest["made_by"] == "workbench attention sparsify"
-    )
+    assert art.manifest["summary"]["constraint_met"] is False and art.manifest["made_by"] == "workbench attention train"
     rc, io = _cli(["attention", "report", str(out)], capsys)
     assert rc == 0 and "constraint NOT MET" in io.out and "layer 0" in io.out
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from workbench.circuits import evaluate_task, find_circuit, format_summary_table
-from workbench.circuits.cli import parse_budget
 from workbench.cli import main as cli_main
+from workbench.cli.circuit import parse_budget
 
 ROOT = Path(__file__).resolve().parents[2]
 

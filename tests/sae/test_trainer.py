@@ -8,7 +8,8 @@ import torch
 
 from workbench import checkpoint
 from workbench.sae.config import ConfigError, SAEConfig, TrainConfig
-from workbench.sae.trainer import NonFiniteError, Trainer, fit, lr_factor, run_steps
+from workbench.sae.trainer import NonFiniteError, Trainer, fit, run_steps
+from workbench.schedule import lr_factor
 
 from .conftest import D_IN, feature_batches
 
@@ -102,7 +103,7 @@ def test_dead_latents_are_counted_by_tokens_since_last_fire():
 
 def test_lr_schedule_warms_up_and_decays_to_zero():
     tc = TrainConfig(n_tokens=100 * 10, batch_size=10, warmup_steps=10, decay_frac=0.2)
-    f = [lr_factor(i, tc) for i in range(100)]
+    f = [lr_factor(i, tc.warmup_steps, tc.n_steps, tc.decay_frac) for i in range(100)]
     assert f[0] == pytest.approx(0.1) and f[9] == 1.0 and f[50] == 1.0
     assert f[80] == 1.0 and f[99] == pytest.approx(1 / 20)
     assert all(a >= b for a, b in zip(f[80:], f[81:]))

@@ -134,7 +134,7 @@ def gates(model) -> list[AttentionGate]:
     if not is_gated(model):
         raise GateError(
             f"{model.cfg.model_name!r} has no attention gates; sparsify it first "
-            "(workbench attention sparsify) or install them with workbench.attention.gates.install"
+            "(workbench attention train) or install them with workbench.attention.gates.install"
         )
     return [b.attn.gate for b in model.blocks]
 

@@ -247,7 +247,7 @@ def read_report(folder: str | Path) -> dict:
     if not path.is_file():
         raise ReportError(
             f"{path} does not exist; {folder} is not a sparse-attention model folder "
-            "(make one with `workbench attention sparsify`)"
+            "(make one with `workbench attention train`)"
         )
     return json.loads(path.read_text())
 

@@ -29,6 +29,7 @@ from workbench.attention.constraint import Multiplier
 from workbench.attention.report import build_report, heldout, measure, summarise, write_report
 from workbench.checkpoint import default_device, dist_info
 from workbench.errors import UserError
+from workbench.schedule import lr_factor
 
 CHECKPOINT, RUN, CURVES = "checkpoint.pt", "sparsify.json", "curves.jsonl"
 
@@ -73,10 +74,6 @@ def _evaluate(model, tokens, world: int) -> dict:
     return summarise(sums)
 
 
-def _lr_factor(step: int, cfg: SparsifyConfig) -> float:
-    return min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else 1.0
-
-
 def _cpu_state(model) -> dict:
     return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
 
@@ -104,7 +101,7 @@ class Sparsifier:
         if cfg.lr > 0:
             groups.append({"params": weights, "lr": cfg.lr, "weight_decay": cfg.weight_decay})
         self.opt = torch.optim.AdamW(groups)
-        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: _lr_factor(s, cfg))
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: lr_factor(s, cfg.warmup_steps))
         self.mult = Multiplier(cfg)
         self.net = model
         self.step_no = 0

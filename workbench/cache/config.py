@@ -9,7 +9,6 @@ from workbench.cache.errors import CacheValueError
 from workbench.configcheck import from_json, to_json
 
 DTYPES = ("float32", "float16", "bfloat16")
-SPLITS = ("train", "heldout")
 
 
 @dataclass

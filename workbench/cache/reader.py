@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from workbench.cache.config import SPLITS, CacheConfig
+from workbench.cache.config import CacheConfig
 from workbench.cache.errors import (
     CacheCorruptError,
     CacheIncompleteError,
@@ -29,6 +29,7 @@ from workbench.cache.errors import (
 from workbench.cache.format import CHECKSUM, STORE_DTYPES, NpyReader, checksum
 from workbench.cache.sampler import RowSampler
 from workbench.cache.shards import check_shard, shard_name
+from workbench.corpus.base import SPLITS
 from workbench.provenance import model_id
 
 FORMAT = "workbench-activation-cache/1"

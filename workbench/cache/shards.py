@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from workbench.atomic import fsync_dir
 from workbench.cache.errors import CacheCorruptError
-from workbench.cache.format import CHECKSUM, NpyAppender, checksum, fsync_dir, save_bytes, save_npy
+from workbench.cache.format import CHECKSUM, NpyAppender, checksum, save_bytes, save_npy
 
 RECORD = "shard.json"
 

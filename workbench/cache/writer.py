@@ -36,7 +36,7 @@ import torch
 from tqdm.auto import tqdm
 
 from workbench.atomic import check_output_dir, write_json
-from workbench.cache.config import SPLITS, CacheConfig, HarvestConfig
+from workbench.cache.config import CacheConfig, HarvestConfig
 from workbench.cache.errors import (
     CacheCorruptError,
     CacheExistsError,
@@ -51,6 +51,7 @@ from workbench.cache.prefetch import prefetched
 from workbench.cache.reader import FORMAT, ActivationCache
 from workbench.cache.shards import ShardWriter, check_shard, read_record, shard_dirs, shard_name
 from workbench.cache.stats import hook_stats
+from workbench.corpus.base import SPLITS
 from workbench.provenance import model_id
 
 SHARD_BYTES = 1 << 30  # default shard size: ~1 GiB of activations over all hooks

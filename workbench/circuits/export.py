@@ -81,54 +81,11 @@ def to_neuronpedia(
     `position_share` of the edge's largest per-position score, at or before the target's position.
     Links joining the same two nodes (a head's q, k and v inputs) are one link with the summed weight.
     """
-    g = c.graph
     tokens = c.query.get("tokens") or []
     str_toks = c.query.get("str_tokens") or [str(t) for t in tokens]
-    last = max(len(tokens) - 1, 0)
-    logit_layer = g.n_layers + 1
-    answer_id = int(c.query.get("answer_id") or 0)
-    pp = c.per_position
     idx = c.in_circuit.nonzero().flatten().tolist()
-
-    targets: dict[str, set[str]] = {}
-    for i in idx:
-        src, dst = g.edges[i].split("->")
-        targets.setdefault(src, set()).update(["logits"] if dst == "logits" else g.reader_node(dst))
-
-    def main_pos(node: str) -> int:
-        if pp is None:
-            return last
-        out = [i for i in idx if g.edges[i].split("->")[0] == node]
-        return int(pp[:, out].abs().sum(1).argmax()) if out else last
-
-    pos = {"logits": last}
-    placed = set(targets) | {t for ts in targets.values() for t in ts}
-    for node in reversed(g.writers[1:]):  # later components first: their positions bound their sources'
-        if node in placed:
-            pos[node] = min([main_pos(node)] + [pos[t] for t in targets.get(node, ())])
-
-    def node_id(node: str, ctx: int) -> str:
-        if node == "logits":
-            return f"{logit_layer}_{answer_id}_{ctx}"
-        if node == "input":
-            return f"E_{tokens[ctx] if ctx < len(tokens) else 0}_{ctx}"
-        layer, feat = _layer_feature(g, node)
-        return f"{layer}_{feat}_{ctx}"
-
-    weights: dict[tuple[str, str], float] = {}
-    for i in idx:
-        src, dst = g.edges[i].split("->")
-        for t in ["logits"] if dst == "logits" else g.reader_node(dst):
-            tid = node_id(t, pos[t])
-            if src == "input" and pp is not None:
-                col = pp[: pos[t] + 1, i]
-                keep = (col.abs() >= position_share * pp[:, i].abs().max()).nonzero().flatten().tolist()
-                sources = [(node_id("input", p), float(col[p])) for p in keep]
-            else:
-                sources = [(node_id(src, pos.get(src, last)), float(c.scores[i]))]
-            for sid, w in sources:
-                weights[sid, tid] = weights.get((sid, tid), 0.0) + w
-    links = [{"source": s, "target": t, "weight": w} for (s, t), w in weights.items()]
+    ids = _NodeIds(c.graph, tokens, int(c.query.get("answer_id") or 0))
+    links = _np_links(c, idx, _np_positions(c, idx, ids.last), ids, position_share)
     mass: dict[str, float] = {}
     for link in links:
         for k in ("source", "target"):
@@ -138,46 +95,7 @@ def to_neuronpedia(
     for nid, m in sorted(mass.items(), key=lambda kv: -kv[1]):
         cum += m
         influence[nid] = cum / total
-    prob = float(c.faithfulness.get("answer_prob", 0.0) or 0.0)
-    logit_id = node_id("logits", last)
-    nodes = []
-    for nid in mass:
-        layer, feature, ctx = nid.rsplit("_", 2)
-        ctx = int(ctx)
-        node = {
-            "node_id": nid,
-            "layer": layer,
-            "ctx_idx": ctx,
-            "token_prob": 0.0,
-            "is_target_logit": False,
-            "influence": influence[nid],
-            "activation": mass[nid],
-        }
-        if layer == "E":
-            node.update(
-                feature=ctx,
-                feature_type="embedding",
-                jsNodeId=f"E_{feature}-{ctx}",
-                clerp=f"Emb: {str_toks[ctx]!r}" if ctx < len(str_toks) else "Emb",
-            )
-        elif nid == logit_id:
-            node.update(
-                feature=answer_id,
-                feature_type="logit",
-                jsNodeId=f"L_{answer_id}-{ctx}",
-                token_prob=prob,
-                is_target_logit=True,
-                clerp=f'Output "{c.query.get("answer")}" (p={prob:.3f})',
-            )
-        else:
-            name = f"m{layer}" if int(feature) == g.n_heads else f"a{layer}.h{feature}"
-            node.update(
-                feature=_cantor(int(layer), int(feature)),
-                feature_type=NP_COMPONENT_TYPE,
-                jsNodeId=f"{layer}_{feature}-{ctx}",
-                clerp=f"{name} ({'MLP' if name[0] == 'm' else 'attention head'}, whole output)",
-            )
-        nodes.append(node)
+    nodes = [_np_node(c, ids, nid, mass[nid], influence[nid], str_toks) for nid in mass]
     d = {
         "metadata": {
             "slug": slug or f"workbench-circuit-{abs(hash(tuple(tokens))) % 10**8}",
@@ -202,6 +120,107 @@ def to_neuronpedia(
     if path is not None:
         write_json(path, d)
     return d
+
+
+class _NodeIds:
+    """circuit-tracer node ids of a circuit's components at a position: `E_{token}_{pos}` for the input,
+    `{layer}_{head}_{pos}` for a head or MLP (the MLP as head n_heads), `{n_layers + 1}_{answer}_{pos}` for the logit."""
+
+    def __init__(self, g: Graph, tokens: list, answer_id: int):
+        self.g, self.tokens, self.answer_id = g, tokens, answer_id
+        self.last = max(len(tokens) - 1, 0)
+
+    def __call__(self, node: str, ctx: int) -> str:
+        if node == "logits":
+            return f"{self.g.n_layers + 1}_{self.answer_id}_{ctx}"
+        if node == "input":
+            return f"E_{self.tokens[ctx] if ctx < len(self.tokens) else 0}_{ctx}"
+        layer, feat = _layer_feature(self.g, node)
+        return f"{layer}_{feat}_{ctx}"
+
+
+def _np_positions(c: Circuit, idx: list[int], last: int) -> dict[str, int]:
+    """Each component's position: where its outgoing attribution is largest, but no later than any of its
+    targets' (so links run forward)."""
+    g = c.graph
+    targets: dict[str, set[str]] = {}
+    for i in idx:
+        src, dst = g.edges[i].split("->")
+        targets.setdefault(src, set()).update(["logits"] if dst == "logits" else g.reader_node(dst))
+    pos = {"logits": last}
+    placed = set(targets) | {t for ts in targets.values() for t in ts}
+    for node in reversed(g.writers[1:]):  # later components first: their positions bound their sources'
+        if node in placed:
+            pos[node] = min([_main_pos(c, idx, node, last)] + [pos[t] for t in targets.get(node, ())])
+    return pos
+
+
+def _main_pos(c: Circuit, idx: list[int], node: str, last: int) -> int:
+    """The position where `node`'s outgoing edges in the circuit carry the most attribution."""
+    if c.per_position is None:
+        return last
+    out = [i for i in idx if c.graph.edges[i].split("->")[0] == node]
+    return int(c.per_position[:, out].abs().sum(1).argmax()) if out else last
+
+
+def _np_links(c: Circuit, idx: list[int], pos: dict[str, int], ids: _NodeIds, position_share: float) -> list[dict]:
+    """One link per (source node, target node), weights summed; an input edge splits over token positions."""
+    g, pp = c.graph, c.per_position
+    weights: dict[tuple[str, str], float] = {}
+    for i in idx:
+        src, dst = g.edges[i].split("->")
+        for t in ["logits"] if dst == "logits" else g.reader_node(dst):
+            tid = ids(t, pos[t])
+            if src == "input" and pp is not None:
+                col = pp[: pos[t] + 1, i]
+                keep = (col.abs() >= position_share * pp[:, i].abs().max()).nonzero().flatten().tolist()
+                sources = [(ids("input", p), float(col[p])) for p in keep]
+            else:
+                sources = [(ids(src, pos.get(src, ids.last)), float(c.scores[i]))]
+            for sid, w in sources:
+                weights[sid, tid] = weights.get((sid, tid), 0.0) + w
+    return [{"source": s, "target": t, "weight": w} for (s, t), w in weights.items()]
+
+
+def _np_node(c: Circuit, ids: _NodeIds, nid: str, mass: float, influence: float, str_toks: list[str]) -> dict:
+    """One graph node: an embedding, the answer's logit, or a component taken whole."""
+    layer, feature, ctx = nid.rsplit("_", 2)
+    ctx = int(ctx)
+    node = {
+        "node_id": nid,
+        "layer": layer,
+        "ctx_idx": ctx,
+        "token_prob": 0.0,
+        "is_target_logit": False,
+        "influence": influence,
+        "activation": mass,
+    }
+    if layer == "E":
+        node.update(
+            feature=ctx,
+            feature_type="embedding",
+            jsNodeId=f"E_{feature}-{ctx}",
+            clerp=f"Emb: {str_toks[ctx]!r}" if ctx < len(str_toks) else "Emb",
+        )
+    elif nid == ids("logits", ids.last):
+        prob = float(c.faithfulness.get("answer_prob", 0.0) or 0.0)
+        node.update(
+            feature=ids.answer_id,
+            feature_type="logit",
+            jsNodeId=f"L_{ids.answer_id}-{ctx}",
+            token_prob=prob,
+            is_target_logit=True,
+            clerp=f'Output "{c.query.get("answer")}" (p={prob:.3f})',
+        )
+    else:
+        name = f"m{layer}" if int(feature) == c.graph.n_heads else f"a{layer}.h{feature}"
+        node.update(
+            feature=_cantor(int(layer), int(feature)),
+            feature_type=NP_COMPONENT_TYPE,
+            jsNodeId=f"{layer}_{feature}-{ctx}",
+            clerp=f"{name} ({'MLP' if name[0] == 'm' else 'attention head'}, whole output)",
+        )
+    return node
 
 
 def _layer_feature(g: Graph, node: str) -> tuple[int, int]:

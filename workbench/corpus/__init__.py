@@ -5,22 +5,19 @@ vocab      the synthetic corpus's words and label names
 tasks      task queries with answers, counterfactuals and a held-out split
 synthetic  the generated corpus (stories, task documents, repeated random tokens)
 sources    corpus specs -> sources (synthetic, files, hf:)
+
+Names resolve on first use (workbench.lazy), so a light module (base, for SPLITS) imports alone.
 """
 
-from workbench.corpus import synthetic, tasks, vocab
-from workbench.corpus.base import Corpus, TokenSequence
-from workbench.corpus.sources import FileCorpus, load_corpus
-from workbench.corpus.synthetic import SyntheticCorpus
-from workbench.corpus.tasks import Query
+from workbench.lazy import lazy_exports
 
-__all__ = [
-    "Corpus",
-    "FileCorpus",
-    "Query",
-    "SyntheticCorpus",
-    "TokenSequence",
-    "load_corpus",
-    "synthetic",
-    "tasks",
-    "vocab",
-]
+_EXPORTS = {
+    "Corpus": "workbench.corpus.base",
+    "TokenSequence": "workbench.corpus.base",
+    "FileCorpus": "workbench.corpus.sources",
+    "load_corpus": "workbench.corpus.sources",
+    "SyntheticCorpus": "workbench.corpus.synthetic",
+    "Query": "workbench.corpus.tasks",
+}
+__all__ = sorted([*_EXPORTS, "synthetic", "tasks", "vocab"])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

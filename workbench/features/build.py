@@ -217,13 +217,35 @@ def _row_metadata(cache, split: str, n: int, vocab: list[str]) -> dict:
 
 
 def _finalize(job: _Job, n_chunks: int, cache, hook: str, model, vocab: list[str], meta: dict, t0: float) -> Path:
-    cfg, out = job.cfg, job.out
+    """Every statistic of one store from its saved chunks, the files written atomically, the manifest last."""
+    cfg = job.cfg
     e, coords = job.entries(n_chunks)
-    U, n_rows = job.n_units, job.record["n_rows"]
     W_dec = job.sae.W_dec.detach().float().cpu().numpy()
-    files: dict[str, np.ndarray] = {}
+    files = {**_examples(e, meta, cfg, job.n_units), **_neighbours(e, W_dec, job, cfg)}
+    files.update(_token_index(e, meta, len(vocab), cfg))
+    block_files, dirs = _unit_directions(e, coords, W_dec, job, cfg)
+    logit_files, logit_note = _logit_effects(job, hook, model, dirs, cfg)
+    files.update(block_files, **logit_files)
+    info = _read_json(job.dir / "workbench.json")
+    sae_cfg = info.get("sae_config", {})
+    units, label_kinds = _unit_table(e, job, meta, sae_cfg.get("prefixes"))
+    scaffold = _scaffold(job, n_chunks, W_dec, cfg) if job.rank else None
+    _write_files(job.out, files, units, vocab, scaffold)
+    manifest = _manifest(
+        job, cache, hook, label_kinds, logit_note, sae_cfg.get("prefixes") if "level" in units else None
+    )
+    manifest["seconds"] = round(time.time() - t0, 1)
+    manifest["created"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    manifest["files"] = {
+        p.name: sha256_file(p) for p in sorted(job.out.iterdir()) if p.is_file() and p.name != MANIFEST
+    }
+    atomic_write_text(job.out / MANIFEST, json.dumps(manifest, indent=1))
+    shutil.rmtree(job.partial)
+    return job.out
 
-    # examples: top activations, then quantile bins; token windows with the unit's activation on each token
+
+def _examples(e: compute.Entries, meta: dict, cfg: FeatureConfig, U: int) -> dict[str, np.ndarray]:
+    """Top activations, then quantile bins; token windows with the unit's activation on each token."""
     top_rows, top_vals = e.top(cfg.n_top)
     edges, q_rows, q_vals = e.quantiles(cfg.n_bins, cfg.per_bin)
     ex_rows, ex_vals = np.concatenate([top_rows, q_rows], 1), np.concatenate([top_vals, q_vals], 1)
@@ -231,56 +253,78 @@ def _finalize(job: _Job, n_chunks: int, cache, hook: str, model, vocab: list[str
         ex_rows, meta["seq"], meta["pos"], meta["sequences"], meta["seqpos_row"], cfg.left, cfg.right
     )
     acts = e.lookup(wrows.reshape(-1), np.repeat(np.arange(U), wrows.shape[1] * wrows.shape[2])).reshape(wrows.shape)
-    files.update(
-        ex_rows=ex_rows,
-        ex_vals=ex_vals,
-        ctx_tokens=toks,
-        ctx_acts=acts,
-        quantile_edges=edges,
-        hist=e.histogram(cfg.hist_bins),
-    )
+    return {
+        "ex_rows": ex_rows,
+        "ex_vals": ex_vals,
+        "ctx_tokens": toks,
+        "ctx_acts": acts,
+        "quantile_edges": edges,
+        "hist": e.histogram(cfg.hist_bins),
+    }
 
-    # neighbours, both kinds
+
+def _neighbours(e: compute.Entries, W_dec: np.ndarray, job: _Job, cfg: FeatureConfig) -> dict[str, np.ndarray]:
+    """Neighbours, both kinds: by decoder direction and by activation correlation."""
+    files = {}
     files["nb_cos_ids"], files["nb_cos_vals"] = compute.decoder_neighbours(
         W_dec[: job.n_sparse], job.block, cfg.n_neighbours
     )
     files["nb_corr_ids"], files["nb_corr_vals"] = compute.correlation_neighbours(e, cfg.corr_tokens, cfg.n_neighbours)
+    return files
 
-    # per-token search index
+
+def _token_index(e: compute.Entries, meta: dict, n_vocab: int, cfg: FeatureConfig) -> dict[str, np.ndarray]:
+    """The per-token search index: the units each token fires most, and how often each token occurs."""
+    files = {}
     files["token_units"], files["token_means"], files["token_frac"] = compute.token_units(
-        e, meta["tokens"], len(vocab), cfg.token_top
+        e, meta["tokens"], n_vocab, cfg.token_top
     )
-    files["token_counts"] = np.bincount(meta["tokens"], minlength=len(vocab)).astype(np.int64)
+    files["token_counts"] = np.bincount(meta["tokens"], minlength=n_vocab).astype(np.int64)
+    return files
 
-    # block architecture: coordinates of the top examples, and the block's mean code (for its logit direction)
+
+def _unit_directions(e: compute.Entries, coords, W_dec: np.ndarray, job: _Job, cfg: FeatureConfig):
+    """({block_coords} for a block architecture, else {}; each unit's write direction): a block's top examples'
+    coordinates, and its mean code over its firings times its decoder block (for its logit direction)."""
+    if job.block == 1:
+        return {}, W_dec[: job.n_sparse]
+    U = job.n_units
+    i = np.clip(e.ends[:, None] - 1 - np.arange(cfg.n_top)[None, :], 0, max(len(coords) - 1, 0))
+    ok = (np.arange(cfg.n_top)[None, :] < e.counts[:, None])[..., None]
+    block_coords = np.where(ok, coords[i] if len(coords) else 0, 0).astype(np.float32)
+    mean_code = np.stack(
+        [np.bincount(e.units, weights=coords[:, k], minlength=U) for k in range(job.block)], 1
+    ) / np.maximum(e.counts[:, None], 1)
+    dirs = np.einsum("ub,ubd->ud", mean_code, W_dec[: job.n_sparse].reshape(U, job.block, -1))
+    return {"block_coords": block_coords}, dirs
+
+
+def _logit_effects(job: _Job, hook: str, model, dirs: np.ndarray, cfg: FeatureConfig) -> tuple[dict, str | None]:
+    """Logit effects: the direct path through the unembedding, the final LayerNorm's scale folded in (only for
+    a hook on the residual stream's width); returns (files, the note the manifest keeps on how they were made)."""
+    if hook.split(".")[-1] not in RESID_HOOKS or job.sae.cfg.d_in != model.cfg.d_model:
+        return {}, None
+    ln_w = getattr(getattr(model, "ln_final", None), "w", None)
+    ln = ln_w.detach().float().cpu().numpy() if ln_w is not None else None
+    files = {}
+    files["logit_ids"], files["logit_vals"] = compute.logit_effects(
+        dirs, model.W_U.detach().float().cpu().numpy(), ln, cfg.n_logits
+    )
+    note = (
+        "decoder direction @ diag(ln_final.w) @ W_U: the final LayerNorm's scale is applied, its "
+        "normalisation by the residual norm is not"
+        if ln is not None
+        else "decoder direction @ W_U (the model has no final LayerNorm scale, or it is folded into W_U)"
+    )
     if job.block > 1:
-        i = np.clip(e.ends[:, None] - 1 - np.arange(cfg.n_top)[None, :], 0, max(len(coords) - 1, 0))
-        ok = (np.arange(cfg.n_top)[None, :] < e.counts[:, None])[..., None]
-        files["block_coords"] = np.where(ok, coords[i] if len(coords) else 0, 0).astype(np.float32)
-        mean_code = np.stack(
-            [np.bincount(e.units, weights=coords[:, k], minlength=U) for k in range(job.block)], 1
-        ) / np.maximum(e.counts[:, None], 1)
-        dirs = np.einsum("ub,ubd->ud", mean_code, W_dec[: job.n_sparse].reshape(U, job.block, -1))
-    else:
-        dirs = W_dec[: job.n_sparse]
+        note += "; a block's direction is its mean code over its firings times its decoder block"
+    return files, note
 
-    # logit effects: direct path through the unembedding, the final LayerNorm's scale folded in
-    logit_note = None
-    if hook.split(".")[-1] in RESID_HOOKS and job.sae.cfg.d_in == model.cfg.d_model:
-        ln_w = getattr(getattr(model, "ln_final", None), "w", None)
-        ln = ln_w.detach().float().cpu().numpy() if ln_w is not None else None
-        files["logit_ids"], files["logit_vals"] = compute.logit_effects(
-            dirs, model.W_U.detach().float().cpu().numpy(), ln, cfg.n_logits
-        )
-        logit_note = (
-            "decoder direction @ diag(ln_final.w) @ W_U: the final LayerNorm's scale is applied, its "
-            "normalisation by the residual norm is not"
-            if ln is not None
-            else "decoder direction @ W_U (the model has no final LayerNorm scale, or it is folded into W_U)"
-        )
-        if job.block > 1:
-            logit_note += "; a block's direction is its mean code over its firings times its decoder block"
 
+def _unit_table(e: compute.Entries, job: _Job, meta: dict, prefixes) -> tuple[dict, dict[str, list[str]]]:
+    """units.parquet's columns (counts, Matryoshka level, each label kind's best value and the best label over
+    all kinds) and the label names per kind."""
+    U = job.n_units
     units = {
         "unit": np.arange(U, dtype=np.int32),
         "count": e.counts,
@@ -288,10 +332,8 @@ def _finalize(job: _Job, n_chunks: int, cache, hook: str, model, vocab: list[str
         "max": e.max(),
         "mean_nonzero": e.mean_nonzero(),
     }
-    info = _read_json(job.dir / "workbench.json")
-    sae_cfg = info.get("sae_config", {})
-    if sae_cfg.get("prefixes") and job.block == 1:
-        units["level"] = np.searchsorted(np.asarray(sae_cfg["prefixes"]), np.arange(U), side="right").astype(np.int32)
+    if prefixes and job.block == 1:
+        units["level"] = np.searchsorted(np.asarray(prefixes), np.arange(U), side="right").astype(np.int32)
     label_kinds: dict[str, list[str]] = {}
     best = {
         "label_kind": np.full(U, "", object),
@@ -311,9 +353,11 @@ def _finalize(job: _Job, n_chunks: int, cache, hook: str, model, vocab: list[str
         for k in ("precision", "recall", "f1"):
             best[f"label_{k}"][better] = r[k][better]
     units.update(best)
+    return units, label_kinds
 
-    scaffold = _scaffold(job, n_chunks, W_dec, cfg) if job.rank else None
 
+def _write_files(out: Path, files: dict, units: dict, vocab: list[str], scaffold: dict | None) -> None:
+    """Every file of the store but the manifest, each written atomically."""
     out.mkdir(parents=True, exist_ok=True)
     for name, arr in files.items():
         _save_npy(out / f"{name}.npy", arr)
@@ -322,7 +366,12 @@ def _finalize(job: _Job, n_chunks: int, cache, hook: str, model, vocab: list[str
     atomic_write_text(out / "vocab.json", json.dumps(vocab))
     if scaffold is not None:
         atomic_write_text(out / "scaffold.json", json.dumps(scaffold, indent=1))
-    manifest = {
+
+
+def _manifest(job: _Job, cache, hook: str, label_kinds: dict, logit_note: str | None, prefixes) -> dict:
+    """What the store holds and how each statistic was made (the timing and checksums are added by _finalize)."""
+    cfg, n_rows = job.cfg, job.record["n_rows"]
+    return {
         "format": FORMAT,
         "sae": job.dir.name,
         "hook": hook,
@@ -332,12 +381,12 @@ def _finalize(job: _Job, n_chunks: int, cache, hook: str, model, vocab: list[str
         "cache": job.record["cache"],
         "split": cfg.split,
         "n_rows": n_rows,
-        "n_units": U,
+        "n_units": job.n_units,
         "unit": "block" if job.block > 1 else "latent",
         "block_size": job.block,
         "n_sparse": job.n_sparse,
         "scaffold_rank": job.rank,
-        "prefixes": sae_cfg.get("prefixes") if "level" in units else None,
+        "prefixes": prefixes,
         "config": cfg.to_dict(),
         "label_kinds": label_kinds,
         "logit_effects": logit_note,
@@ -351,13 +400,7 @@ def _finalize(job: _Job, n_chunks: int, cache, hook: str, model, vocab: list[str
         "histogram": f"{cfg.hist_bins} equal-width bins of the non-zero activations, from 0 to the unit's max",
         "quantiles": f"{cfg.n_bins} true quantile bins of the non-zero activations (edges in quantile_edges), "
         f"{cfg.per_bin} examples each, spread evenly by rank",
-        "seconds": round(time.time() - t0, 1),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "files": {p.name: sha256_file(p) for p in sorted(out.iterdir()) if p.is_file() and p.name != MANIFEST},
     }
-    atomic_write_text(out / MANIFEST, json.dumps(manifest, indent=1))
-    shutil.rmtree(job.partial)
-    return out
 
 
 def _scaffold(job: _Job, n_chunks: int, W_dec: np.ndarray, cfg: FeatureConfig) -> dict:

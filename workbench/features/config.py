@@ -8,9 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from workbench.configcheck import from_json, to_json
+from workbench.corpus.base import SPLITS
 from workbench.errors import UserError
-
-SPLITS = ("heldout", "train")
 
 
 class FeatureStoreError(UserError, ValueError):

@@ -7,7 +7,6 @@ populated Hugging Face cache).
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 from transformers import PreTrainedTokenizerFast
 
 from workbench.atomic import atomic_path, atomic_write_text
+from workbench.attention.gates import install_from_dict
 from workbench.errors import UserError
 from workbench.provenance import model_id  # noqa: F401  (re-exported: its home has no TransformerLens)
 
@@ -24,9 +24,9 @@ DATA_DIR = Path(__file__).resolve().parents[2] / "data"
 EMBEDDED = {"tiny": DATA_DIR / "models" / "tiny"}
 WEIGHTS, CONFIG = "model.safetensors", "config.json"
 # Architecture extensions: a model may carry `workbench_extensions = {key: json config}`; save() writes
-# them into config.json and load() re-installs each, via "module:function(model, config)", before the
-# weights load (so the saved state dict matches).
-EXTENSIONS = {"attention_gates": "workbench.attention.gates:install_from_dict"}
+# them into config.json and load() re-installs each with `install(model, config)` before the weights
+# load (so the saved state dict matches).
+EXTENSIONS = {"attention_gates": install_from_dict}
 
 
 class ModelSpecError(UserError, ValueError):
@@ -76,10 +76,9 @@ def _load_dir(path: Path, device: str) -> tuple[HookedTransformer, PreTrainedTok
     except Exception as e:  # transformers raises several types for a missing or damaged tokenizer
         raise ModelSpecError(f"cannot load the tokenizer saved in {path} ({type(e).__name__}: {e})") from e
     model = HookedTransformer(cfg, tokenizer=tokenizer, move_to_device=False)
-    for key, target in EXTENSIONS.items():
+    for key, install in EXTENSIONS.items():
         if key in meta:
-            module, _, fn = target.partition(":")
-            getattr(importlib.import_module(module), fn)(model, meta[key])
+            install(model, meta[key])
     try:
         state = load_file(str(path / WEIGHTS))
         model.load_state_dict(state, strict=True)

@@ -26,6 +26,7 @@ from workbench.errors import UserError
 from workbench.sae.architectures import build
 from workbench.sae.config import ConfigError, SAEConfig, TrainConfig, check_types
 from workbench.sae.io import save_sae
+from workbench.schedule import lr_factor
 
 CHECKPOINT, RUN, CURVES = "checkpoint.pt", "run.json", "curves.jsonl"
 # TrainConfig fields that do not change the numbers, so a resume may change them
@@ -38,17 +39,6 @@ class NonFiniteError(UserError, RuntimeError):
 
 class DivergedError(NonFiniteError):
     """Training diverged (FVU far above 1); the message names the step. No checkpoint is written."""
-
-
-def lr_factor(step: int, cfg: TrainConfig) -> float:
-    """Linear warm-up, constant, then linear decay to 0 over the last decay_frac of the steps."""
-    n = cfg.n_steps
-    if step < cfg.warmup_steps:
-        return (step + 1) / cfg.warmup_steps
-    decay_start = n - int(cfg.decay_frac * n)
-    if step >= decay_start and n > decay_start:
-        return max(0.0, (n - step) / (n - decay_start))
-    return 1.0
 
 
 class Trainer:
@@ -76,7 +66,12 @@ class Trainer:
             )
             for s in self.saes
         ]
-        self.scheds = [torch.optim.lr_scheduler.LambdaLR(o, lambda i: lr_factor(i, train_cfg)) for o in self.opts]
+        self.scheds = [
+            torch.optim.lr_scheduler.LambdaLR(
+                o, lambda i: lr_factor(i, train_cfg.warmup_steps, train_cfg.n_steps, train_cfg.decay_frac)
+            )
+            for o in self.opts
+        ]
         self.since_fired = [torch.zeros(c.n_units, dtype=torch.long, device=self.device) for c in sae_cfgs]
         self.window_fires = [torch.zeros(c.n_units, dtype=torch.long, device=self.device) for c in sae_cfgs]
         self.window_sums: list[dict] = [defaultdict(float) for _ in sae_cfgs]

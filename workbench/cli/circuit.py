@@ -1,4 +1,4 @@
-"""`workbench circuit find|export|report`: the circuit sub-commands of the one CLI (`add_commands`).
+"""`workbench circuit find|export|report`: query circuits found, converted and reported.
 
 workbench circuit find --model tiny --prompt "..." --answer "..." [--counterfactual "..."]
                        [--budget 2% | --target-ndf 0.8] --out circuit.json
@@ -13,8 +13,14 @@ import sys
 from pathlib import Path
 
 from workbench.circuits.config import SearchConfig
+from workbench.cli.options import add_model_flag, workspace_flag
 from workbench.configflags import add_config_flags, config_values
 from workbench.errors import BadValueError
+
+PREFIX = "search."  # namespace prefix of the SearchConfig flags
+PROMPT_ONLY = ("prompt", "answer", "counterfactual", "wrong", "paraphrase", "target_ndf", "mib", "neuronpedia", "name")
+TASK_ONLY = ("n", "budgets", "all_queries")
+MODEL_HELP = "tiny, a saved model folder, or a TransformerLens name (default: %(default)s)"
 
 
 def parse_budget(text: str) -> float:
@@ -51,21 +57,25 @@ def check_tasks(tasks: list[str]) -> list[str]:
     return tasks
 
 
-SEARCH = "search."  # namespace prefix of the SearchConfig flags
+def add_parser(sub) -> None:
+    p = sub.add_parser("circuit", help="query circuits: find, evaluate, export and report")
+    circuit = p.add_subparsers(dest="circuit_command", required=True)
+    _add_find(circuit)
+    e = circuit.add_parser("export", help="convert a workbench circuit JSON to the MIB or Neuronpedia format")
+    e.add_argument("circuit", help="workbench circuit JSON")
+    e.add_argument("--format", required=True, choices=("mib", "neuronpedia"), help="target format")
+    e.add_argument("--out", required=True, help="output file")
+    e.set_defaults(func=_export)
+    _add_report(circuit)
 
 
-def add_commands(subparsers, parents=()) -> None:
-    """The `circuit` command group; parents carry the shared options (--workspace)."""
-    p = subparsers.add_parser("circuit", help="query circuits: find, evaluate, export and report")
-    sub = p.add_subparsers(dest="circuit_command", required=True)
-    f = sub.add_parser(
+def _add_find(circuit) -> None:
+    f = circuit.add_parser(
         "find",
-        parents=list(parents),
+        parents=[workspace_flag()],
         help="find the circuit for one query (recorded in the workspace), or evaluate a task family",
     )
-    f.add_argument(
-        "--model", default="tiny", help="tiny, a saved model folder, or a TransformerLens name (default: %(default)s)"
-    )
+    add_model_flag(f, help=MODEL_HELP)
     f.add_argument("--prompt", help="the query text (BOS is prepended)")
     f.add_argument("--answer", help="the answer token the circuit should explain (a single token)")
     f.add_argument("--counterfactual", help="a contrasting prompt, any length (aligned on the answer position)")
@@ -90,8 +100,18 @@ def add_commands(subparsers, parents=()) -> None:
         default="search",
         help="best-of-N search + exact refinement, or plain top-k of EAP-IG scores (default: %(default)s)",
     )
-    add_config_flags(f, SearchConfig, SEARCH)
+    add_config_flags(f, SearchConfig, PREFIX)
     f.add_argument("--cache", help="activation cache whose token sequences give the means for --ablation mean")
+    _add_task_flags(f)
+    f.add_argument("--name", help="the circuit's folder in <workspace>/circuits (default: from the prompt)")
+    f.add_argument("--out", help="also write the circuit JSON (workbench schema) here; with --task, the summary JSON")
+    f.add_argument("--mib", help="also write the EAP-IG/MIB circuit JSON here")
+    f.add_argument("--neuronpedia", help="also write the Neuronpedia graph JSON here")
+    f.set_defaults(func=_find)
+
+
+def _add_task_flags(f: argparse.ArgumentParser) -> None:
+    """`circuit find --task`: a batch of generated queries instead of one prompt."""
     f.add_argument(
         "--samples",
         type=int,
@@ -115,23 +135,14 @@ def add_commands(subparsers, parents=()) -> None:
         action="store_true",
         help="with --task, keep queries whose answer is not the model's top-1 (skipped by default)",
     )
-    f.add_argument("--name", help="the circuit's folder in <workspace>/circuits (default: from the prompt)")
-    f.add_argument("--out", help="also write the circuit JSON (workbench schema) here; with --task, the summary JSON")
-    f.add_argument("--mib", help="also write the EAP-IG/MIB circuit JSON here")
-    f.add_argument("--neuronpedia", help="also write the Neuronpedia graph JSON here")
-    f.set_defaults(func=run_find)
-    e = sub.add_parser("export", help="convert a workbench circuit JSON to the MIB or Neuronpedia format")
-    e.add_argument("circuit", help="workbench circuit JSON")
-    e.add_argument("--format", required=True, choices=("mib", "neuronpedia"), help="target format")
-    e.add_argument("--out", required=True, help="output file")
-    e.set_defaults(func=run_export)
-    r = sub.add_parser(
+
+
+def _add_report(circuit) -> None:
+    r = circuit.add_parser(
         "report",
         help="search vs top-k per task family, the induction mechanism and time per query, as one markdown report",
     )
-    r.add_argument(
-        "--model", default="tiny", help="tiny, a saved model folder, or a TransformerLens name (default: %(default)s)"
-    )
+    add_model_flag(r, help=MODEL_HELP)
     r.add_argument("--n", type=int, default=20, help="generated queries per task family (default: %(default)s)")
     r.add_argument(
         "--tasks",
@@ -153,42 +164,47 @@ def add_commands(subparsers, parents=()) -> None:
     )
     r.add_argument("--out", default="circuit_results.md", help="markdown report (default: %(default)s)")
     r.add_argument("--json", help="also write the raw summaries and timings here")
-    r.set_defaults(func=run_report)
+    r.set_defaults(func=_report)
+
+
+def _given(args, *names: str) -> list[str]:
+    """The flags among `names` that were set on the command line."""
+    return [f"--{n.replace('_', '-')}" for n in names if getattr(args, n) not in (None, [], False)]
+
+
+def _check_task_args(args) -> None:
+    check_tasks([args.task])
+    bad = _given(args, *PROMPT_ONLY)
+    if bad:
+        raise BadValueError(
+            f"{', '.join(bad)} {'does' if len(bad) == 1 else 'do'} not apply to --task (it "
+            f"evaluates {args.n or 20} generated queries at --budgets and writes a summary); find "
+            "one circuit with --prompt to use them"
+        )
+    if args.budget is not None and args.budgets is not None:
+        raise BadValueError("give --budget or --budgets with --task, not both")
+
+
+def _check_prompt_args(args) -> None:
+    bad = _given(args, *TASK_ONLY)
+    if bad:
+        raise BadValueError(f"{', '.join(bad)} {'applies' if len(bad) == 1 else 'apply'} only to --task")
+    if args.samples is not None:
+        raise BadValueError(
+            "--samples generates paraphrases and counterfactuals of --task queries; for --prompt, "
+            "pass each extra prompt with --paraphrase 'PROMPT|||COUNTERFACTUAL'"
+        )
+    if not args.prompt or not args.answer:
+        raise BadValueError(
+            "circuit find needs --prompt and --answer (or --task NAME for a batch of generated queries)"
+        )
 
 
 def _check_find_args(args, cfg: SearchConfig) -> None:
     """Every flag combination and output path is checked before the model is loaded."""
     from workbench.atomic import check_output_file
 
-    def given(*names):
-        return [f"--{n.replace('_', '-')}" for n in names if getattr(args, n) not in (None, [], False)]
-
-    if args.task:
-        check_tasks([args.task])
-        bad = given(
-            "prompt", "answer", "counterfactual", "wrong", "paraphrase", "target_ndf", "mib", "neuronpedia", "name"
-        )
-        if bad:
-            raise BadValueError(
-                f"{', '.join(bad)} {'does' if len(bad) == 1 else 'do'} not apply to --task (it "
-                f"evaluates {args.n or 20} generated queries at --budgets and writes a summary); find "
-                "one circuit with --prompt to use them"
-            )
-        if args.budget is not None and args.budgets is not None:
-            raise BadValueError("give --budget or --budgets with --task, not both")
-    else:
-        bad = given("n", "budgets", "all_queries")
-        if bad:
-            raise BadValueError(f"{', '.join(bad)} {'applies' if len(bad) == 1 else 'apply'} only to --task")
-        if args.samples is not None:
-            raise BadValueError(
-                "--samples generates paraphrases and counterfactuals of --task queries; for --prompt, "
-                "pass each extra prompt with --paraphrase 'PROMPT|||COUNTERFACTUAL'"
-            )
-        if not args.prompt or not args.answer:
-            raise BadValueError(
-                "circuit find needs --prompt and --answer (or --task NAME for a batch of generated queries)"
-            )
+    (_check_task_args if args.task else _check_prompt_args)(args)
     for flag in ("out", "mib", "neuronpedia"):
         if getattr(args, flag):
             check_output_file(getattr(args, flag), f"--{flag}")
@@ -198,42 +214,49 @@ def _check_find_args(args, cfg: SearchConfig) -> None:
         raise BadValueError(f"--target-ndf {args.target_ndf} is outside (0, 1]")
 
 
-def run_find(args) -> int:
-    from workbench import steps
-    from workbench.atomic import write_json
-    from workbench.circuits.api import evaluate_task, format_summary_table
-    from workbench.circuits.export import to_mib, to_neuronpedia
+def _find(args) -> None:
     from workbench.models import load
-    from workbench.workspace import Workspace
 
-    cfg = SearchConfig(**config_values(args, SearchConfig, SEARCH))
+    cfg = SearchConfig(**config_values(args, SearchConfig, PREFIX))
     _check_find_args(args, cfg)
     model, _ = load(args.model)
     means = None
     if cfg.ablation == "mean":
-        from workbench.cache import ActivationCache
+        from workbench.cache.reader import ActivationCache
         from workbench.circuits.hooks import writer_means
 
         means = writer_means(model, ActivationCache.open(args.cache))
-    if args.task:
-        budgets = [args.budget] if args.budget is not None else args.budgets or [0.01, 0.02, 0.05]
-        summary = evaluate_task(
-            model,
-            args.task,
-            args.n or 20,
-            budgets,
-            seed=args.seed,
-            n_samples=3 if args.samples is None else args.samples,
-            cfg=cfg,
-            means=means,
-            require_prediction=not args.all_queries,
-        )
-        print(format_summary_table(summary))
-        for s in summary["skipped"]:
-            print(f"skipped: {s['prompt']!r}: {s['reason']}", file=sys.stderr)
-        if args.out:
-            write_json(args.out, summary)
-        return 0
+    (_evaluate_task if args.task else _find_one)(args, model, cfg, means)
+
+
+def _evaluate_task(args, model, cfg: SearchConfig, means) -> None:
+    from workbench.atomic import write_json
+    from workbench.circuits.api import evaluate_task, format_summary_table
+
+    budgets = [args.budget] if args.budget is not None else args.budgets or [0.01, 0.02, 0.05]
+    summary = evaluate_task(
+        model,
+        args.task,
+        args.n or 20,
+        budgets,
+        seed=args.seed,
+        n_samples=3 if args.samples is None else args.samples,
+        cfg=cfg,
+        means=means,
+        require_prediction=not args.all_queries,
+    )
+    print(format_summary_table(summary))
+    for s in summary["skipped"]:
+        print(f"skipped: {s['prompt']!r}: {s['reason']}", file=sys.stderr)
+    if args.out:
+        write_json(args.out, summary)
+
+
+def _find_one(args, model, cfg: SearchConfig, means) -> None:
+    from workbench import steps
+    from workbench.circuits.export import to_mib, to_neuronpedia
+    from workbench.workspace import Workspace
+
     paraphrases = [tuple(p.split("|||", 1)) if "|||" in p else p for p in args.paraphrase]
     circuit, folder = steps.find_circuit(
         Workspace(args.workspace),
@@ -260,10 +283,9 @@ def run_find(args) -> int:
         to_mib(circuit, args.mib)
     if args.neuronpedia:
         to_neuronpedia(circuit, args.neuronpedia)
-    return 0
 
 
-def run_export(args) -> int:
+def _export(args) -> None:
     from workbench.atomic import check_output_file
     from workbench.circuits.export import to_mib, to_neuronpedia
     from workbench.circuits.types import Circuit
@@ -272,10 +294,9 @@ def run_export(args) -> int:
     circuit = Circuit.load(args.circuit)
     (to_mib if args.format == "mib" else to_neuronpedia)(circuit, args.out)
     print(f"{args.circuit} -> {args.out} ({args.format})")
-    return 0
 
 
-def run_report(args) -> int:
+def _report(args) -> None:
     from workbench.atomic import atomic_write_text, write_json
     from workbench.circuits.report import report
     from workbench.corpus.tasks import QUERY_TASKS
@@ -288,4 +309,3 @@ def run_report(args) -> int:
     if args.json:
         write_json(args.json, raw)
     print(text)
-    return 0

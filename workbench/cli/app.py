@@ -9,7 +9,27 @@ from pathlib import Path
 
 from workbench.errors import UserError
 
-APP = Path(__file__).resolve().parents[1] / "app" / "main.py"
+APP = Path(__file__).resolve().parents[2] / "app" / "main.py"
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("app", help="browse a workspace's SAEs, features, circuits and attention in the Streamlit app")
+    p.add_argument("--workspace", default="workspace", help="workspace folder (default: %(default)s)")
+    add_serve_flags(p)
+    p.set_defaults(func=_app)
+
+
+def add_serve_flags(p) -> None:
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind; anything but localhost exposes the app (default: %(default)s)",
+    )
+    p.add_argument("--port", type=int, default=8501, help="port (default: %(default)s)")
+
+
+def _app(a: argparse.Namespace) -> None:
+    serve(Path(a.workspace), a.host, a.port)
 
 
 def streamlit_command(workspace: Path, host: str, port: int) -> list[str]:
@@ -48,23 +68,3 @@ def serve(workspace: Path, host: str, port: int) -> None:
     print(f"serving {ws} at http://{host}:{port}", flush=True)
     cmd = streamlit_command(ws, host, port)
     os.execve(cmd[0], cmd, env)  # the server becomes this process: Ctrl-C and kill reach it directly
-
-
-def _app(a: argparse.Namespace) -> None:
-    serve(Path(a.workspace), a.host, a.port)
-
-
-def add_serve_flags(p) -> None:
-    p.add_argument(
-        "--host",
-        default="127.0.0.1",
-        help="address to bind; anything but localhost exposes the app (default: %(default)s)",
-    )
-    p.add_argument("--port", type=int, default=8501, help="port (default: %(default)s)")
-
-
-def add_commands(sub) -> None:
-    p = sub.add_parser("app", help="browse a workspace's SAEs, features, circuits and attention in the Streamlit app")
-    p.add_argument("--workspace", default="workspace", help="workspace folder (default: %(default)s)")
-    add_serve_flags(p)
-    p.set_defaults(func=_app)

@@ -1,53 +1,37 @@
-"""`workbench attention sparsify|report|compare` (argparse wiring; torch is imported inside the commands).
+"""`workbench attention train|report|compare`: sparse-attention post-training under a loss constraint.
 
-workbench attention sparsify --model tiny [--workspace W] [--name N | --out DIR] [--tolerance 0.01] [--resume]
+workbench attention train --model tiny [--workspace W] [--name N | --out DIR] [--tolerance 0.01] [--resume]
 workbench attention report W/models/tiny-sparse
 workbench attention compare --base tiny --sparse sparse-tiny --task ioi --n 20 [--out compare.json]
+
+`attention sparsify` is the old name of `attention train` (it still works, with a note): "sparsify" also
+names EleutherAI's library, which the benchmark tables compare against.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 
-SPARSIFY, GATE = "sparsify.", "gate."  # namespace prefixes of the config flags
+from workbench.attention.config import GateConfig, SparsifyConfig
+from workbench.cli.options import quiet_flag, workspace_flag
+from workbench.configflags import add_config_flags, config_values, set_fields
+from workbench.errors import BadValueError
+from workbench.workspace import Workspace
+
+TRAIN, GATE = "attention.", "gate."  # namespace prefixes of the config flags
+OLD_NAME = "sparsify"
 
 
-def add_commands(sub, parents=()) -> None:
-    """The `attention` command group; parents carry the shared options (--workspace)."""
+def add_parser(sub) -> None:
     p = sub.add_parser("attention", help="sparse-attention post-training under a loss constraint")
-    a = p.add_subparsers(dest="attention_command", required=True, metavar="ACTION")
-
-    s = a.add_parser(
-        "sparsify",
-        parents=list(parents),
-        help="train attention gates (and weights) keeping held-out CE within a tolerance",
-    )
-    s.add_argument("--model", default="tiny", help="base model: tiny, a saved model folder, or a TransformerLens name")
-    s.add_argument("--name", help="model folder in <workspace>/models (default: MODEL-sparse)")
-    s.add_argument("--out", help="model folder instead of <workspace>/models/NAME")
-    s.add_argument("--corpus", default="synthetic", help="'synthetic', 'synthetic:seed=N', files, or hf:<dataset>")
-    from workbench.attention.config import GateConfig, SparsifyConfig
-    from workbench.configflags import add_config_flags
-
-    add_config_flags(s, SparsifyConfig, SPARSIFY)
-    add_config_flags(s, GateConfig, GATE)
-    s.add_argument(
-        "--set",
-        nargs="*",
-        default=[],
-        metavar="FIELD=JSON",
-        help="GateConfig fields without a flag, e.g. hard_concrete_limits=[-0.1,1.1]",
-    )
-    s.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
-    s.add_argument("--quiet", action="store_true", help="no progress bar")
-    s.set_defaults(func=run_sparsify)
-
-    r = a.add_parser("report", help="print a sparse model's attention_report.json as tables")
-    r.add_argument("model", help="a folder written by `workbench attention sparsify`")
+    attention = p.add_subparsers(dest="attention_command", required=True, metavar="ACTION")
+    _add_train(attention)
+    r = attention.add_parser("report", help="print a sparse model's attention_report.json as tables")
+    r.add_argument("model", help="a folder written by `workbench attention train`")
     r.add_argument("--json", action="store_true", help="print the JSON instead (without the example patterns)")
-    r.set_defaults(func=run_report)
-
-    c = a.add_parser("compare", help="query circuits of the base and the sparse model on the same queries")
+    r.set_defaults(func=_report)
+    c = attention.add_parser("compare", help="query circuits of the base and the sparse model on the same queries")
     c.add_argument("--base", default="tiny", help="base model spec (default: %(default)s)")
     c.add_argument("--sparse", required=True, help="the sparse model folder")
     c.add_argument("--task", required=True, help="synthetic task family: ioi, induction, greater_than, addition, facts")
@@ -57,22 +41,45 @@ def add_commands(sub, parents=()) -> None:
     c.add_argument("--seed", type=int, default=0, help="query seed (default: %(default)s)")
     c.add_argument("--out", help="per-query JSON for the app")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
-    c.set_defaults(func=run_compare)
+    c.set_defaults(func=_compare)
 
 
-def run_sparsify(args) -> int:
-    from workbench.attention.config import GateConfig, SparsifyConfig
+def _add_train(attention) -> None:
+    t = attention.add_parser(
+        "train",
+        aliases=[OLD_NAME],
+        parents=[workspace_flag(), quiet_flag()],
+        help=f"train attention gates (and weights) keeping held-out CE within a tolerance ({OLD_NAME}: old name)",
+    )
+    t.add_argument("--model", default="tiny", help="base model: tiny, a saved model folder, or a TransformerLens name")
+    t.add_argument("--name", help="model folder in <workspace>/models (default: MODEL-sparse)")
+    t.add_argument("--out", help="model folder instead of <workspace>/models/NAME")
+    t.add_argument("--corpus", default="synthetic", help="'synthetic', 'synthetic:seed=N', files, or hf:<dataset>")
+    add_config_flags(t, SparsifyConfig, TRAIN)
+    add_config_flags(t, GateConfig, GATE)
+    t.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="FIELD=JSON",
+        help="GateConfig fields without a flag, e.g. hard_concrete_limits=[-0.1,1.1]",
+    )
+    t.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    t.set_defaults(func=_train)
+
+
+def _train(args) -> None:
     from workbench.attention.report import format_report
     from workbench.attention.train import ConstraintNotMet
     from workbench.checkpoint import dist_info
-    from workbench.configflags import config_values, set_fields
-    from workbench.steps import sparsify_attention
-    from workbench.workspace import Workspace
+    from workbench.steps import train_attention
 
+    if args.attention_command == OLD_NAME:
+        print("workbench attention sparsify is deprecated: use `workbench attention train`", file=sys.stderr)
     gate = GateConfig(**config_values(args, GateConfig, GATE), **set_fields(GateConfig, args.set))
-    cfg = SparsifyConfig(gates=gate, progress=not args.quiet, **config_values(args, SparsifyConfig, SPARSIFY))
+    cfg = SparsifyConfig(gates=gate, progress=not args.quiet, **config_values(args, SparsifyConfig, TRAIN))
     cfg.validate()  # a bad value fails here, before the model loads
-    report, out = sparsify_attention(
+    report, out = train_attention(
         Workspace(args.workspace),
         args.model,
         cfg,
@@ -82,7 +89,7 @@ def run_sparsify(args) -> int:
         resume=args.resume,
     )
     if dist_info()[0] != 0:  # under torchrun rank 0 prints, records and exits non-zero on an unmet constraint
-        return 0
+        return
     print(format_report(report))
     if not report["constraint_met"]:
         raise ConstraintNotMet(
@@ -90,10 +97,9 @@ def run_sparsify(args) -> int:
             f"tolerance {report['tolerance']}); saved the lowest-CE state (CE {report['ce']['sparse']:.4f}) in {out} "
             "marked constraint_met=false; raise --steps, lr or multiplier_lr, or the tolerance"
         )
-    return 0
 
 
-def run_report(args) -> int:
+def _report(args) -> None:
     from workbench.attention.report import format_report, read_report
 
     r = read_report(args.model)
@@ -101,13 +107,11 @@ def run_report(args) -> int:
         print(json.dumps({k: v for k, v in r.items() if k != "examples"}, indent=1))
     else:
         print(format_report(r))
-    return 0
 
 
-def run_compare(args) -> int:
+def _compare(args) -> None:
     from workbench.atomic import atomic_write_text
     from workbench.attention.compare import compare, format_compare
-    from workbench.errors import BadValueError
     from workbench.models import load
 
     try:
@@ -124,4 +128,3 @@ def run_compare(args) -> int:
     print(format_compare(res))
     if args.out:
         atomic_write_text(args.out, json.dumps(res, indent=1))
-    return 0

@@ -1,0 +1,50 @@
+"""`workbench ...`: one sub-command per job, each a thin layer over the steps in workbench.steps.
+
+One module per command group (model, cache, sae, circuit, features, attention, ls, app, demo), each with
+`add_parser(subparsers)` and handlers that call workbench.steps; heavy libraries are imported inside the
+handlers, so building the parser (and `workbench --help`) stays cheap.
+
+Every command that makes an artifact records it in a workspace (--workspace, default ./workspace):
+outputs land inside it unless --out says otherwise, and each gets an artifact.json manifest either
+way. Flags for config fields are generated from the config dataclasses (workbench.configflags), so
+each default is written once. Errors a user can cause (UserError) print one clear line and exit with
+status 2; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from workbench.cli import app, attention, cache, circuit, demo, features, ls, model, sae
+from workbench.errors import UserError
+
+GROUPS = (model, cache, sae, circuit, features, app, attention, ls, demo)  # in the order --help lists them
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="workbench", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for group in GROUPS:
+        group.add_parser(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; a UserError, or an OS error on a named file, is one line on stderr and status 2."""
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except UserError as e:
+        return _fail(args.command, str(e))
+    except OSError as e:
+        if e.filename is None:  # nothing to name: not a user's file, so keep the traceback
+            raise
+        where = f"{e.filename} -> {e.filename2}" if e.filename2 else e.filename
+        return _fail(args.command, f"{e.strerror or type(e).__name__}: {where}")
+    return 0
+
+
+def _fail(command: str, message: str) -> int:
+    print(f"workbench {command}: error: {message}", file=sys.stderr)
+    return 2

@@ -1,0 +1,53 @@
+"""What several command groups share: the parent parsers (--quiet, --workspace), the --model flag, the
+--resume / --overwrite pair, and a sub-command parser whose config flags are added on first use."""
+
+from __future__ import annotations
+
+import argparse
+
+MODEL_HELP = "'tiny', a saved model folder, or a TransformerLens name (default: %(default)s)"
+
+
+def quiet_flag() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    return p
+
+
+def workspace_flag(purpose: str = "that records the artifact") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--workspace", default="workspace", help=f"workspace folder {purpose} (default: %(default)s)")
+    return p
+
+
+def add_model_flag(p: argparse.ArgumentParser, help: str = MODEL_HELP, flag: str = "--model") -> None:
+    p.add_argument(flag, default="tiny", help=help)
+
+
+def add_resume_or_overwrite(p: argparse.ArgumentParser, resume: str, overwrite: str) -> None:
+    """--resume and --overwrite, which exclude each other."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--resume", action="store_true", help=resume)
+    g.add_argument("--overwrite", action="store_true", help=overwrite)
+
+
+class LazyFlagsParser(argparse.ArgumentParser):
+    """A sub-command parser that adds its flags (`populate(parser)`) when it is first used, so building
+    the whole CLI stays cheap (no torch) while the flags still come from their config dataclass."""
+
+    def __init__(self, *args, populate=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._populate = populate
+
+    def _ensure(self) -> None:
+        if self._populate is not None:
+            populate, self._populate = self._populate, None
+            populate(self)
+
+    def parse_known_args(self, *args, **kwargs):
+        self._ensure()
+        return super().parse_known_args(*args, **kwargs)
+
+    def format_help(self) -> str:
+        self._ensure()
+        return super().format_help()

@@ -1,0 +1,85 @@
+"""`workbench sae train|eval`: train sparse autoencoders on one hook of a cache, and evaluate saved ones."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+
+from workbench.cli.options import add_model_flag, quiet_flag, workspace_flag
+from workbench.configflags import add_config_flags, config_values, set_fields
+from workbench.sae.config import EvalConfig, SAEConfig, TrainConfig
+from workbench.workspace import Workspace
+
+SWEEP = ("architecture", "k", "scaffold_rank", "seed")  # one SAE per combination of these flags' values
+SAE, TRAIN, EVAL = "sae.", "train.", "eval."  # namespace prefixes of the config flags
+
+
+def add_parser(sub) -> None:
+    sae = sub.add_parser("sae", help="train and evaluate sparse autoencoders").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    _add_train(sae)
+    e = sae.add_parser(
+        "eval",
+        parents=[workspace_flag()],
+        help="evaluate saved SAEs on the cache's held-out split (writes metrics.json)",
+    )
+    e.add_argument("sae", nargs="+", help="SAE folders")
+    e.add_argument("--cache", required=True, help="activation cache folder holding the SAE's hook")
+    add_model_flag(e, help="model for the spliced CE/KL metrics (default: %(default)s)")
+    e.add_argument("--no-model", action="store_true", help="skip the metrics that run the model")
+    add_config_flags(e, EvalConfig, EVAL)
+    e.set_defaults(func=_eval)
+
+
+def _add_train(sae) -> None:
+    t = sae.add_parser(
+        "train",
+        parents=[quiet_flag(), workspace_flag()],
+        help="train one or more SAEs on one hook of a cache (one shared batch stream)",
+    )
+    t.add_argument("--cache", required=True, help="activation cache folder (from `workbench cache`)")
+    t.add_argument("--hook", required=True, help="cached hook to train on, e.g. blocks.2.hook_resid_post")
+    t.add_argument("--name", help="run folder in <workspace>/saes (default: HOOK-TIME)")
+    t.add_argument(
+        "--out",
+        help="run folder instead of <workspace>/saes/NAME: one SAELens-format subfolder per SAE "
+        "and the shared checkpoint",
+    )
+    add_config_flags(t, SAEConfig, SAE, sweep=SWEEP)
+    t.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="SAEConfig fields without a flag, as JSON, for every SAE, e.g. prefixes=[64,256,1024]",
+    )
+    add_config_flags(t, TrainConfig, TRAIN)
+    t.add_argument("--resume", action="store_true", help="continue from the checkpoint in the run folder")
+    t.set_defaults(func=_train)
+
+
+def _train(a: argparse.Namespace) -> None:
+    from workbench import steps
+
+    shared = {**config_values(a, SAEConfig, SAE), **set_fields(SAEConfig, a.set)}
+    sweeps = [shared.pop(name) for name in SWEEP]
+    cfgs = [SAEConfig(**dict(zip(SWEEP, values)), **shared) for values in itertools.product(*sweeps)]
+    train_cfg = TrainConfig(**config_values(a, TrainConfig, TRAIN), progress=not a.quiet)
+    folders = steps.train_saes(
+        Workspace(a.workspace), a.cache, a.hook, cfgs, train_cfg, out=a.out, name=a.name, resume=a.resume
+    )
+    for f in folders:
+        print(f"saved {f}")
+
+
+def _eval(a: argparse.Namespace) -> None:
+    from workbench import steps
+
+    cfg = EvalConfig(**config_values(a, EvalConfig, EVAL))
+    ws = Workspace(a.workspace)
+    for folder in a.sae:
+        m = steps.evaluate_sae(ws, folder, a.cache, None if a.no_model else a.model, cfg)
+        flat = {**m["reconstruction"], **m.get("splice", {})}
+        shown = ", ".join(f"{k} {flat[k]:.4g}" for k in steps.SAE_HEADLINE if k in flat)
+        print(f"{folder}: {shown}  (all metrics in metrics.json)")
