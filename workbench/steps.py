@@ -99,8 +99,8 @@ def make_cache(
     folder = Path(out) if out else ws.path("caches", name or slug(f"{Path(model_spec).name}-{corpus_spec}"))
     if ensure and complete(folder):
         return ActivationCache.open(folder)
-    if ensure:  # an interrupted harvest left its progress record (a finished one, its manifest)
-        resume = (folder / "progress.json").is_file() or (folder / "manifest.json").is_file()
+    # an interrupted harvest left its progress record (a finished but unrecorded one, its manifest)
+    resume = resume or (ensure and any((folder / f).is_file() for f in ("progress.json", "manifest.json")))
     if model is None:
         model, _ = load(model_spec)
     corpus = load_corpus(corpus_spec, model.tokenizer, seed=corpus_seed)
