@@ -1,7 +1,7 @@
 """Sparse-attention post-training cost: the gated step and forward against the plain model's.
 
 Per model shape, each side in its own subprocess (peak RSS per side): a plain fine-tuning step
-(AdamW on CE, same batch), the gated training step as `workbench attention sparsify` runs it
+(AdamW on CE, same batch), the gated training step as `workbench attention train` runs it
 (dual_ce "paired": + a no-grad base forward; and "fixed"), the base evaluation forward and the gated
 one (deterministic gates). Shapes: the embedded model at its n_ctx (batch 16) and a random
 GPT-2-small-shaped model at context 1024 (batch 1). Goals: gated step <= 1.5x the plain step; the

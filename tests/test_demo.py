@@ -2,6 +2,7 @@ import json
 
 import pytest
 
+from workbench.cli import main
 from workbench.demo import DemoConfig, run_demo
 from workbench.errors import BadValueError, OutputExistsError
 from workbench.workspace import Workspace
@@ -62,7 +63,9 @@ def test_demo_fills_a_workspace_then_resumes_without_redoing_anything(tiny, tmp_
     assert not (tmp_path / "ws").exists()
 
 
-def test_demo_refuses_an_unknown_task_family(tmp_path):
+def test_demo_refuses_an_unknown_task_family(tmp_path, capsys):
     with pytest.raises(BadValueError, match="valid: ioi"):
-        run_demo(tmp_path / "ws", DemoConfig(tasks="ioi,poetry"), progress=False)
+        DemoConfig(tasks="ioi,poetry")
+    assert main(["demo", "--workspace", str(tmp_path / "ws"), "--tasks", "ioi,poetry", "--no-serve"]) == 2
+    assert capsys.readouterr().err.startswith("workbench demo: error: demo tasks ['poetry'] unknown; valid: ioi")
     assert not (tmp_path / "ws").exists()

@@ -18,6 +18,15 @@ HEAVY = ("torch", "transformer_lens", "sae_lens")
     [
         "import workbench.workspace, workbench.browse, workbench.errors, workbench.steps",
         "from workbench.cli import build_parser; build_parser().parse_args(['ls'])",
+        # every command's --help but `model train`'s (its flags come from TinyConfig, beside TransformerLens)
+        "import argparse; from workbench.cli import build_parser\n"
+        "def walk(p, path=()):\n"
+        "    for a in p._actions:\n"
+        "        if isinstance(a, argparse._SubParsersAction):\n"
+        "            for n, s in a.choices.items():\n"
+        "                if (*path, n) != ('model', 'train'):\n"
+        "                    s.format_help(); walk(s, (*path, n))\n"
+        "walk(build_parser())",
         "from workbench.sae.config import SAEConfig, TrainConfig; from workbench.cache.config import CacheConfig; "
         "from workbench.circuits.config import SearchConfig",
     ],

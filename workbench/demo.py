@@ -18,7 +18,7 @@ from pathlib import Path
 from workbench import steps
 from workbench.cache.config import HarvestConfig
 from workbench.configcheck import to_json
-from workbench.errors import UserError
+from workbench.errors import BadValueError, UserError
 from workbench.sae.config import SAEConfig, TrainConfig
 from workbench.workspace import Workspace
 
@@ -51,14 +51,16 @@ class DemoConfig:
         default="ioi,induction,greater_than,addition,facts", metadata={"help": "task families, comma separated"}
     )
 
+    def __post_init__(self):
+        self.families()  # an unknown family fails when the config is made, before any work
+
     def families(self) -> list[str]:
-        from workbench.corpus import tasks
-        from workbench.errors import BadValueError
+        from workbench.corpus.tasks import QUERY_TASKS
 
         out = [t.strip() for t in self.tasks.split(",") if t.strip()]
-        bad = [t for t in out if t not in tasks.QUERY_TASKS]
+        bad = [t for t in out if t not in QUERY_TASKS]
         if bad or not out:
-            raise BadValueError(f"demo tasks {bad or self.tasks!r} unknown; valid: {', '.join(tasks.QUERY_TASKS)}")
+            raise BadValueError(f"demo tasks {bad or self.tasks!r} unknown; valid: {', '.join(QUERY_TASKS)}")
         return out
 
     def to_dict(self) -> dict:

@@ -62,7 +62,8 @@ def expand_hooks(spec: str, hook_names) -> list[str]:
         return [spec]
     found = [h for h in hook_names if fnmatch.fnmatchcase(h, spec)]
     if not found:
-        from workbench.cache import UnknownHookError, hook_summary
+        from workbench.cache.errors import UnknownHookError
+        from workbench.cache.hooks import hook_summary
 
         raise UnknownHookError(
             f"hook pattern {spec!r} matches no hook; valid hooks: {', '.join(hook_summary(hook_names))}"
@@ -92,14 +93,14 @@ def make_cache(
     """
     from workbench.cache.reader import ActivationCache
     from workbench.cache.writer import harvest
-    from workbench.corpus import load_corpus
+    from workbench.corpus.sources import load_corpus
     from workbench.models import load
 
     folder = Path(out) if out else ws.path("caches", name or slug(f"{Path(model_spec).name}-{corpus_spec}"))
     if ensure and complete(folder):
         return ActivationCache.open(folder)
-    if ensure:  # an interrupted harvest left its progress record (a finished one, its manifest)
-        resume = (folder / "progress.json").is_file() or (folder / "manifest.json").is_file()
+    # an interrupted harvest left its progress record (a finished but unrecorded one, its manifest)
+    resume = resume or (ensure and any((folder / f).is_file() for f in ("progress.json", "manifest.json")))
     if model is None:
         model, _ = load(model_spec)
     corpus = load_corpus(corpus_spec, model.tokenizer, seed=corpus_seed)

@@ -133,7 +133,7 @@ def test_cli_unmet_constraint_saves_the_best_state_marked_and_exits_nonzero(tmp_
     rc, io = _cli(
         [
             "attention",
-            "sparsify",
+            "train",
             "--model",
             "tiny",
             "--workspace",
@@ -177,7 +177,7 @@ def test_cli_unmet_constraint_saves_the_best_state_marked_and_exits_nonzero(tmp_
 
 @pytest.mark.parametrize("value", ["0", "nan", "-1"])
 def test_cli_bad_tolerance_is_one_line(value, tmp_path, capsys):
-    rc, io = _cli(["attention", "sparsify", "--out", str(tmp_path / "x"), "--tolerance", value, "--quiet"], capsys)
+    rc, io = _cli(["attention", "train", "--out", str(tmp_path / "x"), "--tolerance", value, "--quiet"], capsys)
     assert rc == 2 and len(io.err.strip().splitlines()) == 1
     assert f"tolerance={float(value)!r} must be a finite number > 0" in io.err
     assert not (tmp_path / "x").exists()
@@ -196,7 +196,7 @@ def test_sparsify_under_torchrun_with_two_processes(small_dir, tmp_path):
         "-m",
         "workbench.cli",
         "attention",
-        "sparsify",
+        "train",
         "--model",
         small_dir,
         "--out",

@@ -140,14 +140,14 @@ def _nodes(graph, mask: torch.Tensor) -> tuple[list[str], list[str]]:
     return heads, mlps
 
 
-def query_side(model, cq, targets=TARGETS, n_samples: int = 3, steps: int = 5, seed: int = 0) -> dict:
+def query_side(model, cq, targets=TARGETS, n_samples: int = 3, ig_steps: int = 5, seed: int = 0) -> dict:
     """Component-level and token-level counts for one model on one synthetic query."""
     from workbench.circuits.api import prepare_all
     from workbench.circuits.search import QuerySearch, SearchConfig, ZeroGapError
 
     try:
         q, samples = prepare_all(model, cq, None, None, None, (), (), n_samples, seed, "logit_diff")
-        search = QuerySearch(model, q, samples, SearchConfig(steps=steps))
+        search = QuerySearch(model, q, samples, SearchConfig(steps=ig_steps))
     except ZeroGapError as e:
         return {"skipped": str(e)}
     torch.manual_seed(seed)
@@ -180,14 +180,14 @@ def compare(
     targets=TARGETS,
     seed: int = 0,
     n_samples: int = 3,
-    steps: int = 5,
+    ig_steps: int = 5,
     progress: bool = True,
 ) -> dict:
     """Per-query counts on both models and, per target, the base/sparse ratios (of the means over queries
     answered by both)."""
     from workbench.circuits.api import retarget
     from workbench.corpus import tasks
-    from workbench.models import model_id
+    from workbench.provenance import model_id
 
     check_same_vocab(base, sparse)
     for t in targets:
@@ -208,8 +208,8 @@ def compare(
                 "answer": cq.answer,
                 "wrong": cq.wrong,
                 "counterfactual": cq.counterfactual,
-                "base": query_side(base, cq, targets, n_samples, steps, seed),
-                "sparse": query_side(sparse, cq, targets, n_samples, steps, seed),
+                "base": query_side(base, cq, targets, n_samples, ig_steps, seed),
+                "sparse": query_side(sparse, cq, targets, n_samples, ig_steps, seed),
             }
         )
     used = [r for r in rows if "skipped" not in r["base"] and "skipped" not in r["sparse"]]

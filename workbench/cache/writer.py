@@ -84,32 +84,10 @@ def harvest(
     continue an interrupted harvest in out_dir (must have the same config); the result equals a
     clean run. overwrite: replace an existing cache in out_dir.
     """
-    cfg = dataclasses.replace(cfg or HarvestConfig(), **options, **({} if n_tokens is None else {"n_tokens": n_tokens}))
     if resume and overwrite:
         raise CacheValueError("pass resume=True or overwrite=True, not both")
-    hooks = validate_hooks(model, hooks)
-    ctx_len = cfg.ctx_len or model.cfg.n_ctx
-    if ctx_len > model.cfg.n_ctx:
-        raise CacheValueError(f"ctx_len={ctx_len} exceeds the model's n_ctx={model.cfg.n_ctx}")
-    dims = _probe_dims(model, hooks)
-    if special_ids is None:
-        special_ids = getattr(model.tokenizer, "all_special_ids", None) or []
-    row_bytes = sum(dims.values()) * (4 if cfg.dtype == "float32" else 2)
-    cfg = CacheConfig(
-        model=model_id(model),
-        corpus=corpus.spec,
-        hooks=hooks,
-        n_tokens=int(cfg.n_tokens),
-        ctx_len=ctx_len,
-        batch_size=cfg.batch_size,
-        dtype=cfg.dtype,
-        shard_tokens=max(1, SHARD_BYTES // row_bytes) if cfg.shard_tokens is None else cfg.shard_tokens,
-        heldout_fraction=cfg.heldout_fraction,
-        exclude_special=cfg.exclude_special,
-        special_ids=tuple(sorted(int(i) for i in special_ids)) if cfg.exclude_special else (),
-        outlier_factor=cfg.outlier_factor,
-        max_unknown_fraction=cfg.max_unknown_fraction,
-    )
+    cfg = dataclasses.replace(cfg or HarvestConfig(), **options, **({} if n_tokens is None else {"n_tokens": n_tokens}))
+    cfg, dims = _resolve(model, corpus, hooks, cfg, special_ids)
     out = Path(out_dir)
     existed = out.exists()
     fresh = not existed or (out.is_dir() and not any(out.iterdir()))
@@ -151,6 +129,34 @@ def harvest(
         closer.join(raise_error=False)
         raise
     return ActivationCache.open(out)
+
+
+def _resolve(model, corpus, hooks, cfg: HarvestConfig, special_ids) -> tuple[CacheConfig, dict[str, int]]:
+    """The CacheConfig a harvest records (every choice resolved against the model) and each hook's row width."""
+    hooks = validate_hooks(model, hooks)
+    ctx_len = cfg.ctx_len or model.cfg.n_ctx
+    if ctx_len > model.cfg.n_ctx:
+        raise CacheValueError(f"ctx_len={ctx_len} exceeds the model's n_ctx={model.cfg.n_ctx}")
+    dims = _probe_dims(model, hooks)
+    if special_ids is None:
+        special_ids = getattr(model.tokenizer, "all_special_ids", None) or []
+    row_bytes = sum(dims.values()) * (4 if cfg.dtype == "float32" else 2)
+    cfg = CacheConfig(
+        model=model_id(model),
+        corpus=corpus.spec,
+        hooks=hooks,
+        n_tokens=int(cfg.n_tokens),
+        ctx_len=ctx_len,
+        batch_size=cfg.batch_size,
+        dtype=cfg.dtype,
+        shard_tokens=max(1, SHARD_BYTES // row_bytes) if cfg.shard_tokens is None else cfg.shard_tokens,
+        heldout_fraction=cfg.heldout_fraction,
+        exclude_special=cfg.exclude_special,
+        special_ids=tuple(sorted(int(i) for i in special_ids)) if cfg.exclude_special else (),
+        outlier_factor=cfg.outlier_factor,
+        max_unknown_fraction=cfg.max_unknown_fraction,
+    )
+    return cfg, dims
 
 
 @torch.inference_mode()

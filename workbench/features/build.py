@@ -128,7 +128,7 @@ def build_stores(
     device: str = "cpu",
 ) -> list[Path]:
     """Build (or resume) the feature store of every SAE; SAEs on one hook share one pass over the cache."""
-    from workbench.cache import ActivationCache
+    from workbench.cache.reader import ActivationCache
     from workbench.models import load
     from workbench.sae.io import load_sae
 

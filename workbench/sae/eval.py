@@ -108,7 +108,7 @@ def evaluate(
     options override fields of `cfg` (EvalConfig), e.g. evaluate(folder, cache, max_tokens=5000).
     """
     cfg = dataclasses.replace(cfg or EvalConfig(), **options)
-    from workbench.cache import ActivationCache
+    from workbench.cache.reader import ActivationCache
 
     t0 = time.time()
     sae_dir = Path(sae_dir)

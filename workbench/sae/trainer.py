@@ -374,7 +374,7 @@ def train(
     Batches stream from the cache (never loaded whole); under torchrun each rank reads its own
     share of every batch position.
     """
-    from workbench.cache import ActivationCache
+    from workbench.cache.reader import ActivationCache
 
     for c in [*sae_configs, train_cfg]:  # before any work: values from --set arrive untyped
         check_types(c)

@@ -1,0 +1,46 @@
+"""ensure=True: a complete artifact is returned as it is (nothing reloaded or rewritten), an interrupted one resumes."""
+
+import json
+
+import pytest
+
+from workbench import steps
+from workbench.cache.config import HarvestConfig
+from workbench.cache.errors import CacheExistsError
+from workbench.checkpoint import CheckpointError
+from workbench.sae.config import SAEConfig, TrainConfig
+from workbench.workspace import MANIFEST, Workspace
+
+HOOK = "blocks.1.hook_resid_post"
+
+
+def test_ensure_returns_complete_artifacts_and_resumes_an_interrupted_run(tiny, tmp_path):
+    model, _ = tiny
+    ws = Workspace(tmp_path / "ws")
+    cache = steps.make_cache(
+        ws, "tiny", hooks=[HOOK], cfg=HarvestConfig(n_tokens=3000), name="c", progress=False, model=model
+    )
+    manifest = (cache.path / MANIFEST).read_text()
+    # complete: returned without loading a model (this spec names none) and without rewriting the manifest
+    again = steps.make_cache(ws, "no-such-model", hooks=[HOOK], name="c", ensure=True)
+    assert again.path == cache.path and (cache.path / MANIFEST).read_text() == manifest
+    with pytest.raises(CacheExistsError, match="already holds"):  # without ensure the same call refuses the folder
+        steps.make_cache(
+            ws, "tiny", hooks=[HOOK], cfg=HarvestConfig(n_tokens=3000), name="c", progress=False, model=model
+        )
+
+    cfgs = [SAEConfig(architecture="topk", k=4, expansion=2)]
+    train = TrainConfig(n_tokens=4096, batch_size=1024, checkpoint_every=2, progress=False)
+    (folder,) = steps.train_saes(ws, cache.path, HOOK, cfgs, train, name="run")
+    (manifest_path := folder / MANIFEST).unlink()  # as if the run had stopped before recording its SAE
+    with pytest.raises(CheckpointError, match="pass resume=True"):  # without ensure the run folder is refused
+        steps.train_saes(ws, cache.path, HOOK, cfgs, train, name="run")
+    (resumed,) = steps.train_saes(ws, cache.path, HOOK, cfgs, train, name="run", ensure=True)  # resumes
+    assert resumed == folder and manifest_path.is_file()
+    assert steps.train_saes(ws, cache.path, HOOK, cfgs, train, name="run", ensure=True) == [folder]
+    assert json.loads(manifest_path.read_text())["kind"] == "saes"
+
+
+def test_ensure_on_a_circuit_needs_its_name(tiny, tmp_path):
+    with pytest.raises(ValueError, match="needs the circuit's name"):
+        steps.find_circuit(Workspace(tmp_path), tiny[0], "a b", "c", ensure=True)
