@@ -145,3 +145,78 @@ def test_run_page_finds_and_records_a_circuit(circuit_app, circuit_workspace, ti
     at.button[0].click()
     at = at.run()
     assert not at.exception and "Zyzzyva" in plain(at.error[0].value)  # a word outside the vocabulary: one line
+
+
+def test_circuit_pages_open_on_ioi_and_a_node_worth_seeing(circuit_app):
+    at = ok(circuit_app("pages/circuit.py"))
+    assert at.selectbox(key="w_circuit_circuit").value == "circuits/ioi-0"  # not the first by name (induction-0)
+    assert at.selectbox(key="w_node").value not in ("input", "logits")
+    assert "direct logit effect" in text(at)  # the model ran when the circuit opened, before any click
+    at = ok(circuit_app("pages/compare.py"))
+    assert at.selectbox(key="w_circuit_compare").value == "circuits/ioi-0"
+
+
+@pytest.mark.parametrize("cap, used", [("999999", 2000), ("-5", 1)])
+def test_an_out_of_range_cap_is_clamped_with_a_notice(circuit_app, cap, used):
+    at = ok(circuit_app("pages/circuit.py", circuit="circuits/ioi-0", cap=cap))
+    assert at.number_input(key="w_cap").value == used
+    assert any(f"cap={cap} is outside 1..2000: using {used}" in plain(w.value) for w in at.warning)
+
+
+def test_circuit_uploaded_without_an_upload_is_refused(circuit_app):
+    at = circuit_app("pages/circuit.py", circuit="uploaded")
+    assert not at.exception and "none has been made" in plain(at.error[0].value)
+
+
+def _upload(circuit_workspace, name: str, d) -> None:
+    from app import live
+
+    raw = d.encode() if isinstance(d, str) else json.dumps(d).encode()
+    return live.check_upload(name, raw, "tiny")
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda d: d["edges"][0].update(score=float("nan")), "edges[0].score is nan"),
+        (lambda d: d["edges"][1].update(score=float("inf")), "edges[1].score is inf"),
+        (
+            lambda d: d["query"].update(tokens=[1, 10**9]),
+            "query.tokens[1]=1000000000 is outside the model's vocabulary",
+        ),
+        (lambda d: d["query"].update(tokens=[-5]), "query.tokens[0]=-5 is outside"),
+    ],
+)
+def test_uploads_are_validated_once_naming_the_field(circuit_workspace, monkeypatch, change, message):
+    from workbench.errors import UserError
+
+    monkeypatch.setenv("WORKBENCH_WORKSPACE", str(circuit_workspace))
+    d = json.loads((circuit_workspace / "circuits" / "ioi-0" / "circuit.json").read_text())
+    entry = _upload(circuit_workspace, "ok.json", d)
+    assert (
+        entry["format"] == "workbench"
+        and entry["data"].n_circuit_edges == saved(circuit_workspace, "ioi-0").n_circuit_edges
+    )
+    change(d)
+    with pytest.raises(UserError, match=re.escape(message)):
+        _upload(circuit_workspace, "bad.json", d)
+    changed = _upload(
+        circuit_workspace,
+        "ok.json",
+        json.loads((circuit_workspace / "circuits" / "ioi-0" / "circuit.json").read_text()) | {"seed": 99},
+    )
+    assert changed["stamp"] != entry["stamp"]  # same name, other content: a new upload
+
+
+def test_hostile_upload_shapes_are_one_line_errors(circuit_workspace, monkeypatch):
+    from workbench.errors import UserError
+
+    monkeypatch.setenv("WORKBENCH_WORKSPACE", str(circuit_workspace))
+    mib = json.loads((circuit_workspace / "circuits" / "ioi-0" / "mib.json").read_text())
+    for raw, message in (
+        ("[" * 200_000 + "]" * 200_000, "nests JSON arrays or objects too deeply"),
+        (json.dumps({**mib, "edges": list(mib["edges"])}), "edges is a list, expected an object"),
+        ('{"schema": "someone.else"}', "not a circuit file"),
+    ):
+        with pytest.raises(UserError, match=message):
+            _upload(circuit_workspace, "x.json", raw)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 
 import pytest
 
@@ -123,3 +124,38 @@ def test_bad_search_mode_and_query(app, feature_workspace):
     rel = saes(feature_workspace)[0]
     assert "unknown search mode" in plain(app("pages/search.py", sae=rel, by="regex", q="x").error[0].value)
     assert "no token spelled" in plain(app("pages/search.py", sae=rel, by="token", q="qqqq").error[0].value)
+
+
+def test_listings_come_from_manifests_and_a_damaged_one_is_named(app, feature_workspace):
+    bad = feature_workspace / "circuits" / "broken"
+    stray = feature_workspace / "saes" / "stray"  # an SAE folder no manifest records
+    bad.mkdir(parents=True)
+    (bad / "artifact.json").write_text("{")
+    stray.mkdir()
+    for f in ("cfg.json", "sae_weights.safetensors"):
+        shutil.copy(feature_workspace / saes(feature_workspace)[0] / f, stray / f)
+    try:
+        at = ok(app())
+        assert any(str(bad / "artifact.json") in plain(w.value) for w in at.warning)
+        assert not any("stray" in label for label in links(at))
+        at = ok(app("pages/sae.py"))
+        assert "saes/stray" not in at.selectbox(key="w_sae_sae").options
+    finally:
+        for p in (bad / "artifact.json", stray / "cfg.json", stray / "sae_weights.safetensors"):
+            p.unlink()
+        bad.rmdir()
+        stray.rmdir()
+
+
+def test_feature_page_opens_on_a_labelled_unit(app, feature_workspace):
+    at = ok(app("pages/feature.py"))
+    title = at.title[0].value
+    rel = at.selectbox(key="w_sae_feature").value
+    store = FeatureStore(feature_workspace / rel)
+    u = int(title.split()[-1])
+    p, r = store.units["label_precision"].iat[u], store.units["label_recall"].iat[u]
+    f1 = (2 * store.units["label_precision"] * store.units["label_recall"]) / (
+        store.units["label_precision"] + store.units["label_recall"]
+    )
+    assert u != 0 or f1.fillna(0).iat[0] == f1[store.units["count"] >= 20].max()
+    assert 2 * p * r / (p + r) == pytest.approx(f1[store.units["count"] >= 20].max())
