@@ -305,8 +305,10 @@ def test_text_from_files_is_shown_as_text_and_fetches_nothing(circuit_server, ci
             page.locator("input[type=file]").set_input_files(str(upload))
             drawn(page)
             expect(page).to_have_url(re.compile(r"circuit=uploaded"))
-            page.goto(f"{circuit_server}/workspace")
+            page.screenshot(path=str(tmp_path / "markdown-upload.png"), full_page=True)
+            page.goto(circuit_server)  # the Workspace page: manifests' made_by and config
             drawn(page)
+            expect(page.get_by_role("heading", name="Workspace")).to_be_visible()
         finally:
             page.screenshot(path=str(tmp_path / "markdown.png"), full_page=True)
             shutil.rmtree(folder)

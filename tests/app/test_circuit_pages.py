@@ -220,3 +220,32 @@ def test_hostile_upload_shapes_are_one_line_errors(circuit_workspace, monkeypatc
     ):
         with pytest.raises(UserError, match=message):
             _upload(circuit_workspace, "x.json", raw)
+
+
+def test_two_searches_at_once_on_one_shared_model(circuit_workspace, monkeypatch, tiny):
+    """Two sessions searching on the same cached model at once (two tabs on one server) both finish."""
+    import threading
+
+    from app import live
+    from workbench.corpus import tasks
+
+    monkeypatch.setenv("WORKBENCH_WORKSPACE", str(circuit_workspace))
+    q = tasks.queries("ioi", 1, seed=0, tokenizer=tiny[1])[0]
+    out, errors = {}, []
+
+    def search(name):
+        try:
+            out[name] = live.find_circuit(
+                "tiny", q.prompt, q.answer, q.counterfactual, name=name, budget=0.05, steps=1, n_samples=0
+            )
+        except Exception as e:  # noqa: BLE001 - the test reports whatever a thread raised
+            errors.append(e)
+
+    threads = [threading.Thread(target=search, args=(f"both-{i}",)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and set(out) == {"both-0", "both-1"}
+    assert out["both-0"][0].n_edges == out["both-1"][0].n_edges  # the same search on the same model
+    assert not [n for _, _, notes in out.values() for n in notes if "requires_grad" in n]

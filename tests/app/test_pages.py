@@ -159,3 +159,23 @@ def test_feature_page_opens_on_a_labelled_unit(app, feature_workspace):
     )
     assert u != 0 or f1.fillna(0).iat[0] == f1[store.units["count"] >= 20].max()
     assert 2 * p * r / (p + r) == pytest.approx(f1[store.units["count"] >= 20].max())
+
+
+def test_prompt_page_names_unknown_words_and_refuses_long_prompts(app, feature_workspace):
+    rel = saes(feature_workspace)[0]
+    at = app("views/prompt.py", sae=rel, prompt="Mary and Zyzzyva went to the market")
+    assert (
+        not at.exception
+        and "'Zyzzyva'" in plain(at.error[0].value)
+        and "outside the model's vocabulary" in plain(at.error[0].value)
+    )
+    at = app("views/prompt.py", sae=rel, prompt=" ".join(["Mary"] * 500))
+    assert not at.exception and "context is" in plain(at.error[0].value)
+
+
+def test_search_suggests_only_what_the_model_and_store_hold(app, feature_workspace):
+    rel = saes(feature_workspace)[-1]
+    store = FeatureStore(feature_workspace / rel)
+    at = ok(app("views/search.py", sae=rel, by="token"))
+    word = at.text_input(key="w_q").placeholder.split("e.g. ")[1]
+    assert word in store.vocab and store.search_token(word)
