@@ -252,9 +252,16 @@ MARKDOWN = set("\\`*_{}[]()<>#+-.!|~$:&=")
 
 def text(s) -> str:
     """A string from a file or a user, escaped for Markdown (every element that renders text does Markdown):
-    shown as typed, never as an image, a link or HTML, so nothing in a file makes the browser fetch."""
+    shown as typed, never as an image, a link or HTML, so nothing in a file makes the browser fetch. A word
+    joiner after `://` and `www` keeps GitHub-flavoured Markdown from turning a bare URL into a link."""
     s = "" if s is None else str(s)
-    return "".join("\\" + ch if ch in MARKDOWN else ch for ch in s).replace("\n", " ")
+    s = "".join("\\" + ch if ch in MARKDOWN else ch for ch in s).replace("\n", " ")
+    return s.replace("\\://", "\\:\u2060//").replace("www\\.", "www\u2060\\.")
+
+
+def code(s) -> str:
+    """A string from a file as inline code: nothing renders inside a code span but a backtick would end it."""
+    return "`" + ("" if s is None else str(s)).replace("`", "'").replace("\n", " ") + "`"
 
 
 # ------------------------------------------------------------------ circuits

@@ -104,3 +104,16 @@ def test_a_damaged_index_is_named_and_the_workspace_still_lists(tmp_path):
     (tmp_path / "ws" / INDEX).write_text('{"external": "../elsewhere"}')
     arts, skipped = ws.scan()
     assert [a.path for a in arts] == [good] and "unreadable workspace index" in skipped[0].reason
+
+
+def test_ls_names_a_damaged_manifest_and_lists_the_rest(tmp_path, capsys):
+    from workbench.cli import main
+
+    ws = Workspace(tmp_path / "ws")
+    _artifact(ws, "circuits", "good", {"circuit.json": "{}"})
+    bad = ws.path("circuits", "bad")
+    bad.mkdir(parents=True)
+    (bad / MANIFEST).write_text("[]")
+    assert main(["ls", "--workspace", str(tmp_path / "ws")]) == 0
+    out, err = capsys.readouterr()
+    assert "good" in out and f"skipped {bad / MANIFEST}" in err
