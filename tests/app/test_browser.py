@@ -86,20 +86,11 @@ def settle(page) -> None:
     page.wait_for_selector("[data-testid='stApp'][data-test-script-state='notRunning']", timeout=WAIT_MS)
 
 
-# a page is drawn when no skeleton or stale element remains and every Plotly chart holds its SVG: the script
-# state turns notRunning before lazily drawn elements (dataframes, charts, selects) have left their skeletons
-DRAWN = """() => !document.querySelector("[data-testid='stSkeleton'], [data-stale='true']") &&
-  [...document.querySelectorAll("[data-testid='stPlotlyChart']")].every(c => c.querySelector('svg'))"""
-
-
 def drawn(page) -> None:
-    """Wait until the page is drawn, checked twice 100 ms apart (a rerun can start between two checks)."""
-    settle(page)
-    while True:
-        page.wait_for_function(DRAWN)
-        page.wait_for_timeout(100)
-        if page.evaluate(DRAWN):
-            return
+    """Until the page is drawn (bench.harness.wait_drawn: no skeleton or stale element, every chart's SVG)."""
+    from bench.harness import wait_drawn
+
+    wait_drawn(page)
 
 
 @contextmanager
