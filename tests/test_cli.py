@@ -202,3 +202,52 @@ def test_sae_train_set_refuses_flag_fields_and_wrong_types_before_any_work(pair,
     err = capsys.readouterr().err
     assert "Traceback" not in err and re.search(match, err), err
     assert not (tmp_path / "o").exists()
+
+
+def _commands(parser=None, path=()):
+    """(argv prefix, parser) of every leaf command of the CLI, walked from build_parser()."""
+    import argparse
+
+    parser = parser or build_parser()
+    if hasattr(parser, "_ensure"):
+        parser._ensure()  # the lazily populated flags of `model train`
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield list(path), parser
+    for a in subs:
+        for name, sub in a.choices.items():
+            if name not in {alias for p in a._choices_actions for alias in getattr(p, "aliases", ())}:
+                yield from _commands(sub, (*path, name))
+
+
+def _required_args(parser) -> list[str]:
+    """Placeholder values for a command's required arguments, so it gets as far as checking its flags."""
+    out = []
+    for a in parser._actions:
+        if not a.option_strings and a.dest != "help" and a.nargs not in ("?", "*"):
+            out.append("x")
+        elif a.option_strings and a.required:
+            out += [a.option_strings[0], "x"]
+    return out
+
+
+DEVICE_COMMANDS = [path for path, p in _commands() if "--device" in p._option_string_actions]
+
+
+def test_the_device_commands_are_found():
+    assert ["sae", "train"] in DEVICE_COMMANDS and ["attention", "sparsify"] in DEVICE_COMMANDS
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:7", "gpu"])
+@pytest.mark.parametrize("command", DEVICE_COMMANDS, ids=" ".join)
+def test_an_unusable_device_is_one_line_on_every_command_that_takes_one(command, device, tmp_path, capsys):
+    import torch
+
+    if device != "gpu" and torch.cuda.device_count() > 7:
+        pytest.skip("this machine has that device")
+    parser = dict((tuple(p), q) for p, q in _commands())[tuple(command)]
+    argv = [*command, *_required_args(parser), "--device", device, "--workspace", str(tmp_path / "ws")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"device={device!r}" in err[0] and "cpu" in err[0], err
+    assert not (tmp_path / "ws").exists()

@@ -94,6 +94,19 @@ def jsonable(x):
     return x
 
 
+def read_json(path: str | Path, error: type[Exception], way_out: str) -> dict:
+    """A JSON object the workbench wrote; unreadable text or another JSON type raises `error`, one line naming
+    the file, what is wrong and `way_out` (e.g. "remake it with `workbench ...`")."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise error(f"{path} is not valid JSON ({e}); {way_out}") from None
+    if not isinstance(data, dict):
+        raise error(f"{path} holds a JSON {type(data).__name__}, not the object the workbench writes; {way_out}")
+    return data
+
+
 def write_json(path: str | Path, data, indent: int | None = None) -> None:
     """The one way the workbench saves JSON: made JSON-safe (jsonable), folder created, written atomically."""
     path = Path(path)

@@ -6,7 +6,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from workbench.configcheck import from_json, to_json, type_mismatch
+from workbench.configcheck import check_device, from_json, to_json, type_mismatch
 from workbench.errors import UserError
 
 ARCHITECTURES = ("topk", "batchtopk", "matryoshka", "block_topk", "group_lasso", "block_jumprelu", "grassmannian")
@@ -354,6 +354,9 @@ class TrainConfig:
     progress: bool = field(default=True, metadata={"cli": False})
     extra: dict = field(default_factory=dict)  # free-form notes recorded with the run
 
+    def __post_init__(self):
+        check_device(self.device, ConfigError)
+
     def validate(self, world_size: int = 1) -> None:
         check_types(self)
         _check_choices(self)
@@ -403,6 +406,7 @@ class EvalConfig:
     mdl_precision: float = field(default=0.01, metadata={"help": "quantisation step of the description length"})
 
     def __post_init__(self):
+        check_device(self.device, ConfigError)
         if self.max_tokens < 1 or self.n_sequences < 1 or self.batch_size < 1:
             raise ConfigError(
                 f"max_tokens={self.max_tokens}, n_sequences={self.n_sequences} and "
