@@ -251,3 +251,88 @@ def test_an_unusable_device_is_one_line_on_every_command_that_takes_one(command,
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"device={device!r}" in err[0] and "cpu" in err[0], err
     assert not (tmp_path / "ws").exists()
+
+
+OUT_COMMANDS = {  # command -> (what --out names, arguments whose work would fail if it started: a bad model)
+    ("model", "train"): ("dir", ["--steps", "300"]),
+    ("cache",): ("dir", ["--model", "no-such-model"]),
+    ("sae", "train"): ("dir", ["--cache", "no-such-cache", "--hook", "h"]),
+    ("circuit", "find"): ("file", ["--model", "no-such-model", "--prompt", "a", "--answer", "b"]),
+    ("circuit", "export"): ("file", ["no-such-circuit.json", "--format", "mib"]),
+    ("circuit", "report"): ("file", ["--model", "no-such-model"]),
+    ("attention", "sparsify"): ("dir", ["--model", "no-such-model"]),
+    ("attention", "compare"): ("file", ["--base", "no-such-model", "--sparse", "no-such-model", "--task", "ioi"]),
+}
+
+
+def test_every_command_with_out_is_listed():
+    assert {tuple(p) for p, q in _commands() if "--out" in q._option_string_actions} == set(OUT_COMMANDS)
+
+
+@pytest.mark.parametrize("command", OUT_COMMANDS, ids=" ".join)
+def test_an_unusable_out_is_refused_before_the_work(command, tmp_path, capsys):
+    """--out naming a folder where a file goes (or a file where a folder goes) is one line about --out, before
+    any input is read (the inputs here would fail, with another message)."""
+    kind, args = OUT_COMMANDS[command]
+    out = tmp_path / "existing"
+    out.mkdir() if kind == "file" else out.write_text("x")
+    parser = dict((tuple(p), q) for p, q in _commands())[command]
+    ws = ["--workspace", str(tmp_path / "ws")] if "--workspace" in parser._option_string_actions else []
+    assert main([*command, *args, "--out", str(out), *ws]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(out) in err[0] and "no-such" not in err[0], err
+
+
+def _int_flags():
+    for path, parser in _commands():
+        for a in parser._actions:
+            if a.option_strings and getattr(a.type, "__name__", "") == "int":
+                yield path, parser, a.option_strings[0]
+
+
+def _refusal(argv, capsys) -> str:
+    """The last stderr line of a command that must exit with status 2 (argparse or a UserError)."""
+    try:
+        rc = main(argv)
+    except SystemExit as e:
+        rc = e.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2, err
+    return err[-1]
+
+
+@pytest.mark.parametrize(
+    "path, parser, flag",
+    list(_int_flags()),
+    ids=lambda x: " ".join(x) if isinstance(x, list) else x if isinstance(x, str) else "",
+)
+def test_every_integer_flag_refuses_a_negative_value_by_name(path, parser, flag, capsys):
+    """A count, size or seed below zero is never meaningful: refused as the flag is parsed, before any work."""
+    line = _refusal([*path, *_required_args(parser), flag, "-3"], capsys)
+    assert f"argument {flag}" in line and "-3" in line and ">= " in line, line
+
+
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["attention", "compare", "--sparse", "x", "--task", "ioi", "--n", "0"], "--n"),
+        (["circuit", "find", "--task", "ioi", "--n", "0"], "--n"),
+        (["circuit", "report", "--n", "0"], "--n"),
+        (["circuit", "report", "--induction-tries", "0"], "--induction-tries"),
+        (["cache", "--ctx-len", "0"], "--ctx-len"),
+        (["cache", "--tokens", "0"], "--tokens"),
+        (["sae", "train", "--cache", "x", "--hook", "h", "--tokens", "0"], "--tokens"),
+        (["demo", "--cache-tokens", "0", "--no-serve"], "--cache-tokens"),
+    ],
+)
+def test_a_zero_count_is_refused_where_zero_means_nothing(argv, flag, capsys):
+    line = _refusal(argv, capsys)
+    assert f"argument {flag}" in line and ">= 1" in line, line
+
+
+def test_a_zero_ctx_len_is_refused_by_the_config_too():
+    from workbench.cache.config import HarvestConfig
+    from workbench.cache.errors import CacheValueError
+
+    with pytest.raises(CacheValueError, match=r"ctx_len=0 must be >= 1 \(or None\)"):
+        HarvestConfig(ctx_len=0)

@@ -81,3 +81,41 @@ def test_clear_refuses_a_workspace_holding_anything_else(tmp_path, stray):
 def test_clear_refuses_the_root_the_home_and_the_repository(root):
     with pytest.raises(OutputExistsError, match="refusing to clear"):
         Workspace(root).clear()
+
+
+def _ls(argv, capsys):
+    from workbench.cli import main
+
+    rc = main(["ls", *argv])
+    io = capsys.readouterr()
+    return rc, io.err.strip().splitlines()
+
+
+def test_ls_of_a_file_is_one_line_not_an_empty_workspace(tmp_path, capsys):
+    (tmp_path / "f.json").write_text("{}")
+    rc, err = _ls(["--workspace", str(tmp_path / "f.json")], capsys)
+    assert rc == 2 and len(err) == 1 and "f.json is a file, not a workspace folder" in err[0], err
+
+
+@pytest.mark.parametrize(
+    "index",
+    ['{"schema": "workbench.workspace", "version": 1, "external": "../elsewhere/s"}', "[]", "{", '{"external": [3]}'],
+)
+def test_a_damaged_workspace_index_is_named_not_an_empty_workspace(tmp_path, capsys, index):
+    ws = Workspace(tmp_path / "ws")
+    _artifact(ws, "saes", "s", {"cfg.json": "{}"}, folder=tmp_path / "elsewhere" / "s")
+    (tmp_path / "ws" / INDEX).write_text(index)
+    rc, err = _ls(["--workspace", str(tmp_path / "ws")], capsys)
+    assert rc == 2 and len(err) == 1 and INDEX in err[0], err
+    with pytest.raises(BadValueError, match=INDEX):
+        ws.clear()
+
+
+def test_clear_keeps_empty_folders_no_manifest_lists(tmp_path):
+    ws = Workspace(tmp_path / "ws")
+    _artifact(ws, "caches", "c", {"a.txt": "a"})
+    (tmp_path / "ws" / "notes" / "later").mkdir(parents=True)
+    (tmp_path / "ws" / "circuits").mkdir()
+    ws.clear()
+    assert (tmp_path / "ws" / "notes" / "later").is_dir() and (tmp_path / "ws" / "circuits").is_dir()
+    assert not (tmp_path / "ws" / "caches").exists()

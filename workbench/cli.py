@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from workbench.cache.config import HarvestConfig
-from workbench.configflags import add_config_flags, config_values, set_fields
+from workbench.configflags import add_config_flags, config_values, count, set_fields
 from workbench.errors import UserError, os_error_message
 from workbench.sae.config import EvalConfig, SAEConfig, TrainConfig
 from workbench.workspace import KINDS, Workspace
@@ -238,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--name", help="folder in <workspace>/caches (default: MODEL-CORPUS)")
     c.add_argument("--out", help="cache folder instead of <workspace>/caches/NAME")
     add_config_flags(c, HarvestConfig, HARVEST)
-    c.add_argument("--seed", type=int, default=0, help="corpus seed (default: %(default)s)")
+    c.add_argument("--seed", type=count(0), default=0, help="corpus seed (default: %(default)s)")
     g = c.add_mutually_exclusive_group()
     g.add_argument("--resume", action="store_true", help="continue an interrupted harvest in the output folder")
     g.add_argument("--overwrite", action="store_true", help="replace an existing cache in the output folder")

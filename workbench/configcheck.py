@@ -44,6 +44,16 @@ def type_mismatch(obj) -> tuple[str, object, str] | None:
     return None
 
 
+def check_minimums(obj, error: type[Exception]) -> None:
+    """Every int field of a config is at least its metadata "min" (default 0) or None where None is allowed;
+    the same bound its generated flag enforces (configflags), for configs built in Python or from JSON."""
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        v, low = getattr(obj, f.name), f.metadata.get("min", 0)
+        if isinstance(v, int) and not isinstance(v, bool) and v < low:
+            raise error(f"{f.name}={v} must be >= {low}" + (" (or None)" if _is(None, hints[f.name]) else ""))
+
+
 def check_device(device: str | None, error: type[Exception]) -> None:
     """A config's `device` must name a torch device this machine has (None: chosen when the job runs); raise
     `error` before any work otherwise. Imports torch only for a device that is set."""

@@ -82,15 +82,17 @@ def make_cache(
 
     model: an already loaded model for `model_spec` (the demo loads it once for every step).
     """
+    from workbench.atomic import check_output_dir
     from workbench.cache import harvest
     from workbench.corpus import load_corpus
     from workbench.models import load
 
+    folder = Path(out) if out else ws.path("caches", name or slug(f"{Path(model_spec).name}-{corpus_spec}"))
+    check_output_dir(folder, "cache folder")  # before the model loads
     if model is None:
         model, _ = load(model_spec)
     corpus = load_corpus(corpus_spec, model.tokenizer, seed=corpus_seed)
     names = [h for spec in hooks for h in expand_hooks(spec, model.hook_dict)]
-    folder = Path(out) if out else ws.path("caches", name or slug(f"{Path(model_spec).name}-{corpus_spec}"))
     cache = harvest(model, corpus, names, folder, cfg=cfg, resume=resume, overwrite=overwrite, progress=progress)
     ws.record(
         folder,

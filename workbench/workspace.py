@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from workbench.atomic import atomic_write_text, sha256_file
+from workbench.atomic import atomic_write_text, read_json, sha256_file
 from workbench.errors import BadValueError, OutputExistsError
 
 KINDS = ("caches", "saes", "circuits", "models", "features")
@@ -98,8 +98,18 @@ class Workspace:
         return folder / MANIFEST
 
     def _index(self) -> dict:
+        """workspace.json, checked: a damaged one would silently hide every registered artifact."""
+        if self.root.exists() and not self.root.is_dir():
+            raise BadValueError(f"{self.root} is a file, not a workspace folder; pass the folder (--workspace DIR)")
         p = self.root / INDEX
-        return json.loads(p.read_text()) if p.is_file() else {"schema": SCHEMA, "version": 1, "external": []}
+        if not p.is_file():
+            return {"schema": SCHEMA, "version": 1, "external": []}
+        way_out = f"it lists the artifacts registered from outside {self.root}: restore it or re-run their steps"
+        index = read_json(p, BadValueError, way_out)
+        external = index.get("external")
+        if not isinstance(external, list) or not all(isinstance(e, str) for e in external):
+            raise BadValueError(f"{p}: 'external' is {external!r}, not a list of folder paths; {way_out}")
+        return index
 
     def _register(self, folder: Path) -> None:
         index = self._index()
@@ -113,8 +123,9 @@ class Workspace:
         """Recorded artifacts (inside the root, then registered ones that still exist), optionally of one kind."""
         if kind is not None:
             check_kind(kind)
+        external = self._index()["external"]
         manifests = [m for k in KINDS for m in sorted(self.root.glob(f"{k}/**/{MANIFEST}"))]
-        manifests += [m for rel in self._index()["external"] if (m := self.resolve(rel) / MANIFEST).is_file()]
+        manifests += [m for rel in external if (m := self.resolve(rel) / MANIFEST).is_file()]
         out = []
         for m in manifests:
             manifest = json.loads(m.read_text())
@@ -153,13 +164,13 @@ class Workspace:
                 f"refusing to clear {self.root}: {len(foreign)} file(s) no workspace manifest "
                 f"lists ({shown}); move them or choose another workspace"
             )
-        for p in entries:
-            if p in made and p.is_file():
-                p.unlink()
-        for d in sorted(
-            [p for p in entries if p.is_dir() and not p.is_symlink()] + [root], key=lambda p: -len(p.parts)
-        ):
-            if not any(d.iterdir()):
+        removed = [p for p in entries if p in made and p.is_file()]
+        for p in removed:
+            p.unlink()
+        # folders that held what was removed, up to the root; empty folders of the user's stay
+        held = {d for p in removed for d in p.parents if _inside(d, root)}
+        for d in sorted(held, key=lambda p: -len(p.parts)):
+            if d.is_dir() and not d.is_symlink() and not any(d.iterdir()):
                 d.rmdir()
 
 

@@ -324,8 +324,8 @@ def _default_prefixes(n: int) -> list[int]:
 class TrainConfig:
     """The shared loop for every SAE of a run (they all see the same batches)."""
 
-    n_tokens: int = field(default=2_000_000, metadata={"flag": "--tokens", "help": "training tokens"})
-    batch_size: int = field(default=4096, metadata={"help": "tokens per step over all ranks"})
+    n_tokens: int = field(default=2_000_000, metadata={"flag": "--tokens", "min": 1, "help": "training tokens"})
+    batch_size: int = field(default=4096, metadata={"min": 1, "help": "tokens per step over all ranks"})
     lr: float = field(default=3e-4, metadata={"help": "peak Adam learning rate"})
     warmup_steps: int = field(default=100, metadata={"help": "linear learning-rate warm-up steps"})
     decay_frac: float = field(
