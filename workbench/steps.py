@@ -20,6 +20,7 @@ from pathlib import Path
 from workbench.cache.config import HarvestConfig
 from workbench.circuits.config import SearchConfig
 from workbench.errors import OutputExistsError
+from workbench.lock import output_lock
 from workbench.sae.config import EvalConfig, SAEConfig, TrainConfig
 from workbench.workspace import Workspace
 
@@ -89,25 +90,26 @@ def make_cache(
 
     folder = Path(out) if out else ws.path("caches", name or slug(f"{Path(model_spec).name}-{corpus_spec}"))
     check_output_dir(folder, "cache folder")  # before the model loads
-    if model is None:
-        model, _ = load(model_spec)
-    corpus = load_corpus(corpus_spec, model.tokenizer, seed=corpus_seed)
-    names = [h for spec in hooks for h in expand_hooks(spec, model.hook_dict)]
-    cache = harvest(model, corpus, names, folder, cfg=cfg, resume=resume, overwrite=overwrite, progress=progress)
-    ws.record(
-        folder,
-        "caches",
-        made_by="workbench cache",
-        config=cache.manifest["config"],
-        inputs={**_model_inputs(ws, model, model_spec), "corpus": corpus_spec, "corpus_seed": corpus_seed},
-        summary={
-            "train_tokens": cache.n_tokens("train"),
-            "heldout_tokens": cache.n_tokens("heldout"),
-            "hooks": len(cache.hooks),
-        },
-        checksums=False,
-    )
-    return cache
+    with output_lock(folder, "workbench cache"):  # one process per output
+        if model is None:
+            model, _ = load(model_spec)
+        corpus = load_corpus(corpus_spec, model.tokenizer, seed=corpus_seed)
+        names = [h for spec in hooks for h in expand_hooks(spec, model.hook_dict)]
+        cache = harvest(model, corpus, names, folder, cfg=cfg, resume=resume, overwrite=overwrite, progress=progress)
+        ws.record(
+            folder,
+            "caches",
+            made_by="workbench cache",
+            config=cache.manifest["config"],
+            inputs={**_model_inputs(ws, model, model_spec), "corpus": corpus_spec, "corpus_seed": corpus_seed},
+            summary={
+                "train_tokens": cache.n_tokens("train"),
+                "heldout_tokens": cache.n_tokens("heldout"),
+                "hooks": len(cache.hooks),
+            },
+            checksums=False,
+        )
+        return cache
 
 
 def train_saes(
@@ -129,18 +131,19 @@ def train_saes(
     from workbench.sae.io import read_info
 
     run = Path(out) if out else ws.path("saes", name or f"{slug(hook)}-{time.strftime('%Y%m%d-%H%M%S')}")
-    folders = sae.train(cache_dir, hook, sae_cfgs, train_cfg, run, resume=resume)
-    side = [p for p in (run / "checkpoint.pt", run / "run.json") if p.is_file()]
-    for folder in folders:
-        ws.record(
-            folder,
-            "saes",
-            made_by="workbench sae train",
-            config={**read_info(folder).get("sae_config", {}), "train": train_cfg.to_dict()},
-            inputs={"cache": Path(cache_dir), "hook": hook},
-            side_files=tuple(side),
-        )
-    return folders
+    with output_lock(run, "workbench sae train"):
+        folders = sae.train(cache_dir, hook, sae_cfgs, train_cfg, run, resume=resume)
+        side = [p for p in (run / "checkpoint.pt", run / "run.json") if p.is_file()]
+        for folder in folders:
+            ws.record(
+                folder,
+                "saes",
+                made_by="workbench sae train",
+                config={**read_info(folder).get("sae_config", {}), "train": train_cfg.to_dict()},
+                inputs={"cache": Path(cache_dir), "hook": hook},
+                side_files=tuple(side),
+            )
+        return folders
 
 
 def evaluate_sae(
@@ -259,15 +262,16 @@ def train_model(
 
     folder = Path(out) if out else ws.path("models", name)
     cfg = cfg or TinyConfig()
-    card = train_tiny(folder, cfg, progress=progress, overwrite=overwrite, resume=resume)
-    ws.record(
-        folder,
-        "models",
-        made_by="workbench model train",
-        config=dataclasses.asdict(cfg),
-        summary={"final_train_loss": card.get("final_train_loss"), "train_seconds": card.get("train_seconds")},
-    )
-    return card, folder
+    with output_lock(folder, "workbench model train"):
+        card = train_tiny(folder, cfg, progress=progress, overwrite=overwrite, resume=resume)
+        ws.record(
+            folder,
+            "models",
+            made_by="workbench model train",
+            config=dataclasses.asdict(cfg),
+            summary={"final_train_loss": card.get("final_train_loss"), "train_seconds": card.get("train_seconds")},
+        )
+        return card, folder
 
 
 def build_features(

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from workbench.atomic import atomic_write_text, read_json, sha256_file
 from workbench.errors import BadValueError, OutputExistsError
+from workbench.lock import stale_locks
 
 KINDS = ("caches", "saes", "circuits", "models", "features")
 MANIFEST = "artifact.json"
@@ -148,7 +149,7 @@ class Workspace:
                 )
         if not root.exists():
             return
-        made = {root / INDEX}
+        made = {root / INDEX, *stale_locks(root)}
         for a in self.artifacts():
             folder = a.path.resolve()
             if not _inside(folder, root):

@@ -226,3 +226,41 @@ def test_a_full_disk_is_one_line_leaves_nothing_that_looks_valid_and_resumes(
     a, b = FeatureStore(folder), FeatureStore(src)
     for name in ("ex_rows", "ctx_acts", "token_units", "hist"):
         assert np.array_equal(a.array(name), b.array(name)), name
+
+
+def _copy_sae(feature_workspace, names, tmp_path):
+    src = feature_workspace / "saes" / "run" / names[0]
+    folder = tmp_path / names[0]
+    shutil.copytree(src, folder, ignore=shutil.ignore_patterns("features"))
+    cache, model = feature_workspace / "caches" / "random-synthetic", str(feature_workspace / "models" / "random")
+    argv = ["--cache", str(cache), "--model", model, "--quiet", "--chunk-rows", "1000", "--corr-tokens", "1500"]
+    return src, folder, argv + ["--workspace", str(tmp_path / "ws")]
+
+
+def test_a_second_build_of_one_store_is_refused_naming_the_first(feature_workspace, names, tmp_path, capsys):
+    from tests.test_lock import hold
+    from workbench.cli import main
+
+    src, folder, argv = _copy_sae(feature_workspace, names, tmp_path)
+    other = hold(folder / "features")  # another process building this store
+    try:
+        assert main(["features", "build", str(folder), *argv]) == 2
+    finally:
+        other.stdin.close()
+        other.wait()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"being written by another process (pid {other.pid}" in err[0], err
+    assert main(["features", "build", str(folder), *argv]) == 0
+    assert np.array_equal(FeatureStore(folder).array("hist"), FeatureStore(src).array("hist"))
+
+
+def test_the_same_sae_twice_builds_one_store(feature_workspace, names, tmp_path, monkeypatch):
+    from workbench.cli import main
+    from workbench.workspace import Workspace
+
+    src, folder, argv = _copy_sae(feature_workspace, names, tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert main(["features", "build", str(folder), f"./{folder.name}/../{folder.name}", "--overwrite", *argv]) == 0
+    assert np.array_equal(FeatureStore(folder).array("hist"), FeatureStore(src).array("hist"))
+    [art] = Workspace(tmp_path / "ws").artifacts("features")
+    assert art.path.resolve() == (folder / "features").resolve()
