@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 from workbench.cache.config import HarvestConfig
-from workbench.configflags import add_config_flags, config_values, count, set_fields
+from workbench.configflags import add_config_flags, config_values, count, given, set_fields
 from workbench.errors import UserError, os_error_message
-from workbench.sae.config import EvalConfig, SAEConfig, TrainConfig
+from workbench.sae.config import EvalConfig, SAEConfig, TrainConfig, at_k
 from workbench.workspace import KINDS, Workspace
 
 SAE_SWEEP = ("architecture", "k", "scaffold_rank", "seed")  # one SAE per combination of these flags' values
@@ -134,6 +134,10 @@ def _sae_train(a: argparse.Namespace) -> None:
     shared = {**config_values(a, SAEConfig, SAE), **set_fields(SAEConfig, a.set)}
     sweeps = [shared.pop(name) for name in SAE_SWEEP]
     cfgs = [SAEConfig(**dict(zip(SAE_SWEEP, values)), **shared) for values in itertools.product(*sweeps)]
+    if SAE + "k" in given(a):
+        cfgs, notes = at_k(cfgs)
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
     train_cfg = TrainConfig(**config_values(a, TrainConfig, TRAIN), progress=not a.quiet)
     folders = steps.train_saes(
         Workspace(a.workspace), a.cache, a.hook, cfgs, train_cfg, out=a.out, name=a.name, resume=a.resume

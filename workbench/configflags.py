@@ -53,6 +53,22 @@ def minimum(f: dataclasses.Field) -> int | None:
     return f.metadata.get("min", 0) if _scalar(f.type)[0] is int else None
 
 
+GIVEN = "_given_flags"  # namespace attribute: the dests of the config flags given on the command line
+
+
+class _Store(argparse.Action):
+    """argparse's store, also noting that the flag was given (a default and an equal value typed in differ)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.__dict__.setdefault(GIVEN, set()).add(self.dest)
+
+
+def given(args: argparse.Namespace) -> set[str]:
+    """The dests (prefix + field) of the config flags given on the command line."""
+    return getattr(args, GIVEN, set())
+
+
 def _default(f: dataclasses.Field):
     return f.default_factory() if f.default is dataclasses.MISSING else f.default
 
@@ -95,7 +111,9 @@ def add_config_flags(parser, cls, prefix: str, sweep: tuple[str, ...] = (), skip
             else:
                 kw.update(default=default, help=f"{text} (default: %(default)s)")
             metavar = "{" + ",".join(map(str, meta["choices"])) + "}" if "choices" in meta else f.name.upper()
-            parser.add_argument(flag_name(f), dest=dest, type=_parse(typ, optional, minimum(f)), metavar=metavar, **kw)
+            parser.add_argument(
+                flag_name(f), dest=dest, action=_Store, type=_parse(typ, optional, minimum(f)), metavar=metavar, **kw
+            )
 
 
 def config_values(args: argparse.Namespace, cls, prefix: str) -> dict:

@@ -320,6 +320,28 @@ def _default_prefixes(n: int) -> list[int]:
     return out
 
 
+def at_k(cfgs: list[SAEConfig]) -> tuple[list[SAEConfig], list[str]]:
+    """SAEs trained "at k" (`sae train --k`): group lasso and block JumpReLU without a target_l0 get
+    target_l0 = k, since their fixed coefficient alone leaves L0 wherever it drifts (saved with the SAE);
+    returns the configs and notes that say so and name the architectures k does not reach."""
+    out, steered, fixed = [], {}, set()
+    for c in cfgs:
+        if c.architecture in THRESHOLD_BLOCK_ARCHITECTURES and c.target_l0 is None:
+            c = dataclasses.replace(c, target_l0=float(c.k))
+            steered.setdefault(c.k, set()).add(c.architecture)
+        elif c.architecture in BLOCK_ARCHITECTURES and c.architecture not in THRESHOLD_BLOCK_ARCHITECTURES:
+            fixed.add(c.architecture)
+        out.append(c)
+    notes = [
+        f"{', '.join(sorted(archs))}: target_l0 = k = {k} (their sparsity coefficient is steered to that L0; "
+        "--set target_l0=X for another)"
+        for k, archs in steered.items()
+    ]
+    if fixed:
+        notes.append(f"--k does not apply to {', '.join(sorted(fixed))}: their L0 is n_active_blocks x block_size")
+    return out, notes
+
+
 @dataclass
 class TrainConfig:
     """The shared loop for every SAE of a run (they all see the same batches)."""
