@@ -227,7 +227,7 @@ def _required_args(parser) -> list[str]:
         if not a.option_strings and a.dest != "help" and a.nargs not in ("?", "*"):
             out.append("x")
         elif a.option_strings and a.required:
-            out += [a.option_strings[0], "x"]
+            out += [a.option_strings[0], str(next(iter(a.choices))) if a.choices else "x"]
     return out
 
 
