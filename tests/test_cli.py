@@ -233,3 +233,137 @@ def test_sae_train_set_refuses_flag_fields_and_wrong_types_before_any_work(pair,
     err = capsys.readouterr().err
     assert "Traceback" not in err and re.search(match, err), err
     assert not (tmp_path / "o").exists()
+
+
+def _commands(parser=None, path=()):
+    """(argv prefix, parser) of every leaf command of the CLI, walked from build_parser()."""
+    import argparse
+
+    parser = parser or build_parser()
+    if hasattr(parser, "_ensure"):
+        parser._ensure()  # the lazily populated flags of `model train`
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield list(path), parser
+    for a in subs:
+        for name, sub in a.choices.items():
+            if name not in {alias for p in a._choices_actions for alias in getattr(p, "aliases", ())}:
+                yield from _commands(sub, (*path, name))
+
+
+def _required_args(parser) -> list[str]:
+    """Placeholder values for a command's required arguments, so it gets as far as checking its flags."""
+    out = []
+    for a in parser._actions:
+        if not a.option_strings and a.dest != "help" and a.nargs not in ("?", "*"):
+            out.append("x")
+        elif a.option_strings and a.required:
+            out += [a.option_strings[0], str(next(iter(a.choices))) if a.choices else "x"]
+    return out
+
+
+DEVICE_COMMANDS = [path for path, p in _commands() if "--device" in p._option_string_actions]
+
+
+def test_the_device_commands_are_found():
+    assert ["sae", "train"] in DEVICE_COMMANDS and ["attention", "sparsify"] in DEVICE_COMMANDS
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:7", "gpu"])
+@pytest.mark.parametrize("command", DEVICE_COMMANDS, ids=" ".join)
+def test_an_unusable_device_is_one_line_on_every_command_that_takes_one(command, device, tmp_path, capsys):
+    import torch
+
+    if device != "gpu" and torch.cuda.device_count() > 7:
+        pytest.skip("this machine has that device")
+    parser = dict((tuple(p), q) for p, q in _commands())[tuple(command)]
+    argv = [*command, *_required_args(parser), "--device", device, "--workspace", str(tmp_path / "ws")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"device={device!r}" in err[0] and "cpu" in err[0], err
+    assert not (tmp_path / "ws").exists()
+
+
+OUT_COMMANDS = {  # command -> (what --out names, arguments whose work would fail if it started: a bad model)
+    ("model", "train"): ("dir", ["--steps", "300"]),
+    ("cache",): ("dir", ["--model", "no-such-model"]),
+    ("sae", "train"): ("dir", ["--cache", "no-such-cache", "--hook", "h"]),
+    ("circuit", "find"): ("file", ["--model", "no-such-model", "--prompt", "a", "--answer", "b"]),
+    ("circuit", "export"): ("file", ["no-such-circuit.json", "--format", "mib"]),
+    ("circuit", "report"): ("file", ["--model", "no-such-model"]),
+    ("attention", "sparsify"): ("dir", ["--model", "no-such-model"]),
+    ("attention", "compare"): ("file", ["--base", "no-such-model", "--sparse", "no-such-model", "--task", "ioi"]),
+}
+
+
+def test_every_command_with_out_is_listed():
+    assert {tuple(p) for p, q in _commands() if "--out" in q._option_string_actions} == set(OUT_COMMANDS)
+
+
+@pytest.mark.parametrize("command", OUT_COMMANDS, ids=" ".join)
+def test_an_unusable_out_is_refused_before_the_work(command, tmp_path, capsys):
+    """--out naming a folder where a file goes (or a file where a folder goes) is one line about --out, before
+    any input is read (the inputs here would fail, with another message)."""
+    kind, args = OUT_COMMANDS[command]
+    out = tmp_path / "existing"
+    out.mkdir() if kind == "file" else out.write_text("x")
+    parser = dict((tuple(p), q) for p, q in _commands())[command]
+    ws = ["--workspace", str(tmp_path / "ws")] if "--workspace" in parser._option_string_actions else []
+    assert main([*command, *args, "--out", str(out), *ws]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(out) in err[0] and "no-such" not in err[0], err
+
+
+def _int_flags():
+    for path, parser in _commands():
+        for a in parser._actions:
+            if a.option_strings and getattr(a.type, "__name__", "") == "int":
+                yield path, parser, a.option_strings[0]
+
+
+def _refusal(argv, capsys) -> str:
+    """The last stderr line of a command that must exit with status 2 (argparse or a UserError)."""
+    try:
+        rc = main(argv)
+    except SystemExit as e:
+        rc = e.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2, err
+    return err[-1]
+
+
+@pytest.mark.parametrize(
+    "path, parser, flag",
+    list(_int_flags()),
+    ids=lambda x: " ".join(x) if isinstance(x, list) else x if isinstance(x, str) else "",
+)
+def test_every_integer_flag_refuses_a_negative_value_by_name(path, parser, flag, capsys):
+    """A count, size or seed below zero is never meaningful: refused as the flag is parsed, before any work."""
+    line = _refusal([*path, *_required_args(parser), flag, "-3"], capsys)
+    assert f"argument {flag}" in line and "-3" in line and ">= " in line, line
+
+
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["attention", "compare", "--sparse", "x", "--task", "ioi", "--n", "0"], "--n"),
+        (["circuit", "find", "--task", "ioi", "--n", "0"], "--n"),
+        (["circuit", "report", "--n", "0"], "--n"),
+        (["circuit", "report", "--induction-tries", "0"], "--induction-tries"),
+        (["cache", "--ctx-len", "0"], "--ctx-len"),
+        (["cache", "--tokens", "0"], "--tokens"),
+        (["sae", "train", "--cache", "x", "--hook", "h", "--tokens", "0"], "--tokens"),
+        (["demo", "--cache-tokens", "0", "--no-serve"], "--cache-tokens"),
+    ],
+)
+def test_a_zero_count_is_refused_where_zero_means_nothing(argv, flag, capsys):
+    line = _refusal(argv, capsys)
+    assert f"argument {flag}" in line and ">= 1" in line, line
+
+
+def test_a_zero_ctx_len_is_refused_by_the_config_too():
+    from workbench.cache.config import HarvestConfig
+    from workbench.cache.errors import CacheValueError
+
+    with pytest.raises(CacheValueError, match=r"ctx_len=0 must be >= 1 \(or None\)"):
+        HarvestConfig(ctx_len=0)

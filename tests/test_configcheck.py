@@ -33,3 +33,31 @@ def test_unknown_keys_are_refused_by_name_or_dropped():
 def test_type_mismatch_names_the_field_and_the_type():
     assert type_mismatch(Example(limits=(0.0, "1"))) == ("limits", (0.0, "1"), "tuple[float, float]")
     assert type_mismatch(Example(ks=None)) is None
+
+
+@pytest.mark.parametrize("limits", [(1.0, 2.0, 3.0), (1.0,), ()])
+def test_a_tuple_of_the_wrong_length_is_a_type_mismatch(limits):
+    assert type_mismatch(Example(limits=limits)) == ("limits", limits, "tuple[float, float]")
+
+
+def test_a_variable_length_tuple_checks_every_item():
+    assert type_mismatch(Example(ks=(1, 5, 7))) is None and type_mismatch(Example(ks=())) is None
+    assert type_mismatch(Example(ks=(1, "x")))[0] == "ks"
+
+
+@pytest.mark.parametrize(
+    "command, value",
+    [
+        (["attention", "sparsify", "--set"], "hard_concrete_limits=[1,2,3]"),
+        (["attention", "sparsify", "--set"], "hard_concrete_limits=[0.5]"),
+        (["sae", "train", "--cache", "c", "--hook", "h", "--set"], 'prefixes=[1,"a"]'),
+    ],
+)
+def test_cli_wrong_length_or_type_in_a_tuple_or_list_field_is_one_line(command, value, tmp_path, capsys):
+    from workbench.cli import main
+
+    field = value.partition("=")[0]
+    assert main([*command, value, "--workspace", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and field in err[0], err
+    assert not any(tmp_path.iterdir())

@@ -69,3 +69,28 @@ def test_demo_refuses_an_unknown_task_family(tmp_path, capsys):
     assert main(["demo", "--workspace", str(tmp_path / "ws"), "--tasks", "ioi,poetry", "--no-serve"]) == 2
     assert capsys.readouterr().err.startswith("workbench demo: error: demo tasks ['poetry'] unknown; valid: ioi")
     assert not (tmp_path / "ws").exists()
+
+
+@pytest.mark.parametrize(
+    "flag, value, need",
+    [("--cache-tokens", "2000", "--cache-tokens must be at least 4312"), ("--sae-tokens", "1000", "at least 2048")],
+)
+def test_demo_refuses_too_few_tokens_for_one_sae_batch_before_any_work(tmp_path, capsys, flag, value, need):
+    from workbench.cli import main
+
+    assert main(["demo", "--workspace", str(tmp_path / "ws"), flag, value, "--no-serve", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and need in err[0] and f"raise {flag}" in err[0], err
+    assert not (tmp_path / "ws").exists()
+
+
+def test_demo_overwrite_keeps_the_users_empty_folders(tmp_path):
+    ws = Workspace(tmp_path / "ws")
+    (tmp_path / "ws" / "caches").mkdir(parents=True)
+    folder = ws.path("caches", "c")
+    folder.mkdir()
+    (folder / "a.npy").write_text("a")
+    ws.record(folder, "caches", made_by="test", config={})
+    (tmp_path / "ws" / "my-notes").mkdir()
+    ws.clear()  # what `demo --overwrite` runs first
+    assert (tmp_path / "ws" / "my-notes").is_dir() and not folder.exists()

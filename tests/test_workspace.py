@@ -117,3 +117,27 @@ def test_ls_names_a_damaged_manifest_and_lists_the_rest(tmp_path, capsys):
     assert main(["ls", "--workspace", str(tmp_path / "ws")]) == 0
     out, err = capsys.readouterr()
     assert "good" in out and f"skipped {bad / MANIFEST}" in err
+
+
+def _ls(argv, capsys):
+    from workbench.cli import main
+
+    rc = main(["ls", *argv])
+    io = capsys.readouterr()
+    return rc, io.err.strip().splitlines()
+
+
+def test_ls_of_a_file_is_one_line_not_an_empty_workspace(tmp_path, capsys):
+    (tmp_path / "f.json").write_text("{}")
+    rc, err = _ls(["--workspace", str(tmp_path / "f.json")], capsys)
+    assert rc == 2 and len(err) == 1 and "f.json is a file, not a workspace folder" in err[0], err
+
+
+def test_clear_keeps_empty_folders_no_manifest_lists(tmp_path):
+    ws = Workspace(tmp_path / "ws")
+    _artifact(ws, "caches", "c", {"a.txt": "a"})
+    (tmp_path / "ws" / "notes" / "later").mkdir(parents=True)
+    (tmp_path / "ws" / "circuits").mkdir()
+    ws.clear()
+    assert (tmp_path / "ws" / "notes" / "later").is_dir() and (tmp_path / "ws" / "circuits").is_dir()
+    assert not (tmp_path / "ws" / "caches").exists()

@@ -2,7 +2,9 @@
 
 Importing `workbench` (or any light module in it: errors, workspace, browse, the configs, the CLI
 parser) imports no torch, TransformerLens or sae_lens; the packages resolve their heavy exports on
-first use. The workbench's SAE architectures are registered with sae_lens where SAEs are saved and
-loaded (`workbench.sae.io`); call `workbench.sae.register()` before `sae_lens.SAE.load_from_disk`
-in a process that has not used the workbench's own loader.
+first use. Importing it registers the workbench's SAE architectures with sae_lens once sae_lens is
+imported (workbench.sae), so `sae_lens.SAE.load_from_disk` reads the workbench's SAEs in any process
+that imported a workbench module.
 """
+
+from workbench import sae  # noqa: F401  (cheap: installs the sae_lens registration hook)

@@ -25,6 +25,30 @@ def check_output_file(path: str | Path, what: str = "output file") -> Path:
     return path
 
 
+def check_outputs(outputs: dict, inputs: dict | None = None) -> None:
+    """Refuse, before any work, output files (flag -> path; None: not given) that cannot be written, that are
+    one of the inputs (flag -> path), also through a symlink, a relative path or a hard link, or that are
+    each other: the later write would replace the earlier file."""
+    given = {flag: Path(p) for flag, p in outputs.items() if p is not None}
+    seen = {flag: Path(p) for flag, p in (inputs or {}).items() if p is not None}
+    for flag, path in given.items():
+        check_output_file(path, flag)
+        for other, earlier in seen.items():
+            if _same_file(path, earlier):
+                kind = "the input" if other in (inputs or {}) else "also the output"
+                raise OutputPathError(
+                    f"{flag} {path} is {kind} {other} {earlier}: writing it would replace that file; "
+                    "choose another output path"
+                )
+        seen[flag] = path
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if a.exists() and b.exists():
+        return os.path.samefile(a, b)
+    return a.resolve() == b.resolve()
+
+
 def check_output_dir(path: str | Path, what: str = "output folder") -> Path:
     """Refuse, before any work, a folder path that cannot be created or written to."""
     path = Path(path)
@@ -93,6 +117,19 @@ def jsonable(x):
     if hasattr(x, "tolist") and not isinstance(x, (str, bytes)):
         return jsonable(x.tolist())
     return x
+
+
+def read_json(path: str | Path, error: type[Exception], way_out: str) -> dict:
+    """A JSON object the workbench wrote; unreadable text or another JSON type raises `error`, one line naming
+    the file, what is wrong and `way_out` (e.g. "remake it with `workbench ...`")."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise error(f"{path} is not valid JSON ({e}); {way_out}") from None
+    if not isinstance(data, dict):
+        raise error(f"{path} holds a JSON {type(data).__name__}, not the object the workbench writes; {way_out}")
+    return data
 
 
 def write_json(path: str | Path, data, indent: int | None = None) -> None:

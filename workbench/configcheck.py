@@ -13,16 +13,19 @@ import typing
 
 
 def _is(value, hint) -> bool:
-    """isinstance against a field's annotation (int, float, str, bool, X | None, list[int], tuple[float, float])."""
+    """isinstance against a field's annotation (int, float, str, bool, X | None, list[int], tuple[float, float]
+    (of exactly that length), tuple[int, ...])."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         return any(_is(value, a) for a in args)
     if hint is type(None):
         return value is None
     if origin in (list, tuple):
-        return isinstance(value, (list, tuple)) and all(
-            _is(v, args[0] if origin is list else a) for v, a in zip(value, args if origin is tuple else value)
-        )
+        if not isinstance(value, (list, tuple)):
+            return False
+        if origin is list or (len(args) == 2 and args[1] is Ellipsis):  # list[X], tuple[X, ...]: any length
+            return all(_is(v, args[0]) for v in value)
+        return len(value) == len(args) and all(_is(v, a) for v, a in zip(value, args))  # tuple[X, Y]: exactly
     if hint is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if hint is int:
@@ -39,6 +42,37 @@ def type_mismatch(obj) -> tuple[str, object, str] | None:
         if not _is(v, hints[f.name]):
             return f.name, v, str(hints[f.name]).replace("typing.", "").replace("<class '", "").replace("'>", "")
     return None
+
+
+def check_minimums(obj, error: type[Exception]) -> None:
+    """Every int field of a config is at least its metadata "min" (default 0) or None where None is allowed;
+    the same bound its generated flag enforces (configflags), for configs built in Python or from JSON."""
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        v, low = getattr(obj, f.name), f.metadata.get("min", 0)
+        if isinstance(v, int) and not isinstance(v, bool) and v < low:
+            raise error(f"{f.name}={v} must be >= {low}" + (" (or None)" if _is(None, hints[f.name]) else ""))
+
+
+def check_device(device: str | None, error: type[Exception]) -> None:
+    """A config's `device` must name a torch device this machine has (None: chosen when the job runs); raise
+    `error` before any work otherwise. Imports torch only for a device that is set."""
+    if device is None:
+        return
+    import torch
+
+    way_out = "use cpu, or leave the device unset to use CUDA when it is available"
+    try:
+        d = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise error(f"device={device!r} is not a torch device; {way_out}") from None
+    available = {"cpu": 1, "meta": 1, "cuda": torch.cuda.device_count()}
+    if d.type == "mps":
+        available["mps"] = int(torch.backends.mps.is_available())
+    n = available.get(d.type, 0)
+    if n == 0 or (d.index or 0) >= n:
+        have = "none" if d.type == "cuda" and n == 0 else f"{n}"
+        raise error(f"device={device!r} is not available on this machine ({d.type} devices: {have}); {way_out}")
 
 
 def known_fields(cls, d: dict, error: type[Exception]) -> dict:

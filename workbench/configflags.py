@@ -26,17 +26,47 @@ def _scalar(annotation) -> tuple[type | None, bool]:
     return (_SCALARS.get(parts[0]) if len(parts) == 1 else None), optional
 
 
-def _parse(typ: type, optional: bool):
+def _parse(typ: type, optional: bool, minimum: int | None = None):
     def parse(text: str):
         if optional and text.lower() == "none":
             return None
         try:
-            return typ(text)
+            value = typ(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a valid {typ.__name__}") from None
+        if minimum is not None and value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is below the minimum: it must be an integer >= {minimum}")
+        return value
 
     parse.__name__ = typ.__name__
     return parse
+
+
+def count(minimum: int = 1):
+    """The argparse type of every integer flag: a count, size, seed or port is an integer >= minimum (a config
+    field's minimum is its metadata "min", else 0), refused by name as the flag is parsed, before any work."""
+    return _parse(int, False, minimum)
+
+
+def minimum(f: dataclasses.Field) -> int | None:
+    """The smallest value an int field takes (metadata "min"; default 0: no count, size or seed is negative)."""
+    return f.metadata.get("min", 0) if _scalar(f.type)[0] is int else None
+
+
+GIVEN = "_given_flags"  # namespace attribute: the dests of the config flags given on the command line
+
+
+class _Store(argparse.Action):
+    """argparse's store, also noting that the flag was given (a default and an equal value typed in differ)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.__dict__.setdefault(GIVEN, set()).add(self.dest)
+
+
+def given(args: argparse.Namespace) -> set[str]:
+    """The dests (prefix + field) of the config flags given on the command line."""
+    return getattr(args, GIVEN, set())
 
 
 def _default(f: dataclasses.Field):
@@ -81,7 +111,9 @@ def add_config_flags(parser, cls, prefix: str, sweep: tuple[str, ...] = (), skip
             else:
                 kw.update(default=default, help=f"{text} (default: %(default)s)")
             metavar = "{" + ",".join(map(str, meta["choices"])) + "}" if "choices" in meta else f.name.upper()
-            parser.add_argument(flag_name(f), dest=dest, type=_parse(typ, optional), metavar=metavar, **kw)
+            parser.add_argument(
+                flag_name(f), dest=dest, action=_Store, type=_parse(typ, optional, minimum(f)), metavar=metavar, **kw
+            )
 
 
 def config_values(args: argparse.Namespace, cls, prefix: str) -> dict:

@@ -11,13 +11,14 @@ from its checkpoint, so rerunning after an interruption continues where it stopp
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from workbench import steps
 from workbench.cache.config import HarvestConfig
-from workbench.configcheck import to_json
+from workbench.configcheck import check_minimums, to_json
 from workbench.errors import BadValueError, UserError
 from workbench.sae.config import SAEConfig, TrainConfig
 from workbench.workspace import Workspace
@@ -31,20 +32,31 @@ DEMO_SAES = (
     SAEConfig(architecture="topk", k=16, expansion=8, scaffold_rank=8, name="topk-scaffold"),
 )
 CACHE, SPARSE = "tiny-synthetic", "tiny-sparse"
+SAE_BATCH = 2048  # tokens per step of the demo's SAEs
 
 
 @dataclass
 class DemoConfig:
     """Demo-scale sizes: every step of the workbench in minutes on two CPU cores."""
 
-    cache_tokens: int = field(default=200_000, metadata={"help": "activation rows in the cache (train + held-out)"})
-    sae_tokens: int = field(default=1_000_000, metadata={"help": "training tokens per SAE"})
-    sparsify_steps: int = field(default=300, metadata={"help": "sparse-attention post-training steps (demo scale)"})
-    sparsify_eval_every: int = field(default=50, metadata={"help": "steps between held-out checks of the constraint"})
-    sparsify_eval_sequences: int = field(default=32, metadata={"help": "held-out sequences of each check"})
-    report_queries: int = field(default=40, metadata={"help": "queries per family for the sparse model's accuracy"})
-    queries: int = field(default=1, metadata={"help": "query circuits per task family, in each model"})
-    compare_queries: int = field(default=1, metadata={"help": "queries per task family for `attention compare`"})
+    cache_tokens: int = field(
+        default=200_000, metadata={"min": 1, "help": "activation rows in the cache (train + held-out)"}
+    )
+    sae_tokens: int = field(default=1_000_000, metadata={"min": 1, "help": "training tokens per SAE"})
+    sparsify_steps: int = field(
+        default=300, metadata={"min": 1, "help": "sparse-attention post-training steps (demo scale)"}
+    )
+    sparsify_eval_every: int = field(
+        default=50, metadata={"min": 1, "help": "steps between held-out checks of the constraint"}
+    )
+    sparsify_eval_sequences: int = field(default=32, metadata={"min": 1, "help": "held-out sequences of each check"})
+    report_queries: int = field(
+        default=40, metadata={"min": 1, "help": "queries per family for the sparse model's accuracy"}
+    )
+    queries: int = field(default=1, metadata={"min": 1, "help": "query circuits per task family, in each model"})
+    compare_queries: int = field(
+        default=1, metadata={"min": 1, "help": "queries per task family for `attention compare`"}
+    )
     target_ndf: float = field(default=0.8, metadata={"help": "NDF the circuits of both models reach (equal NDF)"})
     samples: int = field(default=2, metadata={"help": "paraphrases and resampled counterfactuals per query"})
     tasks: str = field(
@@ -52,7 +64,22 @@ class DemoConfig:
     )
 
     def __post_init__(self):
+        """Token counts too small for one SAE batch would fail only after the cache is harvested."""
+        check_minimums(self, BadValueError)
         self.families()  # an unknown family fails when the config is made, before any work
+        train_share = 1 - HarvestConfig().heldout_fraction
+        need = math.ceil(2 * SAE_BATCH / train_share)  # two batches of train rows: the sampler drops a few
+        if self.cache_tokens < need:
+            raise BadValueError(
+                f"cache_tokens={self.cache_tokens} is too few for the demo's SAEs, whose batches take {SAE_BATCH} "
+                f"train rows: --cache-tokens must be at least {need} ({train_share:.0%} of it is train); "
+                "raise --cache-tokens"
+            )
+        if self.sae_tokens < SAE_BATCH:
+            raise BadValueError(
+                f"sae_tokens={self.sae_tokens} is less than one SAE batch: --sae-tokens must be at least "
+                f"{SAE_BATCH}; raise --sae-tokens"
+            )
 
     def families(self) -> list[str]:
         from workbench.corpus.tasks import QUERY_TASKS
@@ -113,7 +140,7 @@ def run_demo(root: Path, cfg: DemoConfig | None = None, overwrite: bool = False,
         ),
     )
     step.log(f"cache: {cache.n_tokens('train'):,} + {cache.n_tokens('heldout'):,} tokens x {len(cache.hooks)} hooks")
-    train = TrainConfig(n_tokens=cfg.sae_tokens, batch_size=2048, lr=1e-3, progress=progress)
+    train = TrainConfig(n_tokens=cfg.sae_tokens, batch_size=SAE_BATCH, lr=1e-3, progress=progress)
     run = steps.slug(DEMO_HOOK)
     folders = step(
         "saes", lambda: steps.train_saes(ws, cache.path, DEMO_HOOK, list(DEMO_SAES), train, name=run, ensure=True)

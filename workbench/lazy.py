@@ -4,6 +4,9 @@ as a config) does not import torch, TransformerLens or sae_lens until a heavy na
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.util
+import sys
 
 
 def lazy_exports(package: str, exports: dict[str, str]):
@@ -31,3 +34,39 @@ def lazy_exports(package: str, exports: dict[str, str]):
         return sorted(set(namespace) | set(exports))
 
     return __getattr__, __dir__
+
+
+def after_import(name: str, target: str) -> None:
+    """Call `target` ("module:function") once module `name` is imported: now if it already is, else right
+    after its import finishes, so a light package can hook a heavy library without importing it."""
+
+    def call() -> None:
+        module, _, fn = target.partition(":")
+        getattr(importlib.import_module(module), fn)()
+
+    if name in sys.modules:
+        call()
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, call))
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Finds `name` with the other finders, and wraps its loader so `call` runs after the module executed."""
+
+    def __init__(self, name: str, call):
+        self.name, self.call = name, call
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)  # once, and so the lookup below does not come back here
+        spec = importlib.util.find_spec(fullname)
+        if spec is not None and spec.loader is not None:
+            exec_module = spec.loader.exec_module
+
+            def run(module) -> None:
+                exec_module(module)
+                self.call()
+
+            spec.loader.exec_module = run
+        return spec

@@ -22,6 +22,7 @@ from pathlib import Path
 from workbench.cache.config import HarvestConfig
 from workbench.circuits.config import SearchConfig
 from workbench.errors import OutputExistsError
+from workbench.lock import output_lock
 from workbench.sae.config import EvalConfig, SAEConfig, TrainConfig
 from workbench.workspace import MANIFEST, Workspace
 
@@ -91,6 +92,7 @@ def make_cache(
 
     model: an already loaded model for `model_spec` (the demo loads it once for every step).
     """
+    from workbench.atomic import check_output_dir
     from workbench.cache.reader import ActivationCache
     from workbench.cache.writer import harvest
     from workbench.corpus.sources import load_corpus
@@ -101,25 +103,27 @@ def make_cache(
         return ActivationCache.open(folder)
     # an interrupted harvest left its progress record (a finished but unrecorded one, its manifest)
     resume = resume or (ensure and any((folder / f).is_file() for f in ("progress.json", "manifest.json")))
-    if model is None:
-        model, _ = load(model_spec)
-    corpus = load_corpus(corpus_spec, model.tokenizer, seed=corpus_seed)
-    names = [h for spec in hooks for h in expand_hooks(spec, model.hook_dict)]
-    cache = harvest(model, corpus, names, folder, cfg=cfg, resume=resume, overwrite=overwrite, progress=progress)
-    ws.record(
-        folder,
-        "caches",
-        made_by="workbench cache",
-        config=cache.manifest["config"],
-        inputs={**_model_inputs(ws, model, model_spec), "corpus": corpus_spec, "corpus_seed": corpus_seed},
-        summary={
-            "train_tokens": cache.n_tokens("train"),
-            "heldout_tokens": cache.n_tokens("heldout"),
-            "hooks": len(cache.hooks),
-        },
-        checksums=False,
-    )
-    return cache
+    check_output_dir(folder, "cache folder")  # before the model loads
+    with output_lock(folder, "workbench cache"):  # one process per output
+        if model is None:
+            model, _ = load(model_spec)
+        corpus = load_corpus(corpus_spec, model.tokenizer, seed=corpus_seed)
+        names = [h for spec in hooks for h in expand_hooks(spec, model.hook_dict)]
+        cache = harvest(model, corpus, names, folder, cfg=cfg, resume=resume, overwrite=overwrite, progress=progress)
+        ws.record(
+            folder,
+            "caches",
+            made_by="workbench cache",
+            config=cache.manifest["config"],
+            inputs={**_model_inputs(ws, model, model_spec), "corpus": corpus_spec, "corpus_seed": corpus_seed},
+            summary={
+                "train_tokens": cache.n_tokens("train"),
+                "heldout_tokens": cache.n_tokens("heldout"),
+                "hooks": len(cache.hooks),
+            },
+            checksums=False,
+        )
+        return cache
 
 
 def train_saes(
@@ -146,18 +150,19 @@ def train_saes(
     if ensure and len(done) == len(sae_cfgs):
         return done
     resume = resume or (ensure and (run / "checkpoint.pt").is_file())
-    folders = train(cache_dir, hook, sae_cfgs, train_cfg, run, resume=resume)
-    side = [p for p in (run / "checkpoint.pt", run / "run.json") if p.is_file()]
-    for folder in folders:
-        ws.record(
-            folder,
-            "saes",
-            made_by="workbench sae train",
-            config={**read_info(folder).get("sae_config", {}), "train": train_cfg.to_dict()},
-            inputs={"cache": Path(cache_dir), "hook": hook},
-            side_files=tuple(side),
-        )
-    return folders
+    with output_lock(run, "workbench sae train"):
+        folders = train(cache_dir, hook, sae_cfgs, train_cfg, run, resume=resume)
+        side = [p for p in (run / "checkpoint.pt", run / "run.json") if p.is_file()]
+        for folder in folders:
+            ws.record(
+                folder,
+                "saes",
+                made_by="workbench sae train",
+                config={**read_info(folder).get("sae_config", {}), "train": train_cfg.to_dict()},
+                inputs={"cache": Path(cache_dir), "hook": hook},
+                side_files=tuple(side),
+            )
+        return folders
 
 
 def evaluate_sae(
@@ -300,15 +305,16 @@ def train_model(
 
     folder = Path(out) if out else ws.path("models", name)
     cfg = cfg or TinyConfig()
-    card = train_tiny(folder, cfg, progress=progress, overwrite=overwrite, resume=resume)
-    ws.record(
-        folder,
-        "models",
-        made_by="workbench model train",
-        config=dataclasses.asdict(cfg),
-        summary={"final_train_loss": card.get("final_train_loss"), "train_seconds": card.get("train_seconds")},
-    )
-    return card, folder
+    with output_lock(folder, "workbench model train"):
+        card = train_tiny(folder, cfg, progress=progress, overwrite=overwrite, resume=resume)
+        ws.record(
+            folder,
+            "models",
+            made_by="workbench model train",
+            config=dataclasses.asdict(cfg),
+            summary={"final_train_loss": card.get("final_train_loss"), "train_seconds": card.get("train_seconds")},
+        )
+        return card, folder
 
 
 def build_features(

@@ -18,8 +18,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from workbench.atomic import atomic_write_text, sha256_file
+from workbench.atomic import atomic_write_text, read_json, sha256_file
 from workbench.errors import BadValueError, OutputExistsError
+from workbench.lock import stale_locks
 
 KINDS = ("caches", "saes", "circuits", "models", "features")
 MANIFEST = "artifact.json"
@@ -109,8 +110,21 @@ class Workspace:
         return folder / MANIFEST
 
     def _index(self) -> dict:
+        """workspace.json, checked: a damaged one would silently hide every registered artifact."""
+        self._check_root()
         p = self.root / INDEX
-        return json.loads(p.read_text()) if p.is_file() else {"schema": SCHEMA, "version": 1, "external": []}
+        if not p.is_file():
+            return {"schema": SCHEMA, "version": 1, "external": []}
+        way_out = f"it lists the artifacts registered from outside {self.root}: restore it or re-run their steps"
+        index = read_json(p, BadValueError, way_out)
+        external = index.get("external")
+        if not isinstance(external, list) or not all(isinstance(e, str) for e in external):
+            raise BadValueError(f"{p}: 'external' is {external!r}, not a list of folder paths; {way_out}")
+        return index
+
+    def _check_root(self) -> None:
+        if self.root.exists() and not self.root.is_dir():
+            raise BadValueError(f"{self.root} is a file, not a workspace folder; pass the folder (--workspace DIR)")
 
     def _register(self, folder: Path) -> None:
         index = self._index()
@@ -129,13 +143,12 @@ class Workspace:
         """(artifacts, skipped manifests): one bad artifact.json (`{`, `[]`, another tool's) never hides the rest."""
         if kind is not None:
             check_kind(kind)
+        self._check_root()
         manifests = [m for k in KINDS for m in sorted(self.root.glob(f"{k}/**/{MANIFEST}"))]
         skipped = []
         try:
             external = self._index()["external"]
-            if not isinstance(external, list) or not all(isinstance(r, str) for r in external):
-                raise ValueError(f"'external' is {type(external).__name__}, expected a list of paths")
-        except (ValueError, KeyError, TypeError, OSError) as e:
+        except BadValueError as e:
             skipped.append(
                 Skipped(self.root / INDEX, f"unreadable workspace index, registered artifacts not listed ({e})")
             )
@@ -174,7 +187,7 @@ class Workspace:
             return []
         found, skipped = self.scan()
         kept = [s.path.resolve() if s.path.name == INDEX else s.path.resolve().parent for s in skipped]
-        made = set() if any(k == (root / INDEX) for k in kept) else {root / INDEX}
+        made = set(stale_locks(root)) | (set() if any(k == (root / INDEX) for k in kept) else {root / INDEX})
         for a in found:
             folder = a.path.resolve()
             if not _inside(folder, root):
@@ -190,13 +203,13 @@ class Workspace:
                 f"refusing to clear {self.root}: {len(foreign)} file(s) no workspace manifest "
                 f"lists ({shown}); move them or choose another workspace"
             )
-        for p in entries:
-            if p in made and p.is_file():
-                p.unlink()
-        for d in sorted(
-            [p for p in entries if p.is_dir() and not p.is_symlink()] + [root], key=lambda p: -len(p.parts)
-        ):
-            if not any(d.iterdir()):
+        removed = [p for p in entries if p in made and p.is_file()]
+        for p in removed:
+            p.unlink()
+        # folders that held what was removed, up to the root; empty folders of the user's stay
+        held = {d for p in removed for d in p.parents if _inside(d, root)}
+        for d in sorted(held, key=lambda p: -len(p.parts)):
+            if d.is_dir() and not d.is_symlink() and not any(d.iterdir()):
                 d.rmdir()
         return skipped
 

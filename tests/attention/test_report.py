@@ -51,3 +51,22 @@ def test_row_counts_match_the_gate_hook(small):
         }
     )
     assert f"query rows with no open key: {s['empty_row_fraction']:.2%} (empty_row=zero)" in text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{",
+        "[]",
+        '{"constraint_met": true}',
+        '{"ce": {"base": 1.0}, "open_fraction": 0.5, "mean_open_keys_per_query": 1}',
+        '{"ce": 3}',
+    ],
+)
+def test_report_of_a_damaged_or_incomplete_file_is_one_line(text, tmp_path, capsys):
+    from workbench.cli import main
+
+    (tmp_path / "attention_report.json").write_text(text)
+    assert main(["attention", "report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "attention_report.json" in err[0] and "workbench attention sparsify" in err[0], err

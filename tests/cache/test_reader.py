@@ -156,3 +156,24 @@ def test_cache_verify_command(copy, capsys):
     assert main(["cache", "verify", str(copy.path)]) == 2
     err = capsys.readouterr().err
     assert f"corrupted cache file {path}" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda m: m.pop("config"),
+        lambda m: m.pop("shards"),
+        lambda m: m.update(shards=[]),
+        lambda m: m.update(stats={"blocks.0.hook_resid_post": 3}),
+        lambda m: m.update(config="x"),
+    ],
+)
+def test_a_manifest_missing_a_part_or_of_the_wrong_shape_is_one_line(copy, edit, capsys):
+    from workbench.cli import main
+
+    _edit_manifest(copy, edit)
+    with pytest.raises(CacheCorruptError, match="manifest.json is not a manifest a harvest writes"):
+        ActivationCache.open(copy.path)
+    assert main(["cache", "verify", str(copy.path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "re-harvest" in err[0]

@@ -163,3 +163,41 @@ def test_damaged_circuit_files_are_named(tmp_path, text, match):
     assert str(path) in str(e.value)
     with pytest.raises(CircuitFileError, match=str(path)):
         from_mib(path)
+
+
+def _cli(argv, capsys):
+    from workbench.cli import main
+
+    rc = main(argv)
+    return rc, capsys.readouterr().err.strip().splitlines()
+
+
+@pytest.mark.parametrize("how", ["same", "relative", "symlink"])
+def test_export_refuses_to_write_over_its_input(circuit, tmp_path, capsys, monkeypatch, how):
+    path = tmp_path / "c.json"
+    circuit.save(path)
+    before = path.read_bytes()
+    monkeypatch.chdir(tmp_path)
+    out = {"same": str(path), "relative": "./sub/../c.json", "symlink": "link.json"}[how]
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "link.json").symlink_to(path)
+    for fmt in ("mib", "neuronpedia"):
+        rc, err = _cli(["circuit", "export", str(path), "--format", fmt, "--out", out], capsys)
+        assert rc == 2 and len(err) == 1 and "is the input" in err[0] and "--out" in err[0], err
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_non_finite_edge_score_is_refused_by_name_not_exported_as_null(circuit, tmp_path, capsys, bad):
+    d = circuit.to_dict()
+    d["edges"][3]["score"] = bad
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(d))  # json writes NaN / Infinity, which json.loads reads back
+    with pytest.raises(CircuitFileError, match=f"edge {d['edges'][3]['name']!r} has score {bad}"):
+        Circuit.load(path)
+    for fmt in ("mib", "neuronpedia"):
+        rc, err = _cli(["circuit", "export", str(path), "--format", fmt, "--out", str(tmp_path / "o.json")], capsys)
+        assert rc == 2 and len(err) == 1 and d["edges"][3]["name"] in err[0], err
+    assert not (tmp_path / "o.json").exists()
+    with pytest.raises(CircuitFileError, match="not finite"):
+        Circuit(circuit.graph, circuit.in_circuit, torch.full_like(circuit.scores, bad))

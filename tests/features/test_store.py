@@ -141,7 +141,7 @@ def test_an_interrupted_build_resumes_to_the_same_store(feature_workspace, names
     with pytest.raises(KeyboardInterrupt):
         build_stores([folder], cache, model, cfg, progress=False)
     assert (folder / "features" / ".partial" / "c000000.done").is_file()
-    with pytest.raises(FeatureStoreError, match="interrupted"):
+    with pytest.raises(FeatureStoreError, match="a build was interrupted"):
         FeatureStore(folder)
     monkeypatch.setattr(build._Job, "encode_chunk", real)
     with pytest.raises(FeatureStoreError, match="different config"):
@@ -177,3 +177,90 @@ def test_bad_input_gets_clear_messages(feature_workspace, names, tmp_path, capsy
         == 2
     )
     assert "not an SAE folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("nth_write", [2, 9])  # a chunk file; a file of the finished store
+def test_a_full_disk_is_one_line_leaves_nothing_that_looks_valid_and_resumes(
+    feature_workspace, names, tmp_path, monkeypatch, capsys, nth_write
+):
+    """The disk fills while the nth file is written (simulated: the write fails with ENOSPC after half the
+    file, as write(2) does): one line naming the cause, no temporary or store file that passes as finished,
+    and the rerun finishes the same store."""
+    import errno
+    from contextlib import contextmanager
+
+    from workbench import atomic
+    from workbench.cli import main
+    from workbench.features import build
+
+    src = feature_workspace / "saes" / "run" / names[0]
+    folder = tmp_path / names[0]
+    shutil.copytree(src, folder, ignore=shutil.ignore_patterns("features"))
+    real, writes = atomic.atomic_path, []
+
+    @contextmanager
+    def disk_fills(path):
+        with real(path) as tmp:
+            yield tmp
+            writes.append(path)
+            if len(writes) == nth_write:
+                with open(tmp, "r+b") as f:
+                    f.truncate(max(1, f.seek(0, 2) // 2))
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(atomic, "atomic_path", disk_fills)
+    monkeypatch.setattr(build, "atomic_path", disk_fills)
+    cache, model = feature_workspace / "caches" / "random-synthetic", str(feature_workspace / "models" / "random")
+    argv = ["features", "build", str(folder), "--cache", str(cache), "--model", model, "--quiet"]
+    argv += ["--chunk-rows", "1000", "--corr-tokens", "1500", "--workspace", str(tmp_path / "ws")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no space left" in err[0].lower() and "rerun" in err[0], err
+    assert len(writes) == nth_write
+    assert not list(folder.rglob("*.tmp"))
+    with pytest.raises(FeatureStoreError, match="a build was interrupted"):
+        FeatureStore(folder)
+    monkeypatch.setattr(atomic, "atomic_path", real)
+    monkeypatch.setattr(build, "atomic_path", real)
+    assert main(argv) == 0
+    a, b = FeatureStore(folder), FeatureStore(src)
+    for name in ("ex_rows", "ctx_acts", "token_units", "hist"):
+        assert np.array_equal(a.array(name), b.array(name)), name
+
+
+def _copy_sae(feature_workspace, names, tmp_path):
+    src = feature_workspace / "saes" / "run" / names[0]
+    folder = tmp_path / names[0]
+    shutil.copytree(src, folder, ignore=shutil.ignore_patterns("features"))
+    cache, model = feature_workspace / "caches" / "random-synthetic", str(feature_workspace / "models" / "random")
+    argv = ["--cache", str(cache), "--model", model, "--quiet", "--chunk-rows", "1000", "--corr-tokens", "1500"]
+    return src, folder, argv + ["--workspace", str(tmp_path / "ws")]
+
+
+def test_a_second_build_of_one_store_is_refused_naming_the_first(feature_workspace, names, tmp_path, capsys):
+    from tests.test_lock import hold
+    from workbench.cli import main
+
+    src, folder, argv = _copy_sae(feature_workspace, names, tmp_path)
+    other = hold(folder / "features")  # another process building this store
+    try:
+        assert main(["features", "build", str(folder), *argv]) == 2
+    finally:
+        other.stdin.close()
+        other.wait()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"being written by another process (pid {other.pid}" in err[0], err
+    assert main(["features", "build", str(folder), *argv]) == 0
+    assert np.array_equal(FeatureStore(folder).array("hist"), FeatureStore(src).array("hist"))
+
+
+def test_the_same_sae_twice_builds_one_store(feature_workspace, names, tmp_path, monkeypatch):
+    from workbench.cli import main
+    from workbench.workspace import Workspace
+
+    src, folder, argv = _copy_sae(feature_workspace, names, tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert main(["features", "build", str(folder), f"./{folder.name}/../{folder.name}", "--overwrite", *argv]) == 0
+    assert np.array_equal(FeatureStore(folder).array("hist"), FeatureStore(src).array("hist"))
+    [art] = Workspace(tmp_path / "ws").artifacts("features")
+    assert art.path.resolve() == (folder / "features").resolve()

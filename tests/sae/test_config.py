@@ -93,3 +93,34 @@ def test_l0_controller_resolves_per_architecture_and_is_saved():
     resolved = {a: SAEConfig(a, target_l0=8.0).resolve(d_in=32).l0_control for a in ("group_lasso", "block_jumprelu")}
     assert resolved == {"group_lasso": "log", "block_jumprelu": "threshold"}
     assert SAEConfig("block_jumprelu", l0_control="log").resolve(d_in=32).l0_control == "log"
+
+
+def test_at_k_gives_the_thresholded_architectures_target_l0_k_and_names_the_rest():
+    from workbench.sae.config import at_k
+
+    cfgs = [SAEConfig(a, k=16, block_size=4) for a in ("topk", "group_lasso", "block_jumprelu", "block_topk")]
+    cfgs.append(SAEConfig("group_lasso", k=16, target_l0=8.0))  # an explicit target stays
+    out, notes = at_k(cfgs)
+    assert [c.target_l0 for c in out] == [None, 16.0, 16.0, None, 8.0]
+    assert any("target_l0 = k = 16" in n and "group_lasso" in n and "block_jumprelu" in n for n in notes), notes
+    assert any("--k does not apply to block_topk" in n and "n_active_blocks" in n for n in notes), notes
+
+
+def test_sae_train_at_k_records_target_l0_for_group_lasso(tiny_cache, tmp_path, capsys):
+    import json
+
+    from workbench.cli import main
+
+    cache, _ = tiny_cache
+    argv = ["sae", "train", "--cache", str(cache), "--hook", "blocks.2.hook_resid_post", "--workspace", str(tmp_path)]
+    argv += ["--arch", "topk", "group_lasso", "--k", "16", "--expansion", "2", "--tokens", "1024"]
+    argv += ["--batch-size", "256", "--out", str(tmp_path / "run"), "--quiet"]
+    assert main(argv) == 0
+    out = capsys.readouterr()
+    assert "target_l0 = k = 16" in out.err + out.out
+    [gl] = [p for p in (tmp_path / "run").iterdir() if p.name.startswith("group_lasso")]
+    assert json.loads((gl / "workbench.json").read_text())["sae_config"]["target_l0"] == 16
+    argv = [a if a != "16" else "--quiet" for a in argv if a not in ("--k", "topk")]  # group lasso alone, no --k
+    assert main([*argv[:-3], "--out", str(tmp_path / "run2"), "--quiet"]) == 0
+    [gl] = [p for p in (tmp_path / "run2").iterdir() if p.name.startswith("group_lasso")]
+    assert json.loads((gl / "workbench.json").read_text())["sae_config"]["target_l0"] is None  # no --k: as before

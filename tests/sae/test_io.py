@@ -88,3 +88,29 @@ def test_damaged_weights_are_refused_on_load(tmp_path):
     (tmp_path / "cfg.json").write_text("[1]")
     with pytest.raises(SAEFileError, match="cfg.json holds a JSON list"):
         load_sae(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "first_import, order",
+    [("import workbench.sae.config", "workbench first"), ("import workbench.features", "sae_lens first")],
+)
+def test_saelens_loads_workbench_saes_after_any_workbench_import(first_import, order, tmp_path):
+    """A fresh process that imported a workbench SAE-facing module loads a block-sparse and a scaffold SAE
+    with sae_lens alone: no register() ritual, whichever of the two it imported first."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    for arch, rank in (("block_topk", 0), ("topk", 3)):
+        save_sae(_trained(arch, rank), tmp_path / arch, {"hook_name": "blocks.2.hook_resid_post", "model_name": "t"})
+    imports = [first_import, "from sae_lens import SAE"]
+    code = "\n".join(
+        (imports if order == "workbench first" else imports[::-1])
+        + [f"print(type(SAE.load_from_disk({str(tmp_path / a)!r})).__name__)" for a in ("block_topk", "topk")]
+    )
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=root, env={"PYTHONPATH": str(root)}
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["BlockSparseSAE", "ScaffoldSAE"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from workbench.configcheck import from_json, to_json, type_mismatch
+from workbench.configcheck import check_device, from_json, to_json, type_mismatch
 from workbench.errors import UserError
 
 ESTIMATORS = ("gumbel_st", "hard_concrete")
@@ -150,6 +150,7 @@ class SparsifyConfig:
             self.gates = GateConfig.from_dict(self.gates)
         self.gates.validate()
         _check_types(self)
+        check_device(self.device, AttentionConfigError)
         if not (isinstance(self.tolerance, (int, float)) and math.isfinite(self.tolerance) and self.tolerance > 0):
             raise AttentionConfigError(
                 f"tolerance={self.tolerance!r} must be a finite number > 0 (nats of held-out CE "

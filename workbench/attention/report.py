@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from workbench.atomic import atomic_write_text
+from workbench.atomic import atomic_write_text, read_json
 from workbench.circuits.evidence import attention_patterns
 from workbench.errors import UserError
 
@@ -243,13 +243,20 @@ def write_report(report: dict, folder: str | Path) -> Path:
 
 
 def read_report(folder: str | Path) -> dict:
+    """A saved report that `format_report` can print; a missing, damaged or incomplete file is a ReportError."""
     path = Path(folder) / REPORT
     if not path.is_file():
         raise ReportError(
             f"{path} does not exist; {folder} is not a sparse-attention model folder "
             "(make one with `workbench attention train`)"
         )
-    return json.loads(path.read_text())
+    way_out = "remake it with `workbench attention sparsify`"
+    r = read_json(path, ReportError, way_out)
+    try:
+        format_report(r)  # every part the tables print is there, of the right type
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+        raise ReportError(f"{path} is incomplete or damaged ({type(e).__name__}: {e}); {way_out}") from None
+    return r
 
 
 def format_report(r: dict) -> str:

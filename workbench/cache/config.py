@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from workbench.cache.errors import CacheValueError
-from workbench.configcheck import from_json, to_json
+from workbench.configcheck import check_minimums, from_json, to_json
 
 DTYPES = ("float32", "float16", "bfloat16")
 
@@ -16,13 +16,17 @@ class HarvestConfig:
     """What a harvest may choose (harvest(), `workbench cache`); CacheConfig records the resolved values."""
 
     n_tokens: int = field(
-        default=200_000, metadata={"flag": "--tokens", "help": "activation rows to store, train + held-out"}
+        default=200_000,
+        metadata={"flag": "--tokens", "min": 1, "help": "activation rows to store, train + held-out"},
     )
-    ctx_len: int | None = field(default=None, metadata={"help": "tokens per sequence; None: the model's n_ctx"})
-    batch_size: int = field(default=64, metadata={"help": "sequences per forward pass"})
+    ctx_len: int | None = field(
+        default=None, metadata={"min": 1, "help": "tokens per sequence; None: the model's n_ctx"}
+    )
+    batch_size: int = field(default=64, metadata={"min": 1, "help": "sequences per forward pass"})
     dtype: str = field(default="float16", metadata={"choices": DTYPES, "help": "storage dtype (stats are float32)"})
     shard_tokens: int | None = field(
-        default=None, metadata={"help": "rows per shard, the unit of resume; None: about 1 GiB of activations"}
+        default=None,
+        metadata={"min": 1, "help": "rows per shard, the unit of resume; None: about 1 GiB of activations"},
     )
     heldout_fraction: float = field(
         default=0.05,
@@ -47,6 +51,9 @@ class HarvestConfig:
             "help": "stop when more of the corpus's tokens than this are unknown to the tokenizer (<unk>); 1: never"
         },
     )
+
+    def __post_init__(self):
+        check_minimums(self, CacheValueError)  # ctx_len=0 would otherwise mean the model's n_ctx
 
 
 @dataclass(frozen=True)

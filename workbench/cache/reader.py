@@ -33,6 +33,7 @@ from workbench.corpus.base import SPLITS
 from workbench.provenance import model_id
 
 FORMAT = "workbench-activation-cache/1"
+MANIFEST_KEYS = ("config", "dtype", "model", "hooks", "d", "shards", "stats", "labels")  # what every reader uses
 MAX_OPEN_FILES = 256
 WINDOW_BYTES = 128 << 20  # batches() reads about this much at a time (its buffer)
 # (path, size, mtime) of the files whose checksum matched the manifest in this process: each file is
@@ -69,10 +70,17 @@ class ActivationCache:
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
             manifest = manifest if isinstance(manifest, dict) else {}
             raise CacheCorruptError(f"{manifest_path} has format {manifest.get('format')!r}, expected {FORMAT!r}")
-        _check_names(manifest_path, manifest)
-        cache = cls(path, manifest)
-        cache._expect(model, hooks)
-        cache._check(full=False)
+        not_written = f"{manifest_path} is not a manifest a harvest writes"
+        missing = [k for k in MANIFEST_KEYS if k not in manifest]
+        if missing:
+            raise CacheCorruptError(f"{not_written}: it lacks {', '.join(missing)}; re-harvest the cache")
+        try:
+            _check_names(manifest_path, manifest)
+            cache = cls(path, manifest)
+            cache._expect(model, hooks)
+            cache._check(full=False)
+        except (KeyError, TypeError, AttributeError, IndexError) as e:  # a part of the wrong JSON shape
+            raise CacheCorruptError(f"{not_written} ({type(e).__name__}: {e}); re-harvest the cache") from None
         if verify:
             cache.verify()
         return cache

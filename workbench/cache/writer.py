@@ -134,7 +134,7 @@ def harvest(
 def _resolve(model, corpus, hooks, cfg: HarvestConfig, special_ids) -> tuple[CacheConfig, dict[str, int]]:
     """The CacheConfig a harvest records (every choice resolved against the model) and each hook's row width."""
     hooks = validate_hooks(model, hooks)
-    ctx_len = cfg.ctx_len or model.cfg.n_ctx
+    ctx_len = model.cfg.n_ctx if cfg.ctx_len is None else cfg.ctx_len
     if ctx_len > model.cfg.n_ctx:
         raise CacheValueError(f"ctx_len={ctx_len} exceeds the model's n_ctx={model.cfg.n_ctx}")
     dims = _probe_dims(model, hooks)

@@ -55,6 +55,13 @@ class Circuit:
         for name, t in (("in_circuit", self.in_circuit), ("scores", self.scores)):
             if t.numel() != self.graph.n_edges:
                 raise ValueError(f"{name} has {t.numel()} entries but the graph has {self.graph.n_edges} edges")
+        bad = (~torch.isfinite(self.scores)).nonzero().flatten().tolist()
+        if bad:  # JSON would store it as null and every export would pass it on unnoticed
+            i = bad[0]
+            raise CircuitFileError(
+                f"edge {self.graph.edges[i]!r} has score {float(self.scores[i])} ({len(bad)} edge scores are not "
+                "finite): a circuit's scores must be finite numbers; find the circuit again"
+            )
 
     @property
     def edges(self) -> list[str]:

@@ -17,7 +17,7 @@ import argparse
 import sys
 
 from workbench.cli import app, attention, cache, circuit, demo, features, ls, model, sae
-from workbench.errors import UserError
+from workbench.errors import UserError, os_error_message
 
 GROUPS = (model, cache, sae, circuit, features, app, attention, ls, demo)  # in the order --help lists them
 
@@ -31,17 +31,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; a UserError, or an OS error on a named file, is one line on stderr and status 2."""
+    """Run one command; a UserError, or an OS error a user can fix (errors.os_error_message), is one line on
+    stderr and status 2."""
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
     except UserError as e:
         return _fail(args.command, str(e))
     except OSError as e:
-        if e.filename is None:  # nothing to name: not a user's file, so keep the traceback
+        message = os_error_message(e)
+        if message is None:
             raise
-        where = f"{e.filename} -> {e.filename2}" if e.filename2 else e.filename
-        return _fail(args.command, f"{e.strerror or type(e).__name__}: {where}")
+        return _fail(args.command, message)
     return 0
 
 

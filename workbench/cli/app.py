@@ -7,6 +7,7 @@ import os
 import sys
 from pathlib import Path
 
+from workbench.configflags import count
 from workbench.errors import UserError
 
 APP = Path(__file__).resolve().parents[2] / "app" / "main.py"
@@ -25,7 +26,7 @@ def add_serve_flags(p) -> None:
         default="127.0.0.1",
         help="address to bind; anything but localhost exposes the app (default: %(default)s)",
     )
-    p.add_argument("--port", type=int, default=8501, help="port (default: %(default)s)")
+    p.add_argument("--port", type=count(1), default=8501, help="port (default: %(default)s)")
 
 
 def _app(a: argparse.Namespace) -> None:

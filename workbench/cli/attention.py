@@ -15,7 +15,7 @@ import sys
 
 from workbench.attention.config import GateConfig, SparsifyConfig
 from workbench.cli.options import quiet_flag, workspace_flag
-from workbench.configflags import add_config_flags, config_values, set_fields
+from workbench.configflags import add_config_flags, config_values, count, set_fields
 from workbench.errors import BadValueError
 from workbench.workspace import Workspace
 
@@ -35,10 +35,10 @@ def add_parser(sub) -> None:
     c.add_argument("--base", default="tiny", help="base model spec (default: %(default)s)")
     c.add_argument("--sparse", required=True, help="the sparse model folder")
     c.add_argument("--task", required=True, help="synthetic task family: ioi, induction, greater_than, addition, facts")
-    c.add_argument("--n", type=int, default=20, help="queries (default: %(default)s)")
+    c.add_argument("--n", type=count(1), default=20, help="queries (default: %(default)s)")
     c.add_argument("--targets", default="0.8,0.9", help="NDF targets, comma separated (default: %(default)s)")
-    c.add_argument("--samples", type=int, default=3, help="paraphrases and resampled counterfactuals per query")
-    c.add_argument("--seed", type=int, default=0, help="query seed (default: %(default)s)")
+    c.add_argument("--samples", type=count(0), default=3, help="paraphrases and resampled counterfactuals per query")
+    c.add_argument("--seed", type=count(0), default=0, help="query seed (default: %(default)s)")
     c.add_argument("--out", help="per-query JSON for the app")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
     c.set_defaults(func=_compare)
@@ -110,10 +110,11 @@ def _report(args) -> None:
 
 
 def _compare(args) -> None:
-    from workbench.atomic import atomic_write_text
+    from workbench.atomic import atomic_write_text, check_outputs
     from workbench.attention.compare import compare, format_compare
     from workbench.models import load
 
+    check_outputs({"--out": args.out}, {"--sparse": args.sparse})
     try:
         targets = tuple(float(t) for t in args.targets.split(",") if t.strip())
     except ValueError:

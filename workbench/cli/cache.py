@@ -6,7 +6,7 @@ import argparse
 
 from workbench.cache.config import HarvestConfig
 from workbench.cli.options import add_model_flag, add_resume_or_overwrite, quiet_flag, workspace_flag
-from workbench.configflags import add_config_flags, config_values
+from workbench.configflags import add_config_flags, config_values, count
 from workbench.errors import BadValueError
 from workbench.workspace import Workspace
 
@@ -37,7 +37,7 @@ def add_parser(sub) -> None:
     c.add_argument("--name", help="folder in <workspace>/caches (default: MODEL-CORPUS)")
     c.add_argument("--out", help="cache folder instead of <workspace>/caches/NAME")
     add_config_flags(c, HarvestConfig, PREFIX)
-    c.add_argument("--seed", type=int, default=0, help="corpus seed (default: %(default)s)")
+    c.add_argument("--seed", type=count(0), default=0, help="corpus seed (default: %(default)s)")
     add_resume_or_overwrite(
         c,
         resume="continue an interrupted harvest in the output folder",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from workbench.circuits.config import SearchConfig
 from workbench.cli.options import add_model_flag, workspace_flag
-from workbench.configflags import add_config_flags, config_values
+from workbench.configflags import add_config_flags, config_values, count
 from workbench.errors import BadValueError
 
 PREFIX = "search."  # namespace prefix of the SearchConfig flags
@@ -114,17 +114,17 @@ def _add_task_flags(f: argparse.ArgumentParser) -> None:
     """`circuit find --task`: a batch of generated queries instead of one prompt."""
     f.add_argument(
         "--samples",
-        type=int,
+        type=count(0),
         help="with --task: paraphrases and resampled counterfactuals generated per "
         "query (default: 3); with --prompt pass --paraphrase instead",
     )
-    f.add_argument("--seed", type=int, default=0, help="seed for resampling (default: %(default)s)")
+    f.add_argument("--seed", type=count(0), default=0, help="seed for resampling (default: %(default)s)")
     f.add_argument(
         "--task",
         help="evaluate n generated queries of a synthetic task family instead of one prompt "
         "(ioi, induction, greater_than, addition, facts)",
     )
-    f.add_argument("--n", type=int, help="queries for --task (default: 20)")
+    f.add_argument("--n", type=count(1), help="queries for --task (default: 20)")
     f.add_argument(
         "--budgets",
         type=parse_budgets,
@@ -143,7 +143,7 @@ def _add_report(circuit) -> None:
         help="search vs top-k per task family, the induction mechanism and time per query, as one markdown report",
     )
     add_model_flag(r, help=MODEL_HELP)
-    r.add_argument("--n", type=int, default=20, help="generated queries per task family (default: %(default)s)")
+    r.add_argument("--n", type=count(1), default=20, help="generated queries per task family (default: %(default)s)")
     r.add_argument(
         "--tasks",
         type=lambda t: [x.strip() for x in t.split(",") if x.strip()],
@@ -155,10 +155,10 @@ def _add_report(circuit) -> None:
         default="1%,1.3%,2%,5%",
         help="edge budgets, comma separated (default: %(default)s)",
     )
-    r.add_argument("--timing-queries", type=int, default=5, help="queries timed end to end (default: %(default)s)")
+    r.add_argument("--timing-queries", type=count(0), default=5, help="queries timed end to end (default: %(default)s)")
     r.add_argument(
         "--induction-tries",
-        type=int,
+        type=count(1),
         default=10,
         help="induction queries tried for one with a previous-token -> induction path (default: %(default)s)",
     )
@@ -202,12 +202,10 @@ def _check_prompt_args(args) -> None:
 
 def _check_find_args(args, cfg: SearchConfig) -> None:
     """Every flag combination and output path is checked before the model is loaded."""
-    from workbench.atomic import check_output_file
+    from workbench.atomic import check_outputs
 
     (_check_task_args if args.task else _check_prompt_args)(args)
-    for flag in ("out", "mib", "neuronpedia"):
-        if getattr(args, flag):
-            check_output_file(getattr(args, flag), f"--{flag}")
+    check_outputs({f"--{flag}": getattr(args, flag) for flag in ("out", "mib", "neuronpedia")})
     if cfg.ablation == "mean" and not args.cache:
         raise BadValueError("--ablation mean needs --cache DIR (the means come from its token sequences)")
     if args.target_ndf is not None and not 0 < args.target_ndf <= 1:
@@ -286,22 +284,23 @@ def _find_one(args, model, cfg: SearchConfig, means) -> None:
 
 
 def _export(args) -> None:
-    from workbench.atomic import check_output_file
+    from workbench.atomic import check_outputs
     from workbench.circuits.export import to_mib, to_neuronpedia
     from workbench.circuits.types import Circuit
 
-    check_output_file(args.out, "--out")
+    check_outputs({"--out": args.out}, {"CIRCUIT": args.circuit})
     circuit = Circuit.load(args.circuit)
     (to_mib if args.format == "mib" else to_neuronpedia)(circuit, args.out)
     print(f"{args.circuit} -> {args.out} ({args.format})")
 
 
 def _report(args) -> None:
-    from workbench.atomic import atomic_write_text, write_json
+    from workbench.atomic import atomic_write_text, check_outputs, write_json
     from workbench.circuits.report import report
     from workbench.corpus.tasks import QUERY_TASKS
     from workbench.models import load
 
+    check_outputs({"--out": args.out, "--json": args.json})
     tasks = check_tasks(args.tasks or list(QUERY_TASKS))
     model, _ = load(args.model, device="cpu")
     text, raw = report(model, tasks, args.n, args.budgets, args.timing_queries, args.induction_tries)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import sys
 
 from workbench.cli.options import add_model_flag, quiet_flag, workspace_flag
-from workbench.configflags import add_config_flags, config_values, set_fields
-from workbench.sae.config import EvalConfig, SAEConfig, TrainConfig
+from workbench.configflags import add_config_flags, config_values, given, set_fields
+from workbench.sae.config import EvalConfig, SAEConfig, TrainConfig, at_k
 from workbench.workspace import Workspace
 
 SWEEP = ("architecture", "k", "scaffold_rank", "seed")  # one SAE per combination of these flags' values
@@ -65,6 +66,10 @@ def _train(a: argparse.Namespace) -> None:
     shared = {**config_values(a, SAEConfig, SAE), **set_fields(SAEConfig, a.set)}
     sweeps = [shared.pop(name) for name in SWEEP]
     cfgs = [SAEConfig(**dict(zip(SWEEP, values)), **shared) for values in itertools.product(*sweeps)]
+    if SAE + "k" in given(a):
+        cfgs, notes = at_k(cfgs)
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
     train_cfg = TrainConfig(**config_values(a, TrainConfig, TRAIN), progress=not a.quiet)
     folders = steps.train_saes(
         Workspace(a.workspace), a.cache, a.hook, cfgs, train_cfg, out=a.out, name=a.name, resume=a.resume

@@ -13,6 +13,7 @@ import json
 import math
 import shutil
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,7 @@ from workbench.atomic import atomic_path, atomic_write_text, sha256_file
 from workbench.features import compute
 from workbench.features.config import FeatureConfig, FeatureStoreError
 from workbench.features.store import FORMAT, MANIFEST, STORE
+from workbench.lock import output_lock
 
 PARTIAL = ".partial"
 RESID_HOOKS = ("hook_resid_pre", "hook_resid_mid", "hook_resid_post", "hook_mlp_out", "hook_attn_out", "hook_embed")
@@ -133,21 +135,27 @@ def build_stores(
     from workbench.sae.io import load_sae
 
     cfg = cfg or FeatureConfig()
-    saes = []
+    unique = {}  # one job per SAE folder, however it is spelled (two would delete each other's files)
     for d in map(Path, sae_dirs):
+        unique.setdefault(d.resolve(), d)
+    saes = []
+    for d in unique.values():
         sae = load_sae(d, device=device).eval()
         if not sae.cfg.metadata.hook_name:
             raise FeatureStoreError(f"{d}/cfg.json has no metadata.hook_name; cannot tell which activations it reads")
         saes.append((d, sae))
-    model, tok = load(model_spec, device=device)
-    hooks = sorted({s.cfg.metadata.hook_name for _, s in saes})
-    cache = ActivationCache.open(cache_path, model=model, hooks=hooks)
-    vocab = [tok.decode([i]) for i in range(model.cfg.d_vocab)]
-    out = []
-    for hook in hooks:
-        group = [(d, s) for d, s in saes if s.cfg.metadata.hook_name == hook]
-        out += _build_hook(cache, hook, group, model, vocab, cfg, overwrite, progress)
-    return out
+    with ExitStack() as held:  # one process per store, from before --overwrite deletes anything
+        for d, _ in saes:
+            held.enter_context(output_lock(d / STORE, "workbench features build"))
+        model, tok = load(model_spec, device=device)
+        hooks = sorted({s.cfg.metadata.hook_name for _, s in saes})
+        cache = ActivationCache.open(cache_path, model=model, hooks=hooks)
+        vocab = [tok.decode([i]) for i in range(model.cfg.d_vocab)]
+        out = []
+        for hook in hooks:
+            group = [(d, s) for d, s in saes if s.cfg.metadata.hook_name == hook]
+            out += _build_hook(cache, hook, group, model, vocab, cfg, overwrite, progress)
+        return out
 
 
 def _build_hook(cache, hook, group, model, vocab, cfg, overwrite, progress) -> list[Path]:

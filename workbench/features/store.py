@@ -29,7 +29,7 @@ class FeatureStore:
         if not mpath.is_file():
             hint = (
                 " (a build was interrupted: rerun `workbench features build` to resume it)"
-                if (path / ".partial").is_dir()
+                if any((p / ".partial").is_dir() for p in (path, path / STORE))
                 else " (build one with `workbench features build`)"
             )
             raise FeatureStoreError(f"no feature store at {path}{hint}")

@@ -5,11 +5,12 @@
     metrics = evaluate(folders[0], cache_path, "tiny")
 
 Names resolve on first use (workbench.lazy), so `workbench.sae.config` imports without torch.
-Saving or loading an SAE registers the workbench architectures with sae_lens (`register()`), so
-sae_lens.SAE.load_from_disk reads every SAE saved here.
+Importing this package (and so `workbench` itself) registers the workbench architectures with
+sae_lens (`register()`) as soon as sae_lens is imported, without importing it here: any process
+that imported the workbench reads every SAE saved here with sae_lens.SAE.load_from_disk.
 """
 
-from workbench.lazy import lazy_exports
+from workbench.lazy import after_import, lazy_exports
 
 _EXPORTS = {
     "CheckpointError": "workbench.checkpoint",
@@ -28,3 +29,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+after_import("sae_lens", "workbench.sae.saelens:register")

@@ -6,7 +6,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from workbench.configcheck import from_json, to_json, type_mismatch
+from workbench.configcheck import check_device, from_json, to_json, type_mismatch
 from workbench.errors import UserError
 
 ARCHITECTURES = ("topk", "batchtopk", "matryoshka", "block_topk", "group_lasso", "block_jumprelu", "grassmannian")
@@ -320,12 +320,34 @@ def _default_prefixes(n: int) -> list[int]:
     return out
 
 
+def at_k(cfgs: list[SAEConfig]) -> tuple[list[SAEConfig], list[str]]:
+    """SAEs trained "at k" (`sae train --k`): group lasso and block JumpReLU without a target_l0 get
+    target_l0 = k, since their fixed coefficient alone leaves L0 wherever it drifts (saved with the SAE);
+    returns the configs and notes that say so and name the architectures k does not reach."""
+    out, steered, fixed = [], {}, set()
+    for c in cfgs:
+        if c.architecture in THRESHOLD_BLOCK_ARCHITECTURES and c.target_l0 is None:
+            c = dataclasses.replace(c, target_l0=float(c.k))
+            steered.setdefault(c.k, set()).add(c.architecture)
+        elif c.architecture in BLOCK_ARCHITECTURES and c.architecture not in THRESHOLD_BLOCK_ARCHITECTURES:
+            fixed.add(c.architecture)
+        out.append(c)
+    notes = [
+        f"{', '.join(sorted(archs))}: target_l0 = k = {k} (their sparsity coefficient is steered to that L0; "
+        "--set target_l0=X for another)"
+        for k, archs in steered.items()
+    ]
+    if fixed:
+        notes.append(f"--k does not apply to {', '.join(sorted(fixed))}: their L0 is n_active_blocks x block_size")
+    return out, notes
+
+
 @dataclass
 class TrainConfig:
     """The shared loop for every SAE of a run (they all see the same batches)."""
 
-    n_tokens: int = field(default=2_000_000, metadata={"flag": "--tokens", "help": "training tokens"})
-    batch_size: int = field(default=4096, metadata={"help": "tokens per step over all ranks"})
+    n_tokens: int = field(default=2_000_000, metadata={"flag": "--tokens", "min": 1, "help": "training tokens"})
+    batch_size: int = field(default=4096, metadata={"min": 1, "help": "tokens per step over all ranks"})
     lr: float = field(default=3e-4, metadata={"help": "peak Adam learning rate"})
     warmup_steps: int = field(default=100, metadata={"help": "linear learning-rate warm-up steps"})
     decay_frac: float = field(
@@ -353,6 +375,9 @@ class TrainConfig:
     autocast: bool = field(default=True, metadata={"help": "bf16 autocast on CUDA (ignored on CPU)"})
     progress: bool = field(default=True, metadata={"cli": False})
     extra: dict = field(default_factory=dict)  # free-form notes recorded with the run
+
+    def __post_init__(self):
+        check_device(self.device, ConfigError)
 
     def validate(self, world_size: int = 1) -> None:
         check_types(self)
@@ -403,6 +428,7 @@ class EvalConfig:
     mdl_precision: float = field(default=0.01, metadata={"help": "quantisation step of the description length"})
 
     def __post_init__(self):
+        check_device(self.device, ConfigError)
         if self.max_tokens < 1 or self.n_sequences < 1 or self.batch_size < 1:
             raise ConfigError(
                 f"max_tokens={self.max_tokens}, n_sequences={self.n_sequences} and "

@@ -16,7 +16,7 @@ from sae_lens import SAE, JumpReLUSAEConfig, TopKSAEConfig
 from sae_lens.saes.sae import SAEMetadata
 from safetensors.torch import save_file
 
-from workbench.atomic import atomic_path, atomic_write_text, sha256_file
+from workbench.atomic import atomic_path, atomic_write_text, read_json, sha256_file
 from workbench.errors import MissingInputError, UserError
 from workbench.sae import saelens
 from workbench.sae.base import SparseAutoencoder
@@ -139,10 +139,4 @@ def read_info(folder: str | Path) -> dict:
     p = Path(folder) / WORKBENCH
     if not p.is_file():
         return {}
-    try:
-        info = json.loads(p.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise SAEFileError(f"{p} is not valid JSON: {e}") from None
-    if not isinstance(info, dict):
-        raise SAEFileError(f"{p} holds a JSON {type(info).__name__}, not an object")
-    return info
+    return read_json(p, SAEFileError, "retrain the SAE or restore the file")
