@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from workbench.cli import build_parser, main
+from workbench.cli.attention import OLD_NAME
 
 
 def test_every_command_documents_every_option(capsys):
@@ -235,7 +236,7 @@ def test_sae_train_set_refuses_flag_fields_and_wrong_types_before_any_work(pair,
     assert not (tmp_path / "o").exists()
 
 
-def _commands(parser=None, path=()):
+def _leaf_commands(parser=None, path=()):
     """(argv prefix, parser) of every leaf command of the CLI, walked from build_parser()."""
     import argparse
 
@@ -247,8 +248,8 @@ def _commands(parser=None, path=()):
         yield list(path), parser
     for a in subs:
         for name, sub in a.choices.items():
-            if name not in {alias for p in a._choices_actions for alias in getattr(p, "aliases", ())}:
-                yield from _commands(sub, (*path, name))
+            if (*path, name) != ("attention", OLD_NAME):  # the deprecated alias: `attention train` is walked
+                yield from _leaf_commands(sub, (*path, name))
 
 
 def _required_args(parser) -> list[str]:
@@ -262,11 +263,11 @@ def _required_args(parser) -> list[str]:
     return out
 
 
-DEVICE_COMMANDS = [path for path, p in _commands() if "--device" in p._option_string_actions]
+DEVICE_COMMANDS = [path for path, p in _leaf_commands() if "--device" in p._option_string_actions]
 
 
 def test_the_device_commands_are_found():
-    assert ["sae", "train"] in DEVICE_COMMANDS and ["attention", "sparsify"] in DEVICE_COMMANDS
+    assert ["sae", "train"] in DEVICE_COMMANDS and ["attention", "train"] in DEVICE_COMMANDS
 
 
 @pytest.mark.parametrize("device", ["cuda", "cuda:7", "gpu"])
@@ -276,7 +277,7 @@ def test_an_unusable_device_is_one_line_on_every_command_that_takes_one(command,
 
     if device != "gpu" and torch.cuda.device_count() > 7:
         pytest.skip("this machine has that device")
-    parser = dict((tuple(p), q) for p, q in _commands())[tuple(command)]
+    parser = dict((tuple(p), q) for p, q in _leaf_commands())[tuple(command)]
     argv = [*command, *_required_args(parser), "--device", device, "--workspace", str(tmp_path / "ws")]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -291,13 +292,13 @@ OUT_COMMANDS = {  # command -> (what --out names, arguments whose work would fai
     ("circuit", "find"): ("file", ["--model", "no-such-model", "--prompt", "a", "--answer", "b"]),
     ("circuit", "export"): ("file", ["no-such-circuit.json", "--format", "mib"]),
     ("circuit", "report"): ("file", ["--model", "no-such-model"]),
-    ("attention", "sparsify"): ("dir", ["--model", "no-such-model"]),
+    ("attention", "train"): ("dir", ["--model", "no-such-model"]),
     ("attention", "compare"): ("file", ["--base", "no-such-model", "--sparse", "no-such-model", "--task", "ioi"]),
 }
 
 
 def test_every_command_with_out_is_listed():
-    assert {tuple(p) for p, q in _commands() if "--out" in q._option_string_actions} == set(OUT_COMMANDS)
+    assert {tuple(p) for p, q in _leaf_commands() if "--out" in q._option_string_actions} == set(OUT_COMMANDS)
 
 
 @pytest.mark.parametrize("command", OUT_COMMANDS, ids=" ".join)
@@ -307,7 +308,7 @@ def test_an_unusable_out_is_refused_before_the_work(command, tmp_path, capsys):
     kind, args = OUT_COMMANDS[command]
     out = tmp_path / "existing"
     out.mkdir() if kind == "file" else out.write_text("x")
-    parser = dict((tuple(p), q) for p, q in _commands())[command]
+    parser = dict((tuple(p), q) for p, q in _leaf_commands())[command]
     ws = ["--workspace", str(tmp_path / "ws")] if "--workspace" in parser._option_string_actions else []
     assert main([*command, *args, "--out", str(out), *ws]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -315,7 +316,7 @@ def test_an_unusable_out_is_refused_before_the_work(command, tmp_path, capsys):
 
 
 def _int_flags():
-    for path, parser in _commands():
+    for path, parser in _leaf_commands():
         for a in parser._actions:
             if a.option_strings and getattr(a.type, "__name__", "") == "int":
                 yield path, parser, a.option_strings[0]
