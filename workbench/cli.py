@@ -135,9 +135,20 @@ def _sae_train(a: argparse.Namespace) -> None:
     sweeps = [shared.pop(name) for name in SAE_SWEEP]
     cfgs = [SAEConfig(**dict(zip(SAE_SWEEP, values)), **shared) for values in itertools.product(*sweeps)]
     train_cfg = TrainConfig(**config_values(a, TrainConfig, TRAIN), progress=not a.quiet)
-    folders = steps.train_saes(
-        Workspace(a.workspace), a.cache, a.hook, cfgs, train_cfg, out=a.out, name=a.name, resume=a.resume
-    )
+    ws, kw = Workspace(a.workspace), {"out": a.out, "name": a.name, "resume": a.resume}
+    if a.transcoders is not None:
+        from workbench.errors import BadValueError
+
+        if a.hook or a.target:
+            raise BadValueError(f"--transcoders {a.transcoders!r} chooses each layer's hooks; drop --hook/--target")
+        folder, folders = steps.train_transcoder_set(ws, a.cache, a.transcoders, cfgs, train_cfg, **kw)
+        print(f"saved transcoder set {folder}")
+    elif not a.hook:
+        from workbench.errors import BadValueError
+
+        raise BadValueError("sae train needs --hook HOOK (and --target HOOK for a transcoder) or --transcoders LAYERS")
+    else:
+        folders = steps.train_saes(ws, a.cache, a.hook, cfgs, train_cfg, target=a.target, **kw)
     for f in folders:
         print(f"saved {f}")
 
@@ -149,6 +160,12 @@ def _sae_eval(a: argparse.Namespace) -> None:
     ws = Workspace(a.workspace)
     for folder in a.sae:
         m = steps.evaluate_sae(ws, folder, a.cache, None if a.no_model else a.model, cfg)
+        if "all_replaced" in m:  # a transcoder set
+            for name, r in m["all_replaced"].items():
+                print(
+                    f"{folder}: every MLP replaced by {name}: CE recovered {r['ce_loss_recovered']:.4g}, KL score {r['kl_score']:.4g}"
+                )
+            continue
         flat = {**m["reconstruction"], **m.get("splice", {})}
         shown = ", ".join(f"{k} {flat[k]:.4g}" for k in steps.SAE_HEADLINE if k in flat)
         print(f"{folder}: {shown}  (all metrics in metrics.json)")
@@ -232,8 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--hooks",
         nargs="+",
-        default=["blocks.*.hook_resid_post"],
-        help="TransformerLens hook names; '*' expands over layers (default: %(default)s)",
+        help="TransformerLens hook names; '*' expands over layers (default: every layer's hook_resid_post, and "
+        "each MLP's input (ln2.hook_normalized, or hook_mlp_in without LayerNorm) and hook_mlp_out, for transcoders)",
     )
     c.add_argument("--name", help="folder in <workspace>/caches (default: MODEL-CORPUS)")
     c.add_argument("--out", help="cache folder instead of <workspace>/caches/NAME")
@@ -251,7 +268,18 @@ def build_parser() -> argparse.ArgumentParser:
         "train", parents=[quiet, ws], help="train one or more SAEs on one hook of a cache (one shared batch stream)"
     )
     st.add_argument("--cache", required=True, help="activation cache folder (from `workbench cache`)")
-    st.add_argument("--hook", required=True, help="cached hook to train on, e.g. blocks.2.hook_resid_post")
+    st.add_argument("--hook", help="cached hook to train on, e.g. blocks.2.hook_resid_post")
+    st.add_argument(
+        "--target",
+        help="transcoder: the cached hook to reconstruct from --hook, e.g. --hook blocks.1.ln2.hook_normalized "
+        "--target blocks.1.hook_mlp_out",
+    )
+    st.add_argument(
+        "--transcoders",
+        metavar="LAYERS",
+        help="a transcoder set: one transcoder per layer ('all' or e.g. '0,2'), each from the MLP's input to its "
+        "output, side by side on one pass (into <workspace>/transcoders/NAME)",
+    )
     st.add_argument("--name", help="run folder in <workspace>/saes (default: HOOK-TIME)")
     st.add_argument(
         "--out",

@@ -1,7 +1,9 @@
 """`build_stores`: one pass over cached tokens fills a feature store beside each SAE.
 
 SAEs on the same hook share the pass: each chunk of cached rows is read once and encoded by every
-SAE. A chunk's non-zero activations are saved under features/.partial/ before the next chunk
+SAE. A transcoder's activations come from its input hook (what it reads, metadata.hook_name) and its
+logit effects from its decoder, which writes its target (metadata.hook_name_out, an MLP's output in the
+residual stream). A chunk's non-zero activations are saved under features/.partial/ before the next chunk
 starts, so an interrupted build resumes at the first missing chunk. The statistics are computed
 at the end from all chunks at once (workbench.features.compute), the files written atomically,
 and the manifest last: its presence means the store is complete.
@@ -264,9 +266,11 @@ def _finalize(job: _Job, n_chunks: int, cache, hook: str, model, vocab: list[str
     else:
         dirs = W_dec[: job.n_sparse]
 
-    # logit effects: direct path through the unembedding, the final LayerNorm's scale folded in
+    # logit effects: direct path through the unembedding, the final LayerNorm's scale folded in; a transcoder's
+    # decoder writes its target hook, not the hook it reads
     logit_note = None
-    if hook.split(".")[-1] in RESID_HOOKS and job.sae.cfg.d_in == model.cfg.d_model:
+    writes = job.sae.cfg.metadata.hook_name_out or hook
+    if writes.split(".")[-1] in RESID_HOOKS and W_dec.shape[1] == model.cfg.d_model:
         ln_w = getattr(getattr(model, "ln_final", None), "w", None)
         ln = ln_w.detach().float().cpu().numpy() if ln_w is not None else None
         files["logit_ids"], files["logit_vals"] = compute.logit_effects(
@@ -312,7 +316,9 @@ def _finalize(job: _Job, n_chunks: int, cache, hook: str, model, vocab: list[str
             best[f"label_{k}"][better] = r[k][better]
     units.update(best)
 
-    scaffold = _scaffold(job, n_chunks, W_dec, cfg) if job.rank else None
+    # the scaffold panel compares its directions with the stream's principal components: a transcoder's scaffold
+    # writes another space than the one the store reads, so it has none
+    scaffold = _scaffold(job, n_chunks, W_dec, cfg) if job.rank and writes == hook else None
 
     out.mkdir(parents=True, exist_ok=True)
     for name, arr in files.items():
@@ -326,6 +332,9 @@ def _finalize(job: _Job, n_chunks: int, cache, hook: str, model, vocab: list[str
         "format": FORMAT,
         "sae": job.dir.name,
         "hook": hook,
+        "reads": hook,
+        "writes": writes,
+        "kind": "transcoder" if writes != hook else "sae",
         "model": cache.manifest["model"],
         "architecture": job.sae.cfg.architecture(),
         "training_architecture": job.sae.cfg.metadata.training_architecture,
