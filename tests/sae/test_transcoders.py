@@ -329,3 +329,32 @@ def test_target_cache_of_other_tokens_is_refused(tc_cache, tmp_path, change, mes
     tcache = _target_only_cache(tc_cache, tmp_path / "other", **change)
     with pytest.raises(CacheMismatchError, match=message):
         train(cache, IN, [SAEConfig("topk")], _small_train(), tmp_path / "run", target=OUT, target_cache=tcache)
+
+
+def test_a_model_without_layernorm_gets_transcoders_on_hook_mlp_in(tokenizer, tmp_path):
+    """No ln2: the input is hook_mlp_in (TransformerLens fires it only when asked: the harvest and the splice
+    switch it on), which equals the residual the MLP reads."""
+    import numpy as np
+    from small_models import small_model
+
+    from workbench.cache import ActivationCache, default_hooks, harvest
+    from workbench.corpus import load_corpus
+    from workbench.sae.eval import splice_metrics
+    from workbench.sae.transcoders import train_set
+
+    model = small_model(tokenizer, normalization_type=None)
+    hooks = default_hooks(model) + ["blocks.1.hook_resid_mid"]
+    assert "blocks.1.hook_mlp_in" in hooks and not any("ln2" in h for h in hooks)
+    harvest(model, load_corpus("synthetic", tokenizer), hooks, tmp_path / "cache", 3000, progress=False)
+    cache = ActivationCache.open(tmp_path / "cache")
+    rows = np.arange(100)
+    assert torch.equal(cache.rows("blocks.1.hook_mlp_in", rows), cache.rows("blocks.1.hook_resid_mid", rows))
+    folder, members = train_set(
+        cache.path, "all", [SAEConfig("topk", k=4, expansion=2)], _small_train(), tmp_path / "set"
+    )
+    manifest = load_set(folder)
+    assert [e["input_kind"] for e in manifest["layers"]] == ["hook_mlp_in", "hook_mlp_in"]
+    reps = [(load_sae(m), e["input_hook"], e["target_hook"]) for m, e in zip(members, manifest["layers"])]
+    tokens = torch.from_numpy(cache.sequences("heldout")[:2])
+    s = splice_metrics(model, reps, tokens, ())
+    assert s["ce_sae"] != s["ce_clean"] and not model.cfg.use_hook_mlp_in  # switched back off after
