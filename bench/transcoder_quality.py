@@ -192,24 +192,21 @@ def report(args, timings: dict) -> str:
         ],
         rows,
     )
-    out += ["", "## Residual-stream SAEs on the same layers (hook_resid_post, same training)", ""]
+    out += residual_section(resid)
+    return "\n".join(out) + "\n"
+
+
+def residual_section(resid: Path) -> list[str]:
+    out = ["", "## Residual-stream SAEs on the same layers (hook_resid_post, same training)", ""]
     body = []
     for p in sorted(q for q in resid.iterdir() if (q / "metrics.json").is_file()) if resid.is_dir() else []:
         m = json.loads((p / "metrics.json").read_text())
         r, s = m["reconstruction"], m.get("splice", {})
-        body.append(
-            [
-                p.name,
-                f"{r['fvu']:.3f}",
-                f"{r['l0']:.1f}",
-                r["n_dead"],
-                r["n_dense"],
-                f"{s.get('ce_loss_recovered', float('nan')):.4f}",
-                _fmt(label_share(p), ".3f"),
-            ]
-        )
-    out += harness.table(["SAE", "FVU (residual)", "L0", "dead", "dense", "CE recovered", "labels ≥ 0.8"], body)
-    return "\n".join(out) + "\n"
+        row = [p.name, f"{r['fvu']:.3f}", f"{r['l0']:.1f}", r["n_dead"], r["n_dense"]]
+        body.append(row + [f"{s.get('ce_loss_recovered', float('nan')):.4f}", _fmt(label_share(p), ".3f")])
+    if not body:
+        return out + ["(not run yet: the residual SAEs train after the transcoders' results are written)"]
+    return out + harness.table(["SAE", "FVU (residual)", "L0", "dead", "dense", "CE recovered", "labels ≥ 0.8"], body)
 
 
 def main() -> None:

@@ -450,28 +450,9 @@ def fit_cache(
             raise ConfigError("target_cache (--target-cache) needs exactly one input hook and one --target")
         tcache = ActivationCache.open(target_cache)
         check_aligned(cache, tcache)
-    stream: list[str] = []
-    cfgs, columns, metadata = [], [], []
     m = cache.manifest
     cache_rel = _rel(cache_path, out_dir)
-    for hook, target, group in groups:
-        resolved = _resolve_group(cache, tcache, hook, target, group, train_cfg.n_tokens)
-        start = sum(cache.d(h) for h in stream)
-        stream += [hook] + ([target] if target and tcache is cache else [])
-        width = cache.d(hook) + (tcache.d(target) if target else 0)
-        meta = {
-            "hook_name": hook,
-            "model_name": m.get("model"),
-            "context_size": m.get("ctx_len"),
-            "prepend_bos": True,
-            "dataset_path": cache_rel,
-            **({"hook_name_out": target} if target else {}),
-        }
-        cfgs += resolved
-        columns += [(start, start + width)] * len(resolved)
-        metadata += [meta] * len(resolved)
-    if len(set(stream)) != len(stream):
-        raise ConfigError(f"a hook appears in two groups of one run: {stream}; train each pair once")
+    stream, cfgs, columns, metadata = _layout(cache, tcache, groups, train_cfg.n_tokens, cache_rel)
     _, world = dist_info()
     per_rank = train_cfg.batch_size // max(1, world)
 
@@ -510,6 +491,32 @@ def fit_cache(
         **_stream_record(groups),
     }
     return fit(cfgs, train_cfg, make_batches, None, out_dir, resume, data, metadata, columns)
+
+
+def _layout(cache, tcache, groups, n_tokens: int, cache_rel: str):
+    """(stream hooks, resolved configs, each SAE's columns of a stream row, each SAE's cfg.json metadata)."""
+    stream: list[str] = []
+    cfgs, columns, metadata = [], [], []
+    m = cache.manifest
+    for hook, target, group in groups:
+        resolved = _resolve_group(cache, tcache, hook, target, group, n_tokens)
+        start = sum(cache.d(h) for h in stream)
+        stream += [hook] + ([target] if target and tcache is cache else [])
+        width = cache.d(hook) + (tcache.d(target) if target else 0)
+        meta = {
+            "hook_name": hook,
+            "model_name": m.get("model"),
+            "context_size": m.get("ctx_len"),
+            "prepend_bos": True,
+            "dataset_path": cache_rel,
+            **({"hook_name_out": target} if target else {}),
+        }
+        cfgs += resolved
+        columns += [(start, start + width)] * len(resolved)
+        metadata += [meta] * len(resolved)
+    if len(set(stream)) != len(stream):
+        raise ConfigError(f"a hook appears in two groups of one run: {stream}; train each pair once")
+    return stream, cfgs, columns, metadata
 
 
 def _rel(path, out_dir) -> str:
