@@ -76,7 +76,7 @@ def make_cache(
     ws: Workspace,
     model_spec: str = "tiny",
     corpus_spec: str = "synthetic",
-    hooks=("blocks.*.hook_resid_post",),
+    hooks=None,
     cfg: HarvestConfig | None = None,
     *,
     out=None,
@@ -90,9 +90,11 @@ def make_cache(
 ):
     """Harvest a cache (`workbench cache`) into <ws>/caches/<name> or `out`; returns the ActivationCache.
 
-    model: an already loaded model for `model_spec` (the demo loads it once for every step).
+    model: an already loaded model for `model_spec` (the demo loads it once for every step). hooks: names or
+    patterns; None: `default_hooks` (every residual stream, and each MLP's input and output for transcoders).
     """
     from workbench.atomic import check_output_dir
+    from workbench.cache.hooks import default_hooks
     from workbench.cache.reader import ActivationCache
     from workbench.cache.writer import harvest
     from workbench.corpus.sources import load_corpus
@@ -108,7 +110,7 @@ def make_cache(
         if model is None:
             model, _ = load(model_spec)
         corpus = load_corpus(corpus_spec, model.tokenizer, seed=corpus_seed)
-        names = [h for spec in hooks for h in expand_hooks(spec, model.hook_dict)]
+        names = [h for spec in hooks for h in expand_hooks(spec, model.hook_dict)] if hooks else default_hooks(model)
         cache = harvest(model, corpus, names, folder, cfg=cfg, resume=resume, overwrite=overwrite, progress=progress)
         ws.record(
             folder,
@@ -137,12 +139,15 @@ def train_saes(
     name: str | None = None,
     resume: bool = False,
     ensure: bool = False,
+    target: str | None = None,
+    target_cache=None,
 ) -> list[Path]:
-    """Train SAEs side by side on one hook (`workbench sae train`) into <ws>/saes/<run>/<sae> or `out`/<sae>.
+    """Train SAEs side by side on one hook (`workbench sae train`) into <ws>/saes/<run>/<sae> or `out`/<sae>;
+    with a target hook they are transcoders from `hook` to `target` (read from `target_cache` when given: another
+    cache of the same tokens).
 
     The run folder holds the shared checkpoint; name defaults to the hook plus the start time.
     """
-    from workbench.sae.io import read_info
     from workbench.sae.trainer import train
 
     run = Path(out) if out else ws.path("saes", name or f"{slug(hook)}-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -151,18 +156,70 @@ def train_saes(
         return done
     resume = resume or (ensure and (run / "checkpoint.pt").is_file())
     with output_lock(run, "workbench sae train"):
-        folders = train(cache_dir, hook, sae_cfgs, train_cfg, run, resume=resume)
-        side = [p for p in (run / "checkpoint.pt", run / "run.json") if p.is_file()]
-        for folder in folders:
-            ws.record(
-                folder,
-                "saes",
-                made_by="workbench sae train",
-                config={**read_info(folder).get("sae_config", {}), "train": train_cfg.to_dict()},
-                inputs={"cache": Path(cache_dir), "hook": hook},
-                side_files=tuple(side),
-            )
+        folders = train(
+            cache_dir, hook, sae_cfgs, train_cfg, run, resume=resume, target=target, target_cache=target_cache
+        )
+        _record_saes(ws, run, folders, cache_dir, train_cfg)
         return folders
+
+
+def _record_saes(ws: Workspace, run: Path, folders, cache_dir, train_cfg: TrainConfig) -> None:
+    import json
+
+    from workbench.sae.io import read_info
+
+    side = [p for p in (run / "checkpoint.pt", run / "run.json") if p.is_file()]
+    for folder in folders:
+        meta = json.loads((folder / "cfg.json").read_text()).get("metadata", {})
+        hooks = {"hook": meta.get("hook_name")} | (
+            {"target": meta["hook_name_out"]} if meta.get("hook_name_out") else {}
+        )
+        ws.record(
+            folder,
+            "saes",
+            made_by="workbench sae train",
+            config={**read_info(folder).get("sae_config", {}), "train": train_cfg.to_dict()},
+            inputs={"cache": Path(cache_dir), **hooks},
+            side_files=tuple(side),
+        )
+
+
+def train_transcoder_set(
+    ws: Workspace,
+    cache_dir,
+    layers: str,
+    sae_cfgs: list[SAEConfig],
+    train_cfg: TrainConfig,
+    *,
+    out=None,
+    name: str | None = None,
+    resume: bool = False,
+) -> tuple[Path, list[Path]]:
+    """Train a transcoder set (`workbench sae train --transcoders all`) into <ws>/transcoders/<name> or `out`:
+    each member is recorded as an SAE, the set (its transcoders.json) as a `transcoders` artifact."""
+    from workbench.sae.transcoders import train_set
+
+    run = Path(out) if out else ws.path("transcoders", name or f"transcoders-{time.strftime('%Y%m%d-%H%M%S')}")
+    import json
+
+    with output_lock(run, "workbench sae train --transcoders"):
+        folder, members = train_set(cache_dir, layers, sae_cfgs, train_cfg, run, resume=resume)
+        _record_saes(ws, run, members, cache_dir, train_cfg)
+    manifest = json.loads((folder / "transcoders.json").read_text())
+    ws.record(
+        folder,
+        "transcoders",
+        made_by="workbench sae train --transcoders",
+        config={"layers": layers, "saes": [c.to_dict() for c in sae_cfgs], "train": train_cfg.to_dict()},
+        inputs={"cache": Path(cache_dir), "model": manifest["model"]},
+        summary={
+            "layers": ",".join(str(e["layer"]) for e in manifest["layers"]),
+            "transcoders": len(members),
+            "input": manifest["layers"][0]["input_kind"] if manifest["layers"] else "",
+        },
+        checksums=False,
+    )
+    return folder, members
 
 
 def evaluate_sae(
@@ -174,13 +231,17 @@ def evaluate_sae(
     *,
     ensure: bool = False,
 ) -> dict:
-    """Evaluate a saved SAE (`workbench sae eval`): metrics.json, and its manifest updated with the headline.
+    """Evaluate a saved SAE or transcoder (`workbench sae eval`): metrics.json, and its manifest updated with the
+    headline. A transcoder set's folder evaluates every member, then every MLP replaced at once.
 
     ensure: an SAE whose manifest already carries the headline keeps its metrics.json (returned as read)."""
     import json
 
     from workbench.sae.eval import evaluate
+    from workbench.sae.transcoders import is_set
 
+    if is_set(sae_dir):
+        return _evaluate_set(ws, sae_dir, cache_dir, model_spec, cfg)
     if ensure and "fvu" in _manifest(sae_dir).get("summary", {}):
         return json.loads((Path(sae_dir) / "metrics.json").read_text())
     metrics = evaluate(sae_dir, cache_dir, model_spec, cfg)
@@ -195,6 +256,25 @@ def evaluate_sae(
         summary=headline,
     )
     return metrics
+
+
+def _evaluate_set(ws: Workspace, set_dir, cache_dir, model_spec, cfg) -> dict:
+    from workbench.errors import BadValueError
+    from workbench.sae.eval import evaluate_set
+
+    if model_spec is None:
+        raise BadValueError(
+            f"{set_dir} is a transcoder set: its evaluation replaces MLPs in the model; drop --no-model"
+        )
+    result = evaluate_set(set_dir, cache_dir, model_spec, cfg)
+    for name, flat in result["members"].items():
+        summary = {k: flat[k] for k in SAE_HEADLINE if k in flat}
+        rerecord(ws, Path(set_dir) / name, "saes", "workbench sae eval", {"cache": Path(cache_dir)}, summary)
+    summary = {f"all_mlps_ce_recovered[{k}]": v["ce_loss_recovered"] for k, v in result["all_replaced"].items()}
+    rerecord(
+        ws, set_dir, "transcoders", "workbench sae eval", {"cache": Path(cache_dir), "eval_model": model_spec}, summary
+    )
+    return result
 
 
 def rerecord(ws: Workspace, folder, kind: str, made_by: str, inputs: dict | None = None, summary: dict | None = None):

@@ -1,6 +1,7 @@
 """The workspace: every artifact a command makes, as plain files plus a manifest.
 
-Layout: <root>/<kind>/<name>/ (SAEs: <root>/saes/<run>/<name>/) with an `artifact.json` manifest that records what made the artifact
+Layout: <root>/<kind>/<name>/ (SAEs: <root>/saes/<run>/<name>/; a transcoder set's members:
+<root>/transcoders/<set>/<member>/, each recorded as an SAE) with an `artifact.json` manifest that records what made the artifact
 (the command and its config), from which inputs, when, and the checksums of its files. An artifact
 written elsewhere (an explicit --out) gets the same manifest in its own folder and is listed in
 <root>/workspace.json, so the workspace still finds it. Paths inside manifests are relative to the
@@ -22,7 +23,7 @@ from workbench.atomic import atomic_write_text, read_json, sha256_file
 from workbench.errors import BadValueError, OutputExistsError
 from workbench.lock import stale_locks
 
-KINDS = ("caches", "saes", "circuits", "models", "features")
+KINDS = ("caches", "saes", "transcoders", "circuits", "models", "features")
 MANIFEST = "artifact.json"
 INDEX = "workspace.json"
 SCHEMA = "workbench.workspace"

@@ -21,7 +21,9 @@ _EXPORTS = {
     "ActivationCache": "workbench.cache.reader",
     "CacheConfig": "workbench.cache.config",
     "harvest": "workbench.cache.writer",
+    "default_hooks": "workbench.cache.hooks",
     "hook_summary": "workbench.cache.hooks",
+    "transcoder_hooks": "workbench.cache.hooks",
     **{name: "workbench.cache.errors" for name in _ERRORS},
 }
 __all__ = sorted(_EXPORTS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import re
 from collections.abc import Iterable
@@ -63,3 +64,32 @@ def stop_layer(hooks: Iterable[str]) -> int | None:
         elif not h.startswith("hook_"):  # ln_final.*, unembed: needs the whole pass
             return None
     return deepest + 1
+
+
+def transcoder_hooks(layer: int, hook_names: Iterable[str]) -> tuple[str, str]:
+    """(input, target) of layer `layer`'s MLP transcoder (docs/methods.md §10): the normalised residual the MLP
+    reads, or hook_mlp_in where the model has no LayerNorm before its MLP (no ln2 in hook_names); the MLP's output."""
+    normed = f"blocks.{layer}.ln2.hook_normalized"
+    return (normed if normed in set(hook_names) else f"blocks.{layer}.hook_mlp_in"), f"blocks.{layer}.hook_mlp_out"
+
+
+def default_hooks(model) -> list[str]:
+    """What a cache holds unless told otherwise: every layer's residual stream, and each MLP's input and output
+    (what a full transcoder set trains on; none for an attention-only model)."""
+    out = [f"blocks.{layer}.hook_resid_post" for layer in range(model.cfg.n_layers)]
+    if not getattr(model.cfg, "attn_only", False):
+        for layer in range(model.cfg.n_layers):
+            out += transcoder_hooks(layer, model.hook_dict)
+    return out
+
+
+@contextlib.contextmanager
+def mlp_in_hooks(model, names: Iterable[str]):
+    """hook_mlp_in fires only with TransformerLens's use_hook_mlp_in: switch it on while a hook in `names`
+    reads it (an MLP input of a model without LayerNorm, for transcoders), and restore it after."""
+    old = model.cfg.use_hook_mlp_in
+    model.cfg.use_hook_mlp_in = old or any(str(n).endswith("hook_mlp_in") for n in names)
+    try:
+        yield
+    finally:
+        model.cfg.use_hook_mlp_in = old

@@ -215,26 +215,37 @@ class ActivationCache:
 
         Deterministic given seed, so start_batch=k resumes exactly at batch k. Each rank of
         world_size reads disjoint rows within an epoch. skip_outliers drops rows flagged by
-        outliers(). Memory: one window buffer of about window_bytes, whatever the cache size."""
-        row_bytes = self.d(hook) * self._store.itemsize
+        outliers(). Memory: one window buffer of about window_bytes, whatever the cache size.
+        hook may be a list of hooks: each batch is then their rows side by side ([batch_size, sum of
+        d], in the order given), token by token the same rows (what a transcoder trains on)."""
+        hooks = [hook] if isinstance(hook, str) else list(hook)
+        row_bytes = sum(self.d(h) for h in hooks) * self._store.itemsize
         sampler = RowSampler(
             self.n_tokens(split),
             batch_size,
             seed=seed,
             rank=rank,
             world_size=world_size,
-            exclude=np.flatnonzero(self.outliers(hook, split)) if skip_outliers else None,
+            exclude=np.flatnonzero(np.any([self.outliers(h, split) for h in hooks], 0)) if skip_outliers else None,
             chunk_rows=chunk_rows,
             window_rows=max(batch_size, window_bytes // row_bytes),
         )
-        return self._batches(hook, split, sampler.windows(start_batch), dtype, device)
+        return self._batches(hooks, split, sampler.windows(start_batch), dtype, device)
 
-    def _batches(self, hook, split, windows, dtype, device):
+    def _batches(self, hooks, split, windows, dtype, device):
+        widths = [self.d(h) for h in hooks]
+        ends = np.cumsum(widths)
         buf = None
         for win in windows:
             if buf is None or len(buf) < len(win.rows):
-                buf = np.empty((len(win.rows), self.d(hook)), dtype=self._store)
-            self._read_rows(hook, split, win.rows, buf)
+                buf = np.empty((len(win.rows), int(ends[-1])), dtype=self._store)
+            for h, a, b in zip(hooks, ends - widths, ends):
+                if len(hooks) == 1:
+                    self._read_rows(h, split, win.rows, buf)
+                else:
+                    part = np.empty((len(win.rows), b - a), dtype=self._store)
+                    self._read_rows(h, split, win.rows, part)
+                    buf[: len(win.rows), a:b] = part
             for pos in win.batches:
                 yield self._tensor(buf[pos], dtype, device)
 
@@ -352,6 +363,30 @@ class ActivationCache:
             f"ActivationCache({str(self.path)!r}, model={self.manifest['model']!r}, hooks={len(self.hooks)}, "
             f"train={self.n_tokens('train')}, heldout={self.n_tokens('heldout')}, dtype={self.manifest['dtype']})"
         )
+
+
+def check_aligned(a: ActivationCache, b: ActivationCache) -> None:
+    """Refuse two caches whose rows are not the same tokens in the same order (a transcoder reading one and
+    reconstructing the other would pair activations of different tokens): same model, and per split the same
+    row count, token ids, sequence index and positions."""
+    if a.manifest.get("model") != b.manifest.get("model"):
+        raise CacheMismatchError(
+            f"caches {a.path} and {b.path} come from different models ({a.manifest.get('model')!r} vs "
+            f"{b.manifest.get('model')!r}); their rows cannot be paired"
+        )
+    for split in SPLITS:
+        if a.n_tokens(split) != b.n_tokens(split):
+            raise CacheMismatchError(
+                f"caches {a.path} and {b.path} hold {a.n_tokens(split)} vs {b.n_tokens(split)} {split} rows: "
+                "different token streams or splits; harvest both hooks into one cache"
+            )
+        for what in ("token_ids", "seq_index", "positions"):
+            diff = np.flatnonzero(getattr(a, what)(split) != getattr(b, what)(split))
+            if len(diff):
+                raise CacheMismatchError(
+                    f"caches {a.path} and {b.path} differ at {split} row {int(diff[0])} ({what}): different token "
+                    "streams (corpus, seed, context length or held-out split); harvest both hooks into one cache"
+                )
 
 
 def _check_names(manifest_path: Path, manifest: dict) -> None:

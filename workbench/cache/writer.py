@@ -46,7 +46,7 @@ from workbench.cache.errors import (
     UnknownHookError,
 )
 from workbench.cache.format import CHECKSUM
-from workbench.cache.hooks import stop_layer, validate_hooks
+from workbench.cache.hooks import mlp_in_hooks, stop_layer, validate_hooks
 from workbench.cache.prefetch import prefetched
 from workbench.cache.reader import FORMAT, ActivationCache
 from workbench.cache.shards import ShardWriter, check_shard, read_record, shard_dirs, shard_name
@@ -107,7 +107,7 @@ def harvest(
             for split in SPLITS:
                 _harvest_split(model, corpus, cfg, split, out / split, done[split], closer, bar, unknown)
         closer.join()
-        _finalize(out, cfg, corpus.label_names, dims, unknown)
+        _finalize(out, cfg, corpus.label_names, dims, unknown, model.cfg.n_layers)
     except ValueError:  # the corpus or config is unusable: a rerun fails the same way, so nothing to resume
         closer.join(raise_error=False)
         if fresh and out.is_dir():  # leave the folder as this call found it, so the corrected command can run
@@ -178,7 +178,7 @@ def _probe_dims(model, hooks: tuple[str, ...]) -> dict[str, int]:
 
 
 def _run(model, tokens, fwd_hooks, stop):
-    with model.hooks(fwd_hooks=fwd_hooks):
+    with mlp_in_hooks(model, [name for name, _ in fwd_hooks]), model.hooks(fwd_hooks=fwd_hooks):
         if stop is None:
             model(tokens, return_type=None)
         else:
@@ -418,7 +418,9 @@ class _Closer:
             raise self._error
 
 
-def _finalize(out: Path, cfg: CacheConfig, label_names: dict, dims: dict[str, int], unknown: _UnknownCounter) -> None:
+def _finalize(
+    out: Path, cfg: CacheConfig, label_names: dict, dims: dict[str, int], unknown: _UnknownCounter, n_layers: int
+) -> None:
     shards = {s: [read_record(d) for d in shard_dirs(out / s)] for s in SPLITS}
     counts = np.array([unknown.fraction(np.load(d / "sequences.npy")) for s in SPLITS for d in shard_dirs(out / s)])
     if not shards["train"]:
@@ -431,6 +433,7 @@ def _finalize(out: Path, cfg: CacheConfig, label_names: dict, dims: dict[str, in
         "format": FORMAT,
         "model": cfg.model,
         "corpus": cfg.corpus,
+        "n_layers": n_layers,  # so a transcoder set knows the model's layers without loading it
         "hooks": list(cfg.hooks),
         "d": dims,
         "dtype": cfg.dtype,

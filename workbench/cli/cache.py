@@ -31,8 +31,8 @@ def add_parser(sub) -> None:
     c.add_argument(
         "--hooks",
         nargs="+",
-        default=["blocks.*.hook_resid_post"],
-        help="TransformerLens hook names; '*' expands over layers (default: %(default)s)",
+        help="TransformerLens hook names; '*' expands over layers (default: every layer's hook_resid_post, and "
+        "each MLP's input (ln2.hook_normalized, or hook_mlp_in without LayerNorm) and hook_mlp_out, for transcoders)",
     )
     c.add_argument("--name", help="folder in <workspace>/caches (default: MODEL-CORPUS)")
     c.add_argument("--out", help="cache folder instead of <workspace>/caches/NAME")

@@ -9,6 +9,7 @@ import sys
 from workbench.cli.options import add_model_flag, quiet_flag, workspace_flag
 from workbench.configflags import add_config_flags, config_values, given, set_fields
 from workbench.sae.config import EvalConfig, SAEConfig, TrainConfig, at_k
+from workbench.errors import BadValueError
 from workbench.workspace import Workspace
 
 SWEEP = ("architecture", "k", "scaffold_rank", "seed")  # one SAE per combination of these flags' values
@@ -40,7 +41,22 @@ def _add_train(sae) -> None:
         help="train one or more SAEs on one hook of a cache (one shared batch stream)",
     )
     t.add_argument("--cache", required=True, help="activation cache folder (from `workbench cache`)")
-    t.add_argument("--hook", required=True, help="cached hook to train on, e.g. blocks.2.hook_resid_post")
+    t.add_argument("--hook", help="cached hook to train on, e.g. blocks.2.hook_resid_post")
+    t.add_argument(
+        "--target",
+        help="transcoder: the cached hook to reconstruct from --hook, e.g. --hook blocks.1.ln2.hook_normalized "
+        "--target blocks.1.hook_mlp_out",
+    )
+    t.add_argument(
+        "--target-cache",
+        help="read --target from this cache instead of --cache (it must hold the same tokens, checked row by row)",
+    )
+    t.add_argument(
+        "--transcoders",
+        metavar="LAYERS",
+        help="a transcoder set: one transcoder per layer ('all' or e.g. '0,2'), each from the MLP's input to its "
+        "output, side by side on one pass (into <workspace>/transcoders/NAME)",
+    )
     t.add_argument("--name", help="run folder in <workspace>/saes (default: HOOK-TIME)")
     t.add_argument(
         "--out",
@@ -71,9 +87,18 @@ def _train(a: argparse.Namespace) -> None:
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
     train_cfg = TrainConfig(**config_values(a, TrainConfig, TRAIN), progress=not a.quiet)
-    folders = steps.train_saes(
-        Workspace(a.workspace), a.cache, a.hook, cfgs, train_cfg, out=a.out, name=a.name, resume=a.resume
-    )
+    ws, kw = Workspace(a.workspace), {"out": a.out, "name": a.name, "resume": a.resume}
+    if a.transcoders is not None:
+        if a.hook or a.target:
+            raise BadValueError(f"--transcoders {a.transcoders!r} chooses each layer's hooks; drop --hook/--target")
+        folder, folders = steps.train_transcoder_set(ws, a.cache, a.transcoders, cfgs, train_cfg, **kw)
+        print(f"saved transcoder set {folder}")
+    elif not a.hook:
+        raise BadValueError("sae train needs --hook HOOK (and --target HOOK for a transcoder) or --transcoders LAYERS")
+    else:
+        folders = steps.train_saes(
+            ws, a.cache, a.hook, cfgs, train_cfg, target=a.target, target_cache=a.target_cache, **kw
+        )
     for f in folders:
         print(f"saved {f}")
 
@@ -85,6 +110,13 @@ def _eval(a: argparse.Namespace) -> None:
     ws = Workspace(a.workspace)
     for folder in a.sae:
         m = steps.evaluate_sae(ws, folder, a.cache, None if a.no_model else a.model, cfg)
+        if "all_replaced" in m:  # a transcoder set
+            for name, r in m["all_replaced"].items():
+                print(
+                    f"{folder}: every MLP replaced by {name}: CE recovered {r['ce_loss_recovered']:.4g}, "
+                    f"KL score {r['kl_score']:.4g}"
+                )
+            continue
         flat = {**m["reconstruction"], **m.get("splice", {})}
         shown = ", ".join(f"{k} {flat[k]:.4g}" for k in steps.SAE_HEADLINE if k in flat)
         print(f"{folder}: {shown}  (all metrics in metrics.json)")

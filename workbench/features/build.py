@@ -1,7 +1,9 @@
 """`build_stores`: one pass over cached tokens fills a feature store beside each SAE.
 
 SAEs on the same hook share the pass: each chunk of cached rows is read once and encoded by every
-SAE. A chunk's non-zero activations are saved under features/.partial/ before the next chunk
+SAE. A transcoder's activations come from its input hook (what it reads, metadata.hook_name) and its
+logit effects from its decoder, which writes its target (metadata.hook_name_out, an MLP's output in the
+residual stream). A chunk's non-zero activations are saved under features/.partial/ before the next chunk
 starts, so an interrupted build resumes at the first missing chunk. The statistics are computed
 at the end from all chunks at once (workbench.features.compute), the files written atomically,
 and the manifest last: its presence means the store is complete.
@@ -237,7 +239,9 @@ def _finalize(job: _Job, n_chunks: int, cache, hook: str, model, vocab: list[str
     info = _read_json(job.dir / "workbench.json")
     sae_cfg = info.get("sae_config", {})
     units, label_kinds = _unit_table(e, job, meta, sae_cfg.get("prefixes"))
-    scaffold = _scaffold(job, n_chunks, W_dec, cfg) if job.rank else None
+    # the scaffold panel compares its directions with the stream's principal components: a transcoder's scaffold
+    # writes another space than the one the store reads, so it has none
+    scaffold = _scaffold(job, n_chunks, W_dec, cfg) if job.rank and _writes(job, hook) == hook else None
     _write_files(job.out, files, units, vocab, scaffold)
     manifest = _manifest(
         job, cache, hook, label_kinds, logit_note, sae_cfg.get("prefixes") if "level" in units else None
@@ -309,8 +313,9 @@ def _unit_directions(e: compute.Entries, coords, W_dec: np.ndarray, job: _Job, c
 
 def _logit_effects(job: _Job, hook: str, model, dirs: np.ndarray, cfg: FeatureConfig) -> tuple[dict, str | None]:
     """Logit effects: the direct path through the unembedding, the final LayerNorm's scale folded in (only for
-    a hook on the residual stream's width); returns (files, the note the manifest keeps on how they were made)."""
-    if hook.split(".")[-1] not in RESID_HOOKS or job.sae.cfg.d_in != model.cfg.d_model:
+    a hook on the residual stream's width; a transcoder's decoder writes its target hook, not the hook it reads);
+    returns (files, the note the manifest keeps on how they were made)."""
+    if _writes(job, hook).split(".")[-1] not in RESID_HOOKS or dirs.shape[1] != model.cfg.d_model:
         return {}, None
     ln_w = getattr(getattr(model, "ln_final", None), "w", None)
     ln = ln_w.detach().float().cpu().numpy() if ln_w is not None else None
@@ -376,13 +381,21 @@ def _write_files(out: Path, files: dict, units: dict, vocab: list[str], scaffold
         atomic_write_text(out / "scaffold.json", json.dumps(scaffold, indent=1))
 
 
+def _writes(job: _Job, hook: str) -> str:
+    """The hook the dictionary's decoder writes: a transcoder's target, else the hook it reads."""
+    return job.sae.cfg.metadata.hook_name_out or hook
+
+
 def _manifest(job: _Job, cache, hook: str, label_kinds: dict, logit_note: str | None, prefixes) -> dict:
     """What the store holds and how each statistic was made (the timing and checksums are added by _finalize)."""
-    cfg, n_rows = job.cfg, job.record["n_rows"]
+    cfg, n_rows, writes = job.cfg, job.record["n_rows"], _writes(job, hook)
     return {
         "format": FORMAT,
         "sae": job.dir.name,
         "hook": hook,
+        "reads": hook,
+        "writes": writes,
+        "kind": "transcoder" if writes != hook else "sae",
         "model": cache.manifest["model"],
         "architecture": job.sae.cfg.architecture(),
         "training_architecture": job.sae.cfg.metadata.training_architecture,

@@ -4,8 +4,14 @@ An architecture supplies how latents are chosen (`select`), what the chosen pre-
 become (`activate`), and optionally its own weights (`weights`) and reconstruction loss. The rest
 (input scaling, b_dec, the scaffold, AuxK, the regularisers, the sparse kernels) lives here once.
 
-Layout: W_enc and W_dec are both [n_latents, d_in] (one row per latent) so both sparse products
-gather rows; the SAELens export transposes W_enc.
+Layout: W_enc [n_latents, d_in] and W_dec [n_latents, d_out] (one row per latent) so both sparse
+products gather rows; the SAELens export transposes W_enc.
+
+A transcoder (cfg.transcoder, docs/methods.md §10) is the same machinery with a target: a training
+batch is [x | y] (the input hook's row, then the target's), the encoder reads x centred by a fixed
+b_in, everything else (b_dec, the decoder, the scaffold's U, the loss, AuxK, FVU) lives in y's space,
+and a skip transcoder adds W_skip x (starting at zero) to the reconstruction. Inputs and targets each
+get their own scale (input_scale, output_scale).
 """
 
 from __future__ import annotations
@@ -54,21 +60,33 @@ class SparseAutoencoder(nn.Module):
         self.kern = KERNELS[cfg.kernel]
         self.u = cfg.unit_size
         gen = torch.Generator().manual_seed(cfg.seed)
-        self.b_dec = nn.Parameter(torch.zeros(cfg.d_in))
+        self.d_out = cfg.out_width
+        self.b_dec = nn.Parameter(torch.zeros(self.d_out))
         self.register_buffer("input_scale", torch.ones(()))
         self.register_buffer("encoder_init_scale", torch.ones(()))  # what encoder_init="fit" chose, for the record
-        self.scaffold = Scaffold(cfg.d_in, cfg.scaffold_rank, cfg.scaffold_trainable) if cfg.scaffold_rank else None
+        self.W_skip = nn.Parameter(torch.zeros(self.d_out, cfg.d_in)) if cfg.skip else None
+        if cfg.transcoder:
+            self.register_buffer("b_in", torch.zeros(cfg.d_in))  # the input's centre (b_dec's role in an SAE)
+            self.register_buffer("output_scale", torch.ones(()))
+        r = cfg.scaffold_rank
+        self.scaffold = Scaffold(cfg.d_in, r, cfg.scaffold_trainable, self.d_out) if r else None
         self.init_dictionary(gen)
         self._gen = gen
 
     # ---- what an architecture provides -------------------------------------------------------
     def init_dictionary(self, gen: torch.Generator) -> None:
-        n, d = self.cfg.n_latents, self.cfg.d_in
-        w = torch.randn(n, d, generator=gen)
-        w = (w.view(n // self.u, -1) / w.view(n // self.u, -1).norm(dim=-1, keepdim=True)).view(n, d)
+        n = self.cfg.n_latents
+        w = self._unit_rows(torch.randn(n, self.d_out, generator=gen))
         self.W_dec = nn.Parameter(w)
-        self.W_enc = nn.Parameter(w.clone())  # W_enc initialised as W_dec^T
+        # an SAE's W_enc starts as W_dec^T; a transcoder's reads another space, so it starts as its own random rows
+        enc = self._unit_rows(torch.randn(n, self.cfg.d_in, generator=gen)) if self.cfg.transcoder else w.clone()
+        self.W_enc = nn.Parameter(enc)
         self.b_enc = nn.Parameter(torch.zeros(n))
+
+    def _unit_rows(self, w: torch.Tensor) -> torch.Tensor:
+        """Each unit (row, or block of rows) scaled to unit norm."""
+        v = w.view(self.cfg.n_units, -1)
+        return (v / v.norm(dim=-1, keepdim=True)).view_as(w)
 
     def weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return self.W_enc, self.b_enc, self.W_dec
@@ -107,12 +125,41 @@ class SparseAutoencoder(nn.Module):
     def expand_units(self, mask: torch.Tensor) -> torch.Tensor:
         return mask if self.u == 1 else mask.repeat_interleave(self.u, dim=1)
 
+    def split(self, batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(input, target) of a training batch: [x | y] for a transcoder, x itself for an SAE."""
+        if not self.cfg.transcoder:
+            return batch, batch
+        d = self.cfg.d_in
+        if batch.shape[-1] != d + self.d_out:
+            raise ConfigError(
+                f"transcoder {self.cfg.name!r} expects rows of width d_in + d_out = {d} + {self.d_out}, "
+                f"got {batch.shape[-1]}"
+            )
+        return batch[:, :d], batch[:, d:]
+
+    def _centre(self) -> torch.Tensor:
+        return self.b_in if self.cfg.transcoder else self.b_dec
+
     def _inputs(self, x: torch.Tensor):
+        """(scaled input, centred input, scaffold output, encoder input) of an input batch x [B, d_in]."""
         xs = x * self.input_scale.to(x.dtype)
-        xc = xs - self.b_dec.to(x.dtype)
+        xc = xs - self._centre().to(x.dtype)
         s = self.scaffold(xc) if self.scaffold is not None else None
         enc_in = xc - s if s is not None and self.cfg.scaffold_encoder_input == "residual" else xc
         return xs, xc, s, enc_in
+
+    def _target(self, y: torch.Tensor, xs: torch.Tensor) -> torch.Tensor:
+        """What the dictionary reconstructs, in training units."""
+        return y * self.output_scale.to(y.dtype) if self.cfg.transcoder else xs
+
+    def _base(self, xs: torch.Tensor, s: torch.Tensor | None) -> torch.Tensor:
+        """The reconstruction before the sparse code: b_dec, the scaffold's output and the skip path."""
+        base = self.b_dec.expand(xs.shape[0], -1)
+        if s is not None:
+            base = base + s
+        if self.W_skip is not None:
+            base = base + xs @ self.W_skip.to(xs.dtype).T
+        return base
 
     def _preacts(self, enc_in, W_enc, b_enc, out: torch.Tensor | None = None) -> torch.Tensor:
         with torch.no_grad():
@@ -139,20 +186,22 @@ class SparseAutoencoder(nn.Module):
         sup = self.finish_select(Support.cat(sups), enc_in, W_enc, b_enc)
         return sup, Support.cat(auxs) if auxs else None
 
-    def forward(self, x: torch.Tensor, dead_mask: torch.Tensor | None = None) -> dict:
-        """One training step's losses and statistics for a batch x [B, d_in] (original units)."""
+    def forward(self, batch: torch.Tensor, dead_mask: torch.Tensor | None = None) -> dict:
+        """One training step's losses and statistics for a batch [B, d_in] ([B, d_in + d_out] for a
+        transcoder; original units)."""
         cfg = self.cfg
+        x, y = self.split(batch)
         xs, xc, s, enc_in = self._inputs(x)
+        ts = self._target(y, xs)
         W_enc, b_enc, W_dec = self.weights()
         use_aux = dead_mask is not None and cfg.aux_alpha and bool(dead_mask.any())
         sup, aux_sup = self._select(enc_in, W_enc, b_enc, dead_mask if use_aux else None)
         enc_in, b_enc = self._grad_operands(xs, xc, enc_in, W_enc, b_enc)
         pre = self.kern.encode(enc_in, W_enc, b_enc, sup)
         vals, losses = self.activate(pre, sup)
-        base = self.b_dec + s if s is not None else self.b_dec.expand_as(xs)
-        recon_terms, x_hat = self.reconstruction(xs, base, vals, W_dec, sup)
+        recon_terms, x_hat = self.reconstruction(ts, self._base(xs, s), vals, W_dec, sup)
         losses.update(recon_terms)
-        e = xs - x_hat
+        e = ts - x_hat
         if aux_sup is not None:
             losses["aux"] = cfg.aux_alpha * self._auxk(enc_in, e, aux_sup, W_enc, b_enc, W_dec, dead_mask)
         if cfg.architecture in TOPK_FAMILY and (cfg.reg_l1_off or cfg.reg_l1_l2):
@@ -162,7 +211,7 @@ class SparseAutoencoder(nn.Module):
             fired = vals.detach() != 0
             stats = {
                 "mse": e.detach().float().pow(2).sum(-1).mean(),
-                "fvu": e.detach().float().pow(2).sum() / (xs - xs.mean(0)).float().pow(2).sum().clamp_min(1e-12),
+                "fvu": e.detach().float().pow(2).sum() / (ts - ts.mean(0)).float().pow(2).sum().clamp_min(1e-12),
                 "l0": fired.sum().float() / x.shape[0],
                 "unit_fires": self._unit_fires(sup, fired),
             }
@@ -175,12 +224,12 @@ class SparseAutoencoder(nn.Module):
         """The (input, bias) the encoder's gradients flow through once the support is chosen.
 
         When the input is just xc = xs - b_dec (`_inputs` chose no scaffold residual), b_dec moves into the
-        bias: W(xs - b_dec) + b_enc = W xs + (b_enc - W b_dec). The gradients are the same, but b_dec's is one
+        bias: W(xs - b_dec) + b_enc = W xs + (b_enc - W b_dec) (a transcoder's fixed b_in likewise). The gradients are the same, but b_dec's is one
         n x d matvec instead of a B x d input gradient gathered from every selected encoder row (AuxK's 384
         a token)."""
         if enc_in is not xc or xs.requires_grad or self.kern.name != "sparse":  # dense: the plain reference
             return enc_in, b_enc
-        return xs.to(enc_in.dtype), b_enc - W_enc @ self.b_dec.to(W_enc.dtype)
+        return xs.to(enc_in.dtype), b_enc - W_enc @ self._centre().to(W_enc.dtype)
 
     def extra_stats(self, vals, sup) -> dict:
         return {}
@@ -253,57 +302,73 @@ class SparseAutoencoder(nn.Module):
             self.train(was)
 
     @torch.no_grad()
-    def decode(self, z: torch.Tensor, scaffold_out: torch.Tensor | None = None) -> torch.Tensor:
-        """Reconstruction in original units from dense codes (+ the scaffold's output, scaled units)."""
+    def decode(self, z: torch.Tensor, base: torch.Tensor | None = None) -> torch.Tensor:
+        """Reconstruction in original units from dense codes; base: what `_base` adds (scaled units), or
+        b_dec alone."""
         _, _, W_dec = self.weights()
-        out = z @ W_dec + self.b_dec
-        if scaffold_out is not None:
-            out = out + scaffold_out
-        return out / self.input_scale
+        out = z @ W_dec + (self.b_dec if base is None else base)
+        return out / (self.output_scale if self.cfg.transcoder else self.input_scale)
 
     @torch.no_grad()
     def reconstruct(self, x: torch.Tensor, drop_scaffold: bool = False) -> torch.Tensor:
-        _, _, s, _ = self._inputs(x)
-        return self.decode(self.encode(x), None if drop_scaffold else s)
+        """The SAE's reconstruction of x, or a transcoder's prediction of its target from input x."""
+        xs, _, s, _ = self._inputs(x)
+        return self.decode(self.encode(x), self._base(xs, None if drop_scaffold else s))
 
     # ---- training support --------------------------------------------------------------------
     @torch.no_grad()
-    def init_from_batch(self, x: torch.Tensor) -> None:
-        """Input scale, b_dec and the scaffold from the first batch(es) of the stream."""
+    def init_from_batch(self, batch: torch.Tensor) -> None:
+        """Scales, b_dec (and a transcoder's b_in) and the scaffold from the first batch(es) of the stream."""
         cfg = self.cfg
-        x = x.double()
+        x, y = (t.double() for t in self.split(batch))
         if cfg.input_norm == "sqrt_d":
             self.input_scale.fill_(math.sqrt(cfg.d_in) / x.norm(dim=-1).mean().clamp_min(1e-12).item())
+            if cfg.transcoder:
+                self.output_scale.fill_(math.sqrt(self.d_out) / y.norm(dim=-1).mean().clamp_min(1e-12).item())
         xs = x * self.input_scale.double()
-        if cfg.b_dec_init == "geometric_median":
-            self.b_dec.copy_(geometric_median(xs))
-        elif cfg.b_dec_init == "mean":
-            self.b_dec.copy_(xs.mean(0))
+        ts = y * self.output_scale.double() if cfg.transcoder else xs
+        for bias, t in ((self.b_dec, ts), (self.b_in, xs)) if cfg.transcoder else ((self.b_dec, ts),):
+            if cfg.b_dec_init == "geometric_median":
+                bias.copy_(geometric_median(t))
+            elif cfg.b_dec_init == "mean":
+                bias.copy_(t.mean(0))
         if self.scaffold is not None:
             if cfg.scaffold_init == "pca" and x.shape[0] < cfg.scaffold_rank:
                 raise ConfigError(
                     f"scaffold_init='pca' needs at least scaffold_rank={cfg.scaffold_rank} "
                     f"tokens in the init batch, got {x.shape[0]}"
                 )
-            self.scaffold.init_from((xs - self.b_dec.double()).float(), cfg.scaffold_init, self._gen)
+            yc = (ts - self.b_dec.double()).float() if cfg.transcoder else None
+            self.scaffold.init_from((xs - self._centre().double()).float(), cfg.scaffold_init, self._gen, yc)
         if cfg.encoder_init == "fit":
-            self._fit_encoder_scale(x.float())
+            self._fit_encoder_scale(x.float(), ts.float())
 
     @torch.no_grad()
-    def _fit_encoder_scale(self, x: torch.Tensor) -> None:
+    def _fit_encoder_scale(self, x: torch.Tensor, ts: torch.Tensor) -> None:
         """Scale the encoder so the first batch's reconstruction has the least-squares optimal size.
 
         With W_enc = W_dec^T and unit-norm rows, the k selected codes overshoot the input (their
         decoder rows overlap), so FVU starts above 1 and early steps undo that. The selection does
         not change with a positive scale (Top-k) or is re-made after it (thresholds), so one scalar
         c = <target, recon> / <recon, recon> fits it exactly.
+
+        A transcoder's random decoder rows are unrelated to its target, so each unit's decoder first
+        becomes the (unit-normalised) code-weighted mean of the target over the tokens it fires on in
+        this batch: one least-squares-like step toward the target before the scale is fitted.
         """
-        _, xc, s, enc_in = self._inputs(x)
+        xs, _, s, enc_in = self._inputs(x)
         W_enc, b_enc, W_dec = self.weights()
         sup, _ = self._select(enc_in, W_enc, b_enc, select=self.init_select)
         vals, _ = self.activate(sup.pre, sup)
+        target = ts - self._base(xs, s)
+        if self.cfg.transcoder:
+            fit = torch.zeros_like(self.W_dec).index_add_(0, sup.idx, vals[:, None] * target[sup.rows])
+            fired = self._unit_view(fit).norm(dim=-1, keepdim=True) > 0
+            self._unit_view(self.W_dec).copy_(
+                torch.where(fired, self._unit_view(self._unit_rows(fit)), self._unit_view(self.W_dec))
+            )
+            W_dec = self.W_dec
         recon = self.kern.decode(vals, W_dec, sup, n_bags=x.shape[0])
-        target = xc - s if s is not None else xc
         c = float((target * recon).sum() / (recon * recon).sum().clamp_min(1e-12))
         if not (math.isfinite(c) and c > 0):
             return  # nothing selected, or an anti-aligned start: keep the transpose

@@ -73,7 +73,7 @@ class _ThresholdBlockSAE(SparseAutoencoder):
     @torch.no_grad()
     def init_from_batch(self, x):
         super().init_from_batch(x)
-        _, _, _, enc_in = self._inputs(x.to(self.b_dec.dtype))
+        _, _, _, enc_in = self._inputs(self.split(x)[0].to(self.b_dec.dtype))
         norms = self.unit_scores(self._preacts(enc_in, self.W_enc, self.b_enc)).flatten()
         t = float(norms.kthvalue(max(1, norms.numel() - self.cfg.n_active_blocks * x.shape[0])).values)
         t = max(t, 1e-3)

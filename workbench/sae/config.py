@@ -54,6 +54,24 @@ class SAEConfig:
     name: str | None = field(
         default=None, metadata={"help": "folder name; None: derived from the fields below", "cli": False}
     )
+    # Transcoder (docs/methods.md §10): read one hook, reconstruct another (the MLP's input -> its output)
+    transcoder: bool = field(
+        default=False,
+        metadata={
+            "help": "read the input hook and reconstruct a target hook (set by the trainer's target)",
+            "cli": False,
+        },
+    )
+    d_out: int | None = field(
+        default=None,
+        metadata={"help": "transcoder: the target's width; None: the cache's width for the target hook", "cli": False},
+    )
+    skip: bool = field(
+        default=False,
+        metadata={
+            "help": "transcoder: a linear path W_skip x beside the sparse code (a skip transcoder; W_skip starts at 0)"
+        },
+    )
     seed: int = field(default=0, metadata={"help": "SAE initialisation seed"})
     kernel: str = field(
         default="sparse",
@@ -181,15 +199,28 @@ class SAEConfig:
     def n_units(self) -> int:
         return self.n_latents // self.unit_size
 
-    def resolve(self, d_in: int, n_tokens: int | None = None) -> SAEConfig:
-        """Fill the None fields from the data and check every value; returns a new config."""
+    @property
+    def out_width(self) -> int:
+        """Width of what the dictionary reconstructs: the target's (transcoder) or the input's."""
+        return self.d_out if self.transcoder else self.d_in
+
+    def resolve(self, d_in: int, n_tokens: int | None = None, d_out: int | None = None) -> SAEConfig:
+        """Fill the None fields from the data (d_out: the target's width, transcoders) and check every value;
+        returns a new config."""
         check_types(self)
         if self.d_in is not None and self.d_in != d_in:
             raise ConfigError(
                 f"SAE {self.name or self.architecture!r} has d_in={self.d_in} but the data "
                 f"has width {d_in}; set d_in={d_in} or leave it None"
             )
-        c = dataclasses.replace(self, d_in=d_in)
+        if self.transcoder and d_out is None and self.d_out is None:
+            raise ConfigError(f"transcoder {self.name or self.architecture!r} needs the target's width d_out")
+        if self.d_out is not None and d_out is not None and self.d_out != d_out:
+            raise ConfigError(
+                f"transcoder {self.name or self.architecture!r} has d_out={self.d_out} but the target "
+                f"has width {d_out}; set d_out={d_out} or leave it None"
+            )
+        c = dataclasses.replace(self, d_in=d_in, d_out=(self.d_out or d_out) if self.transcoder else None)
         if c.n_latents is None:
             c.n_latents = c.expansion * d_in
         if c.aux_k is None:
@@ -232,6 +263,8 @@ class SAEConfig:
         parts = [self.architecture, f"n{self.n_latents}", sparsity]
         if self.scaffold_rank:
             parts.append(f"scaffold{self.scaffold_rank}")
+        if self.skip:
+            parts.append("skip")
         if self.reg_l1_off or self.reg_l1_l2:
             parts.append(f"reg{self.reg_l1_off:g}_{self.reg_l1_l2:g}")
         if self.kernel != "sparse":
@@ -301,10 +334,33 @@ class SAEConfig:
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0):
                 raise ConfigError(f"{name}={v} must be a finite non-negative number")
+        self._validate_transcoder()
         if not 0 < self.dense_tau < 1:
             raise ConfigError(f"dense_tau={self.dense_tau} must be in (0, 1)")
         if self.aux_k < 1 or self.dead_tokens < 1:
             raise ConfigError(f"aux_k={self.aux_k} and dead_tokens={self.dead_tokens} must be positive")
+
+    def _validate_transcoder(self) -> None:
+        if not self.transcoder:
+            if self.skip or self.d_out is not None:
+                raise ConfigError(
+                    f"skip={self.skip} and d_out={self.d_out} apply to transcoders only (train with a target hook)"
+                )
+            return
+        if self.d_out is None or self.d_out < 1:
+            raise ConfigError(f"d_out={self.d_out} must be a positive integer (the target hook's width)")
+        if self.architecture == "grassmannian":
+            raise ConfigError(
+                "architecture='grassmannian' cannot be a transcoder: its encoder is tied to its decoder frames, "
+                f"which live in the output space; choose one of {[a for a in ARCHITECTURES if a != 'grassmannian']}"
+            )
+        if self.scaffold_rank and self.scaffold_encoder_input == "residual":
+            raise ConfigError(
+                "scaffold_encoder_input='residual' is undefined for a transcoder (its scaffold writes the output "
+                "space, not the input the encoder reads); set scaffold_encoder_input='x'"
+            )
+        if self.scaffold_rank >= self.d_out:
+            raise ConfigError(f"scaffold_rank={self.scaffold_rank} must be below d_out={self.d_out}")
 
     def to_dict(self) -> dict:
         return to_json(self)

@@ -2,6 +2,10 @@
 
 Top-k saves as SAELens `topk`; BatchTopK and Matryoshka as `jumprelu` with their threshold theta
 (as SAELens does); block-sparse and scaffold SAEs as the architectures in workbench.sae.saelens.
+Transcoders: BatchTopK and Matryoshka as sae-lens's `jumprelu_transcoder` (`jumprelu_skip_transcoder`
+with a skip path), Top-k as `workbench_topk_transcoder`, block-sparse and scaffolded ones as the
+workbench architectures with d_out set; metadata.hook_name is what they read, hook_name_out what
+they write.
 The input scaling used in training is folded into the weights, so the saved SAE reads raw
 activations. workbench.json beside them holds the full workbench config and run information.
 """
@@ -14,6 +18,7 @@ from pathlib import Path
 import torch
 from sae_lens import SAE, JumpReLUSAEConfig, TopKSAEConfig
 from sae_lens.saes.sae import SAEMetadata
+from sae_lens.saes.transcoder import JumpReLUSkipTranscoderConfig, JumpReLUTranscoderConfig
 from safetensors.torch import save_file
 
 from workbench.atomic import atomic_path, atomic_write_text, read_json, sha256_file
@@ -30,44 +35,66 @@ class SAEFileError(UserError, ValueError):
 
 @torch.no_grad()
 def export(sae: SparseAutoencoder, metadata: dict | None = None):
-    """(SAELens config object, state dict) for a trained workbench SAE, scaling folded in."""
+    """(SAELens config object, state dict) for a trained workbench SAE or transcoder, scaling folded in."""
     c = sae.cfg
     s = float(sae.input_scale)
+    so = float(sae.output_scale) if c.transcoder else s
     W_enc, b_enc, W_dec = (t.detach().float().cpu() for t in sae.weights())
     t = {
         "W_enc": (W_enc * s).T.contiguous(),
         "b_enc": b_enc.clone(),
-        "W_dec": W_dec / s,
-        "b_dec": sae.b_dec.detach().float().cpu() / s,
+        "W_dec": W_dec / so,
+        "b_dec": sae.b_dec.detach().float().cpu() / so,
     }
+    if c.transcoder:
+        t["b_in"] = sae.b_in.detach().float().cpu() / s
+    if c.skip:
+        t["W_skip"] = sae.W_skip.detach().float().cpu() * (s / so)
     meta = SAEMetadata(**(metadata or {}), training_architecture=c.architecture)
     common = {"d_in": c.d_in, "metadata": meta}
-    if c.is_block or c.scaffold_rank:
-        r = c.scaffold_rank
-        if r:
-            U, V = sae.scaffold.U.detach().float().cpu(), sae.scaffold.V.detach().float().cpu()
-            t["W_dec"] = torch.cat([t["W_dec"], (U / s).T])
-            t["scaffold_V"] = (V * s).contiguous()
-        else:
-            t["scaffold_V"] = torch.zeros(c.d_in, 0)
-        extra = {"d_sae": c.n_latents + r, "scaffold_rank": r, "scaffold_encoder_input": c.scaffold_encoder_input}
-        if c.is_block:
-            rule = {"block_jumprelu": "threshold", "group_lasso": "soft"}.get(c.architecture, "topk")
-            t["threshold"] = sae.theta.detach().float().cpu() if rule != "topk" else torch.zeros(c.n_units)
-            cfg = saelens.BlockSparseSAEConfig(
-                **common, **extra, block_size=c.block_size, rule=rule, n_active_blocks=c.n_active_blocks
-            )
-        else:
-            t["threshold"] = _threshold(sae)
-            cfg = saelens.ScaffoldSAEConfig(
-                **common, **extra, base="topk" if c.architecture == "topk" else "jumprelu", k=c.k
-            )
+    # a transcoder's encoder reads x itself (sae-lens) or x - b_in (the workbench classes), never x - b_dec
+    tc = {"d_out": c.d_out, "apply_b_dec_to_input": False} if c.transcoder else {}
+    if c.is_block or c.scaffold_rank or (c.transcoder and c.architecture == "topk"):
+        cfg = _workbench_config(sae, t, s, so, {**common, **tc, "skip": c.skip})
+    elif c.transcoder:  # BatchTopK / Matryoshka: sae-lens's JumpReLU transcoders, b_in folded into b_enc
+        t["b_enc"] -= W_enc @ sae.b_in.detach().float().cpu()
+        del t["b_in"]
+        t["threshold"] = _threshold(sae)
+        cls = JumpReLUSkipTranscoderConfig if c.skip else JumpReLUTranscoderConfig
+        cfg = cls(**common, **tc, d_sae=c.n_latents)
     elif c.architecture == "topk":
         cfg = TopKSAEConfig(**common, d_sae=c.n_latents, k=c.k, rescale_acts_by_decoder_norm=False)
     else:
         t["threshold"] = _threshold(sae)
         cfg = JumpReLUSAEConfig(**common, d_sae=c.n_latents)
     return cfg, {k: v.contiguous() for k, v in t.items()}
+
+
+def _workbench_config(sae: SparseAutoencoder, t: dict, s: float, so: float, common: dict):
+    """The config of a workbench-registered architecture (block-sparse, scaffold, Top-k transcoder); the
+    scaffold's U is appended to W_dec and its V saved as scaffold_V (workbench.sae.saelens)."""
+    c = sae.cfg
+    r = c.scaffold_rank
+    if r:
+        U, V = sae.scaffold.U.detach().float().cpu(), sae.scaffold.V.detach().float().cpu()
+        t["W_dec"] = torch.cat([t["W_dec"], (U / so).T])
+        t["scaffold_V"] = (V * s).contiguous()
+    else:
+        t["scaffold_V"] = torch.zeros(c.d_in, 0)
+    extra = {"d_sae": c.n_latents + r, "scaffold_rank": r, "scaffold_encoder_input": c.scaffold_encoder_input}
+    if c.is_block:
+        rule = {"block_jumprelu": "threshold", "group_lasso": "soft"}.get(c.architecture, "topk")
+        t["threshold"] = sae.theta.detach().float().cpu() if rule != "topk" else torch.zeros(c.n_units)
+        return saelens.BlockSparseSAEConfig(
+            **common, **extra, block_size=c.block_size, rule=rule, n_active_blocks=c.n_active_blocks
+        )
+    t["threshold"] = _threshold(sae)
+    cls = (
+        saelens.TopKTranscoderConfig
+        if c.transcoder and c.architecture == "topk" and not r
+        else saelens.ScaffoldSAEConfig
+    )
+    return cls(**common, **extra, base="topk" if c.architecture == "topk" else "jumprelu", k=c.k)
 
 
 def _threshold(sae: SparseAutoencoder) -> torch.Tensor:

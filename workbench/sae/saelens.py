@@ -5,6 +5,12 @@ when it saves or loads an SAE) makes sae_lens.SAE.load_from_disk know them.
 the block norm, or soft-thresholded (block Top-k, group lasso, block JumpReLU and Grassmannian
 SAEs all save as this).
 `workbench_scaffold`: a Top-k or JumpReLU SAE with a rank-r scaffold beside it.
+`workbench_topk_transcoder`: a Top-k transcoder (sae-lens has transcoders with ReLU and JumpReLU codes
+only); the same class as `workbench_scaffold`, optionally with a scaffold and a skip path.
+
+Each may be a transcoder (d_out set: it reads hook_name and writes metadata.hook_name_out): its
+encoder reads x - b_in (b_in the input's centre, d_in wide; b_dec is the output's bias), and a skip
+transcoder adds x @ W_skip^T in `forward` (as sae-lens's skip transcoders do; `decode` leaves it out).
 
 Either may carry a scaffold. SAELens decodes feature activations alone, so the scaffold's r dense
 coordinates a = V^T (x - b_dec) are appended to the codes: d_sae = n_sparse + r, the last r rows of
@@ -26,6 +32,12 @@ from torch import nn
 class _WorkbenchSAEConfig(SAEConfig):
     scaffold_rank: int = 0
     scaffold_encoder_input: str = "residual"  # the sparse encoder reads x - S(x) ("residual") or x
+    d_out: int | None = None  # a transcoder's output width; None: an SAE (output = input space)
+    skip: bool = False  # a transcoder's linear skip path W_skip [d_out, d_in]
+
+    @property
+    def out_width(self) -> int:
+        return self.d_out or self.d_in
 
     @property
     def n_sparse(self) -> int:
@@ -40,10 +52,20 @@ class _WorkbenchSAE(SAE):
         n = c.d_sae - c.scaffold_rank
         self.W_enc = nn.Parameter(torch.zeros(c.d_in, n, **kw))
         self.b_enc = nn.Parameter(torch.zeros(n, **kw))
-        self.W_dec = nn.Parameter(torch.zeros(c.d_sae, c.d_in, **kw))
-        self.b_dec = nn.Parameter(torch.zeros(c.d_in, **kw))
+        self.W_dec = nn.Parameter(torch.zeros(c.d_sae, c.out_width, **kw))
+        self.b_dec = nn.Parameter(torch.zeros(c.out_width, **kw))
         self.scaffold_V = nn.Parameter(torch.zeros(c.d_in, c.scaffold_rank, **kw))
         self.threshold = nn.Parameter(torch.zeros(self.n_threshold(), **kw))
+        if c.d_out is not None:
+            self.b_in = nn.Parameter(torch.zeros(c.d_in, **kw))
+        if c.skip:
+            self.W_skip = nn.Parameter(torch.zeros(c.d_out, c.d_in, **kw))
+
+    def process_sae_in(self, sae_in: torch.Tensor) -> torch.Tensor:
+        if self.cfg.d_out is None:
+            return super().process_sae_in(sae_in)
+        sae_in = self.hook_sae_input(sae_in.to(self.dtype))
+        return self.run_time_activation_norm_fn_in(sae_in) - self.b_in
 
     def n_threshold(self) -> int:
         raise NotImplementedError
@@ -62,8 +84,14 @@ class _WorkbenchSAE(SAE):
 
     def decode(self, feature_acts: torch.Tensor) -> torch.Tensor:
         out = self.hook_sae_recons(feature_acts @ self.W_dec + self.b_dec)
+        if self.cfg.d_out is not None:
+            return out
         out = self.run_time_activation_norm_fn_out(out)
         return self.reshape_fn_out(out, self.d_head)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = super().forward(x)
+        return out + x.to(self.dtype) @ self.W_skip.T if self.cfg.skip else out
 
     def fold_W_dec_norm(self):
         raise NotImplementedError("workbench SAEs keep their decoder norms; folding would change the codes")
@@ -102,6 +130,13 @@ class BlockSparseSAEConfig(_WorkbenchSAEConfig):
         return "workbench_block_sparse"
 
 
+@dataclass
+class TopKTranscoderConfig(ScaffoldSAEConfig):
+    @classmethod
+    def architecture(cls) -> str:
+        return "workbench_topk_transcoder"
+
+
 class BlockSparseSAE(_WorkbenchSAE):
     def n_threshold(self) -> int:
         return self.cfg.n_sparse // self.cfg.block_size
@@ -121,7 +156,11 @@ class BlockSparseSAE(_WorkbenchSAE):
 
 
 def register() -> None:
-    """Make SAE.load_from_disk know both architectures (idempotent)."""
-    for cls, cfg_cls in ((ScaffoldSAE, ScaffoldSAEConfig), (BlockSparseSAE, BlockSparseSAEConfig)):
+    """Make SAE.load_from_disk know the workbench's architectures (idempotent)."""
+    for cls, cfg_cls in (
+        (ScaffoldSAE, ScaffoldSAEConfig),
+        (BlockSparseSAE, BlockSparseSAEConfig),
+        (ScaffoldSAE, TopKTranscoderConfig),
+    ):
         if cfg_cls.architecture() not in SAE_CLASS_REGISTRY:
             register_sae_class(cfg_cls.architecture(), cls, cfg_cls)

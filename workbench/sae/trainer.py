@@ -3,16 +3,22 @@
 `Trainer` owns the SAEs, their optimisers, schedules and dead/dense counters and does one step on
 one batch; `run_steps` drives it over any iterable (what benchmarks call); `fit` adds the data
 position, checkpoints, curves and the saved SAELens folders; `train` reads the activation cache.
+
+A stream row may hold several hooks side by side (one cache read gives them token by token): each
+SAE then reads its own columns (`columns`), e.g. a transcoder its [input | target] pair, and a
+transcoder set (workbench.sae.transcoders) every layer's pair in one pass.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -48,8 +54,10 @@ class Trainer:
         train_cfg: TrainConfig,
         device: torch.device | str = "cpu",
         d_in: int | None = None,
+        columns: list[tuple[int, int]] | None = None,
     ):
-        """sae_cfgs must be resolved (SAEConfig.resolve) unless d_in is given, which resolves them."""
+        """sae_cfgs must be resolved (SAEConfig.resolve) unless d_in is given, which resolves them.
+        columns: the [start, end) columns of a stream row each SAE reads; None: the whole row."""
         self.rank, self.world = dist_info()
         train_cfg.validate(self.world)
         if d_in is not None:
@@ -82,6 +90,9 @@ class Trainer:
         self.skipped: list[int] = []
         self.initialised = False
         self.modules = self.saes
+        self.columns = [slice(a, b) for a, b in columns] if columns else [slice(None)] * len(self.saes)
+        if len(self.columns) != len(self.saes):
+            raise ConfigError(f"{len(self.columns)} column ranges for {len(self.saes)} SAEs")
 
     # ---- setup -------------------------------------------------------------------------------
     def initialise(self, x: torch.Tensor) -> None:
@@ -89,8 +100,8 @@ class Trainer:
         x = x[torch.isfinite(x).all(-1)].to(self.device, torch.float32)
         if x.shape[0] == 0:
             raise NonFiniteError("every row of the initialisation batch is NaN/inf")
-        for sae in self.saes:
-            sae.init_from_batch(x)
+        for sae, cols in zip(self.saes, self.columns):
+            sae.init_from_batch(x[:, cols])
         self.initialised = True
         self._wrap()
 
@@ -126,7 +137,7 @@ class Trainer:
         for i, (sae, module) in enumerate(zip(self.saes, self.modules)):
             dead = self.since_fired[i] >= sae.cfg.dead_tokens
             with amp:
-                out = module(x, dead)
+                out = module(x[:, self.columns[i]], dead)
             self.opts[i].zero_grad(set_to_none=True)
             out["loss"].backward()
             loss = self._allreduce(out["loss"].detach().float().reshape(1).clone()) / self.world
@@ -276,22 +287,25 @@ def fit(
     sae_cfgs: list[SAEConfig],
     train_cfg: TrainConfig,
     make_batches: Callable[[int, int, int], Iterator],
-    d_in: int,
+    d_in: int | None,
     out_dir: str | Path,
     resume: bool = False,
     data: dict | None = None,
-    metadata: dict | None = None,
+    metadata: dict | list[dict] | None = None,
+    columns: list[tuple[int, int]] | None = None,
 ) -> list[Path]:
     """Train every SAE on one stream and save each in SAELens format under out_dir/<name>.
 
-    make_batches(start_batch, rank, world_size) yields this rank's [B/world, d_in] batches from
-    data position start_batch on. `data` identifies the stream (compared on resume); `metadata` goes
-    into each cfg.json (hook_name, model_name, ...).
+    make_batches(start_batch, rank, world_size) yields this rank's [B/world, width] batches from
+    data position start_batch on. d_in resolves the configs (None: they are resolved already).
+    `data` identifies the stream (compared on resume); `metadata` goes into each cfg.json (hook_name,
+    model_name, ...; a list: one per SAE); columns: see Trainer.
     """
     out = check_output_dir(out_dir, "SAE output folder")
     rank, world = dist_info()
     train_cfg.validate(world)
-    cfgs = [c.resolve(d_in, train_cfg.n_tokens) for c in sae_cfgs]
+    cfgs = [c if d_in is None else c.resolve(d_in, train_cfg.n_tokens) for c in sae_cfgs]
+    metas = metadata if isinstance(metadata, list) else [metadata] * len(cfgs)
     record = _run_record(cfgs, train_cfg, data or {})
     ckpt = out / CHECKPOINT
     if resume and not ckpt.is_file():
@@ -300,7 +314,7 @@ def fit(
         raise checkpoint.CheckpointError(
             f"{out} already holds a run ({CHECKPOINT}); pass resume=True (--resume) to continue it, or choose another output folder"
         )
-    trainer = Trainer(cfgs, train_cfg, default_device(train_cfg.device))
+    trainer = Trainer(cfgs, train_cfg, default_device(train_cfg.device), columns=columns)
     if resume:
         state = checkpoint.read_matching(ckpt, record)
         trainer.load_state_dict(state["trainer"])
@@ -333,7 +347,7 @@ def fit(
     _save_checkpoint(trainer, ckpt, record)
     folders = [out / c.name for c in cfgs]
     if rank == 0:
-        for sae, curves, folder in zip(trainer.saes, trainer.curves, folders):
+        for sae, curves, folder, meta in zip(trainer.saes, trainer.curves, folders, metas):
             info = {
                 "train_config": train_cfg.to_dict(),
                 "data": data or {},
@@ -343,7 +357,7 @@ def fit(
                 "world_size": world,
                 "final": curves[-1] if curves else {},
             }
-            save_sae(sae, folder, metadata, info)
+            save_sae(sae, folder, meta, info)
             atomic_write_text(folder / CURVES, "".join(json.dumps(r) + "\n" for r in curves))
     if world > 1:
         dist.barrier()
@@ -368,34 +382,78 @@ def train(
     train_cfg: TrainConfig,
     out_dir: str | Path,
     resume: bool = False,
+    target: str | None = None,
+    target_cache: str | Path | None = None,
 ) -> list[Path]:
-    """Train SAEs on one hook of an activation cache; returns the saved SAELens folders.
+    """Train SAEs on one hook of an activation cache (transcoders: from `hook` to `target`, e.g.
+    blocks.1.ln2.hook_normalized -> blocks.1.hook_mlp_out); returns the saved SAELens folders.
+    target_cache: read the target from another cache of the same tokens (checked row by row).
 
     Batches stream from the cache (never loaded whole); under torchrun each rank reads its own
     share of every batch position.
     """
-    from workbench.cache.reader import ActivationCache
+    return fit_cache(cache_path, [(hook, target, sae_configs)], train_cfg, out_dir, resume, target_cache)
 
-    for c in [*sae_configs, train_cfg]:  # before any work: values from --set arrive untyped
+
+def _check_inputs(sae_configs, train_cfg, out_dir) -> None:
+    """Before any work: values from --set arrive untyped, and names must stay inside the output folder."""
+    for c in [*sae_configs, train_cfg]:
         check_types(c)
     for c in sae_configs:
         c.check_name()
     check_output_dir(out_dir, "SAE output folder")
-    cache = ActivationCache.open(cache_path)
-    if hook not in cache.hooks:
-        raise ConfigError(f"hook {hook!r} is not in the cache at {cache_path}; cached hooks: {cache.hooks}")
+
+
+def _resolve_group(cache, tcache, hook: str, target: str | None, cfgs: list[SAEConfig], n_tokens: int):
+    """The configs of the SAEs on one (input, target) pair, resolved against the caches' widths (tcache: the
+    target's cache)."""
+    for h, what, c in ((hook, "hook", cache), (target, "target hook", tcache)):
+        if h is not None and h not in c.hooks:
+            raise ConfigError(f"{what} {h!r} is not in the cache at {c.path}; cached hooks: {c.hooks}")
     d_in = cache.d(hook)
-    for c in sae_configs:
+    for c in cfgs:
         if c.d_in is not None and c.d_in != d_in:
             raise ConfigError(
                 f"SAE {c.name or c.architecture!r} has d_in={c.d_in} but hook {hook!r} in the cache has width {d_in}"
             )
+    if target is None:
+        return [c.resolve(d_in, n_tokens) for c in cfgs]
+    return [dataclasses.replace(c, transcoder=True).resolve(d_in, n_tokens, tcache.d(target)) for c in cfgs]
+
+
+def fit_cache(
+    cache_path: str | Path,
+    groups: list[tuple[str, str | None, list[SAEConfig]]],
+    train_cfg: TrainConfig,
+    out_dir: str | Path,
+    resume: bool = False,
+    target_cache: str | Path | None = None,
+) -> list[Path]:
+    """Train every group's SAEs side by side on one pass over the cache: a group is (input hook, target
+    hook or None, configs); each stream row holds every group's hooks, and each SAE reads its own.
+    target_cache: the one group's target comes from this cache, whose rows must be the same tokens."""
+    from workbench.cache import ActivationCache
+
+    cfgs_in = [c for _, _, cs in groups for c in cs]
+    _check_inputs(cfgs_in, train_cfg, out_dir)
+    cache = ActivationCache.open(cache_path)
+    tcache = cache
+    if target_cache is not None:
+        from workbench.cache.reader import check_aligned
+
+        if len(groups) != 1 or groups[0][1] is None:
+            raise ConfigError("target_cache (--target-cache) needs exactly one input hook and one --target")
+        tcache = ActivationCache.open(target_cache)
+        check_aligned(cache, tcache)
+    m = cache.manifest
+    cache_rel = _rel(cache_path, out_dir)
+    stream, cfgs, columns, metadata = _layout(cache, tcache, groups, train_cfg.n_tokens, cache_rel)
     _, world = dist_info()
     per_rank = train_cfg.batch_size // max(1, world)
 
-    def make_batches(start: int, rank: int, world_size: int):
-        return cache.batches(
-            hook,
+    def batches(c, hooks, start: int, rank: int, world_size: int, **kw):
+        return c.batches(
+            hooks if len(hooks) > 1 else hooks[0],
             per_rank,
             split="train",
             seed=train_cfg.seed,
@@ -404,23 +462,82 @@ def train(
             world_size=world_size,
             dtype=torch.float32,
             device=default_device(train_cfg.device),
+            **kw,
         )
 
-    m = cache.manifest
-    # relative to each SAE folder (out_dir/<name>), so the SAEs and their cache can move together
-    cache_rel = (Path("..") / os.path.relpath(Path(cache_path).resolve(), Path(out_dir).resolve())).as_posix()
+    def make_batches(start: int, rank: int, world_size: int):
+        if tcache is cache:
+            return batches(cache, stream, start, rank, world_size)
+        return _zip_caches(
+            cache,
+            stream,
+            tcache,
+            groups[0][1],
+            per_rank,
+            partial(batches, start=start, rank=rank, world_size=world_size),
+        )
+
     data = {
         "cache": cache_rel,
-        "hook": hook,
+        **({"target_cache": _rel(target_cache, out_dir)} if target_cache is not None else {}),
         "model": m.get("model"),
         "corpus": m.get("corpus"),
         "cache_n_tokens": cache.n_tokens("train"),
+        **_stream_record(groups),
     }
-    metadata = {
-        "hook_name": hook,
-        "model_name": m.get("model"),
-        "context_size": m.get("ctx_len"),
-        "prepend_bos": True,
-        "dataset_path": cache_rel,
-    }
-    return fit(sae_configs, train_cfg, make_batches, d_in, out_dir, resume, data, metadata)
+    return fit(cfgs, train_cfg, make_batches, None, out_dir, resume, data, metadata, columns)
+
+
+def _layout(cache, tcache, groups, n_tokens: int, cache_rel: str):
+    """(stream hooks, resolved configs, each SAE's columns of a stream row, each SAE's cfg.json metadata)."""
+    stream: list[str] = []
+    cfgs, columns, metadata = [], [], []
+    m = cache.manifest
+    for hook, target, group in groups:
+        resolved = _resolve_group(cache, tcache, hook, target, group, n_tokens)
+        start = sum(cache.d(h) for h in stream)
+        stream += [hook] + ([target] if target and tcache is cache else [])
+        width = cache.d(hook) + (tcache.d(target) if target else 0)
+        meta = {
+            "hook_name": hook,
+            "model_name": m.get("model"),
+            "context_size": m.get("ctx_len"),
+            "prepend_bos": True,
+            "dataset_path": cache_rel,
+            **({"hook_name_out": target} if target else {}),
+        }
+        cfgs += resolved
+        columns += [(start, start + width)] * len(resolved)
+        metadata += [meta] * len(resolved)
+    if len(set(stream)) != len(stream):
+        raise ConfigError(f"a hook appears in two groups of one run: {stream}; train each pair once")
+    return stream, cfgs, columns, metadata
+
+
+def _rel(path, out_dir) -> str:
+    """`path` relative to each SAE folder (out_dir/<name>), so the SAEs and their cache can move together."""
+    return (Path("..") / os.path.relpath(Path(path).resolve(), Path(out_dir).resolve())).as_posix()
+
+
+def _zip_caches(cache, hooks, tcache, target, per_rank, batches):
+    """[input | target] rows from two aligned caches: both samplers get the same window (in rows), so they pick
+    the same rows in the same order."""
+    from workbench.cache.reader import WINDOW_BYTES
+
+    item = cache._store.itemsize
+    rows = max(per_rank, WINDOW_BYTES // (sum(cache.d(h) for h in hooks) * item + tcache.d(target) * item))
+    a = batches(cache, hooks, window_bytes=rows * sum(cache.d(h) for h in hooks) * item)
+    b = batches(tcache, [target], window_bytes=rows * tcache.d(target) * tcache._store.itemsize)
+    return (torch.cat([x, y], 1) for x, y in zip(a, b))
+
+
+def _stream_record(groups) -> dict:
+    """What the run read: one hook (an SAE run, as before), or the (input, target) pairs and how each input
+    was chosen (the normalised residual the MLP reads, or hook_mlp_in)."""
+    if len(groups) == 1 and groups[0][1] is None:
+        return {"hook": groups[0][0]}
+    pairs = [
+        {"hook": h, "target_hook": t, "input_kind": h.split(".", 2)[-1] if h.startswith("blocks.") else h}
+        for h, t, _ in groups
+    ]
+    return {"hook": pairs[0]["hook"], "target_hook": pairs[0]["target_hook"], "pairs": pairs}

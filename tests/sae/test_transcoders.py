@@ -1,0 +1,360 @@
+"""Transcoders: every architecture reads one hook and reconstructs another; sets of them per layer; sae-lens
+loading; evaluation with the MLPs replaced; bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from workbench import steps
+from workbench.cli import main
+from workbench.errors import BadValueError, MissingInputError
+from workbench.sae.architectures import build
+from workbench.sae.config import ConfigError, SAEConfig, TrainConfig
+from workbench.sae.io import load_sae, save_sae
+from workbench.sae.trainer import fit, train
+from workbench.sae.transcoders import load_set, parse_layers
+from workbench.workspace import Workspace
+
+D_IN, D_OUT = 16, 12
+IN, OUT = "blocks.1.ln2.hook_normalized", "blocks.1.hook_mlp_out"
+
+
+def pair_batches(start: int = 0, rank: int = 0, world: int = 1, batch: int = 256):
+    """[x | y] rows: y a fixed nonlinear function of x (an MLP's shape), batch i depends only on (i, rank)."""
+    w = torch.randn(D_IN, D_OUT, generator=torch.Generator().manual_seed(5))
+    i = start
+    while True:
+        g = torch.Generator().manual_seed(i * 7919 + rank)
+        x = torch.randn(batch, D_IN, generator=g) * 2 + 0.5
+        yield torch.cat([x, torch.relu(x @ w) - 1.0], 1)
+        i += 1
+
+
+def _train_cfg(**kw) -> TrainConfig:
+    base = {"n_tokens": 256 * 30, "batch_size": 256, "lr": 3e-3, "warmup_steps": 3, "log_every": 5}
+    return TrainConfig(**{**base, "checkpoint_every": 10, "progress": False, **kw})
+
+
+ARCHS = [
+    ("topk", {}, "workbench_topk_transcoder"),
+    ("batchtopk", {}, "jumprelu_transcoder"),
+    ("matryoshka", {}, "jumprelu_transcoder"),
+    ("block_topk", {"block_size": 4, "n_active_blocks": 2}, "workbench_block_sparse"),
+    ("block_jumprelu", {"block_size": 4, "n_active_blocks": 2, "target_l0": 8.0}, "workbench_block_sparse"),
+    ("group_lasso", {"block_size": 4, "n_active_blocks": 2}, "workbench_block_sparse"),
+    ("topk", {"scaffold_rank": 2, "scaffold_encoder_input": "x"}, "workbench_scaffold"),
+]
+
+
+@pytest.mark.parametrize("skip", [False, True])
+@pytest.mark.parametrize("arch,kw,saved_as", ARCHS)
+def test_every_architecture_trains_as_a_transcoder_and_loads_in_sae_lens(arch, kw, saved_as, skip, tmp_path):
+    cfg = SAEConfig(arch, k=4, n_latents=64, skip=skip, transcoder=True, **kw)
+    (folder,) = fit([cfg.resolve(D_IN, None, D_OUT)], _train_cfg(), pair_batches, None, tmp_path, metadata={})
+    curves = [json.loads(line) for line in (folder / "curves.jsonl").read_text().splitlines()]
+    assert curves[-1]["fvu"] < curves[0]["fvu"] < 1.5  # the loss is on the target and it falls
+    loaded = load_sae(folder)
+    if skip and saved_as == "jumprelu_transcoder":
+        saved_as = "jumprelu_skip_transcoder"
+    assert loaded.cfg.architecture() == saved_as
+    assert loaded.cfg.d_in == D_IN and loaded.W_dec.shape[1] == D_OUT
+    assert hasattr(loaded, "W_skip") == skip
+
+
+def test_saved_transcoder_matches_the_workbench_forward(tmp_path):
+    """sae_lens's forward (and decode(encode) + skip) equals the workbench's own prediction, scaling folded in."""
+    from workbench.sae.eval import transcode
+
+    batch = next(pair_batches())
+    for arch in ("topk", "batchtopk", "block_topk"):
+        for skip in (False, True):
+            cfg = SAEConfig(arch, k=4, n_latents=64, skip=skip, transcoder=True).resolve(D_IN, None, D_OUT)
+            sae = build(cfg)
+            sae.init_from_batch(batch)
+            with torch.no_grad():
+                if skip:
+                    sae.W_skip.normal_()
+                if hasattr(sae, "threshold"):
+                    sae.threshold.fill_(0.05)
+            sae.eval()
+            folder = save_sae(sae, tmp_path / f"{arch}{skip}", {"hook_name": IN, "hook_name_out": OUT})
+            loaded = load_sae(folder)
+            x = batch[:, :D_IN]
+            want = sae.reconstruct(x)
+            torch.testing.assert_close(loaded(x), want, atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(transcode(loaded, x, loaded.encode(x)), want, atol=1e-4, rtol=1e-4)
+            assert loaded.cfg.metadata.hook_name_out == OUT
+
+
+def test_skip_path_starts_at_zero_and_learns():
+    cfg = SAEConfig("topk", k=4, n_latents=64, skip=True, transcoder=True).resolve(D_IN, None, D_OUT)
+    sae = build(cfg)
+    assert torch.count_nonzero(sae.W_skip) == 0
+    batch = next(pair_batches())
+    sae.init_from_batch(batch)
+    out = sae(batch)
+    out["loss"].backward()
+    assert sae.W_skip.grad.abs().sum() > 0
+
+
+def test_resume_of_a_transcoder_run_is_exact(tmp_path):
+    cfgs = [SAEConfig("batchtopk", k=4, n_latents=64, skip=True, transcoder=True).resolve(D_IN, None, D_OUT)]
+
+    def crashing(start, rank, world):
+        for i, b in enumerate(pair_batches(start, rank, world)):
+            if start + i >= 15:
+                raise KeyboardInterrupt
+            yield b
+
+    (full,) = fit(cfgs, _train_cfg(), pair_batches, None, tmp_path / "full", metadata={})
+    with pytest.raises(KeyboardInterrupt):
+        fit(cfgs, _train_cfg(), crashing, None, tmp_path / "resumed", metadata={})
+    (resumed,) = fit(cfgs, _train_cfg(), pair_batches, None, tmp_path / "resumed", resume=True, metadata={})
+    a, b = load_sae(full).state_dict(), load_sae(resumed).state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_config_errors_name_the_value():
+    with pytest.raises(ConfigError, match="grassmannian"):
+        SAEConfig("grassmannian", transcoder=True).resolve(D_IN, None, D_OUT)
+    with pytest.raises(ConfigError, match="scaffold_encoder_input='residual'"):
+        SAEConfig("topk", scaffold_rank=2, transcoder=True).resolve(D_IN, None, D_OUT)
+    with pytest.raises(ConfigError, match="skip=True"):
+        SAEConfig("topk", skip=True).resolve(D_IN)
+    with pytest.raises(ConfigError, match="d_out=64 but the target has width 12"):
+        SAEConfig("topk", transcoder=True, d_out=64).resolve(D_IN, None, D_OUT)
+
+
+def test_parse_layers():
+    assert parse_layers("all", 4) == [0, 1, 2, 3]
+    assert parse_layers("2,0,2", 4) == [0, 2]
+    with pytest.raises(BadValueError, match="no layer 7; use 'all' or comma-separated layers in 0..3"):
+        parse_layers("0,7", 4)
+    with pytest.raises(BadValueError, match="'one' is not"):
+        parse_layers("one", 4)
+
+
+# ---- on a real cache of a real (random-init) model ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tc_cache(tmp_path_factory):
+    """(cache, model folder): a random-init model of the embedded shape and a cache with the default hooks (every
+    residual stream, each MLP's input and output)."""
+    from workbench.cache.config import HarvestConfig
+    from workbench.corpus.vocab import vocabulary
+    from workbench.models import save
+    from workbench.models.tokenizer import build_tokenizer
+    from workbench.models.toy import TinyConfig, build
+
+    root = tmp_path_factory.mktemp("tc")
+    model = build(TinyConfig(), build_tokenizer(vocabulary()))
+    save(model, root / "model")
+    ws = Workspace(root / "ws")
+    cfg = HarvestConfig(n_tokens=5000, heldout_fraction=0.2)
+    cache = steps.make_cache(
+        ws, str(root / "model"), "synthetic", None, cfg, out=root / "cache", progress=False, model=model
+    )
+    assert {IN, OUT, "blocks.3.hook_resid_post"} <= set(cache.hooks) and cache.manifest["n_layers"] == 4
+    return root / "cache", root / "model"
+
+
+def _small_train(**kw):
+    return _train_cfg(n_tokens=512 * 12, batch_size=512, **kw)
+
+
+def test_transcoder_from_the_cache_records_its_hooks_and_evaluates(tc_cache, tmp_path):
+    from workbench.sae.eval import evaluate
+
+    cache, model = tc_cache
+    folders = train(
+        cache,
+        IN,
+        [SAEConfig("topk", k=8, expansion=4), SAEConfig("batchtopk", k=8, expansion=4, skip=True)],
+        _small_train(),
+        tmp_path,
+        target=OUT,
+    )
+    info = json.loads((folders[1] / "workbench.json").read_text())
+    assert info["sae_config"]["transcoder"] and info["sae_config"]["skip"]
+    assert info["data"]["target_hook"] == OUT and info["data"]["pairs"][0]["input_kind"] == "ln2.hook_normalized"
+    m = evaluate(folders[1], cache, str(model), max_tokens=500, n_sequences=4)
+    assert m["target_hook"] == OUT and 0 < m["reconstruction"]["fvu"] < 1.5
+    s = m["splice"]
+    assert s["ce_zero_ablation"] != s["ce_clean"] and "ce_loss_recovered" in s and "kl_score" in s
+    assert json.loads((folders[1] / "metrics.json").read_text())["splice"] == s
+
+
+def test_transcoder_set_trains_evaluates_and_is_listed(tc_cache, tmp_path, capsys):
+    cache, model = tc_cache
+    ws = Workspace(tmp_path / "ws")
+    folder, members = steps.train_transcoder_set(
+        ws, cache, "0,2", [SAEConfig("topk", k=8, expansion=4)], _small_train(), name="set"
+    )
+    manifest = load_set(folder)
+    assert [e["layer"] for e in manifest["layers"]] == [0, 2]
+    assert manifest["layers"][1]["target_hook"] == "blocks.2.hook_mlp_out"
+    assert [m.name for m in members] == [e["transcoders"][0] for e in manifest["layers"]]
+    assert [a.name for a in ws.artifacts("transcoders")] == ["set"]
+    assert {a.name for a in ws.artifacts("saes")} == {m.name for m in members}
+    res = steps.evaluate_sae(ws, folder, cache, str(model), _eval_cfg())
+    (all_replaced,) = res["all_replaced"].values()
+    assert all_replaced["members"] == [m.name for m in members]
+    single = [res["members"][m.name]["ce_sae"] for m in members]
+    assert all_replaced["ce_sae"] not in single  # two MLPs replaced at once is a different model than one
+    assert main(["ls", "--workspace", str(ws.root), "--kind", "transcoders"]) == 0
+    assert "set" in capsys.readouterr().out
+
+
+def _eval_cfg():
+    from workbench.sae.config import EvalConfig
+
+    return EvalConfig(max_tokens=500, n_sequences=4)
+
+
+def test_bad_input_is_one_line_naming_the_value(tc_cache, tmp_path, capsys):
+    cache, _ = tc_cache
+    with pytest.raises(ConfigError, match="target hook 'blocks.1.attn.hook_z' is not in the cache"):
+        train(cache, IN, [SAEConfig("topk")], _small_train(), tmp_path / "a", target="blocks.1.attn.hook_z")
+    with pytest.raises(ConfigError, match="d_out=64 but the target has width 128"):
+        train(cache, IN, [SAEConfig("topk", d_out=64)], _small_train(), tmp_path / "b", target=OUT)
+    ws = Workspace(tmp_path / "ws")
+    with pytest.raises(BadValueError, match="no layer 4"):
+        steps.train_transcoder_set(ws, cache, "1,4", [SAEConfig("topk")], _small_train())
+    args = ["sae", "train", "--workspace", str(ws.root), "--cache", str(cache), "--transcoders", "all", "--hook", IN]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--transcoders 'all' chooses each layer's hooks" in err
+
+
+def test_a_set_with_a_member_from_another_model_is_refused(tc_cache, tmp_path):
+    cache, _ = tc_cache
+    folder, members = train_set_small(cache, tmp_path)
+    cfg = json.loads((members[1] / "cfg.json").read_text())
+    cfg["metadata"]["model_name"] = "other-model@0123"
+    (members[1] / "cfg.json").write_text(json.dumps(cfg))
+    with pytest.raises(BadValueError, match=f"member {members[1].name} comes from model 'other-model@0123'"):
+        load_set(folder)
+    (members[0] / "cfg.json").unlink()
+    with pytest.raises(MissingInputError, match=f"member {members[0].name} has no cfg.json"):
+        load_set(folder)
+
+
+def train_set_small(cache, tmp_path):
+    from workbench.sae.transcoders import train_set
+
+    return train_set(cache, "0,1", [SAEConfig("topk", k=8, expansion=4)], _small_train(), tmp_path / "set")
+
+
+def test_cli_trains_a_transcoder_with_target(tc_cache, tmp_path, capsys):
+    cache, _ = tc_cache
+    out = tmp_path / "run"
+    args = ["sae", "train", "--workspace", str(tmp_path / "ws"), "--cache", str(cache), "--hook", IN, "--target", OUT]
+    args += [
+        "--out",
+        str(out),
+        "--arch",
+        "matryoshka",
+        "--k",
+        "8",
+        "--skip",
+        "--tokens",
+        "4096",
+        "--batch-size",
+        "512",
+        "--quiet",
+    ]
+    assert main(args) == 0
+    (folder,) = [p for p in out.iterdir() if p.is_dir()]
+    cfg = json.loads((folder / "cfg.json").read_text())
+    assert cfg["architecture"] == "jumprelu_skip_transcoder" and cfg["metadata"]["hook_name_out"] == OUT
+
+
+def test_features_build_on_a_transcoder_reads_its_input_and_writes_through_its_decoder(tc_cache, tmp_path):
+    from workbench.features import FeatureStore
+    from workbench.features.build import build_stores
+    from workbench.features.config import FeatureConfig
+
+    cache, model = tc_cache
+    (folder,) = train(cache, IN, [SAEConfig("matryoshka", k=8, expansion=4)], _small_train(), tmp_path, target=OUT)
+    (path,) = build_stores(
+        [folder], cache, str(model), FeatureConfig(chunk_rows=1000, corr_tokens=1000), progress=False
+    )
+    m = FeatureStore(path).manifest
+    assert (m["reads"], m["writes"], m["kind"]) == (IN, OUT, "transcoder")
+    assert m["logit_effects"] and (path / "logit_ids.npy").is_file()
+    assert int((FeatureStore(path).units["count"] > 0).sum()) > 0
+
+
+def _target_only_cache(tc_cache, out, **kw):
+    """A second cache of the tc_cache model holding only the target hook; kw change the harvest."""
+    from workbench.cache.config import HarvestConfig
+    from workbench.models import load
+
+    _, model_dir = tc_cache
+    model, _ = load(str(model_dir))
+    corpus_seed = kw.pop("corpus_seed", 0)
+    cfg = HarvestConfig(**{"n_tokens": 5000, "heldout_fraction": 0.2, **kw})
+    ws = Workspace(out.parent / "ws2")
+    return steps.make_cache(
+        ws, str(model_dir), "synthetic", [OUT], cfg, out=out, corpus_seed=corpus_seed, progress=False, model=model
+    ).path
+
+
+def test_target_from_another_cache_of_the_same_tokens_trains_the_same_transcoder(tc_cache, tmp_path):
+    from workbench.sae.eval import evaluate
+
+    cache, _ = tc_cache
+    tcache = _target_only_cache(tc_cache, tmp_path / "targets")
+    cfgs = [SAEConfig("topk", k=8, expansion=4)]
+    (one,) = train(cache, IN, cfgs, _small_train(), tmp_path / "one", target=OUT)
+    (two,) = train(cache, IN, cfgs, _small_train(), tmp_path / "two", target=OUT, target_cache=tcache)
+    a, b = load_sae(one).state_dict(), load_sae(two).state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    fvu = [evaluate(f, cache, None, max_tokens=500)["reconstruction"]["fvu"] for f in (one, two)]
+    assert fvu[0] == fvu[1]  # the second finds its targets through the cache its workbench.json records
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [({"corpus_seed": 1}, "differ at train row"), ({"heldout_fraction": 0.3}, "hold 4000 vs 3500 train rows")],
+)
+def test_target_cache_of_other_tokens_is_refused(tc_cache, tmp_path, change, message):
+    from workbench.cache import CacheMismatchError
+
+    cache, _ = tc_cache
+    tcache = _target_only_cache(tc_cache, tmp_path / "other", **change)
+    with pytest.raises(CacheMismatchError, match=message):
+        train(cache, IN, [SAEConfig("topk")], _small_train(), tmp_path / "run", target=OUT, target_cache=tcache)
+
+
+def test_a_model_without_layernorm_gets_transcoders_on_hook_mlp_in(tokenizer, tmp_path):
+    """No ln2: the input is hook_mlp_in (TransformerLens fires it only when asked: the harvest and the splice
+    switch it on), which equals the residual the MLP reads."""
+    import numpy as np
+    from small_models import small_model
+
+    from workbench.cache import ActivationCache, default_hooks, harvest
+    from workbench.corpus import load_corpus
+    from workbench.sae.eval import splice_metrics
+    from workbench.sae.transcoders import train_set
+
+    model = small_model(tokenizer, normalization_type=None)
+    hooks = default_hooks(model) + ["blocks.1.hook_resid_mid"]
+    assert "blocks.1.hook_mlp_in" in hooks and not any("ln2" in h for h in hooks)
+    harvest(model, load_corpus("synthetic", tokenizer), hooks, tmp_path / "cache", 3000, progress=False)
+    cache = ActivationCache.open(tmp_path / "cache")
+    rows = np.arange(100)
+    assert torch.equal(cache.rows("blocks.1.hook_mlp_in", rows), cache.rows("blocks.1.hook_resid_mid", rows))
+    folder, members = train_set(
+        cache.path, "all", [SAEConfig("topk", k=4, expansion=2)], _small_train(), tmp_path / "set"
+    )
+    manifest = load_set(folder)
+    assert [e["input_kind"] for e in manifest["layers"]] == ["hook_mlp_in", "hook_mlp_in"]
+    reps = [(load_sae(m), e["input_hook"], e["target_hook"]) for m, e in zip(members, manifest["layers"])]
+    tokens = torch.from_numpy(cache.sequences("heldout")[:2])
+    s = splice_metrics(model, reps, tokens, ())
+    assert s["ce_sae"] != s["ce_clean"] and not model.cfg.use_hook_mlp_in  # switched back off after
