@@ -8,8 +8,8 @@ import sys
 
 from workbench.cli.options import add_model_flag, quiet_flag, workspace_flag
 from workbench.configflags import add_config_flags, config_values, given, set_fields
-from workbench.sae.config import EvalConfig, SAEConfig, TrainConfig, at_k
 from workbench.errors import BadValueError
+from workbench.sae.config import EvalConfig, SAEConfig, TrainConfig, at_k
 from workbench.workspace import Workspace
 
 SWEEP = ("architecture", "k", "scaffold_rank", "seed")  # one SAE per combination of these flags' values
