@@ -22,6 +22,13 @@ SCHEMA = "workbench.circuit"
 SCHEMA_VERSION = 1
 
 
+EDGE_FIELDS = {  # what each edge's numbers are (saved in every circuit file, so a reader need not guess)
+    "score": "attribution estimate of the edge's effect on the metric (method.attribution: a first-order "
+    "approximation, not a measurement)",
+    "effect": "measured: the circuit's NDF minus its NDF without this edge, by exact patching (kept edges only)",
+}
+
+
 class CircuitFileError(UserError, ValueError):
     """A circuit file of another format / schema version, or for another model."""
 
@@ -64,6 +71,7 @@ class Circuit:
     faithfulness: dict = field(default_factory=dict)  # clean/empty/circuit metric, gap, NFS, NDF, spreads
     curve: dict | None = None  # MIB grid: f(k) for search and top-k, CPR, CMD
     per_position: torch.Tensor | None = None  # [pos, n_edges] attribution per token position
+    effects: dict[str, float] | None = None  # kept edge -> measured NDF drop without it (exact patching)
 
     def __post_init__(self):
         self.in_circuit = torch.as_tensor(self.in_circuit, dtype=torch.bool).reshape(-1)
@@ -124,6 +132,7 @@ class Circuit:
                 f"p={f['answer_prob']:.3f}"
                 + ("" if f["predicts_answer"] else "  WARNING: the model does not predict the answer")
             )
+        lines += [f"WARNING: {w}" for w in f.get("warnings", [])]
         if f.get("ndf_candidates"):
             lines.append(
                 f"best-of-N NDF over {len(f['ndf_candidates'])} candidates: "
@@ -160,9 +169,11 @@ class Circuit:
                     "score": float(s),
                     "in_circuit": bool(m),
                     **({"per_position": pp[:, i].tolist()} if pp is not None else {}),
+                    **({"effect": self.effects[e]} if self.effects and e in self.effects else {}),
                 }
                 for i, (e, s, m) in enumerate(zip(self.graph.edges, self.scores.tolist(), self.in_circuit.tolist()))
             ],
+            "edge_fields": EDGE_FIELDS,
             "faithfulness": self.faithfulness,
             "curve": self.curve,
             "positions": {"str_tokens": self.query.get("str_tokens"), "has_per_position_scores": pp is not None},
@@ -201,6 +212,7 @@ class Circuit:
                 d.get("faithfulness", {}),
                 d.get("curve"),
                 pp,
+                {e["name"]: float(e["effect"]) for e in d["edges"] if "effect" in e} or None,
             )
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, UserError):
