@@ -15,6 +15,14 @@ GQA = dict(
     gated_mlp=True,
 )
 
+# the architectures the loader accepts beyond the embedded model's (LayerNorm, rotary): every command
+# must work on each (tests/test_model_variants.py)
+VARIANTS = {
+    "no_layernorm": dict(normalization_type=None),
+    "gqa": GQA,
+    "learned_positions": dict(positional_embedding_type="standard"),
+}
+
 
 def small_model(tokenizer=None, seed=0, **kw) -> HookedTransformer:
     cfg = dict(

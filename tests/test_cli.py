@@ -275,7 +275,7 @@ def test_the_device_commands_are_found():
 def test_an_unusable_device_is_one_line_on_every_command_that_takes_one(command, device, tmp_path, capsys):
     import torch
 
-    if device != "gpu" and torch.cuda.device_count() > 7:
+    if device != "gpu" and torch.cuda.device_count() > (7 if device == "cuda:7" else 0):
         pytest.skip("this machine has that device")
     parser = dict((tuple(p), q) for p, q in _leaf_commands())[tuple(command)]
     argv = [*command, *_required_args(parser), "--device", device, "--workspace", str(tmp_path / "ws")]

@@ -65,7 +65,7 @@ class _Store(argparse.Action):
 
 
 def given(args: argparse.Namespace) -> set[str]:
-    """The dests (prefix + field) of the config flags given on the command line."""
+    """The dests (prefix + field) of the valued (not boolean) config flags given on the command line."""
     return getattr(args, GIVEN, set())
 
 

@@ -5,8 +5,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
-from workbench.circuits import evaluate_task, find_circuit, format_summary_table
+from workbench.circuits import Graph, evaluate_task, find_circuit, format_summary_table
 from workbench.cli import main as cli_main
 from workbench.cli.circuit import parse_budget
 
@@ -325,3 +326,42 @@ def test_summary_states_the_models_prediction(small, ioi):
     with pytest.warns(UserWarning):
         c = find_circuit(small, ioi[0], budget=0.1, n_samples=0, steps=2, refine_steps=1, curve=False, min_gap=0.0)
     assert "WARNING: the model does not predict the answer" in c.summary() and "top-1" in c.summary()
+
+
+def test_a_budget_below_any_faithful_circuit_warns_and_points_to_target_ndf(small, ioi):
+    one_edge = 1 / Graph.from_model(small).n_edges
+    with pytest.warns(UserWarning, match="--target-ndf"):
+        c = find_circuit(small, ioi[0], budget=one_edge, n_samples=1, steps=2, refine_steps=1, min_gap=0.0)
+    assert c.ndf < 0.5 and any("--target-ndf" in w for w in c.faithfulness["warnings"])
+    assert "WARNING" in c.summary() and "--target-ndf" in c.summary()
+
+
+def test_each_kept_edge_stores_its_measured_effect_beside_its_attribution_estimate(small, ioi, tmp_path):
+    from workbench.circuits.api import prepare_all
+    from workbench.circuits.config import SearchConfig
+    from workbench.circuits.search import QuerySearch
+    from workbench.circuits.types import Circuit
+
+    c = find_circuit(small, ioi[0], budget=0.05, n_samples=1, steps=2, refine_steps=1, min_gap=0.0)
+    assert set(c.effects) == set(c.edges) and c.edges
+    q, _ = prepare_all(small, ioi[0], None, None, None, (), (), 0, 0, "logit_diff")
+    ev = QuerySearch(small, q, {}, SearchConfig(steps=2, min_gap=0.0), None).ev
+    edge = max(c.effects, key=lambda e: abs(c.effects[e]))
+    without = c.in_circuit.clone()
+    without[c.graph.edges.index(edge)] = False
+    assert c.effects[edge] == pytest.approx(c.ndf - float(ev.ndf(ev.values(without[None]))[0]), abs=1e-5)
+    c.save(tmp_path / "c.json")
+    d = json.loads((tmp_path / "c.json").read_text())
+    assert "attribution estimate" in d["edge_fields"]["score"] and "measured" in d["edge_fields"]["effect"]
+    assert {e["name"] for e in d["edges"] if "effect" in e} == set(c.edges)
+    assert Circuit.load(tmp_path / "c.json").effects == pytest.approx(c.effects)
+    assert 0 < c.faithfulness["attribution_share"] and c.faithfulness["attribution_vanishes"] is False
+
+
+def test_vanishing_attribution_is_said_in_the_circuit():
+    from workbench.circuits.api import attribution_note
+
+    assert attribution_note(torch.full((10,), 1e-9), gap=2.0)[0] < 0.01
+    share, warning = attribution_note(torch.full((10,), 1e-9), gap=2.0)
+    assert "attribution estimates" in warning and "effect" in warning
+    assert attribution_note(torch.full((10,), 0.2), gap=2.0) == (pytest.approx(1.0), None)

@@ -264,3 +264,19 @@ def test_the_same_sae_twice_builds_one_store(feature_workspace, names, tmp_path,
     assert np.array_equal(FeatureStore(folder).array("hist"), FeatureStore(src).array("hist"))
     [art] = Workspace(tmp_path / "ws").artifacts("features")
     assert art.path.resolve() == (folder / "features").resolve()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[]",
+        "{",
+        '{"format": "workbench-feature-store/1"}',
+        '{"format": "workbench-feature-store/1", "config": 3, "n_units": 1, "files": {}}',
+    ],
+)
+def test_a_damaged_store_manifest_is_one_error_naming_it(tmp_path, text):
+    (tmp_path / "features").mkdir()
+    (tmp_path / "features" / "manifest.json").write_text(text)
+    with pytest.raises(FeatureStoreError, match="manifest.json"):
+        FeatureStore(tmp_path)

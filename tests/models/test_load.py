@@ -114,3 +114,14 @@ def test_embedded_model_card_claims_hold(tiny):
     acc = task_accuracy(model, card["train_config"]["eval_queries"])
     assert acc == pytest.approx(card["heldout_task_accuracy"], abs=0.011)
     assert all(a["found_in_training"] == 0 for a in card["verbatim_audit"]["per_task"].values())
+
+
+def test_an_unusable_device_is_named_before_loading():
+    import torch
+
+    from workbench.models import ModelSpecError, load
+
+    if torch.cuda.device_count() > 7:
+        pytest.skip("this machine has that device")
+    with pytest.raises(ModelSpecError, match=r"device='cuda:7' is not available on this machine"):
+        load("tiny", device="cuda:7")

@@ -112,6 +112,46 @@ def _stats(values) -> tuple[float, float]:
     return (float(v.mean()), float(v.std())) if len(v) else (float("nan"), float("nan"))
 
 
+FAITHFUL_NDF = 0.5  # below this a budgeted circuit recovers less than half of the gap: the budget is too small
+VANISHING_SHARE = 0.01  # attribution scores summing to under 1% of the gap measure nothing
+
+
+def attribution_note(scores: torch.Tensor, gap: float) -> tuple[float, str | None]:
+    """(sum of |attribution scores| / the gap, a warning when that share vanishes). Attribution is a first-order
+    estimate of each edge's effect; saturated attention or lookup-table MLPs flatten the gradients while the
+    exact search still finds the circuit, so then the scores say nothing about the edges."""
+    share = float(scores.abs().sum()) / gap if gap else float("nan")
+    if not share < VANISHING_SHARE:
+        return share, None
+    return share, (
+        f"the attribution scores sum to {share:.2%} of the gap (vanishing gradients): the stored scores are "
+        "attribution estimates, not the effects the search measured; each kept edge's measured effect is its "
+        "`effect`"
+    )
+
+
+def _edge_effects(ev, graph: Graph, found) -> dict[str, float]:
+    """The measured effect of each kept edge: the circuit's NDF minus its NDF without that edge (one exact
+    patched run per edge)."""
+    kept = found.mask.nonzero().flatten().tolist()
+    if not kept:
+        return {}
+    masks = found.mask[None].repeat(len(kept), 1)
+    masks[torch.arange(len(kept)), kept] = False
+    drops = found.ndf - ev.ndf(ev.values(masks))
+    return {graph.edges[i]: float(d) for i, d in zip(kept, drops)}
+
+
+def _budget_warning(found, method: dict) -> str | None:
+    if method.get("target_ndf") is not None or not found.ndf < FAITHFUL_NDF:
+        return None
+    return (
+        f"at budget {method['budget']:.4g} ({int(found.mask.sum())} edges) the best circuit reaches NDF "
+        f"{found.ndf:.3f}: the budget is below the smallest faithful circuit; pass --target-ndf 0.8 (target_ndf=) "
+        "for the sparsest circuit that reaches NDF 0.8"
+    )
+
+
 def _to_circuit(
     model,
     search: QuerySearch,
@@ -144,6 +184,12 @@ def _to_circuit(
     )
     faith["ndf_candidates_mean"], faith["ndf_candidates_std"] = _stats(found.candidates.values())
     faith["ndf_resampled_mean"], faith["ndf_resampled_std"] = _stats(resampled.values())
+    effects = _edge_effects(ev, search.graph, found)
+    faith["attribution_share"], vanishing = attribution_note(search.scores.scores, ev.gap)
+    faith["attribution_vanishes"] = vanishing is not None
+    faith["warnings"] = [w for w in (_budget_warning(found, method), vanishing) if w]
+    for w in faith["warnings"]:
+        warnings.warn(w, stacklevel=3)
     query = {
         **q.to_dict(),
         "str_tokens": str_tokens(model, q.tokens),
@@ -163,6 +209,7 @@ def _to_circuit(
         faith,
         curve,
         search.scores.per_position,
+        effects,
     )
 
 

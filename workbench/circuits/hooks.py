@@ -70,8 +70,15 @@ def collect_writers(model, graph: Graph, tokens: torch.Tensor, return_resid: boo
 
 
 def answer_logits(model, resid: torch.Tensor) -> torch.Tensor:
-    """Logits at the last position from the final residual stream [batch, pos, d_model]."""
-    return model.unembed(model.ln_final(resid[:, -1:]))[:, 0]
+    """Logits at the last position from the final residual stream [batch, pos, d_model], as the model's own
+    forward pass finishes: the final norm when it has one (normalization_type=None has none), the unembedding,
+    the logit soft-cap when configured."""
+    from transformer_lens.utilities import apply_softcap
+
+    x = resid[:, -1:]
+    if model.cfg.normalization_type is not None:
+        x = model.ln_final(x)
+    return apply_softcap(model.unembed(x), model.cfg.output_logits_soft_cap)[:, 0]
 
 
 def writer_means(

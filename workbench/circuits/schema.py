@@ -277,6 +277,7 @@ class CircuitRecord:
     seed: int = 0
     faithfulness: dict = field(default_factory=dict)
     curve: dict | None = None
+    effects: dict[str, float] | None = None  # measured effect of each kept edge (workbench files only)
 
     @property
     def n_circuit_edges(self) -> int:
@@ -353,7 +354,7 @@ def read_workbench(d: dict) -> CircuitRecord:
     edges = _list(d, "edges", MAX_EDGES)
     if len(edges) != shape.n_edges:
         raise CircuitFormatError(f"edges holds {len(edges)} entries but the graph {shape.config()} has {shape.n_edges}")
-    names, scores, member, pp = [], [], [], []
+    names, scores, member, pp, effects = [], [], [], [], {}
     has_pp = bool(edges) and isinstance(edges[0], dict) and "per_position" in edges[0]
     for i, e in enumerate(edges):
         where = f"edges[{i}]"
@@ -362,6 +363,8 @@ def read_workbench(d: dict) -> CircuitRecord:
         names.append(_field(e, "name", str, where))
         scores.append(_number(e, "score", where))
         member.append(_field(e, "in_circuit", bool, where))
+        if "effect" in e:
+            effects[names[-1]] = _number(e, "effect", where)
         if has_pp:
             pp.append(_numbers(e.get("per_position"), f"{where}.per_position", MAX_POSITIONS))
     if names != shape.edges:
@@ -386,6 +389,7 @@ def read_workbench(d: dict) -> CircuitRecord:
         seed=_field(d, "seed", int, "", default=0),
         faithfulness=_faithfulness(d.get("faithfulness")),
         curve=_curve(d.get("curve")),
+        effects=effects or None,
     )
 
 

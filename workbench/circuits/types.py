@@ -21,6 +21,13 @@ SCHEMA_VERSION = schema.FORMAT_VERSION
 CircuitFileError = schema.CircuitFormatError  # the name the engine has always raised and caught
 
 
+EDGE_FIELDS = {  # what each edge's numbers are (saved in every circuit file, so a reader need not guess)
+    "score": "attribution estimate of the edge's effect on the metric (method.attribution: a first-order "
+    "approximation, not a measurement)",
+    "effect": "measured: the circuit's NDF minus its NDF without this edge, by exact patching (kept edges only)",
+}
+
+
 def read_json(path_or_dict) -> dict:
     """A circuit file's JSON (a dict passes through), with errors that name the file (schema.load)."""
     return path_or_dict if isinstance(path_or_dict, dict) else schema.load(path_or_dict)
@@ -48,6 +55,7 @@ class Circuit:
     faithfulness: dict = field(default_factory=dict)  # clean/empty/circuit metric, gap, NFS, NDF, spreads
     curve: dict | None = None  # MIB grid: f(k) for search and top-k, CPR, CMD
     per_position: torch.Tensor | None = None  # [pos, n_edges] attribution per token position
+    effects: dict[str, float] | None = None  # kept edge -> measured NDF drop without it (exact patching)
 
     def __post_init__(self):
         self.in_circuit = torch.as_tensor(self.in_circuit, dtype=torch.bool).reshape(-1)
@@ -108,6 +116,7 @@ class Circuit:
                 f"p={f['answer_prob']:.3f}"
                 + ("" if f["predicts_answer"] else "  WARNING: the model does not predict the answer")
             )
+        lines += [f"WARNING: {w}" for w in f.get("warnings", [])]
         if f.get("ndf_candidates"):
             lines.append(
                 f"best-of-N NDF over {len(f['ndf_candidates'])} candidates: "
@@ -144,9 +153,11 @@ class Circuit:
                     "score": float(s),
                     "in_circuit": bool(m),
                     **({"per_position": pp[:, i].tolist()} if pp is not None else {}),
+                    **({"effect": self.effects[e]} if self.effects and e in self.effects else {}),
                 }
                 for i, (e, s, m) in enumerate(zip(self.graph.edges, self.scores.tolist(), self.in_circuit.tolist()))
             ],
+            "edge_fields": EDGE_FIELDS,
             "faithfulness": self.faithfulness,
             "curve": self.curve,
             "positions": {"str_tokens": self.query.get("str_tokens"), "has_per_position_scores": pp is not None},
@@ -175,6 +186,7 @@ class Circuit:
             rec.faithfulness,
             rec.curve,
             None if rec.per_position is None else torch.from_numpy(rec.per_position),
+            rec.effects,
         )
 
     def save(self, path) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from workbench.atomic import read_json
 from workbench.features.config import FeatureConfig, FeatureStoreError
 
 FORMAT = "workbench-feature-store/1"
@@ -33,15 +34,19 @@ class FeatureStore:
                 else " (build one with `workbench features build`)"
             )
             raise FeatureStoreError(f"no feature store at {path}{hint}")
-        try:
-            self.manifest = json.loads(mpath.read_text())
-        except json.JSONDecodeError as e:
-            raise FeatureStoreError(f"unreadable feature store manifest {mpath}: {e}") from e
+        rebuild = "rebuild the store with `workbench features build --overwrite`"
+        self.manifest = read_json(mpath, FeatureStoreError, rebuild)
         if self.manifest.get("format") != FORMAT:
             raise FeatureStoreError(f"{mpath} has format {self.manifest.get('format')!r}, expected {FORMAT!r}")
         self.path = path
-        self.config = FeatureConfig.from_dict(self.manifest["config"])
-        self.n_units = int(self.manifest["n_units"])
+        try:
+            self.config = FeatureConfig.from_dict(self.manifest["config"])
+            self.n_units = int(self.manifest["n_units"])
+            dict(self.manifest["files"])
+        except (KeyError, TypeError, AttributeError, ValueError) as e:
+            if isinstance(e, FeatureStoreError):
+                raise
+            raise FeatureStoreError(f"{mpath} lacks or mistypes a part ({type(e).__name__}: {e}); {rebuild}") from None
         self._arrays: dict[str, np.ndarray] = {}
 
     def has(self, name: str) -> bool:

@@ -17,6 +17,7 @@ from transformers import PreTrainedTokenizerFast
 
 from workbench.atomic import atomic_path, atomic_write_text
 from workbench.attention.gates import install_from_dict
+from workbench.configcheck import check_device
 from workbench.errors import UserError
 from workbench.provenance import model_id  # noqa: F401  (re-exported: its home has no TransformerLens)
 
@@ -93,6 +94,7 @@ def _load_dir(path: Path, device: str) -> tuple[HookedTransformer, PreTrainedTok
 
 
 def load(spec: str = "tiny", device: str | None = None) -> tuple[HookedTransformer, PreTrainedTokenizerFast]:
+    check_device(device, ModelSpecError)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if spec in EMBEDDED:
         if not (EMBEDDED[spec] / WEIGHTS).is_file():
