@@ -48,8 +48,8 @@ def test_a_variable_length_tuple_checks_every_item():
 @pytest.mark.parametrize(
     "command, value",
     [
-        (["attention", "sparsify", "--set"], "hard_concrete_limits=[1,2,3]"),
-        (["attention", "sparsify", "--set"], "hard_concrete_limits=[0.5]"),
+        (["attention", "train", "--set"], "hard_concrete_limits=[1,2,3]"),
+        (["attention", "train", "--set"], "hard_concrete_limits=[0.5]"),
         (["sae", "train", "--cache", "c", "--hook", "h", "--set"], 'prefixes=[1,"a"]'),
     ],
 )

@@ -85,9 +85,9 @@ def _wb() -> dict:
 @pytest.mark.parametrize(
     "change, match",
     [
-        (lambda d: d["edges"][3].update(score=float("nan")), r"edges\[3\].score is nan"),
-        (lambda d: d["edges"][0].update(score=float("inf")), r"edges\[0\].score is inf"),
-        (lambda d: d["edges"][1].update(score="1"), r"edges\[1\].score is a string, expected float"),
+        (lambda d: d["edges"][3].update(score=float("nan")), r"edges\[3\] \(\S+\)\.score is nan"),
+        (lambda d: d["edges"][0].update(score=float("inf")), r"edges\[0\] \(input->a0\.h0<q>\)\.score is inf"),
+        (lambda d: d["edges"][1].update(score="1"), r"edges\[1\] \(\S+\)\.score is a string, expected float"),
         (lambda d: d["edges"][2].update(in_circuit=1), r"edges\[2\].in_circuit is an int, expected bool"),
         (lambda d: d["edges"][2].update(name="a0.h0->a9.h0<q>"), r"edges\[2\].name is 'a0.h0->a9.h0<q>'"),
         (lambda d: d["edges"].pop(), "edges holds 35 entries but the graph"),

@@ -361,7 +361,7 @@ def read_workbench(d: dict) -> CircuitRecord:
         if not isinstance(e, dict):
             raise CircuitFormatError(f"{where} is {_type(e)}, expected an object with name, score, in_circuit")
         names.append(_field(e, "name", str, where))
-        scores.append(_number(e, "score", where))
+        scores.append(_number(e, "score", f"{where} ({names[-1]})"))  # a bad score names its edge too
         member.append(_field(e, "in_circuit", bool, where))
         if "effect" in e:
             effects[names[-1]] = _number(e, "effect", where)
