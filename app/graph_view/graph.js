@@ -198,8 +198,7 @@ class GraphApp {
     const [x0, y0, x1, y1] = e.p;
     // an edge that skips columns arcs over the nodes between, higher the further it goes
     const dx = Math.max(30, Math.abs(x1 - x0) / 2);
-    const skip = Math.max(0, Math.round((x1 - x0) / (this.data.col_gap || 150)) - 1);
-    const lift = Math.min(30 * skip, 160);
+    const lift = e.lift || 0;
     const dpath = `M${x0},${y0} C${x0 + dx},${y0 - lift} ${x1 - dx},${y1 - lift} ${x1},${y1}`;
     const colour = this.data.counts ? DIFF[e.status] : SIGN[e.w >= 0 ? 1 : 0];
     const width = 0.8 + (4.2 * Math.min(1, Math.abs(e.w) / this.maxW)) ** 1;
@@ -291,16 +290,26 @@ class GraphApp {
     const boxes = [];
     this.labels.replaceChildren();
     for (const c of this.data.columns) el("svg:text", { x: c.x * k + tx, y: 12, class: "wbg-col-label" }, this.labels, c.label);
+    // a label sits inside its node when it fits there, else above it if that covers no node or label
+    const screen = (n) => [(n.x - n.w / 2) * k + tx, (n.y - n.h / 2) * k + ty, (n.x + n.w / 2) * k + tx, (n.y + n.h / 2) * k + ty];
+    const nodeBoxes = this.shown.nodes.map(screen);
     let shown = 0;
     for (const n of order) {
       const text = n.label || n.id;
       const w = text.length * 6.6 + 4, h = 13;
-      const cx = n.x * k + tx, cy = (n.y - n.h / 2) * k + ty - 3;
-      const box = [cx - w / 2, cy - h, cx + w / 2, cy];
-      if (box[2] < 0 || box[0] > r.width || box[3] < 0 || box[1] > r.height) continue;
-      if (boxes.some((b) => box[0] < b[2] && b[0] < box[2] && box[1] < b[3] && b[1] < box[3])) continue;
+      const [x0, y0, x1, y1] = screen(n);
+      const cx = (x0 + x1) / 2;
+      if (x1 < 0 || x0 > r.width || y1 < 0 || y0 > r.height) continue;
+      if (x1 - x0 >= w && y1 - y0 >= h) {
+        el("svg:text", { x: cx, y: (y0 + y1) / 2 + 4, class: "wbg-label" }, this.labels, text);
+        shown += 1;
+        continue;
+      }
+      const box = [cx - w / 2, y0 - h - 2, cx + w / 2, y0 - 1];
+      const hits = (b) => box[0] < b[2] && b[0] < box[2] && box[1] < b[3] && b[1] < box[3];
+      if (boxes.some(hits) || nodeBoxes.some(hits)) continue;
       boxes.push(box);
-      el("svg:text", { x: cx, y: cy - 2, class: "wbg-label" }, this.labels, text);
+      el("svg:text", { x: cx, y: y0 - 4, class: "wbg-label" }, this.labels, text);
       shown += 1;
     }
     this.status.textContent = `labels: ${shown} of ${this.shown.nodes.length} (zoom in for more) · zoom ${this.t.k.toFixed(2)}`;

@@ -21,6 +21,7 @@ SIZE = {"head": (70.0, 38.0), "feature": (60.0, 30.0)}  # (width, height); anyth
 DEFAULT_SIZE = (62.0, 30.0)
 PORTS = ("q", "k", "v")
 MARGIN = 40.0
+LIFT, MAX_LIFT = 30.0, 160.0  # px an edge arcs up per column it skips, at most (the drawing leaves room above)
 
 
 @dataclass
@@ -168,11 +169,18 @@ def place(g: Graph) -> dict[str, tuple[float, float]]:
     rows = _rows(g)
     bands = sorted({n.pos for n in g.nodes}, key=lambda p: -1 if p is None else p)
     depth = {p: max((rows[n.id] for n in g.nodes if n.pos == p), default=0.0) + 1.0 for p in bands}
-    top, band_y = MARGIN + 30.0, {}
+    top, band_y = MARGIN + 30.0 + 0.75 * max(lifts(g), default=0.0), {}
     for p in bands:
         band_y[p] = top
         top += depth[p] * ROW_GAP + BAND_GAP
     return {n.id: (col_x[n.column], band_y[n.pos] + rows[n.id] * ROW_GAP + ROW_GAP / 2) for n in g.nodes}
+
+
+def lifts(g: Graph) -> list[float]:
+    """How far each edge's curve arcs up: by the columns it skips, so it passes over the nodes between."""
+    col = {c: i for i, c in enumerate(_columns(g))}
+    at = {n.id: col[n.column] for n in g.nodes}
+    return [min(LIFT * max(0, at[e.dst] - at[e.src] - 1), MAX_LIFT) for e in g.edges]
 
 
 def port_point(kind: str, centre: tuple[float, float], port: str | None) -> tuple[float, float]:
@@ -191,7 +199,7 @@ def to_data(g: Graph, counts: dict | None = None) -> dict:
     kind = {n.id: n.kind for n in g.nodes}
     strength = np.zeros(len(g.nodes))
     edges = []
-    for e in g.edges:
+    for e, up in zip(g.edges, lifts(g)):
         sx, sy = xy[e.src]
         x0 = sx + _size(kind[e.src])[0] / 2
         x1, y1 = port_point(kind[e.dst], xy[e.dst], e.port)
@@ -206,6 +214,7 @@ def to_data(g: Graph, counts: dict | None = None) -> dict:
                 "wb": e.weight_b,
                 "status": e.status,
                 "p": [round(x0, 1), round(sy, 1), round(x1, 1), round(y1, 1)],
+                "lift": up,
             }
         )
     nodes = []
@@ -234,5 +243,4 @@ def to_data(g: Graph, counts: dict | None = None) -> dict:
         "counts": counts,
         "columns": [{"x": x, "label": lab} for x, lab in col_x],
         "size": [round(width, 1), round(height, 1)],
-        "col_gap": COL_GAP,
     }
