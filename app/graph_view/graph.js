@@ -289,7 +289,13 @@ class GraphApp {
     const order = [...this.shown.nodes].sort((a, b) => this.rank(b) - this.rank(a));
     const boxes = [];
     this.labels.replaceChildren();
-    for (const c of this.data.columns) el("svg:text", { x: c.x * k + tx, y: 12, class: "wbg-col-label" }, this.labels, c.label);
+    let right = -Infinity; // column labels left to right, each only where it clears the previous one
+    for (const c of this.data.columns) {
+      const x = c.x * k + tx, half = c.label.length * 3.4;
+      if (x - half < right) continue;
+      el("svg:text", { x, y: 12, class: "wbg-col-label" }, this.labels, c.label);
+      right = x + half + 6;
+    }
     // a label sits inside its node when it fits there, else above it if that covers no node or label
     const screen = (n) => [(n.x - n.w / 2) * k + tx, (n.y - n.h / 2) * k + ty, (n.x + n.w / 2) * k + tx, (n.y + n.h / 2) * k + ty];
     const nodeBoxes = this.shown.nodes.map(screen);

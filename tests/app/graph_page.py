@@ -1,5 +1,6 @@
-"""A page with only the graph view, for the view's own browser test: GRAPH_CIRCUIT names a circuit file,
-GRAPH_DIFF (optional) a second one to diff it with, GRAPH_CAP the display cap."""
+"""A page with only the graph view, for the view's own browser test and the docs screenshots: GRAPH_CIRCUIT
+names a circuit file (workbench or MIB), GRAPH_DIFF (optional) a second one to diff it with, GRAPH_CAP the
+display cap, GRAPH_FRACTION / GRAPH_DIFF_FRACTION a budget to draw instead of the saved circuit."""
 
 import os
 
@@ -8,21 +9,22 @@ import streamlit as st
 from app import graph_view
 from app.figures import circuit as cg
 from app.graph_view import layout
-from workbench import browse
+from workbench.circuits import schema
 
 st.set_page_config(layout="wide")
 
 
-def graph(path: str, cap: int) -> layout.Graph:
-    cd = cg.from_record(browse.open_circuit(path))
-    return layout.from_view(cd, cg.choose(cd, None if cap == 0 else 1.0, max(cap, 1) if cap else cg.MAX_EDGES))
+def graph(path: str, fraction: str | None) -> layout.Graph:
+    cd = cg.from_record(schema.read(schema.load(path)))
+    return layout.from_view(cd, cg.choose(cd, float(fraction) if fraction else None, cap))
 
 
-cap = int(os.environ.get("GRAPH_CAP", "0"))
-g = graph(os.environ["GRAPH_CIRCUIT"], cap)
+cap = int(os.environ.get("GRAPH_CAP", str(cg.MAX_EDGES)))
+g = graph(os.environ["GRAPH_CIRCUIT"], os.environ.get("GRAPH_FRACTION"))
 if os.environ.get("GRAPH_DIFF"):
-    g, counts = layout.diff(g, graph(os.environ["GRAPH_DIFF"], cap), ("base", "sparse"))
-    clicked = graph_view.draw(g, "graph", counts=counts, names=("base", "sparse"), editable=False)
+    names = (os.environ.get("GRAPH_NAME_A", "base"), os.environ.get("GRAPH_NAME_B", "sparse"))
+    g, counts = layout.diff(g, graph(os.environ["GRAPH_DIFF"], os.environ.get("GRAPH_DIFF_FRACTION")), names)
+    clicked = graph_view.draw(g, "graph", counts=counts, names=names, editable=False)
 else:
     clicked = graph_view.draw(g, "graph")
 st.write(f"clicked: {clicked}")

@@ -96,7 +96,7 @@ def test_hover_pin_group_note_reload(tmp_path):
 def test_diff_counts(tmp_path):
     from playwright.sync_api import expect
 
-    env = {"PYTHONPATH": str(REPO), "GRAPH_CIRCUIT": str(OLD), "GRAPH_DIFF": str(OLD), "GRAPH_CAP": "5"}
+    env = {"PYTHONPATH": str(REPO), "GRAPH_CIRCUIT": str(OLD), "GRAPH_DIFF": str(OLD), "GRAPH_DIFF_FRACTION": "1.0"}
     requests: list[str] = []
     with page_server(tmp_path, **env) as url, browser_page(requests) as page:
         page.goto(url)
