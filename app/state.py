@@ -17,19 +17,21 @@ from workbench import browse
 from workbench.circuits import schema
 from workbench.errors import UserError
 
-PAGES = [
-    ("pages/workspace.py", "Workspace", "workspace"),
-    ("pages/sae.py", "SAEs", "sae"),
-    ("pages/feature.py", "Feature", "feature"),
-    ("pages/search.py", "Search", "search"),
-    ("pages/prompt.py", "Prompt", "prompt"),
-    ("pages/circuit.py", "Circuit", "circuit"),
-    ("pages/compare.py", "Compare", "compare"),
-    ("pages/attention.py", "Attention", "attention"),
-    ("pages/run.py", "Run", "run"),
+# The page scripts live in views/, not pages/: Streamlit runs an entry script with a pages/ folder beside it
+# in its legacy multipage mode (PagesManager.uses_pages_directory), which skips main.py's st.navigation.
+PAGES = [  # (script, title, URL path, the query parameters that make up the page's view)
+    ("views/workspace.py", "Workspace", "workspace", ()),
+    ("views/sae.py", "SAEs", "sae", ("sae", "compare")),
+    ("views/feature.py", "Feature", "feature", ("sae", "unit")),
+    ("views/search.py", "Search", "search", ("sae", "by", "q")),
+    ("views/prompt.py", "Prompt", "prompt", ("sae", "prompt", "unit")),
+    ("views/circuit.py", "Circuit", "circuit", ("circuit", "view", "budget", "target", "cap", "node")),
+    ("views/compare.py", "Compare", "compare", ("model", "circuit")),
+    ("views/attention.py", "Attention", "attention", ("model", "source", "family", "example", "prompt")),
+    ("views/run.py", "Run", "run", ()),
 ]
-FEATURE, SAE, SEARCH, PROMPT = "pages/feature.py", "pages/sae.py", "pages/search.py", "pages/prompt.py"
-CIRCUIT, COMPARE = "pages/circuit.py", "pages/compare.py"
+FEATURE, SAE, SEARCH, PROMPT = "views/feature.py", "views/sae.py", "views/search.py", "views/prompt.py"
+CIRCUIT, COMPARE = "views/circuit.py", "views/compare.py"
 WORKSPACE_ENV = "WORKBENCH_WORKSPACE"
 UPLOADED = "uploaded"
 DOWNLOADS = {"workbench": "circuit.json", "mib": "mib.json", "neuronpedia": "neuronpedia.json"}
@@ -180,6 +182,28 @@ def pick_sae(page: str, require_store: bool = False, label: str = "SAE") -> str:
 # ------------------------------------------------------------------ the URL
 
 
+def own_params(page: str) -> None:
+    """Keep only this page's query parameters in the URL, and bring back its last view when the URL names
+    none of them. Streamlit's page links push an intermediate history entry (the old path with the new
+    page's parameters), so Back from a linked page lands there: without this it would show the default
+    view with the other page's parameters left in the URL; with it, the view the user left."""
+    names = next(p[3] for p in PAGES if p[2] == page)
+    st.session_state["_page"] = page
+    qp = st.query_params
+    saved = st.session_state.get(f"_view_{page}")
+    if names and saved and not any(k in qp for k in names):
+        qp.from_dict(saved)
+    for k in [k for k in qp if k not in names]:
+        del qp[k]
+
+
+def _remember(name: str, value: str) -> None:
+    """The current page's view, as own_params restores it."""
+    page = st.session_state.get("_page")
+    if page is not None:
+        st.session_state.setdefault(f"_view_{page}", {})[name] = value
+
+
 def synced(widget, name: str, url_value, key: str, to_url=str, **kwargs):
     """A widget whose value lives in the query parameter `name`: taken from the URL when the URL changed
     from outside (a deep link, a page link, Back/Forward), written back when the user changes the widget.
@@ -190,6 +214,7 @@ def synced(widget, name: str, url_value, key: str, to_url=str, **kwargs):
     out = widget(key=key, **kwargs)
     st.session_state[mark] = out
     st.query_params[name] = to_url(out)  # always sent: a link to the same page does not update the URL by itself
+    _remember(name, to_url(out))
     return out
 
 
@@ -227,9 +252,16 @@ MARKDOWN = set("\\`*_{}[]()<>#+-.!|~$:&=")
 
 def text(s) -> str:
     """A string from a file or a user, escaped for Markdown (every element that renders text does Markdown):
-    shown as typed, never as an image, a link or HTML, so nothing in a file makes the browser fetch."""
+    shown as typed, never as an image, a link or HTML, so nothing in a file makes the browser fetch. A word
+    joiner after `://` and `www` keeps GitHub-flavoured Markdown from turning a bare URL into a link."""
     s = "" if s is None else str(s)
-    return "".join("\\" + ch if ch in MARKDOWN else ch for ch in s).replace("\n", " ")
+    s = "".join("\\" + ch if ch in MARKDOWN else ch for ch in s).replace("\n", " ")
+    return s.replace("\\://", "\\:\u2060//").replace("www\\.", "www\u2060\\.")
+
+
+def code(s) -> str:
+    """A string from a file as inline code: nothing renders inside a code span but a backtick would end it."""
+    return "`" + ("" if s is None else str(s)).replace("`", "'").replace("\n", " ") + "`"
 
 
 # ------------------------------------------------------------------ circuits

@@ -11,7 +11,8 @@
    measures drawing, not faithfulness; finding a real circuit on a random GPT-2 on CPU takes hours).
 3. `workbench app` serves the workspace; headless Chromium (Playwright) loads each circuit page once (cold),
    then `--repeats` more times (warm: the server has parsed the file, the browser has the app's JS). The time
-   is from navigation to the graph's and the curve's Plotly traces in the DOM with the script finished.
+   is from navigation to the graph's and the curve's Plotly traces in the DOM and the page drawn
+   (harness.wait_drawn: script finished, no skeleton or stale element, every chart's SVG, twice 100 ms apart).
 
 No peers: no other tool draws these circuits offline (circuit-tracer's frontend and Neuronpedia need their
 servers and CDNs); the goals are the issue's (< 2 s for the GPT-2-shaped circuit, < 1 s for the embedded
@@ -175,7 +176,7 @@ def page_times(ws: Path, pages: dict[str, str], repeats: int) -> dict[str, dict]
                 page.goto(url + path)
                 page.wait_for_selector(idle)
                 page.wait_for_function(DRAWN)
-                page.wait_for_selector(idle)
+                harness.wait_drawn(page)
                 return time.perf_counter() - t0
 
             def rerun(act, changed: str) -> float:
@@ -185,7 +186,7 @@ def page_times(ws: Path, pages: dict[str, str], repeats: int) -> dict[str, dict]
                 act()
                 page.wait_for_function(changed.replace("CMP", "b"), arg=before)
                 page.wait_for_function(DRAWN)
-                page.wait_for_selector(idle)
+                harness.wait_drawn(page)
                 return time.perf_counter() - t0
 
             def budget_moves(n: int) -> list[float]:
@@ -252,7 +253,8 @@ def main() -> int:
         f"{big['mb']:.1f} MiB (per-position scores on 16 tokens). The page draws at most 300 edge inputs (the "
         "default display cap; the page states how many it hides).",
         "",
-        "Time to a rendered circuit page (graph and curve drawn, script finished), headless Chromium, server caches "
+        "Time to a rendered circuit page (script finished, no skeleton or stale element left, every chart's SVG drawn, "
+        "checked twice 100 ms apart), headless Chromium, server caches "
         f"warm. *reload*: navigation to the page in a fresh load of the app (Streamlit's client boots, opens its "
         f"websocket, runs the script); median of {repeats} reloads after one cold load. *budget move*: one step of "
         f"the edge-budget slider on the open page until the graph and the curve's mark are redrawn; median of "

@@ -236,7 +236,7 @@ def app_timings(ws: Path, sae: Path, env: dict) -> dict:
                 c0, t0 = cpu_seconds(), time.perf_counter()
                 act()
                 done()
-                page.wait_for_selector(settled)
+                harness.wait_drawn(page)
                 return time.perf_counter() - t0, cpu_seconds() - c0
 
             def best(name: str, runs: list[tuple[float, float]]) -> None:
@@ -398,8 +398,8 @@ def report(r: dict, a) -> str:
         lines += [
             f"## Warm app, {max(r['widths']):,}-latent SAE, headless Chromium",
             "",
-            "Wall seconds from the action to the rendered page (Streamlit's script finished and the page's heading "
-            "drawn), best of 3, and the CPU seconds the browser and the app server spent on it (robust to other "
+            "Wall seconds from the action to the rendered page (the page's heading there, Streamlit's script "
+            "finished, no skeleton or stale element left, every chart's SVG drawn, checked twice 100 ms apart), best of 3, and the CPU seconds the browser and the app server spent on it (robust to other "
             "jobs on the machine). A full page load reloads Streamlit's whole frontend; navigating inside the app "
             "(typing an index, clicking a neighbour or search result) is the warm path a user takes.",
             "",

@@ -143,6 +143,22 @@ def set_threads(n: int | None) -> str:
 
 # a Streamlit page whose script has finished (the browser benchmarks wait for it after every action)
 STREAMLIT_IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
+# ...and drawn: the script state turns notRunning while lazily drawn elements (dataframes, Plotly charts,
+# selects) are still grey skeletons; a page is drawn when no skeleton or stale element remains and every
+# Plotly chart holds its SVG
+STREAMLIT_DRAWN = """() => !document.querySelector("[data-testid='stSkeleton'], [data-stale='true']") &&
+  [...document.querySelectorAll("[data-testid='stPlotlyChart']")].every(c => c.querySelector('svg'))"""
+
+
+def wait_drawn(page) -> None:
+    """Wait (Playwright page) until the script has finished and the page is drawn, checked twice 100 ms apart
+    (a rerun can start between two checks). The browser benchmarks and the app's browser tests stop here."""
+    page.wait_for_selector(STREAMLIT_IDLE)
+    while True:
+        page.wait_for_function(STREAMLIT_DRAWN)
+        page.wait_for_timeout(100)
+        if page.evaluate(STREAMLIT_DRAWN):
+            return
 
 
 def add_common_args(ap, out: Path, threads: int | None = None) -> None:

@@ -93,9 +93,9 @@ def test_a_damaged_manifest_is_skipped_with_its_path_everywhere(tmp_path, text):
     arts, skipped = ws.scan()
     assert [a.path for a in arts] == [good] and ws.artifacts() == arts
     assert [s.path for s in skipped] == [bad / MANIFEST] and str(bad / MANIFEST) in str(skipped[0])
-    with pytest.raises(OutputExistsError, match=f"damaged manifest {bad / MANIFEST}"):
-        ws.clear()  # its files are no manifest's: left alone, and the message says why
-    assert (bad / MANIFEST).is_file() and good.is_dir()
+    (bad / "notes.txt").write_text("mine")
+    [left] = ws.clear()  # the rest goes; the damaged folder stays as it is, and is named
+    assert left.path == bad / MANIFEST and (bad / "notes.txt").read_text() == "mine" and not good.exists()
 
 
 def test_a_damaged_index_is_named_and_the_workspace_still_lists(tmp_path):
@@ -104,3 +104,16 @@ def test_a_damaged_index_is_named_and_the_workspace_still_lists(tmp_path):
     (tmp_path / "ws" / INDEX).write_text('{"external": "../elsewhere"}')
     arts, skipped = ws.scan()
     assert [a.path for a in arts] == [good] and "unreadable workspace index" in skipped[0].reason
+
+
+def test_ls_names_a_damaged_manifest_and_lists_the_rest(tmp_path, capsys):
+    from workbench.cli import main
+
+    ws = Workspace(tmp_path / "ws")
+    _artifact(ws, "circuits", "good", {"circuit.json": "{}"})
+    bad = ws.path("circuits", "bad")
+    bad.mkdir(parents=True)
+    (bad / MANIFEST).write_text("[]")
+    assert main(["ls", "--workspace", str(tmp_path / "ws")]) == 0
+    out, err = capsys.readouterr()
+    assert "good" in out and f"skipped {bad / MANIFEST}" in err

@@ -100,7 +100,8 @@ def run_demo(root: Path, cfg: DemoConfig | None = None, overwrite: bool = False,
     families = cfg.families()
     ws = Workspace(root)
     if overwrite:
-        ws.clear()
+        for s in ws.clear():
+            print(f"left in place (not the workbench's to remove): {s}")
     model, tok = load("tiny", device="cpu")
     summary: dict = {"model": model_id(model), "config": cfg.to_dict(), "seconds": {}, "skipped": []}
     step = _Steps(ws, summary)

@@ -156,12 +156,13 @@ class Workspace:
                 out.append(Artifact(manifest.get("kind", m.parent.parent.name), m.parent.name, m.parent, manifest))
         return out, skipped
 
-    def clear(self) -> None:
+    def clear(self) -> list[Skipped]:
         """Remove what the workspace's manifests say the workbench made, and nothing else.
 
         Refuses `/`, the home folder, this repository and any folder above them outright, and any
         workspace holding a file no manifest lists (a user's notes, a .git folder, a half-finished
-        step): those are listed in the error and left alone.
+        step): those are listed in the error and left alone. A folder whose manifest is damaged (and a
+        damaged index) is left in place as it is, and returned (with why) for the caller to name.
         """
         root = self.root.resolve()
         for guarded in (Path("/"), Path.home().resolve(), REPOSITORY):
@@ -170,9 +171,10 @@ class Workspace:
                     f"refusing to clear {self.root}: it is or contains {guarded}; choose a dedicated workspace folder"
                 )
         if not root.exists():
-            return
-        made = {root / INDEX}
+            return []
         found, skipped = self.scan()
+        kept = [s.path.resolve() if s.path.name == INDEX else s.path.resolve().parent for s in skipped]
+        made = set() if any(k == (root / INDEX) for k in kept) else {root / INDEX}
         for a in found:
             folder = a.path.resolve()
             if not _inside(folder, root):
@@ -180,14 +182,13 @@ class Workspace:
             made |= {folder / MANIFEST} | {folder / f for f in a.manifest.get("files", {})}
             made |= {p for p in folder.rglob(".*") if p.is_file()}  # atomic-write temp files of the step
             made |= {(root / s).resolve() for s in a.manifest.get("side_files", [])}
-        entries = list(root.rglob("*"))
+        entries = [p for p in root.rglob("*") if not any(p == k or _inside(p, k) for k in kept)]
         foreign = sorted(str(p.relative_to(root)) for p in entries if (p.is_file() or p.is_symlink()) and p not in made)
         if foreign:
             shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-            damaged = "".join(f"; damaged manifest {s}" for s in skipped)
             raise OutputExistsError(
                 f"refusing to clear {self.root}: {len(foreign)} file(s) no workspace manifest "
-                f"lists ({shown}){damaged}; move them or choose another workspace"
+                f"lists ({shown}); move them or choose another workspace"
             )
         for p in entries:
             if p in made and p.is_file():
@@ -197,6 +198,7 @@ class Workspace:
         ):
             if not any(d.iterdir()):
                 d.rmdir()
+        return skipped
 
 
 def check_kind(kind: str) -> None:

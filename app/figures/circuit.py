@@ -219,14 +219,11 @@ def strongest_node(cd: CircuitData, view: View) -> str:
     return max(strength, key=strength.get)
 
 
-def graph_figure(cd: CircuitData, view: View, selected: str | None = None, height: int = 520) -> go.Figure:
-    """Edges as a few line traces (sign x width class x q/k/v kind), nodes as one clickable marker trace (last)."""
-    pos = {n: position(n, cd.n_layers, cd.n_heads) for n in set(cd.src) | set(cd.dst)}
-    rows = view.rows
+def _edge_traces(fig: go.Figure, cd: CircuitData, rows: np.ndarray, pos: dict) -> None:
+    """One line trace per (sign, width class, q/k/v kind), then one hover marker at each edge's middle."""
     mags = np.abs(cd.score[rows])
     edges = np.quantile(mags, [1 / 3, 2 / 3]) if len(rows) else np.array([0.0, 0.0])
     width_class = np.searchsorted(edges, mags)
-    fig = go.Figure()
     groups: dict[tuple, list[int]] = {}
     for j, i in enumerate(rows):
         groups.setdefault((cd.score[i] >= 0, int(width_class[j]), cd.kind[i]), []).append(int(i))
@@ -263,6 +260,14 @@ def graph_figure(cd: CircuitData, view: View, selected: str | None = None, heigh
             showlegend=False,
         )
     )
+
+
+def graph_figure(cd: CircuitData, view: View, selected: str | None = None, height: int = 520) -> go.Figure:
+    """Edges as a few line traces (sign x width class x q/k/v kind), nodes as one clickable marker trace (last)."""
+    pos = {n: position(n, cd.n_layers, cd.n_heads) for n in set(cd.src) | set(cd.dst)}
+    rows = view.rows
+    fig = go.Figure()
+    _edge_traces(fig, cd, rows, pos)
     for name, style in (("positive score", dict(color=POSITIVE)), ("negative score", dict(color=NEGATIVE))):
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=style, name=name))
     for kind, label in (("q", "into query"), ("k", "into key"), ("v", "into value")):

@@ -86,6 +86,13 @@ def settle(page) -> None:
     page.wait_for_selector("[data-testid='stApp'][data-test-script-state='notRunning']", timeout=WAIT_MS)
 
 
+def drawn(page) -> None:
+    """Until the page is drawn (bench.harness.wait_drawn: no skeleton or stale element, every chart's SVG)."""
+    from bench.harness import wait_drawn
+
+    wait_drawn(page)
+
+
 @contextmanager
 def browser_page(requests: list):
     """A headless Chromium page that records every request and websocket URL into `requests`."""
@@ -130,6 +137,7 @@ def test_browse_search_feature_neighbour_reload_offline(server, feature_workspac
             page.goto(server)
             settle(page)
             expect(page.get_by_role("heading", name="Workspace")).to_be_visible()
+            no_links(page)
             page.get_by_role("link", name=f"open {rel.split('/')[-1]}").click()
             expect(page.get_by_role("heading", name="SAE", exact=True)).to_be_visible()
             page.get_by_role("link", name=f"search the features of {rel.split('/')[-1]}").click()
@@ -239,7 +247,72 @@ def test_circuit_budget_click_download_upload_compare_feature_offline(circuit_se
                 unit = int(link.inner_text().split()[1])
                 link.click()
                 expect(page.get_by_role("heading", name=re.compile(rf"· (latent|block) {unit}$"))).to_be_visible()
+                drawn(page)
+                page.go_back()  # lands on the circuit with its own parameters, not the default one with the feature's
+                drawn(page)
+                expect(page).to_have_url(re.compile(rf"circuit=circuits%2Fioi-0.*node={re.escape(layer2[0])}"))
+                assert "unit=" not in page.url and "sae=" not in page.url
+                expect(page.get_by_text(f"{layer2[0]}: direct logit effect at the answer position")).to_be_visible()
+                page.go_forward()
+                expect(page.get_by_role("heading", name=re.compile(rf"· (latent|block) {unit}$"))).to_be_visible()
         finally:
             page.screenshot(path=str(tmp_path / "circuit.png"), full_page=True)
     assert_offline(requests)
     assert layer2, "the IOI circuit of the random model has no layer-2 node, so no feature link was followed"
+
+
+MARKDOWN = "![t](http://tracker.invalid/x.png) [l](http://tracker.invalid/l) <img src='http://tracker.invalid/h.png'>"
+
+
+def no_links(page) -> None:
+    """Nothing on the page links or points to the tracker: no anchor, image or source names it."""
+    from playwright.sync_api import expect
+
+    expect(page.locator("[href*='tracker.invalid'], [src*='tracker.invalid']")).to_have_count(0)
+
+
+def test_text_from_files_is_shown_as_text_and_fetches_nothing(circuit_server, circuit_workspace, tmp_path):
+    """A workspace circuit and an upload whose every text field holds Markdown images, links and HTML: the
+    pages show the text, and no request leaves 127.0.0.1."""
+    import json
+    import shutil
+
+    from playwright.sync_api import expect
+
+    from workbench.workspace import Workspace
+
+    folder = circuit_workspace / "circuits" / "markdown-0"
+    shutil.copytree(circuit_workspace / "circuits" / "ioi-0", folder, dirs_exist_ok=True)
+    (folder / "artifact.json").unlink()
+    d = json.loads((folder / "circuit.json").read_text())
+    q = d["query"]
+    for k in ("prompt", "answer", "wrong", "counterfactual"):
+        q[k] = f"{k} {MARKDOWN}"
+    q["str_tokens"] = [f"{t}{MARKDOWN}" for t in q["str_tokens"]]
+    d["method"]["name"] = MARKDOWN
+    (folder / "circuit.json").write_text(json.dumps(d))
+    Workspace(circuit_workspace).record(folder, "circuits", made_by=MARKDOWN, config={"note": MARKDOWN})
+    upload = tmp_path / "markdown.json"
+    upload.write_text(json.dumps(d))
+    requests = []
+    with browser_page(requests) as page:
+        try:
+            page.goto(f"{circuit_server}/circuit?circuit=circuits/markdown-0")
+            drawn(page)
+            expect(page.get_by_text("prompt ![t](http:", exact=False).first).to_be_visible()  # shown as typed
+            no_links(page)
+            page.get_by_text("upload a circuit JSON").click()
+            page.locator("input[type=file]").set_input_files(str(upload))
+            drawn(page)
+            expect(page).to_have_url(re.compile(r"circuit=uploaded"))
+            no_links(page)
+            page.screenshot(path=str(tmp_path / "markdown-upload.png"), full_page=True)
+            page.goto(circuit_server)  # the Workspace page: manifests' made_by and config
+            drawn(page)
+            expect(page.get_by_role("heading", name="Workspace")).to_be_visible()
+            no_links(page)
+        finally:
+            page.screenshot(path=str(tmp_path / "markdown.png"), full_page=True)
+            shutil.rmtree(folder)
+    assert not [u for u in requests if "tracker.invalid" in u]
+    assert_offline(requests)

@@ -36,7 +36,7 @@ def saved(ws, name):
 
 def test_circuit_page_draws_the_saved_circuit_and_its_curve(circuit_app, circuit_workspace):
     cd = saved(circuit_workspace, "ioi-0")
-    at = ok(circuit_app("pages/circuit.py", circuit="circuits/ioi-0"))
+    at = ok(circuit_app("views/circuit.py", circuit="circuits/ioi-0"))
     assert at.metric[0].value == f"{cd.n_circuit_edges:,} / {cd.n_graph_edges:,}"
     assert "not drawn:" in text(at) and "graph edges outside the saved circuit" in text(at)
     graph, curve = charts(at)[:2]
@@ -48,14 +48,14 @@ def test_circuit_page_draws_the_saved_circuit_and_its_curve(circuit_app, circuit
 def test_budget_control_redraws_and_moves_the_point(circuit_app, circuit_workspace):
     cd = saved(circuit_workspace, "ioi-0")
     f = cd.curve["fractions"][6]
-    at = ok(circuit_app("pages/circuit.py", circuit="circuits/ioi-0", view="budget", budget=str(f), cap="2000"))
+    at = ok(circuit_app("views/circuit.py", circuit="circuits/ioi-0", view="budget", budget=str(f), cap="2000"))
     k = int(f * cd.n_graph_edges)
     assert f"top {k} edges by |attribution|" in text(at)
     graph, curve = charts(at)[:2]
     assert curve["data"][-1]["x"] == [100 * f]
     edges_hover = next(t for t in graph["data"] if t.get("hovertemplate", "").endswith("<extra>edge</extra>"))
     assert len(edges_hover["text"]) == len(cg.choose(cd, f, 2000).rows)
-    at = ok(circuit_app("pages/circuit.py", circuit="circuits/ioi-0", view="target", target="0.05"))
+    at = ok(circuit_app("views/circuit.py", circuit="circuits/ioi-0", view="target", target="0.05"))
     assert "smallest grid budget" in text(at) or at.warning
 
 
@@ -63,24 +63,24 @@ def test_head_node_shows_its_pattern_logit_effect_and_layer_features(circuit_app
     d = json.loads((circuit_workspace / "circuits" / "ioi-0" / "circuit.json").read_text())
     nodes = [n["name"] for n in d["nodes"] if n["in_circuit"]]
     head = next(n for n in nodes if n.startswith("a") and not n.startswith("a2."))
-    at = ok(circuit_app("pages/circuit.py", circuit="circuits/ioi-0", node=head, cap="2000"))
+    at = ok(circuit_app("views/circuit.py", circuit="circuits/ioi-0", node=head, cap="2000"))
     assert at.selectbox(key="w_node").value == head
     assert any(f"{head}: attention pattern" in json.dumps(c["layout"].get("title")) for c in charts(at))
     assert any(m.label.startswith("answer") for m in at.metric)
     assert f"no SAE of this model on a layer-{head[1]} hook" in text(at)
     layer2 = [n for n in nodes if n.startswith(("a2.", "m2"))]
     if layer2:  # the SAEs sit on blocks.2.hook_resid_post of the same model: their top units, linked
-        at = ok(circuit_app("pages/circuit.py", circuit="circuits/ioi-0", node=layer2[0], cap="2000"))
+        at = ok(circuit_app("views/circuit.py", circuit="circuits/ioi-0", node=layer2[0], cap="2000"))
         assert [p.proto.label for p in at.get("page_link") if p.proto.label.startswith("unit ")]
 
 
 def test_mlp_node_and_a_node_on_a_layer_without_saes(circuit_app):
-    at = ok(circuit_app("pages/circuit.py", circuit="circuits/induction-0", cap="2000"))
+    at = ok(circuit_app("views/circuit.py", circuit="circuits/induction-0", cap="2000"))
     nodes = at.selectbox(key="w_node").options
     mlp = next((n for n in nodes if n.startswith("m") and not n.startswith("m2")), None)
     if mlp is None:
         pytest.skip("no MLP outside layer 2 in this circuit")
-    at = ok(circuit_app("pages/circuit.py", circuit="circuits/induction-0", cap="2000", node=mlp))
+    at = ok(circuit_app("views/circuit.py", circuit="circuits/induction-0", cap="2000", node=mlp))
     assert "direct logit effect" in text(at) and f"no SAE of this model on a layer-{mlp[1:]} hook" in text(at)
 
 
@@ -95,12 +95,12 @@ def test_mlp_node_and_a_node_on_a_layer_without_saes(circuit_app):
     ],
 )
 def test_bad_circuit_links_are_one_line_errors(circuit_app, params, message):
-    at = circuit_app("pages/circuit.py", **{"circuit": "circuits/ioi-0", **params})
+    at = circuit_app("views/circuit.py", **{"circuit": "circuits/ioi-0", **params})
     assert not at.exception and message in plain(at.error[0].value)
 
 
 def test_compare_page_pairs_the_query_across_models(circuit_app, circuit_workspace):
-    at = ok(circuit_app("pages/compare.py", circuit="circuits/ioi-0"))
+    at = ok(circuit_app("views/compare.py", circuit="circuits/ioi-0"))
     table = at.dataframe[0].value
     b, s = saved(circuit_workspace, "ioi-0"), saved(circuit_workspace, "ioi-0-sparse")
     assert list(table["base edges"])[0] == b.n_circuit_edges and list(table["sparse edges"])[0] == s.n_circuit_edges
@@ -113,11 +113,11 @@ def test_compare_page_pairs_the_query_across_models(circuit_app, circuit_workspa
 
 
 def test_attention_page_examples_and_a_typed_prompt(circuit_app, circuit_workspace):
-    at = ok(circuit_app("pages/attention.py"))
+    at = ok(circuit_app("views/attention.py"))
     titles = [json.dumps(c["layout"].get("title")) for c in charts(at)]
     assert any("open attention edges per head" in t for t in titles)
     assert any("base a0.h0" in t for t in titles) and any("sparse a0.h0" in t for t in titles)
-    at = ok(circuit_app("pages/attention.py", source="prompt", prompt="Mary and John went to the market"))
+    at = ok(circuit_app("views/attention.py", source="prompt", prompt="Mary and John went to the market"))
     assert sum("a0.h0" in json.dumps(c["layout"].get("title")) for c in charts(at)) == 2
 
 
@@ -126,7 +126,7 @@ def test_run_page_finds_and_records_a_circuit(circuit_app, circuit_workspace, ti
     from workbench.workspace import Workspace
 
     q = tasks.queries("ioi", 1, seed=0, tokenizer=tiny[1])[0]  # the embedded model solves generated IOI queries
-    at = ok(circuit_app("pages/run.py"))
+    at = ok(circuit_app("views/run.py"))
     at.text_input[0].input(q.prompt)
     at.text_input[1].input(q.answer)
     at.text_input[2].input(q.counterfactual)
@@ -139,9 +139,113 @@ def test_run_page_finds_and_records_a_circuit(circuit_app, circuit_workspace, ti
     art = next(a for a in Workspace(circuit_workspace).artifacts("circuits") if a.name == "from-the-ui")
     assert art.manifest["inputs"]["model_spec"] == "tiny" and art.manifest["inputs"]["answer"] == q.answer
     assert any(plain(p.proto.label) == "open from-the-ui" for p in at.get("page_link"))
-    at = circuit_app("pages/run.py")
+    at = circuit_app("views/run.py")
     at.text_input[0].input("Mary and John")
     at.text_input[1].input("Zyzzyva")
     at.button[0].click()
     at = at.run()
     assert not at.exception and "Zyzzyva" in plain(at.error[0].value)  # a word outside the vocabulary: one line
+
+
+def test_circuit_pages_open_on_ioi_and_a_node_worth_seeing(circuit_app):
+    at = ok(circuit_app("views/circuit.py"))
+    assert at.selectbox(key="w_circuit_circuit").value == "circuits/ioi-0"  # not the first by name (induction-0)
+    assert at.selectbox(key="w_node").value not in ("input", "logits")
+    assert "direct logit effect" in text(at)  # the model ran when the circuit opened, before any click
+    at = ok(circuit_app("views/compare.py"))
+    assert at.selectbox(key="w_circuit_compare").value == "circuits/ioi-0"
+
+
+@pytest.mark.parametrize("cap, used", [("999999", 2000), ("-5", 1)])
+def test_an_out_of_range_cap_is_clamped_with_a_notice(circuit_app, cap, used):
+    at = ok(circuit_app("views/circuit.py", circuit="circuits/ioi-0", cap=cap))
+    assert at.number_input(key="w_cap").value == used
+    assert any(f"cap={cap} is outside 1..2000: using {used}" in plain(w.value) for w in at.warning)
+
+
+def test_circuit_uploaded_without_an_upload_is_refused(circuit_app):
+    at = circuit_app("views/circuit.py", circuit="uploaded")
+    assert not at.exception and "none has been made" in plain(at.error[0].value)
+
+
+def _upload(circuit_workspace, name: str, d) -> None:
+    from app import live
+
+    raw = d.encode() if isinstance(d, str) else json.dumps(d).encode()
+    return live.check_upload(name, raw, "tiny")
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda d: d["edges"][0].update(score=float("nan")), "edges[0].score is nan"),
+        (lambda d: d["edges"][1].update(score=float("inf")), "edges[1].score is inf"),
+        (
+            lambda d: d["query"].update(tokens=[1, 10**9]),
+            "query.tokens[1]=1000000000 is outside the model's vocabulary",
+        ),
+        (lambda d: d["query"].update(tokens=[-5]), "query.tokens[0]=-5 is outside"),
+    ],
+)
+def test_uploads_are_validated_once_naming_the_field(circuit_workspace, monkeypatch, change, message):
+    from workbench.errors import UserError
+
+    monkeypatch.setenv("WORKBENCH_WORKSPACE", str(circuit_workspace))
+    d = json.loads((circuit_workspace / "circuits" / "ioi-0" / "circuit.json").read_text())
+    entry = _upload(circuit_workspace, "ok.json", d)
+    assert (
+        entry["format"] == "workbench"
+        and entry["data"].n_circuit_edges == saved(circuit_workspace, "ioi-0").n_circuit_edges
+    )
+    change(d)
+    with pytest.raises(UserError, match=re.escape(message)):
+        _upload(circuit_workspace, "bad.json", d)
+    changed = _upload(
+        circuit_workspace,
+        "ok.json",
+        json.loads((circuit_workspace / "circuits" / "ioi-0" / "circuit.json").read_text()) | {"seed": 99},
+    )
+    assert changed["stamp"] != entry["stamp"]  # same name, other content: a new upload
+
+
+def test_hostile_upload_shapes_are_one_line_errors(circuit_workspace, monkeypatch):
+    from workbench.errors import UserError
+
+    monkeypatch.setenv("WORKBENCH_WORKSPACE", str(circuit_workspace))
+    mib = json.loads((circuit_workspace / "circuits" / "ioi-0" / "mib.json").read_text())
+    for raw, message in (
+        ("[" * 200_000 + "]" * 200_000, "nests JSON arrays or objects too deeply"),
+        (json.dumps({**mib, "edges": list(mib["edges"])}), "edges is a list, expected an object"),
+        ('{"schema": "someone.else"}', "not a circuit file"),
+    ):
+        with pytest.raises(UserError, match=message):
+            _upload(circuit_workspace, "x.json", raw)
+
+
+def test_two_searches_at_once_on_one_shared_model(circuit_workspace, monkeypatch, tiny):
+    """Two sessions searching on the same cached model at once (two tabs on one server) both finish."""
+    import threading
+
+    from app import live
+    from workbench.corpus import tasks
+
+    monkeypatch.setenv("WORKBENCH_WORKSPACE", str(circuit_workspace))
+    q = tasks.queries("ioi", 1, seed=0, tokenizer=tiny[1])[0]
+    out, errors = {}, []
+
+    def search(name):
+        try:
+            out[name] = live.find_circuit(
+                "tiny", q.prompt, q.answer, q.counterfactual, name=name, budget=0.05, steps=1, n_samples=0
+            )
+        except Exception as e:  # noqa: BLE001 - the test reports whatever a thread raised
+            errors.append(e)
+
+    threads = [threading.Thread(target=search, args=(f"both-{i}",)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and set(out) == {"both-0", "both-1"}
+    assert out["both-0"][0].n_edges == out["both-1"][0].n_edges  # the same search on the same model
+    assert not [n for _, _, notes in out.values() for n in notes if "requires_grad" in n]

@@ -1,4 +1,4 @@
-"""The app's read side imports no torch, TransformerLens or sae_lens: pages, figures and state stand on
+"""The app's read side imports no torch, TransformerLens or sae_lens: views, figures and state stand on
 workbench.browse and the circuit schema; only app/live.py runs a model."""
 
 import json
@@ -44,3 +44,8 @@ def test_only_live_imports_torch_in_the_app():
             continue
         text = p.read_text()
         assert not [h for h in heavy if h in text], p
+
+
+def test_no_pages_folder_beside_the_entry_script():
+    """Streamlit would run app/main.py in its legacy multipage mode and skip its st.navigation (titles, URLs)."""
+    assert not (ROOT / "app" / "pages").exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 
 import pytest
 
@@ -39,7 +40,7 @@ def test_overview_lists_every_artifact(app, feature_workspace):
 
 def test_sae_page_compares_saes_on_one_hook(app, feature_workspace):
     first, *others = saes(feature_workspace)
-    at = ok(app("pages/sae.py", sae=first, compare=",".join(others)))
+    at = ok(app("views/sae.py", sae=first, compare=",".join(others)))
     table = at.dataframe[0].value
     assert list(table.columns) == [s.split("/")[-1] for s in [first, *others]]
     assert "fvu" in table.index and "never fired (store)" in table.index
@@ -52,7 +53,7 @@ def test_feature_page_shows_every_panel(app, feature_workspace):
     for rel in saes(feature_workspace):
         store = FeatureStore(feature_workspace / rel)
         u = int(store.units["count"].idxmax())
-        at = ok(app("pages/feature.py", sae=rel, unit=str(u)))
+        at = ok(app("views/feature.py", sae=rel, unit=str(u)))
         assert at.title[0].value.endswith(f"{store.manifest['unit']} {u}")
         page = plain(" ".join(m.value for m in at.markdown) + " ".join(c.value for c in at.caption))
         assert "quantile" in page and "ln_final.w" in page
@@ -63,7 +64,7 @@ def test_feature_page_shows_every_panel(app, feature_workspace):
         if store.manifest["prefixes"]:
             assert any(m.label == "Matryoshka level" for m in at.metric)
         rare = int(store.units["count"].idxmin())  # a unit that never (or rarely) fired renders too
-        ok(app("pages/feature.py", sae=rel, unit=str(rare)))
+        ok(app("views/feature.py", sae=rel, unit=str(rare)))
 
 
 @pytest.mark.parametrize("by", ["token", "text", "label", "index"])
@@ -84,14 +85,14 @@ def test_search_returns_the_store_s_answer(app, feature_workspace, by):
         "label": store.search_label,
         "index": lambda q: [{"unit": 7}],
     }[by](q)
-    at = ok(app("pages/search.py", sae=rel, by=by, q=q))
+    at = ok(app("views/search.py", sae=rel, by=by, q=q))
     assert list(at.dataframe[0].value["unit"]) == [h["unit"] for h in expect]
     assert links(at)[0].startswith(f"open {store.manifest['unit']} {expect[0]['unit']}")
 
 
 def test_prompt_view_runs_the_model_and_sae(app, feature_workspace):
     rel = saes(feature_workspace)[0]
-    at = ok(app("pages/prompt.py", sae=rel, prompt="Mary and John went to the market"))
+    at = ok(app("views/prompt.py", sae=rel, prompt="Mary and John went to the market"))
     table = at.dataframe[0].value
     assert list(table["token"])[-1].strip() == "market"
     assert any(label.startswith("open block") for label in links(at))  # the first SAE is the block-sparse one
@@ -112,7 +113,7 @@ def test_bad_deep_links_show_an_error_not_a_traceback(app, feature_workspace, tm
     link = feature_workspace / "saes" / "run" / "escape"
     os.symlink(tmp_path, link)  # a symlink leading out of the workspace
     try:
-        at = app("pages/feature.py", **{"sae": saes(feature_workspace)[0], **params})
+        at = app("views/feature.py", **{"sae": saes(feature_workspace)[0], **params})
     finally:
         link.unlink()
     assert not at.exception
@@ -121,5 +122,60 @@ def test_bad_deep_links_show_an_error_not_a_traceback(app, feature_workspace, tm
 
 def test_bad_search_mode_and_query(app, feature_workspace):
     rel = saes(feature_workspace)[0]
-    assert "unknown search mode" in plain(app("pages/search.py", sae=rel, by="regex", q="x").error[0].value)
-    assert "no token spelled" in plain(app("pages/search.py", sae=rel, by="token", q="qqqq").error[0].value)
+    assert "unknown search mode" in plain(app("views/search.py", sae=rel, by="regex", q="x").error[0].value)
+    assert "no token spelled" in plain(app("views/search.py", sae=rel, by="token", q="qqqq").error[0].value)
+
+
+def test_listings_come_from_manifests_and_a_damaged_one_is_named(app, feature_workspace):
+    bad = feature_workspace / "circuits" / "broken"
+    stray = feature_workspace / "saes" / "stray"  # an SAE folder no manifest records
+    bad.mkdir(parents=True)
+    (bad / "artifact.json").write_text("{")
+    stray.mkdir()
+    for f in ("cfg.json", "sae_weights.safetensors"):
+        shutil.copy(feature_workspace / saes(feature_workspace)[0] / f, stray / f)
+    try:
+        at = ok(app())
+        assert any(str(bad / "artifact.json") in plain(w.value) for w in at.warning)
+        assert not any("stray" in label for label in links(at))
+        at = ok(app("views/sae.py"))
+        assert "saes/stray" not in at.selectbox(key="w_sae_sae").options
+    finally:
+        for p in (bad / "artifact.json", stray / "cfg.json", stray / "sae_weights.safetensors"):
+            p.unlink()
+        bad.rmdir()
+        stray.rmdir()
+
+
+def test_feature_page_opens_on_a_labelled_unit(app, feature_workspace):
+    at = ok(app("views/feature.py"))
+    title = at.title[0].value
+    rel = at.selectbox(key="w_sae_feature").value
+    store = FeatureStore(feature_workspace / rel)
+    u = int(title.split()[-1])
+    p, r = store.units["label_precision"].iat[u], store.units["label_recall"].iat[u]
+    f1 = (2 * store.units["label_precision"] * store.units["label_recall"]) / (
+        store.units["label_precision"] + store.units["label_recall"]
+    )
+    assert u != 0 or f1.fillna(0).iat[0] == f1[store.units["count"] >= 20].max()
+    assert 2 * p * r / (p + r) == pytest.approx(f1[store.units["count"] >= 20].max())
+
+
+def test_prompt_page_names_unknown_words_and_refuses_long_prompts(app, feature_workspace):
+    rel = saes(feature_workspace)[0]
+    at = app("views/prompt.py", sae=rel, prompt="Mary and Zyzzyva went to the market")
+    assert (
+        not at.exception
+        and "'Zyzzyva'" in plain(at.error[0].value)
+        and "outside the model's vocabulary" in plain(at.error[0].value)
+    )
+    at = app("views/prompt.py", sae=rel, prompt=" ".join(["Mary"] * 500))
+    assert not at.exception and "context is" in plain(at.error[0].value)
+
+
+def test_search_suggests_only_what_the_model_and_store_hold(app, feature_workspace):
+    rel = saes(feature_workspace)[-1]
+    store = FeatureStore(feature_workspace / rel)
+    at = ok(app("views/search.py", sae=rel, by="token"))
+    word = at.text_input(key="w_q").placeholder.split("e.g. ")[1]
+    assert word in store.vocab and store.search_token(word)

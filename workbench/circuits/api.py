@@ -57,7 +57,7 @@ def prediction(model, q: QueryInput, logits: torch.Tensor | None = None) -> dict
     if logits is None:
         with torch.no_grad():
             logits = model(q.tokens[None].to(model.cfg.device))[0, -1]
-    p = logits.float().softmax(-1)
+    p = logits.detach().float().softmax(-1)
     top = int(p.argmax())
     return dict(
         top1=str_tokens(model, torch.tensor([top]))[0],

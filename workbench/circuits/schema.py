@@ -492,9 +492,10 @@ def check_tokens(query: dict, d_vocab: int) -> None:
         v = query.get(k)
         if v is not None and not 0 <= v < d_vocab:
             raise CircuitFormatError(f"query.{k}={v} is outside the model's vocabulary of {d_vocab} tokens")
-    for i, t in enumerate(query.get("tokens") or []):
-        if not 0 <= t < d_vocab:
-            raise CircuitFormatError(f"query.tokens[{i}]={t} is outside the model's vocabulary of {d_vocab} tokens")
+    for k in ("tokens", "counterfactual_tokens"):
+        for i, t in enumerate(query.get(k) or []):
+            if not 0 <= t < d_vocab:
+                raise CircuitFormatError(f"query.{k}[{i}]={t} is outside the model's vocabulary of {d_vocab} tokens")
 
 
 # ------------------------------------------------------------------ circuit-tracer / Neuronpedia graph JSON

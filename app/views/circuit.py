@@ -176,7 +176,9 @@ def layer_features(cd: cg.CircuitData, spec: str, layer: int) -> None:
         info = state.sae_info(s)
         with st.spinner(f"running {s.split('/')[-1]} on the prompt..."):
             feats = live.stream_features(spec, tuple(cd.query["tokens"]), s, info["hook"])
-        st.markdown(f"**{state.text(s.split('/')[-1])}** on `{info['hook']}`: top units at the answer position")
+        st.markdown(
+            f"**{state.text(s.split('/')[-1])}** on {state.code(info['hook'])}: top units at the answer position"
+        )
         if not feats:
             st.caption("no unit fires there")
         for u, a in feats:
@@ -190,7 +192,7 @@ def layer_features(cd: cg.CircuitData, spec: str, layer: int) -> None:
 def header(cd: cg.CircuitData) -> None:
     q, f = cd.query, cd.faithfulness
     st.markdown(
-        f"**{state.text(q.get('prompt') or '(no prompt in this file)')}** → `{state.text(q.get('answer', '?'))}`"
+        f"**{state.text(q.get('prompt') or '(no prompt in this file)')}** → {state.code(q.get('answer', '?'))}"
         + (f" (counterfactual: *{state.text(q['counterfactual'])}*)" if q.get("counterfactual") else "")
     )
     c = st.columns(5)

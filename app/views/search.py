@@ -19,6 +19,9 @@ store = state.store(rel)
 by = st.query_params.get("by", "token")
 if by not in MODES:
     state.fail(f"unknown search mode by={by!r}; valid: {', '.join(MODES)}")
+counts = store.array("token_counts")
+common = [store.token(int(t)) for t in counts.argsort()[::-1][:40] if store.token(int(t)).strip().isalpha()][:2]
+labels = [str(v) for v in store.units["label"].dropna().unique() if v][:2]
 c = st.columns([1, 2])
 with c[0]:
     by = state.synced(st.radio, "by", by, "w_by", label="search by", options=list(MODES), format_func=MODES.get)
@@ -29,11 +32,11 @@ with c[1]:
         st.query_params.get("q", ""),
         "w_q",
         label="query",
-        placeholder={
-            "token": "a token, e.g. Paris",
-            "text": "words, e.g. lives in",
-            "label": "e.g. ioi, name, city=Paris",
-            "index": "a unit index",
+        placeholder={  # examples the model's vocabulary and the store's labels really hold
+            "token": "a token, e.g. " + " or ".join(common[:1] or ["(none)"]),
+            "text": "words, e.g. " + " ".join(common),
+            "label": "e.g. " + ", ".join(labels or ["(no labels)"]),
+            "index": f"a unit index, 0..{store.n_units - 1}",
         }[by],
     )
 

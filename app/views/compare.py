@@ -30,7 +30,7 @@ if pairs:
     base_rel = state.pick_circuit("compare", pairs, label="query (base-model circuit)")
     sparse_rel = sparse_by_query[key(found[base_rel])]
     b, s = found[base_rel], found[sparse_rel]
-    st.markdown(f"**{state.text(b.query.get('prompt'))}** → `{state.text(b.query.get('answer'))}`")
+    st.markdown(f"**{state.text(b.query.get('prompt'))}** → {state.code(b.query.get('answer'))}")
     rows = [
         {
             "": "saved circuit",
