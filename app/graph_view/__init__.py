@@ -26,12 +26,8 @@ PARAMS = ("pinned", "groups", "notes")
 
 
 def url_annotations() -> an.Annotations:
-    """The pins, groups and notes the URL holds; a malformed parameter is a one-line page error."""
-    try:
-        return an.from_query(st.query_params)
-    except UserError as e:
-        st.error(str(e))
-        st.stop()
+    """The pins, groups and notes the URL holds; a malformed parameter raises BadValueError naming it."""
+    return an.from_query(st.query_params)
 
 
 def write_url(a: an.Annotations) -> None:
@@ -62,10 +58,11 @@ def draw(
     names: tuple[str, str] | None = None,
     selected: str | None = None,
     height: int = 560,
-    editable: bool = True,
+    marks: an.Annotations | None = None,
 ) -> str | None:
-    """Mount the view on `graph`; returns the node clicked in this run (None: no click)."""
-    a = url_annotations() if editable else an.Annotations()
+    """Mount the view on `graph` with `marks` (the URL's pins, groups and notes; None: a view without marks,
+    such as a diff); returns the node clicked in this run (None: no click)."""
+    a = marks or an.Annotations()
     data = {
         **layout.to_data(graph, counts),
         "names": list(names) if names else None,
@@ -83,7 +80,7 @@ def draw(
     )
     err = st.session_state.pop(f"_{key}_error", None)
     if err:
-        st.error(err)
+        st.error(err.replace("[", "\\[").replace("<", "\\<"))
     dropped = a.restrict({n.id for n in graph.nodes})[1]
     if dropped:
         st.caption(f"marked but not drawn here (kept in the URL): {', '.join(dropped)}")

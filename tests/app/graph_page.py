@@ -24,8 +24,8 @@ g = graph(os.environ["GRAPH_CIRCUIT"], os.environ.get("GRAPH_FRACTION"))
 if os.environ.get("GRAPH_DIFF"):
     names = (os.environ.get("GRAPH_NAME_A", "base"), os.environ.get("GRAPH_NAME_B", "sparse"))
     g, counts = layout.diff(g, graph(os.environ["GRAPH_DIFF"], os.environ.get("GRAPH_DIFF_FRACTION")), names)
-    clicked = graph_view.draw(g, "graph", counts=counts, names=names, editable=False)
+    clicked = graph_view.draw(g, "graph", counts=counts, names=names)
 else:
-    clicked = graph_view.draw(g, "graph")
+    clicked = graph_view.draw(g, "graph", marks=graph_view.url_annotations())
 st.write(f"clicked: {clicked}")
 st.write(f"pinned in the URL: {st.query_params.get('pinned', '')}")
