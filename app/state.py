@@ -407,7 +407,7 @@ def download_buttons(rel: str) -> None:
         if path.is_file():
             col.download_button(
                 f"download {schema.FORMATS[fmt].split(' (')[0]}" + (MARKED if fmt == "neuronpedia" and marks else ""),
-                (lambda p=path: with_marks(p.read_bytes(), n_heads, marks))
+                (lambda p=path: with_marks(p.read_bytes(), n_heads, ann))
                 if fmt == "neuronpedia"
                 else (lambda p=path: p.read_bytes()),
                 file_name=f"{folder.name}-{fname}",
