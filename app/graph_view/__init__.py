@@ -69,6 +69,7 @@ def draw(
         "annotations": a.as_dict(),
         "selected": selected,
         "height": height,
+        "readonly": marks is None,
     }
     res = _VIEW(
         key=key,

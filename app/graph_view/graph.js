@@ -92,6 +92,7 @@ class GraphApp {
     const sig = JSON.stringify(data);
     if (sig === this.sig) return; // a rerun that changed nothing here: keep zoom, hover and panel as they are
     this.sig = sig;
+    this.root.classList.toggle("wbg-readonly", !!data.readonly); // a diff: nothing to pin, group or note
     const key = JSON.stringify([data.title, data.size, data.nodes.map((n) => n.id), data.edges.length]);
     const incoming = JSON.stringify(data.annotations || {});
     const fresh = key !== this.graphKey;
@@ -434,6 +435,7 @@ class GraphApp {
   }
 
   togglePin(id) {
+    if (this.data.readonly) return;
     const at = this.ann.pinned.indexOf(id);
     if (at >= 0) this.ann.pinned.splice(at, 1);
     else this.ann.pinned.push(id);

@@ -109,7 +109,8 @@ def test_compare_page_pairs_the_query_across_models(circuit_app, circuit_workspa
     table = at.dataframe[0].value
     b, s = saved(circuit_workspace, "ioi-0"), saved(circuit_workspace, "ioi-0-sparse")
     assert list(table["base edges"])[0] == b.n_circuit_edges and list(table["sparse edges"])[0] == s.n_circuit_edges
-    diff = view_data(at)  # one graph of both circuits, what only one has marked and counted
+    diff = view_data(at)  # one graph of both circuits, what only one has marked and counted; nothing to pin
+    assert diff["readonly"] and diff["names"] == ["base", "sparse"]
     edges = lambda cd: {(cd.src[i], cd.dst[i]) for i in cg.choose(cd, None, 150).rows}  # noqa: E731
     assert diff["counts"]["edges_both"] == sum(e["status"] == "both" for e in diff["edges"])
     assert diff["counts"]["edges_a"] + diff["counts"]["edges_both"] == len(cg.choose(b, None, 150).rows)
@@ -263,6 +264,7 @@ def test_two_searches_at_once_on_one_shared_model(circuit_workspace, monkeypatch
 
 def test_pins_groups_notes_from_the_url_reach_the_view_and_the_download(circuit_app):
     at = ok(circuit_app("views/circuit.py", circuit="circuits/ioi-0", pinned="a0.h0,m1", groups='[["g","a0.h0","m1"]]'))
+    assert not view_data(at)["readonly"]
     assert view_data(at)["annotations"] == {"pinned": ["a0.h0", "m1"], "groups": [["g", "a0.h0", "m1"]], "notes": {}}
     labels = [b.proto.label for b in at.get("download_button")]
     assert any(lab.startswith("download Neuronpedia") and lab.endswith(state.MARKED) for lab in labels), labels
