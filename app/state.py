@@ -7,14 +7,17 @@ parameter names goes through browse.resolve. No torch here: what runs a model li
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
 import streamlit as st
 
+from app import graph_view
 from app.figures import circuit as cg
+from app.graph_view import layout as gl
 from workbench import browse
-from workbench.circuits import schema
+from workbench.circuits import annotations, schema
 from workbench.errors import UserError
 
 # The page scripts live in views/, not pages/: Streamlit runs an entry script with a pages/ folder beside it
@@ -25,7 +28,12 @@ PAGES = [  # (script, title, URL path, the query parameters that make up the pag
     ("views/feature.py", "Feature", "feature", ("sae", "unit")),
     ("views/search.py", "Search", "search", ("sae", "by", "q")),
     ("views/prompt.py", "Prompt", "prompt", ("sae", "prompt", "unit")),
-    ("views/circuit.py", "Circuit", "circuit", ("circuit", "view", "budget", "target", "cap", "node")),
+    (
+        "views/circuit.py",
+        "Circuit",
+        "circuit",
+        ("circuit", "view", "budget", "target", "cap", "node", *graph_view.PARAMS),
+    ),
     ("views/compare.py", "Compare", "compare", ("model", "circuit")),
     ("views/attention.py", "Attention", "attention", ("model", "source", "family", "example", "prompt")),
     ("views/run.py", "Run", "run", ()),
@@ -34,6 +42,7 @@ FEATURE, SAE, SEARCH, PROMPT = "views/feature.py", "views/sae.py", "views/search
 CIRCUIT, COMPARE = "views/circuit.py", "views/compare.py"
 WORKSPACE_ENV = "WORKBENCH_WORKSPACE"
 UPLOADED = "uploaded"
+MARKED = " (with pins, groups, notes)"  # a Neuronpedia download carrying the view's marks says so
 DOWNLOADS = {"workbench": "circuit.json", "mib": "mib.json", "neuronpedia": "neuronpedia.json"}
 PREFERRED_TASKS = ("ioi", "induction")  # what a circuit page opens on when the URL names none
 
@@ -337,18 +346,38 @@ def view(rel: str, cd: cg.CircuitData, fraction: float | None, cap: int) -> cg.V
         fail(e)
 
 
-def draw(cd: cg.CircuitData, v: cg.View, key: str, selected: str | None = None, height: int = 520) -> str | None:
-    """The bounded graph with what each filter hides; returns the node clicked in this run (None: no click)."""
-    fig = cg.graph_figure(cd, v, selected, height)
-    st.caption(f"drawn: {v.label}; {len(v.rows)} edge inputs")
-    st.caption("not drawn: " + "; ".join(v.hidden))
-    event = st.plotly_chart(fig, key=key, on_select="rerun", selection_mode="points")
-    nodes_trace = len(fig.data) - 1
-    for p in (event or {}).get("selection", {}).get("points", []):
-        if p.get("curve_number") == nodes_trace:
-            c = p.get("customdata")
-            return c[0] if isinstance(c, list) else c
-    return None
+def draw(cd: cg.CircuitData, v: cg.View, key: str, selected: str | None = None, height: int = 560) -> str | None:
+    """The bounded graph (app/graph_view) with what each filter hides, its pins, groups and notes in the URL
+    (remembered as this page's view); returns the node clicked in this run (None: no click)."""
+    st.caption(f"drawn: {v.label}; {len(v.rows)} edge inputs (the view says what each filter hides)")
+    clicked = graph_view.draw(gl.from_view(cd, v), key, selected=selected, height=height, marks=marks())
+    saved = st.session_state.get(f"_view_{st.session_state.get('_page')}", {})
+    for name in graph_view.PARAMS:
+        if name in st.query_params:
+            _remember(name, st.query_params[name])
+        else:
+            saved.pop(name, None)
+    return clicked
+
+
+def draw_diff(pairs: list[tuple[str, cg.CircuitData, cg.View]], key: str, height: int = 560) -> None:
+    """Two circuits in one graph: what only one of them has is marked, with the counts."""
+    (na, a, va), (nb, b, vb) = pairs
+    g, counts = gl.diff(gl.from_view(a, va), gl.from_view(b, vb), (na, nb))
+    graph_view.draw(g, key, counts=counts, names=(na, nb), height=height)
+
+
+def marks() -> annotations.Annotations:
+    """The URL's pins, groups and notes; a malformed parameter is a one-line page error."""
+    try:
+        return graph_view.url_annotations()
+    except UserError as e:
+        fail(e)
+
+
+def with_marks(raw: bytes, n_heads: int, marks: annotations.Annotations) -> bytes:
+    """A Neuronpedia graph JSON carrying the pins, groups and notes (qParams and clerps)."""
+    return json.dumps(annotations.apply_neuronpedia(json.loads(raw), marks, n_heads)).encode()
 
 
 def upload_key(raw: bytes) -> str:
@@ -360,9 +389,11 @@ def download_buttons(rel: str) -> None:
     """One button per format; a workspace circuit's files are read when clicked (deferred), not on every run."""
     if rel == UPLOADED:
         up = st.session_state[UPLOADED]
+        ann = marks() if up["format"] == "neuronpedia" else annotations.Annotations()
+        raw = with_marks(up["raw"], up["data"].n_heads, ann) if ann else up["raw"]
         st.download_button(
-            f"download the uploaded file ({schema.FORMATS[up['format']]})",
-            up["raw"],
+            f"download the uploaded file ({schema.FORMATS[up['format']]})" + (MARKED if ann else ""),
+            raw,
             file_name=up["name"],
             mime="application/json",
             on_click="ignore",
@@ -370,12 +401,15 @@ def download_buttons(rel: str) -> None:
         return
     folder = resolve(rel)
     cols = st.columns(len(DOWNLOADS))
+    n_heads, ann = circuit(rel).n_heads, marks()
     for col, (fmt, fname) in zip(cols, DOWNLOADS.items()):
         path = folder / fname
         if path.is_file():
             col.download_button(
-                f"download {schema.FORMATS[fmt].split(' (')[0]}",
-                lambda p=path: p.read_bytes(),
+                f"download {schema.FORMATS[fmt].split(' (')[0]}" + (MARKED if fmt == "neuronpedia" and marks else ""),
+                (lambda p=path: with_marks(p.read_bytes(), n_heads, ann))
+                if fmt == "neuronpedia"
+                else (lambda p=path: p.read_bytes()),
                 file_name=f"{folder.name}-{fname}",
                 mime="application/json",
                 on_click="ignore",

@@ -11,7 +11,7 @@
    measures drawing, not faithfulness; finding a real circuit on a random GPT-2 on CPU takes hours).
 3. `workbench app` serves the workspace; headless Chromium (Playwright) loads each circuit page once (cold),
    then `--repeats` more times (warm: the server has parsed the file, the browser has the app's JS). The time
-   is from navigation to the graph's and the curve's Plotly traces in the DOM and the page drawn
+   is from navigation to the graph view drawn (its data-drawn stamp) and the curve's Plotly trace, and the page drawn
    (harness.wait_drawn: script finished, no skeleton or stale element, every chart's SVG, twice 100 ms apart).
 
 No peers: no other tool draws these circuits offline (circuit-tracer's frontend and Neuronpedia need their
@@ -36,21 +36,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
-# JS conditions on the page: both Plotly charts drawn; the curve's "drawn" mark, and the whole graph (each
-# compared with its value before an action, CMP)
+# JS conditions on the page: the graph view (a custom component in a shadow root, app/graph_view) and the
+# curve's Plotly chart drawn; the curve's "drawn" mark, and the whole graph (each compared with its value
+# before an action, CMP; the view stamps data-drawn each time it draws new data)
+VIEW = (
+    "const h = document.querySelector(\"[data-testid='stBidiComponentIsolated']\");"
+    " const r = h && h.shadowRoot && h.shadowRoot.querySelector('.wbg[data-drawn]');"
+)
 DRAWN = (
     "() => { const d = document.querySelectorAll('.js-plotly-plot');"
-    " return d.length >= 2 && d[0].querySelector('.scatterlayer .trace') && d[1].querySelector('.scatterlayer .trace'); }"
+    + VIEW
+    + " return r && d.length >= 1 && d[0].querySelector('.scatterlayer .trace'); }"
 )
 MARK = (
-    "b => { const d = document.querySelectorAll('.js-plotly-plot')[1]; const t = d && d.data && d.data[d.data.length - 1];"
+    "b => { const d = document.querySelectorAll('.js-plotly-plot')[0]; const t = d && d.data && d.data[d.data.length - 1];"
     " const v = t && t.name === 'drawn' ? t.x[0] : null; return CMP === null ? v : v !== null && v !== CMP; }"
 )
 GRAPH = (
-    "b => { const d = document.querySelectorAll('.js-plotly-plot')[0];"
-    " const v = d && d.data ? JSON.stringify(d.data) : null;"
-    " return CMP === null ? v : v !== null && v !== CMP; }"
+    "b => { "
+    + VIEW
+    + " const v = r ? r.getAttribute('data-drawn') : null; return CMP === null ? v : v !== null && v !== CMP; }"
 )
+EDGES = "() => { " + VIEW + " return r.querySelectorAll('.wbg-edge').length; }"
 QUICK_DEMO = [
     "--cache-tokens",
     "20000",
@@ -200,11 +207,7 @@ def page_times(ws: Path, pages: dict[str, str], repeats: int) -> dict[str, dict]
             for name, path in pages.items():
                 cold = load(path)
                 warm = [load(path) for _ in range(repeats)]
-                drawn = page.evaluate(
-                    "() => { const d = document.querySelectorAll('.js-plotly-plot')[0];"
-                    " return d.data.filter(t => t.hovertemplate && t.hovertemplate.endsWith('<extra>edge</extra>'))"
-                    "[0].x.length; }"
-                )
+                drawn = page.evaluate(EDGES)
                 out[name] = {"cold": cold, "warm": warm, "drawn": drawn, "budget": budget_moves(repeats)}
             switches = []
             names = [n for n in pages if n.startswith("embedded")]

@@ -147,7 +147,9 @@ STREAMLIT_IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
 # selects) are still grey skeletons; a page is drawn when no skeleton or stale element remains and every
 # Plotly chart holds its SVG
 STREAMLIT_DRAWN = """() => !document.querySelector("[data-testid='stSkeleton'], [data-stale='true']") &&
-  [...document.querySelectorAll("[data-testid='stPlotlyChart']")].every(c => c.querySelector('svg'))"""
+  [...document.querySelectorAll("[data-testid='stPlotlyChart']")].every(c => c.querySelector('svg')) &&
+  [...document.querySelectorAll("[data-testid='stBidiComponentIsolated']")].every(
+    c => c.shadowRoot && c.shadowRoot.querySelector('[data-drawn]'))"""  # the graph view marks itself drawn
 
 
 def wait_drawn(page) -> None:

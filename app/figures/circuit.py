@@ -1,12 +1,12 @@
-"""A circuit as a bounded, layered drawing: rows from a schema record, the subgraph to draw, its layout.
+"""A circuit as a bounded subgraph: rows from a schema record, the subgraph to draw, the curve beside it.
 
 Pure Python + numpy + Plotly (no torch, no Streamlit), so the page sends the browser a graph of at
 most `max_edges` edges whatever the circuit's size, and every filter reports what it hides. The
 files themselves are read by workbench.circuits.schema (every format, validated once).
 
-Edges are kept per reader input: a head's query, key and value inputs are separate edges (drawn
-solid, dashed and dotted into three ports on the head's left); a key/value group's edge is drawn into
-each head of the group. The drawn subgraph at a budget other than the saved circuit is the top-k of
+Edges are kept per reader input: a head's query, key and value inputs are separate edges (the graph
+view, app/graph_view, draws them into three ports on the head's left); a key/value group's edge is
+drawn into each head of the group. The drawn subgraph at a budget other than the saved circuit is the top-k of
 the query's attribution scores (|score|), pruned to input -> logits paths: the same circuit as the
 curve's "top-k" line at that budget, so the marked point's NDF is that circuit's.
 """
@@ -23,10 +23,6 @@ from workbench.errors import UserError
 
 MAX_EDGES = 300  # default display cap
 HARD_MAX_EDGES = 2000  # what the page may ask for at most
-POSITIVE, NEGATIVE = "#2166ac", "#b2182b"
-DASH = {"q": "solid", "k": "dash", "v": "dot", "mlp": "solid", "logits": "solid", "in": "solid"}
-PORT = {"q": -0.22, "k": 0.0, "v": 0.22}
-NODE_COLOUR = {"input": "#555555", "head": "#ff7f0e", "mlp": "#2ca02c", "logits": "#9467bd"}
 
 
 @dataclass
@@ -217,96 +213,6 @@ def strongest_node(cd: CircuitData, view: View) -> str:
     if not strength:
         return min(node_strength(cd, view.rows) or {"logits": 0.0}, key=lambda n: position(n, cd.n_layers, cd.n_heads))
     return max(strength, key=strength.get)
-
-
-def _edge_traces(fig: go.Figure, cd: CircuitData, rows: np.ndarray, pos: dict) -> None:
-    """One line trace per (sign, width class, q/k/v kind), then one hover marker at each edge's middle."""
-    mags = np.abs(cd.score[rows])
-    edges = np.quantile(mags, [1 / 3, 2 / 3]) if len(rows) else np.array([0.0, 0.0])
-    width_class = np.searchsorted(edges, mags)
-    groups: dict[tuple, list[int]] = {}
-    for j, i in enumerate(rows):
-        groups.setdefault((cd.score[i] >= 0, int(width_class[j]), cd.kind[i]), []).append(int(i))
-    mid_x, mid_y, mid_text = [], [], []
-    for (positive, w, kind), members in sorted(groups.items()):
-        xs, ys = [], []
-        for i in members:
-            (x0, y0), (x1, y1) = pos[cd.src[i]], pos[cd.dst[i]]
-            x0, x1, y1 = x0 + 0.15, x1 - (0.3 if kind in PORT else 0.15), y1 + PORT.get(kind, 0.0)
-            xs += [x0, x1, None]
-            ys += [y0, y1, None]
-            mid_x.append((x0 + x1) / 2)
-            mid_y.append((y0 + y1) / 2)
-            mid_text.append(f"{cd.src[i]} -> {cd.dst[i]}{'<' + kind + '>' if kind in PORT else ''}: {cd.score[i]:+.4g}")
-        fig.add_trace(
-            go.Scatter(
-                x=xs,
-                y=ys,
-                mode="lines",
-                line=dict(color=POSITIVE if positive else NEGATIVE, width=(1, 2.5, 5)[w], dash=DASH[kind]),
-                opacity=0.55,
-                hoverinfo="skip",
-                showlegend=False,
-            )
-        )
-    fig.add_trace(
-        go.Scatter(
-            x=mid_x,
-            y=mid_y,
-            mode="markers",
-            marker=dict(size=5, color="rgba(0,0,0,0.15)"),
-            text=mid_text,
-            hovertemplate="%{text}<extra>edge</extra>",
-            showlegend=False,
-        )
-    )
-
-
-def graph_figure(cd: CircuitData, view: View, selected: str | None = None, height: int = 520) -> go.Figure:
-    """Edges as a few line traces (sign x width class x q/k/v kind), nodes as one clickable marker trace (last)."""
-    pos = {n: position(n, cd.n_layers, cd.n_heads) for n in set(cd.src) | set(cd.dst)}
-    rows = view.rows
-    fig = go.Figure()
-    _edge_traces(fig, cd, rows, pos)
-    for name, style in (("positive score", dict(color=POSITIVE)), ("negative score", dict(color=NEGATIVE))):
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=style, name=name))
-    for kind, label in (("q", "into query"), ("k", "into key"), ("v", "into value")):
-        fig.add_trace(
-            go.Scatter(x=[None], y=[None], mode="lines", line=dict(color="#777", dash=DASH[kind]), name=label)
-        )
-    strength = node_strength(cd, rows)
-    names = sorted(strength, key=lambda n: pos[n])
-    top = max(strength.values(), default=1.0) or 1.0
-    fig.add_trace(
-        go.Scatter(
-            x=[pos[n][0] for n in names],
-            y=[pos[n][1] for n in names],
-            mode="markers+text",
-            text=names,
-            textposition="top center",
-            customdata=names,
-            hovertext=[f"{n}<br>sum |score| of drawn edges {strength[n]:.3g}" for n in names],
-            marker=dict(
-                size=[10 + 18 * strength[n] / top for n in names],
-                color=[NODE_COLOUR[schema.node_kind(n)] for n in names],
-                line=dict(width=[3 if n == selected else 0 for n in names], color="black"),
-            ),
-            hovertemplate="%{hovertext}<extra>click for details</extra>",
-            name="nodes (click one)",
-        )
-    )
-    ticks = [0] + [2 * layer + 1 for layer in range(cd.n_layers)] + [2 * cd.n_layers + 1]
-    labels = ["input"] + [f"L{layer}" for layer in range(cd.n_layers)] + ["logits"]
-    fig.update_layout(
-        height=height,
-        margin=dict(l=10, r=10, t=30, b=30),
-        xaxis=dict(tickvals=ticks, ticktext=labels, showgrid=False, zeroline=False),
-        yaxis=dict(visible=False, autorange="reversed"),
-        legend=dict(orientation="h", y=-0.08),
-        clickmode="event+select",
-        dragmode=False,
-    )
-    return fig
 
 
 def curve_figure(cd: CircuitData, point: tuple[float, float] | None = None) -> go.Figure:

@@ -1,14 +1,16 @@
 """Circuit page: one query's circuit as a layered graph, a budget / NDF-target control that redraws it and
 marks the point on the faithfulness curve, search vs top-k, node details, downloads and uploads."""
 
+import json
+
 import numpy as np
 import pandas as pd
 import streamlit as st
 
-from app import live, state
+from app import graph_view, live, state
 from app.figures import attention as fa
 from app.figures import circuit as cg
-from workbench.circuits import schema
+from workbench.circuits import annotations, schema
 from workbench.errors import UserError
 
 
@@ -26,7 +28,10 @@ def upload_box() -> None:
                 st.session_state["_upload_seen"] = state.upload_key(raw)
                 try:
                     with st.spinner("checking the upload against its model..."):
-                        st.session_state[state.UPLOADED] = live.check_upload(up.name, raw, mib_spec)
+                        up_ = live.check_upload(up.name, raw, mib_spec)
+                    if up_["format"] == "neuronpedia":  # its pins, groups and notes come back into the URL
+                        graph_view.write_url(annotations.read_neuronpedia(json.loads(raw), up_["data"].n_heads))
+                    st.session_state[state.UPLOADED] = up_
                     st.session_state.pop("_upload_error", None)
                     st.query_params["circuit"] = state.UPLOADED
                 except UserError as e:
@@ -218,16 +223,16 @@ header(cd)
 fraction, cap = budget_controls(cd)
 v = state.view(rel, cd, fraction, cap)
 node_url = st.query_params.get("node")
+clicked = state.draw(cd, v, "graph", node_url)
 left, right = st.columns([3, 2])
 with left:
-    clicked = state.draw(cd, v, "graph", node_url)
-with right:
     if cd.curve:
         st.plotly_chart(cg.curve_figure(cd, v.point), key="curve")
         with st.expander("search vs top-k at each budget (the finder's curve)"):
             st.dataframe(pd.DataFrame(cg.grid_rows(cd)), hide_index=True)
     else:
         st.info("this file holds no faithfulness curve (MIB and Neuronpedia files carry none)")
+with right:
     state.download_buttons(rel)
 
 st.subheader("node details")

@@ -58,12 +58,14 @@ if pairs:
         "(a grid point, so an upper bound on the fewest edges); empty: no grid budget reaches it"
     )
     cap = 150
+    st.caption("one graph of both circuits: grey in both, blue only in the base model, orange only in the sparse one")
+    state.draw_diff(
+        [("base", b, state.view(base_rel, b, None, cap)), ("sparse", s, state.view(sparse_rel, s, None, cap))],
+        "graph_diff",
+    )
     cols = st.columns(2)
-    for col, name, r, cd in ((cols[0], "base", base_rel, b), (cols[1], "sparse attention", sparse_rel, s)):
-        with col:
-            st.markdown(f"**{name}**: {state.text(r.split('/')[-1])}")
-            state.draw(cd, state.view(r, cd, None, cap), f"graph_{name}", height=420)
-            st.page_link(state.CIRCUIT, label=f"open the {name} circuit", query_params={"circuit": r})
+    for col, name, r in ((cols[0], "base", base_rel), (cols[1], "sparse attention", sparse_rel)):
+        col.page_link(state.CIRCUIT, label=f"open the {name} circuit", query_params={"circuit": r})
 else:
     st.info(
         "no query has a circuit in both models yet: find one with the Run page on each model (the demo finds "

@@ -191,30 +191,28 @@ def test_circuit_budget_click_download_upload_compare_feature_offline(circuit_se
             page.goto(f"{circuit_server}/circuit?circuit=circuits/ioi-0")
             settle(page)
             expect(page.get_by_role("heading", name="Circuit")).to_be_visible()
-            page.locator(".js-plotly-plot").nth(1).wait_for()
+            page.locator(".js-plotly-plot").first.wait_for()  # the curve (the graph is the graph view)
             page.get_by_text("edge budget", exact=True).click()
             settle(page)
             slider = page.get_by_role("slider").first
             before_label = page.get_by_text("drawn: top").inner_text()
-            before_x = plotly(page, 1, "d.data[d.data.length - 1].x[0]")
+            before_x = plotly(page, 0, "d.data[d.data.length - 1].x[0]")
             slider.focus()
             slider.press("ArrowRight")
             settle(page)
             expect(page.get_by_text("drawn: top")).not_to_have_text(before_label)
             page.wait_for_function(  # the curve's mark moves right (Plotly redraws after the script has finished)
-                "b => { const d = document.querySelectorAll('.js-plotly-plot')[1]; const t = d && d.data &&"
+                "b => { const d = document.querySelectorAll('.js-plotly-plot')[0]; const t = d && d.data &&"
                 " d.data[d.data.length - 1]; return t && t.name === 'drawn' && t.x[0] > b; }",
                 arg=before_x,
             )
             expect(page).to_have_url(re.compile(r"view=budget.*budget=|budget=.*view=budget"))
 
-            nodes = plotly(page, 0, "d.data[d.data.length - 1].customdata")
-            head = next(i for i, n in enumerate(nodes) if n.startswith("a"))
-            page.locator(".js-plotly-plot").first.locator(".scatterlayer .trace").last.locator(".points path").nth(
-                head
-            ).click(force=True)
+            head = page.locator("[data-node-id^='a']").first
+            name = head.get_attribute("data-node-id")
+            head.locator("rect").click()
             settle(page)
-            expect(page.get_by_text(f"{nodes[head]}: attention pattern on the prompt")).to_be_visible()
+            expect(page.get_by_text(f"{name}: attention pattern on the prompt")).to_be_visible()
             if os.environ.get("WORKBENCH_SCREENSHOTS"):
                 page.screenshot(path=str(Path(os.environ["WORKBENCH_SCREENSHOTS"]) / "app.png"), full_page=True)
 
@@ -233,11 +231,11 @@ def test_circuit_budget_click_download_upload_compare_feature_offline(circuit_se
             settle(page)
             expect(page).to_have_url(re.compile(r"circuit=uploaded"))  # set only once an upload passed its checks
             expect(page.get_by_text("not a circuit file")).to_have_count(0)
-            page.locator(".js-plotly-plot").first.wait_for()
+            page.locator("[data-node-id]").first.wait_for()
             page.get_by_role("link", name="Compare").click()
             settle(page)
             expect(page.get_by_role("heading", name="Compare base and sparse attention")).to_be_visible()
-            expect(page.locator(".js-plotly-plot")).to_have_count(2)
+            expect(page.locator(".wbg-diff")).to_contain_text("only in base")  # one graph of both, with counts
             expect(page.get_by_text("queries with a gap on both models").first).to_be_visible()
 
             if layer2:
@@ -316,3 +314,91 @@ def test_text_from_files_is_shown_as_text_and_fetches_nothing(circuit_server, ci
             shutil.rmtree(folder)
     assert not [u for u in requests if "tracker.invalid" in u]
     assert_offline(requests)
+
+
+def test_circuit_graph_pins_groups_export_upload_back_forward(circuit_server, circuit_workspace, tmp_path):
+    """The graph view on the circuit page (issue #23): hover a node and read its details, pin two nodes and find
+    them in the URL and the downloaded Neuronpedia JSON, reload and find them pinned, group them into a supernode
+    that survives export -> upload, and go Back/Forward across a feature page keeping circuit, budget and pins."""
+    import json
+
+    from playwright.sync_api import expect
+
+    from workbench.circuits import annotations as an
+
+    d = json.loads((circuit_workspace / "circuits" / "ioi-0" / "circuit.json").read_text())
+    n_heads = d["graph"]["n_heads"]
+    budget = str(d["curve"]["fractions"][-1])  # the whole graph: every node is drawn
+    heads = sorted(n["name"] for n in d["nodes"] if n["name"].startswith("a") and n["in_circuit"])[:2]
+    assert len(heads) == 2, d["nodes"]
+    layer2 = sorted(n["name"] for n in d["nodes"] if n["name"].startswith(("a2.", "m2")))
+    base = f"{circuit_server}/circuit?circuit=circuits/ioi-0"
+    requests = []
+
+    def pinned_in_url() -> None:
+        page.wait_for_function(
+            f"new URLSearchParams(location.search).get('pinned') === {','.join(heads)!r}", timeout=WAIT_MS
+        )
+
+    def download_np(name: str):
+        with page.expect_download() as dl:
+            page.get_by_role("button", name=re.compile(r"^download (Neuronpedia|the uploaded)")).click()
+        path = tmp_path / name
+        dl.value.save_as(path)
+        return path, an.read_neuronpedia(json.loads(path.read_text()), n_heads)
+
+    with browser_page(requests) as page:
+        try:
+            page.goto(base)
+            drawn(page)
+            page.locator(f"[data-node-id='{heads[0]}'] rect").hover()
+            expect(page.get_by_test_id("graph-tip")).to_contain_text(f"{heads[0]} · head")
+            expect(page.get_by_test_id("graph-tip")).to_contain_text("strongest")
+            page.locator(f"[data-node-id='{heads[0]}'] rect").click()
+            expect(page.get_by_test_id("graph-details").locator("h4")).to_have_text(f"{heads[0]} · head")
+            page.get_by_test_id("graph-details").get_by_role("button", name="pin").click()
+            page.locator(f"[data-node-id='{heads[1]}'] rect").click(modifiers=["Shift"])
+            pinned_in_url()
+            drawn(page)
+            _, marks = download_np("pinned.json")
+            assert marks.pinned == heads
+            page.reload()
+            drawn(page)
+            expect(page.locator(".wbg-pinned")).to_have_count(2)
+            page.get_by_placeholder("group name").fill("name movers")
+            page.get_by_role("button", name="group pinned nodes").click()
+            page.wait_for_function("new URLSearchParams(location.search).get('groups') !== null", timeout=WAIT_MS)
+            drawn(page)
+            exported, marks = download_np("grouped.json")
+            assert marks.groups == [["name movers", *heads]] and marks.pinned == heads
+            page.goto(base)  # a plain link: no marks; the upload brings them back
+            drawn(page)
+            expect(page).not_to_have_url(re.compile("pinned="))
+            page.get_by_text("upload a circuit JSON").click()
+            page.locator("input[type=file]").set_input_files(str(exported))
+            drawn(page)
+            expect(page).to_have_url(re.compile(r"circuit=uploaded"))
+            pinned_in_url()
+            expect(page.locator(".wbg-pinned")).to_have_count(2)
+            page.get_by_role("button", name="pinned subgraph (2)").click()
+            expect(page.locator("[data-node-id='group:name movers']")).to_have_count(1)
+
+            if layer2:
+                page.goto(f"{base}&view=budget&budget={budget}&node={layer2[0]}&pinned={','.join(heads)}")
+                drawn(page)
+                link = page.get_by_role("link", name=re.compile(r"^unit \d+")).first
+                link.click()
+                expect(page.get_by_role("heading", name=re.compile(r"· (latent|block) \d+$"))).to_be_visible()
+                drawn(page)
+                page.go_back()
+                drawn(page)
+                expect(page).to_have_url(re.compile(rf"budget={re.escape(budget)}"))
+                expect(page).to_have_url(re.compile(r"circuit=circuits%2Fioi-0"))
+                pinned_in_url()
+                expect(page.locator(".wbg-pinned")).to_have_count(2)
+                page.go_forward()
+                expect(page.get_by_role("heading", name=re.compile(r"· (latent|block) \d+$"))).to_be_visible()
+        finally:
+            page.screenshot(path=str(tmp_path / "graph.png"), full_page=True)
+    assert_offline(requests)
+    assert layer2, "the IOI circuit of the random model has no layer-2 node, so no feature link was followed"

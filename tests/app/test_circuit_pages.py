@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from app import state
 from app.figures import circuit as cg
 from workbench import browse
 
@@ -30,6 +31,11 @@ def charts(at) -> list[dict]:
     return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
 
 
+def view_data(at) -> dict:
+    """What the page hands the graph view (app/graph_view): nodes, edges, hidden counts, annotations."""
+    return json.loads(at.get("bidi_component")[0].proto.json)
+
+
 def saved(ws, name):
     return cg.from_record(browse.open_circuit(ws / "circuits" / name))
 
@@ -38,9 +44,9 @@ def test_circuit_page_draws_the_saved_circuit_and_its_curve(circuit_app, circuit
     cd = saved(circuit_workspace, "ioi-0")
     at = ok(circuit_app("views/circuit.py", circuit="circuits/ioi-0"))
     assert at.metric[0].value == f"{cd.n_circuit_edges:,} / {cd.n_graph_edges:,}"
-    assert "not drawn:" in text(at) and "graph edges outside the saved circuit" in text(at)
-    graph, curve = charts(at)[:2]
-    assert graph["data"][-1]["name"] == "nodes (click one)"
+    assert "drawn: the saved circuit" in text(at)
+    graph, curve = view_data(at), charts(at)[0]
+    assert len(graph["edges"]) == len(cg.choose(cd).rows) and graph["hidden"] == cg.choose(cd).hidden
     assert [t["name"] for t in curve["data"]][-1] == "drawn"
     assert len(at.get("download_button")) == 3
 
@@ -51,10 +57,9 @@ def test_budget_control_redraws_and_moves_the_point(circuit_app, circuit_workspa
     at = ok(circuit_app("views/circuit.py", circuit="circuits/ioi-0", view="budget", budget=str(f), cap="2000"))
     k = int(f * cd.n_graph_edges)
     assert f"top {k} edges by |attribution|" in text(at)
-    graph, curve = charts(at)[:2]
+    graph, curve = view_data(at), charts(at)[0]
     assert curve["data"][-1]["x"] == [100 * f]
-    edges_hover = next(t for t in graph["data"] if t.get("hovertemplate", "").endswith("<extra>edge</extra>"))
-    assert len(edges_hover["text"]) == len(cg.choose(cd, f, 2000).rows)
+    assert len(graph["edges"]) == len(cg.choose(cd, f, 2000).rows)
     at = ok(circuit_app("views/circuit.py", circuit="circuits/ioi-0", view="target", target="0.05"))
     assert "smallest grid budget" in text(at) or at.warning
 
@@ -104,7 +109,13 @@ def test_compare_page_pairs_the_query_across_models(circuit_app, circuit_workspa
     table = at.dataframe[0].value
     b, s = saved(circuit_workspace, "ioi-0"), saved(circuit_workspace, "ioi-0-sparse")
     assert list(table["base edges"])[0] == b.n_circuit_edges and list(table["sparse edges"])[0] == s.n_circuit_edges
-    assert len(charts(at)) == 2
+    diff = view_data(at)  # one graph of both circuits, what only one has marked and counted; nothing to pin
+    assert diff["readonly"] and diff["names"] == ["base", "sparse"]
+    edges = lambda cd: {(cd.src[i], cd.dst[i]) for i in cg.choose(cd, None, 150).rows}  # noqa: E731
+    assert diff["counts"]["edges_both"] == sum(e["status"] == "both" for e in diff["edges"])
+    assert diff["counts"]["edges_a"] + diff["counts"]["edges_both"] == len(cg.choose(b, None, 150).rows)
+    assert diff["counts"]["edges_b"] + diff["counts"]["edges_both"] == len(cg.choose(s, None, 150).rows)
+    assert len(edges(b) & edges(s)) <= diff["counts"]["edges_both"]
     assert "ioi" in text(at) and list(at.dataframe[1].value["level"])[:3] == [
         "component edges",
         "heads + MLPs",
@@ -249,3 +260,13 @@ def test_two_searches_at_once_on_one_shared_model(circuit_workspace, monkeypatch
     assert not errors and set(out) == {"both-0", "both-1"}
     assert out["both-0"][0].n_edges == out["both-1"][0].n_edges  # the same search on the same model
     assert not [n for _, _, notes in out.values() for n in notes if "requires_grad" in n]
+
+
+def test_pins_groups_notes_from_the_url_reach_the_view_and_the_download(circuit_app):
+    at = ok(circuit_app("views/circuit.py", circuit="circuits/ioi-0", pinned="a0.h0,m1", groups='[["g","a0.h0","m1"]]'))
+    assert not view_data(at)["readonly"]
+    assert view_data(at)["annotations"] == {"pinned": ["a0.h0", "m1"], "groups": [["g", "a0.h0", "m1"]], "notes": {}}
+    labels = [b.proto.label for b in at.get("download_button")]
+    assert any(lab.startswith("download Neuronpedia") and lab.endswith(state.MARKED) for lab in labels), labels
+    at = circuit_app("views/circuit.py", circuit="circuits/ioi-0", groups="[oops")
+    assert len(at.error) == 1 and "groups" in at.error[0].value and "is not JSON" in at.error[0].value

@@ -117,20 +117,22 @@ def test_choose_states_what_each_filter_hides():
         cg.choose(cd, None, max_edges=0)
 
 
-def test_graph_figure_draws_each_row_once_with_clickable_nodes_last():
+def test_graph_view_draws_each_row_once_into_its_port():
+    """A key/value group's edge reaches every head of the group, each on its own k or v port (app/graph_view)."""
+    from app.graph_view import layout
+
     c = circuit(GROUPED, k=80)
     cd = read(c.to_dict())
     v = cg.choose(cd, None, max_edges=50)
-    fig = cg.graph_figure(cd, v, selected="logits")
-    lines = [t for t in fig.data if t.mode == "lines" and t.x and t.x[0] is not None]
-    assert sum(len(t.x) // 3 for t in lines) == len(v.rows)
-    dashes = {t.line.dash for t in lines}
-    assert dashes <= {"solid", "dash", "dot"} and len({t.line.color for t in lines}) == 2
-    nodes = fig.data[-1]
-    assert list(nodes.customdata) == list(nodes.text) and "logits" in nodes.customdata
-    assert max(nodes.marker.line.width) == 3  # the selected node is outlined
-    edges = fig.data[len(lines)]
-    assert len(edges.text) == len(v.rows) and all("->" in t for t in edges.text)
+    data = layout.to_data(layout.from_view(cd, v))
+    assert len(data["edges"]) == len(v.rows)
+    for e, i in zip(data["edges"], v.rows):
+        t = data["nodes"][e["t"]]
+        assert t["id"] == cd.dst[i] and e["port"] == (cd.kind[i] if cd.kind[i] in ("q", "k", "v") else None)
+        if e["port"]:
+            assert e["p"][3] == pytest.approx(
+                t["y"] + ("q", "k", "v").index(e["port"]) * t["h"] / 3 - t["h"] / 3, abs=0.11
+            )
 
 
 def test_curve_marks_the_drawn_point_and_the_grid_table_lists_both_lines():

@@ -1,0 +1,466 @@
+// The workbench's circuit graph: an SVG of the layout app/graph_view/layout.py computed (finished
+// coordinates), with pan/zoom, labels placed by zoom level (strongest first, never overlapping), hover
+// details computed here (no server round trip), click selection over the whole node, a details panel
+// beside the graph, pins, named groups, notes and a pinned-subgraph view. Annotations go to Python as
+// the state value `annotations`; a click as the trigger `clicked`. No network: plain DOM, no libraries.
+// Every text from a file is set with textContent, never parsed as HTML.
+
+const SVG = "http://www.w3.org/2000/svg";
+const APPS = new WeakMap();
+const COLOUR = { input: "#6b6b6b", head: "#f28e2b", mlp: "#59a14f", logits: "#9467bd", feature: "#4e79a7" };
+const SIGN = ["#b2182b", "#2166ac"]; // negative, positive
+const DIFF = { both: "#8c8c8c", a: "#1f77b4", b: "#e6550d" };
+const GROUP_COLOURS = ["#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f"];
+const TOP = 5;
+
+function el(tag, attrs = {}, parent = null, text = null) {
+  const e = tag.startsWith("svg:") ? document.createElementNS(SVG, tag.slice(4)) : document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  if (text !== null) e.textContent = text;
+  if (parent) parent.appendChild(e);
+  return e;
+}
+
+const fmt = (v) => (v === null || v === undefined ? "-" : Math.abs(v) >= 100 ? v.toFixed(1) : v.toPrecision(3));
+const portName = (e) => (e.port ? `<${e.port}>` : "");
+
+class GraphApp {
+  constructor(parent, api) {
+    this.api = api;
+    this.ann = { pinned: [], groups: [], notes: {} };
+    this.seen = null; // the last annotations Python sent: a change there (Back/Forward, a link) wins
+    this.graphKey = null;
+    this.t = { k: 1, x: 0, y: 0 };
+    this.subgraph = false;
+    this.selected = null;
+    this.root = el("div", { class: "wbg" }, parent);
+    this.head = el("div", { class: "wbg-head" }, this.root);
+    const bar = el("div", { class: "wbg-bar" }, this.root);
+    this.fitBtn = el("button", { class: "wbg-fit" }, bar, "fit");
+    this.subBtn = el("button", { class: "wbg-sub" }, bar, "pinned subgraph");
+    this.groupName = el("input", { class: "wbg-group-name", placeholder: "group name" }, bar);
+    this.groupBtn = el("button", { class: "wbg-group" }, bar, "group pinned nodes");
+    this.clearBtn = el("button", { class: "wbg-clear" }, bar, "unpin all");
+    this.status = el("span", { class: "wbg-status" }, bar);
+    const main = el("div", { class: "wbg-main" }, this.root);
+    this.svg = el("svg:svg", { class: "wbg-svg" }, main);
+    this.vp = el("svg:g", {}, this.svg);
+    this.labels = el("svg:g", { class: "wbg-labels" }, this.svg);
+    this.panel = el("div", { class: "wbg-details", "data-testid": "graph-details" }, main);
+    this.tip = el("div", { class: "wbg-tip", "data-testid": "graph-tip" }, this.root);
+    this.wire();
+  }
+
+  wire() {
+    this.fitBtn.onclick = () => this.fit();
+    this.subBtn.onclick = () => {
+      this.subgraph = !this.subgraph;
+      this.render();
+    };
+    this.groupBtn.onclick = () => this.group();
+    this.clearBtn.onclick = () => {
+      this.ann.pinned = [];
+      this.commit();
+    };
+    this.svg.addEventListener("wheel", (ev) => {
+      ev.preventDefault();
+      const r = this.svg.getBoundingClientRect();
+      const f = Math.exp(-ev.deltaY * 0.0015);
+      const mx = ev.clientX - r.left, my = ev.clientY - r.top;
+      this.t.x = mx - (mx - this.t.x) * f;
+      this.t.y = my - (my - this.t.y) * f;
+      this.t.k *= f;
+      this.transform();
+    }, { passive: false });
+    let drag = null;
+    this.svg.addEventListener("pointerdown", (ev) => {
+      if (ev.target.closest && ev.target.closest(".wbg-node")) return;
+      drag = { x: ev.clientX, y: ev.clientY, tx: this.t.x, ty: this.t.y };
+      this.svg.setPointerCapture(ev.pointerId);
+    });
+    this.svg.addEventListener("pointermove", (ev) => {
+      if (!drag) return;
+      this.t.x = drag.tx + ev.clientX - drag.x;
+      this.t.y = drag.ty + ev.clientY - drag.y;
+      this.transform();
+    });
+    this.svg.addEventListener("pointerup", () => (drag = null));
+  }
+
+  update(data, api) {
+    this.api = api;
+    const sig = JSON.stringify(data);
+    if (sig === this.sig) return; // a rerun that changed nothing here: keep zoom, hover and panel as they are
+    this.sig = sig;
+    this.root.classList.toggle("wbg-readonly", !!data.readonly); // a diff: nothing to pin, group or note
+    const key = JSON.stringify([data.title, data.size, data.nodes.map((n) => n.id), data.edges.length]);
+    const incoming = JSON.stringify(data.annotations || {});
+    const fresh = key !== this.graphKey;
+    this.data = data;
+    if (incoming !== this.seen) {
+      this.seen = incoming;
+      this.ann = { pinned: [], groups: [], notes: {}, ...JSON.parse(incoming) };
+    }
+    this.graphKey = key;
+    this.index();
+    if (fresh && data.selected && this.byId.has(data.selected)) this.selected = data.selected;
+    this.render();
+    if (fresh) this.fit();
+  }
+
+  index() {
+    const d = this.data;
+    this.byId = new Map(d.nodes.map((n, i) => [n.id, i]));
+    this.inE = d.nodes.map(() => []);
+    this.outE = d.nodes.map(() => []);
+    d.edges.forEach((e, j) => {
+      this.outE[e.s].push(j);
+      this.inE[e.t].push(j);
+    });
+    const strongest = (list) => list.sort((a, b) => Math.abs(d.edges[b].w) - Math.abs(d.edges[a].w));
+    this.inE.forEach(strongest);
+    this.outE.forEach(strongest);
+    this.maxW = Math.max(1e-12, ...d.edges.map((e) => Math.abs(e.w)));
+  }
+
+  commit() {
+    this.seen = JSON.stringify(this.ann);
+    this.render();
+    this.api.setStateValue("annotations", JSON.parse(this.seen));
+  }
+
+  groupOf(id) {
+    return this.ann.groups.findIndex((g) => g.slice(1).includes(id));
+  }
+
+  // ---------------------------------------------------------------- what is drawn
+
+  visible() {
+    // every node and edge, or (pinned subgraph) the pinned nodes, each group folded into one supernode
+    const d = this.data;
+    if (!this.subgraph) return { nodes: d.nodes.map((n, i) => ({ ...n, i })), edges: d.edges };
+    const pinned = new Set(this.ann.pinned.filter((p) => this.byId.has(p)));
+    const rep = new Map();
+    const nodes = [];
+    for (const id of pinned) {
+      const g = this.groupOf(id);
+      if (g >= 0) {
+        const name = `group:${this.ann.groups[g][0]}`;
+        if (!rep.has(name)) {
+          const members = this.ann.groups[g].slice(1).filter((m) => pinned.has(m)).map((m) => d.nodes[this.byId.get(m)]);
+          const x = members.reduce((s, m) => s + m.x, 0) / members.length;
+          const y = members.reduce((s, m) => s + m.y, 0) / members.length;
+          nodes.push({ id: name, label: this.ann.groups[g][0], kind: "group", x, y, w: 90, h: 40, ports: [], members: members.map((m) => m.id), strength: 0, i: -1 });
+          rep.set(name, nodes.length - 1);
+        }
+        rep.set(id, rep.get(name));
+      } else {
+        nodes.push({ ...d.nodes[this.byId.get(id)], i: this.byId.get(id) });
+        rep.set(id, nodes.length - 1);
+      }
+    }
+    const merged = new Map();
+    for (const e of d.edges) {
+      const s = rep.get(d.nodes[e.s].id), t = rep.get(d.nodes[e.t].id);
+      if (s === undefined || t === undefined || s === t) continue;
+      const folded = nodes[t].kind === "group" || nodes[s].kind === "group";
+      const k = `${s}|${t}|${folded ? "" : e.port}`;
+      const m = merged.get(k) || { ...e, w: 0, s, t, port: folded ? null : e.port, local: true };
+      m.w += e.w;
+      merged.set(k, m);
+    }
+    for (const m of merged.values()) m.p = this.endpoints(nodes[m.s], nodes[m.t], m.port);
+    return { nodes, edges: [...merged.values()] };
+  }
+
+  endpoints(a, b, port) {
+    const i = port && b.ports.includes(port) ? b.ports.indexOf(port) - 1 : null;
+    return [a.x + a.w / 2, a.y, b.x - b.w / 2, i === null ? b.y : b.y + (i * b.h) / 3];
+  }
+
+  render() {
+    const d = this.data;
+    const v = this.visible();
+    this.shown = v;
+    this.vp.replaceChildren();
+    const cols = el("svg:g", { class: "wbg-cols" }, this.vp);
+    for (const c of d.columns) el("svg:line", { x1: c.x, x2: c.x, y1: 20, y2: d.size[1], class: "wbg-col" }, cols);
+    const edges = el("svg:g", { class: "wbg-edges" }, this.vp);
+    this.edgeEls = v.edges.map((e, j) => this.drawEdge(edges, e, j));
+    const nodes = el("svg:g", { class: "wbg-nodes" }, this.vp);
+    this.nodeEls = new Map(v.nodes.map((n) => [n.id, this.drawNode(nodes, n)]));
+    this.header(v);
+    this.transform();
+    this.details(this.selected);
+    this.root.setAttribute("data-drawn", String(Date.now()));
+  }
+
+  drawEdge(parent, e, j) {
+    const [x0, y0, x1, y1] = e.p;
+    // an edge that skips columns arcs over the nodes between, higher the further it goes
+    const dx = Math.max(30, Math.abs(x1 - x0) / 2);
+    const lift = e.lift || 0;
+    const dpath = `M${x0},${y0} C${x0 + dx},${y0 - lift} ${x1 - dx},${y1 - lift} ${x1},${y1}`;
+    const colour = this.data.counts ? DIFF[e.status] : SIGN[e.w >= 0 ? 1 : 0];
+    const width = 0.8 + (4.2 * Math.min(1, Math.abs(e.w) / this.maxW)) ** 1;
+    const g = el("svg:g", { class: `wbg-edge wbg-${e.status}`, "data-edge": j }, parent);
+    el("svg:path", { d: dpath, stroke: colour, "stroke-width": width, class: "wbg-line" }, g);
+    const hit = el("svg:path", { d: dpath, class: "wbg-hit" }, g);
+    hit.onmouseenter = (ev) => this.tipEdge(e, ev);
+    hit.onmousemove = (ev) => this.moveTip(ev);
+    hit.onmouseleave = () => this.hideTip();
+    return g;
+  }
+
+  drawNode(parent, n) {
+    const g = el("svg:g", { class: `wbg-node wbg-${n.kind} wbg-s-${n.status || "both"}`, "data-node-id": n.id }, parent);
+    const gi = n.kind === "group" ? -1 : this.groupOf(n.id);
+    const fill = n.kind === "group" ? "#ffffff" : COLOUR[n.kind] || "#4e79a7";
+    const stroke = gi >= 0 ? GROUP_COLOURS[gi % GROUP_COLOURS.length] : this.data.counts ? DIFF[n.status] : "#333";
+    el("svg:rect", { x: n.x - n.w / 2, y: n.y - n.h / 2, width: n.w, height: n.h, rx: 6, fill, stroke, class: "wbg-box" }, g);
+    n.ports.forEach((p, i) => {
+      const py = n.y + ((i - 1) * n.h) / 3;
+      el("svg:circle", { cx: n.x - n.w / 2, cy: py, r: 3.2, class: "wbg-port" }, g);
+      el("svg:text", { x: n.x - n.w / 2 + 6, y: py + 3, class: "wbg-port-label" }, g, p);
+    });
+    if (this.ann.pinned.includes(n.id) || (n.members && n.members.length)) {
+      el("svg:circle", { cx: n.x + n.w / 2 - 5, cy: n.y - n.h / 2 + 5, r: 4, class: "wbg-pin" }, g);
+    }
+    g.classList.toggle("wbg-pinned", this.ann.pinned.includes(n.id));
+    g.classList.toggle("wbg-selected", n.id === this.selected);
+    g.onmouseenter = (ev) => this.tipNode(n, ev);
+    g.onmousemove = (ev) => this.moveTip(ev);
+    g.onmouseleave = () => this.hideTip();
+    g.onclick = (ev) => {
+      ev.stopPropagation();
+      if (ev.shiftKey) this.togglePin(n.id);
+      else this.select(n.id, true);
+    };
+    return g;
+  }
+
+  header(v) {
+    const d = this.data;
+    this.head.replaceChildren();
+    el("div", { class: "wbg-title" }, this.head, d.title || "");
+    if (d.counts) {
+      const c = d.counts, [a, b] = d.names || ["A", "B"];
+      el("div", { class: "wbg-diff" }, this.head,
+        `edges: ${c.edges_both} in both, ${c.edges_a} only in ${a} (blue), ${c.edges_b} only in ${b} (orange) · ` +
+        `nodes: ${c.nodes_both} in both, ${c.nodes_a} only in ${a}, ${c.nodes_b} only in ${b}`);
+    }
+    const hidden = [...(d.hidden || [])];
+    if (this.subgraph) {
+      hidden.push(`pinned subgraph: ${d.nodes.length - v.nodes.reduce((s, n) => s + (n.members ? n.members.length : 1), 0)} unpinned nodes and ` +
+        `${d.edges.length - v.edges.length} edges not shown (edges into one group are summed)`);
+    }
+    if (hidden.length) el("div", { class: "wbg-hidden", "data-testid": "graph-hidden" }, this.head, "not drawn: " + hidden.join("; "));
+    this.subBtn.textContent = this.subgraph ? "full graph" : `pinned subgraph (${this.ann.pinned.length})`;
+  }
+
+  // ---------------------------------------------------------------- zoom, labels
+
+  fit() {
+    const [w, h] = this.data.size;
+    const width = this.svg.getBoundingClientRect().width || 800;
+    const tall = Math.max(220, Math.min(this.data.height || 560, (h * Math.min(width / w, 2.5)) + 30));
+    this.root.style.setProperty("--wbg-height", `${tall}px`);
+    const r = this.svg.getBoundingClientRect();
+    const k = Math.min((r.width || 800) / w, (r.height || 500) / h, 2.5);
+    this.t = { k, x: ((r.width || 800) - w * k) / 2, y: 4 };
+    this.transform();
+  }
+
+  transform() {
+    this.vp.setAttribute("transform", `translate(${this.t.x},${this.t.y}) scale(${this.t.k})`);
+    this.root.classList.toggle("wbg-far", this.t.k < 0.7);
+    if (!this.pending) {
+      this.pending = true;
+      requestAnimationFrame(() => {
+        this.pending = false;
+        this.placeLabels();
+      });
+    }
+  }
+
+  placeLabels() {
+    // strongest (pinned and selected first) get a label where it fits; the rest wait for a closer zoom
+    const { k, x: tx, y: ty } = this.t;
+    const r = this.svg.getBoundingClientRect();
+    const order = [...this.shown.nodes].sort((a, b) => this.rank(b) - this.rank(a));
+    const boxes = [];
+    this.labels.replaceChildren();
+    let right = -Infinity; // column labels left to right, each only where it clears the previous one
+    for (const c of this.data.columns) {
+      const x = c.x * k + tx, half = c.label.length * 3.4;
+      if (x - half < right) continue;
+      el("svg:text", { x, y: 12, class: "wbg-col-label" }, this.labels, c.label);
+      right = x + half + 6;
+    }
+    // a label sits inside its node when it fits there, else above it if that covers no node or label
+    const screen = (n) => [(n.x - n.w / 2) * k + tx, (n.y - n.h / 2) * k + ty, (n.x + n.w / 2) * k + tx, (n.y + n.h / 2) * k + ty];
+    const nodeBoxes = this.shown.nodes.map(screen);
+    let shown = 0;
+    for (const n of order) {
+      const text = n.label || n.id;
+      const w = text.length * 6.6 + 4, h = 13;
+      const [x0, y0, x1, y1] = screen(n);
+      const cx = (x0 + x1) / 2;
+      if (x1 < 0 || x0 > r.width || y1 < 0 || y0 > r.height) continue;
+      if (x1 - x0 >= w && y1 - y0 >= h) {
+        el("svg:text", { x: cx, y: (y0 + y1) / 2 + 4, class: "wbg-label" }, this.labels, text);
+        shown += 1;
+        continue;
+      }
+      const box = [cx - w / 2, y0 - h - 2, cx + w / 2, y0 - 1];
+      const hits = (b) => box[0] < b[2] && b[0] < box[2] && box[1] < b[3] && b[1] < box[3];
+      if (boxes.some(hits) || nodeBoxes.some(hits)) continue;
+      boxes.push(box);
+      el("svg:text", { x: cx, y: y0 - 4, class: "wbg-label" }, this.labels, text);
+      shown += 1;
+    }
+    this.status.textContent = `labels: ${shown} of ${this.shown.nodes.length} (zoom in for more) · zoom ${this.t.k.toFixed(2)}`;
+  }
+
+  rank(n) {
+    return (this.ann.pinned.includes(n.id) ? 1e9 : 0) + (n.id === this.selected ? 2e9 : 0) + (n.members ? 5e8 : 0) + n.strength;
+  }
+
+  // ---------------------------------------------------------------- hover, details
+
+  lines(j, dir) {
+    const d = this.data, e = d.edges[j];
+    const other = dir === "in" ? d.nodes[e.s].id : d.nodes[e.t].id;
+    return `${dir === "in" ? "from" : "to"} ${other}${dir === "in" ? portName(e) : ""}: ${fmt(e.w)}`;
+  }
+
+  nodeFacts(n) {
+    const facts = [`${n.id} · ${n.kind}`];
+    if (n.members) return [...facts, `group of ${n.members.join(", ")}`];
+    facts.push(`layer ${n.layer ?? "-"} · position ${n.pos ?? "-"} · score ${fmt(n.score)} · activation ${fmt(n.activation)}`);
+    facts.push(`sum |weight| of drawn edges ${fmt(n.strength)}`);
+    if (n.status && this.data.counts) facts.push(`in ${n.status === "both" ? "both circuits" : "only " + this.data.names[n.status === "a" ? 0 : 1]}`);
+    return facts;
+  }
+
+  tipNode(n, ev) {
+    const lines = this.nodeFacts(n);
+    if (n.i >= 0) {
+      const ins = this.inE[n.i].slice(0, 3), outs = this.outE[n.i].slice(0, 3);
+      if (ins.length) lines.push("strongest in: " + ins.map((j) => this.lines(j, "in")).join("; "));
+      if (outs.length) lines.push("strongest out: " + outs.map((j) => this.lines(j, "out")).join("; "));
+      if (this.ann.notes[n.id]) lines.push(`note: ${this.ann.notes[n.id]}`);
+    }
+    this.showTip(lines, ev);
+    this.highlight(n);
+  }
+
+  tipEdge(e, ev) {
+    const d = this.data, s = this.shown.nodes, local = e.local;
+    const a = local ? s[e.s].id : d.nodes[e.s].id, b = local ? s[e.t].id : d.nodes[e.t].id;
+    const lines = [`${a} → ${b}${portName(e)}`, `weight ${fmt(e.w)}`];
+    if (d.counts) lines.push(e.status === "both" ? `${d.names[0]} ${fmt(e.w)} / ${d.names[1]} ${fmt(e.wb)}` : `only in ${d.names[e.status === "a" ? 0 : 1]}`);
+    this.showTip(lines, ev);
+  }
+
+  showTip(lines, ev) {
+    this.tip.replaceChildren(...lines.map((t) => el("div", {}, null, t)));
+    this.tip.style.display = "block";
+    this.moveTip(ev);
+  }
+
+  moveTip(ev) {
+    const r = this.root.getBoundingClientRect();
+    this.tip.style.left = `${ev.clientX - r.left + 14}px`;
+    this.tip.style.top = `${ev.clientY - r.top + 14}px`;
+  }
+
+  hideTip() {
+    this.tip.style.display = "none";
+    this.highlight(null);
+  }
+
+  highlight(n) {
+    this.root.classList.toggle("wbg-focus", !!n);
+    this.edgeEls.forEach((g, j) => {
+      const e = this.shown.edges[j];
+      const ids = e.local ? [this.shown.nodes[e.s].id, this.shown.nodes[e.t].id] : [this.data.nodes[e.s].id, this.data.nodes[e.t].id];
+      g.classList.toggle("wbg-lit", !!n && ids.includes(n.id));
+    });
+  }
+
+  select(id, send) {
+    this.selected = id;
+    this.nodeEls.forEach((g, nid) => g.classList.toggle("wbg-selected", nid === id));
+    this.details(id);
+    this.placeLabels();
+    if (send && !id.startsWith("group:")) this.api.setTriggerValue("clicked", id);
+  }
+
+  details(id) {
+    const p = this.panel;
+    p.replaceChildren();
+    const n = id === null ? null : this.shown.nodes.find((m) => m.id === id) || (this.byId.has(id) ? { ...this.data.nodes[this.byId.get(id)], i: this.byId.get(id) } : null);
+    if (!n) return el("div", { class: "wbg-empty" }, p, "click a node for its details; shift-click pins it");
+    this.nodeFacts(n).forEach((t, i) => el(i ? "div" : "h4", {}, p, t));
+    if (n.members) {
+      const g = this.ann.groups.findIndex((x) => `group:${x[0]}` === id);
+      el("button", { class: "wbg-ungroup" }, p, "ungroup").onclick = () => {
+        this.ann.groups.splice(g, 1);
+        this.commit();
+      };
+      return;
+    }
+    const pinned = this.ann.pinned.includes(id);
+    el("button", { class: "wbg-pin-btn" }, p, pinned ? "unpin" : "pin").onclick = () => this.togglePin(id);
+    const gi = this.groupOf(id);
+    if (gi >= 0) el("div", { class: "wbg-in-group" }, p, `in group "${this.ann.groups[gi][0]}"`);
+    for (const [dir, list] of [["in", this.inE[n.i]], ["out", this.outE[n.i]]]) {
+      el("div", { class: "wbg-sub-h" }, p, `strongest ${dir === "in" ? "incoming" : "outgoing"} (${list.length})`);
+      for (const j of list.slice(0, TOP)) {
+        const e = this.data.edges[j];
+        const to = this.data.nodes[dir === "in" ? e.s : e.t].id;
+        el("div", { class: "wbg-link" }, p, this.lines(j, dir)).onclick = () => this.select(to, true);
+      }
+      if (list.length > TOP) el("div", { class: "wbg-more" }, p, `${list.length - TOP} weaker not listed`);
+    }
+    el("div", { class: "wbg-sub-h" }, p, "note");
+    const area = el("textarea", { class: "wbg-note", rows: 3 }, p);
+    area.value = this.ann.notes[id] || "";
+    el("button", { class: "wbg-save-note" }, p, "save note").onclick = () => {
+      if (area.value.trim()) this.ann.notes[id] = area.value;
+      else delete this.ann.notes[id];
+      this.commit();
+    };
+  }
+
+  togglePin(id) {
+    if (this.data.readonly) return;
+    const at = this.ann.pinned.indexOf(id);
+    if (at >= 0) this.ann.pinned.splice(at, 1);
+    else this.ann.pinned.push(id);
+    this.commit();
+  }
+
+  group() {
+    const free = this.ann.pinned.filter((p) => this.groupOf(p) < 0 && this.byId.has(p));
+    const name = this.groupName.value.trim() || `group ${this.ann.groups.length + 1}`;
+    if (free.length < 2 || this.ann.groups.some((g) => g[0] === name)) {
+      this.status.textContent = free.length < 2 ? "pin two or more ungrouped nodes to group them" : `a group is already named "${name}"`;
+      return;
+    }
+    this.ann.groups.push([name, ...free]);
+    this.groupName.value = "";
+    this.commit();
+  }
+}
+
+export default function (component) {
+  const { data, parentElement, setStateValue, setTriggerValue } = component;
+  let app = APPS.get(parentElement);
+  if (!app) {
+    app = new GraphApp(parentElement, { setStateValue, setTriggerValue });
+    APPS.set(parentElement, app);
+  }
+  app.update(data, { setStateValue, setTriggerValue });
+}

@@ -1,0 +1,246 @@
+"""Any circuit the workbench draws as the graph view's data: nodes placed in layer columns (and token-position
+bands where the circuit has positions), edges that end on their reader's q / k / v port, and the sentences
+saying what each filter hides. Pure Python (no torch, no Streamlit): the view gets finished coordinates, so a
+test can check that every edge ends on its node or port without a browser.
+
+A circuit enters as a `Graph` of `Node`s and `Edge`s: `from_view` makes one from a component-level circuit
+(app.figures.circuit), a feature-level circuit builds its own with `pos` set; `diff` merges two.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from app.figures import circuit as cg
+from workbench.circuits import schema
+
+COL_GAP, ROW_GAP, BAND_GAP = 150.0, 52.0, 30.0  # px between columns, rows, position bands
+SIZE = {"head": (70.0, 38.0), "feature": (60.0, 30.0)}  # (width, height); anything else: DEFAULT_SIZE
+DEFAULT_SIZE = (62.0, 30.0)
+PORTS = ("q", "k", "v")
+MARGIN = 40.0
+LIFT, MAX_LIFT = 30.0, 160.0  # px an edge arcs up per column it skips, at most (the drawing leaves room above)
+
+
+@dataclass
+class Node:
+    """One node: `column` orders the layer columns (input first, logits last); `row` places it inside its
+    column (None: stacked in order of appearance); `pos` is its token position (None: the circuit has none)."""
+
+    id: str
+    kind: str  # input | head | mlp | logits | feature | ...
+    column: tuple
+    column_label: str
+    row: float | None = None
+    pos: int | None = None
+    layer: int | None = None
+    label: str = ""
+    score: float | None = None
+    activation: float | None = None
+    status: str = "both"  # diff mode: both | a | b
+
+
+@dataclass
+class Edge:
+    src: str
+    dst: str
+    port: str | None  # q | k | v: the reader's port; None: the node itself
+    weight: float
+    status: str = "both"
+    weight_b: float | None = None  # diff mode: the second circuit's weight when both have the edge
+
+
+@dataclass
+class Graph:
+    nodes: list[Node]
+    edges: list[Edge]
+    hidden: list[str] = field(default_factory=list)  # one sentence per filter: what it hides
+    title: str = ""
+    columns: list[tuple[tuple, str]] | None = None  # every column to draw, even empty ones (stable layout)
+
+
+# ------------------------------------------------------------------ component-level circuits
+
+
+def component_node(name: str, n_layers: int, n_heads: int) -> Node:
+    """A head or MLP at its fixed place: heads of layer l in column (l, 0) on row h, the MLP in (l, 1)."""
+    kind, layer, h = schema.parse_node(name)
+    mid = (n_heads - 1) / 2
+    if kind == "input":
+        return Node(name, "input", (-1, 0), "input", mid, label=name)
+    if kind == "logits":
+        return Node(name, "logits", (n_layers, 0), "logits", mid, label=name)
+    if kind == "mlp":
+        return Node(name, "mlp", (layer, 1), f"L{layer} MLP", mid, layer=layer, label=name)
+    return Node(name, "head", (layer, 0), f"L{layer} attn", float(h), layer=layer, label=name)
+
+
+def component_columns(n_layers: int) -> list[tuple[tuple, str]]:
+    cols = [((-1, 0), "input")]
+    for layer in range(n_layers):
+        cols += [((layer, 0), f"L{layer} attn"), ((layer, 1), f"L{layer} MLP")]
+    return cols + [((n_layers, 0), "logits")]
+
+
+def from_view(cd: cg.CircuitData, view: cg.View, title: str = "") -> Graph:
+    """The drawn rows of a component-level circuit: a head input of unknown port ends on the node itself."""
+    names = sorted({cd.src[i] for i in view.rows} | {cd.dst[i] for i in view.rows})
+    nodes = [component_node(n, cd.n_layers, cd.n_heads) for n in names]
+    edges = [
+        Edge(cd.src[i], cd.dst[i], cd.kind[i] if cd.kind[i] in PORTS else None, float(cd.score[i])) for i in view.rows
+    ]
+    return Graph(nodes, edges, list(view.hidden), title or view.label, component_columns(cd.n_layers))
+
+
+# ------------------------------------------------------------------ two circuits
+
+
+def diff(a: Graph, b: Graph, names: tuple[str, str] = ("A", "B")) -> tuple[Graph, dict]:
+    """One graph of both circuits: every node and edge marked both | a | b, and the counts of each."""
+    a_nodes, b_nodes = {n.id: n for n in a.nodes}, {n.id: n for n in b.nodes}
+    nodes = []
+    for nid in sorted(set(a_nodes) | set(b_nodes)):
+        n = a_nodes.get(nid) or b_nodes[nid]
+        nodes.append(Node(**{**asdict(n), "status": _status(nid in a_nodes, nid in b_nodes)}))
+    key = lambda e: (e.src, e.dst, e.port)  # noqa: E731
+    a_edges, b_edges = {key(e): e for e in a.edges}, {key(e): e for e in b.edges}
+    edges = []
+    for k in sorted(set(a_edges) | set(b_edges), key=lambda t: tuple(map(str, t))):
+        ea, eb = a_edges.get(k), b_edges.get(k)
+        e = ea or eb
+        edges.append(
+            Edge(
+                e.src,
+                e.dst,
+                e.port,
+                e.weight,
+                _status(ea is not None, eb is not None),
+                eb.weight if ea and eb else None,
+            )
+        )
+    counts = {
+        f"{what}_{s}": sum(x.status == s for x in items)
+        for what, items in (("nodes", nodes), ("edges", edges))
+        for s in ("both", "a", "b")
+    }
+    hidden = [f"{names[0]}: {h}" for h in a.hidden] + [f"{names[1]}: {h}" for h in b.hidden]
+    columns = a.columns if a.columns == b.columns else None
+    title = f"{names[0]} vs {names[1]}"
+    return Graph(nodes, edges, hidden, title, columns), counts
+
+
+def _status(in_a: bool, in_b: bool) -> str:
+    return "both" if in_a and in_b else ("a" if in_a else "b")
+
+
+# ------------------------------------------------------------------ coordinates
+
+
+def _size(kind: str) -> tuple[float, float]:
+    return SIZE.get(kind, DEFAULT_SIZE)
+
+
+def _rows(g: Graph) -> dict[str, float]:
+    """Each node's row inside its (column, position band): its own row, else the next free slot."""
+    rows, used = {}, {}
+    for n in g.nodes:
+        slot = (n.column, n.pos)
+        if n.row is None:
+            rows[n.id] = used.get(slot, -1.0) + 1.0
+        else:
+            rows[n.id] = n.row
+        used[slot] = max(used.get(slot, -1.0), rows[n.id])
+    return rows
+
+
+def _columns(g: Graph) -> list[tuple]:
+    """The columns that hold a node, in the graph's column order (layer order when it names none)."""
+    present = {n.column for n in g.nodes}
+    order = [c for c, _ in g.columns or []]
+    return [c for c in order if c in present] + sorted(present - set(order))
+
+
+def place(g: Graph) -> dict[str, tuple[float, float]]:
+    """Node centres in px: x by column, y by position band (bands as tall as their fullest column) and row."""
+    columns = _columns(g)
+    col_x = {c: MARGIN + 40.0 + i * COL_GAP for i, c in enumerate(columns)}
+    rows = _rows(g)
+    bands = sorted({n.pos for n in g.nodes}, key=lambda p: -1 if p is None else p)
+    depth = {p: max((rows[n.id] for n in g.nodes if n.pos == p), default=0.0) + 1.0 for p in bands}
+    top, band_y = MARGIN + 30.0 + 0.75 * max(lifts(g), default=0.0), {}
+    for p in bands:
+        band_y[p] = top
+        top += depth[p] * ROW_GAP + BAND_GAP
+    return {n.id: (col_x[n.column], band_y[n.pos] + rows[n.id] * ROW_GAP + ROW_GAP / 2) for n in g.nodes}
+
+
+def lifts(g: Graph) -> list[float]:
+    """How far each edge's curve arcs up: by the columns it skips, so it passes over the nodes between."""
+    col = {c: i for i, c in enumerate(_columns(g))}
+    at = {n.id: col[n.column] for n in g.nodes}
+    return [min(LIFT * max(0, at[e.dst] - at[e.src] - 1), MAX_LIFT) for e in g.edges]
+
+
+def port_point(kind: str, centre: tuple[float, float], port: str | None) -> tuple[float, float]:
+    """Where an edge into a node ends: a head's q / k / v port (top to bottom on its left side), else the
+    middle of the node's left side."""
+    (x, y), (w, h) = centre, _size(kind)
+    if port in PORTS and kind == "head":
+        return x - w / 2, y + (PORTS.index(port) - 1) * h / 3
+    return x - w / 2, y
+
+
+def to_data(g: Graph, counts: dict | None = None) -> dict:
+    """The JSON the view draws: finished coordinates, per-node strongest in / out edges, hidden counts."""
+    xy = place(g)
+    index = {n.id: i for i, n in enumerate(g.nodes)}
+    kind = {n.id: n.kind for n in g.nodes}
+    strength = np.zeros(len(g.nodes))
+    edges = []
+    for e, up in zip(g.edges, lifts(g)):
+        sx, sy = xy[e.src]
+        x0 = sx + _size(kind[e.src])[0] / 2
+        x1, y1 = port_point(kind[e.dst], xy[e.dst], e.port)
+        for nid in (e.src, e.dst):
+            strength[index[nid]] += abs(e.weight)
+        edges.append(
+            {
+                "s": index[e.src],
+                "t": index[e.dst],
+                "port": e.port,
+                "w": e.weight,
+                "wb": e.weight_b,
+                "status": e.status,
+                "p": [round(x0, 1), round(sy, 1), round(x1, 1), round(y1, 1)],
+                "lift": up,
+            }
+        )
+    nodes = []
+    for i, n in enumerate(g.nodes):
+        w, h = _size(n.kind)
+        nodes.append(
+            {
+                **{k: v for k, v in asdict(n).items() if k not in ("column", "row")},
+                "x": round(xy[n.id][0], 1),
+                "y": round(xy[n.id][1], 1),
+                "w": w,
+                "h": h,
+                "strength": float(strength[i]),
+                "ports": list(PORTS) if n.kind == "head" else [],
+            }
+        )
+    labels = dict(g.columns or []) | {n.column: n.column_label for n in g.nodes}
+    col_x = [(MARGIN + 40.0 + i * COL_GAP, labels[c]) for i, c in enumerate(_columns(g))]
+    width = max([x for x, _ in col_x] + [0.0]) + 40.0 + MARGIN
+    height = max([n["y"] + n["h"] for n in nodes] + [120.0]) + MARGIN
+    return {
+        "title": g.title,
+        "nodes": nodes,
+        "edges": edges,
+        "hidden": list(g.hidden),
+        "counts": counts,
+        "columns": [{"x": x, "label": lab} for x, lab in col_x],
+        "size": [round(width, 1), round(height, 1)],
+    }

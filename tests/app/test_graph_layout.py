@@ -1,0 +1,98 @@
+"""The graph view's layout (app/graph_view/layout.py): every edge ends on its reader's port or node, nodes never
+overlap, columns run in layer order, position bands stack, filters and diffs are counted."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.figures import circuit as cg
+from app.graph_view import layout
+from workbench import browse
+from workbench.circuits import schema
+
+OLD = Path(__file__).parents[1] / "circuits" / "old_files" / "circuit.json"  # a 7-edge circuit of a 2-layer model
+
+
+def big(n_layers=12, n_heads=12, seed=0) -> cg.CircuitData:
+    """A GPT-2-small-shaped graph with random scores (32k edges): the size the 2,000-edge cap is for."""
+    shape = schema.GraphShape(n_layers, n_heads, n_heads, 768)
+    scores = np.random.default_rng(seed).standard_normal(shape.n_edges).astype(np.float32)
+    rec = schema.CircuitRecord("workbench", shape.edges, scores, np.abs(scores) > 1.5, shape.n_edges, shape)
+    return cg.from_record(rec)
+
+
+def check_geometry(data: dict) -> None:
+    nodes = data["nodes"]
+    for e in data["edges"]:
+        s, t = nodes[e["s"]], nodes[e["t"]]
+        x0, y0, x1, y1 = e["p"]
+        assert (x0, y0) == pytest.approx((s["x"] + s["w"] / 2, s["y"]), abs=0.11)  # leaves its writer's right side
+        assert x1 == pytest.approx(t["x"] - t["w"] / 2, abs=0.11)  # ends on the reader's left side
+        if e["port"]:  # on the q / k / v port: top, middle, bottom third of the head
+            assert t["kind"] == "head"
+            assert y1 == pytest.approx(t["y"] + ("q", "k", "v").index(e["port"]) * t["h"] / 3 - t["h"] / 3, abs=0.11)
+        else:
+            assert y1 == pytest.approx(t["y"], abs=0.11)
+    boxes = sorted((n["x"] - n["w"] / 2, n["y"] - n["h"] / 2, n["x"] + n["w"] / 2, n["y"] + n["h"] / 2) for n in nodes)
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1 :]:
+            assert not (a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]), (a, b)
+    assert all(0 < n["x"] < data["size"][0] and 0 < n["y"] < data["size"][1] for n in nodes)
+
+
+def test_small_circuit_edges_end_on_ports():
+    cd = cg.from_record(browse.open_circuit(OLD))
+    data = layout.to_data(layout.from_view(cd, cg.choose(cd)))
+    check_geometry(data)
+    assert len(data["edges"]) == sum(1 for _ in cg.choose(cd).rows)
+    drawn_ports = {cd.kind[i] for i in cg.choose(cd).rows} & {"q", "k", "v"}
+    assert drawn_ports and {e["port"] for e in data["edges"]} - {None} == drawn_ports
+    labels = [c["label"] for c in data["columns"]]
+    assert labels[0] == "input" and labels[-1] == "logits"
+    assert any("outside the saved circuit" in h for h in data["hidden"])
+
+
+@pytest.mark.parametrize("cap", [300, 2000])
+def test_big_circuit_at_the_caps(cap):
+    cd = big()
+    v = cg.choose(cd, None, cap)
+    data = layout.to_data(layout.from_view(cd, v))
+    assert len(data["edges"]) == cap
+    check_geometry(data)
+    assert any(f"weaker than the {cap} strongest" in h for h in data["hidden"])
+    order = [label for _, label in layout.component_columns(12)]
+    drawn = [c["label"] for c in sorted(data["columns"], key=lambda c: c["x"])]
+    assert drawn == [label for label in order if label in drawn] and len(drawn) > 12  # layer order, empty ones left out
+    skip = [
+        e for e in data["edges"] if data["nodes"][e["s"]]["id"] == "input" and data["nodes"][e["t"]]["id"] == "logits"
+    ]
+    assert all(e["lift"] == layout.MAX_LIFT for e in skip)  # a long edge arcs over the columns between
+    assert min(n["y"] - n["h"] / 2 for n in data["nodes"]) >= 0.75 * max(e["lift"] for e in data["edges"])
+
+
+def test_positions_make_bands():
+    nodes = [
+        layout.Node("f1", "feature", (0, 0), "L0", pos=0),
+        layout.Node("f2", "feature", (0, 0), "L0", pos=0),
+        layout.Node("f3", "feature", (1, 0), "L1", pos=1),
+        layout.Node("f4", "feature", (1, 0), "L1", pos=0),
+    ]
+    g = layout.Graph(nodes, [layout.Edge("f1", "f3", None, 1.0), layout.Edge("f2", "f4", None, -0.5)])
+    xy = layout.place(g)
+    assert xy["f1"][1] < xy["f2"][1] < xy["f3"][1]  # stacked in band 0, band 1 below
+    assert xy["f4"][1] == xy["f1"][1]
+    check_geometry(layout.to_data(g))
+
+
+def test_diff_marks_and_counts():
+    cd = big(2, 2)
+    a = layout.from_view(cd, cg.choose(cd, 1.0, 20))
+    b = layout.from_view(cd, cg.choose(cd, 1.0, 12))
+    g, counts = layout.diff(a, b, ("base", "sparse"))
+    assert counts["edges_both"] == 12 and counts["edges_a"] == 8 and counts["edges_b"] == 0
+    assert counts["nodes_both"] + counts["nodes_a"] + counts["nodes_b"] == len(g.nodes)
+    assert all(h.startswith(("base: ", "sparse: ")) for h in g.hidden)
+    both = [e for e in g.edges if e.status == "both"]
+    assert all(e.weight_b == e.weight for e in both)
+    check_geometry(layout.to_data(g, counts))

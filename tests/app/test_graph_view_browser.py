@@ -1,0 +1,105 @@
+"""The graph view alone in a real browser (tests/app/graph_page.py, headless Chromium): hover details without a
+server round trip, click selection, pins and a group in the URL and back after a reload, the pinned subgraph
+with its supernode, a note, a diff with its counts; no request leaves 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+from test_browser import CHROMIUM, REPO, assert_offline, browser_page, free_port, pytestmark, settle  # noqa: F401
+
+OLD = REPO / "tests" / "circuits" / "old_files" / "circuit.json"  # a 7-edge circuit of a 2-layer, 2-head model
+
+
+@contextmanager
+def page_server(tmp_path: Path, **env):
+    port = free_port()
+    log = open(tmp_path / "page.log", "w")
+    cmd = [sys.executable, "-m", "streamlit", "run", str(REPO / "tests" / "app" / "graph_page.py")]
+    cmd += ["--server.port", str(port), "--server.address", "127.0.0.1", "--server.headless", "true"]
+    cmd += ["--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env={**os.environ, **env})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            assert proc.poll() is None, (tmp_path / "page.log").read_text()
+            try:
+                if urllib.request.urlopen(f"{url}/_stcore/health", timeout=1).read() == b"ok":
+                    break
+            except OSError:
+                time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+        log.close()
+
+
+def node(page, nid: str):
+    return page.locator(f"[data-node-id='{nid}'] rect")
+
+
+def query(page) -> dict:
+    return {k: v[0] for k, v in parse_qs(urlparse(page.url).query).items()}
+
+
+def wait_param(page, name: str, want: str) -> None:
+    page.wait_for_function(f"new URLSearchParams(location.search).get({name!r}) === {want!r}", timeout=60_000)
+
+
+def test_hover_pin_group_note_reload(tmp_path):
+    from playwright.sync_api import expect
+
+    env = {"PYTHONPATH": str(REPO), "GRAPH_CIRCUIT": str(OLD)}
+    requests: list[str] = []
+    with page_server(tmp_path, **env) as url, browser_page(requests) as page:
+        page.goto(url)
+        settle(page)
+        node(page, "a1.h0").hover()  # hover: details and strongest edges, drawn in the browser
+        tip = page.get_by_test_id("graph-tip")
+        expect(tip).to_contain_text("a1.h0 · head")
+        expect(tip).to_contain_text("strongest in: from")
+        node(page, "a1.h0").click(position={"x": 9, "y": 7})  # near a corner of the node: not only its centre selects
+        details = page.get_by_test_id("graph-details")
+        expect(details.locator("h4")).to_have_text("a1.h0 · head")
+        expect(page.get_by_text("clicked: a1.h0")).to_be_visible()
+        details.get_by_role("button", name="pin").click()
+        wait_param(page, "pinned", "a1.h0")
+        node(page, "a0.h0").click(modifiers=["Shift"])  # shift-click pins without opening
+        wait_param(page, "pinned", "a1.h0,a0.h0")
+        settle(page)
+        page.reload()
+        settle(page)
+        expect(page.locator(".wbg-pinned")).to_have_count(2)
+        page.get_by_placeholder("group name").fill("prev-token pair")
+        page.get_by_role("button", name="group pinned nodes").click()
+        wait_param(page, "groups", '[["prev-token pair","a1.h0","a0.h0"]]')
+        page.get_by_role("button", name="pinned subgraph (2)").click()
+        expect(page.locator("[data-node-id='group:prev-token pair']")).to_have_count(1)
+        expect(page.get_by_test_id("graph-hidden")).to_contain_text("pinned subgraph:")
+        page.get_by_role("button", name="full graph").click()
+        node(page, "a0.h0").click()
+        details.locator("textarea").fill("attends to the previous token")
+        details.get_by_role("button", name="save note").click()
+        wait_param(page, "notes", '{"a0.h0":"attends to the previous token"}')
+        assert query(page)["pinned"] == "a1.h0,a0.h0"
+    assert_offline(requests)
+
+
+def test_diff_counts(tmp_path):
+    from playwright.sync_api import expect
+
+    env = {"PYTHONPATH": str(REPO), "GRAPH_CIRCUIT": str(OLD), "GRAPH_DIFF": str(OLD), "GRAPH_DIFF_FRACTION": "1.0"}
+    requests: list[str] = []
+    with page_server(tmp_path, **env) as url, browser_page(requests) as page:
+        page.goto(url)
+        settle(page)
+        expect(page.locator(".wbg-diff")).to_contain_text("only in base")
+    assert_offline(requests)

@@ -1,0 +1,62 @@
+"""Pins, groups and notes: the URL form and a Neuronpedia graph JSON both read back what was written."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from workbench.circuits import annotations as an
+from workbench.circuits import schema
+from workbench.errors import BadValueError
+
+NP = Path(__file__).parent / "old_files" / "neuronpedia.json"  # a component graph of a 2-head model
+MARKS = an.Annotations(
+    ["a0.h0", "input"], [["movers", "a1.h0", "a1.h1"]], {"a1.h1": "copies | the name, 'quoted'", "logits": "answer"}
+)
+
+
+def test_url_round_trip_and_bad_values():
+    q = an.to_query(MARKS)
+    assert q["pinned"] == "a0.h0,input"
+    assert an.from_query(q) == MARKS
+    assert an.from_query({}) == an.Annotations()
+    assert an.to_query(an.Annotations()) == {"pinned": "", "groups": "", "notes": ""}
+    with pytest.raises(BadValueError, match="groups="):
+        an.from_query({"groups": "[not json"})
+    with pytest.raises(BadValueError, match=r"\[name, node"):
+        an.from_query({"groups": '[["lonely"]]'})
+    with pytest.raises(BadValueError, match="notes must map"):
+        an.from_query({"notes": '{"a0.h0": 3}'})
+
+
+def test_restrict_names_what_it_drops():
+    kept, dropped = MARKS.restrict({"a0.h0", "a1.h0", "logits"})
+    assert kept.pinned == ["a0.h0"] and kept.groups == [["movers", "a1.h0"]] and kept.notes == {"logits": "answer"}
+    assert dropped == ["a1.h1", "input"]
+
+
+def test_neuronpedia_round_trip():
+    """Written into qParams and clerps, still a valid graph the upload reader accepts, and read back equal."""
+    d = json.loads(NP.read_text())
+    out = an.apply_neuronpedia(d, MARKS, n_heads=2)
+    schema.validate_neuronpedia(out)
+    assert out["qParams"]["pinnedIds"] == ["0_0_0", "E_1_0", "E_5_1", "E_7_2", "E_5_3"]  # input: every embedding
+    assert out["qParams"]["supernodes"] == [["movers", "1_0_3", "1_1_0"]]
+    clerps = {n["node_id"]: n["clerp"] for n in out["nodes"]}
+    assert clerps["1_1_0"] == "a1.h1 (attention head, whole output)" + an.NOTE_MARK + "copies | the name, 'quoted'"
+    assert clerps["3_7_3"].startswith('Output "c" (p=0.500)')
+    back = an.read_neuronpedia(json.loads(json.dumps(out)), n_heads=2)
+    assert back == MARKS
+    rec = schema.read(out, shape=schema.GraphShape(2, 2, 2, 8))  # the upload path still reads the graph
+    assert rec.n_circuit_edges == len(schema.read(d, shape=schema.GraphShape(2, 2, 2, 8)).edges)
+    again = an.apply_neuronpedia(out, an.Annotations(), n_heads=2)  # clearing marks clears the clerps too
+    assert an.read_neuronpedia(again, n_heads=2) == an.Annotations()
+
+
+def test_neuronpedia_edited_label_and_foreign_ids():
+    d = json.loads(NP.read_text())
+    d["nodes"][1]["clerp"] = "previous-token head"  # relabelled in Neuronpedia: read back as the note
+    assert an.read_neuronpedia(d, n_heads=2).notes == {"a0.h0": "previous-token head"}
+    d["qParams"]["pinnedIds"] = ["9_9_9"]
+    with pytest.raises(schema.CircuitFormatError, match="9_9_9"):
+        an.read_neuronpedia(d, n_heads=2)

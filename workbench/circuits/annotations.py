@@ -1,0 +1,182 @@
+"""A researcher's marks on a circuit: pinned nodes, named supernode groups and free-text notes.
+
+They travel in three places and must read back the same from each: the app's URL (`pinned=` comma-separated
+node names, `groups=` and `notes=` as JSON), and a Neuronpedia / circuit-tracer graph JSON, where pins are
+`qParams.pinnedIds`, groups `qParams.supernodes` (`[name, node_id, ...]` lists, circuit-tracer's shape) and
+a note is appended to the node's `clerp` after NOTE_MARK. Node names are the workbench's (`a0.h1`, `m2`,
+`input`, `logits`); a Neuronpedia graph has one node id per (component, position), so `input` maps to
+every embedding node.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+from workbench.circuits.schema import NP_COMPONENT_TYPE, CircuitFormatError
+from workbench.errors import BadValueError
+
+NOTE_MARK = " | note: "
+MAX_NOTE = 2000  # characters per note: a URL has to hold them
+# the clerp the export writes for a component; anything else there is a label edited by a person
+DEFAULT_CLERP = re.compile(r"(a\d+\.h\d+|m\d+) \((MLP|attention head), whole output\)")
+
+
+@dataclass
+class Annotations:
+    pinned: list[str] = field(default_factory=list)
+    groups: list[list[str]] = field(default_factory=list)  # [name, node, node, ...]
+    notes: dict[str, str] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.pinned or self.groups or self.notes)
+
+    def as_dict(self) -> dict:
+        return {"pinned": list(self.pinned), "groups": [list(g) for g in self.groups], "notes": dict(self.notes)}
+
+    def restrict(self, nodes: set[str]) -> tuple[Annotations, list[str]]:
+        """Only marks on `nodes`; the second value names what was dropped (never silently)."""
+        dropped = [n for n in self.pinned if n not in nodes] + [n for n in self.notes if n not in nodes]
+        groups = []
+        for name, *members in self.groups:
+            kept = [m for m in members if m in nodes]
+            dropped += [m for m in members if m not in nodes]
+            if kept:
+                groups.append([name, *kept])
+        out = Annotations(
+            [n for n in self.pinned if n in nodes], groups, {k: v for k, v in self.notes.items() if k in nodes}
+        )
+        return out, sorted(set(dropped))
+
+
+def from_dict(d) -> Annotations:
+    """Annotations from a JSON-like dict (the view's state), each field checked; BadValueError names the bad one."""
+    if not isinstance(d, dict):
+        raise BadValueError(f"annotations must be an object with pinned, groups and notes, got {type(d).__name__}")
+    return Annotations(_pins(d.get("pinned", [])), _groups(d.get("groups", [])), _notes(d.get("notes", {})))
+
+
+def _pins(v) -> list[str]:
+    if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
+        raise BadValueError(f"pinned must be a list of node names, got {v!r}"[:200])
+    return list(dict.fromkeys(v))
+
+
+def _groups(v) -> list[list[str]]:
+    ok = isinstance(v, list) and all(
+        isinstance(g, list) and len(g) >= 2 and all(isinstance(x, str) and x for x in g) for g in v
+    )
+    if not ok:
+        raise BadValueError(f"groups must be a list of [name, node, ...] lists, got {v!r}"[:200])
+    return [list(g) for g in v]
+
+
+def _notes(v) -> dict[str, str]:
+    if not isinstance(v, dict) or not all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()):
+        raise BadValueError(f"notes must map node names to text, got {v!r}"[:200])
+    long = [k for k, x in v.items() if len(x) > MAX_NOTE]
+    if long:
+        raise BadValueError(f"the note on {long[0]} is longer than {MAX_NOTE} characters")
+    return {k: x for k, x in v.items() if x.strip()}
+
+
+# ------------------------------------------------------------------ the URL
+
+
+def to_query(a: Annotations) -> dict[str, str]:
+    """Query parameters (absent ones empty): pinned=a0.h1,m2 · groups=[["name","a0.h1","m2"]] · notes={...}."""
+    return {
+        "pinned": ",".join(a.pinned),
+        "groups": json.dumps(a.groups, separators=(",", ":")) if a.groups else "",
+        "notes": json.dumps(a.notes, separators=(",", ":"), ensure_ascii=False) if a.notes else "",
+    }
+
+
+def from_query(params) -> Annotations:
+    """The reverse of to_query; a malformed value is a BadValueError naming the parameter."""
+    pinned = [p for p in (params.get("pinned") or "").split(",") if p]
+    parsed = {}
+    for name, empty in (("groups", []), ("notes", {})):
+        raw = params.get(name) or ""
+        try:
+            parsed[name] = json.loads(raw) if raw else empty
+        except json.JSONDecodeError:
+            raise BadValueError(
+                f"query parameter {name}={raw[:80]!r} is not JSON (e.g. {to_query(EXAMPLE)[name]})"
+            ) from None
+    return from_dict({"pinned": pinned, **parsed})
+
+
+EXAMPLE = Annotations(["a0.h1", "m2"], [["movers", "a0.h1", "m2"]], {"m2": "copies the name"})
+
+
+# ------------------------------------------------------------------ Neuronpedia graph JSON
+
+
+def _component(n: dict) -> str | None:
+    """The workbench node a Neuronpedia node stands for (None: a node type this graph does not map)."""
+    t, nid = n.get("feature_type"), str(n.get("node_id"))
+    if t == "embedding":
+        return "input"
+    if t == "logit":
+        return "logits"
+    if t != NP_COMPONENT_TYPE:
+        return None
+    layer, feat = nid.split("_")[:2]
+    return None if not (layer.isdigit() and feat.isdigit()) else (layer, int(feat))
+
+
+def _names(d: dict, n_heads: int) -> dict[str, str]:
+    """node_id -> workbench node name of every node of an exported component graph."""
+    out = {}
+    for n in d.get("nodes", []):
+        c = _component(n)
+        if isinstance(c, tuple):
+            c = f"m{c[0]}" if c[1] == n_heads else f"a{c[0]}.h{c[1]}"
+        if c is not None:
+            out[str(n["node_id"])] = c
+    return out
+
+
+def apply_neuronpedia(d: dict, a: Annotations, n_heads: int) -> dict:
+    """A copy of an exported graph carrying `a`: pins and groups in qParams, notes appended to the clerps."""
+    names = _names(d, n_heads)
+    ids: dict[str, list[str]] = {}
+    for nid, name in names.items():
+        ids.setdefault(name, []).append(nid)
+    nodes = []
+    for n in d["nodes"]:
+        base = str(n.get("clerp", "")).split(NOTE_MARK)[0]
+        note = a.notes.get(names.get(str(n["node_id"]), ""))
+        nodes.append({**n, "clerp": base + NOTE_MARK + note if note else base})
+    q = dict(d["qParams"])
+    q["pinnedIds"] = [nid for p in a.pinned for nid in ids.get(p, [])]
+    q["supernodes"] = [[name, *(nid for m in members for nid in ids.get(m, []))] for name, *members in a.groups]
+    return {**d, "qParams": q, "nodes": nodes}
+
+
+def read_neuronpedia(d: dict, n_heads: int) -> Annotations:
+    """Pins, groups and notes of an uploaded graph (the reverse of apply_neuronpedia). A clerp without
+    NOTE_MARK that is not the export's own text is a label someone edited: it reads back as the note."""
+    names = _names(d, n_heads)
+    q = d.get("qParams") if isinstance(d.get("qParams"), dict) else {}
+    unknown = [p for p in q.get("pinnedIds") or [] if str(p) not in names]
+    if unknown:
+        raise CircuitFormatError(f"qParams.pinnedIds names {unknown[0]!r}, which is no node of this graph")
+    pinned = list(dict.fromkeys(names[str(p)] for p in q.get("pinnedIds") or []))
+    groups = []
+    for g in q.get("supernodes") or []:
+        if not isinstance(g, list) or len(g) < 2 or any(str(x) not in names for x in g[1:]):
+            raise CircuitFormatError(f"qParams.supernodes entry {g!r} is not [name, node_id, ...] of this graph")
+        groups.append([str(g[0]), *dict.fromkeys(names[str(x)] for x in g[1:])])
+    notes = {}
+    for n in d.get("nodes", []):
+        name, clerp = names.get(str(n.get("node_id"))), str(n.get("clerp", ""))
+        if name is None:
+            continue
+        if NOTE_MARK in clerp:
+            notes[name] = clerp.split(NOTE_MARK, 1)[1]
+        elif n.get("feature_type") == NP_COMPONENT_TYPE and clerp and not DEFAULT_CLERP.fullmatch(clerp):
+            notes[name] = clerp
+    return from_dict({"pinned": pinned, "groups": groups, "notes": notes})
