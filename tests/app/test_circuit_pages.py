@@ -189,8 +189,8 @@ def _upload(circuit_workspace, name: str, d) -> None:
 @pytest.mark.parametrize(
     "change, message",
     [
-        (lambda d: d["edges"][0].update(score=float("nan")), "edges[0].score is nan"),
-        (lambda d: d["edges"][1].update(score=float("inf")), "edges[1].score is inf"),
+        (lambda d: d["edges"][0].update(score=float("nan")), "edges[0] (input->a0.h0<q>).score is nan"),
+        (lambda d: d["edges"][1].update(score=float("inf")), "edges[1] (input->a0.h1<q>).score is inf"),
         (
             lambda d: d["query"].update(tokens=[1, 10**9]),
             "query.tokens[1]=1000000000 is outside the model's vocabulary",
