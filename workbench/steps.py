@@ -316,7 +316,7 @@ def sparsify_attention(
     out=None,
     name: str | None = None,
     resume: bool = False,
-    report_queries: int = 100,
+    report_queries: int = 200,
 ) -> tuple[dict, Path]:
     """Sparse-attention post-training (`workbench attention sparsify`) into <ws>/models/<name> or `out`,
     recorded as a model (the report says whether the constraint was met); returns (report, folder).

@@ -124,7 +124,7 @@ def test_grouped_query_attention(gqa):
     torch.testing.assert_close(gqa(t), base, atol=1e-5, rtol=1e-5)
     with torch.no_grad():
         for g in G.gates(gqa):
-            g.bias.fill_(3.0)
+            g.bias.fill_(0.0)  # published gate: open iff the score > 0
     _, cache = gqa.run_with_cache(t)
     gate = cache["blocks.0.attn.hook_gate"]
     assert gate.shape == (2, gqa.cfg.n_heads, t.shape[1], t.shape[1])

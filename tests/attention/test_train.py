@@ -70,6 +70,17 @@ def test_sparsify_saves_a_gated_model_and_its_report(small_dir, tmp_path):
     assert [e["step"] for e in info["evals"]] == [3, 6] and info["config"]["tolerance"] == 0.5
 
 
+def test_a_finished_run_embeds_as_a_model_with_its_card(small_dir, tmp_path):
+    from workbench.attention.card import embed
+
+    T.sparsify(small_dir, tmp_path / "run", _cfg(steps=3), report_queries=2)
+    out = embed(tmp_path / "run", tmp_path / "embedded", "workbench attention sparsify --steps 3")
+    card = (out / "README.md").read_text()
+    assert "workbench attention sparsify --steps 3" in card and "Verdict on the fresh split" in card
+    assert "Open keys per query per head" in card and "T = " in card
+    assert G.is_gated(load(str(out), device="cpu")[0])
+
+
 class Crash(Exception):
     pass
 

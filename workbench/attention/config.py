@@ -195,11 +195,9 @@ class SparsifyConfig:
         if not 0 <= self.dual_margin < 1:
             raise AttentionConfigError(f"dual_margin={self.dual_margin!r} must be in [0, 1)")
         _finite("select_z", self.select_z, non_negative=True)
-        if self.verdict_start is not None and self.verdict_start < self.eval_sequences:
-            raise AttentionConfigError(
-                f"verdict_start={self.verdict_start} overlaps the selection split (held-out sequences "
-                f"0-{self.eval_sequences - 1}); use verdict_start >= {self.eval_sequences} or None"
-            )
+        from workbench.attention.verdict import check_start
+
+        check_start(self.verdict_start, self.eval_sequences)
         for name in ("steps", "eval_sequences", "eval_every", "verdict_sequences"):
             if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 1):
                 raise AttentionConfigError(f"{name}={getattr(self, name)!r} must be an integer >= 1")

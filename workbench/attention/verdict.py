@@ -55,12 +55,22 @@ def _docs(seqs) -> set[int]:
     return {int(d) for s in seqs for d in np.unique(s.doc_ids[1:])}
 
 
+def check_start(start: int | None, selection: int) -> None:
+    """An explicit verdict start must lie after the selection split [0, selection)."""
+    if start is not None and start < selection:
+        raise VerdictSplitError(
+            f"verdict_start={start} overlaps the selection split (held-out sequences 0-{selection - 1}); "
+            f"use verdict_start >= {selection} or None (right after it)"
+        )
+
+
 def verdict_sequences(corpus, selection: int, n: int, ctx_len: int, start: int | None = None) -> tuple[list, int]:
     """n held-out sequences sharing no document with the selection split [0, selection).
 
     start None: the first held-out sequence after the selection split that shares no document with it
-    (a packed document can straddle the boundary); SparsifyConfig refuses a start inside the selection.
+    (a packed document can straddle the boundary).
     """
+    check_start(start, selection)
     it = corpus.sequences(ctx_len, 0, split="heldout")
     selection_docs = _docs([s for _, s in zip(range(selection), it)])
     seqs, first = [], None
