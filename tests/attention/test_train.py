@@ -156,7 +156,7 @@ def _own_text(model, path: Path, n_docs: int = 40) -> str:
 
 
 def test_cli_unmet_constraint_saves_the_best_state_marked_and_exits_nonzero(tmp_path, capsys):
-    corpus = _own_text(load("tiny", device="cpu")[0], tmp_path / "own.txt")
+    corpus = _own_text(load("tiny", device="cpu")[0], tmp_path / "own.txt", n_docs=120)
     ws = tmp_path / "ws"  # the trained embedded model with every edge closed: its CE must rise
     rc, io = _cli(
         [

@@ -16,13 +16,13 @@ from workbench.attention.report import REPORT, format_report, read_report
 FILES = ("model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json", REPORT, "sparsify.json")
 
 
-def card_text(r: dict, command: str) -> str:
+def card_text(r: dict, command: str, name: str) -> str:
     """README.md of a sparse model: command, config, figures (keys per query first), verdict, accuracy."""
     v = r["verdict"]
     cfg = r["config"]
     return "\n".join(
         [
-            f"# {r['model']}: sparse attention on {r['base_model']}",
+            f"# {name}: sparse attention on {r['base_model']} (run folder {r['model']!r})",
             "",
             "Made by:",
             "",
@@ -63,5 +63,5 @@ def embed(run_folder: str | Path, dest: str | Path, command: str) -> Path:
     for name in FILES:
         with atomic_path(out / name) as tmp:
             shutil.copyfile(src / name, tmp)
-    atomic_write_text(out / "README.md", card_text(r, command))
+    atomic_write_text(out / "README.md", card_text(r, command, out.name))
     return out
