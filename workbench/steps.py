@@ -449,7 +449,7 @@ def train_attention(
     out=None,
     name: str | None = None,
     resume: bool = False,
-    report_queries: int = 100,
+    report_queries: int = 200,
     ensure: bool = False,
 ) -> tuple[dict, Path]:
     """Sparse-attention post-training (`workbench attention train`) into <ws>/models/<name> or `out`,

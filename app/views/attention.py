@@ -20,23 +20,45 @@ st.caption(
 )
 c = st.columns(4)
 c[0].metric(
-    "constraint", "met" if r.get("constraint_met") else "NOT met", help=f"held-out CE <= base + {r.get('tolerance')}"
+    "constraint",
+    "met" if r.get("constraint_met") else "NOT met",
+    help=(r.get("verdict") or {}).get("why", f"held-out CE <= base + {r.get('tolerance')}"),
 )
+v = r.get("verdict")
 c[1].metric(
-    "held-out CE (base → sparse)",
+    "CE, fresh split (base → sparse)" if v else "held-out CE (base → sparse)",
     f"{r['ce']['base']:.4f} → {r['ce']['sparse']:.4f}",
     f"{r['ce']['increase']:+.4f}",
     delta_color="inverse",
+    help=f"n = {v['n']} sequences, 95% interval [{v['ci95'][0]:+.4f}, {v['ci95'][1]:+.4f}]" if v else None,
 )
-c[2].metric("open edges", f"{100 * r['open_fraction']:.2f}%")
+T = r.get("ctx_len") or r.get("heldout", {}).get("ctx_len", "?")
+c[2].metric("open keys per query per head", f"{r['mean_open_keys_per_query']:.2f}", help=f"T = {T}")
 c[3].metric(
-    "open keys per query per head",
-    f"{r['mean_open_keys_per_query']:.2f}",
+    f"open edges at T = {T}",
+    f"{100 * r['open_fraction']:.2f}%",
     help=None
     if "empty_row_fraction" not in r
-    else f"query rows with no open key: {100 * r['empty_row_fraction']:.2f}% (empty_row="
-    f"{r.get('config', {}).get('gates', {}).get('empty_row', '?')}); with one: {100 * r['single_key_row_fraction']:.2f}%",
+    else f"of T(T+1)/2 causal pairs per head; query rows with no open key: {100 * r['empty_row_fraction']:.2f}%, "
+    f"with exactly one: {100 * r['single_key_row_fraction']:.2f}%",
 )
+if "single_key_row_fraction_per_head" in r:
+    st.dataframe(
+        [
+            {"layer": i, "head": h, "open keys / query": k, f"open % at T = {T}": 100 * f, "rows 0 keys %": 100 * e}
+            | {"rows 1 key %": 100 * s1}
+            for i, (ks, fs, es, ss) in enumerate(
+                zip(
+                    r["mean_open_keys_per_query_per_head"],
+                    r["open_fraction_per_head"],
+                    r["empty_row_fraction_per_head"],
+                    r["single_key_row_fraction_per_head"],
+                )
+            )
+            for h, (k, f, e, s1) in enumerate(zip(ks, fs, es, ss))
+        ],
+        hide_index=True,
+    )
 st.plotly_chart(
     fa.open_fraction_heatmap(
         r["open_fraction_per_head"], r["open_fraction_per_layer"], r.get("mean_open_keys_per_query_per_head")

@@ -41,7 +41,7 @@ def test_models_with_different_vocabularies_are_refused(small, capsys, tmp_path)
 
 
 def test_token_edges_count_only_open_entries_and_keeping_all_is_the_model(small):
-    G.install(small, GateConfig(init_bias=2.0))
+    G.install(small, GateConfig(gate="log_prob", init_bias=2.0))
     t = small.to_tokens("the count went from 34 to")[0]
     answer, wrong = small.to_single_token("50"), small.to_single_token("20")
     with torch.no_grad():
@@ -63,7 +63,7 @@ def test_token_edges_count_only_open_entries_and_keeping_all_is_the_model(small)
 def test_cli_compare_end_to_end(tokenizer, tmp_path, capsys):
     base = build(tokenizer, seed=2)  # a random model whose induction query has a logit-difference gap
     save(base, tmp_path / "base")
-    G.install(base, GateConfig(init_bias=3.0))
+    G.install(base, GateConfig(gate="log_prob", init_bias=3.0))
     save(base, tmp_path / "sparse")
     out = tmp_path / "compare.json"
     rc = main(

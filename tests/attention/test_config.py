@@ -27,7 +27,7 @@ def test_bad_choices_name_the_valid_ones():
 
 
 def test_round_trip_and_temperature_schedules():
-    cfg = SparsifyConfig(gates=GateConfig(estimator="hard_concrete"), steps=11, tau_start=1.0, tau_end=0.1)
+    cfg = SparsifyConfig(gates=GateConfig(estimator="hard_concrete"), steps=11, tau_start=1.0, tau_end=0.1).validate()
     assert SparsifyConfig.from_dict(cfg.to_dict()) == cfg
     assert cfg.tau(0) == 1.0 and cfg.tau(10) == pytest.approx(0.1)
     assert cfg.tau(5) == pytest.approx(math.sqrt(0.1))  # exponential: geometric midpoint
@@ -41,5 +41,14 @@ def test_field_types_are_checked_by_name():
         SparsifyConfig(lr="abc").validate()
     with pytest.raises(AttentionConfigError, match=r"steps=True must be of type int"):
         SparsifyConfig(steps=True).validate()
-    with pytest.raises(AttentionConfigError, match=r"init_bias=None must be of type float"):
-        GateConfig(init_bias=None).validate()
+    with pytest.raises(AttentionConfigError, match=r"init_bias='x' must be of type float"):
+        GateConfig(init_bias="x").validate()
+
+
+def test_gate_presets_and_their_defaults():
+    with pytest.raises(AttentionConfigError, match=r"gate='authors'.*\['published', 'log_prob', 'score'\]"):
+        GateConfig(gate="authors").validate()
+    published = SparsifyConfig().validate()
+    assert published.gates.gate == "published" and published.gates.init_bias == 10.0 and published.tau_end == 1.0
+    old = SparsifyConfig(gates=GateConfig(gate="log_prob")).validate()
+    assert old.gates.init_bias == 8.0 and old.tau_end == 0.1 and old.gates.renormalise

@@ -31,7 +31,7 @@ def test_closed_and_open_gates_give_all_or_no_empty_rows(tokenizer, bias, empty)
 
 
 def test_row_counts_match_the_gate_hook(small):
-    G.install(small, GateConfig(init_bias=2.5))
+    G.install(small, GateConfig(gate="log_prob", init_bias=2.5))
     with torch.no_grad():
         for g in G.gates(small):
             g.scale.copy_(torch.tensor([1.0, 0.5, 2.0, 0.0]))

@@ -13,7 +13,11 @@ from workbench.configcheck import check_device, from_json, to_json, type_mismatc
 from workbench.errors import UserError
 
 ESTIMATORS = ("gumbel_st", "hard_concrete")
-GATE_INPUTS = ("log_prob", "score")
+# "published": the authors' gate (docs/methods.md §7): logit = score + one scalar bias, no renormalisation;
+# "log_prob" / "score": a learned per-head scale and bias on the log-probability / score, renormalised
+GATES = ("published", "log_prob", "score")
+BIAS_SHARING = ("layer", "model")
+INIT_BIAS = {"published": 10.0, "log_prob": 8.0, "score": 8.0}  # open at the start: every edge that matters
 EMPTY_ROWS = ("zero", "first")
 TAU_SCHEDULES = ("constant", "linear", "exponential")
 DUAL_CE = ("paired", "fixed")
@@ -48,12 +52,22 @@ def _check_types(obj) -> None:
 
 @dataclass
 class GateConfig:
-    """One gate per (layer, head, query i, key j <= i): logit = scale_h * x_ij + bias_h.
+    """One gate per (layer, head, query i, key j <= i); the `gate` preset says how its logit is made.
 
-    x_ij is the attention log-probability of the dense softmax ("log_prob": a threshold on how much
-    a head attends, invariant to per-row score shifts) or the raw score ("score").
+    "published" (the default, the authors' public code): logit = score_ij + b, score = q.k/sqrt(d_head)
+    (TransformerLens's attention score), b one learned scalar per layer (bias_sharing "layer") or one
+    for the whole model ("model"); closed edges are dropped WITHOUT renormalising (pattern = gate *
+    dense softmax). "log_prob" / "score": logit = scale_h * x_ij + bias_h with x the dense
+    log-probability or the score, and the pattern renormalised over the open keys.
     """
 
+    gate: str = field(
+        default="published",
+        metadata={
+            "help": "gate preset: the authors' gate (published) or a renormalised per-head gate",
+            "choices": GATES,
+        },
+    )
     estimator: str = field(
         default="gumbel_st",
         metadata={  # straight-through Gumbel-sigmoid | hard-concrete
@@ -61,15 +75,12 @@ class GateConfig:
             "choices": ESTIMATORS,
         },
     )
-    gate_input: str = field(
-        default="log_prob",
-        metadata={
-            "help": "what the gate thresholds: the dense attention log-probability or the raw score",
-            "choices": GATE_INPUTS,
-        },
+    bias_sharing: str = field(
+        default="layer",
+        metadata={"help": "published gate: one bias per layer or one for the whole model", "choices": BIAS_SHARING},
     )
-    init_scale: float = 1.0
-    init_bias: float = 8.0  # log_prob: open iff attention > e^-8 at the start (every edge that matters)
+    init_scale: float = 1.0  # log_prob / score gates only (the published gate has no scale)
+    init_bias: float | None = None  # None -> INIT_BIAS[gate]; positive, so every gate starts open
     # a row with no open edge: "zero" (the head writes nothing at that query: exact, costs no edge) |
     # "first" (key 0, the BOS, is always open and counted: 1 edge per row, 2/(n_ctx+1) of causal pairs)
     empty_row: str = field(
@@ -84,9 +95,12 @@ class GateConfig:
 
     def validate(self) -> GateConfig:
         _check_types(self)
+        _choice("gate", self.gate, GATES)
         _choice("estimator", self.estimator, ESTIMATORS)
-        _choice("gate_input", self.gate_input, GATE_INPUTS)
+        _choice("bias_sharing", self.bias_sharing, BIAS_SHARING)
         _choice("empty_row", self.empty_row, EMPTY_ROWS)
+        if self.init_bias is None:
+            self.init_bias = INIT_BIAS[self.gate]
         for name in ("init_scale", "init_bias"):
             _finite(name, getattr(self, name))
         _finite("score_clamp", self.score_clamp, positive=True)
@@ -101,8 +115,15 @@ class GateConfig:
     def to_dict(self) -> dict:
         return to_json(self)
 
+    @property
+    def renormalise(self) -> bool:
+        """Whether the pattern is renormalised over the open keys (not for the published gate)."""
+        return self.gate != "published"
+
     @classmethod
     def from_dict(cls, d: dict) -> GateConfig:
+        if "gate_input" in d:  # models saved before the presets: gate_input was the gate
+            d = {**{k: v for k, v in d.items() if k != "gate_input"}, "gate": d["gate_input"]}
         return cls(**from_json(cls, d, AttentionConfigError)).validate()
 
 
@@ -136,10 +157,16 @@ class SparsifyConfig:
     )  # CE_ref of the dual step: "paired" (base CE of the same batch) | "fixed"
     dual_margin: float = 0.2  # share of the tolerance held back in the dual step (sampled vs deterministic gates)
     tau_start: float = 1.0  # relaxation temperature, annealed to tau_end over the run
-    tau_end: float = 0.1
+    tau_end: float | None = (
+        None  # None -> 1.0 for the published gate (its gradient is through sigmoid(g + noise)), else 0.1
+    )
     tau_schedule: str = field(default="exponential", metadata={"choices": TAU_SCHEDULES})
-    eval_sequences: int = 64  # held-out sequences for CE_target, the constraint check and model selection
-    eval_every: int = 100  # steps between held-out evaluations (the best feasible one is kept)
+    eval_sequences: int = 256  # the selection split: held-out sequences [0, n) for CE_base and choosing the saved state
+    eval_every: int = 100  # steps between selection-split evaluations (the sparsest feasible one is kept)
+    # a state is feasible on the selection split iff CE difference + select_z * its standard error <= tolerance
+    select_z: float = 1.96
+    verdict_sequences: int = 512  # the fresh verdict split the constraint is judged on (SE must be < tolerance/5)
+    verdict_start: int | None = None  # its first held-out sequence; None: right after the selection split
     checkpoint_every: int = 100  # steps; 0 = only at the end
     seed: int = 0  # data order and gate noise
     device: str | None = None
@@ -149,6 +176,8 @@ class SparsifyConfig:
         if isinstance(self.gates, dict):
             self.gates = GateConfig.from_dict(self.gates)
         self.gates.validate()
+        if self.tau_end is None:
+            self.tau_end = 1.0 if self.gates.gate == "published" else 0.1
         _check_types(self)
         check_device(self.device, AttentionConfigError)
         if not (isinstance(self.tolerance, (int, float)) and math.isfinite(self.tolerance) and self.tolerance > 0):
@@ -166,7 +195,11 @@ class SparsifyConfig:
         _choice("dual_ce", self.dual_ce, DUAL_CE)
         if not 0 <= self.dual_margin < 1:
             raise AttentionConfigError(f"dual_margin={self.dual_margin!r} must be in [0, 1)")
-        for name in ("steps", "eval_sequences", "eval_every"):
+        _finite("select_z", self.select_z, non_negative=True)
+        from workbench.attention.verdict import check_start
+
+        check_start(self.verdict_start, self.eval_sequences)
+        for name in ("steps", "eval_sequences", "eval_every", "verdict_sequences"):
             if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 1):
                 raise AttentionConfigError(f"{name}={getattr(self, name)!r} must be an integer >= 1")
         if self.warmup_steps < 0 or self.checkpoint_every < 0:
@@ -205,5 +238,6 @@ class SparsifyConfig:
         return cls(**d)
 
 
-# fields that do not change the numbers, so a resume may change them
-RESUME_FREE = ("progress", "device", "checkpoint_every")
+# fields that do not change the training numbers, so a resume may change them (steps: only upwards,
+# which extends a finished run; an annealed temperature then follows the new length from there on)
+RESUME_FREE = ("progress", "device", "checkpoint_every", "steps", "verdict_sequences", "verdict_start")

@@ -1,20 +1,24 @@
 """Gated attention for any HookedTransformer, installed through hooks (docs/methods.md §7).
 
-Each block's attention gets a gate per (head, query i, key j) from its own attention scores:
-logit_ij = scale_h * x_ij + bias_h (x = dense log-probability or raw score, GateConfig.gate_input).
-Training samples the gates (straight-through Gumbel-sigmoid or hard-concrete, at the temperature
-`set_temperature` gives); evaluation is deterministic: open iff sigmoid(logit) > 0.5. Closed edges
-leave the softmax; a row with no open edge gives the head a zero pattern there (GateConfig.empty_row
-"zero"), or key 0 is always open ("first").
+Each block's attention gets a gate per (head, query i, key j) from its own attention scores. The
+default preset (GateConfig.gate "published", the authors' gate): logit_ij = score_ij + b with one
+learned scalar b, and closed edges are dropped from the dense softmax without renormalising, so a
+row whose gates are all closed writes nothing (the head adds only b_O). The "log_prob" / "score"
+presets: logit_ij = scale_h * x_ij + bias_h (x the dense log-probability or the score) and the
+pattern renormalised over the open keys (an empty row writes nothing, or key 0 is kept: empty_row).
+Training samples the gates (straight-through Gumbel-sigmoid: hard 1[logit + noise > 0], gradient
+through sigmoid((logit + noise) / tau); or hard-concrete); evaluation is deterministic: open iff logit > 0.
 
 Mechanics, so every TransformerLens hook keeps working: a permanent hook on `hook_attn_scores`
-computes the gates, passes them through the new `blocks.L.attn.hook_gate` (cacheable, patchable:
-what a hook there returns is what the model uses), and returns the scores with closed edges at
--inf (what later hooks and the cache see); when gradients are on, a permanent hook on `hook_pattern`
-then recomputes the pattern as a gate-weighted softmax of the original scores, which equals the
-masked softmax in the forward pass and gives the closed gates a straight-through gradient (the plain
-masked softmax has none, and NaN gradients on empty rows). Grouped-query attention needs nothing special: scores are
-per query head. `model.reset_hooks(including_permanent=True)` removes the gates' hooks.
+computes the gates and passes them through the new `blocks.L.attn.hook_gate` (cacheable, patchable:
+what a hook there returns is what the model uses). Published gate: the scores pass unchanged and a
+permanent hook on `hook_pattern` multiplies the dense pattern by the gates (exact, and the gates'
+straight-through gradient for free). Renormalised presets: the scores hook returns closed edges at
+-inf (what later hooks and the cache see); when gradients are on, the pattern hook recomputes the
+pattern as a gate-weighted softmax of the original scores, which equals the masked softmax in the
+forward pass and gives closed gates a gradient (the plain masked softmax has none, and NaN gradients
+on empty rows). Grouped-query attention needs nothing special: scores are per query head.
+`model.reset_hooks(including_permanent=True)` removes the gates' hooks.
 """
 
 from __future__ import annotations
@@ -37,27 +41,40 @@ class GateError(UserError, ValueError):
 
 
 class AttentionGate(nn.Module):
-    """One layer's gates: a learned scale and bias per head, and the tensors of the last forward."""
+    """One layer's gates: the learned bias (and, renormalised presets, scale) and the last forward's tensors.
 
-    def __init__(self, cfg: GateConfig, n_heads: int):
+    With the published gate and bias_sharing "model", layer 0's gate owns the one bias and the
+    others read it (`shared`), so the saved state holds it once.
+    """
+
+    def __init__(self, cfg: GateConfig, n_heads: int, shared: AttentionGate | None = None):
         super().__init__()
         self.cfg = cfg
-        self.scale = nn.Parameter(torch.full((n_heads,), float(cfg.init_scale)))
-        self.bias = nn.Parameter(torch.full((n_heads,), float(cfg.init_bias)))
+        self._shared = [shared] if shared is not None else []  # a list: not registered as a submodule
+        if cfg.renormalise:
+            self.scale = nn.Parameter(torch.full((n_heads,), float(cfg.init_scale)))
+            self.bias = nn.Parameter(torch.full((n_heads,), float(cfg.init_bias)))
+        elif shared is None:
+            self.bias = nn.Parameter(torch.full((1,), float(cfg.init_bias)))
         self.tau = 1.0
         self.open_sum: torch.Tensor | None = None  # expected open edges of the last forward (differentiable)
         self.pairs: torch.Tensor | None = None  # causal (query, key) pairs x heads of the last forward
-        self._stash: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._stash = None
+
+    def gate_bias(self) -> torch.Tensor:
+        return self._shared[0].bias if self._shared else self.bias
 
     def logits(self, scores: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
-        x = torch.log_softmax(scores, -1) if self.cfg.gate_input == "log_prob" else scores
+        if not self.cfg.renormalise:  # published: the attention logit itself plus one scalar
+            return torch.where(allowed, scores, torch.zeros_like(scores)) + self.gate_bias().to(scores.dtype)
+        x = torch.log_softmax(scores, -1) if self.cfg.gate == "log_prob" else scores
         x = torch.where(allowed, x, torch.zeros_like(x))
         return x * self.scale[:, None, None].to(x.dtype) + self.bias[:, None, None].to(x.dtype)
 
     def sample(self, logit: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(relaxed gate z, probability that the gate is open) in training."""
         noise = torch.logit(torch.rand_like(logit), eps=1e-6)  # logistic
-        if self.cfg.estimator == "gumbel_st":
+        if self.cfg.estimator == "gumbel_st":  # hard 1[logit + noise > 0], gradient through sigmoid
             y = torch.sigmoid((logit + noise) / self.tau)
             return (y > 0.5).to(logit.dtype) + (y - y.detach()), torch.sigmoid(logit)
         lo, hi = self.cfg.hard_concrete_limits
@@ -81,14 +98,19 @@ class AttentionGate(nn.Module):
         z = gate_hook(torch.where(allowed, z, torch.zeros_like(z)))
         self.open_sum = torch.where(allowed, p_open, torch.zeros_like(p_open)).sum()
         self.pairs = allowed.sum()
+        if not self.cfg.renormalise:
+            self._stash = z
+            return scores  # the dense softmax is taken, then gated in on_pattern
         self._stash = (scores, z)
         return torch.where(z > 0, scores, torch.full_like(scores, -math.inf))
 
     def on_pattern(self, pattern: torch.Tensor, hook) -> torch.Tensor:
         if self._stash is None:
             return pattern
-        scores, z = self._stash
-        self._stash = None
+        stash, self._stash = self._stash, None
+        if not self.cfg.renormalise:  # out = sum_open exp(s) v / sum_all exp(s): no renormalisation
+            return (pattern * stash).to(pattern.dtype)
+        scores, z = stash
         if not torch.is_grad_enabled():
             return pattern  # TransformerLens's softmax of the masked scores: the same values
         return gated_softmax(scores, z, self.cfg.score_clamp).to(pattern.dtype)
@@ -145,10 +167,13 @@ def install(model, cfg: GateConfig | None = None):
     check_model(model)
     if is_gated(model):
         raise GateError(f"{model.cfg.model_name!r} already has attention gates")
+    first = None
     for block in model.blocks:
         attn = block.attn
         attn.hook_gate = HookPoint()
-        attn.gate = AttentionGate(cfg, model.cfg.n_heads).to(attn.W_Q.device)
+        shared = first if (not cfg.renormalise and cfg.bias_sharing == "model") else None
+        attn.gate = AttentionGate(cfg, model.cfg.n_heads, shared).to(attn.W_Q.device)
+        first = first or attn.gate
         attn.hook_attn_scores.add_hook(partial(attn.gate.on_scores, gate_hook=attn.hook_gate), is_permanent=True)
         attn.hook_pattern.add_hook(attn.gate.on_pattern, is_permanent=True)
         attn.gate.train(model.training)  # a new module starts in training mode; follow the model
@@ -168,7 +193,11 @@ def set_temperature(model, tau: float) -> None:
 
 
 def expected_open_fraction(model) -> torch.Tensor:
-    """Expected open edges / causal pairs over all layers and heads of the last forward (differentiable)."""
+    """Expected open edges / causal pairs over all layers and heads of the last forward (differentiable).
+
+    Every (batch, head) row block has the same count T(T+1)/2 of causal pairs (diagonal included), so
+    this equals the mean over layers, batch and heads of sum sigma(g) / count, the published penalty.
+    """
     gs = gates(model)
     if any(g.open_sum is None for g in gs):
         raise RuntimeError("run a forward pass before reading the gates' open fraction")

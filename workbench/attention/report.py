@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from workbench.atomic import atomic_write_text, read_json
+from workbench.attention.verdict import judge, paired_difference, verdict_sequences, wilson
 from workbench.circuits.evidence import attention_patterns
 from workbench.errors import UserError
 
@@ -33,7 +34,8 @@ def measure(
 
     ce/n: next-token CE; task_ce/task_n: per family of the predicted token; open [L, H]: open
     gates (all causal pairs when the model is not gated); empty / single [L, H]: query rows with no /
-    exactly one open key; pairs, queries: per head.
+    exactly one open key; pairs, queries: per head; seq_ce [sequences]: each sequence's mean CE (not a
+    sum: processes gather it) for the paired CE difference of verdict.paired_difference.
     """
     from workbench.attention.gates import is_gated
 
@@ -49,6 +51,7 @@ def measure(
         "pairs": torch.zeros(1, dtype=torch.float64),
         "queries": torch.zeros(1, dtype=torch.float64),
     }
+    seq_ce = []
     gated = is_gated(model)
     was_training = model.training
     model.eval()
@@ -73,6 +76,7 @@ def measure(
             )
             out["ce"] += ce.sum()
             out["n"] += ce.numel()
+            seq_ce.append(ce.view(len(t), -1).mean(1))
             if task_labels is not None:
                 lab = torch.as_tensor(task_labels[s : s + batch_size, 1:]).flatten().long()
                 out["task_ce"].index_add_(0, lab, ce)
@@ -85,23 +89,35 @@ def measure(
                 out["single"] += b
     finally:
         model.train(was_training)
+    out["seq_ce"] = torch.cat(seq_ce) if seq_ce else torch.zeros(0, dtype=torch.float64)
     return out
 
 
+EDGE_COUNT = "causal (query, key) pairs, diagonal included: T(T+1)/2 per sequence and head"
+
+
 def summarise(sums: dict[str, torch.Tensor], task_names: list[str] | None = None) -> dict:
-    open_ = sums["open"]
+    """Per-key figures beside every percentage: open keys per query, rows with 0 / exactly 1 open key, and T."""
+    open_, empty, single = sums["open"], sums["empty"], sums["single"]
     pairs, queries = float(sums["pairs"]), float(sums["queries"])
+    H = open_.shape[1]
     res = {
         "ce": float(sums["ce"] / sums["n"]),
         "tokens": int(sums["n"]),
+        "ctx_len": round(2 * pairs / queries - 1) if queries else 0,  # pairs / queries = (T + 1) / 2
+        "edge_count": EDGE_COUNT,
         "open_fraction": float(open_.sum() / (pairs * open_.numel())),
-        "open_fraction_per_layer": (open_.sum(1) / (pairs * open_.shape[1])).tolist(),
+        "open_fraction_per_layer": (open_.sum(1) / (pairs * H)).tolist(),
         "open_fraction_per_head": (open_ / pairs).tolist(),
-        "mean_open_keys_per_query_per_head": (open_ / queries).tolist(),
         "mean_open_keys_per_query": float(open_.sum() / (queries * open_.numel())),
-        "empty_row_fraction": float(sums["empty"].sum() / (queries * open_.numel())),
-        "empty_row_fraction_per_head": (sums["empty"] / queries).tolist(),
-        "single_key_row_fraction": float(sums["single"].sum() / (queries * open_.numel())),
+        "mean_open_keys_per_query_per_layer": (open_.sum(1) / (queries * H)).tolist(),
+        "mean_open_keys_per_query_per_head": (open_ / queries).tolist(),
+        "empty_row_fraction": float(empty.sum() / (queries * open_.numel())),
+        "empty_row_fraction_per_layer": (empty.sum(1) / (queries * H)).tolist(),
+        "empty_row_fraction_per_head": (empty / queries).tolist(),
+        "single_key_row_fraction": float(single.sum() / (queries * open_.numel())),
+        "single_key_row_fraction_per_layer": (single.sum(1) / (queries * H)).tolist(),
+        "single_key_row_fraction_per_head": (single / queries).tolist(),
     }
     if task_names:
         res["ce_per_task"] = {
@@ -126,7 +142,11 @@ def heldout(
             f"the corpus {corpus.spec!r} has {len(seqs)} {split} sequences of {ctx_len} tokens, fewer "
             f"than eval_sequences={n}; lower eval_sequences or add text"
         )
-    seqs = seqs[rank::world]
+    return stack(seqs[rank::world])
+
+
+def stack(seqs) -> tuple[torch.Tensor, np.ndarray]:
+    """Token sequences as tokens [n, ctx] and their task labels."""
     return (
         torch.as_tensor(np.stack([s.tokens for s in seqs])),
         np.stack([s.labels["task"] for s in seqs]).astype(np.int64),
@@ -184,48 +204,68 @@ def induction_heads(model, n: int = 20, seed: int = 0) -> list[list[dict]]:
     return [[{k: round(float(v), 4) for k, v in zip(keys, acc[layer, h])} for h in range(H)] for layer in range(L)]
 
 
-def build_report(
-    base,
-    sparse,
-    corpus,
-    info: dict,
-    eval_sequences: int = 64,
-    ctx_len: int | None = None,
-    n_queries: int = 100,
-    examples_per_task: int = 2,
-) -> dict:
-    """The full report of a sparse model against its base (single process)."""
+def accuracy_with_intervals(base, sparse, n_queries: int) -> dict:
+    """Top-1 accuracy per family of both models on the same held-out queries, with Wilson 95% intervals."""
+    from workbench.corpus.tasks import IOI_TEMPLATES, queries
     from workbench.models.card import task_accuracy
 
+    acc = {"base": task_accuracy(base, n_queries), "sparse": task_accuracy(sparse, n_queries)}
+    unseen = sum(q.params["template"] == len(IOI_TEMPLATES) - 1 for q in queries("ioi", n_queries))
+    counts = {t: unseen if t == "ioi_unseen_template" else n_queries for t in acc["base"]}
+    return {
+        **acc,
+        "queries": counts,
+        "ci95": {side: {t: wilson(p, counts[t]) for t, p in acc[side].items()} for side in acc},
+        "difference": {t: acc["sparse"][t] - acc["base"][t] for t in acc["base"]},
+    }
+
+
+PER_KEY = (
+    "ctx_len",
+    "edge_count",
+    "open_fraction",
+    "open_fraction_per_layer",
+    "open_fraction_per_head",
+    "mean_open_keys_per_query",
+    "mean_open_keys_per_query_per_layer",
+    "mean_open_keys_per_query_per_head",
+    "empty_row_fraction",
+    "empty_row_fraction_per_layer",
+    "empty_row_fraction_per_head",
+    "single_key_row_fraction",
+    "single_key_row_fraction_per_layer",
+    "single_key_row_fraction_per_head",
+)
+
+
+def build_report(
+    base, sparse, corpus, info: dict, cfg, ctx_len: int | None = None, n_queries: int = 200, examples_per_task: int = 2
+) -> dict:
+    """The full report of a sparse model against its base (single process), judged on the fresh verdict split.
+
+    cfg: the run's SparsifyConfig (tolerance, the selection split's size, the verdict split).
+    """
     ctx_len = ctx_len or sparse.cfg.n_ctx
-    tokens, labels = heldout(corpus, eval_sequences, ctx_len)
+    seqs, start = verdict_sequences(corpus, cfg.eval_sequences, cfg.verdict_sequences, ctx_len, cfg.verdict_start)
+    tokens, labels = stack(seqs)
     names = list(corpus.label_names["task"])
-    base_m = summarise(measure(base, tokens, labels, len(names)), names)
-    sparse_m = summarise(measure(sparse, tokens, labels, len(names)), names)
+    base_sums, sparse_sums = (measure(m, tokens, labels, len(names)) for m in (base, sparse))
+    verdict = judge(paired_difference(sparse_sums.pop("seq_ce"), base_sums.pop("seq_ce")), cfg.tolerance)
+    verdict["split"] = {"split": "heldout", "sequences": [start, start + len(seqs)], "ctx_len": ctx_len}
+    base_m, sparse_m = summarise(base_sums, names), summarise(sparse_sums, names)
     synthetic_vocab = corpus.spec.startswith("synthetic")
-    acc = {}
-    if synthetic_vocab:
-        acc = {"base": task_accuracy(base, n_queries), "sparse": task_accuracy(sparse, n_queries)}
+    acc = accuracy_with_intervals(base, sparse, n_queries) if synthetic_vocab else {}
     return {
         **info,
-        "heldout": {"sequences": eval_sequences, "ctx_len": ctx_len, "corpus": corpus.spec},
+        "constraint_met": verdict["constraint_met"],
+        "verdict": verdict,
+        "heldout": {"sequences": len(seqs), "first": start, "ctx_len": ctx_len, "corpus": corpus.spec},
         "ce": {"base": base_m["ce"], "sparse": sparse_m["ce"], "increase": sparse_m["ce"] - base_m["ce"]},
         "ce_per_task": {"base": base_m.get("ce_per_task", {}), "sparse": sparse_m.get("ce_per_task", {})},
-        "task_accuracy": acc,
+        "task_accuracy": {k: acc[k] for k in ("base", "sparse")} if acc else {},
         "task_accuracy_queries": n_queries if acc else 0,
-        **{
-            k: sparse_m[k]
-            for k in (
-                "open_fraction",
-                "open_fraction_per_layer",
-                "open_fraction_per_head",
-                "mean_open_keys_per_query_per_head",
-                "mean_open_keys_per_query",
-                "empty_row_fraction",
-                "empty_row_fraction_per_head",
-                "single_key_row_fraction",
-            )
-        },
+        "task_accuracy_detail": {k: acc[k] for k in ("queries", "ci95", "difference")} if acc else {},
+        **{k: sparse_m[k] for k in PER_KEY},
         "induction_heads": {"base": induction_heads(base), "sparse": induction_heads(sparse)}
         if synthetic_vocab
         else {},
@@ -259,55 +299,98 @@ def read_report(folder: str | Path) -> dict:
     return r
 
 
+def _verdict_lines(r: dict) -> list[str]:
+    v = r.get("verdict")
+    if not v:  # a report written before verdicts on a fresh split
+        met = "met" if r.get("constraint_met") else "NOT MET"
+        return [f"constraint {met} (judged on the selection split, CE target {r.get('ce_target', float('nan')):.4f})"]
+    lo, hi = v["ci95"]
+    first, end = v["split"]["sequences"]
+    return [
+        f"constraint {'met' if v['constraint_met'] else 'NOT MET'}: {v['why']}",
+        f"  fresh verdict split: held-out sequences {first}-{end - 1} (n = {v['n']}), CE difference sparse - base "
+        f"{v['difference']:+.4f} (SE {v['se']:.4f}, 95% interval [{lo:+.4f}, {hi:+.4f}])",
+        f"  saved state: step {r.get('selected_step', '?')}, chosen on the selection split (held-out sequences "
+        f"0-{r.get('config', {}).get('eval_sequences', 0) - 1})",
+    ]
+
+
 def format_report(r: dict) -> str:
     """The report as plain-text tables (what `workbench attention report` prints)."""
-    met = "met" if r.get("constraint_met") else "NOT MET"
+    T = r.get("ctx_len") or r.get("heldout", {}).get("ctx_len", 0)
+    gate = r.get("config", {}).get("gates", {})
     lines = [
-        f"{r.get('model', '?')} from {r.get('base_model', '?')}: constraint {met} "
-        f"(CE target {r.get('ce_target', float('nan')):.4f} = base {r.get('ce_base', float('nan')):.4f} + "
-        f"tolerance {r.get('tolerance', float('nan'))})",
-        f"held-out CE: base {r['ce']['base']:.4f}  sparse {r['ce']['sparse']:.4f}  (+{r['ce']['increase']:.4f})",
-        f"open edges: {r['open_fraction']:.2%} of causal pairs; mean open keys per query per head "
-        f"{r['mean_open_keys_per_query']:.2f}",
+        f"{r.get('model', '?')} from {r.get('base_model', '?')} (gate {gate.get('gate', gate.get('gate_input', '?'))})",
+        *_verdict_lines(r),
+        f"CE on the verdict split: base {r['ce']['base']:.4f}  sparse {r['ce']['sparse']:.4f}  "
+        f"({r['ce']['increase']:+.4f})",
+        f"open edges: {r['mean_open_keys_per_query']:.2f} open keys per query per head = {r['open_fraction']:.2%} of "
+        f"causal pairs at T = {T} (count: {r.get('edge_count', 'T(T+1)/2 causal pairs per head')})",
         *(
             [
                 f"query rows with no open key: {r['empty_row_fraction']:.2%} (empty_row="
-                f"{r.get('config', {}).get('gates', {}).get('empty_row', '?')}); with exactly one: "
-                f"{r['single_key_row_fraction']:.2%}"
+                f"{gate.get('empty_row', '?')}); with exactly one: {r['single_key_row_fraction']:.2%}"
             ]
             if "empty_row_fraction" in r
             else []
         ),
-        "",
-        f"{'family':<14}{'CE base':>9}{'CE sparse':>11}{'acc base':>10}{'acc sparse':>12}",
     ]
+    return "\n".join([*lines, "", *_task_lines(r), "", *_head_lines(r, T), *_induction_lines(r)])
+
+
+def _task_lines(r: dict) -> list[str]:
     acc = r.get("task_accuracy") or {}
-    tasks = sorted(set(r["ce_per_task"]["base"]) | set(acc.get("base", {})))
-    for t in tasks:
+    ci = (r.get("task_accuracy_detail") or {}).get("ci95", {})
+    lines = [
+        f"{'family':<22}{'CE base':>9}{'CE sparse':>11}{'acc base':>10}{'acc sparse':>12}{'  95% interval (sparse)':<24}"
+    ]
+    f = lambda v, fmt: format(v, fmt) if v is not None else "-"  # noqa: E731
+    for t in sorted(set(r["ce_per_task"]["base"]) | set(acc.get("base", {}))):
         cb, cs = r["ce_per_task"]["base"].get(t), r["ce_per_task"]["sparse"].get(t)
         ab, as_ = acc.get("base", {}).get(t), acc.get("sparse", {}).get(t)
-        f = lambda v, fmt: format(v, fmt) if v is not None else "-"  # noqa: E731
-        lines.append(f"{t:<14}{f(cb, '.4f'):>9}{f(cs, '.4f'):>11}{f(ab, '.1%'):>10}{f(as_, '.1%'):>12}")
-    lines += ["", "open fraction per layer / head (mean open keys per query):"]
-    for i, (lf, heads, keys) in enumerate(
-        zip(r["open_fraction_per_layer"], r["open_fraction_per_head"], r["mean_open_keys_per_query_per_head"])
-    ):
-        cells = "  ".join(f"h{h} {v:6.2%} ({k:.2f})" for h, (v, k) in enumerate(zip(heads, keys)))
-        lines.append(f"  layer {i}: {lf:6.2%}   {cells}")
+        iv = ci.get("sparse", {}).get(t)
+        cell = f"  [{iv[0]:.1%}, {iv[1]:.1%}]" if iv else ""
+        lines.append(f"{t:<22}{f(cb, '.4f'):>9}{f(cs, '.4f'):>11}{f(ab, '.1%'):>10}{f(as_, '.1%'):>12}{cell}")
+    if acc:
+        lines.append(f"(accuracy on {r.get('task_accuracy_queries', '?')} held-out queries per family)")
+    return lines
+
+
+def _head_lines(r: dict, T: int) -> list[str]:
+    """Per layer and head: open keys per query, the open % at T, and rows with 0 / exactly 1 open key."""
+    keys, frac = r["mean_open_keys_per_query_per_head"], r["open_fraction_per_head"]
+    empty = r.get("empty_row_fraction_per_head") or [[float("nan")] * len(k) for k in keys]
+    single = r.get("single_key_row_fraction_per_head") or [[float("nan")] * len(k) for k in keys]
+    layer_keys = r.get("mean_open_keys_per_query_per_layer") or [sum(k) / len(k) for k in keys]
+    lines = [f"per layer / head: open keys per query (open % of causal pairs at T = {T}; rows with 0 | 1 key):"]
+    for i, lf in enumerate(r["open_fraction_per_layer"]):
+        lines.append(f"  layer {i}: {layer_keys[i]:.2f} keys/query ({lf:.2%})")
+        lines.append(
+            "    "
+            + "  ".join(
+                f"h{h} {k:.2f} ({v:.2%}; {e:.0%} | {s1:.0%})"
+                for h, (k, v, e, s1) in enumerate(zip(keys[i], frac[i], empty[i], single[i]))
+            )
+        )
+    return lines
+
+
+def _induction_lines(r: dict) -> list[str]:
     ih = r.get("induction_heads") or {}
-    if ih:
-        lines += [
-            "",
-            "induction prompts, repeated half: attention on the previous token / the induction target "
-            "(share of queries with >= 0.9 on it), open keys per query; base -> sparse:",
-        ]
-        for i, (lb, ls) in enumerate(zip(ih["base"], ih["sparse"])):
-            for h, (b, s) in enumerate(zip(lb, ls)):
-                lines.append(
-                    f"  a{i}.h{h}: prev {b['prev_token_attention']:.2f} ({b['prev_token_clean']:.0%}) -> "
-                    f"{s['prev_token_attention']:.2f} ({s['prev_token_clean']:.0%})   induction "
-                    f"{b['induction_attention']:.2f} ({b['induction_clean']:.0%}) -> "
-                    f"{s['induction_attention']:.2f} ({s['induction_clean']:.0%})   keys "
-                    f"{b['open_keys']:.1f} -> {s['open_keys']:.1f}"
-                )
-    return "\n".join(lines)
+    if not ih:
+        return []
+    lines = [
+        "",
+        "induction prompts, repeated half: attention on the previous token / the induction target "
+        "(share of queries with >= 0.9 on it), open keys per query; base -> sparse:",
+    ]
+    for i, (lb, ls) in enumerate(zip(ih["base"], ih["sparse"])):
+        for h, (b, s) in enumerate(zip(lb, ls)):
+            lines.append(
+                f"  a{i}.h{h}: prev {b['prev_token_attention']:.2f} ({b['prev_token_clean']:.0%}) -> "
+                f"{s['prev_token_attention']:.2f} ({s['prev_token_clean']:.0%})   induction "
+                f"{b['induction_attention']:.2f} ({b['induction_clean']:.0%}) -> "
+                f"{s['induction_attention']:.2f} ({s['induction_clean']:.0%})   keys "
+                f"{b['open_keys']:.1f} -> {s['open_keys']:.1f}"
+            )
+    return lines

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -27,11 +28,15 @@ from workbench.attention import gates as G
 from workbench.attention.config import RESUME_FREE, SparsifyConfig
 from workbench.attention.constraint import Multiplier
 from workbench.attention.report import build_report, heldout, measure, summarise, write_report
+from workbench.attention.verdict import feasible, paired_difference
 from workbench.checkpoint import default_device, dist_info
 from workbench.errors import UserError
 from workbench.schedule import lr_factor
 
 CHECKPOINT, RUN, CURVES = "checkpoint.pt", "sparsify.json", "curves.jsonl"
+
+
+SELECT_RULE = "sparsest evaluated state with CE difference + select_z * standard error <= tolerance"
 
 
 class SparsifyError(UserError, ValueError):
@@ -67,11 +72,16 @@ def _allreduce_mean(values: list[float], world: int) -> list[float]:
 
 
 def _evaluate(model, tokens, world: int) -> dict:
+    """Summary figures on this process's share of a split, plus every sequence's CE (gathered, rank order)."""
     sums = measure(model, tokens)
+    seq_ce = sums.pop("seq_ce")
     if world > 1:
         for v in sums.values():
             dist.all_reduce(v)
-    return summarise(sums)
+        parts = [torch.empty_like(seq_ce) for _ in range(world)]
+        dist.all_gather(parts, seq_ce)
+        seq_ce = torch.cat(parts)
+    return {**summarise(sums), "seq_ce": seq_ce}
 
 
 def _cpu_state(model) -> dict:
@@ -161,23 +171,32 @@ class Sparsifier:
         self.step_no = state["step"]
 
 
-def sparsify(
-    base: str,
-    out_dir: str | Path,
-    cfg: SparsifyConfig | None = None,
-    corpus: str = "synthetic",
-    resume: bool = False,
-    report_queries: int = 100,
-) -> dict:
-    """Train gates (and weights) on `base` (a model spec) and save a gated workbench model in out_dir.
+@dataclass
+class Run:
+    """One sparsify run's state between its stages (prepare -> loop -> select -> save)."""
 
-    Returns the report (also out_dir/attention_report.json); report["constraint_met"] says whether
-    the saved model meets CE <= base CE + tolerance on the held-out sequences.
-    """
+    cfg: SparsifyConfig
+    out: Path
+    base: str
+    model: object
+    data: object
+    ctx: int
+    device: torch.device
+    record: dict
+    eval_tokens: torch.Tensor
+    base_eval: dict  # the base model on the selection split (ce, seq_ce)
+    base_copy: object
+    trainer: Sparsifier
+    rank: int
+    world: int
+    history: dict = field(default_factory=lambda: {"curves": [], "evals": [], "best": None, "fallback": None})
+
+
+def prepare(base: str, out_dir, cfg: SparsifyConfig, corpus: str, resume: bool) -> Run:
+    """Load the base model and corpus, measure the selection split, install gates, restore a checkpoint."""
     from workbench.corpus import load_corpus
-    from workbench.models import load, model_id, save
+    from workbench.models import load, model_id
 
-    cfg = cfg or SparsifyConfig()
     rank, world = dist_info()
     cfg.validate(world)
     out = Path(out_dir)
@@ -190,7 +209,6 @@ def sparsify(
         )
     device = default_device(cfg.device)
     model, tok = load(base, device=str(device))
-    base_id = model_id(model)
     ctx = cfg.ctx_len or model.cfg.n_ctx
     if ctx > model.cfg.n_ctx:
         raise SparsifyError(f"ctx_len={ctx} exceeds the model's n_ctx={model.cfg.n_ctx}")
@@ -198,44 +216,67 @@ def sparsify(
     data = load_corpus(corpus, tok, seed=cfg.seed)
     record = {
         "config": {k: v for k, v in cfg.to_dict().items() if k not in RESUME_FREE},
-        "base_model": base_id,
+        "base_model": model_id(model),
         "corpus": data.spec,
         "ctx_len": ctx,
         "world_size": world,
     }
-    if resume:
-        state = checkpoint.read_matching(ckpt, record)
+    state = checkpoint.read_matching(ckpt, record) if resume else None
+    if state is not None and state["step"] > cfg.steps:
+        raise SparsifyError(
+            f"steps={cfg.steps} is smaller than the {state['step']} steps this run has finished; "
+            f"pass steps >= {state['step']} (more steps extend a finished run)"
+        )
     eval_tokens, _ = heldout(data, cfg.eval_sequences, ctx, rank, world)
-    ce_base = _evaluate(model, eval_tokens, world)["ce"]
-    target = ce_base + cfg.tolerance
+    base_eval = _evaluate(model, eval_tokens, world)
     base_copy, ce_ref_fixed = None, None
     if cfg.dual_ce == "paired":
         base_copy = copy.deepcopy(model).eval().requires_grad_(False)
     else:
-        ce_ref_fixed = _evaluate(model, heldout(data, cfg.eval_sequences, ctx, rank, world, split="train")[0], world)[
-            "ce"
-        ]
+        train_tokens = heldout(data, cfg.eval_sequences, ctx, rank, world, split="train")[0]
+        ce_ref_fixed = _evaluate(model, train_tokens, world)["ce"]
     G.install(model, cfg.gates)
     trainer = Sparsifier(model, cfg, base_copy, ce_ref_fixed, rank, world)
-    curves, evals = [], []
-    best = fallback = None  # {"step", "ce", "open_fraction", "state"}
-    if resume:
+    run = Run(cfg, out, base, model, data, ctx, device, record, eval_tokens, base_eval, base_copy, trainer, rank, world)
+    if state is not None:
         trainer.load_state_dict(state)
-        curves, evals, best, fallback = (state[k] for k in ("curves", "evals", "best", "fallback"))
+        run.history = {k: state[k] for k in ("curves", "evals", "best", "fallback")}
     else:
         out.mkdir(parents=True, exist_ok=True)
     trainer.wrap(device)
-    step = trainer.step_no
+    return run
+
+
+def _evaluate_state(run: Run, step: int) -> None:
+    """Evaluate the deterministic model on the selection split; keep it if it is the sparsest feasible one."""
+    cfg, h = run.cfg, run.history
+    m = _evaluate(run.model, run.eval_tokens, run.world)
+    diff = paired_difference(m["seq_ce"], run.base_eval["seq_ce"])
+    ok = feasible(diff, cfg.tolerance, cfg.select_z)
+    ev = {"step": step, "ce": m["ce"], "open_fraction": m["open_fraction"], "feasible": ok}
+    ev.update(mean_open_keys_per_query=m["mean_open_keys_per_query"], difference=diff)
+    h["evals"].append(ev)
+    if ok and (h["best"] is None or ev["open_fraction"] < h["best"]["open_fraction"]):
+        h["best"] = {**ev, "state": _cpu_state(run.model)}
+    if not ok and h["best"] is None and (h["fallback"] is None or ev["ce"] < h["fallback"]["ce"]):
+        h["fallback"] = {**ev, "state": _cpu_state(run.model)}
+    if h["best"] is not None:
+        h["fallback"] = None  # only kept while nothing feasible exists
+
+
+def loop(run: Run) -> None:
+    """Train to cfg.steps, evaluating every eval_every steps and checkpointing every checkpoint_every."""
+    cfg, step = run.cfg, run.trainer.step_no
     bar = None
-    if cfg.progress and rank == 0:
+    if cfg.progress and run.rank == 0:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=cfg.steps, initial=step, desc="attention sparsify", unit="step")
-    batches = _batches(data, ctx, cfg, step, rank, world)
+    batches = _batches(run.data, run.ctx, cfg, step, run.rank, run.world)
     while step < cfg.steps:
-        row = trainer.step(next(batches).to(device))
+        row = run.trainer.step(next(batches).to(run.device))
         step = row["step"]
-        curves.append(row)
+        run.history["curves"].append(row)
         if bar is not None:
             bar.set_postfix(
                 ce=f"{row['ce']:.4f}",
@@ -245,62 +286,80 @@ def sparsify(
             )
             bar.update(1)
         if step % cfg.eval_every == 0 or step == cfg.steps:
-            m = _evaluate(model, eval_tokens, world)
-            ev = {"step": step, "ce": m["ce"], "open_fraction": m["open_fraction"], "feasible": m["ce"] <= target}
-            evals.append(ev)
-            if ev["feasible"] and (best is None or ev["open_fraction"] < best["open_fraction"]):
-                best = {**ev, "state": _cpu_state(model)}
-            if not ev["feasible"] and best is None and (fallback is None or ev["ce"] < fallback["ce"]):
-                fallback = {**ev, "state": _cpu_state(model)}
-            if best is not None:
-                fallback = None  # only kept while nothing feasible exists
+            _evaluate_state(run, step)
         if (cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or step == cfg.steps:
-            if rank == 0:
+            if run.rank == 0:
                 checkpoint.write(
-                    ckpt,
-                    {
-                        "record": record,
-                        **trainer.state_dict(),
-                        "curves": curves,
-                        "evals": evals,
-                        "best": best,
-                        "fallback": fallback,
-                    },
+                    run.out / CHECKPOINT, {"record": run.record, **run.trainer.state_dict(), **run.history}
                 )
-            if world > 1:
+            if run.world > 1:
                 dist.barrier()
     if bar is not None:
         bar.close()
-    chosen = best or fallback
-    model.load_state_dict(chosen["state"])
-    model.eval()
+
+
+def select(run: Run) -> dict:
+    """Load the kept state (the sparsest feasible one, else the lowest-CE one) into the model; its eval row."""
+    chosen = run.history["best"] or run.history["fallback"]
+    run.model.load_state_dict(chosen["state"])
+    run.model.eval()
+    return {k: v for k, v in chosen.items() if k != "state"}
+
+
+def save(run: Run, chosen: dict, report_queries: int) -> dict | None:
+    """Write the model, its run record and curves, and the report with the verdict on the fresh split (rank 0)."""
+    from workbench.models import load, model_id
+    from workbench.models import save as save_model
+
+    cfg = run.cfg
     info = {
-        "model": out.name,
-        "base_model": base_id,
-        "base_spec": base,
-        "constraint_met": best is not None,
-        "ce_base": ce_base,
-        "ce_target": target,
+        "model": run.out.name,
+        "base_model": run.record["base_model"],
+        "base_spec": run.base,
+        "selection_feasible": run.history["best"] is not None,
+        "ce_base": run.base_eval["ce"],
+        "ce_target": run.base_eval["ce"] + cfg.tolerance,
         "tolerance": cfg.tolerance,
         "selected_step": chosen["step"],
-        "selected_eval": {k: v for k, v in chosen.items() if k != "state"},
-        "evals": evals,
+        "selected_eval": chosen,
+        "selection": {"split": "heldout", "sequences": [0, cfg.eval_sequences], "rule": SELECT_RULE},
+        "evals": run.history["evals"],
         "config": cfg.to_dict(),
-        "world_size": world,
-        "corpus": data.spec,
-        "final_lambda": trainer.mult.value,
+        "world_size": run.world,
+        "corpus": run.data.spec,
+        "final_lambda": run.trainer.mult.value,
     }
-    report = None
-    if rank == 0:
-        save(model, out)
-        atomic_write_text(out / RUN, json.dumps(info, indent=1))
-        atomic_write_text(out / CURVES, "".join(json.dumps(r) + "\n" for r in curves))
-        base_model = base_copy if base_copy is not None else load(base, device=str(device))[0]
-        report = build_report(
-            base_model, model, data, {**info, "model_id": model_id(model)}, cfg.eval_sequences, ctx, report_queries
-        )
-        write_report(report, out)
-    if world > 1:
+    if run.rank != 0:
+        return None
+    save_model(run.model, run.out)
+    base_model = run.base_copy if run.base_copy is not None else load(run.base, device=str(run.device))[0]
+    report = build_report(
+        base_model, run.model, run.data, {**info, "model_id": model_id(run.model)}, cfg, run.ctx, report_queries
+    )
+    atomic_write_text(run.out / RUN, json.dumps({**info, "verdict": report["verdict"]}, indent=1))
+    atomic_write_text(run.out / CURVES, "".join(json.dumps(r) + "\n" for r in run.history["curves"]))
+    write_report(report, run.out)
+    return report
+
+
+def sparsify(
+    base: str,
+    out_dir: str | Path,
+    cfg: SparsifyConfig | None = None,
+    corpus: str = "synthetic",
+    resume: bool = False,
+    report_queries: int = 200,
+) -> dict:
+    """Train gates (and weights) on `base` (a model spec) and save a gated workbench model in out_dir.
+
+    Returns the report (also out_dir/attention_report.json); report["constraint_met"] says whether the
+    saved model meets the constraint on the fresh verdict split (upper 95% bound within the tolerance).
+    Resuming a finished run with more steps extends it; with the same steps it redoes select and save.
+    """
+    run = prepare(base, out_dir, cfg or SparsifyConfig(), corpus, resume)
+    loop(run)
+    report = save(run, select(run), report_queries)
+    if run.world > 1:
         shared = [report]
         dist.broadcast_object_list(shared, src=0)
         report = shared[0]

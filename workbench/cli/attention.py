@@ -92,10 +92,11 @@ def _train(args) -> None:
         return
     print(format_report(report))
     if not report["constraint_met"]:
+        v = report["verdict"]
         raise ConstraintNotMet(
-            f"no evaluated state met held-out CE <= {report['ce_target']:.4f} (base {report['ce_base']:.4f} + "
-            f"tolerance {report['tolerance']}); saved the lowest-CE state (CE {report['ce']['sparse']:.4f}) in {out} "
-            "marked constraint_met=false; raise --steps, lr or multiplier_lr, or the tolerance"
+            f"the constraint is not met on the fresh verdict split ({v['why']}; CE difference "
+            f"{v['difference']:+.4f}, n = {v['n']}); the model is saved in {out} marked constraint_met=false; "
+            "raise --steps, lr or multiplier_lr, or the tolerance"
         )
 
 

@@ -22,7 +22,7 @@ from workbench.errors import UserError
 from workbench.provenance import model_id  # noqa: F401  (re-exported: its home has no TransformerLens)
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data"
-EMBEDDED = {"tiny": DATA_DIR / "models" / "tiny"}
+EMBEDDED = {name: DATA_DIR / "models" / name for name in ("tiny", "tiny-sparse")}  # tiny-sparse: attention/card.py
 WEIGHTS, CONFIG = "model.safetensors", "config.json"
 # Architecture extensions: a model may carry `workbench_extensions = {key: json config}`; save() writes
 # them into config.json and load() re-installs each with `install(model, config)` before the weights

@@ -1,0 +1,67 @@
+"""The model card of an embedded sparse-attention model (data/models/tiny-sparse): how it was made, its
+per-key figures and its verdict, written from the run's attention_report.json.
+
+    embed(run_folder, data/models/tiny-sparse, command)  # copies the model files and writes README.md
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from workbench.atomic import atomic_path, atomic_write_text
+from workbench.attention.report import REPORT, format_report, read_report
+
+FILES = ("model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json", REPORT, "sparsify.json")
+
+
+def card_text(r: dict, command: str, name: str) -> str:
+    """README.md of a sparse model: command, config, figures (keys per query first), verdict, accuracy."""
+    v = r["verdict"]
+    cfg = r["config"]
+    return "\n".join(
+        [
+            f"# {name}: sparse attention on {r['base_model']} (run folder {r['model']!r})",
+            "",
+            "Made by:",
+            "",
+            "```",
+            command,
+            "```",
+            "",
+            f"Selected state: step {r['selected_step']} of {cfg['steps']} (chosen on held-out sequences "
+            f"0-{cfg['eval_sequences'] - 1}: {r['selection']['rule']}).",
+            f"Verdict on the fresh split (held-out sequences {v['split']['sequences'][0]}-{v['split']['sequences'][1] - 1}, "
+            f"n = {v['n']}): CE difference {v['difference']:+.4f}, 95% interval [{v['ci95'][0]:+.4f}, "
+            f"{v['ci95'][1]:+.4f}]; constraint {'met' if v['constraint_met'] else 'NOT met'} ({v['why']}).",
+            f"Open keys per query per head: {r['mean_open_keys_per_query']:.2f} ({r['open_fraction']:.2%} of "
+            f"{r['edge_count']}, T = {r['ctx_len']}); rows with no open key {r['empty_row_fraction']:.2%}, with "
+            f"exactly one {r['single_key_row_fraction']:.2%}.",
+            "",
+            "## The report (`workbench attention report`)",
+            "",
+            "```",
+            format_report(r),
+            "```",
+            "",
+            "## Config",
+            "",
+            "```json",
+            json.dumps(cfg, indent=1),
+            "```",
+            "",
+        ]
+    )
+
+
+def embed(run_folder: str | Path, dest: str | Path, command: str) -> Path:
+    """Copy a finished sparsify run's model into dest (an embedded model folder) with its card."""
+    src, out = Path(run_folder), Path(dest)
+    r = read_report(src)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in FILES:
+        with atomic_path(out / name) as tmp:
+            shutil.copyfile(src / name, tmp)
+    atomic_write_text(out / "README.md", card_text(r, command, out.name))
+    return out

@@ -1,0 +1,116 @@
+"""Honest verdicts (docs/methods.md §7): the saved state is chosen on one held-out split (the selection
+split, held-out sequences [0, eval_sequences)) and the constraint is judged on another, fresh one (the
+verdict split), from the paired per-sequence CE difference sparse - base and its 95% interval.
+
+The constraint is met only if the interval's upper bound is within the tolerance and the split is
+large enough to say so (standard error under a fifth of the tolerance); task accuracies carry a
+Wilson 95% interval.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from workbench.errors import UserError
+
+Z95 = 1.959964
+
+
+class VerdictSplitError(UserError, ValueError):
+    """The verdict split overlaps the selection split or training text, or the corpus is too short for it."""
+
+
+def paired_difference(sparse_ce: torch.Tensor, base_ce: torch.Tensor) -> dict:
+    """Mean per-sequence CE difference (sparse - base), its standard error and 95% interval."""
+    d = (sparse_ce.double() - base_ce.double()).cpu()
+    n = d.numel()
+    mean = float(d.mean())
+    se = float(d.std(unbiased=True) / math.sqrt(n)) if n > 1 else math.inf
+    return {"n": n, "difference": mean, "se": se, "ci95": [mean - Z95 * se, mean + Z95 * se]}
+
+
+def feasible(diff: dict, tolerance: float, z: float) -> bool:
+    """Selection rule: mean difference + z standard errors within the tolerance (z = 0: the mean alone)."""
+    return diff["difference"] + z * diff["se"] <= tolerance
+
+
+def judge(diff: dict, tolerance: float) -> dict:
+    """The verdict of a paired difference on the fresh split."""
+    se_ok = diff["se"] < tolerance / 5
+    met = se_ok and diff["ci95"][1] <= tolerance
+    why = (
+        f"upper 95% bound {diff['ci95'][1]:+.4f} {'<=' if diff['ci95'][1] <= tolerance else '>'} tolerance {tolerance}"
+        if se_ok
+        else f"inconclusive: standard error {diff['se']:.4f} is not under tolerance/5 = {tolerance / 5:.4f} "
+        "(raise verdict_sequences)"
+    )
+    return {**diff, "tolerance": tolerance, "se_below_fifth_of_tolerance": se_ok, "constraint_met": met, "why": why}
+
+
+def _docs(seqs) -> set[int]:
+    """The documents of packed sequences (position 0 is the BOS, which every sequence starts with)."""
+    return {int(d) for s in seqs for d in np.unique(s.doc_ids[1:])}
+
+
+def check_start(start: int | None, selection: int) -> None:
+    """An explicit verdict start must lie after the selection split [0, selection)."""
+    if start is not None and start < selection:
+        raise VerdictSplitError(
+            f"verdict_start={start} overlaps the selection split (held-out sequences 0-{selection - 1}); "
+            f"use verdict_start >= {selection} or None (right after it)"
+        )
+
+
+def verdict_sequences(corpus, selection: int, n: int, ctx_len: int, start: int | None = None) -> tuple[list, int]:
+    """n held-out sequences sharing no document with the selection split [0, selection).
+
+    start None: the first held-out sequence after the selection split that shares no document with it
+    (a packed document can straddle the boundary).
+    """
+    check_start(start, selection)
+    it = corpus.sequences(ctx_len, 0, split="heldout")
+    selection_docs = _docs([s for _, s in zip(range(selection), it)])
+    seqs, first = [], None
+    for i, s in enumerate(it, start=selection):
+        if len(seqs) == n:
+            break
+        if start is not None and i < start:
+            continue
+        if start is None and not seqs and _docs([s]) & selection_docs:
+            continue  # auto start: step past sequences continuing a selection document
+        check_fresh([s], selection_docs, i)
+        first = i if first is None else first
+        seqs.append(s)
+    if len(seqs) < n:
+        raise VerdictSplitError(
+            f"the corpus {corpus.spec!r} has only {len(seqs)} held-out sequences of {ctx_len} tokens for the "
+            f"verdict after the selection split, fewer than verdict_sequences={n}; lower it or add text"
+        )
+    return seqs, first
+
+
+def check_fresh(seqs, selection_docs: set[int], index: int = 0) -> None:
+    """Refuse verdict sequences holding documents of the selection split.
+
+    Training text cannot enter: verdict text is read only from the held-out split, whose documents
+    every corpus keeps apart from the training split's (synthetic: held-out queries; files: every 20th).
+    """
+    docs = _docs(seqs)
+    if docs & selection_docs:
+        raise VerdictSplitError(
+            f"verdict sequence {index} shares documents {sorted(docs & selection_docs)[:3]} with the selection "
+            "split; raise verdict_start"
+        )
+
+
+def wilson(p: float, n: int) -> list[float]:
+    """Wilson 95% interval of a proportion p measured on n queries."""
+    if n <= 0:
+        return [0.0, 1.0]
+    den = 1 + Z95**2 / n
+    mid = (p + Z95**2 / (2 * n)) / den
+    half = Z95 * math.sqrt(p * (1 - p) / n + Z95**2 / (4 * n * n)) / den
+    return [max(0.0, mid - half), min(1.0, mid + half)]
