@@ -48,6 +48,10 @@ def random_transcoders(model, tmp_path, arch: str, skip: bool) -> list[Transcode
 def case(request, tmp_path_factory):
     name, arch = request.param
     model = small_model(seed=3, **MODELS[name])
+    with torch.no_grad():  # normalisation weights and biases away from their identity initialisation
+        for pname, p in model.named_parameters():
+            if "ln" in pname:
+                p.add_(torch.randn_like(p) * 0.3)
     tcs = random_transcoders(model, tmp_path_factory.mktemp(name + arch), *ARCHS[arch])
     tokens = torch.randint(0, model.cfg.d_vocab, (9,), generator=torch.Generator().manual_seed(1))
     graph = build_graph(model, tcs, tokens, batch_size=7)
@@ -64,7 +68,7 @@ def _readout(rm, g, live) -> torch.Tensor:
             pre, _ = rm.tcs[layer].preacts(live[rm.inputs[layer]][0, pos][None])
             out.append(pre[0, latent])
         else:
-            logits = rm.model.unembed(live[rm.final])[0, -1]
+            logits = rm.last_logits(live)[0]
             out.append(logits[g.logit_tokens[r - g.n_features]] - logits.mean())
     return torch.stack(out)
 
@@ -73,15 +77,13 @@ def test_replacement_model_reproduces_the_model(case):
     model, _, tokens, _, rm = case
     with torch.no_grad():
         live, _ = rm.forward(1)
-        torch.testing.assert_close(model.unembed(live[rm.final]), model(tokens[None]), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(rm.last_logits(live), model(tokens[None])[:, -1], atol=1e-5, rtol=1e-5)
     assert all(c.ne(0).any() for c in rm.codes)
 
 
 @torch.no_grad()
-def test_every_edge_matches_an_intervention(case):
-    """Removing a source's write from the frozen model moves each target by exactly minus its edge."""
-    _, _, _, g, rm = case
-    assert g.n_features > 20 and g.adjacency.abs().sum() > 0
+def check_edges(rm, g) -> None:
+    """Removing a source's write from the frozen model moves each target by exactly its edge."""
     base = _readout(rm, g, rm.forward(1)[0])
     for c in range(g.n_sources):
         layer, pos, vec = _sources(rm, g, torch.tensor([c]))
@@ -93,6 +95,12 @@ def test_every_edge_matches_an_intervention(case):
         feat = slice(0, g.n_features)
         torch.testing.assert_close(moved[feat], edge[feat], rtol=1e-3, atol=1e-3 * edge[feat].abs().max().item())
         torch.testing.assert_close(moved[g.n_features :], edge[g.n_features :], rtol=1e-5, atol=1e-5)
+
+
+def test_every_edge_matches_an_intervention(case):
+    _, _, _, g, rm = case
+    assert g.n_features > 20 and g.adjacency.abs().sum() > 0
+    check_edges(rm, g)
 
 
 def test_head_split_sums_to_the_edge(case):
@@ -190,3 +198,47 @@ def test_bad_sets_and_prompts_are_refused(case):
         build_graph(model, tcs, torch.zeros(model.cfg.n_ctx + 1, dtype=torch.long))
     with pytest.raises(ValueError, match="outside the vocabulary"):
         build_graph(model, tcs, tokens, answer=model.cfg.d_vocab)
+
+
+@pytest.fixture(scope="module")
+def tiny_set(tiny, tmp_path_factory):
+    """A transcoder set on every layer of the embedded model, trained briefly on a small cache of it."""
+    from workbench import steps
+    from workbench.cache.config import HarvestConfig
+    from workbench.sae.config import TrainConfig
+    from workbench.sae.transcoders import train_set
+    from workbench.workspace import Workspace
+
+    root = tmp_path_factory.mktemp("tiny_set")
+    cfg = HarvestConfig(n_tokens=6000, heldout_fraction=0.2)
+    model, _ = tiny
+    steps.make_cache(
+        Workspace(root / "ws"), "tiny", "synthetic", None, cfg, out=root / "cache", progress=False, model=model
+    )
+    train = TrainConfig(n_tokens=512 * 12, batch_size=512, lr=3e-3, warmup_steps=2, progress=False)
+    folder, _ = train_set(root / "cache", "all", [SAEConfig("topk", k=8, expansion=4)], train, root / "set")
+    return folder
+
+
+def test_embedded_model_with_a_trained_set(tiny, tiny_set):
+    """The set loads from its folder; on a real prompt every edge matches an intervention and the split sums."""
+    from workbench.circuits.replacement import load_transcoders
+    from workbench.corpus import tasks
+
+    model, tok = tiny
+    query = tasks.queries("ioi", 1, seed=0, tokenizer=tok)[0]
+    prompt = query.prompt
+    g = build_graph(model, tiny_set, prompt, answer=query.answer, wrong_answer=query.wrong)
+    rm = ReplacementModel(model, load_transcoders(tiny_set), model.to_tokens(prompt)[0])
+    with torch.no_grad():
+        live, _ = rm.forward(1)
+        torch.testing.assert_close(rm.last_logits(live)[0], rm.logits)
+        torch.testing.assert_close(rm.logits, model(model.to_tokens(prompt))[0, -1], atol=1e-5, rtol=1e-5)
+    assert g.n_features > 50 and len(g.logit_tokens) == 2 and 0 < g.scores["replacement"] < 1
+    check_edges(rm, g)
+    h = g.heads
+    torch.testing.assert_close(
+        h["weights"].sum(1), g.adjacency[h["edges"][:, 0], h["edges"][:, 1]], rtol=1e-4, atol=1e-5
+    )
+    with pytest.raises(BadValueError, match="no config 'nope'"):
+        load_transcoders(tiny_set, member="nope")

@@ -1,4 +1,4 @@
-"""Attribution graphs on the local replacement model (docs/methods.md §10): `build_graph(model, transcoders,
+"""Attribution graphs on the local replacement model (docs/methods.md §11): `build_graph(model, transcoders,
 prompt)` -> an `AttributionGraph` of the exact direct effects between active features, error nodes, token
 embeddings and target logits, pruned by influence, with replacement / completeness scores and (with heads) each
 kept edge split over the attention heads that carry it (graph_heads.py).
@@ -13,15 +13,18 @@ source column is kept. Rows are stored whole when the [rows x all active sources
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
 
 import torch
 
+from workbench.circuits import graph_heads
 from workbench.circuits import influence as inf
 from workbench.circuits.inputs import _tokens, single_token, str_tokens
-from workbench.circuits.replacement import EMBED, ReplacementModel
+from workbench.circuits.replacement import EMBED, ReplacementModel, load_transcoders
 from workbench.errors import BadValueError
+from workbench.provenance import model_id
 
 WRITE_CHUNK = 4096  # features whose write vectors are formed at once
 
@@ -160,9 +163,7 @@ def _logit_targets(model, rm: ReplacementModel, answer, wrong, cfg: GraphConfig)
         top = probs.sort(descending=True)
         k = int(torch.searchsorted(top.values.cumsum(0), torch.tensor(cfg.desired_logit_prob))) + 1
         ids = top.indices[: min(k, cfg.max_n_logits)].tolist()
-    W_U = model.W_U.detach()
-    vecs = (W_U[:, ids] - W_U.mean(1, keepdim=True)).T
-    return ids, probs[ids].cpu(), vecs
+    return ids, probs[ids].cpu(), rm.unembed_vectors(ids)
 
 
 class _Rows:
@@ -178,22 +179,27 @@ class _Rows:
         vecs = self.rm.tcs[layer].encoder_vectors(a.latent[idx], self.rm.x[layer].dtype)
         return a.layer[idx], a.pos[idx], vecs
 
+    def batch_rows(self, layers, positions, vectors) -> torch.Tensor:
+        return source_rows(self.rm, self.active, self.rm.backward(layers, positions, vectors))
+
     def of(self, layers, positions, vectors):
+        """Rows of the given targets, one batch at a time."""
         for start in range(0, layers.numel(), self.batch):
             sl = slice(start, start + self.batch)
-            yield sl, source_rows(self.rm, self.active, self.rm.backward(layers[sl], positions[sl], vectors[sl]))
+            yield self.batch_rows(layers[sl], positions[sl], vectors[sl])
 
     def of_features(self, idx: torch.Tensor):
+        """(chunk, rows) of active features idx (all on one layer), one batch at a time."""
         for start in range(0, idx.numel(), self.batch):
             chunk = idx[start : start + self.batch]
-            yield chunk, next(iter(self.of(*self.feature_targets(chunk))))[1]
+            yield chunk, self.batch_rows(*self.feature_targets(chunk))
 
 
 def _sweep(rows: _Rows, logits: tuple, cfg: GraphConfig, store: bool):
     """(chosen feature indices, their rows or None, the logit rows): the layer-by-layer choice of rows."""
     rm, active = rows.rm, rows.active
     layers, positions, vecs, weights = logits
-    logit_rows = torch.cat([r for _, r in rows.of(layers, positions, vecs)])
+    logit_rows = torch.cat(list(rows.of(layers, positions, vecs)))
     running = weights.to(logit_rows.dtype) @ inf.normalise(logit_rows)  # each source column's influence so far
     budget = cfg.max_feature_nodes or len(active)
     chosen, stored = [], []
@@ -215,12 +221,6 @@ def build_graph(model, transcoders, prompt, answer=None, wrong_answer=None, cfg:
     """The attribution graph of `prompt` through `transcoders` (a transcoder set folder, or a list of
     replacement.Transcoder). Targets: the answer (and wrong answer) logits, or the top logits covering
     cfg.desired_logit_prob. options override GraphConfig fields, e.g. build_graph(m, tcs, p, node_threshold=0.7)."""
-    import dataclasses
-
-    from workbench.circuits import graph_heads
-    from workbench.circuits.replacement import load_transcoders
-    from workbench.provenance import model_id
-
     cfg = dataclasses.replace(cfg or GraphConfig(), **options)
     cfg.validate()
     tcs = transcoders if isinstance(transcoders, list) else load_transcoders(transcoders, device=model.cfg.device)
@@ -243,9 +243,7 @@ def build_graph(model, transcoders, prompt, answer=None, wrong_answer=None, cfg:
     cols = torch.cat([chosen, torch.arange(len(active), n_all)])
     g = AttributionGraph(
         tokens=tokens.tolist(),
-        str_tokens=str_tokens(model, tokens)
-        if getattr(model, "tokenizer", None) is not None
-        else [str(t) for t in tokens.tolist()],
+        str_tokens=str_tokens(model, tokens),
         prompt=prompt if isinstance(prompt, str) else None,
         n_layers=rm.L,
         n_heads=model.cfg.n_heads,
@@ -253,9 +251,7 @@ def build_graph(model, transcoders, prompt, answer=None, wrong_answer=None, cfg:
         activations=active.act[chosen].float().cpu(),
         logit_tokens=ids,
         logit_probs=probs.float(),
-        logit_strs=str_tokens(model, torch.tensor(ids))
-        if getattr(model, "tokenizer", None) is not None
-        else [str(i) for i in ids],
+        logit_strs=str_tokens(model, torch.tensor(ids)),
         adjacency=torch.cat([feature_rows[:, cols], logit_rows[:, cols]]).float().cpu(),
         config=asdict(cfg),
         n_active=len(active),

@@ -1,4 +1,4 @@
-"""The heads on every edge of an attribution graph (docs/methods.md §10): each kept edge split into the part
+"""The heads on every edge of an attribution graph (docs/methods.md §11): each kept edge split into the part
 that reaches its target through no attention head (the residual stream and any skip paths) and, for each head,
 the part whose first attention hop is that head's OV circuit (the later path may cross further heads). The
 parts are computed independently of the edge and sum to it exactly in the frozen replacement model.
@@ -29,7 +29,6 @@ def _ln_transpose(rm: ReplacementModel, layer: int, u: torch.Tensor) -> torch.Te
 
 def _targets(rm: ReplacementModel, g, active_rows: torch.Tensor):
     """(layers, positions, vectors) of graph rows: features through their encoders, logits as built."""
-    W_U = rm.model.W_U.detach()
     layers, positions, vecs = [], [], []
     for r in active_rows.tolist():
         if r < g.n_features:
@@ -37,8 +36,7 @@ def _targets(rm: ReplacementModel, g, active_rows: torch.Tensor):
             vec = rm.tcs[layer].encoder_vectors(torch.tensor([latent]), rm.x[layer].dtype)[0]
         else:
             layer, pos = rm.L, rm.P - 1
-            tok = g.logit_tokens[r - g.n_features]
-            vec = W_U[:, tok] - W_U.mean(1)
+            vec = rm.unembed_vectors([g.logit_tokens[r - g.n_features]])[0]
         layers.append(layer)
         positions.append(pos)
         vecs.append(vec)

@@ -1,4 +1,4 @@
-"""Influence, pruning and the graph scores of an attribution graph (docs/methods.md §10), with circuit-tracer's
+"""Influence, pruning and the graph scores of an attribution graph (docs/methods.md §11), with circuit-tracer's
 definitions, on the graph's compact adjacency: rows are the targets (features, then logits), columns the sources
 (features, error nodes, token embeddings), so the all-zero rows of errors and tokens and columns of logits of
 circuit-tracer's square matrix are never stored.
@@ -85,7 +85,7 @@ def prune(adj: torch.Tensor, n_features: int, n_tokens: int, logit_weights: torc
 
 
 def graph_scores(adj: torch.Tensor, n_features: int, n_errors: int, logit_weights: torch.Tensor) -> dict:
-    """circuit-tracer's replacement and completeness scores (docs/methods.md §10): the share of the tokens' and
+    """circuit-tracer's replacement and completeness scores (docs/methods.md §11): the share of the tokens' and
     errors' influence that is the tokens', and the influence-weighted share of each node's input not from errors."""
     a_hat = normalise(adj)
     inf = influence(a_hat, n_features, logit_weights)

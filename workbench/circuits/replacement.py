@@ -1,4 +1,4 @@
-"""The local replacement model of one prompt (docs/methods.md §10): every MLP replaced by its transcoder plus a
+"""The local replacement model of one prompt (docs/methods.md §11): every MLP replaced by its transcoder plus a
 fixed error term, attention patterns and normalisation scales frozen at this prompt's values.
 
 The residual stream of the frozen model is linear in what is written into it (feature activations, error
@@ -18,7 +18,7 @@ from workbench.cache.hooks import mlp_in_hooks
 from workbench.errors import BadValueError
 
 EMBED = "blocks.0.hook_resid_pre"
-FINAL = "ln_final.hook_normalized"
+FINAL = "ln_final.hook_normalized"  # before ln_final's weight and bias, which unembed_vectors apply
 FROZEN = ("hook_pattern", "hook_scale")
 
 
@@ -127,6 +127,24 @@ class ReplacementModel:
             self.errors.append(y - t.output(x, codes))
             s = t.skip(x)
             self.base.append(y if s is None else y - s)  # so that base + skip(live input) is the MLP's output
+
+    def _final_affine(self):
+        ln = getattr(self.model, "ln_final", None) if self.final == FINAL else None
+        return getattr(ln, "w", None), getattr(ln, "b", None)
+
+    def unembed_vectors(self, ids: list[int]) -> torch.Tensor:
+        """[len(ids), d]: each logit minus the mean logit as a linear function of the final residual (live[final])."""
+        W_U = self.model.W_U.detach()
+        vecs = (W_U[:, ids] - W_U.mean(1, keepdim=True)).T
+        w, _ = self._final_affine()
+        return vecs if w is None else vecs * w.detach()
+
+    def last_logits(self, live: dict) -> torch.Tensor:
+        """[batch, d_vocab] logits at the last position from a forward's live final residual."""
+        x = live[self.final][:, -1]
+        w, b = self._final_affine()
+        x = x if w is None else x * w
+        return self.model.unembed((x if b is None else x + b)[:, None])[:, 0]
 
     def _hooks(self, live: dict, taps: dict, deltas: dict, no_attention: bool, with_z: bool, record=()) -> list:
         """Hooks of the frozen model: frozen patterns and scales, live inputs recorded, each MLP replaced, a zero
