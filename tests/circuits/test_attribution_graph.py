@@ -242,3 +242,52 @@ def test_embedded_model_with_a_trained_set(tiny, tiny_set):
     )
     with pytest.raises(BadValueError, match="no config 'nope'"):
         load_transcoders(tiny_set, member="nope")
+
+
+@torch.no_grad()
+def _score(rm, layer, head, q, k, held=None, clean=None, delta=None) -> float:
+    seen = {}
+    hooks = [(f"blocks.{layer}.attn.hook_attn_scores", lambda a, hook: seen.__setitem__("s", a))]
+    if held:
+        hooks.append((f"blocks.{layer}.attn.hook_{held}", lambda a, hook: clean))
+    with rm.model.hooks(fwd_hooks=hooks):
+        rm.forward(1, deltas=delta)
+    return float(seen["s"][0, head, q, k])
+
+
+def test_qk_attribution_matches_interventions(case):
+    """Each source's query-side (key-side) part is the change of the score when it is removed with the keys
+    (queries) held at the prompt's values."""
+    from workbench.circuits.attribution_graph import _Active
+    from workbench.circuits.graph_heads import qk_attribution
+
+    _, _, _, _, rm = case
+    layer, head, q, k = rm.L - 1, 1, rm.P - 1, 2
+    got = qk_attribution(rm, layer, head, q, k)
+    active = _Active.of(rm)
+    assert got["sources"].shape[0] == len(active) and got["query"].abs().sum() > 0 and got["key"].abs().sum() > 0
+    clean = {}
+    with torch.no_grad():
+        hooks = [(f"blocks.{layer}.attn.hook_{s}", lambda a, hook, s=s: clean.__setitem__(s, a)) for s in "qk"]
+        rm.model.run_with_hooks(rm.tokens[None], return_type=None, fwd_hooks=hooks)
+    n_a = len(active)
+    picks = got["query"].abs().argsort(descending=True)[:6].tolist() + [n_a, n_a + rm.L * rm.P + 1]
+    for c in picks:
+        if c < n_a:
+            hook = f"blocks.{int(active.layer[c])}.hook_mlp_out"
+            pos = int(active.pos[c])
+            vec = rm.tcs[int(active.layer[c])].sae.W_dec[active.latent[c]].detach() * active.act[c]
+        elif c < n_a + rm.L * rm.P:
+            layer_e, pos = divmod(c - n_a, rm.P)
+            hook, vec = f"blocks.{layer_e}.hook_mlp_out", rm.errors[layer_e][pos]
+        else:
+            pos = c - n_a - rm.L * rm.P
+            hook, vec = "blocks.0.hook_resid_pre", rm.embed[pos]
+        delta = torch.zeros(1, rm.P, vec.shape[-1])
+        delta[0, pos] = -vec
+        for side, held in (("query", "k"), ("key", "q")):
+            base = _score(rm, layer, head, q, k, held, clean[held])
+            moved = base - _score(rm, layer, head, q, k, held, clean[held], {hook: delta})
+            assert moved == pytest.approx(float(got[side][c]), rel=1e-3, abs=1e-5), (side, c)
+    with pytest.raises(BadValueError, match="key <= query"):
+        qk_attribution(rm, layer, head, 1, 3)

@@ -7,6 +7,8 @@ First hop through head (l, h) of a source writing v at position p: v . LN1_l^T(W
 gv[h, p] = sum_q pattern_l[h, q, p] dT/dz_l[q, h] the target's gradient at the head's value at p, and LN1_l^T the
 transpose of the frozen normalisation before the attention. The direct part is the gradient with every value
 held at this prompt's (no path through attention), dotted with v.
+
+`qk_attribution`: why a head attends, the query-side and key-side sources of one attention score.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from workbench.circuits.replacement import EMBED, ReplacementModel
+from workbench.errors import BadValueError
 
 
 def _ln_transpose(rm: ReplacementModel, layer: int, u: torch.Tensor) -> torch.Tensor:
@@ -117,3 +120,42 @@ def split_edges(rm: ReplacementModel, g, edge_mask: torch.Tensor, batch_size: in
             b = torch.searchsorted(chunk, edges[pick, 0])
             weights[pick] = _split_batch(rm, _targets(rm, g, chunk), b, _sources(rm, g, edges[pick, 1])).float().cpu()
     return {"edges": edges, "weights": weights, "names": head_names(rm.L, g.n_heads)}
+
+
+def qk_attribution(rm: ReplacementModel, layer: int, head: int, query: int, key: int) -> dict:
+    """Why head (layer, head) attends from position `query` to `key`: each source's direct effect on that
+    attention score (before the softmax) through the query side (keys held at this prompt's) and through the
+    key side (queries held), in the frozen replacement model. The score is bilinear in the two sides, so each
+    side is exact with the other held. {"score", "sources": (layer, pos, latent) of the active features then
+    errors then tokens as attribution_graph.source_rows orders them, "query": [n], "key": [n]}."""
+    from workbench.circuits.attribution_graph import _Active, source_rows
+
+    if not (0 <= layer < rm.L and 0 <= head < rm.model.cfg.n_heads and 0 <= key <= query < rm.P):
+        raise BadValueError(
+            f"pattern entry (layer {layer}, head {head}, query {query}, key {key}) is not one of this prompt's: "
+            f"layers 0..{rm.L - 1}, heads 0..{rm.model.cfg.n_heads - 1}, 0 <= key <= query < {rm.P}"
+        )
+    active = _Active.of(rm)
+    clean = {}
+    with torch.no_grad():
+        rm.model.run_with_hooks(
+            rm.tokens[None],
+            return_type=None,
+            fwd_hooks=[(f"blocks.{layer}.attn.hook_{s}", lambda a, hook, s=s: clean.__setitem__(s, a)) for s in "qk"],
+        )
+    out = {}
+    for side, held in (("query", "k"), ("key", "q")):
+        seen = {}
+        hooks = [
+            (f"blocks.{layer}.attn.hook_{held}", lambda a, hook, held=held: clean[held]),
+            (f"blocks.{layer}.attn.hook_attn_scores", lambda a, hook: seen.__setitem__("s", a)),
+        ]
+        with torch.enable_grad(), rm.model.hooks(fwd_hooks=hooks):
+            _, taps = rm.forward(1)
+            score = seen["s"][0, head, query, key]
+            names = list(taps)
+            got = torch.autograd.grad(score, [taps[n] for n in names], allow_unused=True, materialize_grads=True)
+        out[side] = source_rows(rm, active, dict(zip(names, got)))[0].detach()
+        out["score"] = float(score)
+    out["sources"] = torch.stack([active.layer, active.pos, active.latent], 1)
+    return out
