@@ -67,7 +67,7 @@ def run(args, timings: dict) -> None:
     cache, tset, resid = w / "cache", w / "set", w / "resid"
     tc = TrainConfig(n_tokens=args.tokens, batch_size=1024, lr=1e-3, warmup_steps=50, progress=False)
     ev = EvalConfig(max_tokens=20_000, n_sequences=args.sequences)
-    hc = HarvestConfig(n_tokens=1_050_000)
+    hc = HarvestConfig(n_tokens=args.cache_tokens)
     stage(
         "harvest",
         (cache / "manifest.json").is_file(),
@@ -80,6 +80,12 @@ def run(args, timings: dict) -> None:
         timings,
         lambda: train_set(cache, "all", configs(), tc, tset, resume=(tset / "checkpoint.pt").is_file()),
     )
+    stage("eval set", (tset / "metrics.json").is_file(), timings, lambda: evaluate_set(tset, cache, "tiny", ev))
+    members = sorted(p for p in tset.iterdir() if (p / "cfg.json").is_file())
+    fc = FeatureConfig(split="heldout")
+    done = all((p / "features" / "manifest.json").is_file() for p in members)
+    stage("features set", done, timings, lambda: build_stores(members, cache, "tiny", fc, progress=False))
+    harness.write_text(args.out, report(args, timings))  # the transcoders' results, before the comparison
     resid_names = {layer: [f"L{layer}-resid-{c.architecture}" for c in configs()[:2]] for layer in range(4)}
     groups = [
         (f"blocks.{layer}.hook_resid_post", None, [replace(c, name=n) for c, n in zip(configs(), resid_names[layer])])
@@ -91,7 +97,6 @@ def run(args, timings: dict) -> None:
         timings,
         lambda: fit_cache(cache, groups, tc, resid, resume=(resid / "checkpoint.pt").is_file()),
     )
-    stage("eval set", (tset / "metrics.json").is_file(), timings, lambda: evaluate_set(tset, cache, "tiny", ev))
     resid_dirs = sorted(p for p in resid.iterdir() if (p / "cfg.json").is_file())
     stage(
         "eval residual SAEs",
@@ -99,14 +104,8 @@ def run(args, timings: dict) -> None:
         timings,
         lambda: [evaluate(p, cache, "tiny", ev) for p in resid_dirs],
     )
-    members = sorted(p for p in tset.iterdir() if (p / "cfg.json").is_file())
-    fc = FeatureConfig(split="heldout")
-    stage(
-        "features",
-        all((p / "features" / "manifest.json").is_file() for p in members + resid_dirs),
-        timings,
-        lambda: build_stores(members + resid_dirs, cache, "tiny", fc, progress=False),
-    )
+    done = all((p / "features" / "manifest.json").is_file() for p in resid_dirs)
+    stage("features residual SAEs", done, timings, lambda: build_stores(resid_dirs, cache, "tiny", fc, progress=False))
 
 
 def label_share(folder: Path) -> float | None:
@@ -135,12 +134,12 @@ def report(args, timings: dict) -> str:
         f"- Commit: {args.commit} (when the run started)",
         f"- Date: {args.date}; command: `OMP_NUM_THREADS=1 .venv/bin/python bench/transcoder_quality.py` "
         f"({', '.join(f'{k} {v} s' for k, v in timings.items()) or 'every stage from an earlier run'})",
-        f"- Data: the embedded model over the synthetic corpus, 1,050,000 cached tokens (5% held out) with the "
+        f"- Data: the embedded model over the synthetic corpus, {args.cache_tokens:,} cached tokens (5% held out) with the "
         f"default hooks. Each transcoder reads `blocks.L.ln2.hook_normalized` (the normalised residual the MLP "
         f"reads) and reconstructs `blocks.L.hook_mlp_out`; all {len(manifest['layers']) * len(configs())} "
         f"transcoders of the set train side by side on one pass over the cache, {args.tokens:,} tokens each "
         "(batch 1024, Adam lr 0.001, 50 warm-up steps, linear decay over the last 20%), AuxK on the output residual.",
-        f"- Held-out evaluation on {20_000:,} tokens (FVU of the MLP output, L0, dead = never fired on them, dense "
+        f"- Held-out evaluation on {min(20_000, args.cache_tokens // 20):,} tokens (FVU of the MLP output, L0, dead = never fired on them, dense "
         f"= fires on more than 10% of them); CE recovered = (CE with the MLP zeroed − CE with the transcoder) / "
         f"(CE with the MLP zeroed − clean CE) on {args.sequences} held-out sequences, per layer and with every "
         "layer's MLP replaced at once (zero ablation then zeroes every MLP).",
@@ -193,30 +192,28 @@ def report(args, timings: dict) -> str:
         ],
         rows,
     )
-    out += ["", "## Residual-stream SAEs on the same layers (hook_resid_post, same training)", ""]
+    out += residual_section(resid)
+    return "\n".join(out) + "\n"
+
+
+def residual_section(resid: Path) -> list[str]:
+    out = ["", "## Residual-stream SAEs on the same layers (hook_resid_post, same training)", ""]
     body = []
-    for p in sorted(q for q in resid.iterdir() if (q / "metrics.json").is_file()):
+    for p in sorted(q for q in resid.iterdir() if (q / "metrics.json").is_file()) if resid.is_dir() else []:
         m = json.loads((p / "metrics.json").read_text())
         r, s = m["reconstruction"], m.get("splice", {})
-        body.append(
-            [
-                p.name,
-                f"{r['fvu']:.3f}",
-                f"{r['l0']:.1f}",
-                r["n_dead"],
-                r["n_dense"],
-                f"{s.get('ce_loss_recovered', float('nan')):.4f}",
-                _fmt(label_share(p), ".3f"),
-            ]
-        )
-    out += harness.table(["SAE", "FVU (residual)", "L0", "dead", "dense", "CE recovered", "labels ≥ 0.8"], body)
-    return "\n".join(out) + "\n"
+        row = [p.name, f"{r['fvu']:.3f}", f"{r['l0']:.1f}", r["n_dead"], r["n_dense"]]
+        body.append(row + [f"{s.get('ce_loss_recovered', float('nan')):.4f}", _fmt(label_share(p), ".3f")])
+    if not body:
+        return out + ["(not run yet: the residual SAEs train after the transcoders' results are written)"]
+    return out + harness.table(["SAE", "FVU (residual)", "L0", "dead", "dense", "CE recovered", "labels ≥ 0.8"], body)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--work", type=Path, default=harness.WORK / "transcoders")
     p.add_argument("--tokens", type=int, default=2_000_000, help="training tokens per dictionary")
+    p.add_argument("--cache-tokens", type=int, default=1_050_000, help="cached tokens (train + 5%% held out)")
     p.add_argument("--sequences", type=int, default=128, help="held-out sequences for the CE metrics")
     p.add_argument("--out", type=Path, default=OUT)
     args = p.parse_args()

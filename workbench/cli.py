@@ -148,7 +148,9 @@ def _sae_train(a: argparse.Namespace) -> None:
 
         raise BadValueError("sae train needs --hook HOOK (and --target HOOK for a transcoder) or --transcoders LAYERS")
     else:
-        folders = steps.train_saes(ws, a.cache, a.hook, cfgs, train_cfg, target=a.target, **kw)
+        folders = steps.train_saes(
+            ws, a.cache, a.hook, cfgs, train_cfg, target=a.target, target_cache=a.target_cache, **kw
+        )
     for f in folders:
         print(f"saved {f}")
 
@@ -273,6 +275,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--target",
         help="transcoder: the cached hook to reconstruct from --hook, e.g. --hook blocks.1.ln2.hook_normalized "
         "--target blocks.1.hook_mlp_out",
+    )
+    st.add_argument(
+        "--target-cache",
+        help="read --target from this cache instead of --cache (it must hold the same tokens, checked row by row)",
     )
     st.add_argument(
         "--transcoders",

@@ -120,16 +120,20 @@ def train_saes(
     name: str | None = None,
     resume: bool = False,
     target: str | None = None,
+    target_cache=None,
 ) -> list[Path]:
     """Train SAEs side by side on one hook (`workbench sae train`) into <ws>/saes/<run>/<sae> or `out`/<sae>;
-    with a target hook they are transcoders from `hook` to `target`.
+    with a target hook they are transcoders from `hook` to `target` (read from `target_cache` when given: another
+    cache of the same tokens).
 
     The run folder holds the shared checkpoint; name defaults to the hook plus the start time.
     """
     from workbench import sae
 
     run = Path(out) if out else ws.path("saes", name or f"{slug(hook)}-{time.strftime('%Y%m%d-%H%M%S')}")
-    folders = sae.train(cache_dir, hook, sae_cfgs, train_cfg, run, resume=resume, target=target)
+    folders = sae.train(
+        cache_dir, hook, sae_cfgs, train_cfg, run, resume=resume, target=target, target_cache=target_cache
+    )
     _record_saes(ws, run, folders, cache_dir, train_cfg)
     return folders
 
@@ -228,7 +232,7 @@ def _evaluate_set(ws: Workspace, set_dir, cache_dir, model_spec, cfg) -> dict:
     for name, flat in result["members"].items():
         summary = {k: flat[k] for k in SAE_HEADLINE if k in flat}
         rerecord(ws, Path(set_dir) / name, "saes", "workbench sae eval", {"cache": Path(cache_dir)}, summary)
-    summary = {f"all_replaced_ce_recovered {k}": v["ce_loss_recovered"] for k, v in result["all_replaced"].items()}
+    summary = {f"all_mlps_ce_recovered[{k}]": v["ce_loss_recovered"] for k, v in result["all_replaced"].items()}
     rerecord(
         ws, set_dir, "transcoders", "workbench sae eval", {"cache": Path(cache_dir), "eval_model": model_spec}, summary
     )

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from workbench.cache import ActivationCache, CacheCorruptError, CacheMismatchError, CacheNotFoundError, UnknownHookError
+from workbench.cache.reader import WINDOW_BYTES
 from workbench.cache.sampler import RowSampler
 
 
@@ -50,6 +51,17 @@ def test_batches_read_the_rows_the_sampler_picks(clean, hooks):
     sampler = RowSampler(clean.n_tokens(), 128, seed=3, rank=1, world_size=2)
     for _, idx, batch in zip(range(3), sampler.batches(), clean.batches(h, 128, seed=3, rank=1, world_size=2)):
         assert torch.equal(batch, clean.rows(h, idx))
+
+
+def test_batches_of_several_hooks_hold_their_rows_side_by_side(clean, hooks):
+    """What a transcoder trains on: one sampler, every hook's row of the same token in one batch row."""
+    sampler = RowSampler(clean.n_tokens(), 128, seed=3, window_rows=WINDOW_BYTES // (2 * 64 * clean._store.itemsize))
+    both = clean.batches([hooks[0], hooks[2]], 128, seed=3)
+    for _, idx, batch in zip(range(3), sampler.batches(), both):
+        assert batch.shape == (128, 128)
+        assert torch.equal(batch[:, :64], clean.rows(hooks[0], idx)) and torch.equal(
+            batch[:, 64:], clean.rows(hooks[2], idx)
+        )
 
 
 def test_metadata_columns_align_with_rows(clean):

@@ -271,3 +271,90 @@ def test_cli_trains_a_transcoder_with_target(tc_cache, tmp_path, capsys):
     (folder,) = [p for p in out.iterdir() if p.is_dir()]
     cfg = json.loads((folder / "cfg.json").read_text())
     assert cfg["architecture"] == "jumprelu_skip_transcoder" and cfg["metadata"]["hook_name_out"] == OUT
+
+
+def test_features_build_on_a_transcoder_reads_its_input_and_writes_through_its_decoder(tc_cache, tmp_path):
+    from workbench.features import FeatureStore
+    from workbench.features.build import build_stores
+    from workbench.features.config import FeatureConfig
+
+    cache, model = tc_cache
+    (folder,) = train(cache, IN, [SAEConfig("matryoshka", k=8, expansion=4)], _small_train(), tmp_path, target=OUT)
+    (path,) = build_stores(
+        [folder], cache, str(model), FeatureConfig(chunk_rows=1000, corr_tokens=1000), progress=False
+    )
+    m = FeatureStore(path).manifest
+    assert (m["reads"], m["writes"], m["kind"]) == (IN, OUT, "transcoder")
+    assert m["logit_effects"] and (path / "logit_ids.npy").is_file()
+    assert int((FeatureStore(path).units["count"] > 0).sum()) > 0
+
+
+def _target_only_cache(tc_cache, out, **kw):
+    """A second cache of the tc_cache model holding only the target hook; kw change the harvest."""
+    from workbench.cache.config import HarvestConfig
+    from workbench.models import load
+
+    _, model_dir = tc_cache
+    model, _ = load(str(model_dir))
+    corpus_seed = kw.pop("corpus_seed", 0)
+    cfg = HarvestConfig(**{"n_tokens": 5000, "heldout_fraction": 0.2, **kw})
+    ws = Workspace(out.parent / "ws2")
+    return steps.make_cache(
+        ws, str(model_dir), "synthetic", [OUT], cfg, out=out, corpus_seed=corpus_seed, progress=False, model=model
+    ).path
+
+
+def test_target_from_another_cache_of_the_same_tokens_trains_the_same_transcoder(tc_cache, tmp_path):
+    from workbench.sae.eval import evaluate
+
+    cache, _ = tc_cache
+    tcache = _target_only_cache(tc_cache, tmp_path / "targets")
+    cfgs = [SAEConfig("topk", k=8, expansion=4)]
+    (one,) = train(cache, IN, cfgs, _small_train(), tmp_path / "one", target=OUT)
+    (two,) = train(cache, IN, cfgs, _small_train(), tmp_path / "two", target=OUT, target_cache=tcache)
+    a, b = load_sae(one).state_dict(), load_sae(two).state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    fvu = [evaluate(f, cache, None, max_tokens=500)["reconstruction"]["fvu"] for f in (one, two)]
+    assert fvu[0] == fvu[1]  # the second finds its targets through the cache its workbench.json records
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [({"corpus_seed": 1}, "differ at train row"), ({"heldout_fraction": 0.3}, "hold 4000 vs 3500 train rows")],
+)
+def test_target_cache_of_other_tokens_is_refused(tc_cache, tmp_path, change, message):
+    from workbench.cache import CacheMismatchError
+
+    cache, _ = tc_cache
+    tcache = _target_only_cache(tc_cache, tmp_path / "other", **change)
+    with pytest.raises(CacheMismatchError, match=message):
+        train(cache, IN, [SAEConfig("topk")], _small_train(), tmp_path / "run", target=OUT, target_cache=tcache)
+
+
+def test_a_model_without_layernorm_gets_transcoders_on_hook_mlp_in(tokenizer, tmp_path):
+    """No ln2: the input is hook_mlp_in (TransformerLens fires it only when asked: the harvest and the splice
+    switch it on), which equals the residual the MLP reads."""
+    import numpy as np
+    from small_models import small_model
+
+    from workbench.cache import ActivationCache, default_hooks, harvest
+    from workbench.corpus import load_corpus
+    from workbench.sae.eval import splice_metrics
+    from workbench.sae.transcoders import train_set
+
+    model = small_model(tokenizer, normalization_type=None)
+    hooks = default_hooks(model) + ["blocks.1.hook_resid_mid"]
+    assert "blocks.1.hook_mlp_in" in hooks and not any("ln2" in h for h in hooks)
+    harvest(model, load_corpus("synthetic", tokenizer), hooks, tmp_path / "cache", 3000, progress=False)
+    cache = ActivationCache.open(tmp_path / "cache")
+    rows = np.arange(100)
+    assert torch.equal(cache.rows("blocks.1.hook_mlp_in", rows), cache.rows("blocks.1.hook_resid_mid", rows))
+    folder, members = train_set(
+        cache.path, "all", [SAEConfig("topk", k=4, expansion=2)], _small_train(), tmp_path / "set"
+    )
+    manifest = load_set(folder)
+    assert [e["input_kind"] for e in manifest["layers"]] == ["hook_mlp_in", "hook_mlp_in"]
+    reps = [(load_sae(m), e["input_hook"], e["target_hook"]) for m, e in zip(members, manifest["layers"])]
+    tokens = torch.from_numpy(cache.sequences("heldout")[:2])
+    s = splice_metrics(model, reps, tokens, ())
+    assert s["ce_sae"] != s["ce_clean"] and not model.cfg.use_hook_mlp_in  # switched back off after

@@ -67,7 +67,7 @@ def stop_layer(hooks: Iterable[str]) -> int | None:
 
 
 def transcoder_hooks(layer: int, hook_names: Iterable[str]) -> tuple[str, str]:
-    """(input, target) of layer `layer`'s MLP transcoder (docs/methods.md §9): the normalised residual the MLP
+    """(input, target) of layer `layer`'s MLP transcoder (docs/methods.md §10): the normalised residual the MLP
     reads, or hook_mlp_in where the model has no LayerNorm before its MLP (no ln2 in hook_names); the MLP's output."""
     normed = f"blocks.{layer}.ln2.hook_normalized"
     return (normed if normed in set(hook_names) else f"blocks.{layer}.hook_mlp_in"), f"blocks.{layer}.hook_mlp_out"

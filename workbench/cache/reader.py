@@ -356,6 +356,30 @@ class ActivationCache:
         )
 
 
+def check_aligned(a: ActivationCache, b: ActivationCache) -> None:
+    """Refuse two caches whose rows are not the same tokens in the same order (a transcoder reading one and
+    reconstructing the other would pair activations of different tokens): same model, and per split the same
+    row count, token ids, sequence index and positions."""
+    if a.manifest.get("model") != b.manifest.get("model"):
+        raise CacheMismatchError(
+            f"caches {a.path} and {b.path} come from different models ({a.manifest.get('model')!r} vs "
+            f"{b.manifest.get('model')!r}); their rows cannot be paired"
+        )
+    for split in SPLITS:
+        if a.n_tokens(split) != b.n_tokens(split):
+            raise CacheMismatchError(
+                f"caches {a.path} and {b.path} hold {a.n_tokens(split)} vs {b.n_tokens(split)} {split} rows: "
+                "different token streams or splits; harvest both hooks into one cache"
+            )
+        for what in ("token_ids", "seq_index", "positions"):
+            diff = np.flatnonzero(getattr(a, what)(split) != getattr(b, what)(split))
+            if len(diff):
+                raise CacheMismatchError(
+                    f"caches {a.path} and {b.path} differ at {split} row {int(diff[0])} ({what}): different token "
+                    "streams (corpus, seed, context length or held-out split); harvest both hooks into one cache"
+                )
+
+
 def _check_names(manifest_path: Path, manifest: dict) -> None:
     """Shard, file and hook names in a manifest must be the plain names a harvest writes, so that a
     crafted or damaged manifest cannot make a reader (or a resume) open files outside the cache."""

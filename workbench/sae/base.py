@@ -7,7 +7,7 @@ become (`activate`), and optionally its own weights (`weights`) and reconstructi
 Layout: W_enc [n_latents, d_in] and W_dec [n_latents, d_out] (one row per latent) so both sparse
 products gather rows; the SAELens export transposes W_enc.
 
-A transcoder (cfg.transcoder, docs/methods.md §9) is the same machinery with a target: a training
+A transcoder (cfg.transcoder, docs/methods.md §10) is the same machinery with a target: a training
 batch is [x | y] (the input hook's row, then the target's), the encoder reads x centred by a fixed
 b_in, everything else (b_dec, the decoder, the scaffold's U, the loss, AuxK, FVU) lives in y's space,
 and a skip transcoder adds W_skip x (starting at zero) to the reconstruction. Inputs and targets each

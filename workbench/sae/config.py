@@ -54,7 +54,7 @@ class SAEConfig:
     name: str | None = field(
         default=None, metadata={"help": "folder name; None: derived from the fields below", "cli": False}
     )
-    # Transcoder (docs/methods.md §9): read one hook, reconstruct another (the MLP's input -> its output)
+    # Transcoder (docs/methods.md §10): read one hook, reconstruct another (the MLP's input -> its output)
     transcoder: bool = field(
         default=False,
         metadata={

@@ -125,37 +125,37 @@ def _splice_summary(tokens, n_pred: int, sums: dict, kl: dict, r: int) -> dict:
     return out
 
 
-def _hooks(sae, sae_dir: Path, cache, cache_path) -> tuple[str, str | None]:
-    """(input hook, target hook or None) of a saved SAE or transcoder, checked against the cache's widths."""
+def _hooks(sae, sae_dir: Path, cache, tcache) -> tuple[str, str | None]:
+    """(input hook, target hook or None) of a saved SAE or transcoder, checked against the caches' widths (tcache:
+    the target's cache)."""
     hook, target = sae.cfg.metadata.hook_name, sae.cfg.metadata.hook_name_out
     if not hook:
         raise BadValueError(f"{sae_dir}/cfg.json has no metadata.hook_name; cannot tell which activations it reads")
-    for h, what in ((hook, "hook"), (target, "target hook")):
-        if h and h not in cache.hooks:
-            raise BadValueError(
-                f"{what} {h!r} of {sae_dir} is not in the cache at {cache_path}; cached hooks: {cache.hooks}"
-            )
+    for h, what, c in ((hook, "hook", cache), (target, "target hook", tcache)):
+        if h and h not in c.hooks:
+            raise BadValueError(f"{what} {h!r} of {sae_dir} is not in the cache at {c.path}; cached hooks: {c.hooks}")
+    cache_path = cache.path
     if cache.d(hook) != sae.cfg.d_in:
         raise BadValueError(
             f"SAE {sae_dir} has d_in={sae.cfg.d_in} but hook {hook!r} in {cache_path} has width {cache.d(hook)}"
         )
-    if target and cache.d(target) != sae.cfg.d_out:
+    if target and tcache.d(target) != sae.cfg.d_out:
         raise BadValueError(
-            f"transcoder {sae_dir} has d_out={sae.cfg.d_out} but target hook {target!r} in {cache_path} has width "
-            f"{cache.d(target)}"
+            f"transcoder {sae_dir} has d_out={sae.cfg.d_out} but target hook {target!r} in {tcache.path} has width "
+            f"{tcache.d(target)}"
         )
     return hook, target
 
 
 @torch.no_grad()
-def _reconstruct(sae, cache, hook: str, target: str | None, n: int, n_sparse: int, b: int, device):
+def _reconstruct(sae, cache, tcache, hook: str, target: str | None, n: int, n_sparse: int, b: int, device):
     """(accumulator, targets, reconstructions, codes) over the first n held-out rows."""
     acc = metrics.ReconAccumulator(n_sparse, b)
     ys, y_hats, zs = [], [], []
     for start in range(0, n, 4096):
         rows = np.arange(start, min(n, start + 4096))
         x = cache.rows(hook, rows, split="heldout", device=device)
-        y = cache.rows(target, rows, split="heldout", device=device) if target else x
+        y = tcache.rows(target, rows, split="heldout", device=device) if target else x
         codes = sae.encode(x.to(sae.dtype))
         y_hat = transcode(sae, x, codes)
         acc.add(y, y_hat, codes[:, :n_sparse])
@@ -172,30 +172,41 @@ def evaluate(
     cfg: EvalConfig | None = None,
     *,
     write: bool = True,
+    target_cache: str | Path | None = None,
     **options,
 ) -> dict:
     """Evaluate one saved SAE or transcoder on the cache's held-out split; model_spec=None skips the splice
     metrics. A transcoder's reconstruction metrics are of its target (the MLP's output), and its splice
     metrics replace that MLP by it (zero ablation: the MLP's output zeroed).
 
+    target_cache: where the target's rows are when it was trained from another cache (default: the one its
+    workbench.json records, if any); its rows must be the same tokens as the cache's.
+
     options override fields of `cfg` (EvalConfig), e.g. evaluate(folder, cache, max_tokens=5000).
     """
     cfg = dataclasses.replace(cfg or EvalConfig(), **options)
     from workbench.cache import ActivationCache
+    from workbench.cache.reader import check_aligned
 
     t0 = time.time()
     sae_dir = Path(sae_dir)
     device = cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")
     sae = load_sae(sae_dir, device=device).eval()
     info = read_info(sae_dir)
-    cache = ActivationCache.open(cache_path)
-    hook, target = _hooks(sae, sae_dir, cache, cache_path)
+    cache = tcache = ActivationCache.open(cache_path)
+    recorded = info.get("data", {}).get("target_cache")
+    if target_cache is None and recorded:
+        target_cache = sae_dir / recorded
+    if target_cache is not None:
+        tcache = ActivationCache.open(target_cache)
+        check_aligned(cache, tcache)
+    hook, target = _hooks(sae, sae_dir, cache, tcache)
     n_sparse, r, b = _codes_layout(sae)
     tau = float(info.get("sae_config", {}).get("dense_tau", 0.1))
     n = min(cfg.max_tokens, cache.n_tokens("heldout"))
     if n == 0:
         raise BadValueError(f"the cache at {cache_path} has no held-out rows to evaluate on")
-    acc, Y, Y_hat, Z = _reconstruct(sae, cache, hook, target, n, n_sparse, b, device)
+    acc, Y, Y_hat, Z = _reconstruct(sae, cache, tcache, hook, target, n, n_sparse, b, device)
     labels = {k: v[:n] for k, v in cache.labels("heldout").items()}
     train_mask = cache.seq_index("heldout")[:n] % 2 == 0  # probes fit on even sequences, tested on odd ones
     label_names = cache.manifest.get("label_names", {})

@@ -18,6 +18,7 @@ import os
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -387,14 +388,16 @@ def train(
     out_dir: str | Path,
     resume: bool = False,
     target: str | None = None,
+    target_cache: str | Path | None = None,
 ) -> list[Path]:
     """Train SAEs on one hook of an activation cache (transcoders: from `hook` to `target`, e.g.
     blocks.1.ln2.hook_normalized -> blocks.1.hook_mlp_out); returns the saved SAELens folders.
+    target_cache: read the target from another cache of the same tokens (checked row by row).
 
     Batches stream from the cache (never loaded whole); under torchrun each rank reads its own
     share of every batch position.
     """
-    return fit_cache(cache_path, [(hook, target, sae_configs)], train_cfg, out_dir, resume)
+    return fit_cache(cache_path, [(hook, target, sae_configs)], train_cfg, out_dir, resume, target_cache)
 
 
 def _check_inputs(sae_configs, train_cfg, out_dir) -> None:
@@ -406,11 +409,12 @@ def _check_inputs(sae_configs, train_cfg, out_dir) -> None:
     check_output_dir(out_dir, "SAE output folder")
 
 
-def _resolve_group(cache, cache_path, hook: str, target: str | None, cfgs: list[SAEConfig], n_tokens: int):
-    """The configs of the SAEs on one (input, target) pair, resolved against the cache's widths."""
-    for h, what in ((hook, "hook"), (target, "target hook")):
-        if h is not None and h not in cache.hooks:
-            raise ConfigError(f"{what} {h!r} is not in the cache at {cache_path}; cached hooks: {cache.hooks}")
+def _resolve_group(cache, tcache, hook: str, target: str | None, cfgs: list[SAEConfig], n_tokens: int):
+    """The configs of the SAEs on one (input, target) pair, resolved against the caches' widths (tcache: the
+    target's cache)."""
+    for h, what, c in ((hook, "hook", cache), (target, "target hook", tcache)):
+        if h is not None and h not in c.hooks:
+            raise ConfigError(f"{what} {h!r} is not in the cache at {c.path}; cached hooks: {c.hooks}")
     d_in = cache.d(hook)
     for c in cfgs:
         if c.d_in is not None and c.d_in != d_in:
@@ -419,7 +423,7 @@ def _resolve_group(cache, cache_path, hook: str, target: str | None, cfgs: list[
             )
     if target is None:
         return [c.resolve(d_in, n_tokens) for c in cfgs]
-    return [dataclasses.replace(c, transcoder=True).resolve(d_in, n_tokens, cache.d(target)) for c in cfgs]
+    return [dataclasses.replace(c, transcoder=True).resolve(d_in, n_tokens, tcache.d(target)) for c in cfgs]
 
 
 def fit_cache(
@@ -428,24 +432,77 @@ def fit_cache(
     train_cfg: TrainConfig,
     out_dir: str | Path,
     resume: bool = False,
+    target_cache: str | Path | None = None,
 ) -> list[Path]:
     """Train every group's SAEs side by side on one pass over the cache: a group is (input hook, target
-    hook or None, configs); each stream row holds every group's hooks, and each SAE reads its own."""
+    hook or None, configs); each stream row holds every group's hooks, and each SAE reads its own.
+    target_cache: the one group's target comes from this cache, whose rows must be the same tokens."""
     from workbench.cache import ActivationCache
 
     cfgs_in = [c for _, _, cs in groups for c in cs]
     _check_inputs(cfgs_in, train_cfg, out_dir)
     cache = ActivationCache.open(cache_path)
+    tcache = cache
+    if target_cache is not None:
+        from workbench.cache.reader import check_aligned
+
+        if len(groups) != 1 or groups[0][1] is None:
+            raise ConfigError("target_cache (--target-cache) needs exactly one input hook and one --target")
+        tcache = ActivationCache.open(target_cache)
+        check_aligned(cache, tcache)
+    m = cache.manifest
+    cache_rel = _rel(cache_path, out_dir)
+    stream, cfgs, columns, metadata = _layout(cache, tcache, groups, train_cfg.n_tokens, cache_rel)
+    _, world = dist_info()
+    per_rank = train_cfg.batch_size // max(1, world)
+
+    def batches(c, hooks, start: int, rank: int, world_size: int, **kw):
+        return c.batches(
+            hooks if len(hooks) > 1 else hooks[0],
+            per_rank,
+            split="train",
+            seed=train_cfg.seed,
+            start_batch=start,
+            rank=rank,
+            world_size=world_size,
+            dtype=torch.float32,
+            device=default_device(train_cfg.device),
+            **kw,
+        )
+
+    def make_batches(start: int, rank: int, world_size: int):
+        if tcache is cache:
+            return batches(cache, stream, start, rank, world_size)
+        return _zip_caches(
+            cache,
+            stream,
+            tcache,
+            groups[0][1],
+            per_rank,
+            partial(batches, start=start, rank=rank, world_size=world_size),
+        )
+
+    data = {
+        "cache": cache_rel,
+        **({"target_cache": _rel(target_cache, out_dir)} if target_cache is not None else {}),
+        "model": m.get("model"),
+        "corpus": m.get("corpus"),
+        "cache_n_tokens": cache.n_tokens("train"),
+        **_stream_record(groups),
+    }
+    return fit(cfgs, train_cfg, make_batches, None, out_dir, resume, data, metadata, columns)
+
+
+def _layout(cache, tcache, groups, n_tokens: int, cache_rel: str):
+    """(stream hooks, resolved configs, each SAE's columns of a stream row, each SAE's cfg.json metadata)."""
     stream: list[str] = []
     cfgs, columns, metadata = [], [], []
     m = cache.manifest
-    # relative to each SAE folder (out_dir/<name>), so the SAEs and their cache can move together
-    cache_rel = (Path("..") / os.path.relpath(Path(cache_path).resolve(), Path(out_dir).resolve())).as_posix()
     for hook, target, group in groups:
-        resolved = _resolve_group(cache, cache_path, hook, target, group, train_cfg.n_tokens)
+        resolved = _resolve_group(cache, tcache, hook, target, group, n_tokens)
         start = sum(cache.d(h) for h in stream)
-        stream += [hook] + ([target] if target else [])
-        width = cache.d(hook) + (cache.d(target) if target else 0)
+        stream += [hook] + ([target] if target and tcache is cache else [])
+        width = cache.d(hook) + (tcache.d(target) if target else 0)
         meta = {
             "hook_name": hook,
             "model_name": m.get("model"),
@@ -459,30 +516,24 @@ def fit_cache(
         metadata += [meta] * len(resolved)
     if len(set(stream)) != len(stream):
         raise ConfigError(f"a hook appears in two groups of one run: {stream}; train each pair once")
-    _, world = dist_info()
-    per_rank = train_cfg.batch_size // max(1, world)
+    return stream, cfgs, columns, metadata
 
-    def make_batches(start: int, rank: int, world_size: int):
-        return cache.batches(
-            stream if len(stream) > 1 else stream[0],
-            per_rank,
-            split="train",
-            seed=train_cfg.seed,
-            start_batch=start,
-            rank=rank,
-            world_size=world_size,
-            dtype=torch.float32,
-            device=default_device(train_cfg.device),
-        )
 
-    data = {
-        "cache": cache_rel,
-        "model": m.get("model"),
-        "corpus": m.get("corpus"),
-        "cache_n_tokens": cache.n_tokens("train"),
-        **_stream_record(groups),
-    }
-    return fit(cfgs, train_cfg, make_batches, None, out_dir, resume, data, metadata, columns)
+def _rel(path, out_dir) -> str:
+    """`path` relative to each SAE folder (out_dir/<name>), so the SAEs and their cache can move together."""
+    return (Path("..") / os.path.relpath(Path(path).resolve(), Path(out_dir).resolve())).as_posix()
+
+
+def _zip_caches(cache, hooks, tcache, target, per_rank, batches):
+    """[input | target] rows from two aligned caches: both samplers get the same window (in rows), so they pick
+    the same rows in the same order."""
+    from workbench.cache.reader import WINDOW_BYTES
+
+    item = cache._store.itemsize
+    rows = max(per_rank, WINDOW_BYTES // (sum(cache.d(h) for h in hooks) * item + tcache.d(target) * item))
+    a = batches(cache, hooks, window_bytes=rows * sum(cache.d(h) for h in hooks) * item)
+    b = batches(tcache, [target], window_bytes=rows * tcache.d(target) * tcache._store.itemsize)
+    return (torch.cat([x, y], 1) for x, y in zip(a, b))
 
 
 def _stream_record(groups) -> dict:
