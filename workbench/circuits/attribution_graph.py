@@ -122,8 +122,8 @@ class _Active:
     def of(cls, rm: ReplacementModel) -> _Active:
         parts = []
         for t, codes in zip(rm.tcs, rm.codes):
-            pos, latent = codes.nonzero(as_tuple=True)
-            parts.append((torch.full_like(pos, t.layer), pos, latent, codes[pos, latent], latent < t.n_sparse))
+            (pos, latent), act = codes.indices(), codes.values()
+            parts.append((torch.full_like(pos, t.layer), pos, latent, act, latent < t.n_sparse))
         return cls(*(torch.cat(p) for p in zip(*parts)))
 
     def __len__(self) -> int:

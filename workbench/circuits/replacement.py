@@ -92,7 +92,7 @@ def check_transcoders(model, transcoders: list[Transcoder]) -> list[Transcoder]:
 class ReplacementModel:
     """The frozen replacement model of `model` at `tokens` [pos] (one real forward pass at construction).
 
-    Attributes from that pass: `codes[l]` [pos, d_sae] (the transcoder's activations), `errors[l]` [pos, d_model]
+    Attributes from that pass: `codes[l]` [pos, d_sae] (the transcoder's activations, a sparse tensor), `errors[l]` [pos, d_model]
     (true MLP output - transcoder output), `embed` [pos, d_model] (what enters the residual stream before layer
     0), `logits` [d_vocab] at the last position. Layer index n_layers stands for the final residual (the logits).
     """
@@ -123,7 +123,7 @@ class ReplacementModel:
         for t, x in zip(self.tcs, self.x):
             y = cache[f"blocks.{t.layer}.hook_mlp_out"][0]
             _, codes = t.preacts(x)
-            self.codes.append(codes)
+            self.codes.append(codes.to_sparse().coalesce())  # dense, 12 layers x 1,024 x 24,576 would be 1.2 GB
             self.errors.append(y - t.output(x, codes))
             s = t.skip(x)
             self.base.append(y if s is None else y - s)  # so that base + skip(live input) is the MLP's output
