@@ -1,0 +1,238 @@
+"""The local replacement model of one prompt (docs/methods.md §11): every MLP replaced by its transcoder plus a
+fixed error term, attention patterns and normalisation scales frozen at this prompt's values.
+
+The residual stream of the frozen model is linear in what is written into it (feature activations, error
+terms, token embeddings), so one batched backward pass from a set of targets gives each target's direct
+effect from every source. `ReplacementModel` runs that model with TransformerLens hooks: `forward` (with
+optional additive interventions, for checking edges against the real thing) and `backward` (the gradients
+at the places sources write: blocks.0.hook_resid_pre and each hook_mlp_out, and optionally each hook_z).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from workbench.cache.hooks import mlp_in_hooks
+from workbench.errors import BadValueError
+
+EMBED = "blocks.0.hook_resid_pre"
+FINAL = "ln_final.hook_normalized"  # before ln_final's weight and bias, which unembed_vectors apply
+FROZEN = ("hook_pattern", "hook_scale")
+
+
+@dataclass
+class Transcoder:
+    """One layer's transcoder: a sae-lens SAE with d_out, reading `input_hook` and replacing hook_mlp_out."""
+
+    layer: int
+    sae: object
+    input_hook: str
+
+    @property
+    def n_sparse(self) -> int:
+        return self.sae.cfg.d_sae - int(getattr(self.sae.cfg, "scaffold_rank", 0))
+
+    def skip(self, x: torch.Tensor) -> torch.Tensor | None:
+        w = getattr(self.sae, "W_skip", None)
+        return None if w is None else x @ w.detach().T.to(x.dtype)
+
+    def output(self, x: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
+        out = self.sae.decode(codes.to(self.sae.dtype)).to(x.dtype)
+        s = self.skip(x)
+        return out if s is None else out + s
+
+    @torch.no_grad()
+    def preacts(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(pre-activations [.., n_sparse], codes [.., d_sae]) of inputs x, through sae-lens's own encode."""
+        seen = {}
+        handle = self.sae.hook_sae_acts_pre.register_forward_hook(lambda m, i, o: seen.__setitem__("h", o))
+        try:
+            codes = self.sae.encode(x.to(self.sae.dtype))
+        finally:
+            handle.remove()
+        return seen["h"].to(x.dtype), codes.to(x.dtype)
+
+    @torch.no_grad()
+    def encoder_vectors(self, latents: torch.Tensor, dtype) -> torch.Tensor:
+        """[len(latents), d_in]: d pre-activation / d input of each latent. Every architecture's pre-activation is
+        affine in its input (the scaffold's residual input included), so pre(e_i) - pre(0) is exact."""
+        d_in = self.sae.cfg.d_in
+        basis = torch.cat([torch.eye(d_in), torch.zeros(1, d_in)]).to(dtype)
+        pre, _ = self.preacts(basis)
+        return (pre[:-1] - pre[-1:])[:, latents].T.contiguous()
+
+
+def check_transcoders(model, transcoders: list[Transcoder]) -> list[Transcoder]:
+    """One transcoder per MLP layer of `model`, of its widths; sorted by layer. A one-line error otherwise."""
+    n = model.cfg.n_layers
+    if getattr(model.cfg, "attn_only", False):
+        raise BadValueError("the model is attention-only: it has no MLPs for transcoders to replace")
+    by_layer = {t.layer: t for t in transcoders}
+    missing = [layer for layer in range(n) if layer not in by_layer]
+    if missing:
+        raise BadValueError(
+            f"the transcoder set lacks layer(s) {missing} of the model's {n}; the replacement model replaces every "
+            "MLP, so train the set with --transcoders all"
+        )
+    extra = sorted(set(by_layer) - set(range(n)))
+    if extra:
+        raise BadValueError(f"the transcoder set has layer {extra[0]}, but the model has layers 0..{n - 1}")
+    for t in by_layer.values():
+        d_in, d_out = t.sae.cfg.d_in, getattr(t.sae.cfg, "d_out", None)
+        if d_in != model.cfg.d_model or d_out != model.cfg.d_model:
+            raise BadValueError(
+                f"layer {t.layer}'s transcoder maps width {d_in} -> {d_out}, but this model's MLP maps "
+                f"{model.cfg.d_model} -> {model.cfg.d_model}: the set belongs to another model"
+            )
+    return [by_layer[layer] for layer in range(n)]
+
+
+class ReplacementModel:
+    """The frozen replacement model of `model` at `tokens` [pos] (one real forward pass at construction).
+
+    Attributes from that pass: `codes[l]` [pos, d_sae] (the transcoder's activations, a sparse tensor), `errors[l]` [pos, d_model]
+    (true MLP output - transcoder output), `embed` [pos, d_model] (what enters the residual stream before layer
+    0), `logits` [d_vocab] at the last position. Layer index n_layers stands for the final residual (the logits).
+    """
+
+    def __init__(self, model, transcoders: list[Transcoder], tokens: torch.Tensor):
+        self.model = model
+        self.tcs = check_transcoders(model, transcoders)
+        self.L = model.cfg.n_layers
+        self.tokens = torch.as_tensor(tokens).reshape(-1).to(model.cfg.device)
+        self.P = self.tokens.numel()
+        self.final = FINAL if FINAL in model.hook_dict else f"blocks.{self.L - 1}.hook_resid_post"
+        self.inputs = [t.input_hook for t in self.tcs] + [self.final]
+        wanted = set(self.inputs) | {EMBED} | {f"blocks.{layer}.hook_mlp_out" for layer in range(self.L)}
+        with mlp_in_hooks(model, self.inputs), torch.no_grad():
+            logits, cache = model.run_with_cache(
+                self.tokens[None], names_filter=lambda n: n in wanted or n.endswith(FROZEN + ("attn.hook_v",))
+            )
+        self.frozen = {n: v for n, v in cache.items() if n.endswith(FROZEN)}
+        self.values = {n: v for n, v in cache.items() if n.endswith("attn.hook_v")}  # what no_attention holds fixed
+        self.logits = logits[0, -1]
+        self.embed = cache[EMBED][0]
+        self.x = [cache[t.input_hook][0] for t in self.tcs]
+        self.codes, self.errors, self.base = [], [], []
+        with torch.no_grad():
+            self._replace_mlps(cache)
+
+    def _replace_mlps(self, cache) -> None:
+        for t, x in zip(self.tcs, self.x):
+            y = cache[f"blocks.{t.layer}.hook_mlp_out"][0]
+            _, codes = t.preacts(x)
+            self.codes.append(codes.to_sparse().coalesce())  # dense, 12 layers x 1,024 x 24,576 would be 1.2 GB
+            self.errors.append(y - t.output(x, codes))
+            s = t.skip(x)
+            self.base.append(y if s is None else y - s)  # so that base + skip(live input) is the MLP's output
+
+    def _final_affine(self):
+        ln = getattr(self.model, "ln_final", None) if self.final == FINAL else None
+        return getattr(ln, "w", None), getattr(ln, "b", None)
+
+    def unembed_vectors(self, ids: list[int]) -> torch.Tensor:
+        """[len(ids), d]: each logit minus the mean logit as a linear function of the final residual (live[final])."""
+        W_U = self.model.W_U.detach()
+        vecs = (W_U[:, ids] - W_U.mean(1, keepdim=True)).T
+        w, _ = self._final_affine()
+        return vecs if w is None else vecs * w.detach()
+
+    def last_logits(self, live: dict) -> torch.Tensor:
+        """[batch, d_vocab] logits at the last position from a forward's live final residual."""
+        x = live[self.final][:, -1]
+        w, b = self._final_affine()
+        x = x if w is None else x * w
+        return self.model.unembed((x if b is None else x + b)[:, None])[:, 0]
+
+    def _hooks(self, live: dict, taps: dict, deltas: dict, no_attention: bool, with_z: bool, record=()) -> list:
+        """Hooks of the frozen model: frozen patterns and scales, live inputs recorded, each MLP replaced, a zero
+        leaf tensor (a tap) added where sources write (and at each hook_z), for gradients; deltas added there."""
+
+        def frozen(act, hook, values=False):
+            return (self.values if values else self.frozen)[hook.name].expand_as(act)
+
+        extra = record
+
+        def record(act, hook):
+            live[hook.name] = act
+            return act
+
+        def tap(act, hook, base=lambda act: act.detach()):
+            t = taps[hook.name] = torch.zeros_like(act, requires_grad=torch.is_grad_enabled())
+            out = base(act) + t
+            return out + deltas[hook.name] if hook.name in deltas else out
+
+        def mlp(act, hook, tc):
+            def base(act):
+                s = tc.skip(live[tc.input_hook])
+                b = self.base[tc.layer].expand_as(act)
+                return b if s is None else b + s
+
+            return tap(act, hook, base)
+
+        hooks = [(lambda n: n.endswith(FROZEN), frozen)]
+        hooks += [(n, record) for n in (*self.inputs, *extra)] + [(EMBED, tap)]
+        hooks += [(f"blocks.{t.layer}.hook_mlp_out", lambda a, hook, t=t: mlp(a, hook, t)) for t in self.tcs]
+        if no_attention:
+            hooks.append((lambda n: n.endswith("attn.hook_v"), lambda act, hook: frozen(act, hook, values=True)))
+        if with_z:
+            hooks.append((lambda n: n.endswith("attn.hook_z"), lambda act, hook: tap(act, hook, lambda a: a)))
+        return hooks
+
+    def forward(self, batch: int = 1, deltas: dict | None = None, no_attention: bool = False, with_z=False, record=()):
+        """(live inputs, taps): one pass of the frozen model on `batch` copies of the prompt. live[hook] is each
+        transcoder's input, the final residual and the hooks in `record`; deltas[hook] [batch, pos, d] is added
+        where it writes. no_attention: every value fixed at this prompt's, so nothing passes through attention."""
+        live, taps = {}, {}
+        hooks = self._hooks(live, taps, deltas or {}, no_attention, with_z, record)
+        with mlp_in_hooks(self.model, self.inputs), self.model.hooks(fwd_hooks=hooks):
+            self.model(self.tokens.expand(batch, -1), return_type=None)
+        return live, taps
+
+    def backward(self, layers: torch.Tensor, positions: torch.Tensor, vectors: torch.Tensor, **kw) -> dict:
+        """Gradients of n targets, target i being vectors[i] . (the input read at layer layers[i], position
+        positions[i]) (layer n_layers: the final residual), each in its own copy of the prompt: {hook: [n, ...]}
+        at every tap (blocks.0.hook_resid_pre, each hook_mlp_out, with_z: each hook_z)."""
+        n = layers.numel()
+        with torch.enable_grad():
+            live, taps = self.forward(n, **kw)
+            outs, grads = [], []
+            for layer in layers.unique().tolist():
+                pick = (layers == layer).nonzero().flatten()
+                out = live[self.inputs[layer]]
+                g = torch.zeros_like(out)
+                g[pick, positions[pick].to(g.device)] = vectors[pick].to(g.dtype)
+                outs.append(out)
+                grads.append(g)
+            names = list(taps)
+            got = torch.autograd.grad(outs, [taps[k] for k in names], grads, allow_unused=True, materialize_grads=True)
+        return dict(zip(names, got))
+
+
+def load_transcoders(folder, member: int | str = 0, device: str = "cpu") -> list[Transcoder]:
+    """A transcoder set folder's transcoders (member: which of each layer's configs, by index or config name)."""
+    from pathlib import Path
+
+    from workbench.sae.io import load_sae
+    from workbench.sae.transcoders import load_set
+
+    manifest = load_set(folder)
+    out = []
+    for entry in manifest["layers"]:
+        names = entry["transcoders"]
+        if isinstance(member, int):
+            if not 0 <= member < len(names):
+                raise BadValueError(f"member {member} is not in 0..{len(names) - 1} of the set's configs {names}")
+            name = names[member]
+        else:
+            match = [n for n in names if n.split("-", 1)[-1] == member]
+            if not match:
+                raise BadValueError(
+                    f"the set has no config {member!r}; its configs: {[n.split('-', 1)[-1] for n in names]}"
+                )
+            name = match[0]
+        sae = load_sae(Path(folder) / name, device=device).eval()
+        out.append(Transcoder(int(entry["layer"]), sae, entry["input_hook"]))
+    return out
