@@ -423,7 +423,7 @@ def pick_sparse_model(page: str) -> tuple[str, dict]:
     """The sparse-attention model named by ?model= (or the first) and its attention_report.json."""
     models = catalog().sparse_models
     if not models:
-        fail("this workspace holds no sparse-attention model: make one with `workbench attention sparsify`")
+        fail("this workspace holds no sparse-attention model: make one with `workbench attention train`")
     rel = choice(
         st.selectbox, "model", models, f"w_{page}_model", "sparse-attention model", label="sparse-attention model"
     )

@@ -69,4 +69,4 @@ def test_report_of_a_damaged_or_incomplete_file_is_one_line(text, tmp_path, caps
     (tmp_path / "attention_report.json").write_text(text)
     assert main(["attention", "report", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "attention_report.json" in err[0] and "workbench attention sparsify" in err[0], err
+    assert len(err) == 1 and "attention_report.json" in err[0] and "workbench attention train" in err[0], err

@@ -290,7 +290,7 @@ def read_report(folder: str | Path) -> dict:
             f"{path} does not exist; {folder} is not a sparse-attention model folder "
             "(make one with `workbench attention train`)"
         )
-    way_out = "remake it with `workbench attention sparsify`"
+    way_out = "remake it with `workbench attention train`"
     r = read_json(path, ReportError, way_out)
     try:
         format_report(r)  # every part the tables print is there, of the right type

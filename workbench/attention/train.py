@@ -271,7 +271,7 @@ def loop(run: Run) -> None:
     if cfg.progress and run.rank == 0:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=cfg.steps, initial=step, desc="attention sparsify", unit="step")
+        bar = tqdm(total=cfg.steps, initial=step, desc="attention train", unit="step")
     batches = _batches(run.data, run.ctx, cfg, step, run.rank, run.world)
     while step < cfg.steps:
         row = run.trainer.step(next(batches).to(run.device))
