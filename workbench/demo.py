@@ -146,6 +146,7 @@ def run_demo(root: Path, cfg: DemoConfig | None = None, overwrite: bool = False,
             ws, "tiny", "synthetic", None, harvest, name=CACHE, progress=progress, model=model, ensure=True
         ),
     )
+    _check_cache(cache, model)
     step.log(f"cache: {cache.n_tokens('train'):,} + {cache.n_tokens('heldout'):,} tokens x {len(cache.hooks)} hooks")
     train = TrainConfig(n_tokens=cfg.sae_tokens, batch_size=SAE_BATCH, lr=1e-3, progress=progress)
     run = steps.slug(DEMO_HOOK)
@@ -197,6 +198,19 @@ def _evaluate(ws: Workspace, folders: list[Path], cache_dir: Path, log) -> dict:
         )
         out[folder.name] = m
     return out
+
+
+def _check_cache(cache, model) -> None:
+    """A cache an older demo harvested (before the transcoder set) lacks each MLP's input: say so before training."""
+    from workbench.cache.hooks import default_hooks
+
+    missing = [h for h in default_hooks(model) if h not in cache.hooks]
+    if missing:
+        raise BadValueError(
+            f"the demo's cache {cache.path} lacks {missing[0]}"
+            + (f" and {len(missing) - 1} more hooks" if len(missing) > 1 else "")
+            + " (harvested by an older demo, before the transcoder set): rerun with --overwrite"
+        )
 
 
 def _transcoders(ws: Workspace, cache_dir: Path, train: TrainConfig, progress: bool, log) -> dict:
