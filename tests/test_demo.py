@@ -81,7 +81,11 @@ def test_demo_refuses_an_unknown_task_family(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     "flag, value, need",
-    [("--cache-tokens", "2000", "--cache-tokens must be at least 4312"), ("--sae-tokens", "1000", "at least 2048")],
+    [
+        ("--cache-tokens", "2000", "--cache-tokens must be at least 4312"),
+        ("--sae-tokens", "1000", "at least 2048"),
+        ("--transcoder-tokens", "1000", "--transcoder-tokens must be at least 2048"),
+    ],
 )
 def test_demo_refuses_too_few_tokens_for_one_sae_batch_before_any_work(tmp_path, capsys, flag, value, need):
     from workbench.cli import main
