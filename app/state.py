@@ -115,6 +115,9 @@ def _sae_info(root_str: str, rel: str, stamp: float) -> dict:
         "name": v.path.name,
         "cfg": v.cfg,
         "hook": v.hook,
+        "reads": v.reads,
+        "writes": v.writes,
+        "kind": v.kind,
         "model_name": v.model_name,
         "workbench": v.info,
         "metrics": v.metrics,
@@ -131,6 +134,28 @@ def sae_info(rel: str) -> dict:
     except UserError as e:
         fail(e)
     return info if has_store(rel) else {**info, "store": {}}
+
+
+def reads_writes(info: dict) -> str:
+    """What a dictionary reads and writes, in words: one hook for an SAE, the MLP's input and output for a
+    transcoder."""
+    if info["kind"] == "transcoder":
+        return f"transcoder: reads {info['reads']}, writes {info['writes']}"
+    return f"SAE: reads and writes {info['reads']}"
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _transcoder_set(root_str: str, rel: str, stamp: tuple) -> browse.TranscoderSetView:
+    return browse.open_transcoder_set(browse.resolve(Path(root_str), rel))
+
+
+def transcoder_sets() -> list[browse.TranscoderSetView]:
+    """Every transcoder set the manifests record inside the workspace, read (cached until a manifest changes)."""
+    r = root()
+    try:
+        return [_transcoder_set(str(r), rel, _manifest_stamp(r)) for rel in catalog().transcoder_sets]
+    except UserError as e:
+        fail(e)
 
 
 def stamp(rel: str) -> float:

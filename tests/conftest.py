@@ -66,3 +66,38 @@ def feature_workspace(tmp_path_factory):
         ws, folders, cache.path, str(model_dir), FeatureConfig(chunk_rows=1000, corr_tokens=1500), progress=False
     )
     return root
+
+
+@pytest.fixture(scope="session")
+def transcoder_workspace(feature_workspace, tmp_path_factory):
+    """The feature workspace (copied) plus a transcoder set of its random model, made through workbench.steps: a
+    cache of the default hooks (each MLP's input and output among them), a Top-k transcoder on layers 0 and 2
+    trained for a few steps, the set evaluated (every MLP replaced at once), and the members' feature stores."""
+    import shutil
+
+    from workbench import steps
+    from workbench.cache.config import HarvestConfig
+    from workbench.features.config import FeatureConfig
+    from workbench.sae.config import EvalConfig, SAEConfig, TrainConfig
+    from workbench.workspace import Workspace
+
+    root = tmp_path_factory.mktemp("transcoders") / "ws"
+    shutil.copytree(feature_workspace, root, symlinks=True)
+    ws = Workspace(root)
+    model_dir = str(root / "models" / "random")
+    cache = steps.make_cache(
+        ws, model_dir, "synthetic", None, HarvestConfig(n_tokens=6000, heldout_fraction=0.3), name="mlp", progress=False
+    )
+    folder, members = steps.train_transcoder_set(
+        ws,
+        cache.path,
+        "0,2",
+        [SAEConfig("topk", k=8, expansion=4)],
+        TrainConfig(n_tokens=8192, batch_size=512, lr=1e-3, progress=False),
+        name="set",
+    )
+    steps.evaluate_sae(ws, folder, cache.path, model_dir, EvalConfig(max_tokens=1000, n_sequences=4))
+    steps.build_features(
+        ws, members, cache.path, model_dir, FeatureConfig(chunk_rows=1000, corr_tokens=1500), progress=False
+    )
+    return root

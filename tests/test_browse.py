@@ -5,6 +5,7 @@ import pytest
 from workbench import browse, steps
 from workbench.cache.config import HarvestConfig
 from workbench.circuits.schema import CircuitFormatError
+from workbench.errors import MissingInputError
 from workbench.sae.config import SAEConfig, TrainConfig
 from workbench.workspace import Workspace
 
@@ -106,3 +107,33 @@ def test_open_circuit_reads_the_folder_or_the_file(made):
     assert rec.edges == browse.open_circuit(circuit / "circuit.json").edges
     with pytest.raises(CircuitFormatError, match="not a workbench circuit file"):
         browse.open_circuit(circuit / "mib.json")
+
+
+def test_transcoder_sets_are_listed_with_what_each_member_reads_and_writes(transcoder_workspace):
+    cat = browse.catalog(transcoder_workspace)
+    assert cat.transcoder_sets == ["transcoders/set"]
+    view = browse.open_transcoder_set(transcoder_workspace / "transcoders" / "set")
+    rows = view.layers()
+    assert [r["layer"] for r in rows] == [0, 2] and view.artifact["kind"] == "transcoders"
+    for r in rows:
+        assert r["reads"] == f"blocks.{r['layer']}.ln2.hook_normalized"
+        assert r["writes"] == f"blocks.{r['layer']}.hook_mlp_out"
+        assert 0 < r["fvu"] and r["l0"] > 0  # the set's evaluation, per member
+    [(config, recovered)] = view.all_replaced().items()  # one config: every MLP of the set replaced at once
+    assert rows[0]["member"].endswith(config) and recovered == view.metrics["all_replaced"][config]["ce_loss_recovered"]
+    members = [f"transcoders/set/{r['member']}" for r in rows]
+    assert set(members) <= set(cat.saes) and set(members) <= cat.feature_stores
+
+
+def test_an_sae_and_a_transcoder_say_what_they_read_and_write(transcoder_workspace):
+    sae = browse.open_sae(next((transcoder_workspace / "saes" / "run").glob("*/cfg.json")).parent)
+    assert sae.kind == "sae" and sae.reads == sae.writes == "blocks.2.hook_resid_post"
+    tc = browse.open_sae(next((transcoder_workspace / "transcoders" / "set").glob("L2-*/cfg.json")).parent)
+    assert tc.kind == "transcoder" and tc.reads == "blocks.2.ln2.hook_normalized"
+    assert tc.writes == "blocks.2.hook_mlp_out" == tc.store["writes"] and tc.store["kind"] == "transcoder"
+
+
+def test_a_transcoder_set_manifest_without_layers_is_refused(tmp_path):
+    (tmp_path / "transcoders.json").write_text('{"model": "m"}')
+    with pytest.raises(MissingInputError, match="lists no layers"):
+        browse.open_transcoder_set(tmp_path)

@@ -10,6 +10,7 @@ from workbench.workspace import Workspace
 TINY = DemoConfig(
     cache_tokens=20_000,
     sae_tokens=40_000,
+    transcoder_tokens=8192,
     sparsify_steps=4,
     sparsify_eval_every=2,
     sparsify_eval_sequences=4,
@@ -24,8 +25,14 @@ def test_demo_fills_a_workspace_then_resumes_without_redoing_anything(tiny, tmp_
     summary = run_demo(tmp_path / "ws", TINY, progress=False)
     ws = Workspace(tmp_path / "ws")
     arts = ws.artifacts()
-    assert {a.kind for a in arts} == {"caches", "saes", "features", "circuits", "models"}
-    assert len([a for a in arts if a.kind == "saes"]) == 4 and len([a for a in arts if a.kind == "features"]) == 4
+    assert {a.kind for a in arts} == {"caches", "saes", "transcoders", "features", "circuits", "models"}
+    # four SAEs and one transcoder per layer of the embedded model (4), each with its feature store
+    assert len([a for a in arts if a.kind == "saes"]) == 8 and len([a for a in arts if a.kind == "features"]) == 8
+    tset = json.loads((tmp_path / "ws" / "transcoders" / "tiny-topk" / "transcoders.json").read_text())
+    assert [e["input_hook"] for e in tset["layers"]] == [f"blocks.{i}.ln2.hook_normalized" for i in range(4)]
+    assert set(summary["transcoders"]["all_replaced"]) == {
+        "topk_n1024_k16_seed0"
+    }  # one config, every layer replaced at once
     for art in arts:
         assert art.manifest["files"], art.name  # checksums of every file
     circuits = {a.name for a in arts if a.kind == "circuits"}
@@ -39,6 +46,7 @@ def test_demo_fills_a_workspace_then_resumes_without_redoing_anything(tiny, tmp_
         "saes",
         "sae eval",
         "features",
+        "transcoders",
         "sparse attention",
         "circuits",
         "compare",
@@ -73,7 +81,11 @@ def test_demo_refuses_an_unknown_task_family(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     "flag, value, need",
-    [("--cache-tokens", "2000", "--cache-tokens must be at least 4312"), ("--sae-tokens", "1000", "at least 2048")],
+    [
+        ("--cache-tokens", "2000", "--cache-tokens must be at least 4312"),
+        ("--sae-tokens", "1000", "at least 2048"),
+        ("--transcoder-tokens", "1000", "--transcoder-tokens must be at least 2048"),
+    ],
 )
 def test_demo_refuses_too_few_tokens_for_one_sae_batch_before_any_work(tmp_path, capsys, flag, value, need):
     from workbench.cli import main
@@ -94,3 +106,17 @@ def test_demo_overwrite_keeps_the_users_empty_folders(tmp_path):
     (tmp_path / "ws" / "my-notes").mkdir()
     ws.clear()  # what `demo --overwrite` runs first
     assert (tmp_path / "ws" / "my-notes").is_dir() and not folder.exists()
+
+
+def test_demo_names_a_cache_harvested_without_the_mlp_inputs(tiny, tmp_path):
+    """A workspace from an older demo (its cache has no MLP inputs) fails at once with the way out."""
+    from workbench import steps
+    from workbench.cache.config import HarvestConfig
+    from workbench.demo import CACHE
+
+    ws = Workspace(tmp_path / "ws")
+    hooks = ["blocks.*.hook_resid_post", "blocks.*.hook_mlp_out"]  # what the demo harvested before transcoders
+    steps.make_cache(ws, "tiny", "synthetic", hooks, HarvestConfig(n_tokens=5000), name=CACHE, progress=False)
+    with pytest.raises(BadValueError, match=r"lacks blocks.0.ln2.hook_normalized and 3 more hooks .* --overwrite"):
+        run_demo(tmp_path / "ws", TINY, progress=False)
+    assert [a.kind for a in ws.artifacts()] == ["caches"]

@@ -1,9 +1,10 @@
 """A read-only view of a workspace for the app and `workbench ls`: no torch, TransformerLens or sae_lens.
 
 Everything here starts from the manifests (`Workspace.scan`), never from guessed paths: the artifacts of
-a workspace by kind (a damaged manifest is skipped and named), the SAEs, feature stores, saved models,
-sparse-attention models and circuits among them (`catalog`), and readers for their plain files (an SAE folder's config, metrics and
-training curves; a circuit through the one circuit schema; an attention report and its comparisons).
+a workspace by kind (a damaged manifest is skipped and named), the SAEs, feature stores, transcoder sets,
+saved models, sparse-attention models and circuits among them (`catalog`), and readers for their plain files
+(an SAE folder's config, metrics and training curves, and what it reads and writes; a transcoder set's
+layers and metrics; a circuit through the one circuit schema; an attention report and its comparisons).
 Every workspace-relative path the app receives goes through `resolve`, which keeps it inside the
 workspace. Opening a model or running an SAE is the engine's job, not this layer's.
 """
@@ -16,6 +17,7 @@ from pathlib import Path, PurePosixPath
 
 from workbench.circuits import schema
 from workbench.errors import MissingInputError, UserError
+from workbench.sae.transcoders import SET_MANIFEST as TRANSCODER_SET
 from workbench.workspace import KINDS, Artifact, Skipped, Workspace
 
 __all__ = [
@@ -24,6 +26,7 @@ __all__ = [
     "OutsideWorkspace",
     "SAEView",
     "Skipped",
+    "TranscoderSetView",
     "Catalog",
     "artifacts",
     "attention_report",
@@ -31,6 +34,7 @@ __all__ = [
     "compare_results",
     "open_circuit",
     "open_sae",
+    "open_transcoder_set",
     "resolve",
     "scan",
 ]
@@ -108,6 +112,11 @@ class Catalog:
         return {str(PurePosixPath(rel).parent) for rel in self._inside("features", ("manifest.json",))}
 
     @property
+    def transcoder_sets(self) -> list[str]:
+        """Transcoder set folders (transcoders.json naming each layer's members)."""
+        return self._inside("transcoders", (TRANSCODER_SET,))
+
+    @property
     def models(self) -> list[str]:
         """Saved models (config.json + model.safetensors)."""
         return self._inside("models", MODEL_FILES)
@@ -167,6 +176,21 @@ class SAEView:
     def model_name(self) -> str | None:
         return self.cfg.get("metadata", {}).get("model_name")
 
+    @property
+    def reads(self) -> str | None:
+        """The hook the encoder reads: cfg.json's metadata, else the feature store's manifest."""
+        return self.hook or self.store.get("reads") or self.store.get("hook")
+
+    @property
+    def writes(self) -> str | None:
+        """The hook the decoder writes: a transcoder's target (metadata.hook_name_out), else the hook it reads."""
+        return self.cfg.get("metadata", {}).get("hook_name_out") or self.store.get("writes") or self.reads
+
+    @property
+    def kind(self) -> str:
+        """'transcoder' when it writes another hook than it reads, else 'sae'."""
+        return "transcoder" if self.writes != self.reads else "sae"
+
 
 def open_sae(folder: str | Path) -> SAEView:
     folder = Path(folder)
@@ -187,6 +211,50 @@ def open_sae(folder: str | Path) -> SAEView:
         curves,
         _json_or_empty(folder / "artifact.json"),
         _json_or_empty(folder / "features" / "manifest.json"),
+    )
+
+
+@dataclass
+class TranscoderSetView:
+    """A transcoder set folder as data: transcoders.json (the model and, per layer, its input and target hooks
+    and members), metrics.json ({} until `workbench sae eval` ran on the set) and its manifest."""
+
+    path: Path
+    manifest: dict
+    metrics: dict
+    artifact: dict
+
+    @property
+    def model(self) -> str | None:
+        return self.manifest.get("model")
+
+    def layers(self) -> list[dict]:
+        """One row per member: its layer, what it reads and writes, and its numbers from the set's evaluation."""
+        members = self.metrics.get("members", {})
+        return [
+            {
+                "layer": e["layer"],
+                "member": name,
+                "reads": e["input_hook"],
+                "writes": e["target_hook"],
+                **{k: members.get(name, {}).get(k) for k in ("fvu", "l0", "ce_loss_recovered")},
+            }
+            for e in self.manifest.get("layers", [])
+            for name in e["transcoders"]
+        ]
+
+    def all_replaced(self) -> dict[str, float]:
+        """Each config's CE loss recovered with every MLP of the set replaced at once (the replacement model)."""
+        return {k: v["ce_loss_recovered"] for k, v in self.metrics.get("all_replaced", {}).items()}
+
+
+def open_transcoder_set(folder: str | Path) -> TranscoderSetView:
+    folder = Path(folder)
+    manifest = _json(folder / TRANSCODER_SET)
+    if not isinstance(manifest.get("layers"), list):
+        raise MissingInputError(f"{folder / TRANSCODER_SET} lists no layers; was it written by the workbench?")
+    return TranscoderSetView(
+        folder, manifest, _json_or_empty(folder / "metrics.json"), _json_or_empty(folder / "artifact.json")
     )
 
 

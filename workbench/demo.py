@@ -1,8 +1,10 @@
 """`workbench demo`: the whole workbench on the embedded model, offline, at demo scale.
 
-A list of steps (workbench.steps), each recording its artifact in the workspace: a cache of every
-residual stream and MLP output -> a Top-k, a Matryoshka, a block-sparse and a Top-k + scaffold SAE on
-the middle layer, evaluated, with their feature stores -> sparse-attention post-training (few steps:
+A list of steps (workbench.steps), each recording its artifact in the workspace: a cache of the default
+hooks (every residual stream, each MLP's input and output) -> a Top-k, a Matryoshka, a block-sparse and a
+Top-k + scaffold SAE on the middle layer, evaluated, with their feature stores -> a Top-k transcoder set
+(one transcoder per layer, from the MLP's normalised input to its output), evaluated with every MLP
+replaced at once, with its feature stores -> sparse-attention post-training (few steps:
 demo scale, not the sparsify defaults) -> query circuits for the first queries of each task family in
 the base and the sparse model, and `attention compare` per family. Every step is skipped when its
 artifact is complete in the workspace (its manifest is written last), and the interrupted one resumes
@@ -24,14 +26,14 @@ from workbench.sae.config import SAEConfig, TrainConfig
 from workbench.workspace import Workspace
 
 DEMO_HOOK = "blocks.2.hook_resid_post"
-DEMO_HOOKS = ("blocks.*.hook_resid_post", "blocks.*.hook_mlp_out")
 DEMO_SAES = (
     SAEConfig(architecture="topk", k=16, expansion=8),
     SAEConfig(architecture="matryoshka", k=16, expansion=8),
     SAEConfig(architecture="block_topk", expansion=8, block_size=4, n_active_blocks=4),
     SAEConfig(architecture="topk", k=16, expansion=8, scaffold_rank=8, name="topk-scaffold"),
 )
-CACHE, SPARSE = "tiny-synthetic", "tiny-sparse"
+DEMO_TRANSCODER = SAEConfig(architecture="topk", k=16, expansion=8)
+CACHE, SPARSE, TRANSCODERS = "tiny-synthetic", "tiny-sparse", "tiny-topk"
 SAE_BATCH = 2048  # tokens per step of the demo's SAEs
 
 
@@ -43,6 +45,9 @@ class DemoConfig:
         default=200_000, metadata={"min": 1, "help": "activation rows in the cache (train + held-out)"}
     )
     sae_tokens: int = field(default=1_000_000, metadata={"min": 1, "help": "training tokens per SAE"})
+    transcoder_tokens: int = field(
+        default=400_000, metadata={"min": 1, "help": "training tokens of the transcoder set (each layer's)"}
+    )
     sparsify_steps: int = field(
         default=300, metadata={"min": 1, "help": "sparse-attention post-training steps (demo scale)"}
     )
@@ -75,11 +80,13 @@ class DemoConfig:
                 f"train rows: --cache-tokens must be at least {need} ({train_share:.0%} of it is train); "
                 "raise --cache-tokens"
             )
-        if self.sae_tokens < SAE_BATCH:
-            raise BadValueError(
-                f"sae_tokens={self.sae_tokens} is less than one SAE batch: --sae-tokens must be at least "
-                f"{SAE_BATCH}; raise --sae-tokens"
-            )
+        for name in ("sae_tokens", "transcoder_tokens"):
+            flag = "--" + name.replace("_", "-")
+            if getattr(self, name) < SAE_BATCH:
+                raise BadValueError(
+                    f"{name}={getattr(self, name)} is less than one SAE batch: {flag} must be at least "
+                    f"{SAE_BATCH}; raise {flag}"
+                )
 
     def families(self) -> list[str]:
         from workbench.corpus.tasks import QUERY_TASKS
@@ -136,9 +143,10 @@ def run_demo(root: Path, cfg: DemoConfig | None = None, overwrite: bool = False,
     cache = step(
         "cache",
         lambda: steps.make_cache(
-            ws, "tiny", "synthetic", DEMO_HOOKS, harvest, name=CACHE, progress=progress, model=model, ensure=True
+            ws, "tiny", "synthetic", None, harvest, name=CACHE, progress=progress, model=model, ensure=True
         ),
     )
+    _check_cache(cache, model)
     step.log(f"cache: {cache.n_tokens('train'):,} + {cache.n_tokens('heldout'):,} tokens x {len(cache.hooks)} hooks")
     train = TrainConfig(n_tokens=cfg.sae_tokens, batch_size=SAE_BATCH, lr=1e-3, progress=progress)
     run = steps.slug(DEMO_HOOK)
@@ -147,6 +155,8 @@ def run_demo(root: Path, cfg: DemoConfig | None = None, overwrite: bool = False,
     )
     summary["saes"] = step("sae eval", lambda: _evaluate(ws, folders, cache.path, step.log))
     step("features", lambda: steps.build_features(ws, folders, cache.path, "tiny", progress=progress, ensure=True))
+    tc_train = TrainConfig(n_tokens=cfg.transcoder_tokens, batch_size=SAE_BATCH, lr=1e-3, progress=progress)
+    summary["transcoders"] = step("transcoders", lambda: _transcoders(ws, cache.path, tc_train, progress, step.log))
     sparsify = SparsifyConfig(
         steps=cfg.sparsify_steps,
         eval_every=cfg.sparsify_eval_every,
@@ -188,6 +198,36 @@ def _evaluate(ws: Workspace, folders: list[Path], cache_dir: Path, log) -> dict:
         )
         out[folder.name] = m
     return out
+
+
+def _check_cache(cache, model) -> None:
+    """A cache an older demo harvested (before the transcoder set) lacks each MLP's input: say so before training."""
+    from workbench.cache.hooks import default_hooks
+
+    missing = [h for h in default_hooks(model) if h not in cache.hooks]
+    if missing:
+        raise BadValueError(
+            f"the demo's cache {cache.path} lacks {missing[0]}"
+            + (f" and {len(missing) - 1} more hooks" if len(missing) > 1 else "")
+            + " (harvested by an older demo, before the transcoder set): rerun with --overwrite"
+        )
+
+
+def _transcoders(ws: Workspace, cache_dir: Path, train: TrainConfig, progress: bool, log) -> dict:
+    """The transcoder set (one per layer), evaluated with every MLP replaced at once, and its feature stores;
+    returns the set's metrics."""
+    folder, members = steps.train_transcoder_set(
+        ws, cache_dir, "all", [DEMO_TRANSCODER], train, name=TRANSCODERS, ensure=True
+    )
+    m = steps.evaluate_sae(ws, folder, cache_dir, "tiny", ensure=True)
+    for name, flat in m["members"].items():
+        log(
+            f"transcoder {name}: FVU {flat['fvu']:.3f}, L0 {flat['l0']:.1f}, CE recovered {flat['ce_loss_recovered']:.3f}"
+        )
+    for name, r in m["all_replaced"].items():
+        log(f"transcoders {name}, every MLP replaced at once: CE loss recovered {r['ce_loss_recovered']:.3f}")
+    steps.build_features(ws, members, cache_dir, "tiny", progress=progress, ensure=True)
+    return m
 
 
 def _compare(ws: Workspace, cfg: DemoConfig, families: list[str], model, sparse, sparse_dir: Path, progress, log):

@@ -26,6 +26,7 @@ from workbench.lock import output_lock
 from workbench.sae.config import EvalConfig, SAEConfig, TrainConfig
 from workbench.workspace import MANIFEST, Workspace
 
+ALL_MLPS = "all_mlps_ce_recovered"  # a transcoder set's headline: CE recovered with every MLP replaced, per config
 SAE_HEADLINE = (
     "fvu",
     "l0",
@@ -194,14 +195,21 @@ def train_transcoder_set(
     out=None,
     name: str | None = None,
     resume: bool = False,
+    ensure: bool = False,
 ) -> tuple[Path, list[Path]]:
     """Train a transcoder set (`workbench sae train --transcoders all`) into <ws>/transcoders/<name> or `out`:
-    each member is recorded as an SAE, the set (its transcoders.json) as a `transcoders` artifact."""
-    from workbench.sae.transcoders import train_set
+    each member is recorded as an SAE, the set (its transcoders.json) as a `transcoders` artifact.
 
-    run = Path(out) if out else ws.path("transcoders", name or f"transcoders-{time.strftime('%Y%m%d-%H%M%S')}")
+    ensure: a recorded set is returned as it is; an interrupted one resumes from its checkpoint."""
     import json
 
+    from workbench.sae.transcoders import SET_MANIFEST, train_set
+
+    run = Path(out) if out else ws.path("transcoders", name or f"transcoders-{time.strftime('%Y%m%d-%H%M%S')}")
+    if ensure and complete(run):
+        entries = json.loads((run / SET_MANIFEST).read_text())["layers"]
+        return run, [run / n for e in entries for n in e["transcoders"]]
+    resume = resume or (ensure and (run / "checkpoint.pt").is_file())
     with output_lock(run, "workbench sae train --transcoders"):
         folder, members = train_set(cache_dir, layers, sae_cfgs, train_cfg, run, resume=resume)
         _record_saes(ws, run, members, cache_dir, train_cfg)
@@ -234,15 +242,16 @@ def evaluate_sae(
     """Evaluate a saved SAE or transcoder (`workbench sae eval`): metrics.json, and its manifest updated with the
     headline. A transcoder set's folder evaluates every member, then every MLP replaced at once.
 
-    ensure: an SAE whose manifest already carries the headline keeps its metrics.json (returned as read)."""
+    ensure: an SAE (or set) whose manifest already carries the headline keeps its metrics.json (returned as read)."""
     import json
 
     from workbench.sae.eval import evaluate
     from workbench.sae.transcoders import is_set
 
+    if ensure and _evaluated(sae_dir):
+        return json.loads((Path(sae_dir) / "metrics.json").read_text())
     if is_set(sae_dir):
         return _evaluate_set(ws, sae_dir, cache_dir, model_spec, cfg)
-    if ensure and "fvu" in _manifest(sae_dir).get("summary", {}):
         return json.loads((Path(sae_dir) / "metrics.json").read_text())
     metrics = evaluate(sae_dir, cache_dir, model_spec, cfg)
     flat = {**metrics["reconstruction"], **metrics.get("splice", {})}
@@ -258,6 +267,11 @@ def evaluate_sae(
     return metrics
 
 
+def _evaluated(folder) -> bool:
+    """Whether the manifest carries an evaluation's headline: an SAE's FVU, a set's CE with every MLP replaced."""
+    return any(k == "fvu" or k.startswith(ALL_MLPS) for k in _manifest(folder).get("summary", {}))
+
+
 def _evaluate_set(ws: Workspace, set_dir, cache_dir, model_spec, cfg) -> dict:
     from workbench.errors import BadValueError
     from workbench.sae.eval import evaluate_set
@@ -270,7 +284,7 @@ def _evaluate_set(ws: Workspace, set_dir, cache_dir, model_spec, cfg) -> dict:
     for name, flat in result["members"].items():
         summary = {k: flat[k] for k in SAE_HEADLINE if k in flat}
         rerecord(ws, Path(set_dir) / name, "saes", "workbench sae eval", {"cache": Path(cache_dir)}, summary)
-    summary = {f"all_mlps_ce_recovered[{k}]": v["ce_loss_recovered"] for k, v in result["all_replaced"].items()}
+    summary = {f"{ALL_MLPS}[{k}]": v["ce_loss_recovered"] for k, v in result["all_replaced"].items()}
     rerecord(
         ws, set_dir, "transcoders", "workbench sae eval", {"cache": Path(cache_dir), "eval_model": model_spec}, summary
     )

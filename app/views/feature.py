@@ -48,7 +48,13 @@ if "level" in s:
         f"{s['level'] + 1} of {len(m['prefixes'])}",
         help=f"prefix widths {m['prefixes']}: this latent joins at the prefix of {m['prefixes'][s['level']]} latents",
     )
-st.caption(f"{m['split']} tokens of the cache ({m['n_rows']:,}); hook {m['hook']}; {m['architecture']}")
+reads = m.get("reads", m["hook"])
+does = f"reads {reads}, writes {m['writes']}" if m.get("kind") == "transcoder" else f"reads and writes {reads}"
+st.caption(
+    state.text(
+        f"{m['split']} tokens of the cache ({m['n_rows']:,}); {m.get('kind', 'sae')} {does}; {m['architecture']}"
+    )
+)
 
 left, right = st.columns([3, 2])
 with left:

@@ -9,6 +9,7 @@ from app.figures import sae as plots
 st.title("SAE")
 rel = state.pick_sae("sae")
 info = state.sae_info(rel)
+st.caption(state.text(state.reads_writes(info)))
 same_hook = [s for s in state.saes() if s != rel and state.sae_info(s)["hook"] == info["hook"]]
 raw = st.query_params.get("compare", "")
 want = [s for s in raw.split(",") if s]
@@ -35,6 +36,8 @@ def headline(i: dict) -> dict:
         "architecture": i["workbench"].get("sae_config", {}).get("architecture", i["cfg"].get("architecture")),
         "width": i["cfg"].get("d_sae"),
         "scaffold rank": i["cfg"].get("scaffold_rank", 0),
+        "reads": i["reads"],
+        "writes": i["writes"],
     }
     for k in ("fvu", "l0", "block_l0", "dead_frac", "dense_frac"):
         if k in rec:

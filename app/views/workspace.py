@@ -33,6 +33,17 @@ for kind, items in by_kind.items():
             st.markdown(f"**{state.text(cat.rel(a) or a.path)}**")
             st.json({"config": a.manifest.get("config"), "inputs": a.manifest.get("inputs")}, expanded=False)
 
+sets = state.transcoder_sets()
+st.subheader(f"transcoder sets ({len(sets)})")
+for tset in sets:
+    recovered = ", ".join(f"{k} {v:.3f}" for k, v in tset.all_replaced().items()) or "not evaluated yet"
+    st.markdown(
+        state.text(f"**{tset.path.name}** · model {tset.model} · CE loss recovered, every MLP replaced: {recovered}")
+    )
+    st.dataframe(pd.DataFrame(tset.layers()), hide_index=True)
+if not sets:
+    st.info("no transcoder sets yet: train one with `workbench sae train --cache DIR --transcoders all`")
+
 sae_rows = []
 for rel in state.saes():
     info = state.sae_info(rel)
@@ -42,6 +53,7 @@ for rel in state.saes():
         {
             "sae": rel,
             "hook": info["hook"],
+            "writes": info["writes"],
             "architecture": info["cfg"].get("architecture"),
             "width": info["cfg"].get("d_sae"),
             "fvu": rec.get("fvu"),

@@ -67,3 +67,9 @@ def app(feature_workspace, monkeypatch):
 def circuit_app(circuit_workspace, monkeypatch):
     """The same on the workspace with circuits and a sparse-attention model."""
     return _runner(circuit_workspace, monkeypatch)
+
+
+@pytest.fixture
+def transcoder_app(transcoder_workspace, monkeypatch):
+    """The same on the workspace with a transcoder set (layers 0 and 2) beside the SAEs."""
+    return _runner(transcoder_workspace, monkeypatch)
