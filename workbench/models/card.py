@@ -159,27 +159,7 @@ def _head_table(scores: list[list[float]]) -> str:
     return "\n".join([head, rule, *rows])
 
 
-def write_card(out: Path, card: dict) -> None:
-    acc, chance, c = card["heldout_task_accuracy"], card["chance_accuracy"], card["train_config"]
-    audit_rows = "\n".join(
-        f"| {t} | {a['prompts']} | {a['found_in_training']} |" for t, a in card["verbatim_audit"]["per_task"].items()
-    )
-    rows = "\n".join(f"| {t} | {acc[t]:.1%} | {chance[t]:.1%} |" for t in acc)
-    hd = card["head_detector"]
-    atomic_write_text(
-        out / "README.md",
-        f"""# workbench-tiny: the embedded model
-
-A TransformerLens HookedTransformer ({c["n_layers"]} layers, d_model {c["d_model"]}, {c["n_heads"]} heads,
-d_mlp {c["d_mlp"]}, n_ctx {c["n_ctx"]}, {c.get("positional_embedding", "standard")} positions, LayerNorm, GELU;
-{card["n_params"]:,} parameters) trained from seed
-{c["seed"]} on the workbench's synthetic corpus ({c["steps"]} steps of {c["batch_size"]} x {c["n_ctx"]} tokens,
-AdamW lr {c["lr"]}, {card["train_seconds"]} s on 2 CPU cores). Word-level tokenizer: one word, one token.
-Rebuild it with `workbench model train --out DIR` (same seed, same weights up to float nondeterminism).
-
-Final training loss: {card["final_train_loss"]:.3f} nats/token.
-
-## Training data
+TRAINING_DATA = """## Training data
 
 The synthetic corpus (`workbench/corpus/`): short stories, documents of five task families (each a
 query followed by its answer) and repeated random-token sequences (a span of 4-60 uniformly random
@@ -202,7 +182,30 @@ positions both formed (by step 1,750 in a 4,000-step trial run). An earlier 4,00
 training IOI templates reached 83% on IOI (69% on the unseen template) and 89.5% on induction; ten
 training templates and 8,000 steps give the figures below.
 
-## Held-out task accuracy (top-1 at the answer position, {c["eval_queries"]} queries per task)
+"""  # the card's fixed account of the corpus and the recipe behind this model
+
+
+def write_card(out: Path, card: dict) -> None:
+    acc, chance, c = card["heldout_task_accuracy"], card["chance_accuracy"], card["train_config"]
+    audit_rows = "\n".join(
+        f"| {t} | {a['prompts']} | {a['found_in_training']} |" for t, a in card["verbatim_audit"]["per_task"].items()
+    )
+    rows = "\n".join(f"| {t} | {acc[t]:.1%} | {chance[t]:.1%} |" for t in acc)
+    hd = card["head_detector"]
+    atomic_write_text(
+        out / "README.md",
+        f"""# workbench-tiny: the embedded model
+
+A TransformerLens HookedTransformer ({c["n_layers"]} layers, d_model {c["d_model"]}, {c["n_heads"]} heads,
+d_mlp {c["d_mlp"]}, n_ctx {c["n_ctx"]}, {c.get("positional_embedding", "standard")} positions, LayerNorm, GELU;
+{card["n_params"]:,} parameters) trained from seed
+{c["seed"]} on the workbench's synthetic corpus ({c["steps"]} steps of {c["batch_size"]} x {c["n_ctx"]} tokens,
+AdamW lr {c["lr"]}, {card["train_seconds"]} s on 2 CPU cores). Word-level tokenizer: one word, one token.
+Rebuild it with `workbench model train --out DIR` (same seed, same weights up to float nondeterminism).
+
+Final training loss: {card["final_train_loss"]:.3f} nats/token.
+
+{TRAINING_DATA}## Held-out task accuracy (top-1 at the answer position, {c["eval_queries"]} queries per task)
 
 | task | accuracy | chance baseline |
 | --- | --- | --- |
