@@ -49,6 +49,13 @@ class CircuitData:
     def n_circuit_edges(self) -> int:
         return len(np.unique(self.orig[self.in_circuit]))
 
+    @property
+    def warnings(self) -> list[str]:
+        """What the finder warned about this circuit (a budget below any faithful circuit; attribution scores
+        that vanish while the exact search still finds the circuit, so the scores are estimates, not effects)."""
+        w = self.faithfulness.get("warnings") or []
+        return [str(x) for x in w] if isinstance(w, list) else [str(w)]
+
 
 def from_record(rec: schema.CircuitRecord) -> CircuitData:
     """The drawable rows of a circuit record: one per reader input, a KV-group edge once per head of its group."""

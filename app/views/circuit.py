@@ -208,6 +208,8 @@ def header(cd: cg.CircuitData) -> None:
         "top-k NDF at this budget", "-" if f.get("baseline_topk_ndf") is None else f"{f['baseline_topk_ndf']:.3f}"
     )
     c[4].metric("model predicts the answer", {True: "yes", False: "NO"}.get(f.get("predicts_answer"), "-"))
+    for w in cd.warnings:
+        st.warning(state.text(w))
     st.caption(
         state.text(
             f"model {cd.model_id or '?'} · method {cd.method.get('name', '?')} · format {schema.FORMATS[cd.fmt]}"

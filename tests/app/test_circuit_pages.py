@@ -270,3 +270,15 @@ def test_pins_groups_notes_from_the_url_reach_the_view_and_the_download(circuit_
     assert any(lab.startswith("download Neuronpedia") and lab.endswith(state.MARKED) for lab in labels), labels
     at = circuit_app("views/circuit.py", circuit="circuits/ioi-0", groups="[oops")
     assert len(at.error) == 1 and "groups" in at.error[0].value and "is not JSON" in at.error[0].value
+
+
+def test_the_finders_warnings_are_shown_with_the_circuit(circuit_workspace):
+    """A circuit file's faithfulness warnings (budget too small, attribution estimates that vanish) reach the
+    page's header; files without them show none."""
+    import dataclasses
+
+    cd = saved(circuit_workspace, "ioi-0")
+    assert cd.warnings == []
+    note = "the stored scores are attribution estimates; each kept edge's measured effect is in 'effect'"
+    warned = dataclasses.replace(cd, faithfulness={**cd.faithfulness, "warnings": [note]})
+    assert warned.warnings == [note]
