@@ -258,13 +258,13 @@ def _score(rm, layer, head, q, k, held=None, clean=None, delta=None) -> float:
 def test_qk_attribution_matches_interventions(case):
     """Each source's query-side (key-side) part is the change of the score when it is removed with the keys
     (queries) held at the prompt's values."""
-    from workbench.circuits.attribution_graph import _Active
+    from workbench.circuits.attribution_graph import ActiveFeatures
     from workbench.circuits.graph_heads import qk_attribution
 
     _, _, _, _, rm = case
     layer, head, q, k = rm.L - 1, 1, rm.P - 1, 2
     got = qk_attribution(rm, layer, head, q, k)
-    active = _Active.of(rm)
+    active = ActiveFeatures.of(rm)
     assert got["sources"].shape[0] == len(active) and got["query"].abs().sum() > 0 and got["key"].abs().sum() > 0
     clean = {}
     with torch.no_grad():

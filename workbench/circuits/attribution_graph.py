@@ -21,12 +21,10 @@ import torch
 
 from workbench.circuits import graph_heads
 from workbench.circuits import influence as inf
-from workbench.circuits.inputs import _tokens, single_token, str_tokens
-from workbench.circuits.replacement import EMBED, ReplacementModel, load_transcoders
+from workbench.circuits.inputs import single_token, str_tokens, tokens_of
+from workbench.circuits.replacement import ActiveFeatures, ReplacementModel, load_transcoders, source_rows
 from workbench.errors import BadValueError
 from workbench.provenance import model_id
-
-WRITE_CHUNK = 4096  # features whose write vectors are formed at once
 
 
 @dataclass
@@ -107,51 +105,6 @@ class AttributionGraph:
         return row if row < self.n_features else self.n_sources + row - self.n_features
 
 
-@dataclass
-class _Active:
-    """Active features of the prompt, sorted by (layer, pos, latent); has_row: a sparse latent (a scaffold's
-    dense coordinates are sources only: they have no pre-activation)."""
-
-    layer: torch.Tensor
-    pos: torch.Tensor
-    latent: torch.Tensor
-    act: torch.Tensor
-    has_row: torch.Tensor
-
-    @classmethod
-    def of(cls, rm: ReplacementModel) -> _Active:
-        parts = []
-        for t, codes in zip(rm.tcs, rm.codes):
-            (pos, latent), act = codes.indices(), codes.values()
-            parts.append((torch.full_like(pos, t.layer), pos, latent, act, latent < t.n_sparse))
-        return cls(*(torch.cat(p) for p in zip(*parts)))
-
-    def __len__(self) -> int:
-        return self.layer.numel()
-
-    def at(self, layer: int) -> torch.Tensor:
-        return (self.layer == layer).nonzero().flatten()
-
-
-def source_rows(rm: ReplacementModel, active: _Active, grads: dict) -> torch.Tensor:
-    """[n_targets, n_active + n_layers * n_pos + n_pos]: each source's direct effect on each target, from the
-    gradients at the taps: a feature writes act * W_dec[latent] into its layer's MLP output, an error node its
-    error vector there, a token its embedding before layer 0."""
-    mlp = [grads[f"blocks.{layer}.hook_mlp_out"] for layer in range(rm.L)]
-    n = mlp[0].shape[0]
-    out = torch.empty(n, len(active) + rm.L * rm.P + rm.P, dtype=mlp[0].dtype, device=mlp[0].device)
-    for start in range(0, len(active), WRITE_CHUNK):
-        sl = slice(start, start + WRITE_CHUNK)
-        for layer in active.layer[sl].unique().tolist():
-            idx = start + (active.layer[sl] == layer).nonzero().flatten()
-            w = rm.tcs[layer].sae.W_dec.detach()[active.latent[idx]].to(mlp[0].dtype) * active.act[idx, None]
-            out[:, idx] = torch.einsum("bnd,nd->bn", mlp[layer][:, active.pos[idx]], w)
-    n_a = len(active)
-    out[:, n_a : n_a + rm.L * rm.P] = torch.einsum("lbpd,lpd->blp", torch.stack(mlp), torch.stack(rm.errors)).flatten(1)
-    out[:, n_a + rm.L * rm.P :] = torch.einsum("bpd,pd->bp", grads[EMBED], rm.embed)
-    return out
-
-
 def _logit_targets(model, rm: ReplacementModel, answer, wrong, cfg: GraphConfig):
     """(token ids, probabilities, unembedding directions minus their mean) of the target logits."""
     probs = rm.logits.float().softmax(-1)
@@ -169,7 +122,7 @@ def _logit_targets(model, rm: ReplacementModel, answer, wrong, cfg: GraphConfig)
 class _Rows:
     """Rows of targets, streamed in batches: (layers, positions, vectors) -> source_rows."""
 
-    def __init__(self, rm: ReplacementModel, active: _Active, batch: int):
+    def __init__(self, rm: ReplacementModel, active: ActiveFeatures, batch: int):
         self.rm, self.active, self.batch = rm, active, batch
 
     def feature_targets(self, idx: torch.Tensor):
@@ -224,9 +177,9 @@ def build_graph(model, transcoders, prompt, answer=None, wrong_answer=None, cfg:
     cfg = dataclasses.replace(cfg or GraphConfig(), **options)
     cfg.validate()
     tcs = transcoders if isinstance(transcoders, list) else load_transcoders(transcoders, device=model.cfg.device)
-    tokens = _tokens(model, prompt, "prompt")
+    tokens = tokens_of(model, prompt, "prompt")
     rm = ReplacementModel(model, tcs, tokens)
-    active = _Active.of(rm)
+    active = ActiveFeatures.of(rm)
     ids, probs, vecs = _logit_targets(model, rm, answer, wrong_answer, cfg)
     n = len(ids)
     logits = (torch.full((n,), rm.L), torch.full((n,), rm.P - 1), vecs, probs)

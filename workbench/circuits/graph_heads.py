@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from workbench.circuits.replacement import EMBED, ReplacementModel
+from workbench.circuits.replacement import EMBED, ActiveFeatures, ReplacementModel, source_rows
 from workbench.errors import BadValueError
 
 
@@ -128,14 +128,12 @@ def qk_attribution(rm: ReplacementModel, layer: int, head: int, query: int, key:
     key side (queries held), in the frozen replacement model. The score is bilinear in the two sides, so each
     side is exact with the other held. {"score", "sources": (layer, pos, latent) of the active features then
     errors then tokens as attribution_graph.source_rows orders them, "query": [n], "key": [n]}."""
-    from workbench.circuits.attribution_graph import _Active, source_rows
-
     if not (0 <= layer < rm.L and 0 <= head < rm.model.cfg.n_heads and 0 <= key <= query < rm.P):
         raise BadValueError(
             f"pattern entry (layer {layer}, head {head}, query {query}, key {key}) is not one of this prompt's: "
             f"layers 0..{rm.L - 1}, heads 0..{rm.model.cfg.n_heads - 1}, 0 <= key <= query < {rm.P}"
         )
-    active = _Active.of(rm)
+    active = ActiveFeatures.of(rm)
     clean = {}
     with torch.no_grad():
         rm.model.run_with_hooks(

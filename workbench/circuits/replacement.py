@@ -236,3 +236,51 @@ def load_transcoders(folder, member: int | str = 0, device: str = "cpu") -> list
         sae = load_sae(Path(folder) / name, device=device).eval()
         out.append(Transcoder(int(entry["layer"]), sae, entry["input_hook"]))
     return out
+
+
+WRITE_CHUNK = 4096  # features whose write vectors are formed at once
+
+
+@dataclass
+class ActiveFeatures:
+    """Active features of the prompt, sorted by (layer, pos, latent); has_row: a sparse latent (a scaffold's
+    dense coordinates are sources only: they have no pre-activation)."""
+
+    layer: torch.Tensor
+    pos: torch.Tensor
+    latent: torch.Tensor
+    act: torch.Tensor
+    has_row: torch.Tensor
+
+    @classmethod
+    def of(cls, rm: ReplacementModel) -> ActiveFeatures:
+        parts = []
+        for t, codes in zip(rm.tcs, rm.codes):
+            (pos, latent), act = codes.indices(), codes.values()
+            parts.append((torch.full_like(pos, t.layer), pos, latent, act, latent < t.n_sparse))
+        return cls(*(torch.cat(p) for p in zip(*parts)))
+
+    def __len__(self) -> int:
+        return self.layer.numel()
+
+    def at(self, layer: int) -> torch.Tensor:
+        return (self.layer == layer).nonzero().flatten()
+
+
+def source_rows(rm: ReplacementModel, active: ActiveFeatures, grads: dict) -> torch.Tensor:
+    """[n_targets, n_active + n_layers * n_pos + n_pos]: each source's direct effect on each target, from the
+    gradients at the taps: a feature writes act * W_dec[latent] into its layer's MLP output, an error node its
+    error vector there, a token its embedding before layer 0."""
+    mlp = [grads[f"blocks.{layer}.hook_mlp_out"] for layer in range(rm.L)]
+    n = mlp[0].shape[0]
+    out = torch.empty(n, len(active) + rm.L * rm.P + rm.P, dtype=mlp[0].dtype, device=mlp[0].device)
+    for start in range(0, len(active), WRITE_CHUNK):
+        sl = slice(start, start + WRITE_CHUNK)
+        for layer in active.layer[sl].unique().tolist():
+            idx = start + (active.layer[sl] == layer).nonzero().flatten()
+            w = rm.tcs[layer].sae.W_dec.detach()[active.latent[idx]].to(mlp[0].dtype) * active.act[idx, None]
+            out[:, idx] = torch.einsum("bnd,nd->bn", mlp[layer][:, active.pos[idx]], w)
+    n_a = len(active)
+    out[:, n_a : n_a + rm.L * rm.P] = torch.einsum("lbpd,lpd->blp", torch.stack(mlp), torch.stack(rm.errors)).flatten(1)
+    out[:, n_a + rm.L * rm.P :] = torch.einsum("bpd,pd->bp", grads[EMBED], rm.embed)
+    return out
