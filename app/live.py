@@ -23,7 +23,7 @@ import workbench
 from app import state
 from app.figures import circuit as cg
 from workbench.circuits import schema
-from workbench.errors import UserError
+from workbench.errors import DamagedFileError, UserError
 
 MAX_UPLOAD_BYTES = 64 * 2**20
 WORKBENCH = Path(workbench.__file__).resolve().parent
@@ -175,8 +175,8 @@ def check_upload(name: str, raw: bytes, mib_spec: str) -> dict:
     shape = schema.GraphShape(**Graph.from_model(model).config())
     try:
         rec = schema.read(d, shape=shape, d_vocab=model.cfg.d_vocab)
-    except schema.CircuitFormatError as e:
-        raise schema.CircuitFormatError(f"{name}: {e}") from None
+    except DamagedFileError as e:
+        raise DamagedFileError(f"{name}: {e}") from None
     if rec.model_id and rec.model_id != mid and fmt == "workbench":
         raise UserError(f"{name} was found on model {rec.model_id!r}, not on {mid!r}")
     rec.model_id = rec.model_id or mid

@@ -4,8 +4,7 @@ import pytest
 
 from workbench import browse, steps
 from workbench.cache.config import HarvestConfig
-from workbench.circuits.schema import CircuitFormatError
-from workbench.errors import MissingInputError
+from workbench.errors import DamagedFileError, MissingInputError
 from workbench.sae.config import SAEConfig, TrainConfig
 from workbench.workspace import Workspace
 
@@ -105,7 +104,7 @@ def test_open_circuit_reads_the_folder_or_the_file(made):
     rec = browse.open_circuit(circuit)
     assert rec.fmt == "workbench" and rec.n_graph_edges == rec.shape.n_edges and rec.query["tokens"]
     assert rec.edges == browse.open_circuit(circuit / "circuit.json").edges
-    with pytest.raises(CircuitFormatError, match="not a workbench circuit file"):
+    with pytest.raises(DamagedFileError, match="not a workbench circuit file"):
         browse.open_circuit(circuit / "mib.json")
 
 

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from workbench import checkpoint
+from workbench.errors import DamagedFileError
 
 
 def test_round_trip_with_a_str_path(tmp_path):
@@ -19,12 +20,12 @@ def test_a_damaged_or_foreign_file_is_refused_by_name(tmp_path):
     data = bytearray(path.read_bytes())
     data[-5] ^= 0xFF
     path.write_bytes(bytes(data))
-    with pytest.raises(checkpoint.CheckpointError, match="checksum does not match"):
+    with pytest.raises(DamagedFileError, match="checksum does not match"):
         checkpoint.read(path)
     torch.save({"step": 1}, path)  # a plain torch file: no header
-    with pytest.raises(checkpoint.CheckpointError, match="not a workbench checkpoint"):
+    with pytest.raises(DamagedFileError, match="not a workbench checkpoint"):
         checkpoint.read(path)
-    with pytest.raises(checkpoint.CheckpointError, match="no checkpoint at"):
+    with pytest.raises(DamagedFileError, match="no checkpoint at"):
         checkpoint.read(tmp_path / "missing.pt")
 
 
@@ -32,5 +33,5 @@ def test_resuming_under_another_configuration_names_the_difference(tmp_path):
     path = tmp_path / "c.pt"
     checkpoint.write(path, {"record": {"lr": 0.001, "steps": 10}})
     assert checkpoint.read_matching(path, {"lr": 0.001, "steps": 10})["record"]["steps"] == 10
-    with pytest.raises(checkpoint.CheckpointError, match="lr"):
+    with pytest.raises(DamagedFileError, match="lr"):
         checkpoint.read_matching(path, {"lr": 0.01, "steps": 10})

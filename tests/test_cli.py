@@ -7,6 +7,7 @@ import pytest
 
 from workbench.cli import build_parser, main
 from workbench.cli.attention import OLD_NAME
+from workbench.errors import BadValueError
 
 
 def test_every_command_documents_every_option(capsys):
@@ -364,7 +365,6 @@ def test_a_zero_count_is_refused_where_zero_means_nothing(argv, flag, capsys):
 
 def test_a_zero_ctx_len_is_refused_by_the_config_too():
     from workbench.cache.config import HarvestConfig
-    from workbench.cache.errors import CacheValueError
 
-    with pytest.raises(CacheValueError, match=r"ctx_len=0 must be >= 1 \(or None\)"):
+    with pytest.raises(BadValueError, match=r"ctx_len=0 must be >= 1 \(or None\)"):
         HarvestConfig(ctx_len=0)

@@ -6,8 +6,7 @@ import pytest
 
 from workbench import steps
 from workbench.cache.config import HarvestConfig
-from workbench.cache.errors import CacheExistsError
-from workbench.checkpoint import CheckpointError
+from workbench.errors import DamagedFileError, OutputExistsError
 from workbench.sae.config import SAEConfig, TrainConfig
 from workbench.workspace import MANIFEST, Workspace
 
@@ -24,7 +23,7 @@ def test_ensure_returns_complete_artifacts_and_resumes_an_interrupted_run(tiny, 
     # complete: returned without loading a model (this spec names none) and without rewriting the manifest
     again = steps.make_cache(ws, "no-such-model", hooks=[HOOK], name="c", ensure=True)
     assert again.path == cache.path and (cache.path / MANIFEST).read_text() == manifest
-    with pytest.raises(CacheExistsError, match="already holds"):  # without ensure the same call refuses the folder
+    with pytest.raises(OutputExistsError, match="already holds"):  # without ensure the same call refuses the folder
         steps.make_cache(
             ws, "tiny", hooks=[HOOK], cfg=HarvestConfig(n_tokens=3000), name="c", progress=False, model=model
         )
@@ -33,7 +32,7 @@ def test_ensure_returns_complete_artifacts_and_resumes_an_interrupted_run(tiny, 
     train = TrainConfig(n_tokens=4096, batch_size=1024, checkpoint_every=2, progress=False)
     (folder,) = steps.train_saes(ws, cache.path, HOOK, cfgs, train, name="run")
     (manifest_path := folder / MANIFEST).unlink()  # as if the run had stopped before recording its SAE
-    with pytest.raises(CheckpointError, match="pass resume=True"):  # without ensure the run folder is refused
+    with pytest.raises(DamagedFileError, match="pass resume=True"):  # without ensure the run folder is refused
         steps.train_saes(ws, cache.path, HOOK, cfgs, train, name="run")
     (resumed,) = steps.train_saes(ws, cache.path, HOOK, cfgs, train, name="run", ensure=True)  # resumes
     assert resumed == folder and manifest_path.is_file()

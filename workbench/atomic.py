@@ -9,18 +9,14 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
-from workbench.errors import UserError
-
-
-class OutputPathError(UserError, ValueError):
-    """An output path that cannot be written (a folder, a file in the way, no permission)."""
+from workbench.errors import BadValueError
 
 
 def check_output_file(path: str | Path, what: str = "output file") -> Path:
     """Refuse, before any work, a file path that a later atomic write could not create."""
     path = Path(path)
     if path.is_dir():
-        raise OutputPathError(f"{what} {path} is an existing folder; give a file path such as {path / 'out.json'}")
+        raise BadValueError(f"{what} {path} is an existing folder; give a file path such as {path / 'out.json'}")
     _check_creatable(path.parent, path, what)
     return path
 
@@ -36,7 +32,7 @@ def check_outputs(outputs: dict, inputs: dict | None = None) -> None:
         for other, earlier in seen.items():
             if _same_file(path, earlier):
                 kind = "the input" if other in (inputs or {}) else "also the output"
-                raise OutputPathError(
+                raise BadValueError(
                     f"{flag} {path} is {kind} {other} {earlier}: writing it would replace that file; "
                     "choose another output path"
                 )
@@ -53,7 +49,7 @@ def check_output_dir(path: str | Path, what: str = "output folder") -> Path:
     """Refuse, before any work, a folder path that cannot be created or written to."""
     path = Path(path)
     if path.exists() and not path.is_dir():
-        raise OutputPathError(f"{what} {path} is an existing file, not a folder; choose another path")
+        raise BadValueError(f"{what} {path} is an existing file, not a folder; choose another path")
     _check_creatable(path, path, what)
     return path
 
@@ -63,9 +59,9 @@ def _check_creatable(folder: Path, target: Path, what: str) -> None:
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        raise OutputPathError(f"{what} {target} cannot be created: {existing} is a file, not a folder")
+        raise BadValueError(f"{what} {target} cannot be created: {existing} is a file, not a folder")
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise OutputPathError(f"{what} {target} cannot be written: no write permission in {existing}")
+        raise BadValueError(f"{what} {target} cannot be written: no write permission in {existing}")
 
 
 @contextmanager

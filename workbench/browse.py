@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from workbench.circuits import schema
-from workbench.errors import MissingInputError, UserError
+from workbench.errors import DamagedFileError, MissingInputError, UserError
 from workbench.sae.transcoders import SET_MANIFEST as TRANSCODER_SET
 from workbench.workspace import KINDS, Artifact, Skipped, Workspace
 
@@ -265,11 +265,11 @@ def open_circuit(path: str | Path) -> schema.CircuitRecord:
         path = path / CIRCUIT
     d = schema.load(path)
     if schema.detect(d) != "workbench":
-        raise schema.CircuitFormatError(f"{path} is not a workbench circuit file (schema {d.get('schema')!r})")
+        raise DamagedFileError(f"{path} is not a workbench circuit file (schema {d.get('schema')!r})")
     try:
         return schema.read(d)
-    except schema.CircuitFormatError as e:
-        raise schema.CircuitFormatError(f"{path}: {e}") from None
+    except DamagedFileError as e:
+        raise DamagedFileError(f"{path}: {e}") from None
 
 
 def attention_report(folder: str | Path) -> dict:

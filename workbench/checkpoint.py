@@ -16,13 +16,9 @@ import torch
 import torch.distributed as dist
 
 from workbench.atomic import atomic_path
-from workbench.errors import UserError
+from workbench.errors import DamagedFileError
 
 MAGIC = b"WORKBENCH-SAE-CHECKPOINT-1 "  # the SAE trainer wrote it first; kept so old checkpoints still read
-
-
-class CheckpointError(UserError, ValueError):
-    """A checkpoint is missing, corrupted, or from a different configuration."""
 
 
 def write(path: Path | str, state: dict) -> None:
@@ -38,29 +34,29 @@ def write(path: Path | str, state: dict) -> None:
 def read(path: Path | str) -> dict:
     path = Path(path)
     if not path.is_file():
-        raise CheckpointError(f"no checkpoint at {path}")
+        raise DamagedFileError(f"no checkpoint at {path}")
     data = path.read_bytes()
     head, _, payload = data.partition(b"\n")
     if not head.startswith(MAGIC):
-        raise CheckpointError(f"{path} is not a workbench checkpoint (bad header)")
+        raise DamagedFileError(f"{path} is not a workbench checkpoint (bad header)")
     if hashlib.sha256(payload).hexdigest().encode() != head[len(MAGIC) :]:
-        raise CheckpointError(
+        raise DamagedFileError(
             f"{path} is corrupted: its checksum does not match its contents; "
             "delete it to start over or restore a good copy"
         )
     try:
         return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises several types for unreadable archives
-        raise CheckpointError(f"{path} is corrupted: {e}") from e
+        raise DamagedFileError(f"{path} is corrupted: {e}") from e
 
 
 def read_matching(path: Path, record: dict) -> dict:
-    """The checkpoint at path, or CheckpointError listing how the run that wrote it differs from `record`
+    """The checkpoint at path, or DamagedFileError listing how the run that wrote it differs from `record`
     (resuming it under another configuration would silently mix two runs)."""
     state = read(path)
     diff = config_diff(state["record"], record)
     if diff:
-        raise CheckpointError(
+        raise DamagedFileError(
             f"{path} was written by a different configuration; refusing to resume:\n  " + "\n  ".join(diff)
         )
     return state

@@ -1,10 +1,29 @@
-"""The one base of every error a user can cause and fix.
+"""The one base of every error a user can cause and fix, and the few classes below it.
 
-The CLI prints a `UserError`, and an OS error a user can act on (`os_error_message`), as one line (it names the bad value and the valid choices or the way
-out) and exits with status 2; any other exception is a bug and keeps its traceback. Each domain
-error (CacheError, ConfigError, QueryError, ...) subclasses `UserError`; the three generic ones
-below cover a bad argument, a missing input and an output in the way. They keep the matching
-built-in as a second base, so `except ValueError` / `except FileNotFoundError` still catch them.
+The CLI prints a `UserError`, and an OS error a user can act on (`os_error_message`), as one line (it names
+the bad value and the valid choices or the way out) and exits with status 2; any other exception is a bug
+and keeps its traceback. A class exists only where code catches it by name or where it is a distinct message
+family; each generic one keeps the matching built-in as a second base, so `except ValueError` /
+`except FileNotFoundError` still catch it. The whole set is 15 classes; defined here, by message family:
+- `UserError`: the base; also raised directly for a mistake that fits none of the families below.
+- `BadValueError` (ValueError): an argument, split, hook name, corpus, task or path outside its valid range
+  or choices; the message names both.
+- `ConfigError` (ValueError): a config field (SAE, training, toy model, sparse attention) that is invalid.
+- `MissingInputError` (FileNotFoundError): an input (a cache, an unfinished harvest, a file) that is not there.
+- `OutputExistsError` (FileExistsError): an output in the way that is not replaced without being asked.
+- `DamagedFileError` (ValueError): a file on disk that is damaged, incomplete, of another format, or made
+  for another model, corpus or config (cache shards and manifests, circuits, SAEs, checkpoints, reports);
+  the cache reader and writer catch it to name every damaged shard.
+- `DiskFullError` (OSError): the disk filled up during a harvest; carries the errno.
+Elsewhere, kept because code catches them or they stand apart:
+- `workbench.lock.OutputBusyError` (BlockingIOError): another run holds the output's lock.
+- `workbench.attention.train.ConstraintNotMet`: the run ended with no evaluated state meeting the
+  loss target (its own message; the best state is saved).
+- `workbench.sae.trainer.NonFiniteError` (RuntimeError): a NaN/inf batch or loss, or a diverged run.
+- `workbench.circuits.inputs.QueryError` and its `workbench.circuits.search.ZeroGapError`: a circuit query
+  that cannot be answered; ZeroGapError (clean and corrupt agree) is caught by the circuit API and reports.
+- `workbench.models.ModelSpecError`: a model spec that names no model (caught by bench/sae_bench.py).
+- `workbench.browse.OutsideWorkspace` and `app.live.ModelNotFound`: the read side's path and model look-ups.
 """
 
 import errno
@@ -24,6 +43,18 @@ class MissingInputError(UserError, FileNotFoundError):
 
 class OutputExistsError(UserError, FileExistsError):
     """An output path already holds something the command will not replace without being asked."""
+
+
+class ConfigError(UserError, ValueError):
+    """A config value is invalid; the message names the value and the valid choices."""
+
+
+class DamagedFileError(UserError, ValueError):
+    """A file on disk is damaged, incomplete or not what the command reads (another format, model or corpus)."""
+
+
+class DiskFullError(UserError, OSError):
+    """The disk filled up during a harvest; the shards completed before it stay valid and resumable."""
 
 
 def os_error_message(e: OSError) -> str | None:

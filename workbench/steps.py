@@ -21,7 +21,7 @@ from pathlib import Path
 
 from workbench.cache.config import HarvestConfig
 from workbench.circuits.config import SearchConfig
-from workbench.errors import OutputExistsError
+from workbench.errors import BadValueError, OutputExistsError
 from workbench.lock import output_lock
 from workbench.sae.config import EvalConfig, SAEConfig, TrainConfig
 from workbench.workspace import MANIFEST, Workspace
@@ -64,10 +64,9 @@ def expand_hooks(spec: str, hook_names) -> list[str]:
         return [spec]
     found = [h for h in hook_names if fnmatch.fnmatchcase(h, spec)]
     if not found:
-        from workbench.cache.errors import UnknownHookError
         from workbench.cache.hooks import hook_summary
 
-        raise UnknownHookError(
+        raise BadValueError(
             f"hook pattern {spec!r} matches no hook; valid hooks: {', '.join(hook_summary(hook_names))}"
         )
     return found

@@ -12,7 +12,7 @@ from workbench.circuits.graph import Graph
 from workbench.circuits.metrics import MIB_GRID
 from workbench.circuits.select import greedy, prune, topk
 from workbench.circuits.types import Circuit
-from workbench.errors import UserError
+from workbench.errors import DamagedFileError, UserError
 
 PLAIN = Graph(3, 4, 4, 32)
 GROUPED = Graph(3, 4, 2, 32)
@@ -91,7 +91,7 @@ def test_neuronpedia_graph_draws_the_circuit_s_nodes():
     assert cd.model_id == "m@1" and cd.query["str_tokens"] == list("abcdef")
     feature_graph = export.to_neuronpedia(c)
     feature_graph["nodes"][1]["feature_type"] = "cross layer transcoder"
-    with pytest.raises(schema.CircuitFormatError, match="only component graphs"):
+    with pytest.raises(DamagedFileError, match="only component graphs"):
         read(feature_graph, PLAIN)
 
 

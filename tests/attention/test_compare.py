@@ -6,10 +6,11 @@ import pytest
 import torch
 
 from workbench.attention import gates as G
-from workbench.attention.compare import CompareError, check_same_vocab, token_edges
+from workbench.attention.compare import check_same_vocab, token_edges
 from workbench.attention.config import GateConfig
 from workbench.cli import main
 from workbench.corpus.vocab import vocabulary
+from workbench.errors import BadValueError
 from workbench.models import save
 from workbench.models.tokenizer import build_tokenizer
 
@@ -18,7 +19,7 @@ from .conftest import build
 
 def test_models_with_different_vocabularies_are_refused(small, capsys, tmp_path):
     other = build(build_tokenizer(vocabulary()[:50]), seed=1)
-    with pytest.raises(CompareError, match=r"different vocabularies .*d_vocab \d+, \d+ tokens; sparse"):
+    with pytest.raises(BadValueError, match=r"different vocabularies .*d_vocab \d+, \d+ tokens; sparse"):
         check_same_vocab(small, other)
     save(other, tmp_path / "other")
     rc = main(

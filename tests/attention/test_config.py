@@ -2,27 +2,25 @@ import math
 
 import pytest
 
-from workbench.attention.config import AttentionConfigError, GateConfig, SparsifyConfig
-from workbench.errors import UserError
+from workbench.attention.config import GateConfig, SparsifyConfig
+from workbench.errors import ConfigError, UserError
 
 
 @pytest.mark.parametrize("tol", [0, -0.01, math.nan, math.inf])
 def test_tolerance_must_be_positive_and_finite(tol):
-    with pytest.raises(AttentionConfigError, match=r"tolerance=.* must be a finite number > 0") as e:
+    with pytest.raises(ConfigError, match=r"tolerance=.* must be a finite number > 0") as e:
         SparsifyConfig(tolerance=tol).validate()
     assert isinstance(e.value, UserError) and "\n" not in str(e.value)
 
 
 def test_bad_choices_name_the_valid_ones():
-    with pytest.raises(AttentionConfigError, match=r"estimator='gumbel'.*\['gumbel_st', 'hard_concrete'\]"):
+    with pytest.raises(ConfigError, match=r"estimator='gumbel'.*\['gumbel_st', 'hard_concrete'\]"):
         GateConfig(estimator="gumbel").validate()
-    with pytest.raises(AttentionConfigError, match=r"empty_row='none'.*\['zero', 'first'\]"):
+    with pytest.raises(ConfigError, match=r"empty_row='none'.*\['zero', 'first'\]"):
         SparsifyConfig(gates=GateConfig(empty_row="none")).validate()
-    with pytest.raises(
-        AttentionConfigError, match="batch_size=3 must be a positive multiple of the number of processes"
-    ):
+    with pytest.raises(ConfigError, match="batch_size=3 must be a positive multiple of the number of processes"):
         SparsifyConfig(batch_size=3).validate(world_size=2)
-    with pytest.raises(AttentionConfigError, match="unknown SparsifyConfig fields"):
+    with pytest.raises(ConfigError, match="unknown SparsifyConfig fields"):
         SparsifyConfig.from_dict({"tolerence": 0.1})
 
 
@@ -37,16 +35,16 @@ def test_round_trip_and_temperature_schedules():
 
 
 def test_field_types_are_checked_by_name():
-    with pytest.raises(AttentionConfigError, match=r"lr='abc' must be of type float"):
+    with pytest.raises(ConfigError, match=r"lr='abc' must be of type float"):
         SparsifyConfig(lr="abc").validate()
-    with pytest.raises(AttentionConfigError, match=r"steps=True must be of type int"):
+    with pytest.raises(ConfigError, match=r"steps=True must be of type int"):
         SparsifyConfig(steps=True).validate()
-    with pytest.raises(AttentionConfigError, match=r"init_bias='x' must be of type float"):
+    with pytest.raises(ConfigError, match=r"init_bias='x' must be of type float"):
         GateConfig(init_bias="x").validate()
 
 
 def test_gate_presets_and_their_defaults():
-    with pytest.raises(AttentionConfigError, match=r"gate='authors'.*\['published', 'log_prob', 'score'\]"):
+    with pytest.raises(ConfigError, match=r"gate='authors'.*\['published', 'log_prob', 'score'\]"):
         GateConfig(gate="authors").validate()
     published = SparsifyConfig().validate()
     assert published.gates.gate == "published" and published.gates.init_bias == 10.0 and published.tau_end == 1.0

@@ -8,6 +8,7 @@ from transformer_lens.hook_points import HookPoint
 
 from workbench.attention import gates as G
 from workbench.attention.config import GateConfig
+from workbench.errors import BadValueError
 from workbench.models import load, save
 
 from .conftest import build
@@ -134,7 +135,7 @@ def test_grouped_query_attention(gqa):
 
 def test_a_model_without_an_attention_scores_hook_is_refused(small):
     del small.blocks[1].attn.hook_attn_scores
-    with pytest.raises(G.GateError, match=r"block 1 of 'test-attention' has no attention hook_attn_scores hook"):
+    with pytest.raises(BadValueError, match=r"block 1 of 'test-attention' has no attention hook_attn_scores hook"):
         G.install(small, GateConfig())
     assert not G.is_gated(small)
 
@@ -149,7 +150,7 @@ def test_saved_gated_model_loads_with_its_gates(small, tmp_path):
     assert again.blocks[0].attn.gate.cfg == small.blocks[0].attn.gate.cfg
     t = _tokens(small)
     torch.testing.assert_close(again(t), small(t))
-    with pytest.raises(G.GateError, match="already has attention gates"):
+    with pytest.raises(BadValueError, match="already has attention gates"):
         G.install(again, GateConfig())
 
 

@@ -16,6 +16,7 @@ from workbench.attention import train as T
 from workbench.attention.config import GateConfig, SparsifyConfig
 from workbench.cli import main
 from workbench.corpus.vocab import TASKS
+from workbench.errors import BadValueError, DamagedFileError
 from workbench.models import load
 from workbench.workspace import Workspace
 
@@ -119,7 +120,7 @@ def test_more_steps_extend_a_finished_run_to_the_straight_run_and_fewer_are_refu
     a, b = (load_file(str(tmp_path / d / "model.safetensors")) for d in ("straight", "split"))
     assert all(torch.equal(a[k], b[k]) for k in a)  # the published gate's temperature is constant
     assert (tmp_path / "straight" / "curves.jsonl").read_text() == (tmp_path / "split" / "curves.jsonl").read_text()
-    with pytest.raises(T.SparsifyError, match=r"steps=4 is smaller than the 6 steps this run has finished"):
+    with pytest.raises(BadValueError, match=r"steps=4 is smaller than the 6 steps this run has finished"):
         T.sparsify(small_dir, tmp_path / "split", _cfg(steps=4), resume=True, report_queries=2)
 
 
@@ -130,12 +131,12 @@ def test_resume_refuses_another_config_or_base_model(small_dir, tokenizer, tmp_p
 
     out = tmp_path / "run"
     T.sparsify(small_dir, out, _cfg(steps=2, eval_every=2), report_queries=2)
-    with pytest.raises(checkpoint.CheckpointError, match=r"config\.tolerance: checkpoint 0\.5 != now 0\.2"):
+    with pytest.raises(DamagedFileError, match=r"config\.tolerance: checkpoint 0\.5 != now 0\.2"):
         T.sparsify(small_dir, out, _cfg(steps=2, eval_every=2, tolerance=0.2), resume=True)
     other = str(save(build(tokenizer, seed=9), tmp_path / "other"))
-    with pytest.raises(checkpoint.CheckpointError, match=r"base_model: checkpoint 'test-attention@"):
+    with pytest.raises(DamagedFileError, match=r"base_model: checkpoint 'test-attention@"):
         T.sparsify(other, out, _cfg(steps=2, eval_every=2), resume=True)
-    with pytest.raises(T.SparsifyError, match="already exists and is not empty; pass --resume"):
+    with pytest.raises(BadValueError, match="already exists and is not empty; pass --resume"):
         T.sparsify(small_dir, out, _cfg(steps=2, eval_every=2))
 
 

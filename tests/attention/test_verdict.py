@@ -7,6 +7,7 @@ import torch
 from workbench.attention import verdict as V
 from workbench.attention.config import SparsifyConfig
 from workbench.corpus import load_corpus
+from workbench.errors import BadValueError
 
 
 def test_paired_difference_by_hand():
@@ -54,11 +55,11 @@ def test_verdict_sequences_are_fresh_held_out_text_after_the_selection_split(tok
 def test_a_verdict_split_overlapping_the_selection_split_is_refused(tokenizer):
     corpus = load_corpus("synthetic", tokenizer, seed=0)
     held = [next(corpus.sequences(32, 0, split="heldout"))]
-    with pytest.raises(V.VerdictSplitError, match="shares documents .* with the selection split"):
+    with pytest.raises(BadValueError, match="shares documents .* with the selection split"):
         V.check_fresh(held, V._docs(held))
-    with pytest.raises(V.VerdictSplitError, match="verdict_start=2 overlaps the selection split"):
+    with pytest.raises(BadValueError, match="verdict_start=2 overlaps the selection split"):
         V.verdict_sequences(corpus, 4, 2, 32, start=2)  # an explicit start inside the selection
-    with pytest.raises(V.VerdictSplitError, match=r"verdict_start=10 overlaps the selection split .*0-63"):
+    with pytest.raises(BadValueError, match=r"verdict_start=10 overlaps the selection split .*0-63"):
         SparsifyConfig(eval_sequences=64, verdict_start=10).validate()
 
 
@@ -66,7 +67,7 @@ def test_a_corpus_too_short_for_the_verdict_is_refused(tmp_path, tokenizer):
     text = tmp_path / "t.txt"
     text.write_text("\n\n".join(f"the cat sat on mat {i}" for i in range(30)))
     corpus = load_corpus(str(text), tokenizer)
-    with pytest.raises(V.VerdictSplitError, match="fewer than verdict_sequences=500"):
+    with pytest.raises(BadValueError, match="fewer than verdict_sequences=500"):
         V.verdict_sequences(corpus, 1, 500, 4)
 
 

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from workbench.cache import CacheCorruptError
 from workbench.cache.format import NpyAppender, NpyReader, checksum
+from workbench.errors import DamagedFileError
 
 
 def test_appended_npy_is_a_plain_npy(tmp_path):
@@ -17,7 +17,7 @@ def test_appended_npy_is_a_plain_npy(tmp_path):
     out = np.empty((3, 3), np.float16)
     r.read_into(99_999, memoryview(out[:2].reshape(-1).view(np.uint8)))
     np.testing.assert_array_equal(out[:2], blocks[2][-6:-4])
-    with pytest.raises(CacheCorruptError, match="ends before row 100005"):
+    with pytest.raises(DamagedFileError, match="ends before row 100005"):
         r.read_into(100_003, memoryview(out.reshape(-1).view(np.uint8)))
     r.close()
 

@@ -10,17 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from workbench.cache import (
-    ActivationCache,
-    CacheExistsError,
-    CacheIncompleteError,
-    CacheMismatchError,
-    DiskFullError,
-    UnknownHookError,
-    harvest,
-)
+from workbench.cache import ActivationCache, harvest
 from workbench.cache import format as fmt
 from workbench.cache.shards import check_shard, read_record, shard_dirs
+from workbench.errors import BadValueError, DamagedFileError, DiskFullError, MissingInputError, OutputExistsError
 from workbench.models import model_id
 
 
@@ -122,12 +115,12 @@ def test_outliers_are_flagged_against_the_median_norm(tmp_path, model, corpus, h
 
 
 def test_unknown_hook_lists_the_valid_ones(tmp_path, model, corpus, base):
-    with pytest.raises(UnknownHookError, match=r"'blocks\.7\.hook_resid_post'.*blocks\.\{0\.\.1\}\.hook_resid_post"):
+    with pytest.raises(BadValueError, match=r"'blocks\.7\.hook_resid_post'.*blocks\.\{0\.\.1\}\.hook_resid_post"):
         harvest(model, corpus, ["blocks.7.hook_resid_post"], tmp_path / "c", **base)
-    with pytest.raises(UnknownHookError, match="is an attention pattern, not one row per token"):
+    with pytest.raises(BadValueError, match="is an attention pattern, not one row per token"):
         harvest(model, corpus, ["blocks.0.attn.hook_pattern"], tmp_path / "c", **base)
     with pytest.raises(
-        UnknownHookError, match=r"'blocks\.0\.hook_resid_psot': did you mean 'blocks\.0\.hook_resid_post'"
+        BadValueError, match=r"'blocks\.0\.hook_resid_psot': did you mean 'blocks\.0\.hook_resid_post'"
     ) as e:
         harvest(model, corpus, ["blocks.0.hook_resid_psot"], tmp_path / "c", **base)
     assert "attention pattern" not in str(e.value)
@@ -135,10 +128,9 @@ def test_unknown_hook_lists_the_valid_ones(tmp_path, model, corpus, base):
 
 
 def test_output_under_a_file_is_named(tmp_path, model, corpus, hooks, base):
-    from workbench.atomic import OutputPathError
 
     (tmp_path / "afile").write_text("x")
-    with pytest.raises(OutputPathError, match=f"cache folder {tmp_path}/afile/c cannot be created: .*afile is a file"):
+    with pytest.raises(BadValueError, match=f"cache folder {tmp_path}/afile/c cannot be created: .*afile is a file"):
         harvest(model, corpus, hooks, tmp_path / "afile" / "c", **base)
 
 
@@ -159,12 +151,12 @@ def test_a_corpus_of_unknown_words_is_refused_and_leaves_no_folder(tmp_path, mod
     files = load_corpus(str(text), model.tokenizer)
     out = tmp_path / "c"
     with pytest.raises(
-        CacheMismatchError, match=r"\(9\d%\) are unknown to the model's tokenizer .*--max-unknown-fraction 1"
+        DamagedFileError, match=r"\(9\d%\) are unknown to the model's tokenizer .*--max-unknown-fraction 1"
     ):
         harvest(model, files, hooks[:1], out, **base)
     assert not out.exists()  # the identical command can run again
     out.mkdir()
-    with pytest.raises(CacheMismatchError, match="max_unknown_fraction=0.05"):
+    with pytest.raises(DamagedFileError, match="max_unknown_fraction=0.05"):
         harvest(model, files, hooks[:1], out, **base)
     assert out.is_dir() and not any(out.iterdir())
     c = harvest(model, files, hooks[:1], out, **{**base, "n_tokens": 300}, max_unknown_fraction=1.0)
@@ -175,12 +167,12 @@ def test_existing_output_folder_is_refused_unless_resume_or_overwrite(tmp_path, 
     other = tmp_path / "other"
     other.mkdir()
     (other / "notes.txt").write_text("keep me")
-    with pytest.raises(CacheExistsError, match="--overwrite"):
+    with pytest.raises(OutputExistsError, match="--overwrite"):
         harvest(model, corpus, hooks, other, **base)
-    with pytest.raises(CacheExistsError, match="refusing to delete"):
+    with pytest.raises(OutputExistsError, match="refusing to delete"):
         harvest(model, corpus, hooks, other, **base, overwrite=True)
     assert (other / "notes.txt").read_text() == "keep me"
-    with pytest.raises(CacheExistsError, match="--resume"):
+    with pytest.raises(OutputExistsError, match="--resume"):
         harvest(model, corpus, hooks, clean.path, **base)
     before = (clean.path / "manifest.json").read_text()
     assert harvest(model, corpus, hooks, clean.path, **base, resume=True).manifest == clean.manifest
@@ -198,9 +190,9 @@ def test_resume_after_a_crash_equals_a_clean_run(tmp_path, model, corpus, clean,
     assert len(done) == 2 and not list((out / "train").glob("*.tmp"))  # the partial shard was removed
     for d in done:
         check_shard(d, read_record(d)["files"], full=True)
-    with pytest.raises(CacheIncompleteError, match="--resume"):
+    with pytest.raises(MissingInputError, match="--resume"):
         ActivationCache.open(out)
-    with pytest.raises(CacheMismatchError, match="dtype: 'float16' on disk vs 'float32' requested"):
+    with pytest.raises(DamagedFileError, match="dtype: 'float16' on disk vs 'float32' requested"):
         harvest(model, corpus, hooks, out, **base, dtype="float32", resume=True)
     same_cache(clean, harvest(model, corpus, hooks, out, **base, resume=True))
 

@@ -7,7 +7,7 @@ import pytest
 
 from workbench.circuits import annotations as an
 from workbench.circuits import schema
-from workbench.errors import BadValueError
+from workbench.errors import BadValueError, DamagedFileError
 
 NP = Path(__file__).parent / "old_files" / "neuronpedia.json"  # a component graph of a 2-head model
 MARKS = an.Annotations(
@@ -58,5 +58,5 @@ def test_neuronpedia_edited_label_and_foreign_ids():
     d["nodes"][1]["clerp"] = "previous-token head"  # relabelled in Neuronpedia: read back as the note
     assert an.read_neuronpedia(d, n_heads=2).notes == {"a0.h0": "previous-token head"}
     d["qParams"]["pinnedIds"] = ["9_9_9"]
-    with pytest.raises(schema.CircuitFormatError, match="9_9_9"):
+    with pytest.raises(DamagedFileError, match="9_9_9"):
         an.read_neuronpedia(d, n_heads=2)

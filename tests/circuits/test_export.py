@@ -5,9 +5,10 @@ import pytest
 import torch
 
 from tests.circuits.conftest import _model
-from workbench.circuits import Graph, GraphMismatchError, find_circuit
+from workbench.circuits import Graph, find_circuit
 from workbench.circuits.export import from_mib, to_mib, to_neuronpedia, validate_neuronpedia
-from workbench.circuits.types import Circuit, CircuitFileError
+from workbench.circuits.types import Circuit
+from workbench.errors import BadValueError, DamagedFileError
 
 
 @pytest.fixture(scope="module")
@@ -35,14 +36,14 @@ def test_import_refuses_other_versions_schemas_and_models(circuit, tiny_shape, t
     path = tmp_path / "c.json"
     circuit.save(path)
     d = json.loads(path.read_text())
-    with pytest.raises(CircuitFileError, match="schema version 2 is not supported; this workbench reads version 1"):
+    with pytest.raises(DamagedFileError, match="schema version 2 is not supported; this workbench reads version 1"):
         Circuit.load({**d, "schema_version": 2})
-    with pytest.raises(CircuitFileError, match="not a workbench circuit file"):
+    with pytest.raises(DamagedFileError, match="not a workbench circuit file"):
         Circuit.load(to_mib(circuit))
-    with pytest.raises(GraphMismatchError, match="shape"):
+    with pytest.raises(BadValueError, match="shape"):
         Circuit.load(path, model=tiny_shape)
     other = _model(tokenizer, seed=7)  # same shape, other weights
-    with pytest.raises(GraphMismatchError, match="not on this model"):
+    with pytest.raises(BadValueError, match="not on this model"):
         Circuit.load(path, model=other)
     with pytest.raises(FileNotFoundError):
         Circuit.load(tmp_path / "missing.json")
@@ -109,7 +110,7 @@ def test_neuronpedia_graph_loads_with_circuit_tracer(circuit, tmp_path):
     infl = sorted(n["influence"] for n in d["nodes"])
     assert infl[-1] == pytest.approx(1.0) and all(0 < x <= 1 for x in infl)
     broken = {**d, "nodes": [{k: v for k, v in n.items() if k != "clerp"} for n in d["nodes"]]}
-    with pytest.raises(CircuitFileError, match="lacks 'clerp'"):
+    with pytest.raises(DamagedFileError, match="lacks 'clerp'"):
         validate_neuronpedia(broken)
 
 
@@ -159,10 +160,10 @@ def test_neuronpedia_merges_qkv_links_and_keeps_positions_causal():
 def test_damaged_circuit_files_are_named(tmp_path, text, match):
     path = tmp_path / "c.json"
     path.write_text(text)
-    with pytest.raises(CircuitFileError, match=match) as e:
+    with pytest.raises(DamagedFileError, match=match) as e:
         Circuit.load(path)
     assert str(path) in str(e.value)
-    with pytest.raises(CircuitFileError, match=str(path)):
+    with pytest.raises(DamagedFileError, match=str(path)):
         from_mib(path)
 
 
@@ -194,11 +195,11 @@ def test_a_non_finite_edge_score_is_refused_by_name_not_exported_as_null(circuit
     d["edges"][3]["score"] = bad
     path = tmp_path / "c.json"
     path.write_text(json.dumps(d))  # json writes NaN / Infinity, which json.loads reads back
-    with pytest.raises(CircuitFileError, match=re.escape(f"({d['edges'][3]['name']}).score is {bad}")):
+    with pytest.raises(DamagedFileError, match=re.escape(f"({d['edges'][3]['name']}).score is {bad}")):
         Circuit.load(path)
     for fmt in ("mib", "neuronpedia"):
         rc, err = _cli(["circuit", "export", str(path), "--format", fmt, "--out", str(tmp_path / "o.json")], capsys)
         assert rc == 2 and len(err) == 1 and d["edges"][3]["name"] in err[0], err
     assert not (tmp_path / "o.json").exists()
-    with pytest.raises(CircuitFileError, match="not finite"):
+    with pytest.raises(DamagedFileError, match="not finite"):
         Circuit(circuit.graph, circuit.in_circuit, torch.full_like(circuit.scores, bad))

@@ -1,6 +1,7 @@
 import pytest
 
-from workbench.circuits.graph import Graph, GraphMismatchError
+from workbench.circuits.graph import Graph
+from workbench.errors import BadValueError
 
 
 def test_gpt2_small_edge_count_matches_methods_md():
@@ -35,5 +36,5 @@ def test_attn_only_has_no_mlp_nodes():
 
 
 def test_mismatch_names_both_shapes():
-    with pytest.raises(GraphMismatchError, match="n_layers"):
+    with pytest.raises(BadValueError, match="n_layers"):
         Graph(2, 2, 2, 8).check_same(Graph(3, 2, 2, 8))

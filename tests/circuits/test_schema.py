@@ -12,8 +12,9 @@ import torch
 
 from workbench.circuits import export, schema
 from workbench.circuits.graph import Graph
-from workbench.circuits.schema import CircuitFormatError, GraphShape
+from workbench.circuits.schema import GraphShape
 from workbench.circuits.types import Circuit
+from workbench.errors import DamagedFileError
 
 OLD = Path(__file__).parent / "old_files"
 
@@ -50,9 +51,9 @@ def test_reader_grammar():
     ]
     assert schema.parse_reader("a1.h0", 4, 4) == [("a1.h0", "in")]  # Neuronpedia links merge q/k/v
     for bad in ("a3.h2<x>", "input", "m2<q>", "a3.kv0<q>", "b1", "a1h2<q>"):
-        with pytest.raises(CircuitFormatError):
+        with pytest.raises(DamagedFileError):
             schema.parse_reader(bad, 4, 2)
-    with pytest.raises(CircuitFormatError, match="not WRITER->READER"):
+    with pytest.raises(DamagedFileError, match="not WRITER->READER"):
         schema.split_edge("a0.h1")
 
 
@@ -102,9 +103,9 @@ def _wb() -> dict:
 def test_damaged_workbench_files_name_the_field(change, match):
     d = _wb()
     change(d)
-    with pytest.raises(CircuitFormatError, match=match):
+    with pytest.raises(DamagedFileError, match=match):
         schema.read(d)
-    with pytest.raises(CircuitFormatError, match=match):
+    with pytest.raises(DamagedFileError, match=match):
         Circuit.from_dict(d)
 
 
@@ -115,11 +116,11 @@ def test_token_ids_outside_the_vocabulary(tokens, field):
     d = _wb()
     d["query"]["tokens"] = tokens
     schema.read(d)  # the vocabulary is not known without a model
-    with pytest.raises(CircuitFormatError, match=field + " is outside the model's vocabulary of 64"):
+    with pytest.raises(DamagedFileError, match=field + " is outside the model's vocabulary of 64"):
         schema.read(d, d_vocab=64)
     d = _wb()
     d["query"]["answer_id"] = 64
-    with pytest.raises(CircuitFormatError, match="query.answer_id=64"):
+    with pytest.raises(DamagedFileError, match="query.answer_id=64"):
         schema.read(d, d_vocab=64)
 
 
@@ -133,35 +134,35 @@ def test_not_measured_statistics_read_as_null():
 
 def test_mib_and_neuronpedia_damage_names_the_field():
     d = old("mib.json")
-    with pytest.raises(CircuitFormatError, match="edges is a list, expected an object mapping edge names"):
+    with pytest.raises(DamagedFileError, match="edges is a list, expected an object mapping edge names"):
         schema.read({**d, "edges": list(d["edges"])})
     name = next(iter(d["edges"]))
     d["edges"][name]["score"] = float("-inf")
-    with pytest.raises(CircuitFormatError, match=rf"edges\['{name}'\].score is -inf"):
+    with pytest.raises(DamagedFileError, match=rf"edges\['{name}'\].score is -inf"):
         schema.read(d)
     d = old("mib.json")
     d["edges"]["a0.h7->logits"] = {"score": 1.0, "in_graph": True}
-    with pytest.raises(CircuitFormatError, match="names head 7; the model has 2 heads"):
+    with pytest.raises(DamagedFileError, match="names head 7; the model has 2 heads"):
         schema.read(d)
     n = old("neuronpedia.json")
-    with pytest.raises(CircuitFormatError, match="names no model shape"):
+    with pytest.raises(DamagedFileError, match="names no model shape"):
         schema.read(n)
     n["links"][0]["weight"] = math.nan
-    with pytest.raises(CircuitFormatError, match=r"links\[0\].weight is nan"):
+    with pytest.raises(DamagedFileError, match=r"links\[0\].weight is nan"):
         schema.read(n, shape=GraphShape(2, 2, 1, 8))
-    with pytest.raises(CircuitFormatError, match="is not this model's"):
+    with pytest.raises(DamagedFileError, match="is not this model's"):
         schema.read(old("circuit.json"), shape=GraphShape(2, 2, 2, 8))
 
 
 def test_limits_nesting_and_foreign_json():
-    with pytest.raises(CircuitFormatError, match="nests JSON arrays or objects too deeply"):
+    with pytest.raises(DamagedFileError, match="nests JSON arrays or objects too deeply"):
         schema.loads("[" * 200_000 + "]" * 200_000, "deep.json")
-    with pytest.raises(CircuitFormatError, match="deep.json is 0.0 MiB; circuit files are limited to 0 MiB"):
+    with pytest.raises(DamagedFileError, match="deep.json is 0.0 MiB; circuit files are limited to 0 MiB"):
         schema.loads("[1]", "deep.json", max_bytes=2)
-    with pytest.raises(CircuitFormatError, match="not valid JSON"):
+    with pytest.raises(DamagedFileError, match="not valid JSON"):
         schema.loads("{", "x.json")
     for bad in ([1, 2], {"schema": "other"}, {"cfg": {}, "nodes": {}}, "text"):
-        with pytest.raises(CircuitFormatError, match="valid formats: workbench JSON"):
+        with pytest.raises(DamagedFileError, match="valid formats: workbench JSON"):
             schema.detect(bad)
 
 

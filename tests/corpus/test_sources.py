@@ -6,7 +6,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from workbench.corpus import load_corpus
-from workbench.corpus.sources import CorpusError
+from workbench.errors import BadValueError
 
 DOCS = [f"Mary went to the park . John saw a big tree number {i} ." for i in range(40)]
 
@@ -38,17 +38,17 @@ def test_file_corpus_resume_and_heldout(tmp_path, tokenizer):
 
 
 def test_bad_corpus_specs(tmp_path, tokenizer):
-    with pytest.raises(CorpusError, match="does not exist"):
+    with pytest.raises(BadValueError, match="does not exist"):
         load_corpus(str(tmp_path / "missing.txt"), tokenizer)
-    with pytest.raises(CorpusError, match="expected 'synthetic', 'hf:<dataset>' or a file"):
+    with pytest.raises(BadValueError, match="expected 'synthetic', 'hf:<dataset>' or a file"):
         load_corpus(str(tmp_path / "data.csv"), tokenizer)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "ok"}\nnot json\n')
-    with pytest.raises(CorpusError, match="bad.jsonl:2"):
+    with pytest.raises(BadValueError, match="bad.jsonl:2"):
         list(load_corpus(str(bad), tokenizer).sequences(8))
     binary = tmp_path / "bin.txt"
     binary.write_bytes(b"\xff\xfe\x00bad")
-    with pytest.raises(CorpusError, match="cannot read corpus file"):
+    with pytest.raises(BadValueError, match="cannot read corpus file"):
         list(load_corpus(str(binary), tokenizer).sequences(8))
 
 
@@ -59,5 +59,5 @@ def test_hf_corpus_offline_is_one_clear_error(tokenizer, monkeypatch):
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)  # the sandbox state, made explicit
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     corpus = load_corpus("hf:nonexistent/dataset", tokenizer)
-    with pytest.raises(CorpusError, match=r"cannot stream Hugging Face dataset 'hf:nonexistent/dataset' .*offline"):
+    with pytest.raises(BadValueError, match=r"cannot stream Hugging Face dataset 'hf:nonexistent/dataset' .*offline"):
         next(corpus.sequences(16))

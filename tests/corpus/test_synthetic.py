@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 from workbench.corpus import load_corpus, tasks
-from workbench.corpus.base import SplitError
 from workbench.corpus.vocab import LABEL_NAMES, ROLE_ENTITY_VALUES
+from workbench.errors import BadValueError
 
 
 def test_sequences_are_deterministic_and_resumable(tokenizer):
@@ -21,7 +21,7 @@ def test_heldout_split_differs_from_train(tokenizer):
     train, held = corpus.sequence(0, 64, "train"), corpus.sequence(0, 64, "heldout")
     assert not np.array_equal(train.tokens, held.tokens)
     assert (held.doc_ids[1:] < 0).all() and (train.doc_ids[1:] >= 0).all()
-    with pytest.raises(SplitError, match="valid: 'train', 'heldout'"):
+    with pytest.raises(BadValueError, match="valid: 'train', 'heldout'"):
         corpus.sequence(0, 64, "test")
 
 

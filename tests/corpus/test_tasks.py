@@ -3,8 +3,8 @@ import random
 import pytest
 
 from workbench.corpus import tasks
-from workbench.corpus.base import SplitError
-from workbench.corpus.tasks import QUERY_TASKS, TaskError
+from workbench.corpus.tasks import QUERY_TASKS
+from workbench.errors import BadValueError
 
 
 @pytest.mark.parametrize("task", QUERY_TASKS)
@@ -63,16 +63,16 @@ def test_greater_than_accepts_any_larger_number_and_retargets_its_paraphrases():
     r = tasks.with_answer(q, "99")
     assert (r.answer, r.prompt, r.counterfactual, r.wrong) == ("99", q.prompt, q.counterfactual, q.wrong)
     assert all(p.answer == "99" for p in tasks.paraphrases(r, 3))
-    with pytest.raises(TaskError, match="is not a correct answer"):
+    with pytest.raises(BadValueError, match="is not a correct answer"):
         tasks.with_answer(q, str(x))
     ioi = tasks.queries("ioi", 1)[0]
     assert tasks.accepts(ioi, ioi.answer) and not tasks.accepts(ioi, ioi.wrong)
 
 
 def test_unknown_task_and_split_list_valid_ones():
-    with pytest.raises(TaskError, match="valid tasks: ioi, induction"):
+    with pytest.raises(BadValueError, match="valid tasks: ioi, induction"):
         tasks.queries("sorting", 3)
-    with pytest.raises(SplitError, match="valid: 'train', 'heldout'"):
+    with pytest.raises(BadValueError, match="valid: 'train', 'heldout'"):
         tasks.make_query("ioi", random.Random(0), split="test")
 
 

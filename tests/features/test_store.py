@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from workbench.cache import ActivationCache
-from workbench.features import FeatureStore, FeatureStoreError
+from workbench.errors import BadValueError
+from workbench.features import FeatureStore
 from workbench.features.build import build_stores
 from workbench.features.config import FeatureConfig
 from workbench.sae.io import load_sae
@@ -141,17 +142,17 @@ def test_an_interrupted_build_resumes_to_the_same_store(feature_workspace, names
     with pytest.raises(KeyboardInterrupt):
         build_stores([folder], cache, model, cfg, progress=False)
     assert (folder / "features" / ".partial" / "c000000.done").is_file()
-    with pytest.raises(FeatureStoreError, match="a build was interrupted"):
+    with pytest.raises(BadValueError, match="a build was interrupted"):
         FeatureStore(folder)
     monkeypatch.setattr(build._Job, "encode_chunk", real)
-    with pytest.raises(FeatureStoreError, match="different config"):
+    with pytest.raises(BadValueError, match="different config"):
         build_stores([folder], cache, model, FeatureConfig(chunk_rows=1000, corr_tokens=1500, n_top=5), progress=False)
     build_stores([folder], cache, model, cfg, progress=False)
     a, b = FeatureStore(folder), FeatureStore(src)
     for name in ("ex_rows", "ctx_acts", "nb_corr_ids", "token_units", "hist"):
         assert np.array_equal(a.array(name), b.array(name)), name
     assert not (folder / "features" / ".partial").exists()
-    with pytest.raises(FeatureStoreError, match="--overwrite"):
+    with pytest.raises(BadValueError, match="--overwrite"):
         build_stores([folder], cache, model, cfg, progress=False)
 
 
@@ -160,17 +161,17 @@ def test_bad_input_gets_clear_messages(feature_workspace, names, tmp_path, capsy
 
     store = FeatureStore(feature_workspace / "saes" / "run" / names[0])
     for bad in (-1, store.n_units, "x"):
-        with pytest.raises(FeatureStoreError):
+        with pytest.raises(BadValueError):
             store.unit(bad)
-    with pytest.raises(FeatureStoreError, match="no token spelled"):
+    with pytest.raises(BadValueError, match="no token spelled"):
         store.search_token("zzzz-not-a-word")
-    with pytest.raises(FeatureStoreError, match="no feature store"):
+    with pytest.raises(BadValueError, match="no feature store"):
         FeatureStore(tmp_path)
     (tmp_path / "features").mkdir()
     (tmp_path / "features" / "manifest.json").write_text(json.dumps({"format": "other"}))
-    with pytest.raises(FeatureStoreError, match="format"):
+    with pytest.raises(BadValueError, match="format"):
         FeatureStore(tmp_path)
-    with pytest.raises(FeatureStoreError, match="split"):
+    with pytest.raises(BadValueError, match="split"):
         FeatureConfig(split="test")
     assert (
         main(["features", "build", str(tmp_path), "--cache", str(feature_workspace / "caches" / "random-synthetic")])
@@ -218,7 +219,7 @@ def test_a_full_disk_is_one_line_leaves_nothing_that_looks_valid_and_resumes(
     assert len(err) == 1 and "no space left" in err[0].lower() and "rerun" in err[0], err
     assert len(writes) == nth_write
     assert not list(folder.rglob("*.tmp"))
-    with pytest.raises(FeatureStoreError, match="a build was interrupted"):
+    with pytest.raises(BadValueError, match="a build was interrupted"):
         FeatureStore(folder)
     monkeypatch.setattr(atomic, "atomic_path", real)
     monkeypatch.setattr(build, "atomic_path", real)
@@ -278,5 +279,5 @@ def test_the_same_sae_twice_builds_one_store(feature_workspace, names, tmp_path,
 def test_a_damaged_store_manifest_is_one_error_naming_it(tmp_path, text):
     (tmp_path / "features").mkdir()
     (tmp_path / "features" / "manifest.json").write_text(text)
-    with pytest.raises(FeatureStoreError, match="manifest.json"):
+    with pytest.raises(BadValueError, match="manifest.json"):
         FeatureStore(tmp_path)

@@ -6,8 +6,9 @@ from safetensors.torch import load_file
 
 from workbench import checkpoint
 from workbench.cli import main
+from workbench.errors import ConfigError
 from workbench.models import EMBEDDED, load, toy
-from workbench.models.toy import TinyConfig, TrainConfigError, train_tiny
+from workbench.models.toy import TinyConfig, train_tiny
 
 SMALL = dict(
     n_layers=1,
@@ -49,7 +50,7 @@ def test_resume_after_interruption_gives_the_same_weights(tmp_path, monkeypatch)
     a, b = (load_file(str(tmp_path / d / "model.safetensors")) for d in ("straight", "cut"))
     for k in a:
         torch.testing.assert_close(a[k], b[k])
-    with pytest.raises(TrainConfigError, match="another config"):
+    with pytest.raises(ConfigError, match="another config"):
         (tmp_path / "cut2").mkdir()
         checkpoint.write(tmp_path / "cut2" / toy.CHECKPOINT, {"config": {**toy.asdict(TinyConfig(**SMALL)), "seed": 9}})
         train_tiny(tmp_path / "cut2", TinyConfig(**SMALL), progress=False, resume=True)
@@ -81,6 +82,6 @@ def test_refuses_non_empty_output_and_names_the_shipped_model(tmp_path, capsys):
     ],
 )
 def test_config_is_validated_before_anything_is_written(tmp_path, field, value, match):
-    with pytest.raises(TrainConfigError, match=match):
+    with pytest.raises(ConfigError, match=match):
         train_tiny(tmp_path / "m", TinyConfig(**{**SMALL, field: value}), progress=False)
     assert not (tmp_path / "m").exists()

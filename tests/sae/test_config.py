@@ -2,7 +2,8 @@
 
 import pytest
 
-from workbench.sae.config import ConfigError, SAEConfig, TrainConfig
+from workbench.errors import ConfigError
+from workbench.sae.config import SAEConfig, TrainConfig
 
 
 def test_defaults_resolve_against_the_data():

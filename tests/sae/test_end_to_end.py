@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from workbench.sae import ConfigError, SAEConfig, TrainConfig, evaluate, load_sae, train
+from workbench.errors import ConfigError
+from workbench.sae import SAEConfig, TrainConfig, evaluate, load_sae, train
 
 from .conftest import HOOK
 

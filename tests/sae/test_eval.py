@@ -1,7 +1,7 @@
 import pytest
 
+from workbench.errors import ConfigError
 from workbench.sae import evaluate
-from workbench.sae.config import ConfigError
 
 
 def test_zero_tokens_is_refused_before_any_work(tmp_path):

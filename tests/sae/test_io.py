@@ -6,6 +6,7 @@ import pytest
 import torch
 from sae_lens import SAE, JumpReLUSAE, TopKSAE
 
+from workbench.errors import DamagedFileError
 from workbench.sae.config import SAEConfig, TrainConfig
 from workbench.sae.io import load_sae, save_sae
 from workbench.sae.saelens import BlockSparseSAE, ScaffoldSAE
@@ -70,23 +71,21 @@ def _saved(tmp_path):
 def test_damaged_weights_are_refused_on_load(tmp_path):
     from safetensors.torch import load_file, save_file
 
-    from workbench.sae.io import SAEFileError
-
     weights = _saved(tmp_path)
     load_sae(tmp_path)
     t = load_file(str(weights))
     t["W_dec"][0, 0] = float("nan")
     save_file(t, str(weights))
-    with pytest.raises(SAEFileError, match="does not match the checksum in .*workbench.json"):
+    with pytest.raises(DamagedFileError, match="does not match the checksum in .*workbench.json"):
         load_sae(tmp_path)
     (tmp_path / "workbench.json").unlink()  # an SAE saved elsewhere: no checksum, but NaN is still caught
-    with pytest.raises(SAEFileError, match=r"sae_weights.safetensors holds NaN/inf values in W_dec"):
+    with pytest.raises(DamagedFileError, match=r"sae_weights.safetensors holds NaN/inf values in W_dec"):
         load_sae(tmp_path)
     weights.write_bytes(weights.read_bytes()[:100])
-    with pytest.raises(SAEFileError, match=f"cannot load the SAE in {tmp_path}"):
+    with pytest.raises(DamagedFileError, match=f"cannot load the SAE in {tmp_path}"):
         load_sae(tmp_path)
     (tmp_path / "cfg.json").write_text("[1]")
-    with pytest.raises(SAEFileError, match="cfg.json holds a JSON list"):
+    with pytest.raises(DamagedFileError, match="cfg.json holds a JSON list"):
         load_sae(tmp_path)
 
 

@@ -10,9 +10,9 @@ import torch
 
 from workbench import steps
 from workbench.cli import main
-from workbench.errors import BadValueError, MissingInputError
+from workbench.errors import BadValueError, ConfigError, DamagedFileError, MissingInputError
 from workbench.sae.architectures import build
-from workbench.sae.config import ConfigError, SAEConfig, TrainConfig
+from workbench.sae.config import SAEConfig, TrainConfig
 from workbench.sae.io import load_sae, save_sae
 from workbench.sae.trainer import fit, train
 from workbench.sae.transcoders import load_set, parse_layers
@@ -323,11 +323,10 @@ def test_target_from_another_cache_of_the_same_tokens_trains_the_same_transcoder
     [({"corpus_seed": 1}, "differ at train row"), ({"heldout_fraction": 0.3}, "hold 4000 vs 3500 train rows")],
 )
 def test_target_cache_of_other_tokens_is_refused(tc_cache, tmp_path, change, message):
-    from workbench.cache import CacheMismatchError
 
     cache, _ = tc_cache
     tcache = _target_only_cache(tc_cache, tmp_path / "other", **change)
-    with pytest.raises(CacheMismatchError, match=message):
+    with pytest.raises(DamagedFileError, match=message):
         train(cache, IN, [SAEConfig("topk")], _small_train(), tmp_path / "run", target=OUT, target_cache=tcache)
 
 

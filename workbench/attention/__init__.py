@@ -9,6 +9,6 @@ keep as few query-key edges as possible at the base model's held-out loss, and i
 Only the configs are imported here (no torch); gates, train, report and compare import torch.
 """
 
-from workbench.attention.config import AttentionConfigError, GateConfig, SparsifyConfig
+from workbench.attention.config import GateConfig, SparsifyConfig
 
-__all__ = ["AttentionConfigError", "GateConfig", "SparsifyConfig"]
+__all__ = ["GateConfig", "SparsifyConfig"]

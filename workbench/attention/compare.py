@@ -16,19 +16,15 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from workbench.errors import UserError
+from workbench.errors import BadValueError
 
 TARGETS = (0.8, 0.9)
-
-
-class CompareError(UserError, ValueError):
-    pass
 
 
 def check_same_vocab(base, sparse) -> None:
     vb, vs = base.tokenizer.get_vocab(), sparse.tokenizer.get_vocab()
     if base.cfg.d_vocab != sparse.cfg.d_vocab or vb != vs:
-        raise CompareError(
+        raise BadValueError(
             f"the models have different vocabularies (base {base.cfg.model_name!r}: d_vocab "
             f"{base.cfg.d_vocab}, {len(vb)} tokens; sparse {sparse.cfg.model_name!r}: d_vocab "
             f"{sparse.cfg.d_vocab}, {len(vs)} tokens); compare a sparse model with the base it came from"
@@ -192,7 +188,7 @@ def compare(
     check_same_vocab(base, sparse)
     for t in targets:
         if not 0 < t <= 1:
-            raise CompareError(f"NDF target {t!r} must be in (0, 1]")
+            raise BadValueError(f"NDF target {t!r} must be in (0, 1]")
     qs = tasks.queries(task, n, seed=seed, tokenizer=base.tokenizer)
     it = qs
     if progress:

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 
 from workbench.configcheck import check_device, from_json, to_json, type_mismatch
-from workbench.errors import UserError
+from workbench.errors import ConfigError
 
 ESTIMATORS = ("gumbel_st", "hard_concrete")
 # "published": the authors' gate (docs/methods.md §7): logit = score + one scalar bias, no renormalisation;
@@ -23,13 +23,9 @@ TAU_SCHEDULES = ("constant", "linear", "exponential")
 DUAL_CE = ("paired", "fixed")
 
 
-class AttentionConfigError(UserError, ValueError):
-    """A config value is invalid; the message names the value and the valid choices."""
-
-
 def _choice(name: str, value, choices) -> None:
     if value not in choices:
-        raise AttentionConfigError(f"{name}={value!r} is not valid; choose one of {list(choices)}")
+        raise ConfigError(f"{name}={value!r} is not valid; choose one of {list(choices)}")
 
 
 def _finite(name: str, value, positive: bool = False, non_negative: bool = False) -> None:
@@ -40,14 +36,14 @@ def _finite(name: str, value, positive: bool = False, non_negative: bool = False
         ok = value >= 0
     if not ok:
         need = "a finite number > 0" if positive else "a finite number >= 0" if non_negative else "a finite number"
-        raise AttentionConfigError(f"{name}={value!r} must be {need}")
+        raise ConfigError(f"{name}={value!r} must be {need}")
 
 
 def _check_types(obj) -> None:
     """Fields must hold their annotated type (a --set value such as lr=abc fails here, by name)."""
     bad = type_mismatch(obj)
     if bad:
-        raise AttentionConfigError(f"{bad[0]}={bad[1]!r} must be of type {bad[2]}")
+        raise ConfigError(f"{bad[0]}={bad[1]!r} must be of type {bad[2]}")
 
 
 @dataclass
@@ -106,7 +102,7 @@ class GateConfig:
         _finite("score_clamp", self.score_clamp, positive=True)
         lo, hi = self.hard_concrete_limits
         if not (math.isfinite(lo) and math.isfinite(hi) and lo < 0 and hi > 1):
-            raise AttentionConfigError(
+            raise ConfigError(
                 f"hard_concrete_limits={list(self.hard_concrete_limits)} must be (gamma < 0, "
                 "zeta > 1), e.g. [-0.1, 1.1]"
             )
@@ -124,7 +120,7 @@ class GateConfig:
     def from_dict(cls, d: dict) -> GateConfig:
         if "gate_input" in d:  # models saved before the presets: gate_input was the gate
             d = {**{k: v for k, v in d.items() if k != "gate_input"}, "gate": d["gate_input"]}
-        return cls(**from_json(cls, d, AttentionConfigError)).validate()
+        return cls(**from_json(cls, d, ConfigError)).validate()
 
 
 @dataclass
@@ -179,9 +175,9 @@ class SparsifyConfig:
         if self.tau_end is None:
             self.tau_end = 1.0 if self.gates.gate == "published" else 0.1
         _check_types(self)
-        check_device(self.device, AttentionConfigError)
+        check_device(self.device, ConfigError)
         if not (isinstance(self.tolerance, (int, float)) and math.isfinite(self.tolerance) and self.tolerance > 0):
-            raise AttentionConfigError(
+            raise ConfigError(
                 f"tolerance={self.tolerance!r} must be a finite number > 0 (nats of held-out CE "
                 "above the base model, e.g. 0.01)"
             )
@@ -190,32 +186,32 @@ class SparsifyConfig:
         for name in ("gate_lr", "multiplier_lr", "tau_start", "tau_end"):
             _finite(name, getattr(self, name), positive=True)
         if not 0 <= self.ce_ema < 1:
-            raise AttentionConfigError(f"ce_ema={self.ce_ema!r} must be in [0, 1) (0 = no EMA)")
+            raise ConfigError(f"ce_ema={self.ce_ema!r} must be in [0, 1) (0 = no EMA)")
         _choice("tau_schedule", self.tau_schedule, TAU_SCHEDULES)
         _choice("dual_ce", self.dual_ce, DUAL_CE)
         if not 0 <= self.dual_margin < 1:
-            raise AttentionConfigError(f"dual_margin={self.dual_margin!r} must be in [0, 1)")
+            raise ConfigError(f"dual_margin={self.dual_margin!r} must be in [0, 1)")
         _finite("select_z", self.select_z, non_negative=True)
         from workbench.attention.verdict import check_start
 
         check_start(self.verdict_start, self.eval_sequences)
         for name in ("steps", "eval_sequences", "eval_every", "verdict_sequences"):
             if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 1):
-                raise AttentionConfigError(f"{name}={getattr(self, name)!r} must be an integer >= 1")
+                raise ConfigError(f"{name}={getattr(self, name)!r} must be an integer >= 1")
         if self.warmup_steps < 0 or self.checkpoint_every < 0:
-            raise AttentionConfigError(
+            raise ConfigError(
                 f"warmup_steps={self.warmup_steps} and checkpoint_every={self.checkpoint_every} must be >= 0"
             )
         if self.batch_size < 1 or self.batch_size % world_size:
-            raise AttentionConfigError(
+            raise ConfigError(
                 f"batch_size={self.batch_size} must be a positive multiple of the number of processes ({world_size})"
             )
         if self.eval_sequences % world_size:
-            raise AttentionConfigError(
+            raise ConfigError(
                 f"eval_sequences={self.eval_sequences} must be a multiple of the number of processes ({world_size})"
             )
         if self.ctx_len is not None and self.ctx_len < 2:
-            raise AttentionConfigError(f"ctx_len={self.ctx_len} must be >= 2 (or None for the model's n_ctx)")
+            raise ConfigError(f"ctx_len={self.ctx_len} must be >= 2 (or None for the model's n_ctx)")
         return self
 
     def tau(self, step: int) -> float:
@@ -232,7 +228,7 @@ class SparsifyConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> SparsifyConfig:
-        d = from_json(cls, d, AttentionConfigError)
+        d = from_json(cls, d, ConfigError)
         if isinstance(d.get("gates"), dict):
             d["gates"] = GateConfig.from_dict(d["gates"])
         return cls(**d)

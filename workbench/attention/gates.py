@@ -31,13 +31,9 @@ from torch import nn
 from transformer_lens.hook_points import HookPoint
 
 from workbench.attention.config import GateConfig
-from workbench.errors import UserError
+from workbench.errors import BadValueError
 
 EXTENSION_KEY = "attention_gates"  # the key in a saved model's config.json (workbench.models extension point)
-
-
-class GateError(UserError, ValueError):
-    """The model cannot be gated (no attention-scores hook, already gated, unsupported attention)."""
 
 
 class AttentionGate(nn.Module):
@@ -136,13 +132,13 @@ def check_model(model) -> None:
         attn = getattr(block, "attn", None)
         missing = [h for h in ("hook_attn_scores", "hook_pattern") if not isinstance(getattr(attn, h, None), HookPoint)]
         if missing:
-            raise GateError(
+            raise BadValueError(
                 f"block {i} of {model.cfg.model_name!r} has no attention {' / '.join(missing)} hook "
                 f"(blocks.{i}.attn.{missing[0]}); gated attention needs a TransformerLens attention "
                 "with an attention-scores hook"
             )
     if getattr(model.cfg, "use_attention_sinks", False):
-        raise GateError(
+        raise BadValueError(
             f"{model.cfg.model_name!r} uses learned attention sinks, which join the softmax after "
             "the scores hook; gated attention supports models without them"
         )
@@ -154,7 +150,7 @@ def is_gated(model) -> bool:
 
 def gates(model) -> list[AttentionGate]:
     if not is_gated(model):
-        raise GateError(
+        raise BadValueError(
             f"{model.cfg.model_name!r} has no attention gates; sparsify it first "
             "(workbench attention train) or install them with workbench.attention.gates.install"
         )
@@ -166,7 +162,7 @@ def install(model, cfg: GateConfig | None = None):
     cfg = (cfg or GateConfig()).validate()
     check_model(model)
     if is_gated(model):
-        raise GateError(f"{model.cfg.model_name!r} already has attention gates")
+        raise BadValueError(f"{model.cfg.model_name!r} already has attention gates")
     first = None
     for block in model.blocks:
         attn = block.attn

@@ -17,13 +17,9 @@ import torch
 from workbench.atomic import atomic_write_text, read_json
 from workbench.attention.verdict import judge, paired_difference, verdict_sequences, wilson
 from workbench.circuits.evidence import attention_patterns
-from workbench.errors import UserError
+from workbench.errors import BadValueError, DamagedFileError, MissingInputError
 
 REPORT = "attention_report.json"
-
-
-class ReportError(UserError, ValueError):
-    pass
 
 
 @torch.no_grad()
@@ -138,7 +134,7 @@ def heldout(
             break
         seqs.append(s)
     if len(seqs) < n:
-        raise ReportError(
+        raise BadValueError(
             f"the corpus {corpus.spec!r} has {len(seqs)} {split} sequences of {ctx_len} tokens, fewer "
             f"than eval_sequences={n}; lower eval_sequences or add text"
         )
@@ -283,19 +279,20 @@ def write_report(report: dict, folder: str | Path) -> Path:
 
 
 def read_report(folder: str | Path) -> dict:
-    """A saved report that `format_report` can print; a missing, damaged or incomplete file is a ReportError."""
+    """A saved report that `format_report` can print; a missing file is a MissingInputError, a damaged or
+    incomplete one a DamagedFileError."""
     path = Path(folder) / REPORT
     if not path.is_file():
-        raise ReportError(
+        raise MissingInputError(
             f"{path} does not exist; {folder} is not a sparse-attention model folder "
             "(make one with `workbench attention train`)"
         )
     way_out = "remake it with `workbench attention train`"
-    r = read_json(path, ReportError, way_out)
+    r = read_json(path, DamagedFileError, way_out)
     try:
         format_report(r)  # every part the tables print is there, of the right type
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
-        raise ReportError(f"{path} is incomplete or damaged ({type(e).__name__}: {e}); {way_out}") from None
+        raise DamagedFileError(f"{path} is incomplete or damaged ({type(e).__name__}: {e}); {way_out}") from None
     return r
 
 

@@ -30,17 +30,13 @@ from workbench.attention.constraint import Multiplier
 from workbench.attention.report import build_report, heldout, measure, summarise, write_report
 from workbench.attention.verdict import feasible, paired_difference
 from workbench.checkpoint import default_device, dist_info
-from workbench.errors import UserError
+from workbench.errors import BadValueError, DamagedFileError, UserError
 from workbench.schedule import lr_factor
 
 CHECKPOINT, RUN, CURVES = "checkpoint.pt", "sparsify.json", "curves.jsonl"
 
 
 SELECT_RULE = "sparsest evaluated state with CE difference + select_z * standard error <= tolerance"
-
-
-class SparsifyError(UserError, ValueError):
-    """Bad input for a sparsify run (corpus too short, existing folder, context too long)."""
 
 
 class ConstraintNotMet(UserError):
@@ -55,7 +51,7 @@ def _batches(corpus, ctx: int, cfg: SparsifyConfig, start_step: int, rank: int, 
     while True:
         seqs = [next(it, None) for _ in range(B)]
         if seqs[-1] is None:
-            raise SparsifyError(
+            raise BadValueError(
                 f"the corpus {corpus.spec!r} ran out of training sequences at step {step} "
                 f"(batch_size={B}, ctx_len={ctx}); lower steps or add text"
             )
@@ -146,7 +142,7 @@ class Sparsifier:
         self.sched.step()
         ce_v, open_v, ref_v = _allreduce_mean([float(ce.detach()), float(open_frac.detach()), ce_ref], self.world)
         if not (math.isfinite(ce_v) and math.isfinite(open_v)):
-            raise SparsifyError(
+            raise BadValueError(
                 f"the CE or open fraction became NaN/inf at step {step}; lower lr / gate_lr "
                 f"(lr={cfg.lr}, gate_lr={cfg.gate_lr}); the last checkpoint is intact"
             )
@@ -202,16 +198,16 @@ def prepare(base: str, out_dir, cfg: SparsifyConfig, corpus: str, resume: bool) 
     out = Path(out_dir)
     ckpt = out / CHECKPOINT
     if resume and not ckpt.is_file():
-        raise checkpoint.CheckpointError(f"--resume given but {ckpt} does not exist; start the run without --resume")
+        raise DamagedFileError(f"--resume given but {ckpt} does not exist; start the run without --resume")
     if not resume and out.exists() and any(out.iterdir()):
-        raise SparsifyError(
+        raise BadValueError(
             f"{out} already exists and is not empty; pass --resume to continue its run or choose another folder"
         )
     device = default_device(cfg.device)
     model, tok = load(base, device=str(device))
     ctx = cfg.ctx_len or model.cfg.n_ctx
     if ctx > model.cfg.n_ctx:
-        raise SparsifyError(f"ctx_len={ctx} exceeds the model's n_ctx={model.cfg.n_ctx}")
+        raise BadValueError(f"ctx_len={ctx} exceeds the model's n_ctx={model.cfg.n_ctx}")
     G.check_model(model)
     data = load_corpus(corpus, tok, seed=cfg.seed)
     record = {
@@ -223,7 +219,7 @@ def prepare(base: str, out_dir, cfg: SparsifyConfig, corpus: str, resume: bool) 
     }
     state = checkpoint.read_matching(ckpt, record) if resume else None
     if state is not None and state["step"] > cfg.steps:
-        raise SparsifyError(
+        raise BadValueError(
             f"steps={cfg.steps} is smaller than the {state['step']} steps this run has finished; "
             f"pass steps >= {state['step']} (more steps extend a finished run)"
         )

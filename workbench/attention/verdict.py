@@ -14,13 +14,9 @@ import math
 import numpy as np
 import torch
 
-from workbench.errors import UserError
+from workbench.errors import BadValueError
 
 Z95 = 1.959964
-
-
-class VerdictSplitError(UserError, ValueError):
-    """The verdict split overlaps the selection split or training text, or the corpus is too short for it."""
 
 
 def paired_difference(sparse_ce: torch.Tensor, base_ce: torch.Tensor) -> dict:
@@ -58,7 +54,7 @@ def _docs(seqs) -> set[int]:
 def check_start(start: int | None, selection: int) -> None:
     """An explicit verdict start must lie after the selection split [0, selection)."""
     if start is not None and start < selection:
-        raise VerdictSplitError(
+        raise BadValueError(
             f"verdict_start={start} overlaps the selection split (held-out sequences 0-{selection - 1}); "
             f"use verdict_start >= {selection} or None (right after it)"
         )
@@ -85,7 +81,7 @@ def verdict_sequences(corpus, selection: int, n: int, ctx_len: int, start: int |
         first = i if first is None else first
         seqs.append(s)
     if len(seqs) < n:
-        raise VerdictSplitError(
+        raise BadValueError(
             f"the corpus {corpus.spec!r} has only {len(seqs)} held-out sequences of {ctx_len} tokens for the "
             f"verdict after the selection split, fewer than verdict_sequences={n}; lower it or add text"
         )
@@ -100,7 +96,7 @@ def check_fresh(seqs, selection_docs: set[int], index: int = 0) -> None:
     """
     docs = _docs(seqs)
     if docs & selection_docs:
-        raise VerdictSplitError(
+        raise BadValueError(
             f"verdict sequence {index} shares documents {sorted(docs & selection_docs)[:3]} with the selection "
             "split; raise verdict_start"
         )

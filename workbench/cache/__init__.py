@@ -1,22 +1,11 @@
 """The shared activation cache: harvest many hooks in one resumable pass, read shuffled batches
 from memory-mapped shards, and per-hook statistics for ablation and normalisation.
 
-Names resolve on first use (workbench.lazy): the config, errors and hook helpers import without torch.
+Names resolve on first use (workbench.lazy): the config and hook helpers import without torch.
 """
 
 from workbench.lazy import lazy_exports
 
-_ERRORS = (
-    "CacheCorruptError",
-    "CacheError",
-    "CacheExistsError",
-    "CacheIncompleteError",
-    "CacheMismatchError",
-    "CacheNotFoundError",
-    "CacheValueError",
-    "DiskFullError",
-    "UnknownHookError",
-)
 _EXPORTS = {
     "ActivationCache": "workbench.cache.reader",
     "CacheConfig": "workbench.cache.config",
@@ -24,7 +13,6 @@ _EXPORTS = {
     "default_hooks": "workbench.cache.hooks",
     "hook_summary": "workbench.cache.hooks",
     "transcoder_hooks": "workbench.cache.hooks",
-    **{name: "workbench.cache.errors" for name in _ERRORS},
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from workbench.cache.errors import CacheValueError
 from workbench.configcheck import check_minimums, from_json, to_json
+from workbench.errors import BadValueError
 
 DTYPES = ("float32", "float16", "bfloat16")
 
@@ -53,7 +53,7 @@ class HarvestConfig:
     )
 
     def __post_init__(self):
-        check_minimums(self, CacheValueError)  # ctx_len=0 would otherwise mean the model's n_ctx
+        check_minimums(self, BadValueError)  # ctx_len=0 would otherwise mean the model's n_ctx
 
 
 @dataclass(frozen=True)
@@ -76,20 +76,20 @@ class CacheConfig:
 
     def __post_init__(self):
         if self.dtype not in DTYPES:
-            raise CacheValueError(f"unknown dtype {self.dtype!r}; valid: {', '.join(DTYPES)}")
+            raise BadValueError(f"unknown dtype {self.dtype!r}; valid: {', '.join(DTYPES)}")
         if self.n_tokens < 1:
-            raise CacheValueError(f"n_tokens must be >= 1, got {self.n_tokens}")
+            raise BadValueError(f"n_tokens must be >= 1, got {self.n_tokens}")
         if not 0.0 <= self.heldout_fraction < 1.0:
-            raise CacheValueError(f"heldout_fraction must be in [0, 1), got {self.heldout_fraction}")
+            raise BadValueError(f"heldout_fraction must be in [0, 1), got {self.heldout_fraction}")
         for name in ("ctx_len", "batch_size", "shard_tokens"):
             if getattr(self, name) < 1:
-                raise CacheValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise BadValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0.0 <= self.max_unknown_fraction <= 1.0:
-            raise CacheValueError(f"max_unknown_fraction must be in [0, 1], got {self.max_unknown_fraction}")
+            raise BadValueError(f"max_unknown_fraction must be in [0, 1], got {self.max_unknown_fraction}")
         if self.outlier_factor <= 1.0:
-            raise CacheValueError(f"outlier_factor must be > 1, got {self.outlier_factor}")
+            raise BadValueError(f"outlier_factor must be > 1, got {self.outlier_factor}")
         if self.n_rows("train") < 1:
-            raise CacheValueError(
+            raise BadValueError(
                 f"n_tokens={self.n_tokens} with heldout_fraction={self.heldout_fraction} leaves no train rows"
             )
 

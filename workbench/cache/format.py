@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from workbench.cache.errors import CacheCorruptError
+from workbench.errors import DamagedFileError
 
 CHECKSUM = "xxh3_128"
 STORE_DTYPES = {"float32": np.dtype("<f4"), "float16": np.dtype("<f2"), "bfloat16": np.dtype("<u2")}  # bf16 as raw bits
@@ -46,7 +46,7 @@ class NpyAppender:
     def append(self, block: np.ndarray) -> None:
         block = np.ascontiguousarray(block, dtype=self.dtype)
         if block.shape[1:] != self.row_shape:
-            raise CacheCorruptError(
+            raise DamagedFileError(
                 f"{self.path.name}: block rows have shape {block.shape[1:]}, expected {self.row_shape}"
             )
         _write(self.fd, memoryview(block.reshape(-1).view(np.uint8)))
@@ -110,7 +110,7 @@ class NpyReader:
             self.shape, fortran, self.dtype = read_header(f)
             self.offset = f.tell()
         if fortran:
-            raise CacheCorruptError(f"{path}: Fortran-ordered arrays are not part of the cache format")
+            raise DamagedFileError(f"{path}: Fortran-ordered arrays are not part of the cache format")
         self.row_bytes = int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
         self._file = open(path, "rb", buffering=0)  # a file object, so a forgotten reader still closes
 
@@ -121,7 +121,7 @@ class NpyReader:
             n = os.preadv(self._file.fileno(), [out], pos)
             if n == 0:
                 row = (pos - self.offset) // self.row_bytes
-                raise CacheCorruptError(f"cache file {self.path} ends before row {row} (truncated)")
+                raise DamagedFileError(f"cache file {self.path} ends before row {row} (truncated)")
             out, pos = out[n:], pos + n
 
     def close(self) -> None:

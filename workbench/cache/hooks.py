@@ -7,7 +7,7 @@ import difflib
 import re
 from collections.abc import Iterable
 
-from workbench.cache.errors import UnknownHookError
+from workbench.errors import BadValueError
 
 _BLOCK = re.compile(r"blocks\.(\d+)\.(.+)")
 # [batch, head, query, key] activations: not one row per token, so they cannot be cached as rows.
@@ -35,7 +35,7 @@ def hook_summary(names: Iterable[str]) -> list[str]:
 def validate_hooks(model, hooks: str | Iterable[str]) -> tuple[str, ...]:
     hooks = (hooks,) if isinstance(hooks, str) else tuple(hooks)
     if not hooks:
-        raise UnknownHookError("no hooks given; valid hooks: " + ", ".join(hook_summary(model.hook_dict)))
+        raise BadValueError("no hooks given; valid hooks: " + ", ".join(hook_summary(model.hook_dict)))
     valid = [h for h in model.hook_dict if not h.endswith(NOT_PER_TOKEN)]
     bad = [h for h in hooks if h not in valid]
     if bad:
@@ -46,10 +46,10 @@ def validate_hooks(model, hooks: str | Iterable[str]) -> tuple[str, ...]:
             else:
                 close = difflib.get_close_matches(h, valid, n=3, cutoff=0.6)
                 hints.append(f"{h!r}: did you mean {' or '.join(map(repr, close))}?" if close else f"{h!r} is unknown")
-        raise UnknownHookError(f"unknown hook(s): {'; '.join(hints)}; valid hooks: {', '.join(hook_summary(valid))}")
+        raise BadValueError(f"unknown hook(s): {'; '.join(hints)}; valid hooks: {', '.join(hook_summary(valid))}")
     dupes = sorted({h for h in hooks if hooks.count(h) > 1})
     if dupes:
-        raise UnknownHookError(f"hook(s) listed twice: {', '.join(dupes)}")
+        raise BadValueError(f"hook(s) listed twice: {', '.join(dupes)}")
     return hooks
 
 

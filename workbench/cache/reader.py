@@ -18,18 +18,11 @@ import numpy as np
 import torch
 
 from workbench.cache.config import CacheConfig
-from workbench.cache.errors import (
-    CacheCorruptError,
-    CacheIncompleteError,
-    CacheMismatchError,
-    CacheNotFoundError,
-    CacheValueError,
-    UnknownHookError,
-)
 from workbench.cache.format import CHECKSUM, STORE_DTYPES, NpyReader, checksum
 from workbench.cache.sampler import RowSampler
 from workbench.cache.shards import check_shard, shard_name
 from workbench.corpus.base import SPLITS
+from workbench.errors import BadValueError, DamagedFileError, MissingInputError
 from workbench.provenance import model_id
 
 FORMAT = "workbench-activation-cache/1"
@@ -59,28 +52,26 @@ class ActivationCache:
         manifest_path = path / "manifest.json"
         if not manifest_path.is_file():
             if (path / "progress.json").is_file():
-                raise CacheIncompleteError(
-                    f"the harvest into {path} did not finish; rerun it with resume=True (--resume)"
-                )
-            raise CacheNotFoundError(f"no activation cache at {path} (no manifest.json)")
+                raise MissingInputError(f"the harvest into {path} did not finish; rerun it with resume=True (--resume)")
+            raise MissingInputError(f"no activation cache at {path} (no manifest.json)")
         try:
             manifest = json.loads(manifest_path.read_text())
         except json.JSONDecodeError as e:
-            raise CacheCorruptError(f"unreadable manifest {manifest_path}: {e}") from e
+            raise DamagedFileError(f"unreadable manifest {manifest_path}: {e}") from e
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
             manifest = manifest if isinstance(manifest, dict) else {}
-            raise CacheCorruptError(f"{manifest_path} has format {manifest.get('format')!r}, expected {FORMAT!r}")
+            raise DamagedFileError(f"{manifest_path} has format {manifest.get('format')!r}, expected {FORMAT!r}")
         not_written = f"{manifest_path} is not a manifest a harvest writes"
         missing = [k for k in MANIFEST_KEYS if k not in manifest]
         if missing:
-            raise CacheCorruptError(f"{not_written}: it lacks {', '.join(missing)}; re-harvest the cache")
+            raise DamagedFileError(f"{not_written}: it lacks {', '.join(missing)}; re-harvest the cache")
         try:
             _check_names(manifest_path, manifest)
             cache = cls(path, manifest)
             cache._expect(model, hooks)
             cache._check(full=False)
         except (KeyError, TypeError, AttributeError, IndexError) as e:  # a part of the wrong JSON shape
-            raise CacheCorruptError(f"{not_written} ({type(e).__name__}: {e}); re-harvest the cache") from None
+            raise DamagedFileError(f"{not_written} ({type(e).__name__}: {e}); re-harvest the cache") from None
         if verify:
             cache.verify()
         return cache
@@ -90,13 +81,13 @@ class ActivationCache:
             if not isinstance(model, str):
                 model = model_id(model)
             if model != self.manifest["model"]:
-                raise CacheMismatchError(
+                raise DamagedFileError(
                     f"cache {self.path} was harvested from model {self.manifest['model']!r}, "
                     f"not the requested {model!r}"
                 )
         missing = [h for h in ([hooks] if isinstance(hooks, str) else hooks or []) if h not in self.hooks]
         if missing:
-            raise CacheMismatchError(
+            raise DamagedFileError(
                 f"cache {self.path} has no hook(s) {', '.join(missing)}; it holds: {', '.join(self.hooks)}"
             )
 
@@ -108,7 +99,7 @@ class ActivationCache:
 
     def verify(self) -> int:
         """Recompute every checksum and check every activation file's header against the manifest;
-        raises CacheCorruptError naming every bad file, else returns the number of files checked."""
+        raises DamagedFileError naming every bad file, else returns the number of files checked."""
         bad, n = [], 0
         files = [(self.path / "stats", f"{h}.npy", s["file"], None) for h, s in self.manifest["stats"].items()]
         for split in SPLITS:
@@ -123,10 +114,10 @@ class ActivationCache:
                 self._verified(folder / name, meta, force=True)
                 if shard is not None and name.startswith("act."):
                     self._file(*shard, name[: -len(".npy")])
-            except CacheCorruptError as e:
+            except DamagedFileError as e:
                 bad.append(str(e))
         if bad:
-            raise CacheCorruptError(
+            raise DamagedFileError(
                 f"{len(bad)} of {n} files in {self.path} are damaged: "
                 + "; ".join(bad[:5])
                 + ("; ..." if len(bad) > 5 else "")
@@ -147,7 +138,7 @@ class ActivationCache:
                     if force
                     else (f"; re-harvest the cache (`workbench cache verify {self.path}` lists every damaged file)")
                 )
-                raise CacheCorruptError(
+                raise DamagedFileError(
                     f"corrupted cache file {path}: {CHECKSUM} checksum does not match the manifest{hint}"
                 )
             _VERIFIED.add(key)
@@ -157,7 +148,7 @@ class ActivationCache:
         rec = self.manifest["shards"][split][shard]
         name = f"{stem}.npy"
         if name not in rec["files"]:
-            raise CacheCorruptError(f"the manifest of {self.path} lists no file {name} in shard {split}/{rec['name']}")
+            raise DamagedFileError(f"the manifest of {self.path} lists no file {name} in shard {split}/{rec['name']}")
         return self._verified(self._shard_dir(split, shard) / name, rec["files"][name])
 
     # --- shape -------------------------------------------------------------------------------
@@ -174,12 +165,12 @@ class ActivationCache:
 
     def _hook(self, hook: str) -> str:
         if hook not in self.manifest["d"]:
-            raise UnknownHookError(f"cache {self.path} has no hook {hook!r}; it holds: {', '.join(self.hooks)}")
+            raise BadValueError(f"cache {self.path} has no hook {hook!r}; it holds: {', '.join(self.hooks)}")
         return hook
 
     def _split(self, split: str) -> str:
         if split not in SPLITS:
-            raise CacheValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
+            raise BadValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
         return split
 
     # --- activations -------------------------------------------------------------------------
@@ -285,7 +276,7 @@ class ActivationCache:
             hook = stem[len("act.") :]
             want = (self.manifest["shards"][split][shard]["rows"], self.d(hook))
             if tuple(reader.shape) != want or reader.dtype != self._store:
-                raise CacheCorruptError(
+                raise DamagedFileError(
                     f"cache file {reader.path} holds {reader.dtype} {tuple(reader.shape)}, but the "
                     f"manifest records {self._store} {want} (rows, d); the manifest or the file "
                     "was changed: re-harvest the cache"
@@ -370,20 +361,20 @@ def check_aligned(a: ActivationCache, b: ActivationCache) -> None:
     reconstructing the other would pair activations of different tokens): same model, and per split the same
     row count, token ids, sequence index and positions."""
     if a.manifest.get("model") != b.manifest.get("model"):
-        raise CacheMismatchError(
+        raise DamagedFileError(
             f"caches {a.path} and {b.path} come from different models ({a.manifest.get('model')!r} vs "
             f"{b.manifest.get('model')!r}); their rows cannot be paired"
         )
     for split in SPLITS:
         if a.n_tokens(split) != b.n_tokens(split):
-            raise CacheMismatchError(
+            raise DamagedFileError(
                 f"caches {a.path} and {b.path} hold {a.n_tokens(split)} vs {b.n_tokens(split)} {split} rows: "
                 "different token streams or splits; harvest both hooks into one cache"
             )
         for what in ("token_ids", "seq_index", "positions"):
             diff = np.flatnonzero(getattr(a, what)(split) != getattr(b, what)(split))
             if len(diff):
-                raise CacheMismatchError(
+                raise DamagedFileError(
                     f"caches {a.path} and {b.path} differ at {split} row {int(diff[0])} ({what}): different token "
                     "streams (corpus, seed, context length or held-out split); harvest both hooks into one cache"
                 )
@@ -402,7 +393,7 @@ def _check_names(manifest_path: Path, manifest: dict) -> None:
             ]
     bad += [f"hook name {h!r}" for h in [*manifest.get("hooks", []), *manifest.get("stats", {})] if not _plain(h)]
     if bad:
-        raise CacheCorruptError(
+        raise DamagedFileError(
             f"{manifest_path} is not a manifest a harvest writes: {'; '.join(bad[:3])}; re-harvest the cache"
         )
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workbench.cache.errors import CacheValueError
+from workbench.errors import BadValueError
 
 MAX_CHUNKS = 1 << 22  # chunks per epoch; bigger caches get longer chunks, capping index memory at 32 MiB
 
@@ -42,7 +42,7 @@ class RowSampler:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
         if batch_size < 1:
-            raise CacheValueError(f"batch_size must be >= 1, got {batch_size}")
+            raise BadValueError(f"batch_size must be >= 1, got {batch_size}")
         # long chunks for huge caches (bounded index memory), short ones for small caches (each epoch
         # leaves out < 2 chunks at the ends, so keep that a small share of each rank's rows)
         c = max(min(chunk_rows, n_rows // (64 * world_size)), -(-n_rows // MAX_CHUNKS), 1)
@@ -52,7 +52,7 @@ class RowSampler:
         self.batch_size, self.seed, self.rank, self.world_size = batch_size, seed, rank, world_size
         self.exclude = exclude if exclude is not None and len(exclude) else None
         if self._batches_per_window(self._starts(0)).sum() < 1:
-            raise CacheValueError(
+            raise BadValueError(
                 f"batch_size={batch_size} is too large: rank {rank} of {world_size} gets "
                 f"{self.per_rank * c} of the {n_rows} rows per epoch, in windows of {self.window * c} rows"
             )

@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from workbench.atomic import fsync_dir
-from workbench.cache.errors import CacheCorruptError
 from workbench.cache.format import CHECKSUM, NpyAppender, checksum, save_bytes, save_npy
+from workbench.errors import DamagedFileError
 
 RECORD = "shard.json"
 
@@ -81,7 +81,7 @@ def shard_dirs(split_dir: Path) -> list[Path]:
     dirs = sorted(p for p in split_dir.iterdir() if p.is_dir() and not p.name.endswith(".tmp"))
     for i, d in enumerate(dirs):
         if d.name != shard_name(i):
-            raise CacheCorruptError(
+            raise DamagedFileError(
                 f"{split_dir}: expected shard folder {shard_name(i)}, found {d.name} "
                 f"(shards must be numbered without gaps)"
             )
@@ -92,7 +92,7 @@ def read_record(shard_dir: Path) -> dict:
     try:
         return json.loads((shard_dir / RECORD).read_text())
     except (OSError, json.JSONDecodeError) as e:
-        raise CacheCorruptError(f"shard {shard_dir} has no readable {RECORD}: {e}") from e
+        raise DamagedFileError(f"shard {shard_dir} has no readable {RECORD}: {e}") from e
 
 
 def check_shard(shard_dir: Path, files: dict, full: bool) -> None:
@@ -100,11 +100,11 @@ def check_shard(shard_dir: Path, files: dict, full: bool) -> None:
     for name, meta in files.items():
         path = shard_dir / name
         if not path.is_file():
-            raise CacheCorruptError(f"missing cache file {path}")
+            raise DamagedFileError(f"missing cache file {path}")
         size = path.stat().st_size
         if size != meta["bytes"]:
-            raise CacheCorruptError(
+            raise DamagedFileError(
                 f"truncated or overwritten cache file {path}: {size} bytes, the manifest records {meta['bytes']}"
             )
         if full and checksum(path) != meta[CHECKSUM]:
-            raise CacheCorruptError(f"corrupted cache file {path}: {CHECKSUM} checksum does not match the manifest")
+            raise DamagedFileError(f"corrupted cache file {path}: {CHECKSUM} checksum does not match the manifest")

@@ -37,14 +37,6 @@ from tqdm.auto import tqdm
 
 from workbench.atomic import check_output_dir, write_json
 from workbench.cache.config import CacheConfig, HarvestConfig
-from workbench.cache.errors import (
-    CacheCorruptError,
-    CacheExistsError,
-    CacheMismatchError,
-    CacheValueError,
-    DiskFullError,
-    UnknownHookError,
-)
 from workbench.cache.format import CHECKSUM
 from workbench.cache.hooks import mlp_in_hooks, stop_layer, validate_hooks
 from workbench.cache.prefetch import prefetched
@@ -52,6 +44,7 @@ from workbench.cache.reader import FORMAT, ActivationCache
 from workbench.cache.shards import ShardWriter, check_shard, read_record, shard_dirs, shard_name
 from workbench.cache.stats import hook_stats
 from workbench.corpus.base import SPLITS
+from workbench.errors import BadValueError, DamagedFileError, DiskFullError, OutputExistsError
 from workbench.provenance import model_id
 
 SHARD_BYTES = 1 << 30  # default shard size: ~1 GiB of activations over all hooks
@@ -85,7 +78,7 @@ def harvest(
     clean run. overwrite: replace an existing cache in out_dir.
     """
     if resume and overwrite:
-        raise CacheValueError("pass resume=True or overwrite=True, not both")
+        raise BadValueError("pass resume=True or overwrite=True, not both")
     cfg = dataclasses.replace(cfg or HarvestConfig(), **options, **({} if n_tokens is None else {"n_tokens": n_tokens}))
     cfg, dims = _resolve(model, corpus, hooks, cfg, special_ids)
     out = Path(out_dir)
@@ -136,7 +129,7 @@ def _resolve(model, corpus, hooks, cfg: HarvestConfig, special_ids) -> tuple[Cac
     hooks = validate_hooks(model, hooks)
     ctx_len = model.cfg.n_ctx if cfg.ctx_len is None else cfg.ctx_len
     if ctx_len > model.cfg.n_ctx:
-        raise CacheValueError(f"ctx_len={ctx_len} exceeds the model's n_ctx={model.cfg.n_ctx}")
+        raise BadValueError(f"ctx_len={ctx_len} exceeds the model's n_ctx={model.cfg.n_ctx}")
     dims = _probe_dims(model, hooks)
     if special_ids is None:
         special_ids = getattr(model.tokenizer, "all_special_ids", None) or []
@@ -166,7 +159,7 @@ def _probe_dims(model, hooks: tuple[str, ...]) -> dict[str, int]:
 
     def grab(act, hook):
         if act.shape[:2] != (1, 2):
-            raise UnknownHookError(
+            raise BadValueError(
                 f"hook {hook.name!r} has shape {tuple(act.shape)}, not [batch, pos, ...]; "
                 "only per-token activations can be cached"
             )
@@ -189,30 +182,30 @@ def _prepare(out: Path, cfg: CacheConfig, resume: bool, overwrite: bool) -> dict
     """Check the output folder against resume/overwrite; return the shards already done per split."""
     manifest, progress = out / "manifest.json", out / "progress.json"
     if out.exists() and not out.is_dir():
-        raise CacheExistsError(f"output path {out} exists and is not a folder")
+        raise OutputExistsError(f"output path {out} exists and is not a folder")
     check_output_dir(out, "cache folder")
     if out.exists() and any(out.iterdir()):
         is_cache = manifest.is_file() or progress.is_file()
         if overwrite:
             if not is_cache:
-                raise CacheExistsError(
+                raise OutputExistsError(
                     f"{out} is not empty and holds no activation cache (no manifest.json or "
                     "progress.json); refusing to delete it: choose another output folder"
                 )
             shutil.rmtree(out)
         elif not resume:
             what = "an activation cache" if is_cache else "other files"
-            raise CacheExistsError(
+            raise OutputExistsError(
                 f"output folder {out} already holds {what}; pass resume=True (--resume) to continue "
                 "an interrupted harvest or overwrite=True (--overwrite) to replace it"
             )
         elif not is_cache:
-            raise CacheExistsError(f"cannot resume in {out}: it holds no activation cache (no progress.json)")
+            raise OutputExistsError(f"cannot resume in {out}: it holds no activation cache (no progress.json)")
         else:
             on_disk = json.loads((manifest if manifest.is_file() else progress).read_text())
             old = CacheConfig.from_dict(on_disk["config"])
             if old != cfg:
-                raise CacheMismatchError(
+                raise DamagedFileError(
                     f"cannot resume {out}: it was harvested with another config ("
                     + "; ".join(old.diff(cfg))
                     + "); use overwrite=True (--overwrite) to replace it"
@@ -233,8 +226,8 @@ def _resumable_shards(split_dir: Path) -> list[dict]:
         rec = read_record(d)
         try:
             check_shard(d, rec["files"], full=True)
-        except CacheCorruptError as e:
-            raise CacheCorruptError(
+        except DamagedFileError as e:
+            raise DamagedFileError(
                 f"{e}; delete shard folder {d} and every later one in {split_dir}, then resume again to redo them"
             ) from e
         records.append(rec)
@@ -260,16 +253,12 @@ class _UnknownCounter:
         unk, n = self.fraction(tokens)
         self.n_unk, self.n = self.n_unk + unk, self.n + n
         if self.n and self.n_unk / self.n > self.cfg.max_unknown_fraction:
-            raise CorpusUnreadableError(
+            raise DamagedFileError(
                 f"corpus {self.cfg.corpus}: {self.n_unk} of the first {self.n} tokens ({self.n_unk / self.n:.0%}) are "
                 f"unknown to the model's tokenizer (<unk>), above max_unknown_fraction={self.cfg.max_unknown_fraction}; "
                 "use text in the model's vocabulary (`workbench model info` shows the model) or pass "
                 "--max-unknown-fraction 1 to cache it anyway"
             )
-
-
-class CorpusUnreadableError(CacheMismatchError):
-    """Most of the corpus is out of the model's vocabulary."""
 
 
 def _harvest_split(
@@ -327,7 +316,7 @@ def _forward(model, batch, first_seq: int, cfg: CacheConfig, remaining: int):
     tokens = np.stack([s.tokens for s in batch])
     b, t = tokens.shape
     if t != cfg.ctx_len:
-        raise CacheValueError(f"corpus {cfg.corpus} yielded sequences of {t} tokens, expected ctx_len={cfg.ctx_len}")
+        raise BadValueError(f"corpus {cfg.corpus} yielded sequences of {t} tokens, expected ctx_len={cfg.ctx_len}")
     flat = tokens.reshape(-1)
     keep = np.flatnonzero(~np.isin(flat, cfg.special_ids)) if cfg.exclude_special else np.arange(b * t)
     n_seq = b
@@ -424,7 +413,7 @@ def _finalize(
     shards = {s: [read_record(d) for d in shard_dirs(out / s)] for s in SPLITS}
     counts = np.array([unknown.fraction(np.load(d / "sequences.npy")) for s in SPLITS for d in shard_dirs(out / s)])
     if not shards["train"]:
-        raise CacheValueError(f"corpus {cfg.corpus} yielded no train rows; nothing to cache")
+        raise BadValueError(f"corpus {cfg.corpus} yielded no train rows; nothing to cache")
     (out / "stats").mkdir(exist_ok=True)
     stats = {h: hook_stats(out, h, shards, cfg.outlier_factor) for h in cfg.hooks}
     first = shards["train"][0]["files"]

@@ -13,7 +13,6 @@ _EXPORTS = {
     "EdgeScores": "workbench.circuits.attribute",
     "SearchConfig": "workbench.circuits.config",
     "Graph": "workbench.circuits.graph",
-    "GraphMismatchError": "workbench.circuits.graph",
     "writer_means": "workbench.circuits.hooks",
     "QueryError": "workbench.circuits.inputs",
     "prepare": "workbench.circuits.inputs",
@@ -22,7 +21,6 @@ _EXPORTS = {
     "QuerySearch": "workbench.circuits.search",
     "ZeroGapError": "workbench.circuits.search",
     "Circuit": "workbench.circuits.types",
-    "CircuitFileError": "workbench.circuits.types",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -14,8 +14,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from workbench.circuits.schema import NP_COMPONENT_TYPE, CircuitFormatError
-from workbench.errors import BadValueError
+from workbench.circuits.schema import NP_COMPONENT_TYPE
+from workbench.errors import BadValueError, DamagedFileError
 
 NOTE_MARK = " | note: "
 MAX_NOTE = 2000  # characters per note: a URL has to hold them
@@ -163,12 +163,12 @@ def read_neuronpedia(d: dict, n_heads: int) -> Annotations:
     q = d.get("qParams") if isinstance(d.get("qParams"), dict) else {}
     unknown = [p for p in q.get("pinnedIds") or [] if str(p) not in names]
     if unknown:
-        raise CircuitFormatError(f"qParams.pinnedIds names {unknown[0]!r}, which is no node of this graph")
+        raise DamagedFileError(f"qParams.pinnedIds names {unknown[0]!r}, which is no node of this graph")
     pinned = list(dict.fromkeys(names[str(p)] for p in q.get("pinnedIds") or []))
     groups = []
     for g in q.get("supernodes") or []:
         if not isinstance(g, list) or len(g) < 2 or any(str(x) not in names for x in g[1:]):
-            raise CircuitFormatError(f"qParams.supernodes entry {g!r} is not [name, node_id, ...] of this graph")
+            raise DamagedFileError(f"qParams.supernodes entry {g!r} is not [name, node_id, ...] of this graph")
         groups.append([str(g[0]), *dict.fromkeys(names[str(x)] for x in g[1:])])
     notes = {}
     for n in d.get("nodes", []):

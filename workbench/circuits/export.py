@@ -19,7 +19,8 @@ from workbench.atomic import write_json
 from workbench.circuits import schema
 from workbench.circuits.graph import Graph
 from workbench.circuits.schema import NP_COMPONENT_TYPE, validate_neuronpedia
-from workbench.circuits.types import Circuit, CircuitFileError, check_model, read_json
+from workbench.circuits.types import Circuit, check_model, read_json
+from workbench.errors import DamagedFileError
 
 # ---------------------------------------------------------------- EAP-IG / MIB JSON
 
@@ -46,7 +47,7 @@ def from_mib(path_or_dict, model=None) -> Circuit:
     name = path_or_dict if not isinstance(path_or_dict, dict) else "the MIB dict"
     missing = {"cfg", "nodes", "edges"} - set(d)
     if missing:
-        raise CircuitFileError(f"{name} is not an EAP-IG/MIB circuit file: missing keys {sorted(missing)}")
+        raise DamagedFileError(f"{name} is not an EAP-IG/MIB circuit file: missing keys {sorted(missing)}")
     rec = schema.read_mib(d)
     graph = Graph(**rec.shape.config())
     check_model(graph, "", model)
@@ -56,7 +57,7 @@ def from_mib(path_or_dict, model=None) -> Circuit:
         heads = graph.head_edges(e)
         absent = [h for h in heads if h not in index]
         if absent:
-            raise CircuitFileError(f"the MIB file lacks edge {absent[0]!r} of a model with config {d['cfg']}")
+            raise DamagedFileError(f"the MIB file lacks edge {absent[0]!r} of a model with config {d['cfg']}")
         scores[i] = float(rec.scores[index[heads[0]]])
         member[i] = bool(rec.in_circuit[[index[h] for h in heads]].any())
     return Circuit(graph, member, scores, method=rec.method)

@@ -17,11 +17,7 @@ from functools import cached_property
 import torch
 
 from workbench.circuits.schema import GraphShape
-from workbench.errors import UserError
-
-
-class GraphMismatchError(UserError, ValueError):
-    """A circuit or file describes a different model shape than the graph it is used with."""
+from workbench.errors import BadValueError
 
 
 @dataclass(frozen=True)
@@ -83,6 +79,6 @@ class Graph(GraphShape):
 
     def check_same(self, other: Graph, what: str = "circuit") -> None:
         if self != other:
-            raise GraphMismatchError(
+            raise BadValueError(
                 f"the {what} was made for a model of shape {other.config()}, but this model has shape {self.config()}"
             )

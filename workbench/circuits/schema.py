@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workbench.errors import MissingInputError, UserError
+from workbench.errors import DamagedFileError, MissingInputError
 
 SCHEMA = "workbench.circuit"
 FORMAT_VERSION = 1
@@ -34,10 +34,6 @@ FORMATS = {
 MAX_BYTES = 1 << 30  # a circuit file larger than this is refused before it is parsed
 MAX_EDGES = 5_000_000  # edges a file may hold (GPT-2 small's graph: 32k)
 MAX_POSITIONS = 8192  # prompt tokens a file may hold
-
-
-class CircuitFormatError(UserError, ValueError):
-    """A circuit file of no known format, a damaged one, or one that breaks the schema (the message names the field)."""
 
 
 # ------------------------------------------------------------------ the name grammar
@@ -68,10 +64,10 @@ def edge(writer: str, reader_name: str) -> str:
 
 
 def split_edge(name: str) -> tuple[str, str]:
-    """'a0.h1->a3.h2<q>' -> ('a0.h1', 'a3.h2<q>'), or CircuitFormatError."""
+    """'a0.h1->a3.h2<q>' -> ('a0.h1', 'a3.h2<q>'), or DamagedFileError."""
     w, sep, r = name.partition("->") if isinstance(name, str) else ("", "", "")
     if not sep or not w or not r:
-        raise CircuitFormatError(f"edge name {name!r} is not WRITER->READER (e.g. 'a0.h1->a3.h2<q>')")
+        raise DamagedFileError(f"edge name {name!r} is not WRITER->READER (e.g. 'a0.h1->a3.h2<q>')")
     return w, r
 
 
@@ -79,7 +75,7 @@ def parse_node(node: str) -> tuple[str, int | None, int | None]:
     """(kind, layer, index): ('input', None, None), ('head', 3, 2) for 'a3.h2', ('kv', 3, 0), ('mlp', 2, None)."""
     m = NODE_RE.fullmatch(node) if isinstance(node, str) else None
     if m is None:
-        raise CircuitFormatError(f"node name {node!r} is none of input, logits, m<layer>, a<layer>.h<head>")
+        raise DamagedFileError(f"node name {node!r} is none of input, logits, m<layer>, a<layer>.h<head>")
     if node in ("input", "logits"):
         return node, None, None
     if m["m"] is not None:
@@ -103,16 +99,16 @@ def parse_reader(name: str, n_heads: int, n_kv_heads: int) -> list[tuple[str, st
     base, lt, rest = name.partition("<")
     port = rest[:-1] if lt else None
     if lt and (not rest.endswith(">") or port not in PORTS):
-        raise CircuitFormatError(f"reader {name!r}: the port must be one of <q>, <k>, <v>")
+        raise DamagedFileError(f"reader {name!r}: the port must be one of <q>, <k>, <v>")
     kind, layer, i = parse_node(base)
     if kind == "input" or (kind == "logits" and port) or (kind == "mlp" and port):
-        raise CircuitFormatError(f"{name!r} is not a reader (a head's <q>/<k>/<v>, an MLP m<layer>, or logits)")
+        raise DamagedFileError(f"{name!r} is not a reader (a head's <q>/<k>/<v>, an MLP m<layer>, or logits)")
     if kind in ("logits", "mlp"):
         return [(base, kind)]
     if kind == "head":
         return [(base, port or "in")]
     if port not in ("k", "v"):
-        raise CircuitFormatError(f"reader {name!r}: a key/value group is read only through <k> or <v>")
+        raise DamagedFileError(f"reader {name!r}: a key/value group is read only through <k> or <v>")
     per = n_heads // n_kv_heads
     return [(head(layer, i * per + j), port) for j in range(per)]
 
@@ -137,14 +133,14 @@ class GraphShape:
     def from_config(cls, cfg, where: str = "graph") -> GraphShape:
         """A shape from a file's dict, every field checked (errors name `where`.field)."""
         if not isinstance(cfg, dict):
-            raise CircuitFormatError(f"{where} is {_type(cfg)}, expected an object with n_layers, n_heads, d_model")
+            raise DamagedFileError(f"{where} is {_type(cfg)}, expected an object with n_layers, n_heads, d_model")
         n_heads = _int(cfg, "n_heads", where, 1)
         n_kv = _int(cfg, "n_kv_heads", where, 1, default=n_heads)
         if n_heads % n_kv:
-            raise CircuitFormatError(f"{where}.n_kv_heads={n_kv} does not divide {where}.n_heads={n_heads}")
+            raise DamagedFileError(f"{where}.n_kv_heads={n_kv} does not divide {where}.n_heads={n_heads}")
         n_layers = _int(cfg, "n_layers", where, 1)
         if (1 + n_layers * (n_heads + 1)) * (n_layers * (n_heads + 2 * n_kv + 1) + 1) > 4 * MAX_EDGES:
-            raise CircuitFormatError(f"{where} describes a graph larger than this reader's limit of {MAX_EDGES} edges")
+            raise DamagedFileError(f"{where} describes a graph larger than this reader's limit of {MAX_EDGES} edges")
         return cls(
             n_layers,
             n_heads,
@@ -287,15 +283,15 @@ class CircuitRecord:
 def loads(raw: bytes | str, name: str = "the file", max_bytes: int = MAX_BYTES):
     """Parse JSON text with limits: size before parsing, nesting depth (a clear error, not RecursionError)."""
     if len(raw) > max_bytes:
-        raise CircuitFormatError(
+        raise DamagedFileError(
             f"{name} is {len(raw) / 2**20:.1f} MiB; circuit files are limited to {max_bytes >> 20} MiB"
         )
     try:
         return json.loads(raw)
     except RecursionError:
-        raise CircuitFormatError(f"{name} nests JSON arrays or objects too deeply to be a circuit file") from None
+        raise DamagedFileError(f"{name} nests JSON arrays or objects too deeply to be a circuit file") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CircuitFormatError(f"{name} is not valid JSON: {e}") from None
+        raise DamagedFileError(f"{name} is not valid JSON: {e}") from None
 
 
 def load(path: str | Path) -> dict:
@@ -304,15 +300,15 @@ def load(path: str | Path) -> dict:
     if not path.is_file():
         raise MissingInputError(f"no circuit file at {path}")
     if path.stat().st_size > MAX_BYTES:
-        raise CircuitFormatError(f"{path} is larger than the {MAX_BYTES >> 20} MiB circuit files are limited to")
+        raise DamagedFileError(f"{path} is larger than the {MAX_BYTES >> 20} MiB circuit files are limited to")
     d = loads(path.read_bytes(), str(path))
     if not isinstance(d, dict):
-        raise CircuitFormatError(f"{path} holds a JSON {type(d).__name__}, not a circuit object")
+        raise DamagedFileError(f"{path} holds a JSON {type(d).__name__}, not a circuit object")
     return d
 
 
 def detect(d) -> str:
-    """Which of FORMATS a parsed JSON value is, or CircuitFormatError naming all three."""
+    """Which of FORMATS a parsed JSON value is, or DamagedFileError naming all three."""
     if isinstance(d, dict):
         if d.get("schema") == SCHEMA:
             return "workbench"
@@ -321,7 +317,7 @@ def detect(d) -> str:
         if {"metadata", "nodes", "links"} <= set(d):
             return "neuronpedia"
     keys = sorted(map(str, d))[:6] if isinstance(d, dict) else _type(d)
-    raise CircuitFormatError(f"not a circuit file (top level {keys}); valid formats: {'; '.join(FORMATS.values())}")
+    raise DamagedFileError(f"not a circuit file (top level {keys}); valid formats: {'; '.join(FORMATS.values())}")
 
 
 def read(d, *, shape: GraphShape | None = None, d_vocab: int | None = None) -> CircuitRecord:
@@ -334,10 +330,10 @@ def read(d, *, shape: GraphShape | None = None, d_vocab: int | None = None) -> C
         rec = read_mib(d)
     else:
         if shape is None:
-            raise CircuitFormatError("a Neuronpedia graph names no model shape: read it with the model it was made on")
+            raise DamagedFileError("a Neuronpedia graph names no model shape: read it with the model it was made on")
         rec = read_neuronpedia(d, shape)
     if shape is not None and rec.shape is not None and rec.shape != shape:
-        raise CircuitFormatError(f"the file's graph {rec.shape.config()} is not this model's {shape.config()}")
+        raise DamagedFileError(f"the file's graph {rec.shape.config()} is not this model's {shape.config()}")
     if d_vocab is not None:
         check_tokens(rec.query, d_vocab)
     return rec
@@ -346,20 +342,20 @@ def read(d, *, shape: GraphShape | None = None, d_vocab: int | None = None) -> C
 def read_workbench(d: dict) -> CircuitRecord:
     """The workbench format v1 (Circuit.to_dict): the graph, every edge with score and membership, the query."""
     if d.get("schema_version") != FORMAT_VERSION:
-        raise CircuitFormatError(
+        raise DamagedFileError(
             f"circuit file schema version {d.get('schema_version')!r} is not supported; "
             f"this workbench reads version {FORMAT_VERSION}"
         )
     shape = GraphShape.from_config(d.get("graph"), "graph")
     edges = _list(d, "edges", MAX_EDGES)
     if len(edges) != shape.n_edges:
-        raise CircuitFormatError(f"edges holds {len(edges)} entries but the graph {shape.config()} has {shape.n_edges}")
+        raise DamagedFileError(f"edges holds {len(edges)} entries but the graph {shape.config()} has {shape.n_edges}")
     names, scores, member, pp, effects = [], [], [], [], {}
     has_pp = bool(edges) and isinstance(edges[0], dict) and "per_position" in edges[0]
     for i, e in enumerate(edges):
         where = f"edges[{i}]"
         if not isinstance(e, dict):
-            raise CircuitFormatError(f"{where} is {_type(e)}, expected an object with name, score, in_circuit")
+            raise DamagedFileError(f"{where} is {_type(e)}, expected an object with name, score, in_circuit")
         names.append(_field(e, "name", str, where))
         scores.append(_number(e, "score", f"{where} ({names[-1]})"))  # a bad score names its edge too
         member.append(_field(e, "in_circuit", bool, where))
@@ -369,11 +365,11 @@ def read_workbench(d: dict) -> CircuitRecord:
             pp.append(_numbers(e.get("per_position"), f"{where}.per_position", MAX_POSITIONS))
     if names != shape.edges:
         bad = next(i for i, (a, b) in enumerate(zip(names, shape.edges)) if a != b)
-        raise CircuitFormatError(f"edges[{bad}].name is {names[bad]!r}; the graph's edge there is {shape.edges[bad]!r}")
+        raise DamagedFileError(f"edges[{bad}].name is {names[bad]!r}; the graph's edge there is {shape.edges[bad]!r}")
     per_position = None
     if has_pp:
         if len({len(p) for p in pp}) > 1:
-            raise CircuitFormatError("edges[*].per_position lists differ in length")
+            raise DamagedFileError("edges[*].per_position lists differ in length")
         per_position = np.asarray(pp, dtype=np.float32).T
     return CircuitRecord(
         "workbench",
@@ -397,26 +393,24 @@ def read_mib(d: dict) -> CircuitRecord:
     """An EAP-IG / MIB file: cfg, nodes, and edges as {per-head name: {score, in_graph}}."""
     cfg = d["cfg"]
     if not isinstance(cfg, dict):
-        raise CircuitFormatError(f"cfg is {_type(cfg)}, expected an object with n_layers, n_heads, d_model")
+        raise DamagedFileError(f"cfg is {_type(cfg)}, expected an object with n_layers, n_heads, d_model")
     fields = ("n_layers", "n_heads", "d_model", "parallel_attn_mlp", "attn_only")
     shape = GraphShape.from_config(
         {**{k: cfg.get(k) for k in fields}, "n_kv_heads": cfg.get("n_key_value_heads")}, "cfg"
     )
     edges = d["edges"]
     if not isinstance(edges, dict):
-        raise CircuitFormatError(
-            f"edges is {_type(edges)}, expected an object mapping edge names to {{score, in_graph}}"
-        )
+        raise DamagedFileError(f"edges is {_type(edges)}, expected an object mapping edge names to {{score, in_graph}}")
     if not isinstance(d["nodes"], dict):
-        raise CircuitFormatError(f"nodes is {_type(d['nodes'])}, expected an object mapping node names to {{in_graph}}")
+        raise DamagedFileError(f"nodes is {_type(d['nodes'])}, expected an object mapping node names to {{in_graph}}")
     if len(edges) > MAX_EDGES:
-        raise CircuitFormatError(f"edges holds {len(edges)} entries; the limit is {MAX_EDGES}")
+        raise DamagedFileError(f"edges holds {len(edges)} entries; the limit is {MAX_EDGES}")
     names, scores, member = [], [], []
     for name, e in edges.items():
         where = f"edges[{name!r}]"
         check_edge(name, shape, where)
         if not isinstance(e, dict):
-            raise CircuitFormatError(f"{where} is {_type(e)}, expected an object with score and in_graph")
+            raise DamagedFileError(f"{where} is {_type(e)}, expected an object with score and in_graph")
         names.append(name)
         scores.append(_number(e, "score", where))
         member.append(_field(e, "in_graph", bool, where))
@@ -445,11 +439,11 @@ def read_neuronpedia(d: dict, shape: GraphShape) -> CircuitRecord:
         elif t == NP_COMPONENT_TYPE:
             layer, feat, _ = (nid.split("_") + ["", "", ""])[:3]
             if not (layer.isdigit() and feat.isdigit()):
-                raise CircuitFormatError(f"node {nid!r}: a component's node_id must be LAYER_HEAD_POSITION")
+                raise DamagedFileError(f"node {nid!r}: a component's node_id must be LAYER_HEAD_POSITION")
             names[nid] = mlp(int(layer)) if int(feat) == shape.n_heads else head(int(layer), int(feat))
             node_in_shape(names[nid], shape, f"node {nid!r}")
         else:
-            raise CircuitFormatError(
+            raise DamagedFileError(
                 f"node {nid!r} has type {t!r}: only component graphs (the workbench's Neuronpedia export) can be "
                 "read here, not feature graphs"
             )
@@ -477,7 +471,7 @@ def check_edge(name: str, shape: GraphShape, where: str) -> None:
     """An edge name in the grammar whose nodes exist in the shape (MIB names every reader per head)."""
     w, r = split_edge(name)
     if parse_node(w)[0] not in ("input", "head", "mlp"):
-        raise CircuitFormatError(f"{where}: {w!r} is not a writer (input, a head a<layer>.h<head>, an MLP m<layer>)")
+        raise DamagedFileError(f"{where}: {w!r} is not a writer (input, a head a<layer>.h<head>, an MLP m<layer>)")
     for n in [w] + [n for n, _ in parse_reader(r, shape.n_heads, shape.n_heads)]:
         node_in_shape(n, shape, where)
 
@@ -485,21 +479,21 @@ def check_edge(name: str, shape: GraphShape, where: str) -> None:
 def node_in_shape(node: str, shape: GraphShape, where: str) -> None:
     kind, layer, i = parse_node(node)
     if layer is not None and layer >= shape.n_layers:
-        raise CircuitFormatError(f"{where}: {node!r} names layer {layer}; the model has {shape.n_layers} layers")
+        raise DamagedFileError(f"{where}: {node!r} names layer {layer}; the model has {shape.n_layers} layers")
     if kind == "head" and i >= shape.n_heads:
-        raise CircuitFormatError(f"{where}: {node!r} names head {i}; the model has {shape.n_heads} heads per layer")
+        raise DamagedFileError(f"{where}: {node!r} names head {i}; the model has {shape.n_heads} heads per layer")
 
 
 def check_tokens(query: dict, d_vocab: int) -> None:
-    """Every token id of a query lies in [0, d_vocab), or CircuitFormatError naming the field."""
+    """Every token id of a query lies in [0, d_vocab), or DamagedFileError naming the field."""
     for k in ("answer_id", "wrong_id"):
         v = query.get(k)
         if v is not None and not 0 <= v < d_vocab:
-            raise CircuitFormatError(f"query.{k}={v} is outside the model's vocabulary of {d_vocab} tokens")
+            raise DamagedFileError(f"query.{k}={v} is outside the model's vocabulary of {d_vocab} tokens")
     for k in ("tokens", "counterfactual_tokens"):
         for i, t in enumerate(query.get(k) or []):
             if not 0 <= t < d_vocab:
-                raise CircuitFormatError(f"query.{k}[{i}]={t} is outside the model's vocabulary of {d_vocab} tokens")
+                raise DamagedFileError(f"query.{k}[{i}]={t} is outside the model's vocabulary of {d_vocab} tokens")
 
 
 # ------------------------------------------------------------------ circuit-tracer / Neuronpedia graph JSON
@@ -534,7 +528,7 @@ NP_COMPONENT_TYPE = "mlp reconstruction error"
 
 def validate_neuronpedia(d: dict) -> None:
     """Check the fields docs/methods.md §8 lists (types included) and that links are unique, finite and run
-    forward in position; raise CircuitFormatError naming every problem (the first ten)."""
+    forward in position; raise DamagedFileError naming every problem (the first ten)."""
     problems = [f"missing top-level key {k!r}" for k in ("metadata", "qParams", "nodes", "links") if k not in d]
     if not problems:
         problems += [
@@ -542,7 +536,7 @@ def validate_neuronpedia(d: dict) -> None:
         ]
         problems += [f"{k} is {_type(d[k])}, expected a list" for k in ("nodes", "links") if not isinstance(d[k], list)]
     if problems:
-        raise CircuitFormatError("invalid Neuronpedia graph: " + "; ".join(problems))
+        raise DamagedFileError("invalid Neuronpedia graph: " + "; ".join(problems))
     meta = d["metadata"]
     for k, t in NP_METADATA_FIELDS.items():
         if k not in meta:
@@ -582,7 +576,7 @@ def validate_neuronpedia(d: dict) -> None:
         else:
             seen.add((link["source"], link["target"]))
     if problems:
-        raise CircuitFormatError(f"invalid Neuronpedia graph ({len(problems)} problems): " + "; ".join(problems[:10]))
+        raise DamagedFileError(f"invalid Neuronpedia graph ({len(problems)} problems): " + "; ".join(problems[:10]))
 
 
 # ------------------------------------------------------------------ field checks (errors name the field)
@@ -597,7 +591,7 @@ def _query(q) -> dict:
     if q is None:
         return {}
     if not isinstance(q, dict):
-        raise CircuitFormatError(f"query is {_type(q)}, expected an object")
+        raise DamagedFileError(f"query is {_type(q)}, expected an object")
     for k in QUERY_INTS:
         _field(q, k, int, "query", default=None)
     for k in QUERY_STRS:
@@ -607,7 +601,7 @@ def _query(q) -> dict:
         if v is None:
             continue
         if not isinstance(v, list) or len(v) > MAX_POSITIONS or not all(_is(x, t) for x in v):
-            raise CircuitFormatError(f"query.{k} must be a list of at most {MAX_POSITIONS} {t.__name__}s")
+            raise DamagedFileError(f"query.{k} must be a list of at most {MAX_POSITIONS} {t.__name__}s")
     return q
 
 
@@ -617,7 +611,7 @@ def _faithfulness(f) -> dict:
     if f is None:
         return {}
     if not isinstance(f, dict):
-        raise CircuitFormatError(f"faithfulness is {_type(f)}, expected an object")
+        raise DamagedFileError(f"faithfulness is {_type(f)}, expected an object")
     return _finite_or_null(f)
 
 
@@ -635,14 +629,14 @@ def _curve(c) -> dict | None:
     if c is None:
         return None
     if not isinstance(c, dict):
-        raise CircuitFormatError(f"curve is {_type(c)}, expected an object")
+        raise DamagedFileError(f"curve is {_type(c)}, expected an object")
     n = None
     for k in CURVE_LISTS:
         v = c.get(k)
         if not isinstance(v, list) or len(v) > 10_000 or not all(x is None or _is(x, float) for x in v):
-            raise CircuitFormatError(f"curve.{k} must be a list of at most 10000 numbers, got {_type(v)}")
+            raise DamagedFileError(f"curve.{k} must be a list of at most 10000 numbers, got {_type(v)}")
         if n is not None and len(v) != n:
-            raise CircuitFormatError(f"curve.{k} has {len(v)} points, curve.fractions has {n}")
+            raise DamagedFileError(f"curve.{k} has {len(v)} points, curve.fractions has {n}")
         n = len(v)
     for k in CURVE_NUMBERS:
         _field(c, k, float, "curve", default=None)
@@ -666,17 +660,17 @@ def _field(d: dict, key: str, t, where: str, default=...):
     name = f"{where}.{key}" if where else key
     if key not in d or d[key] is None:
         if default is ...:
-            raise CircuitFormatError(f"{name} is missing")
+            raise DamagedFileError(f"{name} is missing")
         return default
     if not _is(d[key], t):
-        raise CircuitFormatError(f"{name} is {_type(d[key])}, expected {t.__name__}")
+        raise DamagedFileError(f"{name} is {_type(d[key])}, expected {t.__name__}")
     return d[key]
 
 
 def _int(d: dict, key: str, where: str, lo: int, default=...) -> int:
     v = _field(d, key, int, where, default)
     if v < lo:
-        raise CircuitFormatError(f"{where}.{key}={v} must be at least {lo}")
+        raise DamagedFileError(f"{where}.{key}={v} must be at least {lo}")
     return v
 
 
@@ -687,23 +681,23 @@ def _bool(d: dict, key: str, where: str, default: bool) -> bool:
 def _number(d: dict, key: str, where: str) -> float:
     v = _field(d, key, float, where)
     if not math.isfinite(v):
-        raise CircuitFormatError(f"{where}.{key} is {v!r}; scores must be finite numbers")
+        raise DamagedFileError(f"{where}.{key} is {v!r}; scores must be finite numbers")
     return float(v)
 
 
 def _list(d: dict, key: str, limit: int) -> list:
     v = d.get(key)
     if not isinstance(v, list):
-        raise CircuitFormatError(f"{key} is {_type(v)}, expected a list")
+        raise DamagedFileError(f"{key} is {_type(v)}, expected a list")
     if len(v) > limit:
-        raise CircuitFormatError(f"{key} holds {len(v)} entries; the limit is {limit}")
+        raise DamagedFileError(f"{key} holds {len(v)} entries; the limit is {limit}")
     return v
 
 
 def _numbers(v, where: str, limit: int) -> list:
     if not isinstance(v, list) or len(v) > limit:
-        raise CircuitFormatError(f"{where} must be a list of at most {limit} numbers, got {_type(v)}")
+        raise DamagedFileError(f"{where} must be a list of at most {limit} numbers, got {_type(v)}")
     for i, x in enumerate(v):
         if not _is(x, float) or not math.isfinite(x):
-            raise CircuitFormatError(f"{where}[{i}] is {x!r}; expected a finite number")
+            raise DamagedFileError(f"{where}[{i}] is {x!r}; expected a finite number")
     return v

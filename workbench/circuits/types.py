@@ -12,13 +12,13 @@ import torch
 
 from workbench.atomic import write_json
 from workbench.circuits import schema
-from workbench.circuits.graph import Graph, GraphMismatchError
+from workbench.circuits.graph import Graph
 from workbench.circuits.select import node_names
+from workbench.errors import BadValueError, DamagedFileError
 from workbench.provenance import model_id
 
 SCHEMA = schema.SCHEMA
 SCHEMA_VERSION = schema.FORMAT_VERSION
-CircuitFileError = schema.CircuitFormatError  # the name the engine has always raised and caught
 
 
 EDGE_FIELDS = {  # what each edge's numbers are (saved in every circuit file, so a reader need not guess)
@@ -40,7 +40,7 @@ def check_model(graph: Graph, file_model_id: str, model) -> None:
     Graph.from_model(model).check_same(graph, "circuit file")
     mid = model_id(model)
     if file_model_id and file_model_id != mid:
-        raise GraphMismatchError(f"the circuit was found on model {file_model_id!r}, not on this model {mid!r}")
+        raise BadValueError(f"the circuit was found on model {file_model_id!r}, not on this model {mid!r}")
 
 
 @dataclass
@@ -66,7 +66,7 @@ class Circuit:
         bad = (~torch.isfinite(self.scores)).nonzero().flatten().tolist()
         if bad:  # JSON would store it as null and every export would pass it on unnoticed
             i = bad[0]
-            raise CircuitFileError(
+            raise DamagedFileError(
                 f"edge {self.graph.edges[i]!r} has score {float(self.scores[i])} ({len(bad)} edge scores are not "
                 "finite): a circuit's scores must be finite numbers; find the circuit again"
             )
@@ -168,7 +168,7 @@ class Circuit:
         """Rebuild a circuit from `to_dict`'s output (validated by schema.read_workbench); with a model, refuse
         circuits made for another model or holding token ids outside its vocabulary."""
         if d.get("schema") != SCHEMA:
-            raise CircuitFileError(
+            raise DamagedFileError(
                 f"not a workbench circuit file: schema {d.get('schema')!r}, expected {SCHEMA!r} "
                 "(MIB files load with export.from_mib)"
             )
@@ -198,7 +198,7 @@ class Circuit:
         d = read_json(path_or_dict)
         try:
             return cls.from_dict(d, model)
-        except CircuitFileError as e:
+        except DamagedFileError as e:
             if isinstance(path_or_dict, dict):
                 raise
-            raise CircuitFileError(f"{path_or_dict}: {e}") from None
+            raise DamagedFileError(f"{path_or_dict}: {e}") from None

@@ -13,18 +13,14 @@ from typing import Protocol
 
 import numpy as np
 
-from workbench.errors import UserError
+from workbench.errors import BadValueError
 
 SPLITS = ("train", "heldout")
 
 
-class SplitError(UserError, ValueError):
-    pass
-
-
 def check_split(split: str) -> None:
     if split not in SPLITS:
-        raise SplitError(f"unknown split {split!r}; valid: {', '.join(repr(s) for s in SPLITS)}")
+        raise BadValueError(f"unknown split {split!r}; valid: {', '.join(repr(s) for s in SPLITS)}")
 
 
 @dataclass

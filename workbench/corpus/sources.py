@@ -24,16 +24,12 @@ FILE_SUFFIXES = (".txt", ".jsonl", ".parquet")
 HELDOUT_EVERY = 20  # every 20th document of a file corpus is held out
 
 
-class CorpusError(BadValueError):
-    """A corpus spec, file or dataset that cannot be read."""
-
-
 def load_corpus(spec: str, tokenizer, seed: int = 0, text_field: str = "text"):
     if spec == "synthetic" or spec.startswith("synthetic:"):
         if spec.startswith("synthetic:seed="):
             seed = int(spec.split("=", 1)[1])
         elif spec != "synthetic":
-            raise CorpusError(f"bad synthetic corpus spec {spec!r}; use 'synthetic' or 'synthetic:seed=N'")
+            raise BadValueError(f"bad synthetic corpus spec {spec!r}; use 'synthetic' or 'synthetic:seed=N'")
         return SyntheticCorpus(tokenizer, seed)
     if spec.startswith("hf:"):
         return FileCorpus(spec, tokenizer, text_field)
@@ -51,7 +47,7 @@ def _read_texts(path: Path, text_field: str) -> Iterator[str]:
                     try:
                         yield json.loads(line)[text_field]
                     except (json.JSONDecodeError, KeyError, TypeError) as e:
-                        raise CorpusError(
+                        raise BadValueError(
                             f"{path}:{n}: expected a JSON object with a {text_field!r} field ({e})"
                         ) from e
     else:
@@ -60,7 +56,7 @@ def _read_texts(path: Path, text_field: str) -> Iterator[str]:
         try:
             table = pq.read_table(path, columns=[text_field])
         except Exception as e:  # pyarrow raises several types for bad files/columns
-            raise CorpusError(f"cannot read column {text_field!r} from parquet file {path}: {e}") from e
+            raise BadValueError(f"cannot read column {text_field!r} from parquet file {path}: {e}") from e
         yield from table.column(text_field).to_pylist()
 
 
@@ -73,7 +69,7 @@ def _hf_texts(name: str, text_field: str) -> Iterator[str]:
         rows = iter(ds)
         first = next(rows, None)
     except Exception as e:  # datasets raises many types (ConnectionError offline, FileNotFoundError, ValueError)
-        raise CorpusError(
+        raise BadValueError(
             f"cannot stream Hugging Face dataset 'hf:{name}' ({type(e).__name__}: "
             f"{str(e).splitlines()[0][:200] if str(e) else ''}); hf: corpora need a network or a local "
             "copy in the Hugging Face cache; use .txt/.jsonl/.parquet files offline"
@@ -86,7 +82,9 @@ def _hf_texts(name: str, text_field: str) -> Iterator[str]:
 
 def _field(row: dict, text_field: str, name: str) -> str:
     if text_field not in row:
-        raise CorpusError(f"Hugging Face dataset 'hf:{name}' has no {text_field!r} column; its columns: {sorted(row)}")
+        raise BadValueError(
+            f"Hugging Face dataset 'hf:{name}' has no {text_field!r} column; its columns: {sorted(row)}"
+        )
     return row[text_field]
 
 
@@ -105,12 +103,12 @@ class FileCorpus:
             self._paths = [Path(p) for p in source]
             for p in self._paths:
                 if p.suffix not in FILE_SUFFIXES:
-                    raise CorpusError(
+                    raise BadValueError(
                         f"unknown corpus spec {str(p)!r}: expected 'synthetic', 'hf:<dataset>' or a file "
                         f"ending in {', '.join(FILE_SUFFIXES)}"
                     )
                 if not p.is_file():
-                    raise CorpusError(f"corpus file {str(p)!r} does not exist or is not a file")
+                    raise BadValueError(f"corpus file {str(p)!r} does not exist or is not a file")
             self.spec = ",".join(str(p.resolve()) for p in self._paths)
 
     def _texts(self) -> Iterable[str]:
@@ -120,12 +118,12 @@ class FileCorpus:
             try:
                 yield from _read_texts(p, self.text_field)
             except (OSError, UnicodeDecodeError) as e:
-                raise CorpusError(f"cannot read corpus file {str(p)!r}: {e}") from e
+                raise BadValueError(f"cannot read corpus file {str(p)!r}: {e}") from e
 
     def sequences(self, ctx_len: int, start: int = 0, split: str = "train") -> Iterator[TokenSequence]:
         """Finite packed sequences; `start` skips that many (resume) without changing what follows."""
         if split not in ("train", "heldout"):
-            raise CorpusError(f"unknown split {split!r}; valid: 'train', 'heldout'")
+            raise BadValueError(f"unknown split {split!r}; valid: 'train', 'heldout'")
         bos, eos = self.tokenizer.bos_token_id, self.tokenizer.eos_token_id
         toks, docs = [bos], [-1]
         i = 0

@@ -31,7 +31,7 @@ from workbench.corpus.vocab import (
     triples,
     vocabulary,
 )
-from workbench.errors import UserError
+from workbench.errors import BadValueError
 
 REPEAT_LENGTH = (4, 60)  # span lengths of repeated random-token documents (2 x 60 + EOS fits n_ctx 128)
 
@@ -87,10 +87,6 @@ def document(rng: random.Random, split: str = "train", words: list[str] | None =
     return task, _task_document(task, rng, split)
 
 
-class SyntheticCorpusError(UserError, ValueError):
-    pass
-
-
 class SyntheticCorpus:
     """Infinite, deterministic stream of packed sequences: sequence i depends only on (seed, split, i)."""
 
@@ -104,7 +100,7 @@ class SyntheticCorpus:
         self._words = repeat_words()
         missing = [w for w in vocabulary() if w not in vocab]
         if missing:
-            raise SyntheticCorpusError(
+            raise BadValueError(
                 f"tokenizer lacks {len(missing)} synthetic-corpus words, e.g. {missing[:5]}; "
                 "use the embedded model's tokenizer (workbench.models.tokenizer)"
             )

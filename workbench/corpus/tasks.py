@@ -26,11 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from workbench.corpus.base import check_split
 from workbench.corpus.vocab import ATTRIBUTES, ENTITIES, FACTS, INDUCTION_POOL, NAMES, NOUNS, OBJECTS, PLACES, digits
-from workbench.errors import UserError
-
-
-class TaskError(UserError, ValueError):
-    pass
+from workbench.errors import BadValueError
 
 
 @dataclass(frozen=True)
@@ -174,14 +170,14 @@ def with_answer(q: Query, word: str) -> Query:
     """q re-targeted at another correct answer (greater-than has many: a circuit should explain the one
     the model gives, not a randomly drawn larger number). Paraphrases keep the new answer."""
     if not accepts(q, word):
-        raise TaskError(f"{word!r} is not a correct answer to {q.prompt!r}")
+        raise BadValueError(f"{word!r} is not a correct answer to {q.prompt!r}")
     params = {**q.params, "above": int(word)} if q.task == "greater_than" else q.params
     return replace(q, answer=word, params=params)
 
 
 def _check_task(task: str) -> None:
     if task not in _MAKERS:
-        raise TaskError(f"unknown task {task!r}; valid tasks: {', '.join(QUERY_TASKS)}")
+        raise BadValueError(f"unknown task {task!r}; valid tasks: {', '.join(QUERY_TASKS)}")
 
 
 def make_query(task: str, rng: random.Random, split: str = "train") -> Query:

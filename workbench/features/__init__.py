@@ -4,7 +4,7 @@ Reading (`FeatureStore`) needs numpy and pyarrow only; building (`workbench.feat
 loads the SAEs and the model with torch.
 """
 
-from workbench.features.config import FeatureConfig, FeatureStoreError
+from workbench.features.config import FeatureConfig
 from workbench.features.store import FeatureStore
 
-__all__ = ["FeatureConfig", "FeatureStore", "FeatureStoreError"]
+__all__ = ["FeatureConfig", "FeatureStore"]

@@ -24,8 +24,9 @@ import pyarrow.parquet as pq
 import torch
 
 from workbench.atomic import atomic_path, atomic_write_text, sha256_file
+from workbench.errors import BadValueError
 from workbench.features import compute
-from workbench.features.config import FeatureConfig, FeatureStoreError
+from workbench.features.config import FeatureConfig
 from workbench.features.store import FORMAT, MANIFEST, STORE
 from workbench.lock import output_lock
 
@@ -60,7 +61,7 @@ class _Job:
         if overwrite and self.out.exists():
             shutil.rmtree(self.out)
         if (self.out / MANIFEST).is_file():
-            raise FeatureStoreError(f"{self.out} already holds a feature store; pass --overwrite to rebuild it")
+            raise BadValueError(f"{self.out} already holds a feature store; pass --overwrite to rebuild it")
         self.record = {
             "config": cfg.to_dict(),
             "cache": str(Path(cache.path).resolve()),
@@ -73,7 +74,7 @@ class _Job:
             old = json.loads(prog.read_text())
             if old != self.record:
                 diff = [k for k in self.record if old.get(k) != self.record[k]]
-                raise FeatureStoreError(
+                raise BadValueError(
                     f"{self.out} holds an unfinished build with a different {', '.join(diff)}; "
                     "rerun it with the same options, or pass --overwrite to start over"
                 )
@@ -144,7 +145,7 @@ def build_stores(
     for d in unique.values():
         sae = load_sae(d, device=device).eval()
         if not sae.cfg.metadata.hook_name:
-            raise FeatureStoreError(f"{d}/cfg.json has no metadata.hook_name; cannot tell which activations it reads")
+            raise BadValueError(f"{d}/cfg.json has no metadata.hook_name; cannot tell which activations it reads")
         saes.append((d, sae))
     with ExitStack() as held:  # one process per store, from before --overwrite deletes anything
         for d, _ in saes:
@@ -165,10 +166,10 @@ def _build_hook(cache, hook, group, model, vocab, cfg, overwrite, progress) -> l
     avail = cache.n_tokens(cfg.split)
     n_rows = min(cfg.n_tokens or avail, avail)
     if n_rows == 0:
-        raise FeatureStoreError(f"the cache at {cache.path} has no {cfg.split} rows; choose another --split")
+        raise BadValueError(f"the cache at {cache.path} has no {cfg.split} rows; choose another --split")
     for d, s in group:
         if s.cfg.d_in != cache.d(hook):
-            raise FeatureStoreError(
+            raise BadValueError(
                 f"SAE {d} has d_in={s.cfg.d_in} but hook {hook!r} in {cache.path} has width {cache.d(hook)}"
             )
     jobs = [_Job(d, s, cfg, cache, n_rows, overwrite) for d, s in group]

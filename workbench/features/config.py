@@ -9,11 +9,7 @@ from dataclasses import dataclass, field, fields
 
 from workbench.configcheck import from_json, to_json
 from workbench.corpus.base import SPLITS
-from workbench.errors import UserError
-
-
-class FeatureStoreError(UserError, ValueError):
-    """A feature store cannot be built or read as asked; the message says why and what to do."""
+from workbench.errors import BadValueError
 
 
 @dataclass(frozen=True)
@@ -45,15 +41,15 @@ class FeatureConfig:
 
     def __post_init__(self):
         if self.split not in SPLITS:
-            raise FeatureStoreError(f"unknown split {self.split!r}; valid: {', '.join(SPLITS)}")
+            raise BadValueError(f"unknown split {self.split!r}; valid: {', '.join(SPLITS)}")
         if self.n_tokens is not None and self.n_tokens < 1:
-            raise FeatureStoreError(f"n_tokens must be >= 1 (or None for all), got {self.n_tokens}")
+            raise BadValueError(f"n_tokens must be >= 1 (or None for all), got {self.n_tokens}")
         for f in fields(self):
             v = getattr(self, f.name)
             if f.name not in ("split", "n_tokens") and (
                 not isinstance(v, int) or v < (0 if f.name in ("left", "right") else 1)
             ):
-                raise FeatureStoreError(f"{f.name} must be a positive integer, got {v!r}")
+                raise BadValueError(f"{f.name} must be a positive integer, got {v!r}")
 
     @property
     def n_examples(self) -> int:

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from workbench.atomic import read_json
-from workbench.features.config import FeatureConfig, FeatureStoreError
+from workbench.errors import BadValueError
+from workbench.features.config import FeatureConfig
 
 FORMAT = "workbench-feature-store/1"
 STORE = "features"  # the store's folder name, beside the SAE's files
@@ -33,20 +34,20 @@ class FeatureStore:
                 if any((p / ".partial").is_dir() for p in (path, path / STORE))
                 else " (build one with `workbench features build`)"
             )
-            raise FeatureStoreError(f"no feature store at {path}{hint}")
+            raise BadValueError(f"no feature store at {path}{hint}")
         rebuild = "rebuild the store with `workbench features build --overwrite`"
-        self.manifest = read_json(mpath, FeatureStoreError, rebuild)
+        self.manifest = read_json(mpath, BadValueError, rebuild)
         if self.manifest.get("format") != FORMAT:
-            raise FeatureStoreError(f"{mpath} has format {self.manifest.get('format')!r}, expected {FORMAT!r}")
+            raise BadValueError(f"{mpath} has format {self.manifest.get('format')!r}, expected {FORMAT!r}")
         self.path = path
         try:
             self.config = FeatureConfig.from_dict(self.manifest["config"])
             self.n_units = int(self.manifest["n_units"])
             dict(self.manifest["files"])
         except (KeyError, TypeError, AttributeError, ValueError) as e:
-            if isinstance(e, FeatureStoreError):
+            if isinstance(e, BadValueError):
                 raise
-            raise FeatureStoreError(f"{mpath} lacks or mistypes a part ({type(e).__name__}: {e}); {rebuild}") from None
+            raise BadValueError(f"{mpath} lacks or mistypes a part ({type(e).__name__}: {e}); {rebuild}") from None
         self._arrays: dict[str, np.ndarray] = {}
 
     def has(self, name: str) -> bool:
@@ -55,7 +56,7 @@ class FeatureStore:
     def array(self, name: str) -> np.ndarray:
         if name not in self._arrays:
             if not self.has(name):
-                raise FeatureStoreError(f"the feature store at {self.path} has no {name!r}")
+                raise BadValueError(f"the feature store at {self.path} has no {name!r}")
             self._arrays[name] = np.load(self.path / f"{name}.npy", mmap_mode="r", allow_pickle=False)
         return self._arrays[name]
 
@@ -79,9 +80,9 @@ class FeatureStore:
         try:
             u = int(u)
         except (TypeError, ValueError):
-            raise FeatureStoreError(f"unit index must be an integer, got {u!r}") from None
+            raise BadValueError(f"unit index must be an integer, got {u!r}") from None
         if not 0 <= u < self.n_units:
-            raise FeatureStoreError(
+            raise BadValueError(
                 f"unit {u} is out of range: this store has {self.n_units} {self.manifest['unit']}s (0..{self.n_units - 1})"
             )
         return u
@@ -151,7 +152,7 @@ class FeatureStore:
         """Units with the highest mean activation over the occurrences of the token(s) spelled `text`."""
         ids = self.token_ids(text)
         if not ids:
-            raise FeatureStoreError(f"no token spelled {text.strip()!r} in this model's vocabulary")
+            raise BadValueError(f"no token spelled {text.strip()!r} in this model's vocabulary")
         units, means, frac = self.array("token_units"), self.array("token_means"), self.array("token_frac")
         counts = self.array("token_counts")
         hits = [
@@ -172,17 +173,17 @@ class FeatureStore:
         """Units whose stored examples contain the words of `text` as consecutive tokens."""
         words = text.split()
         if not words:
-            raise FeatureStoreError("type some text to search for")
+            raise BadValueError("type some text to search for")
         alts = []
         for w in words:
             ids = self.token_ids(w)
             if not ids:
-                raise FeatureStoreError(f"no token spelled {w!r} in this model's vocabulary")
+                raise BadValueError(f"no token spelled {w!r} in this model's vocabulary")
             alts.append(np.array(ids))
         toks = np.asarray(self.array("ctx_tokens"))
         W, m = toks.shape[-1], len(alts)
         if m > W:
-            raise FeatureStoreError(f"the stored contexts are {W} tokens long; search for at most {W} words")
+            raise BadValueError(f"the stored contexts are {W} tokens long; search for at most {W} words")
         hit = np.zeros(toks.shape[:2], bool)
         for s in range(W - m + 1):
             ok = np.ones(toks.shape[:2], bool)
@@ -197,7 +198,7 @@ class FeatureStore:
         """Units whose best-matching ground-truth label (any kind) contains `text`, best F1 first."""
         want = text.strip().casefold()
         if not want:
-            raise FeatureStoreError("type a label to search for (e.g. a task, a role, or role=word)")
+            raise BadValueError("type a label to search for (e.g. a task, a role, or role=word)")
         df = self.units
         hits = []
         for kind in self.manifest["label_kinds"]:

@@ -21,16 +21,12 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 from workbench import checkpoint
 from workbench.corpus.synthetic import SyntheticCorpus
 from workbench.corpus.vocab import vocabulary
-from workbench.errors import UserError
+from workbench.errors import ConfigError
 from workbench.models import EMBEDDED, save
 from workbench.models.card import model_card, write_card
 from workbench.models.tokenizer import build_tokenizer
 
 CHECKPOINT = "checkpoint.pt"
-
-
-class TrainConfigError(UserError, ValueError):
-    pass
 
 
 @dataclass
@@ -64,19 +60,17 @@ class TinyConfig:
             "checkpoint_every",
         ):
             if getattr(self, name) < 1:
-                raise TrainConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.n_ctx < 24:
-            raise TrainConfigError(f"n_ctx must be >= 24 (task prompts are up to 20 tokens), got {self.n_ctx}")
+            raise ConfigError(f"n_ctx must be >= 24 (task prompts are up to 20 tokens), got {self.n_ctx}")
         if self.positional_embedding not in ("rotary", "standard"):
-            raise TrainConfigError(
-                f"positional_embedding must be 'rotary' or 'standard', got {self.positional_embedding!r}"
-            )
+            raise ConfigError(f"positional_embedding must be 'rotary' or 'standard', got {self.positional_embedding!r}")
         if self.d_model % self.n_heads:
-            raise TrainConfigError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
+            raise ConfigError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
         if not (0 < self.lr < 1) or not math.isfinite(self.lr):
-            raise TrainConfigError(f"lr must be in (0, 1), got {self.lr}")
+            raise ConfigError(f"lr must be in (0, 1), got {self.lr}")
         if not 0 <= self.warmup < self.steps:
-            raise TrainConfigError(f"warmup must be in [0, steps={self.steps}), got {self.warmup}")
+            raise ConfigError(f"warmup must be in [0, steps={self.steps}), got {self.warmup}")
         return self
 
 
@@ -113,13 +107,13 @@ def _check_out(out: Path, overwrite: bool, resume: bool) -> None:
     """Refuse to write over anything the user did not ask to replace (the shipped model included)."""
     if resume:
         if not (out / CHECKPOINT).is_file():
-            raise TrainConfigError(f"--resume: no {CHECKPOINT} in {out}; start without --resume")
+            raise ConfigError(f"--resume: no {CHECKPOINT} in {out}; start without --resume")
         return
     if out.exists() and not out.is_dir():
-        raise TrainConfigError(f"--out {out} is a file, not a folder")
+        raise ConfigError(f"--out {out} is a file, not a folder")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         shipped = " (the shipped embedded model)" if out.resolve() == EMBEDDED["tiny"].resolve() else ""
-        raise TrainConfigError(
+        raise ConfigError(
             f"--out {out}{shipped} is not empty; pass --overwrite to replace the model files there, "
             "or choose an empty folder"
         )
@@ -151,7 +145,7 @@ def _load_checkpoint(out: Path, model, opt, cfg: TinyConfig) -> tuple[int, list[
     state = checkpoint.read(out / CHECKPOINT)
     diff = checkpoint.config_diff(state["config"], asdict(cfg))
     if diff:
-        raise TrainConfigError(
+        raise ConfigError(
             f"--resume: the checkpoint in {out} was made with another config ({'; '.join(diff)}); "
             "pass the same flags or start afresh"
         )

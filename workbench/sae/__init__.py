@@ -13,8 +13,6 @@ that imported the workbench reads every SAE saved here with sae_lens.SAE.load_fr
 from workbench.lazy import after_import, lazy_exports
 
 _EXPORTS = {
-    "CheckpointError": "workbench.checkpoint",
-    "ConfigError": "workbench.sae.config",
     "SAEConfig": "workbench.sae.config",
     "TrainConfig": "workbench.sae.config",
     "evaluate": "workbench.sae.eval",

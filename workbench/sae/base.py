@@ -21,7 +21,8 @@ import math
 import torch
 from torch import nn
 
-from workbench.sae.config import TOPK_FAMILY, ConfigError, SAEConfig
+from workbench.errors import ConfigError
+from workbench.sae.config import TOPK_FAMILY, SAEConfig
 from workbench.sae.kernels import KERNELS, Support, topk
 from workbench.sae.regularizers import topk_regularisers
 from workbench.sae.scaffold import Scaffold

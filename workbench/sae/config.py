@@ -7,16 +7,12 @@ import math
 from dataclasses import dataclass, field
 
 from workbench.configcheck import check_device, from_json, to_json, type_mismatch
-from workbench.errors import UserError
+from workbench.errors import ConfigError
 
 ARCHITECTURES = ("topk", "batchtopk", "matryoshka", "block_topk", "group_lasso", "block_jumprelu", "grassmannian")
 BLOCK_ARCHITECTURES = ("block_topk", "group_lasso", "block_jumprelu", "grassmannian")
 THRESHOLD_BLOCK_ARCHITECTURES = ("group_lasso", "block_jumprelu")  # learned per-block thresholds
 TOPK_FAMILY = ("topk", "batchtopk", "matryoshka")
-
-
-class ConfigError(UserError, ValueError):
-    """A config value is invalid; the message names the value and the valid choices."""
 
 
 def check_types(obj) -> None:

@@ -22,15 +22,11 @@ from sae_lens.saes.transcoder import JumpReLUSkipTranscoderConfig, JumpReLUTrans
 from safetensors.torch import save_file
 
 from workbench.atomic import atomic_path, atomic_write_text, read_json, sha256_file
-from workbench.errors import MissingInputError, UserError
+from workbench.errors import DamagedFileError, MissingInputError
 from workbench.sae import saelens
 from workbench.sae.base import SparseAutoencoder
 
 WEIGHTS, CFG, WORKBENCH = "sae_weights.safetensors", "cfg.json", "workbench.json"
-
-
-class SAEFileError(UserError, ValueError):
-    """A saved SAE folder whose files are damaged (unreadable, wrong checksum, NaN/inf weights)."""
 
 
 @torch.no_grad()
@@ -137,7 +133,7 @@ def load_sae(folder: str | Path, device: str = "cpu") -> SAE:
             raise MissingInputError(f"{folder} is not an SAE folder: {name} is missing")
     want = read_info(folder).get("weights_sha256")
     if want and sha256_file(folder / WEIGHTS) != want:
-        raise SAEFileError(
+        raise DamagedFileError(
             f"{folder / WEIGHTS} does not match the checksum in {folder / WORKBENCH}: the weights "
             "were changed or damaged after saving; retrain or restore the SAE"
         )
@@ -145,19 +141,19 @@ def load_sae(folder: str | Path, device: str = "cpu") -> SAE:
     try:
         cfg = json.loads((folder / CFG).read_text())
         if not isinstance(cfg, dict):
-            raise SAEFileError(f"{folder / CFG} holds a JSON {type(cfg).__name__}, not an SAE config object")
+            raise DamagedFileError(f"{folder / CFG} holds a JSON {type(cfg).__name__}, not an SAE config object")
         sae = SAE.load_from_disk(folder, device=device)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise SAEFileError(f"{folder / CFG} is not valid JSON: {e}") from None
+        raise DamagedFileError(f"{folder / CFG} is not valid JSON: {e}") from None
     except Exception as e:  # safetensors and sae_lens raise several types for damaged files
-        if isinstance(e, SAEFileError):
+        if isinstance(e, DamagedFileError):
             raise
-        raise SAEFileError(
+        raise DamagedFileError(
             f"cannot load the SAE in {folder} ({type(e).__name__}: {e}); {WEIGHTS} or {CFG} is damaged or not an SAE"
         ) from e
     bad = [n for n, p in sae.state_dict().items() if p.is_floating_point() and not torch.isfinite(p).all()]
     if bad:
-        raise SAEFileError(f"{folder / WEIGHTS} holds NaN/inf values in {', '.join(bad)}; the file is damaged")
+        raise DamagedFileError(f"{folder / WEIGHTS} holds NaN/inf values in {', '.join(bad)}; the file is damaged")
     return sae
 
 
@@ -166,4 +162,4 @@ def read_info(folder: str | Path) -> dict:
     p = Path(folder) / WORKBENCH
     if not p.is_file():
         return {}
-    return read_json(p, SAEFileError, "retrain the SAE or restore the file")
+    return read_json(p, DamagedFileError, "retrain the SAE or restore the file")

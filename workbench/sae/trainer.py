@@ -28,9 +28,9 @@ from torch.nn.parallel import DistributedDataParallel
 from workbench import checkpoint
 from workbench.atomic import atomic_write_text, check_output_dir
 from workbench.checkpoint import default_device, dist_info
-from workbench.errors import UserError
+from workbench.errors import ConfigError, DamagedFileError, UserError
 from workbench.sae.architectures import build
-from workbench.sae.config import ConfigError, SAEConfig, TrainConfig, check_types
+from workbench.sae.config import SAEConfig, TrainConfig, check_types
 from workbench.sae.io import save_sae
 from workbench.schedule import lr_factor
 
@@ -40,11 +40,8 @@ RESUME_FREE = ("progress", "device", "extra", "checkpoint_every", "max_fvu")
 
 
 class NonFiniteError(UserError, RuntimeError):
-    """A batch or a loss contained NaN/inf; the message names the step. No checkpoint is written."""
-
-
-class DivergedError(NonFiniteError):
-    """Training diverged (FVU far above 1); the message names the step. No checkpoint is written."""
+    """A batch or a loss contained NaN/inf, or training diverged (FVU far above 1); the message names the step.
+    No checkpoint is written."""
 
 
 class Trainer:
@@ -209,7 +206,7 @@ class Trainer:
                 row["sparsity_coef"] = float(sae.sparsity_coef)
             fvu = row.get("fvu", 0.0)
             if not fvu <= self.train_cfg.max_fvu:  # also NaN
-                raise DivergedError(
+                raise NonFiniteError(
                     f"SAE {c.name!r} diverged: mean FVU {fvu:.3g} over steps {self.step - self.window_steps}"
                     f"..{self.step} (above max_fvu={self.train_cfg.max_fvu:g}; {n_dead / c.n_units:.0%} of "
                     f"latents dead); no checkpoint was written; lower the learning rate "
@@ -309,9 +306,9 @@ def fit(
     record = _run_record(cfgs, train_cfg, data or {})
     ckpt = out / CHECKPOINT
     if resume and not ckpt.is_file():
-        raise checkpoint.CheckpointError(f"resume=True (--resume) but {ckpt} does not exist; train without it first")
+        raise DamagedFileError(f"resume=True (--resume) but {ckpt} does not exist; train without it first")
     if not resume and ckpt.is_file():
-        raise checkpoint.CheckpointError(
+        raise DamagedFileError(
             f"{out} already holds a run ({CHECKPOINT}); pass resume=True (--resume) to continue it, or choose another output folder"
         )
     trainer = Trainer(cfgs, train_cfg, default_device(train_cfg.device), columns=columns)
