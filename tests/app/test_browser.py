@@ -40,20 +40,21 @@ def free_port() -> int:
 def serving(workspace, tmp_path):
     """`workbench app` on a free port, yielding its URL once its health endpoint answers."""
     port = free_port()
-    log = open(tmp_path / "server.log", "w")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "workbench.cli", "app", "--workspace", str(workspace), "--port", str(port)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-        cwd=REPO,
-    )
+    cmd = [sys.executable, "-m", "workbench.cli", "app", "--workspace", str(workspace), "--port", str(port)]
+    with serve(cmd, port, tmp_path / "server.log", PYTHONPATH=str(REPO)) as url:
+        yield url
+
+
+@contextmanager
+def serve(cmd: list[str], port: int, log_path: Path, **env):
+    """Run a Streamlit server command, yielding its URL once its health endpoint answers; stop it after."""
+    log = open(log_path, "w")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **env}, cwd=REPO)
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(600):  # like Streamlit's own e2e suite: poll the health endpoint
             if proc.poll() is not None:
-                pytest.fail(f"workbench app exited: {(tmp_path / 'server.log').read_text()}")
+                pytest.fail(f"{' '.join(cmd[:4])} exited: {log_path.read_text()}")
             try:
                 if urllib.request.urlopen(f"{url}/_stcore/health", timeout=1).read() == b"ok":
                     break

@@ -4,16 +4,21 @@ with its supernode, a note, a diff with its counts; no request leaves 127.0.0.1.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
-import time
-import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
-from test_browser import CHROMIUM, REPO, assert_offline, browser_page, free_port, pytestmark, settle  # noqa: F401
+from test_browser import (  # noqa: F401
+    CHROMIUM,
+    REPO,
+    assert_offline,
+    browser_page,
+    free_port,
+    pytestmark,
+    serve,
+    settle,
+)
 
 OLD = REPO / "tests" / "circuits" / "old_files" / "circuit.json"  # a 7-edge circuit of a 2-layer, 2-head model
 
@@ -21,25 +26,11 @@ OLD = REPO / "tests" / "circuits" / "old_files" / "circuit.json"  # a 7-edge cir
 @contextmanager
 def page_server(tmp_path: Path, **env):
     port = free_port()
-    log = open(tmp_path / "page.log", "w")
     cmd = [sys.executable, "-m", "streamlit", "run", str(REPO / "tests" / "app" / "graph_page.py")]
     cmd += ["--server.port", str(port), "--server.address", "127.0.0.1", "--server.headless", "true"]
     cmd += ["--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env={**os.environ, **env})
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(600):
-            assert proc.poll() is None, (tmp_path / "page.log").read_text()
-            try:
-                if urllib.request.urlopen(f"{url}/_stcore/health", timeout=1).read() == b"ok":
-                    break
-            except OSError:
-                time.sleep(0.2)
+    with serve(cmd, port, tmp_path / "page.log", **env) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
-        log.close()
 
 
 def node(page, nid: str):
