@@ -212,7 +212,7 @@ def train_transcoder_set(
     with output_lock(run, "workbench sae train --transcoders"):
         folder, members = train_set(cache_dir, layers, sae_cfgs, train_cfg, run, resume=resume)
         _record_saes(ws, run, members, cache_dir, train_cfg)
-    manifest = json.loads((folder / "transcoders.json").read_text())
+    manifest = json.loads((folder / SET_MANIFEST).read_text())
     ws.record(
         folder,
         "transcoders",
