@@ -70,7 +70,7 @@ def run_side(spec: dict) -> dict:
     ctx = spec["ctx"] or model.cfg.n_ctx
     tokens = torch.randint(1, model.cfg.d_vocab, (spec["batch"], ctx))
     side = spec["side"]
-    cfg = SparsifyConfig(dual_ce="paired" if side.endswith("paired") else "fixed", progress=False).validate()
+    cfg = SparsifyConfig(dual_ce="paired" if side.endswith("paired") else "fixed", progress=False).resolve()
     if side == "plain_step":
         model.train()
         opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)

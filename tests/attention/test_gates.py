@@ -161,7 +161,7 @@ def _hand_scores():
 
 
 def test_published_gate_math_on_a_hand_computed_case():
-    gate = G.AttentionGate(GateConfig(init_bias=-0.2).validate(), n_heads=1)
+    gate = G.AttentionGate(GateConfig(init_bias=-0.2).resolve(), n_heads=1)
     assert gate.cfg.gate == "published" and not gate.cfg.renormalise and gate.bias.shape == (1,)
     hook = HookPoint()
     gate.eval()
@@ -181,7 +181,7 @@ def test_published_gate_math_on_a_hand_computed_case():
 
 
 def test_published_gate_training_sample_penalty_and_straight_through_gradient():
-    gate = G.AttentionGate(GateConfig(init_bias=-0.2).validate(), n_heads=1)
+    gate = G.AttentionGate(GateConfig(init_bias=-0.2).resolve(), n_heads=1)
     gate.train()
     scores = _hand_scores()
     allowed = torch.isfinite(scores)

@@ -60,7 +60,7 @@ def test_a_verdict_split_overlapping_the_selection_split_is_refused(tokenizer):
     with pytest.raises(BadValueError, match="verdict_start=2 overlaps the selection split"):
         V.verdict_sequences(corpus, 4, 2, 32, start=2)  # an explicit start inside the selection
     with pytest.raises(BadValueError, match=r"verdict_start=10 overlaps the selection split .*0-63"):
-        SparsifyConfig(eval_sequences=64, verdict_start=10).validate()
+        SparsifyConfig(eval_sequences=64, verdict_start=10).resolve()
 
 
 def test_a_corpus_too_short_for_the_verdict_is_refused(tmp_path, tokenizer):

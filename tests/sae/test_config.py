@@ -1,5 +1,7 @@
 """Bad configs fail early with messages that name the value and the valid choices."""
 
+import dataclasses
+
 import pytest
 
 from workbench.errors import ConfigError
@@ -55,7 +57,7 @@ def test_bad_sae_configs(kw, match):
 )
 def test_bad_train_configs(kw, world, match):
     with pytest.raises(ConfigError, match=match):
-        TrainConfig(**kw).validate(world)
+        TrainConfig(**kw).resolve(world_size=world)
 
 
 def test_unknown_fields_are_named():
@@ -125,3 +127,20 @@ def test_sae_train_at_k_records_target_l0_for_group_lasso(tiny_cache, tmp_path, 
     assert main([*argv[:-3], "--out", str(tmp_path / "run2"), "--quiet"]) == 0
     [gl] = [p for p in (tmp_path / "run2").iterdir() if p.name.startswith("group_lasso")]
     assert json.loads((gl / "workbench.json").read_text())["sae_config"]["target_l0"] is None  # no --k: as before
+
+
+def test_a_config_checks_what_it_knows_when_made_and_the_rest_when_resolved():
+    with pytest.raises(ConfigError, match="k=0 must be between 1"):
+        SAEConfig("topk", k=0)  # no data needed to see this
+    with pytest.raises(ConfigError, match=r"block_size=0 must be >= 1"):
+        SAEConfig("block_topk", block_size=0)
+    with pytest.raises(ConfigError, match="lr=0.0 must be > 0"):
+        TrainConfig(lr=0.0)
+    wide = SAEConfig("topk", k=300)  # k against the width: only once the width is known
+    assert wide.resolve(d_in=64).n_latents == 512
+    with pytest.raises(ConfigError, match="k=300 must be between 1 and n_latents=256"):
+        wide.resolve(d_in=32)
+    skip = SAEConfig("topk", skip=True)  # the trainer makes it a transcoder when it is given a target
+    assert dataclasses.replace(skip, transcoder=True).resolve(d_in=32, d_out=16).d_out == 16
+    with pytest.raises(ConfigError, match="apply to transcoders only"):
+        skip.resolve(d_in=32)

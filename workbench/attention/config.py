@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from workbench.configcheck import check_device, from_json, to_json, type_mismatch
+from workbench.config import Config, check_device
 from workbench.errors import ConfigError
 
 ESTIMATORS = ("gumbel_st", "hard_concrete")
@@ -23,11 +23,6 @@ TAU_SCHEDULES = ("constant", "linear", "exponential")
 DUAL_CE = ("paired", "fixed")
 
 
-def _choice(name: str, value, choices) -> None:
-    if value not in choices:
-        raise ConfigError(f"{name}={value!r} is not valid; choose one of {list(choices)}")
-
-
 def _finite(name: str, value, positive: bool = False, non_negative: bool = False) -> None:
     ok = isinstance(value, (int, float)) and math.isfinite(value)
     if ok and positive:
@@ -39,15 +34,8 @@ def _finite(name: str, value, positive: bool = False, non_negative: bool = False
         raise ConfigError(f"{name}={value!r} must be {need}")
 
 
-def _check_types(obj) -> None:
-    """Fields must hold their annotated type (a --set value such as lr=abc fails here, by name)."""
-    bad = type_mismatch(obj)
-    if bad:
-        raise ConfigError(f"{bad[0]}={bad[1]!r} must be of type {bad[2]}")
-
-
 @dataclass
-class GateConfig:
+class GateConfig(Config):
     """One gate per (layer, head, query i, key j <= i); the `gate` preset says how its logit is made.
 
     "published" (the default, the authors' public code): logit = score_ij + b, score = q.k/sqrt(d_head)
@@ -56,6 +44,8 @@ class GateConfig:
     dense softmax). "log_prob" / "score": logit = scale_h * x_ij + bias_h with x the dense
     log-probability or the score, and the pattern renormalised over the open keys.
     """
+
+    renamed = {"gate_input": "gate"}  # models saved before the presets: gate_input was the gate
 
     gate: str = field(
         default="published",
@@ -89,16 +79,10 @@ class GateConfig:
     hard_concrete_limits: tuple[float, float] = (-0.1, 1.1)  # the stretch (gamma, zeta) of Louizos et al.
     score_clamp: float = 30.0  # training only: exp(score - row max of open scores) capped at e^this
 
-    def validate(self) -> GateConfig:
-        _check_types(self)
-        _choice("gate", self.gate, GATES)
-        _choice("estimator", self.estimator, ESTIMATORS)
-        _choice("bias_sharing", self.bias_sharing, BIAS_SHARING)
-        _choice("empty_row", self.empty_row, EMPTY_ROWS)
-        if self.init_bias is None:
-            self.init_bias = INIT_BIAS[self.gate]
-        for name in ("init_scale", "init_bias"):
-            _finite(name, getattr(self, name))
+    def check(self) -> None:
+        _finite("init_scale", self.init_scale)
+        if self.init_bias is not None:
+            _finite("init_bias", self.init_bias)
         _finite("score_clamp", self.score_clamp, positive=True)
         lo, hi = self.hard_concrete_limits
         if not (math.isfinite(lo) and math.isfinite(hi) and lo < 0 and hi > 1):
@@ -106,25 +90,19 @@ class GateConfig:
                 f"hard_concrete_limits={list(self.hard_concrete_limits)} must be (gamma < 0, "
                 "zeta > 1), e.g. [-0.1, 1.1]"
             )
-        return self
 
-    def to_dict(self) -> dict:
-        return to_json(self)
+    def fill(self) -> dict:
+        """The gate preset's initial bias where none is set."""
+        return {"init_bias": INIT_BIAS[self.gate]} if self.init_bias is None else {}
 
     @property
     def renormalise(self) -> bool:
         """Whether the pattern is renormalised over the open keys (not for the published gate)."""
         return self.gate != "published"
 
-    @classmethod
-    def from_dict(cls, d: dict) -> GateConfig:
-        if "gate_input" in d:  # models saved before the presets: gate_input was the gate
-            d = {**{k: v for k, v in d.items() if k != "gate_input"}, "gate": d["gate_input"]}
-        return cls(**from_json(cls, d, ConfigError)).validate()
-
 
 @dataclass
-class SparsifyConfig:
+class SparsifyConfig(Config):
     """Minimise the expected open-edge fraction subject to held-out CE <= base CE + tolerance.
 
     Lagrangian per step: open_frac + lambda * v, v = CE - CE_ref - tolerance * (1 - dual_margin);
@@ -168,41 +146,35 @@ class SparsifyConfig:
     device: str | None = None
     progress: bool = field(default=True, metadata={"cli": False})  # the CLI's --quiet
 
-    def validate(self, world_size: int = 1) -> SparsifyConfig:
-        if isinstance(self.gates, dict):
-            self.gates = GateConfig.from_dict(self.gates)
-        self.gates.validate()
-        if self.tau_end is None:
-            self.tau_end = 1.0 if self.gates.gate == "published" else 0.1
-        _check_types(self)
+    def check(self) -> None:
         check_device(self.device, ConfigError)
-        if not (isinstance(self.tolerance, (int, float)) and math.isfinite(self.tolerance) and self.tolerance > 0):
+        if not (math.isfinite(self.tolerance) and self.tolerance > 0):
             raise ConfigError(
                 f"tolerance={self.tolerance!r} must be a finite number > 0 (nats of held-out CE "
                 "above the base model, e.g. 0.01)"
             )
         for name in ("lr", "weight_decay", "grad_clip", "lambda_init"):
             _finite(name, getattr(self, name), non_negative=True)
-        for name in ("gate_lr", "multiplier_lr", "tau_start", "tau_end"):
+        for name in ("gate_lr", "multiplier_lr", "tau_start") + (("tau_end",) if self.tau_end is not None else ()):
             _finite(name, getattr(self, name), positive=True)
         if not 0 <= self.ce_ema < 1:
             raise ConfigError(f"ce_ema={self.ce_ema!r} must be in [0, 1) (0 = no EMA)")
-        _choice("tau_schedule", self.tau_schedule, TAU_SCHEDULES)
-        _choice("dual_ce", self.dual_ce, DUAL_CE)
         if not 0 <= self.dual_margin < 1:
             raise ConfigError(f"dual_margin={self.dual_margin!r} must be in [0, 1)")
         _finite("select_z", self.select_z, non_negative=True)
         from workbench.attention.verdict import check_start
 
         check_start(self.verdict_start, self.eval_sequences)
-        for name in ("steps", "eval_sequences", "eval_every", "verdict_sequences"):
-            if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 1):
+        for name in ("steps", "eval_sequences", "eval_every", "verdict_sequences", "batch_size"):
+            if getattr(self, name) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be an integer >= 1")
-        if self.warmup_steps < 0 or self.checkpoint_every < 0:
-            raise ConfigError(
-                f"warmup_steps={self.warmup_steps} and checkpoint_every={self.checkpoint_every} must be >= 0"
-            )
-        if self.batch_size < 1 or self.batch_size % world_size:
+        if self.ctx_len is not None and self.ctx_len < 2:
+            raise ConfigError(f"ctx_len={self.ctx_len} must be >= 2 (or None for the model's n_ctx)")
+
+    def fill(self, world_size: int = 1) -> dict:
+        """The gate preset's defaults (the gates' initial bias, tau_end); the run's number of processes must
+        divide the batch and the selection split."""
+        if self.batch_size % world_size:
             raise ConfigError(
                 f"batch_size={self.batch_size} must be a positive multiple of the number of processes ({world_size})"
             )
@@ -210,9 +182,8 @@ class SparsifyConfig:
             raise ConfigError(
                 f"eval_sequences={self.eval_sequences} must be a multiple of the number of processes ({world_size})"
             )
-        if self.ctx_len is not None and self.ctx_len < 2:
-            raise ConfigError(f"ctx_len={self.ctx_len} must be >= 2 (or None for the model's n_ctx)")
-        return self
+        tau_end = self.tau_end if self.tau_end is not None else 1.0 if self.gates.gate == "published" else 0.1
+        return {"gates": self.gates.resolve(), "tau_end": tau_end}
 
     def tau(self, step: int) -> float:
         """The relaxation temperature at a step."""
@@ -222,16 +193,6 @@ class SparsifyConfig:
         if self.tau_schedule == "linear":
             return self.tau_start + t * (self.tau_end - self.tau_start)
         return self.tau_start * (self.tau_end / self.tau_start) ** t
-
-    def to_dict(self) -> dict:
-        return to_json(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> SparsifyConfig:
-        d = from_json(cls, d, ConfigError)
-        if isinstance(d.get("gates"), dict):
-            d["gates"] = GateConfig.from_dict(d["gates"])
-        return cls(**d)
 
 
 # fields that do not change the training numbers, so a resume may change them (steps: only upwards,

@@ -159,7 +159,7 @@ def gates(model) -> list[AttentionGate]:
 
 def install(model, cfg: GateConfig | None = None):
     """Add gates to every attention layer of `model` in place (and return it); see the module doc."""
-    cfg = (cfg or GateConfig()).validate()
+    cfg = (cfg or GateConfig()).resolve()
     check_model(model)
     if is_gated(model):
         raise BadValueError(f"{model.cfg.model_name!r} already has attention gates")

@@ -194,7 +194,7 @@ def prepare(base: str, out_dir, cfg: SparsifyConfig, corpus: str, resume: bool) 
     from workbench.models import load, model_id
 
     rank, world = dist_info()
-    cfg.validate(world)
+    cfg = cfg.resolve(world_size=world)
     out = Path(out_dir)
     ckpt = out / CHECKPOINT
     if resume and not ckpt.is_file():

@@ -78,7 +78,6 @@ def _train(args) -> None:
         print("workbench attention sparsify is deprecated: use `workbench attention train`", file=sys.stderr)
     gate = GateConfig(**config_values(args, GateConfig, GATE), **set_fields(GateConfig, args.set))
     cfg = SparsifyConfig(gates=gate, progress=not args.quiet, **config_values(args, SparsifyConfig, TRAIN))
-    cfg.validate()  # a bad value fails here, before the model loads
     report, out = train_attention(
         Workspace(args.workspace),
         args.model,

@@ -56,7 +56,6 @@ class SparseAutoencoder(nn.Module):
         super().__init__()
         if cfg.d_in is None or cfg.n_latents is None or cfg.name is None:
             raise ValueError("SAE configs must be resolved against the data first: cfg.resolve(d_in, n_tokens)")
-        cfg.validate()
         self.cfg = cfg
         self.kern = KERNELS[cfg.kernel]
         self.u = cfg.unit_size

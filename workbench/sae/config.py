@@ -6,7 +6,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from workbench.configcheck import check_device, from_json, to_json, type_mismatch
+from workbench.config import Config, check_device
 from workbench.errors import ConfigError
 
 ARCHITECTURES = ("topk", "batchtopk", "matryoshka", "block_topk", "group_lasso", "block_jumprelu", "grassmannian")
@@ -15,24 +15,8 @@ THRESHOLD_BLOCK_ARCHITECTURES = ("group_lasso", "block_jumprelu")  # learned per
 TOPK_FAMILY = ("topk", "batchtopk", "matryoshka")
 
 
-def check_types(obj) -> None:
-    """Every field of a config dataclass holds a value of its annotated type; raise ConfigError naming the
-    field, the value and the expected type."""
-    bad = type_mismatch(obj)
-    if bad:
-        raise ConfigError(f"{bad[0]}={bad[1]!r} is not of type {bad[2]}")
-
-
-def _check_choices(cfg) -> None:
-    """Every field whose metadata lists its choices holds one of them."""
-    for f in dataclasses.fields(cfg):
-        value, choices = getattr(cfg, f.name), f.metadata.get("choices")
-        if choices is not None and value not in choices:
-            raise ConfigError(f"{f.name}={value!r} is not valid; choose one of {list(choices)}")
-
-
 @dataclass
-class SAEConfig:
+class SAEConfig(Config):
     """One SAE. Fields left None are resolved against the data by `resolve(d_in, n_tokens)`."""
 
     architecture: str = field(
@@ -41,11 +25,19 @@ class SAEConfig:
     k: int = field(
         default=32, metadata={"help": "Top-k: latents per token; BatchTopK/Matryoshka: mean latents per token"}
     )
-    n_latents: int | None = field(default=None, metadata={"help": "width (number of latents); None: expansion x d_in"})
-    expansion: int = field(default=8, metadata={"help": "n_latents = expansion x d_in when n_latents is None"})
+    n_latents: int | None = field(
+        default=None, metadata={"min": 1, "help": "width (number of latents); None: expansion x d_in"}
+    )
+    expansion: int = field(
+        default=8, metadata={"min": 1, "help": "n_latents = expansion x d_in when n_latents is None"}
+    )
     d_in: int | None = field(
         default=None,
-        metadata={"help": "None: the cache's width for the hook; a different value is an error", "cli": False},
+        metadata={
+            "min": 1,
+            "help": "None: the cache's width for the hook; a different value is an error",
+            "cli": False,
+        },
     )
     name: str | None = field(
         default=None, metadata={"help": "folder name; None: derived from the fields below", "cli": False}
@@ -60,7 +52,11 @@ class SAEConfig:
     )
     d_out: int | None = field(
         default=None,
-        metadata={"help": "transcoder: the target's width; None: the cache's width for the target hook", "cli": False},
+        metadata={
+            "min": 1,
+            "help": "transcoder: the target's width; None: the cache's width for the target hook",
+            "cli": False,
+        },
     )
     skip: bool = field(
         default=False,
@@ -93,12 +89,13 @@ class SAEConfig:
         },
     )
     # AuxK (dead latents reconstruct the residual)
-    aux_k: int | None = field(default=None, metadata={"help": "AuxK latents; None: d_in // 2"})
+    aux_k: int | None = field(default=None, metadata={"min": 1, "help": "AuxK latents; None: d_in // 2"})
     aux_alpha: float = field(default=1 / 32, metadata={"help": "weight of the AuxK loss"})
     dead_tokens: int | None = field(
         default=None,
         metadata={
-            "help": "tokens without firing before a latent counts as dead; None: a tenth of the run, at most 10M"
+            "min": 1,
+            "help": "tokens without firing before a latent counts as dead; None: a tenth of the run, at most 10M",
         },
     )
     dense_tau: float = field(
@@ -121,12 +118,14 @@ class SAEConfig:
     block_size: int = field(
         default=4,
         metadata={
+            "min": 1,
             "help": "latents per block of the block-sparse architectures (4 divides expansion x d_in for the default "
-            "expansion 8, whatever d_in)"
+            "expansion 8, whatever d_in)",
         },
     )
     n_active_blocks: int = field(
-        default=4, metadata={"help": "block Top-k / Grassmannian: blocks kept per token; thresholded blocks: at init"}
+        default=4,
+        metadata={"min": 1, "help": "block Top-k / Grassmannian: blocks kept per token; thresholded blocks: at init"},
     )
     block_l0_coef: float = field(
         default=3.0, metadata={"help": "block JumpReLU: lambda on E[#active blocks] (inputs scaled to norm sqrt(d))"}
@@ -200,40 +199,39 @@ class SAEConfig:
         """Width of what the dictionary reconstructs: the target's (transcoder) or the input's."""
         return self.d_out if self.transcoder else self.d_in
 
-    def resolve(self, d_in: int, n_tokens: int | None = None, d_out: int | None = None) -> SAEConfig:
-        """Fill the None fields from the data (d_out: the target's width, transcoders) and check every value;
-        returns a new config."""
-        check_types(self)
+    def fill(self, d_in: int, n_tokens: int | None = None, d_out: int | None = None) -> dict:
+        """The fields the data decides: the input's width d_in (d_out: the target's, transcoders), and the
+        defaults that follow from it and the run's length; a width set that the data contradicts is an error."""
+        who = self.name or self.architecture
         if self.d_in is not None and self.d_in != d_in:
             raise ConfigError(
-                f"SAE {self.name or self.architecture!r} has d_in={self.d_in} but the data "
-                f"has width {d_in}; set d_in={d_in} or leave it None"
+                f"SAE {who!r} has d_in={self.d_in} but the data has width {d_in}; set d_in={d_in} or leave it None"
             )
         if self.transcoder and d_out is None and self.d_out is None:
-            raise ConfigError(f"transcoder {self.name or self.architecture!r} needs the target's width d_out")
+            raise ConfigError(f"transcoder {who!r} needs the target's width d_out")
         if self.d_out is not None and d_out is not None and self.d_out != d_out:
             raise ConfigError(
-                f"transcoder {self.name or self.architecture!r} has d_out={self.d_out} but the target "
+                f"transcoder {who!r} has d_out={self.d_out} but the target "
                 f"has width {d_out}; set d_out={d_out} or leave it None"
             )
-        c = dataclasses.replace(self, d_in=d_in, d_out=(self.d_out or d_out) if self.transcoder else None)
-        if c.n_latents is None:
-            c.n_latents = c.expansion * d_in
-        if c.aux_k is None:
-            c.aux_k = max(1, d_in // 2)
-        if c.dead_tokens is None:
+        if not self.transcoder and (self.skip or self.d_out is not None):
+            raise ConfigError(
+                f"skip={self.skip} and d_out={self.d_out} apply to transcoders only (train with a target hook)"
+            )
+        n = self.n_latents if self.n_latents is not None else self.expansion * d_in
+        out = {"d_in": d_in, "d_out": (self.d_out or d_out) if self.transcoder else None, "n_latents": n}
+        if self.aux_k is None:
+            out["aux_k"] = max(1, d_in // 2)
+        if self.dead_tokens is None:
             # 10M tokens in the published runs; short runs use a tenth of the run (at least 1 batch-size worth)
-            c.dead_tokens = int(min(10_000_000, max(1, (n_tokens or 10_000_000) // 10)))
-        if c.l0_control == "auto" and c.architecture in THRESHOLD_BLOCK_ARCHITECTURES:
-            c.l0_control = "log" if c.architecture == "group_lasso" else "threshold"
-        if c.architecture == "matryoshka" and c.prefixes is None:
-            c.prefixes = _default_prefixes(c.n_latents)
-        if c.prefixes is not None:
-            c.prefixes = [int(p) for p in c.prefixes]
-        if c.name is None:
-            c.name = c.default_name()
-        c.validate()
-        return c
+            out["dead_tokens"] = int(min(10_000_000, max(1, (n_tokens or 10_000_000) // 10)))
+        if self.l0_control == "auto" and self.architecture in THRESHOLD_BLOCK_ARCHITECTURES:
+            out["l0_control"] = "log" if self.architecture == "group_lasso" else "threshold"
+        if self.architecture == "matryoshka" and self.prefixes is None:
+            out["prefixes"] = _default_prefixes(n)
+        if self.name is None:
+            out["name"] = dataclasses.replace(self, **out).default_name()
+        return out
 
     def check_name(self) -> None:
         """The SAE is saved in <out>/<name>: a name that leads outside the output folder is refused."""
@@ -270,59 +268,28 @@ class SAEConfig:
         parts.append(f"seed{self.seed}")
         return "_".join(parts)
 
-    def validate(self) -> None:
-        check_types(self)
-        _check_choices(self)
+    def check(self) -> None:
+        """Every value that is set; those that depend on n_latents, d_in or d_out once resolve() fills them."""
         self.check_name()
         n = self.n_latents
-        if n is None or n < 1 or self.d_in is None or self.d_in < 1:
-            raise ConfigError(f"n_latents={n} and d_in={self.d_in} must be positive integers")
-        if self.architecture in TOPK_FAMILY and not 1 <= self.k <= n:
+        if self.architecture in TOPK_FAMILY and not 1 <= self.k <= (self.k if n is None else n):
             raise ConfigError(f"k={self.k} must be between 1 and n_latents={n}")
-        if self.is_block:
-            if self.block_size < 1 or n % self.block_size:
-                raise ConfigError(
-                    f"block_size={self.block_size} must divide n_latents={n} "
-                    f"(valid block sizes: {[b for b in range(1, 9) if n % b == 0]})"
-                )
-            if not 1 <= self.n_active_blocks <= n // self.block_size:
-                raise ConfigError(
-                    f"n_active_blocks={self.n_active_blocks} must be between 1 and the number "
-                    f"of blocks {n // self.block_size}"
-                )
-            if self.architecture == "grassmannian" and self.block_size > self.d_in:
-                raise ConfigError(
-                    f"block_size={self.block_size} exceeds d_in={self.d_in}: a block is an "
-                    "orthonormal frame in the input space"
-                )
+        if self.is_block and n is not None:
+            self._check_blocks(n)
         if self.target_l0 is not None:
-            if self.architecture not in THRESHOLD_BLOCK_ARCHITECTURES:
-                raise ConfigError(
-                    f"target_l0 applies to {list(THRESHOLD_BLOCK_ARCHITECTURES)} (the other architectures fix their "
-                    f"L0 by k or n_active_blocks), not {self.architecture!r}"
-                )
-            if not 0 < self.target_l0 <= n:
-                raise ConfigError(f"target_l0={self.target_l0} must be in (0, n_latents={n}]")
-            coef = "group_lasso_coef" if self.architecture == "group_lasso" else "block_l0_coef"
-            if not getattr(self, coef) > 0:
-                raise ConfigError(
-                    f"target_l0's log controller moves {coef} multiplicatively and the threshold controller "
-                    f"keeps it, so {coef}={getattr(self, coef)} must be > 0"
-                )
-            if not (math.isfinite(self.l0_control_rate) and self.l0_control_rate > 0):
-                raise ConfigError(f"l0_control_rate={self.l0_control_rate} must be a finite positive number")
-            if not (math.isfinite(self.l0_control_gain) and self.l0_control_gain >= 0):
-                raise ConfigError(f"l0_control_gain={self.l0_control_gain} must be a finite non-negative number")
+            self._check_target_l0(n)
         if self.architecture == "matryoshka":
-            p = self.prefixes or []
-            if not p or any(b <= a for a, b in zip(p, p[1:])) or p[0] < 1 or p[-1] != n:
+            p = self.prefixes
+            if p is not None and (
+                not p or any(b <= a for a, b in zip(p, p[1:])) or p[0] < 1 or (n is not None and p[-1] != n)
+            ):
                 raise ConfigError(
                     f"prefixes={p} must be strictly increasing positive widths ending at "
-                    f"n_latents={n}, e.g. {_default_prefixes(n)}"
+                    f"n_latents={n}" + (f", e.g. {_default_prefixes(n)}" if n is not None else "")
                 )
         elif self.prefixes is not None:
             raise ConfigError(f"prefixes={self.prefixes} only apply to architecture='matryoshka'")
-        if not 0 <= self.scaffold_rank < self.d_in:
+        if self.d_in is not None and not self.scaffold_rank < self.d_in:
             raise ConfigError(f"scaffold_rank={self.scaffold_rank} must be between 0 and d_in-1={self.d_in - 1}")
         if (self.reg_l1_off or self.reg_l1_l2) and self.architecture not in TOPK_FAMILY:
             raise ConfigError(f"the Top-k regularisers apply to {list(TOPK_FAMILY)}, not {self.architecture!r}")
@@ -330,21 +297,46 @@ class SAEConfig:
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0):
                 raise ConfigError(f"{name}={v} must be a finite non-negative number")
-        self._validate_transcoder()
+        if self.transcoder:
+            self._check_transcoder()
         if not 0 < self.dense_tau < 1:
             raise ConfigError(f"dense_tau={self.dense_tau} must be in (0, 1)")
-        if self.aux_k < 1 or self.dead_tokens < 1:
-            raise ConfigError(f"aux_k={self.aux_k} and dead_tokens={self.dead_tokens} must be positive")
 
-    def _validate_transcoder(self) -> None:
-        if not self.transcoder:
-            if self.skip or self.d_out is not None:
-                raise ConfigError(
-                    f"skip={self.skip} and d_out={self.d_out} apply to transcoders only (train with a target hook)"
-                )
-            return
-        if self.d_out is None or self.d_out < 1:
-            raise ConfigError(f"d_out={self.d_out} must be a positive integer (the target hook's width)")
+    def _check_blocks(self, n: int) -> None:
+        if n % self.block_size:
+            raise ConfigError(
+                f"block_size={self.block_size} must divide n_latents={n} "
+                f"(valid block sizes: {[b for b in range(1, 9) if n % b == 0]})"
+            )
+        if not self.n_active_blocks <= n // self.block_size:
+            raise ConfigError(
+                f"n_active_blocks={self.n_active_blocks} must be between 1 and the number of blocks {n // self.block_size}"
+            )
+        if self.architecture == "grassmannian" and self.d_in is not None and self.block_size > self.d_in:
+            raise ConfigError(
+                f"block_size={self.block_size} exceeds d_in={self.d_in}: a block is an orthonormal frame in the input space"
+            )
+
+    def _check_target_l0(self, n: int | None) -> None:
+        if self.architecture not in THRESHOLD_BLOCK_ARCHITECTURES:
+            raise ConfigError(
+                f"target_l0 applies to {list(THRESHOLD_BLOCK_ARCHITECTURES)} (the other architectures fix their "
+                f"L0 by k or n_active_blocks), not {self.architecture!r}"
+            )
+        if not 0 < self.target_l0 <= (math.inf if n is None else n):
+            raise ConfigError(f"target_l0={self.target_l0} must be in (0, n_latents={n}]")
+        coef = "group_lasso_coef" if self.architecture == "group_lasso" else "block_l0_coef"
+        if not getattr(self, coef) > 0:
+            raise ConfigError(
+                f"target_l0's log controller moves {coef} multiplicatively and the threshold controller "
+                f"keeps it, so {coef}={getattr(self, coef)} must be > 0"
+            )
+        if not (math.isfinite(self.l0_control_rate) and self.l0_control_rate > 0):
+            raise ConfigError(f"l0_control_rate={self.l0_control_rate} must be a finite positive number")
+        if not (math.isfinite(self.l0_control_gain) and self.l0_control_gain >= 0):
+            raise ConfigError(f"l0_control_gain={self.l0_control_gain} must be a finite non-negative number")
+
+    def _check_transcoder(self) -> None:
         if self.architecture == "grassmannian":
             raise ConfigError(
                 "architecture='grassmannian' cannot be a transcoder: its encoder is tied to its decoder frames, "
@@ -355,15 +347,8 @@ class SAEConfig:
                 "scaffold_encoder_input='residual' is undefined for a transcoder (its scaffold writes the output "
                 "space, not the input the encoder reads); set scaffold_encoder_input='x'"
             )
-        if self.scaffold_rank >= self.d_out:
+        if self.d_out is not None and self.scaffold_rank >= self.d_out:
             raise ConfigError(f"scaffold_rank={self.scaffold_rank} must be below d_out={self.d_out}")
-
-    def to_dict(self) -> dict:
-        return to_json(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> SAEConfig:
-        return cls(**from_json(cls, d, ConfigError))
 
 
 def _default_prefixes(n: int) -> list[int]:
@@ -395,7 +380,7 @@ def at_k(cfgs: list[SAEConfig]) -> tuple[list[SAEConfig], list[str]]:
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(Config):
     """The shared loop for every SAE of a run (they all see the same batches)."""
 
     n_tokens: int = field(default=2_000_000, metadata={"flag": "--tokens", "min": 1, "help": "training tokens"})
@@ -408,7 +393,7 @@ class TrainConfig:
     adam_betas: tuple[float, float] = (0.9, 0.999)
     seed: int = field(default=0, metadata={"flag": "--data-seed", "help": "seed of the data order"})
     checkpoint_every: int = field(default=500, metadata={"help": "steps between checkpoints; 0 = only at the end"})
-    log_every: int = field(default=50, metadata={"help": "steps per curve point"})
+    log_every: int = field(default=50, metadata={"min": 1, "help": "steps per curve point"})
     on_nonfinite: str = field(
         default="skip",
         metadata={"choices": ("skip", "stop"), "help": "a batch with NaN/inf: skip it (counted) or stop with the step"},
@@ -421,57 +406,46 @@ class TrainConfig:
         },
     )
     init_batches: int = field(
-        default=1, metadata={"help": "batches used for b_dec / scaffold / input-scale initialisation"}
+        default=1, metadata={"min": 1, "help": "batches used for b_dec / scaffold / input-scale initialisation"}
     )
     device: str | None = field(default=None, metadata={"help": "torch device; None: cuda when available"})
     autocast: bool = field(default=True, metadata={"help": "bf16 autocast on CUDA (ignored on CPU)"})
     progress: bool = field(default=True, metadata={"cli": False})
     extra: dict = field(default_factory=dict)  # free-form notes recorded with the run
 
-    def __post_init__(self):
+    def check(self) -> None:
         check_device(self.device, ConfigError)
+        if self.n_tokens < self.batch_size:
+            raise ConfigError(f"n_tokens={self.n_tokens} is less than one batch ({self.batch_size})")
+        if not (self.lr > 0 and 0 <= self.decay_frac <= 1):
+            raise ConfigError(f"lr={self.lr} must be > 0 and decay_frac={self.decay_frac} in [0, 1]")
+        if not self.max_fvu > 1:
+            raise ConfigError(f"max_fvu={self.max_fvu} must be above 1 (the FVU of reconstructing nothing)")
 
-    def validate(self, world_size: int = 1) -> None:
-        check_types(self)
-        _check_choices(self)
-        if self.batch_size < 1 or self.batch_size % world_size:
+    def fill(self, world_size: int = 1) -> dict:
+        """Nothing to fill: the run's number of processes must divide the batch."""
+        if self.batch_size % world_size:
             raise ConfigError(
                 f"batch_size={self.batch_size} must be a positive multiple of the number of processes ({world_size})"
             )
-        if self.n_tokens < self.batch_size:
-            raise ConfigError(f"n_tokens={self.n_tokens} is less than one batch ({self.batch_size})")
-        if not (self.lr > 0 and 0 <= self.decay_frac <= 1 and self.warmup_steps >= 0):
-            raise ConfigError(
-                f"lr={self.lr} must be > 0, decay_frac={self.decay_frac} in [0, 1], "
-                f"warmup_steps={self.warmup_steps} >= 0"
-            )
-        if not self.max_fvu > 1:
-            raise ConfigError(f"max_fvu={self.max_fvu} must be above 1 (the FVU of reconstructing nothing)")
-        if self.log_every < 1 or self.checkpoint_every < 0 or self.init_batches < 1:
-            raise ConfigError(
-                f"log_every={self.log_every} and init_batches={self.init_batches} must be >= 1, "
-                f"checkpoint_every={self.checkpoint_every} >= 0"
-            )
+        return {}
 
     @property
     def n_steps(self) -> int:
         return self.n_tokens // self.batch_size
 
-    def to_dict(self) -> dict:
-        return to_json(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> TrainConfig:
-        return cls(**from_json(cls, d, ConfigError))
-
 
 @dataclass
-class EvalConfig:
+class EvalConfig(Config):
     """How `evaluate` measures a saved SAE on the cache's held-out split; saved in metrics.json."""
 
-    max_tokens: int = field(default=20_000, metadata={"flag": "--tokens", "help": "held-out tokens to evaluate on"})
-    n_sequences: int = field(default=64, metadata={"help": "held-out sequences the spliced-model metrics run"})
-    batch_size: int = field(default=16, metadata={"help": "sequences per forward pass of the spliced model"})
+    max_tokens: int = field(
+        default=20_000, metadata={"flag": "--tokens", "min": 1, "help": "held-out tokens to evaluate on"}
+    )
+    n_sequences: int = field(
+        default=64, metadata={"min": 1, "help": "held-out sequences the spliced-model metrics run"}
+    )
+    batch_size: int = field(default=16, metadata={"min": 1, "help": "sequences per forward pass of the spliced model"})
     device: str | None = field(default=None, metadata={"help": "torch device; None: cuda when available"})
     probe_ks: tuple[int, ...] = (1, 2, 5)  # k of the k-sparse probes
     absorption_main: int = field(
@@ -479,13 +453,5 @@ class EvalConfig:
     )
     mdl_precision: float = field(default=0.01, metadata={"help": "quantisation step of the description length"})
 
-    def __post_init__(self):
+    def check(self) -> None:
         check_device(self.device, ConfigError)
-        if self.max_tokens < 1 or self.n_sequences < 1 or self.batch_size < 1:
-            raise ConfigError(
-                f"max_tokens={self.max_tokens}, n_sequences={self.n_sequences} and "
-                f"batch_size={self.batch_size} must be >= 1"
-            )
-
-    def to_dict(self) -> dict:
-        return to_json(self)

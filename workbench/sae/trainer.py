@@ -30,7 +30,7 @@ from workbench.atomic import atomic_write_text, check_output_dir
 from workbench.checkpoint import default_device, dist_info
 from workbench.errors import ConfigError, DamagedFileError, UserError
 from workbench.sae.architectures import build
-from workbench.sae.config import SAEConfig, TrainConfig, check_types
+from workbench.sae.config import SAEConfig, TrainConfig
 from workbench.sae.io import save_sae
 from workbench.schedule import lr_factor
 
@@ -56,7 +56,7 @@ class Trainer:
         """sae_cfgs must be resolved (SAEConfig.resolve) unless d_in is given, which resolves them.
         columns: the [start, end) columns of a stream row each SAE reads; None: the whole row."""
         self.rank, self.world = dist_info()
-        train_cfg.validate(self.world)
+        train_cfg = train_cfg.resolve(world_size=self.world)
         if d_in is not None:
             sae_cfgs = [c.resolve(d_in, train_cfg.n_tokens) for c in sae_cfgs]
         names = [c.name for c in sae_cfgs]
@@ -300,7 +300,7 @@ def fit(
     """
     out = check_output_dir(out_dir, "SAE output folder")
     rank, world = dist_info()
-    train_cfg.validate(world)
+    train_cfg = train_cfg.resolve(world_size=world)
     cfgs = [c if d_in is None else c.resolve(d_in, train_cfg.n_tokens) for c in sae_cfgs]
     metas = metadata if isinstance(metadata, list) else [metadata] * len(cfgs)
     record = _run_record(cfgs, train_cfg, data or {})
@@ -392,15 +392,6 @@ def train(
     return fit_cache(cache_path, [(hook, target, sae_configs)], train_cfg, out_dir, resume, target_cache)
 
 
-def _check_inputs(sae_configs, train_cfg, out_dir) -> None:
-    """Before any work: values from --set arrive untyped, and names must stay inside the output folder."""
-    for c in [*sae_configs, train_cfg]:
-        check_types(c)
-    for c in sae_configs:
-        c.check_name()
-    check_output_dir(out_dir, "SAE output folder")
-
-
 def _resolve_group(cache, tcache, hook: str, target: str | None, cfgs: list[SAEConfig], n_tokens: int):
     """The configs of the SAEs on one (input, target) pair, resolved against the caches' widths (tcache: the
     target's cache)."""
@@ -431,8 +422,7 @@ def fit_cache(
     target_cache: the one group's target comes from this cache, whose rows must be the same tokens."""
     from workbench.cache import ActivationCache
 
-    cfgs_in = [c for _, _, cs in groups for c in cs]
-    _check_inputs(cfgs_in, train_cfg, out_dir)
+    check_output_dir(out_dir, "SAE output folder")  # before any work (the configs checked themselves when made)
     cache = ActivationCache.open(cache_path)
     tcache = cache
     if target_cache is not None:
