@@ -20,7 +20,7 @@ from pathlib import Path
 
 from workbench import steps
 from workbench.cache.config import HarvestConfig
-from workbench.configcheck import check_minimums, to_json
+from workbench.config import Config
 from workbench.errors import BadValueError, UserError
 from workbench.sae.config import SAEConfig, TrainConfig
 from workbench.workspace import Workspace
@@ -38,8 +38,10 @@ SAE_BATCH = 2048  # tokens per step of the demo's SAEs
 
 
 @dataclass
-class DemoConfig:
+class DemoConfig(Config):
     """Demo-scale sizes: every step of the workbench in minutes on two CPU cores."""
+
+    error = BadValueError
 
     cache_tokens: int = field(
         default=200_000, metadata={"min": 1, "help": "activation rows in the cache (train + held-out)"}
@@ -68,9 +70,8 @@ class DemoConfig:
         default="ioi,induction,greater_than,addition,facts", metadata={"help": "task families, comma separated"}
     )
 
-    def __post_init__(self):
+    def check(self) -> None:
         """Token counts too small for one SAE batch would fail only after the cache is harvested."""
-        check_minimums(self, BadValueError)
         self.families()  # an unknown family fails when the config is made, before any work
         train_share = 1 - HarvestConfig().heldout_fraction
         need = math.ceil(2 * SAE_BATCH / train_share)  # two batches of train rows: the sampler drops a few
@@ -96,9 +97,6 @@ class DemoConfig:
         if bad or not out:
             raise BadValueError(f"demo tasks {bad or self.tasks!r} unknown; valid: {', '.join(QUERY_TASKS)}")
         return out
-
-    def to_dict(self) -> dict:
-        return to_json(self)
 
 
 class _Steps:

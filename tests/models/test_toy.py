@@ -73,9 +73,9 @@ def test_refuses_non_empty_output_and_names_the_shipped_model(tmp_path, capsys):
 @pytest.mark.parametrize(
     "field,value,match",
     [
-        ("steps", 0, "steps must be >= 1"),
-        ("steps", -1, "steps must be >= 1"),
-        ("batch_size", 0, "batch_size must be >= 1"),
+        ("steps", 0, "steps=0 must be >= 1"),
+        ("steps", -1, "steps=-1 must be >= 1"),
+        ("batch_size", 0, "batch_size=0 must be >= 1"),
         ("n_ctx", 8, "n_ctx must be >= 24"),
         ("lr", 5.0, "lr must be in"),
         ("n_heads", 3, "not divisible"),

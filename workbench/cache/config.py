@@ -5,15 +5,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from workbench.configcheck import check_minimums, from_json, to_json
+from workbench.config import Config
 from workbench.errors import BadValueError
 
 DTYPES = ("float32", "float16", "bfloat16")
 
 
 @dataclass
-class HarvestConfig:
+class HarvestConfig(Config):
     """What a harvest may choose (harvest(), `workbench cache`); CacheConfig records the resolved values."""
+
+    error = BadValueError
 
     n_tokens: int = field(
         default=200_000,
@@ -52,12 +54,12 @@ class HarvestConfig:
         },
     )
 
-    def __post_init__(self):
-        check_minimums(self, BadValueError)  # ctx_len=0 would otherwise mean the model's n_ctx
-
 
 @dataclass(frozen=True)
-class CacheConfig:
+class CacheConfig(Config):
+    error = BadValueError
+    drop_unknown = True  # a manifest from another version: its unknown keys are dropped
+
     model: str  # workbench.models.model_id(model): name + weight hash
     corpus: str  # corpus.spec
     hooks: tuple[str, ...]
@@ -74,7 +76,7 @@ class CacheConfig:
     # token (a corpus the model cannot read: those rows would be dropped or meaningless); 1 = never
     max_unknown_fraction: float = 0.05
 
-    def __post_init__(self):
+    def check(self) -> None:
         if self.dtype not in DTYPES:
             raise BadValueError(f"unknown dtype {self.dtype!r}; valid: {', '.join(DTYPES)}")
         if self.n_tokens < 1:
@@ -96,13 +98,6 @@ class CacheConfig:
     def n_rows(self, split: str) -> int:
         heldout = round(self.n_tokens * self.heldout_fraction)
         return heldout if split == "heldout" else self.n_tokens - heldout
-
-    def to_dict(self) -> dict:
-        return to_json(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> CacheConfig:
-        return cls(**from_json(cls, d, None))  # a manifest from another version: its unknown keys are dropped
 
     def diff(self, other: CacheConfig) -> list[str]:
         """Human-readable differences, for mismatch errors."""

@@ -23,12 +23,15 @@ from workbench.circuits import graph_heads
 from workbench.circuits import influence as inf
 from workbench.circuits.inputs import single_token, str_tokens, tokens_of
 from workbench.circuits.replacement import ActiveFeatures, ReplacementModel, load_transcoders, source_rows
+from workbench.config import Config
 from workbench.errors import BadValueError
 from workbench.provenance import model_id
 
 
 @dataclass
-class GraphConfig:
+class GraphConfig(Config):
+    error = BadValueError
+
     node_threshold: float = 0.8  # share of node influence kept (circuit-tracer's default)
     edge_threshold: float = 0.98  # share of edge influence kept among the kept nodes
     max_feature_nodes: int | None = None  # features given a row (None: every feature with influence)
@@ -38,7 +41,7 @@ class GraphConfig:
     max_matrix_mib: float = 2048.0  # store whole rows up to this size, else compute the chosen rows twice
     heads: bool = True  # split each kept edge over the attention heads that carry it
 
-    def validate(self) -> None:
+    def check(self) -> None:
         inf.check_threshold("node_threshold", self.node_threshold)
         inf.check_threshold("edge_threshold", self.edge_threshold)
         inf.check_threshold("desired_logit_prob", self.desired_logit_prob)
@@ -175,7 +178,6 @@ def build_graph(model, transcoders, prompt, answer=None, wrong_answer=None, cfg:
     replacement.Transcoder). Targets: the answer (and wrong answer) logits, or the top logits covering
     cfg.desired_logit_prob. options override GraphConfig fields, e.g. build_graph(m, tcs, p, node_threshold=0.7)."""
     cfg = dataclasses.replace(cfg or GraphConfig(), **options)
-    cfg.validate()
     tcs = transcoders if isinstance(transcoders, list) else load_transcoders(transcoders, device=model.cfg.device)
     tokens = tokens_of(model, prompt, "prompt")
     rm = ReplacementModel(model, tcs, tokens)

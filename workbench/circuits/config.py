@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from workbench.configcheck import to_json
+from workbench.config import Config
 from workbench.errors import BadValueError
 
 METHODS = ("eap", "eap-ig")
@@ -51,7 +51,9 @@ def check_metric(metric: str) -> None:
 
 
 @dataclass
-class SearchConfig:
+class SearchConfig(Config):
+    error = BadValueError
+
     method: str = field(
         default="eap-ig", metadata={"help": "edge attribution for the candidate rankings", "choices": METHODS}
     )
@@ -81,14 +83,9 @@ class SearchConfig:
         },
     )
 
-    def __post_init__(self):
+    def check(self) -> None:
         check_method(self.method, self.steps)
-        check_ablation(self.ablation)
-        check_metric(self.metric)
 
     @property
     def gap_threshold(self) -> float:
         return DEFAULT_MIN_GAP[self.metric] if self.min_gap is None else self.min_gap
-
-    def to_dict(self) -> dict:
-        return to_json(self)

@@ -17,7 +17,7 @@ from transformers import PreTrainedTokenizerFast
 
 from workbench.atomic import atomic_path, atomic_write_text
 from workbench.attention.gates import install_from_dict
-from workbench.configcheck import check_device
+from workbench.config import check_device
 from workbench.errors import UserError
 from workbench.provenance import model_id  # noqa: F401  (re-exported: its home has no TransformerLens)
 

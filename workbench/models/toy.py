@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from workbench import checkpoint
+from workbench.config import Config
 from workbench.corpus.synthetic import SyntheticCorpus
 from workbench.corpus.vocab import vocabulary
 from workbench.errors import ConfigError
@@ -30,48 +31,33 @@ CHECKPOINT = "checkpoint.pt"
 
 
 @dataclass
-class TinyConfig:
-    n_layers: int = 4
-    d_model: int = 128
-    n_heads: int = 4
-    d_mlp: int = 512
+class TinyConfig(Config):
+    n_layers: int = field(default=4, metadata={"min": 1})
+    d_model: int = field(default=128, metadata={"min": 1})
+    n_heads: int = field(default=4, metadata={"min": 1})
+    d_mlp: int = field(default=512, metadata={"min": 1})
     n_ctx: int = 128
     # rotary: relative positions make previous-token heads, and so induction heads, cheap to learn; with
     # learned absolute positions ("standard") neither formed in 4,000 steps (see the model card)
-    positional_embedding: str = "rotary"
-    steps: int = 8000
-    batch_size: int = 16
+    positional_embedding: str = field(default="rotary", metadata={"choices": ("rotary", "standard")})
+    steps: int = field(default=8000, metadata={"min": 1})
+    batch_size: int = field(default=16, metadata={"min": 1})
     lr: float = 1e-3
     warmup: int = 200
     weight_decay: float = 0.05
     seed: int = 0
-    eval_queries: int = 200
-    checkpoint_every: int = 250
+    eval_queries: int = field(default=200, metadata={"min": 1})
+    checkpoint_every: int = field(default=250, metadata={"min": 1})
 
-    def resolve(self) -> TinyConfig:
-        for name in (
-            "n_layers",
-            "d_model",
-            "n_heads",
-            "d_mlp",
-            "steps",
-            "batch_size",
-            "eval_queries",
-            "checkpoint_every",
-        ):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+    def check(self) -> None:
         if self.n_ctx < 24:
             raise ConfigError(f"n_ctx must be >= 24 (task prompts are up to 20 tokens), got {self.n_ctx}")
-        if self.positional_embedding not in ("rotary", "standard"):
-            raise ConfigError(f"positional_embedding must be 'rotary' or 'standard', got {self.positional_embedding!r}")
         if self.d_model % self.n_heads:
             raise ConfigError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
         if not (0 < self.lr < 1) or not math.isfinite(self.lr):
             raise ConfigError(f"lr must be in (0, 1), got {self.lr}")
-        if not 0 <= self.warmup < self.steps:
+        if not self.warmup < self.steps:
             raise ConfigError(f"warmup must be in [0, steps={self.steps}), got {self.warmup}")
-        return self
 
 
 def build(cfg: TinyConfig, tokenizer) -> HookedTransformer:
@@ -161,7 +147,7 @@ def train_tiny(
     overwrite: bool = False,
     resume: bool = False,
 ) -> dict:
-    cfg = (cfg or TinyConfig()).resolve()
+    cfg = cfg or TinyConfig()
     out = Path(out_dir)
     _check_out(out, overwrite, resume)
     out.mkdir(parents=True, exist_ok=True)
