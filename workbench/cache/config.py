@@ -54,6 +54,23 @@ class HarvestConfig(Config):
         },
     )
 
+    def check(self) -> None:
+        _check_shares(self)
+
+
+def _check_shares(cfg: HarvestConfig | CacheConfig) -> None:
+    """The fractions and factor a harvest is asked for and a cache records, and that they leave train rows."""
+    if not 0.0 <= cfg.heldout_fraction < 1.0:
+        raise BadValueError(f"heldout_fraction must be in [0, 1), got {cfg.heldout_fraction}")
+    if not 0.0 <= cfg.max_unknown_fraction <= 1.0:
+        raise BadValueError(f"max_unknown_fraction must be in [0, 1], got {cfg.max_unknown_fraction}")
+    if cfg.outlier_factor <= 1.0:
+        raise BadValueError(f"outlier_factor must be > 1, got {cfg.outlier_factor}")
+    if cfg.n_tokens - round(cfg.n_tokens * cfg.heldout_fraction) < 1:
+        raise BadValueError(
+            f"n_tokens={cfg.n_tokens} with heldout_fraction={cfg.heldout_fraction} leaves no train rows"
+        )
+
 
 @dataclass(frozen=True)
 class CacheConfig(Config):
@@ -81,19 +98,10 @@ class CacheConfig(Config):
             raise BadValueError(f"unknown dtype {self.dtype!r}; valid: {', '.join(DTYPES)}")
         if self.n_tokens < 1:
             raise BadValueError(f"n_tokens must be >= 1, got {self.n_tokens}")
-        if not 0.0 <= self.heldout_fraction < 1.0:
-            raise BadValueError(f"heldout_fraction must be in [0, 1), got {self.heldout_fraction}")
         for name in ("ctx_len", "batch_size", "shard_tokens"):
             if getattr(self, name) < 1:
                 raise BadValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not 0.0 <= self.max_unknown_fraction <= 1.0:
-            raise BadValueError(f"max_unknown_fraction must be in [0, 1], got {self.max_unknown_fraction}")
-        if self.outlier_factor <= 1.0:
-            raise BadValueError(f"outlier_factor must be > 1, got {self.outlier_factor}")
-        if self.n_rows("train") < 1:
-            raise BadValueError(
-                f"n_tokens={self.n_tokens} with heldout_fraction={self.heldout_fraction} leaves no train rows"
-            )
+        _check_shares(self)
 
     def n_rows(self, split: str) -> int:
         heldout = round(self.n_tokens * self.heldout_fraction)
