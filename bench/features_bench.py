@@ -84,6 +84,7 @@ def prepare(ws: Path, tokens: int, widths: list[int], train_tokens: int, env: di
     comparison); its timing is kept beside the cache for later runs."""
     from workbench import steps
     from workbench.cache import ActivationCache
+    from workbench.corpus.base import SPLITS
     from workbench.sae.config import SAEConfig, TrainConfig
     from workbench.workspace import Workspace
 
@@ -100,7 +101,7 @@ def prepare(ws: Path, tokens: int, widths: list[int], train_tokens: int, env: di
         cmd = [sys.executable, "-m", "workbench.cli", "cache", "--quiet", "--workspace", str(ws), "--hooks", HOOK]
         cmd += ["--tokens", str(need), "--heldout-fraction", "0.91", "--name", "tiny-bench"]
         wall, cpu, peak, _ = run_measured(cmd, env)
-        rows = {s: ActivationCache.open(cache_dir).n_tokens(s) for s in ("train", "heldout")}
+        rows = {s: ActivationCache.open(cache_dir).n_tokens(s) for s in SPLITS}
         rec = {"seconds": wall, "cpu_seconds": cpu, "peak_rss_mb": peak, "rows": rows, "commit": harness.commit()}
         timing.write_text(json.dumps(rec, indent=1))
     saes = {}

@@ -21,7 +21,7 @@ from workbench.cache.config import CacheConfig
 from workbench.cache.format import CHECKSUM, STORE_DTYPES, NpyReader, checksum
 from workbench.cache.sampler import RowSampler
 from workbench.cache.shards import check_shard, shard_name
-from workbench.corpus.base import SPLITS
+from workbench.corpus.base import SPLITS, check_split
 from workbench.errors import BadValueError, DamagedFileError, MissingInputError
 from workbench.provenance import model_id
 
@@ -169,8 +169,7 @@ class ActivationCache:
         return hook
 
     def _split(self, split: str) -> str:
-        if split not in SPLITS:
-            raise BadValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
+        check_split(split)
         return split
 
     # --- activations -------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workbench.corpus.base import TokenSequence
+from workbench.corpus.base import TokenSequence, check_split
 from workbench.corpus.synthetic import SyntheticCorpus
 from workbench.errors import BadValueError
 
@@ -122,8 +122,7 @@ class FileCorpus:
 
     def sequences(self, ctx_len: int, start: int = 0, split: str = "train") -> Iterator[TokenSequence]:
         """Finite packed sequences; `start` skips that many (resume) without changing what follows."""
-        if split not in ("train", "heldout"):
-            raise BadValueError(f"unknown split {split!r}; valid: 'train', 'heldout'")
+        check_split(split)
         bos, eos = self.tokenizer.bos_token_id, self.tokenizer.eos_token_id
         toks, docs = [bos], [-1]
         i = 0
