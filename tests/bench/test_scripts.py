@@ -59,6 +59,12 @@ def test_sae_bench_quick(tmp_path):
 
 
 @pytest.mark.slow
+def test_cli_bench_quick(tmp_path):
+    text = _quick(tmp_path, "cli_bench.py", "--rounds", "1")
+    assert "| `workbench --help` |" in text and "| `import torch, transformer_lens` | " in text
+
+
+@pytest.mark.slow
 def test_circuit_bench_quick(tmp_path):
     assert "# Query-circuit benchmark" in _quick(tmp_path, "circuit_bench.py", "--lengths", "")
 
