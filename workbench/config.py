@@ -133,7 +133,9 @@ class Config:
         """A config from its saved form: renamed fields migrated, lists back to tuples in tuple fields, nested
         configs from their dicts; keys that are not fields raise `error` naming them and the valid ones
         (dropped instead where `drop_unknown`)."""
-        d = {cls.renamed.get(k, k) if cls.renamed.get(k) not in d else k: v for k, v in d.items()}
+        for old, new in cls.renamed.items():
+            if old in d and new not in d:
+                d = {**{k: v for k, v in d.items() if k != old}, new: d[old]}
         names = [f.name for f in dataclasses.fields(cls)]
         unknown = sorted(set(d) - set(names))
         if unknown and not cls.drop_unknown:
