@@ -1,6 +1,8 @@
 """argparse flags generated from the config dataclasses, so each default and help text is written
-once, in the dataclass field (`metadata`: help, choices, flag for a different flag name, negate for
-a store_false flag, cli=False to leave a field to `--set`).
+once, in the dataclass field (`metadata`: help, choices, min for an int field's least value (default 0),
+flag for a different flag name, negate for a store_false flag, cli=False to leave a field to `--set`).
+The flag refuses a value outside its choices or below its min as it is parsed; the config
+(workbench.config.Config) refuses the same values when it is made from Python or JSON.
 
 Scalar fields (int, float, str, bool, optionally `| None`) get a flag; lists and dicts are set with
 `--set FIELD=JSON`. Each config's values land under its own prefix in the namespace, so two configs
