@@ -57,7 +57,7 @@ GRAPH = (
     + VIEW
     + " const v = r ? r.getAttribute('data-drawn') : null; return CMP === null ? v : v !== null && v !== CMP; }"
 )
-EDGES = "() => { " + VIEW + " return r.querySelectorAll('.wbg-edge').length; }"
+EDGES = "() => { " + VIEW + " return Number(r.getAttribute('data-edges')); }"  # edges on the view's canvas
 QUICK_DEMO = [
     "--cache-tokens",
     "20000",
@@ -141,6 +141,95 @@ def gpt2_shaped_circuit(ws: Path, n_pos: int = 16, target: int = 5000) -> dict:
         "graph_edges": g.n_edges,
         "circuit_edges": c.n_edges,
         "mb": (folder / "circuit.json").stat().st_size / 2**20,
+    }
+
+
+def feature_graph(n_nodes: int = 5000, n_layers: int = 12, n_pos: int = 16, fan_in: int = 4, seed: int = 0) -> dict:
+    """A circuit-tracer / Neuronpedia feature graph JSON of `n_nodes` nodes with random (seeded) weights, valid
+    under schema.validate_neuronpedia: embeddings, a logit, an error node per (layer, position) and features,
+    each non-embedding node fed by `fan_in` links from earlier layers at its own or earlier positions. For the
+    view's bound (layout.bound) and upload: its size, not a found graph."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    base = {"token_prob": 0.0, "is_target_logit": False, "influence": 0.0, "activation": 0.0}
+    nodes = [
+        {
+            **base,
+            "node_id": f"E_{p}_{p}",
+            "feature": p,
+            "layer": "E",
+            "ctx_idx": p,
+            "feature_type": "embedding",
+            "jsNodeId": f"E_{p}-{p}",
+            "clerp": f"Emb: tok{p}",
+        }
+        for p in range(n_pos)
+    ]
+    nodes += [
+        {
+            **base,
+            "node_id": f"err_{la}_{p}",
+            "feature": -1,
+            "layer": str(la),
+            "ctx_idx": p,
+            "feature_type": "mlp reconstruction error",
+            "jsNodeId": f"{la}_{p}-0",
+            "clerp": f"error of layer {la}",
+        }
+        for la in range(n_layers)
+        for p in range(n_pos)
+    ]
+    for i in range(n_nodes - len(nodes) - 1):
+        la, p = int(rng.integers(n_layers)), int(rng.integers(n_pos))
+        nodes.append(
+            {
+                **base,
+                "node_id": f"{la}_{i}_{p}",
+                "feature": i,
+                "layer": str(la),
+                "ctx_idx": p,
+                "feature_type": "cross layer transcoder",
+                "jsNodeId": f"{la}_{i}-0",
+                "clerp": f"L{la} latent {i}",
+                "activation": float(rng.exponential()),
+                "influence": float(rng.random()),
+            }
+        )
+    nodes.append(
+        {
+            **base,
+            "node_id": f"{n_layers + 1}_7_{n_pos - 1}",
+            "feature": 7,
+            "layer": str(n_layers + 1),
+            "ctx_idx": n_pos - 1,
+            "feature_type": "logit",
+            "jsNodeId": f"L_7-{n_pos - 1}",
+            "clerp": 'Output "x" (p=0.500)',
+            "is_target_logit": True,
+            "token_prob": 0.5,
+        }
+    )
+    rank = np.array([-1 if n["layer"] == "E" else int(n["layer"]) for n in nodes])
+    pos = np.array([n["ctx_idx"] for n in nodes])
+    links = {}
+    for t, n in enumerate(nodes):
+        earlier = np.flatnonzero((rank < rank[t]) & (pos <= pos[t]))
+        for s in rng.choice(earlier, min(fan_in, len(earlier)), replace=False) if len(earlier) else []:
+            links[nodes[int(s)]["node_id"], n["node_id"]] = float(rng.standard_normal() * rng.random() ** 3)
+    return {
+        "metadata": {
+            "slug": f"random-{n_nodes}-nodes",
+            "scan": "bench@random",
+            "transcoder_list": [],
+            "prompt": " ".join(f"tok{p}" for p in range(n_pos)),
+            "prompt_tokens": [f"tok{p}" for p in range(n_pos)],
+            "node_threshold": 0.8,
+            "schema_version": 1,
+        },
+        "qParams": {"pinnedIds": [], "supernodes": [], "linkType": "both", "clickedId": "", "sg_pos": ""},
+        "nodes": nodes,
+        "links": [{"source": s, "target": t, "weight": w} for (s, t), w in links.items()],
     }
 
 

@@ -61,8 +61,10 @@ def draw(
     marks: an.Annotations | None = None,
 ) -> str | None:
     """Mount the view on `graph` with `marks` (the URL's pins, groups and notes; None: a view without marks,
-    such as a diff); returns the node clicked in this run (None: no click)."""
+    such as a diff), bounded to what a browser draws at once (layout.bound: the marked nodes first, the cut
+    stated in the view); returns the node clicked in this run (None: no click)."""
     a = marks or an.Annotations()
+    graph = layout.bound(graph, keep=frozenset(a.pinned) | {m for _, *ms in a.groups for m in ms})
     data = {
         **layout.to_data(graph, counts),
         "names": list(names) if names else None,

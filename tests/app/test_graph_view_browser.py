@@ -94,3 +94,37 @@ def test_diff_counts(tmp_path):
         settle(page)
         expect(page.locator(".wbg-diff")).to_contain_text("only in base")
     assert_offline(requests)
+
+
+def test_a_5000_node_upload_draws_a_bounded_subgraph_and_says_what_it_hides(tmp_path):
+    """A 5,000-node circuit-tracer / Neuronpedia graph JSON (random weights: its size is the point) uploaded on
+    the page: the view draws layout.MAX_NODES of its nodes, states what it hides, and still answers a hover."""
+    import json
+
+    from playwright.sync_api import expect
+
+    from app.graph_view import layout
+    from bench.app_bench import feature_graph
+
+    d = feature_graph(5000)
+    path = tmp_path / "random-5000.json"
+    path.write_text(json.dumps(d))
+    bounded = layout.bound(layout.from_neuronpedia(d))
+    requests: list[str] = []
+    with page_server(tmp_path, PYTHONPATH=str(REPO), GRAPH_CIRCUIT=str(OLD)) as url, browser_page(requests) as page:
+        page.goto(url)
+        settle(page)
+        page.locator("input[type=file]").set_input_files(str(path))
+        shown = page.get_by_test_id("graph-shown")
+        expect(shown).to_have_text(bounded.shown)
+        assert bounded.shown.startswith(
+            f"showing {layout.MAX_NODES} of 5,000 nodes; {5000 - layout.MAX_NODES:,} hidden"
+        )
+        expect(page.locator("[data-node-id]")).to_have_count(layout.MAX_NODES)
+        assert page.locator(".wbg").get_attribute("data-edges") == str(len(bounded.edges))
+        strongest = max(
+            bounded.nodes, key=lambda n: sum(abs(e.weight) for e in bounded.edges if n.id in (e.src, e.dst))
+        )
+        node(page, strongest.id).hover()
+        expect(page.get_by_test_id("graph-tip")).to_contain_text(f"{strongest.id} · {strongest.kind}")
+    assert_offline(requests)
