@@ -42,7 +42,7 @@ FEATURE, SAE, SEARCH, PROMPT = "views/feature.py", "views/sae.py", "views/search
 CIRCUIT, COMPARE = "views/circuit.py", "views/compare.py"
 WORKSPACE_ENV = "WORKBENCH_WORKSPACE"
 UPLOADED = "uploaded"
-MARKED = " (with pins, groups, notes)"  # a Neuronpedia download carrying the view's marks says so
+MARKED = " (with pins, groups, notes)"  # a download carrying the view's marks says so
 DOWNLOADS = {"workbench": "circuit.json", "mib": "mib.json", "neuronpedia": "neuronpedia.json"}
 PREFERRED_TASKS = ("ioi", "induction")  # what a circuit page opens on when the URL names none
 
@@ -401,8 +401,9 @@ def marks() -> annotations.Annotations:
 
 
 def with_marks(raw: bytes, n_heads: int, marks: annotations.Annotations) -> bytes:
-    """A Neuronpedia graph JSON carrying the pins, groups and notes (qParams and clerps)."""
-    return json.dumps(annotations.apply_neuronpedia(json.loads(raw), marks, n_heads)).encode()
+    """A circuit file carrying the pins, groups and notes (Neuronpedia: qParams and clerps; workbench and MIB:
+    their `annotations` key)."""
+    return json.dumps(annotations.apply(json.loads(raw), marks, n_heads)).encode()
 
 
 def upload_key(raw: bytes) -> str:
@@ -414,7 +415,7 @@ def download_buttons(rel: str) -> None:
     """One button per format; a workspace circuit's files are read when clicked (deferred), not on every run."""
     if rel == UPLOADED:
         up = st.session_state[UPLOADED]
-        ann = marks() if up["format"] == "neuronpedia" else annotations.Annotations()
+        ann = marks()
         raw = with_marks(up["raw"], up["data"].n_heads, ann) if ann else up["raw"]
         st.download_button(
             f"download the uploaded file ({schema.FORMATS[up['format']]})" + (MARKED if ann else ""),
@@ -431,10 +432,8 @@ def download_buttons(rel: str) -> None:
         path = folder / fname
         if path.is_file():
             col.download_button(
-                f"download {schema.FORMATS[fmt].split(' (')[0]}" + (MARKED if fmt == "neuronpedia" and marks else ""),
-                (lambda p=path: with_marks(p.read_bytes(), n_heads, ann))
-                if fmt == "neuronpedia"
-                else (lambda p=path: p.read_bytes()),
+                f"download {schema.FORMATS[fmt].split(' (')[0]}" + (MARKED if ann else ""),
+                (lambda p=path: with_marks(p.read_bytes(), n_heads, ann)) if ann else (lambda p=path: p.read_bytes()),
                 file_name=f"{folder.name}-{fname}",
                 mime="application/json",
                 on_click="ignore",

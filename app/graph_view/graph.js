@@ -374,7 +374,7 @@ class GraphApp {
   }
 
   drawNode(parent, n) {
-    const g = el("svg:g", { class: `wbg-node wbg-${n.kind} wbg-s-${n.status || "both"}`, "data-node-id": n.id }, parent);
+    const g = el("svg:g", { class: `wbg-node wbg-k-${n.kind} wbg-s-${n.status || "both"}`, "data-node-id": n.id }, parent);
     const fill = n.kind === "group" ? "#ffffff" : COLOUR[n.kind] || "#4e79a7";
     el("svg:rect", { x: n.x - n.w / 2, y: n.y - n.h / 2, width: n.w, height: n.h, rx: 6, fill, class: "wbg-box" }, g);
     n.ports.forEach((p, i) => {
