@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/app_bench.py                 # full demo (default DemoConfig), 5 warm loads per page
     .venv/bin/python bench/app_bench.py --quick         # tiny demo sizes, 2 loads (a smoke run for the tests)
+    .venv/bin/python bench/app_bench.py --graph-only    # only the graph view's section (4.), replaced in app.md
 
 1. `workbench demo --no-serve` runs in a subprocess into a fresh workspace; its per-step seconds are parsed
    from its last line (the same numbers a user sees).
@@ -13,6 +14,9 @@
    then `--repeats` more times (warm: the server has parsed the file, the browser has the app's JS). The time
    is from navigation to the graph view drawn (its data-drawn stamp) and the curve's Plotly trace, and the page drawn
    (harness.wait_drawn: script finished, no skeleton or stale element, every chart's SVG, twice 100 ms apart).
+4. The graph view: the GPT-2-shaped circuit page at display caps 300 / 500 / 2,000 (reloads, and the view's
+   own draw time it stamps in the page), then pin / unpin by shift-click on the 2,000-edge page (the frame
+   that shows the mark, and the round trip to the URL and the rerun finished).
 
 No peers: no other tool draws these circuits offline (circuit-tracer's frontend and Neuronpedia need their
 servers and CDNs); the goals are the issue's (< 2 s for the GPT-2-shaped circuit, < 1 s for the embedded
