@@ -53,4 +53,3 @@ if os.environ.get("GRAPH_DIFF"):
 else:
     clicked = graph_view.draw(g, "graph", marks=graph_view.url_annotations())
 st.write(f"clicked: {clicked}")
-st.write(f"pinned in the URL: {st.query_params.get('pinned', '')}")
