@@ -151,6 +151,13 @@ def gpt2_shaped_circuit(ws: Path, n_pos: int = 16, target: int = 5000) -> dict:
     }
 
 
+def _np_node(node_id: str, feature: int, layer: str, pos: int, kind: str, js: str, clerp: str, **extra) -> dict:
+    """One node of a Neuronpedia graph JSON with every field schema.validate_neuronpedia asks for."""
+    base = {"token_prob": 0.0, "is_target_logit": False, "influence": 0.0, "activation": 0.0}
+    return {**base, "node_id": node_id, "feature": feature, "layer": layer, "ctx_idx": pos, "feature_type": kind,
+            "jsNodeId": js, "clerp": clerp, **extra}  # fmt: skip
+
+
 def feature_graph(n_nodes: int = 5000, n_layers: int = 12, n_pos: int = 16, fan_in: int = 4, seed: int = 0) -> dict:
     """A circuit-tracer / Neuronpedia feature graph JSON of `n_nodes` nodes with random (seeded) weights, valid
     under schema.validate_neuronpedia: embeddings, a logit, an error node per (layer, position) and features,
@@ -159,63 +166,41 @@ def feature_graph(n_nodes: int = 5000, n_layers: int = 12, n_pos: int = 16, fan_
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    base = {"token_prob": 0.0, "is_target_logit": False, "influence": 0.0, "activation": 0.0}
-    nodes = [
-        {
-            **base,
-            "node_id": f"E_{p}_{p}",
-            "feature": p,
-            "layer": "E",
-            "ctx_idx": p,
-            "feature_type": "embedding",
-            "jsNodeId": f"E_{p}-{p}",
-            "clerp": f"Emb: tok{p}",
-        }
-        for p in range(n_pos)
-    ]
+    nodes = [_np_node(f"E_{p}_{p}", p, "E", p, "embedding", f"E_{p}-{p}", f"Emb: tok{p}") for p in range(n_pos)]
     nodes += [
-        {
-            **base,
-            "node_id": f"err_{la}_{p}",
-            "feature": -1,
-            "layer": str(la),
-            "ctx_idx": p,
-            "feature_type": "mlp reconstruction error",
-            "jsNodeId": f"{la}_{p}-0",
-            "clerp": f"error of layer {la}",
-        }
+        _np_node(f"err_{la}_{p}", -1, str(la), p, "mlp reconstruction error", f"{la}_{p}-0", f"error of layer {la}")
         for la in range(n_layers)
         for p in range(n_pos)
     ]
     for i in range(n_nodes - len(nodes) - 1):
         la, p = int(rng.integers(n_layers)), int(rng.integers(n_pos))
+        act, infl = float(rng.exponential()), float(rng.random())
         nodes.append(
-            {
-                **base,
-                "node_id": f"{la}_{i}_{p}",
-                "feature": i,
-                "layer": str(la),
-                "ctx_idx": p,
-                "feature_type": "cross layer transcoder",
-                "jsNodeId": f"{la}_{i}-0",
-                "clerp": f"L{la} latent {i}",
-                "activation": float(rng.exponential()),
-                "influence": float(rng.random()),
-            }
+            _np_node(
+                f"{la}_{i}_{p}",
+                i,
+                str(la),
+                p,
+                "cross layer transcoder",
+                f"{la}_{i}-0",
+                f"L{la} latent {i}",
+                activation=act,
+                influence=infl,
+            )  # fmt: skip
         )
+    last, top = n_pos - 1, str(n_layers + 1)
     nodes.append(
-        {
-            **base,
-            "node_id": f"{n_layers + 1}_7_{n_pos - 1}",
-            "feature": 7,
-            "layer": str(n_layers + 1),
-            "ctx_idx": n_pos - 1,
-            "feature_type": "logit",
-            "jsNodeId": f"L_7-{n_pos - 1}",
-            "clerp": 'Output "x" (p=0.500)',
-            "is_target_logit": True,
-            "token_prob": 0.5,
-        }
+        _np_node(
+            f"{top}_7_{last}",
+            7,
+            top,
+            last,
+            "logit",
+            f"L_7-{last}",
+            'Output "x" (p=0.500)',
+            is_target_logit=True,
+            token_prob=0.5,
+        )  # fmt: skip
     )
     rank = np.array([-1 if n["layer"] == "E" else int(n["layer"]) for n in nodes])
     pos = np.array([n["ctx_idx"] for n in nodes])
@@ -224,16 +209,11 @@ def feature_graph(n_nodes: int = 5000, n_layers: int = 12, n_pos: int = 16, fan_
         earlier = np.flatnonzero((rank < rank[t]) & (pos <= pos[t]))
         for s in rng.choice(earlier, min(fan_in, len(earlier)), replace=False) if len(earlier) else []:
             links[nodes[int(s)]["node_id"], n["node_id"]] = float(rng.standard_normal() * rng.random() ** 3)
+    tokens = [f"tok{p}" for p in range(n_pos)]
+    meta = {"slug": f"random-{n_nodes}-nodes", "scan": "bench@random", "transcoder_list": [], "prompt": " ".join(tokens),
+            "prompt_tokens": tokens, "node_threshold": 0.8, "schema_version": 1}  # fmt: skip
     return {
-        "metadata": {
-            "slug": f"random-{n_nodes}-nodes",
-            "scan": "bench@random",
-            "transcoder_list": [],
-            "prompt": " ".join(f"tok{p}" for p in range(n_pos)),
-            "prompt_tokens": [f"tok{p}" for p in range(n_pos)],
-            "node_threshold": 0.8,
-            "schema_version": 1,
-        },
+        "metadata": meta,
         "qParams": {"pinnedIds": [], "supernodes": [], "linkType": "both", "clickedId": "", "sg_pos": ""},
         "nodes": nodes,
         "links": [{"source": s, "target": t, "weight": w} for (s, t), w in links.items()],
