@@ -313,7 +313,7 @@ def page_times(ws: Path, pages: dict[str, str], repeats: int) -> dict[str, dict]
 def pin_times(page, n: int) -> dict[str, list[float]]:
     """Shift-clicks on one head, pinning and unpinning in turn: *shown* from the click to the frame that shows
     the mark (the view's data-marked-ms, measured in the page), *round trip* from the click to the URL holding
-    the change and the page's rerun finished (seconds, Python clock)."""
+    the change and the rerun it caused finished (the view's own, a fragment; seconds, Python clock)."""
     head = page.locator("[data-node-id^='a']").first
     nid = head.get_attribute("data-node-id")
     shown, trip = [], []
@@ -443,8 +443,8 @@ def graph_lines(info: dict, threads: str, repeats: int, big: dict, g: dict) -> l
         f"Pin / unpin on the 2,000-edge page (shift-click on one head, {len(pin['shown'])} clicks, pinning and "
         "unpinning in turn; goal <= 0.3 s): *shown*, the click to the frame that shows the mark (the view's "
         f"`data-marked-ms`, no server round trip): median {verdict(med(pin['shown']), 0.3)} s, range "
-        f"{spread(pin['shown'])}; *round trip*, the click to the URL holding the change and the page's rerun "
-        f"finished: median {verdict(med(pin['round trip']), 0.3)} s, range {spread(pin['round trip'])}.",
+        f"{spread(pin['shown'])}; *round trip*, the click to the URL holding the change and the rerun it caused "
+        f"(the view's fragment) finished: median {verdict(med(pin['round trip']), 0.3)} s, range {spread(pin['round trip'])}.",
         "",
         "Raw: " + json.dumps({"graph": {str(k): v for k, v in g.items()}}),
     ]
