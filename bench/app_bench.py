@@ -210,8 +210,8 @@ def feature_graph(n_nodes: int = 5000, n_layers: int = 12, n_pos: int = 16, fan_
         for s in rng.choice(earlier, min(fan_in, len(earlier)), replace=False) if len(earlier) else []:
             links[nodes[int(s)]["node_id"], n["node_id"]] = float(rng.standard_normal() * rng.random() ** 3)
     tokens = [f"tok{p}" for p in range(n_pos)]
-    meta = {"slug": f"random-{n_nodes}-nodes", "scan": "bench@random", "transcoder_list": [], "prompt": " ".join(tokens),
-            "prompt_tokens": tokens, "node_threshold": 0.8, "schema_version": 1}  # fmt: skip
+    meta = {"slug": f"random-{n_nodes}-nodes", "scan": "bench@random", "transcoder_list": [],
+            "prompt": " ".join(tokens), "prompt_tokens": tokens, "node_threshold": 0.8, "schema_version": 1}  # fmt: skip
     return {
         "metadata": meta,
         "qParams": {"pinnedIds": [], "supernodes": [], "linkType": "both", "clickedId": "", "sg_pos": ""},
@@ -444,7 +444,8 @@ def graph_lines(info: dict, threads: str, repeats: int, big: dict, g: dict) -> l
         "unpinning in turn; goal <= 0.3 s): *shown*, the click to the frame that shows the mark (the view's "
         f"`data-marked-ms`, no server round trip): median {verdict(med(pin['shown']), 0.3)} s, range "
         f"{spread(pin['shown'])}; *round trip*, the click to the URL holding the change and the rerun it caused "
-        f"(the view's fragment) finished: median {verdict(med(pin['round trip']), 0.3)} s, range {spread(pin['round trip'])}.",
+        f"(the view's fragment) finished: median {verdict(med(pin['round trip']), 0.3)} s, range "
+        f"{spread(pin['round trip'])}.",
         "",
         "Raw: " + json.dumps({"graph": {str(k): v for k, v in g.items()}}),
     ]

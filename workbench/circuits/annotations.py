@@ -4,9 +4,9 @@ They travel in four places and must read back the same from each: the app's URL 
 node names, `groups=` and `notes=` as JSON), a Neuronpedia / circuit-tracer graph JSON, where pins are
 `qParams.pinnedIds`, groups `qParams.supernodes` (`[name, node_id, ...]` lists, circuit-tracer's shape) and
 a note is appended to the node's `clerp` after NOTE_MARK, and the workbench and MIB files, under FILE_KEY
-in `as_dict`'s shape (both readers ignore keys they do not know, so a marked file is still a valid circuit). Node names are the workbench's (`a0.h1`, `m2`,
-`input`, `logits`); a Neuronpedia graph has one node id per (component, position), so `input` maps to
-every embedding node.
+in `as_dict`'s shape (both readers ignore keys they do not know, so a marked file is still a valid circuit).
+Node names are the workbench's (`a0.h1`, `m2`, `input`, `logits`); a Neuronpedia graph has one node id per
+(component, position), so `input` maps to every embedding node.
 """
 
 from __future__ import annotations
