@@ -42,7 +42,7 @@ FEATURE, SAE, SEARCH, PROMPT = "views/feature.py", "views/sae.py", "views/search
 CIRCUIT, COMPARE = "views/circuit.py", "views/compare.py"
 WORKSPACE_ENV = "WORKBENCH_WORKSPACE"
 UPLOADED = "uploaded"
-MARKED = " (with pins, groups, notes)"  # a Neuronpedia download carrying the view's marks says so
+MARKED = " (with the graph's pins, groups, notes)"  # every download carries the view's marks at the click
 DOWNLOADS = {"workbench": "circuit.json", "mib": "mib.json", "neuronpedia": "neuronpedia.json"}
 PREFERRED_TASKS = ("ioi", "induction")  # what a circuit page opens on when the URL names none
 
@@ -375,14 +375,21 @@ def draw(cd: cg.CircuitData, v: cg.View, key: str, selected: str | None = None, 
     """The bounded graph (app/graph_view) with what each filter hides, its pins, groups and notes in the URL
     (remembered as this page's view); returns the node clicked in this run (None: no click)."""
     st.caption(f"drawn: {v.label}; {len(v.rows)} edge inputs (the view says what each filter hides)")
-    clicked = graph_view.draw(gl.from_view(cd, v), key, selected=selected, height=height, marks=marks())
+    clicked = graph_view.draw(
+        gl.from_view(cd, v), key, selected=selected, height=height, marks=marks(), on_marks=_remember_marks
+    )
+    _remember_marks()
+    return clicked
+
+
+def _remember_marks() -> None:
+    """The URL's pins, groups and notes as this page's view (also after the view's own rerun changed them)."""
     saved = st.session_state.get(f"_view_{st.session_state.get('_page')}", {})
     for name in graph_view.PARAMS:
         if name in st.query_params:
             _remember(name, st.query_params[name])
         else:
             saved.pop(name, None)
-    return clicked
 
 
 def draw_diff(pairs: list[tuple[str, cg.CircuitData, cg.View]], key: str, height: int = 560) -> None:
@@ -400,9 +407,18 @@ def marks() -> annotations.Annotations:
         fail(e)
 
 
-def with_marks(raw: bytes, n_heads: int, marks: annotations.Annotations) -> bytes:
-    """A Neuronpedia graph JSON carrying the pins, groups and notes (qParams and clerps)."""
-    return json.dumps(annotations.apply_neuronpedia(json.loads(raw), marks, n_heads)).encode()
+def marked(source: bytes | Path, n_heads: int):
+    """A download's deferred data: the file (bytes, or read from a path when clicked) carrying the graph's pins,
+    groups and notes as they are at the click (graph_view.marks_box; Neuronpedia: qParams and clerps; workbench
+    and MIB: their `annotations` key); the file unchanged when there are none."""
+    box = graph_view.marks_box()
+
+    def data() -> bytes:
+        raw = source.read_bytes() if isinstance(source, Path) else source
+        a = box["marks"]
+        return json.dumps(annotations.apply(json.loads(raw), a, n_heads)).encode() if a else raw
+
+    return data
 
 
 def upload_key(raw: bytes) -> str:
@@ -414,11 +430,9 @@ def download_buttons(rel: str) -> None:
     """One button per format; a workspace circuit's files are read when clicked (deferred), not on every run."""
     if rel == UPLOADED:
         up = st.session_state[UPLOADED]
-        ann = marks() if up["format"] == "neuronpedia" else annotations.Annotations()
-        raw = with_marks(up["raw"], up["data"].n_heads, ann) if ann else up["raw"]
         st.download_button(
-            f"download the uploaded file ({schema.FORMATS[up['format']]})" + (MARKED if ann else ""),
-            raw,
+            f"download the uploaded file ({schema.FORMATS[up['format']]})" + MARKED,
+            marked(up["raw"], up["data"].n_heads),
             file_name=up["name"],
             mime="application/json",
             on_click="ignore",
@@ -426,15 +440,13 @@ def download_buttons(rel: str) -> None:
         return
     folder = resolve(rel)
     cols = st.columns(len(DOWNLOADS))
-    n_heads, ann = circuit(rel).n_heads, marks()
+    n_heads = circuit(rel).n_heads
     for col, (fmt, fname) in zip(cols, DOWNLOADS.items()):
         path = folder / fname
         if path.is_file():
             col.download_button(
-                f"download {schema.FORMATS[fmt].split(' (')[0]}" + (MARKED if fmt == "neuronpedia" and marks else ""),
-                (lambda p=path: with_marks(p.read_bytes(), n_heads, ann))
-                if fmt == "neuronpedia"
-                else (lambda p=path: p.read_bytes()),
+                f"download {schema.FORMATS[fmt].split(' (')[0]}" + MARKED,
+                marked(path, n_heads),
                 file_name=f"{folder.name}-{fname}",
                 mime="application/json",
                 on_click="ignore",

@@ -39,15 +39,59 @@ def write_url(a: an.Annotations) -> None:
             del st.query_params[name]
 
 
-def _changed(key: str) -> None:
-    """The view's annotations changed in the browser: into the URL before the page runs again, so the page
-    hands the view what it already shows (a later Back restores the previous set)."""
+MARKS = "_graph_marks"  # session key of marks_box
+
+
+def marks_box() -> dict:
+    """{"marks": the marks the URL holds now}, one object for the session: a download's deferred data reads it
+    when clicked, so a pin made in the view's own rerun (a fragment, below) reaches the file."""
+    return st.session_state.setdefault(MARKS, {"marks": an.Annotations()})
+
+
+def _changed(key: str, on_marks) -> None:
+    """The view's annotations changed in the browser: into the URL before the view runs again, so the view
+    gets what it already shows (a later Back restores the previous set); `on_marks` tells the page."""
     state = st.session_state[key]
     raw = state.get("annotations") if hasattr(state, "get") else getattr(state, "annotations", None)
     try:
-        write_url(an.from_dict(raw))
+        a = an.from_dict(raw)
     except UserError as e:
         st.session_state[f"_{key}_error"] = str(e)
+        return
+    write_url(a)
+    marks_box()["marks"] = a
+    if on_marks is not None:
+        on_marks()
+
+
+def _clicked(key: str) -> None:
+    state = st.session_state[key]
+    st.session_state[f"_{key}_clicked"] = state.get("clicked") if hasattr(state, "get") else state.clicked
+
+
+@st.fragment
+def _mount(key: str, data: dict, nodes: frozenset, on_marks) -> None:
+    """The view in a fragment: a pin, group or note reruns only this (the URL and marks_box follow at once);
+    a click reruns the page, whose node details follow the clicked node."""
+    if st.session_state.get(f"_{key}_clicked") is not None:
+        st.rerun(scope="app")
+    a = an.Annotations() if data["readonly"] else url_annotations()
+    if not data["readonly"]:
+        marks_box()["marks"] = a
+    _VIEW(
+        key=key,
+        data={**data, "annotations": a.as_dict()},  # from the URL: a fragment rerun reuses the last page run's args
+        default={"annotations": a.as_dict()},
+        on_annotations_change=lambda: _changed(key, on_marks),
+        on_clicked_change=lambda: _clicked(key),
+        height="content",
+    )
+    err = st.session_state.pop(f"_{key}_error", None)
+    if err:
+        st.error(err.replace("[", "\\[").replace("<", "\\<"))
+    dropped = a.restrict(nodes)[1]
+    if dropped:
+        st.caption(f"marked but not drawn here (kept in the URL): {', '.join(dropped)}")
 
 
 def draw(
@@ -59,30 +103,21 @@ def draw(
     selected: str | None = None,
     height: int = 560,
     marks: an.Annotations | None = None,
+    on_marks=None,
 ) -> str | None:
     """Mount the view on `graph` with `marks` (the URL's pins, groups and notes; None: a view without marks,
-    such as a diff); returns the node clicked in this run (None: no click)."""
+    such as a diff), bounded to what a browser draws at once (layout.bound: the marked nodes first, the cut
+    stated in the view); `on_marks` is called when the view changes the marks. Returns the node clicked since
+    the last page run (None: no click)."""
     a = marks or an.Annotations()
+    graph = layout.bound(graph, keep=frozenset(a.pinned) | {m for _, *ms in a.groups for m in ms})
     data = {
         **layout.to_data(graph, counts),
         "names": list(names) if names else None,
-        "annotations": a.as_dict(),
         "selected": selected,
         "height": height,
         "readonly": marks is None,
     }
-    res = _VIEW(
-        key=key,
-        data=data,
-        default={"annotations": a.as_dict()},
-        on_annotations_change=lambda: _changed(key),
-        on_clicked_change=lambda: None,
-        height="content",
-    )
-    err = st.session_state.pop(f"_{key}_error", None)
-    if err:
-        st.error(err.replace("[", "\\[").replace("<", "\\<"))
-    dropped = a.restrict({n.id for n in graph.nodes})[1]
-    if dropped:
-        st.caption(f"marked but not drawn here (kept in the URL): {', '.join(dropped)}")
-    return getattr(res, "clicked", None)
+    clicked = st.session_state.pop(f"_{key}_clicked", None)
+    _mount(key, data, frozenset(n.id for n in graph.nodes), on_marks)
+    return clicked

@@ -1,17 +1,28 @@
-// The workbench's circuit graph: an SVG of the layout app/graph_view/layout.py computed (finished
-// coordinates), with pan/zoom, labels placed by zoom level (strongest first, never overlapping), hover
-// details computed here (no server round trip), click selection over the whole node, a details panel
-// beside the graph, pins, named groups, notes and a pinned-subgraph view. Annotations go to Python as
-// the state value `annotations`; a click as the trigger `clicked`. No network: plain DOM, no libraries.
-// Every text from a file is set with textContent, never parsed as HTML.
+// The workbench's circuit graph: the layout app/graph_view/layout.py computed (finished coordinates), with
+// pan/zoom, labels placed by zoom level (strongest first, never overlapping), hover details computed here (no
+// server round trip), click selection over the whole node, a details panel beside the graph, pins, named
+// groups, notes and a pinned-subgraph view. Annotations go to Python as the state value `annotations`; a click
+// as the trigger `clicked`. No network: plain DOM, no libraries. Every text from a file is set with
+// textContent, never parsed as HTML.
+//
+// Why edges are on a canvas and nodes in SVG: 2,000 SVG edges (with their hit areas) cost the browser a style
+// and layout pass over ~6,000 elements per draw and per hover highlight; on a canvas they are a few batched
+// strokes (one per colour and width step), hit-tested here on a grid of sampled segments. Nodes stay SVG
+// elements (a few hundred at most, the view bounds them in Python): they take clicks and carry their ids.
+// Pins, groups and notes restyle the drawn nodes in place; only a new graph or the pinned subgraph redraws.
 
 const SVG = "http://www.w3.org/2000/svg";
 const APPS = new WeakMap();
-const COLOUR = { input: "#6b6b6b", head: "#f28e2b", mlp: "#59a14f", logits: "#9467bd", feature: "#4e79a7" };
+const COLOUR = { input: "#6b6b6b", head: "#f28e2b", mlp: "#59a14f", logits: "#9467bd", feature: "#4e79a7", error: "#bab0ac", embedding: "#6b6b6b", logit: "#9467bd" };
 const SIGN = ["#b2182b", "#2166ac"]; // negative, positive
 const DIFF = { both: "#8c8c8c", a: "#1f77b4", b: "#e6550d" };
 const GROUP_COLOURS = ["#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f"];
 const TOP = 5;
+const STEPS = 12; // edge widths drawn in this many steps (one canvas stroke per colour and step)
+const ALPHA = { rest: 0.6, dim: 0.12, lit: 0.95 };
+const CELL = 40; // px (graph units) of the hit-test grid
+const HIT_PX = 5; // an edge under the pointer: within this many screen px
+const SAMPLES = 12; // segments per edge curve for hit tests
 
 function el(tag, attrs = {}, parent = null, text = null) {
   const e = tag.startsWith("svg:") ? document.createElementNS(SVG, tag.slice(4)) : document.createElement(tag);
@@ -23,6 +34,109 @@ function el(tag, attrs = {}, parent = null, text = null) {
 
 const fmt = (v) => (v === null || v === undefined ? "-" : Math.abs(v) >= 100 ? v.toFixed(1) : v.toPrecision(3));
 const portName = (e) => (e.port ? `<${e.port}>` : "");
+const frame = () => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+
+function curve(e) {
+  // an edge that skips columns arcs over the nodes between, higher the further it goes
+  const [x0, y0, x1, y1] = e.p;
+  const dx = Math.max(30, Math.abs(x1 - x0) / 2), lift = e.lift || 0;
+  return [x0, y0, x0 + dx, y0 - lift, x1 - dx, y1 - lift, x1, y1];
+}
+
+function bezier(c, t) {
+  const u = 1 - t, a = u * u * u, b = 3 * u * u * t, d = 3 * u * t * t, f = t * t * t;
+  return [a * c[0] + b * c[2] + d * c[4] + f * c[6], a * c[1] + b * c[3] + d * c[5] + f * c[7]];
+}
+
+function segDist2(px, py, s) {
+  const [ax, ay, bx, by] = s, dx = bx - ax, dy = by - ay;
+  const t = Math.max(0, Math.min(1, ((px - ax) * dx + (py - ay) * dy) / (dx * dx + dy * dy || 1)));
+  const x = ax + t * dx - px, y = ay + t * dy - py;
+  return x * x + y * y;
+}
+
+class EdgeLayer {
+  // the drawn edges on one canvas under the SVG: batched strokes, a lit set, hit tests on a segment grid
+  constructor(parent) {
+    this.canvas = el("canvas", { class: "wbg-canvas" }, parent);
+    this.ctx = this.canvas.getContext("2d");
+    this.lit = null;
+  }
+
+  set(edges, style) {
+    this.curves = edges.map(curve);
+    this.style = edges.map(style); // [colour, width step]
+    this.grid = null;
+    this.lit = null;
+  }
+
+  draw(t, w, h) {
+    const c = this.canvas, dpr = window.devicePixelRatio || 1;
+    if (c.width !== Math.round(w * dpr) || c.height !== Math.round(h * dpr)) {
+      c.width = Math.round(w * dpr);
+      c.height = Math.round(h * dpr);
+    }
+    const ctx = this.ctx;
+    ctx.setTransform(1, 0, 0, 1, 0, 0);
+    ctx.clearRect(0, 0, c.width, c.height);
+    ctx.setTransform(dpr * t.k, 0, 0, dpr * t.k, dpr * t.x, dpr * t.y);
+    const batches = new Map();
+    this.style.forEach(([colour, step], j) => {
+      const tier = this.lit ? (this.lit.has(j) ? "lit" : "dim") : "rest";
+      const key = `${tier === "lit" ? 1 : 0}|${tier}|${colour}|${step}`;
+      if (!batches.has(key)) batches.set(key, []);
+      batches.get(key).push(j);
+    });
+    for (const key of [...batches.keys()].sort()) {
+      const [, tier, colour, step] = key.split("|");
+      ctx.globalAlpha = ALPHA[tier];
+      ctx.strokeStyle = colour;
+      ctx.lineWidth = 0.8 + (4.2 * Number(step)) / STEPS;
+      ctx.beginPath();
+      for (const j of batches.get(key)) {
+        const b = this.curves[j];
+        ctx.moveTo(b[0], b[1]);
+        ctx.bezierCurveTo(b[2], b[3], b[4], b[5], b[6], b[7]);
+      }
+      ctx.stroke();
+    }
+    ctx.globalAlpha = 1;
+  }
+
+  index() {
+    // each curve sampled into segments, filed under every grid cell its box touches (built on the first hover)
+    this.grid = new Map();
+    this.curves.forEach((c, j) => {
+      let prev = bezier(c, 0);
+      for (let i = 1; i <= SAMPLES; i++) {
+        const next = bezier(c, i / SAMPLES), seg = [prev[0], prev[1], next[0], next[1], j];
+        for (let gx = Math.floor(Math.min(seg[0], seg[2]) / CELL); gx <= Math.floor(Math.max(seg[0], seg[2]) / CELL); gx++) {
+          for (let gy = Math.floor(Math.min(seg[1], seg[3]) / CELL); gy <= Math.floor(Math.max(seg[1], seg[3]) / CELL); gy++) {
+            const k = `${gx},${gy}`;
+            if (!this.grid.has(k)) this.grid.set(k, []);
+            this.grid.get(k).push(seg);
+          }
+        }
+        prev = next;
+      }
+    });
+  }
+
+  hit(x, y, r) {
+    // the edge nearest to graph point (x, y) within r graph units, or -1
+    if (!this.grid) this.index();
+    let best = -1, bestD = r * r;
+    for (let gx = Math.floor((x - r) / CELL); gx <= Math.floor((x + r) / CELL); gx++) {
+      for (let gy = Math.floor((y - r) / CELL); gy <= Math.floor((y + r) / CELL); gy++) {
+        for (const s of this.grid.get(`${gx},${gy}`) || []) {
+          const d = segDist2(x, y, s);
+          if (d <= bestD) [best, bestD] = [s[4], d];
+        }
+      }
+    }
+    return best;
+  }
+}
 
 class GraphApp {
   constructor(parent, api) {
@@ -31,6 +145,7 @@ class GraphApp {
     this.seen = null; // the last annotations Python sent: a change there (Back/Forward, a link) wins
     this.graphKey = null;
     this.t = { k: 1, x: 0, y: 0 };
+    this.size = { w: 800, h: 500 };
     this.subgraph = false;
     this.selected = null;
     this.root = el("div", { class: "wbg" }, parent);
@@ -43,12 +158,17 @@ class GraphApp {
     this.clearBtn = el("button", { class: "wbg-clear" }, bar, "unpin all");
     this.status = el("span", { class: "wbg-status" }, bar);
     const main = el("div", { class: "wbg-main" }, this.root);
-    this.svg = el("svg:svg", { class: "wbg-svg" }, main);
+    this.stage = el("div", { class: "wbg-stage" }, main);
+    this.edges = new EdgeLayer(this.stage);
+    this.svg = el("svg:svg", { class: "wbg-svg" }, this.stage);
     this.vp = el("svg:g", {}, this.svg);
+    this.nodeLayer = el("svg:g", { class: "wbg-nodes" }, null);
     this.labels = el("svg:g", { class: "wbg-labels" }, this.svg);
     this.panel = el("div", { class: "wbg-details", "data-testid": "graph-details" }, main);
     this.tip = el("div", { class: "wbg-tip", "data-testid": "graph-tip" }, this.root);
     this.wire();
+    this.wireNodes();
+    new ResizeObserver(() => this.measure()).observe(this.stage);
   }
 
   wire() {
@@ -79,33 +199,66 @@ class GraphApp {
       this.svg.setPointerCapture(ev.pointerId);
     });
     this.svg.addEventListener("pointermove", (ev) => {
-      if (!drag) return;
+      if (!drag) return this.hoverEdge(ev);
       this.t.x = drag.tx + ev.clientX - drag.x;
       this.t.y = drag.ty + ev.clientY - drag.y;
       this.transform();
     });
     this.svg.addEventListener("pointerup", () => (drag = null));
+    this.svg.addEventListener("pointerleave", () => this.hideTip());
+  }
+
+  wireNodes() {
+    this.root.addEventListener("click", (ev) => (this.clickAt = ev.timeStamp), true); // when a mark change began
+    // one listener per event for every node (not three per node): the node is found from the event's target
+    const nodeOf = (ev) => {
+      const g = ev.target.closest && ev.target.closest(".wbg-node");
+      return g ? this.nodeById.get(g.getAttribute("data-node-id")) : null;
+    };
+    this.nodeLayer.addEventListener("pointerover", (ev) => {
+      const n = nodeOf(ev);
+      if (n && n !== this.hovered) this.tipNode(n, ev);
+    });
+    this.nodeLayer.addEventListener("pointerout", (ev) => {
+      const to = ev.relatedTarget && ev.relatedTarget.closest ? ev.relatedTarget.closest(".wbg-node") : null;
+      if (!to || !this.nodeLayer.contains(to)) this.hideTip();
+    });
+    this.nodeLayer.addEventListener("pointermove", (ev) => this.moveTip(ev));
+    this.nodeLayer.addEventListener("click", (ev) => {
+      const n = nodeOf(ev);
+      if (!n) return;
+      ev.stopPropagation();
+      if (ev.shiftKey) this.togglePin(n.id);
+      else this.select(n.id, true);
+    });
   }
 
   update(data, api) {
     this.api = api;
-    const sig = JSON.stringify(data);
-    if (sig === this.sig) return; // a rerun that changed nothing here: keep zoom, hover and panel as they are
-    this.sig = sig;
-    this.root.classList.toggle("wbg-readonly", !!data.readonly); // a diff: nothing to pin, group or note
-    const key = JSON.stringify([data.title, data.size, data.nodes.map((n) => n.id), data.edges.length]);
+    const t0 = performance.now();
     const incoming = JSON.stringify(data.annotations || {});
-    const fresh = key !== this.graphKey;
-    this.data = data;
-    if (incoming !== this.seen) {
+    const sig = JSON.stringify({ ...data, annotations: null, selected: null });
+    const marksChanged = incoming !== this.seen;
+    if (marksChanged) {
       this.seen = incoming;
       this.ann = { pinned: [], groups: [], notes: {}, ...JSON.parse(incoming) };
     }
+    if (sig === this.sig) {
+      if (marksChanged) this.remark(); // Back/Forward or a link changed only the marks: restyle, no redraw
+      return;
+    }
+    this.sig = sig;
+    this.root.classList.toggle("wbg-readonly", !!data.readonly); // a diff: nothing to pin, group or note
+    const key = JSON.stringify([data.title, data.size, data.nodes.map((n) => n.id), data.edges.length]);
+    const fresh = key !== this.graphKey;
+    this.data = data;
     this.graphKey = key;
     this.index();
     if (fresh && data.selected && this.byId.has(data.selected)) this.selected = data.selected;
     this.render();
     if (fresh) this.fit();
+    // how long this draw took in the browser, data in to the frame after it was painted (bench/app_bench.py)
+    frame().then(() => this.root.setAttribute("data-draw-ms", (performance.now() - t0).toFixed(1)));
   }
 
   index() {
@@ -120,13 +273,26 @@ class GraphApp {
     const strongest = (list) => list.sort((a, b) => Math.abs(d.edges[b].w) - Math.abs(d.edges[a].w));
     this.inE.forEach(strongest);
     this.outE.forEach(strongest);
-    this.maxW = Math.max(1e-12, ...d.edges.map((e) => Math.abs(e.w)));
+    this.maxW = d.edges.reduce((m, e) => Math.max(m, Math.abs(e.w)), 1e-12);
   }
 
   commit() {
+    const t0 = this.clickAt ?? performance.now();
+    this.clickAt = null;
     this.seen = JSON.stringify(this.ann);
-    this.render();
+    this.remark();
     this.api.setStateValue("annotations", JSON.parse(this.seen));
+    // the click (or key) that changed the marks to the frame that shows them (bench/app_bench.py)
+    frame().then(() => this.root.setAttribute("data-marked-ms", (performance.now() - t0).toFixed(1)));
+  }
+
+  remark() {
+    // the marks changed: the pinned subgraph is another graph (redrawn); the full graph restyles its nodes
+    if (this.subgraph) return this.render();
+    this.nodeEls.forEach((g, id) => this.markNode(g, this.nodeById.get(id)));
+    this.header(this.shown);
+    this.details(this.selected);
+    this.placeLabels();
   }
 
   groupOf(id) {
@@ -178,71 +344,64 @@ class GraphApp {
     return [a.x + a.w / 2, a.y, b.x - b.w / 2, i === null ? b.y : b.y + (i * b.h) / 3];
   }
 
+  ends(e) {
+    // the ids of an edge's two nodes (a subgraph's edges index the shown nodes, others the data's)
+    const list = e.local ? this.shown.nodes : this.data.nodes;
+    return [list[e.s].id, list[e.t].id];
+  }
+
   render() {
     const d = this.data;
     const v = this.visible();
     this.shown = v;
-    this.vp.replaceChildren();
-    const cols = el("svg:g", { class: "wbg-cols" }, this.vp);
+    this.nodeById = new Map(v.nodes.map((n) => [n.id, n]));
+    this.touching = new Map(v.nodes.map((n) => [n.id, []]));
+    v.edges.forEach((e, j) => this.ends(e).forEach((id) => this.touching.get(id).push(j)));
+    const colour = (e) => (d.counts ? DIFF[e.status] : SIGN[e.w >= 0 ? 1 : 0]);
+    this.edges.set(v.edges, (e) => [colour(e), Math.round(STEPS * Math.min(1, Math.abs(e.w) / this.maxW))]);
+    this.hovered = null;
+    const cols = el("svg:g", { class: "wbg-cols" });
     for (const c of d.columns) el("svg:line", { x1: c.x, x2: c.x, y1: 20, y2: d.size[1], class: "wbg-col" }, cols);
-    const edges = el("svg:g", { class: "wbg-edges" }, this.vp);
-    this.edgeEls = v.edges.map((e, j) => this.drawEdge(edges, e, j));
-    const nodes = el("svg:g", { class: "wbg-nodes" }, this.vp);
+    const nodes = document.createDocumentFragment();
     this.nodeEls = new Map(v.nodes.map((n) => [n.id, this.drawNode(nodes, n)]));
+    this.nodeLayer.replaceChildren(nodes);
+    this.vp.replaceChildren(cols, this.nodeLayer);
+    this.root.setAttribute("data-edges", String(v.edges.length));
     this.header(v);
     this.transform();
     this.details(this.selected);
     this.root.setAttribute("data-drawn", String(Date.now()));
   }
 
-  drawEdge(parent, e, j) {
-    const [x0, y0, x1, y1] = e.p;
-    // an edge that skips columns arcs over the nodes between, higher the further it goes
-    const dx = Math.max(30, Math.abs(x1 - x0) / 2);
-    const lift = e.lift || 0;
-    const dpath = `M${x0},${y0} C${x0 + dx},${y0 - lift} ${x1 - dx},${y1 - lift} ${x1},${y1}`;
-    const colour = this.data.counts ? DIFF[e.status] : SIGN[e.w >= 0 ? 1 : 0];
-    const width = 0.8 + (4.2 * Math.min(1, Math.abs(e.w) / this.maxW)) ** 1;
-    const g = el("svg:g", { class: `wbg-edge wbg-${e.status}`, "data-edge": j }, parent);
-    el("svg:path", { d: dpath, stroke: colour, "stroke-width": width, class: "wbg-line" }, g);
-    const hit = el("svg:path", { d: dpath, class: "wbg-hit" }, g);
-    hit.onmouseenter = (ev) => this.tipEdge(e, ev);
-    hit.onmousemove = (ev) => this.moveTip(ev);
-    hit.onmouseleave = () => this.hideTip();
-    return g;
-  }
-
   drawNode(parent, n) {
-    const g = el("svg:g", { class: `wbg-node wbg-${n.kind} wbg-s-${n.status || "both"}`, "data-node-id": n.id }, parent);
-    const gi = n.kind === "group" ? -1 : this.groupOf(n.id);
+    const g = el("svg:g", { class: `wbg-node wbg-k-${n.kind} wbg-s-${n.status || "both"}`, "data-node-id": n.id }, parent);
     const fill = n.kind === "group" ? "#ffffff" : COLOUR[n.kind] || "#4e79a7";
-    const stroke = gi >= 0 ? GROUP_COLOURS[gi % GROUP_COLOURS.length] : this.data.counts ? DIFF[n.status] : "#333";
-    el("svg:rect", { x: n.x - n.w / 2, y: n.y - n.h / 2, width: n.w, height: n.h, rx: 6, fill, stroke, class: "wbg-box" }, g);
+    el("svg:rect", { x: n.x - n.w / 2, y: n.y - n.h / 2, width: n.w, height: n.h, rx: 6, fill, class: "wbg-box" }, g);
     n.ports.forEach((p, i) => {
       const py = n.y + ((i - 1) * n.h) / 3;
       el("svg:circle", { cx: n.x - n.w / 2, cy: py, r: 3.2, class: "wbg-port" }, g);
       el("svg:text", { x: n.x - n.w / 2 + 6, y: py + 3, class: "wbg-port-label" }, g, p);
     });
-    if (this.ann.pinned.includes(n.id) || (n.members && n.members.length)) {
-      el("svg:circle", { cx: n.x + n.w / 2 - 5, cy: n.y - n.h / 2 + 5, r: 4, class: "wbg-pin" }, g);
-    }
-    g.classList.toggle("wbg-pinned", this.ann.pinned.includes(n.id));
-    g.classList.toggle("wbg-selected", n.id === this.selected);
-    g.onmouseenter = (ev) => this.tipNode(n, ev);
-    g.onmousemove = (ev) => this.moveTip(ev);
-    g.onmouseleave = () => this.hideTip();
-    g.onclick = (ev) => {
-      ev.stopPropagation();
-      if (ev.shiftKey) this.togglePin(n.id);
-      else this.select(n.id, true);
-    };
+    el("svg:circle", { cx: n.x + n.w / 2 - 5, cy: n.y - n.h / 2 + 5, r: 4, class: "wbg-pin" }, g);
+    this.markNode(g, n);
     return g;
+  }
+
+  markNode(g, n) {
+    // pins, group colour and selection on one drawn node (no redraw)
+    const gi = n.kind === "group" ? -1 : this.groupOf(n.id);
+    const stroke = gi >= 0 ? GROUP_COLOURS[gi % GROUP_COLOURS.length] : this.data.counts ? DIFF[n.status] : "#333";
+    g.firstChild.setAttribute("stroke", stroke);
+    g.classList.toggle("wbg-pinned", this.ann.pinned.includes(n.id));
+    g.classList.toggle("wbg-super", !!(n.members && n.members.length));
+    g.classList.toggle("wbg-selected", n.id === this.selected);
   }
 
   header(v) {
     const d = this.data;
     this.head.replaceChildren();
     el("div", { class: "wbg-title" }, this.head, d.title || "");
+    if (d.shown) el("div", { class: "wbg-shown", "data-testid": "graph-shown" }, this.head, d.shown);
     if (d.counts) {
       const c = d.counts, [a, b] = d.names || ["A", "B"];
       el("div", { class: "wbg-diff" }, this.head,
@@ -260,55 +419,68 @@ class GraphApp {
 
   // ---------------------------------------------------------------- zoom, labels
 
+  measure() {
+    const r = this.stage.getBoundingClientRect();
+    if (r.width && r.height) this.size = { w: r.width, h: r.height };
+    this.schedule(true);
+  }
+
   fit() {
     const [w, h] = this.data.size;
-    const width = this.svg.getBoundingClientRect().width || 800;
+    const width = this.stage.getBoundingClientRect().width || 800; // the one forced layout of a draw
     const tall = Math.max(220, Math.min(this.data.height || 560, (h * Math.min(width / w, 2.5)) + 30));
     this.root.style.setProperty("--wbg-height", `${tall}px`);
-    const r = this.svg.getBoundingClientRect();
-    const k = Math.min((r.width || 800) / w, (r.height || 500) / h, 2.5);
-    this.t = { k, x: ((r.width || 800) - w * k) / 2, y: 4 };
+    this.size = { w: width, h: tall }; // the stage is as tall as the height just set (no second layout)
+    const k = Math.min(this.size.w / w, this.size.h / h, 2.5);
+    this.t = { k, x: (this.size.w - w * k) / 2, y: 4 };
     this.transform();
   }
 
   transform() {
     this.vp.setAttribute("transform", `translate(${this.t.x},${this.t.y}) scale(${this.t.k})`);
     this.root.classList.toggle("wbg-far", this.t.k < 0.7);
-    if (!this.pending) {
-      this.pending = true;
-      requestAnimationFrame(() => {
-        this.pending = false;
-        this.placeLabels();
-      });
-    }
+    this.schedule(true);
+  }
+
+  schedule(labels) {
+    // the canvas (and, after a move, the labels) redrawn once in the next frame however many changes came
+    this.needLabels = this.needLabels || labels;
+    if (this.pending || !this.shown) return;
+    this.pending = true;
+    requestAnimationFrame(() => {
+      this.pending = false;
+      this.edges.draw(this.t, this.size.w, this.size.h);
+      if (this.needLabels) this.placeLabels();
+      this.needLabels = false;
+    });
   }
 
   placeLabels() {
     // strongest (pinned and selected first) get a label where it fits; the rest wait for a closer zoom
     const { k, x: tx, y: ty } = this.t;
-    const r = this.svg.getBoundingClientRect();
+    const { w: width, h: height } = this.size;
     const order = [...this.shown.nodes].sort((a, b) => this.rank(b) - this.rank(a));
     const boxes = [];
-    this.labels.replaceChildren();
+    const labels = document.createDocumentFragment();
     let right = -Infinity; // column labels left to right, each only where it clears the previous one
     for (const c of this.data.columns) {
       const x = c.x * k + tx, half = c.label.length * 3.4;
       if (x - half < right) continue;
-      el("svg:text", { x, y: 12, class: "wbg-col-label" }, this.labels, c.label);
+      el("svg:text", { x, y: 12, class: "wbg-col-label" }, labels, c.label);
       right = x + half + 6;
     }
     // a label sits inside its node when it fits there, else above it if that covers no node or label
     const screen = (n) => [(n.x - n.w / 2) * k + tx, (n.y - n.h / 2) * k + ty, (n.x + n.w / 2) * k + tx, (n.y + n.h / 2) * k + ty];
-    const nodeBoxes = this.shown.nodes.map(screen);
+    const nodeBoxes = this.shown.nodes.map(screen).filter((b) => b[2] >= 0 && b[0] <= width && b[3] >= 0 && b[1] <= height);
     let shown = 0;
     for (const n of order) {
       const text = n.label || n.id;
       const w = text.length * 6.6 + 4, h = 13;
       const [x0, y0, x1, y1] = screen(n);
       const cx = (x0 + x1) / 2;
-      if (x1 < 0 || x0 > r.width || y1 < 0 || y0 > r.height) continue;
+      if (x1 < 0 || x0 > width || y1 < 0 || y0 > height) continue;
       if (x1 - x0 >= w && y1 - y0 >= h) {
-        el("svg:text", { x: cx, y: (y0 + y1) / 2 + 4, class: "wbg-label" }, this.labels, text);
+        el("svg:text", { x: cx, y: (y0 + y1) / 2 + 4, class: "wbg-label" }, labels, text);
         shown += 1;
         continue;
       }
@@ -316,9 +488,10 @@ class GraphApp {
       const hits = (b) => box[0] < b[2] && b[0] < box[2] && box[1] < b[3] && b[1] < box[3];
       if (boxes.some(hits) || nodeBoxes.some(hits)) continue;
       boxes.push(box);
-      el("svg:text", { x: cx, y: y0 - 4, class: "wbg-label" }, this.labels, text);
+      el("svg:text", { x: cx, y: y0 - 4, class: "wbg-label" }, labels, text);
       shown += 1;
     }
+    this.labels.replaceChildren(labels);
     this.status.textContent = `labels: ${shown} of ${this.shown.nodes.length} (zoom in for more) · zoom ${this.t.k.toFixed(2)}`;
   }
 
@@ -337,6 +510,7 @@ class GraphApp {
   nodeFacts(n) {
     const facts = [`${n.id} · ${n.kind}`];
     if (n.members) return [...facts, `group of ${n.members.join(", ")}`];
+    if (n.label && n.label !== n.id) facts.push(n.label);
     facts.push(`layer ${n.layer ?? "-"} · position ${n.pos ?? "-"} · score ${fmt(n.score)} · activation ${fmt(n.activation)}`);
     facts.push(`sum |weight| of drawn edges ${fmt(n.strength)}`);
     if (n.status && this.data.counts) facts.push(`in ${n.status === "both" ? "both circuits" : "only " + this.data.names[n.status === "a" ? 0 : 1]}`);
@@ -351,13 +525,24 @@ class GraphApp {
       if (outs.length) lines.push("strongest out: " + outs.map((j) => this.lines(j, "out")).join("; "));
       if (this.ann.notes[n.id]) lines.push(`note: ${this.ann.notes[n.id]}`);
     }
+    this.hovered = n;
     this.showTip(lines, ev);
     this.highlight(n);
   }
 
+  hoverEdge(ev) {
+    // over empty space: the nearest edge within a few px gets the tip (nodes have their own listeners)
+    if (ev.target.closest && ev.target.closest(".wbg-node")) return;
+    const r = this.svg.getBoundingClientRect(), { k, x, y } = this.t;
+    const j = this.edges.hit((ev.clientX - r.left - x) / k, (ev.clientY - r.top - y) / k, HIT_PX / k);
+    if (j < 0) return this.hideTip();
+    this.hovered = null;
+    this.tipEdge(this.shown.edges[j], ev);
+  }
+
   tipEdge(e, ev) {
-    const d = this.data, s = this.shown.nodes, local = e.local;
-    const a = local ? s[e.s].id : d.nodes[e.s].id, b = local ? s[e.t].id : d.nodes[e.t].id;
+    const d = this.data;
+    const [a, b] = this.ends(e);
     const lines = [`${a} → ${b}${portName(e)}`, `weight ${fmt(e.w)}`];
     if (d.counts) lines.push(e.status === "both" ? `${d.names[0]} ${fmt(e.w)} / ${d.names[1]} ${fmt(e.wb)}` : `only in ${d.names[e.status === "a" ? 0 : 1]}`);
     this.showTip(lines, ev);
@@ -376,17 +561,17 @@ class GraphApp {
   }
 
   hideTip() {
+    if (this.tip.style.display === "none" && !this.hovered) return;
     this.tip.style.display = "none";
+    this.hovered = null;
     this.highlight(null);
   }
 
   highlight(n) {
-    this.root.classList.toggle("wbg-focus", !!n);
-    this.edgeEls.forEach((g, j) => {
-      const e = this.shown.edges[j];
-      const ids = e.local ? [this.shown.nodes[e.s].id, this.shown.nodes[e.t].id] : [this.data.nodes[e.s].id, this.data.nodes[e.t].id];
-      g.classList.toggle("wbg-lit", !!n && ids.includes(n.id));
-    });
+    const lit = n ? new Set(this.touching.get(n.id) || []) : null;
+    if (!lit && !this.edges.lit) return;
+    this.edges.lit = lit;
+    this.schedule(false);
   }
 
   select(id, send) {
@@ -400,7 +585,7 @@ class GraphApp {
   details(id) {
     const p = this.panel;
     p.replaceChildren();
-    const n = id === null ? null : this.shown.nodes.find((m) => m.id === id) || (this.byId.has(id) ? { ...this.data.nodes[this.byId.get(id)], i: this.byId.get(id) } : null);
+    const n = id === null ? null : this.nodeById.get(id) || (this.byId.has(id) ? { ...this.data.nodes[this.byId.get(id)], i: this.byId.get(id) } : null);
     if (!n) return el("div", { class: "wbg-empty" }, p, "click a node for its details; shift-click pins it");
     this.nodeFacts(n).forEach((t, i) => el(i ? "div" : "h4", {}, p, t));
     if (n.members) {

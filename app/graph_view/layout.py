@@ -4,7 +4,9 @@ saying what each filter hides. Pure Python (no torch, no Streamlit): the view ge
 test can check that every edge ends on its node or port without a browser.
 
 A circuit enters as a `Graph` of `Node`s and `Edge`s: `from_view` makes one from a component-level circuit
-(app.figures.circuit), a feature-level circuit builds its own with `pos` set; `diff` merges two.
+(app.figures.circuit), `from_neuronpedia` one from a circuit-tracer / Neuronpedia graph JSON (features by layer
+and position), `diff` merges two; `bound` cuts any of them to what a browser draws at once (the view's own cap,
+stated in the view: "showing N of M nodes; K hidden").
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ SIZE = {"head": (70.0, 38.0), "feature": (60.0, 30.0)}  # (width, height); anyth
 DEFAULT_SIZE = (62.0, 30.0)
 PORTS = ("q", "k", "v")
 MARGIN = 40.0
+MAX_NODES = 400  # nodes the view draws at once; a bigger graph shows its strongest (the rest are counted)
+MAX_LINKS = 2000  # edges the view draws at once (the circuit page's own cap, app.figures.circuit, is at most this)
 LIFT, MAX_LIFT = 30.0, 160.0  # px an edge arcs up per column it skips, at most (the drawing leaves room above)
 
 
@@ -59,6 +63,7 @@ class Graph:
     hidden: list[str] = field(default_factory=list)  # one sentence per filter: what it hides
     title: str = ""
     columns: list[tuple[tuple, str]] | None = None  # every column to draw, even empty ones (stable layout)
+    shown: str = ""  # what `bound` cut: "showing N of M nodes; K hidden ..." ("" when nothing)
 
 
 # ------------------------------------------------------------------ component-level circuits
@@ -92,6 +97,81 @@ def from_view(cd: cg.CircuitData, view: cg.View, title: str = "") -> Graph:
         Edge(cd.src[i], cd.dst[i], cd.kind[i] if cd.kind[i] in PORTS else None, float(cd.score[i])) for i in view.rows
     ]
     return Graph(nodes, edges, list(view.hidden), title or view.label, component_columns(cd.n_layers))
+
+
+# ------------------------------------------------------------------ feature graphs (circuit-tracer / Neuronpedia JSON)
+
+NP_KINDS = {"cross layer transcoder": "feature", "mlp reconstruction error": "error", "embedding": "embedding"}
+LABEL_CHARS = 40  # a clerp longer than this is cut in the node's label (the details show it whole)
+
+
+def _np_column(n: dict) -> tuple[tuple, str]:
+    """Embeddings first, then one column per layer, logits last (circuit-tracer puts logits at layer n_layers+1)."""
+    if n["feature_type"] == "embedding":
+        return (-1, 0), "embeddings"
+    if n["feature_type"] == "logit":
+        return (10**6, 0), "logits"
+    layer = str(n["layer"])
+    return ((int(layer), 0), f"L{layer}") if layer.isdigit() else ((10**5, 0), layer)
+
+
+def from_neuronpedia(d: dict, title: str = "") -> Graph:
+    """A circuit-tracer / Neuronpedia graph JSON (checked by schema.validate_neuronpedia) as a graph: columns by
+    layer, bands by token position (`ctx_idx`), influence as the score, the clerp as the label."""
+    schema.validate_neuronpedia(d)
+    nodes = []
+    for n in d["nodes"]:
+        column, col_label = _np_column(n)
+        layer = str(n["layer"])
+        clerp = str(n.get("clerp") or n["node_id"])
+        nodes.append(
+            Node(
+                n["node_id"],
+                "logit" if n["feature_type"] == "logit" else NP_KINDS.get(n["feature_type"], "feature"),
+                column,
+                col_label,
+                pos=int(n["ctx_idx"]),
+                layer=int(layer) if layer.isdigit() else None,
+                label=clerp if len(clerp) <= LABEL_CHARS else clerp[: LABEL_CHARS - 1] + "…",
+                score=float(n["influence"]),
+                activation=float(n["activation"]),
+            )
+        )
+    edges = [Edge(link["source"], link["target"], None, float(link["weight"])) for link in d["links"]]
+    return Graph(nodes, edges, [], title or str(d["metadata"].get("slug", "")))
+
+
+# ------------------------------------------------------------------ what a browser draws at once
+
+
+def bound(g: Graph, max_nodes: int = MAX_NODES, max_edges: int = MAX_LINKS, keep: frozenset = frozenset()) -> Graph:
+    """At most `max_nodes` nodes (those in `keep`, e.g. the pinned ones, then the strongest by the summed |weight|
+    of their edges) and `max_edges` of the edges between them (strongest |weight|); `shown` says what was cut."""
+    if len(g.nodes) <= max_nodes and len(g.edges) <= max_edges:
+        return g
+    index = {n.id: i for i, n in enumerate(g.nodes)}
+    src = np.fromiter((index[e.src] for e in g.edges), np.int64, len(g.edges))
+    dst = np.fromiter((index[e.dst] for e in g.edges), np.int64, len(g.edges))
+    w = np.abs(np.fromiter((e.weight for e in g.edges), np.float64, len(g.edges)))
+    strength = np.zeros(len(g.nodes))
+    np.add.at(strength, src, w)
+    np.add.at(strength, dst, w)
+    strength[[index[k] for k in keep if k in index]] = np.inf
+    order = np.argsort(-strength, kind="stable")[:max_nodes]
+    kept = np.zeros(len(g.nodes), dtype=bool)
+    kept[order] = True
+    between = np.flatnonzero(kept[src] & kept[dst])
+    chosen = np.sort(between[np.argsort(-w[between], kind="stable")[:max_edges]])
+    n_nodes, n_edges = int(kept.sum()), len(chosen)
+    shown = f"showing {n_nodes:,} of {len(g.nodes):,} nodes; {len(g.nodes) - n_nodes:,} hidden"
+    shown += " (the weakest by summed |edge weight|; pinned nodes first)" if n_nodes < len(g.nodes) else ""
+    shown += f" · {n_edges:,} of {len(g.edges):,} edges; {len(g.edges) - n_edges:,} hidden"
+    why = [f"{len(g.edges) - len(between):,} touch a hidden node"] if len(between) < len(g.edges) else []
+    why += [f"{len(between) - n_edges:,} weaker than the {n_edges:,} strongest"] if n_edges < len(between) else []
+    shown += f" ({', '.join(why)})" if why else ""
+    return Graph(
+        [n for n, k in zip(g.nodes, kept) if k], [g.edges[i] for i in chosen], g.hidden, g.title, g.columns, shown
+    )
 
 
 # ------------------------------------------------------------------ two circuits
@@ -240,6 +320,7 @@ def to_data(g: Graph, counts: dict | None = None) -> dict:
         "nodes": nodes,
         "edges": edges,
         "hidden": list(g.hidden),
+        "shown": g.shown,
         "counts": counts,
         "columns": [{"x": x, "label": lab} for x, lab in col_x],
         "size": [round(width, 1), round(height, 1)],

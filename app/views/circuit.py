@@ -29,8 +29,8 @@ def upload_box() -> None:
                 try:
                     with st.spinner("checking the upload against its model..."):
                         up_ = live.check_upload(up.name, raw, mib_spec)
-                    if up_["format"] == "neuronpedia":  # its pins, groups and notes come back into the URL
-                        graph_view.write_url(annotations.read_neuronpedia(json.loads(raw), up_["data"].n_heads))
+                    # its pins, groups and notes (any format) come back into the URL
+                    graph_view.write_url(annotations.read(json.loads(raw), up_["data"].n_heads))
                     st.session_state[state.UPLOADED] = up_
                     st.session_state.pop("_upload_error", None)
                     st.query_params["circuit"] = state.UPLOADED

@@ -372,6 +372,9 @@ def test_circuit_graph_pins_groups_export_upload_back_forward(circuit_server, ci
             drawn(page)
             exported, marks = download_np("grouped.json")
             assert marks.groups == [["name movers", *heads]] and marks.pinned == heads
+            with page.expect_download() as dl:  # the workbench JSON carries them too (its `annotations` key)
+                page.get_by_role("button", name=re.compile(r"^download workbench JSON")).click()
+            assert an.read(json.loads(Path(dl.value.path()).read_text()), n_heads) == marks
             page.goto(base)  # a plain link: no marks; the upload brings them back
             drawn(page)
             expect(page).not_to_have_url(re.compile("pinned="))

@@ -268,6 +268,12 @@ def test_pins_groups_notes_from_the_url_reach_the_view_and_the_download(circuit_
     assert view_data(at)["annotations"] == {"pinned": ["a0.h0", "m1"], "groups": [["g", "a0.h0", "m1"]], "notes": {}}
     labels = [b.proto.label for b in at.get("download_button")]
     assert any(lab.startswith("download Neuronpedia") and lab.endswith(state.MARKED) for lab in labels), labels
+    assert len(labels) == 3 and all(lab.endswith(state.MARKED) for lab in labels), labels  # workbench, MIB too
+    from app import graph_view
+    from workbench.circuits import annotations as an
+
+    marks = an.Annotations(["a0.h0", "m1"], [["g", "a0.h0", "m1"]])  # what the downloads read when clicked
+    assert at.session_state[graph_view.MARKS]["marks"] == marks
     at = circuit_app("views/circuit.py", circuit="circuits/ioi-0", groups="[oops")
     assert len(at.error) == 1 and "groups" in at.error[0].value and "is not JSON" in at.error[0].value
 

@@ -96,3 +96,45 @@ def test_diff_marks_and_counts():
     both = [e for e in g.edges if e.status == "both"]
     assert all(e.weight_b == e.weight for e in both)
     check_geometry(layout.to_data(g, counts))
+
+
+def test_a_feature_graph_reads_by_layer_and_position():
+    from bench.app_bench import feature_graph
+
+    d = feature_graph(300, n_layers=3, n_pos=4)
+    g = layout.from_neuronpedia(d)
+    assert len(g.nodes) == 300 and len(g.edges) == len(d["links"])
+    kinds = {n.kind for n in g.nodes}
+    assert kinds == {"embedding", "error", "feature", "logit"}
+    labels = [c["label"] for c in sorted(layout.to_data(g)["columns"], key=lambda c: c["x"])]
+    assert labels == ["embeddings", "L0", "L1", "L2", "logits"]
+    assert {n.pos for n in g.nodes} == set(range(4))
+    check_geometry(layout.to_data(layout.bound(g, 120)))
+    with pytest.raises(schema.DamagedFileError, match="lacks 'ctx_idx'"):
+        layout.from_neuronpedia({**d, "nodes": [{k: v for k, v in d["nodes"][0].items() if k != "ctx_idx"}]})
+
+
+def test_bound_keeps_pins_and_the_strongest_and_says_what_it_hides():
+    from bench.app_bench import feature_graph
+
+    g = layout.from_neuronpedia(feature_graph(5000))
+    assert layout.bound(g, 5000, 10**6) is g  # nothing to cut: the same graph, no sentence
+    strength = dict.fromkeys((n.id for n in g.nodes), 0.0)
+    for e in g.edges:
+        strength[e.src] += abs(e.weight)
+        strength[e.dst] += abs(e.weight)
+    weakest = min(strength, key=strength.get)
+    b = layout.bound(g, 400, 300, keep=frozenset({weakest}))
+    ids = {n.id for n in b.nodes}
+    assert len(ids) == 400 and weakest in ids and len(b.edges) == 300
+    assert all(e.src in ids and e.dst in ids for e in b.edges)
+    between = [e for e in g.edges if e.src in ids and e.dst in ids]
+    assert b.shown.startswith("showing 400 of 5,000 nodes; 4,600 hidden")
+    assert f"300 of {len(g.edges):,} edges; {len(g.edges) - 300:,} hidden" in b.shown
+    assert f"{len(g.edges) - len(between):,} touch a hidden node" in b.shown
+    assert f"{len(between) - 300:,} weaker than the 300 strongest" in b.shown
+    cut = max(strength[n.id] for n in g.nodes if n.id not in ids)
+    assert cut <= min(strength[n] for n in ids - {weakest})  # the strongest are the ones kept
+    drawn = {id(e) for e in b.edges}
+    assert min(abs(e.weight) for e in b.edges) >= max(abs(e.weight) for e in between if id(e) not in drawn)
+    assert layout.to_data(b)["shown"] == b.shown

@@ -1,6 +1,7 @@
 """The graph view alone in a real browser (tests/app/graph_page.py, headless Chromium): hover details without a
-server round trip, click selection, pins and a group in the URL and back after a reload, the pinned subgraph
-with its supernode, a note, a diff with its counts; no request leaves 127.0.0.1."""
+server round trip (a node, and an edge on the canvas), click selection, pins and a group in the URL and back
+after a reload, the pinned subgraph with its supernode, a note, a diff with its counts, a 5,000-node upload
+bounded; no request leaves 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -19,6 +20,10 @@ from test_browser import (  # noqa: F401
     serve,
     settle,
 )
+
+from app.figures import circuit as cg
+from app.graph_view import layout
+from workbench import browse
 
 OLD = REPO / "tests" / "circuits" / "old_files" / "circuit.json"  # a 7-edge circuit of a 2-layer, 2-head model
 
@@ -45,6 +50,29 @@ def wait_param(page, name: str, want: str) -> None:
     page.wait_for_function(f"new URLSearchParams(location.search).get({name!r}) === {want!r}", timeout=60_000)
 
 
+def edge_point(data: dict) -> tuple[dict, tuple[float, float]]:
+    """An edge and the middle of its curve (graph px; the view's cubic: layout.py's p and lift) off every node."""
+    for e in data["edges"]:
+        x0, y0, x1, y1 = e["p"]
+        dx = max(30.0, abs(x1 - x0) / 2)
+        c = [(x0, y0), (x0 + dx, y0 - e["lift"]), (x1 - dx, y1 - e["lift"]), (x1, y1)]
+        x = (c[0][0] + 3 * c[1][0] + 3 * c[2][0] + c[3][0]) / 8
+        y = (c[0][1] + 3 * c[1][1] + 3 * c[2][1] + c[3][1]) / 8
+        if not any(abs(x - n["x"]) < n["w"] / 2 + 8 and abs(y - n["y"]) < n["h"] / 2 + 8 for n in data["nodes"]):
+            return e, (x, y)
+    raise AssertionError("every edge's middle lies on a node")
+
+
+def hover_edge(page, data: dict) -> dict:
+    """Move the pointer onto an edge drawn on the view's canvas (through the view's pan/zoom transform)."""
+    e, (x, y) = edge_point(data)
+    box = page.locator(".wbg-svg").bounding_box()
+    t = page.locator(".wbg-svg > g").first.get_attribute("transform")  # translate(x,y) scale(k)
+    tx, ty, k = (float(v) for v in t.replace("translate(", "").replace(") scale(", ",").rstrip(")").split(","))
+    page.mouse.move(box["x"] + tx + x * k, box["y"] + ty + y * k)
+    return e
+
+
 def test_hover_pin_group_note_reload(tmp_path):
     from playwright.sync_api import expect
 
@@ -57,6 +85,12 @@ def test_hover_pin_group_note_reload(tmp_path):
         tip = page.get_by_test_id("graph-tip")
         expect(tip).to_contain_text("a1.h0 · head")
         expect(tip).to_contain_text("strongest in: from")
+        cd = cg.from_record(browse.open_circuit(OLD))
+        data = layout.to_data(layout.from_view(cd, cg.choose(cd)))
+        e = hover_edge(page, data)  # an edge on the canvas: found under the pointer, its weight in the tip
+        names = [data["nodes"][e["s"]]["id"], data["nodes"][e["t"]]["id"]]
+        expect(tip).to_contain_text(f"{names[0]} → {names[1]}")
+        expect(tip).to_contain_text("weight")
         node(page, "a1.h0").click(position={"x": 9, "y": 7})  # near a corner of the node: not only its centre selects
         details = page.get_by_test_id("graph-details")
         expect(details.locator("h4")).to_have_text("a1.h0 · head")
@@ -93,4 +127,37 @@ def test_diff_counts(tmp_path):
         page.goto(url)
         settle(page)
         expect(page.locator(".wbg-diff")).to_contain_text("only in base")
+    assert_offline(requests)
+
+
+def test_a_5000_node_upload_draws_a_bounded_subgraph_and_says_what_it_hides(tmp_path):
+    """A 5,000-node circuit-tracer / Neuronpedia graph JSON (random weights: its size is the point) uploaded on
+    the page: the view draws layout.MAX_NODES of its nodes, states what it hides, and still answers a hover."""
+    import json
+
+    from playwright.sync_api import expect
+
+    from bench.app_bench import feature_graph
+
+    d = feature_graph(5000)
+    path = tmp_path / "random-5000.json"
+    path.write_text(json.dumps(d))
+    bounded = layout.bound(layout.from_neuronpedia(d))
+    requests: list[str] = []
+    with page_server(tmp_path, PYTHONPATH=str(REPO), GRAPH_CIRCUIT=str(OLD)) as url, browser_page(requests) as page:
+        page.goto(url)
+        settle(page)
+        page.locator("input[type=file]").set_input_files(str(path))
+        shown = page.get_by_test_id("graph-shown")
+        expect(shown).to_have_text(bounded.shown)
+        assert bounded.shown.startswith(
+            f"showing {layout.MAX_NODES} of 5,000 nodes; {5000 - layout.MAX_NODES:,} hidden"
+        )
+        expect(page.locator("[data-node-id]")).to_have_count(layout.MAX_NODES)
+        assert page.locator(".wbg").get_attribute("data-edges") == str(len(bounded.edges))
+        strongest = max(
+            bounded.nodes, key=lambda n: sum(abs(e.weight) for e in bounded.edges if n.id in (e.src, e.dst))
+        )
+        node(page, strongest.id).hover()
+        expect(page.get_by_test_id("graph-tip")).to_contain_text(f"{strongest.id} · {strongest.kind}")
     assert_offline(requests)

@@ -60,3 +60,24 @@ def test_neuronpedia_edited_label_and_foreign_ids():
     d["qParams"]["pinnedIds"] = ["9_9_9"]
     with pytest.raises(DamagedFileError, match="9_9_9"):
         an.read_neuronpedia(d, n_heads=2)
+
+
+@pytest.mark.parametrize("name", ["circuit.json", "mib.json", "neuronpedia.json"])
+def test_every_format_carries_the_marks_and_still_reads(name):
+    """A download of any format carries the marks (workbench and MIB under FILE_KEY, Neuronpedia in qParams and
+    clerps); the marked file still reads as the same circuit, gives the marks back, and unmarked loses them."""
+    d = json.loads((NP.parent / name).read_text())
+    shape = schema.GraphShape(2, 2, 2, 8) if schema.detect(d) == "neuronpedia" else None  # the others name theirs
+    out = json.loads(json.dumps(an.apply(d, MARKS, n_heads=2)))
+    assert (an.FILE_KEY in out) == (schema.detect(d) != "neuronpedia")
+    assert an.read(out, n_heads=2) == MARKS
+    before, after = schema.read(d, shape=shape), schema.read(out, shape=shape)
+    assert after.edges == before.edges and (after.in_circuit == before.in_circuit).all()
+    assert an.read(d, n_heads=2) == an.Annotations()
+    assert an.read(an.apply(out, an.Annotations(), n_heads=2), n_heads=2) == an.Annotations()
+
+
+def test_a_bad_annotations_key_is_a_damaged_file():
+    d = json.loads((NP.parent / "circuit.json").read_text())
+    with pytest.raises(DamagedFileError, match=r"annotations: .*\[name, node"):
+        an.read({**d, an.FILE_KEY: {"groups": [["lonely"]]}}, n_heads=2)

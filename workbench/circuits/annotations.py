@@ -1,11 +1,12 @@
 """A researcher's marks on a circuit: pinned nodes, named supernode groups and free-text notes.
 
-They travel in three places and must read back the same from each: the app's URL (`pinned=` comma-separated
-node names, `groups=` and `notes=` as JSON), and a Neuronpedia / circuit-tracer graph JSON, where pins are
+They travel in four places and must read back the same from each: the app's URL (`pinned=` comma-separated
+node names, `groups=` and `notes=` as JSON), a Neuronpedia / circuit-tracer graph JSON, where pins are
 `qParams.pinnedIds`, groups `qParams.supernodes` (`[name, node_id, ...]` lists, circuit-tracer's shape) and
-a note is appended to the node's `clerp` after NOTE_MARK. Node names are the workbench's (`a0.h1`, `m2`,
-`input`, `logits`); a Neuronpedia graph has one node id per (component, position), so `input` maps to
-every embedding node.
+a note is appended to the node's `clerp` after NOTE_MARK, and the workbench and MIB files, under FILE_KEY
+in `as_dict`'s shape (both readers ignore keys they do not know, so a marked file is still a valid circuit).
+Node names are the workbench's (`a0.h1`, `m2`, `input`, `logits`); a Neuronpedia graph has one node id per
+(component, position), so `input` maps to every embedding node.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from workbench.circuits.schema import NP_COMPONENT_TYPE
+from workbench.circuits.schema import NP_COMPONENT_TYPE, detect
 from workbench.errors import BadValueError, DamagedFileError
 
 NOTE_MARK = " | note: "
+FILE_KEY = "annotations"  # the workbench and MIB files' top-level key for the marks
 MAX_NOTE = 2000  # characters per note: a URL has to hold them
 # the clerp the export writes for a component; anything else there is a label edited by a person
 DEFAULT_CLERP = re.compile(r"(a\d+\.h\d+|m\d+) \((MLP|attention head), whole output\)")
@@ -180,3 +182,24 @@ def read_neuronpedia(d: dict, n_heads: int) -> Annotations:
         elif n.get("feature_type") == NP_COMPONENT_TYPE and clerp and not DEFAULT_CLERP.fullmatch(clerp):
             notes[name] = clerp
     return from_dict({"pinned": pinned, "groups": groups, "notes": notes})
+
+
+# ------------------------------------------------------------------ any circuit file
+
+
+def apply(d: dict, a: Annotations, n_heads: int) -> dict:
+    """A copy of a circuit file of any format carrying `a` (none: the file without marks)."""
+    if detect(d) == "neuronpedia":
+        return apply_neuronpedia(d, a, n_heads)
+    out = {k: v for k, v in d.items() if k != FILE_KEY}
+    return {**out, FILE_KEY: a.as_dict()} if a else out
+
+
+def read(d: dict, n_heads: int) -> Annotations:
+    """The marks a circuit file of any format carries (the reverse of apply); DamagedFileError names a bad one."""
+    if detect(d) == "neuronpedia":
+        return read_neuronpedia(d, n_heads)
+    try:
+        return from_dict(d.get(FILE_KEY, {}))
+    except BadValueError as e:
+        raise DamagedFileError(f"{FILE_KEY}: {e}") from None
