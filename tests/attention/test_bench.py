@@ -11,10 +11,10 @@ from workbench.attention import train as T
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_quick_bench_writes_the_table(tmp_path):
-    out = tmp_path / "attention.md"
+def _bench(script: str, *args: str) -> None:
+    """Run a bench script as the integrator does (its own process, this checkout's code)."""
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "attention_bench.py"), "--quick", "--out", str(out)],
+        [sys.executable, str(ROOT / "bench" / script), *args],
         capture_output=True,
         text=True,
         timeout=900,
@@ -22,6 +22,11 @@ def test_quick_bench_writes_the_table(tmp_path):
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_quick_bench_writes_the_table(tmp_path):
+    out = tmp_path / "attention.md"
+    _bench("attention_bench.py", "--quick", "--out", str(out))
     text = out.read_text()
     for measure in (
         "gated step (paired dual)",
@@ -42,16 +47,8 @@ def test_frontier_picks_per_tolerance_among_kept_states_and_judges_them(small_di
     shutil.copy(run / T.CHECKPOINT, kept / "step3.pt")
     T.sparsify(small_dir, run, _cfg(steps=6), resume=True, report_queries=2)  # extended: evals at 3 and 6
     out = tmp_path / "frontier.md"
-    cmd = [str(ROOT / "bench" / "attention_frontier.py"), "--run", str(run), "--checkpoints", str(kept)]
-    proc = subprocess.run(
-        [sys.executable, *cmd, "--tolerances=-5,0.5,5", "--queries", "2", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=ROOT,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    args = ("--run", str(run), "--checkpoints", str(kept), "--tolerances=-5,0.5,5", "--queries", "2", "--out", str(out))
+    _bench("attention_frontier.py", *args)
     text = out.read_text()
     rows = [ln for ln in text.splitlines() if ln.startswith("| ") and not ln.startswith("| tolerance")]
     assert len(rows) == 3 and "none admitted" in rows[0]  # a negative tolerance admits nothing
