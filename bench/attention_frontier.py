@@ -95,7 +95,7 @@ def rows(tolerances, evals, states, reports, z: float) -> tuple[list[list], list
                 f"selection split {_interval(any_['difference'])}) is sparser but its state was not kept"
             )
         if best is None:
-            table.append([tol, "none admitted", "", "", "", "", "", ""])
+            table.append([tol, "no kept state admitted", "", "", "", "", "", ""])
             continue
         r = reports[best["step"]]
         v = judge({k: r["verdict"][k] for k in ("n", "difference", "se", "ci95")}, tol)

@@ -51,6 +51,6 @@ def test_frontier_picks_per_tolerance_among_kept_states_and_judges_them(small_di
     _bench("attention_frontier.py", *args)
     text = out.read_text()
     rows = [ln for ln in text.splitlines() if ln.startswith("| ") and not ln.startswith("| tolerance")]
-    assert len(rows) == 3 and "none admitted" in rows[0]  # a negative tolerance admits nothing
+    assert len(rows) == 3 and "no kept state admitted" in rows[0]  # a negative tolerance admits nothing
     assert "states kept for steps [3, 6]" in text and "not separate runs per tolerance" in text
     assert "fresh split" in text and "- Commit: " in text
