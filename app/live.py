@@ -98,6 +98,21 @@ def run_prompt(spec: str, tokens: tuple[int, ...]) -> dict:
     }
 
 
+@st.cache_data(show_spinner=False, max_entries=32)
+def gates(spec: str, tokens: tuple[int, ...]):
+    """A gated model's deterministic gates [L][H][q][k] (1 open, 0 closed) on the tokens; None when ungated."""
+    import torch
+
+    from workbench.attention.gates import is_gated
+
+    model, _, lock = load_model(spec)
+    if not is_gated(model):
+        return None
+    with lock, torch.no_grad():
+        _, cache = model.run_with_cache(torch.tensor([tokens]), names_filter=lambda n: n.endswith("hook_gate"))
+    return torch.stack([cache[f"blocks.{i}.attn.hook_gate"][0] for i in range(model.cfg.n_layers)]).bool().numpy()
+
+
 def tokenize(spec: str, text: str) -> tuple[int, ...]:
     """A typed prompt as token ids, as the CLI reads it (inputs.tokens_of): a word outside the vocabulary is
     named with suggestions, a prompt longer than the context refused; TransformerLens would cut the first

@@ -35,7 +35,7 @@ PAGES = [  # (script, title, URL path, the query parameters that make up the pag
         ("circuit", "view", "budget", "target", "cap", "node", *graph_view.PARAMS),
     ),
     ("views/compare.py", "Compare", "compare", ("model", "circuit")),
-    ("views/attention.py", "Attention", "attention", ("model", "source", "family", "example", "prompt")),
+    ("views/attention.py", "Attention", "attention", ("model", "source", "family", "example", "prompt", "view")),
     ("views/run.py", "Run", "run", ()),
 ]
 FEATURE, SAE, SEARCH, PROMPT = "views/feature.py", "views/sae.py", "views/search.py", "views/prompt.py"

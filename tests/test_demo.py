@@ -39,8 +39,15 @@ def test_demo_fills_a_workspace_then_resumes_without_redoing_anything(tiny, tmp_
     assert circuits <= {"ioi-0", "ioi-0-sparse"} and "ioi-0" in circuits
     base = json.loads((tmp_path / "ws" / "circuits" / "ioi-0" / "circuit.json").read_text())
     assert base["model_id"] == summary["model"] and base["method"]["target_ndf"] == TINY.target_ndf
-    sparse = next(a for a in arts if a.kind == "models")
+    models = {a.name: a for a in arts if a.kind == "models"}
+    assert set(models) == {"tiny-sparse", "tiny-sparse-demo"}  # the embedded sparse model and the short run
+    sparse = models["tiny-sparse"]
+    assert sparse.manifest["made_by"] == "embedded data/models/tiny-sparse"
     assert "compare/ioi.json" in sparse.manifest["files"] and "attention_report.json" in sparse.manifest["files"]
+    assert "compare/ioi.json" not in models["tiny-sparse-demo"].manifest["files"]
+    report = json.loads((tmp_path / "ws" / "models" / "tiny-sparse" / "attention_report.json").read_text())
+    on_sparse = json.loads((tmp_path / "ws" / "circuits" / "ioi-0-sparse" / "circuit.json").read_text())
+    assert on_sparse["model_id"] == report["model_id"] != summary["model"]  # the circuit is the embedded model's
     assert set(summary["seconds"]) == {
         "cache",
         "saes",
@@ -48,6 +55,7 @@ def test_demo_fills_a_workspace_then_resumes_without_redoing_anything(tiny, tmp_
         "features",
         "transcoders",
         "sparse attention",
+        "sparse model",
         "circuits",
         "compare",
         "total",

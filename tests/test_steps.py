@@ -43,3 +43,24 @@ def test_ensure_returns_complete_artifacts_and_resumes_an_interrupted_run(tiny, 
 def test_ensure_on_a_circuit_needs_its_name(tiny, tmp_path):
     with pytest.raises(ValueError, match="needs the circuit's name"):
         steps.find_circuit(Workspace(tmp_path), tiny[0], "a b", "c", ensure=True)
+
+
+def test_the_embedded_sparse_model_is_copied_recorded_and_loadable(tmp_path):
+    from workbench.errors import BadValueError
+    from workbench.models import load, model_id
+
+    ws = Workspace(tmp_path / "ws")
+    report, folder = steps.embedded_sparse_model(ws, ensure=True)
+    art = next(a for a in ws.artifacts("models"))
+    assert art.name == "tiny-sparse" and art.manifest["made_by"] == "embedded data/models/tiny-sparse"
+    assert {"model.safetensors", "attention_report.json", "README.md"} <= set(art.manifest["files"])
+    assert art.manifest["summary"]["mean_open_keys_per_query"] == report["mean_open_keys_per_query"]
+    assert model_id(load(str(folder), device="cpu")[0]) == report["model_id"] == model_id(load("tiny-sparse")[0])
+    manifest = (folder / MANIFEST).read_text()
+    assert steps.embedded_sparse_model(ws, ensure=True)[1] == folder and (folder / MANIFEST).read_text() == manifest
+    with pytest.raises(OutputExistsError, match="already holds a model"):
+        steps.embedded_sparse_model(ws)
+    with pytest.raises(
+        BadValueError, match="'tiny' is not an embedded sparse-attention model; choose one of: tiny-sparse"
+    ):
+        steps.embedded_sparse_model(ws, "tiny")

@@ -488,15 +488,46 @@ def train_attention(
                 "model_spec": ws.rel(model_spec) if Path(model_spec).exists() else model_spec,
                 "corpus": report["corpus"],
             },
-            summary={
-                "constraint_met": report["constraint_met"],
-                "ce_base": report["ce"]["base"],
-                "ce": report["ce"]["sparse"],
-                "ce_target": report["ce_target"],
-                "open_fraction": report["open_fraction"],
-                "mean_open_keys_per_query": report["mean_open_keys_per_query"],
-            },
+            summary=_attention_summary(report),
         )
+    return report, folder
+
+
+def _attention_summary(report: dict) -> dict:
+    """A sparse model's manifest summary: the verdict, the CEs and the open edges."""
+    keys = ("constraint_met", "ce_target", "open_fraction", "mean_open_keys_per_query")
+    return {**{k: report[k] for k in keys}, "ce_base": report["ce"]["base"], "ce": report["ce"]["sparse"]}
+
+
+def embedded_sparse_model(ws: Workspace, name: str = "tiny-sparse", ensure: bool = False) -> tuple[dict, Path]:
+    """The embedded sparse-attention model (data/models/<name>, with its card) copied into <ws>/models/<name>
+    and recorded like a trained one, so the app's Attention and Compare pages and the demo find it there."""
+    from workbench.attention.card import FILES, copy_model
+    from workbench.attention.report import read_report
+    from workbench.models import EMBEDDED
+
+    sparse = [n for n in EMBEDDED if (EMBEDDED[n] / "sparsify.json").is_file()]
+    if name not in sparse:
+        raise BadValueError(f"{name!r} is not an embedded sparse-attention model; choose one of: {', '.join(sparse)}")
+    folder = ws.path("models", name)
+    if complete(folder):
+        if ensure:
+            return read_report(folder), folder
+        raise OutputExistsError(f"{folder} already holds a model; remove it or use it as it is")
+    copy_model(EMBEDDED[name], folder, FILES + ("README.md",))
+    report = read_report(folder)
+    ws.record(
+        folder,
+        "models",
+        made_by=f"embedded data/models/{name}",
+        config=report["config"],
+        inputs={
+            "model": report["base_model"],
+            "model_spec": report.get("base_spec", "tiny"),
+            "corpus": report["corpus"],
+        },
+        summary=_attention_summary(report),
+    )
     return report, folder
 
 

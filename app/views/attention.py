@@ -1,5 +1,6 @@
 """Attention page: a sparse-attention model's patterns next to its base model's (the report's examples or a
-typed prompt run live), and its open-edge fraction per layer and head."""
+typed prompt run live) with its closed gates drawn apart from small weights, the base - sparse difference,
+the open/closed gates of every head of a layer, and its open-edge fraction per layer and head."""
 
 import pandas as pd
 import streamlit as st
@@ -91,6 +92,7 @@ if not ex.get("base"):
 src = state.choice(
     st.radio, "source", list(sources), "w_att_source", label="prompt", format_func=sources.get, horizontal=True
 )
+sparse_spec = str(state.resolve(rel))
 if src == "examples":
     fam = state.choice(st.selectbox, "family", list(ex["base"]), "w_att_fam", label="task family")
     rows = ex["base"][fam]
@@ -104,6 +106,10 @@ if src == "examples":
     )
     base_row, sparse_row = ex["base"][fam][i], ex["sparse"][fam][i]
     toks, pb, ps = base_row["str_tokens"], base_row["patterns"], sparse_row["patterns"]
+    try:  # the saved patterns are rounded: the gates come from the sparse model run on the example
+        tokens = live.tokenize(sparse_spec, base_row["prompt"])
+    except UserError:
+        tokens = None  # a model that cannot read its own example any more: drawn without its gates
 else:
     text = state.synced(
         st.text_input,
@@ -115,7 +121,6 @@ else:
     )
     if not text.strip():
         st.stop()
-    sparse_spec = str(state.resolve(rel))
     try:
         base_spec = live.spec_of(r.get("base_model", ""), "this sparse model was trained from")
         tokens = live.tokenize(sparse_spec, text)
@@ -125,18 +130,40 @@ else:
     except UserError as e:
         state.fail(e)
     toks, pb, ps = base_res["str_tokens"], base_res["patterns"], sparse_res["patterns"]
+gates = None if tokens is None else live.gates(sparse_spec, tokens)
+if gates is not None and gates.shape[-1] != len(toks):
+    gates = None  # the example was saved from other tokens than the prompt reads now: draw without gates
 n_layers, n_heads = len(pb), len(pb[0])
+views = {
+    "side": "base and sparse side by side",
+    "difference": "difference, base − sparse",
+    "mask": "open/closed gates, every head of the layer",
+}
+if gates is None:
+    views.pop("mask")
+how = state.choice(st.radio, "view", list(views), "w_att_view", label="show", format_func=views.get, horizontal=True)
 lc = st.columns(2)
 layer = lc[0].selectbox("layer", list(range(n_layers)), key="w_att_layer")
 head = lc[1].selectbox("head", list(range(n_heads)), key="w_att_head")
-pc = st.columns(2)
-pc[0].plotly_chart(fa.attention_heatmap(pb[layer][head], toks, f"base a{layer}.h{head}"), key="pat_base")
-pc[1].plotly_chart(
-    fa.attention_heatmap(
-        ps[layer][head],
-        toks,
-        f"sparse a{layer}.h{head} ({100 * r['open_fraction_per_head'][layer][head]:.1f}% open on held-out text)",
-    ),
-    key="pat_sparse",
-)
-st.caption("blank cells: future keys (causal mask); in the sparse model a closed gate gives an exact 0")
+closed = None if gates is None else ~gates[layer][head]
+share = f"{100 * r['open_fraction_per_head'][layer][head]:.1f}% open on held-out text"
+if how == "side":
+    pc = st.columns(2)
+    pc[0].plotly_chart(fa.attention_heatmap(pb[layer][head], toks, f"base a{layer}.h{head}"), key="pat_base")
+    pc[1].plotly_chart(
+        fa.attention_heatmap(ps[layer][head], toks, f"sparse a{layer}.h{head} ({share})", closed=closed),
+        key="pat_sparse",
+    )
+    st.caption(
+        "blank cells: future keys (causal mask); orange cells in the sparse model: closed gates (the edge leaves "
+        "the softmax, weight exactly 0), distinct from small open weights (pale blue)"
+        if closed is not None
+        else "blank cells: future keys (causal mask); in the sparse model a closed gate gives an exact 0"
+    )
+elif how == "difference":
+    fig = fa.difference_heatmap(pb[layer][head], ps[layer][head], toks, f"a{layer}.h{head}: base − sparse", closed)
+    st.plotly_chart(fig, key="pat_diff")
+    st.caption("red: the base model attends more than the sparse one, blue: less; hover for both weights and the gate")
+else:
+    st.plotly_chart(fa.gate_masks(gates[layer], toks, layer), key="pat_mask")
+    st.caption(f"the sparse model's gates on this prompt; share of the head's gates open on held-out text: {share}")

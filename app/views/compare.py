@@ -5,11 +5,14 @@ import pandas as pd
 import streamlit as st
 
 from app import state
+from app.figures import attention as fa
 from app.figures import circuit as cg
 from workbench import browse
 from workbench.errors import UserError
 
 TARGETS = (0.5, 0.6, 0.7, 0.8, 0.9)
+RATIO = "base ÷ sparse edges"
+MEANS = "base ÷ sparse (mean counts)"
 
 st.title("Compare base and sparse attention")
 rel, report = state.pick_sparse_model("compare")
@@ -19,6 +22,12 @@ base_id, sparse_id = report.get("base_model"), report.get("model_id")
 
 def key(cd):
     return cd.query.get("prompt"), cd.query.get("answer")
+
+
+def circuit_heads(cd) -> set[str]:
+    """The attention heads on the saved circuit's edges (node names a{layer}.h{head})."""
+    rows = cd.in_circuit.nonzero()[0]
+    return {n for i in rows for n in (cd.src[i], cd.dst[i]) if n.startswith("a")}
 
 
 found = {rel_c: state.circuit(rel_c) for rel_c in state.catalog().circuits}
@@ -49,7 +58,7 @@ if pairs:
                 "base NDF": t,
                 "sparse edges": es,
                 "sparse NDF": t,
-                "base/sparse": eb / es if eb and es else None,
+                RATIO: eb / es if eb and es else None,
             }
         )
     st.dataframe(pd.DataFrame(rows), hide_index=True)
@@ -63,6 +72,9 @@ if pairs:
         [("base", b, state.view(base_rel, b, None, cap)), ("sparse", s, state.view(sparse_rel, s, None, cap))],
         "graph_diff",
     )
+    heads = fa.head_membership(circuit_heads(b), circuit_heads(s))
+    st.markdown("**heads in the saved circuits**: what only one model uses is listed first")
+    st.dataframe(pd.DataFrame(heads, columns=["head", "in"]), hide_index=True)
     cols = st.columns(2)
     for col, name, r in ((cols[0], "base", base_rel), (cols[1], "sparse attention", sparse_rel)):
         col.page_link(state.CIRCUIT, label=f"open the {name} circuit", query_params={"circuit": r})
@@ -92,10 +104,17 @@ for task, res in results:
             ("attention entries", "token_entries"),
         ):
             d = summ[k]
-            table.append(
-                {"NDF": t, "level": level, "base": d["base"], "sparse": d["sparse"], "base/sparse": d["ratio"]}
-            )
+            table.append({"NDF": t, "level": level, "base": d["base"], "sparse": d["sparse"], MEANS: d["ratio"]})
     st.markdown(
         f"**{state.text(res.get('task', task))}**: {res.get('n_used', 0)}/{res.get('n', 0)} queries with a gap on both models"
     )
     st.dataframe(pd.DataFrame(table), hide_index=True)
+    st.caption(
+        state.text(
+            f"{MEANS}: the base model's mean count over the queries answered by both / the sparse model's"
+            + (f"; attention entries left out are {res['token_removal']}" if res.get("token_removal") else "")
+        )
+    )
+    only = fa.heads_only_in_one(res)
+    if only:
+        st.dataframe(pd.DataFrame(only), hide_index=True)

@@ -11,7 +11,8 @@ QUERY_TASKS = ("ioi", "induction")
 def circuit_workspace(feature_workspace, tmp_path_factory):
     """The feature workspace (copied) plus what the circuit pages read, made through workbench.steps: a
     sparse-attention version of its random model (a few steps), query circuits of an IOI and an induction
-    query in both models, and `attention compare` on IOI."""
+    query in both models, `attention compare` on IOI, and the embedded sparse model tiny-sparse (the real
+    run: the Attention page's closed gates, differences and masks)."""
     from workbench import steps
     from workbench.attention.config import SparsifyConfig
     from workbench.corpus import tasks
@@ -37,6 +38,7 @@ def circuit_workspace(feature_workspace, tmp_path_factory):
         steps.find_circuit(ws, base, q, model_spec=base_dir, name=f"{task}-0", **fast)
         steps.find_circuit(ws, sparse, q, model_spec=str(sparse_dir), name=f"{task}-0-sparse", **fast)
     steps.compare_attention(ws, base, sparse, sparse_dir, "ioi", 1, n_samples=1, progress=False)
+    steps.embedded_sparse_model(ws)
     return root
 
 

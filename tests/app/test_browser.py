@@ -406,3 +406,53 @@ def test_circuit_graph_pins_groups_export_upload_back_forward(circuit_server, ci
             page.screenshot(path=str(tmp_path / "graph.png"), full_page=True)
     assert_offline(requests)
     assert layer2, "the IOI circuit of the random model has no layer-2 node, so no feature link was followed"
+
+
+# per Plotly trace on the page: [name, colour scale, drawn (non-NaN) cells of z]; z as Plotly holds it: nested
+# arrays, or the typed-array encoding {dtype, bdata (base64), shape} that Plotly's Python side sends
+CELLS_JS = """() => {
+  const flat = z => {
+    if (z && z.bdata) {
+      const b = atob(z.bdata), u = new Uint8Array(b.length);
+      for (let i = 0; i < b.length; i++) u[i] = b.charCodeAt(i);
+      return Array.from(z.dtype === "f4" ? new Float32Array(u.buffer) : new Float64Array(u.buffer));
+    }
+    return Array.from(z || []).flatMap(r => (typeof r === "number" || r === null ? [r] : flat(r)));
+  };
+  return [...document.querySelectorAll(".js-plotly-plot")].flatMap(d => d.data.map(t =>
+    [t.name || "", JSON.stringify(t.colorscale || ""), flat(t.z).filter(v => v !== null && !Number.isNaN(v)).length]));
+}"""
+
+
+def test_attention_page_closed_gates_difference_and_masks_in_the_browser(circuit_server, tmp_path):
+    """The embedded sparse model's Attention page: the sparse pattern carries the closed gates as their own
+    trace in their own colour, the view switch draws base - sparse and then every head's mask; offline.
+    WORKBENCH_SCREENSHOTS=DIR keeps attention-*.png."""
+    from playwright.sync_api import expect
+
+    from app.figures.attention import CLOSED
+
+    shots = os.environ.get("WORKBENCH_SCREENSHOTS")
+    requests = []
+    with browser_page(requests) as page:
+        try:
+            page.goto(f"{circuit_server}/attention?model=models/tiny-sparse")
+            drawn(page)
+            expect(page.get_by_text("orange cells in the sparse model: closed gates")).to_be_visible()
+            traces = page.evaluate(CELLS_JS)
+            closed = [t for t in traces if t[0] == "closed gate"]
+            assert closed and CLOSED in closed[0][1] and closed[0][2] > 0, traces  # cells drawn in CLOSED
+            if shots:
+                page.screenshot(path=str(Path(shots) / "attention-side.png"), full_page=True)
+            page.get_by_text("difference, base − sparse").click()
+            drawn(page)
+            expect(page).to_have_url(re.compile(r"view=difference"))
+            expect(page.locator(".js-plotly-plot").filter(has_text="base − sparse").first).to_be_visible()
+            page.get_by_text("open/closed gates, every head of the layer").click()
+            drawn(page)
+            expect(page.get_by_text(re.compile(r"^a0\.h3: \d+ of \d+ open$"))).to_be_visible()
+            if shots:
+                page.screenshot(path=str(Path(shots) / "attention-mask.png"), full_page=True)
+        finally:
+            page.screenshot(path=str(tmp_path / "attention.png"), full_page=True)
+    assert_offline(requests)

@@ -116,11 +116,75 @@ def test_compare_page_pairs_the_query_across_models(circuit_app, circuit_workspa
     assert diff["counts"]["edges_a"] + diff["counts"]["edges_both"] == len(cg.choose(b, None, 150).rows)
     assert diff["counts"]["edges_b"] + diff["counts"]["edges_both"] == len(cg.choose(s, None, 150).rows)
     assert len(edges(b) & edges(s)) <= diff["counts"]["edges_both"]
-    assert "ioi" in text(at) and list(at.dataframe[1].value["level"])[:3] == [
-        "component edges",
-        "heads + MLPs",
-        "attention entries",
-    ]
+    heads = lambda cd: {n for i in cd.in_circuit.nonzero()[0] for n in (cd.src[i], cd.dst[i]) if n[0] == "a"}  # noqa: E731
+    membership = at.dataframe[1].value  # the heads of the two saved circuits, what only one has first
+    assert {h for h, w in zip(membership["head"], membership["in"]) if w != "only sparse"} == heads(b)
+    assert {h for h, w in zip(membership["head"], membership["in"]) if w != "only base"} == heads(s)
+    per_task = at.dataframe[2].value
+    assert "ioi" in text(at) and list(per_task["level"])[:3] == ["component edges", "heads + MLPs", "attention entries"]
+    assert "base ÷ sparse (mean counts)" in per_task.columns and "base ÷ sparse edges" in at.dataframe[0].value.columns
+    only = at.dataframe[3].value  # per target and model, the heads only that model's circuits use
+    assert list(only["heads only in"]) == ["base", "sparse", "base", "sparse"] and set(only["NDF"]) == {"0.8", "0.9"}
+    assert "not renormalised (published gate)" in text(at)
+
+
+def _array(v):
+    """A Plotly JSON array: a list (None for NaN) or Plotly's typed-array encoding {dtype, bdata, shape}."""
+    import base64
+
+    import numpy as np
+
+    if isinstance(v, dict):
+        a = np.frombuffer(base64.b64decode(v["bdata"]), dtype=v["dtype"])
+        return a.reshape([int(x) for x in str(v.get("shape", len(a))).split(",")]).astype(float)
+    return np.array([[np.nan if x is None else x for x in row] for row in v], dtype=float)
+
+
+def _closed_cells(trace: dict) -> int:
+    import numpy as np
+
+    return int((~np.isnan(_array(trace["z"]))).sum())
+
+
+def test_attention_page_draws_closed_gates_differences_and_masks(circuit_app, circuit_workspace):
+    """On the embedded sparse model: closed gates in their own colour, base - sparse, every head's mask."""
+    import numpy as np
+    import torch
+
+    from workbench.models import load
+
+    report = json.loads((circuit_workspace / "models" / "tiny-sparse" / "attention_report.json").read_text())
+    family = next(iter(report["examples"]["base"]))
+    example = report["examples"]["base"][family][0]
+    model, _ = load("tiny-sparse")
+    with torch.no_grad():
+        _, cache = model.run_with_cache(model.to_tokens(example["prompt"]), names_filter=lambda n: "hook_gate" in n)
+    gates = cache["blocks.0.attn.hook_gate"][0].bool()
+    n = gates.shape[-1]
+    closed = (~gates & torch.ones(n, n, dtype=torch.bool).tril()).sum((-1, -2))  # per head of layer 0
+    assert closed.sum() > 0  # the real model closes gates on its own example
+
+    at = ok(circuit_app("views/attention.py", model="models/tiny-sparse"))
+    sparse = next(c for c in charts(at) if json.dumps(c["layout"]["title"]).startswith('{"text": "sparse a0.h0'))
+    assert sparse["data"][1]["name"] == "closed gate" and _closed_cells(sparse["data"][1]) == int(closed[0])
+    assert "orange cells in the sparse model: closed gates" in text(at)
+
+    at = ok(circuit_app("views/attention.py", model="models/tiny-sparse", view="difference"))
+    (diff,) = [c for c in charts(at) if "base − sparse" in json.dumps(c["layout"]["title"], ensure_ascii=False)]
+    z = _array(diff["data"][0]["z"])
+    want = np.array(example["patterns"][0][0]) - np.array(report["examples"]["sparse"][family][0]["patterns"][0][0])
+    assert np.allclose(np.tril(z), np.tril(want), equal_nan=True)
+
+    at = ok(circuit_app("views/attention.py", model="models/tiny-sparse", view="mask"))
+    (mask,) = [c for c in charts(at) if "open (blue) and closed (orange)" in json.dumps(c["layout"]["title"])]
+    titles = [a["text"] for a in mask["layout"]["annotations"]]
+    pairs = n * (n + 1) // 2
+    assert titles == [f"a0.h{h}: {pairs - int(closed[h])} of {pairs} open" for h in range(len(closed))]
+
+    at = circuit_app("views/attention.py", model="models/tiny-sparse", view="nope")
+    assert not at.exception and "view='nope' is not valid; choose one of: side, difference, mask" in plain(
+        at.error[0].value
+    )
 
 
 def test_attention_page_examples_and_a_typed_prompt(circuit_app, circuit_workspace):

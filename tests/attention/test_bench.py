@@ -1,16 +1,20 @@
-"""bench/attention_bench.py --quick runs every side and writes the table (no timing is asserted)."""
+"""bench/attention_bench.py --quick runs every side and writes the table (no timing is asserted);
+bench/attention_frontier.py judges a small run's kept states per tolerance."""
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from workbench.attention import train as T
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_quick_bench_writes_the_table(tmp_path):
-    out = tmp_path / "attention.md"
+def _bench(script: str, *args: str) -> None:
+    """Run a bench script as the integrator does (its own process, this checkout's code)."""
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "attention_bench.py"), "--quick", "--out", str(out)],
+        [sys.executable, str(ROOT / "bench" / script), *args],
         capture_output=True,
         text=True,
         timeout=900,
@@ -18,6 +22,11 @@ def test_quick_bench_writes_the_table(tmp_path):
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_quick_bench_writes_the_table(tmp_path):
+    out = tmp_path / "attention.md"
+    _bench("attention_bench.py", "--quick", "--out", str(out))
     text = out.read_text()
     for measure in (
         "gated step (paired dual)",
@@ -27,3 +36,21 @@ def test_quick_bench_writes_the_table(tmp_path):
     ):
         assert text.count(measure) == 2, measure
     assert "Commit `" in text and "quick smoke run" in text
+
+
+def test_frontier_picks_per_tolerance_among_kept_states_and_judges_them(small_dir, tmp_path):
+    from .test_train import _cfg
+
+    run, kept = tmp_path / "run", tmp_path / "kept"
+    kept.mkdir()
+    T.sparsify(small_dir, run, _cfg(steps=3), report_queries=2)
+    shutil.copy(run / T.CHECKPOINT, kept / "step3.pt")
+    T.sparsify(small_dir, run, _cfg(steps=6), resume=True, report_queries=2)  # extended: evals at 3 and 6
+    out = tmp_path / "frontier.md"
+    args = ("--run", str(run), "--checkpoints", str(kept), "--tolerances=-5,0.5,5", "--queries", "2", "--out", str(out))
+    _bench("attention_frontier.py", *args)
+    text = out.read_text()
+    rows = [ln for ln in text.splitlines() if ln.startswith("| ") and not ln.startswith("| tolerance")]
+    assert len(rows) == 3 and "no kept state admitted" in rows[0]  # a negative tolerance admits nothing
+    assert "states kept for steps [3, 6]" in text and "not separate runs per tolerance" in text
+    assert "fresh split" in text and "- Commit: " in text

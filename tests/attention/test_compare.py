@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from workbench.attention import gates as G
-from workbench.attention.compare import check_same_vocab, token_edges
+from workbench.attention.compare import _run_kept, check_same_vocab, renormalises, token_edges
 from workbench.attention.config import GateConfig
 from workbench.cli import main
 from workbench.corpus.vocab import vocabulary
@@ -41,8 +41,29 @@ def test_models_with_different_vocabularies_are_refused(small, capsys, tmp_path)
     assert rc == 2 and len(err) == 1 and "different vocabularies" in err[0]
 
 
-def test_token_edges_count_only_open_entries_and_keeping_all_is_the_model(small):
-    G.install(small, GateConfig(gate="log_prob", init_bias=2.0))
+@pytest.mark.parametrize("gate", ["published", "log_prob"])
+def test_removing_entries_is_closing_their_gates(small, gate):
+    """Removing an entry at token level is what the model's own gate does when it closes it."""
+    G.install(small, GateConfig(gate=gate, init_bias=2.0 if gate == "log_prob" else 0.5)).eval()
+    assert renormalises(small) == (gate == "log_prob")
+    t = small.to_tokens("the count went from 34 to")
+    n, L, H = t.shape[1], small.cfg.n_layers, small.cfg.n_heads
+    keep = torch.rand(1, L, H, n, n, generator=torch.Generator().manual_seed(0)) < 0.5
+
+    def close(z, hook):
+        return z * keep[:, int(hook.name.split(".")[1])].to(z.dtype)
+
+    with torch.no_grad():
+        closed = small.run_with_hooks(t, fwd_hooks=[(lambda name: name.endswith("hook_gate"), close)])
+        kept = _run_kept(small, t[0], keep, renormalises(small))
+        other = _run_kept(small, t[0], keep, not renormalises(small))
+    torch.testing.assert_close(kept, closed, atol=1e-4, rtol=1e-4)
+    assert (other - closed).abs().max() > 1e-3  # the other rule is a different model
+
+
+@pytest.mark.parametrize("gate", ["published", "log_prob"])
+def test_token_edges_count_only_open_entries_and_keeping_all_is_the_model(small, gate):
+    G.install(small, GateConfig(gate=gate, init_bias=2.0 if gate == "log_prob" else 0.5))
     t = small.to_tokens("the count went from 34 to")[0]
     answer, wrong = small.to_single_token("50"), small.to_single_token("20")
     with torch.no_grad():

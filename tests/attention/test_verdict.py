@@ -33,6 +33,17 @@ def test_the_constraint_is_met_only_if_the_upper_bound_is_within_tolerance_and_t
     assert V.feasible(_diff(0.006, 0.0015), 0.01, 0.0) and not V.feasible(_diff(0.006, 0.0025), 0.01, 1.96)
 
 
+def test_sparsest_within_follows_the_selection_rule_per_tolerance():
+    evals = [
+        {"step": 1, "open_fraction": 0.5, "difference": _diff(0.001, 0.001)},  # upper 0.003
+        {"step": 2, "open_fraction": 0.2, "difference": _diff(0.004, 0.001)},  # upper 0.006
+        {"step": 3, "open_fraction": 0.1, "difference": _diff(0.015, 0.002)},  # upper 0.019
+    ]
+    picks = {t: V.sparsest_within(evals, t, 1.96) for t in (0.002, 0.005, 0.01, 0.02)}
+    assert picks[0.002] is None and picks[0.005]["step"] == 1 and picks[0.01]["step"] == 2
+    assert picks[0.02]["step"] == 3 and V.sparsest_within(evals, 0.005, 0.0)["step"] == 2  # z = 0: the mean alone
+
+
 def test_wilson_interval():
     lo, hi = V.wilson(1.0, 200)
     assert hi == pytest.approx(1.0) and 0.98 < lo < 0.99

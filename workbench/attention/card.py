@@ -55,13 +55,19 @@ def card_text(r: dict, command: str, name: str) -> str:
     )
 
 
-def embed(run_folder: str | Path, dest: str | Path, command: str) -> Path:
-    """Copy a finished sparsify run's model into dest (an embedded model folder) with its card."""
-    src, out = Path(run_folder), Path(dest)
-    r = read_report(src)
+def copy_model(src: str | Path, dest: str | Path, names: tuple[str, ...] = FILES) -> Path:
+    """Copy a sparse model's files into dest, each file atomically (a crash leaves no half-written file)."""
+    src, out = Path(src), Path(dest)
     out.mkdir(parents=True, exist_ok=True)
-    for name in FILES:
+    for name in names:
         with atomic_path(out / name) as tmp:
             shutil.copyfile(src / name, tmp)
+    return out
+
+
+def embed(run_folder: str | Path, dest: str | Path, command: str) -> Path:
+    """Copy a finished sparsify run's model into dest (an embedded model folder) with its card."""
+    r = read_report(run_folder)
+    out = copy_model(run_folder, dest)
     atomic_write_text(out / "README.md", card_text(r, command, out.name))
     return out

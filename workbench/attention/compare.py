@@ -4,10 +4,13 @@ For each query and NDF target, two counts per model:
   component level: edges of the sparsest query circuit (workbench.circuits QuerySearch.sparsest) and
     the heads + MLPs it involves;
   token level: attention entries (layer, head, query pos, key pos) that must stay so that the model,
-    with every other entry removed from its softmax (the pattern renormalised over the kept entries;
-    a row with none writes nothing), keeps NDF >= target. Entries are ranked by |A * dL/dA| (attention
-    attribution on the clean run) and the smallest top-k reaching the target is found by a geometric
-    then binary search, the same way for both models (an upper bound on the true minimum).
+    with every other entry removed the way the sparse model's gate removes it, keeps NDF >= target.
+    Published gate: a removed entry leaves the dense softmax and the rest are not renormalised (so
+    "keep every open entry" is the sparse model itself); renormalised presets (log_prob, score): the
+    pattern is renormalised over the kept entries. Either way a row with none writes nothing. Entries
+    are ranked by |A * dL/dA| (attention attribution on the clean run) and the smallest top-k reaching
+    the target is found by a geometric then binary search, the same way and under the same removal
+    rule for both models (an upper bound on the true minimum).
 NDF uses the same clean and counterfactual values as the circuit search (logit difference).
 """
 
@@ -36,14 +39,23 @@ def _logit_diff(logits: torch.Tensor, answer: int, wrong: int) -> torch.Tensor:
     return last[:, answer] - last[:, wrong]
 
 
-def _run_kept(model, tokens: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
-    """Logits with only the kept entries [b, L, H, q, k] in each softmax (None: the model as is)."""
+def renormalises(model) -> bool:
+    """Whether removing attention entries renormalises the rest, as the model's own gate does (an
+    ungated model: no, the published gate's rule)."""
+    from workbench.attention import gates as G
+
+    return G.is_gated(model) and G.gates(model)[0].cfg.renormalise
+
+
+def _run_kept(model, tokens: torch.Tensor, keep: torch.Tensor | None, renormalise: bool) -> torch.Tensor:
+    """Logits with only the kept entries [b, L, H, q, k] of each pattern (None: the model as is)."""
     hooks = []
     if keep is not None:
 
         def fn(pattern, hook):
-            k = keep[:, int(hook.name.split(".")[1])].to(pattern.dtype)
-            p = pattern * k
+            p = pattern * keep[:, int(hook.name.split(".")[1])].to(pattern.dtype)
+            if not renormalise:
+                return p
             s = p.sum(-1, keepdim=True)
             return p / torch.where(s > 0, s, torch.ones_like(s))
 
@@ -82,9 +94,13 @@ def token_edges(
     empty: float,
     targets=TARGETS,
     max_batch: int = 32,
+    renormalise: bool | None = None,
 ) -> dict:
-    """Fewest top-ranked attention entries keeping NDF >= each target (see the module doc)."""
+    """Fewest top-ranked attention entries keeping NDF >= each target (see the module doc).
+    renormalise: the removal rule; None follows the model's own gate (`renormalises`)."""
     from workbench.circuits.metrics import ndf
+
+    renormalise = renormalises(model) if renormalise is None else renormalise
 
     tokens = tokens.reshape(1, -1).to(model.cfg.device)
     score, cand = attention_scores(model, tokens, answer, wrong)
@@ -100,7 +116,9 @@ def token_edges(
             keep = torch.zeros(len(chunk), flat.numel(), dtype=torch.bool, device=flat.device)
             for r, k in enumerate(chunk):
                 keep[r, order[:k]] = True
-            v = _logit_diff(_run_kept(model, tokens, keep.reshape(len(chunk), *score.shape)), answer, wrong)
+            v = _logit_diff(
+                _run_kept(model, tokens, keep.reshape(len(chunk), *score.shape), renormalise), answer, wrong
+            )
             memo.update(zip(chunk, ndf(v.cpu().numpy(), clean, empty).tolist()))
 
     grid = sorted({0, n_cand} | {int(round(1.25**i)) for i in range(80) if 1.25**i < n_cand})
@@ -109,6 +127,7 @@ def token_edges(
         "candidates": n_cand,
         "causal_entries": int(score.shape[0] * score.shape[1] * tokens.shape[-1] * (tokens.shape[-1] + 1) // 2),
         "ndf_all_kept": memo[n_cand],
+        "renormalised": renormalise,
     }
     for t in targets:
         hits = [k for k in grid if memo[k] >= t]
@@ -136,8 +155,11 @@ def _nodes(graph, mask: torch.Tensor) -> tuple[list[str], list[str]]:
     return heads, mlps
 
 
-def query_side(model, cq, targets=TARGETS, n_samples: int = 3, ig_steps: int = 5, seed: int = 0) -> dict:
-    """Component-level and token-level counts for one model on one synthetic query."""
+def query_side(
+    model, cq, targets=TARGETS, n_samples: int = 3, ig_steps: int = 5, seed: int = 0, renormalise: bool | None = None
+) -> dict:
+    """Component-level and token-level counts for one model on one synthetic query (renormalise: the
+    token level's removal rule, see token_edges)."""
     from workbench.circuits.api import prepare_all
     from workbench.circuits.search import QuerySearch, SearchConfig, ZeroGapError
 
@@ -159,7 +181,8 @@ def query_side(model, cq, targets=TARGETS, n_samples: int = 3, ig_steps: int = 5
         f = search.sparsest(t)
         heads, mlps = _nodes(search.graph, f.mask)
         res["component"][str(t)] = {"edges": int(f.mask.sum()), "ndf": f.ndf, "heads": heads, "mlps": mlps}
-    res["token"] = token_edges(model, q.tokens, q.answer, q.wrong, search.ev.clean, search.ev.empty, targets)
+    ev = search.ev
+    res["token"] = token_edges(model, q.tokens, q.answer, q.wrong, ev.clean, ev.empty, targets, renormalise=renormalise)
     return res
 
 
@@ -180,7 +203,7 @@ def compare(
     progress: bool = True,
 ) -> dict:
     """Per-query counts on both models and, per target, the base/sparse ratios (of the means over queries
-    answered by both)."""
+    answered by both). The token level removes entries by the sparse model's rule on both models."""
     from workbench.circuits.api import retarget
     from workbench.corpus import tasks
     from workbench.provenance import model_id
@@ -195,6 +218,7 @@ def compare(
         from tqdm.auto import tqdm
 
         it = tqdm(qs, desc=f"compare {task}")
+    rule = renormalises(sparse)
     rows = []
     for cq in it:
         cq = retarget(base, cq)  # both models are asked for the base model's answer
@@ -204,8 +228,8 @@ def compare(
                 "answer": cq.answer,
                 "wrong": cq.wrong,
                 "counterfactual": cq.counterfactual,
-                "base": query_side(base, cq, targets, n_samples, ig_steps, seed),
-                "sparse": query_side(sparse, cq, targets, n_samples, ig_steps, seed),
+                "base": query_side(base, cq, targets, n_samples, ig_steps, seed, rule),
+                "sparse": query_side(sparse, cq, targets, n_samples, ig_steps, seed, rule),
             }
         )
     used = [r for r in rows if "skipped" not in r["base"] and "skipped" not in r["sparse"]]
@@ -243,6 +267,7 @@ def compare(
         "seed": seed,
         "base_model": model_id(base),
         "sparse_model": model_id(sparse),
+        "token_removal": "renormalised over the kept entries" if rule else "dropped, not renormalised (published gate)",
         "summary": summary,
         "queries": rows,
     }
@@ -268,4 +293,7 @@ def format_compare(res: dict) -> str:
         ):
             d = s[key]
             lines.append(f"{t:>5} {name:<18}{f(d['base']):>10}{f(d['sparse']):>10}{f(d['ratio'], '.2f'):>13}")
+    lines.append("base/sparse: the base model's mean count / the sparse model's, over queries answered by both")
+    if "token_removal" in res:
+        lines.append(f"attention entries left out of a circuit are {res['token_removal']}")
     return "\n".join(lines)

@@ -33,6 +33,13 @@ def feasible(diff: dict, tolerance: float, z: float) -> bool:
     return diff["difference"] + z * diff["se"] <= tolerance
 
 
+def sparsest_within(evals: list[dict], tolerance: float, z: float) -> dict | None:
+    """The sparsest evaluation row (lowest open fraction) that the selection rule admits at `tolerance`, or
+    None: what a run trained at another tolerance would keep for this one (the frontier over tolerances)."""
+    rows = [e for e in evals if feasible(e["difference"], tolerance, z)]
+    return min(rows, key=lambda e: e["open_fraction"], default=None)
+
+
 def judge(diff: dict, tolerance: float) -> dict:
     """The verdict of a paired difference on the fresh split."""
     se_ok = diff["se"] < tolerance / 5
