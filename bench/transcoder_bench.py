@@ -65,6 +65,10 @@ def notes() -> list[str]:
         "step/matmul ratio times the encoder matmul on the input columns only.",
         "- Dead latents: each side's own count against the same threshold (a quarter of the run's tokens), read "
         "before each step; 'steps with AuxK on' counts the steps where it was above 0.",
+        "- The workbench side times the reference matmuls, so it keeps a preallocated B x n output buffer resident "
+        "(B x n x 4 bytes: 34 MB at d 128, 201 MB at d 768) that training does not use; its peak memory includes it.",
+        "- The FVU is after the same few tokens on both sides, so it mostly reflects initialisation and early "
+        "learning speed (sparsify's transcoder decoder starts at zero).",
         "",
     ]
 
