@@ -52,7 +52,19 @@ def stage(name: str, done: bool, timings: dict, fn) -> None:
     print(f"{name}: {timings[name]} s", flush=True)
 
 
+def dictionaries(folder: Path) -> list[Path]:
+    """The saved dictionaries under a run folder (a set's members, or the residual SAEs)."""
+    return sorted(p for p in folder.iterdir() if (p / "cfg.json").is_file()) if folder.is_dir() else []
+
+
+def _all_have(folder: Path, name: str) -> bool:
+    found = dictionaries(folder)
+    return bool(found) and all((p / name).is_file() for p in found)
+
+
 def run(args, timings: dict) -> None:
+    """Every stage in turn: the label-share comparison (training and feature stores) before the evaluations, so a
+    run stopped early has it; the report is rewritten after each stage."""
     from workbench import steps
     from workbench.cache.config import HarvestConfig
     from workbench.features.build import build_stores
@@ -68,44 +80,49 @@ def run(args, timings: dict) -> None:
     tc = TrainConfig(n_tokens=args.tokens, batch_size=1024, lr=1e-3, warmup_steps=50, progress=False)
     ev = EvalConfig(max_tokens=20_000, n_sequences=args.sequences)
     hc = HarvestConfig(n_tokens=args.cache_tokens)
-    stage(
-        "harvest",
-        (cache / "manifest.json").is_file(),
-        timings,
-        lambda: steps.make_cache(Workspace(w / "ws"), "tiny", "synthetic", None, hc, out=cache, progress=False),
-    )
-    stage(
-        "train set",
-        (tset / "transcoders.json").is_file(),
-        timings,
-        lambda: train_set(cache, "all", configs(), tc, tset, resume=(tset / "checkpoint.pt").is_file()),
-    )
-    stage("eval set", (tset / "metrics.json").is_file(), timings, lambda: evaluate_set(tset, cache, "tiny", ev))
-    members = sorted(p for p in tset.iterdir() if (p / "cfg.json").is_file())
     fc = FeatureConfig(split="heldout")
-    done = all((p / "features" / "manifest.json").is_file() for p in members)
-    stage("features set", done, timings, lambda: build_stores(members, cache, "tiny", fc, progress=False))
-    harness.write_text(args.out, report(args, timings))  # the transcoders' results, before the comparison
     resid_names = {layer: [f"L{layer}-resid-{c.architecture}" for c in configs()[:2]] for layer in range(4)}
     groups = [
         (f"blocks.{layer}.hook_resid_post", None, [replace(c, name=n) for c, n in zip(configs(), resid_names[layer])])
         for layer in range(4)
     ]
-    stage(
-        "train residual SAEs",
-        all((resid / n / "cfg.json").is_file() for ns in resid_names.values() for n in ns),
-        timings,
-        lambda: fit_cache(cache, groups, tc, resid, resume=(resid / "checkpoint.pt").is_file()),
-    )
-    resid_dirs = sorted(p for p in resid.iterdir() if (p / "cfg.json").is_file())
-    stage(
-        "eval residual SAEs",
-        all((p / "metrics.json").is_file() for p in resid_dirs),
-        timings,
-        lambda: [evaluate(p, cache, "tiny", ev) for p in resid_dirs],
-    )
-    done = all((p / "features" / "manifest.json").is_file() for p in resid_dirs)
-    stage("features residual SAEs", done, timings, lambda: build_stores(resid_dirs, cache, "tiny", fc, progress=False))
+    stages = [
+        (
+            "harvest",
+            (cache / "manifest.json").is_file(),
+            lambda: steps.make_cache(Workspace(w / "ws"), "tiny", "synthetic", None, hc, out=cache, progress=False),
+        ),
+        (
+            "train set",
+            (tset / "transcoders.json").is_file(),
+            lambda: train_set(cache, "all", configs(), tc, tset, resume=(tset / "checkpoint.pt").is_file()),
+        ),
+        (
+            "features set",
+            lambda: _all_have(tset, "features/manifest.json"),
+            lambda: build_stores(dictionaries(tset), cache, "tiny", fc, progress=False),
+        ),
+        (
+            "train residual SAEs",
+            all((resid / n / "cfg.json").is_file() for ns in resid_names.values() for n in ns),
+            lambda: fit_cache(cache, groups, tc, resid, resume=(resid / "checkpoint.pt").is_file()),
+        ),
+        (
+            "features residual SAEs",
+            lambda: _all_have(resid, "features/manifest.json"),
+            lambda: build_stores(dictionaries(resid), cache, "tiny", fc, progress=False),
+        ),
+        ("eval set", (tset / "metrics.json").is_file(), lambda: evaluate_set(tset, cache, "tiny", ev)),
+        (
+            "eval residual SAEs",
+            lambda: _all_have(resid, "metrics.json"),
+            lambda: [evaluate(p, cache, "tiny", ev) for p in dictionaries(resid)],
+        ),
+    ]
+    for name, done, fn in stages:
+        stage(name, done() if callable(done) else done, timings, fn)
+        if name not in ("harvest", "train set"):
+            harness.write_text(args.out, report(args, timings))
 
 
 def label_share(folder: Path) -> float | None:
@@ -124,9 +141,13 @@ def _fmt(v, spec: str) -> str:
     return "–" if v is None else format(v, spec)
 
 
+def _json(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
 def report(args, timings: dict) -> str:
+    """The results so far: a stage not run yet leaves its columns '–' and says so."""
     tset, resid = args.work / "set", args.work / "resid"
-    sm = json.loads((tset / "metrics.json").read_text())
     manifest = json.loads((tset / "transcoders.json").read_text())
     out = [
         "# Transcoders on the embedded model",
@@ -146,67 +167,76 @@ def report(args, timings: dict) -> str:
         f"- Label share: of the latents that fire on the held-out split, the share whose best ground-truth label "
         f"(the corpus's role/entity/task labels, from the feature store) has precision >= {PRECISION}.",
         "",
-        "## Per layer",
-        "",
     ]
+    sm = _json(tset / "metrics.json")
+    out += per_layer(tset, manifest, sm.get("members", {})) + all_replaced(sm.get("all_replaced"))
+    out += residual_section(resid) + comparison(tset, resid)
+    return "\n".join(out) + "\n"
+
+
+def per_layer(tset: Path, manifest: dict, metrics: dict) -> list[str]:
     head = ["transcoder", "FVU (MLP out)", "L0", "dead", "dense", "CE recovered (this MLP)", "KL score", "labels ≥ 0.8"]
     body = []
     for e in manifest["layers"]:
         for name in e["transcoders"]:
-            m = sm["members"][name]
-            body.append(
-                [
-                    name,
-                    f"{m['fvu']:.3f}",
-                    f"{m['l0']:.1f}",
-                    m["n_dead"],
-                    m["n_dense"],
-                    f"{m['ce_loss_recovered']:.4f}",
-                    f"{m['kl_score']:.4f}",
-                    _fmt(label_share(tset / name), ".3f"),
-                ]
-            )
-    out += harness.table(head, body)
-    out += ["", "## Every MLP replaced at once", ""]
+            m = metrics.get(name, {})
+            cells = [("fvu", ".3f"), ("l0", ".1f"), ("n_dead", "d"), ("n_dense", "d")]
+            cells += [("ce_loss_recovered", ".4f"), ("kl_score", ".4f")]
+            body.append([name, *(_fmt(m.get(k), f) for k, f in cells), _fmt(label_share(tset / name), ".3f")])
+    note = [] if metrics else ["", "(the set's evaluation has not run yet: only the label share is filled in)"]
+    return ["## Per layer", "", *harness.table(head, body), *note]
+
+
+def all_replaced(metrics: dict | None) -> list[str]:
+    out = ["", "## Every MLP replaced at once", ""]
+    if not metrics:
+        return out + ["(the set's evaluation has not run yet)"]
+    keys = ("ce_clean", "ce_sae", "ce_zero_ablation", "ce_loss_recovered", "kl_score")
     rows = [
-        [
-            k,
-            f"{v['ce_clean']:.4f}",
-            f"{v['ce_sae']:.4f}",
-            f"{v['ce_zero_ablation']:.4f}",
-            f"{v['ce_loss_recovered']:.4f}",
-            f"{v['kl_score']:.4f}",
-            "met" if v["ce_loss_recovered"] >= 0.9 else "missed",
-        ]
-        for k, v in sm["all_replaced"].items()
+        [k, *(f"{v[c]:.4f}" for c in keys), "met" if v["ce_loss_recovered"] >= 0.9 else "missed"]
+        for k, v in metrics.items()
     ]
-    out += harness.table(
-        [
-            "set member config",
-            "CE clean",
-            "CE replaced",
-            "CE all MLPs zeroed",
-            "CE recovered",
-            "KL score",
-            "goal ≥ 0.9",
-        ],
-        rows,
-    )
-    out += residual_section(resid)
-    return "\n".join(out) + "\n"
+    head = ["set member config", "CE clean", "CE replaced", "CE all MLPs zeroed", "CE recovered", "KL score"]
+    return out + harness.table([*head, "goal ≥ 0.9"], rows)
 
 
 def residual_section(resid: Path) -> list[str]:
     out = ["", "## Residual-stream SAEs on the same layers (hook_resid_post, same training)", ""]
     body = []
-    for p in sorted(q for q in resid.iterdir() if (q / "metrics.json").is_file()) if resid.is_dir() else []:
-        m = json.loads((p / "metrics.json").read_text())
-        r, s = m["reconstruction"], m.get("splice", {})
-        row = [p.name, f"{r['fvu']:.3f}", f"{r['l0']:.1f}", r["n_dead"], r["n_dense"]]
-        body.append(row + [f"{s.get('ce_loss_recovered', float('nan')):.4f}", _fmt(label_share(p), ".3f")])
+    for p in dictionaries(resid):
+        m = _json(p / "metrics.json")
+        r, s = m.get("reconstruction", {}), m.get("splice", {})
+        cells = [_fmt(r.get("fvu"), ".3f"), _fmt(r.get("l0"), ".1f"), _fmt(r.get("n_dead"), "d")]
+        cells += [_fmt(r.get("n_dense"), "d"), _fmt(s.get("ce_loss_recovered"), ".4f")]
+        body.append([p.name, *cells, _fmt(label_share(p), ".3f")])
     if not body:
-        return out + ["(not run yet: the residual SAEs train after the transcoders' results are written)"]
+        return out + ["(not trained yet)"]
     return out + harness.table(["SAE", "FVU (residual)", "L0", "dead", "dense", "CE recovered", "labels ≥ 0.8"], body)
+
+
+def comparison(tset: Path, resid: Path) -> list[str]:
+    """Label share per layer and architecture: the transcoder (no skip path) beside the residual SAE."""
+    archs = [c.architecture for c in configs()[:2]]
+    rows = []
+    for layer in range(4):
+        cells = []
+        for arch in archs:
+            tc = next(
+                (p for p in dictionaries(tset) if p.name.startswith(f"L{layer}-{arch}_") and "_skip" not in p.name),
+                None,
+            )
+            cells += [
+                _fmt(label_share(tc) if tc else None, ".3f"),
+                _fmt(label_share(resid / f"L{layer}-resid-{arch}"), ".3f"),
+            ]
+        rows.append([layer, *cells])
+    head = ["layer"] + [f"{a} {side}" for a in archs for side in ("transcoder", "residual SAE")]
+    return [
+        "",
+        "## Label share ≥ 0.8: transcoders against residual-stream SAEs (held-out split)",
+        "",
+        *harness.table(head, rows),
+    ]
 
 
 def main() -> None:

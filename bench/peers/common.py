@@ -76,11 +76,15 @@ def median(xs) -> float:
 
 # ---- SAE benchmarks ----------------------------------------------------------------------------
 class SAEData:
-    """The shared activations: every side sees the same batches in the same order."""
+    """The shared activations: every side sees the same batches in the same order.
+
+    cfg["d_target"] (transcoders): each row is [input | target], the target its last d_target columns.
+    """
 
     def __init__(self, cfg: dict):
         self.train = np.load(cfg["train"])  # loaded whole so the baseline RSS already holds it
         self.heldout = torch.from_numpy(np.load(cfg["heldout"]))
+        self.d_target = cfg.get("d_target")
         self.batch_size, self.n_steps = cfg["batch_size"], cfg["n_steps"]
         n = self.train.shape[0]
         rng = np.random.default_rng(cfg["seed"])
@@ -90,7 +94,11 @@ class SAEData:
 
     @property
     def d_in(self) -> int:
-        return self.train.shape[1]
+        return self.train.shape[1] - (self.d_target or 0)
+
+    def split(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(input, target) of [input | target] rows; an SAE's target is its input."""
+        return (rows[:, : self.d_in], rows[:, self.d_in :]) if self.d_target else (rows, rows)
 
     def batch(self, step: int) -> torch.Tensor:
         idx = np.sort(self.order[step * self.batch_size : (step + 1) * self.batch_size])
@@ -98,13 +106,13 @@ class SAEData:
 
 
 @torch.no_grad()
-def fvu(reconstruct, x: torch.Tensor, chunk: int = 4096) -> float:
-    """Sum ||x - x_hat||^2 / sum ||x - mean(x)||^2 over the held-out rows."""
+def fvu(reconstruct, x: torch.Tensor, y: torch.Tensor | None = None, chunk: int = 4096) -> float:
+    """Sum ||y - reconstruct(x)||^2 / sum ||y - mean(y)||^2 over the held-out rows (an SAE's y is x)."""
+    y = x if y is None else y
     num = 0.0
     for i in range(0, x.shape[0], chunk):
-        xb = x[i : i + chunk]
-        num += float((xb - reconstruct(xb).float()).pow(2).sum())
-    den = float((x - x.mean(0)).pow(2).sum())
+        num += float((y[i : i + chunk] - reconstruct(x[i : i + chunk]).float()).pow(2).sum())
+    den = float((y - y.mean(0)).pow(2).sum())
     return num / den
 
 
@@ -119,7 +127,8 @@ def run_sae(
     before_step=None,
     n_dead=None,
 ) -> dict:
-    """Time `step(x, i)` per batch, then the held-out FVU; peak memory above the loaded-data baseline.
+    """Time `step(x, i)` per batch, then the held-out FVU (a transcoder's: of its target, from
+    `reconstruct(input)`); peak memory above the loaded-data baseline.
 
     base_rss: the RSS after the data was loaded and before the SAE existed (the SAE's weights and
     optimiser state count as training memory); the peak is VmHWM since then.
@@ -145,6 +154,7 @@ def run_sae(
     out = {
         "side": side,
         "d_in": data.d_in,
+        "d_target": data.d_target,
         "n_latents": cfg["expansion"] * data.d_in,
         "k": cfg["k"],
         "batch_size": data.batch_size,
@@ -153,7 +163,7 @@ def run_sae(
         "step_s_median": step_s,
         "step_s": times,
         "tokens_per_s": data.batch_size / step_s,
-        "fvu": fvu(reconstruct, data.heldout),
+        "fvu": fvu(reconstruct, *data.split(data.heldout)),
         "rss_base_mb": base_rss,
         "rss_peak_mb": peak,
         "rss_train_mb": peak - base_rss if base_rss is not None else None,

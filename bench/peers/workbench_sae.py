@@ -1,6 +1,8 @@
 """Workbench side (main venv): workbench.sae.trainer.Trainer, one `train_step(x)` per batch.
 
 cfg["variant"]: SAEConfig overrides (architecture, scaffold_rank, kernel, encoder_init, ...); default plain Top-k.
+cfg["d_target"]: a transcoder from each row's input columns to its last d_target columns (the trainer's own
+[input | target] row layout, so the step sees the rows as they are).
 Also times the one dense encoder matmul x @ W_enc^T ([B, d] x [d, n]) that no Top-k step avoids,
 right before every step (so step / matmul is a ratio of neighbours, robust to other jobs' load).
 """
@@ -40,8 +42,9 @@ def main() -> None:
         seed=cfg["seed"],
         dead_tokens=cfg["dead_tokens"],
         aux_alpha=cfg["auxk_alpha"],
+        transcoder=bool(data.d_target),
         **variant,
-    ).resolve(data.d_in, n_tokens)
+    ).resolve(data.d_in, n_tokens, data.d_target)
     train_cfg = TrainConfig(
         n_tokens=n_tokens,
         batch_size=data.batch_size,
@@ -66,6 +69,7 @@ def main() -> None:
     buf = torch.zeros(data.batch_size, sae_cfg.n_latents) if cfg.get("time_matmul") else None
 
     def before_step(x, i):  # the reference matmuls right before each step, under the same load
+        x = data.split(x)[0]
         mm.append(matmul_seconds(x, sae.W_enc.detach()))
         mm_pre.append(matmul_seconds(x, sae.W_enc.detach(), buf))
 

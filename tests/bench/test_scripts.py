@@ -65,6 +65,14 @@ def test_cli_bench_quick(tmp_path):
 
 
 @pytest.mark.slow
+def test_transcoder_bench_quick(tmp_path):
+    text = _quick(tmp_path, "transcoder_bench.py", "--datasets", "tiny")
+    row = next(line for line in text.splitlines() if line.startswith("| workbench |"))
+    assert "nan" not in row and "failed" not in row.lower()
+    assert "ln2.hook_normalized + blocks.1.hook_mlp_out" in text and "(d_in = d_out = 128)" in text
+
+
+@pytest.mark.slow
 def test_circuit_bench_quick(tmp_path):
     assert "# Query-circuit benchmark" in _quick(tmp_path, "circuit_bench.py", "--lengths", "")
 

@@ -357,3 +357,34 @@ def test_a_model_without_layernorm_gets_transcoders_on_hook_mlp_in(tokenizer, tm
     tokens = torch.from_numpy(cache.sequences("heldout")[:2])
     s = splice_metrics(model, reps, tokens, ())
     assert s["ce_sae"] != s["ce_clean"] and not model.cfg.use_hook_mlp_in  # switched back off after
+
+
+@pytest.mark.slow
+def test_torchrun_with_two_processes_trains_a_set_and_the_same_transcoder_as_one_process(tc_cache, tmp_path):
+    """gloo on the CPU: a set from the cache on two ranks (saved once, world size recorded), and a skip
+    transcoder on world-size-independent batches equal to the one a single process trains on them."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from . import ddp_transcoders as ddp
+
+    cache, _ = tc_cache
+    root = Path(__file__).resolve().parents[2]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", ddp.__file__]
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([*cmd, str(cache), str(tmp_path / "ddp")], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    manifest = load_set(tmp_path / "ddp" / "set")
+    members = [tmp_path / "ddp" / "set" / n for e in manifest["layers"] for n in e["transcoders"]]
+    assert len(members) == 4
+    for folder in members:
+        info = json.loads((folder / "workbench.json").read_text())
+        assert info["world_size"] == 2 and info["tokens_seen"] == 512 * 8
+        assert all(torch.isfinite(v).all() for v in load_sae(folder).state_dict().values())
+    (one,) = fit([ddp.pair_config()], ddp.train_config(), ddp.global_batches, None, tmp_path / "one", metadata={})
+    a, b = load_sae(tmp_path / "ddp" / "pair" / "pair").state_dict(), load_sae(one).state_dict()
+    assert a.keys() == b.keys() and "W_skip" in a
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=k)

@@ -93,8 +93,17 @@ class Trainer:
 
     # ---- setup -------------------------------------------------------------------------------
     def initialise(self, x: torch.Tensor) -> None:
-        """Data-dependent init from the first batch(es), then wrap in DDP (which broadcasts rank 0's)."""
-        x = x[torch.isfinite(x).all(-1)].to(self.device, torch.float32)
+        """Data-dependent init from the first batch(es), then wrap in DDP.
+
+        Under torchrun every rank initialises from all ranks' rows (gathered): DDP broadcasts only
+        parameters (broadcast_buffers=False), so buffers set here (scales, a transcoder's input centre)
+        must come out the same on every rank, and the same as one process on the same global batch."""
+        x = x.to(self.device, torch.float32)
+        if self.world > 1:
+            parts = [torch.empty_like(x) for _ in range(self.world)]
+            dist.all_gather(parts, x.contiguous())
+            x = torch.cat(parts)
+        x = x[torch.isfinite(x).all(-1)]
         if x.shape[0] == 0:
             raise NonFiniteError("every row of the initialisation batch is NaN/inf")
         for sae, cols in zip(self.saes, self.columns):

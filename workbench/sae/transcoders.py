@@ -57,7 +57,10 @@ def train_set(
 ) -> tuple[Path, list[Path]]:
     """Train every config as a transcoder on each layer of `layers` ('all' or '0,2') in one pass over the cache;
     returns (the set folder, the transcoder folders). Each member is named L<layer>-<its config's name>."""
+    import torch.distributed
+
     from workbench.cache import ActivationCache, transcoder_hooks
+    from workbench.checkpoint import dist_info
     from workbench.sae.trainer import fit_cache
 
     cache = ActivationCache.open(cache_path)
@@ -96,7 +99,11 @@ def train_set(
             for i, (layer, (hook, target, _)) in enumerate(zip(chosen, groups))
         ],
     }
-    atomic_write_text(out / SET_MANIFEST, json.dumps(manifest, indent=2))
+    rank, world = dist_info()
+    if rank == 0:  # under torchrun, like the members' folders (fit saves them on rank 0)
+        atomic_write_text(out / SET_MANIFEST, json.dumps(manifest, indent=2))
+    if world > 1:
+        torch.distributed.barrier()  # no rank returns before the manifest exists
     return out, folders
 
 
