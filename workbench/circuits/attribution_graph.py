@@ -21,30 +21,11 @@ import torch
 
 from workbench.circuits import graph_heads
 from workbench.circuits import influence as inf
+from workbench.circuits.graph_config import GraphConfig
 from workbench.circuits.inputs import single_token, str_tokens, tokens_of
 from workbench.circuits.replacement import ActiveFeatures, ReplacementModel, load_transcoders, source_rows
 from workbench.errors import BadValueError
 from workbench.provenance import model_id
-
-
-@dataclass
-class GraphConfig:
-    node_threshold: float = 0.8  # share of node influence kept (circuit-tracer's default)
-    edge_threshold: float = 0.98  # share of edge influence kept among the kept nodes
-    max_feature_nodes: int | None = None  # features given a row (None: every feature with influence)
-    max_n_logits: int = 10  # top logits as targets (no answer given) ...
-    desired_logit_prob: float = 0.95  # ... until they cover this probability
-    batch_size: int = 32  # targets per backward pass
-    max_matrix_mib: float = 2048.0  # store whole rows up to this size, else compute the chosen rows twice
-    heads: bool = True  # split each kept edge over the attention heads that carry it
-
-    def validate(self) -> None:
-        inf.check_threshold("node_threshold", self.node_threshold)
-        inf.check_threshold("edge_threshold", self.edge_threshold)
-        inf.check_threshold("desired_logit_prob", self.desired_logit_prob)
-        for name in ("max_n_logits", "batch_size") + (("max_feature_nodes",) if self.max_feature_nodes else ()):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise BadValueError(f"{name}={getattr(self, name)!r} must be a positive integer")
 
 
 @dataclass
