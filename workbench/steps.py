@@ -381,6 +381,17 @@ def find_circuit(
     return c, folder
 
 
+def _members(ws: Workspace, transcoders, member) -> dict:
+    """layer -> each member transcoder's folder (relative to the workspace when inside it)."""
+    from workbench.circuits.replacement import member_name
+    from workbench.sae.transcoders import load_set
+
+    out = {}
+    for e in load_set(transcoders)["layers"]:
+        out[str(e["layer"])] = ws.rel(Path(transcoders) / member_name(e["transcoders"], member))
+    return out
+
+
 def _free_circuit_folder(folder: Path) -> Path:
     if folder.exists() and any(folder.iterdir()):
         raise OutputExistsError(f"{folder} already holds a circuit or graph; pass another --name")
@@ -410,10 +421,10 @@ def find_feature_circuit(
         _free_circuit_folder(ws.path("circuits", name))
     c, g = find(model, transcoders, prompt, answer, counterfactual, **find_options)
     folder = _free_circuit_folder(ws.path("circuits", name or "features-" + circuit_name(c.query, c.method)))
-    labels = set_labels(transcoders, c.method["member"])
+    labels, members = set_labels(transcoders, c.method["member"]), _members(ws, transcoders, c.method["member"])
     c.save(folder / "feature_circuit.json")
-    to_neuronpedia(g, folder / "graph.json", folder.name, labels, circuit=c, pinned=True)
-    to_neuronpedia(g, folder / "neuronpedia.json", folder.name, labels, circuit=c)
+    to_neuronpedia(g, folder / "graph.json", folder.name, labels, circuit=c, pinned=True, members=members)
+    to_neuronpedia(g, folder / "neuronpedia.json", folder.name, labels, circuit=c, members=members)
     q = c.query
     ws.record(
         folder,
@@ -451,7 +462,8 @@ def attribution_graph(
 
     folder = _free_circuit_folder(ws.path("circuits", name or f"graph-{slug(' '.join(str(prompt).split()[-4:]))[:40]}"))
     g = build_graph(model, load_transcoders(transcoders, member, model.cfg.device), prompt, answer, wrong, cfg)
-    to_neuronpedia(g, folder / "graph.json", folder.name, set_labels(transcoders, member))
+    labels, members = set_labels(transcoders, member), _members(ws, transcoders, member)
+    to_neuronpedia(g, folder / "graph.json", folder.name, labels, members=members)
     ws.record(
         folder,
         "circuits",

@@ -114,7 +114,7 @@ class _Rows:
         return a.layer[idx], a.pos[idx], vecs
 
     def batch_rows(self, layers, positions, vectors) -> torch.Tensor:
-        return source_rows(self.rm, self.active, self.rm.backward(layers, positions, vectors))
+        return source_rows(self.rm, self.active, self.rm.backward(layers, positions, vectors, copies=self.batch))
 
     def of(self, layers, positions, vectors):
         """Rows of the given targets, one batch at a time."""
@@ -196,4 +196,5 @@ def build_graph(model, transcoders, prompt, answer=None, wrong_answer=None, cfg:
     g.scores = inf.graph_scores(g.adjacency, g.n_features, g.n_errors, w)
     if cfg.heads:
         g.heads = graph_heads.split_edges(rm, g, g.pruned.edge_mask, cfg.batch_size)
+    rm.release()
     return g

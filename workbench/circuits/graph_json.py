@@ -89,7 +89,13 @@ def _heads(g) -> dict:
 
 
 def to_neuronpedia(
-    g, path=None, slug: str = "workbench-graph", labels: dict | None = None, circuit=None, pinned: bool = False
+    g,
+    path=None,
+    slug: str = "workbench-graph",
+    labels: dict | None = None,
+    circuit=None,
+    pinned: bool = False,
+    members: dict | None = None,
 ) -> dict:
     """The pruned graph as a Neuronpedia graph dict (written to `path` if given); labels: (layer, latent) -> clerp.
     circuit (a feature_circuit.FeatureCircuit of this graph): its nodes and the edges between them instead, each
@@ -124,7 +130,12 @@ def to_neuronpedia(
             "prompt_tokens": g.str_tokens,
             "node_threshold": g.config["node_threshold"],
             "schema_version": 1,
-            "info": {"creator_name": "workbench", "edge_threshold": g.config["edge_threshold"], **g.scores},
+            "info": {
+                "creator_name": "workbench",
+                "edge_threshold": g.config["edge_threshold"],
+                **g.scores,
+                **({"transcoder_members": members} if members else {}),
+            },
         },
         "qParams": {"pinnedIds": pins, "supernodes": [], "linkType": "both", "clickedId": "", "sg_pos": ""},
         "nodes": list(ids.values()),
@@ -141,6 +152,7 @@ def set_labels(transcoders, member: int | str = 0) -> dict:
     precision, from the feature stores of a transcoder set's members; members without a store give none."""
     from pathlib import Path
 
+    from workbench.circuits.replacement import member_name
     from workbench.features.store import FeatureStore
     from workbench.sae.transcoders import load_set
 
@@ -148,9 +160,7 @@ def set_labels(transcoders, member: int | str = 0) -> dict:
         return {}
     out = {}
     for entry in load_set(transcoders)["layers"]:
-        names = entry["transcoders"]
-        name = names[member] if isinstance(member, int) else next(n for n in names if n.endswith(member))
-        folder = Path(transcoders) / name
+        folder = Path(transcoders) / member_name(entry["transcoders"], member)
         if not (folder / "features").is_dir():
             continue
         df = FeatureStore(folder).units
