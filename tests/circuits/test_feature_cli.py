@@ -95,3 +95,16 @@ def test_graph_flags_without_transcoders_are_refused(tmp_path, capsys):
     argv = ["circuit", "find", "--workspace", str(tmp_path / "ws"), "--prompt", PROMPT, "--answer", "Mary"]
     assert main([*argv, "--node-threshold", "0.5"]) == 2
     assert "apply only with --transcoders" in _err(capsys)
+
+
+def test_circuit_find_with_transcoders_summarises_a_task_family(tiny, tiny_set, tmp_path, capsys):
+    out = tmp_path / "summary.json"
+    argv = ["circuit", "find", "--workspace", str(tmp_path / "ws"), "--transcoders", str(tiny_set), "--task", "ioi"]
+    assert main([*argv, "--n", "2", "--samples", "1", "--target-ndf", "0.7", "--out", str(out)]) == 0
+    s = json.loads(out.read_text())
+    assert s["task"] == "ioi" and s["target_ndf"] == 0.7 and len(s["rows"]) + len(s["skipped"]) == 2
+    for r in s["rows"]:
+        assert r["ndf"] >= 0.7 and r["nodes"] >= 1 and r["topk_nodes"] >= 1 and 0 <= r["heads_jaccard"] <= 1
+    assert "heads Jaccard" in capsys.readouterr().out
+    assert main([*argv, "--budget", "0.1"]) == 2
+    assert "--budget does not apply to feature circuits" in _err(capsys)

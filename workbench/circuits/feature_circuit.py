@@ -1,4 +1,4 @@
-"""A feature-level query circuit (docs/methods.md §10): `find_feature_circuit(model, transcoders, prompt, answer,
+"""A feature-level query circuit (docs/methods.md §11): `find_feature_circuit(model, transcoders, prompt, answer,
 counterfactual)` -> (FeatureCircuit, AttributionGraph). The circuit is a set of nodes of the transcoder
 replacement found by feature_search.py with NDF measured in the real model; its edges are the attribution
 graph's edges between its nodes, each split over the heads that carry it (graph_heads.py). Saved as its own
@@ -9,6 +9,7 @@ circuit-tracer / Neuronpedia graph JSON with the circuit's nodes only (graph_jso
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -194,6 +195,8 @@ def find_feature_circuit(
         g.heads = graph_heads.split_edges(rm, g, g.pruned.edge_mask, graph_cfg.batch_size)
     toks = str_tokens(model, q.tokens)
     faith = _faithfulness(model, search, found, samples)
+    if target_ndf is not None:  # the baseline's own size at the same target
+        faith["baseline_topk_nodes"] = int(search.topk_sparsest(target_ndf).mask.sum())
     s = search.setup
     circuit = FeatureCircuit(
         nodes=_node_rows(search, found.mask, search.node_effects(found), toks),
@@ -217,3 +220,68 @@ def find_feature_circuit(
         graph_nodes=nodes,
     )
     return circuit, g
+
+
+def circuit_heads(circuit: FeatureCircuit) -> set[str]:
+    """The heads named on the circuit's edges (each carrying at least graph_json.HEAD_SHARE of an edge's split)."""
+    return {h for e in circuit.edges for h in e["heads"] if h != "direct"}
+
+
+def evaluate_feature_task(
+    model,
+    transcoders,
+    task: str,
+    n: int = 20,
+    *,
+    target_ndf: float = DEFAULT_TARGET_NDF,
+    seed: int = 0,
+    n_samples: int = 3,
+    cfg: SearchConfig | None = None,
+    graph_cfg: GraphConfig | None = None,
+    compare_heads: bool = True,
+) -> dict:
+    """Feature circuits of n generated queries of a task family at target_ndf: nodes and edges (search vs the
+    top-k baseline's node count), replacement and completeness, and (compare_heads) how the heads the feature
+    circuit names overlap those of the component-level circuit of the same query (Jaccard). Queries the model
+    does not answer, or whose gap vanishes, are skipped and listed."""
+    from workbench.circuits.api import find_circuit, prediction, retarget
+    from workbench.circuits.inputs import prepare
+    from workbench.circuits.search import ZeroGapError
+    from workbench.corpus import tasks
+
+    cfg = cfg or SearchConfig()
+    tcs = load_transcoders(transcoders, device=model.cfg.device) if not isinstance(transcoders, list) else transcoders
+    rows, skipped = [], []
+    for cq in tasks.queries(task, n, seed=seed, tokenizer=model.tokenizer):
+        cq = retarget(model, cq)
+        pred = prediction(model, prepare(model, cq.prompt, cq.answer, cq.counterfactual, cq.wrong))
+        if not pred["predicts_answer"]:
+            skipped.append({"prompt": cq.prompt, "reason": f"the model's top-1 is {pred['top1']!r}"})
+            continue
+        t0 = time.process_time()
+        try:
+            c, _ = find_feature_circuit(
+                model, tcs, cq, target_ndf=target_ndf, cfg=cfg, graph_cfg=graph_cfg, n_samples=n_samples, seed=seed
+            )
+        except ZeroGapError as e:
+            skipped.append({"prompt": cq.prompt, "reason": str(e)})
+            continue
+        row = dict(
+            prompt=cq.prompt,
+            nodes=len(c.nodes),
+            edges=len(c.edges),
+            ndf=c.ndf,
+            topk_nodes=c.faithfulness["baseline_topk_nodes"],
+            cpu_seconds=time.process_time() - t0,
+            **c.graph_scores,
+        )
+        if compare_heads:
+            comp = find_circuit(model, cq, target_ndf=target_ndf, cfg=cfg, n_samples=n_samples, seed=seed, curve=False)
+            mine, theirs = circuit_heads(c), {x for x in comp.nodes if ".h" in x}
+            row.update(
+                heads=sorted(mine),
+                component_heads=sorted(theirs),
+                heads_jaccard=len(mine & theirs) / max(1, len(mine | theirs)),
+            )
+        rows.append(row)
+    return dict(task=task, n=n, target_ndf=target_ndf, rows=rows, skipped=skipped, search=cfg.to_dict())

@@ -1,4 +1,4 @@
-"""Exact evaluation of feature-level circuits in the real model (docs/methods.md §10).
+"""Exact evaluation of feature-level circuits in the real model (docs/methods.md §11).
 
 A feature circuit is a set of nodes: transcoder features (layer, pos, latent), error nodes (layer, pos) and token
 embeddings (pos). Its run is the real model (attention live, every nonlinearity real) with each MLP output

@@ -1,4 +1,4 @@
-"""Feature-level query circuits (docs/methods.md §10): the query-circuit search (search.py) over the nodes of a
+"""Feature-level query circuits (docs/methods.md §11): the query-circuit search (search.py) over the nodes of a
 transcoder replacement (features, error nodes, embeddings), each candidate scored by NDF measured by exact
 intervention in the real model (feature_patching.py).
 

@@ -255,7 +255,7 @@ def _given(args, *names: str) -> list[str]:
 
 def _check_task_args(args) -> None:
     check_tasks([args.task])
-    bad = _given(args, *PROMPT_ONLY)
+    bad = _given(args, *[f for f in PROMPT_ONLY if not (args.transcoders and f == "target_ndf")])
     if bad:
         raise BadValueError(
             f"{', '.join(bad)} {'does' if len(bad) == 1 else 'do'} not apply to --task (it "
@@ -301,7 +301,8 @@ def _check_feature_args(args, cfg: SearchConfig) -> None:
     from workbench.circuits.feature_patching import FEATURE_ABLATIONS
     from workbench.sae.transcoders import load_set
 
-    bad = _given(args, "task", "mib", "paraphrase", "cache") + (["--strategy topk"] if args.strategy == "topk" else [])
+    bad = _given(args, "mib", "paraphrase", "cache", *(("budget", "budgets") if args.task else ()))
+    bad += ["--strategy topk"] if args.strategy == "topk" else []
     if bad:
         raise BadValueError(
             f"{', '.join(bad)} {'does' if len(bad) == 1 else 'do'} not apply to feature circuits (--transcoders): "
@@ -315,9 +316,43 @@ def _check_feature_args(args, cfg: SearchConfig) -> None:
     load_set(args.transcoders)
 
 
+def _feature_task(args, model, cfg: SearchConfig) -> None:
+    """`circuit find --transcoders SET --task T`: feature circuits of n generated queries, one row each."""
+    from workbench.atomic import write_json
+    from workbench.circuits.feature_circuit import evaluate_feature_task
+
+    target = 0.8 if args.target_ndf is None else args.target_ndf
+    summary = evaluate_feature_task(
+        model,
+        args.transcoders,
+        args.task,
+        args.n or 20,
+        target_ndf=target,
+        seed=args.seed,
+        cfg=cfg,
+        graph_cfg=_graph_cfg(args),
+        n_samples=1,
+    )
+    print(
+        f"| query | nodes (top-k) | edges | NDF | replacement | completeness | heads Jaccard vs component |\n|{'---|' * 7}"
+    )
+    for r in summary["rows"]:
+        print(
+            f"| {r['prompt'][-40:]} | {r['nodes']} ({r['topk_nodes']}) | {r['edges']} | {r['ndf']:.3f} | "
+            f"{r['replacement']:.3f} | {r['completeness']:.3f} | {r['heads_jaccard']:.2f} |"
+        )
+    for sk in summary["skipped"]:
+        print(f"skipped: {sk['prompt']!r}: {sk['reason']}", file=sys.stderr)
+    if args.out:
+        write_json(args.out, summary)
+
+
 def _find_features(args, model, cfg: SearchConfig) -> None:
     from workbench import steps
     from workbench.workspace import Workspace
+
+    if args.task:
+        return _feature_task(args, model, cfg)
 
     circuit, g, folder = steps.find_feature_circuit(
         Workspace(args.workspace),
