@@ -42,6 +42,36 @@ def prompt_tokens(n: int) -> list[int]:
     return toks
 
 
+def circuit_lines(queries: list[dict]) -> list[str]:
+    """The feature-circuit table: one row per query."""
+    head = ["", "## Feature-level query circuits (IOI, target NDF 0.8, 1 resampled counterfactual)", ""]
+    return head + harness.table(
+        [
+            "tokens",
+            "nodes of",
+            "circuit nodes",
+            "circuit edges",
+            "NDF (in-sample: the query searched)",
+            "top-k NDF, same size",
+            "graph replacement score",
+            "CPU s (wall s)",
+        ],
+        [
+            [
+                q["n_tokens"],
+                q["universe"],
+                q["nodes"],
+                q["edges"],
+                f"{q['ndf']:.3f}",
+                f"{q['topk_ndf']:.3f}",
+                f"{q['replacement']:.3f}",
+                f"{q['cpu_seconds']:.1f} ({q['seconds']:.1f})",
+            ]
+            for q in queries
+        ],
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -101,32 +131,7 @@ def main() -> None:
         ],
         rows,
     )
-    lines += ["", "## Feature-level query circuits (IOI, target NDF 0.8, 1 resampled counterfactual)", ""]
-    lines += harness.table(
-        [
-            "tokens",
-            "nodes of",
-            "circuit nodes",
-            "circuit edges",
-            "NDF (in-sample: the query searched)",
-            "top-k NDF, same size",
-            "graph replacement score",
-            "CPU s (wall s)",
-        ],
-        [
-            [
-                q["n_tokens"],
-                q["universe"],
-                q["nodes"],
-                q["edges"],
-                f"{q['ndf']:.3f}",
-                f"{q['topk_ndf']:.3f}",
-                f"{q['replacement']:.3f}",
-                f"{q['cpu_seconds']:.1f} ({q['seconds']:.1f})",
-            ]
-            for q in c["queries"]
-        ],
-    )
+    lines += circuit_lines(c["queries"])
     lines += [
         "",
         "## Notes",
