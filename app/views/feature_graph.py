@@ -10,7 +10,7 @@ import streamlit as st
 from app import graph_view, state
 from app.figures import feature_graph as fgf
 from workbench import browse
-from workbench.circuits import schema
+from workbench.circuits import annotations, schema
 from workbench.errors import UserError
 
 UPLOADED_GRAPH = "uploaded-graph"
@@ -87,9 +87,10 @@ if picked is not None:
     )
     for h in g.hidden:
         st.caption(state.text(h))
-    clicked = graph_view.draw(
-        g, "feature_graph", selected=st.query_params.get("node"), marks=graph_view.url_annotations()
-    )
+    marks = graph_view.url_annotations()
+    if not marks and fg.pinned:  # a feature circuit's graph: its nodes start pinned
+        marks = annotations.Annotations(pinned=list(fg.pinned))
+    clicked = graph_view.draw(g, "feature_graph", selected=st.query_params.get("node"), marks=marks)
     node = clicked or st.query_params.get("node")
     if clicked:
         st.query_params["node"] = clicked

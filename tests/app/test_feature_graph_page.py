@@ -18,6 +18,7 @@ from workbench import browse
 
 @pytest.fixture(scope="module")
 def graph_workspace(tmp_path_factory):
+    from workbench.atomic import write_json
     from workbench.circuits.attribution_graph import build_graph
     from workbench.circuits.graph_json import to_neuronpedia
     from workbench.workspace import Workspace
@@ -29,8 +30,12 @@ def graph_workspace(tmp_path_factory):
     g = build_graph(model, tcs, tokens)
     ws = Workspace(root / "ws")
     folder = ws.path("circuits", "g")
-    to_neuronpedia(g, folder / "graph.json", "g")
+    d = to_neuronpedia(g, folder / "graph.json", "g")
     ws.record(folder, "circuits", made_by="test", config=g.config)
+    pinned = ws.path("circuits", "pinned")  # as a feature circuit's graph.json pins the circuit's nodes
+    d["qParams"]["pinnedIds"] = [n["node_id"] for n in d["nodes"][:3]]
+    write_json(pinned / "graph.json", d)
+    ws.record(pinned, "circuits", made_by="test", config=g.config)
     return root / "ws"
 
 
@@ -79,3 +84,12 @@ def test_the_figure_keeps_embeddings_and_logits_and_counts_hidden_weight(graph_w
 
     with pytest.raises(DamagedFileError, match="schema_version is 2, expected 1"):
         schema.read_feature_graph(d)
+
+
+def test_a_feature_circuits_nodes_start_pinned_unless_the_url_has_marks(graph_app, graph_workspace):
+    fg = browse.open_feature_graph(graph_workspace / "circuits" / "pinned")
+    at = ok(graph_app("views/feature_graph.py", graph="circuits/pinned"))
+    assert view_data(at)["annotations"]["pinned"] == fg.pinned and "3 nodes pinned" in text(at)
+    other = fg.nodes[-1]["node_id"]
+    at = ok(graph_app("views/feature_graph.py", graph="circuits/pinned", pinned=other))
+    assert view_data(at)["annotations"]["pinned"] == [other]
