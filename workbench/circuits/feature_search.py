@@ -97,13 +97,8 @@ class FeatureSearch(QuerySearch):
         return mask  # every node set is a circuit: a node without a path simply does nothing
 
     def candidates(self, k: int, signed: bool = False) -> tuple[list[str], torch.Tensor]:
-        names, masks = [], []
-        for name, r in self.absolute.items():
-            m = torch.zeros(self.n_items, dtype=torch.bool)
-            m[r.argsort(descending=True)[:k]] = True
-            names.append(f"{name}/topk")
-            masks.append(m)
-        return names, torch.stack(masks)
+        names = [f"{name}/topk" for name in self.absolute]
+        return names, torch.stack([self._topk(r, k) for r in self.absolute.values()])
 
     def _moves(self, mask: torch.Tensor, k: int) -> tuple[list[str], torch.Tensor]:
         """Single drops, plus (room permitting) single additions of the best-ranked nodes outside."""
@@ -152,16 +147,22 @@ class FeatureSearch(QuerySearch):
             found = self.sparsest(target_ndf)
         return dataclasses.replace(found, baseline_ndf=self.topk_ndf(int(found.mask.sum())))
 
+    def _topk(self, ranking: torch.Tensor, k: int) -> torch.Tensor:
+        m = torch.zeros(self.n_items, dtype=torch.bool)
+        m[ranking.argsort(descending=True)[:k]] = True
+        return m
+
+    def _query_topk(self, k: int) -> torch.Tensor:
+        return self._topk(self.absolute["query"], k)
+
     def topk_ndf(self, k: int) -> float:
         """NDF of the top-k nodes of the query's own attribution (the baseline at the circuit's size)."""
-        names, masks = self.candidates(k)
-        return float(self.ev.ndf(self.ev.values(masks[names.index("query/topk")][None]))[0])
+        return float(self.ev.ndf(self.ev.values(self._query_topk(k)[None]))[0])
 
     def topk_sparsest(self, target_ndf: float) -> Found:
         """The smallest top-k of the query's own attribution reaching target_ndf (the baseline's size)."""
 
         def topk_only(k: int) -> Found:
-            ndf = self.topk_ndf(k)
-            return Found(self.candidates(k)[1][0], float("nan"), ndf, float("nan"), "query/topk")
+            return Found(self._query_topk(k), float("nan"), self.topk_ndf(k), float("nan"), "query/topk")
 
         return smallest_hit(topk_only, self.n_items, target_ndf)
