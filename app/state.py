@@ -34,6 +34,7 @@ PAGES = [  # (script, title, URL path, the query parameters that make up the pag
         "circuit",
         ("circuit", "view", "budget", "target", "cap", "node", *graph_view.PARAMS),
     ),
+    ("views/feature_graph.py", "Feature graph", "feature_graph", ("graph", "cap", "node", *graph_view.PARAMS)),
     ("views/compare.py", "Compare", "compare", ("model", "circuit")),
     ("views/attention.py", "Attention", "attention", ("model", "source", "family", "example", "prompt", "view")),
     ("views/run.py", "Run", "run", ()),

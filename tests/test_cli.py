@@ -292,6 +292,7 @@ OUT_COMMANDS = {  # command -> (what --out names, arguments whose work would fai
     ("sae", "train"): ("dir", ["--cache", "no-such-cache", "--hook", "h"]),
     ("circuit", "find"): ("file", ["--model", "no-such-model", "--prompt", "a", "--answer", "b"]),
     ("circuit", "export"): ("file", ["no-such-circuit.json", "--format", "mib"]),
+    ("circuit", "graph"): ("file", ["--model", "no-such-model", "--prompt", "a", "--transcoders", "no-such-set"]),
     ("circuit", "report"): ("file", ["--model", "no-such-model"]),
     ("attention", "train"): ("dir", ["--model", "no-such-model"]),
     ("attention", "compare"): ("file", ["--base", "no-such-model", "--sparse", "no-such-model", "--task", "ioi"]),

@@ -33,6 +33,7 @@ __all__ = [
     "catalog",
     "compare_results",
     "open_circuit",
+    "open_feature_graph",
     "open_sae",
     "open_transcoder_set",
     "resolve",
@@ -43,6 +44,7 @@ SAE_FILES = ("cfg.json", "sae_weights.safetensors")
 MODEL_FILES = ("config.json", "model.safetensors")
 REPORT = "attention_report.json"
 CIRCUIT = "circuit.json"
+FEATURE_GRAPH = "graph.json"  # an attribution graph (circuit graph) or a feature circuit's (circuit find --transcoders)
 
 
 class OutsideWorkspace(UserError):
@@ -130,6 +132,11 @@ class Catalog:
     def circuits(self) -> list[str]:
         """Circuit folders (circuits/<name>/circuit.json)."""
         return self._inside("circuits", (CIRCUIT,))
+
+    @property
+    def feature_graphs(self) -> list[str]:
+        """Attribution-graph folders (circuits/<name>/graph.json: circuit graph, circuit find --transcoders)."""
+        return self._inside("circuits", (FEATURE_GRAPH,))
 
 
 def catalog(workspace: str | Path) -> Catalog:
@@ -268,6 +275,17 @@ def open_circuit(path: str | Path) -> schema.CircuitRecord:
         raise DamagedFileError(f"{path} is not a workbench circuit file (schema {d.get('schema')!r})")
     try:
         return schema.read(d)
+    except DamagedFileError as e:
+        raise DamagedFileError(f"{path}: {e}") from None
+
+
+def open_feature_graph(path: str | Path) -> schema.FeatureGraph:
+    """A circuit-tracer / Neuronpedia graph JSON (or an artifact folder holding graph.json), validated."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / FEATURE_GRAPH
+    try:
+        return schema.read_feature_graph(schema.load(path))
     except DamagedFileError as e:
         raise DamagedFileError(f"{path}: {e}") from None
 

@@ -381,6 +381,106 @@ def find_circuit(
     return c, folder
 
 
+def _members(ws: Workspace, transcoders, member) -> dict:
+    """layer -> each member transcoder's folder (relative to the workspace when inside it)."""
+    from workbench.circuits.replacement import member_name
+    from workbench.sae.transcoders import load_set
+
+    out = {}
+    for e in load_set(transcoders)["layers"]:
+        out[str(e["layer"])] = ws.rel(Path(transcoders) / member_name(e["transcoders"], member))
+    return out
+
+
+def _free_circuit_folder(folder: Path) -> Path:
+    if folder.exists() and any(folder.iterdir()):
+        raise OutputExistsError(f"{folder} already holds a circuit or graph; pass another --name")
+    return folder
+
+
+def find_feature_circuit(
+    ws: Workspace,
+    model,
+    transcoders,
+    prompt,
+    answer=None,
+    counterfactual=None,
+    *,
+    model_spec: str = "tiny",
+    name: str | None = None,
+    **find_options,
+):
+    """Find a feature-level query circuit (`workbench circuit find --transcoders SET`) and record it in
+    <ws>/circuits/<name>: feature_circuit.json, graph.json (the pruned attribution graph, the circuit's nodes
+    pinned) and neuronpedia.json (the circuit alone), both circuit-tracer graph JSON; returns (circuit, graph,
+    folder). find_options go to circuits.feature_circuit.find_feature_circuit."""
+    from workbench.circuits.feature_circuit import find_feature_circuit as find
+    from workbench.circuits.graph_json import set_labels, to_neuronpedia
+
+    if name is not None:
+        _free_circuit_folder(ws.path("circuits", name))
+    c, g = find(model, transcoders, prompt, answer, counterfactual, **find_options)
+    folder = _free_circuit_folder(ws.path("circuits", name or "features-" + circuit_name(c.query, c.method)))
+    labels, members = set_labels(transcoders, c.method["member"]), _members(ws, transcoders, c.method["member"])
+    c.save(folder / "feature_circuit.json")
+    to_neuronpedia(g, folder / "graph.json", folder.name, labels, circuit=c, pinned=True, members=members)
+    to_neuronpedia(g, folder / "neuronpedia.json", folder.name, labels, circuit=c, members=members)
+    q = c.query
+    ws.record(
+        folder,
+        "circuits",
+        made_by="workbench circuit find --transcoders",
+        config=c.method,
+        inputs={
+            **_model_inputs(ws, model, model_spec),
+            "transcoders": Path(transcoders),
+            **{k: q.get(k) for k in ("prompt", "answer", "counterfactual")},
+        },
+        summary={"ndf": c.ndf, "nodes": len(c.nodes), "edges": len(c.edges), **c.graph_scores},
+    )
+    return c, g, folder
+
+
+def attribution_graph(
+    ws: Workspace,
+    model,
+    transcoders,
+    prompt,
+    answer=None,
+    wrong=None,
+    *,
+    cfg=None,
+    model_spec: str = "tiny",
+    name: str | None = None,
+    member: int | str = 0,
+):
+    """Build a prompt's attribution graph (`workbench circuit graph`) and record it in <ws>/circuits/<name> as
+    graph.json (circuit-tracer graph JSON); returns (graph, folder)."""
+    from workbench.circuits.attribution_graph import build_graph
+    from workbench.circuits.graph_json import set_labels, to_neuronpedia
+    from workbench.circuits.replacement import load_transcoders
+
+    folder = _free_circuit_folder(ws.path("circuits", name or f"graph-{slug(' '.join(str(prompt).split()[-4:]))[:40]}"))
+    g = build_graph(model, load_transcoders(transcoders, member, model.cfg.device), prompt, answer, wrong, cfg)
+    labels, members = set_labels(transcoders, member), _members(ws, transcoders, member)
+    to_neuronpedia(g, folder / "graph.json", folder.name, labels, members=members)
+    ws.record(
+        folder,
+        "circuits",
+        made_by="workbench circuit graph",
+        config={**g.config, "member": member},
+        inputs={
+            **_model_inputs(ws, model, model_spec),
+            "transcoders": Path(transcoders),
+            "prompt": g.prompt,
+            "answer": answer,
+            "wrong": wrong,
+        },
+        summary={"features": g.n_features, "active": g.n_active, "edges": int(g.pruned.edge_mask.sum()), **g.scores},
+    )
+    return g, folder
+
+
 def train_model(
     ws: Workspace,
     cfg=None,

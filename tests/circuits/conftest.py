@@ -55,3 +55,23 @@ def parallel():
     return _model(
         None, seed=4, parallel_attn_mlp=True, d_vocab=40, n_ctx=16, positional_embedding_type="rotary", rotary_dim=8
     )
+
+
+@pytest.fixture(scope="session")
+def tiny_set(tiny, tmp_path_factory):
+    """A transcoder set on every layer of the embedded model, trained briefly on a small cache of it."""
+    from workbench import steps
+    from workbench.cache.config import HarvestConfig
+    from workbench.sae.config import SAEConfig, TrainConfig
+    from workbench.sae.transcoders import train_set
+    from workbench.workspace import Workspace
+
+    root = tmp_path_factory.mktemp("tiny_set")
+    cfg = HarvestConfig(n_tokens=6000, heldout_fraction=0.2)
+    model, _ = tiny
+    steps.make_cache(
+        Workspace(root / "ws"), "tiny", "synthetic", None, cfg, out=root / "cache", progress=False, model=model
+    )
+    train = TrainConfig(n_tokens=512 * 12, batch_size=512, lr=3e-3, warmup_steps=2, progress=False)
+    folder, _ = train_set(root / "cache", "all", [SAEConfig("topk", k=8, expansion=4)], train, root / "set")
+    return folder

@@ -200,26 +200,6 @@ def test_bad_sets_and_prompts_are_refused(case):
         build_graph(model, tcs, tokens, answer=model.cfg.d_vocab)
 
 
-@pytest.fixture(scope="module")
-def tiny_set(tiny, tmp_path_factory):
-    """A transcoder set on every layer of the embedded model, trained briefly on a small cache of it."""
-    from workbench import steps
-    from workbench.cache.config import HarvestConfig
-    from workbench.sae.config import TrainConfig
-    from workbench.sae.transcoders import train_set
-    from workbench.workspace import Workspace
-
-    root = tmp_path_factory.mktemp("tiny_set")
-    cfg = HarvestConfig(n_tokens=6000, heldout_fraction=0.2)
-    model, _ = tiny
-    steps.make_cache(
-        Workspace(root / "ws"), "tiny", "synthetic", None, cfg, out=root / "cache", progress=False, model=model
-    )
-    train = TrainConfig(n_tokens=512 * 12, batch_size=512, lr=3e-3, warmup_steps=2, progress=False)
-    folder, _ = train_set(root / "cache", "all", [SAEConfig("topk", k=8, expansion=4)], train, root / "set")
-    return folder
-
-
 def test_embedded_model_with_a_trained_set(tiny, tiny_set):
     """The set loads from its folder; on a real prompt every edge matches an intervention and the split sums."""
     from workbench.circuits.replacement import load_transcoders

@@ -21,33 +21,11 @@ import torch
 
 from workbench.circuits import graph_heads
 from workbench.circuits import influence as inf
+from workbench.circuits.graph_config import GraphConfig
 from workbench.circuits.inputs import single_token, str_tokens, tokens_of
 from workbench.circuits.replacement import ActiveFeatures, ReplacementModel, load_transcoders, source_rows
-from workbench.config import Config
 from workbench.errors import BadValueError
 from workbench.provenance import model_id
-
-
-@dataclass
-class GraphConfig(Config):
-    error = BadValueError
-
-    node_threshold: float = 0.8  # share of node influence kept (circuit-tracer's default)
-    edge_threshold: float = 0.98  # share of edge influence kept among the kept nodes
-    max_feature_nodes: int | None = None  # features given a row (None: every feature with influence)
-    max_n_logits: int = 10  # top logits as targets (no answer given) ...
-    desired_logit_prob: float = 0.95  # ... until they cover this probability
-    batch_size: int = 32  # targets per backward pass
-    max_matrix_mib: float = 2048.0  # store whole rows up to this size, else compute the chosen rows twice
-    heads: bool = True  # split each kept edge over the attention heads that carry it
-
-    def check(self) -> None:
-        inf.check_threshold("node_threshold", self.node_threshold)
-        inf.check_threshold("edge_threshold", self.edge_threshold)
-        inf.check_threshold("desired_logit_prob", self.desired_logit_prob)
-        for name in ("max_n_logits", "batch_size") + (("max_feature_nodes",) if self.max_feature_nodes else ()):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise BadValueError(f"{name}={getattr(self, name)!r} must be a positive integer")
 
 
 @dataclass
@@ -136,7 +114,7 @@ class _Rows:
         return a.layer[idx], a.pos[idx], vecs
 
     def batch_rows(self, layers, positions, vectors) -> torch.Tensor:
-        return source_rows(self.rm, self.active, self.rm.backward(layers, positions, vectors))
+        return source_rows(self.rm, self.active, self.rm.backward(layers, positions, vectors, copies=self.batch))
 
     def of(self, layers, positions, vectors):
         """Rows of the given targets, one batch at a time."""
@@ -217,4 +195,5 @@ def build_graph(model, transcoders, prompt, answer=None, wrong_answer=None, cfg:
     g.scores = inf.graph_scores(g.adjacency, g.n_features, g.n_errors, w)
     if cfg.heads:
         g.heads = graph_heads.split_edges(rm, g, g.pruned.edge_mask, cfg.batch_size)
+    rm.release()
     return g

@@ -69,29 +69,36 @@ def _sources(rm: ReplacementModel, g, cols: torch.Tensor):
 @torch.no_grad()
 def carried(rm: ReplacementModel, src) -> torch.Tensor:
     """[n, n_layers, d]: each source's write as it reaches each layer's attention input at its own position
-    through no attention (the residual stream and the skip paths of skip transcoders; zero below the source)."""
+    through no attention (the residual stream and the skip paths of skip transcoders; zero below the source).
+
+    With no attention, positions do not interact, so sources at different positions share one copy of the
+    prompt: the pass runs on as many copies as the most sources any one position has."""
     s_layer, s_pos, vec = src
     n = vec.shape[0]
+    order = torch.argsort(s_pos, stable=True)
+    first = torch.searchsorted(s_pos[order], s_pos[order])  # where each position's run of sources starts
+    slot = torch.empty_like(s_pos)
+    slot[order] = torch.arange(n) - first
+    copies = int(slot.max()) + 1 if n else 0
     deltas = {}
     for i, layer in enumerate(s_layer.tolist()):
         name = EMBED if layer < 0 else f"blocks.{layer}.hook_mlp_out"
-        deltas.setdefault(name, vec.new_zeros(n, rm.P, vec.shape[1]))[i, s_pos[i]] = vec[i]
+        deltas.setdefault(name, vec.new_zeros(copies, rm.P, vec.shape[1]))[slot[i], s_pos[i]] += vec[i]
     names = tuple(f"blocks.{layer}.hook_resid_pre" for layer in range(1, rm.L))
-    moved, _ = rm.forward(n, deltas, no_attention=True, record=names)
+    moved, _ = rm.forward(copies, deltas, no_attention=True, record=names)
     still, _ = rm.forward(1, no_attention=True, record=names)
     out = [torch.where((s_layer < 0)[:, None], vec, 0)]
     out += [
-        (moved[k] - still[k])[torch.arange(n), s_pos] * (s_layer < layer)[:, None] for layer, k in enumerate(names, 1)
+        (moved[k][slot, s_pos] - still[k][0, s_pos]) * (s_layer < layer)[:, None] for layer, k in enumerate(names, 1)
     ]
     return torch.stack(out, 1)
 
 
-def _split_batch(rm: ReplacementModel, targets, b, src) -> torch.Tensor:
-    """[n_edges, n_layers * n_heads + 1] for edges from sources src to the targets' copies b."""
-    full = rm.backward(*targets, with_z=True)
-    direct = rm.backward(*targets, no_attention=True)
+def _split_batch(rm: ReplacementModel, targets, b, src, reach, copies: int) -> torch.Tensor:
+    """[n_edges, n_layers * n_heads + 1] for edges from sources src (reach: carried(src)) to the targets' copies b."""
+    full = rm.backward(*targets, copies=copies, with_z=True)
+    direct = rm.backward(*targets, copies=copies, no_attention=True)
     s_layer, s_pos, vec = src
-    reach = carried(rm, src)
     taps = torch.stack([direct[f"blocks.{layer}.hook_mlp_out"] for layer in range(rm.L)] + [direct[EMBED]])
     out = [torch.einsum("ed,ed->e", taps[s_layer % (rm.L + 1), b, s_pos], vec)[:, None]]
     for layer in range(rm.L):
@@ -112,13 +119,18 @@ def split_edges(rm: ReplacementModel, g, edge_mask: torch.Tensor, batch_size: in
     edge's first-hop part through each head then its direct part, "names": the column names}."""
     edges = edge_mask.nonzero()
     rows = edges[:, 0].unique()
+    cols, col_of = edges[:, 1].unique(return_inverse=True)
+    src = _sources(rm, g, cols)  # each source once: its write and how it travels depend on no target
+    reach = carried(rm, src)
     weights = torch.zeros(edges.shape[0], rm.L * g.n_heads + 1)
     with torch.no_grad():
         for start in range(0, rows.numel(), batch_size):
             chunk = rows[start : start + batch_size]
             pick = torch.isin(edges[:, 0], chunk).nonzero().flatten()
             b = torch.searchsorted(chunk, edges[pick, 0])
-            weights[pick] = _split_batch(rm, _targets(rm, g, chunk), b, _sources(rm, g, edges[pick, 1])).float().cpu()
+            c = col_of[pick]
+            part = _split_batch(rm, _targets(rm, g, chunk), b, tuple(x[c] for x in src), reach[c], batch_size)
+            weights[pick] = part.float().cpu()
     return {"edges": edges, "weights": weights, "names": head_names(rm.L, g.n_heads)}
 
 

@@ -88,20 +88,39 @@ def _heads(g) -> dict:
     return out
 
 
-def to_neuronpedia(g, path=None, slug: str = "workbench-graph", labels: dict | None = None) -> dict:
-    """The pruned graph as a Neuronpedia graph dict (written to `path` if given); labels: (layer, latent) -> clerp."""
+def to_neuronpedia(
+    g,
+    path=None,
+    slug: str = "workbench-graph",
+    labels: dict | None = None,
+    circuit=None,
+    pinned: bool = False,
+    members: dict | None = None,
+) -> dict:
+    """The pruned graph as a Neuronpedia graph dict (written to `path` if given); labels: (layer, latent) -> clerp.
+    circuit (a feature_circuit.FeatureCircuit of this graph): its nodes and the edges between them instead, each
+    link naming its heads; pinned: the circuit's nodes pinned (qParams.pinnedIds) in the whole pruned graph."""
     node_mask, edge_mask, cumulative = g.pruned
+    only = circuit is not None and not pinned
+    if only:
+        from workbench.circuits.feature_circuit import circuit_edges
+
+        node_mask, edge_mask = circuit.graph_nodes, circuit_edges(g, circuit.graph_nodes)
     kept = node_mask.nonzero().flatten().tolist()
     ids = {n: _node(g, n, float(cumulative[n]), labels or {}) for n in kept}
-    heads = _heads(g)
+    heads = _heads(g) if not only else {(e["source"], e["target"]): e["heads"] for e in circuit.edges}
     links = []
     for r, c in edge_mask.nonzero().tolist():
         target = g.row_node(r)
         if target in ids and c in ids:
             link = {"source": ids[c]["node_id"], "target": ids[target]["node_id"], "weight": float(g.adjacency[r, c])}
-            if (r, c) in heads:
-                link["heads"] = heads[r, c]
+            key = (g.node_name(c), g.node_name(target)) if only else (r, c)
+            if key in heads:
+                link["heads"] = heads[key]
             links.append(link)
+    pins = []
+    if circuit is not None:
+        pins = [ids[n]["node_id"] for n in circuit.graph_nodes[: g.n_sources].nonzero().flatten().tolist() if n in ids]
     d = {
         "metadata": {
             "slug": slug,
@@ -111,9 +130,14 @@ def to_neuronpedia(g, path=None, slug: str = "workbench-graph", labels: dict | N
             "prompt_tokens": g.str_tokens,
             "node_threshold": g.config["node_threshold"],
             "schema_version": 1,
-            "info": {"creator_name": "workbench", "edge_threshold": g.config["edge_threshold"], **g.scores},
+            "info": {
+                "creator_name": "workbench",
+                "edge_threshold": g.config["edge_threshold"],
+                **g.scores,
+                **({"transcoder_members": members} if members else {}),
+            },
         },
-        "qParams": {"pinnedIds": [], "supernodes": [], "linkType": "both", "clickedId": "", "sg_pos": ""},
+        "qParams": {"pinnedIds": pins, "supernodes": [], "linkType": "both", "clickedId": "", "sg_pos": ""},
         "nodes": list(ids.values()),
         "links": links,
     }
@@ -121,3 +145,32 @@ def to_neuronpedia(g, path=None, slug: str = "workbench-graph", labels: dict | N
     if path is not None:
         write_json(path, d)
     return d
+
+
+def set_labels(transcoders, member: int | str = 0) -> dict:
+    """(layer, latent) -> clerp: each latent's best ground-truth label (highest F1 over the label kinds) with its
+    precision, from the feature stores of a transcoder set's members; members without a store give none."""
+    from pathlib import Path
+
+    from workbench.circuits.replacement import member_name
+    from workbench.features.store import FeatureStore
+    from workbench.sae.transcoders import load_set
+
+    if isinstance(transcoders, list):
+        return {}
+    out = {}
+    for entry in load_set(transcoders)["layers"]:
+        folder = Path(transcoders) / member_name(entry["transcoders"], member)
+        if not (folder / "features").is_dir():
+            continue
+        df = FeatureStore(folder).units
+        kinds = [c[: -len("_f1")] for c in df.columns if c.endswith("_f1")]
+        if not kinds:
+            continue
+        best = df[[f"{k}_f1" for k in kinds]].to_numpy().argmax(1)
+        for u, k in enumerate(best):
+            kind = kinds[k]
+            if df["count"].iat[u] > 0 and df[f"{kind}_f1"].iat[u] > 0:
+                label = f"{kind}={df[f'{kind}_label'].iat[u]} (precision {df[f'{kind}_precision'].iat[u]:.2f})"
+                out[int(entry["layer"]), u] = label
+    return out

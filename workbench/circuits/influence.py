@@ -10,16 +10,7 @@ from typing import NamedTuple
 
 import torch
 
-from workbench.errors import BadValueError
-
-
-def check_threshold(name: str, value: float) -> float:
-    if not (isinstance(value, (int, float)) and 0 < value <= 1):
-        raise BadValueError(
-            f"{name}={value!r} is outside (0, 1]: it is the share of influence kept (circuit-tracer's defaults: "
-            "node_threshold 0.8, edge_threshold 0.98)"
-        )
-    return float(value)
+from workbench.circuits.graph_config import check_threshold
 
 
 def normalise(a: torch.Tensor) -> torch.Tensor:

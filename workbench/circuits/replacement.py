@@ -20,6 +20,7 @@ from workbench.errors import BadValueError
 EMBED = "blocks.0.hook_resid_pre"
 FINAL = "ln_final.hook_normalized"  # before ln_final's weight and bias, which unembed_vectors apply
 FROZEN = ("hook_pattern", "hook_scale")
+HELD = 2  # forward passes backward keeps for reuse (the head split alternates two kinds)
 
 
 @dataclass
@@ -116,6 +117,7 @@ class ReplacementModel:
         self.embed = cache[EMBED][0]
         self.x = [cache[t.input_hook][0] for t in self.tcs]
         self.codes, self.errors, self.base = [], [], []
+        self._held = {}  # (copies, highest layer, options) -> (live, taps) of the forward passes backward reuses
         with torch.no_grad():
             self._replace_mlps(cache)
 
@@ -181,23 +183,39 @@ class ReplacementModel:
             hooks.append((lambda n: n.endswith("attn.hook_z"), lambda act, hook: tap(act, hook, lambda a: a)))
         return hooks
 
-    def forward(self, batch: int = 1, deltas: dict | None = None, no_attention: bool = False, with_z=False, record=()):
+    def forward(
+        self, batch: int = 1, deltas: dict | None = None, no_attention: bool = False, with_z=False, record=(), upto=None
+    ):
         """(live inputs, taps): one pass of the frozen model on `batch` copies of the prompt. live[hook] is each
         transcoder's input, the final residual and the hooks in `record`; deltas[hook] [batch, pos, d] is added
-        where it writes. no_attention: every value fixed at this prompt's, so nothing passes through attention."""
+        where it writes. no_attention: every value fixed at this prompt's, so nothing passes through attention.
+        upto: run blocks 0..upto only (what a target read at layer upto depends on)."""
         live, taps = {}, {}
         hooks = self._hooks(live, taps, deltas or {}, no_attention, with_z, record)
+        stop = None if upto is None or upto >= self.L else upto + 1
         with mlp_in_hooks(self.model, self.inputs), self.model.hooks(fwd_hooks=hooks):
-            self.model(self.tokens.expand(batch, -1), return_type=None)
+            self.model(self.tokens.expand(batch, -1), return_type=None, stop_at_layer=stop)
         return live, taps
 
-    def backward(self, layers: torch.Tensor, positions: torch.Tensor, vectors: torch.Tensor, **kw) -> dict:
+    def backward(
+        self, layers: torch.Tensor, positions: torch.Tensor, vectors: torch.Tensor, copies: int | None = None, **kw
+    ) -> dict:
         """Gradients of n targets, target i being vectors[i] . (the input read at layer layers[i], position
         positions[i]) (layer n_layers: the final residual), each in its own copy of the prompt: {hook: [n, ...]}
-        at every tap (blocks.0.hook_resid_pre, each hook_mlp_out, with_z: each hook_z)."""
+        at every tap (blocks.0.hook_resid_pre, each hook_mlp_out, with_z: each hook_z).
+
+        The frozen model is the same function for every target, so one forward pass on `copies` (>= n) copies
+        serves every later call with as many copies, the same highest layer and options: each call is then one
+        backward pass through the kept graph (the last HELD forward passes are held)."""
         n = layers.numel()
+        copies = max(n, copies or n)
+        key = (copies, min(int(layers.max()), self.L), tuple(sorted(kw.items())))
         with torch.enable_grad():
-            live, taps = self.forward(n, **kw)
+            if key not in self._held:
+                while len(self._held) >= HELD:  # free the oldest graph first
+                    self._held.pop(next(iter(self._held)))
+                self._held[key] = self.forward(copies, upto=key[1], **kw)
+            live, taps = self._held[key]
             outs, grads = [], []
             for layer in layers.unique().tolist():
                 pick = (layers == layer).nonzero().flatten()
@@ -207,8 +225,33 @@ class ReplacementModel:
                 outs.append(out)
                 grads.append(g)
             names = list(taps)
-            got = torch.autograd.grad(outs, [taps[k] for k in names], grads, allow_unused=True, materialize_grads=True)
-        return dict(zip(names, got))
+            got = torch.autograd.grad(
+                outs, [taps[k] for k in names], grads, retain_graph=True, allow_unused=True, materialize_grads=True
+            )
+        out = {k: v[:n] for k, v in zip(names, got)}
+        zero = torch.zeros_like(out[EMBED])
+        cfg = self.model.cfg
+        for layer in range(self.L):  # taps above the highest target: blocks that did not run have no effect
+            out.setdefault(f"blocks.{layer}.hook_mlp_out", zero)
+            if kw.get("with_z"):
+                out.setdefault(f"blocks.{layer}.attn.hook_z", zero.new_zeros(n, self.P, cfg.n_heads, cfg.d_head))
+        return out
+
+    def release(self) -> None:
+        """Drop the forward passes `backward` holds (their activations: copies x the prompt's each)."""
+        self._held = {}
+
+
+def member_name(names: list[str], member: int | str) -> str:
+    """Which of a layer's transcoders (folder names 'L{layer}-{config}') `member` picks: by index or config name."""
+    if isinstance(member, int):
+        if not 0 <= member < len(names):
+            raise BadValueError(f"member {member} is not in 0..{len(names) - 1} of the set's configs {names}")
+        return names[member]
+    match = [n for n in names if n.split("-", 1)[-1] == member]
+    if not match:
+        raise BadValueError(f"the set has no config {member!r}; its configs: {[n.split('-', 1)[-1] for n in names]}")
+    return match[0]
 
 
 def load_transcoders(folder, member: int | str = 0, device: str = "cpu") -> list[Transcoder]:
@@ -221,24 +264,9 @@ def load_transcoders(folder, member: int | str = 0, device: str = "cpu") -> list
     manifest = load_set(folder)
     out = []
     for entry in manifest["layers"]:
-        names = entry["transcoders"]
-        if isinstance(member, int):
-            if not 0 <= member < len(names):
-                raise BadValueError(f"member {member} is not in 0..{len(names) - 1} of the set's configs {names}")
-            name = names[member]
-        else:
-            match = [n for n in names if n.split("-", 1)[-1] == member]
-            if not match:
-                raise BadValueError(
-                    f"the set has no config {member!r}; its configs: {[n.split('-', 1)[-1] for n in names]}"
-                )
-            name = match[0]
-        sae = load_sae(Path(folder) / name, device=device).eval()
+        sae = load_sae(Path(folder) / member_name(entry["transcoders"], member), device=device).eval()
         out.append(Transcoder(int(entry["layer"]), sae, entry["input_hook"]))
     return out
-
-
-WRITE_CHUNK = 4096  # features whose write vectors are formed at once
 
 
 @dataclass
@@ -266,20 +294,48 @@ class ActiveFeatures:
     def at(self, layer: int) -> torch.Tensor:
         return (self.layer == layer).nonzero().flatten()
 
+    def writes(self, rm: ReplacementModel, layer: int, dtype) -> LayerWrites:
+        """Layer `layer`'s feature writes (formed once, kept: n_active x d in all, padded per position)."""
+        cache = self.__dict__.setdefault("_writes", {})
+        if layer not in cache:
+            cache[layer] = LayerWrites.of(rm, self, layer, dtype)
+        return cache[layer]
+
+
+@dataclass
+class LayerWrites:
+    """One layer's feature writes laid out by position: `vectors` [pos, slots, d] (act * W_dec[latent] of the
+    position's features, zeros in unused slots); feature idx[i] (an index into ActiveFeatures) sits at flat
+    slot `flat[i]` = pos * slots + its rank among its position's features."""
+
+    idx: torch.Tensor
+    flat: torch.Tensor
+    vectors: torch.Tensor
+
+    @classmethod
+    def of(cls, rm: ReplacementModel, active: ActiveFeatures, layer: int, dtype) -> LayerWrites:
+        idx = active.at(layer)
+        pos = active.pos[idx]
+        first = torch.searchsorted(pos, pos)  # features are sorted by position within a layer
+        rank = torch.arange(idx.numel()) - first
+        slots = int(rank.max()) + 1 if idx.numel() else 1
+        vectors = torch.zeros(rm.P * slots, rm.embed.shape[1], dtype=dtype, device=rm.embed.device)
+        flat = pos * slots + rank
+        vectors[flat] = rm.tcs[layer].sae.W_dec.detach()[active.latent[idx]].to(dtype) * active.act[idx, None]
+        return cls(idx, flat, vectors.reshape(rm.P, slots, -1))
+
 
 def source_rows(rm: ReplacementModel, active: ActiveFeatures, grads: dict) -> torch.Tensor:
     """[n_targets, n_active + n_layers * n_pos + n_pos]: each source's direct effect on each target, from the
     gradients at the taps: a feature writes act * W_dec[latent] into its layer's MLP output, an error node its
-    error vector there, a token its embedding before layer 0."""
+    error vector there, a token its embedding before layer 0. A feature's effect is its position's gradient
+    dotted with its write: one batched product per layer over positions (no gather of the gradients)."""
     mlp = [grads[f"blocks.{layer}.hook_mlp_out"] for layer in range(rm.L)]
     n = mlp[0].shape[0]
     out = torch.empty(n, len(active) + rm.L * rm.P + rm.P, dtype=mlp[0].dtype, device=mlp[0].device)
-    for start in range(0, len(active), WRITE_CHUNK):
-        sl = slice(start, start + WRITE_CHUNK)
-        for layer in active.layer[sl].unique().tolist():
-            idx = start + (active.layer[sl] == layer).nonzero().flatten()
-            w = rm.tcs[layer].sae.W_dec.detach()[active.latent[idx]].to(mlp[0].dtype) * active.act[idx, None]
-            out[:, idx] = torch.einsum("bnd,nd->bn", mlp[layer][:, active.pos[idx]], w)
+    for layer in range(rm.L):
+        w = active.writes(rm, layer, mlp[0].dtype)
+        out[:, w.idx] = torch.einsum("bpd,pkd->bpk", mlp[layer], w.vectors).flatten(1)[:, w.flat]
     n_a = len(active)
     out[:, n_a : n_a + rm.L * rm.P] = torch.einsum("lbpd,lpd->blp", torch.stack(mlp), torch.stack(rm.errors)).flatten(1)
     out[:, n_a + rm.L * rm.P :] = torch.einsum("bpd,pd->bp", grads[EMBED], rm.embed)

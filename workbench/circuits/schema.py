@@ -701,3 +701,57 @@ def _numbers(v, where: str, limit: int) -> list:
         if not _is(x, float) or not math.isfinite(x):
             raise DamagedFileError(f"{where}[{i}] is {x!r}; expected a finite number")
     return v
+
+
+# ------------------------------------------------------------------ feature circuits and feature graphs
+
+FEATURE_SCHEMA = ("workbench.feature_circuit", 1)  # feature_circuit.FeatureCircuit.to_dict
+FEATURE_CIRCUIT_KEYS = {"nodes": list, "edges": list, "universe": dict, "query": dict, "method": dict}
+NODE_KINDS = ("feature", "error", "embedding")
+
+
+def read_feature_circuit(d: dict) -> dict:
+    """A feature circuit file (schema workbench.feature_circuit v1), checked: its schema and version, its parts'
+    types, each node's kind and each number finite; DamagedFileError naming the first problem."""
+    if not isinstance(d, dict) or d.get("schema") != FEATURE_SCHEMA[0]:
+        got = d.get("schema") if isinstance(d, dict) else _type(d)
+        raise DamagedFileError(f"not a feature circuit file: schema {got!r}, expected {FEATURE_SCHEMA[0]!r}")
+    if d.get("schema_version") != FEATURE_SCHEMA[1]:
+        raise DamagedFileError(
+            f"feature circuit schema_version {d.get('schema_version')!r} is not the version this workbench reads "
+            f"({FEATURE_SCHEMA[1]})"
+        )
+    for key, t in FEATURE_CIRCUIT_KEYS.items():
+        _field(d, key, t, "feature circuit")
+    for n in _list(d, "nodes", MAX_EDGES):
+        if not isinstance(n, dict) or n.get("kind") not in NODE_KINDS:
+            raise DamagedFileError(f"feature circuit node {n!r} has no kind among {', '.join(NODE_KINDS)}")
+    for e in _list(d, "edges", MAX_EDGES):
+        if not isinstance(e, dict) or not _is(e.get("weight"), float) or not math.isfinite(e["weight"]):
+            raise DamagedFileError(f"feature circuit edge {e!r} needs a finite weight")
+    _faithfulness(d.get("faithfulness"))
+    return d
+
+
+@dataclass
+class FeatureGraph:
+    """A circuit-tracer / Neuronpedia feature graph as the app draws it: nodes by layer ('E' embeddings, logits at
+    n_layers + 1) and position, links with their weight (and the heads carrying them where the workbench made it)."""
+
+    nodes: list[dict]
+    links: list[dict]
+    pinned: list[str]
+    metadata: dict
+
+    @cached_property
+    def n_layers(self) -> int:
+        layers = [int(n["layer"]) for n in self.nodes if str(n["layer"]).isdigit()]
+        return max(layers, default=1) - 1
+
+
+def read_feature_graph(d) -> FeatureGraph:
+    """A graph JSON in circuit-tracer's schema (metadata.schema_version 1), validated (validate_neuronpedia)."""
+    if not isinstance(d, dict) or detect(d) != "neuronpedia":
+        raise DamagedFileError("not a circuit-tracer / Neuronpedia graph JSON (it needs metadata, nodes and links)")
+    validate_neuronpedia(d)
+    return FeatureGraph(d["nodes"], d["links"], list(d["qParams"].get("pinnedIds") or []), d["metadata"])

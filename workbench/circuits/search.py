@@ -42,6 +42,28 @@ class Found:
     baseline_ndf: float | None = None  # plain top-k of the query's own scores, same number of edges
 
 
+def smallest_hit(best_of_n, n: int, target_ndf: float):
+    """The best-of-N circuit at the smallest size k <= n whose NDF reaches target_ndf: geometric sizes up to the
+    first hit, then a binary search between the last miss and it (the full circuit, k = n, is the model)."""
+    sizes = sorted({max(1, int(round(1.5**i))) for i in range(64) if 1.5**i < n} | {n})
+    lo, hit = 0, None
+    for k in sizes:
+        f = best_of_n(k)
+        if f.ndf >= target_ndf:
+            hit = (k, f)
+            break
+        lo = k
+    k_hi, found = hit or (n, best_of_n(n))
+    while k_hi - lo > 1:
+        mid = (lo + k_hi) // 2
+        f = best_of_n(mid)
+        if f.ndf >= target_ndf:
+            k_hi, found = mid, f
+        else:
+            lo = mid
+    return found
+
+
 class Evaluator:
     """Exact metric values of circuits for one setup, memoised by mask."""
 
@@ -49,9 +71,17 @@ class Evaluator:
         self.model, self.setup, self.metric, self.max_batch = model, setup, metric, max_batch
         self.cache: dict[bytes, float] = {}
         self.n_evaluated = 0
-        e = setup.graph.n_edges
+        e = self.size()
         self.clean = float(metric(setup.clean_logits).detach())
         self.empty = self.values(torch.zeros(1, e, dtype=torch.bool))[0]
+
+    def size(self) -> int:
+        """Entries of a circuit mask (the graph's edges)."""
+        return self.setup.graph.n_edges
+
+    def run(self, masks: torch.Tensor) -> torch.Tensor:
+        """Answer-position logits of circuits given as masks, by exact patching."""
+        return evaluate(self.model, self.setup, masks, self.max_batch)
 
     def values(self, masks: torch.Tensor) -> np.ndarray:
         keys = [bytes(np.packbits(m.numpy())) for m in masks]
@@ -61,7 +91,7 @@ class Evaluator:
         new = [k for k in first if k not in self.cache]
         if new:
             batch = masks[[first[k] for k in new]]
-            vals = self.metric(evaluate(self.model, self.setup, batch, self.max_batch)).tolist()
+            vals = self.metric(self.run(batch)).tolist()
             self.cache.update(zip(new, vals))
             self.n_evaluated += len(new)
         return np.array([self.cache[k] for k in keys])
@@ -120,6 +150,15 @@ class QuerySearch:
         self.signed = {**dict(zip(sets, normed)), "mean": normed.mean(0)}
         self.absolute = {**{n: s.abs() for n, s in zip(sets, normed)}, "mean": normed.abs().mean(0)}
 
+    @property
+    def n_items(self) -> int:
+        """Entries of a circuit mask: the graph's edges (a feature search: its nodes)."""
+        return self.graph.n_edges
+
+    def _prune(self, mask: torch.Tensor) -> torch.Tensor:
+        """A mask with the edges that no longer connect input to logits dropped."""
+        return prune(self.graph, mask)
+
     # ------------------------------------------------------------------ candidates
     def candidates(self, k: int, signed: bool = False) -> tuple[list[str], torch.Tensor]:
         """Top-k and greedy circuits of every ranking (signed: only the query's own and the mean ranking)."""
@@ -155,11 +194,11 @@ class QuerySearch:
         for e in mask.nonzero().flatten().tolist():
             m = mask.clone()
             m[e] = False
-            moves.append(prune(self.graph, m))
+            moves.append(self._prune(m))
             names.append(f"drop {e}")
         room = k - int(mask.sum())
         if room <= 0:
-            return names, torch.stack(moves) if moves else torch.zeros(0, self.graph.n_edges, dtype=torch.bool)
+            return names, torch.stack(moves) if moves else torch.zeros(0, self.n_items, dtype=torch.bool)
         rank = self.absolute["mean"]
         n_nodes = len(self.graph.nodes)
         alive = torch.zeros(n_nodes, dtype=torch.bool)
@@ -172,13 +211,13 @@ class QuerySearch:
         for e in bridge[torch.argsort(rank[bridge], descending=True)][: self.cfg.pool].tolist():
             m = mask.clone()
             m[e] = True
-            moves.append(prune(self.graph, m))
+            moves.append(self._prune(m))
             names.append(f"add {e}")
         if room >= 2:
             for ein, eout in self._new_node_pairs(mask, alive, parent, child, rank)[: self.cfg.pool // 2]:
                 m = mask.clone()
                 m[[ein, eout]] = True
-                moves.append(prune(self.graph, m))
+                moves.append(self._prune(m))
                 names.append(f"add {ein}+{eout}")
         return names, torch.stack(moves)
 
@@ -208,7 +247,7 @@ class QuerySearch:
             # swaps: the best few drops combined with the best few additions
             top_d = sorted(drops, key=lambda i: -scores[i])[:3]
             top_a = sorted(adds, key=lambda i: -scores[i])[:3]
-            swaps = [prune(self.graph, moves[d] & mask | (moves[a] & ~mask)) for d in top_d for a in top_a]
+            swaps = [self._prune(moves[d] & mask | (moves[a] & ~mask)) for d in top_d for a in top_a]
             swaps = [s for s in swaps if int(s.sum()) <= k]
             if swaps:
                 sw = torch.stack(swaps)
@@ -250,7 +289,7 @@ class QuerySearch:
             # far from k, drop the few least useful edges together (fewer model calls); one at a time near k
             n_drop = max(1, (int(mask.sum()) - k) // 3)
             order = np.argsort(-scores)[:n_drop]
-            together = prune(self.graph, moves[order].all(0))
+            together = self._prune(moves[order].all(0))
             mask = together if n_drop > 1 and int(together.sum()) >= k else moves[order[0]]
         return self._measured(found, mask, "shrunk")
 
@@ -262,10 +301,10 @@ class QuerySearch:
         help together are kept that way), then refined.
         """
         check_budget(budget)
-        k = max(1, int(budget * self.graph.n_edges))
+        k = max(1, int(budget * self.n_items))
         bon = self.best_of_n(k)
         forward = self.refine(bon, k)
-        big = min(self.graph.n_edges, int(self.cfg.grow * k))
+        big = min(self.n_items, int(self.cfg.grow * k))
         if big <= k:
             return forward
         wide = self.best_of_n(big)
@@ -281,23 +320,7 @@ class QuerySearch:
         """The sparsest circuit whose NDF reaches target_ndf (best-of-N size search, then exact drops)."""
         if not 0 < target_ndf <= 1:
             raise BadValueError(f"target NDF must be in (0, 1], got {target_ndf!r}")
-        n = self.graph.n_edges
-        sizes = sorted({max(1, int(round(1.5**i))) for i in range(64) if 1.5**i < n} | {n})
-        lo, hit = 0, None
-        for k in sizes:
-            f = self.best_of_n(k)
-            if f.ndf >= target_ndf:
-                hit = (k, f)
-                break
-            lo = k
-        k_hi, found = hit or (n, self.best_of_n(n))  # the full circuit is the model (NDF 1 up to rounding)
-        while k_hi - lo > 1:  # binary search between the last miss and the first hit
-            mid = (lo + k_hi) // 2
-            f = self.best_of_n(mid)
-            if f.ndf >= target_ndf:
-                k_hi, found = mid, f
-            else:
-                lo = mid
+        found = smallest_hit(self.best_of_n, self.n_items, target_ndf)
         mask = found.mask
         while int(mask.sum()) > 0:
             names, moves = self._moves(mask, 0)  # room 0: drops only
@@ -313,7 +336,7 @@ class QuerySearch:
 
         CPR uses signed rankings (max f over candidates), CMD absolute rankings (min |1 - f|), as MIB does.
         """
-        counts = edge_counts(self.graph.n_edges, fractions)
+        counts = edge_counts(self.n_items, fractions)
         out = {"fractions": list(fractions), "edges": counts}
         for signed in (True, False):
             per_k = [self.candidates(k, signed) for k in counts]

@@ -3,6 +3,8 @@
 workbench circuit find --model tiny --prompt "..." --answer "..." [--counterfactual "..."]
                        [--budget 2% | --target-ndf 0.8] --out circuit.json
 workbench circuit find --task ioi --n 20 [--budgets 1%,2%,5%] [--out summary.json]
+workbench circuit find --transcoders SET --prompt "..." --answer "..." --counterfactual "..." [--target-ndf 0.8]
+workbench circuit graph --transcoders SET --prompt "..." [--answer "..." [--wrong "..."]] [--out graph.json]
 workbench circuit report --n 20 --out circuit_results.md
 """
 
@@ -13,11 +15,13 @@ import sys
 from pathlib import Path
 
 from workbench.circuits.config import SearchConfig
+from workbench.circuits.graph_config import GraphConfig
 from workbench.cli.options import add_model_flag, workspace_flag
-from workbench.configflags import add_config_flags, config_values, count
+from workbench.configflags import add_config_flags, config_values, count, given
 from workbench.errors import BadValueError
 
 PREFIX = "search."  # namespace prefix of the SearchConfig flags
+GRAPH = "graph."  # namespace prefix of the GraphConfig flags
 PROMPT_ONLY = ("prompt", "answer", "counterfactual", "wrong", "paraphrase", "target_ndf", "mib", "neuronpedia", "name")
 TASK_ONLY = ("n", "budgets", "all_queries")
 MODEL_HELP = "tiny, a saved model folder, or a TransformerLens name (default: %(default)s)"
@@ -61,6 +65,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("circuit", help="query circuits: find, evaluate, export and report")
     circuit = p.add_subparsers(dest="circuit_command", required=True)
     _add_find(circuit)
+    _add_graph(circuit)
     e = circuit.add_parser("export", help="convert a workbench circuit JSON to the MIB or Neuronpedia format")
     e.add_argument("circuit", help="workbench circuit JSON")
     e.add_argument("--format", required=True, choices=("mib", "neuronpedia"), help="target format")
@@ -101,6 +106,7 @@ def _add_find(circuit) -> None:
         help="best-of-N search + exact refinement, or plain top-k of EAP-IG scores (default: %(default)s)",
     )
     add_config_flags(f, SearchConfig, PREFIX)
+    _add_transcoder_flags(f)
     f.add_argument("--cache", help="activation cache whose token sequences give the means for --ablation mean")
     _add_task_flags(f)
     f.add_argument("--name", help="the circuit's folder in <workspace>/circuits (default: from the prompt)")
@@ -108,6 +114,79 @@ def _add_find(circuit) -> None:
     f.add_argument("--mib", help="also write the EAP-IG/MIB circuit JSON here")
     f.add_argument("--neuronpedia", help="also write the Neuronpedia graph JSON here")
     f.set_defaults(func=_find)
+
+
+def _add_transcoder_flags(f: argparse.ArgumentParser) -> None:
+    f.add_argument(
+        "--transcoders",
+        help="a transcoder set folder (one per MLP layer): find a circuit of its features, error nodes and "
+        "embeddings instead of heads and MLPs (--budget is then a fraction of the nodes; default --target-ndf 0.8)",
+    )
+    f.add_argument("--member", default="0", help="which config of each layer's set: an index or a config name")
+    add_config_flags(f, GraphConfig, GRAPH)
+
+
+def _add_graph(circuit) -> None:
+    g = circuit.add_parser(
+        "graph",
+        parents=[workspace_flag()],
+        help="the attribution graph of a prompt through a transcoder set (recorded in the workspace)",
+    )
+    add_model_flag(g, help=MODEL_HELP)
+    g.add_argument("--prompt", required=True, help="the prompt (BOS is prepended)")
+    g.add_argument("--answer", help="the target logit (default: the top logits covering --desired-logit-prob)")
+    g.add_argument("--wrong", help="a second target logit beside --answer")
+    g.add_argument("--name", help="the graph's folder in <workspace>/circuits (default: from the prompt)")
+    g.add_argument("--out", help="also write the graph JSON (circuit-tracer / Neuronpedia schema) here")
+    _add_transcoder_flags(g)
+    g.set_defaults(func=_graph)
+
+
+def _member(text: str) -> int | str:
+    return int(text) if text.isdigit() else text
+
+
+def _graph_cfg(args) -> GraphConfig:
+    return GraphConfig(**config_values(args, GraphConfig, GRAPH))
+
+
+def _graph(args) -> None:
+    from workbench import steps
+    from workbench.atomic import check_outputs
+    from workbench.models import load
+    from workbench.sae.transcoders import load_set
+    from workbench.workspace import Workspace
+
+    if not args.transcoders:
+        raise BadValueError("circuit graph needs --transcoders SET (a transcoder set folder)")
+    if args.wrong and not args.answer:
+        raise BadValueError("--wrong is a second target beside --answer; give --answer too")
+    check_outputs({"--out": args.out})
+    cfg = _graph_cfg(args)
+    load_set(args.transcoders)  # a bad set is refused before the model loads
+    model, _ = load(args.model)
+    g, folder = steps.attribution_graph(
+        Workspace(args.workspace),
+        model,
+        args.transcoders,
+        args.prompt,
+        args.answer,
+        args.wrong,
+        cfg=cfg,
+        model_spec=args.model,
+        name=args.name,
+        member=_member(args.member),
+    )
+    kept = int(g.pruned.edge_mask.sum())
+    print(
+        f"graph: {g.n_features} of {g.n_active} active features given rows, {kept} edges kept; replacement "
+        f"{g.scores['replacement']:.3f}, completeness {g.scores['completeness']:.3f}"
+    )
+    print(f"recorded {folder}")
+    if args.out:
+        from workbench.atomic import atomic_write_text
+
+        atomic_write_text(Path(args.out), (folder / "graph.json").read_text())
 
 
 def _add_task_flags(f: argparse.ArgumentParser) -> None:
@@ -174,7 +253,7 @@ def _given(args, *names: str) -> list[str]:
 
 def _check_task_args(args) -> None:
     check_tasks([args.task])
-    bad = _given(args, *PROMPT_ONLY)
+    bad = _given(args, *[f for f in PROMPT_ONLY if not (args.transcoders and f == "target_ndf")])
     if bad:
         raise BadValueError(
             f"{', '.join(bad)} {'does' if len(bad) == 1 else 'do'} not apply to --task (it "
@@ -206,10 +285,97 @@ def _check_find_args(args, cfg: SearchConfig) -> None:
 
     (_check_task_args if args.task else _check_prompt_args)(args)
     check_outputs({f"--{flag}": getattr(args, flag) for flag in ("out", "mib", "neuronpedia")})
+    if args.transcoders:
+        _check_feature_args(args, cfg)
+    elif any(k.startswith(GRAPH) for k in given(args)):
+        raise BadValueError("the attribution-graph flags (--node-threshold ...) apply only with --transcoders SET")
     if cfg.ablation == "mean" and not args.cache:
         raise BadValueError("--ablation mean needs --cache DIR (the means come from its token sequences)")
     if args.target_ndf is not None and not 0 < args.target_ndf <= 1:
         raise BadValueError(f"--target-ndf {args.target_ndf} is outside (0, 1]")
+
+
+def _check_feature_args(args, cfg: SearchConfig) -> None:
+    from workbench.circuits.feature_patching import FEATURE_ABLATIONS
+    from workbench.sae.transcoders import load_set
+
+    bad = _given(args, "mib", "paraphrase", "cache", *(("budget", "budgets") if args.task else ()))
+    bad += ["--strategy topk"] if args.strategy == "topk" else []
+    if bad:
+        raise BadValueError(
+            f"{', '.join(bad)} {'does' if len(bad) == 1 else 'do'} not apply to feature circuits (--transcoders): "
+            "they are found for one --prompt by the search, scored by NDF"
+        )
+    if cfg.ablation not in FEATURE_ABLATIONS:
+        raise BadValueError(
+            f"--ablation {cfg.ablation} is not available with --transcoders; valid: {FEATURE_ABLATIONS}"
+        )
+    _graph_cfg(args)
+    load_set(args.transcoders)
+
+
+def _feature_task(args, model, cfg: SearchConfig) -> None:
+    """`circuit find --transcoders SET --task T`: feature circuits of n generated queries, one row each."""
+    from workbench.atomic import write_json
+    from workbench.circuits.feature_circuit import evaluate_feature_task
+
+    target = 0.8 if args.target_ndf is None else args.target_ndf
+    summary = evaluate_feature_task(
+        model,
+        args.transcoders,
+        args.task,
+        args.n or 20,
+        target_ndf=target,
+        seed=args.seed,
+        cfg=cfg,
+        graph_cfg=_graph_cfg(args),
+        n_samples=1,
+    )
+    print(
+        f"| query | nodes (top-k) | edges | NDF | replacement | completeness | heads Jaccard vs component |\n|{'---|' * 7}"
+    )
+    for r in summary["rows"]:
+        print(
+            f"| {r['prompt'][-40:]} | {r['nodes']} ({r['topk_nodes']}) | {r['edges']} | {r['ndf']:.3f} | "
+            f"{r['replacement']:.3f} | {r['completeness']:.3f} | {r['heads_jaccard']:.2f} |"
+        )
+    for sk in summary["skipped"]:
+        print(f"skipped: {sk['prompt']!r}: {sk['reason']}", file=sys.stderr)
+    if args.out:
+        write_json(args.out, summary)
+
+
+def _find_features(args, model, cfg: SearchConfig) -> None:
+    from workbench import steps
+    from workbench.workspace import Workspace
+
+    if args.task:
+        return _feature_task(args, model, cfg)
+
+    circuit, g, folder = steps.find_feature_circuit(
+        Workspace(args.workspace),
+        model,
+        args.transcoders,
+        args.prompt,
+        args.answer,
+        args.counterfactual,
+        model_spec=args.model,
+        name=args.name,
+        wrong=args.wrong,
+        budget=args.budget,
+        target_ndf=args.target_ndf,
+        cfg=cfg,
+        graph_cfg=_graph_cfg(args),
+        seed=args.seed,
+        member=_member(args.member),
+    )
+    print(circuit.summary())
+    print(f"recorded {folder}")
+    for flag, name in (("out", "feature_circuit.json"), ("neuronpedia", "neuronpedia.json")):
+        if getattr(args, flag):
+            from workbench.atomic import atomic_write_text
+
+            atomic_write_text(Path(getattr(args, flag)), (folder / name).read_text())
 
 
 def _find(args) -> None:
@@ -224,6 +390,8 @@ def _find(args) -> None:
         from workbench.circuits.hooks import writer_means
 
         means = writer_means(model, ActivationCache.open(args.cache))
+    if args.transcoders:
+        return _find_features(args, model, cfg)
     (_evaluate_task if args.task else _find_one)(args, model, cfg, means)
 
 

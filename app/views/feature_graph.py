@@ -1,0 +1,116 @@
+"""Feature graph page: an attribution graph or a feature-level circuit (circuit-tracer / Neuronpedia graph JSON) on
+the interactive graph view: features, error nodes and embeddings by layer and position, a node cap saying what it
+hides, a node's links with the heads that carry them, and its feature page. Upload any circuit-tracer graph JSON."""
+
+import json
+
+import pandas as pd
+import streamlit as st
+
+from app import graph_view, state
+from app.figures import feature_graph as fgf
+from workbench import browse
+from workbench.circuits import annotations, schema
+from workbench.errors import UserError
+
+UPLOADED_GRAPH = "uploaded-graph"
+
+st.title("Feature graph")
+
+
+def upload_box() -> None:
+    with st.expander("upload a circuit-tracer / Neuronpedia graph JSON"):
+        up = st.file_uploader("graph file", type=["json"], key="w_graph_upload")
+        if up is None:
+            return
+        try:
+            fg = schema.read_feature_graph(schema.loads(up.getvalue(), up.name))
+        except UserError as e:
+            st.error(state.text(e))
+            return
+        st.session_state[UPLOADED_GRAPH] = fg
+        st.query_params["graph"] = UPLOADED_GRAPH
+
+
+def pick() -> tuple[str, schema.FeatureGraph] | None:
+    options = state.catalog().feature_graphs + ([UPLOADED_GRAPH] if UPLOADED_GRAPH in st.session_state else [])
+    if not options:
+        st.info(
+            "no attribution graphs in this workspace: make one with `workbench circuit graph --transcoders SET` "
+            "or `workbench circuit find --transcoders SET`, or upload a graph JSON"
+        )
+        return None
+    rel = state.choice(st.selectbox, "graph", options, "w_graph", label="graph")
+    if rel == UPLOADED_GRAPH:
+        return rel, st.session_state[UPLOADED_GRAPH]
+    try:
+        return rel, browse.open_feature_graph(state.resolve(rel))
+    except UserError as e:
+        state.fail(e)
+
+
+def details(fg: schema.FeatureGraph, node_id: str) -> None:
+    node = next((n for n in fg.nodes if n["node_id"] == node_id), None)
+    if node is None:
+        st.warning(f"node={node_id!r} is not in this graph")
+        return
+    st.markdown(f"**{state.text(node_id)}**: {state.text(node['clerp'])} (influence {node['influence']:.3f})")
+    members = (fg.metadata.get("info") or {}).get("transcoder_members") or {}
+    if node["feature_type"] == "cross layer transcoder" and node["layer"] in members:
+        latent = int(node_id.split("_")[1])
+        state.feature_link(members[node["layer"]], latent, f"feature page of L{node['layer']} latent {latent}")
+    rows = fgf.node_rows(fg, node_id)
+    if rows:
+        st.dataframe(pd.DataFrame(rows), hide_index=True)
+
+
+upload_box()
+picked = pick()
+if picked is not None:
+    rel, fg = picked
+    meta = fg.metadata
+    info = meta.get("info") or {}
+    st.caption(
+        f"prompt: {state.text(meta['prompt'])} · model {state.code(meta['scan'])} · replacement "
+        f"{info.get('replacement', float('nan')):.3f}, completeness {info.get('completeness', float('nan')):.3f}"
+        + (f" · {len(fg.pinned)} nodes pinned (the feature circuit)" if fg.pinned else "")
+    )
+    cap = state.int_param("cap", 120, 1, 2000)
+    cap = state.synced(
+        st.number_input, "cap", cap, "w_cap", label="most influential nodes drawn", min_value=1, max_value=2000, step=10
+    )
+    g = fgf.to_graph(fg, int(cap), title=rel)
+    kinds = {k: sum(n.kind == k for n in g.nodes) for k in ("feature", "error", "input", "logits")}
+    st.caption(
+        f"{kinds['feature']} features, {kinds['error']} error nodes, {kinds['input']} embeddings, {kinds['logits']} "
+        f"logits, {len(g.edges)} links drawn"
+    )
+    for h in g.hidden:
+        st.caption(state.text(h))
+    marks = graph_view.url_annotations()
+    if not marks and fg.pinned:  # a feature circuit's graph: its nodes start pinned
+        marks = annotations.Annotations(pinned=list(fg.pinned))
+    clicked = graph_view.draw(g, "feature_graph", selected=st.query_params.get("node"), marks=marks)
+    node = clicked or st.query_params.get("node")
+    if clicked:
+        st.query_params["node"] = clicked
+    if node:
+        details(fg, node)
+    st.download_button(
+        "download graph JSON",
+        json.dumps(
+            {
+                "metadata": meta,
+                "qParams": {
+                    "pinnedIds": fg.pinned,
+                    "supernodes": [],
+                    "linkType": "both",
+                    "clickedId": "",
+                    "sg_pos": "",
+                },
+                "nodes": fg.nodes,
+                "links": fg.links,
+            }
+        ),
+        file_name=f"{rel.split('/')[-1]}.json",
+    )

@@ -1,0 +1,46 @@
+"""The attribution graph's choices (attribution_graph.build_graph) as one dataclass, without torch, so the CLI can
+build its flags cheaply; saved with every graph."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from workbench.config import Config
+from workbench.errors import BadValueError
+
+
+def check_threshold(name: str, value: float) -> float:
+    if not (isinstance(value, (int, float)) and 0 < value <= 1):
+        raise BadValueError(
+            f"{name}={value!r} is outside (0, 1]: it is the share of influence kept (circuit-tracer's defaults: "
+            "node_threshold 0.8, edge_threshold 0.98)"
+        )
+    return float(value)
+
+
+@dataclass
+class GraphConfig(Config):
+    error = BadValueError
+
+    node_threshold: float = field(
+        default=0.8, metadata={"help": "share of node influence kept when pruning (circuit-tracer's default)"}
+    )
+    edge_threshold: float = field(default=0.98, metadata={"help": "share of edge influence kept among the kept nodes"})
+    max_feature_nodes: int | None = field(
+        default=None,
+        metadata={"help": "features given a row, most influential first (None: every one with influence)", "min": 1},
+    )
+    max_n_logits: int = field(default=10, metadata={"help": "top logits as targets when no answer is given", "min": 1})
+    desired_logit_prob: float = field(
+        default=0.95, metadata={"help": "... until they cover this probability (no answer given)"}
+    )
+    batch_size: int = field(default=32, metadata={"help": "targets per backward pass", "min": 1})
+    max_matrix_mib: float = field(
+        default=2048.0, metadata={"help": "store whole rows up to this size, else compute the chosen rows twice"}
+    )
+    heads: bool = field(default=True, metadata={"help": "split each kept edge over the attention heads carrying it"})
+
+    def check(self) -> None:
+        check_threshold("node_threshold", self.node_threshold)
+        check_threshold("edge_threshold", self.edge_threshold)
+        check_threshold("desired_logit_prob", self.desired_logit_prob)
