@@ -1,7 +1,7 @@
 """The SAE claims against ground truth: synthetic activations with a known dictionary (issue #25, item 4).
 
     OMP_NUM_THREADS=1 nohup nice -n 5 .venv/bin/python bench/sae_ground_truth.py --threads 1 \\
-        > bench/work/sae_ground_truth/run.log 2>&1 &          # ~70 min on one core; rerun to resume
+        > bench/work/sae_ground_truth/run.log 2>&1 &          # ~60–80 min on one shared core; rerun to resume
     .venv/bin/python bench/sae_ground_truth.py --quick --out /tmp/gt.md   # smoke run on tiny sizes
 
 1. sae-lens's `sae_lens.synthetic` makes a feature dictionary (unit vectors in d = 128) with Zipfian firing
@@ -90,7 +90,7 @@ class RunConfig:
     k: int = 16
     n_latents: int = 2304  # the dictionary's 2048 features plus room for the planted subspaces
     block_size: int = 4
-    train_tokens: int = 2_000_000
+    train_tokens: int = 1_000_000  # about one pass over the train rows
     batch_size: int = 1024
     lr: float = 3e-4
     extra: dict = field(default_factory=dict)
