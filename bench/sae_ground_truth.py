@@ -29,7 +29,7 @@ import hashlib
 import json
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -93,7 +93,6 @@ class RunConfig:
     train_tokens: int = 1_000_000  # about one pass over the train rows
     batch_size: int = 1024
     lr: float = 3e-4
-    extra: dict = field(default_factory=dict)
 
 
 class GroundTruth:
