@@ -1,7 +1,7 @@
 """The SAE claims against ground truth: synthetic activations with a known dictionary (issue #25, item 4).
 
     OMP_NUM_THREADS=1 nohup nice -n 5 .venv/bin/python bench/sae_ground_truth.py --threads 1 \\
-        > bench/work/sae_ground_truth/run.log 2>&1 &          # ~60–80 min on one shared core; rerun to resume
+        > bench/work/sae_ground_truth/run.log 2>&1 &          # ~75 min on one shared core; rerun to resume
     .venv/bin/python bench/sae_ground_truth.py --quick --out /tmp/gt.md   # smoke run on tiny sizes
 
 1. sae-lens's `sae_lens.synthetic` makes a feature dictionary (unit vectors in d = 128) with Zipfian firing
