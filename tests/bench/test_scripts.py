@@ -116,3 +116,10 @@ def test_app_bench_quick(tmp_path):
     if Path("/usr/bin/chromium").exists():
         assert "| GPT-2-shaped (bench-gpt2-shaped) | 300 |" in text
         assert "Switching circuits on the open page" in text and "budget move s" in text
+
+
+@pytest.mark.slow
+def test_sae_ground_truth_quick(tmp_path):
+    text = _quick(tmp_path, "sae_ground_truth.py")
+    assert "Every (architecture, seed) finished." in text and "paired difference matryoshka − topk" in text
+    assert "| block_topk | 0,1,2 |" in text and "nan" not in text

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from workbench.cache import ActivationCache, harvest
+from workbench.cache import ActivationCache, harvest, write_array_cache
 from workbench.cache import format as fmt
 from workbench.cache.shards import check_shard, read_record, shard_dirs
 from workbench.errors import BadValueError, DamagedFileError, DiskFullError, MissingInputError, OutputExistsError
@@ -257,3 +257,63 @@ def test_a_finite_corpus_that_runs_out_gives_a_smaller_cache(tmp_path, model, co
         harvest(model, short, hooks[:1], tmp_path / "c", **{**base, "heldout_fraction": 0}, resume=True).manifest
         == c.manifest
     )
+
+
+# --- write_array_cache: a cache from rows no model made --------------------------------------------
+
+
+def _gaussian_rows(split, start, n):
+    """Deterministic in (split, start): what write_array_cache requires of its source."""
+    return np.random.default_rng([start, split == "heldout"]).standard_normal((n, 6)).astype(np.float32)
+
+
+ARRAY = dict(source="gaussian-test", heldout_fraction=0.2, block_rows=64, shard_tokens=200, progress=False)
+
+
+def test_array_cache_holds_the_rows_and_their_stats(tmp_path):
+    c = write_array_cache(tmp_path / "c", _gaussian_rows, "x", 6, 1000, **ARRAY)
+    assert (c.n_tokens("train"), c.n_tokens("heldout"), c.d("x")) == (800, 200, 6)
+    assert c.manifest["model"] == "gaussian-test" and len(c.manifest["shards"]["train"]) == 4
+    want = np.concatenate([_gaussian_rows("train", a, min(64, 800 - a)) for a in range(0, 800, 64)])
+    np.testing.assert_array_equal(c.rows("x", np.arange(800)).numpy(), want)
+    np.testing.assert_array_equal(
+        c.rows("x", [0, 199], split="heldout").numpy()[1], _gaussian_rows("heldout", 192, 8)[7]
+    )
+    np.testing.assert_allclose(c.stats("x")["mean"].numpy(), want.mean(0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(c.norms("x"), np.linalg.norm(want, axis=1), rtol=1e-6)
+    assert (c.seq_index() == np.arange(800)).all() and c.labels() == {} and c.verify() > 0
+
+
+def test_array_cache_trains_an_sae(tmp_path):
+    """The point of the writer: the workbench's own trainer reads it like a harvest."""
+    from workbench.sae import SAEConfig, TrainConfig, train
+
+    c = write_array_cache(tmp_path / "c", _gaussian_rows, "x", 6, 1000, **ARRAY)
+    [folder] = train(
+        c.path, "x", [SAEConfig("topk", k=2, n_latents=12)], TrainConfig(512, 128, progress=False), tmp_path / "s"
+    )
+    assert (folder / "sae_weights.safetensors").is_file()
+
+
+def test_array_cache_resume_after_a_crash_equals_a_clean_write(tmp_path, same_cache):
+    clean = write_array_cache(tmp_path / "clean", _gaussian_rows, "x", 6, 1000, **ARRAY)
+    calls = []
+
+    def crashing(split, start, n):
+        calls.append(start)
+        if len(calls) == 9:  # after two complete train shards
+            raise RuntimeError("source failed")
+        return _gaussian_rows(split, start, n)
+
+    with pytest.raises(RuntimeError, match="source failed"):
+        write_array_cache(tmp_path / "c", crashing, "x", 6, 1000, **ARRAY)
+    assert len(shard_dirs(tmp_path / "c" / "train")) == 2
+    with pytest.raises(DamagedFileError, match="harvested with another config"):
+        write_array_cache(tmp_path / "c", _gaussian_rows, "x", 6, 1000, **{**ARRAY, "source": "other"}, resume=True)
+    same_cache(clean, write_array_cache(tmp_path / "c", _gaussian_rows, "x", 6, 1000, **ARRAY, resume=True))
+
+
+def test_array_cache_refuses_rows_of_the_wrong_shape_and_leaves_no_folder(tmp_path):
+    with pytest.raises(BadValueError, match=r"rows\('train', 0, 64\) returned a float32 array of shape \(64, 5\)"):
+        write_array_cache(tmp_path / "c", lambda s, a, n: np.zeros((n, 5), np.float32), "x", 6, 1000, **ARRAY)
+    assert not (tmp_path / "c").exists()

@@ -10,6 +10,7 @@ _EXPORTS = {
     "ActivationCache": "workbench.cache.reader",
     "CacheConfig": "workbench.cache.config",
     "harvest": "workbench.cache.writer",
+    "write_array_cache": "workbench.cache.writer",
     "default_hooks": "workbench.cache.hooks",
     "hook_summary": "workbench.cache.hooks",
     "transcoder_hooks": "workbench.cache.hooks",

@@ -1,4 +1,5 @@
-"""harvest(): one forward pass per batch writes every requested hook into on-disk shards.
+"""harvest(): one forward pass per batch writes every requested hook into on-disk shards;
+write_array_cache(): the same cache from rows a callable gives (synthetic activations, no model).
 
 Layout of a cache folder:
   progress.json            the config of a harvest in progress (deleted once manifest.json exists)
@@ -27,6 +28,8 @@ import shutil
 import threading
 import warnings
 from collections import deque
+from collections.abc import Callable
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from itertools import islice
 from pathlib import Path
@@ -81,27 +84,42 @@ def harvest(
         raise BadValueError("pass resume=True or overwrite=True, not both")
     cfg = dataclasses.replace(cfg or HarvestConfig(), **options, **({} if n_tokens is None else {"n_tokens": n_tokens}))
     cfg, dims = _resolve(model, corpus, hooks, cfg, special_ids)
-    out = Path(out_dir)
-    existed = out.exists()
-    fresh = not existed or (out.is_dir() and not any(out.iterdir()))
-    done = _prepare(out, cfg, resume, overwrite)
+    out, done, fresh, existed = _start(out_dir, cfg, resume, overwrite)
     if done is None:  # resume of a finished cache
         return ActivationCache.open(out)
     unknown = _UnknownCounter(model.tokenizer, cfg)
+    with _writing(out, fresh, existed) as closer, _bar(cfg, done, f"harvest {out.name}", progress) as bar:
+        for split in SPLITS:
+            _harvest_split(model, corpus, cfg, split, out / split, done[split], closer, bar, unknown)
+        closer.join()
+        extra = {"n_layers": model.cfg.n_layers, "unknown_fraction": _unknown_fraction(out, unknown)}
+        _finalize(out, cfg, corpus.label_names, dims, extra)
+    return ActivationCache.open(out)
+
+
+def _start(out_dir, cfg: CacheConfig, resume: bool, overwrite: bool):
+    """(folder, shards already done per split or None when the cache is finished, whether the folder was absent
+    or empty, whether it existed): what a write needs before its first shard."""
+    out = Path(out_dir)
+    existed = out.exists()
+    fresh = not existed or (out.is_dir() and not any(out.iterdir()))
+    return out, _prepare(out, cfg, resume, overwrite), fresh, existed
+
+
+def _bar(cfg: CacheConfig, done: dict[str, list[dict]], desc: str, progress: bool):
+    initial = sum(r["rows"] for rs in done.values() for r in rs)
+    return tqdm(total=cfg.n_tokens, initial=initial, unit="tok", desc=desc, disable=not progress)
+
+
+@contextmanager
+def _writing(out: Path, fresh: bool, existed: bool):
+    """A _Closer for the shards of one write into `out`, joined on every way out. A ValueError (the input or
+    config is unusable: a rerun fails the same way) leaves the folder as the write found it; a full disk
+    becomes DiskFullError, naming the complete shards a resume keeps."""
     closer = _Closer()
     try:
-        with tqdm(
-            total=cfg.n_tokens,
-            initial=sum(r["rows"] for rs in done.values() for r in rs),
-            unit="tok",
-            desc=f"harvest {out.name}",
-            disable=not progress,
-        ) as bar:
-            for split in SPLITS:
-                _harvest_split(model, corpus, cfg, split, out / split, done[split], closer, bar, unknown)
-        closer.join()
-        _finalize(out, cfg, corpus.label_names, dims, unknown, model.cfg.n_layers)
-    except ValueError:  # the corpus or config is unusable: a rerun fails the same way, so nothing to resume
+        yield closer
+    except ValueError:
         closer.join(raise_error=False)
         if fresh and out.is_dir():  # leave the folder as this call found it, so the corrected command can run
             shutil.rmtree(out)
@@ -114,14 +132,114 @@ def harvest(
             n = len([d for s in SPLITS for d in shard_dirs(out / s)])
             raise DiskFullError(
                 errno.ENOSPC,
-                f"disk full while harvesting into {out}: the {n} complete shards there "
+                f"disk full while writing the cache {out}: the {n} complete shards there "
                 f"are valid; free some space and rerun with resume=True (--resume)",
             ) from e
         raise
     except BaseException:
         closer.join(raise_error=False)
         raise
+
+
+def write_array_cache(
+    out_dir,
+    rows: Callable[[str, int, int], np.ndarray],
+    hook: str,
+    d: int,
+    n_tokens: int,
+    *,
+    source: str,
+    heldout_fraction: float = 0.05,
+    dtype: str = "float32",
+    block_rows: int = 65_536,
+    shard_tokens: int | None = None,
+    outlier_factor: float = 10.0,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> ActivationCache:
+    """A cache of rows that no model made (synthetic activations with a known dictionary, or ones computed
+    elsewhere), in the harvest's format, so the SAE trainer and every reader take it as they take a harvest.
+
+    rows(split, start, n) -> float array [n, d]: rows start..start+n of a split; it must return the same
+    rows for the same arguments, since a resume replays the blocks (of block_rows rows) after the last
+    complete shard, like a harvest replays its forward passes. `source` names what made the rows; it is
+    recorded as the manifest's model and corpus, and a resume with another source is refused. Each row is
+    its own one-token "sequence" (token id 0), so per-token metadata stays well defined.
+    """
+    if resume and overwrite:
+        raise BadValueError("pass resume=True or overwrite=True, not both")
+    if not (isinstance(d, int) and d >= 1):
+        raise BadValueError(f"d={d!r} must be a positive integer (the rows' width)")
+    row_bytes = d * (4 if dtype == "float32" else 2)
+    cfg = CacheConfig(
+        model=source,
+        corpus=source,
+        hooks=(hook,),
+        n_tokens=int(n_tokens),
+        ctx_len=1,
+        batch_size=block_rows,
+        dtype=dtype,
+        shard_tokens=max(1, SHARD_BYTES // row_bytes) if shard_tokens is None else shard_tokens,
+        heldout_fraction=heldout_fraction,
+        exclude_special=False,
+        special_ids=(),
+        outlier_factor=outlier_factor,
+        max_unknown_fraction=1.0,
+    )
+    out, done, fresh, existed = _start(out_dir, cfg, resume, overwrite)
+    if done is None:  # resume of a finished cache
+        return ActivationCache.open(out)
+    with _writing(out, fresh, existed) as closer, _bar(cfg, done, f"write {out.name}", progress) as bar:
+        for split in SPLITS:
+            _write_rows(rows, cfg, d, split, out / split, done[split], closer, bar)
+        closer.join()
+        _finalize(out, cfg, {}, {hook: d}, {})
     return ActivationCache.open(out)
+
+
+def _write_rows(rows, cfg: CacheConfig, d: int, split: str, split_dir: Path, records: list[dict], closer, bar) -> None:
+    """One split of write_array_cache, block by block from the row after the last complete shard."""
+    target, hook = cfg.n_rows(split), cfg.hooks[0]
+    start = records[-1]["seq_end"] if records else 0  # one sequence per row
+    if start >= target:
+        return
+    split_dir.mkdir(exist_ok=True)
+    n_shards, shard = len(records), None
+    try:
+        for a in range(start, target, cfg.batch_size):
+            n = min(cfg.batch_size, target - a)
+            x = np.asarray(rows(split, a, n))
+            if x.shape != (n, d) or not np.issubdtype(x.dtype, np.floating):
+                raise BadValueError(
+                    f"rows({split!r}, {a}, {n}) returned a {x.dtype} array of shape {x.shape}; expected floats of "
+                    f"shape ({n}, {d})"
+                )
+            x64 = x.astype(np.float64)
+            idx = np.arange(a, a + n)
+            block = {
+                "tokens": np.zeros(n, np.int32),
+                "positions": np.zeros(n, np.int32),
+                "seq_index": idx,
+                "doc_ids": idx,
+                "sequences": np.zeros((n, 1), np.int32),
+                f"norm.{hook}": np.sqrt((x64 * x64).sum(1)).astype(np.float32),
+                f"act.{hook}": _to_store(torch.from_numpy(np.ascontiguousarray(x, np.float32)), cfg.dtype),
+            }
+            if shard is None:
+                shard = ShardWriter(split_dir / shard_name(n_shards), a)
+                n_shards += 1
+            shard.append(block, {hook: torch.from_numpy(np.stack([x64.sum(0), (x64 * x64).sum(0)]))}, a + n)
+            bar.update(n)
+            if shard.rows >= cfg.shard_tokens and a + n < target:
+                shard, full = None, shard
+                closer.submit(full)
+    except BaseException:
+        if shard is not None:
+            shard.abort()
+        raise
+    if shard is not None:
+        closer.submit(shard)
 
 
 def _resolve(model, corpus, hooks, cfg: HarvestConfig, special_ids) -> tuple[CacheConfig, dict[str, int]]:
@@ -407,11 +525,16 @@ class _Closer:
             raise self._error
 
 
-def _finalize(
-    out: Path, cfg: CacheConfig, label_names: dict, dims: dict[str, int], unknown: _UnknownCounter, n_layers: int
-) -> None:
-    shards = {s: [read_record(d) for d in shard_dirs(out / s)] for s in SPLITS}
+def _unknown_fraction(out: Path, unknown: _UnknownCounter) -> float:
+    """Share of the cached sequences' tokens (specials aside) that are the tokenizer's unknown token."""
     counts = np.array([unknown.fraction(np.load(d / "sequences.npy")) for s in SPLITS for d in shard_dirs(out / s)])
+    return float(counts[:, 0].sum() / max(1, counts[:, 1].sum())) if len(counts) else 0.0
+
+
+def _finalize(out: Path, cfg: CacheConfig, label_names: dict, dims: dict[str, int], extra: dict) -> None:
+    """Stats and manifest.json (written last: its presence marks the cache finished); `extra`: what only one
+    kind of writer records (a harvest: the model's n_layers, the unknown-token share)."""
+    shards = {s: [read_record(d) for d in shard_dirs(out / s)] for s in SPLITS}
     if not shards["train"]:
         raise BadValueError(f"corpus {cfg.corpus} yielded no train rows; nothing to cache")
     (out / "stats").mkdir(exist_ok=True)
@@ -422,7 +545,6 @@ def _finalize(
         "format": FORMAT,
         "model": cfg.model,
         "corpus": cfg.corpus,
-        "n_layers": n_layers,  # so a transcoder set knows the model's layers without loading it
         "hooks": list(cfg.hooks),
         "d": dims,
         "dtype": cfg.dtype,
@@ -435,7 +557,7 @@ def _finalize(
         "config": cfg.to_dict(),
         "checksum": CHECKSUM,
         "stats": stats,
-        "unknown_fraction": float(counts[:, 0].sum() / max(1, counts[:, 1].sum())) if len(counts) else 0.0,
+        **extra,  # a harvest: n_layers (so a transcoder set knows the model's layers without loading it)
         "shards": shards,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
     }
