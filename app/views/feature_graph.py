@@ -88,8 +88,11 @@ if picked is not None:
     for h in g.hidden:
         st.caption(state.text(h))
     marks = graph_view.url_annotations()
-    if not marks and fg.pinned:  # a feature circuit's graph: its nodes start pinned
+    seeded = f"_pinned_from_circuit_{rel}"  # once per graph and session, so unpinning them all sticks
+    if not marks and fg.pinned and not st.session_state.get(seeded):  # a feature circuit's graph: pinned at first
         marks = annotations.Annotations(pinned=list(fg.pinned))
+        graph_view.write_url(marks)  # the view reads its marks from the URL (also on its own fragment reruns)
+    st.session_state[seeded] = True
     clicked = graph_view.draw(g, "feature_graph", selected=st.query_params.get("node"), marks=marks)
     node = clicked or st.query_params.get("node")
     if clicked:
