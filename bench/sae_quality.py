@@ -38,8 +38,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 import sae_quality_report as report  # noqa: E402
 
-from workbench.sae import SAEConfig, TrainConfig, evaluate, train  # noqa: E402
+# every module the runs use is imported here, at the start: the rows record the commit the run started at
+from workbench.cache import ActivationCache, harvest  # noqa: E402
+from workbench.corpus import load_corpus  # noqa: E402
+from workbench.models import load  # noqa: E402
+from workbench.provenance import model_id  # noqa: E402
+from workbench.sae import SAEConfig, TrainConfig, evaluate, metrics, probing, subspace, train  # noqa: E402
 from workbench.sae.config import EvalConfig  # noqa: E402
+from workbench.sae.eval import fvu_at_inference_k  # noqa: E402
 from workbench.sae.io import load_sae, read_info  # noqa: E402
 
 HOOK = "blocks.2.hook_resid_post"
@@ -111,11 +117,6 @@ def planned_jobs(args) -> list[SAEConfig]:
 def harvest_cache(path: Path, n_tokens: int) -> bool:
     """The cache of the current embedded model at path: kept when its manifest names this model, else
     harvested (replacing one from earlier weights). True if harvested."""
-    from workbench.cache import harvest
-    from workbench.corpus import load_corpus
-    from workbench.models import load
-    from workbench.provenance import model_id
-
     model, tok = load("tiny", device="cpu")
     manifest = path / "manifest.json"
     if manifest.is_file() and json.loads(manifest.read_text()).get("model") == model_id(model):
@@ -171,9 +172,6 @@ def heldout(cache, n: int) -> tuple[torch.Tensor, dict, np.ndarray]:
 
 def extras(folder: Path, data, label_names: dict, pca: dict) -> dict:
     """The metrics evaluate() does not compute, from the codes on the same held-out tokens."""
-    from workbench.sae import metrics, probing, subspace
-    from workbench.sae.eval import fvu_at_inference_k
-
     x, labels, train_mask = data
     sae = load_sae(folder, device="cpu").eval()
     cfg = read_info(folder)["sae_config"]
@@ -234,10 +232,6 @@ def row(folder: Path, cache: Path, data, label_names: dict, pca: dict, args) -> 
 def pca_baseline(cache_path: Path, data, args) -> dict:
     """The stream's top principal directions (from training rows), its outlier dimensions, and the CE with the
     top-r directions projected out for each scaffold rank; stored once in the work folder."""
-    from workbench.cache import ActivationCache
-    from workbench.models import load
-    from workbench.sae import subspace
-
     path = args.work / "rows" / "pca.json"
     if not path.is_file():
         cache = ActivationCache.open(cache_path)
@@ -266,8 +260,6 @@ def pca_baseline(cache_path: Path, data, args) -> dict:
 
 
 def run(args) -> None:
-    from workbench.cache import ActivationCache
-
     cache = args.work / "cache"
     harvest_cache(cache, args.cache_tokens)
     c = ActivationCache.open(cache)
