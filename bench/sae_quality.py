@@ -56,27 +56,14 @@ REG_SWEEP = {"reg_l1_off": (0.01, 0.1), "reg_l1_l2": (0.03, 0.3)}  # each coeffi
 ROW_VERSION = 1  # bump when the row's extra metrics change: rows are recomputed from the saved SAEs
 
 
-def claim_configs() -> list[SAEConfig]:
-    """The configurations the scaffold, Matryoshka and block claims rest on (all at L0 = 16)."""
-    mat = {"prefixes": PREFIXES}
-    return [
-        SAEConfig("topk", k=L0, n_latents=1024),
-        SAEConfig("batchtopk", k=L0, n_latents=1024),
-        SAEConfig("matryoshka", k=L0, n_latents=1024, **mat),
-        *[SAEConfig(a, k=L0, n_latents=1024, scaffold_rank=r) for a in ("topk", "batchtopk") for r in SCAFFOLD_RANKS],
-        SAEConfig("matryoshka", k=L0, n_latents=1024, scaffold_rank=8, **mat),
-        SAEConfig("block_topk", n_latents=1024, block_size=4, n_active_blocks=L0 // 4),
-    ]
+def k16(arch: str, **kw) -> SAEConfig:
+    extra = {"prefixes": PREFIXES} if arch == "matryoshka" else {}
+    return SAEConfig(arch, k=L0, n_latents=1024, **extra, **kw)
 
 
-def reg_configs(k: int) -> list[SAEConfig]:
-    """Top-k and BatchTopK at k with each Top-k regulariser's coefficient swept (the k = 16 baselines are
-    claim_configs' first two)."""
-    out = []
-    for arch in ("topk", "batchtopk"):
-        out.append(SAEConfig(arch, k=k, n_latents=1024))
-        out += [SAEConfig(arch, k=k, n_latents=1024, **{f: c}) for f, cs in REG_SWEEP.items() for c in cs]
-    return out
+def reg(arch: str, k: int, field: str | None = None, coef: float = 0.0) -> SAEConfig:
+    """Top-k or BatchTopK at k with one Top-k regulariser's coefficient set (none: the coefficient-0 baseline)."""
+    return SAEConfig(arch, k=k, n_latents=1024, **({field: coef} if field else {}))
 
 
 def other_configs() -> list[SAEConfig]:
@@ -96,11 +83,32 @@ def other_configs() -> list[SAEConfig]:
     ]
 
 
+def tiers() -> list[list[SAEConfig]]:
+    """The configurations in priority order (one core cannot run them all in a sitting): each tier runs at every
+    seed before the next starts, so the claims' configurations reach n = 3 first."""
+    (f1, (c1a, c1b)), (f2, (c2a, c2b)) = REG_SWEEP.items()
+    top = [(f1, c1b), (f2, c2b)]  # the larger coefficient of each first
+    return [
+        [
+            k16("topk"),
+            k16("batchtopk"),
+            k16("matryoshka"),
+            k16("topk", scaffold_rank=8),
+            k16("batchtopk", scaffold_rank=8),
+        ]
+        + [reg(a, L0, f, c) for a in ("topk", "batchtopk") for f, c in top],
+        [k16(a, scaffold_rank=r) for a in ("topk", "batchtopk") for r in (2, 32)]
+        + [k16("matryoshka", scaffold_rank=8), SAEConfig("block_topk", n_latents=1024, block_size=4, n_active_blocks=4)]
+        + [reg(a, L0, f, c) for a in ("topk", "batchtopk") for f, c in ((f1, c1a), (f2, c2a))],
+        [reg(a, 32, f, c) for a in ("topk", "batchtopk") for f, c in [(None, 0.0), *top]],
+        [reg(a, 32, f, c) for a in ("topk", "batchtopk") for f, c in ((f1, c1a), (f2, c2a))],
+        other_configs(),
+    ]
+
+
 def jobs(seeds: list[int]) -> list[SAEConfig]:
-    """Every (configuration, seed) in priority order: the claims' configurations and the k = 16 sweep at
-    every seed first, then the k = 32 sweep, then the rest of the comparison."""
-    tiers = [claim_configs() + reg_configs(L0)[1:5] + reg_configs(L0)[6:], reg_configs(32), other_configs()]
-    return [dataclasses.replace(c, seed=s) for tier in tiers for s in seeds for c in tier]
+    """Every (configuration, seed) in priority order."""
+    return [dataclasses.replace(c, seed=s) for tier in tiers() for s in seeds for c in tier]
 
 
 def planned_jobs(args) -> list[SAEConfig]:
@@ -140,7 +148,7 @@ def train_one(cfg: SAEConfig, cache: Path, args) -> Path:
     """Train one (configuration, seed) in its own run folder (resumed from its checkpoint if interrupted); the
     saved SAE folder, or the one already there."""
     name = cfg.resolve(d_in=128).name
-    run = args.work / "runs" / name
+    run = args.work / "runs" / f"t{args.n_tokens}" / name  # another training length is another run
     folder = run / name
     if (folder / "cfg.json").is_file():
         return folder
@@ -232,7 +240,7 @@ def row(folder: Path, cache: Path, data, label_names: dict, pca: dict, args) -> 
 def pca_baseline(cache_path: Path, data, args) -> dict:
     """The stream's top principal directions (from training rows), its outlier dimensions, and the CE with the
     top-r directions projected out for each scaffold rank; stored once in the work folder."""
-    path = args.work / "rows" / "pca.json"
+    path = rows_dir(args) / "pca.json"
     if not path.is_file():
         cache = ActivationCache.open(cache_path)
         x = cache.rows(HOOK, np.arange(min(200_000, cache.n_tokens("train"))), split="train")
@@ -268,7 +276,7 @@ def run(args) -> None:
     pca = pca_baseline(cache, data, args)
     for cfg in planned_jobs(args):
         name = cfg.resolve(d_in=128).name
-        path = args.work / "rows" / f"{name}.json"
+        path = rows_dir(args) / f"{name}.json"
         if path.is_file() and json.loads(path.read_text()).get("row_version") == ROW_VERSION:
             continue
         t = time.time()
@@ -287,9 +295,15 @@ def run(args) -> None:
     write_report(args)
 
 
+def rows_dir(args) -> Path:
+    """Where the rows of these settings live: rows measured with other settings are never mixed in."""
+    tag = f"c{args.cache_tokens}_t{args.n_tokens}_e{args.eval_tokens}_s{args.n_sequences}"
+    return args.work / "rows" / tag
+
+
 def write_report(args) -> None:
-    rows = [json.loads(p.read_text()) for p in sorted((args.work / "rows").glob("*.json")) if p.name != "pca.json"]
-    pca_path = args.work / "rows" / "pca.json"
+    rows = [json.loads(p.read_text()) for p in sorted(rows_dir(args).glob("*.json")) if p.name != "pca.json"]
+    pca_path = rows_dir(args) / "pca.json"
     pca = json.loads(pca_path.read_text()) if pca_path.is_file() else None
     planned = [c.resolve(d_in=128).name for c in planned_jobs(args)]
     harness.write_text(args.out, report.render(rows, pca, planned, vars(args)))
@@ -299,11 +313,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--work", type=Path, default=harness.WORK / "sae_quality")
     p.add_argument("--cache-tokens", type=int, default=1_050_000)
-    p.add_argument("--n-tokens", type=int, default=1_000_000, help="training tokens of every SAE")
+    p.add_argument("--n-tokens", type=int, default=500_000, help="training tokens of every SAE")
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--eval-tokens", type=int, default=20_000)
-    p.add_argument("--n-sequences", type=int, default=128, help="held-out sequences of the spliced-model CE")
+    p.add_argument("--eval-tokens", type=int, default=10_000)
+    p.add_argument("--n-sequences", type=int, default=64, help="held-out sequences of the spliced-model CE")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--out", type=Path, default=harness.BENCH / "results" / "sae_quality.md")
     p.add_argument("--quick", action="store_true", help="tiny sizes, one seed, few jobs: checks the script runs")
