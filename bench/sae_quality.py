@@ -98,10 +98,12 @@ def tiers() -> list[list[SAEConfig]]:
         ]
         + [reg(a, L0, f, c) for a in ("topk", "batchtopk") for f, c in top],
         [k16(a, scaffold_rank=r) for a in ("topk", "batchtopk") for r in (2, 32)]
-        + [k16("matryoshka", scaffold_rank=8), SAEConfig("block_topk", n_latents=1024, block_size=4, n_active_blocks=4)]
-        + [reg(a, L0, f, c) for a in ("topk", "batchtopk") for f, c in ((f1, c1a), (f2, c2a))],
+        + [
+            k16("matryoshka", scaffold_rank=8),
+            SAEConfig("block_topk", n_latents=1024, block_size=4, n_active_blocks=4),
+        ],
         [reg(a, 32, f, c) for a in ("topk", "batchtopk") for f, c in [(None, 0.0), *top]],
-        [reg(a, 32, f, c) for a in ("topk", "batchtopk") for f, c in ((f1, c1a), (f2, c2a))],
+        [reg(a, k, f, c) for k in (L0, 32) for a in ("topk", "batchtopk") for f, c in ((f1, c1a), (f2, c2a))],
         other_configs(),
     ]
 
