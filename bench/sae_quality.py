@@ -313,7 +313,7 @@ def write_report(args) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--work", type=Path, default=harness.WORK / "sae_quality")
+    p.add_argument("--work", type=Path, default=None, help="cache, runs and rows (default: bench/work/sae_quality)")
     p.add_argument("--cache-tokens", type=int, default=1_050_000)
     p.add_argument("--n-tokens", type=int, default=500_000, help="training tokens of every SAE")
     p.add_argument("--batch-size", type=int, default=1024)
@@ -321,15 +321,20 @@ def main() -> None:
     p.add_argument("--eval-tokens", type=int, default=10_000)
     p.add_argument("--n-sequences", type=int, default=64, help="held-out sequences of the spliced-model CE")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--out", type=Path, default=harness.BENCH / "results" / "sae_quality.md")
+    harness.add_common_args(p, harness.BENCH / "results" / "sae_quality.md", threads=1)
     p.add_argument("--quick", action="store_true", help="tiny sizes, one seed, few jobs: checks the script runs")
     p.add_argument("--report-only", action="store_true", help="re-render the table from the stored rows")
     args = p.parse_args()
+    harness.set_threads(args.threads)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if args.quick:
         args.cache_tokens, args.n_tokens, args.eval_tokens, args.n_sequences = 40_000, 20_480, 1_500, 8
         args.seeds = [0, 1]
-        harness.WORK.mkdir(parents=True, exist_ok=True)
-        args.work = Path(tempfile.mkdtemp(prefix="sae_quality_quick-", dir=harness.WORK))
+        if args.work is None:
+            harness.WORK.mkdir(parents=True, exist_ok=True)
+            args.work = Path(tempfile.mkdtemp(prefix="sae_quality_quick-", dir=harness.WORK))
+    args.work = args.work or harness.WORK / "sae_quality"
     args.commit = harness.commit()  # what is measured: the code at the start, not at the end
     if args.report_only:
         write_report(args)
