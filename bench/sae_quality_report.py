@@ -412,7 +412,9 @@ def closing(t: Table) -> list[str]:
         "",
         "A claim checked several ways (architectures, k, coefficients, metrics) is **shown** when at least one check "
         "shows it and none shows the opposite, **not shown** in the mirror case, **mixed** when checks disagree, and "
-        "**not distinguishable at this n** when none decides. The checks that decided are named.",
+        "**not distinguishable at this n** when none decides. The checks that decided are named. Each check is its own "
+        "95% interval, with no correction for their number: among many checks of a claim a few may decide by chance, "
+        "so a claim that rests on one decided check of many is weak.",
         "",
     ]
     for (paper, claim_name), vs in t.verdicts.items():
