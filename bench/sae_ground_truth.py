@@ -37,11 +37,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
-import intervals  # noqa: E402
 
 from workbench.atomic import write_json  # noqa: E402
 from workbench.cache import write_array_cache  # noqa: E402
 from workbench.errors import DamagedFileError  # noqa: E402
+from workbench.intervals import t_interval, verdict  # noqa: E402
 from workbench.sae import SAEConfig, TrainConfig, train  # noqa: E402
 
 HOOK = "synthetic"
@@ -301,6 +301,11 @@ def _by_arch(rows: list[dict], key: str) -> dict[str, dict[int, float]]:
     return out
 
 
+def _fmt(values: list[float], digits: int = 3) -> str:
+    """'mean [low, high] (n=...)' for a table cell (workbench.intervals); '–' when nothing is measured."""
+    return t_interval(values).format(f"{{:.{digits}f}}") if values else "–"
+
+
 def claim(rows: list[dict], key: str, a: str, b: str, sign: int, text: str) -> str:
     """One claim line: the per-seed paired difference a - b of `key`, its interval and the verdict."""
     by = _by_arch(rows, key)
@@ -309,9 +314,9 @@ def claim(rows: list[dict], key: str, a: str, b: str, sign: int, text: str) -> s
     if not diffs:
         return f"- {text}: not measured yet ({a} and {b} share no finished seed)"
     return (
-        f"- {text}: {a} {intervals.fmt([by[a][s] for s in seeds])} vs {b} {intervals.fmt([by[b][s] for s in seeds])}; "
-        f"paired difference {a} − {b} = {intervals.fmt(diffs)} over {len(diffs)} seeds → "
-        f"**{intervals.verdict(diffs, sign)}**"
+        f"- {text}: {a} {_fmt([by[a][s] for s in seeds])} vs {b} {_fmt([by[b][s] for s in seeds])}; "
+        f"paired difference {a} − {b} = {_fmt(diffs)} over {len(diffs)} seeds → "
+        f"**{verdict(t_interval(diffs), 'lower' if sign < 0 else 'higher')}**"
     )
 
 
@@ -349,7 +354,7 @@ def write_report(args, work: Path, truth_cfg: TruthConfig, run: RunConfig) -> No
     table = []
     for arch in run.architectures:
         mine = [r for r in rows if r["arch"] == arch]
-        cells = [intervals.fmt([r["metrics"][k] for r in mine], d) for k, _, d in COLUMNS]
+        cells = [_fmt([r["metrics"][k] for r in mine], d) for k, _, d in COLUMNS]
         table.append([arch, ",".join(str(r["seed"]) for r in mine) or "–"] + cells)
     lines += harness.table(header, table)
     dims = truth_cfg.subspace_dims
@@ -357,8 +362,8 @@ def write_report(args, work: Path, truth_cfg: TruthConfig, run: RunConfig) -> No
     sub = [
         [arch]
         + [
-            f"{intervals.fmt([r['metrics'][f'subspace_cos2_k{k}'] for r in rows if r['arch'] == arch])} / "
-            f"{intervals.fmt([r['metrics'][f'subspace_f1_k{k}'] for r in rows if r['arch'] == arch])}"
+            f"{_fmt([r['metrics'][f'subspace_cos2_k{k}'] for r in rows if r['arch'] == arch])} / "
+            f"{_fmt([r['metrics'][f'subspace_f1_k{k}'] for r in rows if r['arch'] == arch])}"
             for k in dims
         ]
         for arch in run.architectures

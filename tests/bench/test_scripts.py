@@ -73,6 +73,19 @@ def test_transcoder_bench_quick(tmp_path):
 
 
 @pytest.mark.slow
+def test_sae_quality_quick_renders_intervals_and_resumes(tmp_path):
+    """Two seeds give every figure an interval and every claim a verdict; a rerun on the same work folder
+    finds every (configuration, seed) row stored and trains nothing."""
+    work = tmp_path / "sq"
+    text = _quick(tmp_path, "sae_quality.py", "--work", work)
+    assert "| topk_n1024_k16 | 2 |" in text and "## Each paper's claims here" in text
+    assert "Top-k regularisers: l1/l2 — more monosemantic" in text
+    assert len(list((work / "rows").rglob("*_seed1.json"))) == 3
+    again = _run(tmp_path, "bench/sae_quality.py", "--quick", "--work", work, "--out", tmp_path / "again.md")
+    assert "FVU" not in again and (tmp_path / "again.md").read_text().count("| topk_n1024_k16 | 2 |") == 1
+
+
+@pytest.mark.slow
 def test_circuit_bench_quick(tmp_path):
     assert "# Query-circuit benchmark" in _quick(tmp_path, "circuit_bench.py", "--lengths", "")
 

@@ -81,3 +81,42 @@ def test_absorption_detects_a_child_that_carries_the_parent_direction():
     # child 1: all the parent projection is in latent 1 (share 1); child 2: all in latent 0 (share 0)
     assert out["absorption"] == pytest.approx(0.5, abs=1e-3)
     assert res["main_inactive"] == pytest.approx(0.5)
+
+
+def test_effective_active_counts_latents_a_code_is_spread_over():
+    z = torch.zeros(4, 10)
+    z[0, :4] = 1.0  # four equal latents: 4 effective
+    z[1, 5] = 3.0  # one latent: 1
+    z[2, 6] = 2.0
+    z[2, 7] = 2.0  # two equal: 2; row 3 is silent and left out
+    out = metrics.effective_active(z)
+    assert out["per_token"] == pytest.approx((4 + 1 + 2) / 3)
+    # dictionary mass: latents 0-3 carry 1 each, 5 carries 3, 6 and 7 carry 2 each
+    q = torch.tensor([1, 1, 1, 1, 3, 2, 2], dtype=torch.float64) / 11
+    assert out["dictionary"] == pytest.approx(float((-(q * q.log()).sum()).exp()))
+
+
+def test_monosemanticity_scores_a_latent_by_its_best_label():
+    rng = np.random.default_rng(0)
+    n = 1000
+    role = rng.integers(0, 4, n)
+    entity = np.where(role == 1, rng.integers(0, 5, n) * 10, -1)  # sparse ids; -1 = no entity
+    z = torch.zeros(n, 3)
+    z[:, 0] = torch.from_numpy((role == 2).astype(float))  # pure: role 2 only
+    impure = np.flatnonzero(role != 1)[:5]
+    z[:, 1] = torch.from_numpy((entity == 30).astype(float))
+    z[impure, 1] = 1.0  # entity 30 and 5 other tokens
+    z[::50, 2] = 1.0  # 20 random tokens: scored, impure
+    out = metrics.monosemanticity(z, {"role": role, "entity": entity}, threshold=0.8, min_fires=20)
+    assert out["n_scored"] == 3
+    best1 = (entity == 30).sum() / ((entity == 30).sum() + 5)
+    assert 0.8 < best1 < 1.0
+    assert out["mean_best_precision"] == pytest.approx((1 + best1 + _best_random(z, role, entity)) / 3)
+    assert out["share_monosemantic"] == pytest.approx((1 + (best1 >= 0.8)) / 3)
+    assert out["chance"] == pytest.approx(max(np.bincount(role).max() / n, np.bincount(entity[entity >= 0]).max() / n))
+    assert metrics.monosemanticity(z, {"role": role}, min_fires=10**6)["share_monosemantic"] is None
+
+
+def _best_random(z, role, entity):
+    fired = z[:, 2].numpy() > 0
+    return max(np.bincount(role[fired]).max(), np.bincount(entity[fired & (entity >= 0)]).max(initial=0)) / fired.sum()

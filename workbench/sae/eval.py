@@ -290,3 +290,23 @@ def evaluate_set(
     }
     atomic_write_text(set_dir / METRICS, json.dumps(result, indent=2))
     return result
+
+
+@torch.no_grad()
+def fvu_at_inference_k(sae, x: torch.Tensor, ks) -> dict[int, float]:
+    """FVU of a Top-k-family SAE (SAELens topk or jumprelu, no scaffold) run with the rule "each token keeps
+    its k' largest ReLU pre-activations" for each k' in ks, whatever rule it was trained with (the Top-k
+    regulariser paper's robustness to the inference-time k)."""
+    if int(getattr(sae.cfg, "scaffold_rank", 0)) or getattr(sae.cfg, "block_size", 1) != 1:
+        raise BadValueError(
+            f"fvu_at_inference_k takes a Top-k-family SAE without scaffold, not {sae.cfg.architecture()}"
+        )
+    x = x.to(sae.dtype)
+    h = (sae.process_sae_in(x) @ sae.W_enc + sae.b_enc).relu()
+    total = (x - x.mean(0)).double().pow(2).sum().clamp_min(1e-12)
+    out = {}
+    for k in ks:
+        top = h.topk(min(int(k), h.shape[1]), dim=-1)
+        z = torch.zeros_like(h).scatter(-1, top.indices, top.values)
+        out[int(k)] = float((x - sae.decode(z)).double().pow(2).sum() / total)
+    return out

@@ -233,3 +233,59 @@ def absorption(
         "n_main": n_main,
         "parents": per_parent,
     }
+
+
+def effective_active(z: torch.Tensor) -> dict:
+    """How concentrated the code is, as effective numbers of latents (exp of an entropy, in latents).
+
+    per_token: mean over tokens of exp H(|z_b| / ||z_b||_1), the number of latents a token's activation
+    mass is effectively spread over (what an l1/l2 penalty lowers); dictionary: exp H(m / sum m) with
+    m_j = sum_b |z_bj|, the number of latents the total mass is spread over. Tokens with no active latent
+    are left out of the per-token mean."""
+    a = z.detach().double().abs()
+    mass = a.sum(-1)
+    ok = mass > 0
+    p = a[ok] / mass[ok, None]
+    h = -(p * torch.log(p.clamp_min(1e-300))).sum(-1)
+    m = a.sum(0)
+    q = m / m.sum().clamp_min(1e-300)
+    hq = -(q * torch.log(q.clamp_min(1e-300))).sum()
+    return {
+        "per_token": float(h.exp().mean()) if ok.any() else 0.0,
+        "dictionary": float(hq.exp()) if m.sum() > 0 else 0.0,
+    }
+
+
+def monosemanticity(
+    z: torch.Tensor, labels: dict[str, np.ndarray], threshold: float = 0.8, min_fires: int = 20
+) -> dict:
+    """Per latent, the precision of its best ground-truth label: P(label = c | latent fires), maximised over
+    every class c of every label kind (classes < 0, "no label", excluded); latents firing on fewer than
+    min_fires tokens are not scored. Returns the share of scored latents whose best precision is at least
+    `threshold`, the mean best precision, and `chance`: the largest class frequency of any kind, which a
+    latent firing at random would score."""
+    fires = (z.detach() != 0).double()
+    counts = fires.sum(0)
+    scored = counts >= min_fires
+    best = torch.zeros(z.shape[1], dtype=torch.float64)
+    chance = 0.0
+    for lab in labels.values():
+        lab = np.asarray(lab)
+        valid = lab >= 0
+        if not valid.any():
+            continue
+        classes, codes = np.unique(lab[valid], return_inverse=True)  # label values may be sparse ids
+        onehot = torch.zeros(lab.shape[0], len(classes), dtype=torch.float64)
+        onehot[torch.from_numpy(np.flatnonzero(valid)), torch.from_numpy(codes.reshape(-1))] = 1.0
+        hits = fires.T @ onehot  # [n_latents, n_classes]: tokens where the latent fires and the label is c
+        best = torch.maximum(best, (hits / counts.clamp_min(1)[:, None]).max(1).values)
+        chance = max(chance, float(onehot.mean(0).max()))
+    b = best[scored]
+    return {
+        "share_monosemantic": float((b >= threshold).double().mean()) if b.numel() else None,
+        "mean_best_precision": float(b.mean()) if b.numel() else None,
+        "n_scored": int(scored.sum()),
+        "threshold": threshold,
+        "min_fires": min_fires,
+        "chance": chance,
+    }
