@@ -136,7 +136,7 @@ def header(rows: list[dict], planned: list[str], args: dict) -> list[str]:
         f"- Data: `blocks.2.hook_resid_post` of the embedded model over the synthetic corpus, "
         f"{args['cache_tokens']:,} cached tokens (5% held out). Every SAE trains on the same {args['n_tokens']:,} "
         f"tokens (batch {args['batch_size']}, Adam lr {args['lr']}, 50 warm-up steps, linear decay over the last "
-        "20%; half the 2,000,000 of the earlier one-seed table, to fit three seeds); seed s sets both the "
+        "20%; the earlier one-seed table used 2,000,000; fewer here to fit three seeds); seed s sets both the "
         "initialisation and the data order, the same seeds for every configuration, so claims compare paired runs.",
         f"- Evaluation on {args['eval_tokens']:,} held-out tokens (probes fitted on even held-out sequences, tested "
         f"on odd ones); CE with the SAE spliced in on {args['n_sequences']} held-out sequences; dense = fires on "
