@@ -134,6 +134,17 @@ def _balanced_accuracy(pred: torch.Tensor, y: torch.Tensor) -> float:
     return 0.5 * (float(pred[pos].float().mean()) + float((~pred[neg]).float().mean()))
 
 
+def probe_classes(label: np.ndarray, names: list[str], train_mask: np.ndarray, min_examples: int):
+    """(class name, one-vs-rest target) of every class of one label kind that probes are fitted on: class
+    "special" is skipped, and a class needs min_examples positives and negatives among the train tokens and
+    among the test tokens (both probing protocols use this rule)."""
+    for c, name in enumerate(names):
+        y = label == c
+        counts = (y[train_mask].sum(), (~y[train_mask]).sum(), y[~train_mask].sum(), (~y[~train_mask]).sum())
+        if name != "special" and min(counts) >= min_examples:
+            yield name, y
+
+
 def sparse_probing(
     z: torch.Tensor,
     labels: dict[str, np.ndarray],
@@ -148,13 +159,10 @@ def sparse_probing(
     tr, te = torch.from_numpy(train_mask), torch.from_numpy(~train_mask)
     out = {}
     for kind, names in label_names.items():
-        lab = labels[kind]
         per_k = {k: [] for k in ks}
         classes = []
-        for c, name in enumerate(names):
-            y = torch.from_numpy(lab == c).double()
-            if name == "special" or min(y[tr].sum(), (1 - y[tr]).sum(), y[te].sum(), (1 - y[te]).sum()) < min_examples:
-                continue
+        for name, y in probe_classes(labels[kind], names, train_mask, min_examples):
+            y = torch.from_numpy(y).double()
             classes.append(name)
             diff = (z[tr][y[tr] == 1].mean(0) - z[tr][y[tr] == 0].mean(0)).abs()
             for k in ks:

@@ -15,6 +15,8 @@ import math
 import numpy as np
 import torch
 
+from workbench.sae.metrics import probe_classes
+
 C_GRID = tuple(float(c) for c in np.logspace(5, -5, 10))
 
 
@@ -106,12 +108,7 @@ def sae_probes(
     for kind, names in label_names.items():
         per = {k: {"auc": [], "acc": []} for k in ks}
         classes = []
-        for c, name in enumerate(names):
-            y = labels[kind] == c
-            if name == "special" or min(y[tr_idx].sum(), (~y[tr_idx]).sum(), y[te_idx].sum(), (~y[te_idx]).sum()) < (
-                min_examples
-            ):
-                continue
+        for name, y in probe_classes(labels[kind], names, train_mask, min_examples):
             classes.append(name)
             tr, te = _balanced(rng, y, tr_idx, n_train), _balanced(rng, y, te_idx, n_test)
             ytr, yte = torch.from_numpy(y[tr]).double(), torch.from_numpy(y[te]).double()
