@@ -312,21 +312,21 @@ def page_times(ws: Path, pages: dict[str, str], repeats: int) -> dict[str, dict]
 
 def pin_times(page, n: int) -> dict[str, list[float]]:
     """Shift-clicks on one head, pinning and unpinning in turn: *shown* from the click to the frame that shows
-    the mark (the view's data-marked-ms, measured in the page), *round trip* from the click to the URL holding
+    the mark (the view's window.wbgMarkedMs, measured in the page), *round trip* from the click to the URL holding
     the change and the rerun it caused finished (the view's own, a fragment; seconds, Python clock)."""
     head = page.locator("[data-node-id^='a']").first
     nid = head.get_attribute("data-node-id")
     shown, trip = [], []
     for i in range(2 * n):
         want = "" if i % 2 else nid
-        before = page.evaluate("() => { " + VIEW + " return r.getAttribute('data-marked-ms'); }")
+        before = page.evaluate("() => (window.wbgMarkedMs || []).length")
         t0 = time.perf_counter()
         head.locator("rect").click(modifiers=["Shift"])
         page.wait_for_function(f"() => (new URLSearchParams(location.search).get('pinned') || '') === {want!r}")
         page.wait_for_selector(harness.STREAMLIT_IDLE)
         trip.append(time.perf_counter() - t0)
-        page.wait_for_function("b => { " + VIEW + " return r.getAttribute('data-marked-ms') !== b; }", arg=before)
-        shown.append(float(page.evaluate("() => { " + VIEW + " return r.getAttribute('data-marked-ms'); }")) / 1000)
+        page.wait_for_function("b => (window.wbgMarkedMs || []).length > b", arg=before)
+        shown.append(page.evaluate("() => window.wbgMarkedMs[window.wbgMarkedMs.length - 1]") / 1000)
         harness.wait_drawn(page)
     return {"shown": shown, "round trip": trip}
 
@@ -442,7 +442,7 @@ def graph_lines(info: dict, threads: str, repeats: int, big: dict, g: dict) -> l
         "",
         f"Pin / unpin on the 2,000-edge page (shift-click on one head, {len(pin['shown'])} clicks, pinning and "
         "unpinning in turn; goal <= 0.3 s): *shown*, the click to the frame that shows the mark (the view's "
-        f"`data-marked-ms`, no server round trip): median {verdict(med(pin['shown']), 0.3)} s, range "
+        f"`window.wbgMarkedMs`, no server round trip): median {verdict(med(pin['shown']), 0.3)} s, range "
         f"{spread(pin['shown'])}; *round trip*, the click to the URL holding the change and the rerun it caused "
         f"(the view's fragment) finished: median {verdict(med(pin['round trip']), 0.3)} s, range "
         f"{spread(pin['round trip'])}.",
