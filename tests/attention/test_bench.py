@@ -68,3 +68,16 @@ def test_mechanism_section_replaces_its_old_self_and_keeps_the_rest(tmp_path):
     assert "STALE" not in text and text.count("## Induction mechanism") == 1
     assert "- Commit: " in text and "| a3.h0 | induction |" in text
     assert (tmp_path / "attention" / "mechanism.json").is_file()
+
+
+def test_an_unknown_bench_shape_is_refused_naming_the_valid_ones():
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "attention_bench.py"), "--shapes", "embedded,gpt3"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+    assert proc.returncode != 0
+    assert "unknown shape(s) ['gpt3']; valid: ['embedded', 'gpt2-small shape']" in proc.stderr
