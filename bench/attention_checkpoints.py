@@ -4,8 +4,8 @@ its held-out CE drifts from its training CE (issue #21).
 1. Goal check. Per kept state: the run's own selection-split CE difference (held-out sequences
    0..eval_sequences-1) and top-1 accuracy per task family on *selection queries* (query seed 1; the
    run's report and verdict use seed 0), base vs sparse. A state is a candidate when the run's
-   selection rule admits it at its tolerance and every family is within --points of the base on the
-   selection queries; the sparsest candidate, if any, is then judged once on the fresh verdict split
+   selection rule admits it at its tolerance and no family is more than --points below the base on the
+   selection queries (a gain does not disqualify); the sparsest candidate, if any, is then judged once on the fresh verdict split
    and the seed-0 queries (the run's report). Nothing is tuned on the verdict split.
 2. Drift. For a few steps: the paired CE difference sparse - base per sequence on held-out text
    (the selection split) and on the training text the run had just trained on (the batch_size x 16
@@ -56,7 +56,7 @@ def goal_rows(states, evals, base, record, n: int, points: float) -> tuple[list[
     for e in sorted((e for e in evals if e["step"] in states), key=lambda e: e["step"]):
         sparse = frontier.sparse_model(states[e["step"]], record["base_spec"], record["config"]["gates"])
         diff = {t: 100 * (a - acc_base[t]) for t, a in task_accuracy(sparse, n, SELECTION_QUERY_SEED).items()}
-        admitted, close = feasible(e["difference"], tol, z), all(abs(d) <= points for d in diff.values())
+        admitted, close = feasible(e["difference"], tol, z), all(d >= -points for d in diff.values())
         worst = min(diff, key=diff.get)
         if admitted and close:
             cands.append(e)
@@ -67,7 +67,7 @@ def goal_rows(states, evals, base, record, n: int, points: float) -> tuple[list[
                 _iv(e["difference"]),
                 "yes" if admitted else "no",
                 f"{worst} {diff[worst]:+.1f}",
-                ", ".join(f"{t} {d:+.1f}" for t, d in diff.items() if abs(d) > points) or "none",
+                ", ".join(f"{t} {d:+.1f}" for t, d in diff.items() if d < -points) or "none",
                 "**yes**" if admitted and close else "no",
             ]
         )
@@ -129,7 +129,9 @@ def main() -> None:
     ap.add_argument("--run", type=Path, required=True, help="a finished `workbench attention train` folder")
     ap.add_argument("--checkpoints", type=Path, help="folder of kept copies of the run's checkpoint.pt")
     ap.add_argument("--queries", type=int, default=200, help="selection queries per task family")
-    ap.add_argument("--points", type=float, default=2.0, help="every family within this many accuracy points")
+    ap.add_argument(
+        "--points", type=float, default=2.0, help="no family more than this many accuracy points below base"
+    )
     ap.add_argument("--drift-steps", default="", help="comma separated kept steps for the drift table")
     harness.add_common_args(ap, OUT, threads=1)
     a = ap.parse_args()
@@ -171,7 +173,7 @@ def main() -> None:
                 "selection CE diff [95%]",
                 "admitted",
                 "worst family",
-                f"families beyond {a.points:g} points",
+                f"families more than {a.points:g} points below base",
                 "candidate",
             ],
             rows,
@@ -188,7 +190,9 @@ def main() -> None:
 
 def _verdict_line(best, report) -> str:
     if best is None:
-        return "**No kept state is a candidate**: none is both admitted and within the points on every family."
+        return (
+            "**No kept state is a candidate**: none is both admitted and within the points of the base on every family."
+        )
     acc = report["task_accuracy_detail"]["difference"]
     return (
         f"Sparsest candidate: step {best['step']} ({report['mean_open_keys_per_query']:.2f} keys/query/head); on the "
