@@ -55,7 +55,8 @@ def goal_rows(states, evals, base, record, n: int, points: float) -> tuple[list[
     rows, cands = [], []
     for e in sorted((e for e in evals if e["step"] in states), key=lambda e: e["step"]):
         sparse = frontier.sparse_model(states[e["step"]], record["base_spec"], record["config"]["gates"])
-        diff = {t: 100 * (a - acc_base[t]) for t, a in task_accuracy(sparse, n, SELECTION_QUERY_SEED).items()}
+        acc = task_accuracy(sparse, n, SELECTION_QUERY_SEED)
+        diff = {t: round(100 * (a - acc_base[t]), 6) for t, a in acc.items()}  # -2.0 is not below -2
         admitted, close = feasible(e["difference"], tol, z), all(d >= -points for d in diff.values())
         worst = min(diff, key=diff.get)
         if admitted and close:
