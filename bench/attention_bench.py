@@ -132,6 +132,17 @@ def _side_subprocess(spec: dict) -> dict:
     return json.loads(lines[-1])
 
 
+def pick_shapes(names: str | None) -> dict:
+    """The SHAPES named in --shapes (all when None); an unknown name is an error naming the valid ones."""
+    if names is None:
+        return SHAPES
+    picked = [n.strip() for n in names.split(",") if n.strip()]
+    bad = [n for n in picked if n not in SHAPES]
+    if bad or not picked:
+        raise SystemExit(f"attention_bench: --shapes {names!r}: unknown shape(s) {bad}; valid: {list(SHAPES)}")
+    return {n: SHAPES[n] for n in picked}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="small shapes, one repetition (a smoke run)")
@@ -143,6 +154,10 @@ def main(argv=None) -> int:
         help="timed calls per side on the GPT-2 shape, without warm-up: a CPU step there takes minutes "
         "(default: %(default)s)",
     )
+    p.add_argument(
+        "--shapes",
+        help=f"comma-separated shapes to measure (default: all of {', '.join(SHAPES)}; --quick: its own two)",
+    )
     harness.add_common_args(p, OUT, threads=1)
     p.add_argument("--side", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -150,7 +165,7 @@ def main(argv=None) -> int:
         print(json.dumps(run_side(json.loads(a.side))))
         return 0
     threads = harness.set_threads(a.threads)
-    shapes, reps = (QUICK_SHAPES, 1) if a.quick else (SHAPES, a.reps)
+    shapes, reps = (QUICK_SHAPES, 1) if a.quick else (pick_shapes(a.shapes), a.reps)
     info = harness.machine_info()
     commit = (
         subprocess.run(

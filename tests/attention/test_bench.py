@@ -54,3 +54,30 @@ def test_frontier_picks_per_tolerance_among_kept_states_and_judges_them(small_di
     assert len(rows) == 3 and "no kept state admitted" in rows[0]  # a negative tolerance admits nothing
     assert "states kept for steps [3, 6]" in text and "not separate runs per tolerance" in text
     assert "fresh split" in text and "- Commit: " in text
+
+
+def test_mechanism_section_replaces_its_old_self_and_keeps_the_rest(tmp_path):
+    out = tmp_path / "sparsify.md"
+    stale = (
+        "<!-- induction-mechanism: written by bench/attention_mechanism.py -->\nSTALE\n<!-- end induction-mechanism -->"
+    )
+    out.write_text(f"# kept title\n\nkept text\n\n{stale}\n\nkept tail\n")
+    _bench("attention_mechanism.py", "--sequences", "1", "--out", str(out))
+    text = out.read_text()
+    assert text.startswith("# kept title\n\nkept text\n") and text.endswith("\n\nkept tail\n")
+    assert "STALE" not in text and text.count("## Induction mechanism") == 1
+    assert "- Commit: " in text and "| a3.h0 | induction |" in text
+    assert (tmp_path / "attention" / "mechanism.json").is_file()
+
+
+def test_an_unknown_bench_shape_is_refused_naming_the_valid_ones():
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "attention_bench.py"), "--shapes", "embedded,gpt3"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+    assert proc.returncode != 0
+    assert "unknown shape(s) ['gpt3']; valid: ['embedded', 'gpt2-small shape']" in proc.stderr

@@ -89,3 +89,19 @@ def test_a_file_corpus_straddling_document_is_stepped_over(tmp_path, tokenizer):
     seqs, first = V.verdict_sequences(corpus, 2, 3, 8)
     sel = [s for _, s in zip(range(2), corpus.sequences(8, 0, split="heldout"))]
     assert first >= 2 and not V._docs(seqs) & V._docs(sel)
+
+
+def test_the_verdict_never_holds_training_text(tmp_path, tokenizer):
+    """Verdict text comes from the held-out split only, so no refusal can trigger: checked against the
+    training split's own documents (a file corpus holds out every HELDOUT_EVERY-th document)."""
+    from workbench.corpus.sources import HELDOUT_EVERY
+
+    text = tmp_path / "t.txt"
+    text.write_text("\n\n".join(f"the cat sat on mat {i} " * 3 for i in range(600)))
+    corpus = load_corpus(str(text), tokenizer)
+    seqs, _ = V.verdict_sequences(corpus, 2, 3, 8)
+    train = V._docs(list(corpus.sequences(8, 0, split="train")))
+    assert V._docs(seqs) and not V._docs(seqs) & train
+    assert all(d % HELDOUT_EVERY == HELDOUT_EVERY - 1 for d in V._docs(seqs))
+    synthetic, _ = V.verdict_sequences(load_corpus("synthetic", tokenizer, seed=0), 4, 6, 32)
+    assert all(np.all(s.doc_ids < 0) for s in synthetic)  # synthetic held-out documents have negative ids

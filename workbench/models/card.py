@@ -85,13 +85,15 @@ def head_scores(model, n_seqs: int = 20, seed: int = 0) -> dict[str, list[list[f
     """
     from transformer_lens.head_detector import detect_head
 
-    rng, words = random.Random(f"head-detector/{seed}"), vocabulary()
-    half = (model.cfg.n_ctx - 1) // 2
-    seqs = []
-    for _ in range(n_seqs):
-        span = rng.choices(words, k=half)
-        seqs.append(" ".join(span + span))
+    seqs = repeated_random_text(model.cfg.n_ctx, n_seqs, seed)
     return {p: detect_head(model, seqs, p).tolist() for p in HEAD_PATTERNS}
+
+
+def repeated_random_text(n_ctx: int, n_seqs: int = 20, seed: int = 0) -> list[str]:
+    """The head detector's sequences: a span of (n_ctx - 1) // 2 uniformly random vocabulary words, twice."""
+    rng, words = random.Random(f"head-detector/{seed}"), vocabulary()
+    half = (n_ctx - 1) // 2
+    return [" ".join(span + span) for span in (rng.choices(words, k=half) for _ in range(n_seqs))]
 
 
 DETECTOR_THRESHOLDS = {"induction_head": 0.3, "previous_token_head": 0.5}
