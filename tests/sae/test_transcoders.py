@@ -89,6 +89,32 @@ def test_saved_transcoder_matches_the_workbench_forward(tmp_path):
             assert loaded.cfg.metadata.hook_name_out == OUT
 
 
+@pytest.mark.parametrize("arch", ["topk", "batchtopk", "block_topk"])
+def test_auxk_on_a_transcoder_fits_the_target_residual_and_the_kernels_agree(arch):
+    """AuxK carries over: with dead latents a transcoder (skip path on) gets the AuxK term, and the sparse kernels
+    give the dense reference's loss and gradients."""
+    batch = next(pair_batches()).double()
+    skip = 0.1 * torch.randn(D_OUT, D_IN, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    saes = []
+    for kernel in ("sparse", "dense"):
+        cfg = SAEConfig(arch, k=4, n_latents=64, skip=True, transcoder=True, kernel=kernel, block_size=4)
+        sae = build(cfg.resolve(D_IN, None, D_OUT)).double()
+        sae.init_from_batch(batch)
+        with torch.no_grad():
+            sae.W_skip.copy_(skip)
+        saes.append(sae)
+    dead = torch.zeros(saes[0].cfg.n_units, dtype=torch.bool)
+    dead[::3] = True
+    outs = [sae(batch, dead) for sae in saes]
+    assert outs[0]["losses"]["aux"] > 0
+    torch.testing.assert_close(outs[0]["loss"], outs[1]["loss"])
+    for o in outs:
+        o["loss"].backward()
+    for (name, p), q in zip(saes[0].named_parameters(), saes[1].parameters()):
+        if p.requires_grad:
+            torch.testing.assert_close(p.grad, q.grad, msg=f"{arch}: gradient of {name} differs")
+
+
 def test_skip_path_starts_at_zero_and_learns():
     cfg = SAEConfig("topk", k=4, n_latents=64, skip=True, transcoder=True).resolve(D_IN, None, D_OUT)
     sae = build(cfg)
