@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import torch
@@ -17,6 +18,7 @@ import torch.distributed as dist
 
 from workbench.atomic import atomic_path
 from workbench.errors import DamagedFileError
+from workbench.lock import output_lock
 
 MAGIC = b"WORKBENCH-SAE-CHECKPOINT-1 "  # the SAE trainer wrote it first; kept so old checkpoints still read
 
@@ -82,6 +84,29 @@ def dist_info() -> tuple[int, int]:
     if dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
+
+
+def rank_zero_value(value):
+    """`value` as rank 0 has it, on every rank (a run folder's timestamped name must be one folder for all)."""
+    _, world = dist_info()
+    if world == 1:
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+@contextmanager
+def rank_zero_writes(target: str | Path, command: str):
+    """One writer per output under torchrun too: rank 0 holds `target`'s output lock and is the one that writes
+    (yields True there); the other ranks start once it holds the lock and leave once it is done writing."""
+    rank, world = dist_info()
+    with output_lock(target, command) if rank == 0 else nullcontext():
+        if world > 1:
+            dist.barrier()
+        yield rank == 0
+    if world > 1:
+        dist.barrier()
 
 
 def default_device(device: str | None = None) -> torch.device:

@@ -148,19 +148,31 @@ def train_saes(
 
     The run folder holds the shared checkpoint; name defaults to the hook plus the start time.
     """
+    from workbench.checkpoint import rank_zero_writes
     from workbench.sae.trainer import train
 
-    run = Path(out) if out else ws.path("saes", name or f"{slug(hook)}-{time.strftime('%Y%m%d-%H%M%S')}")
+    run = _run_folder(ws, "saes", out, name, slug(hook))
     done = sorted(p.parent for p in run.glob(f"*/{MANIFEST}"))
     if ensure and len(done) == len(sae_cfgs):
         return done
     resume = resume or (ensure and (run / "checkpoint.pt").is_file())
-    with output_lock(run, "workbench sae train"):
+    with rank_zero_writes(run, "workbench sae train") as records:
         folders = train(
             cache_dir, hook, sae_cfgs, train_cfg, run, resume=resume, target=target, target_cache=target_cache
         )
-        _record_saes(ws, run, folders, cache_dir, train_cfg)
-        return folders
+        if records:
+            _record_saes(ws, run, folders, cache_dir, train_cfg)
+    return folders
+
+
+def _run_folder(ws: Workspace, kind: str, out, name: str | None, stem: str) -> Path:
+    """A training run's folder: `out`, else <ws>/<kind>/<name>, else <ws>/<kind>/<stem>-<start time>; under
+    torchrun every rank takes rank 0's start time (one run folder)."""
+    from workbench.checkpoint import rank_zero_value
+
+    if out:
+        return Path(out)
+    return ws.path(kind, name or f"{stem}-{rank_zero_value(time.strftime('%Y%m%d-%H%M%S'))}")
 
 
 def _record_saes(ws: Workspace, run: Path, folders, cache_dir, train_cfg: TrainConfig) -> None:
@@ -202,16 +214,28 @@ def train_transcoder_set(
     ensure: a recorded set is returned as it is; an interrupted one resumes from its checkpoint."""
     import json
 
+    from workbench.checkpoint import rank_zero_writes
     from workbench.sae.transcoders import SET_MANIFEST, train_set
 
-    run = Path(out) if out else ws.path("transcoders", name or f"transcoders-{time.strftime('%Y%m%d-%H%M%S')}")
+    run = _run_folder(ws, "transcoders", out, name, "transcoders")
     if ensure and complete(run):
         entries = json.loads((run / SET_MANIFEST).read_text())["layers"]
         return run, [run / n for e in entries for n in e["transcoders"]]
     resume = resume or (ensure and (run / "checkpoint.pt").is_file())
-    with output_lock(run, "workbench sae train --transcoders"):
+    with rank_zero_writes(run, "workbench sae train --transcoders") as records:
         folder, members = train_set(cache_dir, layers, sae_cfgs, train_cfg, run, resume=resume)
-        _record_saes(ws, run, members, cache_dir, train_cfg)
+        if records:
+            _record_saes(ws, run, members, cache_dir, train_cfg)
+            _record_set(ws, folder, len(members), cache_dir, layers, sae_cfgs, train_cfg)
+    return folder, members
+
+
+def _record_set(ws: Workspace, folder: Path, n_members: int, cache_dir, layers: str, sae_cfgs, train_cfg) -> None:
+    """The set (its transcoders.json) as a `transcoders` artifact, after its members are recorded as SAEs."""
+    import json
+
+    from workbench.sae.transcoders import SET_MANIFEST
+
     manifest = json.loads((folder / SET_MANIFEST).read_text())
     ws.record(
         folder,
@@ -221,12 +245,11 @@ def train_transcoder_set(
         inputs={"cache": Path(cache_dir), "model": manifest["model"]},
         summary={
             "layers": ",".join(str(e["layer"]) for e in manifest["layers"]),
-            "transcoders": len(members),
+            "transcoders": n_members,
             "input": manifest["layers"][0]["input_kind"] if manifest["layers"] else "",
         },
         checksums=False,
     )
-    return folder, members
 
 
 def evaluate_sae(

@@ -89,6 +89,32 @@ def test_saved_transcoder_matches_the_workbench_forward(tmp_path):
             assert loaded.cfg.metadata.hook_name_out == OUT
 
 
+@pytest.mark.parametrize("arch", ["topk", "batchtopk", "block_topk"])
+def test_auxk_on_a_transcoder_fits_the_target_residual_and_the_kernels_agree(arch):
+    """AuxK carries over: with dead latents a transcoder (skip path on) gets the AuxK term, and the sparse kernels
+    give the dense reference's loss and gradients."""
+    batch = next(pair_batches()).double()
+    skip = 0.1 * torch.randn(D_OUT, D_IN, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    saes = []
+    for kernel in ("sparse", "dense"):
+        cfg = SAEConfig(arch, k=4, n_latents=64, skip=True, transcoder=True, kernel=kernel, block_size=4)
+        sae = build(cfg.resolve(D_IN, None, D_OUT)).double()
+        sae.init_from_batch(batch)
+        with torch.no_grad():
+            sae.W_skip.copy_(skip)
+        saes.append(sae)
+    dead = torch.zeros(saes[0].cfg.n_units, dtype=torch.bool)
+    dead[::3] = True
+    outs = [sae(batch, dead) for sae in saes]
+    assert outs[0]["losses"]["aux"] > 0
+    torch.testing.assert_close(outs[0]["loss"], outs[1]["loss"])
+    for o in outs:
+        o["loss"].backward()
+    for (name, p), q in zip(saes[0].named_parameters(), saes[1].parameters()):
+        if p.requires_grad:
+            torch.testing.assert_close(p.grad, q.grad, msg=f"{arch}: gradient of {name} differs")
+
+
 def test_skip_path_starts_at_zero_and_learns():
     cfg = SAEConfig("topk", k=4, n_latents=64, skip=True, transcoder=True).resolve(D_IN, None, D_OUT)
     sae = build(cfg)
@@ -388,3 +414,66 @@ def test_torchrun_with_two_processes_trains_a_set_and_the_same_transcoder_as_one
     assert a.keys() == b.keys() and "W_skip" in a
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=k)
+
+
+def _torchrun_sae_train(logs, *args: str, stop_at=None) -> tuple[int, str, str]:
+    """`workbench sae train ARGS` on two gloo ranks (a real torchrun) -> (exit status, stdout, stderr).
+    stop_at: a file whose appearance stops the run mid-way (SIGTERM to torchrun, which stops its ranks)."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    cmd += ["-m", "workbench.cli", "sae", "train", "--quiet", *args]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "OMP_NUM_THREADS": "1"}
+    logs.mkdir(parents=True, exist_ok=True)
+    with open(logs / "out", "w") as out, open(logs / "err", "w") as err:
+        p = subprocess.Popen(cmd, env=env, stdout=out, stderr=err, text=True)
+        while stop_at is not None and p.poll() is None and not stop_at.exists():
+            time.sleep(0.02)
+        if stop_at is not None:
+            assert p.poll() is None, "the run ended before it could be stopped: " + (logs / "err").read_text()[-2000:]
+            p.terminate()
+        p.wait()
+    return p.returncode, (logs / "out").read_text(), (logs / "err").read_text()
+
+
+@pytest.mark.slow
+def test_sae_train_under_torchrun_writes_once_and_a_stopped_set_resumes(tc_cache, tmp_path):
+    """The CLI on two ranks: one run folder (rank 0's start time names it), rank 0 alone holds the output lock,
+    saves, records and reports; a set stopped after its first checkpoint leaves nothing that looks done, and
+    `--resume` under torchrun finishes it from that checkpoint."""
+    from workbench import checkpoint
+
+    cache, _ = tc_cache
+    ws, out = tmp_path / "ws", tmp_path / "set"
+    small = ["--cache", str(cache), "--workspace", str(ws), "--k", "4", "--n-latents", "64", "--batch-size", "256"]
+    small += ["--log-every", "8", "--checkpoint-every", "4"]
+    rc, stdout, err = _torchrun_sae_train(
+        tmp_path / "l1", *small, "--tokens", "3072", "--hook", "blocks.1.hook_resid_post"
+    )
+    assert rc == 0, err[-3000:]
+    (run,) = (ws / "saes").iterdir()
+    assert stdout.splitlines() == [f"saved {run / 'topk_n64_k4_seed0'}"]
+    assert json.loads((run / "topk_n64_k4_seed0" / "workbench.json").read_text())["world_size"] == 2
+
+    n = 200  # steps of the set: enough that it is stopped well before its end
+    tset = [*small, "--tokens", str(256 * n), "--transcoders", "all", "--out", str(out)]
+    rc, _, err = _torchrun_sae_train(tmp_path / "l2", *tset, stop_at=out / "checkpoint.pt")
+    step = checkpoint.read(out / "checkpoint.pt")["trainer"]["step"]
+    assert rc != 0 and 4 <= step < n and step % 4 == 0
+    assert not list(out.rglob("artifact.json")) and not (out / "transcoders.json").exists()
+    rc, stdout, err = _torchrun_sae_train(tmp_path / "l3", *tset, "--resume")
+    assert rc == 0, err[-3000:]
+    assert stdout.splitlines()[0] == f"saved transcoder set {out}" and len(stdout.splitlines()) == 5
+    members = [out / name for e in load_set(out)["layers"] for name in e["transcoders"]]
+    for folder in members:
+        info = json.loads((folder / "workbench.json").read_text())
+        assert info["world_size"] == 2 and info["tokens_seen"] == 256 * n
+        steps_logged = [json.loads(r)["step"] for r in (folder / "curves.jsonl").read_text().splitlines()]
+        assert steps_logged == list(range(8, n + 1, 8))
+    listed = [(a.kind, a.path.resolve()) for a in Workspace(ws).artifacts()]
+    assert ("transcoders", out.resolve()) in listed and {("saes", m.resolve()) for m in members} <= set(listed)
+    assert len(listed) == len(set(listed)) == 2 + len(members)  # the plain SAE, the set and its members, once each

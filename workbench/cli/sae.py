@@ -78,6 +78,7 @@ def _add_train(sae) -> None:
 
 def _train(a: argparse.Namespace) -> None:
     from workbench import steps
+    from workbench.checkpoint import dist_info
 
     shared = {**config_values(a, SAEConfig, SAE), **set_fields(SAEConfig, a.set)}
     sweeps = [shared.pop(name) for name in SWEEP]
@@ -92,15 +93,16 @@ def _train(a: argparse.Namespace) -> None:
         if a.hook or a.target:
             raise BadValueError(f"--transcoders {a.transcoders!r} chooses each layer's hooks; drop --hook/--target")
         folder, folders = steps.train_transcoder_set(ws, a.cache, a.transcoders, cfgs, train_cfg, **kw)
-        print(f"saved transcoder set {folder}")
+        saved = [f"saved transcoder set {folder}"]
     elif not a.hook:
         raise BadValueError("sae train needs --hook HOOK (and --target HOOK for a transcoder) or --transcoders LAYERS")
     else:
         folders = steps.train_saes(
             ws, a.cache, a.hook, cfgs, train_cfg, target=a.target, target_cache=a.target_cache, **kw
         )
-    for f in folders:
-        print(f"saved {f}")
+        saved = []
+    if dist_info()[0] == 0:  # under torchrun, rank 0 reports
+        print("\n".join([*saved, *(f"saved {f}" for f in folders)]))
 
 
 def _eval(a: argparse.Namespace) -> None:
