@@ -36,6 +36,14 @@ const fmt = (v) => (v === null || v === undefined ? "-" : Math.abs(v) >= 100 ? v
 const portName = (e) => (e.port ? `<${e.port}>` : "");
 const frame = () => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
 
+function edgeRows(c) {
+  // the edges as layout.wire sends them (one array per field, end points flat) back into one object each
+  return c.s.map((s, j) => ({
+    s, t: c.t[j], port: c.port[j], w: c.w[j], lift: c.lift[j], p: c.p.slice(4 * j, 4 * j + 4),
+    wb: c.wb ? c.wb[j] : null, status: c.status ? c.status[j] : "both",
+  }));
+}
+
 function curve(e) {
   // an edge that skips columns arcs over the nodes between, higher the further it goes
   const [x0, y0, x1, y1] = e.p;
@@ -233,28 +241,30 @@ class GraphApp {
     });
   }
 
-  update(data, api) {
+  update(raw, api) {
+    // raw: the JSON bytes graph_view sends, {view, graph}; the graph is redrawn only when its key changes
     this.api = api;
     const t0 = performance.now();
-    const incoming = JSON.stringify(data.annotations || {});
-    const sig = JSON.stringify({ ...data, annotations: null, selected: null });
+    const { view, graph } = JSON.parse(new TextDecoder().decode(raw));
+    const incoming = JSON.stringify(view.annotations || {});
+    const sig = JSON.stringify([graph.key, view.height, view.readonly]);
     const marksChanged = incoming !== this.seen;
     if (marksChanged) {
       this.seen = incoming;
       this.ann = { pinned: [], groups: [], notes: {}, ...JSON.parse(incoming) };
     }
     if (sig === this.sig) {
-      if (marksChanged) this.remark(); // Back/Forward or a link changed only the marks: restyle, no redraw
+      if (marksChanged) this.remark(); // Back/Forward, a link or the view's own rerun changed only the marks
       return;
     }
-    this.sig = sig;
-    this.root.classList.toggle("wbg-readonly", !!data.readonly); // a diff: nothing to pin, group or note
-    const key = JSON.stringify([data.title, data.size, data.nodes.map((n) => n.id), data.edges.length]);
-    const fresh = key !== this.graphKey;
-    this.data = data;
+    const key = JSON.stringify([graph.title, graph.size, graph.nodes.map((n) => n.id), graph.edges.s.length]);
+    const fresh = key !== this.graphKey; // another graph, not another cut of the same one: fit it anew
     this.graphKey = key;
+    this.sig = sig;
+    this.root.classList.toggle("wbg-readonly", !!view.readonly); // a diff: nothing to pin, group or note
+    this.data = { ...graph, edges: edgeRows(graph.edges), height: view.height, readonly: view.readonly };
     this.index();
-    if (fresh && data.selected && this.byId.has(data.selected)) this.selected = data.selected;
+    if (fresh && view.selected && this.byId.has(view.selected)) this.selected = view.selected;
     this.render();
     if (fresh) this.fit();
     // how long this draw took in the browser, data in to the frame after it was painted (bench/app_bench.py)
