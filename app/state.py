@@ -363,21 +363,32 @@ def _choose(_cd: cg.CircuitData, key: tuple, fraction: float | None, cap: int) -
     return cg.choose(_cd, fraction, cap)
 
 
+def version(rel: str):
+    """What changes when a circuit changes: its file's mtime (uploads: the upload's stamp); cache keys."""
+    return st.session_state[UPLOADED]["stamp"] if rel == UPLOADED else (resolve(rel) / browse.CIRCUIT).stat().st_mtime
+
+
 def view(rel: str, cd: cg.CircuitData, fraction: float | None, cap: int) -> cg.View:
     """cg.choose, cached per circuit file version (uploads: per upload content)."""
-    stamp = st.session_state[UPLOADED]["stamp"] if rel == UPLOADED else (resolve(rel) / browse.CIRCUIT).stat().st_mtime
     try:
-        return _choose(cd, (rel, stamp), fraction, cap)
+        return _choose(cd, (rel, version(rel)), fraction, cap)
     except UserError as e:
         fail(e)
 
 
-def draw(cd: cg.CircuitData, v: cg.View, key: str, selected: str | None = None, height: int = 560) -> str | None:
+def draw(cd: cg.CircuitData, v: cg.View, key: str, ident: tuple, selected: str | None = None) -> str | None:
     """The bounded graph (app/graph_view) with what each filter hides, its pins, groups and notes in the URL
-    (remembered as this page's view); returns the node clicked in this run (None: no click)."""
+    (remembered as this page's view); `ident` = (circuit, fraction, cap) the view was chosen with: its layout is
+    cached per circuit version. Returns the node clicked in this run (None: no click)."""
     st.caption(f"drawn: {v.label}; {len(v.rows)} edge inputs (the view says what each filter hides)")
+    rel, fraction, cap = ident
     clicked = graph_view.draw(
-        gl.from_view(cd, v), key, selected=selected, height=height, marks=marks(), on_marks=_remember_marks
+        lambda: gl.from_view(cd, v),
+        key,
+        ident=("circuit", rel, version(rel), fraction, cap),
+        selected=selected,
+        marks=marks(),
+        on_marks=_remember_marks,
     )
     _remember_marks()
     return clicked

@@ -62,9 +62,7 @@ GRAPH = (
     + VIEW
     + " const v = r ? r.getAttribute('data-drawn') : null; return CMP === null ? v : v !== null && v !== CMP; }"
 )
-DRAW_MS = "() => { " + VIEW + " return r.getAttribute('data-draw-ms'); }"  # the view's own draw time
 GRAPH_CAPS = (300, 500, 2000)  # display caps the graph section draws the GPT-2-shaped circuit at
-EDGES = "() => { " + VIEW + " return Number(r.getAttribute('data-edges')); }"  # edges on the view's canvas
 QUICK_DEMO = [
     "--cache-tokens",
     "20000",
@@ -83,6 +81,14 @@ QUICK_DEMO = [
     "--tasks",
     "ioi",
 ]
+
+
+def view_attr(page, name: str) -> str:
+    """An attribute of the graph view's root (data-draw-ms: its own draw time; data-edges: edges on its canvas),
+    waited for and looked up afresh at each poll: a rerun that remounts the view (a new root, the attribute not
+    yet set) is a wait, not an error."""
+    js = "n => { " + VIEW + " return r && r.getAttribute(n); }"
+    return page.wait_for_function(js, arg=name).json_value()
 
 
 def run_demo(ws: Path, quick: bool) -> tuple[dict, float]:
@@ -295,7 +301,7 @@ def page_times(ws: Path, pages: dict[str, str], repeats: int) -> dict[str, dict]
         for name, path in pages.items():
             cold = load(page, url + path)
             warm = [load(page, url + path) for _ in range(repeats)]
-            drawn = page.evaluate(EDGES)
+            drawn = int(view_attr(page, "data-edges"))
             out[name] = {"cold": cold, "warm": warm, "drawn": drawn, "budget": budget_moves(page, repeats)}
         switches = []
         names = [n for n in pages if n.startswith("embedded")]
@@ -342,8 +348,8 @@ def graph_times(ws: Path, repeats: int) -> dict:
             reloads, draws = [], []
             for _ in range(repeats):
                 reloads.append(load(page, path))
-                draws.append(float(page.evaluate(DRAW_MS)) / 1000)
-            out[cap] = {"reload": reloads, "draw": draws, "drawn": page.evaluate(EDGES)}
+                draws.append(float(view_attr(page, "data-draw-ms")) / 1000)
+            out[cap] = {"reload": reloads, "draw": draws, "drawn": int(view_attr(page, "data-edges"))}
         out["pin"] = pin_times(page, repeats)
     return out
 

@@ -1,5 +1,6 @@
 """A feature graph (circuit-tracer / Neuronpedia graph JSON, read by workbench.circuits.schema) as the graph view's
-data: features, error nodes, embeddings and logits in layer columns and token-position bands, bounded to the
+data: features, error nodes, embeddings and logits across token positions and up the layers (as circuit-tracer
+draws them: readable at a 64-token prompt, not one tall column), bounded to the
 most influential nodes, with one sentence per filter saying what it hides. Pure Python: no torch, no Streamlit.
 
 circuit-tracer's node `influence` is the cumulative share of influence at the node's rank (smaller: more
@@ -28,10 +29,7 @@ def _node(n: dict, n_layers: int) -> layout.Node:
         column, label = (n_layers, 0), "logits"
     else:
         layer = int(n["layer"])
-        column, label = (
-            (layer, 0 if kind == "feature" else 1),
-            f"L{layer} {'features' if kind == 'feature' else 'errors'}",
-        )
+        column, label = (layer, 0 if kind == "feature" else 1), f"L{layer}"  # one layer row: features, then errors
     layer = int(n["layer"]) if str(n["layer"]).isdigit() else None
     return layout.Node(
         n["node_id"],
@@ -74,17 +72,8 @@ def to_graph(fg: schema.FeatureGraph, cap: int = 120, title: str = "") -> layout
             f"the least influential, with {len(fg.links) - len(edges)} of {len(fg.links)} links ({lost:.1%} of the "
             "total |link weight|)"
         )
-    return layout.Graph(
-        [n for n in nodes if n.id in keep],
-        edges,
-        hidden,
-        title,
-        [
-            ((-1, 0), "embeddings"),
-            *[((layer, 0), f"L{layer} features") for layer in range(n_layers)],
-            ((n_layers, 0), "logits"),
-        ],
-    )
+    tokens = layout.token_columns(fg.metadata.get("prompt_tokens") or [])
+    return layout.Graph([n for n in nodes if n.id in keep], edges, hidden, title, tokens, flow="up")
 
 
 def node_rows(fg: schema.FeatureGraph, node_id: str) -> list[dict]:

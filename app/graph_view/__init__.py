@@ -9,6 +9,8 @@ state in the browser that changes without a server round trip, and labels need t
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 import streamlit as st
@@ -70,17 +72,19 @@ def _clicked(key: str) -> None:
 
 
 @st.fragment
-def _mount(key: str, data: dict, nodes: frozenset, on_marks) -> None:
-    """The view in a fragment: a pin, group or note reruns only this (the URL and marks_box follow at once);
-    a click reruns the page, whose node details follow the clicked node."""
+def _mount(key: str, graph: bytes, view: dict, nodes: frozenset, on_marks) -> None:
+    """The view in a fragment: a pin, group or note reruns only this (the URL and marks_box follow at once),
+    which re-sends the graph's cached bytes and the marks, nothing rebuilt; a click reruns the page, whose node
+    details follow the clicked node."""
     if st.session_state.get(f"_{key}_clicked") is not None:
         st.rerun(scope="app")
-    a = an.Annotations() if data["readonly"] else url_annotations()
-    if not data["readonly"]:
+    a = an.Annotations() if view["readonly"] else url_annotations()
+    if not view["readonly"]:
         marks_box()["marks"] = a
+    head = json.dumps({**view, "annotations": a.as_dict()})  # from the URL: a fragment rerun reuses the last args
     _VIEW(
         key=key,
-        data={**data, "annotations": a.as_dict()},  # from the URL: a fragment rerun reuses the last page run's args
+        data=b'{"view":' + head.encode() + b',"graph":' + graph + b"}",  # bytes: Streamlit sends them as they are
         default={"annotations": a.as_dict()},
         on_annotations_change=lambda: _changed(key, on_marks),
         on_clicked_change=lambda: _clicked(key),
@@ -94,10 +98,41 @@ def _mount(key: str, data: dict, nodes: frozenset, on_marks) -> None:
         st.caption(f"marked but not drawn here (kept in the URL): {', '.join(dropped)}")
 
 
+def encode(graph: layout.Graph, counts: dict | None, names: tuple[str, str] | None, keep: frozenset) -> tuple:
+    """(the view's graph JSON as bytes, its node ids): bounded (layout.bound: the marked nodes first), in the
+    compact wire form (layout.wire), with a key that changes with its content (the view redraws on a new key)."""
+    g = layout.bound(graph, keep=keep)
+    data = {**layout.wire(layout.to_data(g, counts)), "names": list(names) if names else None}
+    raw = json.dumps(data, separators=(",", ":"))
+    key = hashlib.blake2b(raw.encode(), digest_size=8).hexdigest()
+    return raw[:-1].encode() + f',"key":"{key}"}}'.encode(), frozenset(n.id for n in g.nodes)
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _graph(ident: tuple, _make) -> layout.Graph:
+    return _make()
+
+
+@st.cache_resource(show_spinner=False, max_entries=32)
+def _encoded(ident: tuple, keep: frozenset, _graph: layout.Graph, _counts, _names) -> tuple:
+    return encode(_graph, _counts, _names, keep)
+
+
+def payload(graph, ident, counts, names, keep: frozenset) -> tuple:
+    """encode(), cached per `ident` when one is given (a page rerun then rebuilds nothing). The marks matter
+    only to a graph that `bound` cuts, so only then are they part of the key."""
+    if ident is None:
+        return encode(graph() if callable(graph) else graph, counts, names, keep)
+    g = _graph(ident, graph if callable(graph) else lambda: graph)
+    cut = len(g.nodes) > layout.MAX_NODES
+    return _encoded(ident, keep & {n.id for n in g.nodes} if cut else frozenset(), g, counts, names)
+
+
 def draw(
-    graph: layout.Graph,
+    graph,
     key: str,
     *,
+    ident: tuple | None = None,
     counts: dict | None = None,
     names: tuple[str, str] | None = None,
     selected: str | None = None,
@@ -105,19 +140,15 @@ def draw(
     marks: an.Annotations | None = None,
     on_marks=None,
 ) -> str | None:
-    """Mount the view on `graph` with `marks` (the URL's pins, groups and notes; None: a view without marks,
-    such as a diff), bounded to what a browser draws at once (layout.bound: the marked nodes first, the cut
-    stated in the view); `on_marks` is called when the view changes the marks. Returns the node clicked since
-    the last page run (None: no click)."""
+    """Mount the view on `graph` (a layout.Graph, or a function making one) with `marks` (the URL's pins, groups
+    and notes; None: a view without marks, such as a diff), bounded to what a browser draws at once
+    (layout.bound: the marked nodes first, the cut stated in the view); `ident` (hashable: what the graph is
+    drawn from, e.g. a file version and a cap) caches its layout and JSON; `on_marks` is called when the view
+    changes the marks. Returns the node clicked since the last page run (None: no click)."""
     a = marks or an.Annotations()
-    graph = layout.bound(graph, keep=frozenset(a.pinned) | {m for _, *ms in a.groups for m in ms})
-    data = {
-        **layout.to_data(graph, counts),
-        "names": list(names) if names else None,
-        "selected": selected,
-        "height": height,
-        "readonly": marks is None,
-    }
+    keep = frozenset(a.pinned) | {m for _, *ms in a.groups for m in ms}
+    raw, nodes = payload(graph, ident, counts, names, keep)
+    view = {"selected": selected, "height": height, "readonly": marks is None}
     clicked = st.session_state.pop(f"_{key}_clicked", None)
-    _mount(key, data, frozenset(n.id for n in graph.nodes), on_marks)
+    _mount(key, raw, view, nodes, on_marks)
     return clicked

@@ -23,6 +23,7 @@ const ALPHA = { rest: 0.6, dim: 0.12, lit: 0.95 };
 const CELL = 40; // px (graph units) of the hit-test grid
 const HIT_PX = 5; // an edge under the pointer: within this many screen px
 const SAMPLES = 12; // segments per edge curve for hit tests
+const READABLE = 0.8; // the least zoom an upward graph opens at (its nodes 22 x 16 px)
 
 function el(tag, attrs = {}, parent = null, text = null) {
   const e = tag.startsWith("svg:") ? document.createElementNS(SVG, tag.slice(4)) : document.createElement(tag);
@@ -36,9 +37,22 @@ const fmt = (v) => (v === null || v === undefined ? "-" : Math.abs(v) >= 100 ? v
 const portName = (e) => (e.port ? `<${e.port}>` : "");
 const frame = () => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
 
-function curve(e) {
-  // an edge that skips columns arcs over the nodes between, higher the further it goes
+function edgeRows(c) {
+  // the edges as layout.wire sends them (one array per field, end points flat) back into one object each
+  return c.s.map((s, j) => ({
+    s, t: c.t[j], port: c.port[j], w: c.w[j], lift: c.lift[j], p: c.p.slice(4 * j, 4 * j + 4),
+    wb: c.wb ? c.wb[j] : null, status: c.status ? c.status[j] : "both",
+  }));
+}
+
+function curve(e, up) {
+  // an edge that skips columns arcs over the nodes between, higher the further it goes; in an upward graph
+  // (layers bottom to top) it leaves its writer's top and bends into its reader's bottom
   const [x0, y0, x1, y1] = e.p;
+  if (up) {
+    const dy = Math.max(20, Math.abs(y1 - y0) / 2);
+    return [x0, y0, x0, y0 - dy, x1, y1 + dy, x1, y1];
+  }
   const dx = Math.max(30, Math.abs(x1 - x0) / 2), lift = e.lift || 0;
   return [x0, y0, x0 + dx, y0 - lift, x1 - dx, y1 - lift, x1, y1];
 }
@@ -63,8 +77,8 @@ class EdgeLayer {
     this.lit = null;
   }
 
-  set(edges, style) {
-    this.curves = edges.map(curve);
+  set(edges, style, up) {
+    this.curves = edges.map((e) => curve(e, up));
     this.style = edges.map(style); // [colour, width step]
     this.grid = null;
     this.lit = null;
@@ -233,28 +247,30 @@ class GraphApp {
     });
   }
 
-  update(data, api) {
+  update(raw, api) {
+    // raw: the JSON bytes graph_view sends, {view, graph}; the graph is redrawn only when its key changes
     this.api = api;
     const t0 = performance.now();
-    const incoming = JSON.stringify(data.annotations || {});
-    const sig = JSON.stringify({ ...data, annotations: null, selected: null });
+    const { view, graph } = JSON.parse(new TextDecoder().decode(raw));
+    const incoming = JSON.stringify(view.annotations || {});
+    const sig = JSON.stringify([graph.key, view.height, view.readonly]);
     const marksChanged = incoming !== this.seen;
     if (marksChanged) {
       this.seen = incoming;
       this.ann = { pinned: [], groups: [], notes: {}, ...JSON.parse(incoming) };
     }
     if (sig === this.sig) {
-      if (marksChanged) this.remark(); // Back/Forward or a link changed only the marks: restyle, no redraw
+      if (marksChanged) this.remark(); // Back/Forward, a link or the view's own rerun changed only the marks
       return;
     }
-    this.sig = sig;
-    this.root.classList.toggle("wbg-readonly", !!data.readonly); // a diff: nothing to pin, group or note
-    const key = JSON.stringify([data.title, data.size, data.nodes.map((n) => n.id), data.edges.length]);
-    const fresh = key !== this.graphKey;
-    this.data = data;
+    const key = JSON.stringify([graph.title, graph.size, graph.nodes.map((n) => n.id), graph.edges.s.length]);
+    const fresh = key !== this.graphKey; // another graph, not another cut of the same one: fit it anew
     this.graphKey = key;
+    this.sig = sig;
+    this.root.classList.toggle("wbg-readonly", !!view.readonly); // a diff: nothing to pin, group or note
+    this.data = { ...graph, edges: edgeRows(graph.edges), height: view.height, readonly: view.readonly };
     this.index();
-    if (fresh && data.selected && this.byId.has(data.selected)) this.selected = data.selected;
+    if (fresh && view.selected && this.byId.has(view.selected)) this.selected = view.selected;
     this.render();
     if (fresh) this.fit();
     // how long this draw took in the browser, data in to the frame after it was painted (bench/app_bench.py)
@@ -341,6 +357,8 @@ class GraphApp {
   }
 
   endpoints(a, b, port) {
+    // as layout.ends: writer's right side to the reader's port, or (upward graph) writer's top to reader's bottom
+    if (this.data.flow === "up") return [a.x, a.y - a.h / 2, b.x, b.y + b.h / 2];
     const i = port && b.ports.includes(port) ? b.ports.indexOf(port) - 1 : null;
     return [a.x + a.w / 2, a.y, b.x - b.w / 2, i === null ? b.y : b.y + (i * b.h) / 3];
   }
@@ -359,7 +377,8 @@ class GraphApp {
     this.touching = new Map(v.nodes.map((n) => [n.id, []]));
     v.edges.forEach((e, j) => this.ends(e).forEach((id) => this.touching.get(id).push(j)));
     const colour = (e) => (d.counts ? DIFF[e.status] : SIGN[e.w >= 0 ? 1 : 0]);
-    this.edges.set(v.edges, (e) => [colour(e), Math.round(STEPS * Math.min(1, Math.abs(e.w) / this.maxW))]);
+    const step = (e) => Math.round(STEPS * Math.min(1, Math.abs(e.w) / this.maxW));
+    this.edges.set(v.edges, (e) => [colour(e), step(e)], d.flow === "up");
     this.hovered = null;
     const cols = el("svg:g", { class: "wbg-cols" });
     for (const c of d.columns) el("svg:line", { x1: c.x, x2: c.x, y1: 20, y2: d.size[1], class: "wbg-col" }, cols);
@@ -427,13 +446,17 @@ class GraphApp {
   }
 
   fit() {
-    const [w, h] = this.data.size;
+    // the whole graph in the stage's width; an upward graph of a long prompt (too wide for that at a readable
+    // zoom) at a readable zoom instead, panned to its end: the answer's position and the logits
+    const [w, h] = this.data.size, most = this.data.height || 560;
     const width = this.stage.getBoundingClientRect().width || 800; // the one forced layout of a draw
-    const tall = Math.max(220, Math.min(this.data.height || 560, (h * Math.min(width / w, 2.5)) + 30));
+    let k = Math.min(width / w, 2.5);
+    if (this.data.flow === "up") k = Math.max(k, Math.min(READABLE, (most - 30) / h));
+    const tall = Math.max(220, Math.min(most, h * k + 30));
     this.root.style.setProperty("--wbg-height", `${tall}px`);
     this.size = { w: width, h: tall }; // the stage is as tall as the height just set (no second layout)
-    const k = Math.min(this.size.w / w, this.size.h / h, 2.5);
-    this.t = { k, x: (this.size.w - w * k) / 2, y: 4 };
+    k = Math.min(k, tall / h);
+    this.t = { k, x: w * k > width ? width - w * k : (width - w * k) / 2, y: 4 };
     this.transform();
   }
 
@@ -469,6 +492,9 @@ class GraphApp {
       if (x - half < right) continue;
       el("svg:text", { x, y: 12, class: "wbg-col-label" }, labels, c.label);
       right = x + half + 6;
+    }
+    for (const r of this.data.rows || []) { // an upward graph's layer rows, labelled at the left edge
+      el("svg:text", { x: 4, y: r.y * k + ty + 4, class: "wbg-row-label" }, labels, r.label);
     }
     // a label sits inside its node when it fits there, else above it if that covers no node or label
     const screen = (n) => [(n.x - n.w / 2) * k + tx, (n.y - n.h / 2) * k + ty, (n.x + n.w / 2) * k + tx, (n.y + n.h / 2) * k + ty];

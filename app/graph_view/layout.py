@@ -62,8 +62,9 @@ class Graph:
     edges: list[Edge]
     hidden: list[str] = field(default_factory=list)  # one sentence per filter: what it hides
     title: str = ""
-    columns: list[tuple[tuple, str]] | None = None  # every column to draw, even empty ones (stable layout)
+    columns: list[tuple] | None = None  # (key, label) of every column, even empty ones; flow up: (position, token)
     shown: str = ""  # what `bound` cut: "showing N of M nodes; K hidden ..." ("" when nothing)
+    flow: str = "right"  # right: layer columns left to right; up: token positions across, layers bottom to top
 
 
 # ------------------------------------------------------------------ component-level circuits
@@ -116,8 +117,8 @@ def _np_column(n: dict) -> tuple[tuple, str]:
 
 
 def from_neuronpedia(d: dict, title: str = "") -> Graph:
-    """A circuit-tracer / Neuronpedia graph JSON (checked by schema.validate_neuronpedia) as a graph: columns by
-    layer, bands by token position (`ctx_idx`), influence as the score, the clerp as the label."""
+    """A circuit-tracer / Neuronpedia graph JSON (checked by schema.validate_neuronpedia) as an upward graph:
+    token positions (`ctx_idx`) across, layers bottom to top, influence as the score, the clerp as the label."""
     schema.validate_neuronpedia(d)
     nodes = []
     for n in d["nodes"]:
@@ -138,7 +139,17 @@ def from_neuronpedia(d: dict, title: str = "") -> Graph:
             )
         )
     edges = [Edge(link["source"], link["target"], None, float(link["weight"])) for link in d["links"]]
-    return Graph(nodes, edges, [], title or str(d["metadata"].get("slug", "")))
+    tokens = token_columns(d["metadata"].get("prompt_tokens") or [])
+    return Graph(nodes, edges, [], title or str(d["metadata"].get("slug", "")), tokens, flow="up")
+
+
+TOKEN_CHARS = 12  # a token longer than this is cut in its column's label
+
+
+def token_columns(tokens: list) -> list[tuple[int, str]]:
+    """An upward graph's column labels: (position, its token, cut to TOKEN_CHARS)."""
+    cut = [str(t) if len(str(t)) <= TOKEN_CHARS else str(t)[: TOKEN_CHARS - 1] + "…" for t in tokens]
+    return list(enumerate(cut))
 
 
 # ------------------------------------------------------------------ what a browser draws at once
@@ -169,9 +180,8 @@ def bound(g: Graph, max_nodes: int = MAX_NODES, max_edges: int = MAX_LINKS, keep
     why = [f"{len(g.edges) - len(between):,} touch a hidden node"] if len(between) < len(g.edges) else []
     why += [f"{len(between) - n_edges:,} weaker than the {n_edges:,} strongest"] if n_edges < len(between) else []
     shown += f" ({', '.join(why)})" if why else ""
-    return Graph(
-        [n for n, k in zip(g.nodes, kept) if k], [g.edges[i] for i in chosen], g.hidden, g.title, g.columns, shown
-    )
+    nodes = [n for n, k in zip(g.nodes, kept) if k]
+    return Graph(nodes, [g.edges[i] for i in chosen], g.hidden, g.title, g.columns, shown, g.flow)
 
 
 # ------------------------------------------------------------------ two circuits
@@ -208,7 +218,7 @@ def diff(a: Graph, b: Graph, names: tuple[str, str] = ("A", "B")) -> tuple[Graph
     hidden = [f"{names[0]}: {h}" for h in a.hidden] + [f"{names[1]}: {h}" for h in b.hidden]
     columns = a.columns if a.columns == b.columns else None
     title = f"{names[0]} vs {names[1]}"
-    return Graph(nodes, edges, hidden, title, columns), counts
+    return Graph(nodes, edges, hidden, title, columns, flow=a.flow), counts
 
 
 def _status(in_a: bool, in_b: bool) -> str:
@@ -217,9 +227,12 @@ def _status(in_a: bool, in_b: bool) -> str:
 
 # ------------------------------------------------------------------ coordinates
 
+UP_SIZE = (28.0, 20.0)  # every node of an upward graph: many share a token, labels go above them by zoom
+UP_GAP, UP_COL_GAP, UP_ROW = 6.0, 10.0, 44.0  # px between nodes of one cell, token columns, layer row centres
 
-def _size(kind: str) -> tuple[float, float]:
-    return SIZE.get(kind, DEFAULT_SIZE)
+
+def _size(kind: str, flow: str = "right") -> tuple[float, float]:
+    return UP_SIZE if flow == "up" else SIZE.get(kind, DEFAULT_SIZE)
 
 
 def _rows(g: Graph) -> dict[str, float]:
@@ -243,7 +256,10 @@ def _columns(g: Graph) -> list[tuple]:
 
 
 def place(g: Graph) -> dict[str, tuple[float, float]]:
-    """Node centres in px: x by column, y by position band (bands as tall as their fullest column) and row."""
+    """Node centres in px. Flow right: x by column, y by position band (bands as tall as their fullest column)
+    and row. Flow up: see place_up."""
+    if g.flow == "up":
+        return place_up(g)[0]
     columns = _columns(g)
     col_x = {c: MARGIN + 40.0 + i * COL_GAP for i, c in enumerate(columns)}
     rows = _rows(g)
@@ -256,8 +272,31 @@ def place(g: Graph) -> dict[str, tuple[float, float]]:
     return {n.id: (col_x[n.column], band_y[n.pos] + rows[n.id] * ROW_GAP + ROW_GAP / 2) for n in g.nodes}
 
 
+def place_up(g: Graph) -> tuple[dict, dict, dict]:
+    """(node centres, token column centres, layer row centres) of an upward graph, as circuit-tracer draws one:
+    x by token position (a column as wide as its fullest layer cell), y by layer (the first column key, bottom
+    to top: embeddings low, logits high); a cell's nodes side by side, in column order then as they come."""
+    layers = sorted({n.column[0] for n in g.nodes})
+    row_y = {r: MARGIN + 30.0 + (len(layers) - 1 - i + 0.5) * UP_ROW for i, r in enumerate(layers)}
+    cells: dict[tuple, list[str]] = {}
+    for n in sorted(g.nodes, key=lambda n: n.column):
+        cells.setdefault((n.pos, n.column[0]), []).append(n.id)
+    pitch, left, xy, col_x = UP_SIZE[0] + UP_GAP, MARGIN + 50.0, {}, {}  # room for the row labels
+    for p in sorted({n.pos for n in g.nodes}, key=lambda p: -1 if p is None else p):
+        width = max(len(cells.get((p, r), ())) for r in layers) * pitch
+        col_x[p] = left + width / 2
+        for r in layers:
+            for i, nid in enumerate(cells.get((p, r), ())):
+                xy[nid] = (left + (i + 0.5) * pitch, row_y[r])
+        left += width + UP_COL_GAP
+    return xy, col_x, row_y
+
+
 def lifts(g: Graph) -> list[float]:
-    """How far each edge's curve arcs up: by the columns it skips, so it passes over the nodes between."""
+    """How far each edge's curve arcs up: by the columns it skips, so it passes over the nodes between (an
+    upward graph's edges run between rows: none)."""
+    if g.flow == "up":
+        return [0.0] * len(g.edges)
     col = {c: i for i, c in enumerate(_columns(g))}
     at = {n.id: col[n.column] for n in g.nodes}
     return [min(LIFT * max(0, at[e.dst] - at[e.src] - 1), MAX_LIFT) for e in g.edges]
@@ -272,6 +311,30 @@ def port_point(kind: str, centre: tuple[float, float], port: str | None) -> tupl
     return x - w / 2, y
 
 
+def ends(g: Graph, xy: dict, kind: dict, e: Edge) -> list[float]:
+    """An edge's end points: right side of its writer to its reader's port (flow right), or top of its writer
+    to the bottom of its reader (flow up)."""
+    (sx, sy), (tx, ty) = xy[e.src], xy[e.dst]
+    if g.flow == "up":
+        p = [sx, sy - UP_SIZE[1] / 2, tx, ty + UP_SIZE[1] / 2]
+    else:
+        p = [sx + _size(kind[e.src])[0] / 2, sy, *port_point(kind[e.dst], (tx, ty), e.port)]
+    return [round(v, 1) for v in p]
+
+
+def axes(g: Graph, xy: dict) -> tuple[list[dict], list[dict]]:
+    """The labelled guides: columns (layers; flow up: token positions, labelled by `g.columns`) and rows (flow
+    up: layers, labelled by their nodes' column labels)."""
+    labels = dict(g.columns or []) | {n.column: n.column_label for n in g.nodes}
+    if g.flow != "up":
+        return [{"x": MARGIN + 40.0 + i * COL_GAP, "label": labels[c]} for i, c in enumerate(_columns(g))], []
+    _, col_x, row_y = place_up(g)
+    rows = {n.column[0]: n.column_label for n in sorted(g.nodes, key=lambda n: n.column, reverse=True)}
+    tokens = dict(g.columns or [])
+    columns = [{"x": round(x, 1), "label": tokens.get(p, f"pos {p}")} for p, x in col_x.items()]
+    return columns, [{"y": round(row_y[r], 1), "label": lab} for r, lab in rows.items()]
+
+
 def to_data(g: Graph, counts: dict | None = None) -> dict:
     """The JSON the view draws: finished coordinates, per-node strongest in / out edges, hidden counts."""
     xy = place(g)
@@ -280,9 +343,6 @@ def to_data(g: Graph, counts: dict | None = None) -> dict:
     strength = np.zeros(len(g.nodes))
     edges = []
     for e, up in zip(g.edges, lifts(g)):
-        sx, sy = xy[e.src]
-        x0 = sx + _size(kind[e.src])[0] / 2
-        x1, y1 = port_point(kind[e.dst], xy[e.dst], e.port)
         for nid in (e.src, e.dst):
             strength[index[nid]] += abs(e.weight)
         edges.append(
@@ -293,13 +353,13 @@ def to_data(g: Graph, counts: dict | None = None) -> dict:
                 "w": e.weight,
                 "wb": e.weight_b,
                 "status": e.status,
-                "p": [round(x0, 1), round(sy, 1), round(x1, 1), round(y1, 1)],
+                "p": ends(g, xy, kind, e),
                 "lift": up,
             }
         )
     nodes = []
     for i, n in enumerate(g.nodes):
-        w, h = _size(n.kind)
+        w, h = _size(n.kind, g.flow)
         nodes.append(
             {
                 **{k: v for k, v in asdict(n).items() if k not in ("column", "row")},
@@ -308,20 +368,41 @@ def to_data(g: Graph, counts: dict | None = None) -> dict:
                 "w": w,
                 "h": h,
                 "strength": float(strength[i]),
-                "ports": list(PORTS) if n.kind == "head" else [],
+                "ports": list(PORTS) if n.kind == "head" and g.flow != "up" else [],
             }
         )
-    labels = dict(g.columns or []) | {n.column: n.column_label for n in g.nodes}
-    col_x = [(MARGIN + 40.0 + i * COL_GAP, labels[c]) for i, c in enumerate(_columns(g))]
-    width = max([x for x, _ in col_x] + [0.0]) + 40.0 + MARGIN
+    columns, rows = axes(g, xy)
+    width = max([c["x"] + 40.0 for c in columns] + [n["x"] + n["w"] / 2 for n in nodes] + [0.0]) + MARGIN
     height = max([n["y"] + n["h"] for n in nodes] + [120.0]) + MARGIN
     return {
         "title": g.title,
+        "flow": g.flow,
         "nodes": nodes,
         "edges": edges,
         "hidden": list(g.hidden),
         "shown": g.shown,
         "counts": counts,
-        "columns": [{"x": x, "label": lab} for x, lab in col_x],
+        "columns": columns,
+        "rows": rows,
         "size": [round(width, 1), round(height, 1)],
     }
+
+
+WIRE_DIGITS = 5  # significant digits of the weights sent to the browser (the view shows 3)
+EDGE_COLUMNS = ("s", "t", "port", "w", "lift")  # always sent; a diff adds "wb" and "status"
+
+
+def _sig(v: float | None) -> float | None:
+    return None if v is None else float(f"{v:.{WIRE_DIGITS}g}")
+
+
+def wire(data: dict) -> dict:
+    """`to_data` as the view receives it: the edges (most of the bytes) as columns, not one object each, their
+    end points flat, weights to WIRE_DIGITS digits, diff-only columns only in a diff: a third of the JSON of a
+    2,000-edge graph (graph.js rebuilds the edge objects)."""
+    edges = data["edges"]
+    names = EDGE_COLUMNS + (("wb", "status") if data["counts"] else ())
+    cols = {k: [_sig(e[k]) if k in ("w", "wb") else e[k] for e in edges] for k in names}
+    cols["p"] = [v for e in edges for v in e["p"]]
+    nodes = [{**n, "strength": _sig(n["strength"])} for n in data["nodes"]]
+    return {**data, "nodes": nodes, "edges": cols}

@@ -225,7 +225,7 @@ header(cd)
 fraction, cap = budget_controls(cd)
 v = state.view(rel, cd, fraction, cap)
 node_url = st.query_params.get("node")
-clicked = state.draw(cd, v, "graph", node_url)
+clicked = state.draw(cd, v, "graph", (rel, fraction, cap), node_url)
 left, right = st.columns([3, 2])
 with left:
     if cd.curve:

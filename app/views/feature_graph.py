@@ -44,9 +44,21 @@ def pick() -> tuple[str, schema.FeatureGraph] | None:
     if rel == UPLOADED_GRAPH:
         return rel, st.session_state[UPLOADED_GRAPH]
     try:
-        return rel, browse.open_feature_graph(state.resolve(rel))
+        return rel, _open(str(state.resolve(rel)), _stamp(rel))
     except UserError as e:
         state.fail(e)
+
+
+def _stamp(rel: str) -> float:
+    """Changes when the graph file is rewritten: the key of what is cached from it."""
+    path = state.resolve(rel) / browse.FEATURE_GRAPH
+    return path.stat().st_mtime if path.is_file() else 0.0
+
+
+@st.cache_resource(show_spinner="reading the graph...", max_entries=8)
+def _open(path: str, stamp: float) -> schema.FeatureGraph:
+    """Parsed once per file version (read-only: never mutate), as the circuit page's circuits (state.circuit)."""
+    return browse.open_feature_graph(path)
 
 
 def details(fg: schema.FeatureGraph, node_id: str) -> None:
@@ -93,7 +105,8 @@ if picked is not None:
         marks = annotations.Annotations(pinned=list(fg.pinned))
         graph_view.write_url(marks)  # the view reads its marks from the URL (also on its own fragment reruns)
     st.session_state[seeded] = True
-    clicked = graph_view.draw(g, "feature_graph", selected=st.query_params.get("node"), marks=marks)
+    ident = None if rel == UPLOADED_GRAPH else ("feature_graph", rel, _stamp(rel), int(cap))
+    clicked = graph_view.draw(g, "feature_graph", ident=ident, selected=st.query_params.get("node"), marks=marks)
     node = clicked or st.query_params.get("node")
     if clicked:
         st.query_params["node"] = clicked

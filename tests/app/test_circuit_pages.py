@@ -32,8 +32,12 @@ def charts(at) -> list[dict]:
 
 
 def view_data(at) -> dict:
-    """What the page hands the graph view (app/graph_view): nodes, edges, hidden counts, annotations."""
-    return json.loads(at.get("bidi_component")[0].proto.json)
+    """What the page hands the graph view (app/graph_view): nodes, edges, hidden counts, annotations; the edges
+    back from the wire's columns (layout.wire) into one dict each, as graph.js rebuilds them."""
+    from tests.app.test_graph_view import edges_of
+
+    sent = json.loads(at.get("bidi_component")[0].proto.bytes)
+    return {**sent["graph"], **sent["view"], "edges": edges_of(sent["graph"])}
 
 
 def saved(ws, name):

@@ -12,6 +12,7 @@ def test_defaults_bind_localhost_offline(tmp_path):
     assert cmd[4] == str(APP) and APP.is_file()
     assert flags["--server.address"] == "127.0.0.1" and flags["--browser.gatherUsageStats"] == "false"
     assert flags["--server.headless"] == "true"
+    assert flags["--runner.postScriptGC"] == "false" and flags["--runner.magicEnabled"] == "false"  # rerun speed
 
 
 def test_missing_workspace_is_a_user_error(tmp_path, capsys):

@@ -27,6 +27,11 @@ def check_geometry(data: dict) -> None:
     for e in data["edges"]:
         s, t = nodes[e["s"]], nodes[e["t"]]
         x0, y0, x1, y1 = e["p"]
+        if data["flow"] == "up":  # leaves its writer's top, ends on its reader's bottom
+            assert (x0, y0, x1, y1) == pytest.approx(
+                (s["x"], s["y"] - s["h"] / 2, t["x"], t["y"] + t["h"] / 2), abs=0.11
+            )
+            continue
         assert (x0, y0) == pytest.approx((s["x"] + s["w"] / 2, s["y"]), abs=0.11)  # leaves its writer's right side
         assert x1 == pytest.approx(t["x"] - t["w"] / 2, abs=0.11)  # ends on the reader's left side
         if e["port"]:  # on the q / k / v port: top, middle, bottom third of the head
@@ -98,20 +103,52 @@ def test_diff_marks_and_counts():
     check_geometry(layout.to_data(g, counts))
 
 
-def test_a_feature_graph_reads_by_layer_and_position():
+def test_a_feature_graph_reads_across_positions_and_up_the_layers():
     from bench.app_bench import feature_graph
 
     d = feature_graph(300, n_layers=3, n_pos=4)
     g = layout.from_neuronpedia(d)
-    assert len(g.nodes) == 300 and len(g.edges) == len(d["links"])
+    assert len(g.nodes) == 300 and len(g.edges) == len(d["links"]) and g.flow == "up"
     kinds = {n.kind for n in g.nodes}
     assert kinds == {"embedding", "error", "feature", "logit"}
-    labels = [c["label"] for c in sorted(layout.to_data(g)["columns"], key=lambda c: c["x"])]
-    assert labels == ["embeddings", "L0", "L1", "L2", "logits"]
-    assert {n.pos for n in g.nodes} == set(range(4))
+    data = layout.to_data(g)
+    assert [c["label"] for c in sorted(data["columns"], key=lambda c: c["x"])] == d["metadata"]["prompt_tokens"]
+    assert [r["label"] for r in sorted(data["rows"], key=lambda r: -r["y"])] == [
+        "embeddings",
+        "L0",
+        "L1",
+        "L2",
+        "logits",
+    ]
+    check_geometry(data)
     check_geometry(layout.to_data(layout.bound(g, 120)))
     with pytest.raises(schema.DamagedFileError, match="lacks 'ctx_idx'"):
         layout.from_neuronpedia({**d, "nodes": [{k: v for k, v in d["nodes"][0].items() if k != "ctx_idx"}]})
+
+
+def upward_order(data: dict, d: dict) -> None:
+    """x grows with the token position, y falls as the layer rises (embeddings low, logits high), whatever is drawn."""
+    rank = {n["node_id"]: (n["ctx_idx"], -1 if n["layer"] == "E" else int(n["layer"])) for n in d["nodes"]}
+    nodes = sorted(data["nodes"], key=lambda n: rank[n["id"]])
+    for a, b in zip(nodes, nodes[1:]):
+        if rank[a["id"]][0] < rank[b["id"]][0]:
+            assert a["x"] + a["w"] / 2 < b["x"] - b["w"] / 2  # every node of a position left of the next position's
+    by_layer = sorted(data["nodes"], key=lambda n: rank[n["id"]][1])
+    for a, b in zip(by_layer, by_layer[1:]):
+        if rank[a["id"]][1] < rank[b["id"]][1]:
+            assert a["y"] - a["h"] / 2 > b["y"] + b["h"] / 2  # a higher layer's row lies wholly above
+
+
+def test_a_64_token_feature_graph_is_wide_not_tall():
+    from bench.app_bench import feature_graph
+
+    d = feature_graph(400, n_layers=4, n_pos=64)
+    data = layout.to_data(layout.from_neuronpedia(d))
+    upward_order(data, d)
+    check_geometry(data)
+    width, height = data["size"]
+    assert height <= 60 + 2 * layout.MARGIN + 6 * layout.UP_ROW  # one row per layer (+ embeddings, logits)
+    assert width > 4 * height and len(data["columns"]) == 64
 
 
 def test_bound_keeps_pins_and_the_strongest_and_says_what_it_hides():

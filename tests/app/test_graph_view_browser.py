@@ -155,9 +155,59 @@ def test_a_5000_node_upload_draws_a_bounded_subgraph_and_says_what_it_hides(tmp_
         )
         expect(page.locator("[data-node-id]")).to_have_count(layout.MAX_NODES)
         assert page.locator(".wbg").get_attribute("data-edges") == str(len(bounded.edges))
+        in_view = set(
+            page.evaluate(  # the view opens a wide upward graph at a readable zoom: part of it is off the stage
+                """() => { const root = document.querySelector("[data-testid='stBidiComponentIsolated']").shadowRoot;
+                     const s = root.querySelector('.wbg-stage').getBoundingClientRect();
+                     return [...root.querySelectorAll('.wbg-node')].filter(g => { const r = g.getBoundingClientRect();
+                       return r.left >= s.left && r.right <= s.right && r.top >= s.top && r.bottom <= s.bottom; })
+                     .map(g => g.getAttribute('data-node-id')); }"""
+            )
+        )
         strongest = max(
-            bounded.nodes, key=lambda n: sum(abs(e.weight) for e in bounded.edges if n.id in (e.src, e.dst))
+            (n for n in bounded.nodes if n.id in in_view),
+            key=lambda n: sum(abs(e.weight) for e in bounded.edges if n.id in (e.src, e.dst)),
         )
         node(page, strongest.id).hover()
         expect(page.get_by_test_id("graph-tip")).to_contain_text(f"{strongest.id} · {strongest.kind}")
+    assert_offline(requests)
+
+
+def test_a_64_token_feature_graph_reads_across_positions_and_up_the_layers(tmp_path):
+    """A feature graph of a 64-token prompt in Chromium, as circuit-tracer lays one out: token positions left to
+    right, layers bottom to top (every node of a higher layer wholly above, of a later position wholly right, on
+    the screen), in a stage no taller than the view's height, at a zoom where every node is readable, the logits
+    (the answer's position) in view; the layer rows labelled."""
+    import json
+
+    from test_browser import drawn
+
+    from bench.app_bench import feature_graph
+
+    d = feature_graph(400, n_layers=4, n_pos=64)
+    path = tmp_path / "prompt-64.graph.json"
+    path.write_text(json.dumps(d))
+    rank = {n["node_id"]: (n["ctx_idx"], -1 if n["layer"] == "E" else int(n["layer"])) for n in d["nodes"]}
+    requests: list[str] = []
+    with page_server(tmp_path, PYTHONPATH=str(REPO), GRAPH_CIRCUIT=str(path)) as url, browser_page(requests) as page:
+        page.goto(url)
+        drawn(page)
+        boxes = page.evaluate(
+            """() => [...document.querySelector("[data-testid='stBidiComponentIsolated']").shadowRoot
+                 .querySelectorAll('.wbg-node')].map(g => {
+                   const r = g.querySelector('rect').getBoundingClientRect();
+                   return [g.getAttribute('data-node-id'), r.left, r.top, r.right, r.bottom]; })"""
+        )
+        stage = page.locator(".wbg-stage").bounding_box()
+        rows = page.locator(".wbg-row-label").all_text_contents()
+    assert len(boxes) == len(d["nodes"])
+    for a in boxes:
+        for b in boxes:
+            (pa, la), (pb, lb) = rank[a[0]], rank[b[0]]
+            assert pa >= pb or a[3] < b[1], (a, b)  # a later position lies wholly to the right
+            assert la >= lb or a[2] > b[4], (a, b)  # a higher layer lies wholly above
+    assert stage["height"] <= 560 and min(b[4] - b[2] for b in boxes) >= 14  # not tall; nodes readable
+    logit = next(b for b in boxes if rank[b[0]][1] == 5)  # circuit-tracer's logits sit at layer n_layers + 1
+    assert stage["x"] <= logit[1] and logit[3] <= stage["x"] + stage["width"]
+    assert rows == ["logits", "L3", "L2", "L1", "L0", "embeddings"]
     assert_offline(requests)
