@@ -98,21 +98,42 @@ def test_attribution_patching_is_the_first_order_effect(setup):
     assert change == pytest.approx(float(scores[node]), rel=1e-2, abs=1e-3)
 
 
-def test_the_found_circuit_reaches_its_target_when_measured_again(found, tiny, tiny_set):
-    c, g = found
-    model, _ = tiny
+def _measured_ndf(model, tiny_set, c) -> tuple[float, torch.Tensor]:
+    """(the circuit's NDF, the NDF of each single drop from it) measured again in a fresh setup."""
     s = FeatureSetup(model, load_transcoders(tiny_set), prepare(model, PROMPT, "Mary", CF, "John"))
     names = [s.node_name(i) for i in range(s.n_nodes)]
     mask = torch.zeros(s.n_nodes, dtype=torch.bool)
     mask[[names.index(n["name"]) for n in c.nodes]] = True
+    drops = mask[None].repeat(len(c.nodes), 1)
+    drops[torch.arange(len(c.nodes)), mask.nonzero().flatten()] = False
     metric = Metric("logit_diff", s.query.answer, s.query.wrong, s.clean_logits)
     clean, empty = float(metric(s.clean_logits)), float(metric(s.abl.logits))
-    value = float(metric(s.evaluate(mask[None])[0]))
-    ndf = 1 - min(abs(1 - (value - empty) / (clean - empty)), 1)
+    ndf = 1 - (1 - (metric(s.evaluate(torch.cat([mask[None], drops]))) - empty) / (clean - empty)).abs().clamp(max=1)
+    return float(ndf[0]), ndf[1:]
+
+
+def test_the_found_circuit_reaches_its_target_when_measured_again(found, tiny, tiny_set):
+    c, g = found
+    model, _ = tiny
+    ndf, _ = _measured_ndf(model, tiny_set, c)
     assert ndf == pytest.approx(c.ndf, abs=1e-4) and c.ndf >= 0.8
     assert 0 < len(c.nodes) < c.universe["nodes"] / 4
     assert c.faithfulness["baseline_topk_ndf"] is not None and c.edges
     assert {"query", "graph", "mean"} <= set(c.method["rankings"])
+
+
+@pytest.mark.parametrize("drops", ["bisect", "greedy"])
+def test_both_drop_rules_end_one_minimal(found, tiny, tiny_set, drops):
+    """Bisected drops (the feature default) stop by greedy's rule: the circuit reaches the target and no single
+    node can be dropped from it without falling below, measured again; greedy's circuit has the same property."""
+    model, _ = tiny
+    if drops == "bisect":
+        c = found[0]
+    else:
+        c, _ = find_feature_circuit(model, tiny_set, PROMPT, "Mary", CF, wrong="John", target_ndf=0.8, drops=drops)
+    assert c.method["search"]["drops"] == drops
+    ndf, single = _measured_ndf(model, tiny_set, c)
+    assert ndf >= 0.8 and (single < 0.8).all(), (ndf, single.max())
 
 
 def test_circuit_edges_split_over_heads_sum_to_the_edge(found):

@@ -321,15 +321,46 @@ class QuerySearch:
         if not 0 < target_ndf <= 1:
             raise BadValueError(f"target NDF must be in (0, 1], got {target_ndf!r}")
         found = smallest_hit(self.best_of_n, self.n_items, target_ndf)
-        mask = found.mask
+        rule = self.DROPS if self.cfg.drops == "auto" else self.cfg.drops
+        drop = self._drop_bisect if rule == "bisect" else self._drop_greedy
+        return self._measured(found, drop(found.mask, target_ndf), "pruned")
+
+    DROPS = "greedy"  # the drop rule when cfg.drops is "auto"
+
+    def _drop_greedy(self, mask: torch.Tensor, target_ndf: float) -> torch.Tensor:
+        """The best single drop while NDF stays >= target_ndf: every kept entry measured each round."""
         while int(mask.sum()) > 0:
-            names, moves = self._moves(mask, 0)  # room 0: drops only
+            _, moves = self._moves(mask, 0)  # room 0: drops only
             scores = self.ev.ndf(self.ev.values(moves))
             i = int(np.argmax(scores - 1e-9 * moves.sum(1).numpy()))
             if scores[i] < target_ndf:
                 break
             mask = moves[i]
-        return self._measured(found, mask, "pruned")
+        return mask
+
+    def _drop_bisect(self, mask: torch.Tensor, target_ndf: float) -> torch.Tensor:
+        """Rounds of: every single drop measured, the drops keeping target_ndf ordered by the NDF they leave (the
+        best first: greedy's choice), and the longest prefix of that order whose joint drop keeps target_ndf found
+        by bisection (a hit with a miss just above it; the first alone is a hit). It stops by greedy's rule, when
+        no single drop keeps the target, so the result is as 1-minimal; a round costs n + log n evaluations where
+        greedy pays n per dropped entry."""
+        while int(mask.sum()) > 0:
+            _, moves = self._moves(mask, 0)
+            scores = self.ev.ndf(self.ev.values(moves)) - 1e-9 * moves.sum(1).numpy()
+            ok = np.flatnonzero(scores >= target_ndf)
+            if not ok.size:
+                break
+            ok = ok[np.argsort(-scores[ok], kind="stable")]
+            joint = [mask]
+            for i in ok:
+                joint.append(joint[-1] & moves[i])  # joint[j]: the first j drops together (j >= 1)
+            joint = [self._prune(m) for m in joint]
+            lo, hi = 1, len(ok) + 1
+            while hi - lo > 1:
+                mid = hi - 1 if hi == len(ok) + 1 else (lo + hi) // 2  # the whole run first: often it holds
+                lo, hi = (mid, hi) if self.ev.ndf(self.ev.values(joint[mid][None]))[0] >= target_ndf else (lo, mid)
+            mask = joint[lo]
+        return mask
 
     def curve(self, fractions=MIB_GRID) -> dict:
         """f(k) = NFS over the MIB grid for the search (best of N at each k) and for plain top-k of the query's scores.
