@@ -136,12 +136,24 @@ def test_both_drop_rules_end_one_minimal(found, tiny, tiny_set, drops):
     assert ndf >= 0.8 and (single < 0.8).all(), (ndf, single.max())
 
 
-def test_circuit_edges_split_over_heads_sum_to_the_edge(found):
+def test_circuit_edges_split_over_heads_sum_to_the_edge(found, tiny, tiny_set):
+    """The full split of each circuit edge (every head's first-hop part and the direct part, recomputed) sums to
+    the edge; the file keeps the parts of at least 5% of the edge's |parts|, with the same values."""
+    from workbench.circuits import graph_heads
+    from workbench.circuits.feature_circuit import circuit_edges
+    from workbench.circuits.replacement import ReplacementModel
+
     c, g = found
-    for e in c.edges:
-        assert e["heads"], e
-    split = [e for e in c.edges if set(e["heads"]) - {"direct"}]
-    assert split, "some circuit edge crosses attention"
+    model, _ = tiny
+    rm = ReplacementModel(model, load_transcoders(tiny_set), torch.tensor(g.tokens))
+    split = graph_heads.split_edges(rm, g, circuit_edges(g, c.graph_nodes))
+    edges = g.adjacency[split["edges"][:, 0], split["edges"][:, 1]]
+    torch.testing.assert_close(split["weights"].sum(1), edges, rtol=1e-4, atol=1e-5)
+    assert len(c.edges) == len(edges) > 0
+    for e, w in zip(c.edges, split["weights"]):
+        kept = {split["names"][k]: float(w[k]) for k in (w.abs() >= 0.05 * w.abs().sum()).nonzero().flatten()}
+        assert e["heads"] == pytest.approx(kept, rel=1e-5, abs=1e-7) and e["heads"]
+    assert any(set(e["heads"]) - {"direct"} for e in c.edges), "some circuit edge crosses attention"
 
 
 def test_the_file_and_the_export_follow_their_schemas(found, tmp_path):
