@@ -122,12 +122,12 @@ def test_the_found_circuit_reaches_its_target_when_measured_again(found, tiny, t
     assert {"query", "graph", "mean"} <= set(c.method["rankings"])
 
 
-@pytest.mark.parametrize("drops", ["bisect", "greedy"])
+@pytest.mark.parametrize("drops", ["ordered", "greedy"])
 def test_both_drop_rules_end_one_minimal(found, tiny, tiny_set, drops):
-    """Bisected drops (the feature default) stop by greedy's rule: the circuit reaches the target and no single
+    """Ordered drops (the feature default) stop by greedy's rule: the circuit reaches the target and no single
     node can be dropped from it without falling below, measured again; greedy's circuit has the same property."""
     model, _ = tiny
-    if drops == "bisect":
+    if drops == "ordered":
         c = found[0]
     else:
         c, _ = find_feature_circuit(model, tiny_set, PROMPT, "Mary", CF, wrong="John", target_ndf=0.8, drops=drops)

@@ -50,7 +50,7 @@ def check_metric(metric: str) -> None:
         raise BadValueError(f"unknown metric {metric!r}; valid metrics: {', '.join(METRICS)}")
 
 
-DROPS = ("auto", "greedy", "bisect")
+DROPS = ("auto", "greedy", "ordered")
 
 
 @dataclass
@@ -81,9 +81,9 @@ class SearchConfig(Config):
     drops: str = field(
         default="auto",
         metadata={
-            "help": "exact drops at a target NDF: greedy (the best single drop, one per round) or bisect (every "
-            "single drop measured, then the longest run of the least harmful dropped at once, found by bisection); "
-            "auto: greedy for component circuits, bisect for feature circuits",
+            "help": "exact drops at a target NDF: greedy (the best single drop, one per round) or ordered (every "
+            "single drop measured, then the rest tried one by one in that order, each kept if NDF holds); "
+            "auto: greedy for component circuits, ordered for feature circuits",
             "choices": DROPS,
         },
     )

@@ -322,7 +322,7 @@ class QuerySearch:
             raise BadValueError(f"target NDF must be in (0, 1], got {target_ndf!r}")
         found = smallest_hit(self.best_of_n, self.n_items, target_ndf)
         rule = self.DROPS if self.cfg.drops == "auto" else self.cfg.drops
-        drop = self._drop_bisect if rule == "bisect" else self._drop_greedy
+        drop = self._drop_ordered if rule == "ordered" else self._drop_greedy
         return self._measured(found, drop(found.mask, target_ndf), "pruned")
 
     DROPS = "greedy"  # the drop rule when cfg.drops is "auto"
@@ -338,11 +338,11 @@ class QuerySearch:
             mask = moves[i]
         return mask
 
-    def _drop_bisect(self, mask: torch.Tensor, target_ndf: float) -> torch.Tensor:
+    def _drop_ordered(self, mask: torch.Tensor, target_ndf: float) -> torch.Tensor:
         """Rounds of: every single drop measured, the drops keeping target_ndf ordered by the NDF they leave (the
-        best first: greedy's choice), and the longest prefix of that order whose joint drop keeps target_ndf found
-        by bisection (a hit with a miss just above it; the first alone is a hit). It stops by greedy's rule, when
-        no single drop keeps the target, so the result is as 1-minimal; a round costs n + log n evaluations where
+        best first: greedy's choice, taken), then each of the others tried in that order on the current circuit
+        and kept when NDF stays >= target_ndf (one exact evaluation each). It stops by greedy's rule, when no
+        single drop keeps the target, so the result is as 1-minimal; a round costs about 2n evaluations where
         greedy pays n per dropped entry."""
         while int(mask.sum()) > 0:
             _, moves = self._moves(mask, 0)
@@ -351,15 +351,11 @@ class QuerySearch:
             if not ok.size:
                 break
             ok = ok[np.argsort(-scores[ok], kind="stable")]
-            joint = [mask]
-            for i in ok:
-                joint.append(joint[-1] & moves[i])  # joint[j]: the first j drops together (j >= 1)
-            joint = [self._prune(m) for m in joint]
-            lo, hi = 1, len(ok) + 1
-            while hi - lo > 1:
-                mid = hi - 1 if hi == len(ok) + 1 else (lo + hi) // 2  # the whole run first: often it holds
-                lo, hi = (mid, hi) if self.ev.ndf(self.ev.values(joint[mid][None]))[0] >= target_ndf else (lo, mid)
-            mask = joint[lo]
+            mask = moves[ok[0]]
+            for i in ok[1:]:
+                m = self._prune(mask & moves[i])
+                if self.ev.ndf(self.ev.values(m[None]))[0] >= target_ndf:
+                    mask = m
         return mask
 
     def curve(self, fractions=MIB_GRID) -> dict:
