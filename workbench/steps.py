@@ -484,7 +484,7 @@ def attribution_graph(
     from workbench.circuits.replacement import load_transcoders
 
     folder = _free_circuit_folder(ws.path("circuits", name or f"graph-{slug(' '.join(str(prompt).split()[-4:]))[:40]}"))
-    g = build_graph(model, load_transcoders(transcoders, member, model.cfg.device), prompt, answer, wrong, cfg)
+    g = build_graph(model, load_transcoders(transcoders, member, model.cfg.device, model), prompt, answer, wrong, cfg)
     labels, members = set_labels(transcoders, member), _members(ws, transcoders, member)
     to_neuronpedia(g, folder / "graph.json", folder.name, labels, members=members)
     ws.record(

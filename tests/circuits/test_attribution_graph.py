@@ -8,6 +8,7 @@ import pytest
 import torch
 from small_models import GQA, small_model
 
+from workbench.circuits import graph_heads
 from workbench.circuits.attribution_graph import build_graph
 from workbench.circuits.graph_heads import _sources
 from workbench.circuits.graph_json import to_neuronpedia
@@ -112,6 +113,19 @@ def test_head_split_sums_to_the_edge(case):
     through_heads = h["weights"][:, :-1].abs().sum(1)
     assert (through_heads > 1e-3 * edges.abs()).any(), "some edges cross attention"
     assert len(h["names"]) == g.n_layers * g.n_heads + 1 and h["names"][-1] == "direct"
+
+
+def test_entry_split_sums_to_the_head_split(case):
+    """Each edge's first hop through head (l, h), split over the entries (query, key = source position) it crosses,
+    sums over the queries to that head's part; entries above the target's position or the causal mask are 0."""
+    _, _, _, g, rm = case
+    h = g.heads
+    entries = graph_heads.split_entries(rm, g, h["edges"], batch_size=5)
+    torch.testing.assert_close(entries.sum(-1).flatten(1), h["weights"][:, :-1], rtol=1e-4, atol=1e-6)
+    src_pos = torch.tensor([_sources(rm, g, torch.tensor([c]))[1][0] for c in h["edges"][:, 1].tolist()])
+    before = torch.arange(rm.P)[None, :] < src_pos[:, None]  # a query before the key sees no entry (causal)
+    assert entries.permute(0, 3, 1, 2)[before].abs().max() == 0
+    assert entries.abs().sum() > 0
 
 
 def _square(g) -> torch.Tensor:

@@ -98,29 +98,62 @@ def test_attribution_patching_is_the_first_order_effect(setup):
     assert change == pytest.approx(float(scores[node]), rel=1e-2, abs=1e-3)
 
 
-def test_the_found_circuit_reaches_its_target_when_measured_again(found, tiny, tiny_set):
-    c, g = found
-    model, _ = tiny
+def _measured_ndf(model, tiny_set, c) -> tuple[float, torch.Tensor]:
+    """(the circuit's NDF, the NDF of each single drop from it) measured again in a fresh setup."""
     s = FeatureSetup(model, load_transcoders(tiny_set), prepare(model, PROMPT, "Mary", CF, "John"))
     names = [s.node_name(i) for i in range(s.n_nodes)]
     mask = torch.zeros(s.n_nodes, dtype=torch.bool)
     mask[[names.index(n["name"]) for n in c.nodes]] = True
+    drops = mask[None].repeat(len(c.nodes), 1)
+    drops[torch.arange(len(c.nodes)), mask.nonzero().flatten()] = False
     metric = Metric("logit_diff", s.query.answer, s.query.wrong, s.clean_logits)
     clean, empty = float(metric(s.clean_logits)), float(metric(s.abl.logits))
-    value = float(metric(s.evaluate(mask[None])[0]))
-    ndf = 1 - min(abs(1 - (value - empty) / (clean - empty)), 1)
+    ndf = 1 - (1 - (metric(s.evaluate(torch.cat([mask[None], drops]))) - empty) / (clean - empty)).abs().clamp(max=1)
+    return float(ndf[0]), ndf[1:]
+
+
+def test_the_found_circuit_reaches_its_target_when_measured_again(found, tiny, tiny_set):
+    c, g = found
+    model, _ = tiny
+    ndf, _ = _measured_ndf(model, tiny_set, c)
     assert ndf == pytest.approx(c.ndf, abs=1e-4) and c.ndf >= 0.8
     assert 0 < len(c.nodes) < c.universe["nodes"] / 4
     assert c.faithfulness["baseline_topk_ndf"] is not None and c.edges
     assert {"query", "graph", "mean"} <= set(c.method["rankings"])
 
 
-def test_circuit_edges_split_over_heads_sum_to_the_edge(found):
+@pytest.mark.parametrize("drops", ["ordered", "greedy"])
+def test_both_drop_rules_end_one_minimal(found, tiny, tiny_set, drops):
+    """Ordered drops (the feature default) stop by greedy's rule: the circuit reaches the target and no single
+    node can be dropped from it without falling below, measured again; greedy's circuit has the same property."""
+    model, _ = tiny
+    if drops == "ordered":
+        c = found[0]
+    else:
+        c, _ = find_feature_circuit(model, tiny_set, PROMPT, "Mary", CF, wrong="John", target_ndf=0.8, drops=drops)
+    assert c.method["search"]["drops"] == drops
+    ndf, single = _measured_ndf(model, tiny_set, c)
+    assert ndf >= 0.8 and (single < 0.8).all(), (ndf, single.max())
+
+
+def test_circuit_edges_split_over_heads_sum_to_the_edge(found, tiny, tiny_set):
+    """The full split of each circuit edge (every head's first-hop part and the direct part, recomputed) sums to
+    the edge; the file keeps the parts of at least 5% of the edge's |parts|, with the same values."""
+    from workbench.circuits import graph_heads
+    from workbench.circuits.feature_circuit import circuit_edges
+    from workbench.circuits.replacement import ReplacementModel
+
     c, g = found
-    for e in c.edges:
-        assert e["heads"], e
-    split = [e for e in c.edges if set(e["heads"]) - {"direct"}]
-    assert split, "some circuit edge crosses attention"
+    model, _ = tiny
+    rm = ReplacementModel(model, load_transcoders(tiny_set), torch.tensor(g.tokens))
+    split = graph_heads.split_edges(rm, g, circuit_edges(g, c.graph_nodes))
+    edges = g.adjacency[split["edges"][:, 0], split["edges"][:, 1]]
+    torch.testing.assert_close(split["weights"].sum(1), edges, rtol=1e-4, atol=1e-5)
+    assert len(c.edges) == len(edges) > 0
+    for e, w in zip(c.edges, split["weights"]):
+        kept = {split["names"][k]: float(w[k]) for k in (w.abs() >= 0.05 * w.abs().sum()).nonzero().flatten()}
+        assert e["heads"] == pytest.approx(kept, rel=1e-5, abs=1e-7) and e["heads"]
+    assert any(set(e["heads"]) - {"direct"} for e in c.edges), "some circuit edge crosses attention"
 
 
 def test_the_file_and_the_export_follow_their_schemas(found, tmp_path):

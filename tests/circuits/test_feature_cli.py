@@ -51,6 +51,15 @@ def test_circuit_graph_refuses_bad_values_in_one_line(tiny, tiny_set, tmp_path, 
     assert re.search(match, _err(capsys))
 
 
+@pytest.mark.parametrize("command", ["graph", "find"])
+def test_a_set_of_another_model_is_refused_in_one_line(tiny_set, tmp_path, capsys, command):
+    """The embedded sparse model has the base model's widths, so only the recorded model id tells them apart."""
+    argv = ["circuit", command, "--workspace", str(tmp_path / "ws"), "--model", "tiny-sparse"]
+    argv += ["--transcoders", str(tiny_set), "--prompt", PROMPT, "--answer", "Mary", "--counterfactual", CF]
+    assert main(argv[:-2] if command == "graph" else argv) == 2
+    assert re.search(r"was trained on 'workbench-tiny@\w+', not on this model .*belongs to another model", _err(capsys))
+
+
 def test_circuit_find_with_transcoders_writes_the_circuit_and_its_exports(tiny, tiny_set, tmp_path, capsys):
     from circuit_tracer.frontend.graph_models import Model
 

@@ -38,6 +38,22 @@ def test_sparsest_reaches_target(search):
     assert search.ev.ndf(search.ev.values(found.mask[None]))[0] >= 0.5
 
 
+@pytest.mark.parametrize("drops", ["greedy", "ordered"])
+def test_both_drop_rules_end_one_minimal_on_edges(search, drops):
+    """Component circuits under either drop rule: the target is reached and no single edge drop (pruned as the
+    search prunes it) keeps it; "auto" is greedy for component circuits."""
+    old = search.cfg
+    search.cfg = SearchConfig(**{**old.to_dict(), "drops": drops})
+    try:
+        found = search.sparsest(0.5)
+    finally:
+        search.cfg = old
+    _, moves = search._moves(found.mask, 0)
+    assert found.ndf >= 0.5 and (search.ev.ndf(search.ev.values(moves)) < 0.5).all()
+    if drops == "greedy":
+        assert torch.equal(found.mask, search.sparsest(0.5).mask)
+
+
 def test_curve_over_mib_grid(search):
     c = search.curve()
     assert c["edges"][-1] == search.graph.n_edges and len(c["search_f"]) == 10

@@ -50,6 +50,9 @@ def check_metric(metric: str) -> None:
         raise BadValueError(f"unknown metric {metric!r}; valid metrics: {', '.join(METRICS)}")
 
 
+DROPS = ("auto", "greedy", "ordered")
+
+
 @dataclass
 class SearchConfig(Config):
     error = BadValueError
@@ -75,6 +78,15 @@ class SearchConfig(Config):
         },
     )
     max_batch: int = field(default=64, metadata={"help": "circuits per batched exact evaluation"})
+    drops: str = field(
+        default="auto",
+        metadata={
+            "help": "exact drops at a target NDF: greedy (the best single drop, one per round) or ordered (every "
+            "single drop measured, then the rest tried one by one in that order, each kept if NDF holds); "
+            "auto: greedy for component circuits, ordered for feature circuits",
+            "choices": DROPS,
+        },
+    )
     step_batch: int | str | None = field(
         default="auto",
         metadata={

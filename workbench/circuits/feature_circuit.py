@@ -177,9 +177,10 @@ def find_feature_circuit(
     if target_ndf is not None and not 0 < target_ndf <= 1:
         raise BadValueError(f"target NDF must be in (0, 1], got {target_ndf!r}")
     cfg, graph_cfg = dataclasses.replace(cfg or SearchConfig(), **search_options), graph_cfg or GraphConfig()
+    cfg = cfg if cfg.drops != "auto" else dataclasses.replace(cfg, drops=FeatureSearch.DROPS)  # saved as used
     target_ndf = DEFAULT_TARGET_NDF if budget is None and target_ndf is None else target_ndf
     source = None if isinstance(transcoders, list) else str(transcoders)
-    tcs = transcoders if source is None else load_transcoders(transcoders, member, device=model.cfg.device)
+    tcs = transcoders if source is None else load_transcoders(transcoders, member, device=model.cfg.device, model=model)
     q, samples = prepare_all(
         model, prompt, answer, counterfactual, wrong, (), counterfactuals, n_samples, seed, cfg.metric
     )
@@ -250,7 +251,11 @@ def evaluate_feature_task(
     from workbench.corpus import tasks
 
     cfg = cfg or SearchConfig()
-    tcs = load_transcoders(transcoders, device=model.cfg.device) if not isinstance(transcoders, list) else transcoders
+    tcs = (
+        load_transcoders(transcoders, device=model.cfg.device, model=model)
+        if not isinstance(transcoders, list)
+        else transcoders
+    )
     rows, skipped = [], []
     for cq in tasks.queries(task, n, seed=seed, tokenizer=model.tokenizer):
         cq = retarget(model, cq)

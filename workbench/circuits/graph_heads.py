@@ -8,6 +8,7 @@ gv[h, p] = sum_q pattern_l[h, q, p] dT/dz_l[q, h] the target's gradient at the h
 transpose of the frozen normalisation before the attention. The direct part is the gradient with every value
 held at this prompt's (no path through attention), dotted with v.
 
+`split_entries`: the same first hop split further over the attention entries (query, key) it crosses.
 `qk_attribution`: why a head attends, the query-side and key-side sources of one attention score.
 """
 
@@ -114,24 +115,66 @@ def head_names(n_layers: int, n_heads: int) -> list[str]:
     return [f"a{layer}.h{h}" for layer in range(n_layers) for h in range(n_heads)] + ["direct"]
 
 
+def _edge_batches(rm: ReplacementModel, g, edges: torch.Tensor, batch_size: int):
+    """(indices into edges, targets, target copy of each edge, sources, their carried writes), batch_size targets
+    at a time; each source's write and how it travels depend on no target, so they are computed once."""
+    rows = edges[:, 0].unique()
+    cols, col_of = edges[:, 1].unique(return_inverse=True)
+    src = _sources(rm, g, cols)
+    reach = carried(rm, src)
+    for start in range(0, rows.numel(), batch_size):
+        chunk = rows[start : start + batch_size]
+        pick = torch.isin(edges[:, 0], chunk).nonzero().flatten()
+        c = col_of[pick]
+        yield (
+            pick,
+            _targets(rm, g, chunk),
+            torch.searchsorted(chunk, edges[pick, 0]),
+            tuple(x[c] for x in src),
+            reach[c],
+        )
+
+
 def split_edges(rm: ReplacementModel, g, edge_mask: torch.Tensor, batch_size: int = 32) -> dict:
     """{"edges": [n, 2] (row, column) of the edges in edge_mask, "weights": [n, n_layers * n_heads + 1] each
     edge's first-hop part through each head then its direct part, "names": the column names}."""
     edges = edge_mask.nonzero()
-    rows = edges[:, 0].unique()
-    cols, col_of = edges[:, 1].unique(return_inverse=True)
-    src = _sources(rm, g, cols)  # each source once: its write and how it travels depend on no target
-    reach = carried(rm, src)
     weights = torch.zeros(edges.shape[0], rm.L * g.n_heads + 1)
     with torch.no_grad():
-        for start in range(0, rows.numel(), batch_size):
-            chunk = rows[start : start + batch_size]
-            pick = torch.isin(edges[:, 0], chunk).nonzero().flatten()
-            b = torch.searchsorted(chunk, edges[pick, 0])
-            c = col_of[pick]
-            part = _split_batch(rm, _targets(rm, g, chunk), b, tuple(x[c] for x in src), reach[c], batch_size)
-            weights[pick] = part.float().cpu()
+        for pick, targets, b, src, reach in _edge_batches(rm, g, edges, batch_size):
+            weights[pick] = _split_batch(rm, targets, b, src, reach, batch_size).float().cpu()
     return {"edges": edges, "weights": weights, "names": head_names(rm.L, g.n_heads)}
+
+
+def _ln_forward(rm: ReplacementModel, layer: int, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """x [n, d] written at positions pos [n] as the frozen ln1 of `layer` passes it on (the transpose of
+    _ln_transpose: (LN^T u) . x = u . LN x)."""
+    ln = rm.model.blocks[layer].ln1
+    scale = rm.frozen.get(f"blocks.{layer}.ln1.hook_scale")
+    if scale is None:
+        return x
+    x = x - x.mean(-1, keepdim=True) if "LayerNorm" in type(ln).__name__ else x
+    w = getattr(ln, "w", None)
+    x = x / scale[0].reshape(-1, 1)[pos]
+    return x if w is None else x * w.detach()
+
+
+def split_entries(rm: ReplacementModel, g, edges: torch.Tensor, batch_size: int = 32) -> torch.Tensor:
+    """[n, n_layers, n_heads, n_pos]: each edge's first-hop part through head (l, h) split over the attention
+    entries it crosses, (query q, key = the source's position): pattern_l[h, q, p] times the target's gradient at
+    the head's output z[q, h] dotted with the head's value of the carried write. Summed over q: split_edges's
+    part of that head. edges: [n, 2] (row, column) of graph edges."""
+    out = torch.zeros(edges.shape[0], rm.L, g.n_heads, rm.P)
+    with torch.no_grad():
+        for pick, targets, b, (_, s_pos, _), reach in _edge_batches(rm, g, edges, batch_size):
+            full = rm.backward(*targets, copies=batch_size, with_z=True)
+            for layer in range(rm.L):
+                gz = full[f"blocks.{layer}.attn.hook_z"][b]  # [n, q, head, d_head]
+                pattern = rm.frozen[f"blocks.{layer}.attn.hook_pattern"][0][:, :, s_pos].permute(2, 1, 0)  # [n, q, h]
+                x = _ln_forward(rm, layer, reach[:, layer], s_pos)
+                val = torch.einsum("nd,hde->nhe", x, rm.model.blocks[layer].attn.W_V.detach())
+                out[pick, layer] = (torch.einsum("nqhe,nhe->nqh", gz, val) * pattern).transpose(1, 2).float().cpu()
+    return out
 
 
 def qk_attribution(rm: ReplacementModel, layer: int, head: int, query: int, key: int) -> dict:

@@ -254,14 +254,21 @@ def member_name(names: list[str], member: int | str) -> str:
     return match[0]
 
 
-def load_transcoders(folder, member: int | str = 0, device: str = "cpu") -> list[Transcoder]:
-    """A transcoder set folder's transcoders (member: which of each layer's configs, by index or config name)."""
+def load_transcoders(folder, member: int | str = 0, device: str = "cpu", model=None) -> list[Transcoder]:
+    """A transcoder set folder's transcoders (member: which of each layer's configs, by index or config name).
+    model: refuse a set recorded for other weights (same widths would pass check_transcoders silently)."""
     from pathlib import Path
 
+    from workbench.provenance import model_id
     from workbench.sae.io import load_sae
     from workbench.sae.transcoders import load_set
 
     manifest = load_set(folder)
+    if model is not None and manifest.get("model") != model_id(model):
+        raise BadValueError(
+            f"the transcoder set {str(folder)!r} was trained on {manifest.get('model')!r}, not on this model "
+            f"{model_id(model)!r}: the set belongs to another model; train one on it (workbench sae train --transcoders)"
+        )
     out = []
     for entry in manifest["layers"]:
         sae = load_sae(Path(folder) / member_name(entry["transcoders"], member), device=device).eval()

@@ -3,6 +3,7 @@
 workbench attention train --model tiny [--workspace W] [--name N | --out DIR] [--tolerance 0.01] [--resume]
 workbench attention report W/models/tiny-sparse
 workbench attention compare --base tiny --sparse sparse-tiny --task ioi --n 20 [--out compare.json]
+workbench attention compare --sparse sparse-tiny --transcoders BASE_SET SPARSE_SET --task ioi [--share 0.8]
 
 `attention sparsify` is the old name of `attention train` (it still works, with a note): "sparsify" also
 names EleutherAI's library, which the benchmark tables compare against.
@@ -41,6 +42,13 @@ def add_parser(sub) -> None:
     c.add_argument("--seed", type=count(0), default=0, help="query seed (default: %(default)s)")
     c.add_argument("--out", help="per-query JSON for the app")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
+    c.add_argument(
+        "--transcoders",
+        nargs=2,
+        metavar=("BASE_SET", "SPARSE_SET"),
+        help="instead: the heads carrying the attention-mediated attribution of feature graphs, one set per model",
+    )
+    c.add_argument("--share", type=float, default=0.8, help="with --transcoders: share to cover (default: %(default)s)")
     c.set_defaults(func=_compare)
 
 
@@ -123,9 +131,22 @@ def _compare(args) -> None:
         ) from None
     base, _ = load(args.base)
     sparse, _ = load(args.sparse)
+    if args.transcoders:
+        return _compare_heads(args, base, sparse)
     res = compare(
         base, sparse, args.task, args.n, targets, seed=args.seed, n_samples=args.samples, progress=not args.quiet
     )
     print(format_compare(res))
+    if args.out:
+        atomic_write_text(args.out, json.dumps(res, indent=1))
+
+
+def _compare_heads(args, base, sparse) -> None:
+    from workbench.atomic import atomic_write_text
+    from workbench.circuits.head_flow import HeadFlowConfig, compare_heads, format_head_compare
+
+    cfg = HeadFlowConfig(share=args.share)
+    res = compare_heads(base, sparse, *args.transcoders, args.task, args.n, seed=args.seed, cfg=cfg)
+    print(format_head_compare(res))
     if args.out:
         atomic_write_text(args.out, json.dumps(res, indent=1))

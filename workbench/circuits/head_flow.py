@@ -1,0 +1,183 @@
+"""The heads that carry the attention-mediated attribution reaching the answer logit, and the attention entries
+each feature -> feature edge uses (docs/methods.md §11, "Heads carrying the attribution"): the base and the
+sparse-attention model compared on the same queries, each through its own transcoder set.
+
+Per query: the attribution graph of the prompt with the answer and wrong-answer logits as targets, pruned as
+circuit-tracer prunes. Every kept edge s -> t (t a feature or the answer logit) is split over the heads of its
+first attention hop (graph_heads.split_edges) and weighted by how much of t reaches the answer logit:
+w_e = I(t) / R_t, I the influence on the answer logit alone (I = 1 at the answer logit), R_t the sum of |kept
+edges into t|, as influence normalises rows. A head's mass is sum_e w_e |part_e,h|; the count is the fewest
+heads whose mass covers `share` of all heads' mass (the direct, no-attention parts are left out). Entries: each
+kept feature -> feature edge with an attention part, split over the (layer, head, query, key) entries of its
+first hop (graph_heads.split_entries); its count is the fewest entries covering `share` of sum |entry parts|,
+and the entries with a nonzero part are counted too (the sparse model's closed entries are exactly zero).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from workbench.circuits import graph_heads
+from workbench.circuits import influence as inf
+from workbench.circuits.attribution_graph import GraphConfig, build_graph
+from workbench.circuits.replacement import ReplacementModel, check_transcoders, load_transcoders
+from workbench.config import Config
+from workbench.errors import BadValueError
+
+
+@dataclass
+class HeadFlowConfig(Config):
+    error = BadValueError
+
+    share: float = field(default=0.8, metadata={"help": "share of the attention-mediated attribution to cover"})
+    graph: dict = field(default_factory=dict, metadata={"help": "GraphConfig fields of the graphs (heads on)"})
+
+    def check(self) -> None:
+        if not 0 < self.share <= 1:
+            raise BadValueError(f"share={self.share!r} is outside (0, 1]: it is the share of the attribution covered")
+
+
+def fewest_covering(values: torch.Tensor, share: float) -> int | None:
+    """The fewest of the values (largest first) whose sum reaches `share` of the total; None if all are 0."""
+    v = values.flatten().abs().sort(descending=True).values.double()
+    total = float(v.sum())
+    if total <= 0:
+        return None
+    return int(torch.searchsorted(v.cumsum(0), torch.tensor(share * total, dtype=v.dtype) * (1 - 1e-12))) + 1
+
+
+def edge_weights(g, answer_row: int | None = None) -> torch.Tensor:
+    """[n split edges]: w_e = I(t) / R_t of each edge in g.heads (the module doc). answer_row: the answer
+    logit's row (default the first logit row)."""
+    answer_row = g.n_features if answer_row is None else answer_row
+    kept = g.adjacency * g.pruned.edge_mask
+    weight = torch.zeros(kept.shape[0], dtype=kept.dtype)
+    weight[answer_row] = 1.0
+    weight[: g.n_features] = inf.influence(inf.normalise(kept), g.n_features, weight[g.n_features :])[: g.n_features]
+    per_row = weight / kept.abs().sum(1).clamp_min(1e-30)
+    return per_row[g.heads["edges"][:, 0]]
+
+
+def head_mass(g, answer_row: int | None = None) -> tuple[torch.Tensor, float]:
+    """([n_layers * n_heads] each head's answer-weighted attention-mediated mass, the same weighting over the
+    direct parts) from the graph's kept edges and their head split g.heads."""
+    w, parts = edge_weights(g, answer_row), g.heads["weights"]
+    return (w[:, None] * parts[:, :-1].abs()).sum(0), float((w * parts[:, -1].abs()).sum())
+
+
+def entry_counts(rm: ReplacementModel, g, share: float, batch_size: int = 32) -> dict:
+    """Attention entries per kept feature -> feature edge whose first hop crosses attention: the mean and median
+    of the fewest entries covering `share` of the edge's |entry parts|, and of its entries with a nonzero part."""
+    edges = g.heads["edges"]
+    ff = (edges[:, 0] < g.n_features) & (edges[:, 1] < g.n_features)
+    ff &= g.heads["weights"][:, :-1].abs().sum(1) > 0
+    edges = edges[ff]
+    if not edges.shape[0]:
+        return {"edges": 0, "covering": None, "covering_median": None, "nonzero": None, "nonzero_median": None}
+    parts = graph_heads.split_entries(rm, g, edges, batch_size).flatten(1)
+    cover = [fewest_covering(p, share) for p in parts]
+    cover = np.array([c for c in cover if c is not None])
+    nonzero = (parts != 0).sum(1).numpy()
+    return {
+        "edges": int(edges.shape[0]),
+        "covering": float(cover.mean()) if cover.size else None,
+        "covering_median": float(np.median(cover)) if cover.size else None,
+        "nonzero": float(nonzero.mean()),
+        "nonzero_median": float(np.median(nonzero)),
+    }
+
+
+def query_heads(model, tcs, q, cfg: HeadFlowConfig) -> dict:
+    """One query (a QueryInput) on one model: the heads needed for `share`, each head's share, the entries."""
+    gcfg = GraphConfig(**{**cfg.graph, "heads": True})
+    g = build_graph(model, tcs, q.tokens, q.answer, q.wrong, gcfg)
+    mass, direct = head_mass(g)
+    rm = ReplacementModel(model, tcs, q.tokens)
+    entries = entry_counts(rm, g, cfg.share, gcfg.batch_size)
+    rm.release()
+    names = graph_heads.head_names(g.n_layers, g.n_heads)[:-1]
+    total = float(mass.sum())
+    return {
+        "heads_needed": fewest_covering(mass, cfg.share),
+        "heads": g.n_layers * g.n_heads,
+        "head_share": {n: float(m) / total for n, m in zip(names, mass) if total > 0 and m > 0},
+        "attention_share": total / max(1e-30, total + direct),
+        "kept_edges": int(g.pruned.edge_mask.sum()),
+        "entries": entries,
+        "replacement": g.scores["replacement"],
+    }
+
+
+def compare_heads(base, sparse, base_set, sparse_set, task: str, n: int, seed: int = 0, cfg=None) -> dict:
+    """query_heads on n generated queries of a task family, on both models (each with its own set, checked to
+    belong to it), asked for the base model's answer; per model the mean and median over the queries."""
+    from workbench.attention.compare import check_same_vocab
+    from workbench.circuits.api import retarget
+    from workbench.circuits.inputs import prepare
+    from workbench.corpus import tasks
+    from workbench.provenance import model_id
+
+    cfg = cfg or HeadFlowConfig()
+    check_same_vocab(base, sparse)
+    sides = {
+        side: (m, check_transcoders(m, load_transcoders(folder, device=m.cfg.device, model=m)))
+        for side, m, folder in (("base", base, base_set), ("sparse", sparse, sparse_set))
+    }
+    rows = []
+    for cq in tasks.queries(task, n, seed=seed, tokenizer=base.tokenizer):
+        cq = retarget(base, cq)
+        row = {"prompt": cq.prompt, "answer": cq.answer, "wrong": cq.wrong}
+        for side, (model, tcs) in sides.items():
+            row[side] = query_heads(model, tcs, prepare(model, cq.prompt, cq.answer, cq.counterfactual, cq.wrong), cfg)
+        rows.append(row)
+    summary = {side: _summary([r[side] for r in rows]) for side in sides}
+    return {
+        "task": task,
+        "n": n,
+        "seed": seed,
+        "config": cfg.to_dict(),
+        "base_model": model_id(base),
+        "sparse_model": model_id(sparse),
+        "transcoders": {"base": str(base_set), "sparse": str(sparse_set)},
+        "summary": summary,
+        "queries": rows,
+    }
+
+
+def _summary(rows: list[dict]) -> dict:
+    def stats(values):
+        v = [x for x in values if x is not None]
+        return {"mean": float(np.mean(v)), "median": float(np.median(v))} if v else {"mean": None, "median": None}
+
+    return {
+        "heads_needed": stats([r["heads_needed"] for r in rows]),
+        "attention_share": stats([r["attention_share"] for r in rows]),
+        "entries_covering": stats([r["entries"]["covering"] for r in rows]),
+        "entries_nonzero": stats([r["entries"]["nonzero"] for r in rows]),
+        "feature_edges": stats([r["entries"]["edges"] for r in rows]),
+    }
+
+
+def format_head_compare(res: dict) -> str:
+    share = res["config"]["share"]
+    f = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
+    lines = [
+        f"{res['task']}: {res['n']} queries (base {res['base_model']}, sparse {res['sparse_model']})",
+        f"{'measure (mean / median over queries)':<52}{'base':>16}{'sparse':>16}",
+    ]
+    for name, key in (
+        (f"heads carrying {share:.0%} of the attention-mediated part", "heads_needed"),
+        (f"entries per feature edge covering {share:.0%}", "entries_covering"),
+        ("entries per feature edge, nonzero", "entries_nonzero"),
+        ("feature -> feature edges crossing attention", "feature_edges"),
+    ):
+        b, s = res["summary"]["base"][key], res["summary"]["sparse"][key]
+        lines.append(
+            f"{name:<52}{f(b['mean']) + ' / ' + f(b['median']):>16}{f(s['mean']) + ' / ' + f(s['median']):>16}"
+        )
+    b, s = res["summary"]["base"]["attention_share"], res["summary"]["sparse"]["attention_share"]
+    lines.append(f"{'attention-mediated share of the weighted attribution':<52}{b['mean']:>16.3f}{s['mean']:>16.3f}")
+    return "\n".join(lines)
