@@ -66,9 +66,19 @@ def reg(arch: str, k: int, field: str | None = None, coef: float = 0.0) -> SAECo
     return SAEConfig(arch, k=k, n_latents=1024, **({field: coef} if field else {}))
 
 
+def bits_configs() -> list[SAEConfig]:
+    """Blocks of 2-4 against Top-k at the same 12 active dimensions (the bits/token claim)."""
+    return [
+        SAEConfig("topk", k=12, n_latents=1024),
+        SAEConfig("block_topk", n_latents=1024, block_size=2, n_active_blocks=6),
+        SAEConfig("block_topk", n_latents=1020, block_size=3, n_active_blocks=4),
+        SAEConfig("block_topk", n_latents=1024, block_size=4, n_active_blocks=3),
+    ]
+
+
 def other_configs() -> list[SAEConfig]:
-    """The rest of the architecture comparison: the block architectures at L0 = 16 (held by their target_l0
-    controller, and with their fixed default coefficients) and blocks of 2-4 against Top-k at 12 dimensions."""
+    """The rest of the architecture comparison: the block architectures at L0 = 16, held by their target_l0
+    controller, and with their fixed default coefficients."""
     b = {"n_latents": 1024, "block_size": 4, "n_active_blocks": L0 // 4}
     return [
         SAEConfig("grassmannian", **b),
@@ -76,10 +86,6 @@ def other_configs() -> list[SAEConfig]:
         SAEConfig("block_jumprelu", **b, target_l0=L0),
         SAEConfig("group_lasso", **b),
         SAEConfig("block_jumprelu", **b),
-        SAEConfig("topk", k=12, n_latents=1024),
-        SAEConfig("block_topk", n_latents=1024, block_size=2, n_active_blocks=6),
-        SAEConfig("block_topk", n_latents=1020, block_size=3, n_active_blocks=4),
-        SAEConfig("block_topk", n_latents=1024, block_size=4, n_active_blocks=3),
     ]
 
 
@@ -104,6 +110,7 @@ def tiers() -> list[list[SAEConfig]]:
         ],
         [reg(a, 32, f, c) for a in ("topk", "batchtopk") for f, c in [(None, 0.0), *top]],
         [reg(a, k, f, c) for k in (L0, 32) for a in ("topk", "batchtopk") for f, c in ((f1, c1a), (f2, c2a))],
+        bits_configs(),
         other_configs(),
     ]
 

@@ -123,8 +123,9 @@ def header(rows: list[dict], planned: list[str], args: dict) -> list[str]:
     return [
         "# SAE quality on the embedded model: the papers' claims with intervals over seeds",
         "",
-        f"- Commit: {', '.join(commits)} (the code the rows were measured at; each row records its own; the "
-        "commits differ only in the bench's job order, tests and this rendering)",
+        f"- Commit: {', '.join(commits)} (the code the rows were measured at; each row records its own; up to "
+        "fd7eea9 the commits differ only in the bench's job order, tests, this rendering and refactors of "
+        "workbench/sae that leave training and the metrics as they were: config checks, one probe-class rule)",
         f"- Rendered {datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds')} from the stored rows; "
         "command: `OMP_NUM_THREADS=1 nice -n 5 .venv/bin/python bench/sae_quality.py` (resumable: a rerun does only "
         f"the missing work; one core of a shared 2-core machine: {len(rows)} SAEs took {tr / 60:.0f} min training "
