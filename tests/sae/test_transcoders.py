@@ -115,6 +115,29 @@ def test_auxk_on_a_transcoder_fits_the_target_residual_and_the_kernels_agree(arc
             torch.testing.assert_close(p.grad, q.grad, msg=f"{arch}: gradient of {name} differs")
 
 
+@pytest.mark.parametrize(
+    "arch,coef", [("group_lasso", {"group_lasso_coef": 0.01}), ("block_jumprelu", {"block_l0_coef": 1.0})]
+)
+def test_target_l0_controller_holds_a_transcoders_l0(arch, coef):
+    """The controllers carry over: from 4 blocks of 4 a token, a fixed coefficient leaves L0 far from 8; with
+    target_l0=8 the batch L0 ends at it (measured: 43 and 12 fixed; 8.0 and 8.0 controlled)."""
+    from workbench.sae.trainer import Trainer, run_steps
+
+    tc = TrainConfig(
+        n_tokens=256 * 400, batch_size=256, lr=3e-3, warmup_steps=5, decay_frac=0, log_every=50, progress=False
+    )
+    last = {}
+    for name, extra in (("fixed", {}), ("controlled", {"target_l0": 8.0, "l0_control_rate": 0.05})):
+        cfg = SAEConfig(arch, n_latents=64, block_size=4, n_active_blocks=4, transcoder=True, **coef, **extra)
+        tr = Trainer([cfg.resolve(D_IN, tc.n_tokens, D_OUT)], tc)
+        for _ in range(8):
+            run_steps(tr, pair_batches(tr.step), 50)
+            tr.log_point()
+        last[name] = [r["l0"] for r in tr.curves[0][-2:]]
+    assert all(abs(v - 8.0) < 0.15 * 8.0 for v in last["controlled"]), last
+    assert abs(last["fixed"][-1] - 8.0) > 0.25 * 8.0, last
+
+
 def test_skip_path_starts_at_zero_and_learns():
     cfg = SAEConfig("topk", k=4, n_latents=64, skip=True, transcoder=True).resolve(D_IN, None, D_OUT)
     sae = build(cfg)
