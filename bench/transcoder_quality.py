@@ -1,6 +1,7 @@
 """The transcoder issue's "results must show" experiments on the embedded model, reproducible in one command.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/transcoder_quality.py
+    .venv/bin/python bench/transcoder_quality.py --quick   # every stage at tiny sizes (a few minutes)
 
 1. a cache with the default hooks (every residual stream, each MLP's input and output) of the embedded model
    over the synthetic corpus (once, under bench/work/transcoders/);
@@ -241,12 +242,21 @@ def comparison(tset: Path, resid: Path) -> list[str]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--work", type=Path, default=harness.WORK / "transcoders")
+    p.add_argument("--work", type=Path, help="stage outputs (default: bench/work/transcoders[-quick])")
     p.add_argument("--tokens", type=int, default=2_000_000, help="training tokens per dictionary")
     p.add_argument("--cache-tokens", type=int, default=1_050_000, help="cached tokens (train + 5%% held out)")
     p.add_argument("--sequences", type=int, default=128, help="held-out sequences for the CE metrics")
-    p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--quick", action="store_true", help="4,096 tokens per dictionary from a 21,000-token cache")
+    harness.add_common_args(p, OUT, threads=1)
     args = p.parse_args()
+    if args.quick:
+        args.tokens, args.cache_tokens, args.sequences = 4096, 21_000, 4
+    args.work = args.work or harness.WORK / ("transcoders-quick" if args.quick else "transcoders")
+    harness.set_threads(args.threads)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)  # the stages run in this process
     args.commit = harness.commit()
     args.date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     args.work.mkdir(parents=True, exist_ok=True)

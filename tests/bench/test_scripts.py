@@ -86,6 +86,18 @@ def test_sae_quality_quick_renders_intervals_and_resumes(tmp_path):
 
 
 @pytest.mark.slow
+def test_transcoder_quality_quick_fills_every_table_and_resumes(tmp_path):
+    """Every stage runs (set, residual SAEs, feature stores, evaluations): no cell is left '–'; a rerun on the
+    same work folder skips every stage."""
+    work = tmp_path / "tq"
+    text = _quick(tmp_path, "transcoder_quality.py", "--work", work)
+    assert "–" not in text and "not run yet" not in text and "not trained yet" not in text
+    assert "| 3 | " in text.split("## Label share ≥ 0.8: transcoders against residual-stream SAEs")[1]
+    again = _run(tmp_path, "bench/transcoder_quality.py", "--quick", "--work", work, "--out", tmp_path / "again.md")
+    assert again.count("done before, skipped") == 7
+
+
+@pytest.mark.slow
 def test_circuit_bench_quick(tmp_path):
     assert "# Query-circuit benchmark" in _quick(tmp_path, "circuit_bench.py", "--lengths", "")
 

@@ -249,19 +249,16 @@ def test_transcoder_set_trains_evaluates_and_is_listed(tc_cache, tmp_path, capsy
     assert [m.name for m in members] == [e["transcoders"][0] for e in manifest["layers"]]
     assert [a.name for a in ws.artifacts("transcoders")] == ["set"]
     assert {a.name for a in ws.artifacts("saes")} == {m.name for m in members}
-    res = steps.evaluate_sae(ws, folder, cache, str(model), _eval_cfg())
+    args = ["sae", "eval", str(folder), "--workspace", str(ws.root), "--cache", str(cache), "--model", str(model)]
+    assert main([*args, "--tokens", "500", "--n-sequences", "4"]) == 0  # `workbench sae eval` on the set
+    assert f"{folder}: every MLP replaced by topk_" in capsys.readouterr().out
+    res = json.loads((folder / "metrics.json").read_text())
     (all_replaced,) = res["all_replaced"].values()
     assert all_replaced["members"] == [m.name for m in members]
     single = [res["members"][m.name]["ce_sae"] for m in members]
     assert all_replaced["ce_sae"] not in single  # two MLPs replaced at once is a different model than one
     assert main(["ls", "--workspace", str(ws.root), "--kind", "transcoders"]) == 0
     assert "set" in capsys.readouterr().out
-
-
-def _eval_cfg():
-    from workbench.sae.config import EvalConfig
-
-    return EvalConfig(max_tokens=500, n_sequences=4)
 
 
 def test_bad_input_is_one_line_naming_the_value(tc_cache, tmp_path, capsys):
