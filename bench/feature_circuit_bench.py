@@ -225,6 +225,25 @@ def bounded_lines(cfg: dict, r: dict, done: bool, info: dict, threads: str) -> l
     return lines
 
 
+def prune_part(args, info, threads) -> list[str]:
+    """The end of the bounded case's build alone (it is hours away in the full run): pruning and scores."""
+    b = QUICK_BOUNDED if args.quick else BOUNDED
+    L = b["shape"].get("n_layers", 12)
+    cfg = dict(mode="prune", rows=b["max_feature_nodes"], logits=10, errors=L * b["n_tokens"], tokens=b["n_tokens"])
+    r = harness.run_side("main", "workbench_graph.py", cfg, "fprune")
+    lines = header(info, threads, "Bounded memory: the pruning at the end of the build, alone")
+    lines += [
+        f"- `influence.prune` (0.8 / 0.98) and `influence.graph_scores` on a random adjacency of the bounded case's "
+        f"shape {r['adjacency']} (features x features lower-triangular: acyclic like a real graph), in a process "
+        "holding nothing else; the figure adds to what the build holds then (model, transcoders, the frozen "
+        "prompt: the RSS before the sweep's first forward pass)",
+        "",
+    ]
+    cols = ["adjacency", "peak MB above start", "CPU s", "kept edges"]
+    row = [" x ".join(f"{x:,}" for x in r["adjacency"]), f"{r['peak_above_start_mb']:,.0f}"]
+    return lines + harness.table(cols, [row + [f"{r['cpu_seconds']:.1f}", f"{r['kept_edges']:,}"]])
+
+
 def bounded_part(args, info, threads) -> list[str]:
     cfg = {**(QUICK_BOUNDED if args.quick else BOUNDED), "mode": "bounded"}
     work = harness.WORK / "feature_circuits"
@@ -312,7 +331,7 @@ def families_part(args, info, threads, base) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parts = ["graph", "tracer", "bounded", "families"]
+    parts = ["graph", "tracer", "bounded", "prune", "families"]
     ap.add_argument("--part", choices=parts + ["all"], default="all", help="what to measure (default: all)")
     ap.add_argument(
         "--transcoders",
@@ -347,6 +366,8 @@ def main() -> None:
             write_section(args.out, "tracer", tracer_part(args, info, threads, base))
         elif part == "bounded":
             write_section(args.out, "bounded", bounded_part(args, info, threads))
+        elif part == "prune" and not args.render:
+            write_section(args.out, "prune", prune_part(args, info, threads))
         elif part == "families":
             write_section(args.out, "families", families_part(args, info, threads, base))
     print(args.out.read_text())

@@ -5,6 +5,8 @@ graph    build_graph on the first n tokens of a text through a transcoder set: s
 circuit  find_feature_circuit on synthetic queries (target NDF cfg["target_ndf"]): seconds and what it found
 tracer   circuit-tracer 0.5's own `attribute` beside build_graph on the same prompt, model and transcoders (exported
          by workbench/circuits/tracer_export.py): seconds, edges, and how far the shared edges differ
+prune    the end of a graph build alone (pruning and scores) on a random adjacency of the bounded case's shape,
+         acyclic like a real one: its peak memory above what was resident before
 bounded  build_graph on a GPT-2-small-shaped random model with random Top-k transcoders (issue #24's bounded-memory
          case): peak RSS and time, with a progress file (backward passes done, peak so far) while it runs
 """
@@ -268,11 +270,36 @@ def tracer_mode(cfg, model, tcs):
     return {"prompts": out}
 
 
+def prune_mode(cfg, model, tcs):
+    """Peak RSS of inf.prune + inf.graph_scores on a random [rows + logits, rows + errors + tokens] adjacency,
+    each feature row reading only lower-indexed features (features sorted by layer: no cycle)."""
+    from workbench.circuits import influence as inf
+
+    n_f, n_logits, n_e, P = cfg["rows"], cfg["logits"], cfg["errors"], cfg["tokens"]
+    g = torch.Generator().manual_seed(0)
+    adj = torch.randn(n_f + n_logits, n_f + n_e + P, generator=g)
+    adj[:n_f, :n_f].tril_(-1)
+    w = torch.full((n_logits,), 1.0 / n_logits)
+    start = common.reset_peak()
+    c0 = time.process_time()
+    pruned = inf.prune(adj, n_f, P, w, 0.8, 0.98)
+    inf.graph_scores(adj, n_f, n_e, w)
+    return {
+        "adjacency": list(adj.shape),
+        "rss_at_start_mb": start,
+        "peak_above_start_mb": common.rss_mb() - start,
+        "cpu_seconds": time.process_time() - c0,
+        "kept_edges": int(pruned.edge_mask.sum()),
+    }
+
+
 def main():
     cfg = common.load_config()
     from workbench.circuits.replacement import load_transcoders
     from workbench.models import load
 
+    if cfg["mode"] == "prune":
+        return common.emit(prune_mode(cfg, None, None))
     model = gpt2_shaped(cfg) if cfg["mode"] == "bounded" else load(cfg["model"], device="cpu")[0]
     tcs = load_transcoders(cfg["transcoders"]) if cfg.get("transcoders") else random_set(model, cfg)
     modes = {"graph": graph_mode, "circuit": circuit_mode, "bounded": bounded_mode, "family": family_mode}
