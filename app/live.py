@@ -144,19 +144,24 @@ def stream_features(spec: str, tokens: tuple[int, ...], sae_rel: str, hook: str,
     return [(int(i), float(a[i])) for i in idx if a[i] > 0]
 
 
-def find_circuit(spec: str, prompt: str, answer: str, counterfactual: str | None, **kwargs):
-    """steps.find_circuit into the workspace, holding the model's lock (the search adds hooks to the shared
-    model); returns (circuit, folder, the finder's own warnings as text). Library warnings (deprecations,
-    torch internals) stay in the server log: they are not the user's to act on."""
+def find_circuit(spec: str, prompt: str, answer: str, counterfactual: str | None, transcoders=None, **kwargs):
+    """steps.find_circuit (or, with a transcoder set folder, steps.find_feature_circuit) into the workspace,
+    holding the model's lock (the search adds hooks to the shared model); returns (circuit, folder, the finder's
+    own warnings as text). Library warnings (deprecations, torch internals) stay in the server log: they are not
+    the user's to act on."""
     from workbench import steps
     from workbench.workspace import Workspace
 
     model, _, lock = load_model(spec)
+    ws = Workspace(state.root())
     with lock, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        circuit, folder = steps.find_circuit(
-            Workspace(state.root()), model, prompt, answer, counterfactual, model_spec=spec, **kwargs
-        )
+        if transcoders is None:
+            circuit, folder = steps.find_circuit(ws, model, prompt, answer, counterfactual, model_spec=spec, **kwargs)
+        else:
+            circuit, _, folder = steps.find_feature_circuit(
+                ws, model, transcoders, prompt, answer, counterfactual, model_spec=spec, **kwargs
+            )
     notes = [str(w.message) for w in caught if _from_workbench(w)]
     for w in caught:
         if not _from_workbench(w):

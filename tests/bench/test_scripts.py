@@ -148,3 +148,10 @@ def test_sae_ground_truth_quick(tmp_path):
     text = _quick(tmp_path, "sae_ground_truth.py")
     assert "Every (architecture, seed) finished." in text and "paired difference matryoshka − topk" in text
     assert "| block_topk | 0,1,2 |" in text and "nan" not in text
+
+
+@pytest.mark.slow
+def test_feature_circuit_bench_quick(tmp_path):
+    text = _quick(tmp_path, "feature_circuit_bench.py")
+    assert "<!-- part:bounded -->" in text and "| ioi | 1 of 1 |" in text
+    assert "RANDOM (quick run" in text  # no trained set in a fresh work folder: a random one, said so

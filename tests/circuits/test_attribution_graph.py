@@ -8,7 +8,7 @@ import pytest
 import torch
 from small_models import GQA, small_model
 
-from workbench.circuits import graph_heads
+from workbench.circuits import graph_heads, replacement
 from workbench.circuits.attribution_graph import build_graph
 from workbench.circuits.graph_heads import _sources
 from workbench.circuits.graph_json import to_neuronpedia
@@ -182,15 +182,18 @@ def test_graph_json_is_valid_under_circuit_tracers_schema(case, tmp_path):
     assert d["metadata"]["node_threshold"] == 0.8 and d["metadata"]["info"]["edge_threshold"] == 0.98
 
 
-def test_max_feature_nodes_and_streaming_give_the_same_rows(case):
-    """A row budget keeps the most influential features; recomputing rows (matrix over max_matrix_mib) changes
-    nothing."""
+@pytest.mark.parametrize("max_nodes", [12, None])
+def test_max_feature_nodes_and_streaming_give_the_same_rows(case, max_nodes, monkeypatch):
+    """A row budget keeps the most influential features; streaming (rows over max_matrix_mib recomputed, each
+    batch cut to the chosen columns; feature writes formed per batch instead of kept) changes nothing."""
     model, tcs, tokens, g, _ = case
-    small = build_graph(model, tcs, tokens, max_feature_nodes=12, heads=False)
-    streamed = build_graph(model, tcs, tokens, max_feature_nodes=12, heads=False, max_matrix_mib=0)
-    assert small.n_features <= 12 and small.n_active == g.n_active
-    assert torch.equal(small.features, streamed.features)
-    torch.testing.assert_close(small.adjacency, streamed.adjacency)
+    stored = build_graph(model, tcs, tokens, max_feature_nodes=max_nodes, heads=False)
+    monkeypatch.setattr(replacement, "WRITES_KEPT_MIB", 0)
+    streamed = build_graph(model, tcs, tokens, max_feature_nodes=max_nodes, heads=False, max_matrix_mib=0)
+    assert stored.n_features <= (max_nodes or g.n_active) and stored.n_active == g.n_active
+    assert torch.equal(stored.features, streamed.features)
+    torch.testing.assert_close(stored.adjacency, streamed.adjacency)
+    assert torch.equal(stored.pruned.edge_mask, streamed.pruned.edge_mask)
 
 
 @pytest.mark.parametrize("field", ["node_threshold", "edge_threshold"])

@@ -134,6 +134,7 @@ def _sweep(rows: _Rows, logits: tuple, cfg: GraphConfig, store: bool):
     rm, active = rows.rm, rows.active
     layers, positions, vecs, weights = logits
     logit_rows = torch.cat(list(rows.of(layers, positions, vecs)))
+    rm.release()  # each forward pass held serves one layer's targets only: one is held at a time
     running = weights.to(logit_rows.dtype) @ inf.normalise(logit_rows)  # each source column's influence so far
     budget = cfg.max_feature_nodes or len(active)
     chosen, stored = [], []
@@ -147,8 +148,19 @@ def _sweep(rows: _Rows, logits: tuple, cfg: GraphConfig, store: bool):
             if store:
                 stored.append(r)
         chosen.append(idx)
+        rm.release()
     order = torch.cat(chosen).argsort()
     return torch.cat(chosen)[order], torch.cat(stored)[order] if store and stored else None, logit_rows
+
+
+def _recompute(rows: _Rows, chosen: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """The chosen features' rows computed again, each batch cut to the chosen columns at once: the memory is
+    [rows x chosen sources] plus one batch's full rows, never [rows x all active sources]."""
+    active, out = rows.active, []
+    for layer in range(rows.rm.L):
+        out += [r[:, cols] for _, r in rows.of_features(chosen[active.layer[chosen] == layer])]
+        rows.rm.release()
+    return torch.cat(out) if out else torch.zeros(0, cols.numel(), dtype=rows.rm.x[0].dtype)
 
 
 def build_graph(model, transcoders, prompt, answer=None, wrong_answer=None, cfg: GraphConfig | None = None, **options):
@@ -172,12 +184,8 @@ def build_graph(model, transcoders, prompt, answer=None, wrong_answer=None, cfg:
     store = n_rows * n_all * 4 <= cfg.max_matrix_mib * 2**20
     rows = _Rows(rm, active, cfg.batch_size)
     chosen, feature_rows, logit_rows = _sweep(rows, logits, cfg, store)
-    if feature_rows is None:  # recompute the chosen rows, keeping only the chosen columns
-        feature_rows = torch.cat(
-            [r for layer in range(rm.L) for _, r in rows.of_features(chosen[active.layer[chosen] == layer])]
-            or [logit_rows[:0]]
-        )
     cols = torch.cat([chosen, torch.arange(len(active), n_all)])
+    feature_rows = _recompute(rows, chosen, cols) if feature_rows is None else feature_rows[:, cols]
     g = AttributionGraph(
         tokens=tokens.tolist(),
         str_tokens=str_tokens(model, tokens),
@@ -189,7 +197,7 @@ def build_graph(model, transcoders, prompt, answer=None, wrong_answer=None, cfg:
         logit_tokens=ids,
         logit_probs=probs.float(),
         logit_strs=str_tokens(model, torch.tensor(ids)),
-        adjacency=torch.cat([feature_rows[:, cols], logit_rows[:, cols]]).float().cpu(),
+        adjacency=torch.cat([feature_rows, logit_rows[:, cols]]).float().cpu(),
         config=asdict(cfg),
         n_active=len(active),
         model_id=model_id(model),

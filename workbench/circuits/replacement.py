@@ -21,6 +21,7 @@ EMBED = "blocks.0.hook_resid_pre"
 FINAL = "ln_final.hook_normalized"  # before ln_final's weight and bias, which unembed_vectors apply
 FROZEN = ("hook_pattern", "hook_scale")
 HELD = 2  # forward passes backward keeps for reuse (the head split alternates two kinds)
+WRITES_KEPT_MIB = 512  # feature writes kept between batches up to this size (ActiveFeatures.writes)
 
 
 @dataclass
@@ -302,11 +303,16 @@ class ActiveFeatures:
         return (self.layer == layer).nonzero().flatten()
 
     def writes(self, rm: ReplacementModel, layer: int, dtype) -> LayerWrites:
-        """Layer `layer`'s feature writes (formed once, kept: n_active x d in all, padded per position)."""
+        """Layer `layer`'s feature writes, padded per position: formed once and kept while all layers' take at
+        most WRITES_KEPT_MIB (n_active x d in all), else formed again per batch (a gather, cheap next to the
+        backward pass), so a long prompt's graph does not hold a second copy of every active decoder row."""
         cache = self.__dict__.setdefault("_writes", {})
-        if layer not in cache:
-            cache[layer] = LayerWrites.of(rm, self, layer, dtype)
-        return cache[layer]
+        if layer in cache:
+            return cache[layer]
+        w = LayerWrites.of(rm, self, layer, dtype)
+        if len(self) * w.vectors.shape[-1] * w.vectors.element_size() <= WRITES_KEPT_MIB * 2**20:
+            cache[layer] = w
+        return w
 
 
 @dataclass
