@@ -317,6 +317,8 @@ def families_part(args, info, threads, base) -> list[str]:
         "split never contains (workbench/corpus/tasks.py is_heldout), one resampled counterfactual each; "
         '"in training cache": how many prompts (their token ids, BOS dropped) occur anywhere in the train split of '
         "the cache the transcoders were trained on (the set's manifest names it), checked per query",
+        "- Search: the default drop rule (`SearchConfig.drops = auto`, ordered for feature circuits); "
+        "`circuit find --drops greedy` is the exhaustive rule of the earlier tables",
         "- NDF is in-sample (searched and scored on the same query); top-k nodes: the fewest top-k nodes of the "
         "query's own attribution patching reaching NDF 0.8; heads: those carrying >= 5% of a circuit edge's split "
         "(feature) vs the heads among the component-level query circuit's nodes at NDF 0.8 (component); "
