@@ -398,10 +398,16 @@ def matryoshka_and_blocks(t: Table, names: list[str]) -> list[str]:
 # ---- closing -----------------------------------------------------------------------------------------------
 
 
-def summary(verdicts: list[tuple[str, str]]) -> str:
+UNIVERSAL = {("Every architecture", "FVU < 0.2")}  # claims about every case: one undecided case leaves them open
+
+
+def summary(verdicts: list[tuple[str, str]], universal: bool = False) -> str:
     """One verdict for a claim checked several ways: shown when some check shows it and none shows the opposite;
-    not shown in the mirror case; mixed when checks disagree; not distinguishable when none decides."""
+    not shown in the mirror case; mixed when checks disagree; not distinguishable when none decides. A universal
+    claim is shown only when every check shows it, and not shown when any check shows the opposite."""
     got = {v for _, v in verdicts}
+    if universal:
+        return NOT_SHOWN if NOT_SHOWN in got else SHOWN if got == {SHOWN} else UNDECIDED
     if SHOWN in got and NOT_SHOWN in got:
         return "mixed"
     return SHOWN if SHOWN in got else NOT_SHOWN if NOT_SHOWN in got else UNDECIDED
@@ -415,7 +421,8 @@ def closing(t: Table) -> list[str]:
         "shows it and none shows the opposite, **not shown** in the mirror case, **mixed** when checks disagree, and "
         "**not distinguishable at this n** when none decides. The checks that decided are named. Each check is its own "
         "95% interval, with no correction for their number: among many checks of a claim a few may decide by chance, "
-        "so a claim that rests on one decided check of many is weak.",
+        "so a claim that rests on one decided check of many is weak. A claim about every case (every architecture) "
+        "is shown only when every check shows it.",
         "",
     ]
     for (paper, claim_name), vs in t.verdicts.items():
@@ -425,6 +432,6 @@ def closing(t: Table) -> list[str]:
         parts = [f"{SHORT[v]} {len(counts[v])}" for v in (SHOWN, NOT_SHOWN, UNDECIDED) if counts[v]]
         named = "; ".join(f"{SHORT[v]}: {', '.join(counts[v])}" for v in (SHOWN, NOT_SHOWN) if counts[v])
         out.append(
-            f"- **{paper} — {claim_name}: {summary(vs)}** ({', '.join(parts)} of {len(vs)} checks){'. ' + named if named else ''}."
+            f"- **{paper} — {claim_name}: {summary(vs, (paper, claim_name) in UNIVERSAL)}** ({', '.join(parts)} of {len(vs)} checks){'. ' + named if named else ''}."
         )
     return out + [""]
