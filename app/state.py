@@ -363,9 +363,13 @@ def _choose(_cd: cg.CircuitData, key: tuple, fraction: float | None, cap: int) -
     return cg.choose(_cd, fraction, cap)
 
 
-def version(rel: str):
-    """What changes when a circuit changes: its file's mtime (uploads: the upload's stamp); cache keys."""
-    return st.session_state[UPLOADED]["stamp"] if rel == UPLOADED else (resolve(rel) / browse.CIRCUIT).stat().st_mtime
+def version(rel: str, name: str = browse.CIRCUIT):
+    """What changes when an artifact's file `name` changes: its mtime (0 when missing: reading it then says why;
+    an uploaded circuit: the upload's stamp); cache keys."""
+    if rel == UPLOADED:
+        return st.session_state[UPLOADED]["stamp"]
+    path = resolve(rel) / name
+    return path.stat().st_mtime if path.is_file() else 0.0
 
 
 def view(rel: str, cd: cg.CircuitData, fraction: float | None, cap: int) -> cg.View:

@@ -44,15 +44,9 @@ def pick() -> tuple[str, schema.FeatureGraph] | None:
     if rel == UPLOADED_GRAPH:
         return rel, st.session_state[UPLOADED_GRAPH]
     try:
-        return rel, _open(str(state.resolve(rel)), _stamp(rel))
+        return rel, _open(str(state.resolve(rel)), state.version(rel, browse.FEATURE_GRAPH))
     except UserError as e:
         state.fail(e)
-
-
-def _stamp(rel: str) -> float:
-    """Changes when the graph file is rewritten: the key of what is cached from it."""
-    path = state.resolve(rel) / browse.FEATURE_GRAPH
-    return path.stat().st_mtime if path.is_file() else 0.0
 
 
 @st.cache_resource(show_spinner="reading the graph...", max_entries=8)
@@ -105,7 +99,9 @@ if picked is not None:
         marks = annotations.Annotations(pinned=list(fg.pinned))
         graph_view.write_url(marks)  # the view reads its marks from the URL (also on its own fragment reruns)
     st.session_state[seeded] = True
-    ident = None if rel == UPLOADED_GRAPH else ("feature_graph", rel, _stamp(rel), int(cap))
+    ident = (
+        None if rel == UPLOADED_GRAPH else ("feature_graph", rel, state.version(rel, browse.FEATURE_GRAPH), int(cap))
+    )
     clicked = graph_view.draw(g, "feature_graph", ident=ident, selected=st.query_params.get("node"), marks=marks)
     node = clicked or st.query_params.get("node")
     if clicked:

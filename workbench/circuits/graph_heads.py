@@ -20,15 +20,24 @@ from workbench.circuits.replacement import EMBED, ActiveFeatures, ReplacementMod
 from workbench.errors import BadValueError
 
 
-def _ln_transpose(rm: ReplacementModel, layer: int, u: torch.Tensor) -> torch.Tensor:
-    """u [.., pos, d] (a gradient at ln1's output of `layer`) pulled back through the frozen ln1."""
+def _frozen_ln1(rm: ReplacementModel, layer: int):
+    """(scale [pos, 1] at this prompt, weight or None, centres?) of `layer`'s ln1; None: no normalisation."""
     ln = rm.model.blocks[layer].ln1
     scale = rm.frozen.get(f"blocks.{layer}.ln1.hook_scale")
-    if scale is None:  # no normalisation
-        return u
+    if scale is None:
+        return None
     w = getattr(ln, "w", None)
-    u = (u if w is None else u * w.detach()) / scale[0].reshape(-1, 1)
-    return u - u.mean(-1, keepdim=True) if "LayerNorm" in type(ln).__name__ else u
+    return scale[0].reshape(-1, 1), None if w is None else w.detach(), "LayerNorm" in type(ln).__name__
+
+
+def _ln_transpose(rm: ReplacementModel, layer: int, u: torch.Tensor) -> torch.Tensor:
+    """u [.., pos, d] (a gradient at ln1's output of `layer`) pulled back through the frozen ln1."""
+    ln = _frozen_ln1(rm, layer)
+    if ln is None:
+        return u
+    scale, w, centres = ln
+    u = (u if w is None else u * w) / scale
+    return u - u.mean(-1, keepdim=True) if centres else u
 
 
 def _targets(rm: ReplacementModel, g, active_rows: torch.Tensor):
@@ -149,14 +158,12 @@ def split_edges(rm: ReplacementModel, g, edge_mask: torch.Tensor, batch_size: in
 def _ln_forward(rm: ReplacementModel, layer: int, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
     """x [n, d] written at positions pos [n] as the frozen ln1 of `layer` passes it on (the transpose of
     _ln_transpose: (LN^T u) . x = u . LN x)."""
-    ln = rm.model.blocks[layer].ln1
-    scale = rm.frozen.get(f"blocks.{layer}.ln1.hook_scale")
-    if scale is None:
+    ln = _frozen_ln1(rm, layer)
+    if ln is None:
         return x
-    x = x - x.mean(-1, keepdim=True) if "LayerNorm" in type(ln).__name__ else x
-    w = getattr(ln, "w", None)
-    x = x / scale[0].reshape(-1, 1)[pos]
-    return x if w is None else x * w.detach()
+    scale, w, centres = ln
+    x = (x - x.mean(-1, keepdim=True) if centres else x) / scale[pos]
+    return x if w is None else x * w
 
 
 def split_entries(rm: ReplacementModel, g, edges: torch.Tensor, batch_size: int = 32) -> torch.Tensor:
