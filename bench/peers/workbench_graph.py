@@ -166,19 +166,6 @@ def bounded_mode(cfg, model, tcs):
     }
 
 
-def seen_in_training(cache: str | None):
-    """A test of whether a token sequence occurs in the train split of the cache the transcoders were trained
-    on (None: no cache to check against); what makes a query held out from the transcoders' data."""
-    if cache is None:
-        return lambda ids: None
-    import numpy as np
-
-    from workbench.cache.reader import ActivationCache
-
-    text = " " + " ".join(map(str, np.asarray(ActivationCache.open(cache).token_ids("train")).tolist())) + " "
-    return lambda ids: (" " + " ".join(map(str, ids)) + " ") in text
-
-
 def family_row(model, tcs, cq, cfg, seen) -> dict:
     """One query's feature circuit at cfg["target_ndf"] against top-k and the component circuit's heads."""
     from workbench.circuits.api import find_circuit
@@ -210,6 +197,7 @@ def family_mode(cfg, model, tcs):
     """Held-out queries of one family, resumable: each finished query's row (or why it was skipped) is written
     to cfg["store"] at once, and a restart skips the queries stored there."""
     from workbench.atomic import write_json
+    from workbench.cache.overlap import seen_in_training
     from workbench.circuits.api import prediction, retarget
     from workbench.circuits.inputs import prepare
     from workbench.circuits.search import ZeroGapError

@@ -1,11 +1,12 @@
-"""The attribution graph's choices (attribution_graph.build_graph) as one dataclass, without torch, so the CLI can
-build its flags cheaply; saved with every graph."""
+"""The attribution graph's choices (attribution_graph.build_graph) and those of the heads measure read from it
+(head_flow) as dataclasses, without torch, so the CLI can build their flags cheaply; saved with every result."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from workbench.config import Config
+from workbench.corpus.base import SPLITS
 from workbench.errors import BadValueError
 
 
@@ -44,3 +45,26 @@ class GraphConfig(Config):
         check_threshold("node_threshold", self.node_threshold)
         check_threshold("edge_threshold", self.edge_threshold)
         check_threshold("desired_logit_prob", self.desired_logit_prob)
+
+
+@dataclass
+class HeadFlowConfig(Config):
+    """The heads measure's choices (docs/methods.md §11, "Heads carrying the attribution"), saved with its result."""
+
+    error = BadValueError
+
+    share: float = field(
+        default=0.8, metadata={"help": "with --transcoders: share of the attention-mediated attribution to cover"}
+    )
+    split: str = field(
+        default="heldout",
+        metadata={
+            "choices": SPLITS,
+            "help": "with --transcoders: the queries' split (heldout: combinations the training text never contains)",
+        },
+    )
+    graph: dict = field(default_factory=dict, metadata={"help": "GraphConfig fields of the graphs (heads on)"})
+
+    def check(self) -> None:
+        if not 0 < self.share <= 1:
+            raise BadValueError(f"share={self.share!r} is outside (0, 1]: it is the share of the attribution covered")

@@ -11,11 +11,13 @@ heads whose mass covers `share` of all heads' mass (the direct, no-attention par
 kept feature -> feature edge with an attention part, split over the (layer, head, query, key) entries of its
 first hop (graph_heads.split_entries); its count is the fewest entries covering `share` of sum |entry parts|,
 and the entries with a nonzero part are counted too (the sparse model's closed entries are exactly zero).
+Both models answer the same queries, so a family's base - sparse gap is read from the per-query differences
+(a paired Student-t interval), not from two separate means.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
 
 import numpy as np
 import torch
@@ -23,21 +25,19 @@ import torch
 from workbench.circuits import graph_heads
 from workbench.circuits import influence as inf
 from workbench.circuits.attribution_graph import GraphConfig, build_graph
+from workbench.circuits.graph_config import HeadFlowConfig
 from workbench.circuits.replacement import ReplacementModel, check_transcoders, load_transcoders
-from workbench.config import Config
-from workbench.errors import BadValueError
+from workbench.intervals import paired_difference
 
-
-@dataclass
-class HeadFlowConfig(Config):
-    error = BadValueError
-
-    share: float = field(default=0.8, metadata={"help": "share of the attention-mediated attribution to cover"})
-    graph: dict = field(default_factory=dict, metadata={"help": "GraphConfig fields of the graphs (heads on)"})
-
-    def check(self) -> None:
-        if not 0 < self.share <= 1:
-            raise BadValueError(f"share={self.share!r} is outside (0, 1]: it is the share of the attribution covered")
+# the per-query measures summarised over a family: name -> how to read it from one model's query_heads row
+MEASURES = {
+    "heads_needed": lambda r: r["heads_needed"],
+    "attention_share": lambda r: r["attention_share"],
+    "entries_covering": lambda r: r["entries"]["covering"],
+    "entries_nonzero": lambda r: r["entries"]["nonzero"],
+    "feature_edges": lambda r: r["entries"]["edges"],
+}
+PAIRED = ("heads_needed", "entries_covering")  # the measures read as base - sparse on the same queries
 
 
 def fewest_covering(values: torch.Tensor, share: float) -> int | None:
@@ -112,9 +112,12 @@ def query_heads(model, tcs, q, cfg: HeadFlowConfig) -> dict:
 
 
 def compare_heads(base, sparse, base_set, sparse_set, task: str, n: int, seed: int = 0, cfg=None) -> dict:
-    """query_heads on n generated queries of a task family, on both models (each with its own set, checked to
-    belong to it), asked for the base model's answer; per model the mean and median over the queries."""
+    """query_heads on n queries of a task family from cfg.split, on both models (each with its own set, checked
+    to belong to it), asked for the base model's answer; per model the mean and median over the queries, and
+    base - sparse with its paired interval. Each query also says whether its prompt occurs in the training
+    cache of either set (held-out combinations should not)."""
     from workbench.attention.compare import check_same_vocab
+    from workbench.cache.overlap import seen_in_training, set_cache
     from workbench.circuits.api import retarget
     from workbench.circuits.inputs import prepare
     from workbench.corpus import tasks
@@ -123,28 +126,46 @@ def compare_heads(base, sparse, base_set, sparse_set, task: str, n: int, seed: i
     cfg = cfg or HeadFlowConfig()
     check_same_vocab(base, sparse)
     sides = {
-        side: (m, check_transcoders(m, load_transcoders(folder, device=m.cfg.device, model=m)))
+        side: (m, check_transcoders(m, load_transcoders(folder, device=m.cfg.device, model=m)), folder)
         for side, m, folder in (("base", base, base_set), ("sparse", sparse, sparse_set))
     }
+    seen = {side: seen_in_training(set_cache(folder)) for side, (_, _, folder) in sides.items()}
     rows = []
-    for cq in tasks.queries(task, n, seed=seed, tokenizer=base.tokenizer):
+    for cq in tasks.queries(task, n, seed=seed, tokenizer=base.tokenizer, split=cfg.split):
         cq = retarget(base, cq)
-        row = {"prompt": cq.prompt, "answer": cq.answer, "wrong": cq.wrong}
-        for side, (model, tcs) in sides.items():
-            row[side] = query_heads(model, tcs, prepare(model, cq.prompt, cq.answer, cq.counterfactual, cq.wrong), cfg)
+        row = {"prompt": cq.prompt, "answer": cq.answer, "wrong": cq.wrong, "in_training_cache": {}}
+        for side, (model, tcs, _) in sides.items():
+            q = prepare(model, cq.prompt, cq.answer, cq.counterfactual, cq.wrong)
+            row["in_training_cache"][side] = seen[side](q.tokens[1:].tolist())  # without BOS, as the cache
+            row[side] = query_heads(model, tcs, q, cfg)
         rows.append(row)
-    summary = {side: _summary([r[side] for r in rows]) for side in sides}
     return {
         "task": task,
         "n": n,
         "seed": seed,
+        "split": cfg.split,
         "config": cfg.to_dict(),
         "base_model": model_id(base),
         "sparse_model": model_id(sparse),
         "transcoders": {"base": str(base_set), "sparse": str(sparse_set)},
-        "summary": summary,
+        "summary": {side: _summary([r[side] for r in rows]) for side in sides},
+        "base_minus_sparse": {key: paired_gap(rows, key) for key in PAIRED},
+        "in_training_cache": {side: sum(bool(r["in_training_cache"][side]) for r in rows) for side in sides},
         "queries": rows,
     }
+
+
+def paired_gap(rows: list[dict], key: str, confidence: float = 0.95) -> dict:
+    """base - sparse of one measure over the queries where both models have it (MEASURES[key]): the mean with
+    its paired Student-t interval (both models answer the same queries; bounds None below two queries)."""
+    read = MEASURES[key]
+    base = {i: read(r["base"]) for i, r in enumerate(rows) if read(r["base"]) is not None}
+    sparse = {i: read(r["sparse"]) for i, r in enumerate(rows) if read(r["sparse"]) is not None}
+    if not set(base) & set(sparse):
+        return {"mean": None, "lo": None, "hi": None, "n": 0, "confidence": confidence}
+    d = paired_difference(base, sparse, confidence)
+    bound = lambda v: None if math.isnan(v) else v  # noqa: E731
+    return {"mean": d.mean, "lo": bound(d.lo), "hi": bound(d.hi), "n": d.n, "confidence": confidence}
 
 
 def _summary(rows: list[dict]) -> dict:
@@ -152,20 +173,16 @@ def _summary(rows: list[dict]) -> dict:
         v = [x for x in values if x is not None]
         return {"mean": float(np.mean(v)), "median": float(np.median(v))} if v else {"mean": None, "median": None}
 
-    return {
-        "heads_needed": stats([r["heads_needed"] for r in rows]),
-        "attention_share": stats([r["attention_share"] for r in rows]),
-        "entries_covering": stats([r["entries"]["covering"] for r in rows]),
-        "entries_nonzero": stats([r["entries"]["nonzero"] for r in rows]),
-        "feature_edges": stats([r["entries"]["edges"] for r in rows]),
-    }
+    return {key: stats([read(r) for r in rows]) for key, read in MEASURES.items()}
 
 
 def format_head_compare(res: dict) -> str:
     share = res["config"]["share"]
     f = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
     lines = [
-        f"{res['task']}: {res['n']} queries (base {res['base_model']}, sparse {res['sparse_model']})",
+        f"{res['task']}: {res['n']} queries of the {res['split']} split (base {res['base_model']}, sparse "
+        f"{res['sparse_model']}); prompts in the training cache: base set's {res['in_training_cache']['base']}, "
+        f"sparse set's {res['in_training_cache']['sparse']}",
         f"{'measure (mean / median over queries)':<52}{'base':>16}{'sparse':>16}",
     ]
     for name, key in (
@@ -180,4 +197,19 @@ def format_head_compare(res: dict) -> str:
         )
     b, s = res["summary"]["base"]["attention_share"], res["summary"]["sparse"]["attention_share"]
     lines.append(f"{'attention-mediated share of the weighted attribution':<52}{b['mean']:>16.3f}{s['mean']:>16.3f}")
+    for name, key in (("heads", "heads_needed"), ("entries per edge", "entries_covering")):
+        gap = res["base_minus_sparse"][key]
+        lines.append(
+            f"base - sparse, {name} covering {share:.0%} [paired t {gap['confidence']:.0%}]: {format_gap(gap)}"
+        )
     return "\n".join(lines)
+
+
+def format_gap(gap: dict, digits: int = 2) -> str:
+    """'1.20 [0.45, 1.95] (n=20)': paired_gap's mean and its interval; '-' without a query both models have."""
+    if gap["mean"] is None:
+        return "-"
+    f = lambda v: f"{v:.{digits}f}"  # noqa: E731
+    if gap["lo"] is None:
+        return f"{f(gap['mean'])} (n={gap['n']})"
+    return f"{f(gap['mean'])} [{f(gap['lo'])}, {f(gap['hi'])}] (n={gap['n']})"

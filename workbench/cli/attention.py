@@ -4,6 +4,7 @@ workbench attention train --model tiny [--workspace W] [--name N | --out DIR] [-
 workbench attention report W/models/tiny-sparse
 workbench attention compare --base tiny --sparse sparse-tiny --task ioi --n 20 [--out compare.json]
 workbench attention compare --sparse sparse-tiny --transcoders BASE_SET SPARSE_SET --task ioi [--share 0.8]
+    [--split heldout|train]
 
 `attention sparsify` is the old name of `attention train` (it still works, with a note): "sparsify" also
 names EleutherAI's library, which the benchmark tables compare against.
@@ -15,12 +16,13 @@ import json
 import sys
 
 from workbench.attention.config import GateConfig, SparsifyConfig
+from workbench.circuits.graph_config import HeadFlowConfig
 from workbench.cli.options import quiet_flag, workspace_flag
 from workbench.configflags import add_config_flags, config_values, count, set_fields
 from workbench.errors import BadValueError
 from workbench.workspace import Workspace
 
-TRAIN, GATE = "attention.", "gate."  # namespace prefixes of the config flags
+TRAIN, GATE, HEADS = "attention.", "gate.", "heads."  # namespace prefixes of the config flags
 OLD_NAME = "sparsify"
 
 
@@ -48,7 +50,7 @@ def add_parser(sub) -> None:
         metavar=("BASE_SET", "SPARSE_SET"),
         help="instead: the heads carrying the attention-mediated attribution of feature graphs, one set per model",
     )
-    c.add_argument("--share", type=float, default=0.8, help="with --transcoders: share to cover (default: %(default)s)")
+    add_config_flags(c, HeadFlowConfig, HEADS)
     c.set_defaults(func=_compare)
 
 
@@ -143,9 +145,9 @@ def _compare(args) -> None:
 
 def _compare_heads(args, base, sparse) -> None:
     from workbench.atomic import atomic_write_text
-    from workbench.circuits.head_flow import HeadFlowConfig, compare_heads, format_head_compare
+    from workbench.circuits.head_flow import compare_heads, format_head_compare
 
-    cfg = HeadFlowConfig(share=args.share)
+    cfg = HeadFlowConfig(**config_values(args, HeadFlowConfig, HEADS))
     res = compare_heads(base, sparse, *args.transcoders, args.task, args.n, seed=args.seed, cfg=cfg)
     print(format_head_compare(res))
     if args.out:
