@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from workbench.cache.overlap import set_cache
 from workbench.circuits.graph_config import HeadFlowConfig
 from workbench.circuits.head_flow import fewest_covering, format_gap, head_mass, paired_gap
 from workbench.cli import main
@@ -73,6 +74,10 @@ def test_head_flow_config_refuses_a_bad_split_naming_the_choices():
     with pytest.raises(BadValueError, match=r"split='test' is not valid; choose one of \['train', 'heldout'\]"):
         HeadFlowConfig(split="test")
     assert HeadFlowConfig().split == "heldout"
+
+
+def test_set_cache_is_the_cache_the_set_was_trained_on(tiny_set):
+    assert set_cache(tiny_set) == str((tiny_set.parent / "cache").resolve())  # conftest: root/cache -> root/set
 
 
 def _err(capsys) -> str:
