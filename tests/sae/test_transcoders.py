@@ -590,3 +590,15 @@ def test_a_layer_too_large_for_the_budget_is_one_line_naming_estimate_budget_and
     assert "layer 1's transcoders alone need an estimated" in err and "memory_budget_mib=0.5" in err
     assert "--batch-size" in err and "--expansion" in err
     assert not list((tmp_path / "ws").rglob("passes.json"))  # refused before anything is written
+
+
+def test_layers_group_in_order_into_the_fewest_passes_that_fit():
+    from workbench.sae.transcoders import group_layers
+
+    sizes = {0: 3, 1: 1, 2: 2, 3: 2, 4: 4}
+
+    def fits(members):
+        return sum(sizes[m] for m in members) <= 4
+
+    assert group_layers(list(sizes), fits) == [[0, 1], [2, 3], [4]]
+    assert group_layers([0, 1, 2], lambda m: True) == [[0, 1, 2]]

@@ -1,4 +1,6 @@
-"""What a training run holds in memory, estimated before it starts (so a transcoder set can split into passes).
+"""What a training run holds in memory, estimated before it starts (so a transcoder set can split into passes):
+what it allocates beyond what the process already holds (Python, torch, the imported libraries, which the free
+memory a default budget is taken from excludes too).
 
 An SAE's *state* lives for the whole run: its parameters and buffers (counted exactly, by building it on the
 meta device), their gradients, Adam's two moments and step counters, and the trainer's dead/dense counters.
@@ -6,13 +8,15 @@ Its *step* is the working set of one training step: the scaled and centred input
 the encoder's pre-activations (CPU: one chunk of ENCODE_ROWS rows; GPU, and BatchTopK's first step, which ranks
 the whole batch: every row), the selected (token, latent) pairs and their gradients, AuxK's dead columns, and
 the decoder-gradient projection's n x d_out temporary. The trainer steps its SAEs one after another, so a run
-holds every state but one step at a time. The cache adds its *buffers*: the window of rows it reads at once,
-two hooks' parts of it, the batch in flight in store and float32 form, and the initialisation batches. The
-initialisation (its float64 copies and, for a transcoder, the decoder fit's target row per selected pair) is
-counted as a step when it is the larger.
+holds every state but one step at a time; between steps, a checkpoint serialises every state (less the
+gradients) in memory before writing it. The initialisation (its float64 copies and, for a transcoder, the
+decoder fit's target row per selected pair) counts as a step when it is the larger. The cache adds its
+*buffers*: the window of rows it reads at once, two hooks' parts of it, the batches in flight in store and
+float32 form, the initialisation batches, and the buffer each shard file's checksum is checked through when
+the reader first opens it.
 
-tests/sae/test_memory.py holds these against what a real step allocates (the torch profiler's peak) and what
-the cache reader allocates (tracemalloc), so the estimate cannot drift from the code.
+tests/sae/test_memory.py holds these against what a real step and a real set run allocate (the torch
+profiler's peak for torch, tracemalloc's for numpy and Python), so the estimate cannot drift from the code.
 """
 
 from __future__ import annotations
@@ -32,10 +36,12 @@ PAIR_BYTES = 9 * I64  # per selected pair: rows, idx, pre, values, grads, sort k
 
 @dataclass(frozen=True)
 class Footprint:
-    """Bytes an SAE (or a group of them) holds: `state` for the whole run, `step` while it steps."""
+    """Bytes an SAE holds: `state` for the whole run, `step` while it steps, and `saved`, its part of a checkpoint
+    (serialised in memory before it is written, between steps)."""
 
     state: int
     step: int
+    saved: int
 
     @property
     def total(self) -> int:
@@ -55,7 +61,8 @@ def sae_footprint(
     held = sum(t.numel() * t.element_size() for t in [*sae.parameters(), *sae.buffers()])
     trainable = [p for p in sae.parameters() if p.requires_grad]
     grads = sum(p.numel() * p.element_size() for p in trainable)
-    state = held + 3 * grads + F32 * len(trainable) + 2 * I64 * cfg.n_units  # + grads, 2 moments, steps, counters
+    saved = held + 2 * grads + F32 * len(trainable) + 2 * I64 * cfg.n_units  # + 2 moments, steps, counters
+    state = saved + grads
     n, d_in, d_out = cfg.n_latents, cfg.d_in, cfg.out_width
     gpu = device != "cpu"
     # BatchTopK and Matryoshka rank the whole batch when theta cannot yet pick enough candidates (the first step)
@@ -68,7 +75,7 @@ def sae_footprint(
     step = chunk + pairs + dense + rows * per_row + 2 * n * d_out * F32  # + the projection's g*w and a norm
     if gpu and autocast:
         step += held // 2  # bf16 copies of the weights autocast makes each step
-    return Footprint(state, max(step, _init_bytes(cfg, init_rows or rows)))
+    return Footprint(state, max(step, _init_bytes(cfg, init_rows or rows)), saved)
 
 
 def _init_bytes(cfg: SAEConfig, rows: int) -> int:
@@ -90,16 +97,22 @@ def _active(cfg: SAEConfig, init: bool = False) -> int:
 def buffer_bytes(widths: list[int], window_rows: int, rows: int, init_batches: int, itemsize: int) -> int:
     """The cache reader's buffers for a stream of hooks of these widths: the window (and, when several hooks are
     read, two hooks' parts of it: the next is read before the last is let go), the batches in flight (the next
-    one in its stored dtype and float32 while the last is still held) and the initialisation batches."""
+    one in its stored dtype and float32 while the last is still held), the initialisation batches, and the buffer
+    that checks each shard file's checksum when the reader first opens it."""
     width = sum(widths)
     part = 2 * max(widths) if len(widths) > 1 else 0
+    from workbench.cache.format import CHECKSUM_CHUNK
+
     in_flight = rows * width * (itemsize + 2 * F32)
-    return window_rows * (width + part) * itemsize + in_flight + init_batches * rows * width * F32
+    window = window_rows * (width + part) * itemsize
+    return window + in_flight + init_batches * rows * width * F32 + CHECKSUM_CHUNK
 
 
 def run_bytes(footprints: list[Footprint], buffers: int) -> int:
-    """One pass: every SAE's state, the largest step (they step one at a time), the cache's buffers."""
-    return sum(f.state for f in footprints) + max((f.step for f in footprints), default=0) + buffers
+    """One pass: every SAE's state, the cache's buffers, and the larger of the largest step (they step one at a
+    time) and the serialised checkpoint of them all."""
+    transient = max(max((f.step for f in footprints), default=0), sum(f.saved for f in footprints))
+    return sum(f.state for f in footprints) + transient + buffers
 
 
 def available_bytes(device: str = "cpu") -> int:

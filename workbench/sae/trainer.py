@@ -329,8 +329,7 @@ def fit(
         trainer.load_state_dict(state["trainer"])
     else:
         state.mkdir(parents=True, exist_ok=True)
-        init_it = make_batches(0, rank, world)
-        trainer.initialise(torch.cat([next(init_it) for _ in range(train_cfg.init_batches)]))
+        trainer.initialise(_first_batches(make_batches(0, rank, world), train_cfg.init_batches))
         if rank == 0:
             atomic_write_text(state / RUN, json.dumps(record, indent=2))
     n_steps = train_cfg.n_steps
@@ -371,6 +370,11 @@ def fit(
     if world > 1:
         dist.barrier()
     return folders
+
+
+def _first_batches(it: Iterator, n: int) -> torch.Tensor:
+    """The first n batches as one; the iterator (and its reader's window buffer) is let go on return."""
+    return torch.cat([next(it) for _ in range(n)])
 
 
 def _save_checkpoint(trainer: Trainer, path: Path, record: dict) -> None:

@@ -133,23 +133,28 @@ def _layer_group(cache, cache_path, layer: int, sae_configs: list[SAEConfig]) ->
 
 def _start_plan(cache, groups: dict, train_cfg: TrainConfig, out: Path, resume: bool) -> dict:
     """The passes of this run: on resume the ones it recorded when it started (whatever memory is free now), else
-    planned against the budget and recorded (rank 0's plan on every rank under torchrun)."""
+    planned against the budget and recorded (rank 0's plan on every rank under torchrun). As for one SAE run, a
+    folder holding a checkpoint is continued only with resume."""
     from workbench.checkpoint import dist_info, rank_zero_value
     from workbench.sae.trainer import CHECKPOINT
 
-    rank = dist_info()[0]
-    plan_file = out / PLAN
+    rank, plan_file = dist_info()[0], out / PLAN
     # rank 0's look, taken before it writes the plan, on every rank
-    started = rank_zero_value([p.name for p in (plan_file, out / CHECKPOINT) if p.is_file()])
-    if resume and not started:
+    ckpts, planned = rank_zero_value(
+        (
+            [str(p) for p in [out / CHECKPOINT, *sorted(out.glob(f"{PASSES}/*/{CHECKPOINT}"))] if p.is_file()],
+            plan_file.is_file(),
+        )
+    )
+    if resume and not (ckpts or planned):
         raise DamagedFileError(f"resume=True (--resume) but {out} holds no run ({PLAN}); train without it first")
-    if not resume and started:
+    if not resume and ckpts:
         raise DamagedFileError(
-            f"{out} already holds a run ({started[0]}); pass resume=True (--resume) to continue it, "
+            f"{out} already holds a run ({ckpts[0]}); pass resume=True (--resume) to continue it, "
             "or choose another output folder"
         )
     layers = list(groups)
-    if resume and not plan_file.is_file():  # a set started before passes were planned: one pass
+    if resume and not planned:  # a set started before passes were planned: one pass
         return {"layers": layers, "passes": [layers], "window_rows": None}
     if resume:
         plan = json.loads(plan_file.read_text())
@@ -159,11 +164,24 @@ def _start_plan(cache, groups: dict, train_cfg: TrainConfig, out: Path, resume: 
                 f"resume with --transcoders {','.join(map(str, plan['layers']))}"
             )
         return plan
-    plan = rank_zero_value(plan_passes(cache, groups, train_cfg) if rank == 0 else None)
+    plan = None
+    if rank == 0:
+        try:
+            plan = plan_passes(cache, groups, train_cfg)
+        except ConfigError as e:  # every rank raises it, none waits for a plan
+            plan = {"error": str(e)}
+    plan = rank_zero_value(plan)
+    if "error" in plan:
+        raise ConfigError(plan["error"])
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_text(plan_file, json.dumps(plan, indent=2))
     return plan
+
+
+def started(folder: str | Path) -> bool:
+    """Whether a set's run began in `folder` (its passes are planned, or a one-pass run has a checkpoint)."""
+    return (Path(folder) / PLAN).is_file() or (Path(folder) / "checkpoint.pt").is_file()
 
 
 def plan_passes(cache, groups: dict, train_cfg: TrainConfig) -> dict:
@@ -196,14 +214,10 @@ def plan_passes(cache, groups: dict, train_cfg: TrainConfig) -> dict:
         buffers = memory.buffer_bytes(widths, read_rows, rows, tc.init_batches, cache._store.itemsize)
         return memory.run_bytes([f for layer in members for f in cost[layer]], buffers)
 
-    passes: list[list[int]] = []
     for layer in groups:
-        if passes and estimate([*passes[-1], layer]) <= budget * memory.MIB:
-            passes[-1].append(layer)
-        elif estimate([layer]) <= budget * memory.MIB:
-            passes.append([layer])
-        else:
+        if estimate([layer]) > budget * memory.MIB:
             raise ConfigError(_too_big(layer, cost[layer], estimate([layer]), budget))
+    passes = group_layers(list(groups), lambda members: estimate(members) <= budget * memory.MIB)
     return {
         "layers": list(groups),
         "passes": passes,
@@ -211,6 +225,18 @@ def plan_passes(cache, groups: dict, train_cfg: TrainConfig) -> dict:
         "budget_mib": budget,
         "estimate_mib": [memory.mib(estimate(p)) for p in passes],
     }
+
+
+def group_layers(layers: list[int], fits) -> list[list[int]]:
+    """Consecutive layers into the fewest passes for which fits(pass) holds, each layer fitting alone: greedy in
+    order is optimal, since a pass's estimate only grows with its layers."""
+    passes: list[list[int]] = []
+    for layer in layers:
+        if passes and fits([*passes[-1], layer]):
+            passes[-1].append(layer)
+        else:
+            passes.append([layer])
+    return passes
 
 
 def _too_big(layer: int, footprints, total: int, budget: float) -> str:
