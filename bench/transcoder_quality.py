@@ -73,7 +73,7 @@ def run(args, timings: dict) -> None:
     from workbench.sae.config import EvalConfig
     from workbench.sae.eval import evaluate, evaluate_set
     from workbench.sae.trainer import fit_cache
-    from workbench.sae.transcoders import train_set
+    from workbench.sae.transcoders import started, train_set
     from workbench.workspace import Workspace
 
     w = args.work
@@ -96,7 +96,7 @@ def run(args, timings: dict) -> None:
         (
             "train set",
             (tset / "transcoders.json").is_file(),
-            lambda: train_set(cache, "all", configs(), tc, tset, resume=(tset / "checkpoint.pt").is_file()),
+            lambda: train_set(cache, "all", configs(), tc, tset, resume=started(tset)),
         ),
         (
             "features set",

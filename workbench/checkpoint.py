@@ -27,8 +27,7 @@ def write(path: Path | str, state: dict) -> None:
     path = Path(path)
     buf = io.BytesIO()
     torch.save(state, buf)
-    payload = buf.getvalue()
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+    with buf.getbuffer() as payload, atomic_path(path) as tmp, open(tmp, "wb") as f:  # no second copy of it
         f.write(MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n")
         f.write(payload)
 

@@ -215,13 +215,13 @@ def train_transcoder_set(
     import json
 
     from workbench.checkpoint import rank_zero_writes
-    from workbench.sae.transcoders import SET_MANIFEST, train_set
+    from workbench.sae.transcoders import SET_MANIFEST, started, train_set
 
     run = _run_folder(ws, "transcoders", out, name, "transcoders")
     if ensure and complete(run):
         entries = json.loads((run / SET_MANIFEST).read_text())["layers"]
         return run, [run / n for e in entries for n in e["transcoders"]]
-    resume = resume or (ensure and (run / "checkpoint.pt").is_file())
+    resume = resume or (ensure and started(run))
     with rank_zero_writes(run, "workbench sae train --transcoders") as records:
         folder, members = train_set(cache_dir, layers, sae_cfgs, train_cfg, run, resume=resume)
         if records:

@@ -189,28 +189,6 @@ def test_parse_layers():
 # ---- on a real cache of a real (random-init) model ---------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def tc_cache(tmp_path_factory):
-    """(cache, model folder): a random-init model of the embedded shape and a cache with the default hooks (every
-    residual stream, each MLP's input and output)."""
-    from workbench.cache.config import HarvestConfig
-    from workbench.corpus.vocab import vocabulary
-    from workbench.models import save
-    from workbench.models.tokenizer import build_tokenizer
-    from workbench.models.toy import TinyConfig, build
-
-    root = tmp_path_factory.mktemp("tc")
-    model = build(TinyConfig(), build_tokenizer(vocabulary()))
-    save(model, root / "model")
-    ws = Workspace(root / "ws")
-    cfg = HarvestConfig(n_tokens=5000, heldout_fraction=0.2)
-    cache = steps.make_cache(
-        ws, str(root / "model"), "synthetic", None, cfg, out=root / "cache", progress=False, model=model
-    )
-    assert {IN, OUT, "blocks.3.hook_resid_post"} <= set(cache.hooks) and cache.manifest["n_layers"] == 4
-    return root / "cache", root / "model"
-
-
 def _small_train(**kw):
     return _train_cfg(n_tokens=512 * 12, batch_size=512, **kw)
 
@@ -497,3 +475,130 @@ def test_sae_train_under_torchrun_writes_once_and_a_stopped_set_resumes(tc_cache
     listed = [(a.kind, a.path.resolve()) for a in Workspace(ws).artifacts()]
     assert ("transcoders", out.resolve()) in listed and {("saes", m.resolve()) for m in members} <= set(listed)
     assert len(listed) == len(set(listed)) == 2 + len(members)  # the plain SAE, the set and its members, once each
+
+
+# ---- more layers than memory allows in one pass ---------------------------------------------------------
+
+
+def _pass_train(**kw) -> TrainConfig:
+    """8 steps of 256 rows, a checkpoint every 2."""
+    return _train_cfg(n_tokens=256 * 8, batch_size=256, checkpoint_every=2, log_every=2, **kw)
+
+
+PASS_CFGS = [SAEConfig("topk", k=8, expansion=4)]
+
+
+@pytest.fixture(scope="module")
+def one_pass(tc_cache, tmp_path_factory):
+    """The 4-layer set in one pass (the default budget, half the free RAM, holds it): (manifest, members)."""
+    from workbench.sae.transcoders import train_set
+
+    folder, members = train_set(tc_cache[0], "all", PASS_CFGS, _pass_train(), tmp_path_factory.mktemp("one") / "set")
+    return load_set(folder), members
+
+
+def _same_members(a, b) -> None:
+    """Bitwise: each transcoder's steps read only its own columns of the same batches (every pass reads the cache
+    in windows of the one-pass run's rows, so the same rows in the same order), from its own seed with its own
+    optimiser, so nothing it computes depends on which other layers share its pass."""
+    assert [m.name for m in a] == [m.name for m in b]
+    for x, y in zip(a, b):
+        sa, sb = load_sae(x).state_dict(), load_sae(y).state_dict()
+        assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa), x.name
+        assert (x / "curves.jsonl").read_text() == (y / "curves.jsonl").read_text()
+
+
+def _budget(one_pass) -> float:
+    """Below the one-pass estimate, above any one layer's: at least two passes."""
+    return 0.7 * one_pass[0]["memory"]["estimate_mib"][0]
+
+
+def test_a_set_over_its_memory_budget_trains_in_passes_to_the_one_pass_result(tc_cache, one_pass, tmp_path, capsys):
+    manifest, members = one_pass
+    assert manifest["memory"]["passes"] == [[0, 1, 2, 3]] and manifest["memory"]["budget_mib"] > 0
+    ws = Workspace(tmp_path / "ws")
+    budget = _budget(one_pass)
+    folder, split = steps.train_transcoder_set(
+        ws, tc_cache[0], "all", PASS_CFGS, _pass_train(memory_budget_mib=budget), name="split"
+    )
+    memory = load_set(folder)["memory"]
+    passes = memory["passes"]
+    assert len(passes) >= 2 and [layer for p in passes for layer in p] == [0, 1, 2, 3]
+    assert all(e <= budget for e in memory["estimate_mib"]) and memory["budget_mib"] == budget
+    assert all((folder / "passes" / str(i) / "checkpoint.pt").is_file() for i in range(len(passes)))
+    _same_members(members, split)
+    assert main(["ls", "--workspace", str(ws.root), "--kind", "transcoders"]) == 0
+    assert "split" in capsys.readouterr().out
+
+
+def test_a_set_stopped_in_its_second_pass_resumes_to_the_same_result(tc_cache, one_pass, tmp_path, monkeypatch):
+    from workbench import checkpoint
+    from workbench.sae import trainer as trainer_mod
+    from workbench.sae.transcoders import train_set
+
+    out, train_cfg = tmp_path / "set", _pass_train(memory_budget_mib=_budget(one_pass))
+    step = trainer_mod.Trainer.train_step
+    second: list[str] = []
+
+    def stopping(self, x):  # a crash at step 5 of the second pass (its last checkpoint: step 4)
+        if not second:
+            second.append(self.cfgs[0].name)
+        if self.cfgs[0].name != second[0] and self.step == 5:
+            raise KeyboardInterrupt
+        return step(self, x)
+
+    monkeypatch.setattr(trainer_mod.Trainer, "train_step", stopping)
+    with pytest.raises(KeyboardInterrupt):
+        train_set(tc_cache[0], "all", PASS_CFGS, train_cfg, out)
+    monkeypatch.undo()
+    assert not (out / "transcoders.json").exists()
+    with pytest.raises(MissingInputError, match="transcoders.json is missing"):
+        load_set(out)
+    assert checkpoint.read(out / "passes" / "1" / "checkpoint.pt")["trainer"]["step"] == 4
+    with pytest.raises(DamagedFileError, match="already holds a run"):
+        train_set(tc_cache[0], "all", PASS_CFGS, train_cfg, out)
+    with pytest.raises(ConfigError, match=r"trains layers \[0, 1, 2, 3\], not \[0, 2\]"):
+        train_set(tc_cache[0], "0,2", PASS_CFGS, train_cfg, out, resume=True)
+    # resumed with another budget: the passes recorded when the run started are kept
+    _, resumed = train_set(tc_cache[0], "all", PASS_CFGS, _pass_train(memory_budget_mib=1e6), out, resume=True)
+    assert load_set(out)["memory"]["passes"] == json.loads((out / "passes.json").read_text())["passes"]
+    assert len(load_set(out)["memory"]["passes"]) >= 2
+    _same_members(one_pass[1], resumed)
+
+
+def test_a_layer_too_large_for_the_budget_is_one_line_naming_estimate_budget_and_fix(tc_cache, tmp_path, capsys):
+    args = ["sae", "train", "--workspace", str(tmp_path / "ws"), "--cache", str(tc_cache[0]), "--transcoders", "1,2"]
+    assert (
+        main(
+            [
+                *args,
+                "--expansion",
+                "4",
+                "--tokens",
+                "2048",
+                "--batch-size",
+                "256",
+                "--memory-budget-mib",
+                "0.5",
+                "--quiet",
+            ]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    assert "layer 1's transcoders alone need an estimated" in err and "memory_budget_mib=0.5" in err
+    assert "--batch-size" in err and "--expansion" in err
+    assert not list((tmp_path / "ws").rglob("passes.json"))  # refused before anything is written
+
+
+def test_layers_group_in_order_into_the_fewest_passes_that_fit():
+    from workbench.sae.transcoders import group_layers
+
+    sizes = {0: 3, 1: 1, 2: 2, 3: 2, 4: 4}
+
+    def fits(members):
+        return sum(sizes[m] for m in members) <= 4
+
+    assert group_layers(list(sizes), fits) == [[0, 1], [2, 3], [4]]
+    assert group_layers([0, 1, 2], lambda m: True) == [[0, 1, 2]]

@@ -66,9 +66,12 @@ class NpyAppender:
             self.fd = None
 
 
+CHECKSUM_CHUNK = 1 << 23  # bytes checksum() reads at a time (its buffer)
+
+
 def checksum(path: Path) -> str:
     h = xxhash.xxh3_128()
-    buf = bytearray(1 << 23)
+    buf = bytearray(CHECKSUM_CHUNK)
     view = memoryview(buf)
     with open(path, "rb", buffering=0) as f:
         while n := f.readinto(buf):

@@ -200,6 +200,7 @@ class ActivationCache:
         skip_outliers: bool = False,
         chunk_rows: int = 16,
         window_bytes: int = WINDOW_BYTES,
+        window_rows: int | None = None,
     ):
         """Infinite iterator of shuffled [batch_size, d] tensors (see sampler.py for the order).
 
@@ -207,9 +208,9 @@ class ActivationCache:
         world_size reads disjoint rows within an epoch. skip_outliers drops rows flagged by
         outliers(). Memory: one window buffer of about window_bytes, whatever the cache size.
         hook may be a list of hooks: each batch is then their rows side by side ([batch_size, sum of
-        d], in the order given), token by token the same rows (what a transcoder trains on)."""
+        d], in the order given), token by token the same rows (what a transcoder trains on). window_rows fixes the
+        window (and so the order) in rows instead: the same batches whatever hooks a stream holds."""
         hooks = [hook] if isinstance(hook, str) else list(hook)
-        row_bytes = sum(self.d(h) for h in hooks) * self._store.itemsize
         sampler = RowSampler(
             self.n_tokens(split),
             batch_size,
@@ -218,9 +219,13 @@ class ActivationCache:
             world_size=world_size,
             exclude=np.flatnonzero(np.any([self.outliers(h, split) for h in hooks], 0)) if skip_outliers else None,
             chunk_rows=chunk_rows,
-            window_rows=max(batch_size, window_bytes // row_bytes),
+            window_rows=window_rows or self.window_rows(hooks, batch_size, window_bytes),
         )
         return self._batches(hooks, split, sampler.windows(start_batch), dtype, device)
+
+    def window_rows(self, hooks: list[str], batch_size: int, window_bytes: int = WINDOW_BYTES) -> int:
+        """Rows `batches` puts in a window of a stream of these hooks: window_bytes of them, at least a batch."""
+        return max(batch_size, window_bytes // (sum(self.d(h) for h in hooks) * self._store.itemsize))
 
     def _batches(self, hooks, split, windows, dtype, device):
         widths = [self.d(h) for h in hooks]

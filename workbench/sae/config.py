@@ -410,6 +410,13 @@ class TrainConfig(Config):
     )
     device: str | None = field(default=None, metadata={"help": "torch device; None: cuda when available"})
     autocast: bool = field(default=True, metadata={"help": "bf16 autocast on CUDA (ignored on CPU)"})
+    memory_budget_mib: float | None = field(
+        default=None,
+        metadata={
+            "help": "transcoder sets (--transcoders): the memory one pass over the cache may use (MiB); the layers "
+            "that do not fit together train on further passes. None: half the free memory of the training device"
+        },
+    )
     progress: bool = field(default=True, metadata={"cli": False})
     extra: dict = field(default_factory=dict)  # free-form notes recorded with the run
 
@@ -421,6 +428,8 @@ class TrainConfig(Config):
             raise ConfigError(f"lr={self.lr} must be > 0 and decay_frac={self.decay_frac} in [0, 1]")
         if not self.max_fvu > 1:
             raise ConfigError(f"max_fvu={self.max_fvu} must be above 1 (the FVU of reconstructing nothing)")
+        if self.memory_budget_mib is not None and not self.memory_budget_mib > 0:
+            raise ConfigError(f"memory_budget_mib={self.memory_budget_mib} must be a positive number of MiB")
 
     def fill(self, world_size: int = 1) -> dict:
         """Nothing to fill: the run's number of processes must divide the batch."""

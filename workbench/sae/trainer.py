@@ -36,7 +36,7 @@ from workbench.schedule import lr_factor
 
 CHECKPOINT, RUN, CURVES = "checkpoint.pt", "run.json", "curves.jsonl"
 # TrainConfig fields that do not change the numbers, so a resume may change them
-RESUME_FREE = ("progress", "device", "extra", "checkpoint_every", "max_fvu")
+RESUME_FREE = ("progress", "device", "extra", "checkpoint_every", "max_fvu", "memory_budget_mib")
 
 
 class NonFiniteError(UserError, RuntimeError):
@@ -299,37 +299,39 @@ def fit(
     data: dict | None = None,
     metadata: dict | list[dict] | None = None,
     columns: list[tuple[int, int]] | None = None,
+    state_dir: str | Path | None = None,
 ) -> list[Path]:
     """Train every SAE on one stream and save each in SAELens format under out_dir/<name>.
 
     make_batches(start_batch, rank, world_size) yields this rank's [B/world, width] batches from
     data position start_batch on. d_in resolves the configs (None: they are resolved already).
     `data` identifies the stream (compared on resume); `metadata` goes into each cfg.json (hook_name,
-    model_name, ...; a list: one per SAE); columns: see Trainer.
+    model_name, ...; a list: one per SAE); columns: see Trainer. state_dir: where the run's checkpoint and
+    run.json go (default out_dir; a transcoder set's passes each have their own).
     """
     out = check_output_dir(out_dir, "SAE output folder")
+    state = Path(state_dir) if state_dir is not None else out
     rank, world = dist_info()
     train_cfg = train_cfg.resolve(world_size=world)
     cfgs = [c if d_in is None else c.resolve(d_in, train_cfg.n_tokens) for c in sae_cfgs]
     metas = metadata if isinstance(metadata, list) else [metadata] * len(cfgs)
     record = _run_record(cfgs, train_cfg, data or {})
-    ckpt = out / CHECKPOINT
+    ckpt = state / CHECKPOINT
     if resume and not ckpt.is_file():
         raise DamagedFileError(f"resume=True (--resume) but {ckpt} does not exist; train without it first")
     if not resume and ckpt.is_file():
         raise DamagedFileError(
-            f"{out} already holds a run ({CHECKPOINT}); pass resume=True (--resume) to continue it, or choose another output folder"
+            f"{state} already holds a run ({CHECKPOINT}); pass resume=True (--resume) to continue it, or choose another output folder"
         )
     trainer = Trainer(cfgs, train_cfg, default_device(train_cfg.device), columns=columns)
     if resume:
         state = checkpoint.read_matching(ckpt, record)
         trainer.load_state_dict(state["trainer"])
     else:
-        out.mkdir(parents=True, exist_ok=True)
-        init_it = make_batches(0, rank, world)
-        trainer.initialise(torch.cat([next(init_it) for _ in range(train_cfg.init_batches)]))
+        state.mkdir(parents=True, exist_ok=True)
+        trainer.initialise(_first_batches(make_batches(0, rank, world), train_cfg.init_batches))
         if rank == 0:
-            atomic_write_text(out / RUN, json.dumps(record, indent=2))
+            atomic_write_text(state / RUN, json.dumps(record, indent=2))
     n_steps = train_cfg.n_steps
     bar = None
     if train_cfg.progress and rank == 0:
@@ -368,6 +370,11 @@ def fit(
     if world > 1:
         dist.barrier()
     return folders
+
+
+def _first_batches(it: Iterator, n: int) -> torch.Tensor:
+    """The first n batches as one; the iterator (and its reader's window buffer) is let go on return."""
+    return torch.cat([next(it) for _ in range(n)])
 
 
 def _save_checkpoint(trainer: Trainer, path: Path, record: dict) -> None:
@@ -425,10 +432,14 @@ def fit_cache(
     out_dir: str | Path,
     resume: bool = False,
     target_cache: str | Path | None = None,
+    window_rows: int | None = None,
+    state_dir: str | Path | None = None,
 ) -> list[Path]:
     """Train every group's SAEs side by side on one pass over the cache: a group is (input hook, target
     hook or None, configs); each stream row holds every group's hooks, and each SAE reads its own.
-    target_cache: the one group's target comes from this cache, whose rows must be the same tokens."""
+    target_cache: the one group's target comes from this cache, whose rows must be the same tokens.
+    window_rows: the reader's window in rows (see ActivationCache.batches), so that passes over different hooks
+    see the same batches; state_dir: see fit."""
     from workbench.cache import ActivationCache
 
     check_output_dir(out_dir, "SAE output folder")  # before any work (the configs checked themselves when made)
@@ -458,6 +469,7 @@ def fit_cache(
             world_size=world_size,
             dtype=torch.float32,
             device=default_device(train_cfg.device),
+            window_rows=window_rows,
             **kw,
         )
 
@@ -481,7 +493,7 @@ def fit_cache(
         "cache_n_tokens": cache.n_tokens("train"),
         **_stream_record(groups),
     }
-    return fit(cfgs, train_cfg, make_batches, None, out_dir, resume, data, metadata, columns)
+    return fit(cfgs, train_cfg, make_batches, None, out_dir, resume, data, metadata, columns, state_dir)
 
 
 def _layout(cache, tcache, groups, n_tokens: int, cache_rel: str):

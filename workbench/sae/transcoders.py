@@ -1,9 +1,12 @@
-"""Transcoder sets: one transcoder per MLP layer of a model, trained side by side on one pass over a cache.
+"""Transcoder sets: one transcoder per MLP layer of a model, trained side by side on one pass over a cache
+where memory allows, and in several passes (consecutive layers each) where it does not.
 
-A set folder holds the run's checkpoint, one SAELens-format folder per (layer, config) and
-`transcoders.json`, the manifest naming the model, the cache, and for each layer its input hook (the
-normalised residual the MLP reads, or hook_mlp_in without LayerNorm), its target (hook_mlp_out) and
-its transcoders. `load_set` reads it back and refuses a set whose members disagree about the model.
+A set folder holds `passes.json` (the run's passes, planned against the memory budget when it started), the
+run's checkpoint (one pass) or passes/<i>/checkpoint.pt (several), one SAELens-format folder per (layer,
+config) and, written last, `transcoders.json`: the manifest naming the model, the cache, the passes with
+their memory estimate, and for each layer its input hook (the normalised residual the MLP reads, or
+hook_mlp_in without LayerNorm), its target (hook_mlp_out) and its transcoders. `load_set` reads it back and
+refuses a set whose members disagree about the model.
 """
 
 from __future__ import annotations
@@ -15,10 +18,12 @@ import re
 from pathlib import Path
 
 from workbench.atomic import atomic_write_text
-from workbench.errors import BadValueError, MissingInputError
+from workbench.errors import BadValueError, ConfigError, DamagedFileError, MissingInputError
 from workbench.sae.config import SAEConfig, TrainConfig
 
 SET_MANIFEST = "transcoders.json"
+PLAN = "passes.json"  # the run's passes, recorded when it starts: a resume keeps them whatever memory is free
+PASSES = "passes"  # a multi-pass run's per-pass checkpoints: passes/<i>/checkpoint.pt (one pass: in the set folder)
 SCHEMA = "workbench.transcoder_set"
 _BLOCK = re.compile(r"blocks\.(\d+)\.")
 
@@ -55,33 +60,34 @@ def train_set(
     out_dir: str | Path,
     resume: bool = False,
 ) -> tuple[Path, list[Path]]:
-    """Train every config as a transcoder on each layer of `layers` ('all' or '0,2') in one pass over the cache;
-    returns (the set folder, the transcoder folders). Each member is named L<layer>-<its config's name>."""
+    """Train every config as a transcoder on each layer of `layers` ('all' or '0,2'), side by side in as few
+    passes over the cache as train_cfg.memory_budget_mib allows (see `plan_passes`); returns (the set folder, the
+    transcoder folders). Each member is named L<layer>-<its config's name>."""
     import torch.distributed
 
-    from workbench.cache import ActivationCache, transcoder_hooks
+    from workbench.cache import ActivationCache
     from workbench.checkpoint import dist_info
-    from workbench.sae.trainer import fit_cache
+    from workbench.sae.trainer import CHECKPOINT, fit_cache
 
     cache = ActivationCache.open(cache_path)
     chosen = parse_layers(layers, cache_layers(cache))
-    groups = []
-    for layer in chosen:
-        hook, target = transcoder_hooks(layer, cache.hooks)
-        missing = [h for h in (hook, target) if h not in cache.hooks]
-        if missing:
-            raise BadValueError(
-                f"layer {layer}'s transcoder needs {' and '.join(missing)}, not in the cache at {cache_path}; "
-                "harvest them (the default `workbench cache` hooks include every MLP's input and output)"
-            )
-        named = [
-            dataclasses.replace(c, name=f"L{layer}-{c.name or _default_name(c, cache, hook, target)}")
-            for c in sae_configs
-        ]
-        groups.append((hook, target, named))
-    folders = fit_cache(cache_path, groups, train_cfg, out_dir, resume)
+    groups = {layer: _layer_group(cache, cache_path, layer, sae_configs) for layer in chosen}
     out = Path(out_dir)
-    per = len(sae_configs)
+    plan = _start_plan(cache, groups, train_cfg, out, resume)
+    folders: dict[int, list[Path]] = {}
+    for i, members in enumerate(plan["passes"]):
+        state = out if len(plan["passes"]) == 1 else out / PASSES / str(i)
+        done = fit_cache(
+            cache_path,
+            [groups[layer] for layer in members],
+            train_cfg,
+            out,
+            resume and (state / CHECKPOINT).is_file(),  # a pass not yet checkpointed starts from its beginning
+            window_rows=plan["window_rows"],
+            state_dir=state,
+        )
+        per = len(sae_configs)
+        folders.update({layer: done[j * per : (j + 1) * per] for j, layer in enumerate(members)})
     manifest = {
         "schema": SCHEMA,
         "version": 1,
@@ -94,17 +100,154 @@ def train_set(
                 "input_hook": hook,
                 "target_hook": target,
                 "input_kind": hook.split(".", 2)[-1],
-                "transcoders": [f.name for f in folders[i * per : (i + 1) * per]],
+                "transcoders": [f.name for f in folders[layer]],
             }
-            for i, (layer, (hook, target, _)) in enumerate(zip(chosen, groups))
+            for layer, (hook, target, _) in groups.items()
         ],
+        "memory": {k: plan[k] for k in ("passes", "budget_mib", "estimate_mib") if k in plan},
     }
     rank, world = dist_info()
     if rank == 0:  # under torchrun, like the members' folders (fit saves them on rank 0)
         atomic_write_text(out / SET_MANIFEST, json.dumps(manifest, indent=2))
     if world > 1:
         torch.distributed.barrier()  # no rank returns before the manifest exists
-    return out, folders
+    return out, [f for layer in chosen for f in folders[layer]]
+
+
+def _layer_group(cache, cache_path, layer: int, sae_configs: list[SAEConfig]) -> tuple[str, str, list[SAEConfig]]:
+    """(input hook, target hook, the configs named L<layer>-...) of one layer's transcoders."""
+    from workbench.cache import transcoder_hooks
+
+    hook, target = transcoder_hooks(layer, cache.hooks)
+    missing = [h for h in (hook, target) if h not in cache.hooks]
+    if missing:
+        raise BadValueError(
+            f"layer {layer}'s transcoder needs {' and '.join(missing)}, not in the cache at {cache_path}; "
+            "harvest them (the default `workbench cache` hooks include every MLP's input and output)"
+        )
+    named = [
+        dataclasses.replace(c, name=f"L{layer}-{c.name or _default_name(c, cache, hook, target)}") for c in sae_configs
+    ]
+    return hook, target, named
+
+
+def _start_plan(cache, groups: dict, train_cfg: TrainConfig, out: Path, resume: bool) -> dict:
+    """The passes of this run: on resume the ones it recorded when it started (whatever memory is free now), else
+    planned against the budget and recorded (rank 0's plan on every rank under torchrun). As for one SAE run, a
+    folder holding a checkpoint is continued only with resume."""
+    from workbench.checkpoint import dist_info, rank_zero_value
+    from workbench.sae.trainer import CHECKPOINT
+
+    rank, plan_file = dist_info()[0], out / PLAN
+    # rank 0's look, taken before it writes the plan, on every rank
+    ckpts, planned = rank_zero_value(
+        (
+            [str(p) for p in [out / CHECKPOINT, *sorted(out.glob(f"{PASSES}/*/{CHECKPOINT}"))] if p.is_file()],
+            plan_file.is_file(),
+        )
+    )
+    if resume and not (ckpts or planned):
+        raise DamagedFileError(f"resume=True (--resume) but {out} holds no run ({PLAN}); train without it first")
+    if not resume and ckpts:
+        raise DamagedFileError(
+            f"{out} already holds a run ({ckpts[0]}); pass resume=True (--resume) to continue it, "
+            "or choose another output folder"
+        )
+    layers = list(groups)
+    if resume and not planned:  # a set started before passes were planned: one pass
+        return {"layers": layers, "passes": [layers], "window_rows": None}
+    if resume:
+        plan = json.loads(plan_file.read_text())
+        if plan["layers"] != layers:
+            raise ConfigError(
+                f"--resume: the run in {out} trains layers {plan['layers']}, not {layers}; "
+                f"resume with --transcoders {','.join(map(str, plan['layers']))}"
+            )
+        return plan
+    plan = None
+    if rank == 0:
+        try:
+            plan = plan_passes(cache, groups, train_cfg)
+        except ConfigError as e:  # every rank raises it, none waits for a plan
+            plan = {"error": str(e)}
+    plan = rank_zero_value(plan)
+    if "error" in plan:
+        raise ConfigError(plan["error"])
+    if rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(plan_file, json.dumps(plan, indent=2))
+    return plan
+
+
+def started(folder: str | Path) -> bool:
+    """Whether a set's run began in `folder` (its passes are planned, or a one-pass run has a checkpoint)."""
+    return (Path(folder) / PLAN).is_file() or (Path(folder) / "checkpoint.pt").is_file()
+
+
+def plan_passes(cache, groups: dict, train_cfg: TrainConfig) -> dict:
+    """Layers (in order) into the fewest passes whose estimated memory (workbench.sae.memory) fits the budget:
+    each pass holds every state of its transcoders, the largest step and the cache's buffers for its hooks.
+    Every pass reads the cache in windows of the one-pass run's rows, so it sees the same batches."""
+    from workbench.cache.sampler import RowSampler
+    from workbench.checkpoint import default_device, dist_info
+    from workbench.sae import memory
+    from workbench.sae.trainer import _resolve_group
+
+    _, world = dist_info()
+    tc = train_cfg.resolve(world_size=world)
+    rows, device = tc.batch_size // world, default_device(tc.device).type
+    budget = tc.memory_budget_mib or memory.default_budget_mib(device, int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+    hooks = {layer: (hook, target) for layer, (hook, target, _) in groups.items()}
+    window_rows = cache.window_rows([h for pair in hooks.values() for h in pair], rows)
+    sampler = RowSampler(cache.n_tokens("train"), rows, world_size=world, window_rows=window_rows)
+    read_rows = min(sampler.window, sampler.per_rank) * sampler.chunk  # what one window of the sampler reads
+    cost = {
+        layer: [
+            memory.sae_footprint(c, rows, rows * tc.init_batches, device, tc.autocast)
+            for c in _resolve_group(cache, cache, hook, target, cfgs, tc.n_tokens)
+        ]
+        for layer, (hook, target, cfgs) in groups.items()
+    }
+
+    def estimate(members: list[int]) -> int:
+        widths = [cache.d(h) for layer in members for h in hooks[layer]]
+        buffers = memory.buffer_bytes(widths, read_rows, rows, tc.init_batches, cache._store.itemsize)
+        return memory.run_bytes([f for layer in members for f in cost[layer]], buffers)
+
+    for layer in groups:
+        if estimate([layer]) > budget * memory.MIB:
+            raise ConfigError(_too_big(layer, cost[layer], estimate([layer]), budget))
+    passes = group_layers(list(groups), lambda members: estimate(members) <= budget * memory.MIB)
+    return {
+        "layers": list(groups),
+        "passes": passes,
+        "window_rows": window_rows,
+        "budget_mib": budget,
+        "estimate_mib": [memory.mib(estimate(p)) for p in passes],
+    }
+
+
+def group_layers(layers: list[int], fits) -> list[list[int]]:
+    """Consecutive layers into the fewest passes for which fits(pass) holds, each layer fitting alone: greedy in
+    order is optimal, since a pass's estimate only grows with its layers."""
+    passes: list[list[int]] = []
+    for layer in layers:
+        if passes and fits([*passes[-1], layer]):
+            passes[-1].append(layer)
+        else:
+            passes.append([layer])
+    return passes
+
+
+def _too_big(layer: int, footprints, total: int, budget: float) -> str:
+    from workbench.sae.memory import mib
+
+    state, step = sum(f.state for f in footprints), max(f.step for f in footprints)
+    return (
+        f"layer {layer}'s transcoders alone need an estimated {mib(total)} MiB (state {mib(state)}, step "
+        f"{mib(step)}, cache buffers {mib(total - state - step)}) but memory_budget_mib={budget:g}; lower "
+        "--batch-size or --expansion/--n-latents, train fewer configs at once, or raise --memory-budget-mib"
+    )
 
 
 def _default_name(cfg: SAEConfig, cache, hook: str, target: str) -> str:
