@@ -53,8 +53,8 @@ def _rss_mb() -> float:
     return float("nan")
 
 
-def run_side(spec: dict) -> dict:
-    """One side in this process: build the model, time `reps` calls after one warm-up call."""
+def _side_call(spec: dict, side: str):
+    """(call, tokens): one side's model, built from seed 0, and the no-argument call that is timed."""
     import torch
 
     from workbench.attention import gates as G
@@ -70,9 +70,7 @@ def run_side(spec: dict) -> dict:
         from transformer_lens import HookedTransformer, HookedTransformerConfig
 
         model = HookedTransformer(HookedTransformerConfig(**spec["model"], device="cpu", seed=0))
-    ctx = spec["ctx"] or model.cfg.n_ctx
-    tokens = torch.randint(1, model.cfg.d_vocab, (spec["batch"], ctx))
-    side = spec["side"]
+    tokens = torch.randint(1, model.cfg.d_vocab, (spec["batch"], spec["ctx"] or model.cfg.n_ctx))
     cfg = SparsifyConfig(dual_ce="paired" if side.endswith("paired") else "fixed", progress=False).resolve()
     if side == "plain_step":
         model.train()
@@ -84,44 +82,63 @@ def run_side(spec: dict) -> dict:
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             opt.step()
-    elif side.startswith("gated_step"):
+
+        return call, tokens
+    if side.startswith("gated_step"):
         import copy
 
         base = copy.deepcopy(model).eval().requires_grad_(False) if cfg.dual_ce == "paired" else None
         G.install(model, GateConfig(init_bias=4.0))
         trainer = Sparsifier(model, cfg, base, ce_ref_fixed=None if base is not None else 3.0)
+        return (lambda: trainer.step(tokens)), tokens
+    if side == "gated_forward":
+        G.install(model, GateConfig(init_bias=4.0))
+    model.eval()
 
-        def call():
-            trainer.step(tokens)
-    else:
-        if side == "gated_forward":
-            G.install(model, GateConfig(init_bias=4.0))
-        model.eval()
+    def forward():
+        with torch.no_grad():
+            model(tokens)
 
-        def call():
-            with torch.no_grad():
-                model(tokens)
+    return forward, tokens
 
+
+def _timed(call) -> tuple[float, float]:
+    t0, c0 = time.perf_counter(), time.process_time()
+    call()
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+def run_side(spec: dict) -> dict:
+    """One side in this process: build the model, time `reps` calls after one warm-up call."""
+    side = spec["side"]
+    if side == "interleaved":
+        return run_interleaved(spec)
+    call, tokens = _side_call(spec, side)
     rss_loaded = _rss_mb()
     for _ in range(spec.get("warmup", 1)):
         call()
-    times, cpu = [], []
-    for _ in range(spec["reps"]):
-        t0, c0 = time.perf_counter(), time.process_time()
-        call()
-        times.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
+    times, cpu = zip(*[_timed(call) for _ in range(spec["reps"])])
     return {
         "side": side,
         "seconds": statistics.median(times),
-        "times": times,
+        "times": list(times),
         "cpu_seconds": statistics.median(cpu),  # this process's CPU time: not charged while descheduled
         "load": os.getloadavg()[0],
         "rss_loaded_mb": rss_loaded,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "tokens": tokens.numel(),
-        "n_ctx": ctx,
+        "n_ctx": tokens.shape[1],
     }
+
+
+def run_interleaved(spec: dict) -> dict:
+    """Every side's model in this one process, one call of each in turn per round: the load a round sees is
+    nearly the same for all its sides, so its ratios move less than those of sides run minutes apart."""
+    calls = {side: _side_call(spec, side)[0] for side in SIDES}
+    for call in calls.values():
+        call()  # warm-up
+    rounds = [{side: _timed(call) for side, call in calls.items()} for _ in range(spec["reps"])]
+    return {"side": "interleaved", "rounds": rounds, "load": os.getloadavg()[0]}
 
 
 def _side_subprocess(spec: dict) -> dict:
@@ -150,17 +167,20 @@ def pick_shapes(names: str | None) -> dict:
 
 
 def _measure(shapes: dict, a) -> dict:
-    """{(shape, side): [one result per round]}: every side of a shape in turn, `rounds` times (GPT-2 shape: once)."""
+    """{(shape, side): [one result per round]}: every side of a shape in turn, `rounds` times (GPT-2 shape: once),
+    then (not the GPT-2 shape) every side again, interleaved in one process."""
     results = {}
     for name, (model, batch, ctx) in shapes.items():
         big = name.startswith("gpt2") and not a.quick
         rounds = 1 if big or a.quick else a.rounds
-        for _ in range(rounds):
-            for side in SIDES:
-                spec = {"model": model, "batch": batch, "ctx": ctx, "side": side}
-                spec.update(reps=a.gpt2_reps if big else 1 if a.quick else a.reps, warmup=0 if big else 1)
-                r = run_side(spec) if a.quick else _side_subprocess(spec)
-                results.setdefault((name, side), []).append(r)
+        spec = {"model": model, "batch": batch, "ctx": ctx}
+        spec.update(reps=a.gpt2_reps if big else 1 if a.quick else a.reps, warmup=0 if big else 1)
+        sides = [*SIDES * rounds, *([] if big else ["interleaved"])]
+        for side in sides:
+            run = {**spec, "side": side, **({"reps": 1 if a.quick else a.interleaved} if side == "interleaved" else {})}
+            r = run_side(run) if a.quick else _side_subprocess(run)
+            results.setdefault((name, side), []).append(r)
+            if side != "interleaved":
                 print(
                     f"{name:<18} {side:<18} {r['seconds']:8.3f} s  CPU {r['cpu_seconds']:8.3f} s  "
                     f"peak RSS {r['peak_rss_mb']:8.0f} MB  load {r['load']:.1f}",
@@ -169,43 +189,55 @@ def _measure(shapes: dict, a) -> dict:
     return results
 
 
-def _ratio_cells(runs: list[dict], refs: list[dict]) -> tuple[float, float, str]:
-    """Median over rounds of wall and CPU ratios (each round against its own reference side), and the CPU range."""
-    wall = [r["seconds"] / b["seconds"] for r, b in zip(runs, refs)]
-    cpu = [r["cpu_seconds"] / b["cpu_seconds"] for r, b in zip(runs, refs)]
-    spread = f"{min(cpu):.2f}-{max(cpu):.2f}x" if len(cpu) > 1 else "-"
-    return statistics.median(wall), statistics.median(cpu), spread
+def _verdict(wall: float, cpu: float) -> str:
+    if (wall <= GOAL_STEP) == (cpu <= GOAL_STEP):
+        return "met" if cpu <= GOAL_STEP else "missed"
+    return f"{'met' if cpu <= GOAL_STEP else 'missed'} on CPU time only"
 
 
-def _row(name, measure, runs, refs, goal: bool) -> list:
-    wall, cpu, spread = _ratio_cells(runs, refs)
-    med = lambda key, rs: statistics.median(r[key] for r in rs)  # noqa: E731
-    verdict = "-"
-    if goal:
-        verdict = {(True, True): "met", (False, False): "missed"}.get(
-            (wall <= GOAL_STEP, cpu <= GOAL_STEP), f"{'met' if cpu <= GOAL_STEP else 'missed'} on CPU time only"
-        )
+def _row(cells: list, runs: list[dict], refs: list[dict], goal: bool, rss: str, load: str) -> list:
+    """One ratio row: median seconds, the median over rounds of each round's ratio (wall, CPU), the CPU range."""
+    wall = statistics.median(r["seconds"] / b["seconds"] for r, b in zip(runs, refs))
+    cpu_ratios = [r["cpu_seconds"] / b["cpu_seconds"] for r, b in zip(runs, refs)]
+    cpu = statistics.median(cpu_ratios)
+    med = lambda rs: (
+        f"{statistics.median(r['seconds'] for r in rs):.3f} / {statistics.median(r['cpu_seconds'] for r in rs):.3f}"
+    )  # noqa: E731
+    spread = f"{min(cpu_ratios):.2f}-{max(cpu_ratios):.2f}x" if len(runs) > 1 else "-"
     return [
-        name,
-        f"{runs[0]['n_ctx']} x {runs[0]['tokens'] // runs[0]['n_ctx']}",
-        measure,
-        f"{med('seconds', runs):.3f} / {med('cpu_seconds', runs):.3f}",
-        f"{med('seconds', refs):.3f} / {med('cpu_seconds', refs):.3f}",
+        *cells,
+        med(runs),
+        med(refs),
         f"{wall:.2f}x / {cpu:.2f}x",
         spread,
-        verdict,
-        f"{max(r['peak_rss_mb'] for r in runs):.0f}",
-        " ".join(f"{r['load']:.1f}" for r in runs),
+        _verdict(wall, cpu) if goal else "-",
+        rss,
+        load,
     ]
+
+
+PAIRS = (  # (measure, side, reference side, judged against the step goal)
+    ("gated step (paired dual)", "gated_step_paired", "plain_step", True),
+    ("gated step (fixed dual)", "gated_step_fixed", "plain_step", True),
+    ("gated eval forward", "gated_forward", "base_forward", False),
+)
 
 
 def _rows(shapes: dict, results: dict) -> list[list]:
     rows = []
     for name in shapes:
         r = {s: results[(name, s)] for s in SIDES}
-        for label, key in (("paired", "gated_step_paired"), ("fixed", "gated_step_fixed")):
-            rows.append(_row(name, f"gated step ({label} dual)", r[key], r["plain_step"], goal=True))
-        rows.append(_row(name, "gated eval forward", r["gated_forward"], r["base_forward"], goal=False))
+        ctx = f"{r['plain_step'][0]['n_ctx']} x {r['plain_step'][0]['tokens'] // r['plain_step'][0]['n_ctx']}"
+        for measure, side, ref, goal in PAIRS:
+            load = " ".join(f"{v['load']:.1f}" for v in r[side])
+            rows.append(
+                _row([name, ctx, measure], r[side], r[ref], goal, f"{max(v['peak_rss_mb'] for v in r[side]):.0f}", load)
+            )
+        for inter in results.get((name, "interleaved"), []):
+            runs = {s: [{"seconds": w, "cpu_seconds": c} for w, c in (rd[s] for rd in inter["rounds"])] for s in SIDES}
+            label = f", interleaved ({len(inter['rounds'])} rounds, one process)"
+            for measure, side, ref, goal in PAIRS:
+                rows.append(_row([name, ctx, measure + label], runs[side], runs[ref], goal, "", f"{inter['load']:.1f}"))
         peak = max(v["peak_rss_mb"] for runs in r.values() for v in runs)
         plain_peak = max(v["peak_rss_mb"] for v in r["plain_step"])
         verdict = "met" if peak / 1024 <= GOAL_GB else "missed"
@@ -225,7 +257,7 @@ HEADER = [
     "CPU ratio over rounds",
     f"goal (step <= {GOAL_STEP}x, <= {GOAL_GB:g} GB)",
     "peak RSS MB",
-    "load (1 min) after each round",
+    "load (1 min) after each side",
 ]
 
 
@@ -249,7 +281,8 @@ def _text(a, shapes: dict, results: dict, threads: str) -> str:
             "model's no-grad forward on the batch). Seconds are the median call; a ratio is the median over rounds "
             "of each round's side over that round's plain step (base forward); CPU is the side process's own CPU "
             "time (one thread: not charged while the process waits for a core, so less moved by other jobs than "
-            "wall time). The sparsity is only masked, not exploited: the dense scores and softmax are still "
+            "wall time). 'Interleaved': every side's model built in one process and one call of each in turn per "
+            "round, so a round's sides see nearly the same load (no per-side peak RSS there). The sparsity is only masked, not exploited: the dense scores and softmax are still "
             "computed and the gates add elementwise work over every (query, key) pair.",
             "",
         ]
@@ -277,6 +310,12 @@ def main(argv=None) -> int:
     p.add_argument(
         "--shapes",
         help=f"comma-separated shapes to measure (default: all of {', '.join(SHAPES)}; --quick: its own two)",
+    )
+    p.add_argument(
+        "--interleaved",
+        type=int,
+        default=10,
+        help="rounds of the in-process interleaved measure (not the GPT-2 shape; default: %(default)s)",
     )
     harness.add_common_args(p, OUT, threads=1)
     p.add_argument("--side", help=argparse.SUPPRESS)

@@ -117,7 +117,8 @@ class AttentionGate(nn.Module):
 
     def _published_eval(self, scores: torch.Tensor, gate_hook: HookPoint) -> torch.Tensor:
         """Deterministic published gates, open iff score + b > 0: masked pairs (-inf) close without a where()."""
-        z = (scores + self.gate_bias().to(scores.dtype) > 0).to(scores.dtype)
+        z = torch.empty_like(scores)  # written by the comparison: no bool tensor to convert
+        torch.gt(scores, -self.gate_bias().detach().to(scores.dtype), out=z)  # score + b > 0 (its sign is exact)
         self.open_sum, self.pairs = z.sum(), (scores > -math.inf).sum()
         self._stash = gate_hook(z)
         return scores
