@@ -119,7 +119,7 @@ class AttentionGate(nn.Module):
         """Deterministic published gates, open iff score + b > 0: masked pairs (-inf) close without a where()."""
         z = torch.empty_like(scores)  # written by the comparison: no bool tensor to convert
         torch.gt(scores, -self.gate_bias().detach().to(scores.dtype), out=z)  # score + b > 0 (its sign is exact)
-        self.open_sum, self.pairs = z.sum(), (scores > -math.inf).sum()
+        self.open_sum, self.pairs = z.sum(), torch.count_nonzero(scores > -math.inf)
         self._stash = gate_hook(z)
         return scores
 
