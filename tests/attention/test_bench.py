@@ -28,13 +28,10 @@ def test_quick_bench_writes_the_table(tmp_path):
     out = tmp_path / "attention.md"
     _bench("attention_bench.py", "--quick", "--out", str(out))
     text = out.read_text()
-    for measure in (
-        "gated step (paired dual)",
-        "gated step (fixed dual)",
-        "gated eval forward",
-        "peak RSS of any side",
-    ):
-        assert text.count(measure) == 2, measure
+    for measure in ("gated step (paired dual)", "gated step (fixed dual)", "gated eval forward"):
+        assert text.count(measure) == 4, measure  # two shapes, each in its own processes and interleaved
+        assert text.count(f"{measure}, interleaved (1 rounds, one process)") == 2, measure
+    assert text.count("peak RSS of any side") == 2
     assert "Commit `" in text and "quick smoke run" in text
 
 

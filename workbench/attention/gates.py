@@ -19,6 +19,13 @@ pattern as a gate-weighted softmax of the original scores, which equals the mask
 forward pass and gives closed gates a gradient (the plain masked softmax has none, and NaN gradients
 on empty rows). Grouped-query attention needs nothing special: scores are per query head.
 `model.reset_hooks(including_permanent=True)` removes the gates' hooks.
+
+The published gate (empty_row "zero") has fast paths with the same numbers: masked pairs arrive as
+-inf scores, whose gate is closed and whose sigmoid is 0, so neither path needs a torch.where over
+the [batch, head, query, key] tensors; in training with the straight-through estimator and nothing
+on hook_gate, fused.py draws the same noise and does the sample, the penalty and the gating in one
+autograd Function. A hook on hook_gate (a reader or a patch) takes the general path, whose z is a
+differentiable tensor (tests/attention/test_fused.py checks the two paths agree).
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import torch
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
+from workbench.attention import fused
 from workbench.attention.config import GateConfig
 from workbench.errors import BadValueError
 
@@ -78,6 +86,13 @@ class AttentionGate(nn.Module):
         return z, torch.sigmoid(logit - self.tau * math.log(-lo / hi))
 
     def on_scores(self, scores: torch.Tensor, hook, gate_hook: HookPoint) -> torch.Tensor:
+        if not self.cfg.renormalise and self.cfg.empty_row == "zero":  # the published gate's fast paths
+            if not self.training:
+                return self._published_eval(scores, gate_hook)
+            if self.cfg.estimator == "gumbel_st" and not gate_hook.has_hooks():  # nothing reads or patches z
+                self._stash = fused.draw(scores, self.gate_bias(), self.tau)
+                self.open_sum, self.pairs = None, self._stash.pairs  # open_sum: set by on_pattern
+                return scores
         allowed = torch.isfinite(scores)
         logit = self.logits(scores, allowed)
         if self.training:
@@ -100,10 +115,21 @@ class AttentionGate(nn.Module):
         self._stash = (scores, z)
         return torch.where(z > 0, scores, torch.full_like(scores, -math.inf))
 
+    def _published_eval(self, scores: torch.Tensor, gate_hook: HookPoint) -> torch.Tensor:
+        """Deterministic published gates, open iff score + b > 0: masked pairs (-inf) close without a where()."""
+        z = torch.empty_like(scores)  # written by the comparison: no bool tensor to convert
+        torch.gt(scores, -self.gate_bias().detach().to(scores.dtype), out=z)  # score + b > 0 (its sign is exact)
+        self.open_sum, self.pairs = z.sum(), torch.count_nonzero(scores > -math.inf)
+        self._stash = gate_hook(z)
+        return scores
+
     def on_pattern(self, pattern: torch.Tensor, hook) -> torch.Tensor:
         if self._stash is None:
             return pattern
         stash, self._stash = self._stash, None
+        if isinstance(stash, fused.Draw):
+            out, self.open_sum = fused.GatedPattern.apply(pattern, stash.scores, self.gate_bias(), stash)
+            return out
         if not self.cfg.renormalise:  # out = sum_open exp(s) v / sum_all exp(s): no renormalisation
             return (pattern * stash).to(pattern.dtype)
         scores, z = stash

@@ -126,13 +126,13 @@ class Sparsifier:
         tau = cfg.tau(step)
         G.set_temperature(model, tau)
         model.train()
-        ce = self.net(tokens, return_type="loss")
-        open_frac = G.expected_open_fraction(model)
-        if self.base is not None:
-            with torch.no_grad():
+        if self.base is not None:  # first: its activations are freed before the gated graph is built (peak RSS)
+            with torch.inference_mode():  # draws no random numbers, so the gate noise is unchanged
                 ce_ref = float(self.base(tokens, return_type="loss"))
         else:
             ce_ref = self.ce_ref_fixed
+        ce = self.net(tokens, return_type="loss")
+        open_frac = G.expected_open_fraction(model)
         loss = self.mult.lagrangian(open_frac, ce, ce_ref)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
