@@ -310,48 +310,28 @@ def fit(
     run.json go (default out_dir; a transcoder set's passes each have their own).
     """
     out = check_output_dir(out_dir, "SAE output folder")
-    state = Path(state_dir) if state_dir is not None else out
+    run_dir = Path(state_dir) if state_dir is not None else out
     rank, world = dist_info()
     train_cfg = train_cfg.resolve(world_size=world)
     cfgs = [c if d_in is None else c.resolve(d_in, train_cfg.n_tokens) for c in sae_cfgs]
     metas = metadata if isinstance(metadata, list) else [metadata] * len(cfgs)
     record = _run_record(cfgs, train_cfg, data or {})
-    ckpt = state / CHECKPOINT
+    ckpt = run_dir / CHECKPOINT
     if resume and not ckpt.is_file():
         raise DamagedFileError(f"resume=True (--resume) but {ckpt} does not exist; train without it first")
     if not resume and ckpt.is_file():
         raise DamagedFileError(
-            f"{state} already holds a run ({CHECKPOINT}); pass resume=True (--resume) to continue it, or choose another output folder"
+            f"{run_dir} already holds a run ({CHECKPOINT}); pass resume=True (--resume) to continue it, or choose another output folder"
         )
     trainer = Trainer(cfgs, train_cfg, default_device(train_cfg.device), columns=columns)
     if resume:
-        state = checkpoint.read_matching(ckpt, record)
-        trainer.load_state_dict(state["trainer"])
+        trainer.load_state_dict(checkpoint.read_matching(ckpt, record)["trainer"])
     else:
-        state.mkdir(parents=True, exist_ok=True)
+        run_dir.mkdir(parents=True, exist_ok=True)
         trainer.initialise(_first_batches(make_batches(0, rank, world), train_cfg.init_batches))
         if rank == 0:
-            atomic_write_text(state / RUN, json.dumps(record, indent=2))
-    n_steps = train_cfg.n_steps
-    bar = None
-    if train_cfg.progress and rank == 0:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=n_steps, initial=trainer.step, desc="sae train", unit="step")
-    it = make_batches(trainer.step, rank, world)
-    while trainer.step < n_steps:
-        trainer.train_step(next(it))
-        if trainer.step % train_cfg.log_every == 0 or trainer.step == n_steps:
-            trainer.log_point()
-            if bar is not None and trainer.curves[0]:
-                last = trainer.curves[0][-1]
-                bar.set_postfix(fvu=f"{last.get('fvu', math.nan):.3f}", l0=f"{last.get('l0', math.nan):.1f}")
-        if train_cfg.checkpoint_every and trainer.step % train_cfg.checkpoint_every == 0 and trainer.step < n_steps:
-            _save_checkpoint(trainer, ckpt, record)
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
+            atomic_write_text(run_dir / RUN, json.dumps(record, indent=2))
+    _train_steps(trainer, train_cfg, make_batches(trainer.step, rank, world), ckpt, record, show=rank == 0)
     _save_checkpoint(trainer, ckpt, record)
     folders = [out / c.name for c in cfgs]
     if rank == 0:
@@ -370,6 +350,29 @@ def fit(
     if world > 1:
         dist.barrier()
     return folders
+
+
+def _train_steps(trainer: Trainer, train_cfg: TrainConfig, it: Iterator, ckpt: Path, record: dict, show: bool) -> None:
+    """Step until train_cfg.n_steps, logging every log_every steps and checkpointing every checkpoint_every."""
+    n_steps = train_cfg.n_steps
+    bar = None
+    if train_cfg.progress and show:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=n_steps, initial=trainer.step, desc="sae train", unit="step")
+    while trainer.step < n_steps:
+        trainer.train_step(next(it))
+        if trainer.step % train_cfg.log_every == 0 or trainer.step == n_steps:
+            trainer.log_point()
+            if bar is not None and trainer.curves[0]:
+                last = trainer.curves[0][-1]
+                bar.set_postfix(fvu=f"{last.get('fvu', math.nan):.3f}", l0=f"{last.get('l0', math.nan):.1f}")
+        if train_cfg.checkpoint_every and trainer.step % train_cfg.checkpoint_every == 0 and trainer.step < n_steps:
+            _save_checkpoint(trainer, ckpt, record)
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
 
 
 def _first_batches(it: Iterator, n: int) -> torch.Tensor:
