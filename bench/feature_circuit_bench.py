@@ -250,6 +250,7 @@ def bounded_part(args, info, threads) -> list[str]:
     cfg.update(
         set_dir=str(work / f"gpt2-shaped-set-{cfg['n_latents']}-{cfg['k']}"),
         progress=str(work / "bounded.progress.json"),
+        rows=str(work / f"bounded-rows-{cfg['n_tokens']}"),  # the build's chunk files: a stopped run resumes
     )
     if args.render:
         progress = Path(cfg["progress"])
