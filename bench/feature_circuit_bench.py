@@ -27,7 +27,7 @@ import harness  # noqa: E402
 
 OUT = harness.BENCH / "results" / "feature_circuits.md"
 FAMILIES = ("greater_than", "facts", "addition", "ioi", "induction")  # the fast ones first
-BOUNDED = dict(n_tokens=1024, k=32, n_latents=24576, max_feature_nodes=7500, batch=2, shape={})
+BOUNDED = dict(n_tokens=1024, k=32, n_latents=24576, max_feature_nodes=7500, batch=1, shape={})
 QUICK_BOUNDED = dict(n_tokens=24, k=4, n_latents=128, max_feature_nodes=40, batch=8, shape=dict(n_layers=2, d_model=64))
 
 

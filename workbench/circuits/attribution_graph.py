@@ -121,13 +121,16 @@ class _Rows:
         self.first = torch.searchsorted(active.layer, torch.arange(rm.L + 1))
 
     def _compute(self, layers, positions, vectors) -> torch.Tensor:
-        out = []
+        out = torch.empty(layers.numel(), self.store.n_columns, dtype=self.rm.x[0].dtype)
         for start in range(0, layers.numel(), self.batch):
             sl = slice(start, start + self.batch)
-            grads = self.rm.backward(layers[sl], positions[sl], vectors[sl], copies=self.batch)
-            out.append(source_rows(self.rm, self.active, grads))
+            out[sl] = source_rows(
+                self.rm,
+                self.active,
+                self.rm.backward(*(t[sl] for t in (layers, positions, vectors)), copies=self.batch),
+            )
             self.computed += 1
-        return torch.cat(out)
+        return out
 
     def chunks(self, name: str, layers, positions, vectors):
         """(slice of the targets, their rows) per chunk of the targets (all read at one layer)."""

@@ -227,6 +227,8 @@ class ReplacementModel:
         key = (copies, min(int(layers.max()), self.L), n_pos, tuple(sorted(kw.items())))
         with torch.enable_grad():
             if key not in self._held:
+                for other in [k for k in self._held if k[:2] + k[3:] == key[:2] + key[3:]]:
+                    del self._held[other]  # the same pass cut elsewhere: the sweep has moved on to later positions
                 while len(self._held) >= HELD:  # free the oldest graph first
                     self._held.pop(next(iter(self._held)))
                 self._held[key] = self.forward(copies, upto=key[1], n_pos=n_pos, **kw)

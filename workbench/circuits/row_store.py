@@ -71,10 +71,11 @@ class RowStore:
         returns the rows as `get` will give them, so a resumed build sees exactly what a fresh one saw."""
         if rows[:, n_kept : self.n_features].any():
             raise RuntimeError(f"chunk {name}-{index} has edges from features after column {n_kept}, read after it")
-        kept = {"rows": torch.cat([rows[:, :n_kept], rows[:, self.n_features :]], 1), "features": n_kept}
+        rows[:, n_kept : self.n_features] = 0  # +0.0, as get gives them
+        kept = {"features": n_kept, "rows": torch.cat([rows[:, :n_kept], rows[:, self.n_features :]], 1)}
         if self.folder is None:
             self._held[(name, index)] = kept
         else:
             with atomic_path(self._path(name, index)) as tmp:
                 torch.save(kept, tmp)
-        return self._full(kept)
+        return rows
