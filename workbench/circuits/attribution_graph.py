@@ -6,9 +6,10 @@ kept edge split over the attention heads that carry it (graph_heads.py).
 Rows are computed by backward passes batched over targets, from the logits down the layers: when a layer is
 reached, every feature on it has its exact influence (all its targets lie above), so the features given a row
 (`max_feature_nodes`, shared out over the layers left) are chosen then, and only the running influence of every
-source column is kept. Rows are stored whole when the [rows x all active sources] matrix fits
-`max_matrix_mib`; otherwise they are computed again for the chosen features only, so memory stays at
-[rows x chosen sources] plus one batch.
+source column is kept. Each row is computed once and kept in chunks (row_store.py): in memory when [rows x all
+active sources] fits `max_matrix_mib`, else in chunk files (cfg.work_dir, which a stopped build resumes from, or
+a temporary folder), read back one at a time for the chosen columns, so memory stays at [rows x chosen sources]
+plus one chunk.
 """
 
 from __future__ import annotations
