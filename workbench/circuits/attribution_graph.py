@@ -125,11 +125,9 @@ class _Rows:
         out = torch.empty(layers.numel(), self.store.n_columns, dtype=self.rm.x[0].dtype)
         for start in range(0, layers.numel(), self.batch):
             sl = slice(start, start + self.batch)
-            out[sl] = source_rows(
-                self.rm,
-                self.active,
-                self.rm.backward(*(t[sl] for t in (layers, positions, vectors)), copies=self.batch),
-            )
+            grads = self.rm.backward(layers[sl], positions[sl], vectors[sl], copies=self.batch)
+            cut = dict(below=int(layers[sl].max()), n_pos=self.rm.cut(positions[sl]))  # the rest is zero
+            out[sl] = source_rows(self.rm, self.active, grads, **cut)
             self.computed += 1
         return out
 

@@ -222,8 +222,7 @@ class ReplacementModel:
         forward pass serves the batches of a span of positions and each backward runs over that span only."""
         n = layers.numel()
         copies = max(n, copies or n)
-        step = self.position_step or self.P
-        n_pos = min(self.P, (int(positions.max()) // step + 1) * step)
+        n_pos = self.cut(positions)
         key = (copies, min(int(layers.max()), self.L), n_pos, tuple(sorted(kw.items())))
         with torch.enable_grad():
             if key not in self._held:
@@ -253,6 +252,11 @@ class ReplacementModel:
             if kw.get("with_z"):
                 out.setdefault(f"blocks.{layer}.attn.hook_z", zero.new_zeros(n, self.P, cfg.n_heads, cfg.d_head))
         return out
+
+    def cut(self, positions: torch.Tensor) -> int:
+        """How many positions backward runs for targets at `positions`: past the last, rounded up to position_step."""
+        step = self.position_step or self.P
+        return min(self.P, (int(positions.max()) // step + 1) * step)
 
     def release(self) -> None:
         """Drop the forward passes `backward` holds (their activations: copies x the prompt's each)."""
@@ -367,18 +371,26 @@ class LayerWrites:
         return cls(idx, flat, vectors.reshape(rm.P, slots, -1))
 
 
-def source_rows(rm: ReplacementModel, active: ActiveFeatures, grads: dict) -> torch.Tensor:
+def source_rows(
+    rm: ReplacementModel, active: ActiveFeatures, grads: dict, below: int | None = None, n_pos: int | None = None
+) -> torch.Tensor:
     """[n_targets, n_active + n_layers * n_pos + n_pos]: each source's direct effect on each target, from the
     gradients at the taps: a feature writes act * W_dec[latent] into its layer's MLP output, an error node its
     error vector there, a token its embedding before layer 0. A feature's effect is its position's gradient
-    dotted with its write: one batched product per layer over positions (no gather of the gradients)."""
-    mlp = [grads[f"blocks.{layer}.hook_mlp_out"] for layer in range(rm.L)]
-    n = mlp[0].shape[0]
-    out = torch.empty(n, len(active) + rm.L * rm.P + rm.P, dtype=mlp[0].dtype, device=mlp[0].device)
-    for layer in range(rm.L):
-        w = active.writes(rm, layer, mlp[0].dtype)
-        out[:, w.idx] = torch.einsum("bpd,pkd->bpk", mlp[layer], w.vectors).flatten(1)[:, w.flat]
+    dotted with its write: one batched product per layer over positions (no gather of the gradients).
+    below, n_pos: the targets read before layer `below`'s MLP output and at positions < n_pos (backward's cut),
+    so sources at later layers or positions have no effect: their zeros are not computed."""
+    n_layers, p = rm.L if below is None else min(below, rm.L), n_pos or rm.P
+    mlp = [grads[f"blocks.{layer}.hook_mlp_out"][:, :p] for layer in range(n_layers)]
+    emb = grads[EMBED][:, :p]
     n_a = len(active)
-    out[:, n_a : n_a + rm.L * rm.P] = torch.einsum("lbpd,lpd->blp", torch.stack(mlp), torch.stack(rm.errors)).flatten(1)
-    out[:, n_a + rm.L * rm.P :] = torch.einsum("bpd,pd->bp", grads[EMBED], rm.embed)
+    out = emb.new_zeros(emb.shape[0], n_a + rm.L * rm.P + rm.P)
+    for layer in range(n_layers):
+        w = active.writes(rm, layer, emb.dtype)
+        inside = w.flat < p * w.vectors.shape[1]  # features at positions < p
+        effects = torch.einsum("bpd,pkd->bpk", mlp[layer], w.vectors[:p]).flatten(1)
+        out[:, w.idx[inside]] = effects[:, w.flat[inside]]
+        start = n_a + layer * rm.P
+        out[:, start : start + p] = torch.einsum("bpd,pd->bp", mlp[layer], rm.errors[layer][:p])
+    out[:, n_a + rm.L * rm.P :][:, :p] = torch.einsum("bpd,pd->bp", emb, rm.embed[:p])
     return out
