@@ -171,15 +171,17 @@ def _sweep(rows: _Rows, logits: tuple, cfg: GraphConfig):
     return torch.cat(chosen), parts, logit_rows
 
 
-def _chosen_rows(store: RowStore, chosen: torch.Tensor, parts: list, cols: torch.Tensor) -> torch.Tensor:
-    """[chosen features (in index order) x cols]: the chunks read back one at a time, each cut to cols at once."""
-    out = torch.empty(chosen.numel(), cols.numel(), dtype=torch.float32)
+def _adjacency(store: RowStore, chosen: torch.Tensor, parts: list, logit_rows, cols: torch.Tensor) -> torch.Tensor:
+    """[chosen features (in index order), then logits x cols]: the chunks read back one at a time, each cut to
+    cols at once and written into the one matrix (no second copy of it)."""
+    out = torch.empty(chosen.numel() + logit_rows.shape[0], cols.numel(), dtype=torch.float32)
     rank = chosen.argsort().argsort()  # where each chosen feature's row goes
     start = 0
     for name, index in parts:
         r = store.get(name, index)[:, cols]
         out[rank[start : start + r.shape[0]]] = r.float()
         start += r.shape[0]
+    out[chosen.numel() :] = logit_rows[:, cols].float()
     return out
 
 
@@ -224,7 +226,7 @@ def build_graph(model, transcoders, prompt, answer=None, wrong_answer=None, cfg:
         chosen, parts, logit_rows = _sweep(_Rows(rm, active, cfg, store), logits, cfg)
         active.forget_writes()
         cols = torch.cat([chosen.sort().values, torch.arange(len(active), n_all)])
-        feature_rows = _chosen_rows(store, chosen, parts, cols)
+        adjacency = _adjacency(store, chosen, parts, logit_rows, cols)
     chosen = cols[: chosen.numel()]
     g = AttributionGraph(
         tokens=tokens.tolist(),
@@ -237,7 +239,7 @@ def build_graph(model, transcoders, prompt, answer=None, wrong_answer=None, cfg:
         logit_tokens=ids,
         logit_probs=probs.float(),
         logit_strs=str_tokens(model, torch.tensor(ids)),
-        adjacency=torch.cat([feature_rows, logit_rows[:, cols].float()]).cpu(),
+        adjacency=adjacency,
         config=asdict(cfg),
         n_active=len(active),
         model_id=model_id(model),
