@@ -3,7 +3,7 @@ in its own subprocess (bench/peers/workbench_graph.py) and its own section of th
 resumed or re-rendered alone without touching the others:
 
     python bench/feature_circuit_bench.py --part graph --transcoders SET [--lengths 16,32,64,128]
-    python bench/feature_circuit_bench.py --part bounded      # GPT-2-small shape, 1,024 tokens (hours on 1 thread)
+    python bench/feature_circuit_bench.py --part bounded      # GPT-2-small shape, 1,024 tokens (~17 CPU min; resumes)
     python bench/feature_circuit_bench.py --part bounded --render   # its section from the progress file so far
     python bench/feature_circuit_bench.py --part families --transcoders SET [--n 20]   # resumes per query
     python bench/feature_circuit_bench.py --quick              # smoke run: a demo set, short prompts, 1 query
@@ -228,7 +228,7 @@ def bounded_lines(cfg: dict, r: dict, done: bool, info: dict, threads: str) -> l
 
 
 def prune_part(args, info, threads) -> list[str]:
-    """The end of the bounded case's build alone (it is hours away in the full run): pruning and scores."""
+    """The end of the bounded case's build alone (pruning and scores), measured apart from the full run."""
     b = QUICK_BOUNDED if args.quick else BOUNDED
     L = b["shape"].get("n_layers", 12)
     cfg = dict(mode="prune", rows=b["max_feature_nodes"], logits=10, errors=L * b["n_tokens"], tokens=b["n_tokens"])

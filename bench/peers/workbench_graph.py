@@ -110,7 +110,7 @@ def random_set(model, cfg):
 
 class Progress:
     """Counts ReplacementModel.backward calls and writes (calls, seconds, peak RSS so far) to a JSON file every
-    `every` seconds, so a run of hours reports how far it got even if it is stopped."""
+    `every` seconds, so a long run reports how far it got even if it is stopped."""
 
     def __init__(self, path: str, every: float = 30.0):
         from workbench.circuits.replacement import ReplacementModel
