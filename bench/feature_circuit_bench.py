@@ -3,7 +3,7 @@ in its own subprocess (bench/peers/workbench_graph.py) and its own section of th
 resumed or re-rendered alone without touching the others:
 
     python bench/feature_circuit_bench.py --part graph --transcoders SET [--lengths 16,32,64,128]
-    python bench/feature_circuit_bench.py --part bounded      # GPT-2-small shape, 1,024 tokens (hours on 1 thread)
+    python bench/feature_circuit_bench.py --part bounded      # GPT-2-small shape, 1,024 tokens (~17 CPU min; resumes)
     python bench/feature_circuit_bench.py --part bounded --render   # its section from the progress file so far
     python bench/feature_circuit_bench.py --part families --transcoders SET [--n 20]   # resumes per query
     python bench/feature_circuit_bench.py --quick              # smoke run: a demo set, short prompts, 1 query
@@ -27,7 +27,7 @@ import harness  # noqa: E402
 
 OUT = harness.BENCH / "results" / "feature_circuits.md"
 FAMILIES = ("greater_than", "facts", "addition", "ioi", "induction")  # the fast ones first
-BOUNDED = dict(n_tokens=1024, k=32, n_latents=24576, max_feature_nodes=7500, batch=2, shape={})
+BOUNDED = dict(n_tokens=1024, k=32, n_latents=24576, max_feature_nodes=7500, batch=1, shape={})
 QUICK_BOUNDED = dict(n_tokens=24, k=4, n_latents=128, max_feature_nodes=40, batch=8, shape=dict(n_layers=2, d_model=64))
 
 
@@ -190,9 +190,11 @@ def bounded_lines(cfg: dict, r: dict, done: bool, info: dict, threads: str) -> l
         f"(shape overrides: {cfg['shape'] or 'none'}); one random Top-k transcoder per layer ({cfg['n_latents']:,} "
         f"latents, k = {cfg['k']}, input ln2.hook_normalized), saved and loaded through sae-lens",
         f"- Graph: {cfg['n_tokens']:,} random tokens, `build_graph(max_feature_nodes={cfg['max_feature_nodes']}, "
-        f"batch_size={cfg['batch']}, heads=False)`, the top logits as targets; when [rows x all sources] is over "
-        "max_matrix_mib (2,048 MiB) the rows are computed twice, each batch cut to the chosen columns at once; one "
-        "forward pass held at a time; feature writes formed per batch when all of them exceed 512 MiB",
+        f"batch_size={cfg['batch']}, heads=False, work_dir=...)`, the top logits as targets: each row computed "
+        "once and written in 128 MiB chunk files under the work folder (a stopped build resumes from them; "
+        "[rows x all sources] is ~12 GB, over max_matrix_mib), read back one chunk at a time for the chosen "
+        "columns; each backward pass runs the prompt only up to its targets' last position rounded up to 128 "
+        "tokens (one forward pass held per such span); the feature writes kept (n_active x d, 1.2 GB)",
         "- Peak RSS: the whole process (model and transcoders included), VmHWM reset after loading them",
         "",
     ]
@@ -213,20 +215,20 @@ def bounded_lines(cfg: dict, r: dict, done: bool, info: dict, threads: str) -> l
     ]
     lines += harness.table(keys, [row])
     if not done:
-        total = -(-10 // cfg["batch"]) + 2 * -(-cfg["max_feature_nodes"] // cfg["batch"])
+        total = -(-10 // cfg["batch"]) + -(-cfg["max_feature_nodes"] // cfg["batch"])
         per = r["cpu_seconds"] / max(1, r["backward_calls"])
         lines += [
             "",
             f"NOT FINISHED: the figures are the run's progress file at {r['seconds']:,.0f} s wall: the peak RSS so "
-            f"far and {r['backward_calls']} of about {total:,} backward passes ({per:.1f} CPU s each so far, so "
-            f"about {total * per / 3600:.0f} CPU hours in all); no graph yet, so no edges, scores or final peak "
-            "(the pruning at the end holds a few copies of the [7,510 x 20,812] adjacency, ~0.6 GB each).",
+            f"far and {r['backward_calls']} of at most {total:,} backward passes in this process ({per:.2f} CPU s "
+            "each so far; passes of the top layers are the longest); no graph yet, so no edges, scores or final "
+            "peak. Resume: the same command (the build continues from its chunk files).",
         ]
     return lines
 
 
 def prune_part(args, info, threads) -> list[str]:
-    """The end of the bounded case's build alone (it is hours away in the full run): pruning and scores."""
+    """The end of the bounded case's build alone (pruning and scores), measured apart from the full run."""
     b = QUICK_BOUNDED if args.quick else BOUNDED
     L = b["shape"].get("n_layers", 12)
     cfg = dict(mode="prune", rows=b["max_feature_nodes"], logits=10, errors=L * b["n_tokens"], tokens=b["n_tokens"])
@@ -246,18 +248,23 @@ def prune_part(args, info, threads) -> list[str]:
 
 def bounded_part(args, info, threads) -> list[str]:
     cfg = {**(QUICK_BOUNDED if args.quick else BOUNDED), "mode": "bounded"}
-    work = harness.WORK / "feature_circuits"
+    work, name = harness.WORK / "feature_circuits", "bounded-quick" if args.quick else "bounded"
     cfg.update(
         set_dir=str(work / f"gpt2-shaped-set-{cfg['n_latents']}-{cfg['k']}"),
-        progress=str(work / "bounded.progress.json"),
+        progress=str(work / f"{name}.progress.json"),
+        rows=str(work / f"{name}-rows"),  # the build's chunk files: a stopped run resumes from them
     )
+    result = work / f"{name}.result.json"  # the finished run's figures, so its section can be rendered again
     if args.render:
+        if result.is_file():
+            return bounded_lines(cfg, json.loads(result.read_text()), True, info, threads)
         progress = Path(cfg["progress"])
         if not progress.is_file():
             raise SystemExit(f"no progress file at {progress}: start the run first (--part bounded)")
         return bounded_lines(cfg, json.loads(progress.read_text()), False, info, threads)
     work.mkdir(parents=True, exist_ok=True)
     r = harness.run_side("main", "workbench_graph.py", cfg, "fbounded", timeout=48 * 3600, mem_cap_mb=args.mem_cap_mb)
+    harness.write_text(result, json.dumps(r))
     return bounded_lines(cfg, r, True, info, threads)
 
 

@@ -110,7 +110,7 @@ def random_set(model, cfg):
 
 class Progress:
     """Counts ReplacementModel.backward calls and writes (calls, seconds, peak RSS so far) to a JSON file every
-    `every` seconds, so a run of hours reports how far it got even if it is stopped."""
+    `every` seconds, so a long run reports how far it got even if it is stopped."""
 
     def __init__(self, path: str, every: float = 30.0):
         from workbench.circuits.replacement import ReplacementModel
@@ -149,9 +149,8 @@ def bounded_mode(cfg, model, tcs):
     tokens = torch.randint(0, model.cfg.d_vocab, (cfg["n_tokens"],), generator=torch.Generator().manual_seed(0))
     start = common.reset_peak()
     progress = Progress(cfg["progress"])
-    g = build_graph(
-        model, tcs, tokens, heads=False, max_feature_nodes=cfg["max_feature_nodes"], batch_size=cfg["batch"]
-    )
+    options = dict(max_feature_nodes=cfg["max_feature_nodes"], batch_size=cfg["batch"], work_dir=cfg["rows"])
+    g = build_graph(model, tcs, tokens, heads=False, **options)
     done = progress.stop()
     return {
         **done,

@@ -13,6 +13,7 @@ from workbench.circuits.attribution_graph import build_graph
 from workbench.circuits.graph_heads import _sources
 from workbench.circuits.graph_json import to_neuronpedia
 from workbench.circuits.replacement import ReplacementModel, Transcoder
+from workbench.circuits.row_store import BuildStopped
 from workbench.errors import BadValueError
 from workbench.sae.architectures import build
 from workbench.sae.config import SAEConfig
@@ -55,7 +56,7 @@ def case(request, tmp_path_factory):
                 p.add_(torch.randn_like(p) * 0.3)
     tcs = random_transcoders(model, tmp_path_factory.mktemp(name + arch), *ARCHS[arch])
     tokens = torch.randint(0, model.cfg.d_vocab, (9,), generator=torch.Generator().manual_seed(1))
-    graph = build_graph(model, tcs, tokens, batch_size=7)
+    graph = build_graph(model, tcs, tokens, batch_size=7, position_step=4)  # backward passes cut at 4, 8, 9 tokens
     return model, tcs, tokens, graph, ReplacementModel(model, tcs, tokens)
 
 
@@ -184,16 +185,55 @@ def test_graph_json_is_valid_under_circuit_tracers_schema(case, tmp_path):
 
 @pytest.mark.parametrize("max_nodes", [12, None])
 def test_max_feature_nodes_and_streaming_give_the_same_rows(case, max_nodes, monkeypatch):
-    """A row budget keeps the most influential features; streaming (rows over max_matrix_mib recomputed, each
-    batch cut to the chosen columns; feature writes formed per batch instead of kept) changes nothing."""
+    """A row budget keeps the most influential features; streaming (rows over max_matrix_mib in chunk files of a
+    temporary folder; feature writes formed per batch instead of kept) changes nothing."""
     model, tcs, tokens, g, _ = case
     stored = build_graph(model, tcs, tokens, max_feature_nodes=max_nodes, heads=False)
     monkeypatch.setattr(replacement, "WRITES_KEPT_MIB", 0)
-    streamed = build_graph(model, tcs, tokens, max_feature_nodes=max_nodes, heads=False, max_matrix_mib=0)
+    streamed = build_graph(
+        model, tcs, tokens, max_feature_nodes=max_nodes, heads=False, max_matrix_mib=0, chunk_mib=0.01
+    )
     assert stored.n_features <= (max_nodes or g.n_active) and stored.n_active == g.n_active
     assert torch.equal(stored.features, streamed.features)
     torch.testing.assert_close(stored.adjacency, streamed.adjacency)
     assert torch.equal(stored.pruned.edge_mask, streamed.pruned.edge_mask)
+
+
+def test_cut_prompts_give_the_whole_prompts_rows(case):
+    """Backward passes cut after their targets' last position (the case's graph) give the rows of passes over
+    the whole prompt, to float rounding."""
+    model, tcs, tokens, g, _ = case
+    whole = build_graph(model, tcs, tokens, batch_size=7, position_step=len(tokens), heads=False)
+    assert torch.equal(whole.features, g.features)
+    scale = whole.adjacency.abs().max().item()
+    torch.testing.assert_close(g.adjacency, whole.adjacency, rtol=1e-5, atol=1e-5 * scale)
+    assert torch.equal(whole.pruned.edge_mask, g.pruned.edge_mask)
+
+
+def test_a_stopped_build_resumes_to_the_same_graph(case, tmp_path):
+    """A build stopped every 2 backward batches and started again with the same work_dir continues from its
+    chunk files and ends with exactly the graph of a build never stopped."""
+    model, tcs, tokens, g, _ = case
+    options = dict(batch_size=3, position_step=4, heads=False, chunk_mib=0.01, max_feature_nodes=20)
+    whole = build_graph(model, tcs, tokens, work_dir=str(tmp_path / "whole"), **options)
+    stops = 0
+    while True:
+        try:
+            resumed = build_graph(model, tcs, tokens, work_dir=str(tmp_path / "run"), max_batches=2, **options)
+            break
+        except BuildStopped as e:
+            assert "run it again with the same arguments" in str(e)
+            stops += 1
+    assert stops >= 3 and stops <= 1 + (20 + len(resumed.logit_tokens)) // 6
+    assert torch.equal(resumed.features, whole.features) and torch.equal(resumed.adjacency, whole.adjacency)
+    in_memory = build_graph(model, tcs, tokens, **options)
+    assert torch.equal(in_memory.adjacency, whole.adjacency)
+    with pytest.raises(BadValueError, match=r"holds the rows of another build \(it differs in \[.*'tokens'\]\)"):
+        build_graph(model, tcs, tokens.flip(0), work_dir=str(tmp_path / "run"), **options)
+    with pytest.raises(BadValueError, match="max_batches=2 needs a work_dir"):
+        build_graph(model, tcs, tokens, max_batches=2)
+    with pytest.raises(BadValueError, match="chunk_mib=0 must be above 0"):
+        build_graph(model, tcs, tokens, chunk_mib=0)
 
 
 @pytest.mark.parametrize("field", ["node_threshold", "edge_threshold"])

@@ -6,15 +6,18 @@ kept edge split over the attention heads that carry it (graph_heads.py).
 Rows are computed by backward passes batched over targets, from the logits down the layers: when a layer is
 reached, every feature on it has its exact influence (all its targets lie above), so the features given a row
 (`max_feature_nodes`, shared out over the layers left) are chosen then, and only the running influence of every
-source column is kept. Rows are stored whole when the [rows x all active sources] matrix fits
-`max_matrix_mib`; otherwise they are computed again for the chosen features only, so memory stays at
-[rows x chosen sources] plus one batch.
+source column is kept. Each row is computed once and kept in chunks (row_store.py): in memory when [rows x all
+active sources] fits `max_matrix_mib`, else in chunk files (cfg.work_dir, which a stopped build resumes from, or
+a temporary folder), read back one at a time for the chosen columns, so memory stays at [rows x chosen sources]
+plus one chunk.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import tempfile
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -24,6 +27,7 @@ from workbench.circuits import influence as inf
 from workbench.circuits.graph_config import GraphConfig
 from workbench.circuits.inputs import single_token, str_tokens, tokens_of
 from workbench.circuits.replacement import ActiveFeatures, ReplacementModel, load_transcoders, source_rows
+from workbench.circuits.row_store import BuildStopped, RowStore
 from workbench.errors import BadValueError
 from workbench.provenance import model_id
 
@@ -101,66 +105,102 @@ def _logit_targets(model, rm: ReplacementModel, answer, wrong, cfg: GraphConfig)
 
 
 class _Rows:
-    """Rows of targets, streamed in batches: (layers, positions, vectors) -> source_rows."""
+    """Rows of targets in chunks of whole batches: each chunk loaded from the store, else computed (one backward
+    pass per batch) and stored."""
 
-    def __init__(self, rm: ReplacementModel, active: ActiveFeatures, batch: int):
-        self.rm, self.active, self.batch = rm, active, batch
+    def __init__(self, rm: ReplacementModel, active: ActiveFeatures, cfg: GraphConfig, store: RowStore):
+        self.rm, self.active, self.batch, self.store, self.max_batches = (
+            rm,
+            active,
+            cfg.batch_size,
+            store,
+            cfg.max_batches,
+        )
+        self.per_chunk = max(1, int(cfg.chunk_mib * 2**20 // (store.n_columns * 4 * self.batch))) * self.batch
+        self.computed = 0  # backward batches run by this call (max_batches counts them)
+        # first feature of each layer: a target read at layer L has no edge from features at layer >= L
+        self.first = torch.searchsorted(active.layer, torch.arange(rm.L + 1))
 
-    def feature_targets(self, idx: torch.Tensor):
-        """(layers, positions, encoder vectors) of active features idx, all on one layer."""
-        a = self.active
-        layer = int(a.layer[idx[0]])
-        vecs = self.rm.tcs[layer].encoder_vectors(a.latent[idx], self.rm.x[layer].dtype)
-        return a.layer[idx], a.pos[idx], vecs
-
-    def batch_rows(self, layers, positions, vectors) -> torch.Tensor:
-        return source_rows(self.rm, self.active, self.rm.backward(layers, positions, vectors, copies=self.batch))
-
-    def of(self, layers, positions, vectors):
-        """Rows of the given targets, one batch at a time."""
+    def _compute(self, layers, positions, vectors) -> torch.Tensor:
+        out = torch.empty(layers.numel(), self.store.n_columns, dtype=self.rm.x[0].dtype)
         for start in range(0, layers.numel(), self.batch):
             sl = slice(start, start + self.batch)
-            yield self.batch_rows(layers[sl], positions[sl], vectors[sl])
+            grads = self.rm.backward(layers[sl], positions[sl], vectors[sl], copies=self.batch)
+            cut = dict(below=int(layers[sl].max()), n_pos=self.rm.cut(positions[sl]))  # the rest is zero
+            out[sl] = source_rows(self.rm, self.active, grads, **cut)
+            self.computed += 1
+        return out
 
-    def of_features(self, idx: torch.Tensor):
-        """(chunk, rows) of active features idx (all on one layer), one batch at a time."""
-        for start in range(0, idx.numel(), self.batch):
-            chunk = idx[start : start + self.batch]
-            yield chunk, self.batch_rows(*self.feature_targets(chunk))
+    def chunks(self, name: str, layers, positions, vectors):
+        """(slice of the targets, their rows) per chunk of the targets (all read at one layer)."""
+        for index, start in enumerate(range(0, layers.numel(), self.per_chunk)):
+            sl = slice(start, start + self.per_chunk)
+            rows = self.store.get(name, index)
+            if rows is None:
+                if self.max_batches is not None and self.computed >= self.max_batches:
+                    raise BuildStopped(
+                        f"the build stopped after max_batches={self.max_batches} backward batches; its rows so far "
+                        f"are in {str(self.store.folder)!r}: run it again with the same arguments to continue"
+                    )
+                rows = self._compute(layers[sl], positions[sl], vectors[sl])
+                rows = self.store.put(name, index, rows, int(self.first[int(layers.max())]))
+            yield sl, rows
+        self.rm.release()  # each forward pass held serves one layer's targets only: one is held at a time
 
 
-def _sweep(rows: _Rows, logits: tuple, cfg: GraphConfig, store: bool):
-    """(chosen feature indices, their rows or None, the logit rows): the layer-by-layer choice of rows."""
+def _sweep(rows: _Rows, logits: tuple, cfg: GraphConfig):
+    """(chosen feature indices, the store's (name, index) of their chunks in the same order, the logit rows): the
+    layer-by-layer choice of rows."""
     rm, active = rows.rm, rows.active
     layers, positions, vecs, weights = logits
-    logit_rows = torch.cat(list(rows.of(layers, positions, vecs)))
-    rm.release()  # each forward pass held serves one layer's targets only: one is held at a time
+    logit_rows = torch.cat([r for _, r in rows.chunks("logits", layers, positions, vecs)])
     running = weights.to(logit_rows.dtype) @ inf.normalise(logit_rows)  # each source column's influence so far
     budget = cfg.max_feature_nodes or len(active)
-    chosen, stored = [], []
+    chosen, parts = [], []
     for layer in reversed(range(rm.L)):
         idx = active.at(layer)
         idx = idx[active.has_row[idx] & (running[idx] > 0)]
         quota = math.ceil((budget - sum(c.numel() for c in chosen)) / (layer + 1))
         idx = idx[running[idx].argsort(descending=True)[:quota]].sort().values
-        for chunk, r in rows.of_features(idx):
-            running += (running[chunk].clone()[:, None] * inf.normalise(r)).sum(0)
-            if store:
-                stored.append(r)
+        vecs = rm.tcs[layer].encoder_vectors(active.latent[idx], rm.x[layer].dtype)  # once per layer: a pass of
+        # the encoder over the input basis, as costly as a backward pass at 24,576 latents
+        for index, (sl, r) in enumerate(rows.chunks(f"L{layer}", active.layer[idx], active.pos[idx], vecs)):
+            running += running[idx[sl]] @ inf.normalise(r)
+            parts.append((f"L{layer}", index))
         chosen.append(idx)
-        rm.release()
-    order = torch.cat(chosen).argsort()
-    return torch.cat(chosen)[order], torch.cat(stored)[order] if store and stored else None, logit_rows
+    return torch.cat(chosen), parts, logit_rows
 
 
-def _recompute(rows: _Rows, chosen: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
-    """The chosen features' rows computed again, each batch cut to the chosen columns at once: the memory is
-    [rows x chosen sources] plus one batch's full rows, never [rows x all active sources]."""
-    active, out = rows.active, []
-    for layer in range(rows.rm.L):
-        out += [r[:, cols] for _, r in rows.of_features(chosen[active.layer[chosen] == layer])]
-        rows.rm.release()
-    return torch.cat(out) if out else torch.zeros(0, cols.numel(), dtype=rows.rm.x[0].dtype)
+def _adjacency(store: RowStore, chosen: torch.Tensor, parts: list, logit_rows, cols: torch.Tensor) -> torch.Tensor:
+    """[chosen features (in index order), then logits x cols]: the chunks read back one at a time, each cut to
+    cols at once and written into the one matrix (no second copy of it)."""
+    out = torch.empty(chosen.numel() + logit_rows.shape[0], cols.numel(), dtype=torch.float32)
+    rank = chosen.argsort().argsort()  # where each chosen feature's row goes
+    start = 0
+    for name, index in parts:
+        r = store.get(name, index)[:, cols]
+        out[rank[start : start + r.shape[0]]] = r.float()
+        start += r.shape[0]
+    out[chosen.numel() :] = logit_rows[:, cols].float()
+    return out
+
+
+@contextmanager
+def _row_folder(cfg: GraphConfig, n_bytes: int):
+    """Where the rows go: cfg.work_dir; memory (None) when they fit max_matrix_mib; else a temporary folder."""
+    if cfg.work_dir is not None or n_bytes <= cfg.max_matrix_mib * 2**20:
+        yield cfg.work_dir
+        return
+    with tempfile.TemporaryDirectory(prefix="workbench-graph-rows-") as folder:
+        yield folder
+
+
+def _build_key(model, tcs, tokens, ids, cfg: GraphConfig, rm: ReplacementModel) -> dict:
+    """What a work folder's rows are of: a build with another key cannot reuse them."""
+    fingerprint = [float(sum(p.detach().double().sum() for p in t.sae.parameters())) for t in tcs]
+    fields = ("max_feature_nodes", "batch_size", "chunk_mib")
+    key = {"model": model_id(model), "transcoders": fingerprint, "tokens": tokens.tolist(), "logit_tokens": ids}
+    return {**key, **{f: getattr(cfg, f) for f in fields}, "position_step": rm.position_step}
 
 
 def build_graph(model, transcoders, prompt, answer=None, wrong_answer=None, cfg: GraphConfig | None = None, **options):
@@ -174,18 +214,20 @@ def build_graph(model, transcoders, prompt, answer=None, wrong_answer=None, cfg:
         else load_transcoders(transcoders, device=model.cfg.device, model=model)
     )
     tokens = tokens_of(model, prompt, "prompt")
-    rm = ReplacementModel(model, tcs, tokens)
+    rm = ReplacementModel(model, tcs, tokens, cfg.position_step)
     active = ActiveFeatures.of(rm)
     ids, probs, vecs = _logit_targets(model, rm, answer, wrong_answer, cfg)
     n = len(ids)
     logits = (torch.full((n,), rm.L), torch.full((n,), rm.P - 1), vecs, probs)
     n_all = len(active) + rm.L * rm.P + rm.P
     n_rows = min(cfg.max_feature_nodes or len(active), int(active.has_row.sum())) + n
-    store = n_rows * n_all * 4 <= cfg.max_matrix_mib * 2**20
-    rows = _Rows(rm, active, cfg.batch_size)
-    chosen, feature_rows, logit_rows = _sweep(rows, logits, cfg, store)
-    cols = torch.cat([chosen, torch.arange(len(active), n_all)])
-    feature_rows = _recompute(rows, chosen, cols) if feature_rows is None else feature_rows[:, cols]
+    with _row_folder(cfg, n_rows * n_all * 4) as folder:
+        store = RowStore(folder, _build_key(model, tcs, tokens, ids, cfg, rm), n_all, len(active))
+        chosen, parts, logit_rows = _sweep(_Rows(rm, active, cfg, store), logits, cfg)
+        active.forget_writes()
+        cols = torch.cat([chosen.sort().values, torch.arange(len(active), n_all)])
+        adjacency = _adjacency(store, chosen, parts, logit_rows, cols)
+    chosen = cols[: chosen.numel()]
     g = AttributionGraph(
         tokens=tokens.tolist(),
         str_tokens=str_tokens(model, tokens),
@@ -197,7 +239,7 @@ def build_graph(model, transcoders, prompt, answer=None, wrong_answer=None, cfg:
         logit_tokens=ids,
         logit_probs=probs.float(),
         logit_strs=str_tokens(model, torch.tensor(ids)),
-        adjacency=torch.cat([feature_rows, logit_rows[:, cols]]).float().cpu(),
+        adjacency=adjacency,
         config=asdict(cfg),
         n_active=len(active),
         model_id=model_id(model),

@@ -37,7 +37,27 @@ class GraphConfig(Config):
     )
     batch_size: int = field(default=32, metadata={"help": "targets per backward pass", "min": 1})
     max_matrix_mib: float = field(
-        default=2048.0, metadata={"help": "store whole rows up to this size, else compute the chosen rows twice"}
+        default=2048.0,
+        metadata={"help": "keep the rows in memory up to this size, else in chunk files (work_dir or a temp folder)"},
+    )
+    position_step: int = field(
+        default=128,
+        metadata={
+            "help": "each backward pass runs the prompt up to its targets' last position rounded up to this many "
+            "tokens (a forward pass serves that span's batches)",
+            "min": 1,
+        },
+    )
+    work_dir: str | None = field(
+        default=None,
+        metadata={"help": "folder for the rows' chunk files: a stopped build run again with it continues"},
+    )
+    chunk_mib: float = field(
+        default=128.0, metadata={"help": "rows per chunk file, in MiB (what a stopped build resumes from)"}
+    )
+    max_batches: int | None = field(
+        default=None,
+        metadata={"help": "stop after this many backward batches (resume: the same command and work_dir)", "min": 1},
     )
     heads: bool = field(default=True, metadata={"help": "split each kept edge over the attention heads carrying it"})
 
@@ -45,6 +65,10 @@ class GraphConfig(Config):
         check_threshold("node_threshold", self.node_threshold)
         check_threshold("edge_threshold", self.edge_threshold)
         check_threshold("desired_logit_prob", self.desired_logit_prob)
+        if not self.chunk_mib > 0:
+            raise BadValueError(f"chunk_mib={self.chunk_mib!r} must be above 0 (MiB of rows per chunk file)")
+        if self.max_batches is not None and self.work_dir is None:
+            raise BadValueError(f"max_batches={self.max_batches} needs a work_dir: a stopped build resumes from it")
 
 
 @dataclass

@@ -21,7 +21,7 @@ EMBED = "blocks.0.hook_resid_pre"
 FINAL = "ln_final.hook_normalized"  # before ln_final's weight and bias, which unembed_vectors apply
 FROZEN = ("hook_pattern", "hook_scale")
 HELD = 2  # forward passes backward keeps for reuse (the head split alternates two kinds)
-WRITES_KEPT_MIB = 512  # feature writes kept between batches up to this size (ActiveFeatures.writes)
+WRITES_KEPT_MIB = 1536  # feature writes kept between batches up to this size (ActiveFeatures.writes)
 
 
 @dataclass
@@ -99,8 +99,9 @@ class ReplacementModel:
     0), `logits` [d_vocab] at the last position. Layer index n_layers stands for the final residual (the logits).
     """
 
-    def __init__(self, model, transcoders: list[Transcoder], tokens: torch.Tensor):
+    def __init__(self, model, transcoders: list[Transcoder], tokens: torch.Tensor, position_step: int | None = None):
         self.model = model
+        self.position_step = position_step  # backward's cut (see there); None: every backward runs the whole prompt
         self.tcs = check_transcoders(model, transcoders)
         self.L = model.cfg.n_layers
         self.tokens = torch.as_tensor(tokens).reshape(-1).to(model.cfg.device)
@@ -154,7 +155,8 @@ class ReplacementModel:
         leaf tensor (a tap) added where sources write (and at each hook_z), for gradients; deltas added there."""
 
         def frozen(act, hook, values=False):
-            return (self.values if values else self.frozen)[hook.name].expand_as(act)
+            held = (self.values if values else self.frozen)[hook.name]
+            return held[tuple(slice(0, n) for n in act.shape)].expand_as(act)  # a cut prompt: its first positions
 
         extra = record
 
@@ -165,12 +167,12 @@ class ReplacementModel:
         def tap(act, hook, base=lambda act: act.detach()):
             t = taps[hook.name] = torch.zeros_like(act, requires_grad=torch.is_grad_enabled())
             out = base(act) + t
-            return out + deltas[hook.name] if hook.name in deltas else out
+            return out + deltas[hook.name][:, : out.shape[1]] if hook.name in deltas else out
 
         def mlp(act, hook, tc):
             def base(act):
                 s = tc.skip(live[tc.input_hook])
-                b = self.base[tc.layer].expand_as(act)
+                b = self.base[tc.layer][: act.shape[1]].expand_as(act)
                 return b if s is None else b + s
 
             return tap(act, hook, base)
@@ -185,17 +187,25 @@ class ReplacementModel:
         return hooks
 
     def forward(
-        self, batch: int = 1, deltas: dict | None = None, no_attention: bool = False, with_z=False, record=(), upto=None
+        self,
+        batch: int = 1,
+        deltas: dict | None = None,
+        no_attention: bool = False,
+        with_z=False,
+        record=(),
+        upto=None,
+        n_pos=None,
     ):
         """(live inputs, taps): one pass of the frozen model on `batch` copies of the prompt. live[hook] is each
         transcoder's input, the final residual and the hooks in `record`; deltas[hook] [batch, pos, d] is added
         where it writes. no_attention: every value fixed at this prompt's, so nothing passes through attention.
-        upto: run blocks 0..upto only (what a target read at layer upto depends on)."""
+        upto: run blocks 0..upto only (what a target read at layer upto depends on). n_pos: the first n_pos
+        positions only (the model is causal: what a target at position < n_pos depends on)."""
         live, taps = {}, {}
         hooks = self._hooks(live, taps, deltas or {}, no_attention, with_z, record)
         stop = None if upto is None or upto >= self.L else upto + 1
         with mlp_in_hooks(self.model, self.inputs), self.model.hooks(fwd_hooks=hooks):
-            self.model(self.tokens.expand(batch, -1), return_type=None, stop_at_layer=stop)
+            self.model(self.tokens[:n_pos].expand(batch, -1), return_type=None, stop_at_layer=stop)
         return live, taps
 
     def backward(
@@ -206,16 +216,21 @@ class ReplacementModel:
         at every tap (blocks.0.hook_resid_pre, each hook_mlp_out, with_z: each hook_z).
 
         The frozen model is the same function for every target, so one forward pass on `copies` (>= n) copies
-        serves every later call with as many copies, the same highest layer and options: each call is then one
-        backward pass through the kept graph (the last HELD forward passes are held)."""
+        serves every later call with as many copies, the same highest layer, cut and options: each call is then one
+        backward pass through the kept graph (the last HELD forward passes are held). The prompt is cut after the
+        targets' last position rounded up to position_step (later positions have no effect on them), so a
+        forward pass serves the batches of a span of positions and each backward runs over that span only."""
         n = layers.numel()
         copies = max(n, copies or n)
-        key = (copies, min(int(layers.max()), self.L), tuple(sorted(kw.items())))
+        n_pos = self.cut(positions)
+        key = (copies, min(int(layers.max()), self.L), n_pos, tuple(sorted(kw.items())))
         with torch.enable_grad():
             if key not in self._held:
+                for other in [k for k in self._held if k[:2] + k[3:] == key[:2] + key[3:]]:
+                    del self._held[other]  # the same pass cut elsewhere: the sweep has moved on to later positions
                 while len(self._held) >= HELD:  # free the oldest graph first
                     self._held.pop(next(iter(self._held)))
-                self._held[key] = self.forward(copies, upto=key[1], **kw)
+                self._held[key] = self.forward(copies, upto=key[1], n_pos=n_pos, **kw)
             live, taps = self._held[key]
             outs, grads = [], []
             for layer in layers.unique().tolist():
@@ -229,7 +244,7 @@ class ReplacementModel:
             got = torch.autograd.grad(
                 outs, [taps[k] for k in names], grads, retain_graph=True, allow_unused=True, materialize_grads=True
             )
-        out = {k: v[:n] for k, v in zip(names, got)}
+        out = {k: _pad_positions(v[:n], self.P) for k, v in zip(names, got)}
         zero = torch.zeros_like(out[EMBED])
         cfg = self.model.cfg
         for layer in range(self.L):  # taps above the highest target: blocks that did not run have no effect
@@ -238,9 +253,23 @@ class ReplacementModel:
                 out.setdefault(f"blocks.{layer}.attn.hook_z", zero.new_zeros(n, self.P, cfg.n_heads, cfg.d_head))
         return out
 
+    def cut(self, positions: torch.Tensor) -> int:
+        """How many positions backward runs for targets at `positions`: past the last, rounded up to position_step."""
+        step = self.position_step or self.P
+        return min(self.P, (int(positions.max()) // step + 1) * step)
+
     def release(self) -> None:
         """Drop the forward passes `backward` holds (their activations: copies x the prompt's each)."""
         self._held = {}
+
+
+def _pad_positions(grad: torch.Tensor, n_pos: int) -> torch.Tensor:
+    """A cut prompt's gradient [n, pos, ...] with zeros after its positions (they have no effect)."""
+    if grad.shape[1] == n_pos:
+        return grad
+    out = grad.new_zeros(grad.shape[0], n_pos, *grad.shape[2:])
+    out[:, : grad.shape[1]] = grad
+    return out
 
 
 def member_name(names: list[str], member: int | str) -> str:
@@ -302,6 +331,10 @@ class ActiveFeatures:
     def at(self, layer: int) -> torch.Tensor:
         return (self.layer == layer).nonzero().flatten()
 
+    def forget_writes(self) -> None:
+        """Drop the kept feature writes (n_active x d in all), e.g. before a graph's pruning."""
+        self.__dict__.pop("_writes", None)
+
     def writes(self, rm: ReplacementModel, layer: int, dtype) -> LayerWrites:
         """Layer `layer`'s feature writes, padded per position: formed once and kept while all layers' take at
         most WRITES_KEPT_MIB (n_active x d in all), else formed again per batch (a gather, cheap next to the
@@ -338,18 +371,26 @@ class LayerWrites:
         return cls(idx, flat, vectors.reshape(rm.P, slots, -1))
 
 
-def source_rows(rm: ReplacementModel, active: ActiveFeatures, grads: dict) -> torch.Tensor:
+def source_rows(
+    rm: ReplacementModel, active: ActiveFeatures, grads: dict, below: int | None = None, n_pos: int | None = None
+) -> torch.Tensor:
     """[n_targets, n_active + n_layers * n_pos + n_pos]: each source's direct effect on each target, from the
     gradients at the taps: a feature writes act * W_dec[latent] into its layer's MLP output, an error node its
     error vector there, a token its embedding before layer 0. A feature's effect is its position's gradient
-    dotted with its write: one batched product per layer over positions (no gather of the gradients)."""
-    mlp = [grads[f"blocks.{layer}.hook_mlp_out"] for layer in range(rm.L)]
-    n = mlp[0].shape[0]
-    out = torch.empty(n, len(active) + rm.L * rm.P + rm.P, dtype=mlp[0].dtype, device=mlp[0].device)
-    for layer in range(rm.L):
-        w = active.writes(rm, layer, mlp[0].dtype)
-        out[:, w.idx] = torch.einsum("bpd,pkd->bpk", mlp[layer], w.vectors).flatten(1)[:, w.flat]
+    dotted with its write: one batched product per layer over positions (no gather of the gradients).
+    below, n_pos: the targets read before layer `below`'s MLP output and at positions < n_pos (backward's cut),
+    so sources at later layers or positions have no effect: their zeros are not computed."""
+    n_layers, p = rm.L if below is None else min(below, rm.L), n_pos or rm.P
+    mlp = [grads[f"blocks.{layer}.hook_mlp_out"][:, :p] for layer in range(n_layers)]
+    emb = grads[EMBED][:, :p]
     n_a = len(active)
-    out[:, n_a : n_a + rm.L * rm.P] = torch.einsum("lbpd,lpd->blp", torch.stack(mlp), torch.stack(rm.errors)).flatten(1)
-    out[:, n_a + rm.L * rm.P :] = torch.einsum("bpd,pd->bp", grads[EMBED], rm.embed)
+    out = emb.new_zeros(emb.shape[0], n_a + rm.L * rm.P + rm.P)
+    for layer in range(n_layers):
+        w = active.writes(rm, layer, emb.dtype)
+        inside = w.flat < p * w.vectors.shape[1]  # features at positions < p
+        effects = torch.einsum("bpd,pkd->bpk", mlp[layer], w.vectors[:p]).flatten(1)
+        out[:, w.idx[inside]] = effects[:, w.flat[inside]]
+        start = n_a + layer * rm.P
+        out[:, start : start + p] = torch.einsum("bpd,pd->bp", mlp[layer], rm.errors[layer][:p])
+    out[:, n_a + rm.L * rm.P :][:, :p] = torch.einsum("bpd,pd->bp", emb, rm.embed[:p])
     return out
