@@ -211,7 +211,21 @@ def lines(floor: dict, parts: dict, session: dict, ws: Path) -> list[str]:
         [acts[k], ab.verdict(med(t["s"]), 1.0), ab.spread(t["s"]), len(t["s"]), f"{t['load']:.1f}", "<= 1 s"]
         for k, t in session.items()
     ]
-    return out + harness.table(["action", "s (median)", "range", "n", "load", "goal"], rows)
+    return out + harness.table(["action", "s (median)", "range", "n", "load", "goal"], rows) + ["", reading(floor)]
+
+
+def reading(floor: dict) -> str:
+    """The floor in one sentence: what a reload of a page with a Plotly chart costs here before the app does
+    anything, and what the circuit page adds to it (script and draw, against the one-chart page's)."""
+    med = statistics.median
+    (empty, one), page = [floor[k] for k in REFERENCE], floor["app: circuit page, 300 edges"]
+    e, p, c = (med(t["reload"]) for t in (empty, one, page))
+    return (
+        f"Reading: on this machine an empty Streamlit page reloads in {e:.2f} s and a page with one Plotly chart "
+        f"(the circuit page's curve is one) in {p:.2f} s; the 300-edge circuit page in {c:.2f} s, {c - p:+.2f} s "
+        f"over the one-chart page (script {med(page['script']):.2f} s against {med(one['script']):.2f} s, draw "
+        f"{med(page['draw']):.2f} s against {med(one['draw']):.2f} s)."
+    )
 
 
 if __name__ == "__main__":
