@@ -14,6 +14,7 @@ import streamlit as st  # noqa: E402
 from app import state  # noqa: E402
 
 st.set_page_config(page_title="workbench", layout="wide")
+state.new_run()
 nav = st.navigation([st.Page(p, title=t, url_path=u, default=u == "workspace") for p, t, u, _ in state.PAGES])
 st.sidebar.caption(f"workspace: `{state.root()}`")
 state.own_params(nav.url_path or "workspace")

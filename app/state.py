@@ -74,14 +74,27 @@ def _manifest_stamp(r: Path) -> tuple:
     return tuple(sorted((str(p), p.stat().st_mtime_ns) for p in paths if p.is_file()))
 
 
-@st.cache_data(show_spinner=False, max_entries=8)
+@st.cache_resource(show_spinner=False, max_entries=8)
 def _catalog(root_str: str, stamp: tuple) -> browse.Catalog:
-    return browse.catalog(root_str)
+    return browse.catalog(root_str)  # shared, read-only: its listings are handed out as copies
+
+
+RUN = "_run"  # session key of what is looked up once per script run (new_run)
+
+
+def new_run() -> None:
+    """Start a script run (main.py, before any page): what was looked up in the last run is looked up again."""
+    st.session_state[RUN] = {}
 
 
 def catalog() -> browse.Catalog:
-    r = root()
-    return _catalog(str(r), _manifest_stamp(r))
+    """The workspace's manifests, scanned again when one changes; looked up once per script run (a page asks for
+    it tens of times, and each lookup stats every manifest: 0.3-0.5 s a run on the demo workspace)."""
+    run = st.session_state.setdefault(RUN, {})
+    if "catalog" not in run:
+        r = root()
+        run["catalog"] = _catalog(str(r), _manifest_stamp(r))
+    return run["catalog"]
 
 
 def saes(require_store: bool = False) -> list[str]:
@@ -153,8 +166,9 @@ def _transcoder_set(root_str: str, rel: str, stamp: tuple) -> browse.TranscoderS
 def transcoder_sets() -> list[browse.TranscoderSetView]:
     """Every transcoder set the manifests record inside the workspace, read (cached until a manifest changes)."""
     r = root()
+    stamp = _manifest_stamp(r)
     try:
-        return [_transcoder_set(str(r), rel, _manifest_stamp(r)) for rel in catalog().transcoder_sets]
+        return [_transcoder_set(str(r), rel, stamp) for rel in catalog().transcoder_sets]
     except UserError as e:
         fail(e)
 
@@ -292,6 +306,20 @@ def text(s) -> str:
     s = "" if s is None else str(s)
     s = "".join("\\" + ch if ch in MARKDOWN else ch for ch in s).replace("\n", " ")
     return s.replace("\\://", "\\:\u2060//").replace("www\\.", "www\u2060\\.")
+
+
+def table(rows: list[dict], digits: int = 3) -> None:
+    """A small table of numbers as Markdown, drawn with the page's text: no data grid, whose lazy chunks (1.3 MB
+    of JS) and canvas a fresh load would wait for; strings escaped, floats to `digits` significant digits, None '-'."""
+    if not rows:
+        return
+
+    def cell(v) -> str:
+        return "-" if v is None else f"{v:.{digits}g}" if isinstance(v, float) else text(v)
+
+    cols = list(rows[0])
+    lines = ["| " + " | ".join(map(text, cols)) + " |", "|" + "---|" * len(cols)]
+    st.markdown("\n".join(lines + ["| " + " | ".join(cell(r[c]) for c in cols) + " |" for r in rows]))
 
 
 def code(s) -> str:

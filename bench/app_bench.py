@@ -16,7 +16,8 @@
    (harness.wait_drawn: script finished, no skeleton or stale element, every chart's SVG, twice 100 ms apart).
 4. The graph view: the GPT-2-shaped circuit page at display caps 300 / 500 / 2,000 (reloads, and the view's
    own draw time it stamps in the page), then pin / unpin by shift-click on the 2,000-edge page (the frame
-   that shows the mark, and the round trip to the URL and the rerun finished).
+   that shows the mark, and the round trip to the URL and the rerun finished); then where a reload's time goes
+   (reference pages, the page's phases, its script's parts) and the warm actions in the open app (app_floor.py).
 
 No peers: no other tool draws these circuits offline (circuit-tracer's frontend and Neuronpedia need their
 servers and CDNs); the goals are the issue's (< 2 s for the GPT-2-shaped circuit, < 1 s for the embedded
@@ -62,6 +63,7 @@ GRAPH = (
     + VIEW
     + " const v = r ? r.getAttribute('data-drawn') : null; return CMP === null ? v : v !== null && v !== CMP; }"
 )
+SECOND = "bench-gpt2-shaped-b"  # a second GPT-2-shaped circuit (seed 1): the circuit picker's switch (app_floor)
 GRAPH_CAPS = (300, 500, 2000)  # display caps the graph section draws the GPT-2-shaped circuit at
 QUICK_DEMO = [
     "--cache-tokens",
@@ -107,8 +109,10 @@ def run_demo(ws: Path, quick: bool) -> tuple[dict, float]:
     return steps, wall
 
 
-def gpt2_shaped_circuit(ws: Path, n_pos: int = 16, target: int = 5000) -> dict:
-    """Write circuits/bench-gpt2-shaped (workbench JSON) into the workspace, recorded; returns its sizes."""
+def gpt2_shaped_circuit(
+    ws: Path, n_pos: int = 16, target: int = 5000, name: str = "bench-gpt2-shaped", seed: int = 0
+) -> dict:
+    """Write circuits/<name> (workbench JSON) into the workspace, recorded; returns its sizes."""
     import torch
 
     from workbench.circuits.graph import Graph
@@ -119,7 +123,7 @@ def gpt2_shaped_circuit(ws: Path, n_pos: int = 16, target: int = 5000) -> dict:
 
     s = harness.GPT2_SHAPE
     g = Graph(s["n_layers"], s["n_heads"], s["n_heads"], s["d_model"])
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator().manual_seed(seed)
     scores = torch.randn(g.n_edges, generator=gen) * torch.rand(g.n_edges, generator=gen) ** 4
     k = target
     mask = topk(g, scores.abs(), k)
@@ -147,7 +151,7 @@ def gpt2_shaped_circuit(ws: Path, n_pos: int = 16, target: int = 5000) -> dict:
         curve=curve,
         per_position=torch.randn(n_pos, g.n_edges, generator=gen),
     )
-    folder = Workspace(ws).path("circuits", "bench-gpt2-shaped")
+    folder = Workspace(ws).path("circuits", name)
     c.save(folder / "circuit.json")
     Workspace(ws).record(folder, "circuits", made_by="bench/app_bench.py", config=c.method, checksums=False)
     return {
@@ -233,14 +237,20 @@ def free_port() -> int:
 
 
 @contextmanager
-def app_page(ws: Path):
-    """`workbench app` on the workspace and a headless Chromium page; yields (url, page)."""
+def app_page(ws: Path, script: Path | None = None):
+    """`workbench app` on the workspace (or `script` served with the same flags: app_floor's reference pages) and
+    a headless Chromium page; yields (url, page)."""
     from playwright.sync_api import sync_playwright
 
+    from workbench.cli.app import APP, streamlit_command
+
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(harness.ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(harness.ROOT), "WORKBENCH_WORKSPACE": str(ws)}
+    cmd = [sys.executable, "-m", "workbench.cli", "app", "--workspace", str(ws), "--port", str(port)]
+    if script is not None:
+        cmd = [str(script) if c == str(APP) else c for c in streamlit_command(ws, "127.0.0.1", port)]
     server = subprocess.Popen(
-        [sys.executable, "-m", "workbench.cli", "app", "--workspace", str(ws), "--port", str(port)],
+        cmd,
         cwd=harness.ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -265,12 +275,14 @@ def app_page(ws: Path):
         server.wait(timeout=30)
 
 
-def load(page, url: str) -> float:
-    """Seconds from navigation to the page drawn (the graph view and the curve included)."""
+def load(page, url: str, drawn: str | None = DRAWN) -> float:
+    """Seconds from navigation to the page drawn (the graph view and the curve included; `drawn`: a JS condition
+    a page other than a circuit page is drawn on, None: harness.wait_drawn alone)."""
     t0 = time.perf_counter()
     page.goto(url)
     page.wait_for_selector(harness.STREAMLIT_IDLE)
-    page.wait_for_function(DRAWN)
+    if drawn:
+        page.wait_for_function(drawn)
     harness.wait_drawn(page)
     return time.perf_counter() - t0
 
@@ -351,6 +363,11 @@ def graph_times(ws: Path, repeats: int) -> dict:
                 draws.append(float(view_attr(page, "data-draw-ms")) / 1000)
             out[cap] = {"reload": reloads, "draw": draws, "drawn": int(view_attr(page, "data-edges"))}
         out["pin"] = pin_times(page, repeats)
+    import app_floor  # here: app_floor imports this module
+
+    out["floor"] = app_floor.reload_floor(ws, repeats)
+    out["session"] = app_floor.in_session(ws, repeats)
+    out["parts"] = app_floor.script_parts(ws / "circuits" / "bench-gpt2-shaped" / "circuit.json")
     return out
 
 
@@ -415,8 +432,11 @@ GRAPH_HEAD = "## Graph view: drawing the GPT-2-shaped circuit at 300 / 500 / 2,0
 GRAPH_GOALS = {300: 1.0, 2000: 2.0}  # the issue's goals (#23): 300 edges <= 1 s warm, 2,000 <= 2 s
 
 
-def graph_lines(info: dict, threads: str, repeats: int, big: dict, g: dict) -> list[str]:
-    """The graph view's section: its own commit and machine lines (it can be measured alone, --graph-only)."""
+def graph_lines(info: dict, threads: str, repeats: int, big: dict, g: dict, ws: Path) -> list[str]:
+    """The graph view's section: its own commit and machine lines (it can be measured alone, --graph-only), then
+    where a reload's time goes and the warm actions in the open app (app_floor)."""
+    import app_floor  # here: app_floor imports this module
+
     lines = [
         GRAPH_HEAD,
         "",
@@ -437,7 +457,7 @@ def graph_lines(info: dict, threads: str, repeats: int, big: dict, g: dict) -> l
         + [f"{med(t['draw']):.3f}", f"{min(t['draw']):.3f}-{max(t['draw']):.3f}"]
         + [f"<= {GRAPH_GOALS[cap]:g} s" if cap in GRAPH_GOALS else "-"]
         for cap, t in g.items()
-        if cap != "pin"
+        if isinstance(cap, int)
     ]
     lines += harness.table(
         ["cap", "edges drawn", "reload s (median)", "reload range", "view draw s (median)", "view draw range", "goal"],
@@ -452,6 +472,7 @@ def graph_lines(info: dict, threads: str, repeats: int, big: dict, g: dict) -> l
         f"{spread(pin['shown'])}; *round trip*, the click to the URL holding the change and the rerun it caused "
         f"(the view's fragment) finished: median {verdict(med(pin['round trip']), 0.3)} s, range "
         f"{spread(pin['round trip'])}.",
+        *app_floor.lines(g["floor"], g["parts"], g["session"], ws),
         "",
         "Raw: " + json.dumps({"graph": {str(k): v for k, v in g.items()}}),
     ]
@@ -476,19 +497,21 @@ def main() -> int:
         ws = harness.WORK / "app-graph"
         (ws / "circuits").mkdir(parents=True, exist_ok=True)
         big = gpt2_shaped_circuit(ws)
+        gpt2_shaped_circuit(ws, name=SECOND, seed=1)
         before = out.read_text().split(GRAPH_HEAD)[0].rstrip("\n") if out.is_file() else ""
         lines = [before, ""] if before else []
     else:
         ws = harness.WORK / "app-demo"
         steps, wall = run_demo(ws, a.quick)
         big = gpt2_shaped_circuit(ws)
+        gpt2_shaped_circuit(ws, name=SECOND, seed=1)
         pages = {"GPT-2-shaped (bench-gpt2-shaped)": "/circuit?circuit=circuits/bench-gpt2-shaped"}
         for d in sorted((ws / "circuits").iterdir()):
-            if d.name != "bench-gpt2-shaped" and (d / "circuit.json").is_file():
+            if not d.name.startswith("bench-") and (d / "circuit.json").is_file():
                 pages[f"embedded: {d.name}"] = f"/circuit?circuit=circuits/{d.name}"
         times = page_times(ws, pages, repeats) if browser else {}
         lines = demo_lines(a, info, threads, repeats, steps, wall, big, times) + [""]
-    lines += graph_lines(info, threads, repeats, big, graph_times(ws, repeats) if browser else {})
+    lines += graph_lines(info, threads, repeats, big, graph_times(ws, repeats) if browser else {}, ws)
     harness.write_text(out, "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -57,6 +57,8 @@ def test_catalog_lists_what_the_manifests_record(made):
     rel = lambda p: p.resolve().relative_to(ws.root.resolve()).as_posix()  # noqa: E731
     assert cat.saes == [rel(sae)] and cat.circuits == [rel(circuit)] and cat.models == [] and not cat.skipped
     assert cat.feature_stores == set() and cat.sparse_models == []
+    cat.circuits.append("x")  # each listing is worked out once and handed out as a copy: the catalog keeps its own
+    assert cat.circuits == [rel(circuit)]
     stray = ws.root / "circuits" / "stray"  # a circuit file no manifest records is not listed
     stray.mkdir()
     (stray / "circuit.json").write_text((circuit / "circuit.json").read_text())

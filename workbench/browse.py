@@ -12,7 +12,7 @@ workspace. Opening a model or running an SAE is the engine's job, not this layer
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from workbench.circuits import schema
@@ -85,8 +85,15 @@ class Catalog:
     root: Path
     artifacts: list[Artifact]
     skipped: list[Skipped]
+    _found: dict = field(default_factory=dict, repr=False, compare=False)  # _inside's answers (it resolves paths)
 
     def _inside(self, kind: str, files: tuple[str, ...]) -> list[str]:
+        """Each listing is worked out once per scan (a page asks for them many times) and handed out as a copy."""
+        if (kind, files) not in self._found:
+            self._found[kind, files] = self._scan(kind, files)
+        return list(self._found[kind, files])
+
+    def _scan(self, kind: str, files: tuple[str, ...]) -> list[str]:
         out = []
         for a in self.artifacts:
             folder = a.path.resolve()

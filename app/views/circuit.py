@@ -231,7 +231,7 @@ with left:
     if cd.curve:
         st.plotly_chart(cg.curve_figure(cd, v.point), key="curve")
         with st.expander("search vs top-k at each budget (the finder's curve)"):
-            st.dataframe(pd.DataFrame(cg.grid_rows(cd)), hide_index=True)
+            state.table(cg.grid_rows(cd))
     else:
         st.info("this file holds no faithfulness curve (MIB and Neuronpedia files carry none)")
 with right:

@@ -52,6 +52,7 @@ def test_circuit_page_draws_the_saved_circuit_and_its_curve(circuit_app, circuit
     graph, curve = view_data(at), charts(at)[0]
     assert len(graph["edges"]) == len(cg.choose(cd).rows) and graph["hidden"] == cg.choose(cd).hidden
     assert [t["name"] for t in curve["data"]][-1] == "drawn"
+    assert "| % edges | edges | NDF search | NDF top-k | NFS search | NFS top-k |" in text(at)  # a Markdown table
     assert len(at.get("download_button")) == 3
 
 
