@@ -36,11 +36,11 @@ def run_info(run: Path, checkpoints: Path | None) -> dict:
     ]
     newest = max((checkpoint.read(p) for p in paths), key=lambda c: c["step"])
     finished = run / "sparsify.json"
-    config = json.loads(finished.read_text())["config"] if finished.is_file() else newest["record"]["config"]
-    return {"states": states, "evals": evals, "curves": newest["curves"], "config": config}
+    record = json.loads(finished.read_text()) if finished.is_file() else newest["record"]
+    return {**record, "states": states, "evals": evals, "curves": newest["curves"]}
 
 
-def judge(info: dict, steps: list[int], split: tuple) -> dict[int, dict]:
+def judge(info: dict, steps: list[int], split: tuple, base: str) -> dict[int, dict]:
     """Keys per query and the paired CE difference on the verdict split, per kept step."""
     from workbench.attention.report import measure, summarise
     from workbench.attention.verdict import paired_difference
@@ -49,13 +49,13 @@ def judge(info: dict, steps: list[int], split: tuple) -> dict[int, dict]:
     out = {}
     for step in steps:
         if step in info["states"]:
-            model = frontier.sparse_model(info["states"][step], "tiny", info["config"]["gates"])
+            model = frontier.sparse_model(info["states"][step], base, info["config"]["gates"])
             sums = measure(model, tokens)
             out[step] = {"diff": paired_difference(sums.pop("seq_ce"), base_ce), **summarise(sums)}
     return out
 
 
-def verdict_split(cfg: dict) -> tuple:
+def verdict_split(info: dict, base_spec: str) -> tuple:
     """The verdict split's tokens, the base model's per-sequence CE on it, and its range."""
     from workbench.attention.config import SparsifyConfig
     from workbench.attention.report import measure, stack
@@ -63,10 +63,10 @@ def verdict_split(cfg: dict) -> tuple:
     from workbench.corpus import load_corpus
     from workbench.models import load
 
-    c = SparsifyConfig.from_dict(cfg)
-    base, tok = load("tiny", device="cpu")
+    c = SparsifyConfig.from_dict(info["config"])
+    base, tok = load(base_spec, device="cpu")
     seqs, first = verdict_sequences(
-        load_corpus("synthetic", tok, seed=c.seed),
+        load_corpus(info["corpus"], tok, seed=c.seed),
         c.eval_sequences,
         c.verdict_sequences,
         base.cfg.n_ctx,
@@ -108,6 +108,7 @@ def main() -> None:
     ap.add_argument("--checkpoints", type=Path, help="folder of kept copies of its checkpoint.pt")
     ap.add_argument("--ref-run", type=Path, default=Path("data/models/tiny-sparse"), help="the training-batch run")
     ap.add_argument("--ref-checkpoints", type=Path, help="folder of kept copies of the reference run's checkpoint.pt")
+    ap.add_argument("--base", default="tiny", help="the base model spec both runs started from")
     ap.add_argument("--steps", default="", help="comma separated steps (default: every step kept in the run)")
     ap.add_argument("--command", default="", help="the run's command line, quoted in the report")
     harness.add_common_args(ap, OUT, threads=1)
@@ -116,8 +117,8 @@ def main() -> None:
     machine = harness.machine_info()
     dual, ref = run_info(a.run, a.checkpoints), run_info(a.ref_run, a.ref_checkpoints)
     steps = [int(s) for s in a.steps.split(",")] if a.steps else sorted(dual["states"])
-    split, seqs = verdict_split(dual["config"])
-    judged = {n: judge(r, steps, split) for n, r in (("dual", dual), ("ref", ref))}
+    split, seqs = verdict_split(dual, a.base)
+    judged = {n: judge(r, steps, split, a.base) for n, r in (("dual", dual), ("ref", ref))}
     every = dual["config"]["eval_every"]
     table = [[s, *row(s, dual, judged["dual"], every), *row(s, ref, judged["ref"], every)[:3]] for s in steps]
     head = ["keys/q/h", "fresh split CE diff [95%]", "selection split CE diff [95%]"]
@@ -133,7 +134,7 @@ def main() -> None:
         "",
         f"Fresh split: the verdict split, held-out sequences {seqs[0]}-{seqs[1] - 1} (n = {seqs[1] - seqs[0]}), "
         "deterministic gates, paired per-sequence CE difference sparse - base with its 95% interval; selection "
-        "split: held-out sequences 0-255 as the run logged it; dual stream: the mean held-out difference the "
+        "split: held-out sequences 0-{dual['config']['eval_sequences'] - 1} as the run logged it; dual stream: the mean held-out difference the "
         f"dual step saw over the {every} steps up to the row's step; keys/q/h on the fresh split (T = 128).",
         "",
         *harness.table(
