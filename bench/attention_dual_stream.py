@@ -134,7 +134,8 @@ def main() -> None:
         "",
         f"Fresh split: the verdict split, held-out sequences {seqs[0]}-{seqs[1] - 1} (n = {seqs[1] - seqs[0]}), "
         "deterministic gates, paired per-sequence CE difference sparse - base with its 95% interval; selection "
-        "split: held-out sequences 0-{dual['config']['eval_sequences'] - 1} as the run logged it; dual stream: the mean held-out difference the "
+        f"split: held-out sequences 0-{dual['config']['eval_sequences'] - 1} as the run logged it; dual stream: the "
+        "mean held-out difference the "
         f"dual step saw over the {every} steps up to the row's step; keys/q/h on the fresh split (T = 128).",
         "",
         *harness.table(

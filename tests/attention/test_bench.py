@@ -66,7 +66,7 @@ def test_dual_stream_bench_sets_a_held_out_dual_run_beside_a_training_dual_run(s
     rows = [ln.split(" | ") for ln in text.splitlines() if ln.startswith("| 3 |")]
     assert len(rows) == 2 and all("not kept" not in c and c.strip() != "-" for c in rows[0])  # fresh split, both
     assert "3 steps reached, dual stream every 2 steps on 4 held-out sequences" in text
-    assert "held-out sequences 4-11 (n = 8)" in text and "- Commit: " in text
+    assert "held-out sequences 4-11 (n = 8)" in text and "held-out sequences 0-3 as" in text and "- Commit: " in text
 
 
 def test_mechanism_section_replaces_its_old_self_and_keeps_the_rest(tmp_path):
