@@ -38,10 +38,11 @@ def kept_states(run: Path, checkpoints: Path | None) -> tuple[dict[int, object],
             if c.get("best"):  # the sparsest admitted state so far, kept inside every checkpoint
                 states[c["best"]["step"]] = c["best"]["state"]
             evals = c["evals"] if len(c["evals"]) > len(evals) else evals
-    record = json.loads((run / "sparsify.json").read_text())
-    states[record["selected_step"]] = run
-    if len(record["evals"]) >= len(evals):
-        evals = record["evals"]
+    if (run / "sparsify.json").is_file():  # a finished run: its saved model too (an unfinished one has none)
+        record = json.loads((run / "sparsify.json").read_text())
+        states[record["selected_step"]] = run
+        if len(record["evals"]) >= len(evals):
+            evals = record["evals"]
     return states, evals
 
 

@@ -1,5 +1,6 @@
 """bench/attention_bench.py --quick runs every side and writes the table (no timing is asserted);
-bench/attention_frontier.py judges a small run's kept states per tolerance."""
+bench/attention_frontier.py judges a small run's kept states per tolerance; bench/attention_dual_stream.py sets
+a held-out-dual run beside a training-dual one."""
 
 import shutil
 import subprocess
@@ -51,6 +52,21 @@ def test_frontier_picks_per_tolerance_among_kept_states_and_judges_them(small_di
     assert len(rows) == 3 and "no kept state admitted" in rows[0]  # a negative tolerance admits nothing
     assert "states kept for steps [3, 6]" in text and "not separate runs per tolerance" in text
     assert "fresh split" in text and "- Commit: " in text
+
+
+def test_dual_stream_bench_sets_a_held_out_dual_run_beside_a_training_dual_run(small_dir, tmp_path):
+    from .test_train import HELDOUT_DUAL, _cfg
+
+    T.sparsify(small_dir, tmp_path / "ref", _cfg(steps=3), report_queries=2)
+    T.sparsify(small_dir, tmp_path / "dual", _cfg(steps=3, **HELDOUT_DUAL), report_queries=2)
+    out = tmp_path / "dual.md"
+    args = ("--run", str(tmp_path / "dual"), "--ref-run", str(tmp_path / "ref"), "--base", small_dir, "--steps", "3")
+    _bench("attention_dual_stream.py", *args, "--out", str(out))
+    text = out.read_text()
+    rows = [ln.split(" | ") for ln in text.splitlines() if ln.startswith("| 3 |")]
+    assert len(rows) == 2 and all("not kept" not in c and c.strip() != "-" for c in rows[0])  # fresh split, both
+    assert "3 steps reached, dual stream every 2 steps on 4 held-out sequences" in text
+    assert "held-out sequences 4-11 (n = 8)" in text and "held-out sequences 0-3 as" in text and "- Commit: " in text
 
 
 def test_mechanism_section_replaces_its_old_self_and_keeps_the_rest(tmp_path):

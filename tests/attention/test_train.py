@@ -86,8 +86,12 @@ class Crash(Exception):
     pass
 
 
-def test_resume_after_a_crash_gives_the_identical_model(small_dir, tmp_path, monkeypatch):
-    cfg = _cfg(steps=8, gates=GateConfig(init_bias=1.0, estimator="hard_concrete"))
+HELDOUT_DUAL = {"dual_stream": "heldout", "dual_sequences": 4, "dual_every": 2}
+
+
+@pytest.mark.parametrize("dual", [{}, HELDOUT_DUAL], ids=["train-dual", "heldout-dual"])
+def test_resume_after_a_crash_gives_the_identical_model(small_dir, tmp_path, monkeypatch, dual):
+    cfg = _cfg(steps=8, gates=GateConfig(init_bias=1.0, estimator="hard_concrete"), **dual)
     T.sparsify(small_dir, tmp_path / "full", cfg, report_queries=2)
     real = T._batches
 
@@ -111,6 +115,39 @@ def test_resume_after_a_crash_gives_the_identical_model(small_dir, tmp_path, mon
     assert (tmp_path / "full" / "curves.jsonl").read_text() == (tmp_path / "resumed" / "curves.jsonl").read_text()
     ia, ib = (json.loads((tmp_path / d / "sparsify.json").read_text()) for d in ("full", "resumed"))
     assert ia["evals"] == ib["evals"] and ia["final_lambda"] == ib["final_lambda"]
+
+
+def test_the_held_out_dual_stream_moves_lambda_on_its_own_difference(small_dir, tokenizer, tmp_path):
+    from workbench.attention.report import measure, stack, summarise
+    from workbench.attention.verdict import dual_sequences
+    from workbench.corpus import load_corpus
+
+    cfg = _cfg(steps=8, ce_ema=0.0, multiplier_lr=0.1, **HELDOUT_DUAL)
+    out = tmp_path / "run"
+    T.sparsify(small_dir, out, cfg, report_queries=2)
+    rows = [json.loads(line) for line in (out / T.CURVES).read_text().splitlines()]
+    info = json.loads((out / T.RUN).read_text())
+    first, end = info["dual_split"]["sequences"]
+    assert end - first == 4 and first >= cfg.eval_sequences + cfg.verdict_sequences  # after the verdict split
+    allowed, lam = cfg.tolerance * (1 - cfg.dual_margin), cfg.lambda_init
+    for r in rows:  # lambda moves only at the held-out evaluations, by dual_every steps of its difference
+        if r["step"] % 2 == 0:
+            lam = max(0.0, lam + 0.1 * 2 * (r["dual_difference"] - allowed))
+        else:
+            assert "dual_difference" not in r
+        assert r["lambda"] == pytest.approx(lam, abs=1e-12)
+    assert info["final_lambda"] == pytest.approx(lam, abs=1e-12) and 0 < lam < cfg.lambda_init
+    # the logged difference is the step-8 model's CE minus the base model's on the dual split itself
+    base, _ = load(small_dir, device="cpu")
+    seqs, start = dual_sequences(load_corpus("synthetic", tokenizer, seed=0), cfg.resolve(), base.cfg.n_ctx)
+    tokens = stack(seqs)[0]
+    run = T.prepare(small_dir, out, cfg, "synthetic", resume=True)
+    assert start == first and run.trainer.step_no == 8
+    ce = [summarise(measure(m, tokens))["ce"] for m in (run.model, base)]
+    assert rows[-1]["dual_difference"] == pytest.approx(ce[0] - ce[1], abs=1e-9)
+    T.sparsify(small_dir, tmp_path / "train", _cfg(steps=2, ce_ema=0.0, multiplier_lr=0.1), report_queries=2)
+    trained = json.loads((tmp_path / "train" / T.CURVES).read_text().splitlines()[0])
+    assert rows[0]["lambda"] == cfg.lambda_init != trained["lambda"]  # the training-batch dual moves every step
 
 
 def test_more_steps_extend_a_finished_run_to_the_straight_run_and_fewer_are_refused(small_dir, tmp_path):

@@ -74,6 +74,35 @@ def test_a_verdict_split_overlapping_the_selection_split_is_refused(tokenizer):
         SparsifyConfig(eval_sequences=64, verdict_start=10).resolve()
 
 
+def test_the_dual_stream_is_a_third_split_and_an_overlapping_one_is_refused(tokenizer):
+    corpus = load_corpus("synthetic", tokenizer, seed=0)
+    cfg = SparsifyConfig(eval_sequences=4, verdict_sequences=6, dual_sequences=5, dual_stream="heldout")
+    seqs, first = V.dual_sequences(corpus, cfg, 32)
+    verdict, vfirst = V.verdict_sequences(corpus, 4, 6, 32)
+    sel = [s for _, s in zip(range(4), corpus.sequences(32, 0, split="heldout"))]
+    assert first >= vfirst + 6 and len(seqs) == 5
+    assert not V._docs(seqs) & (V._docs(sel) | V._docs(verdict))
+    cfg.dual_start = 30
+    again, first = V.dual_sequences(corpus, cfg, 32)
+    assert first == 30 and np.array_equal(again[0].tokens, next(corpus.sequences(32, 30, split="heldout")).tokens)
+    for start, verdict_start, match in [
+        (
+            2,
+            None,
+            r"dual_start=2 \(held-out sequences 2-6\) overlaps the selection split \(0-3\) or the verdict split \(4-9\)",
+        ),
+        (8, None, r"dual_start=8 .* overlaps .* the verdict split \(4-9\); use dual_start >= 10"),
+        (16, 20, r"dual_start=16 \(held-out sequences 16-20\) overlaps .* the verdict split \(20-25\)"),
+    ]:
+        cfg.dual_start, cfg.verdict_start = start, verdict_start
+        with pytest.raises(BadValueError, match=match) as e:
+            V.dual_sequences(corpus, cfg, 32)
+        assert "\n" not in str(e.value)
+    held = [next(corpus.sequences(32, 0, split="heldout"))]
+    with pytest.raises(BadValueError, match="dual sequence 0 shares documents .* with the selection or verdict split"):
+        V.check_fresh(held, V._docs(held), 0, "dual", "the selection or verdict split")
+
+
 def test_a_corpus_too_short_for_the_verdict_is_refused(tmp_path, tokenizer):
     text = tmp_path / "t.txt"
     text.write_text("\n\n".join(f"the cat sat on mat {i}" for i in range(30)))

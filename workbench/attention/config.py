@@ -21,6 +21,7 @@ INIT_BIAS = {"published": 10.0, "log_prob": 8.0, "score": 8.0}  # open at the st
 EMPTY_ROWS = ("zero", "first")
 TAU_SCHEDULES = ("constant", "linear", "exponential")
 DUAL_CE = ("paired", "fixed")
+DUAL_STREAMS = ("train", "heldout")
 
 
 def _finite(name: str, value, positive: bool = False, non_negative: bool = False) -> None:
@@ -109,7 +110,8 @@ class SparsifyConfig(Config):
     lambda by dual ascent lambda <- max(0, lambda + multiplier_lr * v) on the batch's v or (ce_ema > 0,
     GECO) its exponential moving average. CE_ref: the base model's CE on the same batch ("paired": one
     extra no-grad forward per step, removes the batch-to-batch noise, which is larger than a 0.01-nat
-    tolerance) or its mean over the first eval_sequences training sequences ("fixed"). The held-out
+    tolerance) or its mean over the first eval_sequences training sequences ("fixed"); with dual_stream
+    "heldout", v is instead the deterministic model's CE difference on a third held-out split. The held-out
     check (CE <= held-out base CE + tolerance, deterministic gates) decides what is saved.
     """
 
@@ -129,6 +131,19 @@ class SparsifyConfig(Config):
     dual_ce: str = field(
         default="paired", metadata={"choices": DUAL_CE}
     )  # CE_ref of the dual step: "paired" (base CE of the same batch) | "fixed"
+    # the CE difference the dual step sees: each training batch's ("train") or, every dual_every steps, the
+    # deterministic model's on a third held-out split disjoint from the selection and verdict splits ("heldout":
+    # lambda then follows held-out CE, which the weight updates can trade for sparsity on the training text)
+    dual_stream: str = field(
+        default="train",
+        metadata={
+            "help": "CE difference of the dual step: training batches or a held-out stream",
+            "choices": DUAL_STREAMS,
+        },
+    )
+    dual_sequences: int = 128  # dual_stream "heldout": the stream's size (held-out sequences)
+    dual_start: int | None = None  # its first held-out sequence; None: right after the verdict split
+    dual_every: int = 10  # dual_stream "heldout": steps between its evaluations (each dual step counts dual_every)
     dual_margin: float = 0.2  # share of the tolerance held back in the dual step (sampled vs deterministic gates)
     tau_start: float = 1.0  # relaxation temperature, annealed to tau_end over the run
     tau_end: float | None = (
@@ -165,7 +180,16 @@ class SparsifyConfig(Config):
         from workbench.attention.verdict import check_start
 
         check_start(self.verdict_start, self.eval_sequences)
-        for name in ("steps", "eval_sequences", "eval_every", "verdict_sequences", "batch_size"):
+        names = (
+            "steps",
+            "eval_sequences",
+            "eval_every",
+            "verdict_sequences",
+            "batch_size",
+            "dual_sequences",
+            "dual_every",
+        )
+        for name in names:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be an integer >= 1")
         if self.ctx_len is not None and self.ctx_len < 2:
@@ -177,6 +201,10 @@ class SparsifyConfig(Config):
         if self.batch_size % world_size:
             raise ConfigError(
                 f"batch_size={self.batch_size} must be a positive multiple of the number of processes ({world_size})"
+            )
+        if self.dual_stream == "heldout" and self.dual_sequences % world_size:
+            raise ConfigError(
+                f"dual_sequences={self.dual_sequences} must be a multiple of the number of processes ({world_size})"
             )
         if self.eval_sequences % world_size:
             raise ConfigError(

@@ -5,7 +5,8 @@ on open_frac + lambda * (CE - CE_target) while lambda ascends (constraint.Multip
 eval_every steps the deterministic model is evaluated on the held-out sequences; the state with the
 fewest open edges among those meeting CE <= CE_target is what gets saved (if none does, the one with
 the lowest CE, marked constraint_met = false). The dual step compares the training CE with the base
-model's CE on the same batch (SparsifyConfig.dual_ce). Tokens come from the corpus machinery; sequence
+model's CE on the same batch (SparsifyConfig.dual_ce) or, with dual_stream "heldout", the CE difference
+on a third held-out split (neither the selection nor the verdict split) every dual_every steps. Tokens come from the corpus machinery; sequence
 indices and the gate noise depend only on (seed, step, rank), so a resume from a checkpoint gives
 the identical result; under torchrun each process takes its share of every batch (DDP, gloo on CPU).
 """
@@ -28,7 +29,7 @@ from workbench.attention import gates as G
 from workbench.attention.config import RESUME_FREE, SparsifyConfig
 from workbench.attention.constraint import Multiplier
 from workbench.attention.report import build_report, heldout, measure, summarise, write_report
-from workbench.attention.verdict import feasible, paired_difference
+from workbench.attention.verdict import dual_sequences, feasible, paired_difference
 from workbench.checkpoint import default_device, dist_info
 from workbench.errors import BadValueError, DamagedFileError, UserError
 from workbench.schedule import lr_factor
@@ -95,9 +96,11 @@ class Sparsifier:
         ce_ref_fixed: float | None = None,
         rank: int = 0,
         world: int = 1,
+        dual: tuple[torch.Tensor, float] | None = None,
     ):
-        """model: gated; base_copy: the frozen base model (cfg.dual_ce "paired") or ce_ref_fixed ("fixed")."""
-        self.model, self.cfg, self.base, self.ce_ref_fixed = model, cfg, base_copy, ce_ref_fixed
+        """model: gated; base_copy: the frozen base model (cfg.dual_ce "paired") or ce_ref_fixed ("fixed");
+        dual (cfg.dual_stream "heldout"): this process's share of the dual stream and the base model's CE on it."""
+        self.model, self.cfg, self.base, self.ce_ref_fixed, self.dual = model, cfg, base_copy, ce_ref_fixed, dual
         self.rank, self.world = rank, world
         gate_params = [p for n, p in model.named_parameters() if ".attn.gate." in n]
         weights = [p for n, p in model.named_parameters() if ".attn.gate." not in n]
@@ -146,9 +149,15 @@ class Sparsifier:
                 f"the CE or open fraction became NaN/inf at step {step}; lower lr / gate_lr "
                 f"(lr={cfg.lr}, gate_lr={cfg.gate_lr}); the last checkpoint is intact"
             )
-        lam = self.mult.update(ce_v, ref_v)
         self.step_no += 1
-        return {"step": self.step_no, "ce": ce_v, "ce_base": ref_v, "lambda": lam, "open_fraction": open_v, "tau": tau}
+        row = {"step": self.step_no, "ce": ce_v, "ce_base": ref_v, "open_fraction": open_v, "tau": tau}
+        if self.dual is None:
+            self.mult.update(ce_v, ref_v)
+        elif self.step_no % cfg.dual_every == 0:
+            ce_dual = _evaluate(model, self.dual[0], self.world)["ce"]  # deterministic gates, no_grad
+            row["dual_difference"] = ce_dual - self.dual[1]
+            self.mult.update(ce_dual, self.dual[1], steps=cfg.dual_every)
+        return {**row, "lambda": self.mult.value}
 
     def state_dict(self) -> dict:
         return {
@@ -210,12 +219,14 @@ def prepare(base: str, out_dir, cfg: SparsifyConfig, corpus: str, resume: bool) 
         raise BadValueError(f"ctx_len={ctx} exceeds the model's n_ctx={model.cfg.n_ctx}")
     G.check_model(model)
     data = load_corpus(corpus, tok, seed=cfg.seed)
+    dual, dual_split = _dual_stream(model, data, cfg, ctx, world, rank)
     record = {
         "config": {k: v for k, v in cfg.to_dict().items() if k not in RESUME_FREE},
         "base_model": model_id(model),
         "corpus": data.spec,
         "ctx_len": ctx,
         "world_size": world,
+        **({"dual_split": dual_split} if dual_split else {}),
     }
     state = checkpoint.read_matching(ckpt, record) if resume else None
     if state is not None and state["step"] > cfg.steps:
@@ -232,7 +243,7 @@ def prepare(base: str, out_dir, cfg: SparsifyConfig, corpus: str, resume: bool) 
         train_tokens = heldout(data, cfg.eval_sequences, ctx, rank, world, split="train")[0]
         ce_ref_fixed = _evaluate(model, train_tokens, world)["ce"]
     G.install(model, cfg.gates)
-    trainer = Sparsifier(model, cfg, base_copy, ce_ref_fixed, rank, world)
+    trainer = Sparsifier(model, cfg, base_copy, ce_ref_fixed, rank, world, dual)
     run = Run(cfg, out, base, model, data, ctx, device, record, eval_tokens, base_eval, base_copy, trainer, rank, world)
     if state is not None:
         trainer.load_state_dict(state)
@@ -241,6 +252,16 @@ def prepare(base: str, out_dir, cfg: SparsifyConfig, corpus: str, resume: bool) 
         out.mkdir(parents=True, exist_ok=True)
     trainer.wrap(device)
     return run
+
+
+def _dual_stream(model, data, cfg: SparsifyConfig, ctx: int, world: int, rank: int):
+    """dual_stream "heldout": this process's share of the dual split, the base model's CE on it, and its range."""
+    if cfg.dual_stream != "heldout":
+        return None, None
+    seqs, first = dual_sequences(data, cfg, ctx)
+    tokens = torch.as_tensor(np.stack([s.tokens for s in seqs[rank::world]]))
+    split = {"split": "heldout", "sequences": [first, first + len(seqs)]}
+    return (tokens, _evaluate(model, tokens, world)["ce"]), split
 
 
 def _evaluate_state(run: Run, step: int) -> None:
@@ -320,6 +341,7 @@ def save(run: Run, chosen: dict, report_queries: int) -> dict | None:
         "selected_eval": chosen,
         "selection": {"split": "heldout", "sequences": [0, cfg.eval_sequences], "rule": SELECT_RULE},
         "evals": run.history["evals"],
+        **({"dual_split": run.record["dual_split"]} if "dual_split" in run.record else {}),
         "config": cfg.to_dict(),
         "world_size": run.world,
         "corpus": run.data.spec,

@@ -74,38 +74,62 @@ def verdict_sequences(corpus, selection: int, n: int, ctx_len: int, start: int |
     (a packed document can straddle the boundary).
     """
     check_start(start, selection)
-    it = corpus.sequences(ctx_len, 0, split="heldout")
-    selection_docs = _docs([s for _, s in zip(range(selection), it)])
-    seqs, first = [], None
-    for i, s in enumerate(it, start=selection):
+    selection_docs = _docs(_first(corpus, selection, ctx_len))
+    return _fresh_run(corpus, ctx_len, n, selection, start, selection_docs, ("verdict", "the selection split"))
+
+
+def dual_sequences(corpus, cfg, ctx_len: int) -> tuple[list, int]:
+    """The dual stream (cfg.dual_stream "heldout"): cfg.dual_sequences held-out sequences disjoint from the
+    selection split and the verdict split, by index and by document; start None: right after the verdict."""
+    selection, n, start = cfg.eval_sequences, cfg.dual_sequences, cfg.dual_start
+    verdict, first = verdict_sequences(corpus, selection, cfg.verdict_sequences, ctx_len, cfg.verdict_start)
+    end = first + len(verdict)
+    if start is not None and (start < selection or (start < end and start + n > first)):
+        raise BadValueError(
+            f"dual_start={start} (held-out sequences {start}-{start + n - 1}) overlaps the selection split "
+            f"(0-{selection - 1}) or the verdict split ({first}-{end - 1}); use dual_start >= {end} or None"
+        )
+    taken = _docs(_first(corpus, selection, ctx_len)) | _docs(verdict)
+    names = ("dual", "the selection or verdict split")
+    return _fresh_run(corpus, ctx_len, n, end if start is None else start, start, taken, names)
+
+
+def _first(corpus, n: int, ctx_len: int) -> list:
+    """The selection split: held-out sequences [0, n)."""
+    return [s for _, s in zip(range(n), corpus.sequences(ctx_len, 0, split="heldout"))]
+
+
+def _fresh_run(corpus, ctx_len: int, n: int, index: int, start: int | None, taken: set[int], names: tuple[str, str]):
+    """n held-out sequences from `start` on (None: from the first one at or after `index` sharing no document
+    with `taken`, past a straddling document); any sequence sharing a taken document is refused."""
+    (what, against), seqs, first = names, [], None
+    for i, s in enumerate(corpus.sequences(ctx_len, index, split="heldout"), start=index):
         if len(seqs) == n:
             break
         if start is not None and i < start:
             continue
-        if start is None and not seqs and _docs([s]) & selection_docs:
-            continue  # auto start: step past sequences continuing a selection document
-        check_fresh([s], selection_docs, i)
+        if start is None and not seqs and _docs([s]) & taken:
+            continue  # auto start: step past sequences continuing a taken document
+        check_fresh([s], taken, i, what, against)
         first = i if first is None else first
         seqs.append(s)
     if len(seqs) < n:
         raise BadValueError(
-            f"the corpus {corpus.spec!r} has only {len(seqs)} held-out sequences of {ctx_len} tokens for the "
-            f"verdict after the selection split, fewer than verdict_sequences={n}; lower it or add text"
+            f"the corpus {corpus.spec!r} has only {len(seqs)} held-out sequences of {ctx_len} tokens for the {what} split after {against}, fewer than {what}_sequences={n}; lower it or add text"
         )
     return seqs, first
 
 
-def check_fresh(seqs, selection_docs: set[int], index: int = 0) -> None:
-    """Refuse verdict sequences holding documents of the selection split.
+def check_fresh(seqs, taken: set[int], index: int = 0, what: str = "verdict", against: str = "the selection split"):
+    """Refuse verdict (or dual-stream) sequences holding documents of the selection (or verdict) split.
 
     Training text cannot enter: verdict text is read only from the held-out split, whose documents
     every corpus keeps apart from the training split's (synthetic: held-out queries; files: every 20th).
     """
     docs = _docs(seqs)
-    if docs & selection_docs:
+    if docs & taken:
         raise BadValueError(
-            f"verdict sequence {index} shares documents {sorted(docs & selection_docs)[:3]} with the selection "
-            "split; raise verdict_start"
+            f"{what} sequence {index} shares documents {sorted(docs & taken)[:3]} with {against}; raise {what}_start"
         )
 
 
