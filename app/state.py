@@ -92,9 +92,16 @@ def catalog() -> browse.Catalog:
     it tens of times, and each lookup stats every manifest: 0.3-0.5 s a run on the demo workspace)."""
     run = st.session_state.setdefault(RUN, {})
     if "catalog" not in run:
-        r = root()
-        run["catalog"] = _catalog(str(r), _manifest_stamp(r))
+        run["catalog"] = _catalog(str(root()), _run_stamp())
     return run["catalog"]
+
+
+def _run_stamp() -> tuple:
+    """The workspace's manifest stamp, taken once per script run (it stats every manifest)."""
+    run = st.session_state.setdefault(RUN, {})
+    if "stamp" not in run:
+        run["stamp"] = _manifest_stamp(root())
+    return run["stamp"]
 
 
 def saes(require_store: bool = False) -> list[str]:
@@ -165,8 +172,7 @@ def _transcoder_set(root_str: str, rel: str, stamp: tuple) -> browse.TranscoderS
 
 def transcoder_sets() -> list[browse.TranscoderSetView]:
     """Every transcoder set the manifests record inside the workspace, read (cached until a manifest changes)."""
-    r = root()
-    stamp = _manifest_stamp(r)
+    r, stamp = root(), _run_stamp()
     try:
         return [_transcoder_set(str(r), rel, stamp) for rel in catalog().transcoder_sets]
     except UserError as e:
