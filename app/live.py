@@ -1,7 +1,7 @@
 """What the app computes live from a model: cached model and SAE loading, the model a file names, a circuit
 node's evidence (attention pattern, direct logit effect, SAE features at the answer position), a typed
 prompt's features, and uploads checked against their model. The only app module that imports torch
-(inside the functions); the maths itself is workbench's (workbench.circuits.evidence).
+(inside the functions); the maths itself is workbench's (workbench.circuits.component.evidence).
 
 Attention patterns are computed here from the model, not stored with circuits: a pattern is
 layers x heads x n^2 numbers per prompt (GPT-2 small at 128 tokens: 2.4M, more than the circuit
@@ -82,7 +82,7 @@ def run_prompt(spec: str, tokens: tuple[int, ...]) -> dict:
     last position (evidence.direct_logit_effects), with the tokens as strings."""
     import torch
 
-    from workbench.circuits import evidence
+    from workbench.circuits.component import evidence
 
     model, _, lock = load_model(spec)
     toks = torch.tensor(tokens)
@@ -190,7 +190,7 @@ def check_upload(name: str, raw: bytes, mib_spec: str) -> dict:
     else:
         spec = mib_spec
     model, mid, _ = load_model(spec)
-    from workbench.circuits.graph import Graph
+    from workbench.circuits.component.graph import Graph
 
     shape = schema.GraphShape(**Graph.from_model(model).config())
     try:

@@ -115,10 +115,10 @@ def gpt2_shaped_circuit(
     """Write circuits/<name> (workbench JSON) into the workspace, recorded; returns its sizes."""
     import torch
 
-    from workbench.circuits.graph import Graph
+    from workbench.circuits.component.graph import Graph
+    from workbench.circuits.component.select import topk
+    from workbench.circuits.component.types import Circuit
     from workbench.circuits.metrics import MIB_GRID
-    from workbench.circuits.select import topk
-    from workbench.circuits.types import Circuit
     from workbench.workspace import Workspace
 
     s = harness.GPT2_SHAPE

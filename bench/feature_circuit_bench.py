@@ -149,7 +149,7 @@ def tracer_part(args, info, threads, base) -> list[str]:
     r = harness.run_side("main", "workbench_graph.py", {**base, "mode": "tracer", "prompts": prompts}, "ftracer")
     lines = header(info, threads, "circuit-tracer 0.5 side by side (the embedded model, the same transcoders)")
     lines += [
-        f"- Transcoder set: {base['transcoders']}, exported by workbench/circuits/tracer_export.py to circuit-tracer's "
+        f"- Transcoder set: {base['transcoders']}, exported by workbench/circuits/feature/tracer_export.py to circuit-tracer's "
         "TranscoderSet (Top-k with negatives zeroed, the encoder's input bias folded into its bias, the same input "
         "hook ln2.hook_normalized) and its TransformerLens ReplacementModel (the embedded model's config and weights)",
         "- Both: the top logits covering 0.95 of the probability (at most 10), every feature given a row, batch 32, "

@@ -224,7 +224,7 @@ def training_run(device, quick: bool, work: Path) -> dict:
 
 
 def circuit(device) -> dict:
-    from workbench.circuits.api import find_circuit
+    from workbench.circuits.component.api import find_circuit
     from workbench.corpus import tasks
     from workbench.models import load
 

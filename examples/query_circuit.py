@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 
 from workbench.circuits import Circuit, find_circuit
-from workbench.circuits.export import from_mib, to_mib, to_neuronpedia
+from workbench.circuits.component.export import from_mib, to_mib, to_neuronpedia
 from workbench.corpus import tasks
 from workbench.models import load
 

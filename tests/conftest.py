@@ -101,3 +101,42 @@ def transcoder_workspace(feature_workspace, tmp_path_factory):
         ws, members, cache.path, model_dir, FeatureConfig(chunk_rows=1000, corr_tokens=1500), progress=False
     )
     return root
+
+
+def _train_set(spec, model, root):
+    """A transcoder set on every layer of a model, trained briefly on a small cache of it."""
+    from workbench import steps
+    from workbench.cache.config import HarvestConfig
+    from workbench.sae.config import SAEConfig, TrainConfig
+    from workbench.sae.transcoders import train_set
+    from workbench.workspace import Workspace
+
+    cfg = HarvestConfig(n_tokens=6000, heldout_fraction=0.2)
+    steps.make_cache(
+        Workspace(root / "ws"), spec, "synthetic", None, cfg, out=root / "cache", progress=False, model=model
+    )
+    train = TrainConfig(n_tokens=512 * 12, batch_size=512, lr=3e-3, warmup_steps=2, progress=False)
+    folder, _ = train_set(root / "cache", "all", [SAEConfig("topk", k=8, expansion=4)], train, root / "set")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_set(tiny, tmp_path_factory):
+    """A transcoder set of the embedded model."""
+    return _train_set("tiny", tiny[0], tmp_path_factory.mktemp("tiny_set"))
+
+
+SPARSE = "tiny-sparse"
+
+
+@pytest.fixture(scope="session")
+def tiny_sparse():
+    from workbench.models import load
+
+    return load(SPARSE, device="cpu")
+
+
+@pytest.fixture(scope="session")
+def sparse_set(tiny_sparse, tmp_path_factory):
+    """A transcoder set of the embedded sparse-attention model."""
+    return _train_set(SPARSE, tiny_sparse[0], tmp_path_factory.mktemp("sparse_set"))

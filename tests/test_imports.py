@@ -107,7 +107,7 @@ def test_the_cycle_finder_finds_a_cycle():
 
 def test_the_package_has_no_import_cycle():
     graph = _graph()
-    assert "workbench.circuits.types" in graph and "workbench.errors" in graph["workbench.workspace"]
+    assert "workbench.circuits.component.types" in graph and "workbench.errors" in graph["workbench.workspace"]
     assert _cycles(graph) == []
 
 
@@ -123,7 +123,7 @@ def test_no_method_package_imports_the_steps_or_the_cli():
         for name, deps in graph.items()
         if name.partition(".")[2].split(".")[0] in METHOD_PACKAGES
     }
-    assert {"workbench.attention.train", "workbench.circuits.export", "workbench.sae.trainer"} <= set(found)
+    assert {"workbench.attention.train", "workbench.circuits.component.export", "workbench.sae.trainer"} <= set(found)
     assert {name: deps for name, deps in found.items() if deps} == {}
 
 

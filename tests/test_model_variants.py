@@ -8,7 +8,7 @@ from small_models import VARIANTS, small_model
 from workbench import steps
 from workbench.cache.config import HarvestConfig
 from workbench.circuits import find_circuit
-from workbench.circuits.hooks import answer_logits, writer_means
+from workbench.circuits.component.hooks import answer_logits, writer_means
 from workbench.corpus import tasks
 from workbench.models import load, save
 from workbench.sae.config import SAEConfig, TrainConfig

@@ -9,16 +9,21 @@ import importlib.util
 import sys
 
 
-def lazy_exports(package: str, exports: dict[str, str]):
-    """(__getattr__, __dir__) for a package whose public `name` lives in module `exports[name]`;
-    any other attribute is tried as a submodule.
+def lazy_exports(package: str, exports: dict[str, str], modules: dict[str, str] | None = None):
+    """(__getattr__, __dir__) for a package whose public `name` lives in module `exports[name]`, and whose
+    `modules[name]` is a module kept by its old name after it moved into a subpackage; any other attribute is
+    tried as a submodule.
 
     The value is cached in the package's namespace on first access, so later lookups are plain
     attribute reads.
     """
     namespace = importlib.import_module(package).__dict__
+    modules = modules or {}
 
     def __getattr__(name: str):
+        if name in modules:
+            value = namespace[name] = importlib.import_module(modules[name])
+            return value
         if name not in exports:  # a submodule (circuits.export) loads on first use too
             try:
                 return importlib.import_module(f"{package}.{name}")
@@ -31,7 +36,7 @@ def lazy_exports(package: str, exports: dict[str, str]):
         return value
 
     def __dir__() -> list[str]:
-        return sorted(set(namespace) | set(exports))
+        return sorted(set(namespace) | set(exports) | set(modules))
 
     return __getattr__, __dir__
 

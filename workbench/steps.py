@@ -365,9 +365,9 @@ def find_circuit(
     MIB and Neuronpedia exports; returns (circuit, folder). find_options go to circuits.find_circuit.
 
     ensure (needs a name): a circuit already recorded under that name is loaded instead."""
-    from workbench.circuits import export
-    from workbench.circuits.api import find_circuit
-    from workbench.circuits.types import Circuit
+    from workbench.circuits.component import export
+    from workbench.circuits.component.api import find_circuit
+    from workbench.circuits.component.types import Circuit
 
     def check_free(folder):
         if folder.exists() and any(folder.iterdir()):
@@ -406,7 +406,7 @@ def find_circuit(
 
 def _members(ws: Workspace, transcoders, member) -> dict:
     """layer -> each member transcoder's folder (relative to the workspace when inside it)."""
-    from workbench.circuits.replacement import member_name
+    from workbench.circuits.feature.replacement import member_name
     from workbench.sae.transcoders import load_set
 
     out = {}
@@ -437,8 +437,8 @@ def find_feature_circuit(
     <ws>/circuits/<name>: feature_circuit.json, graph.json (the pruned attribution graph, the circuit's nodes
     pinned) and neuronpedia.json (the circuit alone), both circuit-tracer graph JSON; returns (circuit, graph,
     folder). find_options go to circuits.feature_circuit.find_feature_circuit."""
-    from workbench.circuits.feature_circuit import find_feature_circuit as find
-    from workbench.circuits.graph_json import set_labels, to_neuronpedia
+    from workbench.circuits.feature.feature_circuit import find_feature_circuit as find
+    from workbench.circuits.feature.graph_json import set_labels, to_neuronpedia
 
     if name is not None:
         _free_circuit_folder(ws.path("circuits", name))
@@ -479,9 +479,9 @@ def attribution_graph(
 ):
     """Build a prompt's attribution graph (`workbench circuit graph`) and record it in <ws>/circuits/<name> as
     graph.json (circuit-tracer graph JSON); returns (graph, folder)."""
-    from workbench.circuits.attribution_graph import build_graph
-    from workbench.circuits.graph_json import set_labels, to_neuronpedia
-    from workbench.circuits.replacement import load_transcoders
+    from workbench.circuits.feature.attribution_graph import build_graph
+    from workbench.circuits.feature.graph_json import set_labels, to_neuronpedia
+    from workbench.circuits.feature.replacement import load_transcoders
 
     folder = _free_circuit_folder(ws.path("circuits", name or f"graph-{slug(' '.join(str(prompt).split()[-4:]))[:40]}"))
     g = build_graph(model, load_transcoders(transcoders, member, model.cfg.device, model), prompt, answer, wrong, cfg)

@@ -1,6 +1,6 @@
 """Workbench side (main venv) of the circuit benchmark; cfg["mode"] picks what one process measures.
 
-attribute  workbench.circuits.attribute(method="eap-ig", steps=m) per query (2 forwards + m forward-backwards)
+attribute  workbench.circuits.component.attribute(method="eap-ig", steps=m) per query (2 forwards + m forward-backwards)
 search     workbench.circuits.find_circuit per synthetic query: attribution on the query and its samples,
            best-of-N, refinement and the exact NDF curve over the MIB grid
 fwdbwd     the model's own forward + backward of the logit difference on the prompt, with gradients
@@ -21,7 +21,7 @@ import torch  # noqa: E402
 
 def attribute_mode(cfg, model, prompts):
     from workbench.circuits import prepare
-    from workbench.circuits.attribute import attribute
+    from workbench.circuits.component.attribute import attribute
 
     out = []
     for p in prompts:
@@ -45,7 +45,7 @@ def attribute_mode(cfg, model, prompts):
 
 def search_mode(cfg, model, prompts):
     from workbench.circuits import find_circuit
-    from workbench.circuits.search import ZeroGapError
+    from workbench.circuits.component.search import ZeroGapError
     from workbench.corpus import tasks
 
     out = []

@@ -4,7 +4,7 @@ graph    build_graph on the first n tokens of a text through a transcoder set: s
          CPU) without and with the per-head split of the kept edges, active features, rows, kept edges
 circuit  find_feature_circuit on synthetic queries (target NDF cfg["target_ndf"]): seconds and what it found
 tracer   circuit-tracer 0.5's own `attribute` beside build_graph on the same prompt, model and transcoders (exported
-         by workbench/circuits/tracer_export.py): seconds, edges, and how far the shared edges differ
+         by workbench/circuits/feature/tracer_export.py): seconds, edges, and how far the shared edges differ
 prune    the end of a graph build alone (pruning and scores) on a random adjacency of the bounded case's shape,
          acyclic like a real one: its peak memory above what was resident before
 bounded  build_graph on a GPT-2-small-shaped random model with random Top-k transcoders (issue #24's bounded-memory
@@ -27,7 +27,7 @@ import torch  # noqa: E402
 
 
 def graph_mode(cfg, model, tcs):
-    from workbench.circuits.attribution_graph import build_graph
+    from workbench.circuits.feature.attribution_graph import build_graph
 
     tokens = torch.tensor(cfg["tokens"])
     build_graph(model, tcs, tokens[:8], heads=False)  # warm-up
@@ -54,7 +54,7 @@ def graph_mode(cfg, model, tcs):
 
 
 def circuit_mode(cfg, model, tcs):
-    from workbench.circuits.feature_circuit import find_feature_circuit
+    from workbench.circuits.feature.feature_circuit import find_feature_circuit
     from workbench.corpus import tasks
 
     out = []
@@ -92,7 +92,7 @@ def gpt2_shaped(cfg):
 def random_set(model, cfg):
     """One random Top-k transcoder per layer of `model` (cfg["n_latents"], cfg["k"]), saved once under
     cfg["set_dir"] and loaded through sae-lens (the path a trained set takes)."""
-    from workbench.circuits.replacement import Transcoder
+    from workbench.circuits.feature.replacement import Transcoder
     from workbench.sae.architectures import build
     from workbench.sae.config import SAEConfig
     from workbench.sae.io import load_sae, save_sae
@@ -113,7 +113,7 @@ class Progress:
     `every` seconds, so a long run reports how far it got even if it is stopped."""
 
     def __init__(self, path: str, every: float = 30.0):
-        from workbench.circuits.replacement import ReplacementModel
+        from workbench.circuits.feature.replacement import ReplacementModel
 
         self.path, self.every, self.calls, self.t0 = Path(path), every, 0, time.perf_counter()
         self.c0, self._stop = time.process_time(), threading.Event()
@@ -144,7 +144,7 @@ class Progress:
 
 
 def bounded_mode(cfg, model, tcs):
-    from workbench.circuits.attribution_graph import build_graph
+    from workbench.circuits.feature.attribution_graph import build_graph
 
     tokens = torch.randint(0, model.cfg.d_vocab, (cfg["n_tokens"],), generator=torch.Generator().manual_seed(0))
     start = common.reset_peak()
@@ -167,8 +167,8 @@ def bounded_mode(cfg, model, tcs):
 
 def family_row(model, tcs, cq, cfg, seen) -> dict:
     """One query's feature circuit at cfg["target_ndf"] against top-k and the component circuit's heads."""
-    from workbench.circuits.api import find_circuit
-    from workbench.circuits.feature_circuit import circuit_heads, find_feature_circuit
+    from workbench.circuits.component.api import find_circuit
+    from workbench.circuits.feature.feature_circuit import circuit_heads, find_feature_circuit
 
     t0, c0 = time.perf_counter(), time.process_time()
     c, g = find_feature_circuit(model, tcs, cq, target_ndf=cfg["target_ndf"], n_samples=cfg["samples"], seed=0)
@@ -197,9 +197,9 @@ def family_mode(cfg, model, tcs):
     to cfg["store"] at once, and a restart skips the queries stored there."""
     from workbench.atomic import write_json
     from workbench.cache.overlap import seen_in_training
-    from workbench.circuits.api import prediction, retarget
+    from workbench.circuits.component.api import prediction, retarget
+    from workbench.circuits.component.search import ZeroGapError
     from workbench.circuits.inputs import prepare
-    from workbench.circuits.search import ZeroGapError
     from workbench.corpus import tasks
 
     store = Path(cfg["store"])
@@ -226,8 +226,8 @@ def tracer_mode(cfg, model, tcs):
     from circuit_tracer.attribution.attribute import attribute
     from circuit_tracer.graph import prune_graph
 
-    from workbench.circuits.attribution_graph import build_graph
-    from workbench.circuits.tracer_export import replacement_model, shared_edges
+    from workbench.circuits.feature.attribution_graph import build_graph
+    from workbench.circuits.feature.tracer_export import replacement_model, shared_edges
 
     ct = replacement_model(model, tcs)
     out = []
@@ -260,7 +260,7 @@ def tracer_mode(cfg, model, tcs):
 def prune_mode(cfg, model, tcs):
     """Peak RSS of inf.prune + inf.graph_scores on a random [rows + logits, rows + errors + tokens] adjacency,
     each feature row reading only lower-indexed features (features sorted by layer: no cycle)."""
-    from workbench.circuits import influence as inf
+    from workbench.circuits.feature import influence as inf
 
     n_f, n_logits, n_e, P = cfg["rows"], cfg["logits"], cfg["errors"], cfg["tokens"]
     g = torch.Generator().manual_seed(0)
@@ -282,7 +282,7 @@ def prune_mode(cfg, model, tcs):
 
 def main():
     cfg = common.load_config()
-    from workbench.circuits.replacement import load_transcoders
+    from workbench.circuits.feature.replacement import load_transcoders
     from workbench.models import load
 
     if cfg["mode"] == "prune":

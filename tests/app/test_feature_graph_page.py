@@ -9,18 +9,18 @@ import json
 import pytest
 import torch
 from small_models import small_model
+from tests.circuits.test_attribution_graph import random_transcoders
 
 from app.figures import feature_graph as fgf
 from tests.app.test_circuit_pages import ok, plain, text, view_data
-from tests.circuits.test_attribution_graph import random_transcoders
 from workbench import browse
 
 
 @pytest.fixture(scope="module")
 def graph_workspace(tmp_path_factory):
     from workbench.atomic import write_json
-    from workbench.circuits.attribution_graph import build_graph
-    from workbench.circuits.graph_json import to_neuronpedia
+    from workbench.circuits.feature.attribution_graph import build_graph
+    from workbench.circuits.feature.graph_json import to_neuronpedia
     from workbench.workspace import Workspace
 
     root = tmp_path_factory.mktemp("fgraph")

@@ -7,11 +7,12 @@ import torch
 
 from app.figures import attention as patterns
 from app.figures import circuit as cg
-from workbench.circuits import export, schema
-from workbench.circuits.graph import Graph
+from workbench.circuits import schema
+from workbench.circuits.component import export
+from workbench.circuits.component.graph import Graph
+from workbench.circuits.component.select import greedy, prune, topk
+from workbench.circuits.component.types import Circuit
 from workbench.circuits.metrics import MIB_GRID
-from workbench.circuits.select import greedy, prune, topk
-from workbench.circuits.types import Circuit
 from workbench.errors import DamagedFileError, UserError
 
 PLAIN = Graph(3, 4, 4, 32)

@@ -1,8 +1,8 @@
 import pytest
 
 from workbench.circuits import find_circuit
+from workbench.circuits.component.search import ZeroGapError
 from workbench.circuits.inputs import QueryError, prepare
-from workbench.circuits.search import ZeroGapError
 
 PROMPT = "When Mary and John went to the park , John gave a ball to"
 CF = "When Mary and John went to the park , Anna gave a ball to"
@@ -34,7 +34,7 @@ def test_unknown_words_in_prompts_are_named_not_turned_into_unk(small, text, nam
 
 def test_default_wrong_is_the_counterfactuals_best_other_token(small):
     """When the counterfactual keeps the answer on top, the wrong answer is what it ranks next."""
-    from workbench.circuits.api import resolve_wrong
+    from workbench.circuits.component.api import resolve_wrong
 
     cf_logits = small(small.to_tokens(CF))[0, -1]
     answer = int(cf_logits.argmax())

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from workbench.circuits import export, schema
-from workbench.circuits.graph import Graph
+from workbench.circuits import schema
+from workbench.circuits.component import export
+from workbench.circuits.component.graph import Graph
+from workbench.circuits.component.types import Circuit
 from workbench.circuits.schema import GraphShape
-from workbench.circuits.types import Circuit
 from workbench.errors import DamagedFileError
 
 OLD = Path(__file__).parent / "old_files"

@@ -160,8 +160,8 @@ def query_side(
 ) -> dict:
     """Component-level and token-level counts for one model on one synthetic query (renormalise: the
     token level's removal rule, see token_edges)."""
-    from workbench.circuits.api import prepare_all
-    from workbench.circuits.search import QuerySearch, SearchConfig, ZeroGapError
+    from workbench.circuits.component.api import prepare_all
+    from workbench.circuits.component.search import QuerySearch, SearchConfig, ZeroGapError
 
     try:
         q, samples = prepare_all(model, cq, None, None, None, (), (), n_samples, seed, "logit_diff")
@@ -204,7 +204,7 @@ def compare(
 ) -> dict:
     """Per-query counts on both models and, per target, the base/sparse ratios (of the means over queries
     answered by both). The token level removes entries by the sparse model's rule on both models."""
-    from workbench.circuits.api import retarget
+    from workbench.circuits.component.api import retarget
     from workbench.corpus import tasks
     from workbench.provenance import model_id
 

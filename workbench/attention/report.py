@@ -16,7 +16,7 @@ import torch
 
 from workbench.atomic import atomic_write_text, read_json
 from workbench.attention.verdict import judge, paired_difference, verdict_sequences, wilson
-from workbench.circuits.evidence import attention_patterns
+from workbench.circuits.component.evidence import attention_patterns
 from workbench.errors import BadValueError, DamagedFileError, MissingInputError
 
 REPORT = "attention_report.json"

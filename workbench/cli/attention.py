@@ -16,7 +16,7 @@ import json
 import sys
 
 from workbench.attention.config import GateConfig, SparsifyConfig
-from workbench.circuits.graph_config import HeadFlowConfig
+from workbench.circuits.feature.graph_config import HeadFlowConfig
 from workbench.cli.options import quiet_flag, workspace_flag
 from workbench.configflags import add_config_flags, config_values, count, set_fields
 from workbench.errors import BadValueError
@@ -145,7 +145,7 @@ def _compare(args) -> None:
 
 def _compare_heads(args, base, sparse) -> None:
     from workbench.atomic import atomic_write_text
-    from workbench.circuits.head_flow import compare_heads, format_head_compare
+    from workbench.attention.head_flow import compare_heads, format_head_compare
 
     cfg = HeadFlowConfig(**config_values(args, HeadFlowConfig, HEADS))
     res = compare_heads(base, sparse, *args.transcoders, args.task, args.n, seed=args.seed, cfg=cfg)

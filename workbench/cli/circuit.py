@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from workbench.circuits.config import SearchConfig
-from workbench.circuits.graph_config import GraphConfig
+from workbench.circuits.feature.graph_config import GraphConfig
 from workbench.cli.options import add_model_flag, workspace_flag
 from workbench.configflags import add_config_flags, config_values, count, given
 from workbench.errors import BadValueError
@@ -296,7 +296,7 @@ def _check_find_args(args, cfg: SearchConfig) -> None:
 
 
 def _check_feature_args(args, cfg: SearchConfig) -> None:
-    from workbench.circuits.feature_patching import FEATURE_ABLATIONS
+    from workbench.circuits.feature.feature_patching import FEATURE_ABLATIONS
     from workbench.sae.transcoders import load_set
 
     bad = _given(args, "mib", "paraphrase", "cache", *(("budget", "budgets") if args.task else ()))
@@ -317,7 +317,7 @@ def _check_feature_args(args, cfg: SearchConfig) -> None:
 def _feature_task(args, model, cfg: SearchConfig) -> None:
     """`circuit find --transcoders SET --task T`: feature circuits of n generated queries, one row each."""
     from workbench.atomic import write_json
-    from workbench.circuits.feature_circuit import evaluate_feature_task
+    from workbench.circuits.feature.feature_circuit import evaluate_feature_task
 
     target = 0.8 if args.target_ndf is None else args.target_ndf
     summary = evaluate_feature_task(
@@ -387,7 +387,7 @@ def _find(args) -> None:
     means = None
     if cfg.ablation == "mean":
         from workbench.cache.reader import ActivationCache
-        from workbench.circuits.hooks import writer_means
+        from workbench.circuits.component.hooks import writer_means
 
         means = writer_means(model, ActivationCache.open(args.cache))
     if args.transcoders:
@@ -397,7 +397,7 @@ def _find(args) -> None:
 
 def _evaluate_task(args, model, cfg: SearchConfig, means) -> None:
     from workbench.atomic import write_json
-    from workbench.circuits.api import evaluate_task, format_summary_table
+    from workbench.circuits.component.api import evaluate_task, format_summary_table
 
     budgets = [args.budget] if args.budget is not None else args.budgets or [0.01, 0.02, 0.05]
     summary = evaluate_task(
@@ -420,7 +420,7 @@ def _evaluate_task(args, model, cfg: SearchConfig, means) -> None:
 
 def _find_one(args, model, cfg: SearchConfig, means) -> None:
     from workbench import steps
-    from workbench.circuits.export import to_mib, to_neuronpedia
+    from workbench.circuits.component.export import to_mib, to_neuronpedia
     from workbench.workspace import Workspace
 
     paraphrases = [tuple(p.split("|||", 1)) if "|||" in p else p for p in args.paraphrase]
@@ -453,8 +453,8 @@ def _find_one(args, model, cfg: SearchConfig, means) -> None:
 
 def _export(args) -> None:
     from workbench.atomic import check_outputs
-    from workbench.circuits.export import to_mib, to_neuronpedia
-    from workbench.circuits.types import Circuit
+    from workbench.circuits.component.export import to_mib, to_neuronpedia
+    from workbench.circuits.component.types import Circuit
 
     check_outputs({"--out": args.out}, {"CIRCUIT": args.circuit})
     circuit = Circuit.load(args.circuit)
@@ -464,7 +464,7 @@ def _export(args) -> None:
 
 def _report(args) -> None:
     from workbench.atomic import atomic_write_text, check_outputs, write_json
-    from workbench.circuits.report import report
+    from workbench.circuits.component.report import report
     from workbench.corpus.tasks import QUERY_TASKS
     from workbench.models import load
 

@@ -1,0 +1,215 @@
+"""The heads that carry the attention-mediated attribution reaching the answer logit, and the attention entries
+each feature -> feature edge uses (docs/methods.md §11, "Heads carrying the attribution"): the base and the
+sparse-attention model compared on the same queries, each through its own transcoder set.
+
+Per query: the attribution graph of the prompt with the answer and wrong-answer logits as targets, pruned as
+circuit-tracer prunes. Every kept edge s -> t (t a feature or the answer logit) is split over the heads of its
+first attention hop (graph_heads.split_edges) and weighted by how much of t reaches the answer logit:
+w_e = I(t) / R_t, I the influence on the answer logit alone (I = 1 at the answer logit), R_t the sum of |kept
+edges into t|, as influence normalises rows. A head's mass is sum_e w_e |part_e,h|; the count is the fewest
+heads whose mass covers `share` of all heads' mass (the direct, no-attention parts are left out). Entries: each
+kept feature -> feature edge with an attention part, split over the (layer, head, query, key) entries of its
+first hop (graph_heads.split_entries); its count is the fewest entries covering `share` of sum |entry parts|,
+and the entries with a nonzero part are counted too (the sparse model's closed entries are exactly zero).
+Both models answer the same queries, so a family's base - sparse gap is read from the per-query differences
+(a paired Student-t interval), not from two separate means.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from workbench.circuits.feature import graph_heads
+from workbench.circuits.feature import influence as inf
+from workbench.circuits.feature.attribution_graph import GraphConfig, build_graph
+from workbench.circuits.feature.graph_config import HeadFlowConfig
+from workbench.circuits.feature.replacement import ReplacementModel, check_transcoders, load_transcoders
+from workbench.intervals import paired_difference
+
+# the per-query measures summarised over a family: name -> how to read it from one model's query_heads row
+MEASURES = {
+    "heads_needed": lambda r: r["heads_needed"],
+    "attention_share": lambda r: r["attention_share"],
+    "entries_covering": lambda r: r["entries"]["covering"],
+    "entries_nonzero": lambda r: r["entries"]["nonzero"],
+    "feature_edges": lambda r: r["entries"]["edges"],
+}
+PAIRED = ("heads_needed", "entries_covering")  # the measures read as base - sparse on the same queries
+
+
+def fewest_covering(values: torch.Tensor, share: float) -> int | None:
+    """The fewest of the values (largest first) whose sum reaches `share` of the total; None if all are 0."""
+    v = values.flatten().abs().sort(descending=True).values.double()
+    total = float(v.sum())
+    if total <= 0:
+        return None
+    return int(torch.searchsorted(v.cumsum(0), torch.tensor(share * total, dtype=v.dtype) * (1 - 1e-12))) + 1
+
+
+def edge_weights(g, answer_row: int | None = None) -> torch.Tensor:
+    """[n split edges]: w_e = I(t) / R_t of each edge in g.heads (the module doc). answer_row: the answer
+    logit's row (default the first logit row)."""
+    answer_row = g.n_features if answer_row is None else answer_row
+    kept = g.adjacency * g.pruned.edge_mask
+    weight = torch.zeros(kept.shape[0], dtype=kept.dtype)
+    weight[answer_row] = 1.0
+    weight[: g.n_features] = inf.influence(inf.normalise(kept), g.n_features, weight[g.n_features :])[: g.n_features]
+    per_row = weight / kept.abs().sum(1).clamp_min(1e-30)
+    return per_row[g.heads["edges"][:, 0]]
+
+
+def head_mass(g, answer_row: int | None = None) -> tuple[torch.Tensor, float]:
+    """([n_layers * n_heads] each head's answer-weighted attention-mediated mass, the same weighting over the
+    direct parts) from the graph's kept edges and their head split g.heads."""
+    w, parts = edge_weights(g, answer_row), g.heads["weights"]
+    return (w[:, None] * parts[:, :-1].abs()).sum(0), float((w * parts[:, -1].abs()).sum())
+
+
+def entry_counts(rm: ReplacementModel, g, share: float, batch_size: int = 32) -> dict:
+    """Attention entries per kept feature -> feature edge whose first hop crosses attention: the mean and median
+    of the fewest entries covering `share` of the edge's |entry parts|, and of its entries with a nonzero part."""
+    edges = g.heads["edges"]
+    ff = (edges[:, 0] < g.n_features) & (edges[:, 1] < g.n_features)
+    ff &= g.heads["weights"][:, :-1].abs().sum(1) > 0
+    edges = edges[ff]
+    if not edges.shape[0]:
+        return {"edges": 0, "covering": None, "covering_median": None, "nonzero": None, "nonzero_median": None}
+    parts = graph_heads.split_entries(rm, g, edges, batch_size).flatten(1)
+    cover = [fewest_covering(p, share) for p in parts]
+    cover = np.array([c for c in cover if c is not None])
+    nonzero = (parts != 0).sum(1).numpy()
+    return {
+        "edges": int(edges.shape[0]),
+        "covering": float(cover.mean()) if cover.size else None,
+        "covering_median": float(np.median(cover)) if cover.size else None,
+        "nonzero": float(nonzero.mean()),
+        "nonzero_median": float(np.median(nonzero)),
+    }
+
+
+def query_heads(model, tcs, q, cfg: HeadFlowConfig) -> dict:
+    """One query (a QueryInput) on one model: the heads needed for `share`, each head's share, the entries."""
+    gcfg = GraphConfig(**{**cfg.graph, "heads": True})
+    g = build_graph(model, tcs, q.tokens, q.answer, q.wrong, gcfg)
+    mass, direct = head_mass(g)
+    rm = ReplacementModel(model, tcs, q.tokens)
+    entries = entry_counts(rm, g, cfg.share, gcfg.batch_size)
+    rm.release()
+    names = graph_heads.head_names(g.n_layers, g.n_heads)[:-1]
+    total = float(mass.sum())
+    return {
+        "heads_needed": fewest_covering(mass, cfg.share),
+        "heads": g.n_layers * g.n_heads,
+        "head_share": {n: float(m) / total for n, m in zip(names, mass) if total > 0 and m > 0},
+        "attention_share": total / max(1e-30, total + direct),
+        "kept_edges": int(g.pruned.edge_mask.sum()),
+        "entries": entries,
+        "replacement": g.scores["replacement"],
+    }
+
+
+def compare_heads(base, sparse, base_set, sparse_set, task: str, n: int, seed: int = 0, cfg=None) -> dict:
+    """query_heads on n queries of a task family from cfg.split, on both models (each with its own set, checked
+    to belong to it), asked for the base model's answer; per model the mean and median over the queries, and
+    base - sparse with its paired interval. Each query also says whether its prompt occurs in the training
+    cache of either set (held-out combinations should not)."""
+    from workbench.attention.compare import check_same_vocab
+    from workbench.cache.overlap import seen_in_training, set_cache
+    from workbench.circuits.component.api import retarget
+    from workbench.circuits.inputs import prepare
+    from workbench.corpus import tasks
+    from workbench.provenance import model_id
+
+    cfg = cfg or HeadFlowConfig()
+    check_same_vocab(base, sparse)
+    sides = {
+        side: (m, check_transcoders(m, load_transcoders(folder, device=m.cfg.device, model=m)), folder)
+        for side, m, folder in (("base", base, base_set), ("sparse", sparse, sparse_set))
+    }
+    seen = {side: seen_in_training(set_cache(folder)) for side, (_, _, folder) in sides.items()}
+    rows = []
+    for cq in tasks.queries(task, n, seed=seed, tokenizer=base.tokenizer, split=cfg.split):
+        cq = retarget(base, cq)
+        row = {"prompt": cq.prompt, "answer": cq.answer, "wrong": cq.wrong, "in_training_cache": {}}
+        for side, (model, tcs, _) in sides.items():
+            q = prepare(model, cq.prompt, cq.answer, cq.counterfactual, cq.wrong)
+            row["in_training_cache"][side] = seen[side](q.tokens[1:].tolist())  # without BOS, as the cache
+            row[side] = query_heads(model, tcs, q, cfg)
+        rows.append(row)
+    return {
+        "task": task,
+        "n": n,
+        "seed": seed,
+        "split": cfg.split,
+        "config": cfg.to_dict(),
+        "base_model": model_id(base),
+        "sparse_model": model_id(sparse),
+        "transcoders": {"base": str(base_set), "sparse": str(sparse_set)},
+        "summary": {side: _summary([r[side] for r in rows]) for side in sides},
+        "base_minus_sparse": {key: paired_gap(rows, key) for key in PAIRED},
+        "in_training_cache": {side: sum(bool(r["in_training_cache"][side]) for r in rows) for side in sides},
+        "queries": rows,
+    }
+
+
+def paired_gap(rows: list[dict], key: str, confidence: float = 0.95) -> dict:
+    """base - sparse of one measure over the queries where both models have it (MEASURES[key]): the mean with
+    its paired Student-t interval (both models answer the same queries; bounds None below two queries)."""
+    read = MEASURES[key]
+    base = {i: read(r["base"]) for i, r in enumerate(rows) if read(r["base"]) is not None}
+    sparse = {i: read(r["sparse"]) for i, r in enumerate(rows) if read(r["sparse"]) is not None}
+    if not set(base) & set(sparse):
+        return {"mean": None, "lo": None, "hi": None, "n": 0, "confidence": confidence}
+    d = paired_difference(base, sparse, confidence)
+    bound = lambda v: None if math.isnan(v) else v  # noqa: E731
+    return {"mean": d.mean, "lo": bound(d.lo), "hi": bound(d.hi), "n": d.n, "confidence": confidence}
+
+
+def _summary(rows: list[dict]) -> dict:
+    def stats(values):
+        v = [x for x in values if x is not None]
+        return {"mean": float(np.mean(v)), "median": float(np.median(v))} if v else {"mean": None, "median": None}
+
+    return {key: stats([read(r) for r in rows]) for key, read in MEASURES.items()}
+
+
+def format_head_compare(res: dict) -> str:
+    share = res["config"]["share"]
+    f = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
+    lines = [
+        f"{res['task']}: {res['n']} queries of the {res['split']} split (base {res['base_model']}, sparse "
+        f"{res['sparse_model']}); prompts in the training cache: base set's {res['in_training_cache']['base']}, "
+        f"sparse set's {res['in_training_cache']['sparse']}",
+        f"{'measure (mean / median over queries)':<52}{'base':>16}{'sparse':>16}",
+    ]
+    for name, key in (
+        (f"heads carrying {share:.0%} of the attention-mediated part", "heads_needed"),
+        (f"entries per feature edge covering {share:.0%}", "entries_covering"),
+        ("entries per feature edge, nonzero", "entries_nonzero"),
+        ("feature -> feature edges crossing attention", "feature_edges"),
+    ):
+        b, s = res["summary"]["base"][key], res["summary"]["sparse"][key]
+        lines.append(
+            f"{name:<52}{f(b['mean']) + ' / ' + f(b['median']):>16}{f(s['mean']) + ' / ' + f(s['median']):>16}"
+        )
+    b, s = res["summary"]["base"]["attention_share"], res["summary"]["sparse"]["attention_share"]
+    lines.append(f"{'attention-mediated share of the weighted attribution':<52}{b['mean']:>16.3f}{s['mean']:>16.3f}")
+    for name, key in (("heads", "heads_needed"), ("entries per edge", "entries_covering")):
+        gap = res["base_minus_sparse"][key]
+        lines.append(
+            f"base - sparse, {name} covering {share:.0%} [paired t {gap['confidence']:.0%}]: {format_gap(gap)}"
+        )
+    return "\n".join(lines)
+
+
+def format_gap(gap: dict, digits: int = 2) -> str:
+    """'1.20 [0.45, 1.95] (n=20)': paired_gap's mean and its interval; '-' without a query both models have."""
+    if gap["mean"] is None:
+        return "-"
+    f = lambda v: f"{v:.{digits}f}"  # noqa: E731
+    if gap["lo"] is None:
+        return f"{f(gap['mean'])} (n={gap['n']})"
+    return f"{f(gap['mean'])} [{f(gap['lo'])}, {f(gap['hi'])}] (n={gap['n']})"

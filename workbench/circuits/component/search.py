@@ -1,0 +1,401 @@
+"""Query-circuit search (the query-circuits paper): best-of-N sampling plus greedy refinement.
+
+Candidates: edge rankings from attribution on the query itself, on resampled counterfactuals and on
+paraphrases (each with its own counterfactual), plus their normalised average; each ranking gives a
+top-k and a greedy-from-logits circuit. Every candidate is scored by *exact* evaluation on the
+query (its own counterfactual / ablation), the best is kept (best-of-N), then refined by exact
+single-edge drops, additions and swaps. The NDF of every candidate is kept, so the spread over
+resamples is reported, not only the winner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from workbench.circuits.component.attribute import EdgeScores, attribute
+from workbench.circuits.component.graph import Graph
+from workbench.circuits.component.patching import Setup, evaluate, make_setup
+from workbench.circuits.component.select import greedy, incidence, prune, topk
+from workbench.circuits.config import DEFAULT_MIN_GAP, SearchConfig  # noqa: F401  (re-exported)
+from workbench.circuits.inputs import QueryError, QueryInput
+from workbench.circuits.metrics import MIB_GRID, Metric, check_budget, cmd, cpr, edge_counts, ndf, nfs
+from workbench.errors import BadValueError
+
+
+class ZeroGapError(QueryError):
+    """Clean and ablated runs give (almost) the same metric: faithfulness would divide by ~0."""
+
+
+@dataclass
+class Found:
+    """One circuit chosen by the search, with how it was chosen."""
+
+    mask: torch.Tensor
+    value: float
+    ndf: float
+    nfs: float
+    source: str
+    candidates: dict[str, float] = field(default_factory=dict)  # candidate -> NDF (best-of-N spread)
+    baseline_ndf: float | None = None  # plain top-k of the query's own scores, same number of edges
+
+
+def smallest_hit(best_of_n, n: int, target_ndf: float):
+    """The best-of-N circuit at the smallest size k <= n whose NDF reaches target_ndf: geometric sizes up to the
+    first hit, then a binary search between the last miss and it (the full circuit, k = n, is the model)."""
+    sizes = sorted({max(1, int(round(1.5**i))) for i in range(64) if 1.5**i < n} | {n})
+    lo, hit = 0, None
+    for k in sizes:
+        f = best_of_n(k)
+        if f.ndf >= target_ndf:
+            hit = (k, f)
+            break
+        lo = k
+    k_hi, found = hit or (n, best_of_n(n))
+    while k_hi - lo > 1:
+        mid = (lo + k_hi) // 2
+        f = best_of_n(mid)
+        if f.ndf >= target_ndf:
+            k_hi, found = mid, f
+        else:
+            lo = mid
+    return found
+
+
+class Evaluator:
+    """Exact metric values of circuits for one setup, memoised by mask."""
+
+    def __init__(self, model, setup: Setup, metric: Metric, max_batch: int):
+        self.model, self.setup, self.metric, self.max_batch = model, setup, metric, max_batch
+        self.cache: dict[bytes, float] = {}
+        self.n_evaluated = 0
+        e = self.size()
+        self.clean = float(metric(setup.clean_logits).detach())
+        self.empty = self.values(torch.zeros(1, e, dtype=torch.bool))[0]
+
+    def size(self) -> int:
+        """Entries of a circuit mask (the graph's edges)."""
+        return self.setup.graph.n_edges
+
+    def run(self, masks: torch.Tensor) -> torch.Tensor:
+        """Answer-position logits of circuits given as masks, by exact patching."""
+        return evaluate(self.model, self.setup, masks, self.max_batch)
+
+    def values(self, masks: torch.Tensor) -> np.ndarray:
+        keys = [bytes(np.packbits(m.numpy())) for m in masks]
+        first: dict[bytes, int] = {}
+        for i, k in enumerate(keys):
+            first.setdefault(k, i)
+        new = [k for k in first if k not in self.cache]
+        if new:
+            batch = masks[[first[k] for k in new]]
+            vals = self.metric(self.run(batch)).tolist()
+            self.cache.update(zip(new, vals))
+            self.n_evaluated += len(new)
+        return np.array([self.cache[k] for k in keys])
+
+    def ndf(self, values) -> np.ndarray:
+        return ndf(values, self.clean, self.empty)
+
+    def nfs(self, values) -> np.ndarray:
+        return nfs(values, self.clean, self.empty)
+
+    @property
+    def gap(self) -> float:
+        return abs(self.clean - self.empty)
+
+
+def check_gap(ev: Evaluator, cfg: SearchConfig, q: QueryInput) -> None:
+    if ev.gap < cfg.gap_threshold:
+        raise ZeroGapError(
+            f"the {cfg.ablation} ablation barely changes the {cfg.metric}: L(M(q)) = {ev.clean:.4f}, "
+            f"L(M(q')) = {ev.empty:.4f}, gap {ev.gap:.4f} < min_gap {cfg.gap_threshold} (answer "
+            f"{q.answer_str!r}, wrong {q.wrong_str!r}); faithfulness is undefined without a gap — use a "
+            "counterfactual that changes the answer"
+        )
+
+
+class QuerySearch:
+    """Attribution for a query and its samples, then candidate circuits evaluated exactly on the query."""
+
+    def __init__(
+        self,
+        model,
+        query: QueryInput,
+        samples: dict[str, QueryInput] | None = None,
+        cfg: SearchConfig | None = None,
+        means: torch.Tensor | None = None,
+    ):
+        self.model, self.query, self.cfg, self.means = model, query, cfg or SearchConfig(), means
+        cfg = self.cfg
+        self.graph = Graph.from_model(model)
+        self.setup = make_setup(model, self.graph, query, cfg.ablation, means)
+        self.metric = Metric(cfg.metric, query.answer, query.wrong, self.setup.clean_logits)
+        self.ev = Evaluator(model, self.setup, self.metric, cfg.max_batch)
+        check_gap(self.ev, cfg, query)
+        kw = dict(method=cfg.method, steps=cfg.steps, metric=cfg.metric, means=means, step_batch=cfg.step_batch)
+        self.scores: EdgeScores = attribute(
+            model, query, ablation=cfg.ablation, per_position=True, setup=self.setup, **kw
+        )
+        sets = {"query": self.scores.scores}
+        for name, s in (samples or {}).items():
+            abl = cfg.ablation if s.cf_tokens is not None or cfg.ablation != "counterfactual" else None
+            if abl is None:
+                continue
+            sets[name] = attribute(model, s, ablation=abl, **kw).scores
+        self.score_sets = sets
+        normed = torch.stack([s / s.abs().max().clamp_min(1e-12) for s in sets.values()])
+        self.signed = {**dict(zip(sets, normed)), "mean": normed.mean(0)}
+        self.absolute = {**{n: s.abs() for n, s in zip(sets, normed)}, "mean": normed.abs().mean(0)}
+
+    @property
+    def n_items(self) -> int:
+        """Entries of a circuit mask: the graph's edges (a feature search: its nodes)."""
+        return self.graph.n_edges
+
+    def _prune(self, mask: torch.Tensor) -> torch.Tensor:
+        """A mask with the edges that no longer connect input to logits dropped."""
+        return prune(self.graph, mask)
+
+    # ------------------------------------------------------------------ candidates
+    def candidates(self, k: int, signed: bool = False) -> tuple[list[str], torch.Tensor]:
+        """Top-k and greedy circuits of every ranking (signed: only the query's own and the mean ranking)."""
+        rankings = {n: self.signed[n] for n in ("query", "mean")} if signed else self.absolute
+        names, masks = [], []
+        for name, r in rankings.items():
+            for sel, fn in (("topk", topk), ("greedy", greedy)):
+                names.append(f"{name}/{sel}")
+                masks.append(fn(self.graph, r, k))
+        return names, torch.stack(masks)
+
+    def best_of_n(self, k: int) -> Found:
+        names, masks = self.candidates(k)
+        vals = self.ev.values(masks)
+        scores = self.ev.ndf(vals)
+        i = int(np.argmax(scores))
+        base = names.index("query/topk")
+        return Found(
+            masks[i],
+            float(vals[i]),
+            float(scores[i]),
+            float(self.ev.nfs(vals[i])),
+            names[i],
+            dict(zip(names, map(float, scores))),
+            float(scores[base]),
+        )
+
+    # ------------------------------------------------------------------ refinement
+    def _moves(self, mask: torch.Tensor, k: int) -> tuple[list[str], torch.Tensor]:
+        """Single drops, plus additions (bridging edges, or a new node with one edge in and one out)."""
+        parent, child = incidence(self.graph)
+        moves, names = [], []
+        for e in mask.nonzero().flatten().tolist():
+            m = mask.clone()
+            m[e] = False
+            moves.append(self._prune(m))
+            names.append(f"drop {e}")
+        room = k - int(mask.sum())
+        if room <= 0:
+            return names, torch.stack(moves) if moves else torch.zeros(0, self.n_items, dtype=torch.bool)
+        rank = self.absolute["mean"]
+        n_nodes = len(self.graph.nodes)
+        alive = torch.zeros(n_nodes, dtype=torch.bool)
+        alive[parent[mask]] = True
+        alive |= child[mask].any(0)
+        alive[0] = alive[n_nodes - 1] = True
+        parent_ok = alive[parent]
+        child_ok = (child & alive).any(1)
+        bridge = (~mask & parent_ok & child_ok).nonzero().flatten()
+        for e in bridge[torch.argsort(rank[bridge], descending=True)][: self.cfg.pool].tolist():
+            m = mask.clone()
+            m[e] = True
+            moves.append(self._prune(m))
+            names.append(f"add {e}")
+        if room >= 2:
+            for ein, eout in self._new_node_pairs(mask, alive, parent, child, rank)[: self.cfg.pool // 2]:
+                m = mask.clone()
+                m[[ein, eout]] = True
+                moves.append(self._prune(m))
+                names.append(f"add {ein}+{eout}")
+        return names, torch.stack(moves)
+
+    def _new_node_pairs(self, mask, alive, parent, child, rank):
+        pairs = []
+        for v in (~alive).nonzero().flatten().tolist():
+            into = (~mask & child[:, v] & alive[parent]).nonzero().flatten()
+            out = (~mask & (parent == v) & (child & alive).any(1)).nonzero().flatten()
+            if len(into) and len(out):
+                ein, eout = into[rank[into].argmax()], out[rank[out].argmax()]
+                pairs.append((float(rank[ein] + rank[eout]), int(ein), int(eout)))
+        return [(a, b) for _, a, b in sorted(pairs, reverse=True)]
+
+    def refine(self, found: Found, k: int) -> Found:
+        """Exact hill-climbing at <= k edges: accept the best drop, addition or swap that raises NDF."""
+        mask, best = found.mask, found.ndf
+        for _ in range(self.cfg.refine_steps):
+            names, moves = self._moves(mask, k + 2)
+            if not len(moves):
+                break
+            scores = self.ev.ndf(self.ev.values(moves))
+            sizes = moves.sum(1)
+            ok = sizes <= k
+            options = [(float(s), -int(n), m) for s, n, m, o in zip(scores, sizes, moves, ok) if o]
+            drops = [i for i, nm in enumerate(names) if nm.startswith("drop")]
+            adds = [i for i, nm in enumerate(names) if nm.startswith("add")]
+            # swaps: the best few drops combined with the best few additions
+            top_d = sorted(drops, key=lambda i: -scores[i])[:3]
+            top_a = sorted(adds, key=lambda i: -scores[i])[:3]
+            swaps = [self._prune(moves[d] & mask | (moves[a] & ~mask)) for d in top_d for a in top_a]
+            swaps = [s for s in swaps if int(s.sum()) <= k]
+            if swaps:
+                sw = torch.stack(swaps)
+                options += [(float(s), -int(sw_i.sum()), sw_i) for s, sw_i in zip(self.ev.ndf(self.ev.values(sw)), sw)]
+            if not options:
+                break
+            score, neg_size, m = max(options, key=lambda o: (o[0], o[1]))
+            if score > best + 1e-6 or (score >= best and -neg_size < int(mask.sum())):
+                mask, best = m, score
+            else:
+                break
+        if best <= found.ndf and torch.equal(mask, found.mask):
+            return found
+        v = float(self.ev.values(mask[None])[0])
+        return Found(
+            mask, v, best, float(self.ev.nfs(v)), found.source + "+refined", found.candidates, found.baseline_ndf
+        )
+
+    # ------------------------------------------------------------------ modes
+    def _measured(self, found: Found, mask: torch.Tensor, step: str) -> Found:
+        """found's provenance on a new mask, its value, NDF and NFS evaluated exactly; step says what changed it."""
+        v = float(self.ev.values(mask[None])[0])
+        return Found(
+            mask,
+            v,
+            float(self.ev.ndf(v)),
+            float(self.ev.nfs(v)),
+            f"{found.source}+{step}",
+            found.candidates,
+            found.baseline_ndf,
+        )
+
+    def shrink(self, found: Found, k: int) -> Found:
+        """Backward elimination by exact evaluation: drop the least useful edge until at most k remain."""
+        mask = found.mask
+        while int(mask.sum()) > k:
+            _, moves = self._moves(mask, 0)  # drops only
+            scores = self.ev.ndf(self.ev.values(moves)) - 1e-9 * moves.sum(1).numpy()
+            # far from k, drop the few least useful edges together (fewer model calls); one at a time near k
+            n_drop = max(1, (int(mask.sum()) - k) // 3)
+            order = np.argsort(-scores)[:n_drop]
+            together = self._prune(moves[order].all(0))
+            mask = together if n_drop > 1 and int(together.sum()) >= k else moves[order[0]]
+        return self._measured(found, mask, "shrunk")
+
+    def at_budget(self, budget: float) -> Found:
+        """The most faithful circuit with at most budget * n_edges edges.
+
+        Two exact local searches, the better one is kept: refinement of the best-of-N circuit at k
+        edges, and backward elimination from the best-of-N circuit at `grow` * k edges (edges that only
+        help together are kept that way), then refined.
+        """
+        check_budget(budget)
+        k = max(1, int(budget * self.n_items))
+        bon = self.best_of_n(k)
+        forward = self.refine(bon, k)
+        big = min(self.n_items, int(self.cfg.grow * k))
+        if big <= k:
+            return forward
+        wide = self.best_of_n(big)
+        backward = self.refine(
+            self.shrink(
+                Found(wide.mask, wide.value, wide.ndf, wide.nfs, wide.source, bon.candidates, bon.baseline_ndf), k
+            ),
+            k,
+        )
+        return backward if backward.ndf > forward.ndf else forward
+
+    def sparsest(self, target_ndf: float) -> Found:
+        """The sparsest circuit whose NDF reaches target_ndf (best-of-N size search, then exact drops)."""
+        if not 0 < target_ndf <= 1:
+            raise BadValueError(f"target NDF must be in (0, 1], got {target_ndf!r}")
+        found = smallest_hit(self.best_of_n, self.n_items, target_ndf)
+        rule = self.DROPS if self.cfg.drops == "auto" else self.cfg.drops
+        drop = self._drop_ordered if rule == "ordered" else self._drop_greedy
+        return self._measured(found, drop(found.mask, target_ndf), "pruned")
+
+    DROPS = "greedy"  # the drop rule when cfg.drops is "auto"
+
+    def _drop_greedy(self, mask: torch.Tensor, target_ndf: float) -> torch.Tensor:
+        """The best single drop while NDF stays >= target_ndf: every kept entry measured each round."""
+        while int(mask.sum()) > 0:
+            _, moves = self._moves(mask, 0)  # room 0: drops only
+            scores = self.ev.ndf(self.ev.values(moves))
+            i = int(np.argmax(scores - 1e-9 * moves.sum(1).numpy()))
+            if scores[i] < target_ndf:
+                break
+            mask = moves[i]
+        return mask
+
+    def _drop_ordered(self, mask: torch.Tensor, target_ndf: float) -> torch.Tensor:
+        """Rounds of: every single drop measured, the drops keeping target_ndf ordered by the NDF they leave (the
+        best first: greedy's choice, taken), then each of the others tried in that order on the current circuit
+        and kept when NDF stays >= target_ndf (one exact evaluation each). It stops by greedy's rule, when no
+        single drop keeps the target, so the result is as 1-minimal; a round costs about 2n evaluations where
+        greedy pays n per dropped entry."""
+        while int(mask.sum()) > 0:
+            _, moves = self._moves(mask, 0)
+            scores = self.ev.ndf(self.ev.values(moves)) - 1e-9 * moves.sum(1).numpy()
+            ok = np.flatnonzero(scores >= target_ndf)
+            if not ok.size:
+                break
+            ok = ok[np.argsort(-scores[ok], kind="stable")]
+            mask = moves[ok[0]]
+            for i in ok[1:]:
+                m = self._prune(mask & moves[i])
+                if self.ev.ndf(self.ev.values(m[None]))[0] >= target_ndf:
+                    mask = m
+        return mask
+
+    def curve(self, fractions=MIB_GRID) -> dict:
+        """f(k) = NFS over the MIB grid for the search (best of N at each k) and for plain top-k of the query's scores.
+
+        CPR uses signed rankings (max f over candidates), CMD absolute rankings (min |1 - f|), as MIB does.
+        """
+        counts = edge_counts(self.n_items, fractions)
+        out = {"fractions": list(fractions), "edges": counts}
+        for signed in (True, False):
+            per_k = [self.candidates(k, signed) for k in counts]
+            f = [self.ev.nfs(self.ev.values(m)) for _, m in per_k]
+            base = [fi[names.index("query/topk")] for (names, _), fi in zip(per_k, f)]
+            if signed:
+                best = [float(fi.max()) for fi in f]
+                out.update(
+                    search_cpr_f=best,
+                    topk_cpr_f=list(map(float, base)),
+                    search_cpr=cpr(fractions, best),
+                    topk_cpr=cpr(fractions, base),
+                )
+            else:
+                best = [float(fi[np.argmin(np.abs(1 - fi))]) for fi in f]
+                out.update(
+                    search_f=best,
+                    topk_f=list(map(float, base)),
+                    search_cmd=cmd(fractions, best),
+                    topk_cmd=cmd(fractions, base),
+                    search_ndf=[float(1 - min(abs(1 - x), 1)) for x in best],
+                    topk_ndf=[float(1 - min(abs(1 - x), 1)) for x in base],
+                )
+        return out
+
+    def ndf_under(self, mask: torch.Tensor, others: dict[str, QueryInput]) -> dict[str, float]:
+        """NDF of one circuit on the same prompt with other counterfactuals (resamples): its spread."""
+        out = {}
+        for name, q in others.items():
+            setup = make_setup(self.model, self.graph, q, self.cfg.ablation, self.means)
+            metric = Metric(self.cfg.metric, q.answer, q.wrong, setup.clean_logits)
+            ev = Evaluator(self.model, setup, metric, self.cfg.max_batch)
+            if ev.gap >= self.cfg.gap_threshold:
+                out[name] = float(ev.ndf(ev.values(mask[None]))[0])
+        return out

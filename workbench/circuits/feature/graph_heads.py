@@ -1,0 +1,221 @@
+"""The heads on every edge of an attribution graph (docs/methods.md §11): each kept edge split into the part
+that reaches its target through no attention head (the residual stream and any skip paths) and, for each head,
+the part whose first attention hop is that head's OV circuit (the later path may cross further heads). The
+parts are computed independently of the edge and sum to it exactly in the frozen replacement model.
+
+First hop through head (l, h) of a source writing v at position p: v . LN1_l^T(W_V[l, h] gv[h, p]), with
+gv[h, p] = sum_q pattern_l[h, q, p] dT/dz_l[q, h] the target's gradient at the head's value at p, and LN1_l^T the
+transpose of the frozen normalisation before the attention. The direct part is the gradient with every value
+held at this prompt's (no path through attention), dotted with v.
+
+`split_entries`: the same first hop split further over the attention entries (query, key) it crosses.
+`qk_attribution`: why a head attends, the query-side and key-side sources of one attention score.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from workbench.circuits.feature.replacement import EMBED, ActiveFeatures, ReplacementModel, source_rows
+from workbench.errors import BadValueError
+
+
+def _frozen_ln1(rm: ReplacementModel, layer: int):
+    """(scale [pos, 1] at this prompt, weight or None, centres?) of `layer`'s ln1; None: no normalisation."""
+    ln = rm.model.blocks[layer].ln1
+    scale = rm.frozen.get(f"blocks.{layer}.ln1.hook_scale")
+    if scale is None:
+        return None
+    w = getattr(ln, "w", None)
+    return scale[0].reshape(-1, 1), None if w is None else w.detach(), "LayerNorm" in type(ln).__name__
+
+
+def _ln_transpose(rm: ReplacementModel, layer: int, u: torch.Tensor) -> torch.Tensor:
+    """u [.., pos, d] (a gradient at ln1's output of `layer`) pulled back through the frozen ln1."""
+    ln = _frozen_ln1(rm, layer)
+    if ln is None:
+        return u
+    scale, w, centres = ln
+    u = (u if w is None else u * w) / scale
+    return u - u.mean(-1, keepdim=True) if centres else u
+
+
+def _targets(rm: ReplacementModel, g, active_rows: torch.Tensor):
+    """(layers, positions, vectors) of graph rows: features through their encoders, logits as built."""
+    layers, positions, vecs = [], [], []
+    for r in active_rows.tolist():
+        if r < g.n_features:
+            layer, pos, latent = g.features[r].tolist()
+            vec = rm.tcs[layer].encoder_vectors(torch.tensor([latent]), rm.x[layer].dtype)[0]
+        else:
+            layer, pos = rm.L, rm.P - 1
+            vec = rm.unembed_vectors([g.logit_tokens[r - g.n_features]])[0]
+        layers.append(layer)
+        positions.append(pos)
+        vecs.append(vec)
+    return torch.tensor(layers), torch.tensor(positions), torch.stack(vecs)
+
+
+def _sources(rm: ReplacementModel, g, cols: torch.Tensor):
+    """(write layer: -1 for tokens, position, written vector [n, d]) of graph source columns."""
+    n_f, n_e = g.n_features, g.n_errors
+    layers, positions, vecs = [], [], []
+    for c in cols.tolist():
+        if c < n_f:
+            layer, pos, latent = g.features[c].tolist()
+            vec = rm.tcs[layer].sae.W_dec[latent].detach() * g.activations[c]
+        elif c < n_f + n_e:
+            layer, pos = divmod(c - n_f, rm.P)
+            vec = rm.errors[layer][pos]
+        else:
+            layer, pos = -1, c - n_f - n_e
+            vec = rm.embed[pos]
+        layers.append(layer)
+        positions.append(pos)
+        vecs.append(vec.to(rm.embed.dtype))
+    return torch.tensor(layers), torch.tensor(positions), torch.stack(vecs)
+
+
+@torch.no_grad()
+def carried(rm: ReplacementModel, src) -> torch.Tensor:
+    """[n, n_layers, d]: each source's write as it reaches each layer's attention input at its own position
+    through no attention (the residual stream and the skip paths of skip transcoders; zero below the source).
+
+    With no attention, positions do not interact, so sources at different positions share one copy of the
+    prompt: the pass runs on as many copies as the most sources any one position has."""
+    s_layer, s_pos, vec = src
+    n = vec.shape[0]
+    order = torch.argsort(s_pos, stable=True)
+    first = torch.searchsorted(s_pos[order], s_pos[order])  # where each position's run of sources starts
+    slot = torch.empty_like(s_pos)
+    slot[order] = torch.arange(n) - first
+    copies = int(slot.max()) + 1 if n else 0
+    deltas = {}
+    for i, layer in enumerate(s_layer.tolist()):
+        name = EMBED if layer < 0 else f"blocks.{layer}.hook_mlp_out"
+        deltas.setdefault(name, vec.new_zeros(copies, rm.P, vec.shape[1]))[slot[i], s_pos[i]] += vec[i]
+    names = tuple(f"blocks.{layer}.hook_resid_pre" for layer in range(1, rm.L))
+    moved, _ = rm.forward(copies, deltas, no_attention=True, record=names)
+    still, _ = rm.forward(1, no_attention=True, record=names)
+    out = [torch.where((s_layer < 0)[:, None], vec, 0)]
+    out += [
+        (moved[k][slot, s_pos] - still[k][0, s_pos]) * (s_layer < layer)[:, None] for layer, k in enumerate(names, 1)
+    ]
+    return torch.stack(out, 1)
+
+
+def _split_batch(rm: ReplacementModel, targets, b, src, reach, copies: int) -> torch.Tensor:
+    """[n_edges, n_layers * n_heads + 1] for edges from sources src (reach: carried(src)) to the targets' copies b."""
+    full = rm.backward(*targets, copies=copies, with_z=True)
+    direct = rm.backward(*targets, copies=copies, no_attention=True)
+    s_layer, s_pos, vec = src
+    taps = torch.stack([direct[f"blocks.{layer}.hook_mlp_out"] for layer in range(rm.L)] + [direct[EMBED]])
+    out = [torch.einsum("ed,ed->e", taps[s_layer % (rm.L + 1), b, s_pos], vec)[:, None]]
+    for layer in range(rm.L):
+        gz = full[f"blocks.{layer}.attn.hook_z"]  # [n, q, head, d_head]
+        pattern = rm.frozen[f"blocks.{layer}.attn.hook_pattern"][0]  # [head, q, k]
+        gv = torch.einsum("hqk,bqhe->bhke", pattern, gz)
+        u = _ln_transpose(rm, layer, torch.einsum("bhke,hde->bhkd", gv, rm.model.blocks[layer].attn.W_V.detach()))
+        out.insert(layer, torch.einsum("ehd,ed->eh", u[b, :, s_pos], reach[:, layer]))
+    return torch.cat(out, 1)
+
+
+def head_names(n_layers: int, n_heads: int) -> list[str]:
+    return [f"a{layer}.h{h}" for layer in range(n_layers) for h in range(n_heads)] + ["direct"]
+
+
+def _edge_batches(rm: ReplacementModel, g, edges: torch.Tensor, batch_size: int):
+    """(indices into edges, targets, target copy of each edge, sources, their carried writes), batch_size targets
+    at a time; each source's write and how it travels depend on no target, so they are computed once."""
+    rows = edges[:, 0].unique()
+    cols, col_of = edges[:, 1].unique(return_inverse=True)
+    src = _sources(rm, g, cols)
+    reach = carried(rm, src)
+    for start in range(0, rows.numel(), batch_size):
+        chunk = rows[start : start + batch_size]
+        pick = torch.isin(edges[:, 0], chunk).nonzero().flatten()
+        c = col_of[pick]
+        yield (
+            pick,
+            _targets(rm, g, chunk),
+            torch.searchsorted(chunk, edges[pick, 0]),
+            tuple(x[c] for x in src),
+            reach[c],
+        )
+
+
+def split_edges(rm: ReplacementModel, g, edge_mask: torch.Tensor, batch_size: int = 32) -> dict:
+    """{"edges": [n, 2] (row, column) of the edges in edge_mask, "weights": [n, n_layers * n_heads + 1] each
+    edge's first-hop part through each head then its direct part, "names": the column names}."""
+    edges = edge_mask.nonzero()
+    weights = torch.zeros(edges.shape[0], rm.L * g.n_heads + 1)
+    with torch.no_grad():
+        for pick, targets, b, src, reach in _edge_batches(rm, g, edges, batch_size):
+            weights[pick] = _split_batch(rm, targets, b, src, reach, batch_size).float().cpu()
+    return {"edges": edges, "weights": weights, "names": head_names(rm.L, g.n_heads)}
+
+
+def _ln_forward(rm: ReplacementModel, layer: int, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """x [n, d] written at positions pos [n] as the frozen ln1 of `layer` passes it on (the transpose of
+    _ln_transpose: (LN^T u) . x = u . LN x)."""
+    ln = _frozen_ln1(rm, layer)
+    if ln is None:
+        return x
+    scale, w, centres = ln
+    x = (x - x.mean(-1, keepdim=True) if centres else x) / scale[pos]
+    return x if w is None else x * w
+
+
+def split_entries(rm: ReplacementModel, g, edges: torch.Tensor, batch_size: int = 32) -> torch.Tensor:
+    """[n, n_layers, n_heads, n_pos]: each edge's first-hop part through head (l, h) split over the attention
+    entries it crosses, (query q, key = the source's position): pattern_l[h, q, p] times the target's gradient at
+    the head's output z[q, h] dotted with the head's value of the carried write. Summed over q: split_edges's
+    part of that head. edges: [n, 2] (row, column) of graph edges."""
+    out = torch.zeros(edges.shape[0], rm.L, g.n_heads, rm.P)
+    with torch.no_grad():
+        for pick, targets, b, (_, s_pos, _), reach in _edge_batches(rm, g, edges, batch_size):
+            full = rm.backward(*targets, copies=batch_size, with_z=True)
+            for layer in range(rm.L):
+                gz = full[f"blocks.{layer}.attn.hook_z"][b]  # [n, q, head, d_head]
+                pattern = rm.frozen[f"blocks.{layer}.attn.hook_pattern"][0][:, :, s_pos].permute(2, 1, 0)  # [n, q, h]
+                x = _ln_forward(rm, layer, reach[:, layer], s_pos)
+                val = torch.einsum("nd,hde->nhe", x, rm.model.blocks[layer].attn.W_V.detach())
+                out[pick, layer] = (torch.einsum("nqhe,nhe->nqh", gz, val) * pattern).transpose(1, 2).float().cpu()
+    return out
+
+
+def qk_attribution(rm: ReplacementModel, layer: int, head: int, query: int, key: int) -> dict:
+    """Why head (layer, head) attends from position `query` to `key`: each source's direct effect on that
+    attention score (before the softmax) through the query side (keys held at this prompt's) and through the
+    key side (queries held), in the frozen replacement model. The score is bilinear in the two sides, so each
+    side is exact with the other held. {"score", "sources": (layer, pos, latent) of the active features then
+    errors then tokens as attribution_graph.source_rows orders them, "query": [n], "key": [n]}."""
+    if not (0 <= layer < rm.L and 0 <= head < rm.model.cfg.n_heads and 0 <= key <= query < rm.P):
+        raise BadValueError(
+            f"pattern entry (layer {layer}, head {head}, query {query}, key {key}) is not one of this prompt's: "
+            f"layers 0..{rm.L - 1}, heads 0..{rm.model.cfg.n_heads - 1}, 0 <= key <= query < {rm.P}"
+        )
+    active = ActiveFeatures.of(rm)
+    clean = {}
+    with torch.no_grad():
+        rm.model.run_with_hooks(
+            rm.tokens[None],
+            return_type=None,
+            fwd_hooks=[(f"blocks.{layer}.attn.hook_{s}", lambda a, hook, s=s: clean.__setitem__(s, a)) for s in "qk"],
+        )
+    out = {}
+    for side, held in (("query", "k"), ("key", "q")):
+        seen = {}
+        hooks = [
+            (f"blocks.{layer}.attn.hook_{held}", lambda a, hook, held=held: clean[held]),
+            (f"blocks.{layer}.attn.hook_attn_scores", lambda a, hook: seen.__setitem__("s", a)),
+        ]
+        with torch.enable_grad(), rm.model.hooks(fwd_hooks=hooks):
+            _, taps = rm.forward(1)
+            score = seen["s"][0, head, query, key]
+            names = list(taps)
+            got = torch.autograd.grad(score, [taps[n] for n in names], allow_unused=True, materialize_grads=True)
+        out[side] = source_rows(rm, active, dict(zip(names, got)))[0].detach()
+        out["score"] = float(score)
+    out["sources"] = torch.stack([active.layer, active.pos, active.latent], 1)
+    return out

@@ -1,0 +1,176 @@
+"""An attribution graph as circuit-tracer / Neuronpedia graph JSON (circuit_tracer.frontend.graph_models and
+create_graph_files' conventions, as export.py writes component circuits): the pruned graph's nodes (features as
+'cross layer transcoder' nodes, error nodes, embeddings, logits) and its kept edges as links; a link that crosses
+attention also names the heads carrying it ("heads": head -> weight, largest first, and "direct").
+
+circuit-tracer names an error node '0_{layer}_{pos}', which can equal a layer-0 feature's id; error nodes are
+named 'err_{layer}_{pos}' here so every node id is unique (the frontend maps nodes by id).
+"""
+
+from __future__ import annotations
+
+from workbench.atomic import write_json
+from workbench.circuits.component.export import _cantor, validate_neuronpedia
+
+HEAD_SHARE = 0.05  # heads listed on a link: those carrying at least this share of its |weight| split
+
+
+def _node(g, node: int, influence: float, labels: dict) -> dict:
+    n_f, n_e, L = g.n_features, g.n_errors, g.n_layers
+    base = {"token_prob": 0.0, "is_target_logit": False, "influence": influence}
+    if node < n_f:
+        layer, pos, latent = g.features[node].tolist()
+        return {
+            **base,
+            "node_id": f"{layer}_{latent}_{pos}",
+            "feature": _cantor(layer, latent),
+            "layer": str(layer),
+            "ctx_idx": pos,
+            "feature_type": "cross layer transcoder",
+            "jsNodeId": f"{layer}_{latent}-0",
+            "clerp": labels.get((layer, latent), f"L{layer} latent {latent}"),
+            "activation": float(g.activations[node]),
+        }
+    if node < n_f + n_e:
+        layer, pos = divmod(node - n_f, g.n_pos)
+        return {
+            **base,
+            "node_id": f"err_{layer}_{pos}",
+            "feature": -1,
+            "layer": str(layer),
+            "ctx_idx": pos,
+            "feature_type": "mlp reconstruction error",
+            "jsNodeId": f"{layer}_{pos}-0",
+            "clerp": f"error of layer {layer}'s transcoder",
+            "activation": 0.0,
+        }
+    if node < g.n_sources:
+        pos = node - n_f - n_e
+        tok = g.tokens[pos]
+        return {
+            **base,
+            "node_id": f"E_{tok}_{pos}",
+            "feature": pos,
+            "layer": "E",
+            "ctx_idx": pos,
+            "feature_type": "embedding",
+            "jsNodeId": f"E_{tok}-{pos}",
+            "clerp": f"Emb: {g.str_tokens[pos]!r}",
+            "activation": 0.0,
+        }
+    i = node - g.n_sources
+    tok, p = g.logit_tokens[i], float(g.logit_probs[i])
+    return {
+        **base,
+        "node_id": f"{L + 1}_{tok}_{g.n_pos - 1}",
+        "feature": tok,
+        "layer": str(L + 1),
+        "ctx_idx": g.n_pos - 1,
+        "feature_type": "logit",
+        "token_prob": p,
+        "is_target_logit": i == 0,
+        "jsNodeId": f"L_{tok}-{g.n_pos - 1}",
+        "clerp": f'Output "{g.logit_strs[i]}" (p={p:.3f})',
+        "activation": 0.0,
+    }
+
+
+def _heads(g) -> dict:
+    """(row, col) -> {head: weight} of the heads carrying at least HEAD_SHARE of each split edge."""
+    if not g.heads:
+        return {}
+    out = {}
+    names = g.heads["names"]
+    for (r, c), w in zip(g.heads["edges"].tolist(), g.heads["weights"]):
+        keep = (w.abs() >= HEAD_SHARE * w.abs().sum()).nonzero().flatten()
+        keep = keep[w[keep].abs().argsort(descending=True)]
+        out[r, c] = {names[k]: float(w[k]) for k in keep.tolist()}
+    return out
+
+
+def to_neuronpedia(
+    g,
+    path=None,
+    slug: str = "workbench-graph",
+    labels: dict | None = None,
+    circuit=None,
+    pinned: bool = False,
+    members: dict | None = None,
+) -> dict:
+    """The pruned graph as a Neuronpedia graph dict (written to `path` if given); labels: (layer, latent) -> clerp.
+    circuit (a feature_circuit.FeatureCircuit of this graph): its nodes and the edges between them instead, each
+    link naming its heads; pinned: the circuit's nodes pinned (qParams.pinnedIds) in the whole pruned graph."""
+    node_mask, edge_mask, cumulative = g.pruned
+    only = circuit is not None and not pinned
+    if only:
+        from workbench.circuits.feature.feature_circuit import circuit_edges
+
+        node_mask, edge_mask = circuit.graph_nodes, circuit_edges(g, circuit.graph_nodes)
+    kept = node_mask.nonzero().flatten().tolist()
+    ids = {n: _node(g, n, float(cumulative[n]), labels or {}) for n in kept}
+    heads = _heads(g) if not only else {(e["source"], e["target"]): e["heads"] for e in circuit.edges}
+    links = []
+    for r, c in edge_mask.nonzero().tolist():
+        target = g.row_node(r)
+        if target in ids and c in ids:
+            link = {"source": ids[c]["node_id"], "target": ids[target]["node_id"], "weight": float(g.adjacency[r, c])}
+            key = (g.node_name(c), g.node_name(target)) if only else (r, c)
+            if key in heads:
+                link["heads"] = heads[key]
+            links.append(link)
+    pins = []
+    if circuit is not None:
+        pins = [ids[n]["node_id"] for n in circuit.graph_nodes[: g.n_sources].nonzero().flatten().tolist() if n in ids]
+    d = {
+        "metadata": {
+            "slug": slug,
+            "scan": g.model_id,
+            "transcoder_list": [],
+            "prompt": g.prompt or "".join(g.str_tokens),
+            "prompt_tokens": g.str_tokens,
+            "node_threshold": g.config["node_threshold"],
+            "schema_version": 1,
+            "info": {
+                "creator_name": "workbench",
+                "edge_threshold": g.config["edge_threshold"],
+                **g.scores,
+                **({"transcoder_members": members} if members else {}),
+            },
+        },
+        "qParams": {"pinnedIds": pins, "supernodes": [], "linkType": "both", "clickedId": "", "sg_pos": ""},
+        "nodes": list(ids.values()),
+        "links": links,
+    }
+    validate_neuronpedia(d)
+    if path is not None:
+        write_json(path, d)
+    return d
+
+
+def set_labels(transcoders, member: int | str = 0) -> dict:
+    """(layer, latent) -> clerp: each latent's best ground-truth label (highest F1 over the label kinds) with its
+    precision, from the feature stores of a transcoder set's members; members without a store give none."""
+    from pathlib import Path
+
+    from workbench.circuits.feature.replacement import member_name
+    from workbench.features.store import FeatureStore
+    from workbench.sae.transcoders import load_set
+
+    if isinstance(transcoders, list):
+        return {}
+    out = {}
+    for entry in load_set(transcoders)["layers"]:
+        folder = Path(transcoders) / member_name(entry["transcoders"], member)
+        if not (folder / "features").is_dir():
+            continue
+        df = FeatureStore(folder).units
+        kinds = [c[: -len("_f1")] for c in df.columns if c.endswith("_f1")]
+        if not kinds:
+            continue
+        best = df[[f"{k}_f1" for k in kinds]].to_numpy().argmax(1)
+        for u, k in enumerate(best):
+            kind = kinds[k]
+            if df["count"].iat[u] > 0 and df[f"{kind}_f1"].iat[u] > 0:
+                label = f"{kind}={df[f'{kind}_label'].iat[u]} (precision {df[f'{kind}_precision'].iat[u]:.2f})"
+                out[int(entry["layer"]), u] = label
+    return out

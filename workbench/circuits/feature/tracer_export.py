@@ -1,0 +1,128 @@
+"""The workbench's transcoders and models in circuit-tracer's objects (its TranscoderSet and TransformerLens
+ReplacementModel), so circuit-tracer's own `attribute` can run on the same model, prompt and transcoders as
+`build_graph` (bench/feature_circuit_bench.py compares the two). circuit-tracer is imported here only.
+
+Exact for Top-k transcoders without a scaffold: the encoder's input bias folds into its bias, the transcoders
+read the same hook (ln2.hook_normalized) and write hook_mlp_out."""
+
+from __future__ import annotations
+
+import torch
+
+from workbench.circuits.feature.replacement import Transcoder, check_transcoders
+from workbench.errors import BadValueError
+
+
+class TopKReLU(torch.nn.Module):
+    """The workbench's Top-k rule: the k largest pre-activations, negatives zeroed (circuit-tracer's TopK keeps
+    them)."""
+
+    def __init__(self, k: int):
+        super().__init__()
+        self.k = k
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        top = x.topk(self.k, dim=-1)
+        return torch.zeros_like(x).scatter(-1, top.indices, top.values.relu())
+
+
+def _check_exportable(t: Transcoder) -> None:
+    cfg = t.sae.cfg
+    if getattr(cfg, "base", None) != "topk" or getattr(cfg, "scaffold_rank", 0):
+        raise BadValueError(
+            f"layer {t.layer}'s transcoder is {getattr(cfg, 'base', type(t.sae).__name__)!r} with scaffold rank "
+            f"{getattr(cfg, 'scaffold_rank', 0)}: only plain Top-k transcoders export to circuit-tracer"
+        )
+    if getattr(cfg, "normalize_activations", "none") != "none":
+        raise BadValueError(f"layer {t.layer}'s transcoder normalises its input ({cfg.normalize_activations})")
+
+
+def _importable() -> None:
+    """circuit-tracer 0.5 imports huggingface_hub.constants.HF_HUB_ENABLE_HF_TRANSFER, which huggingface_hub 1.x
+    removed; it reads it only to pick a download path, never taken here (nothing is downloaded)."""
+    import huggingface_hub.constants as hub
+
+    if not hasattr(hub, "HF_HUB_ENABLE_HF_TRANSFER"):
+        hub.HF_HUB_ENABLE_HF_TRANSFER = False
+
+
+def transcoder_set(model, transcoders: list[Transcoder]):
+    """circuit-tracer's TranscoderSet of a workbench transcoder set (float32, on the model's device)."""
+    _importable()
+    from circuit_tracer.transcoder.single_layer_transcoder import SingleLayerTranscoder, TranscoderSet
+
+    tcs = check_transcoders(model, transcoders)
+    hooks = {t.input_hook.split(".", 2)[-1] for t in tcs}
+    if len(hooks) != 1:
+        raise BadValueError(f"the transcoders read different hooks {sorted(hooks)}: circuit-tracer reads one")
+    out = {}
+    for t in tcs:
+        _check_exportable(t)
+        s, skip = t.sae, getattr(t.sae, "W_skip", None)
+        ct = SingleLayerTranscoder(
+            s.cfg.d_in,
+            s.cfg.d_sae,
+            TopKReLU(s.cfg.k),
+            t.layer,
+            skip is not None,
+            device=model.cfg.device,
+            dtype=torch.float32,
+        )
+        b_in = getattr(s, "b_in", None)
+        with torch.no_grad():
+            ct.W_enc.copy_(s.W_enc.T)
+            ct.b_enc.copy_(s.b_enc - (0 if b_in is None else b_in @ s.W_enc))
+            ct.W_dec.copy_(s.W_dec)
+            ct.b_dec.copy_(s.b_dec)
+            if skip is not None:
+                ct.W_skip.copy_(skip)
+        out[t.layer] = ct
+    return TranscoderSet(out, feature_input_hook=hooks.pop(), feature_output_hook="hook_mlp_out")
+
+
+def _renamed(key: str, rename) -> str:
+    """A TransformerLens weight's name once circuit-tracer has wrapped its MLPs and unembedding."""
+    for old, new in rename:
+        key = key.replace(old, new) if old in key and new not in key else key
+    return key
+
+
+def replacement_model(model, transcoders: list[Transcoder]):
+    """circuit-tracer's TransformerLens ReplacementModel with `model`'s config and weights and the set."""
+    _importable()
+    from circuit_tracer.replacement_model.replacement_model_transformerlens import TransformerLensReplacementModel
+
+    ct = TransformerLensReplacementModel.from_config(model.cfg, transcoder_set(model, transcoders))
+    ct.tokenizer = model.tokenizer
+    rename = ((".mlp.", ".mlp.old_mlp."), ("unembed.", "unembed.old_unembed."))
+    state = {_renamed(k, rename): v for k, v in model.state_dict().items()}
+    missing, unexpected = ct.load_state_dict(state, strict=False)
+    if unexpected or any(not k.startswith("transcoders.") for k in missing):
+        raise BadValueError(f"circuit-tracer's model does not match this model's weights: {missing, unexpected}")
+    return ct.eval()
+
+
+def shared_edges(ours, theirs) -> dict:
+    """How a workbench AttributionGraph and circuit-tracer's Graph of the same prompt and targets agree: the
+    largest difference between their entries on the nodes both have (features off position 0, which
+    circuit-tracer leaves out, errors and tokens off position 0, logits), relative to the largest entry."""
+    if ours.logit_tokens != [t.vocab_idx for t in theirs.logit_targets]:
+        raise BadValueError(f"the graphs have other target logits: {ours.logit_tokens} vs {theirs.logit_targets}")
+    P, L = ours.n_pos, ours.n_layers
+    key = {tuple(f): i for i, f in enumerate(theirs.active_features[theirs.selected_features].tolist())}
+    mine = [(i, key[tuple(f)]) for i, f in enumerate(ours.features.tolist()) if tuple(f) in key]
+    n_t = len(theirs.selected_features)
+    rows_o = [i for i, _ in mine] + [ours.n_features + j for j in range(len(ours.logit_tokens))]
+    rows_t = [j for _, j in mine] + [n_t + L * P + P + j for j in range(len(ours.logit_tokens))]
+    cols_o = [i for i, _ in mine] + list(range(ours.n_features, ours.n_sources))
+    cols_t = [j for _, j in mine] + list(range(n_t, n_t + L * P + P))
+    a = ours.adjacency[rows_o][:, cols_o]
+    b = theirs.adjacency_matrix.float()[rows_t][:, cols_t]
+    off_bos = torch.ones(a.shape[1], dtype=torch.bool)
+    off_bos[len(mine) :: P] = False  # each layer's error and the token at position 0
+    a, b = a[:, off_bos], b[:, off_bos]
+    return {
+        "shared_features": len(mine),
+        "shared_entries": a.numel(),
+        "max_rel_diff": float((a - b).abs().max() / b.abs().max().clamp_min(1e-30)),
+    }
