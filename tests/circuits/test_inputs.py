@@ -81,7 +81,7 @@ def test_budget_below_one_edge_is_refused_like_zero(small):
     n = Graph.from_model(small).n_edges
     with pytest.raises(ValueError, match=f"below one edge: this model's graph has {n} edges"):
         find_circuit(small, PROMPT, "Mary", CF, wrong="John", budget=1e-9)
-    with pytest.raises(ValueError, match=r"target NDF must be in \(0, 1\]"):
+    with pytest.raises(ValueError, match=r"target_ndf=1.5 is outside \(0, 1\]"):
         find_circuit(small, PROMPT, "Mary", CF, wrong="John", target_ndf=1.5)
 
 

@@ -19,10 +19,9 @@ from workbench.circuits.component.attribute import EdgeScores, attribute
 from workbench.circuits.component.graph import Graph
 from workbench.circuits.component.patching import Setup, evaluate, make_setup
 from workbench.circuits.component.select import greedy, incidence, prune, topk
-from workbench.circuits.config import DEFAULT_MIN_GAP, SearchConfig  # noqa: F401  (re-exported)
+from workbench.circuits.config import DEFAULT_MIN_GAP, QueryConfig, SearchConfig  # noqa: F401  (re-exported)
 from workbench.circuits.inputs import QueryError, QueryInput
 from workbench.circuits.metrics import MIB_GRID, Metric, check_budget, cmd, cpr, edge_counts, ndf, nfs
-from workbench.errors import BadValueError
 
 
 class ZeroGapError(QueryError):
@@ -318,8 +317,7 @@ class QuerySearch:
 
     def sparsest(self, target_ndf: float) -> Found:
         """The sparsest circuit whose NDF reaches target_ndf (best-of-N size search, then exact drops)."""
-        if not 0 < target_ndf <= 1:
-            raise BadValueError(f"target NDF must be in (0, 1], got {target_ndf!r}")
+        QueryConfig(target_ndf=target_ndf)  # its one range check
         found = smallest_hit(self.best_of_n, self.n_items, target_ndf)
         rule = self.DROPS if self.cfg.drops == "auto" else self.cfg.drops
         drop = self._drop_ordered if rule == "ordered" else self._drop_greedy
