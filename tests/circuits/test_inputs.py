@@ -86,7 +86,7 @@ def test_budget_below_one_edge_is_refused_like_zero(small):
 
 
 def test_budget_and_target_are_exclusive(small):
-    with pytest.raises(ValueError, match="either budget or target_ndf"):
+    with pytest.raises(ValueError, match="either a budget or a target NDF, not both"):
         find_circuit(small, PROMPT, "Mary", CF, wrong="John", budget=0.1, target_ndf=0.8)
 
 
