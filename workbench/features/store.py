@@ -16,6 +16,7 @@ import numpy as np
 from workbench.atomic import read_json
 from workbench.errors import BadValueError
 from workbench.features.config import FeatureConfig
+from workbench.readback import verify_artifact
 
 FORMAT = "workbench-feature-store/1"
 STORE = "features"  # the store's folder name, beside the SAE's files
@@ -36,6 +37,7 @@ class FeatureStore:
             )
             raise BadValueError(f"no feature store at {path}{hint}")
         rebuild = "rebuild the store with `workbench features build --overwrite`"
+        verify_artifact(path, "feature store")
         self.manifest = read_json(mpath, BadValueError, rebuild)
         if self.manifest.get("format") != FORMAT:
             raise BadValueError(f"{mpath} has format {self.manifest.get('format')!r}, expected {FORMAT!r}")
