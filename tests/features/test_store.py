@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from workbench.cache import ActivationCache
-from workbench.errors import BadValueError
+from workbench.errors import BadValueError, DamagedFileError
 from workbench.features import FeatureStore
 from workbench.features.build import build_stores
 from workbench.features.config import FeatureConfig
@@ -200,7 +200,7 @@ def test_bad_input_gets_clear_messages(feature_workspace, names, tmp_path, capsy
         FeatureStore(tmp_path)
     (tmp_path / "features").mkdir()
     (tmp_path / "features" / "manifest.json").write_text(json.dumps({"format": "other"}))
-    with pytest.raises(BadValueError, match="format"):
+    with pytest.raises(DamagedFileError, match="format"):
         FeatureStore(tmp_path)
     with pytest.raises(BadValueError, match="split"):
         FeatureConfig(split="test")
@@ -310,5 +310,5 @@ def test_the_same_sae_twice_builds_one_store(feature_workspace, names, tmp_path,
 def test_a_damaged_store_manifest_is_one_error_naming_it(tmp_path, text):
     (tmp_path / "features").mkdir()
     (tmp_path / "features" / "manifest.json").write_text(text)
-    with pytest.raises(BadValueError, match="manifest.json"):
+    with pytest.raises(DamagedFileError, match=rf"^{tmp_path / 'features' / 'manifest.json'}: damaged feature store"):
         FeatureStore(tmp_path)

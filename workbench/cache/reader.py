@@ -24,6 +24,7 @@ from workbench.cache.shards import check_shard, shard_name
 from workbench.corpus.base import SPLITS, check_split
 from workbench.errors import BadValueError, DamagedFileError, MissingInputError
 from workbench.provenance import model_id
+from workbench.readback import verify_artifact
 
 FORMAT = "workbench-activation-cache/1"
 MANIFEST_KEYS = ("config", "dtype", "model", "hooks", "d", "shards", "stats", "labels")  # what every reader uses
@@ -72,6 +73,7 @@ class ActivationCache:
             cache._check(full=False)
         except (KeyError, TypeError, AttributeError, IndexError) as e:  # a part of the wrong JSON shape
             raise DamagedFileError(f"{not_written} ({type(e).__name__}: {e}); re-harvest the cache") from None
+        verify_artifact(path, "activation cache")  # its artifact.json's sizes: each file's, the manifest's too
         if verify:
             cache.verify()
         return cache
