@@ -23,7 +23,7 @@ from workbench.errors import DamagedFileError, MissingInputError, UserError
 
 ARTIFACT = "artifact.json"  # workbench.workspace.MANIFEST (that module imports this one)
 SEAL = "sha256"  # the field of a sealed JSON object holding the checksum of the rest
-_VERIFIED: set[tuple[str, int, int]] = set()  # (path, size, mtime) of files whose listed checksum matched
+_VERIFIED: set[tuple] = set()  # (path, size, mtime, checksum) of the files whose checksum matched
 
 
 def damaged(path, what: str, detail: str, way_out: str = "") -> DamagedFileError:
@@ -163,14 +163,12 @@ def verify_listed(path, what: str, way_out: str = "") -> None:
         return
     rel = path.absolute().relative_to(manifest.parent).as_posix()
     listed = artifact_manifest(manifest)["files"].get(rel)
-    stat = path.stat()
-    seen = (str(path.absolute()), stat.st_size, stat.st_mtime_ns)
-    if listed is None or seen in _VERIFIED:
+    if listed is None:
         return
     if isinstance(listed, int) and not isinstance(listed, bool):
-        if stat.st_size != listed:
-            raise damaged(path, what, f"{stat.st_size} bytes, {manifest} lists {listed}: truncated", way_out)
-        _VERIFIED.add(seen)
+        size = path.stat().st_size
+        if size != listed:
+            raise damaged(path, what, f"{size} bytes, {manifest} lists {listed}: truncated", way_out)
     else:
         verify_checksum(path, listed, what, way_out, manifest)
 
@@ -180,7 +178,7 @@ def verify_checksum(path, want, what: str, way_out: str = "", where="its manifes
     hashed once per process while its size and mtime stay the same."""
     path = Path(path)
     stat = path.stat()
-    seen = (str(path.absolute()), stat.st_size, stat.st_mtime_ns)
+    seen = (str(path.absolute()), stat.st_size, stat.st_mtime_ns, want)
     if seen in _VERIFIED:
         return
     if sha256_file(path) != want:
