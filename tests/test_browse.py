@@ -136,5 +136,5 @@ def test_an_sae_and_a_transcoder_say_what_they_read_and_write(transcoder_workspa
 
 def test_a_transcoder_set_manifest_without_layers_is_refused(tmp_path):
     (tmp_path / "transcoders.json").write_text('{"model": "m"}')
-    with pytest.raises(MissingInputError, match="lists no layers"):
+    with pytest.raises(DamagedFileError, match=r"transcoders.json: damaged transcoder set manifest \(no .layers.\)"):
         browse.open_transcoder_set(tmp_path)

@@ -18,8 +18,10 @@ from pathlib import Path, PurePosixPath
 from workbench.circuits import schema
 from workbench.circuits.feature.transcoders import TranscoderSet
 from workbench.errors import DamagedFileError, MissingInputError, UserError
+from workbench.readback import artifact_manifest, json_file, json_or_empty, reading, verify_artifact, verify_listed
 from workbench.sae.transcoders import SET_MANIFEST as TRANSCODER_SET
-from workbench.workspace import KINDS, Artifact, Skipped, Workspace
+from workbench.sae.transcoders import read_manifest
+from workbench.workspace import KINDS, MANIFEST, Artifact, Skipped, Workspace
 
 __all__ = [
     "Artifact",
@@ -152,24 +154,6 @@ def catalog(workspace: str | Path) -> Catalog:
     return Catalog(root, *Workspace(root).scan())
 
 
-def _json(path: Path) -> dict:
-    try:
-        d = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise MissingInputError(f"{path} does not exist") from None
-    except json.JSONDecodeError as e:
-        raise MissingInputError(f"{path} is not valid JSON ({e}); was it written by the workbench?") from None
-    if not isinstance(d, dict):
-        raise MissingInputError(
-            f"{path} holds a JSON {type(d).__name__}, not an object; was it written by the workbench?"
-        )
-    return d
-
-
-def _json_or_empty(path: Path) -> dict:
-    return _json(path) if path.is_file() else {}
-
-
 @dataclass
 class SAEView:
     """An SAE folder as data: cfg.json (SAELens), workbench.json, metrics.json, curves.jsonl, its manifest
@@ -211,22 +195,30 @@ def open_sae(folder: str | Path) -> SAEView:
     folder = Path(folder)
     if not (folder / "cfg.json").is_file():
         raise MissingInputError(f"{folder} is not an SAE folder (no cfg.json)")
-    curves_path = folder / "curves.jsonl"
-    try:
-        curves = [json.loads(line) for line in curves_path.read_text().splitlines() if line.strip()]
-    except FileNotFoundError:
-        curves = []
-    except json.JSONDecodeError as e:
-        raise MissingInputError(f"{curves_path} is not valid JSON lines ({e})") from None
+    verify_artifact(folder, "SAE")
     return SAEView(
         folder,
-        _json(folder / "cfg.json"),
-        _json_or_empty(folder / "workbench.json"),
-        _json_or_empty(folder / "metrics.json"),
-        curves,
-        _json_or_empty(folder / "artifact.json"),
-        _json_or_empty(folder / "features" / "manifest.json"),
+        json_file(folder / "cfg.json", "SAE's SAELens config"),
+        json_or_empty(folder / "workbench.json", "SAE's training record"),
+        json_or_empty(folder / "metrics.json", "SAE's evaluation metrics"),
+        _curves(folder / "curves.jsonl"),
+        _artifact(folder),
+        json_or_empty(folder / "features" / "manifest.json", "feature store manifest"),
     )
+
+
+def _curves(path: Path) -> list[dict]:
+    """curves.jsonl: one JSON object per logged step ([] before the first)."""
+    if not path.is_file():
+        return []
+    verify_listed(path, "training curves")
+    with reading(path, "training curves"):
+        curves = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return [dict(c) for c in curves]
+
+
+def _artifact(folder: Path) -> dict:
+    return artifact_manifest(folder / MANIFEST) if (folder / MANIFEST).is_file() else {}
 
 
 @dataclass
@@ -272,13 +264,12 @@ class TranscoderSetView:
 
 def open_transcoder_set(folder: str | Path) -> TranscoderSetView:
     folder = Path(folder)
-    manifest = _json(folder / TRANSCODER_SET)
-    if not isinstance(manifest.get("layers"), list):
-        raise MissingInputError(f"{folder / TRANSCODER_SET} lists no layers; was it written by the workbench?")
+    manifest = read_manifest(folder / TRANSCODER_SET)
+    verify_artifact(folder, "transcoder set")
     return TranscoderSetView(
         TranscoderSet(folder, manifest),
-        _json_or_empty(folder / "metrics.json"),
-        _json_or_empty(folder / "artifact.json"),
+        json_or_empty(folder / "metrics.json", "transcoder set's evaluation"),
+        _artifact(folder),
     )
 
 
@@ -287,6 +278,7 @@ def open_circuit(path: str | Path) -> schema.CircuitRecord:
     path = Path(path)
     if path.is_dir():
         path = path / CIRCUIT
+    verify_artifact(path.parent, "circuit")
     d = schema.load(path)
     if schema.detect(d) != "workbench":
         raise DamagedFileError(f"{path} is not a workbench circuit file (schema {d.get('schema')!r})")
@@ -301,6 +293,7 @@ def open_feature_graph(path: str | Path) -> schema.FeatureGraph:
     path = Path(path)
     if path.is_dir():
         path = path / FEATURE_GRAPH
+    verify_artifact(path.parent, "attribution graph")
     try:
         return schema.read_feature_graph(schema.load(path))
     except DamagedFileError as e:
@@ -309,12 +302,12 @@ def open_feature_graph(path: str | Path) -> schema.FeatureGraph:
 
 def attention_report(folder: str | Path) -> dict:
     """A sparse-attention model's attention_report.json."""
-    return _json(Path(folder) / REPORT)
+    return json_file(Path(folder) / REPORT, "attention report")
 
 
 def compare_results(folder: str | Path) -> list[tuple[str, dict]]:
     """(task, result) of each `workbench attention compare` the sparse model's manifest lists (compare/<task>.json)."""
     folder = Path(folder)
-    listed = _json_or_empty(folder / "artifact.json").get("files", {})
+    listed = _artifact(folder).get("files", {})
     names = sorted(f for f in listed if f.startswith("compare/") and f.endswith(".json"))
-    return [(PurePosixPath(f).stem, _json(folder / f)) for f in names]
+    return [(PurePosixPath(f).stem, json_file(folder / f, "attention comparison")) for f in names]

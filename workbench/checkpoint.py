@@ -19,6 +19,7 @@ import torch.distributed as dist
 from workbench.atomic import atomic_path
 from workbench.errors import DamagedFileError
 from workbench.lock import output_lock
+from workbench.readback import reading
 
 MAGIC = b"WORKBENCH-SAE-CHECKPOINT-1 "  # the SAE trainer wrote it first; kept so old checkpoints still read
 
@@ -32,30 +33,30 @@ def write(path: Path | str, state: dict) -> None:
         f.write(payload)
 
 
-def read(path: Path | str) -> dict:
+def read(path: Path | str, what: str = "checkpoint") -> dict:
+    """The state `write` saved, its checksum checked; `what` names the file's kind in the errors."""
     path = Path(path)
     if not path.is_file():
-        raise DamagedFileError(f"no checkpoint at {path}")
+        raise DamagedFileError(f"no {what} at {path}")
     data = path.read_bytes()
     head, _, payload = data.partition(b"\n")
     if not head.startswith(MAGIC):
-        raise DamagedFileError(f"{path} is not a workbench checkpoint (bad header)")
+        raise DamagedFileError(f"{path} is not a workbench {what} (bad header)")
     if hashlib.sha256(payload).hexdigest().encode() != head[len(MAGIC) :]:
         raise DamagedFileError(
-            f"{path} is corrupted: its checksum does not match its contents; "
+            f"{path} ({what}) is corrupted: its checksum does not match its contents; "
             "delete it to start over or restore a good copy"
         )
-    try:
+    with reading(path, what, "delete it to start over or restore a good copy"):
         return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
-    except Exception as e:  # torch raises several types for unreadable archives
-        raise DamagedFileError(f"{path} is corrupted: {e}") from e
 
 
 def read_matching(path: Path, record: dict) -> dict:
     """The checkpoint at path, or DamagedFileError listing how the run that wrote it differs from `record`
     (resuming it under another configuration would silently mix two runs)."""
     state = read(path)
-    diff = config_diff(state["record"], record)
+    with reading(path, "checkpoint", "delete it to start over or restore a good copy"):
+        diff = config_diff(state["record"], record)
     if diff:
         raise DamagedFileError(
             f"{path} was written by a different configuration; refusing to resume:\n  " + "\n  ".join(diff)

@@ -23,6 +23,7 @@ from workbench.cache.config import HarvestConfig
 from workbench.circuits.config import DEFAULT_SAMPLES, QueryConfig, SearchConfig
 from workbench.errors import BadValueError, OutputExistsError
 from workbench.lock import output_lock
+from workbench.readback import json_file
 from workbench.sae.config import EvalConfig, SAEConfig, TrainConfig
 from workbench.workspace import MANIFEST, Workspace
 
@@ -176,13 +177,12 @@ def _run_folder(ws: Workspace, kind: str, out, name: str | None, stem: str) -> P
 
 
 def _record_saes(ws: Workspace, run: Path, folders, cache_dir, train_cfg: TrainConfig) -> None:
-    import json
 
     from workbench.sae.io import read_info
 
     side = [p for p in (run / "checkpoint.pt", run / "run.json") if p.is_file()]
     for folder in folders:
-        meta = json.loads((folder / "cfg.json").read_text()).get("metadata", {})
+        meta = json_file(folder / "cfg.json", "SAE's SAELens config", "retrain the SAE").get("metadata", {})
         hooks = {"hook": meta.get("hook_name")} | (
             {"target": meta["hook_name_out"]} if meta.get("hook_name_out") else {}
         )
@@ -212,14 +212,13 @@ def train_transcoder_set(
     each member is recorded as an SAE, the set (its transcoders.json) as a `transcoders` artifact.
 
     ensure: a recorded set is returned as it is; an interrupted one resumes from its checkpoint."""
-    import json
 
     from workbench.checkpoint import rank_zero_writes
-    from workbench.sae.transcoders import SET_MANIFEST, started, train_set
+    from workbench.sae.transcoders import SET_MANIFEST, read_manifest, started, train_set
 
     run = _run_folder(ws, "transcoders", out, name, "transcoders")
     if ensure and complete(run):
-        entries = json.loads((run / SET_MANIFEST).read_text())["layers"]
+        entries = read_manifest(run / SET_MANIFEST)["layers"]
         return run, [run / n for e in entries for n in e["transcoders"]]
     resume = resume or (ensure and started(run))
     with rank_zero_writes(run, "workbench sae train --transcoders") as records:
@@ -232,11 +231,9 @@ def train_transcoder_set(
 
 def _record_set(ws: Workspace, folder: Path, n_members: int, cache_dir, layers: str, sae_cfgs, train_cfg) -> None:
     """The set (its transcoders.json) as a `transcoders` artifact, after its members are recorded as SAEs."""
-    import json
+    from workbench.sae.transcoders import SET_MANIFEST, read_manifest
 
-    from workbench.sae.transcoders import SET_MANIFEST
-
-    manifest = json.loads((folder / SET_MANIFEST).read_text())
+    manifest = read_manifest(folder / SET_MANIFEST)
     ws.record(
         folder,
         "transcoders",
@@ -248,7 +245,6 @@ def _record_set(ws: Workspace, folder: Path, n_members: int, cache_dir, layers: 
             "transcoders": n_members,
             "input": manifest["layers"][0]["input_kind"] if manifest["layers"] else "",
         },
-        checksums=False,
     )
 
 
@@ -265,16 +261,14 @@ def evaluate_sae(
     headline. A transcoder set's folder evaluates every member, then every MLP replaced at once.
 
     ensure: an SAE (or set) whose manifest already carries the headline keeps its metrics.json (returned as read)."""
-    import json
 
     from workbench.sae.eval import evaluate
     from workbench.sae.transcoders import is_set
 
     if ensure and _evaluated(sae_dir):
-        return json.loads((Path(sae_dir) / "metrics.json").read_text())
+        return json_file(Path(sae_dir) / "metrics.json", "evaluation metrics", "evaluate it again (sae eval)")
     if is_set(sae_dir):
         return _evaluate_set(ws, sae_dir, cache_dir, model_spec, cfg)
-        return json.loads((Path(sae_dir) / "metrics.json").read_text())
     metrics = evaluate(sae_dir, cache_dir, model_spec, cfg)
     flat = {**metrics["reconstruction"], **metrics.get("splice", {})}
     headline = {k: flat[k] for k in SAE_HEADLINE if k in flat}
@@ -330,10 +324,10 @@ def rerecord(ws: Workspace, folder, kind: str, made_by: str, inputs: dict | None
 
 def _manifest(folder) -> dict:
     """The artifact's manifest, or {} when it has none yet."""
-    import json
+    from workbench.readback import artifact_manifest
 
     path = Path(folder) / MANIFEST
-    return json.loads(path.read_text()) if path.is_file() else {}
+    return artifact_manifest(path) if path.is_file() else {}
 
 
 def circuit_name(query: dict, method: dict) -> str:
@@ -680,7 +674,7 @@ def compare_attention(
 
     folder = Path(sparse_dir)
     if ensure and (folder / "compare" / f"{slug(task)}.json").is_file():
-        return json.loads((folder / "compare" / f"{slug(task)}.json").read_text())
+        return json_file(folder / "compare" / f"{slug(task)}.json", "attention comparison", "run the compare again")
     res = compare(base, sparse, task, n, n_samples=n_samples, progress=progress)
     (folder / "compare").mkdir(exist_ok=True)
     atomic_write_text(folder / "compare" / f"{slug(task)}.json", json.dumps(res, indent=1))

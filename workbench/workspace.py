@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workbench.atomic import atomic_write_text, read_json, sha256_file
-from workbench.errors import BadValueError, OutputExistsError
+from workbench.errors import BadValueError, OutputExistsError, UserError
 from workbench.lock import stale_locks
+from workbench.readback import ARTIFACT, artifact_manifest, seal
 
 KINDS = ("caches", "saes", "transcoders", "circuits", "models", "features")
-MANIFEST = "artifact.json"
+MANIFEST = ARTIFACT
 INDEX = "workspace.json"
 SCHEMA = "workbench.workspace"
 REPOSITORY = Path(__file__).resolve().parents[1]
@@ -85,12 +86,17 @@ class Workspace:
         inputs: name -> value; Path values are stored relative to the workspace root. side_files:
         files the step made outside the folder (a training run's checkpoint), so a workspace clean-up
         knows them. checksums=False lists file sizes only, for artifacts that checksum themselves (a
-        cache's manifest.json holds per-shard checksums; hashing gigabytes twice buys nothing).
+        cache's manifest.json holds per-shard checksums; hashing gigabytes twice buys nothing); so are the files
+        of an artifact recorded inside this one (a transcoder set's members). The manifest is sealed
+        (workbench.readback), and the loaders check each listed file against it (`verify_artifact`).
         """
         check_kind(kind)
         folder = Path(folder)
+        nested = {m.parent for m in folder.glob(f"*/**/{MANIFEST}")}  # artifacts inside it checksum their own files
         files = {
-            p.relative_to(folder).as_posix(): sha256_file(p) if checksums else p.stat().st_size
+            p.relative_to(folder).as_posix(): sha256_file(p)
+            if checksums and not nested.intersection(p.parents)
+            else p.stat().st_size
             for p in sorted(folder.rglob("*"))
             if p.is_file() and p.name != MANIFEST and not p.name.startswith(".")
         }
@@ -105,7 +111,8 @@ class Workspace:
             "files": files,
             "side_files": [self.rel(p) for p in side_files],
         }
-        atomic_write_text(folder / MANIFEST, json.dumps(manifest, indent=2, default=str))
+        manifest = seal(json.loads(json.dumps(manifest, default=str)))  # sealed as it reads back
+        atomic_write_text(folder / MANIFEST, json.dumps(manifest, indent=2))
         if not _inside(folder, self.root):
             self._register(folder)
         return folder / MANIFEST
@@ -158,12 +165,12 @@ class Workspace:
         out = []
         for m in manifests:
             try:
-                manifest = json.loads(m.read_text())
-            except (ValueError, OSError) as e:
-                skipped.append(Skipped(m, f"not a readable JSON manifest ({e})"))
+                manifest = artifact_manifest(m)
+            except (UserError, OSError) as e:
+                skipped.append(Skipped(m, f"not a readable workbench manifest ({e})"))
                 continue
-            if not isinstance(manifest, dict) or manifest.get("kind", m.parent.parent.name) not in KINDS:
-                what = manifest.get("kind") if isinstance(manifest, dict) else f"a JSON {type(manifest).__name__}"
+            if manifest.get("kind", m.parent.parent.name) not in KINDS:
+                what = manifest.get("kind")
                 skipped.append(Skipped(m, f"not a workbench manifest (kind {what!r}; valid kinds: {', '.join(KINDS)})"))
                 continue
             if kind is None or manifest.get("kind") == kind:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from workbench.cache import ActivationCache
-from workbench.errors import BadValueError
+from workbench.errors import BadValueError, DamagedFileError
 from workbench.features import FeatureStore
 from workbench.features.build import build_stores
 from workbench.features.config import FeatureConfig
@@ -156,6 +156,37 @@ def test_an_interrupted_build_resumes_to_the_same_store(feature_workspace, names
         build_stores([folder], cache, model, cfg, progress=False)
 
 
+def test_a_damaged_partial_chunk_is_named_and_encoded_again(feature_workspace, names, tmp_path, monkeypatch):
+    """Issue 30 item 2: a resumed build checks each finished chunk against the checksums its .done record holds."""
+    from workbench.features import build
+
+    src = feature_workspace / "saes" / "run" / names[0]
+    folder = tmp_path / names[0]
+    shutil.copytree(src, folder, ignore=shutil.ignore_patterns("features"))
+    cache, model = feature_workspace / "caches" / "random-synthetic", str(feature_workspace / "models" / "random")
+    cfg = FeatureConfig(chunk_rows=1000, corr_tokens=1500)
+    real = build._Job.encode_chunk
+
+    def crash_on_second(self, c, x, row0):
+        if c == 1:
+            raise KeyboardInterrupt
+        real(self, c, x, row0)
+
+    monkeypatch.setattr(build._Job, "encode_chunk", crash_on_second)
+    with pytest.raises(KeyboardInterrupt):
+        build_stores([folder], cache, model, cfg, progress=False)
+    monkeypatch.setattr(build._Job, "encode_chunk", real)
+    vals = folder / "features" / ".partial" / "c000000.vals.npy"
+    data = bytearray(vals.read_bytes())
+    data[-8:] = bytes(8)  # a float of the payload zeroed: the file still parses
+    vals.write_bytes(bytes(data))
+    with pytest.warns(UserWarning, match=rf"encoding a damaged feature store chunk again.*{vals}"):
+        build_stores([folder], cache, model, cfg, progress=False)
+    a, b = FeatureStore(folder), FeatureStore(src)
+    for name in ("ex_rows", "ctx_acts", "nb_corr_ids", "token_units", "hist"):
+        assert np.array_equal(a.array(name), b.array(name)), name
+
+
 def test_bad_input_gets_clear_messages(feature_workspace, names, tmp_path, capsys):
     from workbench.cli import main
 
@@ -169,7 +200,7 @@ def test_bad_input_gets_clear_messages(feature_workspace, names, tmp_path, capsy
         FeatureStore(tmp_path)
     (tmp_path / "features").mkdir()
     (tmp_path / "features" / "manifest.json").write_text(json.dumps({"format": "other"}))
-    with pytest.raises(BadValueError, match="format"):
+    with pytest.raises(DamagedFileError, match="format"):
         FeatureStore(tmp_path)
     with pytest.raises(BadValueError, match="split"):
         FeatureConfig(split="test")
@@ -279,5 +310,5 @@ def test_the_same_sae_twice_builds_one_store(feature_workspace, names, tmp_path,
 def test_a_damaged_store_manifest_is_one_error_naming_it(tmp_path, text):
     (tmp_path / "features").mkdir()
     (tmp_path / "features" / "manifest.json").write_text(text)
-    with pytest.raises(BadValueError, match="manifest.json"):
+    with pytest.raises(DamagedFileError, match=rf"^{tmp_path / 'features' / 'manifest.json'}: damaged feature store"):
         FeatureStore(tmp_path)

@@ -5,6 +5,7 @@ import sys
 import pytest
 import torch
 
+from workbench.errors import DamagedFileError
 from workbench.models import ModelSpecError, load, model_id, save
 
 
@@ -98,7 +99,7 @@ def test_transformerlens_names_offline_without_a_cached_copy_are_one_clear_error
 def test_damaged_model_folders_are_named(tiny, tmp_path, damage, match):
     folder = save(tiny[0], tmp_path / "m")
     damage(folder)
-    with pytest.raises(ModelSpecError, match=match):
+    with pytest.raises(DamagedFileError, match=match):
         load(str(folder), device="cpu")
 
 

@@ -267,6 +267,35 @@ def test_a_set_with_a_member_from_another_model_is_refused(tc_cache, tmp_path):
         load_set(folder)
 
 
+@pytest.mark.parametrize(
+    "file, text, message",
+    [
+        ("transcoders.json", lambda t: t[: len(t) // 2], r"JSONDecodeError"),
+        ("transcoders.json", lambda t: "[]", r"a JSON list, not a JSON dict"),
+        (
+            "transcoders.json",
+            lambda t: json.dumps({k: v for k, v in json.loads(t).items() if k != "layers"}),
+            r"no 'layers'",
+        ),
+        ("transcoders.json", lambda t: t.replace('"layer": 1', '"layer": 7'), r"checksum does not match"),
+        ("L0-topk/cfg.json", lambda t: "not json", r"JSONDecodeError"),
+    ],
+    ids=["truncated", "list", "no-layers", "changed", "member-cfg"],
+)
+def test_a_damaged_set_file_is_one_line_naming_it(tc_cache, tmp_path, capsys, file, text, message):
+    """Issue 30 item 3: each ends in DamagedFileError naming the file, from the loader and from the commands."""
+    folder, members = train_set_small(tc_cache[0], tmp_path)
+    path = next(folder.glob(file.replace("L0-topk", "L0-*")))
+    path.write_text(text(path.read_text()))
+    with pytest.raises(DamagedFileError, match=rf"^{path}: damaged .*{message}") as e:
+        load_set(folder)
+    assert "\n" not in str(e.value)
+    assert (
+        main(["circuit", "graph", "--transcoders", str(folder), "--prompt", "a b", "--out", str(tmp_path / "g")]) == 2
+    )
+    assert f"error: {path}: damaged" in capsys.readouterr().err
+
+
 def train_set_small(cache, tmp_path):
     from workbench.sae.transcoders import train_set
 
@@ -559,6 +588,18 @@ def test_a_set_stopped_in_its_second_pass_resumes_to_the_same_result(tc_cache, o
         train_set(tc_cache[0], "all", PASS_CFGS, train_cfg, out)
     with pytest.raises(ConfigError, match=r"trains layers \[0, 1, 2, 3\], not \[0, 2\]"):
         train_set(tc_cache[0], "0,2", PASS_CFGS, train_cfg, out, resume=True)
+    # issue 30 item 2: a pass checkpoint copied from another pass, or a damaged pass plan, is refused, never used
+    ckpt, plan = out / "passes" / "1" / "checkpoint.pt", out / "passes.json"
+    kept, kept_plan = ckpt.read_bytes(), plan.read_bytes()
+    ckpt.write_bytes((out / "passes" / "0" / "checkpoint.pt").read_bytes())
+    with pytest.raises(DamagedFileError, match=rf"{ckpt} was written by a different configuration"):
+        train_set(tc_cache[0], "all", PASS_CFGS, train_cfg, out, resume=True)
+    ckpt.write_bytes(kept)
+    for text in ("{", "[]", kept_plan.decode().replace('"layers": [\n    0,', '"layers": [\n    3,')):
+        plan.write_text(text)
+        with pytest.raises(DamagedFileError, match=rf"^{plan}: damaged transcoder set's pass plan \("):
+            train_set(tc_cache[0], "all", PASS_CFGS, train_cfg, out, resume=True)
+    plan.write_bytes(kept_plan)
     # resumed with another budget: the passes recorded when the run started are kept
     _, resumed = train_set(tc_cache[0], "all", PASS_CFGS, _pass_train(memory_budget_mib=1e6), out, resume=True)
     assert load_set(out)["memory"]["passes"] == json.loads((out / "passes.json").read_text())["passes"]

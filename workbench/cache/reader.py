@@ -20,10 +20,11 @@ import torch
 from workbench.cache.config import CacheConfig
 from workbench.cache.format import CHECKSUM, STORE_DTYPES, NpyReader, checksum
 from workbench.cache.sampler import RowSampler
-from workbench.cache.shards import check_shard, shard_name
+from workbench.cache.shards import RECORD, check_shard, read_record, shard_name
 from workbench.corpus.base import SPLITS, check_split
 from workbench.errors import BadValueError, DamagedFileError, MissingInputError
 from workbench.provenance import model_id
+from workbench.readback import verify_artifact
 
 FORMAT = "workbench-activation-cache/1"
 MANIFEST_KEYS = ("config", "dtype", "model", "hooks", "d", "shards", "stats", "labels")  # what every reader uses
@@ -72,6 +73,7 @@ class ActivationCache:
             cache._check(full=False)
         except (KeyError, TypeError, AttributeError, IndexError) as e:  # a part of the wrong JSON shape
             raise DamagedFileError(f"{not_written} ({type(e).__name__}: {e}); re-harvest the cache") from None
+        verify_artifact(path, "activation cache")  # its artifact.json's sizes: each file's, the manifest's too
         if verify:
             cache.verify()
         return cache
@@ -107,6 +109,14 @@ class ActivationCache:
                 files += [
                     (self.path / split / rec["name"], name, meta, (split, i)) for name, meta in rec["files"].items()
                 ]
+        for split in SPLITS:  # each shard's own record: what a resumed harvest reads back
+            for rec in self.manifest["shards"][split]:
+                n += 1
+                try:
+                    if read_record(self.path / split / rec["name"]) != rec:
+                        raise DamagedFileError(f"{self.path / split / rec['name'] / RECORD} differs from the manifest")
+                except DamagedFileError as e:
+                    bad.append(str(e))
         for folder, name, meta, shard in files:
             n += 1
             try:

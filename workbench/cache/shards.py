@@ -18,6 +18,7 @@ import torch
 from workbench.atomic import fsync_dir
 from workbench.cache.format import CHECKSUM, NpyAppender, checksum, save_bytes, save_npy
 from workbench.errors import DamagedFileError
+from workbench.readback import json_file, reading
 
 RECORD = "shard.json"
 
@@ -89,10 +90,13 @@ def shard_dirs(split_dir: Path) -> list[Path]:
 
 
 def read_record(shard_dir: Path) -> dict:
-    try:
-        return json.loads((shard_dir / RECORD).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise DamagedFileError(f"shard {shard_dir} has no readable {RECORD}: {e}") from e
+    path = shard_dir / RECORD
+    if not path.is_file():
+        raise DamagedFileError(f"shard {shard_dir} has no {RECORD}")
+    record = json_file(path, "cache shard record", "re-harvest the cache (or delete the shard and --resume)")
+    with reading(path, "cache shard record"):
+        int(record["rows"]), int(record["seq_end"]), dict(record["files"])
+    return record
 
 
 def check_shard(shard_dir: Path, files: dict, full: bool) -> None:

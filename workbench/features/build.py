@@ -15,6 +15,7 @@ import json
 import math
 import shutil
 import time
+import warnings
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -24,11 +25,12 @@ import pyarrow.parquet as pq
 import torch
 
 from workbench.atomic import atomic_path, atomic_write_text, sha256_file
-from workbench.errors import BadValueError
+from workbench.errors import BadValueError, DamagedFileError
 from workbench.features import compute
 from workbench.features.config import FeatureConfig
 from workbench.features.store import FORMAT, MANIFEST, STORE
 from workbench.lock import output_lock
+from workbench.readback import digest, json_or_empty, npy_file, sealed_json, write_sealed_json
 
 PARTIAL = ".partial"
 RESID_HOOKS = ("hook_resid_pre", "hook_resid_mid", "hook_resid_post", "hook_mlp_out", "hook_attn_out", "hook_embed")
@@ -40,7 +42,7 @@ def _save_npy(path: Path, arr: np.ndarray) -> None:
 
 
 def _load_npy(path: Path) -> np.ndarray:
-    return np.load(path, allow_pickle=False)
+    return npy_file(path, "partial feature store chunk", "rerun the build with --overwrite")
 
 
 def _layout(sae) -> tuple[int, int, int]:
@@ -71,7 +73,7 @@ class _Job:
         }
         prog = self.partial / "progress.json"
         if prog.is_file():
-            old = json.loads(prog.read_text())
+            old = sealed_json(prog, "partial feature store record", "rerun it with --overwrite", legacy=True)
             if old != self.record:
                 diff = [k for k in self.record if old.get(k) != self.record[k]]
                 raise BadValueError(
@@ -79,11 +81,25 @@ class _Job:
                     "rerun it with the same options, or pass --overwrite to start over"
                 )
         else:
-            self.partial.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(prog, json.dumps(self.record, indent=1))
+            write_sealed_json(prog, self.record)
 
     def done(self, c: int) -> bool:
-        return (self.partial / f"c{c:06d}.done").is_file()
+        """Whether chunk c was encoded: its .done record (sealed: the build, the chunk, each file's checksum) holds
+        and every file matches it. A damaged chunk is named and encoded again, never used."""
+        path = self.partial / f"c{c:06d}.done"
+        if not path.is_file():
+            return False
+        try:
+            rec = sealed_json(path, "partial feature store chunk record", fields={"files": dict})
+            if rec.get("build") != digest(self.record) or rec.get("chunk") != c:
+                raise DamagedFileError(f"{path} records chunk {rec.get('chunk')} of another build, not chunk {c}")
+            for name, want in rec["files"].items():
+                if not (self.partial / name).is_file() or sha256_file(self.partial / name) != want:
+                    raise DamagedFileError(f"{self.partial / name} differs from the checksum {path} records")
+        except DamagedFileError as e:
+            warnings.warn(f"encoding a damaged feature store chunk again, not reusing it: {e}", stacklevel=2)
+            return False
+        return True
 
     @torch.no_grad()
     def encode_chunk(self, c: int, x: torch.Tensor, row0: int) -> None:
@@ -102,10 +118,12 @@ class _Job:
         if self.rank:  # stream moments for the scaffold panel's principal components
             xd = x.double()
             parts["s1"], parts["s2"] = [xd.sum(0, keepdim=True)], [xd.T @ xd]
+        files = {}
         for k, v in parts.items():
             if v:
                 _save_npy(self.partial / f"c{c:06d}.{k}.npy", torch.cat(v).numpy())
-        atomic_write_text(self.partial / f"c{c:06d}.done", "")
+                files[f"c{c:06d}.{k}.npy"] = sha256_file(self.partial / f"c{c:06d}.{k}.npy")
+        write_sealed_json(self.partial / f"c{c:06d}.done", {"build": digest(self.record), "chunk": c, "files": files})
 
     def entries(self, n_chunks: int) -> tuple[compute.Entries, np.ndarray | None]:
         def cat(k):
@@ -237,7 +255,7 @@ def _finalize(job: _Job, n_chunks: int, cache, hook: str, model, vocab: list[str
     block_files, dirs = _unit_directions(e, coords, W_dec, job, cfg)
     logit_files, logit_note = _logit_effects(job, hook, model, dirs, cfg)
     files.update(block_files, **logit_files)
-    info = _read_json(job.dir / "workbench.json")
+    info = json_or_empty(job.dir / "workbench.json", "SAE's training record")
     sae_cfg = info.get("sae_config", {})
     units, label_kinds = _unit_table(e, job, meta, sae_cfg.get("prefixes"))
     # the scaffold panel compares its directions with the stream's principal components: a transcoder's scaffold
@@ -434,7 +452,7 @@ def _scaffold(job: _Job, n_chunks: int, W_dec: np.ndarray, cfg: FeatureConfig) -
     S = S / np.maximum(np.linalg.norm(S, axis=1, keepdims=True), 1e-12)
     cos = S @ pcs.T
     P = pcs[: job.rank]
-    splice = _read_json(job.dir / "metrics.json").get("splice", {})
+    splice = json_or_empty(job.dir / "metrics.json", "SAE's evaluation metrics").get("splice", {})
     return {
         "rank": job.rank,
         "abs_cos_with_pcs": np.abs(cos).round(4).tolist(),
@@ -446,7 +464,3 @@ def _scaffold(job: _Job, n_chunks: int, W_dec: np.ndarray, cfg: FeatureConfig) -
             if k in splice
         },
     }
-
-
-def _read_json(path: Path) -> dict:
-    return json.loads(path.read_text()) if path.is_file() else {}

@@ -6,16 +6,15 @@ kilobytes whatever the dictionary's size; the per-unit scalars are one parquet t
 
 from __future__ import annotations
 
-import json
 import re
 from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
-from workbench.atomic import read_json
 from workbench.errors import BadValueError
 from workbench.features.config import FeatureConfig
+from workbench.readback import damaged, json_file, npy_file, reading, verify_artifact, verify_checksum
 
 FORMAT = "workbench-feature-store/1"
 STORE = "features"  # the store's folder name, beside the SAE's files
@@ -23,6 +22,8 @@ MANIFEST = "manifest.json"
 
 
 class FeatureStore:
+    REBUILD = "rebuild the store with `workbench features build --overwrite`"
+
     def __init__(self, path: str | Path):
         path = Path(path)
         if (path / STORE / MANIFEST).is_file():
@@ -35,20 +36,25 @@ class FeatureStore:
                 else " (build one with `workbench features build`)"
             )
             raise BadValueError(f"no feature store at {path}{hint}")
-        rebuild = "rebuild the store with `workbench features build --overwrite`"
-        self.manifest = read_json(mpath, BadValueError, rebuild)
+        rebuild = self.REBUILD
+        verify_artifact(path, "feature store")
+        self.manifest = json_file(mpath, "feature store manifest", rebuild)
         if self.manifest.get("format") != FORMAT:
-            raise BadValueError(f"{mpath} has format {self.manifest.get('format')!r}, expected {FORMAT!r}")
+            raise damaged(mpath, "feature store manifest", f"format {self.manifest.get('format')!r}, not {FORMAT!r}")
         self.path = path
-        try:
+        with reading(mpath, "feature store manifest", rebuild):
             self.config = FeatureConfig.from_dict(self.manifest["config"])
             self.n_units = int(self.manifest["n_units"])
-            dict(self.manifest["files"])
-        except (KeyError, TypeError, AttributeError, ValueError) as e:
-            if isinstance(e, BadValueError):
-                raise
-            raise BadValueError(f"{mpath} lacks or mistypes a part ({type(e).__name__}: {e}); {rebuild}") from None
+            self.manifest["files"] = dict(self.manifest["files"])
         self._arrays: dict[str, np.ndarray] = {}
+
+    def _file(self, name: str) -> Path:
+        """A file of the store, checked against the checksum its manifest records."""
+        path = self.path / name
+        verify_checksum(
+            path, self.manifest["files"].get(name), "feature store file", self.REBUILD, self.path / MANIFEST
+        )
+        return path
 
     def has(self, name: str) -> bool:
         return f"{name}.npy" in self.manifest["files"]
@@ -57,7 +63,7 @@ class FeatureStore:
         if name not in self._arrays:
             if not self.has(name):
                 raise BadValueError(f"the feature store at {self.path} has no {name!r}")
-            self._arrays[name] = np.load(self.path / f"{name}.npy", mmap_mode="r", allow_pickle=False)
+            self._arrays[name] = npy_file(self._file(f"{name}.npy"), "feature store array", self.REBUILD, mmap=True)
         return self._arrays[name]
 
     @cached_property
@@ -65,16 +71,18 @@ class FeatureStore:
         """pandas DataFrame, one row per unit: count, freq, max, mean_nonzero, level, best labels..."""
         import pyarrow.parquet as pq
 
-        return pq.read_table(self.path / "units.parquet").to_pandas()
+        path = self._file("units.parquet")
+        with reading(path, "feature store unit table", self.REBUILD):
+            return pq.read_table(path).to_pandas()
 
     @cached_property
     def vocab(self) -> list[str]:
-        return json.loads((self.path / "vocab.json").read_text())
+        return json_file(self._file("vocab.json"), "feature store vocabulary", self.REBUILD, top=list)
 
     @cached_property
     def scaffold(self) -> dict | None:
         p = self.path / "scaffold.json"
-        return json.loads(p.read_text()) if p.is_file() else None
+        return json_file(self._file(p.name), "feature store scaffold panel", self.REBUILD) if p.is_file() else None
 
     def check_unit(self, u) -> int:
         try:

@@ -18,8 +18,9 @@ from transformers import PreTrainedTokenizerFast
 from workbench.atomic import atomic_path, atomic_write_text
 from workbench.attention.gates import install_from_dict
 from workbench.config import check_device
-from workbench.errors import UserError
+from workbench.errors import DamagedFileError, UserError
 from workbench.provenance import model_id  # noqa: F401  (re-exported: its home has no TransformerLens)
+from workbench.readback import verify_artifact
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data"
 EMBEDDED = {name: DATA_DIR / "models" / name for name in ("tiny", "tiny-sparse")}  # tiny-sparse: attention/card.py
@@ -67,15 +68,16 @@ def config_dict(model: HookedTransformer) -> dict:
 def _load_dir(path: Path, device: str) -> tuple[HookedTransformer, PreTrainedTokenizerFast]:
     if not (path / CONFIG).is_file() or not (path / WEIGHTS).is_file():
         raise ModelSpecError(f"{path} is not a saved workbench model (needs {CONFIG} and {WEIGHTS})")
+    verify_artifact(path, "saved model")
     try:
         meta = json.loads((path / CONFIG).read_text())
         cfg = HookedTransformerConfig(**{**meta["hooked_transformer_config"], "device": device})
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
-        raise ModelSpecError(f"{path / CONFIG} is not a workbench model config ({type(e).__name__}: {e})") from None
+        raise DamagedFileError(f"{path / CONFIG} is not a workbench model config ({type(e).__name__}: {e})") from None
     try:
         tokenizer = PreTrainedTokenizerFast.from_pretrained(str(path))
     except Exception as e:  # transformers raises several types for a missing or damaged tokenizer
-        raise ModelSpecError(f"cannot load the tokenizer saved in {path} ({type(e).__name__}: {e})") from e
+        raise DamagedFileError(f"cannot load the tokenizer saved in {path} ({type(e).__name__}: {e})") from e
     model = HookedTransformer(cfg, tokenizer=tokenizer, move_to_device=False)
     for key, install in EXTENSIONS.items():
         if key in meta:
@@ -84,7 +86,7 @@ def _load_dir(path: Path, device: str) -> tuple[HookedTransformer, PreTrainedTok
         state = load_file(str(path / WEIGHTS))
         model.load_state_dict(state, strict=True)
     except Exception as e:  # safetensors: SafetensorError / OSError; torch: RuntimeError on missing keys or shapes
-        raise ModelSpecError(
+        raise DamagedFileError(
             f"{path / WEIGHTS} is damaged or does not fit {path / CONFIG} "
             f"({type(e).__name__}: {str(e).splitlines()[0][:200]})"
         ) from e

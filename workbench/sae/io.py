@@ -23,6 +23,7 @@ from safetensors.torch import save_file
 
 from workbench.atomic import atomic_path, atomic_write_text, read_json, sha256_file
 from workbench.errors import DamagedFileError, MissingInputError
+from workbench.readback import verify_artifact
 from workbench.sae import saelens
 from workbench.sae.base import SparseAutoencoder
 
@@ -131,6 +132,7 @@ def load_sae(folder: str | Path, device: str = "cpu") -> SAE:
     for name in (CFG, WEIGHTS):
         if not (folder / name).is_file():
             raise MissingInputError(f"{folder} is not an SAE folder: {name} is missing")
+    verify_artifact(folder, "SAE")
     want = read_info(folder).get("weights_sha256")
     if want and sha256_file(folder / WEIGHTS) != want:
         raise DamagedFileError(

@@ -12,13 +12,12 @@ refuses a set whose members disagree about the model.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 from pathlib import Path
 
-from workbench.atomic import atomic_write_text
 from workbench.errors import BadValueError, ConfigError, DamagedFileError, MissingInputError
+from workbench.readback import damaged, json_file, reading, sealed_json, verify_artifact, write_sealed_json
 from workbench.sae.config import SAEConfig, TrainConfig
 
 SET_MANIFEST = "transcoders.json"
@@ -108,7 +107,7 @@ def train_set(
     }
     rank, world = dist_info()
     if rank == 0:  # under torchrun, like the members' folders (fit saves them on rank 0)
-        atomic_write_text(out / SET_MANIFEST, json.dumps(manifest, indent=2))
+        write_sealed_json(out / SET_MANIFEST, manifest, indent=2)
     if world > 1:
         torch.distributed.barrier()  # no rank returns before the manifest exists
     return out, [f for layer in chosen for f in folders[layer]]
@@ -157,7 +156,7 @@ def _start_plan(cache, groups: dict, train_cfg: TrainConfig, out: Path, resume: 
     if resume and not planned:  # a set started before passes were planned: one pass
         return {"layers": layers, "passes": [layers], "window_rows": None}
     if resume:
-        plan = json.loads(plan_file.read_text())
+        plan = read_plan(plan_file)
         if plan["layers"] != layers:
             raise ConfigError(
                 f"--resume: the run in {out} trains layers {plan['layers']}, not {layers}; "
@@ -174,8 +173,20 @@ def _start_plan(cache, groups: dict, train_cfg: TrainConfig, out: Path, resume: 
     if "error" in plan:
         raise ConfigError(plan["error"])
     if rank == 0:
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(plan_file, json.dumps(plan, indent=2))
+        write_sealed_json(plan_file, plan, indent=2)
+    return plan
+
+
+def read_plan(path: Path) -> dict:
+    """A run's passes.json, its checksum checked (one written before checksums were: parsed only)."""
+    way_out = f"delete {path.parent} to train the set afresh, or restore the file"
+    plan = sealed_json(
+        path, "transcoder set's pass plan", way_out, legacy=True, fields={"layers": list, "passes": list}
+    )
+    with reading(path, "transcoder set's pass plan", way_out):
+        if not all(isinstance(p, list) and set(p) <= set(plan["layers"]) for p in plan["passes"]):
+            raise ValueError(f"passes {plan['passes']} are not lists of its layers {plan['layers']}")
+        int(plan.get("window_rows") or 0)
     return plan
 
 
@@ -266,13 +277,16 @@ def load_set(folder: str | Path) -> dict:
     path = folder / SET_MANIFEST
     if not path.is_file():
         raise MissingInputError(f"{folder} is not a transcoder set: {SET_MANIFEST} is missing")
-    manifest = json.loads(path.read_text())
+    manifest = read_manifest(path)
+    verify_artifact(folder, "transcoder set")
     for entry in manifest["layers"]:
         for name in entry["transcoders"]:
             cfg_path = folder / name / CFG
             if not cfg_path.is_file():
                 raise MissingInputError(f"transcoder set {folder}: member {name} has no {CFG}")
-            meta = json.loads(cfg_path.read_text()).get("metadata", {})
+            cfg = json_file(cfg_path, "transcoder's SAELens config", f"retrain the set or restore {name}")
+            with reading(cfg_path, "transcoder's SAELens config", f"retrain the set or restore {name}"):
+                meta = dict(cfg.get("metadata", {}))
             if meta.get("model_name") != manifest["model"]:
                 raise BadValueError(
                     f"transcoder set {folder}: member {name} comes from model {meta.get('model_name')!r}, "
@@ -284,4 +298,19 @@ def load_set(folder: str | Path) -> dict:
                     f"{meta.get('hook_name_out')!r}, but the manifest says layer {entry['layer']} is "
                     f"{entry['input_hook']!r} -> {entry['target_hook']!r}"
                 )
+    return manifest
+
+
+LAYER_FIELDS = {"layer": int, "input_hook": str, "target_hook": str, "transcoders": list}
+
+
+def read_manifest(path: Path) -> dict:
+    """transcoders.json, every part the readers use present and of its type (members not opened: `load_set`)."""
+    what, way_out = "transcoder set manifest", f"retrain the set, or restore {path}"
+    fields = {"model": (str, type(None)), "layers": list, "cache": str}
+    manifest = sealed_json(path, what, way_out, fields=fields, legacy=True)
+    for i, entry in enumerate(manifest["layers"]):
+        bad = [k for k, t in LAYER_FIELDS.items() if not isinstance(entry, dict) or not isinstance(entry.get(k), t)]
+        if bad or not all(isinstance(n, str) and n for n in entry["transcoders"]):
+            raise damaged(path, what, f"layers[{i}] lacks or mistypes {bad or ['transcoders']}", way_out)
     return manifest

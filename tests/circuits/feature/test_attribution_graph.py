@@ -15,7 +15,7 @@ from workbench.circuits.feature.graph_json import to_neuronpedia
 from workbench.circuits.feature.replacement import ReplacementModel
 from workbench.circuits.feature.row_store import BuildStopped
 from workbench.circuits.feature.transcoders import Transcoder, open_set
-from workbench.errors import BadValueError
+from workbench.errors import BadValueError, DamagedFileError
 from workbench.sae.architectures import build
 from workbench.sae.config import SAEConfig
 from workbench.sae.io import load_sae, save_sae
@@ -235,6 +235,47 @@ def test_a_stopped_build_resumes_to_the_same_graph(case, tmp_path):
         build_graph(model, tcs, tokens, max_batches=2)
     with pytest.raises(BadValueError, match="chunk_mib=0 must be above 0"):
         build_graph(model, tcs, tokens, chunk_mib=0)
+
+
+def _flip(path, n=1000):
+    data = bytearray(path.read_bytes())
+    for i in range(len(data) // 2, len(data) // 2 + min(n, len(data) // 3)):
+        data[i] ^= 0x5A
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda folder, chunks: _flip(chunks[-1]),  # flipped bytes in a chunk's float payload
+        lambda folder, chunks: chunks[-1].write_bytes(chunks[0].read_bytes()),  # a chunk of another layer
+        lambda folder, chunks: chunks[-1].write_bytes(chunks[-1].read_bytes()[:200]),  # truncated
+    ],
+    ids=["flipped-bytes", "another-layers-chunk", "truncated"],
+)
+def test_a_damaged_row_chunk_is_named_and_computed_again(case, tmp_path, damage):
+    """Issue 30 item 2: a resumed build never uses a chunk whose bytes changed or that belongs elsewhere: it names
+    the file and computes the rows again, ending with exactly the graph of an undamaged build."""
+    model, tcs, tokens, _, _ = case
+    options = dict(batch_size=3, position_step=4, heads=False, chunk_mib=0.01, max_feature_nodes=20)
+    folder = tmp_path / "run"
+    whole = build_graph(model, tcs, tokens, work_dir=str(folder), **options)
+    chunks = sorted(folder.glob("L*.pt"))
+    damage(folder, chunks)
+    with pytest.warns(UserWarning, match=rf"computing a damaged graph row chunk again, not reusing it: {chunks[-1]}"):
+        again = build_graph(model, tcs, tokens, work_dir=str(folder), **options)
+    assert torch.equal(again.features, whole.features) and torch.equal(again.adjacency, whole.adjacency)
+
+
+@pytest.mark.parametrize("text", ["{", "[]", '{"key": []}', ""])
+def test_a_damaged_work_folder_manifest_is_one_line_error(case, tmp_path, text):
+    model, tcs, tokens, _, _ = case
+    options = dict(batch_size=3, position_step=4, heads=False, chunk_mib=0.01, max_feature_nodes=20)
+    build_graph(model, tcs, tokens, work_dir=str(tmp_path), **options)
+    (tmp_path / "rows.json").write_text(text)
+    with pytest.raises(DamagedFileError, match=rf"^{tmp_path / 'rows.json'}: damaged graph build's work-folder") as e:
+        build_graph(model, tcs, tokens, work_dir=str(tmp_path), **options)
+    assert "\n" not in str(e.value) and "delete the folder" in str(e.value)
 
 
 @pytest.mark.parametrize("field", ["node_threshold", "edge_threshold"])

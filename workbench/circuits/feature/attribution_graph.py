@@ -179,7 +179,7 @@ def _adjacency(store: RowStore, chosen: torch.Tensor, parts: list, logit_rows, c
     rank = chosen.argsort().argsort()  # where each chosen feature's row goes
     start = 0
     for name, index in parts:
-        r = store.get(name, index)[:, cols]
+        r = store.get(name, index, rebuild=False)[:, cols]  # read in this call's sweep: damaged since, refused
         out[rank[start : start + r.shape[0]]] = r.float()
         start += r.shape[0]
     out[chosen.numel() :] = logit_rows[:, cols].float()

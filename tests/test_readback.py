@@ -1,0 +1,209 @@
+"""The one damaged-file path (workbench.readback), enumerated: for every artifact kind the workspace knows
+(workspace.KINDS), a small real artifact of it is made through workbench.steps, and each of its files in turn is
+truncated, emptied, swapped for a JSON value of another type, and has bytes flipped in the middle; the loaders the
+commands call for that kind must then raise one DamagedFileError naming the file: never a traceback, never a
+silent success. A kind without a loader registered in READERS fails the test, so a new kind is covered (or
+flagged) without editing the cases."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from workbench import browse, readback
+from workbench.errors import DamagedFileError
+from workbench.workspace import KINDS, MANIFEST, Workspace
+
+
+def _cache(folder: Path) -> None:
+    from workbench.cache import ActivationCache
+
+    ActivationCache.open(folder, verify=True)  # what a harvest's readers check as they read each file
+
+
+def _sae(folder: Path) -> None:
+    from workbench.sae.io import load_sae
+
+    browse.open_sae(folder)
+    load_sae(folder)
+
+
+def _transcoders(folder: Path) -> None:
+    from workbench.sae.transcoders import load_set
+
+    browse.open_transcoder_set(folder)
+    load_set(folder)
+
+
+def _circuit(folder: Path) -> None:
+    if (folder / browse.CIRCUIT).is_file():
+        browse.open_circuit(folder)
+    if (folder / browse.FEATURE_GRAPH).is_file():
+        browse.open_feature_graph(folder)
+
+
+def _model(folder: Path) -> None:
+    from workbench.models import load
+
+    load(str(folder), device="cpu")
+
+
+def _features(folder: Path) -> None:
+    from workbench.features.store import FeatureStore
+
+    store = FeatureStore(folder)
+    store.units, store.vocab, store.scaffold  # noqa: B018  (each file parsed as the app reads it)
+    for name in store.manifest["files"]:
+        if name.endswith(".npy"):
+            store.array(name[: -len(".npy")])
+    store.unit(0)
+
+
+READERS = {  # kind -> what the commands and the app call to read one
+    "caches": _cache,
+    "saes": _sae,
+    "transcoders": _transcoders,
+    "circuits": _circuit,
+    "models": _model,
+    "features": _features,
+}
+
+
+def _truncate(b: bytes) -> bytes:
+    return b[: len(b) // 2]
+
+
+def _empty(b: bytes) -> bytes:
+    return b""
+
+
+def _type_swap(b: bytes) -> bytes:
+    """Valid JSON of another type than the file holds (a list where an object was, else an object)."""
+    return b"{}" if b.lstrip().startswith(b"[") else b"[]"
+
+
+def _flip(b: bytes) -> bytes:
+    """16 bytes in the middle of the file changed (inside a float payload for a binary file)."""
+    data = bytearray(b)
+    mid = len(data) // 2
+    for i in range(mid, min(mid + 16, len(data))):
+        data[i] ^= 0x01
+    return bytes(data)
+
+
+DAMAGES = {"truncated": _truncate, "empty": _empty, "type-swapped": _type_swap, "byte-flipped": _flip}
+
+
+@pytest.fixture(scope="module")
+def workspace(transcoder_workspace, tiny, tmp_path_factory):
+    """The transcoder workspace (copied: every kind but circuits), plus a query circuit of its random model and an
+    attribution graph through a transcoder set on all its layers, each made through workbench.steps."""
+    from workbench import steps
+    from workbench.circuits.graph_config import GraphConfig
+    from workbench.corpus import tasks
+    from workbench.models import load
+    from workbench.sae.config import SAEConfig, TrainConfig
+
+    root = tmp_path_factory.mktemp("readback") / "ws"
+    shutil.copytree(transcoder_workspace, root, symlinks=True)
+    ws = Workspace(root)
+    model_dir = str(root / "models" / "random")
+    model, tok = load(model_dir, device="cpu")
+    q = tasks.queries("induction", 1, tokenizer=tok)[0]
+    fast = dict(budget=0.1, n_samples=1, steps=2, refine_steps=1, min_gap=0.0, curve=False)
+    steps.find_circuit(ws, model, q.prompt, q.answer, q.counterfactual, model_spec=model_dir, name="query", **fast)
+    train = TrainConfig(n_tokens=2048, batch_size=512, lr=1e-3, progress=False)
+    every, _ = steps.train_transcoder_set(
+        ws, root / "caches" / "mlp", "all", [SAEConfig("topk", k=4)], train, name="all"
+    )
+    cfg = GraphConfig(max_feature_nodes=8, batch_size=8, heads=False)
+    steps.attribution_graph(ws, model, every, q.prompt, cfg=cfg, model_spec=model_dir, name="g")
+    return root
+
+
+def _files(artifact) -> list[Path]:
+    """The artifact's files: its manifest and what it lists, less those of an artifact recorded inside it."""
+    folder = artifact.path
+    listed = [folder / rel for rel in artifact.manifest["files"]]
+    return [folder / MANIFEST] + [p for p in listed if readback.owner(p) == folder / MANIFEST]
+
+
+def _samples(root: Path, kind: str) -> list:
+    """One artifact of the kind per distinct set of file names (a circuit and a graph; one SAE, one member)."""
+    seen, out = set(), []
+    for a in sorted(Workspace(root).artifacts(kind), key=lambda a: len(a.manifest["files"])):
+        names = frozenset(Path(f).suffix for f in a.manifest["files"])
+        if names not in seen:
+            seen.add(names)
+            out.append(a)
+    return out
+
+
+def _fresh_process() -> None:
+    """Forget which files this process already checked (a file rewritten in the same clock tick keeps its
+    mtime): each damaged file is read as the next command, a new process, reads it."""
+    from workbench.cache import reader
+
+    readback._VERIFIED.clear()
+    reader._VERIFIED.clear()
+
+
+def test_every_artifact_kind_has_a_reader():
+    assert set(READERS) == set(KINDS), f"register a reader for {sorted(set(KINDS) - set(READERS))}"
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_file_of_every_kind_damaged_is_one_line_naming_it(workspace, kind, damage):
+    samples = _samples(workspace, kind)
+    assert samples, f"the test workspace holds no {kind} artifact: make one in the `workspace` fixture"
+    failures = []
+    for artifact in samples:
+        READERS[kind](artifact.path)  # undamaged, it reads
+        for path in _files(artifact):
+            good = path.read_bytes()
+            bad = DAMAGES[damage](good)
+            if bad == good:
+                continue
+            path.write_bytes(bad)
+            _fresh_process()
+            try:
+                READERS[kind](artifact.path)
+                failures.append(f"{path}: read without an error")
+            except DamagedFileError as e:
+                if str(path) not in str(e) or "\n" in str(e):
+                    failures.append(f"{path}: the error does not name it on one line: {e}")
+            except Exception as e:  # noqa: BLE001  (what the test looks for: any other error is a traceback)
+                failures.append(f"{path}: {type(e).__name__}: {e}")
+            finally:
+                path.write_bytes(good)
+    assert not failures, f"{len(failures)} {damage} files of {kind}:\n" + "\n".join(failures)
+
+
+def test_json_file_names_the_file_and_what_is_wrong(tmp_path):
+    path = tmp_path / "x.json"
+    for text, detail in (
+        ("{", "JSONDecodeError"),
+        ("[]", "a JSON list, not a JSON dict"),
+        ('{"a": 1}', "no 'layers'"),
+        ('{"layers": {}}', "'layers' is dict, not list"),
+    ):
+        path.write_text(text)
+        with pytest.raises(DamagedFileError, match=rf"^{path}: damaged test file \({detail}.*\); remake it$"):
+            readback.json_file(path, "test file", "remake it", fields={"layers": list})
+
+
+def test_a_sealed_file_with_a_changed_value_is_refused(tmp_path):
+    path = tmp_path / "plan.json"
+    readback.write_sealed_json(path, {"layers": [0, 1], "x": float("nan")})
+    assert readback.sealed_json(path, "plan") == {"layers": [0, 1], "x": None}
+    path.write_text(path.read_text().replace("1", "2", 1))
+    with pytest.raises(DamagedFileError, match="checksum does not match its contents"):
+        readback.sealed_json(path, "plan")
+    path.write_text(json.dumps({"layers": [0, 1]}))  # written before seals: accepted only where legacy is
+    assert readback.sealed_json(path, "plan", legacy=True) == {"layers": [0, 1]}
+    with pytest.raises(DamagedFileError, match="no 'sha256' checksum"):
+        readback.sealed_json(path, "plan")

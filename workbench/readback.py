@@ -1,0 +1,199 @@
+"""The one read path for files the workbench wrote and reads back (the read side of workbench.atomic).
+
+Whatever is wrong with such a file (unparsable or truncated, another JSON type at the top, a part missing or
+of the wrong type, bytes changed since it was written) becomes one `DamagedFileError` that names the file and
+what it is, never a traceback and never a silently wrong value:
+- `json_file`, `torch_file`, `safetensors_file`, `npy_file` parse one file; `reading` wraps the code that takes
+  a parsed file apart, so a part of the wrong shape is reported like unparsable bytes.
+- A file of a recorded artifact is checked against the checksum (or size) its artifact.json lists, once per
+  process (`verify_listed`); artifact.json itself carries a checksum of its own contents (`seal`).
+- Intermediates a resumed job reuses (a graph build's rows.json, a set's passes.json) are sealed JSON
+  (`write_sealed_json` / `sealed_json`): a checksum of the contents and the key of the job they belong to.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from contextlib import contextmanager
+from pathlib import Path
+
+from workbench.atomic import jsonable, sha256_file, write_json
+from workbench.errors import DamagedFileError, MissingInputError, UserError
+
+ARTIFACT = "artifact.json"  # workbench.workspace.MANIFEST (that module imports this one)
+SEAL = "sha256"  # the field of a sealed JSON object holding the checksum of the rest
+_VERIFIED: set[tuple] = set()  # (path, size, mtime, checksum) of the files whose checksum matched
+
+
+def damaged(path, what: str, detail: str, way_out: str = "") -> DamagedFileError:
+    """The one-line error for a damaged file: the file, what it is, what is wrong, and the way out."""
+    detail = " ".join(str(detail).split())[:300]
+    return DamagedFileError(f"{path}: damaged {what} ({detail})" + (f"; {way_out}" if way_out else ""))
+
+
+@contextmanager
+def reading(path, what: str, way_out: str = ""):
+    """Any error raised while a file is parsed or taken apart becomes `damaged(...)` naming it; a UserError
+    (already one line) passes through. Keep the block to the parsing: an error there is the file's."""
+    try:
+        yield
+    except UserError:
+        raise
+    except RecursionError:
+        raise damaged(path, what, "nested too deeply", way_out) from None
+    except Exception as e:  # json, torch, safetensors, numpy and plain indexing raise many types for bad bytes
+        raise damaged(path, what, f"{type(e).__name__}: {e}", way_out) from None
+
+
+def _exists(path: Path, what: str) -> None:
+    if not path.is_file():
+        raise MissingInputError(f"{path} does not exist (the {what})")
+
+
+def json_file(path, what: str, way_out: str = "", *, fields: dict | None = None, top: type = dict):
+    """The parsed JSON of a file the workbench wrote: of type `top`, with each of `fields` (name -> type or
+    tuple of types) present and of its type; checked against its artifact's listed checksum."""
+    path = Path(path)
+    _exists(path, what)
+    verify_listed(path, what, way_out)
+    with reading(path, what, way_out):
+        data = json.loads(path.read_bytes())
+    if not isinstance(data, top):
+        raise damaged(path, what, f"a JSON {type(data).__name__}, not a JSON {top.__name__}", way_out)
+    for name, kind in (fields or {}).items():
+        if name not in data:
+            raise damaged(path, what, f"no {name!r}", way_out)
+        if not isinstance(data[name], kind) or (isinstance(data[name], bool) and bool not in _types(kind)):
+            raise damaged(path, what, f"{name!r} is {type(data[name]).__name__}, not {_names(kind)}", way_out)
+    return data
+
+
+def _types(kind) -> tuple:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+def _names(kind) -> str:
+    return " or ".join(t.__name__ for t in _types(kind))
+
+
+def json_or_empty(path, what: str, way_out: str = "") -> dict:
+    """json_file of an optional file: {} when it is not there."""
+    return json_file(path, what, way_out) if Path(path).is_file() else {}
+
+
+def torch_file(path, what: str, way_out: str = ""):
+    """A torch.save file (tensors and plain data only)."""
+    import torch
+
+    path = Path(path)
+    _exists(path, what)
+    verify_listed(path, what, way_out)
+    with reading(path, what, way_out):
+        return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def safetensors_file(path, what: str, way_out: str = "") -> dict:
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    _exists(path, what)
+    verify_listed(path, what, way_out)
+    with reading(path, what, way_out):
+        return load_file(str(path))
+
+
+def npy_file(path, what: str, way_out: str = "", mmap: bool = False):
+    import numpy as np
+
+    path = Path(path)
+    _exists(path, what)
+    verify_listed(path, what, way_out)
+    with reading(path, what, way_out):
+        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+
+
+def digest(data: dict) -> str:
+    """The checksum of a JSON object's contents, the seal field left out (independent of key order)."""
+    rest = {k: v for k, v in data.items() if k != SEAL}
+    return hashlib.sha256(json.dumps(rest, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def seal(data: dict) -> dict:
+    """`data` with the checksum of its contents (what `sealed_json` checks)."""
+    return {**{k: v for k, v in data.items() if k != SEAL}, SEAL: digest(data)}
+
+
+def write_sealed_json(path, data: dict, indent: int | None = 1) -> None:
+    write_json(path, seal(jsonable(data)), indent=indent)  # sealed as it reads back
+
+
+def sealed_json(path, what: str, way_out: str = "", *, fields: dict | None = None, legacy: bool = False) -> dict:
+    """A sealed JSON object, its checksum checked (legacy: one written before seals were, accepted unchecked);
+    returned without the seal."""
+    data = json_file(path, what, way_out, fields=fields)
+    if SEAL not in data:
+        if legacy:
+            return data
+        raise damaged(path, what, f"no {SEAL!r} checksum: not written by this workbench", way_out)
+    if data[SEAL] != digest(data):
+        raise damaged(path, what, "its checksum does not match its contents: changed since it was written", way_out)
+    return {k: v for k, v in data.items() if k != SEAL}
+
+
+def owner(path: Path) -> Path | None:
+    """The artifact.json of the recorded artifact a file lies in (the nearest folder above it holding one)."""
+    for folder in Path(path).absolute().parents:
+        if (folder / ARTIFACT).is_file():
+            return folder / ARTIFACT
+    return None
+
+
+def artifact_manifest(path, way_out: str = "") -> dict:
+    """An artifact.json, parsed and its seal checked (one written before seals were passes unchecked)."""
+    way_out = way_out or "restore it, or remake the artifact with the step that made it"
+    return sealed_json(path, "artifact manifest", way_out, fields={"files": dict}, legacy=True)
+
+
+def verify_listed(path, what: str, way_out: str = "") -> None:
+    """Refuse a file that differs from what its artifact's manifest lists (a checksum, or a size where the
+    artifact checksums itself, as a cache does); a file no manifest lists passes (checked once per process)."""
+    path = Path(path)
+    if path.name == ARTIFACT or (manifest := owner(path)) is None:
+        return
+    rel = path.absolute().relative_to(manifest.parent).as_posix()
+    listed = artifact_manifest(manifest)["files"].get(rel)
+    if listed is None:
+        return
+    if isinstance(listed, int) and not isinstance(listed, bool):
+        size = path.stat().st_size
+        if size != listed:
+            raise damaged(path, what, f"{size} bytes, {manifest} lists {listed}: truncated", way_out)
+    else:
+        verify_checksum(path, listed, what, way_out, manifest)
+
+
+def verify_checksum(path, want, what: str, way_out: str = "", where="its manifest") -> None:
+    """Refuse a file whose SHA-256 is not `want` (what a manifest recorded when it was written); each file is
+    hashed once per process while its size and mtime stay the same."""
+    path = Path(path)
+    stat = path.stat()
+    seen = (str(path.absolute()), stat.st_size, stat.st_mtime_ns, want)
+    if seen in _VERIFIED:
+        return
+    if sha256_file(path) != want:
+        raise damaged(path, what, f"its checksum differs from the one {where} lists: changed since", way_out)
+    _VERIFIED.add(seen)
+
+
+def verify_artifact(folder, what: str) -> None:
+    """Every file the artifact's manifest lists, checked as `verify_listed` does (each once per process): what an
+    artifact's loader calls on open, so a damaged file of it is refused even where that loader does not parse it.
+    A folder without a manifest (an SAE trained elsewhere) passes."""
+    manifest = Path(folder) / ARTIFACT
+    if manifest.is_file():
+        for rel in artifact_manifest(manifest)["files"]:
+            path = Path(folder) / rel
+            if not path.is_file():
+                raise MissingInputError(f"{path} is missing: the {what} at {folder} lists it in {manifest}")
+            verify_listed(path, what)
