@@ -12,7 +12,7 @@ moved into a wing stays reachable by its old name as an attribute (`circuits.exp
 
 from workbench.lazy import lazy_exports
 
-_COMPONENT = "api attribute evidence export graph hooks patching report search select types"
+_COMPONENT = "api attribute evidence export graph hooks patching report select types"
 _FEATURE = (
     "attribution_graph feature_circuit feature_patching feature_search graph_config graph_heads graph_json "
     "influence replacement row_store tracer_export"
