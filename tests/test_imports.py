@@ -235,3 +235,15 @@ def test_the_graph_view_imports_none_of_the_pages():
     }
     assert "app/graph_view/layout.py" in found
     assert {k: v for k, v in found.items() if v} == {}
+
+
+def test_the_circuits_names_of_before_the_split_still_resolve():
+    """Every public name of workbench.circuits, and every module that moved into a wing by its old name
+    (`circuits.export.to_mib`), resolves to the module that holds it now."""
+    import workbench.circuits as circuits
+
+    for name in circuits.__all__:
+        assert getattr(circuits, name).__name__ == name
+    for old, now in circuits._MOVED.items():
+        assert getattr(circuits, old).__name__ == now and now.rpartition(".")[2] == old
+    assert circuits.export.to_mib.__module__ == "workbench.circuits.component.export"

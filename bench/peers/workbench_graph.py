@@ -198,8 +198,8 @@ def family_mode(cfg, model, tcs):
     from workbench.atomic import write_json
     from workbench.cache.overlap import seen_in_training
     from workbench.circuits.component.api import prediction, retarget
-    from workbench.circuits.component.search import ZeroGapError
     from workbench.circuits.inputs import prepare
+    from workbench.circuits.search import ZeroGapError
     from workbench.corpus import tasks
 
     store = Path(cfg["store"])

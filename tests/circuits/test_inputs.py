@@ -1,8 +1,8 @@
 import pytest
 
 from workbench.circuits import find_circuit
-from workbench.circuits.component.search import ZeroGapError
 from workbench.circuits.inputs import QueryError, prepare
+from workbench.circuits.search import ZeroGapError
 
 PROMPT = "When Mary and John went to the park , John gave a ball to"
 CF = "When Mary and John went to the park , Anna gave a ball to"

@@ -168,7 +168,8 @@ def query_side(
     """Component-level and token-level counts for one model on one synthetic query (renormalise: the
     token level's removal rule, see token_edges)."""
     from workbench.circuits.component.api import prepare_all
-    from workbench.circuits.component.search import QuerySearch, SearchConfig, ZeroGapError
+    from workbench.circuits.component.search import QuerySearch, SearchConfig
+    from workbench.circuits.search import ZeroGapError
 
     try:
         q, samples = prepare_all(model, cq, None, None, None, (), (), n_samples, seed, "logit_diff")

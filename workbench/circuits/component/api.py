@@ -19,11 +19,12 @@ import numpy as np
 import torch
 
 from workbench.circuits.component.graph import Graph
-from workbench.circuits.component.search import Found, QuerySearch, ZeroGapError
+from workbench.circuits.component.search import QuerySearch
 from workbench.circuits.component.select import topk
 from workbench.circuits.component.types import Circuit
 from workbench.circuits.config import DEFAULT_TARGET_NDF, QueryConfig, SearchConfig, check_budget
 from workbench.circuits.inputs import QueryInput, prepare, str_tokens
+from workbench.circuits.search import Found, ZeroGapError
 from workbench.errors import BadValueError
 from workbench.provenance import model_id
 

@@ -239,8 +239,8 @@ def evaluate_feature_task(
     component-level circuit of the same query (Jaccard). Queries the model does not answer, or whose gap
     vanishes, are skipped and listed. options set fields of QueryConfig."""
     from workbench.circuits.component.api import find_circuit, prediction, retarget
-    from workbench.circuits.component.search import ZeroGapError
     from workbench.circuits.inputs import prepare
+    from workbench.circuits.search import ZeroGapError
     from workbench.corpus import tasks
 
     query, rest = QueryConfig.take(query, options)
