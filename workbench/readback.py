@@ -135,7 +135,7 @@ def sealed_json(path, what: str, way_out: str = "", *, fields: dict | None = Non
     if SEAL not in data:
         if legacy:
             return data
-        raise damaged(path, what, f"no {SEAL!r} checksum: not written by this workbench", way_out)
+        raise damaged(path, what, f"no {SEAL!r} checksum: damaged, or written by an older workbench", way_out)
     if data[SEAL] != digest(data):
         raise damaged(path, what, "its checksum does not match its contents: changed since it was written", way_out)
     return {k: v for k, v in data.items() if k != SEAL}
