@@ -4,7 +4,7 @@ import pytest
 
 from workbench import browse, steps
 from workbench.cache.config import HarvestConfig
-from workbench.errors import DamagedFileError, MissingInputError
+from workbench.errors import DamagedFileError
 from workbench.sae.config import SAEConfig, TrainConfig
 from workbench.workspace import Workspace
 

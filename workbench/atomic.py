@@ -115,17 +115,18 @@ def jsonable(x):
     return x
 
 
-def read_json(path: str | Path, error: type[Exception], way_out: str) -> dict:
-    """A JSON object the workbench wrote; unreadable text or another JSON type raises `error`, one line naming
-    the file, what is wrong and `way_out` (e.g. "remake it with `workbench ...`")."""
-    path = Path(path)
+def read_json(path: str | Path, error: type[Exception], way_out: str, what: str = "workbench JSON file") -> dict:
+    """A JSON object the workbench wrote, read through the one read path (workbench.readback.json_file); any
+    damage raises `error`, one line naming the file, what is wrong and `way_out` (e.g. "remake it with ...")."""
+    from workbench.errors import DamagedFileError
+    from workbench.readback import json_file  # it imports this module
+
     try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise error(f"{path} is not valid JSON ({e}); {way_out}") from None
-    if not isinstance(data, dict):
-        raise error(f"{path} holds a JSON {type(data).__name__}, not the object the workbench writes; {way_out}")
-    return data
+        return json_file(path, what, way_out)
+    except DamagedFileError as e:
+        if error is DamagedFileError:
+            raise
+        raise error(str(e)) from None
 
 
 def write_json(path: str | Path, data, indent: int | None = None) -> None:

@@ -33,7 +33,10 @@ def write(path: Path | str, state: dict) -> None:
         f.write(payload)
 
 
-def read(path: Path | str, what: str = "checkpoint") -> dict:
+RESTORE = "delete it to start over or restore a good copy"
+
+
+def read(path: Path | str, what: str = "checkpoint", way_out: str = RESTORE) -> dict:
     """The state `write` saved, its checksum checked; `what` names the file's kind in the errors."""
     path = Path(path)
     if not path.is_file():
@@ -43,11 +46,8 @@ def read(path: Path | str, what: str = "checkpoint") -> dict:
     if not head.startswith(MAGIC):
         raise DamagedFileError(f"{path} is not a workbench {what} (bad header)")
     if hashlib.sha256(payload).hexdigest().encode() != head[len(MAGIC) :]:
-        raise DamagedFileError(
-            f"{path} ({what}) is corrupted: its checksum does not match its contents; "
-            "delete it to start over or restore a good copy"
-        )
-    with reading(path, what, "delete it to start over or restore a good copy"):
+        raise DamagedFileError(f"{path} ({what}) is corrupted: its checksum does not match its contents; {way_out}")
+    with reading(path, what, way_out):
         return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
 
 
@@ -55,7 +55,7 @@ def read_matching(path: Path, record: dict) -> dict:
     """The checkpoint at path, or DamagedFileError listing how the run that wrote it differs from `record`
     (resuming it under another configuration would silently mix two runs)."""
     state = read(path)
-    with reading(path, "checkpoint", "delete it to start over or restore a good copy"):
+    with reading(path, "checkpoint", RESTORE):
         diff = config_diff(state["record"], record)
     if diff:
         raise DamagedFileError(

@@ -135,7 +135,7 @@ def sealed_json(path, what: str, way_out: str = "", *, fields: dict | None = Non
     if SEAL not in data:
         if legacy:
             return data
-        raise damaged(path, what, f"no {SEAL!r} checksum: not written by this workbench", way_out)
+        raise damaged(path, what, f"no {SEAL!r} checksum: damaged, or written by an older workbench", way_out)
     if data[SEAL] != digest(data):
         raise damaged(path, what, "its checksum does not match its contents: changed since it was written", way_out)
     return {k: v for k, v in data.items() if k != SEAL}
@@ -182,7 +182,9 @@ def verify_checksum(path, want, what: str, way_out: str = "", where="its manifes
     if seen in _VERIFIED:
         return
     if sha256_file(path) != want:
-        raise damaged(path, what, f"its checksum differs from the one {where} lists: changed since", way_out)
+        raise damaged(
+            path, what, f"its checksum differs from the one {where} lists: changed since it was written", way_out
+        )
     _VERIFIED.add(seen)
 
 
@@ -195,5 +197,5 @@ def verify_artifact(folder, what: str) -> None:
         for rel in artifact_manifest(manifest)["files"]:
             path = Path(folder) / rel
             if not path.is_file():
-                raise MissingInputError(f"{path} is missing: the {what} at {folder} lists it in {manifest}")
-            verify_listed(path, what)
+                raise damaged(path, what, f"missing: {manifest} lists it", "restore it or remake the artifact")
+            verify_listed(path, what if owner(path) == manifest.absolute() else f"member of the {what}")

@@ -124,7 +124,7 @@ class Workspace:
         if not p.is_file():
             return {"schema": SCHEMA, "version": 1, "external": []}
         way_out = f"it lists the artifacts registered from outside {self.root}: restore it or re-run their steps"
-        index = read_json(p, BadValueError, way_out)
+        index = read_json(p, BadValueError, way_out, "workspace index")
         external = index.get("external")
         if not isinstance(external, list) or not all(isinstance(e, str) for e in external):
             raise BadValueError(f"{p}: 'external' is {external!r}, not a list of folder paths; {way_out}")

@@ -288,7 +288,7 @@ def read_report(folder: str | Path) -> dict:
             "(make one with `workbench attention train`)"
         )
     way_out = "remake it with `workbench attention train`"
-    r = read_json(path, DamagedFileError, way_out)
+    r = read_json(path, DamagedFileError, way_out, "attention report")
     try:
         format_report(r)  # every part the tables print is there, of the right type
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import json
 import shutil
 import threading
 import warnings
@@ -49,6 +48,7 @@ from workbench.cache.stats import hook_stats
 from workbench.corpus.base import SPLITS
 from workbench.errors import BadValueError, DamagedFileError, DiskFullError, OutputExistsError
 from workbench.provenance import model_id
+from workbench.readback import json_file, reading
 
 SHARD_BYTES = 1 << 30  # default shard size: ~1 GiB of activations over all hooks
 
@@ -320,8 +320,11 @@ def _prepare(out: Path, cfg: CacheConfig, resume: bool, overwrite: bool) -> dict
         elif not is_cache:
             raise OutputExistsError(f"cannot resume in {out}: it holds no activation cache (no progress.json)")
         else:
-            on_disk = json.loads((manifest if manifest.is_file() else progress).read_text())
-            old = CacheConfig.from_dict(on_disk["config"])
+            state = manifest if manifest.is_file() else progress
+            way_out = "use overwrite=True (--overwrite) to harvest it afresh"
+            on_disk = json_file(state, "cache harvest record", way_out, fields={"config": dict})
+            with reading(state, "cache harvest record", way_out):
+                old = CacheConfig.from_dict(on_disk["config"])
             if old != cfg:
                 raise DamagedFileError(
                     f"cannot resume {out}: it was harvested with another config ("

@@ -164,4 +164,4 @@ def read_info(folder: str | Path) -> dict:
     p = Path(folder) / WORKBENCH
     if not p.is_file():
         return {}
-    return read_json(p, DamagedFileError, "retrain the SAE or restore the file")
+    return read_json(p, DamagedFileError, "retrain the SAE or restore the file", "SAE training record")

@@ -71,23 +71,27 @@ class RowStore:
         except DamagedFileError as e:
             if not rebuild:
                 raise
-            warnings.warn(f"computing a damaged {CHUNK} again, not reusing it: {e}", stacklevel=2)
+            warnings.warn(f"not reusing a damaged {CHUNK}: {e}", stacklevel=2)
             path.unlink()
             return None
 
     def _read(self, path: Path, name: str, index: int) -> dict:
-        kept = checkpoint.read(path, CHUNK)
+        kept = checkpoint.read(path, CHUNK, "its rows are computed again")
         key = kept.get("key") if isinstance(kept, dict) else None
         want = {"build": self.build, "name": name, "index": index}
         if not isinstance(key, dict) or {k: key.get(k) for k in want} != want:
-            got = {k: key.get(k) for k in want} if isinstance(key, dict) else key
-            raise DamagedFileError(f"{path} ({CHUNK}) belongs to {got}, not to this build's {want}")
+            got = {k: key.get(k) for k in want} if isinstance(key, dict) else {}
+            raise DamagedFileError(
+                f"{path} ({CHUNK}) holds chunk {got.get('name')}-{got.get('index')} of build "
+                f"{str(got.get('build'))[:12]}, not {name}-{index} of build {self.build[:12]}; its rows are computed again"
+            )
         rows, n_kept, shape = kept.get("rows"), kept.get("features"), key.get("shape")
         width = n_kept + self.n_columns - self.n_features if isinstance(n_kept, int) else None
         found = list(rows.shape) if isinstance(rows, torch.Tensor) else type(rows).__name__
         if found != shape or not isinstance(shape, list) or shape[1:] != [width]:
             raise DamagedFileError(
-                f"{path} ({CHUNK}) holds rows of shape {found}; its key says {shape}, this build {['n', width]}"
+                f"{path} ({CHUNK}) holds rows of shape {found}; its key says {shape}, this build {['n', width]}; "
+                "its rows are computed again"
             )
         return kept
 
