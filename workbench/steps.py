@@ -533,6 +533,54 @@ def train_model(
         return card, folder
 
 
+def import_model(
+    ws: Workspace, source: str, *, name: str | None = None, dtype: str = "float32", overwrite: bool = False
+) -> tuple[dict, Path]:
+    """A Hugging Face model folder or Hub id converted once into a workbench model folder
+    (`workbench model import`) in <ws>/models/<name>; returns (manifest summary, folder).
+
+    The conversion is checked against the transformers model (max |logit difference| on random tokens,
+    float32, at most hf.EQUIVALENCE_TOLERANCE); `dtype` is the precision the weights are stored in.
+    """
+    import torch
+
+    from workbench.models import ModelSpecError, hf, save
+    from workbench.provenance import model_id
+
+    if dtype not in STORE_DTYPES:
+        raise BadValueError(f"--dtype {dtype!r} is not one of {', '.join(STORE_DTYPES)}")
+    src = hf.resolve_source(source)
+    folder = ws.path("models", name or slug(src.name if Path(source).exists() else source.split("/")[-1]))
+    if complete(folder) and not overwrite:
+        raise OutputExistsError(f"{folder} already holds a model; pass --overwrite to replace it, or another --name")
+    with output_lock(folder, "workbench model import"):
+        hf_model, tokenizer = hf.read_folder(src)
+        model = hf.convert(hf_model, tokenizer, folder.name, device="cpu")
+        gap = hf.logit_gap(hf_model, model)
+        if not gap <= hf.EQUIVALENCE_TOLERANCE:
+            raise ModelSpecError(
+                f"the conversion of {source} differs from the transformers model by {gap:.3g} in the logits "
+                f"(more than {hf.EQUIVALENCE_TOLERANCE:g}); TransformerLens does not convert this model faithfully"
+            )
+        model.to(getattr(torch, dtype))
+        arch = model.cfg.original_architecture
+        imported = {"source": str(source), "source_sha256": hf.source_checksum(src), "architecture": arch}
+        save(model, folder, extra={"imported": imported})
+        summary = {**imported, "model_id": model_id(model), "logit_max_abs_diff": gap, "n_layers": model.cfg.n_layers}
+        ws.record(
+            folder,
+            "models",
+            made_by="workbench model import",
+            config={"dtype": dtype, "weight_processing": "none", "equivalence_tolerance": hf.EQUIVALENCE_TOLERANCE},
+            inputs={"source": src if Path(source).exists() else source},
+            summary=summary,
+        )
+        return summary, folder
+
+
+STORE_DTYPES = ("float32", "bfloat16", "float16")
+
+
 def build_features(
     ws: Workspace,
     sae_dirs,

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-MODEL_HELP = "'tiny', a saved model folder, or a TransformerLens name (default: %(default)s)"
+MODEL_HELP = (
+    "'tiny', a saved model folder, a Hugging Face model folder, or a TransformerLens name (default: %(default)s)"
+)
 
 
 def quiet_flag() -> argparse.ArgumentParser:

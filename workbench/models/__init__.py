@@ -1,8 +1,9 @@
 """One model loader for every step: `load(spec) -> (HookedTransformer, tokenizer)`.
 
 Specs: "tiny" (the embedded model under data/models/tiny), a path to a saved workbench model
-folder, or any TransformerLens model name (HookedTransformer.from_pretrained; needs a network or a
-populated Hugging Face cache).
+folder, a Hugging Face model folder (converted on each load by models/hf.py; `workbench model import`
+converts once into a workbench folder), or any TransformerLens model name
+(HookedTransformer.from_pretrained; needs a network or a populated Hugging Face cache).
 """
 
 from __future__ import annotations
@@ -102,8 +103,13 @@ def load(spec: str = "tiny", device: str | None = None) -> tuple[HookedTransform
                 f"the embedded model {spec!r} is missing from {EMBEDDED[spec]}; rebuild it with `workbench model train`"
             )
         return _load_dir(EMBEDDED[spec], device)
+    from workbench.models import hf  # after ModelSpecError exists: hf raises it
+
     path = Path(spec)
     if path.exists():
+        if hf.is_hf_folder(path):
+            model = hf.load_folder(path, device)
+            return model, model.tokenizer
         return _load_dir(path, device)
     from transformer_lens.loading_from_pretrained import OFFICIAL_MODEL_NAMES, get_official_model_name
 
@@ -114,6 +120,7 @@ def load(spec: str = "tiny", device: str | None = None) -> tuple[HookedTransform
             f"unknown model spec {spec!r}: expected one of {sorted(EMBEDDED)}, a saved model folder, or a "
             f"TransformerLens model name (e.g. {', '.join(OFFICIAL_MODEL_NAMES[:3])}, ...)"
         ) from None
+    hf.check_hub(get_official_model_name(spec))  # offline and not cached: one error in seconds, not retries
     try:
         model = HookedTransformer.from_pretrained(spec, device=device)
     except OSError as e:  # offline without a cached copy (huggingface_hub errors are OSErrors)
