@@ -9,7 +9,7 @@ import torch
 
 from tests.hf_folders import ARCHITECTURES, hf_folder
 from workbench.cli import main
-from workbench.models import ModelSpecError, hf, load
+from workbench.models import hf, load
 from workbench.workspace import Workspace
 
 
