@@ -87,6 +87,7 @@ def make_cache(
     progress: bool = True,
     model=None,
     ensure: bool = False,
+    text_field: str = "text",
 ):
     """Harvest a cache (`workbench cache`) into <ws>/caches/<name> or `out`; returns the ActivationCache.
 
@@ -109,7 +110,7 @@ def make_cache(
     with output_lock(folder, "workbench cache"):  # one process per output
         if model is None:
             model, _ = load(model_spec)
-        corpus = load_corpus(corpus_spec, model.tokenizer, seed=corpus_seed)
+        corpus = load_corpus(corpus_spec, model.tokenizer, seed=corpus_seed, text_field=text_field)
         names = [h for spec in hooks for h in expand_hooks(spec, model.hook_dict)] if hooks else default_hooks(model)
         cache = harvest(model, corpus, names, folder, cfg=cfg, resume=resume, overwrite=overwrite, progress=progress)
         ws.record(
@@ -117,7 +118,12 @@ def make_cache(
             "caches",
             made_by="workbench cache",
             config=cache.manifest["config"],
-            inputs={**_model_inputs(ws, model, model_spec), "corpus": corpus_spec, "corpus_seed": corpus_seed},
+            inputs={
+                **_model_inputs(ws, model, model_spec),
+                "corpus": corpus_spec,
+                "corpus_seed": corpus_seed,
+                **({"text_field": text_field} if text_field != "text" else {}),
+            },
             summary={
                 "train_tokens": cache.n_tokens("train"),
                 "heldout_tokens": cache.n_tokens("heldout"),
@@ -635,6 +641,7 @@ def train_attention(
     resume: bool = False,
     report_queries: int = 200,
     ensure: bool = False,
+    text_field: str = "text",
 ) -> tuple[dict, Path]:
     """Sparse-attention post-training (`workbench attention train`) into <ws>/models/<name> or `out`,
     recorded as a model (the report says whether the constraint was met); returns (report, folder).
@@ -647,7 +654,9 @@ def train_attention(
     if ensure and complete(folder):
         return read_report(folder), folder
     resume = resume or (ensure and (folder / "checkpoint.pt").is_file())
-    report = sparsify(model_spec, folder, cfg, corpus_spec, resume=resume, report_queries=report_queries)
+    report = sparsify(
+        model_spec, folder, cfg, corpus_spec, resume=resume, report_queries=report_queries, text_field=text_field
+    )
     if dist_info()[0] == 0:  # under torchrun, rank 0 records
         ws.record(
             folder,

@@ -26,6 +26,14 @@ def add_model_flag(p: argparse.ArgumentParser, help: str = MODEL_HELP, flag: str
     p.add_argument(flag, default="tiny", help=help)
 
 
+def add_text_field_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--text-field",
+        default="text",
+        help="the text's jsonl key, parquet column or saved-dataset column in a file corpus (default: %(default)s)",
+    )
+
+
 def add_resume_or_overwrite(p: argparse.ArgumentParser, resume: str, overwrite: str) -> None:
     """--resume and --overwrite, which exclude each other."""
     g = p.add_mutually_exclusive_group()
