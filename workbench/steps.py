@@ -182,24 +182,26 @@ def _run_folder(ws: Workspace, kind: str, out, name: str | None, stem: str) -> P
 
 
 def _record_saes(ws: Workspace, run: Path, folders, cache_dir, train_cfg: TrainConfig) -> None:
+    side = [p for p in (run / "checkpoint.pt", run / "run.json") if p.is_file()]
+    for folder in folders:
+        _record_sae(ws, folder, "workbench sae train", Path(cache_dir), {"train": train_cfg.to_dict()}, side)
+
+
+def _record_sae(ws: Workspace, folder: Path, made_by: str, cache_dir, extra: dict, side=()) -> None:
     import json
 
     from workbench.sae.io import read_info
 
-    side = [p for p in (run / "checkpoint.pt", run / "run.json") if p.is_file()]
-    for folder in folders:
-        meta = json.loads((folder / "cfg.json").read_text()).get("metadata", {})
-        hooks = {"hook": meta.get("hook_name")} | (
-            {"target": meta["hook_name_out"]} if meta.get("hook_name_out") else {}
-        )
-        ws.record(
-            folder,
-            "saes",
-            made_by="workbench sae train",
-            config={**read_info(folder).get("sae_config", {}), "train": train_cfg.to_dict()},
-            inputs={"cache": Path(cache_dir), **hooks},
-            side_files=tuple(side),
-        )
+    meta = json.loads((folder / "cfg.json").read_text()).get("metadata", {})
+    hooks = {"hook": meta.get("hook_name")} | ({"target": meta["hook_name_out"]} if meta.get("hook_name_out") else {})
+    ws.record(
+        folder,
+        "saes",
+        made_by=made_by,
+        config={**read_info(folder).get("sae_config", {}), **extra},
+        inputs={"cache": cache_dir, **hooks},
+        side_files=tuple(side),
+    )
 
 
 def train_transcoder_set(
@@ -371,7 +373,6 @@ def find_circuit(
     MIB and Neuronpedia exports; returns (circuit, folder). find_options go to circuits.find_circuit.
 
     ensure (needs a name): a circuit already recorded under that name is loaded instead."""
-    from workbench.circuits import export
     from workbench.circuits.api import find_circuit
     from workbench.circuits.types import Circuit
 
@@ -390,6 +391,14 @@ def find_circuit(
     c = find_circuit(model, prompt, answer, counterfactual, cfg=cfg, **find_options)
     folder = ws.path("circuits", name or circuit_name(c.query, c.method))
     check_free(folder)
+    _record_circuit(ws, c, folder, "workbench circuit find", _model_inputs(ws, model, model_spec))
+    return c, folder
+
+
+def _record_circuit(ws: Workspace, c, folder: Path, made_by: str, model_inputs: dict) -> None:
+    """Save a circuit with its MIB and Neuronpedia exports in `folder`, and record it."""
+    from workbench.circuits import export
+
     c.save(folder / "circuit.json")
     export.to_mib(c, folder / "mib.json")
     export.to_neuronpedia(c, folder / "neuronpedia.json")
@@ -397,17 +406,11 @@ def find_circuit(
     ws.record(
         folder,
         "circuits",
-        made_by="workbench circuit find",
+        made_by=made_by,
         config=c.method,
-        inputs={
-            **_model_inputs(ws, model, model_spec),
-            "prompt": q.get("prompt"),
-            "answer": q.get("answer"),
-            "counterfactual": q.get("counterfactual"),
-        },
+        inputs={**model_inputs, **{k: q.get(k) for k in ("prompt", "answer", "counterfactual")}},
         summary={"ndf": c.ndf, "nfs": c.nfs, "edges": c.n_edges, "fraction": c.fraction},
     )
-    return c, folder
 
 
 def _members(ws: Workspace, transcoders, member) -> dict:
@@ -739,3 +742,68 @@ def compare_attention(
     atomic_write_text(folder / "compare" / f"{slug(task)}.json", json.dumps(res, indent=1))
     rerecord(ws, folder, "models", "workbench attention compare")
     return res
+
+
+API = "Python API"  # the made_by of what `record` adopts
+
+
+def record(ws: Workspace, *paths) -> list[Path]:
+    """Record what the Python API made, so `workbench ls` and the app list it like a command's output.
+
+    Each path is a cache folder (`workbench.cache.harvest`), an SAE folder or a folder of them
+    (`workbench.sae.train`), a saved model folder (`workbench.models.save`), or a circuit file
+    (`Circuit.save`, copied into <ws>/circuits/<stem>/ with its exports). Folders stay where they are
+    (outside the workspace they are registered in it). Returns the manifests' folders.
+    """
+    out = []
+    for p in map(Path, paths):
+        if p.is_file():
+            out.append(_record_circuit_file(ws, p))
+        elif (p / "manifest.json").is_file():
+            out.append(_record_cache(ws, p))
+        elif (p / "cfg.json").is_file():
+            out.append(_adopt_sae(ws, p))
+        elif (p / "config.json").is_file() and (p / "model.safetensors").is_file():
+            ws.record(p, "models", made_by=API, config={})
+            out.append(p)
+        elif saes := sorted(d for d in p.glob("*/") if (d / "cfg.json").is_file()):
+            out += [_adopt_sae(ws, d) for d in saes]
+        else:
+            raise BadValueError(
+                f"{p} is none of what `record` takes: a cache folder (manifest.json), an SAE folder (cfg.json) or "
+                "a folder of them, a saved model folder (config.json + model.safetensors), or a circuit file"
+            )
+    return out
+
+
+def _record_cache(ws: Workspace, folder: Path) -> Path:
+    from workbench.cache.reader import ActivationCache
+
+    cache = ActivationCache.open(folder)
+    m = cache.manifest
+    summary = {"train_tokens": cache.n_tokens("train"), "heldout_tokens": cache.n_tokens("heldout")}
+    inputs = {"model": m["model"], "corpus": m["corpus"]}
+    ws.record(folder, "caches", made_by=API, config=m["config"], inputs=inputs, summary=summary, checksums=False)
+    return folder
+
+
+def _adopt_sae(ws: Workspace, folder: Path) -> Path:
+    import json
+
+    from workbench.sae.io import read_info
+
+    meta = json.loads((folder / "cfg.json").read_text()).get("metadata", {})
+    cache = (folder / meta["dataset_path"]).resolve() if meta.get("dataset_path") else None
+    _record_sae(ws, folder, API, cache, {"train": read_info(folder).get("train_config", {})})
+    return folder
+
+
+def _record_circuit_file(ws: Workspace, path: Path) -> Path:
+    from workbench.circuits.types import Circuit
+
+    c = Circuit.load(path)
+    folder = ws.path("circuits", slug(path.stem) if path.stem != "circuit" else circuit_name(c.query, c.method))
+    if complete(folder):
+        raise OutputExistsError(f"{folder} already holds a recorded circuit; rename {path} to record it as well")
+    _record_circuit(ws, c, folder, API, {"model": c.model_id})
+    return folder
