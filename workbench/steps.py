@@ -799,11 +799,24 @@ def _adopt_sae(ws: Workspace, folder: Path) -> Path:
 
 
 def _record_circuit_file(ws: Workspace, path: Path) -> Path:
-    from workbench.circuits.types import Circuit
+    return import_circuit(ws, path, made_by=API)[1]
 
-    c = Circuit.load(path)
-    folder = ws.path("circuits", slug(path.stem) if path.stem != "circuit" else circuit_name(c.query, c.method))
-    if complete(folder):
-        raise OutputExistsError(f"{folder} already holds a recorded circuit; rename {path} to record it as well")
-    _record_circuit(ws, c, folder, API, {"model": c.model_id})
-    return folder
+
+def import_circuit(ws: Workspace, path, model=None, model_spec: str | None = None, *, name=None, made_by=None):
+    """A workbench or EAP-IG/MIB circuit file recorded in <ws>/circuits/<name> with its exports (`workbench
+    circuit import`), checked against `model` when given (a MIB file names no model: it is bound to this one);
+    returns (circuit, folder)."""
+    from workbench.circuits.export import read_circuit
+    from workbench.provenance import model_id
+
+    path = Path(path)
+    c = read_circuit(path, model)
+    if model is not None:
+        c.model_id = c.model_id or model_id(model)
+    stem = slug(path.name.removesuffix(".json").removesuffix(".mib"))
+    folder = ws.path("circuits", name or (stem if stem != "circuit" else circuit_name(c.query, c.method)))
+    if folder.exists() and any(folder.iterdir()):
+        raise OutputExistsError(f"{folder} already holds a circuit; pass another --name")
+    inputs = _model_inputs(ws, model, model_spec) if model is not None else {"model": c.model_id}
+    _record_circuit(ws, c, folder, made_by or "workbench circuit import", {**inputs, "source": path.resolve()})
+    return c, folder
