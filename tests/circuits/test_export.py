@@ -109,8 +109,11 @@ def test_neuronpedia_graph_loads_with_circuit_tracer(circuit, tmp_path):
     assert sum(n["is_target_logit"] for n in d["nodes"]) == 1
     infl = sorted(n["influence"] for n in d["nodes"])
     assert infl[-1] == pytest.approx(1.0) and all(0 < x <= 1 for x in infl)
-    broken = {**d, "nodes": [{k: v for k, v in n.items() if k != "clerp"} for n in d["nodes"]]}
-    with pytest.raises(DamagedFileError, match="lacks 'clerp'"):
+    broken = {**d, "nodes": [{k: v for k, v in n.items() if k != "feature_type"} for n in d["nodes"]]}
+    with pytest.raises(DamagedFileError, match="lacks 'feature_type'"):  # required in circuit-tracer's schema
+        validate_neuronpedia(broken)
+    broken = {**d, "nodes": [{**n, "clerp": None} for n in d["nodes"]]}  # optional there, but never null
+    with pytest.raises(DamagedFileError, match="field 'clerp' is null, expected str"):
         validate_neuronpedia(broken)
 
 
