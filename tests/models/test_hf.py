@@ -2,6 +2,7 @@
 transformers model, the TransformerLens 3.9 workarounds, `model import`, and every command on the result."""
 
 import json
+import re
 import time
 
 import pytest
@@ -96,3 +97,37 @@ def test_every_command_runs_on_an_imported_model(arch, tmp_path, capsys, monkeyp
     capsys.readouterr()
     assert main(["ls", "--kind", "models"]) == 0
     assert f"{arch}" in capsys.readouterr().out
+
+
+def test_newcomer_walk_from_a_llama_folder_to_the_app(tmp_path, capsys, monkeypatch):
+    """A fresh workspace, a Llama folder saved by transformers: import, cache, SAE, feature store, circuit;
+    `workbench ls` lists each, and the app's overview and live prompt view (the SAE on the imported model) open."""
+    from tests.app.conftest import _runner
+    from tests.app.test_pages import ok
+
+    monkeypatch.chdir(tmp_path)
+    src = hf_folder("llama", tmp_path / "downloads" / "my-llama")
+    assert main(["model", "import", str(src)]) == 0
+    model, hook = "workspace/models/my-llama", "blocks.1.hook_resid_post"
+    assert main(["cache", "--model", model, "--hooks", hook, "--tokens", "4000", "--name", "c", "--quiet"]) == 0
+    args = ["--arch", "topk", "--k", "4", "--expansion", "2", "--tokens", "2048", "--batch-size", "512", "--quiet"]
+    assert main(["sae", "train", "--cache", "workspace/caches/c", "--hook", hook, "--name", "run", *args]) == 0
+    (sae,) = [p for p in (tmp_path / "workspace/saes/run").iterdir() if (p / "cfg.json").is_file()]
+    assert (
+        main(["features", "build", str(sae), "--cache", "workspace/caches/c", "--model", model, "--tokens", "200"]) == 0
+    )
+    prompt = "When Mary and John went to the store , John gave a drink to"
+    cf = prompt.replace("Mary", "Alice")
+    find = ["circuit", "find", "--model", model, "--prompt", prompt, "--answer", "Mary", "--counterfactual", cf]
+    assert main([*find, "--budget", "20%", "--min-gap", "1e-6", "--name", "ioi"]) == 0
+    capsys.readouterr()
+    assert main(["ls"]) == 0
+    listed = capsys.readouterr().out
+    for kind, name in (("models", "my-llama"), ("caches", "c"), ("saes", sae.name), ("circuits", "ioi")):
+        assert re.search(rf"^{kind}\s+{re.escape(name)}\b", listed, re.M), (kind, listed)
+    app = _runner(tmp_path / "workspace", monkeypatch)
+    overview = ok(app())
+    assert "my-llama" in " ".join(str(d.value) for d in overview.dataframe)
+    rel = f"saes/run/{sae.name}"
+    table = ok(app("views/prompt.py", sae=rel, prompt="Mary and John went to the store")).dataframe[0].value
+    assert list(table["token"])[-1].strip() == "store"
