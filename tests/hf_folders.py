@@ -1,6 +1,6 @@
 """Small random Hugging Face model folders, as `transformers` saves them (`save_pretrained`), with a
 word-level tokenizer over the synthetic corpus's words built locally with `tokenizers`: what a user's
-own GPT-2, GPT-NeoX (Pythia), Llama or Gemma-2 looks like on disk, at test size."""
+own GPT-2, GPT-NeoX (Pythia), Llama, Gemma(-2), Mistral or Qwen2 looks like on disk, at test size."""
 
 from pathlib import Path
 
@@ -11,9 +11,26 @@ from workbench.models.tokenizer import build_tokenizer
 
 
 def _configs(vocab: int) -> dict:
-    from transformers import Gemma2Config, GPT2Config, GPTNeoXConfig, LlamaConfig
+    from transformers import (
+        Gemma2Config,
+        GemmaConfig,
+        GPT2Config,
+        GPTNeoXConfig,
+        LlamaConfig,
+        MistralConfig,
+        Qwen2Config,
+    )
 
     small = dict(vocab_size=vocab, bos_token_id=0, eos_token_id=1, pad_token_id=2)
+    gqa = dict(
+        num_hidden_layers=2,
+        hidden_size=32,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        **small,
+    )
     return {
         "gpt2": GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=64, **small),
         "neox": GPTNeoXConfig(
@@ -25,35 +42,20 @@ def _configs(vocab: int) -> dict:
             rotary_pct=0.5,
             **small,
         ),
-        "llama": LlamaConfig(
-            num_hidden_layers=2,
-            hidden_size=32,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            intermediate_size=64,
-            max_position_embeddings=64,
-            **small,
-        ),
-        "gemma2": Gemma2Config(
-            num_hidden_layers=2,
-            hidden_size=32,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=8,
-            intermediate_size=64,
-            max_position_embeddings=64,
-            sliding_window=8,
-            query_pre_attn_scalar=8,
-            **small,
-        ),
+        "llama": LlamaConfig(**gqa),
+        "gemma2": Gemma2Config(head_dim=8, sliding_window=8, query_pre_attn_scalar=8, **gqa),
+        "gemma": GemmaConfig(head_dim=8, **gqa),
+        "mistral": MistralConfig(**gqa),
+        "qwen2": Qwen2Config(**gqa),
     }
 
 
-ARCHITECTURES = ("gpt2", "neox", "llama", "gemma2")
+ARCHITECTURES = ("gpt2", "neox", "llama", "gemma2")  # every command runs on each (tests/models/test_hf.py)
+CONVERTED = (*ARCHITECTURES, "gemma", "mistral", "qwen2")  # checked against transformers' logits
 
 
 def hf_folder(arch: str, out: Path, seed: int = 0) -> Path:
-    """A random `arch` model (one of ARCHITECTURES) and its tokenizer saved in `out`."""
+    """A random `arch` model (one of CONVERTED) and its tokenizer saved in `out`."""
     from transformers import AutoModelForCausalLM
 
     tok = build_tokenizer(vocabulary())

@@ -8,13 +8,13 @@ import time
 import pytest
 import torch
 
-from tests.hf_folders import ARCHITECTURES, hf_folder
+from tests.hf_folders import ARCHITECTURES, CONVERTED, hf_folder
 from workbench.cli import main
 from workbench.models import hf, load
 from workbench.workspace import Workspace
 
 
-@pytest.mark.parametrize("arch", ARCHITECTURES)
+@pytest.mark.parametrize("arch", CONVERTED)
 def test_a_folder_converts_to_the_transformers_models_logits(arch, tmp_path):
     folder = hf_folder(arch, tmp_path / arch)
     hf_model, tokenizer = hf.read_folder(folder)

@@ -31,6 +31,7 @@ GEMMA = ("GemmaForCausalLM", "Gemma2ForCausalLM")
 NAME_SENSITIVE = ("llama", "gemma")  # substrings TransformerLens 3.9 dispatches on by name
 EQUIVALENCE_TOLERANCE = 1e-4  # float32 logits, transformers vs the converted model (max abs difference)
 PROBE_SECONDS = 3.0
+GENERIC_TOKENIZERS = ("TokenizersBackend", "PreTrainedTokenizerFast")
 
 
 def is_hf_folder(path: Path) -> bool:
@@ -44,10 +45,10 @@ def is_hf_folder(path: Path) -> bool:
 
 def read_folder(path: Path, dtype: torch.dtype = torch.float32):
     """(transformers model, tokenizer) saved in `path`, read with local files only."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        tokenizer = _tokenizer(Path(path))
     except Exception as e:  # transformers raises several types for a missing or damaged tokenizer
         raise ModelSpecError(
             f"{path} holds a Hugging Face model config but no usable tokenizer ({type(e).__name__}: "
@@ -60,6 +61,20 @@ def read_folder(path: Path, dtype: torch.dtype = torch.float32):
             f"cannot read the Hugging Face model in {path} ({type(e).__name__}: {str(e).splitlines()[0][:200]})"
         ) from e
     return hf_model.eval(), tokenizer
+
+
+def _tokenizer(path: Path):
+    """The folder's tokenizer as saved: a generic one (tokenizer.json, tokenizer_class TokenizersBackend or
+    PreTrainedTokenizerFast) is read as such, where transformers 5's AutoTokenizer would build the model type's
+    own class (a Qwen2 folder's word-level tokenizer re-read as Qwen2's byte-level BPE)."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    cfg = path / "tokenizer_config.json"
+    cls = json.loads(cfg.read_text()).get("tokenizer_class") if cfg.is_file() else None
+    if cls in GENERIC_TOKENIZERS and (path / "tokenizer.json").is_file():
+        # add_bos_token=True as TransformerLens would re-load it (through AutoTokenizer, hence the wrong class)
+        return PreTrainedTokenizerFast.from_pretrained(str(path), local_files_only=True, add_bos_token=True)
+    return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
 
 
 def tl_config(hf_config, name: str, device: str, dtype: torch.dtype) -> HookedTransformerConfig:
