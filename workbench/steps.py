@@ -590,6 +590,49 @@ def import_model(
 STORE_DTYPES = ("float32", "bfloat16", "float16")
 
 
+def import_sae(
+    ws: Workspace, source, model_spec: str = "tiny", *, fmt: str = "auto", name: str | None = None, model=None
+):
+    """A dictionary made by another tool (sae/imports.py) checked against the model and copied into
+    <ws>/saes/imported/<name> bound to it (`workbench sae import`); returns (manifest summary, folder)."""
+    from workbench.atomic import sha256_file
+    from workbench.models import load
+    from workbench.provenance import model_id
+    from workbench.sae import imports
+    from workbench.sae.io import load_sae
+
+    src = Path(source)
+    fmt = imports.detect(src, fmt)
+    folder = ws.path("saes", "imported") / (name or slug(src.resolve().name))
+    if folder.exists() and any(folder.iterdir()):
+        raise OutputExistsError(f"{folder} already holds an imported dictionary; pass another --name")
+    sae = load_sae(src)  # refuses damaged files by name
+    with output_lock(folder, "workbench sae import"):
+        model = model if model is not None else load(model_spec, device="cpu")[0]
+        fits = imports.check_fits(sae, model)
+        cfg = imports.copy_bound(src, folder, model_id(model))
+        summary = {
+            **fits,
+            "architecture": cfg.get("architecture"),
+            "source_model_name": cfg["metadata"]["source_model_name"],
+            "max_abs_diff_vs_source": imports.encoding_gap(src, folder),
+        }
+        ws.record(
+            folder,
+            "saes",
+            made_by="workbench sae import",
+            config={"format": fmt, **{k: v for k, v in cfg.items() if k != "metadata"}},
+            inputs={
+                "source": src.resolve(),
+                "source_sha256": sha256_file(src / "sae_weights.safetensors"),
+                **_model_inputs(ws, model, model_spec),
+                **{k: fits[k] for k in ("hook", "target") if k in fits},
+            },
+            summary=summary,
+        )
+    return summary, folder
+
+
 def build_features(
     ws: Workspace,
     sae_dirs,
