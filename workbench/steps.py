@@ -593,8 +593,9 @@ STORE_DTYPES = ("float32", "bfloat16", "float16")
 def import_sae(
     ws: Workspace, source, model_spec: str = "tiny", *, fmt: str = "auto", name: str | None = None, model=None
 ):
-    """A dictionary made by another tool (sae/imports.py) checked against the model and copied into
-    <ws>/saes/imported/<name> bound to it (`workbench sae import`); returns (manifest summary, folder)."""
+    """A dictionary made by another tool (sae/imports.py) checked against the model and copied into the workspace
+    bound to it (`workbench sae import`): a SAELens folder into <ws>/saes/imported/<name>, a circuit-tracer set
+    into <ws>/transcoders/<name>; returns (manifest summary, folder)."""
     from workbench.atomic import sha256_file
     from workbench.models import load
     from workbench.provenance import model_id
@@ -603,12 +604,15 @@ def import_sae(
 
     src = Path(source)
     fmt = imports.detect(src, fmt)
-    folder = ws.path("saes", "imported") / (name or slug(src.resolve().name))
+    name = name or slug(src.resolve().name)
+    folder = ws.path("transcoders", name) if fmt == "circuit-tracer" else ws.path("saes", "imported") / name
     if folder.exists() and any(folder.iterdir()):
         raise OutputExistsError(f"{folder} already holds an imported dictionary; pass another --name")
+    model = model if model is not None else load(model_spec, device="cpu")[0]
+    if fmt == "circuit-tracer":
+        return _import_tracer_set(ws, src, folder, model, model_spec)
     sae = load_sae(src)  # refuses damaged files by name
     with output_lock(folder, "workbench sae import"):
-        model = model if model is not None else load(model_spec, device="cpu")[0]
         fits = imports.check_fits(sae, model)
         cfg = imports.copy_bound(src, folder, model_id(model))
         summary = {
@@ -629,6 +633,47 @@ def import_sae(
                 **{k: fits[k] for k in ("hook", "target") if k in fits},
             },
             summary=summary,
+        )
+    return summary, folder
+
+
+def _import_tracer_set(ws: Workspace, src: Path, folder: Path, model, model_spec: str) -> tuple[dict, Path]:
+    """A circuit-tracer transcoder set as a workbench one: each layer a SAELens member checked against the model."""
+    import json
+
+    from workbench.atomic import atomic_write_text
+    from workbench.provenance import model_id
+    from workbench.sae import imports
+    from workbench.sae.io import load_sae
+    from workbench.sae.transcoders import SCHEMA, SET_MANIFEST
+
+    cfg, files = imports.tracer_layers(src)
+    mid, layers, gaps = model_id(model), [], {}
+    with output_lock(folder, "workbench sae import"):
+        for layer, f in files.items():
+            hooks = tuple(f"blocks.{layer}.{cfg[k]}" for k in ("feature_input_hook", "feature_output_hook"))
+            member = imports.tracer_to_saelens(f, hooks, folder / f"L{layer}-circuit-tracer", mid)
+            imports.check_fits(load_sae(member), model)
+            gaps[layer] = imports.tracer_gap(f, layer, member)
+            _record_sae(ws, member, "workbench sae import", None, {"format": "circuit-tracer", "source": str(f)})
+            entry = {"layer": layer, "input_hook": hooks[0], "target_hook": hooks[1], "transcoders": [member.name]}
+            layers.append({**entry, "input_kind": hooks[0].split(".", 2)[-1]})
+        manifest = {"schema": SCHEMA, "version": 1, "model": mid, "cache": None, "n_layers": model.cfg.n_layers}
+        atomic_write_text(folder / SET_MANIFEST, json.dumps({**manifest, "layers": layers}, indent=2))
+        summary = {
+            "layers": ",".join(str(e["layer"]) for e in layers),
+            "transcoders": len(layers),
+            "input": layers[0]["input_kind"],
+            "max_abs_diff_vs_source": max(gaps.values()),
+        }
+        ws.record(
+            folder,
+            "transcoders",
+            made_by="workbench sae import",
+            config={"format": "circuit-tracer", **{k: v for k, v in cfg.items() if k != "transcoders"}},
+            inputs={"source": src.resolve(), **_model_inputs(ws, model, model_spec)},
+            summary=summary,
+            checksums=False,
         )
     return summary, folder
 

@@ -109,3 +109,73 @@ def test_what_does_not_fit_is_refused_by_name(bound, tmp_path, capsys):
     assert "looks like a sparsify checkpoint" in err and len(err.splitlines()) == 1
     assert main(["sae", "import", str(src["standard"]), "--workspace", str(ws.root), "--format", "sparsify"]) == 2
     assert "--format 'sparsify' is not one of auto, saelens" in capsys.readouterr().err
+
+
+def _tracer_set(out, layers: int, skip: bool) -> None:
+    """A transcoder set written by circuit-tracer's own classes: JumpReLU on layer 0, ReLU after, random weights."""
+    import yaml
+    from circuit_tracer.transcoder.activation_functions import JumpReLU
+    from circuit_tracer.transcoder.single_layer_transcoder import SingleLayerTranscoder, TranscoderSet
+
+    torch.manual_seed(0)
+    tcs = {}
+    for i in range(layers):
+        act = JumpReLU(torch.rand(64) * 0.2, 0.1) if i == 0 else torch.nn.functional.relu
+        tc = SingleLayerTranscoder(
+            32, 64, act, i, skip_connection=skip, device=torch.device("cpu"), dtype=torch.float32
+        )
+        with torch.no_grad():
+            for p in tc.parameters():
+                p.copy_(0.3 * torch.randn_like(p))
+            if i == 0:
+                act.threshold.abs_()  # thresholds are non-negative (a negative one is refused: SAELens cannot hold it)
+        tcs[i] = tc
+    TranscoderSet(
+        tcs, feature_input_hook="ln2.hook_normalized", feature_output_hook="hook_mlp_out", scan="s"
+    ).to_safetensors(str(out))
+    hooks = {"feature_input_hook": "ln2.hook_normalized", "feature_output_hook": "hook_mlp_out"}
+    (out / "config.yaml").write_text(yaml.safe_dump({"model_name": "someone/their-model", **hooks}))
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_a_circuit_tracer_set_imports_equal_to_circuit_tracer_and_draws_a_graph(bound, tmp_path, capsys, skip):
+    from circuit_tracer.transcoder.single_layer_transcoder import load_relu_transcoder
+
+    from workbench.sae.transcoders import load_set
+
+    ws, model, spec, _ = bound
+    _tracer_set(tmp_path / "tracer", 2, skip)
+    name = f"tracer-skip-{skip}"
+    summary, folder = steps.import_sae(ws, tmp_path / "tracer", spec, model=model, name=name)
+    assert summary["max_abs_diff_vs_source"] < 1e-5 and summary["transcoders"] == 2
+    manifest = load_set(folder)
+    assert manifest["model"] == model_id(model) and [e["target_hook"] for e in manifest["layers"]] == [
+        "blocks.0.hook_mlp_out",
+        "blocks.1.hook_mlp_out",
+    ]
+    x = torch.randn(40, 32, generator=torch.Generator().manual_seed(2)) * 3
+    for e in manifest["layers"]:
+        theirs = load_relu_transcoder(
+            str(tmp_path / "tracer" / f"layer_{e['layer']}.safetensors"),
+            e["layer"],
+            device=torch.device("cpu"),
+            lazy_encoder=False,
+            lazy_decoder=False,
+        )
+        ours = load_sae(folder / e["transcoders"][0])
+        torch.testing.assert_close(ours(x), theirs(x), atol=1e-5, rtol=0)
+    assert f"transcoders/{name}" in browse.catalog(ws.root).transcoder_sets
+    graph = ["circuit", "graph", "--transcoders", str(folder), "--model", spec, "--workspace", str(ws.root)]
+    assert main([*graph, "--prompt", "When Mary and John went to the store", "--name", name]) == 0, capsys.readouterr()
+
+
+def test_a_negative_jumprelu_threshold_is_refused_not_converted_wrongly(bound, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    ws, model, spec, _ = bound
+    _tracer_set(tmp_path / "tracer", 1, False)
+    w = load_file(str(tmp_path / "tracer" / "layer_0.safetensors"))
+    w["activation_function.threshold"][:3] = -0.1
+    save_file(w, str(tmp_path / "tracer" / "layer_0.safetensors"))
+    with pytest.raises(BadValueError, match="3 JumpReLU thresholds are negative"):
+        steps.import_sae(ws, tmp_path / "tracer", spec, model=model, name="negative")

@@ -6,11 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def set_cache(folder: str | Path) -> str:
-    """The cache a transcoder set was trained on (its manifest's `cache`, relative to the set), resolved."""
+def set_cache(folder: str | Path) -> str | None:
+    """The cache a transcoder set was trained on (its manifest's `cache`, relative to the set), resolved; None
+    for a set imported from another tool (no cache of its training data here)."""
     from workbench.sae.transcoders import load_set
 
-    return str((Path(folder) / load_set(folder)["cache"]).resolve())
+    rel = load_set(folder).get("cache")
+    return None if rel is None else str((Path(folder) / rel).resolve())
 
 
 def seen_in_training(cache: str | None):

@@ -36,14 +36,20 @@ def add_parser(sub) -> None:
     i = sae.add_parser(
         "import",
         parents=[workspace_flag()],
-        help="copy a SAELens SAE or transcoder folder from anywhere into the workspace, checked against and bound to a model",
+        help="copy a SAELens SAE or transcoder folder, or a circuit-tracer transcoder set, into the workspace, checked "
+        "against and bound to a model",
     )
     i.add_argument(
         "source", metavar="SRC", help="the dictionary's folder (SAELens: cfg.json + sae_weights.safetensors)"
     )
-    i.add_argument("--format", default="auto", help="auto (recognise the folder) or saelens (default: %(default)s)")
+    i.add_argument(
+        "--format", default="auto", help="auto (recognise the folder), saelens or circuit-tracer (default: %(default)s)"
+    )
     add_model_flag(i, help="the model it reads from, as every command names it (default: %(default)s)")
-    i.add_argument("--name", help="folder in <workspace>/saes/imported (default: the source folder's name)")
+    i.add_argument(
+        "--name",
+        help="folder in <workspace>/saes/imported (a set: <workspace>/transcoders) (default: the source's name)",
+    )
     i.set_defaults(func=_import)
 
 
@@ -122,6 +128,12 @@ def _import(a: argparse.Namespace) -> None:
     from workbench import steps
 
     s, folder = steps.import_sae(Workspace(a.workspace), a.source, a.model, fmt=a.format, name=a.name)
+    if "transcoders" in s:  # a transcoder set
+        print(
+            f"imported {a.source} ({s['transcoders']} layers, {s['input']} -> hook_mlp_out) into {folder}, bound to "
+            f"{a.model}; codes and outputs within {s['max_abs_diff_vs_source']:.2g} of circuit-tracer's own"
+        )
+        return
     reads = s["hook"] + (f" -> {s['target']}" if "target" in s else "")
     print(
         f"imported {a.source} ({s['architecture']}, {s['d_in']} -> {s['d_sae']} latents, {reads}) into {folder}, "
