@@ -19,7 +19,7 @@ from transformers import PreTrainedTokenizerFast
 from workbench.atomic import atomic_path, atomic_write_text
 from workbench.attention.gates import install_from_dict
 from workbench.config import check_device
-from workbench.errors import UserError
+from workbench.errors import ModelSpecError  # noqa: F401  (re-exported: the name callers catch)
 from workbench.provenance import model_id  # noqa: F401  (re-exported: its home has no TransformerLens)
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data"
@@ -29,10 +29,6 @@ WEIGHTS, CONFIG = "model.safetensors", "config.json"
 # them into config.json and load() re-installs each with `install(model, config)` before the weights
 # load (so the saved state dict matches).
 EXTENSIONS = {"attention_gates": install_from_dict}
-
-
-class ModelSpecError(UserError, ValueError):
-    """A model spec that names no embedded model, saved folder or TransformerLens model."""
 
 
 def save(model: HookedTransformer, out_dir: str | Path, extra: dict | None = None) -> Path:
@@ -103,7 +99,7 @@ def load(spec: str = "tiny", device: str | None = None) -> tuple[HookedTransform
                 f"the embedded model {spec!r} is missing from {EMBEDDED[spec]}; rebuild it with `workbench model train`"
             )
         return _load_dir(EMBEDDED[spec], device)
-    from workbench.models import hf  # after ModelSpecError exists: hf raises it
+    from workbench.models import hf  # here: only a Hugging Face folder or Hub id needs it
 
     path = Path(spec)
     if path.exists():

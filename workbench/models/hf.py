@@ -24,7 +24,7 @@ import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 from transformer_lens import loading_from_pretrained as loading
 
-from workbench.models import ModelSpecError
+from workbench.errors import ModelSpecError
 
 HF_WEIGHTS = ("*.safetensors", "*.bin")
 GEMMA = ("GemmaForCausalLM", "Gemma2ForCausalLM")
