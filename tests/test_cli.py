@@ -369,3 +369,23 @@ def test_a_zero_ctx_len_is_refused_by_the_config_too():
 
     with pytest.raises(BadValueError, match=r"ctx_len=0 must be >= 1 \(or None\)"):
         HarvestConfig(ctx_len=0)
+
+
+def test_cache_reads_the_chosen_text_field_and_names_the_columns_of_a_wrong_one(tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    docs = [f"Mary went to the park . John saw a big tree {i % 10} ." for i in range(60)]
+    pq.write_table(pa.table({"body": docs}), tmp_path / "b.parquet")
+    argv = ["cache", "--workspace", str(tmp_path / "ws"), "--corpus", str(tmp_path / "b.parquet"), "--quiet"]
+    argv += ["--hooks", "blocks.0.hook_resid_post", "--tokens", "300", "--heldout-fraction", "0.1"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "has no 'text' column; its columns: ['body'] (--text-field)" in err and len(err.splitlines()) == 1
+    assert main([*argv, "--text-field", "body"]) == 0
+    out, err = capsys.readouterr()
+    assert "0.0% of the corpus's tokens unknown" in out
+    # 3 held-out documents fill no sequence: a one-line notice naming the corpus, no source line
+    assert err.splitlines() == [
+        f"workbench: corpus {tmp_path / 'b.parquet'} ran out after 0 heldout rows of the 30 requested"
+    ]

@@ -105,3 +105,20 @@ def test_every_flag_the_readme_shows_exists_and_parses_with_its_example(command)
             build_parser().parse_args(argv)
         except SystemExit:
             pytest.fail(f"the README's `{flag} {' '.join(values)}` does not parse: workbench {' '.join(argv)}")
+
+
+SIZES = "CACHE_TOKENS, TRAIN_TOKENS = 200_000, 1_000_000"
+
+
+def test_the_readme_python_block_runs_verbatim_and_records_in_a_workspace(tmp_path, monkeypatch, capsys):
+    """The README's Python API block, as written, with only its documented sizes line made small."""
+    from workbench.workspace import Workspace
+
+    text = (ROOT / "README.md").read_text()
+    block = text.split("## Python API", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    assert block.count(SIZES) == 1, "the README's sizes line changed: update SIZES here"
+    monkeypatch.chdir(tmp_path)
+    exec(compile(block.replace(SIZES, "CACHE_TOKENS, TRAIN_TOKENS = 6_000, 8_192"), "README.md", "exec"), {})
+    assert "ndf" in capsys.readouterr().out.lower()
+    kinds = sorted(a.kind for a in Workspace(tmp_path / "workspace").artifacts())
+    assert kinds == ["caches", "circuits", "saes"]

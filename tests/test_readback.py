@@ -102,7 +102,7 @@ def workspace(transcoder_workspace, tiny, tmp_path_factory):
     """The transcoder workspace (copied: every kind but circuits), plus a query circuit of its random model and an
     attribution graph through a transcoder set on all its layers, each made through workbench.steps."""
     from workbench import steps
-    from workbench.circuits.graph_config import GraphConfig
+    from workbench.circuits.feature.graph_config import GraphConfig
     from workbench.corpus import tasks
     from workbench.models import load
     from workbench.sae.config import SAEConfig, TrainConfig

@@ -15,6 +15,8 @@ family; each generic one keeps the matching built-in as a second base, so `excep
   for another model, corpus or config (cache shards and manifests, circuits, SAEs, checkpoints, reports);
   the cache reader and writer catch it to name every damaged shard.
 - `DiskFullError` (OSError): the disk filled up during a harvest; carries the errno.
+- `ModelSpecError` (ValueError): a model spec that names no model, or a model folder or Hub id that cannot be
+  converted (re-exported as `workbench.models.ModelSpecError`; caught by bench/sae_bench.py).
 Elsewhere, kept because code catches them or they stand apart:
 - `workbench.lock.OutputBusyError` (BlockingIOError): another run holds the output's lock.
 - `workbench.attention.train.ConstraintNotMet`: the run ended with no evaluated state meeting the
@@ -22,7 +24,6 @@ Elsewhere, kept because code catches them or they stand apart:
 - `workbench.sae.trainer.NonFiniteError` (RuntimeError): a NaN/inf batch or loss, or a diverged run.
 - `workbench.circuits.inputs.QueryError` and its `workbench.circuits.search.ZeroGapError`: a circuit query
   that cannot be answered; ZeroGapError (clean and corrupt agree) is caught by the circuit API and reports.
-- `workbench.models.ModelSpecError`: a model spec that names no model (caught by bench/sae_bench.py).
 - `workbench.browse.OutsideWorkspace` and `app.live.ModelNotFound`: the read side's path and model look-ups.
 """
 
@@ -55,6 +56,10 @@ class DamagedFileError(UserError, ValueError):
 
 class DiskFullError(UserError, OSError):
     """The disk filled up during a harvest; the shards completed before it stay valid and resumable."""
+
+
+class ModelSpecError(UserError, ValueError):
+    """A model spec that names no embedded model, saved folder, Hugging Face folder or TransformerLens model."""
 
 
 def os_error_message(e: OSError) -> str | None:

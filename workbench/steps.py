@@ -88,6 +88,7 @@ def make_cache(
     progress: bool = True,
     model=None,
     ensure: bool = False,
+    text_field: str = "text",
 ):
     """Harvest a cache (`workbench cache`) into <ws>/caches/<name> or `out`; returns the ActivationCache.
 
@@ -110,7 +111,7 @@ def make_cache(
     with output_lock(folder, "workbench cache"):  # one process per output
         if model is None:
             model, _ = load(model_spec)
-        corpus = load_corpus(corpus_spec, model.tokenizer, seed=corpus_seed)
+        corpus = load_corpus(corpus_spec, model.tokenizer, seed=corpus_seed, text_field=text_field)
         names = [h for spec in hooks for h in expand_hooks(spec, model.hook_dict)] if hooks else default_hooks(model)
         cache = harvest(model, corpus, names, folder, cfg=cfg, resume=resume, overwrite=overwrite, progress=progress)
         ws.record(
@@ -118,7 +119,12 @@ def make_cache(
             "caches",
             made_by="workbench cache",
             config=cache.manifest["config"],
-            inputs={**_model_inputs(ws, model, model_spec), "corpus": corpus_spec, "corpus_seed": corpus_seed},
+            inputs={
+                **_model_inputs(ws, model, model_spec),
+                "corpus": corpus_spec,
+                "corpus_seed": corpus_seed,
+                **({"text_field": text_field} if text_field != "text" else {}),
+            },
             summary={
                 "train_tokens": cache.n_tokens("train"),
                 "heldout_tokens": cache.n_tokens("heldout"),
@@ -177,23 +183,24 @@ def _run_folder(ws: Workspace, kind: str, out, name: str | None, stem: str) -> P
 
 
 def _record_saes(ws: Workspace, run: Path, folders, cache_dir, train_cfg: TrainConfig) -> None:
-
-    from workbench.sae.io import read_info
-
     side = [p for p in (run / "checkpoint.pt", run / "run.json") if p.is_file()]
     for folder in folders:
-        meta = json_file(folder / "cfg.json", "SAE's SAELens config", "retrain the SAE").get("metadata", {})
-        hooks = {"hook": meta.get("hook_name")} | (
-            {"target": meta["hook_name_out"]} if meta.get("hook_name_out") else {}
-        )
-        ws.record(
-            folder,
-            "saes",
-            made_by="workbench sae train",
-            config={**read_info(folder).get("sae_config", {}), "train": train_cfg.to_dict()},
-            inputs={"cache": Path(cache_dir), **hooks},
-            side_files=tuple(side),
-        )
+        _record_sae(ws, folder, "workbench sae train", Path(cache_dir), {"train": train_cfg.to_dict()}, side)
+
+
+def _record_sae(ws: Workspace, folder: Path, made_by: str, cache_dir, extra: dict, side=()) -> None:
+    from workbench.sae.io import read_info
+
+    meta = json_file(folder / "cfg.json", "SAE's SAELens config", "retrain the SAE").get("metadata", {})
+    hooks = {"hook": meta.get("hook_name")} | ({"target": meta["hook_name_out"]} if meta.get("hook_name_out") else {})
+    ws.record(
+        folder,
+        "saes",
+        made_by=made_by,
+        config={**read_info(folder).get("sae_config", {}), **extra},
+        inputs={"cache": cache_dir, **hooks},
+        side_files=tuple(side),
+    )
 
 
 def train_transcoder_set(
@@ -361,7 +368,6 @@ def find_circuit(
     n_samples, seed) and options (strategy, paraphrases, means, ...) go to circuits.find_circuit.
 
     ensure (needs a name): a circuit already recorded under that name is loaded instead."""
-    from workbench.circuits.component import export
     from workbench.circuits.component.api import find_circuit
     from workbench.circuits.component.types import Circuit
 
@@ -380,6 +386,14 @@ def find_circuit(
     c = find_circuit(model, prompt, answer, counterfactual, query=query, cfg=cfg, **options)
     folder = ws.path("circuits", name or circuit_name(c.query, c.method))
     check_free(folder)
+    _record_circuit(ws, c, folder, "workbench circuit find", _model_inputs(ws, model, model_spec))
+    return c, folder
+
+
+def _record_circuit(ws: Workspace, c, folder: Path, made_by: str, model_inputs: dict) -> None:
+    """Save a circuit with its MIB and Neuronpedia exports in `folder`, and record it."""
+    from workbench.circuits.component import export
+
     c.save(folder / "circuit.json")
     export.to_mib(c, folder / "mib.json")
     export.to_neuronpedia(c, folder / "neuronpedia.json")
@@ -387,17 +401,11 @@ def find_circuit(
     ws.record(
         folder,
         "circuits",
-        made_by="workbench circuit find",
+        made_by=made_by,
         config=c.method,
-        inputs={
-            **_model_inputs(ws, model, model_spec),
-            "prompt": q.get("prompt"),
-            "answer": q.get("answer"),
-            "counterfactual": q.get("counterfactual"),
-        },
+        inputs={**model_inputs, **{k: q.get(k) for k in ("prompt", "answer", "counterfactual")}},
         summary={"ndf": c.ndf, "nfs": c.nfs, "edges": c.n_edges, "fraction": c.fraction},
     )
-    return c, folder
 
 
 def _members(ws: Workspace, tset, member) -> dict:
@@ -531,6 +539,142 @@ def train_model(
         return card, folder
 
 
+def import_model(
+    ws: Workspace, source: str, *, name: str | None = None, dtype: str = "float32", overwrite: bool = False
+) -> tuple[dict, Path]:
+    """A Hugging Face model folder or Hub id converted once into a workbench model folder
+    (`workbench model import`) in <ws>/models/<name>; returns (manifest summary, folder).
+
+    The conversion is checked against the transformers model (max |logit difference| on random tokens,
+    float32, at most hf.EQUIVALENCE_TOLERANCE); `dtype` is the precision the weights are stored in.
+    """
+    import torch
+
+    from workbench.models import ModelSpecError, hf, save
+    from workbench.provenance import model_id
+
+    if dtype not in STORE_DTYPES:
+        raise BadValueError(f"--dtype {dtype!r} is not one of {', '.join(STORE_DTYPES)}")
+    src = hf.resolve_source(source)
+    folder = ws.path("models", name or slug(src.name if Path(source).exists() else source.split("/")[-1]))
+    if complete(folder) and not overwrite:
+        raise OutputExistsError(f"{folder} already holds a model; pass --overwrite to replace it, or another --name")
+    with output_lock(folder, "workbench model import"):
+        hf_model, tokenizer = hf.read_folder(src)
+        model = hf.convert(hf_model, tokenizer, folder.name, device="cpu")
+        gap = hf.logit_gap(hf_model, model)
+        if not gap <= hf.EQUIVALENCE_TOLERANCE:
+            raise ModelSpecError(
+                f"the conversion of {source} differs from the transformers model by {gap:.3g} in the logits "
+                f"(more than {hf.EQUIVALENCE_TOLERANCE:g}); TransformerLens does not convert this model faithfully"
+            )
+        model.to(getattr(torch, dtype))
+        arch = model.cfg.original_architecture
+        imported = {"source": str(source), "source_sha256": hf.source_checksum(src), "architecture": arch}
+        save(model, folder, extra={"imported": imported})
+        summary = {**imported, "model_id": model_id(model), "logit_max_abs_diff": gap, "n_layers": model.cfg.n_layers}
+        ws.record(
+            folder,
+            "models",
+            made_by="workbench model import",
+            config={"dtype": dtype, "weight_processing": "none", "equivalence_tolerance": hf.EQUIVALENCE_TOLERANCE},
+            inputs={"source": src if Path(source).exists() else source},
+            summary=summary,
+        )
+        return summary, folder
+
+
+STORE_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def import_sae(
+    ws: Workspace, source, model_spec: str = "tiny", *, fmt: str = "auto", name: str | None = None, model=None
+):
+    """A dictionary made by another tool (sae/imports.py) checked against the model and copied into the workspace
+    bound to it (`workbench sae import`): a SAELens folder into <ws>/saes/imported/<name>, a circuit-tracer set
+    into <ws>/transcoders/<name>; returns (manifest summary, folder)."""
+    from workbench.atomic import sha256_file
+    from workbench.models import load
+    from workbench.provenance import model_id
+    from workbench.sae import imports
+    from workbench.sae.io import load_sae
+
+    src = Path(source)
+    fmt = imports.detect(src, fmt)
+    name = name or slug(src.resolve().name)
+    folder = ws.path("transcoders", name) if fmt == "circuit-tracer" else ws.path("saes", "imported") / name
+    if folder.exists() and any(folder.iterdir()):
+        raise OutputExistsError(f"{folder} already holds an imported dictionary; pass another --name")
+    model = model if model is not None else load(model_spec, device="cpu")[0]
+    if fmt == "circuit-tracer":
+        return _import_tracer_set(ws, src, folder, model, model_spec)
+    sae = load_sae(src)  # refuses damaged files by name
+    with output_lock(folder, "workbench sae import"):
+        fits = imports.check_fits(sae, model)
+        cfg = imports.copy_bound(src, folder, model_id(model))
+        summary = {
+            **fits,
+            "architecture": cfg.get("architecture"),
+            "source_model_name": cfg["metadata"]["source_model_name"],
+            "max_abs_diff_vs_source": imports.encoding_gap(src, folder),
+        }
+        ws.record(
+            folder,
+            "saes",
+            made_by="workbench sae import",
+            config={"format": fmt, **{k: v for k, v in cfg.items() if k != "metadata"}},
+            inputs={
+                "source": src.resolve(),
+                "source_sha256": sha256_file(src / "sae_weights.safetensors"),
+                **_model_inputs(ws, model, model_spec),
+                **{k: fits[k] for k in ("hook", "target") if k in fits},
+            },
+            summary=summary,
+        )
+    return summary, folder
+
+
+def _import_tracer_set(ws: Workspace, src: Path, folder: Path, model, model_spec: str) -> tuple[dict, Path]:
+    """A circuit-tracer transcoder set as a workbench one: each layer a SAELens member checked against the model."""
+    import json
+
+    from workbench.atomic import atomic_write_text
+    from workbench.provenance import model_id
+    from workbench.sae import imports
+    from workbench.sae.io import load_sae
+    from workbench.sae.transcoders import SCHEMA, SET_MANIFEST
+
+    cfg, files = imports.tracer_layers(src)
+    mid, layers, gaps = model_id(model), [], {}
+    with output_lock(folder, "workbench sae import"):
+        for layer, f in files.items():
+            hooks = tuple(f"blocks.{layer}.{cfg[k]}" for k in ("feature_input_hook", "feature_output_hook"))
+            member = imports.tracer_to_saelens(f, hooks, folder / f"L{layer}-circuit-tracer", mid)
+            imports.check_fits(load_sae(member), model)
+            gaps[layer] = imports.tracer_gap(f, layer, member)
+            _record_sae(ws, member, "workbench sae import", None, {"format": "circuit-tracer", "source": str(f)})
+            entry = {"layer": layer, "input_hook": hooks[0], "target_hook": hooks[1], "transcoders": [member.name]}
+            layers.append({**entry, "input_kind": hooks[0].split(".", 2)[-1]})
+        manifest = {"schema": SCHEMA, "version": 1, "model": mid, "cache": None, "n_layers": model.cfg.n_layers}
+        atomic_write_text(folder / SET_MANIFEST, json.dumps({**manifest, "layers": layers}, indent=2))
+        summary = {
+            "layers": ",".join(str(e["layer"]) for e in layers),
+            "transcoders": len(layers),
+            "input": layers[0]["input_kind"],
+            "max_abs_diff_vs_source": max(gaps.values()),
+        }
+        ws.record(
+            folder,
+            "transcoders",
+            made_by="workbench sae import",
+            config={"format": "circuit-tracer", **{k: v for k, v in cfg.items() if k != "transcoders"}},
+            inputs={"source": src.resolve(), **_model_inputs(ws, model, model_spec)},
+            summary=summary,
+            checksums=False,
+        )
+    return summary, folder
+
+
 def build_features(
     ws: Workspace,
     sae_dirs,
@@ -585,6 +729,7 @@ def train_attention(
     resume: bool = False,
     report_queries: int = 200,
     ensure: bool = False,
+    text_field: str = "text",
 ) -> tuple[dict, Path]:
     """Sparse-attention post-training (`workbench attention train`) into <ws>/models/<name> or `out`,
     recorded as a model (the report says whether the constraint was met); returns (report, folder).
@@ -597,7 +742,9 @@ def train_attention(
     if ensure and complete(folder):
         return read_report(folder), folder
     resume = resume or (ensure and (folder / "checkpoint.pt").is_file())
-    report = sparsify(model_spec, folder, cfg, corpus_spec, resume=resume, report_queries=report_queries)
+    report = sparsify(
+        model_spec, folder, cfg, corpus_spec, resume=resume, report_queries=report_queries, text_field=text_field
+    )
     if dist_info()[0] == 0:  # under torchrun, rank 0 records
         ws.record(
             folder,
@@ -680,3 +827,79 @@ def compare_attention(
     atomic_write_text(folder / "compare" / f"{slug(task)}.json", json.dumps(res, indent=1))
     rerecord(ws, folder, "models", "workbench attention compare")
     return res
+
+
+API = "Python API"  # the made_by of what `record` adopts
+
+
+def record(ws: Workspace, *paths) -> list[Path]:
+    """Record what the Python API made, so `workbench ls` and the app list it like a command's output.
+
+    Each path is a cache folder (`workbench.cache.harvest`), an SAE folder or a folder of them
+    (`workbench.sae.train`), a saved model folder (`workbench.models.save`), or a circuit file
+    (`Circuit.save`, copied into <ws>/circuits/<stem>/ with its exports). Folders stay where they are
+    (outside the workspace they are registered in it). Returns the manifests' folders.
+    """
+    out = []
+    for p in map(Path, paths):
+        if p.is_file():
+            out.append(_record_circuit_file(ws, p))
+        elif (p / "manifest.json").is_file():
+            out.append(_record_cache(ws, p))
+        elif (p / "cfg.json").is_file():
+            out.append(_adopt_sae(ws, p))
+        elif (p / "config.json").is_file() and (p / "model.safetensors").is_file():
+            ws.record(p, "models", made_by=API, config={})
+            out.append(p)
+        elif saes := sorted(d for d in p.glob("*/") if (d / "cfg.json").is_file()):
+            out += [_adopt_sae(ws, d) for d in saes]
+        else:
+            raise BadValueError(
+                f"{p} is none of what `record` takes: a cache folder (manifest.json), an SAE folder (cfg.json) or "
+                "a folder of them, a saved model folder (config.json + model.safetensors), or a circuit file"
+            )
+    return out
+
+
+def _record_cache(ws: Workspace, folder: Path) -> Path:
+    from workbench.cache.reader import ActivationCache
+
+    cache = ActivationCache.open(folder)
+    m = cache.manifest
+    summary = {"train_tokens": cache.n_tokens("train"), "heldout_tokens": cache.n_tokens("heldout")}
+    inputs = {"model": m["model"], "corpus": m["corpus"]}
+    ws.record(folder, "caches", made_by=API, config=m["config"], inputs=inputs, summary=summary, checksums=False)
+    return folder
+
+
+def _adopt_sae(ws: Workspace, folder: Path) -> Path:
+    from workbench.sae.io import read_info
+
+    meta = json_file(folder / "cfg.json", "SAE's SAELens config", "retrain the SAE").get("metadata", {})
+    cache = (folder / meta["dataset_path"]).resolve() if meta.get("dataset_path") else None
+    _record_sae(ws, folder, API, cache, {"train": read_info(folder).get("train_config", {})})
+    return folder
+
+
+def _record_circuit_file(ws: Workspace, path: Path) -> Path:
+    return import_circuit(ws, path, made_by=API)[1]
+
+
+def import_circuit(ws: Workspace, path, model=None, model_spec: str | None = None, *, name=None, made_by=None):
+    """A workbench or EAP-IG/MIB circuit file recorded in <ws>/circuits/<name> with its exports (`workbench
+    circuit import`), checked against `model` when given (a MIB file names no model: it is bound to this one);
+    returns (circuit, folder)."""
+    from workbench.circuits.component.export import read_circuit
+    from workbench.provenance import model_id
+
+    path = Path(path)
+    c = read_circuit(path, model)
+    if model is not None:
+        c.model_id = c.model_id or model_id(model)
+    stem = slug(path.name.removesuffix(".json").removesuffix(".mib"))
+    folder = ws.path("circuits", name or (stem if stem != "circuit" else circuit_name(c.query, c.method)))
+    if folder.exists() and any(folder.iterdir()):
+        raise OutputExistsError(f"{folder} already holds a circuit; pass another --name")
+    inputs = _model_inputs(ws, model, model_spec) if model is not None else {"model": c.model_id}
+    _record_circuit(ws, c, folder, made_by or "workbench circuit import", {**inputs, "source": path.resolve()})
+    return c, folder

@@ -39,8 +39,8 @@ def _node(n: dict, n_layers: int) -> layout.Node:
         pos=int(n["ctx_idx"]),
         layer=layer if kind not in ALWAYS else None,
         label=n["clerp"],
-        score=float(n["influence"]),
-        activation=float(n["activation"]) if kind == "feature" else None,
+        score=1.0 if n["influence"] is None else float(n["influence"]),  # null (circuit-tracer allows it): ranks last
+        activation=float(n["activation"]) if kind == "feature" and n["activation"] is not None else None,
     )
 
 

@@ -122,7 +122,7 @@ def from_neuronpedia(d: dict, title: str = "") -> Graph:
     token positions (`ctx_idx`) across, layers bottom to top, influence as the score, the clerp as the label."""
     schema.validate_neuronpedia(d)
     nodes = []
-    for n in d["nodes"]:
+    for n in map(schema.np_defaults, d["nodes"]):
         column, col_label = _np_column(n)
         layer = str(n["layer"])
         clerp = str(n.get("clerp") or n["node_id"])
@@ -135,8 +135,8 @@ def from_neuronpedia(d: dict, title: str = "") -> Graph:
                 pos=int(n["ctx_idx"]),
                 layer=int(layer) if layer.isdigit() else None,
                 label=clerp if len(clerp) <= LABEL_CHARS else clerp[: LABEL_CHARS - 1] + "…",
-                score=float(n["influence"]),
-                activation=float(n["activation"]),
+                score=1.0 if n["influence"] is None else float(n["influence"]),  # null: ranks last
+                activation=None if n["activation"] is None else float(n["activation"]),
             )
         )
     edges = [Edge(link["source"], link["target"], None, float(link["weight"])) for link in d["links"]]

@@ -60,7 +60,8 @@ def details(fg: schema.FeatureGraph, node_id: str) -> None:
     if node is None:
         st.warning(f"node={node_id!r} is not in this graph")
         return
-    st.markdown(f"**{state.text(node_id)}**: {state.text(node['clerp'])} (influence {node['influence']:.3f})")
+    influence = "not given" if node["influence"] is None else f"{node['influence']:.3f}"
+    st.markdown(f"**{state.text(node_id)}**: {state.text(node['clerp'])} (influence {influence})")
     members = (fg.metadata.get("info") or {}).get("transcoder_members") or {}
     if node["feature_type"] == "cross layer transcoder" and node["layer"] in members:
         latent = int(node_id.split("_")[1])

@@ -172,3 +172,52 @@ def test_record_arrays_align_with_the_circuit():
     rec = schema.read(c.to_dict())
     np.testing.assert_array_equal(rec.in_circuit, c.in_circuit.numpy())
     np.testing.assert_allclose(rec.scores, c.scores.numpy())
+
+
+def _tracer_graph() -> dict:
+    """A graph made by circuit-tracer's own models, with every field its schema lets be null or absent so."""
+    from circuit_tracer.frontend.graph_models import Metadata, Model, Node, QParams
+
+    nodes = [
+        Node.token_node(0, 5),
+        Node.token_node(1, 7, influence=None),
+        Node.feature_node(0, 1, 3, influence=0.4, activation=None),
+        Node.feature_node(1, 1, 2, influence=None, activation=1.5),
+        Node.error_node(0, 1),
+        Node.logit_node(1, 9, "x", num_layers=2, target_logit=True, token_prob=0.5),
+    ]
+    links = [
+        {"source": nodes[i].node_id, "target": nodes[j].node_id, "weight": 0.5} for i, j in ((0, 2), (2, 3), (3, 5))
+    ]
+    meta = Metadata(slug="s", scan="m", transcoder_list=[], prompt_tokens=["a", "b"], prompt="a b")
+    q = QParams(pinnedIds=[], supernodes=[], linkType="both", clickedId="", sg_pos="")
+    d = json.loads(Model(metadata=meta, qParams=q, nodes=nodes, links=links).model_dump_json())
+    d["metadata"]["schema_version"] = None  # nullable there too
+    for n in d["nodes"][:2]:
+        for k in ("clerp", "token_prob", "run_idx", "reverse_ctx_idx", "jsNodeId", "is_target_logit"):
+            n.pop(k)  # optional in circuit-tracer's schema: absent is valid
+    return d
+
+
+def test_circuit_tracer_graphs_with_nulls_open(tmp_path):
+    from circuit_tracer.frontend.graph_models import Model
+
+    from app.figures import feature_graph
+    from app.graph_view import layout
+    from workbench import browse
+
+    d = _tracer_graph()
+    Model(**d)  # circuit-tracer's own schema accepts it
+    assert any(n["activation"] is None for n in d["nodes"]) and d["metadata"]["node_threshold"] is None
+    path = tmp_path / "graph.json"
+    path.write_text(json.dumps(d))
+    fg = browse.open_feature_graph(path)
+    assert fg.nodes[0]["clerp"] == "" and fg.nodes[0]["jsNodeId"] == d["nodes"][0]["node_id"]
+    drawn = feature_graph.to_graph(fg)
+    assert {n.id for n in drawn.nodes} == {n["node_id"] for n in d["nodes"]} and len(drawn.edges) == 3
+    assert len(layout.from_neuronpedia(d).nodes) == len(d["nodes"])
+    for bad, match in ((("activation", "x"), "field 'activation' is a string"), (("ctx_idx", None), "ctx_idx")):
+        broken = json.loads(json.dumps(d))
+        broken["nodes"][2][bad[0]] = bad[1]
+        with pytest.raises(DamagedFileError, match=match):
+            schema.read_feature_graph(broken)

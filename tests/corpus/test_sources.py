@@ -40,7 +40,10 @@ def test_file_corpus_resume_and_heldout(tmp_path, tokenizer):
 def test_bad_corpus_specs(tmp_path, tokenizer):
     with pytest.raises(BadValueError, match="does not exist"):
         load_corpus(str(tmp_path / "missing.txt"), tokenizer)
-    with pytest.raises(BadValueError, match="expected 'synthetic', 'hf:<dataset>' or a file"):
+    with pytest.raises(
+        BadValueError,
+        match="expected 'synthetic', 'hf:<dataset>', a folder saved by .datasets. save_to_disk, or a file",
+    ):
         load_corpus(str(tmp_path / "data.csv"), tokenizer)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "ok"}\nnot json\n')
@@ -48,8 +51,55 @@ def test_bad_corpus_specs(tmp_path, tokenizer):
         list(load_corpus(str(bad), tokenizer).sequences(8))
     binary = tmp_path / "bin.txt"
     binary.write_bytes(b"\xff\xfe\x00bad")
-    with pytest.raises(BadValueError, match="cannot read corpus file"):
+    with pytest.raises(BadValueError, match=r"bin.txt is not UTF-8 text: byte 0 is b'\\xff'"):
         list(load_corpus(str(binary), tokenizer).sequences(8))
+
+
+def test_a_non_utf8_byte_is_named_with_its_offset(tmp_path, tokenizer):
+    bad = tmp_path / "late.jsonl"
+    data = b'{"text": "ok"}\n{"text": "caf\xe9"}\n'
+    bad.write_bytes(data)
+    assert data.index(b"\xe9") == 28
+    with pytest.raises(BadValueError, match=r"late.jsonl is not UTF-8 text: byte 28 is b'\\xe9'"):
+        list(load_corpus(str(bad), tokenizer).sequences(8))
+    txt = tmp_path / "late.txt"
+    txt.write_bytes(b"Mary went home .\n\nJohn \x80 saw")  # the bad byte at offset 23
+    with pytest.raises(BadValueError, match="late.txt is not UTF-8 text: byte 23 "):
+        list(load_corpus(str(txt), tokenizer).sequences(8))
+
+
+def test_an_empty_file_is_one_error_naming_it(tmp_path, tokenizer):
+    (tmp_path / "empty.txt").write_bytes(b"")
+    with pytest.raises(BadValueError, match=r"corpus file .*empty.txt is empty \(0 bytes"):
+        load_corpus(str(tmp_path / "empty.txt"), tokenizer)
+
+
+def test_the_text_field_is_chosen_and_a_wrong_one_names_the_fields(tmp_path, tokenizer):
+    (tmp_path / "b.jsonl").write_text("\n".join(json.dumps({"body": d, "id": i}) for i, d in enumerate(DOCS)))
+    pq.write_table(pa.table({"body": DOCS, "id": list(range(len(DOCS)))}), tmp_path / "b.parquet")
+    ref = [s.tokens for s in load_corpus(str(_write_all(tmp_path)[0]), tokenizer).sequences(16)]
+    for name in ("b.jsonl", "b.parquet"):
+        got = [s.tokens for s in load_corpus(str(tmp_path / name), tokenizer, text_field="body").sequences(16)]
+        np.testing.assert_array_equal(np.stack(got), np.stack(ref))
+    with pytest.raises(BadValueError, match=r"b.jsonl:1 has no 'text' field; its fields: \['body', 'id'\]"):
+        list(load_corpus(str(tmp_path / "b.jsonl"), tokenizer).sequences(16))
+    with pytest.raises(BadValueError, match=r"b.parquet has no 'text' column; its columns: \['body', 'id'\]"):
+        list(load_corpus(str(tmp_path / "b.parquet"), tokenizer).sequences(16))
+
+
+def test_a_saved_dataset_folder_is_a_corpus(tmp_path, tokenizer):
+    datasets = pytest.importorskip("datasets")
+    datasets.Dataset.from_dict({"body": DOCS}).save_to_disk(str(tmp_path / "ds"))
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict({"body": DOCS})}).save_to_disk(str(tmp_path / "dd"))
+    ref = [s.tokens for s in load_corpus(str(_write_all(tmp_path)[0]), tokenizer).sequences(16)]
+    for name in ("ds", "dd"):
+        got = [s.tokens for s in load_corpus(str(tmp_path / name), tokenizer, text_field="body").sequences(16)]
+        np.testing.assert_array_equal(np.stack(got), np.stack(ref))
+    with pytest.raises(BadValueError, match=r"saved dataset .*ds has no 'text' column; its columns: \['body'\]"):
+        list(load_corpus(str(tmp_path / "ds"), tokenizer).sequences(16))
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(BadValueError, match="is not a dataset saved with `datasets` save_to_disk"):
+        list(load_corpus(str(tmp_path / "plain"), tokenizer).sequences(16))
 
 
 def test_hf_corpus_offline_is_one_clear_error(tokenizer, monkeypatch):

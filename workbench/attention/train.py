@@ -197,7 +197,7 @@ class Run:
     history: dict = field(default_factory=lambda: {"curves": [], "evals": [], "best": None, "fallback": None})
 
 
-def prepare(base: str, out_dir, cfg: SparsifyConfig, corpus: str, resume: bool) -> Run:
+def prepare(base: str, out_dir, cfg: SparsifyConfig, corpus: str, resume: bool, text_field: str = "text") -> Run:
     """Load the base model and corpus, measure the selection split, install gates, restore a checkpoint."""
     from workbench.corpus import load_corpus
     from workbench.models import load, model_id
@@ -218,7 +218,7 @@ def prepare(base: str, out_dir, cfg: SparsifyConfig, corpus: str, resume: bool) 
     if ctx > model.cfg.n_ctx:
         raise BadValueError(f"ctx_len={ctx} exceeds the model's n_ctx={model.cfg.n_ctx}")
     G.check_model(model)
-    data = load_corpus(corpus, tok, seed=cfg.seed)
+    data = load_corpus(corpus, tok, seed=cfg.seed, text_field=text_field)
     dual, dual_split = _dual_stream(model, data, cfg, ctx, world, rank)
     record = {
         "config": {k: v for k, v in cfg.to_dict().items() if k not in RESUME_FREE},
@@ -367,6 +367,7 @@ def sparsify(
     corpus: str = "synthetic",
     resume: bool = False,
     report_queries: int = 200,
+    text_field: str = "text",
 ) -> dict:
     """Train gates (and weights) on `base` (a model spec) and save a gated workbench model in out_dir.
 
@@ -374,7 +375,7 @@ def sparsify(
     saved model meets the constraint on the fresh verdict split (upper 95% bound within the tolerance).
     Resuming a finished run with more steps extends it; with the same steps it redoes select and save.
     """
-    run = prepare(base, out_dir, cfg or SparsifyConfig(), corpus, resume)
+    run = prepare(base, out_dir, cfg or SparsifyConfig(), corpus, resume, text_field)
     loop(run)
     report = save(run, select(run), report_queries)
     if run.world > 1:

@@ -24,8 +24,8 @@ from __future__ import annotations
 import dataclasses
 import errno
 import shutil
+import sys
 import threading
-import warnings
 from collections import deque
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -420,8 +420,10 @@ def _harvest_split(
                 shard, full = None, shard
                 closer.submit(full)
         else:
-            warnings.warn(
-                f"corpus {cfg.corpus} ran out after {rows} {split} rows of the {target} requested", stacklevel=3
+            # a notice, not warnings.warn: that prints a line of this file's source under the message
+            print(
+                f"workbench: corpus {cfg.corpus} ran out after {rows} {split} rows of the {target} requested",
+                file=sys.stderr,
             )
     except BaseException:
         if shard is not None:  # its rows are redone on resume; deleting it frees the space now

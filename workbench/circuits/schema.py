@@ -498,28 +498,22 @@ def check_tokens(query: dict, d_vocab: int) -> None:
 
 # ------------------------------------------------------------------ circuit-tracer / Neuronpedia graph JSON
 
-NP_NODE_FIELDS = {
-    "node_id": str,
-    "feature": int,
-    "layer": str,
-    "ctx_idx": int,
-    "feature_type": str,
-    "token_prob": float,
-    "is_target_logit": bool,
-    "jsNodeId": str,
-    "clerp": str,
-    "influence": float,
-    "activation": float,
+# circuit-tracer 0.5.0's graph schema (circuit_tracer.frontend.graph_models): required fields, then the
+# optional ones with the default its pydantic models fill in; NP_NULLABLE ones may also be null
+NP_NODE_FIELDS = {"node_id": str, "feature": int, "layer": str, "ctx_idx": int, "feature_type": str}
+NP_NODE_OPTIONAL = {
+    "token_prob": (float, 0.0),
+    "is_target_logit": (bool, False),
+    "run_idx": (int, 0),
+    "reverse_ctx_idx": (int, 0),
+    "jsNodeId": (str, None),  # defaults to the node_id
+    "clerp": (str, ""),
+    "influence": (float, None),
+    "activation": (float, None),
 }
-NP_METADATA_FIELDS = {
-    "slug": str,
-    "scan": str,
-    "transcoder_list": list,
-    "prompt": str,
-    "prompt_tokens": list,
-    "node_threshold": float,
-    "schema_version": int,
-}
+NP_METADATA_FIELDS = {"slug": str, "scan": str, "transcoder_list": list, "prompt": str, "prompt_tokens": list}
+NP_METADATA_OPTIONAL = {"node_threshold": (float, None), "schema_version": (int, 1)}
+NP_NULLABLE = {"influence", "activation", "node_threshold", "schema_version"}
 NP_QPARAMS_FIELDS = ("pinnedIds", "supernodes", "linkType", "clickedId", "sg_pos")
 # circuit-tracer's frontend knows four node types; a head or MLP taken whole (its output not split
 # into features) is what its error nodes are, so components are written as that type
@@ -538,12 +532,8 @@ def validate_neuronpedia(d: dict) -> None:
     if problems:
         raise DamagedFileError("invalid Neuronpedia graph: " + "; ".join(problems))
     meta = d["metadata"]
-    for k, t in NP_METADATA_FIELDS.items():
-        if k not in meta:
-            problems.append(f"metadata lacks {k!r}")
-        elif not _is(meta[k], t) and not (k == "node_threshold" and meta[k] is None):
-            problems.append(f"metadata.{k} is {_type(meta[k])}, expected {t.__name__}")
-    if meta.get("schema_version") != 1:
+    problems += _np_fields(meta, NP_METADATA_FIELDS, NP_METADATA_OPTIONAL, "metadata.{k}", "metadata lacks {k!r}")
+    if meta.get("schema_version") not in (1, None):
         problems.append(f"metadata.schema_version is {meta.get('schema_version')!r}, expected 1")
     problems += [f"qParams lacks {k!r}" for k in NP_QPARAMS_FIELDS if k not in d["qParams"]]
     if len(d["nodes"]) + len(d["links"]) > MAX_EDGES:
@@ -553,14 +543,11 @@ def validate_neuronpedia(d: dict) -> None:
         if not isinstance(n, dict):
             problems.append(f"nodes[{i}] is {_type(n)}, expected an object")
             continue
-        for k, t in NP_NODE_FIELDS.items():
-            if k not in n:
-                problems.append(f"node {n.get('node_id')!r} lacks {k!r}")
-            elif not _is(n[k], t):
-                problems.append(f"node {n.get('node_id')!r} field {k!r} is {_type(n[k])}, expected {t.__name__}")
-        if n.get("feature_type") == "logit" and "(p=" not in str(n.get("clerp", "")):
+        where = f"node {n.get('node_id')!r}"
+        problems += _np_fields(n, NP_NODE_FIELDS, NP_NODE_OPTIONAL, where + " field {k!r}", where + " lacks {k!r}")
+        if n.get("feature_type") == "logit" and n.get("clerp") and "(p=" not in str(n["clerp"]):
             problems.append(f"logit node {n.get('node_id')!r} clerp {n.get('clerp')!r} lacks '(p=...)'")
-        ctx[n.get("node_id")] = n.get("ctx_idx", 0)
+        ctx[n.get("node_id")] = n["ctx_idx"] if _is(n.get("ctx_idx"), int) else 0  # a bad one is named above
     seen = set()
     for i, link in enumerate(d["links"][:MAX_EDGES]):
         if not isinstance(link, dict) or not {"source", "target", "weight"} <= set(link):
@@ -577,6 +564,23 @@ def validate_neuronpedia(d: dict) -> None:
             seen.add((link["source"], link["target"]))
     if problems:
         raise DamagedFileError(f"invalid Neuronpedia graph ({len(problems)} problems): " + "; ".join(problems[:10]))
+
+
+def _np_fields(d: dict, required: dict, optional: dict, where: str, lacks: str) -> list[str]:
+    """Problems of one circuit-tracer object: a required field missing, or any field of the wrong type (null
+    only where circuit-tracer's schema allows it)."""
+    problems = [lacks.format(k=k) for k in required if k not in d]
+    types = {**required, **{k: t for k, (t, _) in optional.items()}}
+    for k, t in types.items():
+        if k in d and not _is(d[k], t) and not (d[k] is None and k in NP_NULLABLE):
+            problems.append(f"{where.format(k=k)} is {_type(d[k])}, expected {t.__name__}")
+    return problems
+
+
+def np_defaults(n: dict) -> dict:
+    """A circuit-tracer node with the defaults its schema fills in for the optional fields it lacks."""
+    filled = {k: default for k, (_, default) in NP_NODE_OPTIONAL.items()} | {"jsNodeId": n.get("node_id")}
+    return filled | n
 
 
 # ------------------------------------------------------------------ field checks (errors name the field)
@@ -754,4 +758,5 @@ def read_feature_graph(d) -> FeatureGraph:
     if not isinstance(d, dict) or detect(d) != "neuronpedia":
         raise DamagedFileError("not a circuit-tracer / Neuronpedia graph JSON (it needs metadata, nodes and links)")
     validate_neuronpedia(d)
-    return FeatureGraph(d["nodes"], d["links"], list(d["qParams"].get("pinnedIds") or []), d["metadata"])
+    nodes = [np_defaults(n) for n in d["nodes"]]
+    return FeatureGraph(nodes, d["links"], list(d["qParams"].get("pinnedIds") or []), d["metadata"])

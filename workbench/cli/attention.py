@@ -17,7 +17,7 @@ import sys
 
 from workbench.attention.config import GateConfig, SparsifyConfig
 from workbench.circuits.feature.graph_config import HeadFlowConfig
-from workbench.cli.options import quiet_flag, workspace_flag
+from workbench.cli.options import add_text_field_flag, quiet_flag, workspace_flag
 from workbench.configflags import add_config_flags, config_values, count, set_fields
 from workbench.errors import BadValueError
 from workbench.workspace import Workspace
@@ -65,6 +65,7 @@ def _add_train(attention) -> None:
     t.add_argument("--name", help="model folder in <workspace>/models (default: MODEL-sparse)")
     t.add_argument("--out", help="model folder instead of <workspace>/models/NAME")
     t.add_argument("--corpus", default="synthetic", help="'synthetic', 'synthetic:seed=N', files, or hf:<dataset>")
+    add_text_field_flag(t)
     add_config_flags(t, SparsifyConfig, TRAIN)
     add_config_flags(t, GateConfig, GATE)
     t.add_argument(
@@ -93,6 +94,7 @@ def _train(args) -> None:
         args.model,
         cfg,
         corpus_spec=args.corpus,
+        text_field=args.text_field,
         out=args.out,
         name=args.name,
         resume=args.resume,

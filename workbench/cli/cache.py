@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 
 from workbench.cache.config import HarvestConfig
-from workbench.cli.options import add_model_flag, add_resume_or_overwrite, quiet_flag, workspace_flag
+from workbench.cli.options import (
+    add_model_flag,
+    add_resume_or_overwrite,
+    add_text_field_flag,
+    quiet_flag,
+    workspace_flag,
+)
 from workbench.configflags import add_config_flags, config_values, count
 from workbench.errors import BadValueError
 from workbench.workspace import Workspace
@@ -26,8 +32,9 @@ def add_parser(sub) -> None:
     c.add_argument(
         "--corpus",
         default="synthetic",
-        help="'synthetic', 'synthetic:seed=N', comma-separated .txt/.jsonl/.parquet files, or hf:<dataset> (default: %(default)s)",
+        help="'synthetic', 'synthetic:seed=N', comma-separated .txt/.jsonl/.parquet files or `datasets` save_to_disk folders, or hf:<dataset> (default: %(default)s)",
     )
+    add_text_field_flag(c)
     c.add_argument(
         "--hooks",
         nargs="+",
@@ -62,6 +69,7 @@ def _run(a: argparse.Namespace) -> None:
         out=a.out,
         name=a.name,
         corpus_seed=a.seed,
+        text_field=a.text_field,
         resume=a.resume,
         overwrite=a.overwrite,
         progress=not a.quiet,

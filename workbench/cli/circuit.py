@@ -1,10 +1,12 @@
-"""`workbench circuit find|export|report`: query circuits found, converted and reported.
+"""`workbench circuit find|graph|export|import|report`: query circuits found, converted, imported and reported.
 
 workbench circuit find --model tiny --prompt "..." --answer "..." [--counterfactual "..."]
                        [--budget 2% | --target-ndf 0.8] --out circuit.json
 workbench circuit find --task ioi --n 20 [--budgets 1%,2%,5%] [--out summary.json]
 workbench circuit find --transcoders SET --prompt "..." --answer "..." --counterfactual "..." [--target-ndf 0.8]
 workbench circuit graph --transcoders SET --prompt "..." [--answer "..." [--wrong "..."]] [--out graph.json]
+workbench circuit export circuit.json|mib.json --format mib|neuronpedia|workbench --out FILE
+workbench circuit import circuit.json|mib.json [--model tiny] [--name NAME]
 workbench circuit report --n 20 --out circuit_results.md
 """
 
@@ -67,11 +69,22 @@ def add_parser(sub) -> None:
     circuit = p.add_subparsers(dest="circuit_command", required=True)
     _add_find(circuit)
     _add_graph(circuit)
-    e = circuit.add_parser("export", help="convert a workbench circuit JSON to the MIB or Neuronpedia format")
-    e.add_argument("circuit", help="workbench circuit JSON")
-    e.add_argument("--format", required=True, choices=("mib", "neuronpedia"), help="target format")
+    e = circuit.add_parser(
+        "export", help="convert a workbench or EAP-IG/MIB circuit JSON to the MIB, Neuronpedia or workbench format"
+    )
+    e.add_argument("circuit", help="workbench or EAP-IG/MIB circuit JSON")
+    e.add_argument("--format", required=True, choices=("mib", "neuronpedia", "workbench"), help="target format")
     e.add_argument("--out", required=True, help="output file")
     e.set_defaults(func=_export)
+    i = circuit.add_parser(
+        "import",
+        parents=[workspace_flag()],
+        help="record a workbench or EAP-IG/MIB circuit file in the workspace, checked against its model",
+    )
+    i.add_argument("circuit", help="workbench or EAP-IG/MIB circuit JSON")
+    add_model_flag(i, help="the model the circuit was found on (MIB files name none) (default: %(default)s)")
+    i.add_argument("--name", help="folder in <workspace>/circuits (default: the file's name)")
+    i.set_defaults(func=_import)
     _add_report(circuit)
 
 
@@ -449,13 +462,23 @@ def _find_one(args, model, cfg: SearchConfig, query: QueryConfig, means) -> None
 
 def _export(args) -> None:
     from workbench.atomic import check_outputs
-    from workbench.circuits.component.export import to_mib, to_neuronpedia
+    from workbench.circuits.component.export import read_circuit, to_mib, to_neuronpedia
     from workbench.circuits.component.types import Circuit
 
     check_outputs({"--out": args.out}, {"CIRCUIT": args.circuit})
-    circuit = Circuit.load(args.circuit)
-    (to_mib if args.format == "mib" else to_neuronpedia)(circuit, args.out)
+    circuit = read_circuit(args.circuit)
+    {"mib": to_mib, "neuronpedia": to_neuronpedia, "workbench": Circuit.save}[args.format](circuit, args.out)
     print(f"{args.circuit} -> {args.out} ({args.format})")
+
+
+def _import(args) -> None:
+    from workbench import steps
+    from workbench.models import load
+    from workbench.workspace import Workspace
+
+    model, _ = load(args.model, device="cpu")
+    c, folder = steps.import_circuit(Workspace(args.workspace), args.circuit, model, args.model, name=args.name)
+    print(f"imported {args.circuit} ({c.n_edges} of {c.graph.n_edges} edges in the circuit) into {folder}")
 
 
 def _report(args) -> None:

@@ -1,4 +1,5 @@
-"""`workbench model train|info`: train the embedded model's architecture, or print a model's shape and hooks."""
+"""`workbench model train|import|info`: train the embedded model's architecture, import a Hugging Face model
+(converted once into a workspace model), or print a model's shape and hooks."""
 
 from __future__ import annotations
 
@@ -29,6 +30,16 @@ def add_parser(sub) -> None:
         overwrite="replace the model files in a non-empty output folder",
     )
     t.set_defaults(func=_train)
+    m = model.add_parser(
+        "import",
+        parents=[workspace_flag()],
+        help="convert a Hugging Face model folder (save_pretrained, with its tokenizer) or Hub id into a workspace model",
+    )
+    m.add_argument("source", metavar="SRC", help="a Hugging Face model folder, or a Hub id (owner/name; online once)")
+    m.add_argument("--name", help="folder in <workspace>/models (default: the source's folder name)")
+    m.add_argument("--dtype", default="float32", help="precision the weights are stored in: float32, bfloat16, float16")
+    m.add_argument("--overwrite", action="store_true", help="replace an imported model of that name")
+    m.set_defaults(func=_import)
     i = model.add_parser("info", help="print a model's shape and hook names")
     add_model_flag(i)
     i.set_defaults(func=_info)
@@ -58,6 +69,18 @@ def _train(a: argparse.Namespace) -> None:
     print(f"saved {folder}: train loss {card['final_train_loss']:.3f}, {card['train_seconds']} s")
     for task, acc in card["heldout_task_accuracy"].items():
         print(f"  {task:<20} held-out top-1 {acc:6.1%}   (chance {card['chance_accuracy'][task]:.1%})")
+
+
+def _import(a: argparse.Namespace) -> None:
+    from workbench import steps
+
+    summary, folder = steps.import_model(
+        Workspace(a.workspace), a.source, name=a.name, dtype=a.dtype, overwrite=a.overwrite
+    )
+    print(
+        f"imported {a.source} ({summary['architecture']}, {summary['n_layers']} layers) into {folder}: "
+        f"logits within {summary['logit_max_abs_diff']:.2g} of transformers; use --model {folder}"
+    )
 
 
 def _info(a: argparse.Namespace) -> None:

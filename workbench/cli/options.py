@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-MODEL_HELP = "'tiny', a saved model folder, or a TransformerLens name (default: %(default)s)"
+MODEL_HELP = (
+    "'tiny', a saved model folder, a Hugging Face model folder, or a TransformerLens name (default: %(default)s)"
+)
 
 
 def quiet_flag() -> argparse.ArgumentParser:
@@ -22,6 +24,14 @@ def workspace_flag(purpose: str = "that records the artifact") -> argparse.Argum
 
 def add_model_flag(p: argparse.ArgumentParser, help: str = MODEL_HELP, flag: str = "--model") -> None:
     p.add_argument(flag, default="tiny", help=help)
+
+
+def add_text_field_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--text-field",
+        default="text",
+        help="the text's jsonl key, parquet column or saved-dataset column in a file corpus (default: %(default)s)",
+    )
 
 
 def add_resume_or_overwrite(p: argparse.ArgumentParser, resume: str, overwrite: str) -> None:

@@ -1,4 +1,5 @@
-"""`workbench sae train|eval`: train sparse autoencoders on one hook of a cache, and evaluate saved ones."""
+"""`workbench sae train|eval|import`: train sparse autoencoders on one hook of a cache, evaluate saved ones, and
+import SAELens folders made elsewhere."""
 
 from __future__ import annotations
 
@@ -32,6 +33,24 @@ def add_parser(sub) -> None:
     e.add_argument("--no-model", action="store_true", help="skip the metrics that run the model")
     add_config_flags(e, EvalConfig, EVAL)
     e.set_defaults(func=_eval)
+    i = sae.add_parser(
+        "import",
+        parents=[workspace_flag()],
+        help="copy a SAELens SAE or transcoder folder, or a circuit-tracer transcoder set, into the workspace, checked "
+        "against and bound to a model",
+    )
+    i.add_argument(
+        "source", metavar="SRC", help="the dictionary's folder (SAELens: cfg.json + sae_weights.safetensors)"
+    )
+    i.add_argument(
+        "--format", default="auto", help="auto (recognise the folder), saelens or circuit-tracer (default: %(default)s)"
+    )
+    add_model_flag(i, help="the model it reads from, as every command names it (default: %(default)s)")
+    i.add_argument(
+        "--name",
+        help="folder in <workspace>/saes/imported (a set: <workspace>/transcoders) (default: the source's name)",
+    )
+    i.set_defaults(func=_import)
 
 
 def _add_train(sae) -> None:
@@ -103,6 +122,23 @@ def _train(a: argparse.Namespace) -> None:
         saved = []
     if dist_info()[0] == 0:  # under torchrun, rank 0 reports
         print("\n".join([*saved, *(f"saved {f}" for f in folders)]))
+
+
+def _import(a: argparse.Namespace) -> None:
+    from workbench import steps
+
+    s, folder = steps.import_sae(Workspace(a.workspace), a.source, a.model, fmt=a.format, name=a.name)
+    if "transcoders" in s:  # a transcoder set
+        print(
+            f"imported {a.source} ({s['transcoders']} layers, {s['input']} -> hook_mlp_out) into {folder}, bound to "
+            f"{a.model}; codes and outputs within {s['max_abs_diff_vs_source']:.2g} of circuit-tracer's own"
+        )
+        return
+    reads = s["hook"] + (f" -> {s['target']}" if "target" in s else "")
+    print(
+        f"imported {a.source} ({s['architecture']}, {s['d_in']} -> {s['d_sae']} latents, {reads}) into {folder}, "
+        f"bound to {a.model}; codes within {s['max_abs_diff_vs_source']:.2g} of sae_lens's own"
+    )
 
 
 def _eval(a: argparse.Namespace) -> None:

@@ -1,9 +1,11 @@
 """Corpus specs -> token sources with one interface (`spec`, `label_names`, `sequences`).
 
   "synthetic" / "synthetic:seed=N"   the generated task corpus (workbench.corpus.synthetic)
-  path(s) to .txt / .jsonl / .parquet files (comma-separated)
+  path(s) to .txt / .jsonl / .parquet files or `datasets` save_to_disk folders (comma-separated)
   "hf:<dataset>[:<config>]"          a Hugging Face dataset, streamed (needs a network or a local HF cache)
 
+The text is a jsonl field, parquet column or dataset column (`text_field`, the CLI's --text-field); a
+wrong one is refused naming the fields there are, and a non-UTF-8 byte naming its file and offset.
 File corpora are packed like the synthetic one (BOS, documents joined by EOS, cut at ctx_len) and
 carry no ground-truth labels: task/role are "text"/"word" and entity is -1.
 """
@@ -37,27 +39,73 @@ def load_corpus(spec: str, tokenizer, seed: int = 0, text_field: str = "text"):
 
 
 def _read_texts(path: Path, text_field: str) -> Iterator[str]:
-    if path.suffix == ".txt":
+    if path.is_dir():
+        yield from _saved_dataset_texts(path, text_field)
+    elif path.suffix == ".txt":
         # documents are separated by blank lines
-        yield from (d.strip() for d in path.read_text(encoding="utf-8").split("\n\n") if d.strip())
+        yield from (d.strip() for d in _decode(path.read_bytes(), path, 0).split("\n\n") if d.strip())
     elif path.suffix == ".jsonl":
-        with path.open(encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        yield json.loads(line)[text_field]
-                    except (json.JSONDecodeError, KeyError, TypeError) as e:
-                        raise BadValueError(
-                            f"{path}:{n}: expected a JSON object with a {text_field!r} field ({e})"
-                        ) from e
+        yield from _jsonl_texts(path, text_field)
     else:
         import pyarrow.parquet as pq
 
         try:
-            table = pq.read_table(path, columns=[text_field])
-        except Exception as e:  # pyarrow raises several types for bad files/columns
-            raise BadValueError(f"cannot read column {text_field!r} from parquet file {path}: {e}") from e
-        yield from table.column(text_field).to_pylist()
+            columns = pq.read_schema(path).names
+        except Exception as e:  # pyarrow raises several types for a damaged file
+            raise BadValueError(f"cannot read parquet file {path}: {type(e).__name__}: {e}") from e
+        if text_field not in columns:
+            raise BadValueError(
+                f"parquet file {path} has no {text_field!r} column; its columns: {columns} (--text-field)"
+            )
+        yield from pq.read_table(path, columns=[text_field]).column(text_field).to_pylist()
+
+
+def _decode(data: bytes, path: Path, offset: int) -> str:
+    """UTF-8 text of `data` (read from `path` at byte `offset`); a bad byte is one error naming its offset."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BadValueError(
+            f"corpus file {path} is not UTF-8 text: byte {offset + e.start} is {data[e.start : e.start + 1]!r} "
+            f"({e.reason}); convert it to UTF-8"
+        ) from None
+
+
+def _jsonl_texts(path: Path, text_field: str) -> Iterator[str]:
+    offset = 0
+    with path.open("rb") as f:
+        for n, raw in enumerate(f, 1):
+            line, offset = _decode(raw, path, offset), offset + len(raw)
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise BadValueError(f"{path}:{n}: expected a JSON object with a {text_field!r} field ({e})") from e
+            yield _field(row, text_field, f"{path}:{n}")
+
+
+def _saved_dataset_texts(path: Path, text_field: str) -> Iterator[str]:
+    """A folder written by `datasets` save_to_disk: a Dataset, or a DatasetDict's 'train' (or only) split."""
+    try:
+        import datasets
+    except ImportError:
+        raise BadValueError(f"{path} is a folder: reading a saved dataset needs the `datasets` package") from None
+    try:
+        ds = datasets.load_from_disk(str(path))
+    except Exception as e:  # FileNotFoundError for a folder that is no saved dataset, others when damaged
+        raise BadValueError(
+            f"corpus folder {path} is not a dataset saved with `datasets` save_to_disk ({type(e).__name__}: {e})"
+        ) from None
+    if isinstance(ds, datasets.DatasetDict):
+        split = "train" if "train" in ds else next(iter(ds), None)
+        if split is None or ("train" not in ds and len(ds) > 1):
+            raise BadValueError(f"saved dataset {path} has no 'train' split; its splits: {sorted(ds)}")
+        ds = ds[split]
+    if text_field not in ds.column_names:
+        raise BadValueError(f"saved dataset {path} has no {text_field!r} column; its columns: {ds.column_names}")
+    for row in ds.select_columns([text_field]):
+        yield row[text_field]
 
 
 def _hf_texts(name: str, text_field: str) -> Iterator[str]:
@@ -75,17 +123,31 @@ def _hf_texts(name: str, text_field: str) -> Iterator[str]:
             "copy in the Hugging Face cache; use .txt/.jsonl/.parquet files offline"
         ) from e
     for row in [] if first is None else [first]:
-        yield _field(row, text_field, name)
+        yield _field(row, text_field, f"Hugging Face dataset 'hf:{name}'")
     for row in rows:
-        yield _field(row, text_field, name)
+        yield _field(row, text_field, f"Hugging Face dataset 'hf:{name}'")
 
 
-def _field(row: dict, text_field: str, name: str) -> str:
+def _field(row, text_field: str, where: str) -> str:
+    if not isinstance(row, dict):
+        raise BadValueError(f"{where}: expected a JSON object with a {text_field!r} field, got a {type(row).__name__}")
     if text_field not in row:
-        raise BadValueError(
-            f"Hugging Face dataset 'hf:{name}' has no {text_field!r} column; its columns: {sorted(row)}"
-        )
+        raise BadValueError(f"{where} has no {text_field!r} field; its fields: {sorted(row)} (--text-field)")
     return row[text_field]
+
+
+def _check_path(p: Path) -> None:
+    if p.is_dir():
+        return  # a saved `datasets` folder, checked when read
+    if p.suffix not in FILE_SUFFIXES:
+        raise BadValueError(
+            f"unknown corpus spec {str(p)!r}: expected 'synthetic', 'hf:<dataset>', a folder saved by `datasets` "
+            f"save_to_disk, or a file ending in {', '.join(FILE_SUFFIXES)}"
+        )
+    if not p.is_file():
+        raise BadValueError(f"corpus file {str(p)!r} does not exist or is not a file")
+    if p.stat().st_size == 0:
+        raise BadValueError(f"corpus file {p} is empty (0 bytes at byte offset 0); give a file with text")
 
 
 class FileCorpus:
@@ -102,13 +164,7 @@ class FileCorpus:
             self._hf = None
             self._paths = [Path(p) for p in source]
             for p in self._paths:
-                if p.suffix not in FILE_SUFFIXES:
-                    raise BadValueError(
-                        f"unknown corpus spec {str(p)!r}: expected 'synthetic', 'hf:<dataset>' or a file "
-                        f"ending in {', '.join(FILE_SUFFIXES)}"
-                    )
-                if not p.is_file():
-                    raise BadValueError(f"corpus file {str(p)!r} does not exist or is not a file")
+                _check_path(p)
             self.spec = ",".join(str(p.resolve()) for p in self._paths)
 
     def _texts(self) -> Iterable[str]:

@@ -1,8 +1,9 @@
 """One model loader for every step: `load(spec) -> (HookedTransformer, tokenizer)`.
 
 Specs: "tiny" (the embedded model under data/models/tiny), a path to a saved workbench model
-folder, or any TransformerLens model name (HookedTransformer.from_pretrained; needs a network or a
-populated Hugging Face cache).
+folder, a Hugging Face model folder (converted on each load by models/hf.py; `workbench model import`
+converts once into a workbench folder), or any TransformerLens model name
+(HookedTransformer.from_pretrained; needs a network or a populated Hugging Face cache).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from transformers import PreTrainedTokenizerFast
 from workbench.atomic import atomic_path, atomic_write_text
 from workbench.attention.gates import install_from_dict
 from workbench.config import check_device
-from workbench.errors import DamagedFileError, UserError
+from workbench.errors import DamagedFileError, ModelSpecError  # noqa: F401  (ModelSpecError re-exported: the name callers catch)
 from workbench.provenance import model_id  # noqa: F401  (re-exported: its home has no TransformerLens)
 from workbench.readback import verify_artifact
 
@@ -29,10 +30,6 @@ WEIGHTS, CONFIG = "model.safetensors", "config.json"
 # them into config.json and load() re-installs each with `install(model, config)` before the weights
 # load (so the saved state dict matches).
 EXTENSIONS = {"attention_gates": install_from_dict}
-
-
-class ModelSpecError(UserError, ValueError):
-    """A model spec that names no embedded model, saved folder or TransformerLens model."""
 
 
 def save(model: HookedTransformer, out_dir: str | Path, extra: dict | None = None) -> Path:
@@ -104,8 +101,13 @@ def load(spec: str = "tiny", device: str | None = None) -> tuple[HookedTransform
                 f"the embedded model {spec!r} is missing from {EMBEDDED[spec]}; rebuild it with `workbench model train`"
             )
         return _load_dir(EMBEDDED[spec], device)
+    from workbench.models import hf  # here: only a Hugging Face folder or Hub id needs it
+
     path = Path(spec)
     if path.exists():
+        if hf.is_hf_folder(path):
+            model = hf.load_folder(path, device)
+            return model, model.tokenizer
         return _load_dir(path, device)
     from transformer_lens.loading_from_pretrained import OFFICIAL_MODEL_NAMES, get_official_model_name
 
@@ -116,6 +118,7 @@ def load(spec: str = "tiny", device: str | None = None) -> tuple[HookedTransform
             f"unknown model spec {spec!r}: expected one of {sorted(EMBEDDED)}, a saved model folder, or a "
             f"TransformerLens model name (e.g. {', '.join(OFFICIAL_MODEL_NAMES[:3])}, ...)"
         ) from None
+    hf.check_hub(get_official_model_name(spec))  # offline and not cached: one error in seconds, not retries
     try:
         model = HookedTransformer.from_pretrained(spec, device=device)
     except OSError as e:  # offline without a cached copy (huggingface_hub errors are OSErrors)

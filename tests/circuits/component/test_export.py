@@ -109,8 +109,11 @@ def test_neuronpedia_graph_loads_with_circuit_tracer(circuit, tmp_path):
     assert sum(n["is_target_logit"] for n in d["nodes"]) == 1
     infl = sorted(n["influence"] for n in d["nodes"])
     assert infl[-1] == pytest.approx(1.0) and all(0 < x <= 1 for x in infl)
-    broken = {**d, "nodes": [{k: v for k, v in n.items() if k != "clerp"} for n in d["nodes"]]}
-    with pytest.raises(DamagedFileError, match="lacks 'clerp'"):
+    broken = {**d, "nodes": [{k: v for k, v in n.items() if k != "feature_type"} for n in d["nodes"]]}
+    with pytest.raises(DamagedFileError, match="lacks 'feature_type'"):  # required in circuit-tracer's schema
+        validate_neuronpedia(broken)
+    broken = {**d, "nodes": [{**n, "clerp": None} for n in d["nodes"]]}  # optional there, but never null
+    with pytest.raises(DamagedFileError, match="field 'clerp' is null, expected str"):
         validate_neuronpedia(broken)
 
 
@@ -203,3 +206,34 @@ def test_a_non_finite_edge_score_is_refused_by_name_not_exported_as_null(circuit
     assert not (tmp_path / "o.json").exists()
     with pytest.raises(DamagedFileError, match="not finite"):
         Circuit(circuit.graph, circuit.in_circuit, torch.full_like(circuit.scores, bad))
+
+
+def test_mib_files_export_and_import_from_the_cli(circuit, small, tmp_path, capsys):
+    from workbench.models import save
+    from workbench.provenance import model_id
+    from workbench.workspace import Workspace
+
+    mib, model_dir, ws = tmp_path / "eap.mib.json", save(small, tmp_path / "small"), tmp_path / "ws"
+    to_mib(circuit, mib)
+    rc, err = _cli(["circuit", "export", str(mib), "--format", "workbench", "--out", str(tmp_path / "w.json")], capsys)
+    assert rc == 0, err
+    back = Circuit.load(tmp_path / "w.json")
+    assert torch.equal(back.in_circuit, circuit.in_circuit) and torch.allclose(back.scores, circuit.scores)
+    rc, err = _cli(
+        ["circuit", "export", str(mib), "--format", "neuronpedia", "--out", str(tmp_path / "g.json")], capsys
+    )
+    assert rc == 0, err
+    validate_neuronpedia(json.loads((tmp_path / "g.json").read_text()))
+
+    rc, err = _cli(["circuit", "import", str(mib), "--model", str(model_dir), "--workspace", str(ws)], capsys)
+    assert rc == 0, err
+    (art,) = Workspace(ws).artifacts("circuits")
+    assert art.name == "eap" and art.manifest["made_by"] == "workbench circuit import"
+    saved = Circuit.load(art.path / "circuit.json", small)  # bound to the model it was imported with
+    assert saved.model_id == model_id(small) and torch.equal(saved.in_circuit, circuit.in_circuit)
+    rc, err = _cli(["circuit", "import", str(mib), "--model", "tiny", "--workspace", str(ws), "--name", "x"], capsys)
+    assert rc == 2 and len(err) == 1 and "was made for a model of shape" in err[0], err
+    rc, err = _cli(
+        ["circuit", "import", str(tmp_path / "g.json"), "--model", str(model_dir), "--workspace", str(ws)], capsys
+    )
+    assert rc == 2 and "is a Neuronpedia / circuit-tracer graph" in err[0], err

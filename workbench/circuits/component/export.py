@@ -63,6 +63,18 @@ def from_mib(path_or_dict, model=None) -> Circuit:
     return Circuit(graph, member, scores, method=rec.method)
 
 
+def read_circuit(path, model=None) -> Circuit:
+    """A workbench or EAP-IG/MIB circuit file (told apart by content, as the app's upload is), checked
+    against `model` when given; a Neuronpedia graph is an export, not every edge, and is refused by name."""
+    fmt = schema.detect(schema.load(path))
+    if fmt == "neuronpedia":
+        raise DamagedFileError(
+            f"{path} is a Neuronpedia / circuit-tracer graph: it holds only the drawn links, not every edge's score; "
+            "convert the workbench or EAP-IG/MIB circuit it came from"
+        )
+    return Circuit.load(path, model) if fmt == "workbench" else from_mib(path, model)
+
+
 # ---------------------------------------------------------------- circuit-tracer / Neuronpedia graph JSON
 
 

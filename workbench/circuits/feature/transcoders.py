@@ -245,9 +245,11 @@ class TranscoderSet:
         return self.manifest.get("model")
 
     @cached_property
-    def cache(self) -> str:
-        """The cache the set was trained on, resolved."""
-        return str((self.folder / self.manifest["cache"]).resolve())
+    def cache(self) -> str | None:
+        """The cache the set was trained on, resolved; None for a set imported from another tool (no cache of its
+        training data here)."""
+        rel = self.manifest.get("cache")
+        return None if rel is None else str((self.folder / rel).resolve())
 
     @property
     def layers(self) -> list[dict]:

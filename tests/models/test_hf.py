@@ -1,0 +1,133 @@
+"""Hugging Face model folders (made by `transformers` here, at test size): conversion equal to the
+transformers model, the TransformerLens 3.9 workarounds, `model import`, and every command on the result."""
+
+import json
+import re
+import time
+
+import pytest
+import torch
+
+from tests.hf_folders import ARCHITECTURES, CONVERTED, hf_folder
+from workbench.cli import main
+from workbench.models import hf, load
+from workbench.workspace import Workspace
+
+
+@pytest.mark.parametrize("arch", CONVERTED)
+def test_a_folder_converts_to_the_transformers_models_logits(arch, tmp_path):
+    folder = hf_folder(arch, tmp_path / arch)
+    hf_model, tokenizer = hf.read_folder(folder)
+    model, tok = load(str(folder), device="cpu")
+    assert hf.logit_gap(hf_model, model) < 1e-5  # measured: 1e-7 to 2.2e-7 (float32)
+    assert model.cfg.original_architecture == hf_model.config.architectures[0]
+    tokens = model.to_tokens("When Mary and John went to the store")
+    assert model.to_str_tokens(tokens)[-4:] == ["went", "to", "the", "store"]  # the folder's own tokenizer
+    torch.testing.assert_close(model(tokens), hf_model(tokens).logits, atol=1e-5, rtol=0)
+
+
+def test_a_folder_named_llama_that_is_not_a_llama_converts(tmp_path):
+    """TransformerLens 3.9 takes any path containing 'llama' for a Llama by name."""
+    folder = hf_folder("gpt2", tmp_path / "my-llama-experiments")
+    model, _ = load(str(folder), device="cpu")
+    assert model.cfg.original_architecture == "GPT2LMHeadModel"
+    llama = hf_folder("llama", tmp_path / "llama-small")  # and a real Llama under such a name
+    assert load(str(llama), device="cpu")[0].cfg.original_architecture == "LlamaForCausalLM"
+
+
+def test_a_gpt2_config_without_n_ctx_converts(tmp_path):
+    """transformers 5 saves GPT-2 configs without `n_ctx`, which TransformerLens 3.9 reads."""
+    folder = hf_folder("gpt2", tmp_path / "gpt2")
+    assert "n_ctx" not in json.loads((folder / "config.json").read_text())  # the case the workaround is for
+    model, _ = load(str(folder), device="cpu")
+    assert model.cfg.n_ctx == 64
+
+
+def test_import_records_the_source_and_loads_as_a_workspace_model(tmp_path, capsys):
+    src = hf_folder("llama", tmp_path / "src")
+    ws = tmp_path / "ws"
+    assert main(["model", "import", str(src), "--workspace", str(ws), "--name", "mine", "--dtype", "bfloat16"]) == 0
+    assert "LlamaForCausalLM" in capsys.readouterr().out
+    (art,) = Workspace(ws).artifacts("models")
+    s = art.manifest["summary"]
+    assert s["architecture"] == "LlamaForCausalLM" and s["source_sha256"] == hf.source_checksum(src)
+    assert s["logit_max_abs_diff"] < 1e-5 and art.manifest["config"]["dtype"] == "bfloat16"
+    model, _ = load(str(art.path), device="cpu")
+    assert s["model_id"].startswith("mine@")
+    hf_model, _ = hf.read_folder(src)
+    assert hf.logit_gap(hf_model, model) < 0.05  # bfloat16 storage
+    assert main(["model", "import", str(src), "--workspace", str(ws), "--name", "mine"]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert main(["model", "import", str(art.path), "--workspace", str(ws), "--name", "again"]) == 2
+    assert "not a Hugging Face model folder" in capsys.readouterr().err
+
+
+def test_an_uncached_hub_id_offline_fails_in_seconds_naming_the_cache(tmp_path, monkeypatch, capsys):
+    import huggingface_hub.constants as hub
+
+    monkeypatch.setattr(hub, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(hub, "HF_HUB_CACHE", str(tmp_path))
+    start = time.monotonic()
+    assert main(["model", "info", "--model", "gpt2"]) == 2
+    err = capsys.readouterr().err
+    assert str(tmp_path) in err and "workbench model import gpt2" in err and len(err.splitlines()) == 1
+    assert main(["model", "import", "gpt2", "--workspace", str(tmp_path / "ws")]) == 2
+    assert "not in the local cache" in capsys.readouterr().err
+    assert time.monotonic() - start < 60  # not a retry loop (it was 87 s); generous for a loaded machine
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_every_command_runs_on_an_imported_model(arch, tmp_path, capsys, monkeypatch):
+    """model import -> cache -> sae train -> circuit find, from the CLI, per architecture."""
+    monkeypatch.chdir(tmp_path)
+    src = hf_folder(arch, tmp_path / "src")
+    assert main(["model", "import", str(src), "--name", arch]) == 0
+    model = f"workspace/models/{arch}"
+    hook = "blocks.1.hook_resid_post"
+    assert main(["cache", "--model", model, "--hooks", hook, "--tokens", "3000", "--name", "c", "--quiet"]) == 0
+    args = ["--arch", "topk", "--k", "4", "--expansion", "2", "--tokens", "2048", "--batch-size", "512"]
+    assert main(["sae", "train", "--cache", "workspace/caches/c", "--hook", hook, "--name", "s", *args, "--quiet"]) == 0
+    prompt = "When Mary and John went to the store , John gave a drink to"
+    find = ["circuit", "find", "--model", model, "--prompt", prompt, "--answer", "Mary"]
+    # a random model's answer barely moves under a counterfactual: the gap floor is lowered to its scale
+    cf = prompt.replace("Mary", "Alice")
+    assert main([*find, "--counterfactual", cf, "--budget", "20%", "--min-gap", "1e-6"]) == 0
+    kinds = {a.kind for a in Workspace("workspace").artifacts()}
+    assert {"models", "caches", "saes", "circuits"} <= kinds
+    capsys.readouterr()
+    assert main(["ls", "--kind", "models"]) == 0
+    assert f"{arch}" in capsys.readouterr().out
+
+
+def test_newcomer_walk_from_a_llama_folder_to_the_app(tmp_path, capsys, monkeypatch):
+    """A fresh workspace, a Llama folder saved by transformers: import, cache, SAE, feature store, circuit;
+    `workbench ls` lists each, and the app's overview and live prompt view (the SAE on the imported model) open."""
+    from tests.app.conftest import _runner
+    from tests.app.test_pages import ok
+
+    monkeypatch.chdir(tmp_path)
+    src = hf_folder("llama", tmp_path / "downloads" / "my-llama")
+    assert main(["model", "import", str(src)]) == 0
+    model, hook = "workspace/models/my-llama", "blocks.1.hook_resid_post"
+    assert main(["cache", "--model", model, "--hooks", hook, "--tokens", "4000", "--name", "c", "--quiet"]) == 0
+    args = ["--arch", "topk", "--k", "4", "--expansion", "2", "--tokens", "2048", "--batch-size", "512", "--quiet"]
+    assert main(["sae", "train", "--cache", "workspace/caches/c", "--hook", hook, "--name", "run", *args]) == 0
+    (sae,) = [p for p in (tmp_path / "workspace/saes/run").iterdir() if (p / "cfg.json").is_file()]
+    assert (
+        main(["features", "build", str(sae), "--cache", "workspace/caches/c", "--model", model, "--tokens", "200"]) == 0
+    )
+    prompt = "When Mary and John went to the store , John gave a drink to"
+    cf = prompt.replace("Mary", "Alice")
+    find = ["circuit", "find", "--model", model, "--prompt", prompt, "--answer", "Mary", "--counterfactual", cf]
+    assert main([*find, "--budget", "20%", "--min-gap", "1e-6", "--name", "ioi"]) == 0
+    capsys.readouterr()
+    assert main(["ls"]) == 0
+    listed = capsys.readouterr().out
+    for kind, name in (("models", "my-llama"), ("caches", "c"), ("saes", sae.name), ("circuits", "ioi")):
+        assert re.search(rf"^{kind}\s+{re.escape(name)}\b", listed, re.M), (kind, listed)
+    app = _runner(tmp_path / "workspace", monkeypatch)
+    overview = ok(app())
+    assert "my-llama" in " ".join(str(d.value) for d in overview.dataframe)
+    rel = f"saes/run/{sae.name}"
+    table = ok(app("views/prompt.py", sae=rel, prompt="Mary and John went to the store")).dataframe[0].value
+    assert list(table["token"])[-1].strip() == "store"

@@ -1,0 +1,176 @@
+"""Dictionaries made by other tools, checked against the model they will run on and copied into the workspace.
+
+A circuit-tracer transcoder set (config.yaml naming feature_input_hook / feature_output_hook, and one
+layer_<i>.safetensors per layer, ReLU or JumpReLU, with or without a skip path) becomes a workbench
+transcoder set: each layer converted to a SAELens `jumprelu_transcoder` (`jumprelu_skip_transcoder` with a
+skip path; ReLU as threshold 0): W_enc transposed to SAELens's [d_in, d_sae], the threshold key renamed.
+
+A SAELens folder (cfg.json + sae_weights.safetensors) of any architecture sae-lens 6 loads (standard,
+gated, JumpReLU, Top-k, transcoders, skip transcoders, and the workbench's own) imports from anywhere on
+disk: its hooks must exist in the model and its widths match theirs, and the copy's
+`metadata.model_name` becomes the workbench's id of that model (the original is kept as
+`source_model_name`), which is how the app's live views find the model to run it on. Other tools'
+layouts are recognised and named, so a user learns what the folder is rather than that a file is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+
+from workbench.atomic import atomic_path, atomic_write_text
+from workbench.errors import BadValueError, MissingInputError
+from workbench.sae.io import CFG, WEIGHTS, load_sae
+
+FORMATS = ("auto", "saelens", "circuit-tracer")
+TRACER_CONFIG = "config.yaml"
+# layouts of other tools, by a file each writes: not importable yet, named in the refusal
+FOREIGN = {"sae.safetensors": "a sparsify checkpoint", "ae.pt": "a dictionary_learning dictionary"}
+
+
+def detect(src: Path, fmt: str = "auto") -> str:
+    """The format of `src`, checked: what --format says, or what the folder holds."""
+    if fmt not in FORMATS:
+        raise BadValueError(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
+    if not src.is_dir():
+        raise MissingInputError(
+            f"{src} is not a folder; `sae import` takes a SAELens SAE folder (cfg.json + {WEIGHTS}) or a "
+            f"circuit-tracer transcoder set ({TRACER_CONFIG} + layer_<i>.safetensors)"
+        )
+    if fmt in ("auto", "saelens") and (src / CFG).is_file() and (src / WEIGHTS).is_file():
+        return "saelens"
+    if fmt in ("auto", "circuit-tracer") and (src / TRACER_CONFIG).is_file():
+        return "circuit-tracer"
+    found = [what for f, what in FOREIGN.items() if (src / f).is_file()]
+    what = f"it looks like {found[0]}, which `sae import` cannot read yet" if found else "its files are missing"
+    raise BadValueError(
+        f"{src} is not a {'SAELens SAE folder or a circuit-tracer transcoder set' if fmt == 'auto' else fmt + ' folder'}"
+        f": {what}; valid formats: {', '.join(FORMATS[1:])}"
+    )
+
+
+def hook_widths(model, hooks: list[str]) -> dict[str, int]:
+    """Each hook's width (the product of its per-position dims, as SAELens flattens hook_z) on a short run."""
+    missing = [h for h in hooks if h not in model.hook_dict]
+    if missing:
+        from workbench.cache.hooks import hook_summary
+
+        raise BadValueError(
+            f"the dictionary reads or writes {missing[0]!r}, which model {model.cfg.model_name} does not have; "
+            f"its hooks: {', '.join(hook_summary(model.hook_dict))}"
+        )
+    tokens = torch.zeros((1, 2), dtype=torch.long, device=model.cfg.device)
+    with torch.no_grad():
+        _, cache = model.run_with_cache(tokens, names_filter=lambda n: n in hooks)
+    return {h: int(torch.tensor(cache[h].shape[2:]).prod()) for h in hooks}
+
+
+def check_fits(sae, model) -> dict:
+    """The dictionary's hooks and widths checked against the model; returns {hook, target?, d_in, d_sae}."""
+    meta = sae.cfg.metadata
+    hooks = {"hook": meta.hook_name} | ({"target": meta.hook_name_out} if getattr(meta, "hook_name_out", None) else {})
+    widths = hook_widths(model, list(hooks.values()))
+    want = {"hook": sae.cfg.d_in} | ({"target": sae.cfg.d_out} if "target" in hooks else {})
+    for role, hook in hooks.items():
+        if widths[hook] != want[role]:
+            raise BadValueError(
+                f"the dictionary's {'input' if role == 'hook' else 'output'} width is {want[role]}, but {hook} of "
+                f"model {model.cfg.model_name} is {widths[hook]} wide: it was made for another model"
+            )
+    return {**hooks, "d_in": sae.cfg.d_in, "d_sae": sae.cfg.d_sae}
+
+
+def copy_bound(src: Path, dest: Path, model_id: str) -> dict:
+    """Copy the folder's files into `dest` with cfg.json's metadata.model_name set to `model_id`; returns cfg.json."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in sorted(src.iterdir()):
+        if f.is_file() and f.name not in (CFG, "artifact.json"):
+            with atomic_path(dest / f.name) as tmp:
+                shutil.copyfile(f, tmp)
+    cfg = json.loads((src / CFG).read_text())
+    meta = cfg.setdefault("metadata", {})
+    meta["source_model_name"], meta["model_name"] = meta.get("model_name"), model_id
+    atomic_write_text(dest / CFG, json.dumps(cfg, indent=2))  # written last: the folder is complete with it
+    return cfg
+
+
+@torch.no_grad()
+def encoding_gap(src: Path, dest: Path, n: int = 64, seed: int = 0) -> float:
+    """Max |difference| of the codes and reconstructions of the source (sae_lens's own loader) and the copy
+    (the workbench's) on the same random inputs."""
+    from sae_lens import SAE
+
+    ours, theirs = load_sae(dest), SAE.load_from_disk(str(src), device="cpu")
+    x = torch.randn(n, ours.cfg.d_in, generator=torch.Generator().manual_seed(seed)) * 3
+    gaps = [(ours.encode(x) - theirs.encode(x)).abs().max(), (ours(x) - theirs(x)).abs().max()]
+    return float(max(gaps))
+
+
+def tracer_layers(src: Path) -> tuple[dict, dict[int, Path]]:
+    """(config.yaml, layer -> weights file) of a circuit-tracer transcoder set; local `transcoders` paths in the
+    config are read relative to the folder, else the folder's layer_<i>.safetensors files."""
+    import yaml
+
+    try:
+        cfg = yaml.safe_load((src / TRACER_CONFIG).read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise BadValueError(f"{src / TRACER_CONFIG} is not readable YAML ({type(e).__name__}: {e})") from None
+    missing = [k for k in ("feature_input_hook", "feature_output_hook") if not isinstance(cfg, dict) or k not in cfg]
+    if missing:
+        raise BadValueError(f"{src / TRACER_CONFIG} lacks {', '.join(missing)}: not a circuit-tracer transcoder set")
+    listed = [p for p in cfg.get("transcoders") or [] if not str(p).startswith("hf://")]
+    files = [src / p for p in listed] or sorted(src.glob("layer_*.safetensors"), key=lambda p: int(p.stem[6:]))
+    absent = [str(f) for f in files if not f.is_file()]
+    if not files or absent:
+        raise MissingInputError(f"{src}: no transcoder weights at {absent[0] if absent else 'layer_<i>.safetensors'}")
+    return cfg, dict(enumerate(files))
+
+
+def tracer_to_saelens(path: Path, hooks: tuple[str, str], dest: Path, model_id: str) -> Path:
+    """One circuit-tracer layer file as a SAELens transcoder folder (bound to `model_id`)."""
+    import sae_lens as sl
+    from sae_lens.saes.sae import SAEMetadata
+    from safetensors.torch import load_file
+
+    w = load_file(str(path))
+    d_sae, d_in = w["W_enc"].shape
+    negative = int((w.get("activation_function.threshold", torch.zeros(1)) < 0).sum())
+    if negative:
+        raise BadValueError(
+            f"{path}: {negative} JumpReLU thresholds are negative; circuit-tracer passes negative pre-activations "
+            "above them and SAELens's JumpReLU does not, so this layer cannot be converted faithfully"
+        )
+    meta = SAEMetadata(model_name=model_id, hook_name=hooks[0], hook_name_out=hooks[1])
+    skip = "W_skip" in w
+    cls, cfg_cls = (
+        (sl.JumpReLUSkipTranscoder, sl.JumpReLUSkipTranscoderConfig)
+        if skip
+        else (sl.JumpReLUTranscoder, sl.JumpReLUTranscoderConfig)
+    )
+    cfg = cfg_cls(d_in=d_in, d_sae=d_sae, d_out=w["W_dec"].shape[1], apply_b_dec_to_input=False, metadata=meta)
+    state = {
+        "W_enc": w["W_enc"].T.contiguous(),
+        "W_dec": w["W_dec"],
+        "b_enc": w["b_enc"],
+        "b_dec": w["b_dec"],
+        "threshold": w.get("activation_function.threshold", torch.zeros(d_sae)),  # ReLU: threshold 0
+        **({"W_skip": w["W_skip"]} if skip else {}),
+    }
+    sae = cls(cfg)
+    sae.load_state_dict({k: v.float() for k, v in state.items()})
+    sae.save_model(str(dest))
+    return dest
+
+
+@torch.no_grad()
+def tracer_gap(path: Path, layer: int, dest: Path, n: int = 64, seed: int = 0) -> float:
+    """Max |difference| of the codes and outputs of circuit-tracer's own loader and the converted copy."""
+    from circuit_tracer.transcoder.single_layer_transcoder import load_relu_transcoder
+
+    theirs = load_relu_transcoder(str(path), layer, device=torch.device("cpu"), lazy_encoder=False, lazy_decoder=False)
+    ours = load_sae(dest)
+    x = torch.randn(n, ours.cfg.d_in, generator=torch.Generator().manual_seed(seed)) * 3
+    return float(max((ours.encode(x) - theirs.encode(x)).abs().max(), (ours(x) - theirs(x)).abs().max()))
