@@ -19,6 +19,7 @@ from workbench.circuits.graph_config import GraphConfig
 from workbench.cli.options import add_model_flag, workspace_flag
 from workbench.configflags import add_config_flags, config_values, count, given
 from workbench.errors import BadValueError
+from workbench.guard import FILE, INPUT, declare
 
 PREFIX = "search."  # namespace prefix of the SearchConfig flags
 GRAPH = "graph."  # namespace prefix of the GraphConfig flags
@@ -67,9 +68,9 @@ def add_parser(sub) -> None:
     _add_find(circuit)
     _add_graph(circuit)
     e = circuit.add_parser("export", help="convert a workbench circuit JSON to the MIB or Neuronpedia format")
-    e.add_argument("circuit", help="workbench circuit JSON")
+    declare(e.add_argument("circuit", help="workbench circuit JSON"), INPUT)
     e.add_argument("--format", required=True, choices=("mib", "neuronpedia"), help="target format")
-    e.add_argument("--out", required=True, help="output file")
+    declare(e.add_argument("--out", required=True, help="output file"), FILE)
     e.set_defaults(func=_export)
     _add_report(circuit)
 
@@ -107,21 +108,28 @@ def _add_find(circuit) -> None:
     )
     add_config_flags(f, SearchConfig, PREFIX)
     _add_transcoder_flags(f)
-    f.add_argument("--cache", help="activation cache whose token sequences give the means for --ablation mean")
+    declare(
+        f.add_argument("--cache", help="activation cache whose token sequences give the means for --ablation mean"),
+        INPUT,
+    )
     _add_task_flags(f)
     f.add_argument("--name", help="the circuit's folder in <workspace>/circuits (default: from the prompt)")
-    f.add_argument("--out", help="also write the circuit JSON (workbench schema) here; with --task, the summary JSON")
-    f.add_argument("--mib", help="also write the EAP-IG/MIB circuit JSON here")
-    f.add_argument("--neuronpedia", help="also write the Neuronpedia graph JSON here")
+    out = f.add_argument(
+        "--out", help="also write the circuit JSON (workbench schema) here; with --task, the summary JSON"
+    )
+    declare(out, FILE)
+    declare(f.add_argument("--mib", help="also write the EAP-IG/MIB circuit JSON here"), FILE)
+    declare(f.add_argument("--neuronpedia", help="also write the Neuronpedia graph JSON here"), FILE)
     f.set_defaults(func=_find)
 
 
 def _add_transcoder_flags(f: argparse.ArgumentParser) -> None:
-    f.add_argument(
+    transcoders = f.add_argument(
         "--transcoders",
         help="a transcoder set folder (one per MLP layer): find a circuit of its features, error nodes and "
         "embeddings instead of heads and MLPs (--budget is then a fraction of the nodes; default --target-ndf 0.8)",
     )
+    declare(transcoders, INPUT)
     f.add_argument("--member", default="0", help="which config of each layer's set: an index or a config name")
     add_config_flags(f, GraphConfig, GRAPH)
 
@@ -137,7 +145,7 @@ def _add_graph(circuit) -> None:
     g.add_argument("--answer", help="the target logit (default: the top logits covering --desired-logit-prob)")
     g.add_argument("--wrong", help="a second target logit beside --answer")
     g.add_argument("--name", help="the graph's folder in <workspace>/circuits (default: from the prompt)")
-    g.add_argument("--out", help="also write the graph JSON (circuit-tracer / Neuronpedia schema) here")
+    declare(g.add_argument("--out", help="also write the graph JSON (circuit-tracer / Neuronpedia schema) here"), FILE)
     _add_transcoder_flags(g)
     g.set_defaults(func=_graph)
 
@@ -152,7 +160,6 @@ def _graph_cfg(args) -> GraphConfig:
 
 def _graph(args) -> None:
     from workbench import steps
-    from workbench.atomic import check_outputs
     from workbench.models import load
     from workbench.sae.transcoders import load_set
     from workbench.workspace import Workspace
@@ -161,7 +168,6 @@ def _graph(args) -> None:
         raise BadValueError("circuit graph needs --transcoders SET (a transcoder set folder)")
     if args.wrong and not args.answer:
         raise BadValueError("--wrong is a second target beside --answer; give --answer too")
-    check_outputs({"--out": args.out})
     cfg = _graph_cfg(args)
     load_set(args.transcoders)  # a bad set is refused before the model loads
     model, _ = load(args.model)
@@ -241,8 +247,8 @@ def _add_report(circuit) -> None:
         default=10,
         help="induction queries tried for one with a previous-token -> induction path (default: %(default)s)",
     )
-    r.add_argument("--out", default="circuit_results.md", help="markdown report (default: %(default)s)")
-    r.add_argument("--json", help="also write the raw summaries and timings here")
+    declare(r.add_argument("--out", default="circuit_results.md", help="markdown report (default: %(default)s)"), FILE)
+    declare(r.add_argument("--json", help="also write the raw summaries and timings here"), FILE)
     r.set_defaults(func=_report)
 
 
@@ -280,11 +286,8 @@ def _check_prompt_args(args) -> None:
 
 
 def _check_find_args(args, cfg: SearchConfig) -> None:
-    """Every flag combination and output path is checked before the model is loaded."""
-    from workbench.atomic import check_outputs
-
+    """Every flag combination is checked before the model is loaded (the output paths by the output guard)."""
     (_check_task_args if args.task else _check_prompt_args)(args)
-    check_outputs({f"--{flag}": getattr(args, flag) for flag in ("out", "mib", "neuronpedia")})
     if args.transcoders:
         _check_feature_args(args, cfg)
     elif any(k.startswith(GRAPH) for k in given(args)):
@@ -452,23 +455,20 @@ def _find_one(args, model, cfg: SearchConfig, means) -> None:
 
 
 def _export(args) -> None:
-    from workbench.atomic import check_outputs
     from workbench.circuits.export import to_mib, to_neuronpedia
     from workbench.circuits.types import Circuit
 
-    check_outputs({"--out": args.out}, {"CIRCUIT": args.circuit})
     circuit = Circuit.load(args.circuit)
     (to_mib if args.format == "mib" else to_neuronpedia)(circuit, args.out)
     print(f"{args.circuit} -> {args.out} ({args.format})")
 
 
 def _report(args) -> None:
-    from workbench.atomic import atomic_write_text, check_outputs, write_json
+    from workbench.atomic import atomic_write_text, write_json
     from workbench.circuits.report import report
     from workbench.corpus.tasks import QUERY_TASKS
     from workbench.models import load
 
-    check_outputs({"--out": args.out, "--json": args.json})
     tasks = check_tasks(args.tasks or list(QUERY_TASKS))
     model, _ = load(args.model, device="cpu")
     text, raw = report(model, tasks, args.n, args.budgets, args.timing_queries, args.induction_tries)
