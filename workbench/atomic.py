@@ -66,30 +66,32 @@ def atomic_path(path: str | Path):
         os.replace(tmp, path)
         fsync_dir(path.parent)  # the rename itself survives a power cut
     except Exception as e:
-        if _disk_full(e, path.parent):
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from e
+        code = _disk_full(e, path.parent)
+        if code is not None:
+            raise OSError(code, os.strerror(code), str(path)) from e
         raise
     finally:
         if tmp.exists():
             tmp.unlink()
 
 
-FULL_BELOW = 1 << 20  # bytes free under which a failed write is put down to a full disk
+FULL_BELOW = 1 << 20  # bytes free under which a library's failed write is put down to a full disk
 
 
-def _disk_full(e: Exception, folder: Path) -> bool:
-    """Whether a failed write (not yet an OSError with its errno) failed for want of space: torch.save reports a full
-    disk as a RuntimeError of its stream writer, safetensors as a SafetensorError, numpy as an OSError without errno;
-    each would end in a traceback. Confirmed by the file system: under FULL_BELOW bytes are left on it."""
+def _disk_full(e: Exception, folder: Path) -> int | None:
+    """The errno (ENOSPC, EDQUOT) of a write that failed for want of space, to be raised naming the file, or None.
+    A plain write's OSError carries it without the file's name; torch.save reports it as a RuntimeError of its
+    stream writer, safetensors as a SafetensorError, numpy as an OSError without errno: tracebacks, unless
+    confirmed here by the file system (under FULL_BELOW bytes left on it)."""
     if isinstance(e, OSError) and e.errno is not None:
-        return False  # it names its cause already (ENOSPC included)
+        return e.errno if e.errno in (errno.ENOSPC, errno.EDQUOT) and e.filename is None else None
     if not isinstance(e, (OSError, RuntimeError)) and type(e).__name__ != "SafetensorError":
-        return False
+        return None
     try:
         st = os.statvfs(folder)
     except OSError:
-        return False
-    return st.f_bavail * st.f_frsize < FULL_BELOW
+        return None
+    return errno.ENOSPC if st.f_bavail * st.f_frsize < FULL_BELOW else None
 
 
 def fsync_dir(folder: Path) -> None:
