@@ -174,6 +174,16 @@ def test_a_graph_build_killed_mid_chunk_resumes_to_the_same_graph(small_world, t
     assert _files(killed / "ws/circuits/g") == _files(whole / "ws/circuits/g")
 
 
+def test_a_graph_killed_while_it_records_itself_is_refused_not_listed(small_world, tmp_path, capsys, monkeypatch):
+    """SIGKILL while the manifest is written (graph.json complete): nothing listed, and the rerun is refused in one
+    line saying the folder holds a stopped run's files."""
+    stopped(_graph_argv(small_world), "*circuits/g/artifact.json", 1, "kill", tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert (tmp_path / "ws/circuits/g/graph.json").is_file() and listed("ws", capsys) == []
+    line = one_line(_graph_argv(small_world), capsys)
+    assert f"{Path('ws/circuits/g')} already holds the files of a run stopped before it finished" in line, line
+
+
 # ---- a full disk ------------------------------------------------------------------------------------------------
 
 

@@ -181,32 +181,49 @@ def _artifact(folder: Path, kind: str, *files: str) -> Path:
     return folder
 
 
+PROMPT = ["--prompt", "the cat saw the hat and the dog"]
+
+
 @pytest.mark.parametrize(
     "argv, out, given",
     [
         (
-            ["circuit", "graph", "--transcoders", "SET", "--prompt", "a b", "--out", "SET/transcoders.json"],
+            ["circuit", "graph", "--transcoders", "SET", *PROMPT, "--out", "SET/transcoders.json"],
             "--out",
             "--transcoders SET",
         ),
         (
-            ["circuit", "find", "--transcoders", "SET", "--prompt", "a", "--answer", "b", "--counterfactual", "c"]
+            ["circuit", "find", "--transcoders", "SET", *PROMPT, "--answer", "dog", "--counterfactual", "the cat saw"]
             + ["--out", "SET/transcoders.json"],
             "--out",
             "--transcoders SET",
         ),
-        (["attention", "compare", "--sparse", "M", "--task", "ioi", "--out", "M/config.json"], "--out", "--sparse M"),
+        (
+            ["attention", "compare", "--sparse", "M", "--task", "ioi", "--n", "1", "--out", "M/config.json"],
+            "--out",
+            "--sparse M",
+        ),
         (["sae", "train", "--transcoders", "0", "--cache", "CACHE", "--out", "CACHE"], "--out", "--cache CACHE"),
-        (["sae", "train", "--transcoders", "0", "--cache", "OTHER", "--out", "CACHE"], "--out", "CACHE/artifact.json"),
+        (["sae", "train", "--transcoders", "0", "--cache", "C2", "--out", "CACHE"], "--out", "CACHE/artifact.json"),
     ],
 )
-def test_the_issues_cases_are_refused_naming_both_paths(argv, out, given, tmp_path, capsys, monkeypatch):
+def test_the_issues_cases_are_refused_naming_both_paths(argv, out, given, small_world, tmp_path, capsys, monkeypatch):
+    """On real artifacts (a transcoder set, a saved model, a cache): refused in one line, every input untouched."""
+    import shutil
+
+    from workbench.workspace import Workspace
+
     monkeypatch.chdir(tmp_path)
-    _artifact(tmp_path / "SET", "transcoders", "transcoders.json")
-    _artifact(tmp_path / "M", "models", "config.json")
-    _artifact(tmp_path / "CACHE", "caches", "manifest.json")
+    shutil.copytree(small_world["set"], "SET")
+    shutil.copytree(small_world["model"], "M")
+    Workspace("ws").record(Path("M"), "models", made_by="test", config={})
+    for cache in ("CACHE", "C2"):
+        shutil.copytree(small_world["cache"], cache)
+    flag = {"circuit": "--model", "attention": "--base"}.get(argv[0])
+    model = [flag, str(small_world["model"])] if flag else small_world["train"]
+    extra = [] if argv[0] == "attention" else ["--workspace", "ws"]
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
-    assert main([*argv, "--workspace", "ws"] if argv[0] != "attention" else argv) == 2
+    assert main([*argv, *model, *extra]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{out} {argv[argv.index(out) + 1]}" in err[0] and given in err[0], err
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
