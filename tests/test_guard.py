@@ -65,18 +65,53 @@ def _own_kind(role: Role) -> str:
     return next(k for k in KINDS if k not in role.kinds)
 
 
+def _argv(parser, values: dict) -> list[str]:
+    """Arguments that get the command as far as its checks: `values` (action -> value) and placeholders for what
+    it requires (a positional with choices before a given one gets its first choice: `cache verify DIR`)."""
+    pos, opts = [], []
+    positional = [a for a in parser._actions if not a.option_strings]
+    for a in parser._actions:
+        if a.dest == "help" or isinstance(a, argparse._SubParsersAction):
+            continue
+        value = values.get(a)
+        if value is not None and a.nargs == 2:
+            value = [value, "x"]
+        if not a.option_strings:
+            later = positional[positional.index(a) + 1 :]
+            if a.choices and any(values.get(b) is not None for b in later):  # `cache verify DIR`
+                pos.append(str(next(iter(a.choices))))
+            elif value is not None:
+                pos += value if isinstance(value, list) else [value]
+            elif a.nargs not in ("?", "*"):
+                pos.append("x")
+        elif value is not None:
+            opts += [a.option_strings[0], *(value if isinstance(value, list) else [value])]
+        elif a.required:
+            opts += [a.option_strings[0], str(next(iter(a.choices))) if a.choices else "x"]
+    return pos + opts
+
+
 def _cases():
-    """(command, output action, input action or None, case) for every command with a declared output."""
+    """(command, output action, input action or None, case) for every command with a declared output, and each of
+    its inputs that the output is written beside (`cache verify DIR` records nothing in the workspace)."""
     for path, parser in _leaf_commands():
         for out in _declared(parser, writes=True):
-            yield pytest.param(
-                path, parser, out, None, "another_artifact", id=f"{' '.join(path)} {_label(out)} foreign"
-            )
+            if _written(path, parser, {out: "o"}, out):
+                yield pytest.param(
+                    path, parser, out, None, "another_artifact", id=f"{' '.join(path)} {_label(out)} foreign"
+                )
             for inp in _declared(parser, writes=False):
+                if not _written(path, parser, {out: "o", inp: "i"}, out):
+                    continue
                 for case in ("is_input", "inside_input"):
                     yield pytest.param(
                         path, parser, out, inp, case, id=f"{' '.join(path)} {_label(out)} {_label(inp)} {case}"
                     )
+
+
+def _written(path, parser, values: dict, out) -> bool:
+    when = getattr(out, ROLE).when
+    return when is None or when(build_parser().parse_args([*path, *_argv(parser, values)]))
 
 
 CASES = list(_cases())
@@ -94,30 +129,6 @@ def test_the_walk_finds_the_commands_of_the_issue():
         "cache --out --corpus inside_input",
         "demo --workspace foreign",
     } <= ids
-
-
-def _argv(parser, values: dict) -> list[str]:
-    """Arguments that get the command as far as its checks: `values` (action -> value) and placeholders for what
-    it requires (a positional with choices gets its first: `cache verify`)."""
-    pos, opts = [], []
-    for a in parser._actions:
-        if a.dest == "help" or isinstance(a, argparse._SubParsersAction):
-            continue
-        value = values.get(a)
-        if value is not None and a.nargs == 2:
-            value = [value, "x"]
-        if not a.option_strings:
-            if a.choices:
-                pos.append(str(next(iter(a.choices))))
-            elif value is not None:
-                pos += value if isinstance(value, list) else [value]
-            elif a.nargs not in ("?", "*"):
-                pos.append("x")
-        elif value is not None:
-            opts += [a.option_strings[0], *(value if isinstance(value, list) else [value])]
-        elif a.required:
-            opts += [a.option_strings[0], str(next(iter(a.choices))) if a.choices else "x"]
-    return pos + opts
 
 
 @pytest.mark.parametrize("command, parser, out, inp, case", CASES)

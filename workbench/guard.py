@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,11 +33,13 @@ ROLE = "workbench_role"  # the argparse action attribute that holds an argument'
 class Role:
     """What a command does with a path argument. form: 'input', 'file', 'artifact' (the folder of an artifact of
     one of `kinds`, whose own manifest may be there: a resume), 'scratch' (a working folder, no artifact) or
-    'workspace'. split: the separator of a value listing several paths (a corpus spec)."""
+    'workspace'. split: the separator of a value listing several paths (a corpus spec). when: a test of the parsed
+    arguments, for a path used only by some forms of a command (`cache verify DIR` records nothing)."""
 
     form: str
     kinds: tuple[str, ...] = ()
     split: str | None = None
+    when: Callable | None = None
 
     @property
     def writes(self) -> bool:
@@ -64,7 +67,7 @@ def check_args(parser, args) -> None:
     outputs, inputs = [], []
     for action in _leaf(parser, args)._actions:
         role, value = getattr(action, ROLE, None), getattr(args, action.dest, None)
-        if role is None or value in (None, "", []):
+        if role is None or value in (None, "", []) or (role.when is not None and not role.when(args)):
             continue
         label = action.option_strings[0] if action.option_strings else (action.metavar or action.dest.upper())
         for v in value if isinstance(value, list) else [value]:

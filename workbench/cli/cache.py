@@ -17,7 +17,7 @@ PREFIX = "harvest."  # namespace prefix of the HarvestConfig flags
 def add_parser(sub) -> None:
     c = sub.add_parser(
         "cache",
-        parents=[quiet_flag(), workspace_flag()],
+        parents=[quiet_flag(), workspace_flag(writes=lambda a: a.action != "verify")],
         help="harvest activations of one or more hooks into an on-disk cache "
         "(`cache verify DIR` checks every file of one against its checksums)",
     )

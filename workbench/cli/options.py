@@ -19,10 +19,11 @@ def quiet_flag() -> argparse.ArgumentParser:
     return p
 
 
-def workspace_flag(purpose: str = "that records the artifact", writes: bool = True) -> argparse.ArgumentParser:
+def workspace_flag(purpose: str = "that records the artifact", writes=True) -> argparse.ArgumentParser:
+    """--workspace, declared as written (or read: writes=False; or written when writes(args) holds)."""
     p = argparse.ArgumentParser(add_help=False)
     flag = p.add_argument("--workspace", default="workspace", help=f"workspace folder {purpose} (default: %(default)s)")
-    declare(flag, WORKSPACE if writes else INPUT)
+    declare(flag, INPUT if writes is False else WORKSPACE if writes is True else Role("workspace", when=writes))
     return p
 
 
