@@ -22,18 +22,6 @@ def check_output_file(path: str | Path, what: str = "output file") -> Path:
     return path
 
 
-def check_outputs(outputs: dict, inputs: dict | None = None) -> None:
-    """Refuse, before any work, output files (flag -> path; None: not given) that cannot be written, that are one
-    of the inputs (flag -> path) or lie inside one, or that are each other: the output guard's rule
-    (workbench.guard), for callers that name their files themselves."""
-    from workbench.guard import FILE, check
-
-    check(
-        [(flag, p, FILE) for flag, p in outputs.items() if p is not None],
-        [(flag, p) for flag, p in (inputs or {}).items() if p is not None],
-    )
-
-
 def check_output_dir(path: str | Path, what: str = "output folder") -> Path:
     """Refuse, before any work, a folder path that cannot be created or written to."""
     path = Path(path)
