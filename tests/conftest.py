@@ -140,3 +140,56 @@ def tiny_sparse():
 def sparse_set(tiny_sparse, tmp_path_factory):
     """A transcoder set of the embedded sparse-attention model."""
     return _train_set(SPARSE, tiny_sparse[0], tmp_path_factory.mktemp("sparse_set"))
+
+
+@pytest.fixture(scope="session")
+def small_world(tmp_path_factory):
+    """A 2-layer random model (tests/small_models.py, the corpus tokenizer) saved, a cache of its default hooks
+    (each MLP's input and output among them) and a one-pass transcoder set of both layers, made through the CLI:
+    {"root", "model", "cache", "set", "train": the set's training flags, "two_passes_mib": a --memory-budget-mib that
+    splits it into two passes}."""
+    from small_models import small_model
+
+    from workbench import steps
+    from workbench.cache.config import HarvestConfig
+    from workbench.cli import main
+    from workbench.models import save
+    from workbench.sae.transcoders import load_set
+    from workbench.workspace import Workspace
+
+    root = tmp_path_factory.mktemp("small_world")
+    model = small_model(build_tokenizer(vocabulary()), seed=0)
+    save(model, root / "model")
+    cfg = HarvestConfig(n_tokens=3000, heldout_fraction=0.2)
+    steps.make_cache(
+        Workspace(root / "ws"),
+        str(root / "model"),
+        "synthetic",
+        None,
+        cfg,
+        out=root / "cache",
+        progress=False,
+        model=model,
+    )
+    train = ["--k", "4", "--expansion", "2", "--tokens", "2048", "--batch-size", "256", "--warmup-steps", "2"]
+    train += ["--checkpoint-every", "2", "--log-every", "2", "--quiet"]
+    argv = ["sae", "train", "--cache", str(root / "cache"), "--transcoders", "all", *train]
+    assert main([*argv, "--out", str(root / "set"), "--workspace", str(root / "ws")]) == 0
+    from workbench.cache import ActivationCache
+    from workbench.cache.hooks import transcoder_hooks
+    from workbench.sae.config import SAEConfig, TrainConfig
+    from workbench.sae.transcoders import plan_passes
+
+    cache = ActivationCache.open(root / "cache")
+    layer0 = {0: (*transcoder_hooks(0, cache.hooks), [SAEConfig("topk", k=4, expansion=2)])}
+    alone = plan_passes(cache, layer0, TrainConfig(n_tokens=2048, batch_size=256))["estimate_mib"][0]
+    both = load_set(root / "set")["memory"]["estimate_mib"][0]
+    budget = (alone + both) / 2  # room for one layer per pass, not two: a two-pass set
+    return {
+        "root": root,
+        "model": root / "model",
+        "cache": root / "cache",
+        "set": root / "set",
+        "train": train,
+        "two_passes_mib": budget,
+    }

@@ -78,3 +78,45 @@ def test_a_second_cache_harvest_into_one_folder_is_refused(tmp_path, capsys):
         p.stdin.close()
         p.wait()
     assert f"(pid {p.pid}, test holder" in capsys.readouterr().err
+
+
+def _refused_while_paused(first, second, pattern, cwd, capsys, monkeypatch):
+    """`first` paused in the middle of its first write matching `pattern` (another process); `second` meanwhile
+    must be refused in one line naming the first's pid and command; the first then finishes."""
+    from tests.test_atomic import stopped
+    from workbench.cli import main
+
+    p = stopped(first, pattern, 1, "pause", cwd)
+    try:
+        monkeypatch.chdir(cwd)
+        assert main(second) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "is being written by another process" in err[0], err
+        assert f"(pid {p.pid}, workbench {' '.join(first[:2])}" in err[0], err
+    finally:
+        p.stdin.close()
+        p.wait()
+    assert p.returncode == 0, p.stderr.read()
+
+
+def test_two_graph_builds_of_one_name_at_once_the_second_is_refused(small_world, tmp_path, capsys, monkeypatch):
+    from tests.test_atomic import _graph_argv
+
+    argv = _graph_argv(small_world, name="g", work="work")
+    _refused_while_paused(argv, _graph_argv(small_world, name="g", work="other"), "*.pt", tmp_path, capsys, monkeypatch)
+    assert (tmp_path / "ws" / "circuits" / "g" / "artifact.json").is_file()
+
+
+def test_two_graph_builds_on_one_work_dir_at_once_the_second_is_refused(small_world, tmp_path, capsys, monkeypatch):
+    from tests.test_atomic import _graph_argv
+
+    argv = _graph_argv(small_world, name="a", work="work")
+    _refused_while_paused(argv, _graph_argv(small_world, name="b", work="work"), "*.pt", tmp_path, capsys, monkeypatch)
+    assert not (tmp_path / "ws" / "circuits" / "b").exists()
+
+
+def test_two_set_trainings_into_one_out_at_once_the_second_is_refused(small_world, tmp_path, capsys, monkeypatch):
+    argv = ["sae", "train", "--cache", str(small_world["cache"]), "--transcoders", "all", *small_world["train"]]
+    argv += ["--out", "set", "--workspace", "ws"]
+    _refused_while_paused(argv, argv, "*checkpoint.pt", tmp_path, capsys, monkeypatch)
+    assert (tmp_path / "set" / "transcoders.json").is_file()

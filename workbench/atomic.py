@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
@@ -19,30 +20,6 @@ def check_output_file(path: str | Path, what: str = "output file") -> Path:
         raise BadValueError(f"{what} {path} is an existing folder; give a file path such as {path / 'out.json'}")
     _check_creatable(path.parent, path, what)
     return path
-
-
-def check_outputs(outputs: dict, inputs: dict | None = None) -> None:
-    """Refuse, before any work, output files (flag -> path; None: not given) that cannot be written, that are
-    one of the inputs (flag -> path), also through a symlink, a relative path or a hard link, or that are
-    each other: the later write would replace the earlier file."""
-    given = {flag: Path(p) for flag, p in outputs.items() if p is not None}
-    seen = {flag: Path(p) for flag, p in (inputs or {}).items() if p is not None}
-    for flag, path in given.items():
-        check_output_file(path, flag)
-        for other, earlier in seen.items():
-            if _same_file(path, earlier):
-                kind = "the input" if other in (inputs or {}) else "also the output"
-                raise BadValueError(
-                    f"{flag} {path} is {kind} {other} {earlier}: writing it would replace that file; "
-                    "choose another output path"
-                )
-        seen[flag] = path
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    if a.exists() and b.exists():
-        return os.path.samefile(a, b)
-    return a.resolve() == b.resolve()
 
 
 def check_output_dir(path: str | Path, what: str = "output folder") -> Path:
@@ -66,7 +43,8 @@ def _check_creatable(folder: Path, target: Path, what: str) -> None:
 
 @contextmanager
 def atomic_path(path: str | Path):
-    """Yield a temp path beside `path`; on success fsync it and rename it over `path`."""
+    """Yield a temp path beside `path`; on success fsync it and rename it over `path`. A write that fails on a full
+    disk raises OSError(ENOSPC) naming `path`, whichever library wrote (see `_disk_full`)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
@@ -75,9 +53,33 @@ def atomic_path(path: str | Path):
             os.fsync(f.fileno())
         os.replace(tmp, path)
         fsync_dir(path.parent)  # the rename itself survives a power cut
+    except Exception as e:
+        code = _disk_full(e, path.parent)
+        if code is not None:
+            raise OSError(code, os.strerror(code), str(path)) from e
+        raise
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+FULL_BELOW = 1 << 20  # bytes free under which a library's failed write is put down to a full disk
+
+
+def _disk_full(e: Exception, folder: Path) -> int | None:
+    """The errno (ENOSPC, EDQUOT) of a write that failed for want of space, to be raised naming the file, or None.
+    A plain write's OSError carries it without the file's name; torch.save reports it as a RuntimeError of its
+    stream writer, safetensors as a SafetensorError, numpy as an OSError without errno: tracebacks, unless
+    confirmed here by the file system (under FULL_BELOW bytes left on it)."""
+    if isinstance(e, OSError) and e.errno is not None:
+        return e.errno if e.errno in (errno.ENOSPC, errno.EDQUOT) and e.filename is None else None
+    if not isinstance(e, (OSError, RuntimeError)) and type(e).__name__ != "SafetensorError":
+        return None
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return None
+    return errno.ENOSPC if st.f_bavail * st.f_frsize < FULL_BELOW else None
 
 
 def fsync_dir(folder: Path) -> None:

@@ -1,6 +1,7 @@
 """argparse flags generated from the config dataclasses, so each default and help text is written
 once, in the dataclass field (`metadata`: help, choices, min for an int field's least value (default 0),
-flag for a different flag name, negate for a store_false flag, cli=False to leave a field to `--set`).
+flag for a different flag name, negate for a store_false flag, cli=False to leave a field to `--set`, path for
+a path the command reads or writes: a workbench.guard.Role form, checked by the output guard).
 The flag refuses a value outside its choices or below its min as it is parsed; the config
 (workbench.config.Config) refuses the same values when it is made from Python or JSON.
 
@@ -16,6 +17,7 @@ import dataclasses
 import json
 
 from workbench.errors import BadValueError
+from workbench.guard import Role, declare
 
 _SCALARS = {"int": int, "float": float, "str": str, "bool": bool}
 
@@ -113,9 +115,11 @@ def add_config_flags(parser, cls, prefix: str, sweep: tuple[str, ...] = (), skip
             else:
                 kw.update(default=default, help=f"{text} (default: %(default)s)")
             metavar = "{" + ",".join(map(str, meta["choices"])) + "}" if "choices" in meta else f.name.upper()
-            parser.add_argument(
+            action = parser.add_argument(
                 flag_name(f), dest=dest, action=_Store, type=_parse(typ, optional, minimum(f)), metavar=metavar, **kw
             )
+            if "path" in meta:  # a path the command reads or writes (a workbench.guard.Role form): guarded
+                declare(action, Role(meta["path"]))
 
 
 def config_values(args: argparse.Namespace, cls, prefix: str) -> dict:

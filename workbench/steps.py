@@ -17,11 +17,13 @@ import fnmatch
 import hashlib
 import re
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 from workbench.cache.config import HarvestConfig
 from workbench.circuits.config import DEFAULT_SAMPLES, QueryConfig, SearchConfig
 from workbench.errors import BadValueError, OutputExistsError
+from workbench.guard import check_artifact
 from workbench.lock import output_lock
 from workbench.readback import json_file
 from workbench.sae.config import EvalConfig, SAEConfig, TrainConfig
@@ -95,7 +97,6 @@ def make_cache(
     model: an already loaded model for `model_spec` (the demo loads it once for every step). hooks: names or
     patterns; None: `default_hooks` (every residual stream, and each MLP's input and output for transcoders).
     """
-    from workbench.atomic import check_output_dir
     from workbench.cache.hooks import default_hooks
     from workbench.cache.reader import ActivationCache
     from workbench.cache.writer import harvest
@@ -107,7 +108,7 @@ def make_cache(
         return ActivationCache.open(folder)
     # an interrupted harvest left its progress record (a finished but unrecorded one, its manifest)
     resume = resume or (ensure and any((folder / f).is_file() for f in ("progress.json", "manifest.json")))
-    check_output_dir(folder, "cache folder")  # before the model loads
+    check_artifact(folder, "caches", {"model_spec": model_spec, "corpus_spec": corpus_spec.split(",")})  # before work
     with output_lock(folder, "workbench cache"):  # one process per output
         if model is None:
             model, _ = load(model_spec)
@@ -162,6 +163,7 @@ def train_saes(
     done = sorted(p.parent for p in run.glob(f"*/{MANIFEST}"))
     if ensure and len(done) == len(sae_cfgs):
         return done
+    check_artifact(run, None, {"cache_dir": cache_dir, "target_cache": target_cache})
     resume = resume or (ensure and (run / "checkpoint.pt").is_file())
     with rank_zero_writes(run, "workbench sae train") as records:
         folders = train(
@@ -227,6 +229,7 @@ def train_transcoder_set(
     if ensure and complete(run):
         entries = read_manifest(run / SET_MANIFEST)["layers"]
         return run, [run / n for e in entries for n in e["transcoders"]]
+    check_artifact(run, "transcoders", {"cache_dir": cache_dir})
     resume = resume or (ensure and started(run))
     with rank_zero_writes(run, "workbench sae train --transcoders") as records:
         folder, members = train_set(cache_dir, layers, sae_cfgs, train_cfg, run, resume=resume)
@@ -371,22 +374,19 @@ def find_circuit(
     from workbench.circuits.component.api import find_circuit
     from workbench.circuits.component.types import Circuit
 
-    def check_free(folder):
-        if folder.exists() and any(folder.iterdir()):
-            raise OutputExistsError(
-                f"{folder} already holds a circuit (the same search on the same query?); pass another --name"
-            )
-
     if ensure and name is None:
         raise ValueError("find_circuit(ensure=True) needs the circuit's name")
     if ensure and complete(ws.path("circuits", name)):
         return Circuit.load(ws.path("circuits", name) / "circuit.json"), ws.path("circuits", name)
-    if name is not None:  # checked before the search too, when it does not depend on the result
-        check_free(ws.path("circuits", name))
-    c = find_circuit(model, prompt, answer, counterfactual, query=query, cfg=cfg, **options)
-    folder = ws.path("circuits", name or circuit_name(c.query, c.method))
-    check_free(folder)
-    _record_circuit(ws, c, folder, "workbench circuit find", _model_inputs(ws, model, model_spec))
+    command, inputs = "workbench circuit find", {"model_spec": model_spec}
+    with ExitStack() as held:
+        if name is not None:  # taken before the search too, when it does not depend on the result
+            _claim(held, ws.path("circuits", name), command, inputs)
+        c = find_circuit(model, prompt, answer, counterfactual, query=query, cfg=cfg, **options)
+        folder = ws.path("circuits", name or circuit_name(c.query, c.method))
+        if name is None:
+            _claim(held, folder, command, inputs)
+        _record_circuit(ws, c, folder, command, _model_inputs(ws, model, model_spec))
     return c, folder
 
 
@@ -413,9 +413,16 @@ def _members(ws: Workspace, tset, member) -> dict:
     return {str(layer): ws.rel(folder) for layer, folder in tset.member_folders(member).items()}
 
 
-def _free_circuit_folder(folder: Path) -> Path:
-    if folder.exists() and any(folder.iterdir()):
-        raise OutputExistsError(f"{folder} already holds a circuit or graph; pass another --name")
+def _claim(held: ExitStack, folder: Path, command: str, inputs: dict, work_dir=None) -> Path:
+    """Take a circuit's folder (and its build's work_dir) for this process until `held` closes: the output guard,
+    a lock on each (a second run on the same --name or work_dir is refused, naming this one), and a folder that
+    another run filled (or a stopped one left) is refused."""
+    check_artifact(folder, "circuits", inputs, {"work_dir": work_dir})
+    for target in (folder, *([work_dir] if work_dir else [])):
+        held.enter_context(output_lock(target, command))
+    if folder.exists() and any(p for p in folder.iterdir() if not p.name.startswith(".")):
+        what = "a circuit or graph" if complete(folder) else "the files of a run stopped before it finished"
+        raise OutputExistsError(f"{folder} already holds {what}; delete it or pass another --name")
     return folder
 
 
@@ -441,31 +448,38 @@ def find_feature_circuit(
     from workbench.circuits.feature.graph_json import set_labels, to_neuronpedia
     from workbench.circuits.feature.transcoders import open_set
 
-    if name is not None:
-        _free_circuit_folder(ws.path("circuits", name))
     query, options = QueryConfig.take(query, options)
-    tset, member = open_set(transcoders), query.member
-    c, g = find(
-        model, tset.load(member, model.cfg.device, model), prompt, answer, counterfactual, query=query, **options
-    )
-    folder = _free_circuit_folder(ws.path("circuits", name or "features-" + circuit_name(c.query, c.method)))
-    labels, members = set_labels(tset, member), _members(ws, tset, member)
-    c.save(folder / "feature_circuit.json")
-    to_neuronpedia(g, folder / "graph.json", folder.name, labels, circuit=c, pinned=True, members=members)
-    to_neuronpedia(g, folder / "neuronpedia.json", folder.name, labels, circuit=c, members=members)
-    q = c.query
-    ws.record(
-        folder,
-        "circuits",
-        made_by="workbench circuit find --transcoders",
-        config=c.method,
-        inputs={
-            **_model_inputs(ws, model, model_spec),
-            "transcoders": tset.folder,
-            **{k: q.get(k) for k in ("prompt", "answer", "counterfactual")},
-        },
-        summary={"ndf": c.ndf, "nodes": len(c.nodes), "edges": len(c.edges), **c.graph_scores},
-    )
+    command, inputs = "workbench circuit find --transcoders", {"transcoders": transcoders, "model_spec": model_spec}
+    work_dir = getattr(options.get("graph_cfg"), "work_dir", None)
+    with ExitStack() as held:
+        if name is not None:
+            _claim(held, ws.path("circuits", name), command, inputs, work_dir)
+        elif work_dir:  # the folder is named after the search: the work_dir is locked for it
+            held.enter_context(output_lock(work_dir, command))
+        tset, member = open_set(transcoders), query.member
+        c, g = find(
+            model, tset.load(member, model.cfg.device, model), prompt, answer, counterfactual, query=query, **options
+        )
+        folder = ws.path("circuits", name or "features-" + circuit_name(c.query, c.method))
+        if name is None:
+            _claim(held, folder, command, inputs)
+        labels, members = set_labels(tset, member), _members(ws, tset, member)
+        c.save(folder / "feature_circuit.json")
+        to_neuronpedia(g, folder / "graph.json", folder.name, labels, circuit=c, pinned=True, members=members)
+        to_neuronpedia(g, folder / "neuronpedia.json", folder.name, labels, circuit=c, members=members)
+        q = c.query
+        ws.record(
+            folder,
+            "circuits",
+            made_by=command,
+            config=c.method,
+            inputs={
+                **_model_inputs(ws, model, model_spec),
+                "transcoders": tset.folder,
+                **{k: q.get(k) for k in ("prompt", "answer", "counterfactual")},
+            },
+            summary={"ndf": c.ndf, "nodes": len(c.nodes), "edges": len(c.edges), **c.graph_scores},
+        )
     return c, g, folder
 
 
@@ -488,25 +502,33 @@ def attribution_graph(
     from workbench.circuits.feature.graph_json import set_labels, to_neuronpedia
     from workbench.circuits.feature.transcoders import open_set
 
-    folder = _free_circuit_folder(ws.path("circuits", name or f"graph-{slug(' '.join(str(prompt).split()[-4:]))[:40]}"))
-    tset = open_set(transcoders)
-    g = build_graph(model, tset.load(member, model.cfg.device, model), prompt, answer, wrong, cfg)
-    labels, members = set_labels(tset, member), _members(ws, tset, member)
-    to_neuronpedia(g, folder / "graph.json", folder.name, labels, members=members)
-    ws.record(
-        folder,
-        "circuits",
-        made_by="workbench circuit graph",
-        config={**g.config, "member": member},
-        inputs={
-            **_model_inputs(ws, model, model_spec),
-            "transcoders": tset.folder,
-            "prompt": g.prompt,
-            "answer": answer,
-            "wrong": wrong,
-        },
-        summary={"features": g.n_features, "active": g.n_active, "edges": int(g.pruned.edge_mask.sum()), **g.scores},
-    )
+    folder = ws.path("circuits", name or f"graph-{slug(' '.join(str(prompt).split()[-4:]))[:40]}")
+    with ExitStack() as held:
+        inputs = {"transcoders": transcoders, "model_spec": model_spec}
+        _claim(held, folder, "workbench circuit graph", inputs, getattr(cfg, "work_dir", None))
+        tset = open_set(transcoders)
+        g = build_graph(model, tset.load(member, model.cfg.device, model), prompt, answer, wrong, cfg)
+        labels, members = set_labels(tset, member), _members(ws, tset, member)
+        to_neuronpedia(g, folder / "graph.json", folder.name, labels, members=members)
+        ws.record(
+            folder,
+            "circuits",
+            made_by="workbench circuit graph",
+            config={**g.config, "member": member},
+            inputs={
+                **_model_inputs(ws, model, model_spec),
+                "transcoders": tset.folder,
+                "prompt": g.prompt,
+                "answer": answer,
+                "wrong": wrong,
+            },
+            summary={
+                "features": g.n_features,
+                "active": g.n_active,
+                "edges": int(g.pruned.edge_mask.sum()),
+                **g.scores,
+            },
+        )
     return g, folder
 
 
@@ -527,6 +549,7 @@ def train_model(
 
     folder = Path(out) if out else ws.path("models", name)
     cfg = cfg or TinyConfig()
+    check_artifact(folder, "models", {})
     with output_lock(folder, "workbench model train"):
         card = train_tiny(folder, cfg, progress=progress, overwrite=overwrite, resume=resume)
         ws.record(
@@ -741,6 +764,7 @@ def train_attention(
     folder = Path(out) if out else ws.path("models", name or f"{slug(Path(model_spec).name)}-sparse")
     if ensure and complete(folder):
         return read_report(folder), folder
+    check_artifact(folder, "models", {"model_spec": model_spec, "corpus_spec": corpus_spec.split(",")})
     resume = resume or (ensure and (folder / "checkpoint.pt").is_file())
     report = sparsify(
         model_spec, folder, cfg, corpus_spec, resume=resume, report_queries=report_queries, text_field=text_field
@@ -898,8 +922,9 @@ def import_circuit(ws: Workspace, path, model=None, model_spec: str | None = Non
         c.model_id = c.model_id or model_id(model)
     stem = slug(path.name.removesuffix(".json").removesuffix(".mib"))
     folder = ws.path("circuits", name or (stem if stem != "circuit" else circuit_name(c.query, c.method)))
-    if folder.exists() and any(folder.iterdir()):
-        raise OutputExistsError(f"{folder} already holds a circuit; pass another --name")
+    command = made_by or "workbench circuit import"
     inputs = _model_inputs(ws, model, model_spec) if model is not None else {"model": c.model_id}
-    _record_circuit(ws, c, folder, made_by or "workbench circuit import", {**inputs, "source": path.resolve()})
+    with ExitStack() as held:
+        _claim(held, folder, command, {"source": path})
+        _record_circuit(ws, c, folder, command, {**inputs, "source": path.resolve()})
     return c, folder

@@ -7,7 +7,8 @@ handlers, so building the parser (and `workbench --help`) stays cheap.
 Every command that makes an artifact records it in a workspace (--workspace, default ./workspace):
 outputs land inside it unless --out says otherwise, and each gets an artifact.json manifest either
 way. Flags for config fields are generated from the config dataclasses (workbench.configflags), so
-each default is written once. Errors a user can cause (UserError) print one clear line and exit with
+each default is written once. Every path argument is declared as read or written where it is defined, and the
+output guard (workbench.guard) checks them all before any command runs. Errors a user can cause (UserError) print one clear line and exit with
 status 2; anything else is a bug and keeps its traceback.
 """
 
@@ -18,6 +19,7 @@ import sys
 
 from workbench.cli import app, attention, cache, circuit, demo, features, ls, model, sae
 from workbench.errors import UserError, os_error_message
+from workbench.guard import check_args
 
 GROUPS = (model, cache, sae, circuit, features, app, attention, ls, demo)  # in the order --help lists them
 
@@ -33,8 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run one command; a UserError, or an OS error a user can fix (errors.os_error_message), is one line on
     stderr and status 2."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
+        check_args(parser, args)  # no output onto or into an input or another artifact, for every command
         args.func(args)
     except UserError as e:
         return _fail(args.command, str(e))

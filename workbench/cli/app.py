@@ -9,13 +9,14 @@ from pathlib import Path
 
 from workbench.configflags import count
 from workbench.errors import UserError
+from workbench.guard import INPUT, declare
 
 APP = Path(__file__).resolve().parents[2] / "app" / "main.py"
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("app", help="browse a workspace's SAEs, features, circuits and attention in the Streamlit app")
-    p.add_argument("--workspace", default="workspace", help="workspace folder (default: %(default)s)")
+    declare(p.add_argument("--workspace", default="workspace", help="workspace folder (default: %(default)s)"), INPUT)
     add_serve_flags(p)
     p.set_defaults(func=_app)
 

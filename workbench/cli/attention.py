@@ -17,9 +17,10 @@ import sys
 
 from workbench.attention.config import GateConfig, SparsifyConfig
 from workbench.circuits.feature.graph_config import HeadFlowConfig
-from workbench.cli.options import add_text_field_flag, quiet_flag, workspace_flag
+from workbench.cli.options import CORPUS, add_text_field_flag, quiet_flag, workspace_flag
 from workbench.configflags import add_config_flags, config_values, count, set_fields
 from workbench.errors import BadValueError
+from workbench.guard import FILE, INPUT, artifact, declare
 from workbench.workspace import Workspace
 
 TRAIN, GATE, HEADS = "attention.", "gate.", "heads."  # namespace prefixes of the config flags
@@ -31,25 +32,26 @@ def add_parser(sub) -> None:
     attention = p.add_subparsers(dest="attention_command", required=True, metavar="ACTION")
     _add_train(attention)
     r = attention.add_parser("report", help="print a sparse model's attention_report.json as tables")
-    r.add_argument("model", help="a folder written by `workbench attention train`")
+    declare(r.add_argument("model", help="a folder written by `workbench attention train`"), INPUT)
     r.add_argument("--json", action="store_true", help="print the JSON instead (without the example patterns)")
     r.set_defaults(func=_report)
     c = attention.add_parser("compare", help="query circuits of the base and the sparse model on the same queries")
-    c.add_argument("--base", default="tiny", help="base model spec (default: %(default)s)")
-    c.add_argument("--sparse", required=True, help="the sparse model folder")
+    declare(c.add_argument("--base", default="tiny", help="base model spec (default: %(default)s)"), INPUT)
+    declare(c.add_argument("--sparse", required=True, help="the sparse model folder"), INPUT)
     c.add_argument("--task", required=True, help="synthetic task family: ioi, induction, greater_than, addition, facts")
     c.add_argument("--n", type=count(1), default=20, help="queries (default: %(default)s)")
     c.add_argument("--targets", default="0.8,0.9", help="NDF targets, comma separated (default: %(default)s)")
     c.add_argument("--samples", type=count(0), default=3, help="paraphrases and resampled counterfactuals per query")
     c.add_argument("--seed", type=count(0), default=0, help="query seed (default: %(default)s)")
-    c.add_argument("--out", help="per-query JSON for the app")
+    declare(c.add_argument("--out", help="per-query JSON for the app"), FILE)
     c.add_argument("--quiet", action="store_true", help="no progress bar")
-    c.add_argument(
+    transcoders = c.add_argument(
         "--transcoders",
         nargs=2,
         metavar=("BASE_SET", "SPARSE_SET"),
         help="instead: the heads carrying the attention-mediated attribution of feature graphs, one set per model",
     )
+    declare(transcoders, INPUT)
     add_config_flags(c, HeadFlowConfig, HEADS)
     c.set_defaults(func=_compare)
 
@@ -61,10 +63,16 @@ def _add_train(attention) -> None:
         parents=[workspace_flag(), quiet_flag()],
         help=f"train attention gates (and weights) keeping held-out CE within a tolerance ({OLD_NAME}: old name)",
     )
-    t.add_argument("--model", default="tiny", help="base model: tiny, a saved model folder, or a TransformerLens name")
+    model = t.add_argument(
+        "--model", default="tiny", help="base model: tiny, a saved model folder, or a TransformerLens name"
+    )
+    declare(model, INPUT)
     t.add_argument("--name", help="model folder in <workspace>/models (default: MODEL-sparse)")
-    t.add_argument("--out", help="model folder instead of <workspace>/models/NAME")
-    t.add_argument("--corpus", default="synthetic", help="'synthetic', 'synthetic:seed=N', files, or hf:<dataset>")
+    declare(t.add_argument("--out", help="model folder instead of <workspace>/models/NAME"), artifact("models"))
+    corpus = t.add_argument(
+        "--corpus", default="synthetic", help="'synthetic', 'synthetic:seed=N', files, or hf:<dataset>"
+    )
+    declare(corpus, CORPUS)
     add_text_field_flag(t)
     add_config_flags(t, SparsifyConfig, TRAIN)
     add_config_flags(t, GateConfig, GATE)
@@ -122,11 +130,10 @@ def _report(args) -> None:
 
 
 def _compare(args) -> None:
-    from workbench.atomic import atomic_write_text, check_outputs
+    from workbench.atomic import atomic_write_text
     from workbench.attention.compare import compare, format_compare
     from workbench.models import load
 
-    check_outputs({"--out": args.out}, {"--sparse": args.sparse})
     try:
         targets = tuple(float(t) for t in args.targets.split(",") if t.strip())
     except ValueError:

@@ -6,6 +6,7 @@ import argparse
 
 from workbench.cache.config import HarvestConfig
 from workbench.cli.options import (
+    CORPUS,
     add_model_flag,
     add_resume_or_overwrite,
     add_text_field_flag,
@@ -14,6 +15,7 @@ from workbench.cli.options import (
 )
 from workbench.configflags import add_config_flags, config_values, count
 from workbench.errors import BadValueError
+from workbench.guard import INPUT, artifact, declare
 from workbench.workspace import Workspace
 
 PREFIX = "harvest."  # namespace prefix of the HarvestConfig flags
@@ -22,18 +24,19 @@ PREFIX = "harvest."  # namespace prefix of the HarvestConfig flags
 def add_parser(sub) -> None:
     c = sub.add_parser(
         "cache",
-        parents=[quiet_flag(), workspace_flag()],
+        parents=[quiet_flag(), workspace_flag(writes=lambda a: a.action != "verify")],
         help="harvest activations of one or more hooks into an on-disk cache "
         "(`cache verify DIR` checks every file of one against its checksums)",
     )
     c.add_argument("action", nargs="?", choices=["verify"], help="verify DIR: recompute every checksum of a cache")
-    c.add_argument("folder", nargs="?", help="the cache folder to verify")
+    declare(c.add_argument("folder", nargs="?", help="the cache folder to verify"), INPUT)
     add_model_flag(c)
-    c.add_argument(
+    corpus = c.add_argument(
         "--corpus",
         default="synthetic",
         help="'synthetic', 'synthetic:seed=N', comma-separated .txt/.jsonl/.parquet files or `datasets` save_to_disk folders, or hf:<dataset> (default: %(default)s)",
     )
+    declare(corpus, CORPUS)
     add_text_field_flag(c)
     c.add_argument(
         "--hooks",
@@ -42,7 +45,7 @@ def add_parser(sub) -> None:
         "each MLP's input (ln2.hook_normalized, or hook_mlp_in without LayerNorm) and hook_mlp_out, for transcoders)",
     )
     c.add_argument("--name", help="folder in <workspace>/caches (default: MODEL-CORPUS)")
-    c.add_argument("--out", help="cache folder instead of <workspace>/caches/NAME")
+    declare(c.add_argument("--out", help="cache folder instead of <workspace>/caches/NAME"), artifact("caches"))
     add_config_flags(c, HarvestConfig, PREFIX)
     c.add_argument("--seed", type=count(0), default=0, help="corpus seed (default: %(default)s)")
     add_resume_or_overwrite(

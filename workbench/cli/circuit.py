@@ -22,6 +22,7 @@ from workbench.circuits.feature.graph_config import GraphConfig
 from workbench.cli.options import add_model_flag, workspace_flag
 from workbench.configflags import add_config_flags, config_values, count, given
 from workbench.errors import BadValueError
+from workbench.guard import FILE, INPUT, declare
 
 PREFIX = "search."  # namespace prefix of the SearchConfig flags
 GRAPH = "graph."  # namespace prefix of the GraphConfig flags
@@ -72,16 +73,16 @@ def add_parser(sub) -> None:
     e = circuit.add_parser(
         "export", help="convert a workbench or EAP-IG/MIB circuit JSON to the MIB, Neuronpedia or workbench format"
     )
-    e.add_argument("circuit", help="workbench or EAP-IG/MIB circuit JSON")
+    declare(e.add_argument("circuit", help="workbench or EAP-IG/MIB circuit JSON"), INPUT)
     e.add_argument("--format", required=True, choices=("mib", "neuronpedia", "workbench"), help="target format")
-    e.add_argument("--out", required=True, help="output file")
+    declare(e.add_argument("--out", required=True, help="output file"), FILE)
     e.set_defaults(func=_export)
     i = circuit.add_parser(
         "import",
         parents=[workspace_flag()],
         help="record a workbench or EAP-IG/MIB circuit file in the workspace, checked against its model",
     )
-    i.add_argument("circuit", help="workbench or EAP-IG/MIB circuit JSON")
+    declare(i.add_argument("circuit", help="workbench or EAP-IG/MIB circuit JSON"), INPUT)
     add_model_flag(i, help="the model the circuit was found on (MIB files name none) (default: %(default)s)")
     i.add_argument("--name", help="folder in <workspace>/circuits (default: the file's name)")
     i.set_defaults(func=_import)
@@ -121,21 +122,28 @@ def _add_find(circuit) -> None:
     )
     add_config_flags(f, SearchConfig, PREFIX)
     _add_transcoder_flags(f)
-    f.add_argument("--cache", help="activation cache whose token sequences give the means for --ablation mean")
+    declare(
+        f.add_argument("--cache", help="activation cache whose token sequences give the means for --ablation mean"),
+        INPUT,
+    )
     _add_task_flags(f)
     f.add_argument("--name", help="the circuit's folder in <workspace>/circuits (default: from the prompt)")
-    f.add_argument("--out", help="also write the circuit JSON (workbench schema) here; with --task, the summary JSON")
-    f.add_argument("--mib", help="also write the EAP-IG/MIB circuit JSON here")
-    f.add_argument("--neuronpedia", help="also write the Neuronpedia graph JSON here")
+    out = f.add_argument(
+        "--out", help="also write the circuit JSON (workbench schema) here; with --task, the summary JSON"
+    )
+    declare(out, FILE)
+    declare(f.add_argument("--mib", help="also write the EAP-IG/MIB circuit JSON here"), FILE)
+    declare(f.add_argument("--neuronpedia", help="also write the Neuronpedia graph JSON here"), FILE)
     f.set_defaults(func=_find)
 
 
 def _add_transcoder_flags(f: argparse.ArgumentParser) -> None:
-    f.add_argument(
+    transcoders = f.add_argument(
         "--transcoders",
         help="a transcoder set folder (one per MLP layer): find a circuit of its features, error nodes and "
         "embeddings instead of heads and MLPs (--budget is then a fraction of the nodes; default --target-ndf 0.8)",
     )
+    declare(transcoders, INPUT)
     f.add_argument("--member", default="0", help="which config of each layer's set: an index or a config name")
     add_config_flags(f, GraphConfig, GRAPH)
 
@@ -151,7 +159,7 @@ def _add_graph(circuit) -> None:
     g.add_argument("--answer", help="the target logit (default: the top logits covering --desired-logit-prob)")
     g.add_argument("--wrong", help="a second target logit beside --answer")
     g.add_argument("--name", help="the graph's folder in <workspace>/circuits (default: from the prompt)")
-    g.add_argument("--out", help="also write the graph JSON (circuit-tracer / Neuronpedia schema) here")
+    declare(g.add_argument("--out", help="also write the graph JSON (circuit-tracer / Neuronpedia schema) here"), FILE)
     _add_transcoder_flags(g)
     g.set_defaults(func=_graph)
 
@@ -173,7 +181,6 @@ def _graph_cfg(args) -> GraphConfig:
 
 def _graph(args) -> None:
     from workbench import steps
-    from workbench.atomic import check_outputs
     from workbench.circuits.feature.transcoders import open_set
     from workbench.models import load
     from workbench.workspace import Workspace
@@ -182,7 +189,6 @@ def _graph(args) -> None:
         raise BadValueError("circuit graph needs --transcoders SET (a transcoder set folder)")
     if args.wrong and not args.answer:
         raise BadValueError("--wrong is a second target beside --answer; give --answer too")
-    check_outputs({"--out": args.out})
     cfg = _graph_cfg(args)
     tset = open_set(args.transcoders)  # a bad set is refused before the model loads; its manifest is read once
     model, _ = load(args.model)
@@ -262,8 +268,8 @@ def _add_report(circuit) -> None:
         default=10,
         help="induction queries tried for one with a previous-token -> induction path (default: %(default)s)",
     )
-    r.add_argument("--out", default="circuit_results.md", help="markdown report (default: %(default)s)")
-    r.add_argument("--json", help="also write the raw summaries and timings here")
+    declare(r.add_argument("--out", default="circuit_results.md", help="markdown report (default: %(default)s)"), FILE)
+    declare(r.add_argument("--json", help="also write the raw summaries and timings here"), FILE)
     r.set_defaults(func=_report)
 
 
@@ -301,11 +307,9 @@ def _check_prompt_args(args) -> None:
 
 
 def _check_find_args(args, cfg: SearchConfig) -> QueryConfig:
-    """Every flag combination and output path is checked before the model is loaded; returns the query's values."""
-    from workbench.atomic import check_outputs
-
+    """Every flag combination is checked before the model is loaded (the output paths by the output guard); returns
+    the query's values."""
     (_check_task_args if args.task else _check_prompt_args)(args)
-    check_outputs({f"--{flag}": getattr(args, flag) for flag in ("out", "mib", "neuronpedia")})
     if args.transcoders:
         _check_feature_args(args, cfg)
     elif any(k.startswith(GRAPH) for k in given(args)):
@@ -461,11 +465,9 @@ def _find_one(args, model, cfg: SearchConfig, query: QueryConfig, means) -> None
 
 
 def _export(args) -> None:
-    from workbench.atomic import check_outputs
     from workbench.circuits.component.export import read_circuit, to_mib, to_neuronpedia
     from workbench.circuits.component.types import Circuit
 
-    check_outputs({"--out": args.out}, {"CIRCUIT": args.circuit})
     circuit = read_circuit(args.circuit)
     {"mib": to_mib, "neuronpedia": to_neuronpedia, "workbench": Circuit.save}[args.format](circuit, args.out)
     print(f"{args.circuit} -> {args.out} ({args.format})")
@@ -482,12 +484,11 @@ def _import(args) -> None:
 
 
 def _report(args) -> None:
-    from workbench.atomic import atomic_write_text, check_outputs, write_json
+    from workbench.atomic import atomic_write_text, write_json
     from workbench.circuits.component.report import report
     from workbench.corpus.tasks import QUERY_TASKS
     from workbench.models import load
 
-    check_outputs({"--out": args.out, "--json": args.json})
     tasks = check_tasks(args.tasks or list(QUERY_TASKS))
     model, _ = load(args.model, device="cpu")
     text, raw = report(model, tasks, args.n, args.budgets, args.timing_queries, args.induction_tries)

@@ -7,6 +7,7 @@ import argparse
 from workbench.cli.options import add_model_flag, quiet_flag, workspace_flag
 from workbench.configflags import add_config_flags, config_values
 from workbench.features.config import FeatureConfig
+from workbench.guard import INPUT, declare
 from workbench.workspace import Workspace
 
 PREFIX = "features."  # namespace prefix of the FeatureConfig flags
@@ -20,8 +21,11 @@ def add_parser(sub) -> None:
         parents=[workspace_flag(), quiet_flag()],
         help="build (or resume) the feature store beside each SAE; SAEs on one hook share one pass",
     )
-    b.add_argument("sae", nargs="+", help="SAE folders (SAELens format, as `workbench sae train` saves them)")
-    b.add_argument("--cache", required=True, help="activation cache holding the SAEs' hook(s)")
+    declare(
+        b.add_argument("sae", nargs="+", help="SAE folders (SAELens format, as `workbench sae train` saves them)"),
+        INPUT,
+    )
+    declare(b.add_argument("--cache", required=True, help="activation cache holding the SAEs' hook(s)"), INPUT)
     add_model_flag(b, help="the model the cache came from, for logit effects and token text (default: %(default)s)")
     add_config_flags(b, FeatureConfig, PREFIX)
     b.add_argument("--overwrite", action="store_true", help="rebuild a finished or unfinished store from scratch")

@@ -10,7 +10,9 @@ from workbench.workspace import KINDS
 
 
 def add_parser(sub) -> None:
-    ls = sub.add_parser("ls", parents=[workspace_flag("to list")], help="list the artifacts recorded in a workspace")
+    ls = sub.add_parser(
+        "ls", parents=[workspace_flag("to list", writes=False)], help="list the artifacts recorded in a workspace"
+    )
     ls.add_argument("--kind", choices=KINDS, help="only artifacts of this kind")
     ls.set_defaults(func=_ls)
 

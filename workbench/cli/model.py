@@ -7,6 +7,7 @@ import argparse
 
 from workbench.cli.options import LazyFlagsParser, add_model_flag, add_resume_or_overwrite, quiet_flag, workspace_flag
 from workbench.configflags import add_config_flags, config_values
+from workbench.guard import artifact, declare
 from workbench.workspace import Workspace
 
 PREFIX = "model."  # namespace prefix of the TinyConfig flags
@@ -23,7 +24,7 @@ def add_parser(sub) -> None:
         help="train the embedded model's architecture on the synthetic corpus (reproducible from --seed)",
     )
     t.add_argument("--name", default="tiny", help="folder in <workspace>/models (default: %(default)s)")
-    t.add_argument("--out", help="output folder instead of <workspace>/models/NAME")
+    declare(t.add_argument("--out", help="output folder instead of <workspace>/models/NAME"), artifact("models"))
     add_resume_or_overwrite(
         t,
         resume="continue from the checkpoint in the output folder",

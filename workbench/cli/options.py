@@ -1,10 +1,15 @@
 """What several command groups share: the parent parsers (--quiet, --workspace), the --model flag, the
---resume / --overwrite pair, and a sub-command parser whose config flags are added on first use."""
+--resume / --overwrite pair, and a sub-command parser whose config flags are added on first use. Every path
+argument is declared as read or written (workbench.guard.declare) where it is defined: the output guard
+checks them all before the command runs."""
 
 from __future__ import annotations
 
 import argparse
 
+from workbench.guard import INPUT, WORKSPACE, Role, declare
+
+CORPUS = Role("input", split=",")  # a corpus spec: comma-separated files (or synthetic, hf:...)
 MODEL_HELP = (
     "'tiny', a saved model folder, a Hugging Face model folder, or a TransformerLens name (default: %(default)s)"
 )
@@ -16,14 +21,16 @@ def quiet_flag() -> argparse.ArgumentParser:
     return p
 
 
-def workspace_flag(purpose: str = "that records the artifact") -> argparse.ArgumentParser:
+def workspace_flag(purpose: str = "that records the artifact", writes=True) -> argparse.ArgumentParser:
+    """--workspace, declared as written (or read: writes=False; or written when writes(args) holds)."""
     p = argparse.ArgumentParser(add_help=False)
-    p.add_argument("--workspace", default="workspace", help=f"workspace folder {purpose} (default: %(default)s)")
+    flag = p.add_argument("--workspace", default="workspace", help=f"workspace folder {purpose} (default: %(default)s)")
+    declare(flag, INPUT if writes is False else WORKSPACE if writes is True else Role("workspace", when=writes))
     return p
 
 
 def add_model_flag(p: argparse.ArgumentParser, help: str = MODEL_HELP, flag: str = "--model") -> None:
-    p.add_argument(flag, default="tiny", help=help)
+    declare(p.add_argument(flag, default="tiny", help=help), INPUT)
 
 
 def add_text_field_flag(p: argparse.ArgumentParser) -> None:

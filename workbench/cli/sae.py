@@ -10,6 +10,7 @@ import sys
 from workbench.cli.options import add_model_flag, quiet_flag, workspace_flag
 from workbench.configflags import add_config_flags, config_values, given, set_fields
 from workbench.errors import BadValueError
+from workbench.guard import INPUT, artifact, declare
 from workbench.sae.config import EvalConfig, SAEConfig, TrainConfig, at_k
 from workbench.workspace import Workspace
 
@@ -27,8 +28,8 @@ def add_parser(sub) -> None:
         parents=[workspace_flag()],
         help="evaluate saved SAEs on the cache's held-out split (writes metrics.json)",
     )
-    e.add_argument("sae", nargs="+", help="SAE folders")
-    e.add_argument("--cache", required=True, help="activation cache folder holding the SAE's hook")
+    declare(e.add_argument("sae", nargs="+", help="SAE folders"), INPUT)
+    declare(e.add_argument("--cache", required=True, help="activation cache folder holding the SAE's hook"), INPUT)
     add_model_flag(e, help="model for the spliced CE/KL metrics (default: %(default)s)")
     e.add_argument("--no-model", action="store_true", help="skip the metrics that run the model")
     add_config_flags(e, EvalConfig, EVAL)
@@ -59,17 +60,18 @@ def _add_train(sae) -> None:
         parents=[quiet_flag(), workspace_flag()],
         help="train one or more SAEs on one hook of a cache (one shared batch stream)",
     )
-    t.add_argument("--cache", required=True, help="activation cache folder (from `workbench cache`)")
+    declare(t.add_argument("--cache", required=True, help="activation cache folder (from `workbench cache`)"), INPUT)
     t.add_argument("--hook", help="cached hook to train on, e.g. blocks.2.hook_resid_post")
     t.add_argument(
         "--target",
         help="transcoder: the cached hook to reconstruct from --hook, e.g. --hook blocks.1.ln2.hook_normalized "
         "--target blocks.1.hook_mlp_out",
     )
-    t.add_argument(
+    target_cache = t.add_argument(
         "--target-cache",
         help="read --target from this cache instead of --cache (it must hold the same tokens, checked row by row)",
     )
+    declare(target_cache, INPUT)
     t.add_argument(
         "--transcoders",
         metavar="LAYERS",
@@ -77,11 +79,12 @@ def _add_train(sae) -> None:
         "output, side by side on one pass (into <workspace>/transcoders/NAME)",
     )
     t.add_argument("--name", help="run folder in <workspace>/saes (default: HOOK-TIME)")
-    t.add_argument(
+    out = t.add_argument(
         "--out",
         help="run folder instead of <workspace>/saes/NAME: one SAELens-format subfolder per SAE "
         "and the shared checkpoint",
     )
+    declare(out, artifact("transcoders"))  # a set's folder is its artifact; a plain run's folder holds none
     add_config_flags(t, SAEConfig, SAE, sweep=SWEEP)
     t.add_argument(
         "--set",

@@ -50,7 +50,10 @@ class GraphConfig(Config):
     )
     work_dir: str | None = field(
         default=None,
-        metadata={"help": "folder for the rows' chunk files: a stopped build run again with it continues"},
+        metadata={
+            "help": "folder for the rows' chunk files: a stopped build run again with it continues",
+            "path": "scratch",
+        },
     )
     chunk_mib: float = field(
         default=128.0, metadata={"help": "rows per chunk file, in MiB (what a stopped build resumes from)"}
