@@ -32,6 +32,8 @@ NOT_PATHS = {
     "--wrong",
     "--device",
     "--tasks",
+    "--text-field",
+    "--format",
 }
 LAYERS = ("sae", "train", "--transcoders")  # a layer spec ('all', '0,2'), not a path
 

@@ -7,7 +7,7 @@ import argparse
 
 from workbench.cli.options import LazyFlagsParser, add_model_flag, add_resume_or_overwrite, quiet_flag, workspace_flag
 from workbench.configflags import add_config_flags, config_values
-from workbench.guard import artifact, declare
+from workbench.guard import INPUT, artifact, declare
 from workbench.workspace import Workspace
 
 PREFIX = "model."  # namespace prefix of the TinyConfig flags
@@ -36,9 +36,19 @@ def add_parser(sub) -> None:
         parents=[workspace_flag()],
         help="convert a Hugging Face model folder (save_pretrained, with its tokenizer) or Hub id into a workspace model",
     )
-    m.add_argument("source", metavar="SRC", help="a Hugging Face model folder, or a Hub id (owner/name; online once)")
+    declare(
+        m.add_argument(
+            "source", metavar="SRC", help="a Hugging Face model folder, or a Hub id (owner/name; online once)"
+        ),
+        INPUT,
+    )
     m.add_argument("--name", help="folder in <workspace>/models (default: the source's folder name)")
-    m.add_argument("--dtype", default="float32", help="precision the weights are stored in: float32, bfloat16, float16")
+    m.add_argument(
+        "--dtype",
+        default="float32",
+        choices=("float32", "bfloat16", "float16"),
+        help="precision the weights are stored in (default: %(default)s)",
+    )
     m.add_argument("--overwrite", action="store_true", help="replace an imported model of that name")
     m.set_defaults(func=_import)
     i = model.add_parser("info", help="print a model's shape and hook names")

@@ -40,8 +40,11 @@ def add_parser(sub) -> None:
         help="copy a SAELens SAE or transcoder folder, or a circuit-tracer transcoder set, into the workspace, checked "
         "against and bound to a model",
     )
-    i.add_argument(
-        "source", metavar="SRC", help="the dictionary's folder (SAELens: cfg.json + sae_weights.safetensors)"
+    declare(
+        i.add_argument(
+            "source", metavar="SRC", help="the dictionary's folder (SAELens: cfg.json + sae_weights.safetensors)"
+        ),
+        INPUT,
     )
     i.add_argument(
         "--format", default="auto", help="auto (recognise the folder), saelens or circuit-tracer (default: %(default)s)"
