@@ -504,6 +504,52 @@ def attribution_graph(
     return g, folder
 
 
+def intervene(
+    ws: Workspace,
+    model,
+    dictionary,
+    prompt,
+    cfg=None,
+    *,
+    model_spec: str = "tiny",
+    name: str | None = None,
+    mean_cache=None,
+):
+    """Run one intervention (`workbench intervene`) and record it in <ws>/interventions/<name> as result.json;
+    returns (result, folder). mean_cache: the activation cache whose sequences give ablate_to mean its means."""
+    from workbench.atomic import write_json
+    from workbench.interventions.config import InterventionConfig
+    from workbench.interventions.dictionary import load_dictionary
+    from workbench.interventions.engine import intervene
+
+    cfg = cfg or InterventionConfig()
+    key = {"prompt": prompt, "dictionary": ws.rel(dictionary)}
+    default = circuit_name(key, cfg.to_dict())
+    folder = ws.path("interventions", name or default)
+    if folder.exists() and any(folder.iterdir()):
+        raise OutputExistsError(f"{folder} already holds an intervention; pass another --name")
+    source = None
+    if mean_cache is not None:
+        from workbench.cache.reader import ActivationCache
+
+        source = ActivationCache.open(mean_cache)
+    result = intervene(model, load_dictionary(dictionary, model, model.cfg.device), prompt, cfg, source)
+    write_json(folder / "result.json", result)
+    last = result["positions"][-1]
+    inputs = {**_model_inputs(ws, model, model_spec), "dictionary": Path(dictionary), "prompt": result["prompt"]}
+    if mean_cache is not None:
+        inputs["cache"] = Path(mean_cache)
+    ws.record(
+        folder,
+        "interventions",
+        made_by="workbench intervene",
+        config=cfg.to_dict(),
+        inputs=inputs,
+        summary={"semantics": cfg.semantics, "kl": last["kl"], "top": last["top"][0]["str"]},
+    )
+    return result, folder
+
+
 def train_model(
     ws: Workspace,
     cfg=None,
