@@ -68,7 +68,9 @@ def add_parser(sub) -> None:
         help="live (the real model) or frozen "
         "(attention patterns and normalisation held at the clean run's, as circuit-tracer)",
     )
-    p.add_argument("--constrained-layers", type=_ints, default=[], help="frozen: layers whose MLP outputs are held")
+    p.add_argument(
+        "--constrained-layers", type=_ints, default=[], help="layers whose MLP outputs are held at the clean run's"
+    )
     p.add_argument(
         "--continue",
         dest="continue_tokens",

@@ -4,8 +4,9 @@ as dataclasses without torch, so the CLI builds its flags cheaply; each is saved
 Semantics (docs/methods.md, "Interventions"): `live` runs the real model with the dictionary's reconstruction
 error kept (the change of its decoded output is added to the activation), so an empty intervention reproduces the
 clean run exactly and everything downstream responds; `frozen` is circuit-tracer's `feature_intervention`:
-attention patterns and normalisation scales held at the clean run's values, and optionally the MLP outputs of
-`constrained_layers` held too, so an effect reaches the logits only through the paths left open.
+attention patterns and normalisation scales held at the clean run's values. In either, the MLP outputs of `constrained_layers` can be
+held at the clean run's too (circuit-tracer's constrained layers; live, a path patching: an effect then reaches the
+logits only through the paths left open).
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ class InterventionConfig(Config):
     )
     semantics: str = field(default="live", metadata={"choices": SEMANTICS, "help": "live or frozen (module doc)"})
     constrained_layers: list[int] = field(
-        default_factory=list, metadata={"help": "frozen: layers whose MLP outputs are held at the clean run's"}
+        default_factory=list, metadata={"help": "layers whose MLP outputs are held at the clean run's"}
     )
     continue_tokens: int = field(default=20, metadata={"help": "tokens generated, clean and intervened"})
     sample: bool = field(default=False, metadata={"help": "sample the continuation (else greedy)"})
@@ -104,8 +105,6 @@ class InterventionConfig(Config):
             raise BadValueError("ablate_to counterfactual needs the counterfactual prompt (--counterfactual)")
         if self.counterfactual and not (self.op == "ablate" and self.ablate_to == "counterfactual"):
             raise BadValueError("a counterfactual prompt applies only to --op ablate --ablate-to counterfactual")
-        if self.constrained_layers and self.semantics != "frozen":
-            raise BadValueError("constrained_layers apply to the frozen semantics only (--semantics frozen)")
         if self.positions == "generated" and self.continue_tokens == 0:
             raise BadValueError("positions generated with no continuation intervenes nowhere; set --continue N")
         if not self.temperature > 0:
@@ -128,6 +127,10 @@ class CheckConfig(Config):
             "help": "a node or edge fails when its measured effect is below this fraction of the predicted "
             "one, or of the opposite sign"
         },
+    )
+    semantics: str = field(
+        default="live",
+        metadata={"choices": SEMANTICS, "help": "live (the check); frozen reproduces the graph's own edges, a test"},
     )
     top_edges: int = field(default=20, metadata={"help": "edges checked, largest |weight| first", "min": 0})
     metric: str = field(

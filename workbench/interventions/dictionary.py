@@ -40,6 +40,12 @@ class Site:
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         return self.sae.encode(x.to(self.sae.dtype)).to(x.dtype)
 
+    def preacts(self, x: torch.Tensor) -> torch.Tensor:
+        """[.., n_sparse] pre-activations of inputs x (what an attribution graph's edges into a feature move)."""
+        from workbench.circuits.replacement import Transcoder
+
+        return Transcoder(self.layer, self.sae, self.read_hook).preacts(x)[0]
+
     @torch.no_grad()
     def decode_change(self, old: torch.Tensor, new: torch.Tensor, dtype) -> torch.Tensor:
         """What the decoded output changes by when the codes go from old to new (a skip path, which reads the input,
@@ -58,8 +64,9 @@ class Unit:
     kind: str  # "latent" | "block" | "scaffold"
 
 
-def load_dictionary(folder, model, device: str = "cpu") -> list[Site]:
-    """The sites of an SAE folder or a transcoder set folder, checked against the model's hooks."""
+def load_dictionary(folder, model, device: str = "cpu", member: int | str = 0) -> list[Site]:
+    """The sites of an SAE folder or a transcoder set folder (member: which config of each layer's, by index or
+    config name), checked against the model's hooks."""
     from workbench.sae.transcoders import is_set
 
     folder = Path(folder)
@@ -68,7 +75,7 @@ def load_dictionary(folder, model, device: str = "cpu") -> list[Site]:
     if is_set(folder):
         from workbench.circuits.replacement import load_transcoders
 
-        tcs = load_transcoders(folder, 0, device, model)
+        tcs = load_transcoders(folder, member, device, model)
         return [Site(t.layer, t.input_hook, f"blocks.{t.layer}.hook_mlp_out", t.sae) for t in tcs]
     from workbench.sae.io import load_sae
 

@@ -141,8 +141,8 @@ class Intervention:
 
     def hooks(self, empty: bool = False) -> list:
         """fwd_hooks of the intervened run (empty: of the clean run in this semantics, nothing changed): frozen
-        patterns, scales and constrained MLP outputs first, then each site's change at its write hook."""
-        out = self._frozen_hooks() if self.cfg.semantics == "frozen" else []
+        patterns and scales and the constrained MLP outputs held first, then each site's change at its write hook."""
+        out = self._held_hooks()
         if empty:
             return out
         for site in self.sites:
@@ -155,7 +155,7 @@ class Intervention:
 
     def _change(self, act: torch.Tensor, site: Site, units: list[Unit], seen: dict) -> torch.Tensor:
         x = seen.pop("x", act)
-        if site.layer in self.cfg.constrained_layers:  # frozen: codes of the clean input, as circuit-tracer does
+        if site.layer in self.cfg.constrained_layers:  # codes of the clean input, as circuit-tracer's
             x = torch.cat([self.clean[site.read_hook].to(x), x[:, self.P :]], 1)
         pos = self.mask(act.shape[1]).nonzero().flatten()
         if not pos.numel():
@@ -168,7 +168,7 @@ class Intervention:
         act[:, pos] += site.decode_change(codes, new, act.dtype)
         return act
 
-    def _frozen_hooks(self) -> list:
+    def _held_hooks(self) -> list:
         P, clean = self.P, self.clean
 
         def hold(act, hook):
@@ -180,7 +180,7 @@ class Intervention:
                 act[:, :P] = held
             return act
 
-        out = [(lambda n: n.endswith(FROZEN), hold)]
+        out = [(lambda n: n.endswith(FROZEN), hold)] if self.cfg.semantics == "frozen" else []
         out += [(f"blocks.{layer}.hook_mlp_out", hold) for layer in self.cfg.constrained_layers]
         return out
 
