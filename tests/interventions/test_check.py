@@ -18,8 +18,8 @@ PROMPT = "When Mary and John went to the store , John gave"
 @pytest.fixture(scope="module")
 def graph(tiny, tc_set):
     from workbench.circuits.attribution_graph import build_graph
-    from workbench.circuits.graph_json import to_neuronpedia
     from workbench.circuits.graph_config import GraphConfig
+    from workbench.circuits.graph_json import to_neuronpedia
     from workbench.circuits.replacement import load_transcoders
 
     model = tiny[0]
