@@ -8,7 +8,6 @@ import pytest
 import torch
 
 HOOK = "blocks.2.hook_resid_post"
-PROMPT = "When Mary and John went to the store , John gave a drink to"
 
 
 def _save(cfg, folder, meta, seed):

@@ -2,9 +2,9 @@
 
 import json
 
-from conftest import PROMPT
-
 from workbench.cli import main
+
+PROMPT = "When Mary and John went to the store , John gave a drink to"
 
 
 def test_intervene_records_its_result(saes, tmp_path, capsys):
@@ -27,7 +27,7 @@ def test_intervene_refuses_bad_flags_in_one_line(saes, tmp_path, capsys):
         (["--feature", "x:1"], "is not [layer:]index"),
         (["--feature", "1", "--op", "scale"], "needs a value"),
         (["--feature", "1", "--ablate-to", "counterfactual"], "needs the counterfactual"),
-        (["--feature", "1", "--constrained-layers", "x"], "list of layers"),
+        (["--feature", "1", "--constrained-layers", "9"], "outside the model"),
         (["--feature", "1", "--ablate-to", "mean"], "--cache"),
         (["--positions", "a,b"], "positions 'a,b'"),
     ]:

@@ -3,13 +3,14 @@ for a live change, and (frozen) what can be derived by construction when pattern
 
 import pytest
 import torch
-from conftest import PROMPT
 
 from workbench.circuits.inputs import tokens_of
 from workbench.errors import BadValueError
 from workbench.interventions.config import InterventionConfig as C
 from workbench.interventions.dictionary import load_dictionary
 from workbench.interventions.engine import Intervention, intervene
+
+PROMPT = "When Mary and John went to the store , John gave a drink to"
 
 
 def _top_latent(site, x, pos):
