@@ -1,0 +1,155 @@
+"""Interventions on the embedded model: the cost of one, and how well attribution graphs survive being checked.
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/intervention_bench.py --transcoders SET [--sae SAE_DIR] [--n 4]
+
+1. speed: this process's CPU seconds (median of --reps) of a plain forward of the prompt, a plain greedy
+   generation of 20 tokens, and one intervention with its 20-token continuations (clean and intervened, the
+   clean run included) on a transcoder feature (and an SAE latent with --sae); ratios to the plain runs.
+2. the check: for --n held-out queries of each task family, the attribution graph of the query (answer = the
+   target logit) through the set, then `check_graph` (live): the confirmed share of the predicted influence of
+   the kept feature nodes and of the top edges (mean with a 95% t-interval over queries), how often the top node
+   by graph influence is also the top by measured effect, and the check's CPU seconds per graph.
+
+Writes bench/results/interventions.md (and the raw rows beside it as JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
+import torch  # noqa: E402
+
+PROMPT = "When Mary and John went to the store , John gave a drink to"
+
+
+def cpu_median(fn, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        c0 = time.process_time()
+        fn()
+        times.append(time.process_time() - c0)
+    return statistics.median(times)
+
+
+def speed(model, sites_by_kind: dict, reps: int) -> dict:
+    from workbench.circuits.inputs import tokens_of
+    from workbench.interventions import InterventionConfig, intervene
+    from workbench.interventions.generate import continuation, forward
+
+    tokens = tokens_of(model, PROMPT)
+    out = {
+        "forward": cpu_median(lambda: forward(model, tokens, []), reps),
+        "generate_20": cpu_median(lambda: continuation(model, tokens, 20, []), reps),
+    }
+    for kind, (sites, feature) in sites_by_kind.items():
+        cfg = InterventionConfig(features=[feature], op="steer", value=[10.0], continue_tokens=20)
+        out[f"intervene_{kind}"] = cpu_median(lambda: intervene(model, sites, PROMPT, cfg), reps)
+    return out
+
+
+def check_table(model, set_dir, sites, n: int) -> list[dict]:
+    from workbench.circuits.attribution_graph import build_graph
+    from workbench.circuits.graph_config import GraphConfig
+    from workbench.circuits.graph_json import to_neuronpedia
+    from workbench.circuits.replacement import load_transcoders
+    from workbench.corpus import tasks
+    from workbench.interventions.check import check_graph
+
+    tcs = load_transcoders(set_dir, 0, "cpu", model)
+    rows = []
+    for task in tasks.QUERY_TASKS:
+        for q in tasks.queries(task, n, tokenizer=model.tokenizer):
+            g = to_neuronpedia(build_graph(model, tcs, q.prompt, q.answer, None, GraphConfig(heads=False)))
+            s = check_graph(model, sites, g)["summary"]
+            rows.append(
+                {
+                    "task": task,
+                    "prompt": q.prompt,
+                    **{k: v for k, v in s.items() if not k.endswith("failed")},
+                    "nodes_failed": len(s["nodes_failed"]),
+                    "edges_failed": len(s["edges_failed"]),
+                }
+            )
+            print(task, f"{s['nodes_confirmed_share']:.3f} {s['edges_confirmed_share']:.3f}", flush=True)
+    return rows
+
+
+def report(sp: dict, rows: list[dict], info: dict, dictionaries: str) -> str:
+    from workbench.intervals import t_interval
+
+    lines = [
+        "# Interventions on the embedded model",
+        "",
+        f"commit {info['commit']}, {info['cpu']}, {info['date']}; "
+        "CPU seconds of this process (torch 1 thread), median of the repetitions",
+        "",
+        f"dictionaries: {dictionaries}",
+        "",
+    ]
+    lines += ["| run | CPU s | x forward | x generation |", "|---|---|---|---|"]
+    for k, v in sp.items():
+        lines.append(f"| {k} | {v:.4f} | {v / sp['forward']:.1f} | {v / sp['generate_20']:.2f} |")
+    lines += [
+        "",
+        "## Graphs checked by interventions (live)",
+        "",
+        "| task | graphs | nodes confirmed share | edges confirmed share | top node agrees | check CPU s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for task in dict.fromkeys(r["task"] for r in rows):
+        rs = [r for r in rows if r["task"] == task]
+        nodes = t_interval([r["nodes_confirmed_share"] for r in rs]).format()
+        edges = t_interval([r["edges_confirmed_share"] for r in rs]).format()
+        agree = sum(bool(r["top_node_agrees"]) for r in rs)
+        cpu = statistics.mean(r["cpu_seconds"] for r in rs)
+        lines.append(f"| {task} | {len(rs)} | {nodes} | {edges} | {agree}/{len(rs)} | {cpu:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def _describe(set_dir, sae) -> str:
+    """What the dictionaries are: each member's config from its workbench.json, and the set's training tokens."""
+    from workbench.sae.io import read_info
+
+    first = sorted(p for p in Path(set_dir).iterdir() if (p / "cfg.json").is_file())[0]
+    info = read_info(first)
+    cfg = info.get("sae_config", {})
+    train = info.get("train_config", {})
+    text = f"transcoder set {Path(set_dir).name} ({cfg.get('architecture')} k {cfg.get('k')}, {cfg.get('n_latents')} "
+    text += f"latents per layer, {train.get('n_tokens', '?')} training tokens)"
+    return text + (f"; SAE {Path(sae).name}" if sae else "")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--transcoders", required=True, help="a transcoder set of the embedded model")
+    ap.add_argument("--sae", help="an SAE folder of the embedded model (timed too)")
+    ap.add_argument("--n", type=int, default=4, help="held-out queries per task family (default: %(default)s)")
+    ap.add_argument("--reps", type=int, default=5)
+    harness.add_common_args(ap, harness.BENCH / "results" / "interventions.md", threads=1)
+    args = ap.parse_args()
+    harness.set_threads(args.threads)
+    from workbench.interventions import load_dictionary
+    from workbench.models import load
+
+    model, _ = load("tiny", device="cpu")
+    sites = load_dictionary(args.transcoders, model)
+    kinds = {"transcoder": (sites, "1:0")}
+    if args.sae:
+        kinds["sae"] = (load_dictionary(args.sae, model), "0")
+    with torch.no_grad():
+        sp = speed(model, kinds, args.reps)
+        rows = check_table(model, args.transcoders, sites, args.n) if args.n else []
+    args.out.write_text(report(sp, rows, harness.machine_info(), _describe(args.transcoders, args.sae)))
+    args.out.with_suffix(".json").write_text(json.dumps({"speed": sp, "rows": rows}, indent=1))
+    print(args.out.read_text())
+
+
+if __name__ == "__main__":
+    main()
