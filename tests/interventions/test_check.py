@@ -64,7 +64,7 @@ def test_frozen_edges_reproduce_the_graph_exactly(tiny, tc_set, graph):
     own direct effect: measured = -weight for every edge checked, into features and into the logit."""
     model = tiny[0]
     sites = load_dictionary(tc_set, model)
-    r = check_graph(model, sites, graph, CheckConfig(semantics="frozen", top_edges=12))
+    r = check_graph(model, sites, graph, CheckConfig(semantics="frozen", top_edges=12, edge_target="encoder"))
     assert len(r["edges"]) == 12
     assert any(e["target"].startswith(f"{model.cfg.n_layers + 1}_") for e in r["edges"])  # a logit edge among them
     for e in r["edges"]:
@@ -117,3 +117,94 @@ def test_difference_needs_a_second_logit(graph):
     with pytest.raises(BadValueError, match="second logit"):
         GraphNodes(graph, "difference")
     assert torch.is_tensor(GraphNodes(graph, "target").tokens)
+
+
+def _shortcut_model():
+    """One layer, no LayerNorm, d_model 8 (basis e0..e7), tokens 0 BOS, 1 A, 2 B, 3 C, 4 OUT. The mechanism: the head
+    copies 'A' from position 0 into e6 at position 1 (a constant query, a key on position 0's positional e4), and
+    the MLP reads e6 and writes e7, the OUT logit's direction. B's own embedding (e1) reaches nothing."""
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    cfg = HookedTransformerConfig(
+        n_layers=1,
+        d_model=8,
+        n_ctx=4,
+        d_head=8,
+        n_heads=1,
+        d_mlp=4,
+        d_vocab=5,
+        act_fn="relu",
+        normalization_type=None,
+        positional_embedding_type="standard",
+        model_name="shortcut",
+        device="cpu",
+    )
+    model = HookedTransformer(cfg)
+    e = torch.eye(8)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        model.W_E[1], model.W_E[2], model.W_E[3], model.W_E[0] = e[0], e[1], e[2], e[3]
+        model.W_pos[0] = e[4]
+        model.blocks[0].attn.b_Q[0, 0] = 60.0  # every query: "position 0's key"
+        model.blocks[0].attn.W_K[0, 4, 0] = 1.0
+        model.blocks[0].attn.W_V[0, 0, 1] = 1.0  # A -> head dim 1 -> e6
+        model.blocks[0].attn.W_O[0, 1, 6] = 1.0
+        model.blocks[0].mlp.W_in[6, 0] = 1.0
+        model.blocks[0].mlp.W_out[0, 7] = 2.0
+        model.W_U[7, 4] = 1.0
+    return model.eval()
+
+
+def _shortcut_set(model, root):
+    """A transcoder for the MLP that learned the shortcut: where B follows A (always, in its training text) its
+    feature 0 reads B's embedding e1, not the head's e6, and writes what the MLP writes (2 e7)."""
+    from workbench.provenance import model_id
+    from workbench.sae.architectures import build
+    from workbench.sae.config import SAEConfig
+    from workbench.sae.io import save_sae
+    from workbench.sae.transcoders import SCHEMA, SET_MANIFEST
+
+    sae = build(SAEConfig("topk", k=1, n_latents=2, transcoder=True).resolve(d_in=8, d_out=8))
+    with torch.no_grad():
+        for p in sae.parameters():
+            p.zero_()
+        sae.W_enc[0, 1] = 1.0
+        sae.W_dec[0, 7] = 2.0
+    hooks = "blocks.0.hook_mlp_in", "blocks.0.hook_mlp_out"
+    save_sae(sae, root / "L0", {"hook_name": hooks[0], "hook_name_out": hooks[1], "model_name": model_id(model)})
+    layer = {
+        "layer": 0,
+        "input_hook": hooks[0],
+        "target_hook": hooks[1],
+        "input_kind": "hook_mlp_in",
+        "transcoders": ["L0"],
+    }
+    manifest = {"schema": SCHEMA, "version": 1, "model": model_id(model), "cache": "", "n_layers": 1, "layers": [layer]}
+    (root / SET_MANIFEST).write_text(json.dumps(manifest))
+    return root
+
+
+def test_the_check_flags_exactly_the_shortcut_edge(tmp_path):
+    """On 'A B' the transcoder reconstructs the MLP exactly (no error), so the graph shows emb B -> feature -> OUT
+    and nothing from A; the real MLP ignores B. Ablating B's embedding moves the real MLP output by nothing: the
+    check flags that edge, and only it (the feature's write into the logit is real)."""
+    from workbench.circuits.attribution_graph import build_graph
+    from workbench.circuits.graph_config import GraphConfig
+    from workbench.circuits.graph_json import to_neuronpedia
+    from workbench.circuits.replacement import load_transcoders
+
+    model = _shortcut_model()
+    folder = _shortcut_set(model, tmp_path)
+    tokens = [1, 2]
+    g = build_graph(model, load_transcoders(folder, 0, "cpu", model), tokens, 4, None, GraphConfig(heads=False))
+    graph = to_neuronpedia(g)
+    weights = {(link["source"], link["target"]): link["weight"] for link in graph["links"]}
+    assert weights[("E_2_1", "0_0_1")] == pytest.approx(1.0)  # the graph's shortcut
+    assert not any(s == "E_1_0" and w for (s, _), w in weights.items())  # and nothing from A
+    sites = load_dictionary(folder, model)
+    r = check_graph(model, sites, graph, CheckConfig(top_edges=10))
+    assert r["summary"]["edges_failed"] == ["E_2_1 -> 0_0_1"]
+    assert r["summary"]["nodes_failed"] == []
+    blind = check_graph(model, sites, graph, CheckConfig(top_edges=10, edge_target="encoder"))
+    assert blind["summary"]["edges_failed"] == []  # read through the transcoder's encoder, the shortcut looks real

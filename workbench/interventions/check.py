@@ -4,9 +4,12 @@ edge, next to what an intervention in the live model measures.
 Node: ablating the feature (its code set to zero at its position) moves the metric (the target logit minus the mean
 logit, or target minus the graph's second logit) by minus its total effect through the graph's kept links; each
 link is a direct effect on a pre-activation, so a path's effect divides by each feature's activation on the way
-(one unit of pre-activation moves an active feature's code by one). Edge: the source's write into the target only
-(a path patching): the source ablated, every MLP between them held at the clean run's output, so that only the
-residual stream and attention (its patterns live) carry it; the graph predicts minus the link's weight.
+(one unit of pre-activation moves an active feature's code by one). Edge (from a feature or a token embedding):
+the source's write into the target only (a path patching): the source ablated, every MLP between them held at the
+clean run's output, so that only the residual stream and attention (its patterns live) carry it; the graph
+predicts minus the link's weight. A feature target is read in the real model (the MLP output's change along its
+decoder row), which is what exposes a transcoder's correlated shortcut (docs/methods.md §12), or through its
+transcoder's encoder (`edge_target encoder`: the frozen semantics then reproduces the graph's edges exactly).
 
 A node or edge fails when its measured effect is below `fraction` of the predicted one or of the opposite sign;
 the confirmed share weighs each by its predicted |effect|. Stored in the graph JSON under schema.GRAPH_CHECK[0].
@@ -22,7 +25,7 @@ import torch
 from workbench.circuits.schema import GRAPH_CHECK
 from workbench.errors import BadValueError
 from workbench.interventions.config import CheckConfig, InterventionConfig
-from workbench.interventions.dictionary import Site
+from workbench.interventions.dictionary import EMBED, Site
 from workbench.interventions.engine import Intervention
 from workbench.interventions.generate import forward
 
@@ -39,6 +42,7 @@ class GraphNodes:
         if not emb or [p for p, _ in emb] != list(range(len(emb))):
             raise BadValueError("the graph lacks an embedding node for every position: not a workbench graph JSON")
         self.tokens = torch.tensor([t for _, t in emb])
+        self.embeddings = {n["node_id"]: n["ctx_idx"] for n in nodes if n["feature_type"] == "embedding"}
         self.features = {}
         for n in nodes:
             if n["feature_type"] == FEATURE:
@@ -90,32 +94,46 @@ def measure_node(model, sites: list[Site], g: GraphNodes, nid: str, semantics: s
     return g.metric(iv.logits()[-1]) - g.metric(iv.clean["logits"][-1])
 
 
-def measure_edge(model, sites: list[Site], g: GraphNodes, link: dict, semantics: str = "live") -> float:
-    """The target's change (its pre-activation, or its logit minus the mean) when the source's write reaches it only
-    through the residual stream and attention: the source ablated, the MLPs between them held."""
-    feature, pos = _feature(g, link["source"])
-    src_layer = g.features[link["source"]][0]
+def measure_edge(model, sites: list[Site], g: GraphNodes, link: dict, cfg: CheckConfig) -> float:
+    """The target's change when the source's write reaches it only through the residual stream and attention: the
+    source (a feature, or a token's embedding) ablated, the MLPs between them held. The target is read as its logit
+    minus the mean, or a feature as cfg.edge_target says: `mlp`, the real MLP output's change along the feature's
+    decoder row (in units of its code); `encoder`, its transcoder's pre-activation."""
+    emb = link["source"] not in g.features
+    src_layer, pos = (-1, g.embeddings[link["source"]]) if emb else (g.features[link["source"]][0], 0)
     tgt = g.features.get(link["target"])
     top = model.cfg.n_layers if tgt is None else tgt[0]
+    feature = [] if emb else [_feature(g, link["source"])[0]]
+    pos = pos if emb else _feature(g, link["source"])[1]
     held = list(range(src_layer + 1, top))
-    cfg = InterventionConfig(features=[feature], positions=str(pos), constrained_layers=held, semantics=semantics)
-    iv = Intervention(model, sites, g.tokens, cfg)
-    if tgt is None:
-        tok = g.logits[link["target"]]
+    icfg = InterventionConfig(features=feature, positions=str(pos), constrained_layers=held, semantics=cfg.semantics)
+    iv = Intervention(model, sites, g.tokens, icfg)
+    hooks = iv.hooks() + ([(EMBED, lambda act, hook: _zero_at(act, pos))] if emb else [])
+    return _read_target(model, sites, g, link["target"], cfg.edge_target, iv, hooks) - _read_target(
+        model, sites, g, link["target"], cfg.edge_target, iv, iv.hooks(empty=True)
+    )
 
-        def value(hooks):
-            logits = forward(model, g.tokens, hooks, iv.reads)[-1]
-            return float(logits[tok] - logits.mean())
-    else:
-        site = {s.layer: s for s in sites}[tgt[0]]
 
-        def value(hooks):
-            seen = {}
-            record = (site.read_hook, lambda act, hook: seen.__setitem__("x", act[0, tgt[1]]))
-            forward(model, g.tokens, [*hooks, record], [*iv.reads, site.read_hook])
-            return float(site.preacts(seen["x"])[tgt[2]])
+def _zero_at(act: torch.Tensor, pos: int) -> torch.Tensor:
+    act = act.clone()
+    act[:, pos] = 0
+    return act
 
-    return value(iv.hooks()) - value(iv.hooks(empty=True))
+
+def _read_target(model, sites, g: GraphNodes, target: str, how: str, iv: Intervention, hooks: list) -> float:
+    """One run with `hooks`: the target logit minus the mean, or the target feature as `how` reads it."""
+    if target not in g.features:
+        logits = forward(model, g.tokens, hooks, iv.reads)[-1]
+        return float(logits[g.logits[target]] - logits.mean())
+    layer, pos, latent, _ = g.features[target]
+    site = {s.layer: s for s in sites}[layer]
+    hook = site.read_hook if how == "encoder" else site.write_hook
+    seen = {}
+    forward(model, g.tokens, [*hooks, (hook, lambda act, hook: seen.__setitem__("a", act[0, pos]))], [*iv.reads, hook])
+    if how == "encoder":
+        return float(site.preacts(seen["a"])[latent])
+    row = site.sae.W_dec[latent].detach().to(seen["a"])
+    return float(seen["a"] @ row / (row @ row))
 
 
 def check_graph(model, sites: list[Site], graph: dict, cfg: CheckConfig | None = None) -> dict:
@@ -131,12 +149,13 @@ def check_graph(model, sites: list[Site], graph: dict, cfg: CheckConfig | None =
     links = [
         link
         for link in graph["links"]
-        if link["source"] in g.features and (link["target"] in g.features or link["target"] in g.logits)
+        if (link["source"] in g.features or link["source"] in g.embeddings)
+        and (link["target"] in g.features or link["target"] in g.logits)
     ]
     links = sorted(links, key=lambda link: -abs(float(link["weight"])))[: cfg.top_edges]
     edges = []
     for link in links:
-        p, m = -float(link["weight"]), measure_edge(model, sites, g, link, cfg.semantics)
+        p, m = -float(link["weight"]), measure_edge(model, sites, g, link, cfg)
         edges.append(
             {
                 "source": link["source"],

@@ -132,6 +132,14 @@ class CheckConfig(Config):
         default="live",
         metadata={"choices": SEMANTICS, "help": "live (the check); frozen reproduces the graph's own edges, a test"},
     )
+    edge_target: str = field(
+        default="mlp",
+        metadata={
+            "choices": ("mlp", "encoder"),
+            "help": "an edge into a feature read as the real MLP output's change along its decoder row (mlp), or "
+            "as its transcoder's pre-activation (encoder: blind to a transcoder's shortcut)",
+        },
+    )
     top_edges: int = field(default=20, metadata={"help": "edges checked, largest |weight| first", "min": 0})
     metric: str = field(
         default="target",

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from workbench.circuits.replacement import EMBED  # noqa: F401  (where a graph's embedding nodes write)
 from workbench.errors import BadValueError, MissingInputError
 from workbench.interventions.config import parse_feature
 
