@@ -196,3 +196,10 @@ def test_a_transcoder_set_needs_the_layer(tiny, tc_set):
     model = tiny[0]
     with pytest.raises(BadValueError, match=r"layers \[0, 1, 2, 3\]"):
         Intervention(model, load_dictionary(tc_set, model), PROMPT, C(features=["5"]))
+
+
+def test_the_package_exports_its_front_door():
+    import workbench.interventions as iv
+
+    assert {"intervene", "Intervention", "load_dictionary", "check_graph", "InterventionConfig"} <= set(iv.__all__)
+    assert iv.intervene is intervene

@@ -8,6 +8,7 @@ Names resolve on first use (workbench.lazy): `workbench.interventions.config` im
 from workbench.lazy import lazy_exports
 
 _EXPORTS = {
+    "check_graph": "workbench.interventions.check",
     "CheckConfig": "workbench.interventions.config",
     "InterventionConfig": "workbench.interventions.config",
     "Site": "workbench.interventions.dictionary",
