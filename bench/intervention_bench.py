@@ -54,6 +54,20 @@ def speed(model, sites_by_kind: dict, reps: int) -> dict:
     return out
 
 
+def big_check(model, set_dir, sites) -> dict:
+    """The check of one large graph (node_threshold 0.97 on PROMPT): its feature nodes and CPU seconds."""
+    from workbench.circuits.attribution_graph import build_graph
+    from workbench.circuits.graph_config import GraphConfig
+    from workbench.circuits.graph_json import to_neuronpedia
+    from workbench.circuits.replacement import load_transcoders
+    from workbench.interventions.check import check_graph
+
+    cfg = GraphConfig(heads=False, node_threshold=0.97)
+    g = to_neuronpedia(build_graph(model, load_transcoders(set_dir, 0, "cpu", model), PROMPT, "Mary", None, cfg))
+    s = check_graph(model, sites, g)["summary"]
+    return {"nodes": s["nodes_checked"], "edges": s["edges_checked"], "cpu_seconds": s["cpu_seconds"]}
+
+
 def check_table(model, set_dir, sites, n: int) -> list[dict]:
     from workbench.circuits.attribution_graph import build_graph
     from workbench.circuits.graph_config import GraphConfig
@@ -95,7 +109,14 @@ def report(sp: dict, rows: list[dict], info: dict, dictionaries: str) -> str:
     ]
     lines += ["| run | CPU s | x forward | x generation |", "|---|---|---|---|"]
     for k, v in sp.items():
-        lines.append(f"| {k} | {v:.4f} | {v / sp['forward']:.1f} | {v / sp['generate_20']:.2f} |")
+        if k != "big_check":
+            lines.append(f"| {k} | {v:.4f} | {v / sp['forward']:.1f} | {v / sp['generate_20']:.2f} |")
+    b = sp["big_check"]
+    lines += [
+        "",
+        f"The check of one graph with {b['nodes']} feature nodes and {b['edges']} edges (IOI prompt, node "
+        f"threshold 0.97): {b['cpu_seconds']:.2f} CPU s, {b['cpu_seconds'] / sp['forward']:.0f}x a forward.",
+    ]
     lines += [
         "",
         "## Graphs checked by interventions (live)",
@@ -144,7 +165,7 @@ def main() -> None:
     if args.sae:
         kinds["sae"] = (load_dictionary(args.sae, model), "0")
     with torch.no_grad():
-        sp = speed(model, kinds, args.reps)
+        sp = {**speed(model, kinds, args.reps), "big_check": big_check(model, args.transcoders, sites)}
         rows = check_table(model, args.transcoders, sites, args.n) if args.n else []
     args.out.write_text(report(sp, rows, harness.machine_info(), _describe(args.transcoders, args.sae)))
     args.out.with_suffix(".json").write_text(json.dumps({"speed": sp, "rows": rows}, indent=1))
