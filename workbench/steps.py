@@ -553,6 +553,8 @@ def intervene(
 def check_graph(ws: Workspace, model, graph_path, transcoders, cfg=None, *, member: int | str = 0) -> dict:
     """Check a graph JSON's nodes and edges by interventions (`workbench circuit check`) and store the record in
     it (schema.GRAPH_CHECK); a recorded graph's manifest is rewritten with the confirmed shares. Returns it."""
+    import json
+
     from workbench.atomic import write_json
     from workbench.circuits.schema import GRAPH_CHECK, load, read_feature_graph
     from workbench.interventions.check import check_graph
@@ -561,9 +563,11 @@ def check_graph(ws: Workspace, model, graph_path, transcoders, cfg=None, *, memb
     graph_path = Path(graph_path)
     d = load(graph_path)
     read_feature_graph(d)
-    record = check_graph(model, load_dictionary(transcoders, model, model.cfg.device, member), d, cfg)
-    write_json(graph_path, {**d, GRAPH_CHECK[0]: record})
     folder = graph_path.parent
+    circuit = folder / "feature_circuit.json"  # a circuit's own graph keeps only its embedding nodes
+    tokens = json.loads(circuit.read_text())["query"]["tokens"] if circuit.is_file() else None
+    record = check_graph(model, load_dictionary(transcoders, model, model.cfg.device, member), d, cfg, tokens)
+    write_json(graph_path, {**d, GRAPH_CHECK[0]: record})
     if complete(folder):
         s = record["summary"]
         shares = {f"check_{k}": s[k] for k in ("nodes_confirmed_share", "edges_confirmed_share")}

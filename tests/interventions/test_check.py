@@ -208,3 +208,21 @@ def test_the_check_flags_exactly_the_shortcut_edge(tmp_path):
     assert r["summary"]["nodes_failed"] == []
     blind = check_graph(model, sites, graph, CheckConfig(top_edges=10, edge_target="encoder"))
     assert blind["summary"]["edges_failed"] == []  # read through the transcoder's encoder, the shortcut looks real
+
+
+def test_a_circuits_own_graph_is_checked_with_the_prompts_tokens(graph):
+    """A feature circuit's neuronpedia.json keeps only its own embedding nodes: the tokens come from its folder."""
+    from workbench.errors import BadValueError
+
+    partial = {
+        **graph,
+        "nodes": [
+            n
+            for n in graph["nodes"]
+            if n["node_id"] != "E_1_0" and not (n["feature_type"] == "embedding" and n["ctx_idx"] == 1)
+        ],
+    }
+    with pytest.raises(BadValueError, match="embedding node for every position"):
+        GraphNodes(partial, "target")
+    full = GraphNodes(graph, "target")
+    assert torch.equal(GraphNodes(partial, "target", full.tokens.tolist()).tokens, full.tokens)

@@ -22,7 +22,8 @@ def test_demo_examples_record_checked_graphs_and_steering(tiny, tc_set, saes, tm
     assert set(steer) == {"steer-block", "steer-scaffold", f"steer-{tc_set.name}"}
     assert steer["steer-scaffold"].manifest["config"]["features"] == ["scaffold"]
     assert steer["steer-block"].manifest["config"]["op"] == "steer"
-    assert set(out) >= {"graph-ioi", "steer-block"} and any(line.startswith("check graph-ioi") for line in lines)
+    assert set(out) >= {"graph-ioi", "features-ioi", "steer-block"}, lines
+    assert any(line.startswith("check features-ioi/neuronpedia.json") for line in lines)
     before = {a.path: a.manifest["created"] for a in ws.artifacts()}
     assert demo_examples(ws, model, q, tc_set, [saes["block"], saes["scaffold"]], lines.append) == out
     assert {a.path: a.manifest["created"] for a in ws.artifacts()} == before

@@ -36,12 +36,15 @@ class GraphNodes:
     """The graph JSON's parts the check reads: token ids (from the embedding nodes), feature nodes
     id -> (layer, pos, latent, activation), logit nodes id -> token, the metric's coefficients per logit node."""
 
-    def __init__(self, graph: dict, metric: str):
+    def __init__(self, graph: dict, metric: str, tokens=None):
         nodes = graph["nodes"]
         emb = sorted((n["ctx_idx"], int(n["node_id"].split("_")[1])) for n in nodes if n["feature_type"] == "embedding")
-        if not emb or [p for p, _ in emb] != list(range(len(emb))):
-            raise BadValueError("the graph lacks an embedding node for every position: not a workbench graph JSON")
-        self.tokens = torch.tensor([t for _, t in emb])
+        if tokens is None and (not emb or [p for p, _ in emb] != list(range(len(emb)))):
+            raise BadValueError(
+                "the graph lacks an embedding node for every position (a circuit's own JSON?): pass the prompt's "
+                "tokens (a feature circuit's folder gives them)"
+            )
+        self.tokens = torch.as_tensor(tokens if tokens is not None else [t for _, t in emb])
         self.embeddings = {n["node_id"]: n["ctx_idx"] for n in nodes if n["feature_type"] == "embedding"}
         self.features = {}
         for n in nodes:
@@ -136,11 +139,12 @@ def _read_target(model, sites, g: GraphNodes, target: str, how: str, iv: Interve
     return float(seen["a"] @ row / (row @ row))
 
 
-def check_graph(model, sites: list[Site], graph: dict, cfg: CheckConfig | None = None) -> dict:
-    """The check record (module doc) of a circuit-tracer graph dict made by the workbench through `sites`."""
+def check_graph(model, sites: list[Site], graph: dict, cfg: CheckConfig | None = None, tokens=None) -> dict:
+    """The check record (module doc) of a circuit-tracer graph dict made by the workbench through `sites`; tokens:
+    the prompt's ids where the graph does not keep every position's embedding node (a feature circuit's JSON)."""
     cfg = cfg or CheckConfig()
     t0, c0 = time.perf_counter(), time.process_time()
-    g = GraphNodes(graph, cfg.metric)
+    g = GraphNodes(graph, cfg.metric, tokens)
     predicted = g.predicted(graph["links"])
     nodes = []
     for nid, p in predicted.items():
