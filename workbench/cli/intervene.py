@@ -3,7 +3,7 @@
 workbench intervene --model tiny --dictionary SAE_DIR|SET_DIR --prompt "..." --feature [layer:]index
                     --op set|scale|steer|ablate [--value V[,V...]] [--ablate-to zero|mean|counterfactual]
                     [--counterfactual "..."] [--positions all|0,3|generated] [--semantics live|frozen]
-                    [--constrained-layers 0,1] [--continue N] [--sample --seed S] [--out result.json]
+                    [--live-norm] [--constrained-layers 0,1] [--continue N] [--sample --seed S] [--out result.json]
 """
 
 from __future__ import annotations
@@ -69,6 +69,13 @@ def add_parser(sub) -> None:
         "(attention patterns and normalisation held at the clean run's, as circuit-tracer)",
     )
     p.add_argument(
+        "--live-norm",
+        dest="frozen_norm",
+        action="store_false",
+        help="frozen: leave the normalisation scales live (circuit-tracer 0.5's feature_intervention does, unless "
+        "every layer is constrained)",
+    )
+    p.add_argument(
         "--constrained-layers", type=_ints, default=[], help="layers whose MLP outputs are held at the clean run's"
     )
     p.add_argument(
@@ -97,6 +104,7 @@ def _config(args):
         counterfactual=args.counterfactual,
         positions=args.positions,
         semantics=args.semantics,
+        frozen_norm=args.frozen_norm,
         constrained_layers=args.constrained_layers,
         continue_tokens=args.continue_tokens,
         sample=args.sample,

@@ -81,6 +81,13 @@ class InterventionConfig(Config):
         metadata={"help": "all (every prompt and generated token), generated, or prompt positions e.g. 0,3,-1"},
     )
     semantics: str = field(default="live", metadata={"choices": SEMANTICS, "help": "live or frozen (module doc)"})
+    frozen_norm: bool = field(
+        default=True,
+        metadata={
+            "help": "frozen: hold the normalisation scales too (circuit-tracer 0.5's feature_intervention "
+            "holds only the patterns unless every layer is constrained)"
+        },
+    )
     constrained_layers: list[int] = field(
         default_factory=list, metadata={"help": "layers whose MLP outputs are held at the clean run's"}
     )

@@ -180,7 +180,8 @@ class Intervention:
                 act[:, :P] = held
             return act
 
-        out = [(lambda n: n.endswith(FROZEN), hold)] if self.cfg.semantics == "frozen" else []
+        held = FROZEN if self.cfg.frozen_norm else FROZEN[:1]
+        out = [(lambda n: n.endswith(held), hold)] if self.cfg.semantics == "frozen" else []
         out += [(f"blocks.{layer}.hook_mlp_out", hold) for layer in self.cfg.constrained_layers]
         return out
 
