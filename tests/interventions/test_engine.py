@@ -203,3 +203,12 @@ def test_the_package_exports_its_front_door():
 
     assert {"intervene", "Intervention", "load_dictionary", "check_graph", "InterventionConfig"} <= set(iv.__all__)
     assert iv.intervene is intervene
+
+
+def test_intervene_takes_a_dictionary_folder(tiny, saes):
+    cfg = C(features=["3"], op="set", value=[30.0], positions="-1", continue_tokens=2)
+    by_folder = intervene(tiny[0], saes["topk"], PROMPT, cfg)
+    assert by_folder == {
+        **intervene(tiny[0], load_dictionary(saes["topk"], tiny[0]), PROMPT, cfg),
+        "seconds": by_folder["seconds"],
+    }

@@ -17,7 +17,7 @@ import torch
 from workbench.circuits.inputs import align, str_tokens, tokens_of
 from workbench.errors import BadValueError
 from workbench.interventions.config import InterventionConfig
-from workbench.interventions.dictionary import Site, Unit, resolve
+from workbench.interventions.dictionary import Site, Unit, load_dictionary, resolve
 from workbench.interventions.generate import continuation, forward
 
 SCHEMA = ("workbench.intervention", 1)
@@ -262,6 +262,8 @@ class Intervention:
         return {"tokens": ids, "str_tokens": str_tokens(self.model, t) if ids else []}
 
 
-def intervene(model, sites: list[Site], prompt, cfg: InterventionConfig | None = None, mean_source=None) -> dict:
-    """One intervention's result (Intervention.run) on `prompt`."""
+def intervene(model, dictionary, prompt, cfg: InterventionConfig | None = None, mean_source=None) -> dict:
+    """One intervention's result (Intervention.run) on `prompt`; dictionary: its sites, or an SAE or transcoder set
+    folder (the Python front door: `intervene(model, "saes/run/topk", "...", InterventionConfig(...))`)."""
+    sites = dictionary if isinstance(dictionary, list) else load_dictionary(dictionary, model, model.cfg.device)
     return Intervention(model, sites, prompt, cfg or InterventionConfig(), mean_source).run()
