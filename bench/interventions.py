@@ -1,6 +1,7 @@
 """Interventions on the embedded model: the cost of one, and how well attribution graphs survive being checked.
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/intervention_bench.py --transcoders SET [--sae SAE_DIR] [--n 4]
+    OMP_NUM_THREADS=1 .venv/bin/python bench/interventions.py --transcoders SET [--sae SAE_DIR] [--n 20]
+    .venv/bin/python bench/interventions.py --render     (the report again from the JSON beside it)
 
 1. speed: this process's CPU seconds (median of --reps) of a plain forward of the prompt, a plain greedy
    generation of 20 tokens, and one intervention with its 20-token continuations (clean and intervened, the
@@ -98,15 +99,8 @@ def check_table(model, set_dir, sites, n: int) -> list[dict]:
 def report(sp: dict, rows: list[dict], info: dict, dictionaries: str) -> str:
     from workbench.intervals import t_interval
 
-    lines = [
-        "# Interventions on the embedded model",
-        "",
-        f"commit {info['commit']}, {info['cpu']}, {info['date']}; "
-        "CPU seconds of this process (torch 1 thread), median of the repetitions",
-        "",
-        f"dictionaries: {dictionaries}",
-        "",
-    ]
+    lines = ["# Interventions on the embedded model", "", *harness.machine_lines(info, {}, "1"), ""]
+    lines += [f"Dictionaries: {dictionaries}. CPU seconds of this process, median of the repetitions.", ""]
     lines += ["| run | CPU s | x forward | x generation |", "|---|---|---|---|"]
     for k, v in sp.items():
         if k != "big_check":
@@ -149,12 +143,20 @@ def _describe(set_dir, sae) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--transcoders", required=True, help="a transcoder set of the embedded model")
+    ap.add_argument("--transcoders", help="a transcoder set of the embedded model")
     ap.add_argument("--sae", help="an SAE folder of the embedded model (timed too)")
-    ap.add_argument("--n", type=int, default=4, help="held-out queries per task family (default: %(default)s)")
+    ap.add_argument("--n", type=int, default=20, help="held-out queries per task family (default: %(default)s)")
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--render", action="store_true", help="write the report again from the JSON beside it")
     harness.add_common_args(ap, harness.BENCH / "results" / "interventions.md", threads=1)
     args = ap.parse_args()
+    raw = args.out.with_suffix(".json")
+    if args.render:
+        d = json.loads(raw.read_text())
+        harness.write_text(args.out, report(d["speed"], d["rows"], d["info"], d["dictionaries"]))
+        return print(args.out.read_text())
+    if not args.transcoders:
+        ap.error("--transcoders SET is needed (a transcoder set of the embedded model, e.g. the demo's)")
     harness.set_threads(args.threads)
     from workbench.interventions import load_dictionary
     from workbench.models import load
@@ -167,8 +169,9 @@ def main() -> None:
     with torch.no_grad():
         sp = {**speed(model, kinds, args.reps), "big_check": big_check(model, args.transcoders, sites)}
         rows = check_table(model, args.transcoders, sites, args.n) if args.n else []
-    args.out.write_text(report(sp, rows, harness.machine_info(), _describe(args.transcoders, args.sae)))
-    args.out.with_suffix(".json").write_text(json.dumps({"speed": sp, "rows": rows}, indent=1))
+    info, dictionaries = harness.machine_info(), _describe(args.transcoders, args.sae)
+    raw.write_text(json.dumps({"info": info, "dictionaries": dictionaries, "speed": sp, "rows": rows}, indent=1))
+    harness.write_text(args.out, report(sp, rows, info, dictionaries))
     print(args.out.read_text())
 
 
