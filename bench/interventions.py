@@ -99,7 +99,8 @@ def check_table(model, set_dir, sites, n: int) -> list[dict]:
 def report(sp: dict, rows: list[dict], info: dict, dictionaries: str) -> str:
     from workbench.intervals import t_interval
 
-    lines = ["# Interventions on the embedded model", "", *harness.machine_lines(info, {}, "1"), ""]
+    ratios = "ratios from runs one after another in one process"
+    lines = ["# Interventions on the embedded model", "", *harness.machine_lines(info, {}, "1", ratios), ""]
     lines += [f"Dictionaries: {dictionaries}. CPU seconds of this process, median of the repetitions.", ""]
     lines += ["| run | CPU s | x forward | x generation |", "|---|---|---|---|"]
     for k, v in sp.items():
@@ -114,6 +115,12 @@ def report(sp: dict, rows: list[dict], info: dict, dictionaries: str) -> str:
     lines += [
         "",
         "## Graphs checked by interventions (live)",
+        "",
+        "Each query's graph (answer = target logit; node threshold 0.8, edge threshold 0.98, no head split) checked "
+        "with CheckConfig's defaults: live, metric = target logit minus the mean, every kept feature node ablated, "
+        "the 20 largest edges from a feature or token into a feature or logit (a feature target read in the real "
+        "MLP output), failing below half the predicted effect or at the opposite sign. Shares: mean over queries "
+        "with a 95% t-interval.",
         "",
         "| task | graphs | nodes confirmed share | edges confirmed share | top node agrees | check CPU s |",
         "|---|---|---|---|---|---|",
