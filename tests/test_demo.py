@@ -25,7 +25,15 @@ def test_demo_fills_a_workspace_then_resumes_without_redoing_anything(tiny, tmp_
     summary = run_demo(tmp_path / "ws", TINY, progress=False)
     ws = Workspace(tmp_path / "ws")
     arts = ws.artifacts()
-    assert {a.kind for a in arts} == {"caches", "saes", "transcoders", "features", "circuits", "models"}
+    assert {a.kind for a in arts} == {
+        "caches",
+        "saes",
+        "transcoders",
+        "features",
+        "circuits",
+        "models",
+        "interventions",
+    }
     # four SAEs and one transcoder per layer of the embedded model (4), each with its feature store
     assert len([a for a in arts if a.kind == "saes"]) == 8 and len([a for a in arts if a.kind == "features"]) == 8
     tset = json.loads((tmp_path / "ws" / "transcoders" / "tiny-topk" / "transcoders.json").read_text())
@@ -36,7 +44,10 @@ def test_demo_fills_a_workspace_then_resumes_without_redoing_anything(tiny, tmp_
     for art in arts:
         assert art.manifest["files"], art.name  # checksums of every file
     circuits = {a.name for a in arts if a.kind == "circuits"}
-    assert circuits <= {"ioi-0", "ioi-0-sparse"} and "ioi-0" in circuits
+    assert circuits <= {"ioi-0", "ioi-0-sparse", "graph-ioi", "features-ioi"} and {"ioi-0", "graph-ioi"} <= circuits
+    graph = json.loads((tmp_path / "ws" / "circuits" / "graph-ioi" / "graph.json").read_text())
+    assert graph["workbench_check"]["summary"]["nodes_checked"] > 0  # checked by interventions
+    assert len([a for a in arts if a.kind == "interventions"]) == 5  # a steering example per SAE and the set
     base = json.loads((tmp_path / "ws" / "circuits" / "ioi-0" / "circuit.json").read_text())
     assert base["model_id"] == summary["model"] and base["method"]["target_ndf"] == TINY.target_ndf
     models = {a.name: a for a in arts if a.kind == "models"}
@@ -57,6 +68,7 @@ def test_demo_fills_a_workspace_then_resumes_without_redoing_anything(tiny, tmp_
         "sparse attention",
         "sparse model",
         "circuits",
+        "interventions",
         "compare",
         "total",
     }

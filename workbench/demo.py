@@ -7,7 +7,9 @@ Top-k + scaffold SAE on the middle layer, evaluated, with their feature stores -
 replaced at once, with its feature stores -> a short sparse-attention post-training run (few steps: demo
 scale, to show the trainer) -> the embedded sparse model data/models/tiny-sparse (the full run, with its
 verdict) copied into the workspace -> query circuits for the first queries of each task family in the base
-and that sparse model, and `attention compare` per family. Every step is skipped when its
+and that sparse model, and `attention compare` per family -> for the first family's first query, an
+attribution graph and a feature circuit through the transcoder set, each checked by interventions, and one
+steering example per SAE and for the set (workbench.interventions.examples). Every step is skipped when its
 artifact is complete in the workspace (its manifest is written last), and the interrupted one resumes
 from its checkpoint, so rerunning after an interruption continues where it stopped.
 """
@@ -127,6 +129,8 @@ class _Steps:
 def run_demo(root: Path, cfg: DemoConfig | None = None, overwrite: bool = False, progress: bool = True) -> dict:
     """Run (or continue) the demo in `root`; returns a summary with the wall time of each step."""
     from workbench.attention.config import SparsifyConfig
+    from workbench.corpus import tasks
+    from workbench.interventions.examples import demo_examples
     from workbench.models import load
     from workbench.provenance import model_id
 
@@ -182,6 +186,8 @@ def run_demo(root: Path, cfg: DemoConfig | None = None, overwrite: bool = False,
     sparse, _ = load(str(sparse_dir), device="cpu")
     models = ((model, "tiny", ""), (sparse, str(sparse_dir), "-sparse"))
     summary["circuits"] = step("circuits", lambda: _circuits(ws, cfg, families, models, tok, step.log))
+    query, tc_dir = tasks.queries(families[0], 1, seed=0, tokenizer=tok)[0], ws.path("transcoders", TRANSCODERS)
+    summary["interventions"] = step("interventions", lambda: demo_examples(ws, model, query, tc_dir, folders, step.log))
     step("compare", lambda: _compare(ws, cfg, families, model, sparse, sparse_dir, progress, step.log))
     summary["open_fraction"] = report["open_fraction"]
     total = time.time() - step.t0

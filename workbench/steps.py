@@ -532,6 +532,83 @@ def attribution_graph(
     return g, folder
 
 
+def intervene(
+    ws: Workspace,
+    model,
+    dictionary,
+    prompt,
+    cfg=None,
+    *,
+    model_spec: str = "tiny",
+    name: str | None = None,
+    mean_cache=None,
+):
+    """Run one intervention (`workbench intervene`) and record it in <ws>/interventions/<name> as result.json;
+    returns (result, folder). mean_cache: the activation cache whose sequences give ablate_to mean its means."""
+    from workbench.atomic import write_json
+    from workbench.interventions.config import InterventionConfig
+    from workbench.interventions.dictionary import load_dictionary
+    from workbench.interventions.engine import intervene
+
+    cfg = cfg or InterventionConfig()
+    key = {"prompt": prompt, "dictionary": ws.rel(dictionary)}
+    default = circuit_name(key, cfg.to_dict())
+    folder = ws.path("interventions", name or default)
+    if folder.exists() and any(folder.iterdir()):
+        raise OutputExistsError(f"{folder} already holds an intervention; pass another --name")
+    source = None
+    if mean_cache is not None:
+        from workbench.cache.reader import ActivationCache
+
+        source = ActivationCache.open(mean_cache)
+    result = intervene(model, load_dictionary(dictionary, model, model.cfg.device), prompt, cfg, source)
+    write_json(folder / "result.json", result)
+    last = result["positions"][-1]
+    inputs = {**_model_inputs(ws, model, model_spec), "dictionary": Path(dictionary), "prompt": result["prompt"]}
+    if mean_cache is not None:
+        inputs["cache"] = Path(mean_cache)
+    ws.record(
+        folder,
+        "interventions",
+        made_by="workbench intervene",
+        config=cfg.to_dict(),
+        inputs=inputs,
+        summary={"semantics": cfg.semantics, "kl": last["kl"], "top": last["top"][0]["str"]},
+    )
+    return result, folder
+
+
+def check_graph(ws: Workspace, model, graph_path, transcoders, cfg=None, *, member: int | str = 0) -> dict:
+    """Check a graph JSON's nodes and edges by interventions (`workbench circuit check`) and store the record in
+    it (schema.GRAPH_CHECK); a recorded graph's manifest is rewritten with the confirmed shares. Returns it."""
+    import json
+
+    from workbench.atomic import write_json
+    from workbench.circuits.schema import GRAPH_CHECK, load, read_feature_graph
+    from workbench.interventions.check import check_graph
+    from workbench.interventions.dictionary import load_dictionary
+
+    graph_path = Path(graph_path)
+    d = load(graph_path)
+    read_feature_graph(d)
+    folder = graph_path.parent
+    circuit = folder / "feature_circuit.json"  # a circuit's own graph keeps only its embedding nodes
+    tokens = json.loads(circuit.read_text())["query"]["tokens"] if circuit.is_file() else None
+    record = check_graph(model, load_dictionary(transcoders, model, model.cfg.device, member), d, cfg, tokens)
+    write_json(graph_path, {**d, GRAPH_CHECK[0]: record})
+    if complete(folder):
+        s = record["summary"]
+        shares = {f"check_{k}": s[k] for k in ("nodes_confirmed_share", "edges_confirmed_share")}
+        rerecord(
+            ws,
+            folder,
+            "circuits",
+            "workbench circuit graph",
+            summary={**_manifest(folder).get("summary", {}), **shares},
+        )
+    return record
+
+
 def train_model(
     ws: Workspace,
     cfg=None,

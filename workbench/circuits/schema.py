@@ -746,6 +746,7 @@ class FeatureGraph:
     links: list[dict]
     pinned: list[str]
     metadata: dict
+    check: dict | None = None  # GRAPH_CHECK: its nodes and edges measured by interventions (None: never checked)
 
     @cached_property
     def n_layers(self) -> int:
@@ -758,5 +759,31 @@ def read_feature_graph(d) -> FeatureGraph:
     if not isinstance(d, dict) or detect(d) != "neuronpedia":
         raise DamagedFileError("not a circuit-tracer / Neuronpedia graph JSON (it needs metadata, nodes and links)")
     validate_neuronpedia(d)
+    check = read_graph_check(d[GRAPH_CHECK[0]]) if GRAPH_CHECK[0] in d else None
     nodes = [np_defaults(n) for n in d["nodes"]]
-    return FeatureGraph(nodes, d["links"], list(d["qParams"].get("pinnedIds") or []), d["metadata"])
+    return FeatureGraph(nodes, d["links"], list(d["qParams"].get("pinnedIds") or []), d["metadata"], check)
+
+
+GRAPH_CHECK = ("workbench_check", "workbench.graph_check", 1)  # the key in a graph JSON, its schema and version
+
+
+def read_graph_check(c) -> dict:
+    """A graph's check record (workbench.interventions.check), an optional field of the graph JSON: its schema and
+    version, each checked node and edge with finite predicted and measured effects and a verdict."""
+    if not isinstance(c, dict) or c.get("schema") != GRAPH_CHECK[1]:
+        raise DamagedFileError(f"{GRAPH_CHECK[0]} is not a graph check record (schema {GRAPH_CHECK[1]!r})")
+    if c.get("schema_version") != GRAPH_CHECK[2]:
+        raise DamagedFileError(
+            f"{GRAPH_CHECK[0]} schema_version {c.get('schema_version')!r} is not the version this workbench reads "
+            f"({GRAPH_CHECK[2]})"
+        )
+    _field(c, "summary", dict, GRAPH_CHECK[0])
+    for key in ("nodes", "edges"):
+        for r in _list(c, key, MAX_EDGES):
+            where = f"{GRAPH_CHECK[0]}.{key}"
+            if not isinstance(r, dict):
+                raise DamagedFileError(f"{where} holds {_type(r)}, expected objects")
+            _number(r, "predicted", where)
+            _number(r, "measured", where)
+            _bool(r, "confirmed", where, False)
+    return c

@@ -1,6 +1,6 @@
 """`workbench ...`: one sub-command per job, each a thin layer over the steps in workbench.steps.
 
-One module per command group (model, cache, sae, circuit, features, attention, ls, app, demo), each with
+One module per command group (model, cache, sae, circuit, intervene, features, attention, ls, app, demo), each with
 `add_parser(subparsers)` and handlers that call workbench.steps; heavy libraries are imported inside the
 handlers, so building the parser (and `workbench --help`) stays cheap.
 
@@ -17,11 +17,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from workbench.cli import app, attention, cache, circuit, demo, features, ls, model, sae
+from workbench.cli import app, attention, cache, circuit, demo, features, intervene, ls, model, sae
 from workbench.errors import UserError, os_error_message
 from workbench.guard import check_args
 
-GROUPS = (model, cache, sae, circuit, features, app, attention, ls, demo)  # in the order --help lists them
+GROUPS = (model, cache, sae, circuit, intervene, features, app, attention, ls, demo)  # in the order --help lists them
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,6 +8,7 @@ workbench circuit graph --transcoders SET --prompt "..." [--answer "..." [--wron
 workbench circuit export circuit.json|mib.json --format mib|neuronpedia|workbench --out FILE
 workbench circuit import circuit.json|mib.json [--model tiny] [--name NAME]
 workbench circuit report --n 20 --out circuit_results.md
+workbench circuit check GRAPH.json|FOLDER [--transcoders SET] [--fraction 0.5] [--top-edges 20]
 """
 
 from __future__ import annotations
@@ -87,6 +88,69 @@ def add_parser(sub) -> None:
     i.add_argument("--name", help="folder in <workspace>/circuits (default: the file's name)")
     i.set_defaults(func=_import)
     _add_report(circuit)
+    _add_check(circuit)
+
+
+def _add_check(circuit) -> None:
+    """`circuit check`: its own command, not a flag of graph and find, because it works on any workbench graph file
+    (made before, or by another run), is re-run with other settings, and rewrites the file in place."""
+    from workbench.interventions.config import CheckConfig
+
+    c = circuit.add_parser(
+        "check",
+        parents=[workspace_flag("whose manifest records the graph")],
+        help="check an attribution graph's nodes and top edges by interventions in the real model (stored in it)",
+    )
+    c.add_argument("graph", help="a graph JSON (circuit-tracer schema, made by the workbench) or its circuit folder")
+    c.add_argument("--model", help="default: the model the graph's manifest records")
+    c.add_argument("--transcoders", help="the graph's transcoder set (default: the one its manifest records)")
+    c.add_argument("--member", help="which config of each layer's set (default: the manifest's, else 0)")
+    add_config_flags(c, CheckConfig, "check.")
+    c.set_defaults(func=_check)
+
+
+def _check_inputs(args) -> tuple[Path, str, str, int | str]:
+    """(graph file, model spec, transcoder set, member), from the flags, else the graph folder's manifest."""
+    import json
+
+    from workbench.workspace import MANIFEST, Workspace
+
+    path = Path(args.graph)
+    if path.is_dir():
+        path = path / ("neuronpedia.json" if (path / "feature_circuit.json").is_file() else "graph.json")
+    if not path.is_file():
+        raise BadValueError(f"no graph JSON at {path}; give a graph file or the folder `circuit graph` recorded")
+    manifest = path.parent / MANIFEST
+    m = json.loads(manifest.read_text()) if manifest.is_file() else {}
+    inputs, ws = m.get("inputs", {}), Workspace(args.workspace)
+    transcoders = args.transcoders or (inputs.get("transcoders") and str(ws.resolve(inputs["transcoders"])))
+    if not transcoders:
+        raise BadValueError(f"{path} has no manifest naming its transcoder set; pass --transcoders SET")
+    model = args.model or inputs.get("model_spec") or "tiny"
+    member = args.member if args.member is not None else str(m.get("config", {}).get("member", 0))
+    return path, model, transcoders, _member(member)
+
+
+def _check(args) -> None:
+    from workbench import steps
+    from workbench.interventions.config import CheckConfig
+    from workbench.models import load
+    from workbench.workspace import Workspace
+
+    cfg = CheckConfig(**config_values(args, CheckConfig, "check."))
+    path, spec, transcoders, member = _check_inputs(args)
+    model, _ = load(spec)
+    r = steps.check_graph(Workspace(args.workspace), model, path, transcoders, cfg, member=member)
+    s = r["summary"]
+    for what in ("nodes", "edges"):
+        share = s[f"{what}_confirmed_share"]
+        failed = s[f"{what}_failed"]
+        print(
+            f"{what}: {s[f'{what}_checked']} checked, {'n/a' if share is None else f'{share:.1%}'} of the predicted "
+            f"influence confirmed; failed ({len(failed)}): {', '.join(failed[:10])}{' ...' if len(failed) > 10 else ''}"
+        )
+    print(f"top node by graph influence is the top by measured effect: {s['top_node_agrees']}")
+    print(f"checked {path} in {s['cpu_seconds']:.2f} CPU seconds")
 
 
 def _add_find(circuit) -> None:

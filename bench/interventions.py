@@ -1,0 +1,186 @@
+"""Interventions on the embedded model: the cost of one, and how well attribution graphs survive being checked.
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/interventions.py --transcoders SET [--sae SAE_DIR] [--n 20]
+    .venv/bin/python bench/interventions.py --render     (the report again from the JSON beside it)
+
+1. speed: this process's CPU seconds (median of --reps) of a plain forward of the prompt, a plain greedy
+   generation of 20 tokens, and one intervention with its 20-token continuations (clean and intervened, the
+   clean run included) on a transcoder feature (and an SAE latent with --sae); ratios to the plain runs.
+2. the check: for --n held-out queries of each task family, the attribution graph of the query (answer = the
+   target logit) through the set, then `check_graph` (live): the confirmed share of the predicted influence of
+   the kept feature nodes and of the top edges (mean with a 95% t-interval over queries), how often the top node
+   by graph influence is also the top by measured effect, and the check's CPU seconds per graph.
+
+Writes bench/results/interventions.md (and the raw rows beside it as JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
+import torch  # noqa: E402
+
+PROMPT = "When Mary and John went to the store , John gave a drink to"
+
+
+def cpu_median(fn, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        c0 = time.process_time()
+        fn()
+        times.append(time.process_time() - c0)
+    return statistics.median(times)
+
+
+def speed(model, sites_by_kind: dict, reps: int) -> dict:
+    from workbench.circuits.inputs import tokens_of
+    from workbench.interventions import InterventionConfig, intervene
+    from workbench.interventions.generate import continuation, forward
+
+    tokens = tokens_of(model, PROMPT)
+    out = {
+        "forward": cpu_median(lambda: forward(model, tokens, []), reps),
+        "generate_20": cpu_median(lambda: continuation(model, tokens, 20, []), reps),
+    }
+    for kind, (sites, feature) in sites_by_kind.items():
+        cfg = InterventionConfig(features=[feature], op="steer", value=[10.0], continue_tokens=20)
+        out[f"intervene_{kind}"] = cpu_median(lambda: intervene(model, sites, PROMPT, cfg), reps)
+    return out
+
+
+def big_check(model, set_dir, sites) -> dict:
+    """The check of one large graph (node_threshold 0.97 on PROMPT): its feature nodes and CPU seconds."""
+    from workbench.circuits.feature.attribution_graph import build_graph
+    from workbench.circuits.feature.graph_config import GraphConfig
+    from workbench.circuits.feature.graph_json import to_neuronpedia
+    from workbench.circuits.feature.transcoders import open_set
+    from workbench.interventions.check import check_graph
+
+    cfg = GraphConfig(heads=False, node_threshold=0.97)
+    g = to_neuronpedia(build_graph(model, open_set(set_dir).load(0, "cpu", model), PROMPT, "Mary", None, cfg))
+    s = check_graph(model, sites, g)["summary"]
+    return {"nodes": s["nodes_checked"], "edges": s["edges_checked"], "cpu_seconds": s["cpu_seconds"]}
+
+
+def check_table(model, set_dir, sites, n: int) -> list[dict]:
+    from workbench.circuits.feature.attribution_graph import build_graph
+    from workbench.circuits.feature.graph_config import GraphConfig
+    from workbench.circuits.feature.graph_json import to_neuronpedia
+    from workbench.circuits.feature.transcoders import open_set
+    from workbench.corpus import tasks
+    from workbench.interventions.check import check_graph
+
+    tcs = open_set(set_dir).load(0, "cpu", model)
+    rows = []
+    for task in tasks.QUERY_TASKS:
+        for q in tasks.queries(task, n, tokenizer=model.tokenizer):
+            g = to_neuronpedia(build_graph(model, tcs, q.prompt, q.answer, None, GraphConfig(heads=False)))
+            s = check_graph(model, sites, g)["summary"]
+            rows.append(
+                {
+                    "task": task,
+                    "prompt": q.prompt,
+                    **{k: v for k, v in s.items() if not k.endswith("failed")},
+                    "nodes_failed": len(s["nodes_failed"]),
+                    "edges_failed": len(s["edges_failed"]),
+                }
+            )
+            print(task, f"{s['nodes_confirmed_share']:.3f} {s['edges_confirmed_share']:.3f}", flush=True)
+    return rows
+
+
+def report(sp: dict, rows: list[dict], info: dict, dictionaries: str) -> str:
+    from workbench.intervals import t_interval
+
+    ratios = "ratios from runs one after another in one process"
+    lines = ["# Interventions on the embedded model", "", *harness.machine_lines(info, {}, "1", ratios), ""]
+    lines += [f"Dictionaries: {dictionaries}. CPU seconds of this process, median of the repetitions.", ""]
+    lines += ["| run | CPU s | x forward | x generation |", "|---|---|---|---|"]
+    for k, v in sp.items():
+        if k != "big_check":
+            lines.append(f"| {k} | {v:.4f} | {v / sp['forward']:.1f} | {v / sp['generate_20']:.2f} |")
+    b = sp["big_check"]
+    lines += [
+        "",
+        f"The check of one graph with {b['nodes']} feature nodes and {b['edges']} edges (IOI prompt, node "
+        f"threshold 0.97): {b['cpu_seconds']:.2f} CPU s, {b['cpu_seconds'] / sp['forward']:.0f}x a forward.",
+    ]
+    lines += [
+        "",
+        "## Graphs checked by interventions (live)",
+        "",
+        "Each query's graph (answer = target logit; node threshold 0.8, edge threshold 0.98, no head split) checked "
+        "with CheckConfig's defaults: live, metric = target logit minus the mean, every kept feature node ablated, "
+        "the 20 largest edges from a feature or token into a feature or logit (a feature target read in the real "
+        "MLP output), failing below half the predicted effect or at the opposite sign. Shares: mean over queries "
+        "with a 95% t-interval.",
+        "",
+        "| task | graphs | nodes confirmed share | edges confirmed share | top node agrees | check CPU s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for task in dict.fromkeys(r["task"] for r in rows):
+        rs = [r for r in rows if r["task"] == task]
+        nodes = t_interval([r["nodes_confirmed_share"] for r in rs]).format()
+        edges = t_interval([r["edges_confirmed_share"] for r in rs]).format()
+        agree = sum(bool(r["top_node_agrees"]) for r in rs)
+        cpu = statistics.mean(r["cpu_seconds"] for r in rs)
+        lines.append(f"| {task} | {len(rs)} | {nodes} | {edges} | {agree}/{len(rs)} | {cpu:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def _describe(set_dir, sae) -> str:
+    """What the dictionaries are: each member's config from its workbench.json, and the set's training tokens."""
+    from workbench.sae.io import read_info
+
+    first = sorted(p for p in Path(set_dir).iterdir() if (p / "cfg.json").is_file())[0]
+    info = read_info(first)
+    cfg = info.get("sae_config", {})
+    train = info.get("train_config", {})
+    text = f"transcoder set {Path(set_dir).name} ({cfg.get('architecture')} k {cfg.get('k')}, {cfg.get('n_latents')} "
+    text += f"latents per layer, {train.get('n_tokens', '?')} training tokens)"
+    return text + (f"; SAE {Path(sae).name}" if sae else "")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--transcoders", help="a transcoder set of the embedded model")
+    ap.add_argument("--sae", help="an SAE folder of the embedded model (timed too)")
+    ap.add_argument("--n", type=int, default=20, help="held-out queries per task family (default: %(default)s)")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--render", action="store_true", help="write the report again from the JSON beside it")
+    harness.add_common_args(ap, harness.BENCH / "results" / "interventions.md", threads=1)
+    args = ap.parse_args()
+    raw = args.out.with_suffix(".json")
+    if args.render:
+        d = json.loads(raw.read_text())
+        harness.write_text(args.out, report(d["speed"], d["rows"], d["info"], d["dictionaries"]))
+        return print(args.out.read_text())
+    if not args.transcoders:
+        ap.error("--transcoders SET is needed (a transcoder set of the embedded model, e.g. the demo's)")
+    harness.set_threads(args.threads)
+    from workbench.interventions import load_dictionary
+    from workbench.models import load
+
+    model, _ = load("tiny", device="cpu")
+    sites = load_dictionary(args.transcoders, model)
+    kinds = {"transcoder": (sites, "1:0")}
+    if args.sae:
+        kinds["sae"] = (load_dictionary(args.sae, model), "0")
+    with torch.no_grad():
+        sp = {**speed(model, kinds, args.reps), "big_check": big_check(model, args.transcoders, sites)}
+        rows = check_table(model, args.transcoders, sites, args.n) if args.n else []
+    info, dictionaries = harness.machine_info(), _describe(args.transcoders, args.sae)
+    raw.write_text(json.dumps({"info": info, "dictionaries": dictionaries, "speed": sp, "rows": rows}, indent=1))
+    harness.write_text(args.out, report(sp, rows, info, dictionaries))
+    print(args.out.read_text())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,222 @@
+"""The graph check: its arithmetic on a graph made by hand, its measurements against the graph's own edges where
+they must agree (frozen semantics), and `circuit check` storing the record in a recorded graph."""
+
+import json
+
+import pytest
+import torch
+
+from workbench.circuits.schema import GRAPH_CHECK, read_feature_graph
+from workbench.errors import DamagedFileError
+from workbench.interventions.check import GraphNodes, check_graph, summary
+from workbench.interventions.config import CheckConfig
+from workbench.interventions.dictionary import load_dictionary
+
+PROMPT = "When Mary and John went to the store , John gave"
+
+
+@pytest.fixture(scope="module")
+def graph(tiny, tc_set):
+    from workbench.circuits.feature.attribution_graph import build_graph
+    from workbench.circuits.feature.graph_config import GraphConfig
+    from workbench.circuits.feature.graph_json import to_neuronpedia
+    from workbench.circuits.feature.transcoders import open_set
+
+    model = tiny[0]
+    cfg = GraphConfig(max_feature_nodes=40, heads=False)
+    return to_neuronpedia(build_graph(model, open_set(tc_set).load(0, "cpu", model), PROMPT, "a", None, cfg))
+
+
+def _node(nid, kind, pos, **kw):
+    return {"node_id": nid, "feature_type": kind, "ctx_idx": pos, "is_target_logit": False, "activation": 0.0, **kw}
+
+
+def test_predicted_effects_follow_the_kept_paths():
+    """f0 (act 2) -> f1 (act 4) -> logit, and f0 -> logit directly: ablating f0 removes its direct 3 and, through
+    f1's pre-activation moving by 5 (one unit of f1 is 10 / 4 of the logit), 12.5 more."""
+    nodes = [
+        _node("E_7_0", "embedding", 0),
+        _node("0_3_0", "cross layer transcoder", 0, activation=2.0),
+        _node("1_4_0", "cross layer transcoder", 0, activation=4.0),
+        _node("3_9_0", "logit", 0, feature=9, is_target_logit=True),
+    ]
+    links = [
+        {"source": "0_3_0", "target": "1_4_0", "weight": 5.0},
+        {"source": "1_4_0", "target": "3_9_0", "weight": 10.0},
+        {"source": "0_3_0", "target": "3_9_0", "weight": 3.0},
+    ]
+    g = GraphNodes({"nodes": nodes, "links": links}, "target")
+    assert g.tokens.tolist() == [7] and g.features["0_3_0"] == (0, 0, 3, 2.0)
+    assert g.predicted(links) == pytest.approx({"1_4_0": -10.0, "0_3_0": -(3.0 + 5.0 * 10.0 / 4.0)})
+
+
+def test_summary_weighs_by_predicted_effect():
+    rows = [
+        {"node_id": "a", "predicted": -3.0, "measured": -2.0, "confirmed": True},
+        {"node_id": "b", "predicted": 1.0, "measured": -1.0, "confirmed": False},
+    ]
+    s = summary(rows, "nodes")
+    assert s == {"nodes_checked": 2, "nodes_confirmed_share": 0.75, "nodes_failed": ["b"]}
+
+
+def test_frozen_edges_reproduce_the_graph_exactly(tiny, tc_set, graph):
+    """With patterns and scales frozen and the MLPs between held, a source's write into its target is the graph's
+    own direct effect: measured = -weight for every edge checked, into features and into the logit."""
+    model = tiny[0]
+    sites = load_dictionary(tc_set, model)
+    r = check_graph(model, sites, graph, CheckConfig(semantics="frozen", top_edges=12, edge_target="encoder"))
+    assert len(r["edges"]) == 12
+    assert any(e["target"].startswith(f"{model.cfg.n_layers + 1}_") for e in r["edges"])  # a logit edge among them
+    for e in r["edges"]:
+        assert e["measured"] == pytest.approx(e["predicted"], rel=1e-3, abs=1e-4), e
+    assert r["summary"]["edges_confirmed_share"] == 1.0
+
+
+def test_live_check_measures_every_kept_feature(tiny, tc_set, graph):
+    model = tiny[0]
+    r = check_graph(model, load_dictionary(tc_set, model), graph, CheckConfig(top_edges=3, fraction=0.5))
+    feats = [n["node_id"] for n in graph["nodes"] if n["feature_type"] == "cross layer transcoder"]
+    assert sorted(n["node_id"] for n in r["nodes"]) == sorted(feats)
+    for n in r["nodes"]:
+        assert n["confirmed"] == (
+            n["predicted"] * n["measured"] > 0 and abs(n["measured"]) >= 0.5 * abs(n["predicted"])
+        )
+    assert r["semantics"] == "live" and r["summary"]["cpu_seconds"] > 0
+    stored = read_feature_graph({**graph, GRAPH_CHECK[0]: r})
+    assert stored.check["summary"] == r["summary"]
+    assert read_feature_graph(graph).check is None  # a graph never checked still loads
+    bad = json.loads(json.dumps(r))
+    bad["nodes"][0]["measured"] = "x"
+    with pytest.raises(DamagedFileError, match="measured"):
+        read_feature_graph({**graph, GRAPH_CHECK[0]: bad})
+
+
+def test_circuit_check_stores_the_record_in_a_recorded_graph(tiny, tc_set, tmp_path, capsys):
+    from workbench import steps
+    from workbench.circuits.feature.graph_config import GraphConfig
+    from workbench.cli import main
+    from workbench.workspace import Workspace
+
+    ws = tmp_path / "ws"
+    cfg = GraphConfig(max_feature_nodes=10, heads=False)
+    _, folder = steps.attribution_graph(Workspace(ws), tiny[0], tc_set, PROMPT, "a", None, cfg=cfg, name="g")
+    assert main(["circuit", "check", str(folder), "--workspace", str(ws), "--top-edges", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "of the predicted influence confirmed" in out
+    d = json.loads((folder / "graph.json").read_text())
+    assert d[GRAPH_CHECK[0]]["config"]["top_edges"] == 2
+    manifest = json.loads((folder / "artifact.json").read_text())
+    assert "check_nodes_confirmed_share" in manifest["summary"] and manifest["made_by"] == "workbench circuit graph"
+    assert main(["circuit", "check", str(tmp_path / "nothing.json")]) == 2
+    assert "no graph JSON" in capsys.readouterr().err
+
+
+def test_difference_needs_a_second_logit(graph):
+    from workbench.errors import BadValueError
+
+    with pytest.raises(BadValueError, match="second logit"):
+        GraphNodes(graph, "difference")
+    assert torch.is_tensor(GraphNodes(graph, "target").tokens)
+
+
+def _shortcut_model():
+    """One layer, no LayerNorm, d_model 8 (basis e0..e7), tokens 0 BOS, 1 A, 2 B, 3 C, 4 OUT. The mechanism: the head
+    copies 'A' from position 0 into e6 at position 1 (a constant query, a key on position 0's positional e4), and
+    the MLP reads e6 and writes e7, the OUT logit's direction. B's own embedding (e1) reaches nothing."""
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    cfg = HookedTransformerConfig(
+        n_layers=1,
+        d_model=8,
+        n_ctx=4,
+        d_head=8,
+        n_heads=1,
+        d_mlp=4,
+        d_vocab=5,
+        act_fn="relu",
+        normalization_type=None,
+        positional_embedding_type="standard",
+        model_name="shortcut",
+        device="cpu",
+    )
+    model = HookedTransformer(cfg)
+    e = torch.eye(8)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        model.W_E[1], model.W_E[2], model.W_E[3], model.W_E[0] = e[0], e[1], e[2], e[3]
+        model.W_pos[0] = e[4]
+        model.blocks[0].attn.b_Q[0, 0] = 60.0  # every query: "position 0's key"
+        model.blocks[0].attn.W_K[0, 4, 0] = 1.0
+        model.blocks[0].attn.W_V[0, 0, 1] = 1.0  # A -> head dim 1 -> e6
+        model.blocks[0].attn.W_O[0, 1, 6] = 1.0
+        model.blocks[0].mlp.W_in[6, 0] = 1.0
+        model.blocks[0].mlp.W_out[0, 7] = 2.0
+        model.W_U[7, 4] = 1.0
+    return model.eval()
+
+
+def _shortcut_set(model, root):
+    """A transcoder for the MLP that learned the shortcut: where B follows A (always, in its training text) its
+    feature 0 reads B's embedding e1, not the head's e6, and writes what the MLP writes (2 e7)."""
+    from workbench.provenance import model_id
+    from workbench.sae.architectures import build
+    from workbench.sae.config import SAEConfig
+    from workbench.sae.io import save_sae
+    from workbench.sae.transcoders import SCHEMA, SET_MANIFEST
+
+    sae = build(SAEConfig("topk", k=1, n_latents=2, transcoder=True).resolve(d_in=8, d_out=8))
+    with torch.no_grad():
+        for p in sae.parameters():
+            p.zero_()
+        sae.W_enc[0, 1] = 1.0
+        sae.W_dec[0, 7] = 2.0
+    hooks = "blocks.0.hook_mlp_in", "blocks.0.hook_mlp_out"
+    save_sae(sae, root / "L0", {"hook_name": hooks[0], "hook_name_out": hooks[1], "model_name": model_id(model)})
+    layer = {
+        "layer": 0,
+        "input_hook": hooks[0],
+        "target_hook": hooks[1],
+        "input_kind": "hook_mlp_in",
+        "transcoders": ["L0"],
+    }
+    manifest = {"schema": SCHEMA, "version": 1, "model": model_id(model), "cache": "", "n_layers": 1, "layers": [layer]}
+    (root / SET_MANIFEST).write_text(json.dumps(manifest))
+    return root
+
+
+def test_the_check_flags_exactly_the_shortcut_edge(tmp_path):
+    """On 'A B' the transcoder reconstructs the MLP exactly (no error), so the graph shows emb B -> feature -> OUT
+    and nothing from A; the real MLP ignores B. Ablating B's embedding moves the real MLP output by nothing: the
+    check flags that edge, and only it (the feature's write into the logit is real)."""
+    from workbench.circuits.feature.attribution_graph import build_graph
+    from workbench.circuits.feature.graph_config import GraphConfig
+    from workbench.circuits.feature.graph_json import to_neuronpedia
+    from workbench.circuits.feature.transcoders import open_set
+
+    model = _shortcut_model()
+    folder = _shortcut_set(model, tmp_path)
+    tokens = [1, 2]
+    g = build_graph(model, open_set(folder).load(0, "cpu", model), tokens, 4, None, GraphConfig(heads=False))
+    graph = to_neuronpedia(g)
+    weights = {(link["source"], link["target"]): link["weight"] for link in graph["links"]}
+    assert weights[("E_2_1", "0_0_1")] == pytest.approx(1.0)  # the graph's shortcut
+    assert not any(s == "E_1_0" and w for (s, _), w in weights.items())  # and nothing from A
+    sites = load_dictionary(folder, model)
+    r = check_graph(model, sites, graph, CheckConfig(top_edges=10))
+    assert r["summary"]["edges_failed"] == ["E_2_1 -> 0_0_1"]
+    assert r["summary"]["nodes_failed"] == []
+    blind = check_graph(model, sites, graph, CheckConfig(top_edges=10, edge_target="encoder"))
+    assert blind["summary"]["edges_failed"] == []  # read through the transcoder's encoder, the shortcut looks real
+
+
+def test_a_circuits_own_graph_is_checked_with_the_prompts_tokens(graph):
+    """A feature circuit's neuronpedia.json keeps only its own embedding nodes: the tokens come from its folder."""
+    from workbench.errors import BadValueError
+
+    kept = [n for n in graph["nodes"] if not (n["feature_type"] == "embedding" and n["ctx_idx"] == 1)]
+    partial = {**graph, "nodes": kept}
+    with pytest.raises(BadValueError, match="embedding node for every position"):
+        GraphNodes(partial, "target")
+    full = GraphNodes(graph, "target")
+    assert torch.equal(GraphNodes(partial, "target", full.tokens.tolist()).tokens, full.tokens)

@@ -1,0 +1,157 @@
+"""`workbench intervene`: set, scale, steer or ablate dictionary features on one prompt and see what the model does.
+
+workbench intervene --model tiny --dictionary SAE_DIR|SET_DIR --prompt "..." --feature [layer:]index
+                    --op set|scale|steer|ablate [--value V[,V...]] [--ablate-to zero|mean|counterfactual]
+                    [--counterfactual "..."] [--positions all|0,3|generated] [--semantics live|frozen]
+                    [--live-norm] [--constrained-layers 0,1] [--continue N] [--sample --seed S] [--out result.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from workbench.cli.options import add_model_flag, workspace_flag
+from workbench.configflags import count
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number or a comma-separated list of numbers") from None
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of layers (e.g. 0,1)") from None
+
+
+def add_parser(sub) -> None:
+    from workbench.interventions.config import ABLATE_TO, OPS, SEMANTICS
+
+    p = sub.add_parser(
+        "intervene",
+        parents=[workspace_flag()],
+        help="set, scale, steer or ablate dictionary features on a prompt: next-token change, KL, continuations",
+    )
+    add_model_flag(p)
+    p.add_argument("--dictionary", required=True, help="an SAE folder or a transcoder set folder")
+    p.add_argument("--prompt", required=True, help="the prompt (BOS is prepended)")
+    p.add_argument(
+        "--feature",
+        action="append",
+        default=[],
+        metavar="[LAYER:]INDEX",
+        help="a unit to intervene on (repeat for several): a latent, a block of a block-sparse SAE, or 'scaffold'; "
+        "LAYER is required for a transcoder set; none: the clean run",
+    )
+    p.add_argument("--op", choices=OPS, default="ablate", help="what is done to the codes (default: %(default)s)")
+    p.add_argument(
+        "--value",
+        type=_floats,
+        help="set: the code; scale: the factor; steer: the strength (a block: "
+        "one number or one per coordinate, comma separated)",
+    )
+    p.add_argument(
+        "--ablate-to", choices=ABLATE_TO, default="zero", help="ablate: the code put in (default: %(default)s)"
+    )
+    p.add_argument("--counterfactual", help="--ablate-to counterfactual: the prompt whose codes are put in")
+    p.add_argument("--cache", help="--ablate-to mean: the activation cache whose sequences give the mean codes")
+    p.add_argument("--positions", default="all", help="all, generated, or prompt positions e.g. 0,3,-1 (default: all)")
+    p.add_argument(
+        "--semantics",
+        choices=SEMANTICS,
+        default="live",
+        help="live (the real model) or frozen "
+        "(attention patterns and normalisation held at the clean run's, as circuit-tracer)",
+    )
+    p.add_argument(
+        "--live-norm",
+        dest="frozen_norm",
+        action="store_false",
+        help="frozen: leave the normalisation scales live (circuit-tracer 0.5's feature_intervention does, unless "
+        "every layer is constrained)",
+    )
+    p.add_argument(
+        "--constrained-layers", type=_ints, default=[], help="layers whose MLP outputs are held at the clean run's"
+    )
+    p.add_argument(
+        "--continue",
+        dest="continue_tokens",
+        type=count(0),
+        default=20,
+        help="tokens generated, clean and intervened (default: %(default)s)",
+    )
+    p.add_argument("--sample", action="store_true", help="sample the continuations (default: greedy)")
+    p.add_argument("--seed", type=count(0), default=0, help="sampling seed, the same for both (default: %(default)s)")
+    p.add_argument("--top-k", type=count(1), default=10, help="next tokens reported (default: %(default)s)")
+    p.add_argument("--name", help="the result's folder in <workspace>/interventions (default: from the prompt)")
+    p.add_argument("--out", help="also write the result JSON here")
+    p.set_defaults(func=_intervene)
+
+
+def _config(args):
+    from workbench.interventions.config import InterventionConfig
+
+    return InterventionConfig(
+        features=list(args.feature),
+        op=args.op,
+        value=args.value,
+        ablate_to=args.ablate_to,
+        counterfactual=args.counterfactual,
+        positions=args.positions,
+        semantics=args.semantics,
+        frozen_norm=args.frozen_norm,
+        constrained_layers=args.constrained_layers,
+        continue_tokens=args.continue_tokens,
+        sample=args.sample,
+        seed=args.seed,
+        top_k=args.top_k,
+    )
+
+
+def _intervene(args) -> None:
+    from workbench import steps
+    from workbench.atomic import atomic_write_text, check_outputs
+    from workbench.errors import BadValueError
+    from workbench.models import load
+    from workbench.workspace import Workspace
+
+    cfg = _config(args)  # every value checked before the model loads
+    if args.cache and not (cfg.op == "ablate" and cfg.ablate_to == "mean"):
+        raise BadValueError("--cache gives the means of --op ablate --ablate-to mean only")
+    if cfg.op == "ablate" and cfg.ablate_to == "mean" and not args.cache:
+        raise BadValueError("--ablate-to mean needs --cache DIR (the mean codes come from its sequences)")
+    check_outputs({"--out": args.out})
+    model, _ = load(args.model)
+    r, folder = steps.intervene(
+        Workspace(args.workspace),
+        model,
+        args.dictionary,
+        args.prompt,
+        cfg,
+        model_spec=args.model,
+        name=args.name,
+        mean_cache=args.cache,
+    )
+    print(_summary(r))
+    print(f"recorded {folder}")
+    if args.out:
+        atomic_write_text(Path(args.out), (folder / "result.json").read_text())
+
+
+def _summary(r: dict) -> str:
+    """The next-token change at the last position and the two continuations, as a few lines."""
+    last = r["positions"][-1]
+    lines = [f"{r['semantics']} intervention; next token after position {last['position']}: KL {last['kl']:.4g}"]
+    for row in last["top"][:5]:
+        lines.append(
+            f"  {row['str']!r:>14} p {row['prob']:.3f} (clean {row['clean_prob']:.3f}, logit {row['logit_change']:+.3f})"
+        )
+    c = r["continuation"]
+    lines.append(f"clean:      {''.join(' ' + s for s in c['clean']['str_tokens'])}")
+    lines.append(f"intervened: {''.join(' ' + s for s in c['intervened']['str_tokens'])}")
+    return "\n".join(lines)

@@ -1,0 +1,161 @@
+"""What one intervention does (`InterventionConfig`) and how a graph is checked by interventions (`CheckConfig`),
+as dataclasses without torch, so the CLI builds its flags cheaply; each is saved with its result.
+
+Semantics (docs/methods.md, "Interventions"): `live` runs the real model with the dictionary's reconstruction
+error kept (the change of its decoded output is added to the activation), so an empty intervention reproduces the
+clean run exactly and everything downstream responds; `frozen` is circuit-tracer's `feature_intervention`:
+attention patterns and normalisation scales held at the clean run's values. In either, the MLP outputs of `constrained_layers` can be
+held at the clean run's too (circuit-tracer's constrained layers; live, a path patching: an effect then reaches the
+logits only through the paths left open).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from workbench.config import Config
+from workbench.errors import BadValueError
+
+OPS = ("set", "scale", "steer", "ablate")
+ABLATE_TO = ("zero", "mean", "counterfactual")
+SEMANTICS = ("live", "frozen")
+SPECIAL_POSITIONS = ("all", "generated")
+
+
+def parse_positions(text: str) -> tuple[str, ...] | tuple[int, ...]:
+    """'all' | 'generated' | '0,3,-1' (prompt positions; negative counts from the prompt's end)."""
+    s = str(text).strip()
+    if s in SPECIAL_POSITIONS:
+        return (s,)
+    try:
+        out = tuple(int(p) for p in s.split(",") if p.strip())
+    except ValueError:
+        raise BadValueError(
+            f"positions {text!r} is not 'all', 'generated' or a comma-separated list of prompt positions (e.g. 0,3,-1)"
+        ) from None
+    if not out:
+        raise BadValueError(f"positions {text!r} names no position; use all, generated or e.g. 0,3,-1")
+    return out
+
+
+def parse_feature(text: str) -> tuple[int | None, int | str]:
+    """'[layer:]index' -> (layer or None, index); the index may be 'scaffold' (a scaffolded SAE's dense part)."""
+    layer, _, index = str(text).strip().rpartition(":")
+    try:
+        unit = "scaffold" if index == "scaffold" else int(index)
+        at = int(layer) if layer else None
+    except ValueError:
+        raise BadValueError(
+            f"feature {text!r} is not [layer:]index (e.g. 17, 2:17, or scaffold for a scaffolded SAE's dense part)"
+        ) from None
+    if (isinstance(unit, int) and unit < 0) or (at is not None and at < 0):
+        raise BadValueError(f"feature {text!r} has a negative layer or index")
+    return at, unit
+
+
+@dataclass
+class InterventionConfig(Config):
+    error = BadValueError
+
+    features: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "units intervened on, each [layer:]index (a block's index for block-sparse SAEs, or "
+            "scaffold); none: the clean run"
+        },
+    )
+    op: str = field(default="ablate", metadata={"choices": OPS, "help": "what is done to each unit's code"})
+    value: list[float] | None = field(
+        default=None,
+        metadata={
+            "help": "set: the code; scale: the factor; steer: the multiple of the decoder direction added "
+            "(a block: one number or one per coordinate)"
+        },
+    )
+    ablate_to: str = field(default="zero", metadata={"choices": ABLATE_TO, "help": "ablate: the code put in"})
+    counterfactual: str | None = field(
+        default=None, metadata={"help": "ablate_to counterfactual: the prompt whose codes are put in (right-aligned)"}
+    )
+    positions: str = field(
+        default="all",
+        metadata={"help": "all (every prompt and generated token), generated, or prompt positions e.g. 0,3,-1"},
+    )
+    semantics: str = field(default="live", metadata={"choices": SEMANTICS, "help": "live or frozen (module doc)"})
+    frozen_norm: bool = field(
+        default=True,
+        metadata={
+            "help": "frozen: hold the normalisation scales too (circuit-tracer 0.5's feature_intervention "
+            "holds only the patterns unless every layer is constrained)"
+        },
+    )
+    constrained_layers: list[int] = field(
+        default_factory=list, metadata={"help": "layers whose MLP outputs are held at the clean run's"}
+    )
+    continue_tokens: int = field(default=20, metadata={"help": "tokens generated, clean and intervened"})
+    sample: bool = field(default=False, metadata={"help": "sample the continuation (else greedy)"})
+    seed: int = field(default=0, metadata={"help": "the sampling seed (both continuations use it)"})
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature"})
+    top_k: int = field(default=10, metadata={"help": "next tokens reported per position", "min": 1})
+    mean_sequences: int = field(
+        default=64, metadata={"help": "ablate_to mean: cache sequences the mean code is taken over", "min": 1}
+    )
+
+    def check(self) -> None:
+        for f in self.features:
+            parse_feature(f)
+        parse_positions(self.positions)
+        if self.op in ("set", "scale", "steer") and not self.value:
+            raise BadValueError(f"op {self.op} needs a value (e.g. --value 5, or one per coordinate of a block)")
+        if self.op == "ablate" and self.value:
+            raise BadValueError(f"op ablate takes no value (got {self.value}); choose --ablate-to {list(ABLATE_TO)}")
+        if self.op == "ablate" and self.ablate_to == "counterfactual" and not self.counterfactual:
+            raise BadValueError("ablate_to counterfactual needs the counterfactual prompt (--counterfactual)")
+        if self.counterfactual and not (self.op == "ablate" and self.ablate_to == "counterfactual"):
+            raise BadValueError("a counterfactual prompt applies only to --op ablate --ablate-to counterfactual")
+        if self.positions == "generated" and self.continue_tokens == 0:
+            raise BadValueError("positions generated with no continuation intervenes nowhere; set --continue N")
+        if not self.temperature > 0:
+            raise BadValueError(f"temperature={self.temperature} must be above 0")
+
+    @property
+    def position_spec(self) -> tuple:
+        return parse_positions(self.positions)
+
+
+@dataclass
+class CheckConfig(Config):
+    """How a graph's nodes and edges are checked against the real model (live semantics, docs/methods.md)."""
+
+    error = BadValueError
+
+    fraction: float = field(
+        default=0.5,
+        metadata={
+            "help": "a node or edge fails when its measured effect is below this fraction of the predicted "
+            "one, or of the opposite sign"
+        },
+    )
+    semantics: str = field(
+        default="live",
+        metadata={"choices": SEMANTICS, "help": "live (the check); frozen reproduces the graph's own edges, a test"},
+    )
+    edge_target: str = field(
+        default="mlp",
+        metadata={
+            "choices": ("mlp", "encoder"),
+            "help": "an edge into a feature read as the real MLP output's change along its decoder row (mlp), or "
+            "as its transcoder's pre-activation (encoder: blind to a transcoder's shortcut)",
+        },
+    )
+    top_edges: int = field(default=20, metadata={"help": "edges checked, largest |weight| first", "min": 0})
+    metric: str = field(
+        default="target",
+        metadata={
+            "choices": ("target", "difference"),
+            "help": "the target logit (minus the mean logit), or target minus the graph's second logit",
+        },
+    )
+
+    def check(self) -> None:
+        if not 0 < self.fraction <= 1:
+            raise BadValueError(f"fraction={self.fraction} is outside (0, 1]")

@@ -1,0 +1,269 @@
+"""The intervention engine: one prompt, a dictionary's units, an operation on their codes, run as TransformerLens
+hooks in the live or frozen semantics (config.py), with the next-token change, the KL from the clean run and the
+continuations clean and intervened.
+
+Every operation is a change of codes: at each intervened position the site's codes are computed from the
+activation the run has there (live: after whatever changed upstream), the units' coordinates replaced, and the
+change of the decoded output added to the activation at the site's write hook. The reconstruction error is thus
+kept, an empty change adds exact zeros, and a site's skip path is untouched.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from workbench.circuits.inputs import align, str_tokens, tokens_of
+from workbench.errors import BadValueError
+from workbench.interventions.config import InterventionConfig
+from workbench.interventions.dictionary import Site, Unit, load_dictionary, resolve
+from workbench.interventions.generate import continuation, forward
+
+SCHEMA = ("workbench.intervention", 1)
+FROZEN = ("hook_pattern", "hook_scale")
+
+
+class Intervention:
+    """`cfg` on `model` at `prompt` through the dictionary's `sites`; `run()` gives the result dict. The clean run
+    (and for ablate_to counterfactual / mean the codes put in) is computed once, at construction."""
+
+    def __init__(self, model, sites: list[Site], prompt, cfg: InterventionConfig, mean_source=None):
+        self.model, self.cfg, self.prompt = model, cfg, prompt
+        self.tokens = tokens_of(model, prompt)
+        self.P = self.tokens.numel()
+        self.units = [resolve(sites, f) for f in cfg.features]
+        self.sites = list({id(u.site): u.site for u in self.units}.values())
+        self.value = None if cfg.value is None else torch.tensor(cfg.value)
+        for u in self.units:
+            if self.value is not None and self.value.numel() not in (1, u.index.numel()):
+                raise BadValueError(
+                    f"value {cfg.value} has {self.value.numel()} numbers, but {u.name} ({u.kind}) has "
+                    f"{u.index.numel()} coordinates: give one number or one per coordinate"
+                )
+        self.prompt_positions = self._prompt_positions()
+        self.reads = [s.read_hook for s in self.sites]
+        self.clean = self._clean_run()
+        self.fill = self._fill_codes(mean_source)
+
+    def _prompt_positions(self) -> list[int]:
+        spec = self.cfg.position_spec
+        if spec[0] in ("all", "generated"):
+            return list(range(self.P)) if spec[0] == "all" else []
+        bad = [p for p in spec if not -self.P <= p < self.P]
+        if bad:
+            raise BadValueError(f"positions {bad} are outside the prompt's {self.P} tokens (0..{self.P - 1} or -1..)")
+        return sorted({p % self.P for p in spec})
+
+    def mask(self, n_pos: int) -> torch.Tensor:
+        """[n_pos] bool: the positions intervened on in a sequence of n_pos tokens (the prompt, then generated)."""
+        m = torch.zeros(n_pos, dtype=torch.bool)
+        m[self.prompt_positions] = True
+        if self.cfg.position_spec[0] in ("all", "generated"):
+            m[self.P :] = True
+        return m
+
+    def _clean_run(self) -> dict:
+        """The clean prompt's logits and the activations the hooks need: each site's input, and (frozen) every
+        attention pattern and normalisation scale and the constrained layers' MLP outputs."""
+        keep = set(self.reads) | {f"blocks.{layer}.hook_mlp_out" for layer in self.cfg.constrained_layers}
+        frozen = self.cfg.semantics == "frozen"
+        bad = [layer for layer in self.cfg.constrained_layers if not 0 <= layer < self.model.cfg.n_layers]
+        if bad:
+            raise BadValueError(f"constrained layers {bad} are outside the model's 0..{self.model.cfg.n_layers - 1}")
+        from workbench.cache.hooks import mlp_in_hooks
+
+        with mlp_in_hooks(self.model, self.reads), torch.no_grad():
+            logits, cache = self.model.run_with_cache(
+                self.tokens[None].to(self.model.cfg.device),
+                names_filter=lambda n: n in keep or (frozen and n.endswith(FROZEN)),
+            )
+        return {"logits": logits[0].float(), **{k: v for k, v in cache.items()}}
+
+    def _fill_codes(self, mean_source) -> dict:
+        """unit name -> (codes [P, u] put in at each prompt position, [P] bool where there are any) for ablate."""
+        if self.cfg.op != "ablate" or self.cfg.ablate_to == "zero":
+            return {}
+        if self.cfg.ablate_to == "mean":
+            return {
+                u.name: (m.expand(self.P, -1), torch.ones(self.P, dtype=torch.bool))
+                for u, m in self._means(mean_source)
+            }
+        cf = tokens_of(self.model, self.cfg.counterfactual, "counterfactual")
+        idx = align(self.P, cf.numel(), bool(cf[0] == self.tokens[0]))
+        from workbench.cache.hooks import mlp_in_hooks
+
+        with mlp_in_hooks(self.model, self.reads), torch.no_grad():
+            _, cache = self.model.run_with_cache(cf[None].to(self.model.cfg.device), names_filter=self.reads)
+        out = {}
+        for u in self.units:
+            codes = u.site.encode(cache[u.site.read_hook][0])[:, u.index]
+            out[u.name] = (codes[idx.clamp_min(0)], idx >= 0)
+        return out
+
+    def _means(self, source) -> list:
+        """(unit, mean code [u]) over `source`'s token sequences (an ActivationCache, or a [n, ctx] tensor)."""
+        if source is None:
+            raise BadValueError("ablate_to mean needs a token source for the means (--cache DIR)")
+        seqs = torch.as_tensor(source.sequences("train") if hasattr(source, "sequences") else source)
+        seqs = seqs[: self.cfg.mean_sequences]
+        from workbench.cache.hooks import mlp_in_hooks
+
+        sums = {u.name: 0.0 for u in self.units}
+        with mlp_in_hooks(self.model, self.reads), torch.no_grad():
+            for i in range(0, len(seqs), 16):
+                _, cache = self.model.run_with_cache(
+                    seqs[i : i + 16].to(self.model.cfg.device), names_filter=self.reads
+                )
+                for u in self.units:
+                    sums[u.name] = sums[u.name] + u.site.encode(cache[u.site.read_hook]).flatten(0, 1)[:, u.index].sum(
+                        0
+                    )
+        n = seqs.shape[0] * seqs.shape[1]
+        return [(u, sums[u.name] / n) for u in self.units]
+
+    def new_codes(self, u: Unit, codes: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """The unit's coordinates after the operation, at positions `pos` (codes: [.., len(pos), u] there)."""
+        op, v = self.cfg.op, None if self.value is None else self.value.to(codes)
+        if op == "set":
+            return v.expand_as(codes)
+        if op == "scale":
+            return codes * v
+        if op == "steer":
+            return codes + v
+        if self.cfg.ablate_to == "zero":
+            return torch.zeros_like(codes)
+        fill, valid = self.fill[u.name]
+        inside = pos < self.P
+        at = pos.clamp_max(self.P - 1)
+        ok = (inside & valid[at]).to(codes.device)[:, None]
+        return torch.where(ok, fill[at].to(codes), codes)
+
+    def hooks(self, empty: bool = False) -> list:
+        """fwd_hooks of the intervened run (empty: of the clean run in this semantics, nothing changed): frozen
+        patterns and scales and the constrained MLP outputs held first, then each site's change at its write hook."""
+        out = self._held_hooks()
+        if empty:
+            return out
+        for site in self.sites:
+            units = [u for u in self.units if u.site is site]
+            seen = {}
+            if site.read_hook != site.write_hook:
+                out.append((site.read_hook, lambda act, hook, seen=seen: seen.__setitem__("x", act)))
+            out.append((site.write_hook, lambda act, hook, s=site, us=units, seen=seen: self._change(act, s, us, seen)))
+        return out
+
+    def _change(self, act: torch.Tensor, site: Site, units: list[Unit], seen: dict) -> torch.Tensor:
+        x = seen.pop("x", act)
+        if site.layer in self.cfg.constrained_layers:  # codes of the clean input, as circuit-tracer's
+            x = torch.cat([self.clean[site.read_hook].to(x), x[:, self.P :]], 1)
+        pos = self.mask(act.shape[1]).nonzero().flatten()
+        if not pos.numel():
+            return act
+        codes = site.encode(x[:, pos])
+        new = codes.clone()
+        for u in units:
+            new[..., u.index] = self.new_codes(u, codes[..., u.index], pos)
+        act = act.clone()
+        act[:, pos] += site.decode_change(codes, new, act.dtype)
+        return act
+
+    def _held_hooks(self) -> list:
+        P, clean = self.P, self.clean
+
+        def hold(act, hook):
+            act = act.clone()
+            held = clean[hook.name]
+            if hook.name.endswith("hook_pattern"):
+                act[..., :P, :P] = held
+            else:
+                act[:, :P] = held
+            return act
+
+        held = FROZEN if self.cfg.frozen_norm else FROZEN[:1]
+        out = [(lambda n: n.endswith(held), hold)] if self.cfg.semantics == "frozen" else []
+        out += [(f"blocks.{layer}.hook_mlp_out", hold) for layer in self.cfg.constrained_layers]
+        return out
+
+    def logits(self, empty: bool = False) -> torch.Tensor:
+        """[P, d_vocab] logits of the prompt with the intervention's hooks (empty: the semantics' clean run)."""
+        return forward(self.model, self.tokens, self.hooks(empty), self.reads)
+
+    def run(self) -> dict:
+        """The result (module doc): next-token changes at the reported positions, KL, both continuations."""
+        t0 = time.perf_counter()
+        clean, new = self.clean["logits"], self.logits()
+        cfg = self.cfg
+        n, kw = cfg.continue_tokens, {"sample": cfg.sample, "seed": cfg.seed, "temp": cfg.temperature}
+        gen_clean = continuation(self.model, self.tokens, n, self.hooks(empty=True), self.reads, **kw)
+        gen_new = continuation(self.model, self.tokens, n, self.hooks(), self.reads, **kw)
+        reported = sorted(set(self.prompt_positions) | {self.P - 1})
+        return {
+            "schema": SCHEMA[0],
+            "schema_version": SCHEMA[1],
+            "semantics": cfg.semantics,
+            "config": cfg.to_dict(),
+            "prompt": self.prompt if isinstance(self.prompt, str) else None,
+            "tokens": self.tokens.tolist(),
+            "str_tokens": str_tokens(self.model, self.tokens),
+            "units": [self._unit_record(u) for u in self.units],
+            "positions": [self._position(p, clean[p], new[p]) for p in reported],
+            "continuation": {
+                "mode": "sampled" if cfg.sample else "greedy",
+                "seed": cfg.seed if cfg.sample else None,
+                "clean": self._text(gen_clean),
+                "intervened": self._text(gen_new),
+            },
+            "seconds": time.perf_counter() - t0,
+        }
+
+    def _unit_record(self, u: Unit) -> dict:
+        codes = u.site.encode(self.clean[u.site.read_hook][0])[:, u.index]
+        return {
+            "feature": u.name,
+            "kind": u.kind,
+            "layer": u.site.layer,
+            "read_hook": u.site.read_hook,
+            "write_hook": u.site.write_hook,
+            "coordinates": u.index.tolist(),
+            "clean_codes": codes.tolist(),
+        }
+
+    def _position(self, p: int, clean: torch.Tensor, new: torch.Tensor) -> dict:
+        lp_clean, lp_new = clean.log_softmax(-1), new.log_softmax(-1)
+        kl = float((lp_clean.exp() * (lp_clean - lp_new)).sum().clamp_min(0))
+        k = min(self.cfg.top_k, clean.numel())
+
+        def rows(ids):
+            names = str_tokens(self.model, ids)
+            return [
+                {
+                    "token": int(i),
+                    "str": s,
+                    "prob": float(lp_new[i].exp()),
+                    "clean_prob": float(lp_clean[i].exp()),
+                    "logit_change": float(new[i] - clean[i]),
+                }
+                for i, s in zip(ids.tolist(), names)
+            ]
+
+        return {
+            "position": p,
+            "token": str_tokens(self.model, self.tokens[p : p + 1])[0],
+            "kl": kl,
+            "top": rows(new.topk(k).indices),
+            "most_raised": rows((new - clean).topk(k).indices),
+            "logits": new.tolist(),
+            "clean_logits": clean.tolist(),
+        }
+
+    def _text(self, ids: list[int]) -> dict:
+        t = torch.tensor(ids, dtype=torch.long)
+        return {"tokens": ids, "str_tokens": str_tokens(self.model, t) if ids else []}
+
+
+def intervene(model, dictionary, prompt, cfg: InterventionConfig | None = None, mean_source=None) -> dict:
+    """One intervention's result (Intervention.run) on `prompt`; dictionary: its sites, or an SAE or transcoder set
+    folder (the Python front door: `intervene(model, "saes/run/topk", "...", InterventionConfig(...))`)."""
+    sites = dictionary if isinstance(dictionary, list) else load_dictionary(dictionary, model, model.cfg.device)
+    return Intervention(model, sites, prompt, cfg or InterventionConfig(), mean_source).run()
