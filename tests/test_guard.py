@@ -34,6 +34,8 @@ NOT_PATHS = {
     "--tasks",
     "--text-field",
     "--format",
+    "--feature",
+    "--positions",
 }
 LAYERS = ("sae", "train", "--transcoders")  # a layer spec ('all', '0,2'), not a path
 

@@ -62,6 +62,11 @@ def _features(folder: Path) -> None:
     store.unit(0)
 
 
+def _intervention(folder: Path) -> None:
+    readback.verify_artifact(folder, "intervention")
+    readback.json_file(folder / "result.json", "intervention result")
+
+
 READERS = {  # kind -> what the commands and the app call to read one
     "caches": _cache,
     "saes": _sae,
@@ -69,6 +74,7 @@ READERS = {  # kind -> what the commands and the app call to read one
     "circuits": _circuit,
     "models": _model,
     "features": _features,
+    "interventions": _intervention,
 }
 
 
@@ -104,6 +110,7 @@ def workspace(transcoder_workspace, tiny, tmp_path_factory):
     from workbench import steps
     from workbench.circuits.feature.graph_config import GraphConfig
     from workbench.corpus import tasks
+    from workbench.interventions.config import InterventionConfig
     from workbench.models import load
     from workbench.sae.config import SAEConfig, TrainConfig
 
@@ -121,6 +128,8 @@ def workspace(transcoder_workspace, tiny, tmp_path_factory):
     )
     cfg = GraphConfig(max_feature_nodes=8, batch_size=8, heads=False)
     steps.attribution_graph(ws, model, every, q.prompt, cfg=cfg, model_spec=model_dir, name="g")
+    iv = InterventionConfig(features=["0:1"], op="ablate", continue_tokens=2)
+    steps.intervene(ws, model, every, q.prompt, iv, model_spec=model_dir, name="iv")
     return root
 
 

@@ -413,15 +413,18 @@ def _members(ws: Workspace, tset, member) -> dict:
     return {str(layer): ws.rel(folder) for layer, folder in tset.member_folders(member).items()}
 
 
-def _claim(held: ExitStack, folder: Path, command: str, inputs: dict, work_dir=None) -> Path:
-    """Take a circuit's folder (and its build's work_dir) for this process until `held` closes: the output guard,
-    a lock on each (a second run on the same --name or work_dir is refused, naming this one), and a folder that
-    another run filled (or a stopped one left) is refused."""
-    check_artifact(folder, "circuits", inputs, {"work_dir": work_dir})
+CLAIMED = {"circuits": "a circuit or graph", "interventions": "an intervention"}  # what a finished folder holds
+
+
+def _claim(held: ExitStack, folder: Path, command: str, inputs: dict, work_dir=None, kind: str = "circuits") -> Path:
+    """Take a circuit's (or an intervention's) folder, and a build's work_dir, for this process until `held` closes:
+    the output guard, a lock on each (a second run on the same --name or work_dir is refused, naming this one), and
+    a folder that another run filled (or a stopped one left) is refused."""
+    check_artifact(folder, kind, inputs, {"work_dir": work_dir})
     for target in (folder, *([work_dir] if work_dir else [])):
         held.enter_context(output_lock(target, command))
     if folder.exists() and any(p for p in folder.iterdir() if not p.name.startswith(".")):
-        what = "a circuit or graph" if complete(folder) else "the files of a run stopped before it finished"
+        what = CLAIMED[kind] if complete(folder) else "the files of a run stopped before it finished"
         raise OutputExistsError(f"{folder} already holds {what}; delete it or pass another --name")
     return folder
 
@@ -554,27 +557,28 @@ def intervene(
     key = {"prompt": prompt, "dictionary": ws.rel(dictionary)}
     default = circuit_name(key, cfg.to_dict())
     folder = ws.path("interventions", name or default)
-    if folder.exists() and any(folder.iterdir()):
-        raise OutputExistsError(f"{folder} already holds an intervention; pass another --name")
     source = None
     if mean_cache is not None:
         from workbench.cache.reader import ActivationCache
 
         source = ActivationCache.open(mean_cache)
-    result = intervene(model, load_dictionary(dictionary, model, model.cfg.device), prompt, cfg, source)
-    write_json(folder / "result.json", result)
-    last = result["positions"][-1]
-    inputs = {**_model_inputs(ws, model, model_spec), "dictionary": Path(dictionary), "prompt": result["prompt"]}
-    if mean_cache is not None:
-        inputs["cache"] = Path(mean_cache)
-    ws.record(
-        folder,
-        "interventions",
-        made_by="workbench intervene",
-        config=cfg.to_dict(),
-        inputs=inputs,
-        summary={"semantics": cfg.semantics, "kl": last["kl"], "top": last["top"][0]["str"]},
-    )
+    with ExitStack() as held:
+        inputs = {"dictionary": dictionary, "mean_cache": mean_cache}
+        _claim(held, folder, "workbench intervene", inputs, kind="interventions")
+        result = intervene(model, load_dictionary(dictionary, model, model.cfg.device), prompt, cfg, source)
+        write_json(folder / "result.json", result)
+        last = result["positions"][-1]
+        inputs = {**_model_inputs(ws, model, model_spec), "dictionary": Path(dictionary), "prompt": result["prompt"]}
+        if mean_cache is not None:
+            inputs["cache"] = Path(mean_cache)
+        ws.record(
+            folder,
+            "interventions",
+            made_by="workbench intervene",
+            config=cfg.to_dict(),
+            inputs=inputs,
+            summary={"semantics": cfg.semantics, "kl": last["kl"], "top": last["top"][0]["str"]},
+        )
     return result, folder
 
 

@@ -101,9 +101,15 @@ def _add_check(circuit) -> None:
         parents=[workspace_flag("whose manifest records the graph")],
         help="check an attribution graph's nodes and top edges by interventions in the real model (stored in it)",
     )
-    c.add_argument("graph", help="a graph JSON (circuit-tracer schema, made by the workbench) or its circuit folder")
-    c.add_argument("--model", help="default: the model the graph's manifest records")
-    c.add_argument("--transcoders", help="the graph's transcoder set (default: the one its manifest records)")
+    graph = c.add_argument(
+        "graph", help="a graph JSON (circuit-tracer schema, made by the workbench) or its circuit folder"
+    )
+    declare(graph, INPUT)  # the check record is added to the graph in place, as features build adds to an SAE
+    declare(c.add_argument("--model", help="default: the model the graph's manifest records"), INPUT)
+    declare(
+        c.add_argument("--transcoders", help="the graph's transcoder set (default: the one its manifest records)"),
+        INPUT,
+    )
     c.add_argument("--member", help="which config of each layer's set (default: the manifest's, else 0)")
     add_config_flags(c, CheckConfig, "check.")
     c.set_defaults(func=_check)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from workbench.cli.options import add_model_flag, workspace_flag
 from workbench.configflags import count
+from workbench.guard import FILE, INPUT, declare
 
 
 def _floats(text: str) -> list[float]:
@@ -38,7 +39,7 @@ def add_parser(sub) -> None:
         help="set, scale, steer or ablate dictionary features on a prompt: next-token change, KL, continuations",
     )
     add_model_flag(p)
-    p.add_argument("--dictionary", required=True, help="an SAE folder or a transcoder set folder")
+    declare(p.add_argument("--dictionary", required=True, help="an SAE folder or a transcoder set folder"), INPUT)
     p.add_argument("--prompt", required=True, help="the prompt (BOS is prepended)")
     p.add_argument(
         "--feature",
@@ -59,7 +60,10 @@ def add_parser(sub) -> None:
         "--ablate-to", choices=ABLATE_TO, default="zero", help="ablate: the code put in (default: %(default)s)"
     )
     p.add_argument("--counterfactual", help="--ablate-to counterfactual: the prompt whose codes are put in")
-    p.add_argument("--cache", help="--ablate-to mean: the activation cache whose sequences give the mean codes")
+    declare(
+        p.add_argument("--cache", help="--ablate-to mean: the activation cache whose sequences give the mean codes"),
+        INPUT,
+    )
     p.add_argument("--positions", default="all", help="all, generated, or prompt positions e.g. 0,3,-1 (default: all)")
     p.add_argument(
         "--semantics",
@@ -89,7 +93,7 @@ def add_parser(sub) -> None:
     p.add_argument("--seed", type=count(0), default=0, help="sampling seed, the same for both (default: %(default)s)")
     p.add_argument("--top-k", type=count(1), default=10, help="next tokens reported (default: %(default)s)")
     p.add_argument("--name", help="the result's folder in <workspace>/interventions (default: from the prompt)")
-    p.add_argument("--out", help="also write the result JSON here")
+    declare(p.add_argument("--out", help="also write the result JSON here"), FILE)
     p.set_defaults(func=_intervene)
 
 
