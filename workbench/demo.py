@@ -66,7 +66,10 @@ class DemoConfig(Config):
     compare_queries: int = field(
         default=1, metadata={"min": 1, "help": "queries per task family for `attention compare`"}
     )
-    target_ndf: float = field(default=0.8, metadata={"help": "NDF the circuits of both models reach (equal NDF)"})
+    target_ndf: float = field(
+        default=0.8,
+        metadata={"min": 0, "max": 1, "open": "min", "help": "NDF the circuits of both models reach (equal NDF)"},
+    )
     samples: int = field(default=2, metadata={"help": "paraphrases and resampled counterfactuals per query"})
     tasks: str = field(
         default="ioi,induction,greater_than,addition,facts", metadata={"help": "task families, comma separated"}

@@ -135,7 +135,7 @@ def test_output_under_a_file_is_named(tmp_path, model, corpus, hooks, base):
 
 
 def test_shard_tokens_zero_is_refused_not_taken_as_the_default(tmp_path, model, corpus, hooks, base):
-    with pytest.raises(ValueError, match=r"shard_tokens=0 must be >= 1 \(or None\)"):
+    with pytest.raises(ValueError, match=r"shard_tokens=0 must be an integer >= 1 \(or None\)"):
         harvest(model, corpus, hooks, tmp_path / "c", **{**base, "shard_tokens": 0})
     assert not (tmp_path / "c").exists()
 

@@ -80,7 +80,7 @@ def _train(a: argparse.Namespace) -> None:
     from workbench import steps
     from workbench.checkpoint import dist_info
 
-    shared = {**config_values(a, SAEConfig, SAE), **set_fields(SAEConfig, a.set)}
+    shared = {**config_values(a, SAEConfig, SAE), **set_fields(SAEConfig, a.set, others=(TrainConfig,))}
     sweeps = [shared.pop(name) for name in SWEEP]
     cfgs = [SAEConfig(**dict(zip(SWEEP, values)), **shared) for values in itertools.product(*sweeps)]
     if SAE + "k" in given(a):
