@@ -204,6 +204,15 @@ def test_every_command_records_into_its_workspace(tiny, tmp_path, capsys):
     assert _ls(capsys, "--workspace", ws, "--kind", "circuits") == [f"no artifacts recorded in {ws} of kind circuits"]
 
 
+def test_sae_train_refuses_a_target_cache_it_would_ignore(tmp_path, capsys):
+    """A transcoder set reads each layer's input and output from --cache: --target-cache is refused, not ignored."""
+    argv = ["sae", "train", "--cache", str(tmp_path / "c"), "--transcoders", "all", "--target-cache", "other"]
+    assert main([*argv, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--target-cache 'other' applies to one transcoder" in err[0], err
+    assert not (tmp_path / "o").exists()
+
+
 def test_attention_train_set_names_the_flag_of_a_training_field(tmp_path, capsys):
     """--set feeds GateConfig; a SparsifyConfig field given through it is refused with the flag that sets it."""
     assert main(["attention", "train", "--out", str(tmp_path / "o"), "--set", "dual_start=5"]) == 2

@@ -92,6 +92,12 @@ def _train(a: argparse.Namespace) -> None:
     if a.transcoders is not None:
         if a.hook or a.target:
             raise BadValueError(f"--transcoders {a.transcoders!r} chooses each layer's hooks; drop --hook/--target")
+        if a.target_cache:
+            raise BadValueError(
+                f"--target-cache {a.target_cache!r} applies to one transcoder (--hook with --target); a transcoder "
+                f"set (--transcoders {a.transcoders!r}) reads every layer's MLP input and output from --cache: "
+                "drop --target-cache"
+            )
         folder, folders = steps.train_transcoder_set(ws, a.cache, a.transcoders, cfgs, train_cfg, **kw)
         saved = [f"saved transcoder set {folder}"]
     elif not a.hook:
