@@ -240,7 +240,7 @@ def test_a_stopped_build_resumes_to_the_same_graph(case, tmp_path):
 @pytest.mark.parametrize("value", [0.0, 1.5, -0.2])
 def test_thresholds_outside_zero_one_are_refused(case, field, value):
     model, tcs, tokens, _, _ = case
-    with pytest.raises(BadValueError, match=rf"{field}={value} is outside \(0, 1\]"):
+    with pytest.raises(BadValueError, match=rf"{field}={value} must be a finite number in \(0, 1\]"):
         build_graph(model, tcs, tokens, **{field: value})
 
 

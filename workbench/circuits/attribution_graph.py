@@ -208,12 +208,12 @@ def build_graph(model, transcoders, prompt, answer=None, wrong_answer=None, cfg:
     replacement.Transcoder). Targets: the answer (and wrong answer) logits, or the top logits covering
     cfg.desired_logit_prob. options override GraphConfig fields, e.g. build_graph(m, tcs, p, node_threshold=0.7)."""
     cfg = dataclasses.replace(cfg or GraphConfig(), **options)
+    tokens = tokens_of(model, prompt, "prompt")
     tcs = (
         transcoders
         if isinstance(transcoders, list)
         else load_transcoders(transcoders, device=model.cfg.device, model=model)
     )
-    tokens = tokens_of(model, prompt, "prompt")
     rm = ReplacementModel(model, tcs, tokens, cfg.position_step)
     active = ActiveFeatures.of(rm)
     ids, probs, vecs = _logit_targets(model, rm, answer, wrong_answer, cfg)
