@@ -24,6 +24,7 @@ from workbench.cache.config import HarvestConfig
 from workbench.config import Config
 from workbench.errors import BadValueError, UserError
 from workbench.sae.config import SAEConfig, TrainConfig
+from workbench.sae.scores import shown
 from workbench.workspace import Workspace
 
 DEMO_HOOK = "blocks.2.hook_resid_post"
@@ -206,7 +207,7 @@ def _evaluate(ws: Workspace, folders: list[Path], cache_dir: Path, log) -> dict:
         rec, splice = m["reconstruction"], m["splice"]
         log(
             f"sae {folder.name}: FVU {rec['fvu']:.3f}, L0 {rec['l0']:.1f}, CE loss recovered "
-            f"{splice['ce_loss_recovered']:.3f}"
+            f"{shown(splice, 'ce_loss_recovered', '.3f')}"
         )
         out[folder.name] = m
     return out
@@ -234,10 +235,10 @@ def _transcoders(ws: Workspace, cache_dir: Path, train: TrainConfig, progress: b
     m = steps.evaluate_sae(ws, folder, cache_dir, "tiny", ensure=True)
     for name, flat in m["members"].items():
         log(
-            f"transcoder {name}: FVU {flat['fvu']:.3f}, L0 {flat['l0']:.1f}, CE recovered {flat['ce_loss_recovered']:.3f}"
+            f"transcoder {name}: FVU {flat['fvu']:.3f}, L0 {flat['l0']:.1f}, CE recovered {shown(flat, 'ce_loss_recovered', '.3f')}"
         )
     for name, r in m["all_replaced"].items():
-        log(f"transcoders {name}, every MLP replaced at once: CE loss recovered {r['ce_loss_recovered']:.3f}")
+        log(f"transcoders {name}, every MLP replaced at once: CE loss recovered {shown(r, 'ce_loss_recovered', '.3f')}")
     steps.build_features(ws, members, cache_dir, "tiny", progress=progress, ensure=True)
     return m
 

@@ -113,6 +113,7 @@ def _train(a: argparse.Namespace) -> None:
 
 def _eval(a: argparse.Namespace) -> None:
     from workbench import steps
+    from workbench.sae.scores import shown
 
     cfg = EvalConfig(**config_values(a, EvalConfig, EVAL))
     ws = Workspace(a.workspace)
@@ -121,10 +122,10 @@ def _eval(a: argparse.Namespace) -> None:
         if "all_replaced" in m:  # a transcoder set
             for name, r in m["all_replaced"].items():
                 print(
-                    f"{folder}: every MLP replaced by {name}: CE recovered {r['ce_loss_recovered']:.4g}, "
-                    f"KL score {r['kl_score']:.4g}"
+                    f"{folder}: every MLP replaced by {name}: CE recovered {shown(r, 'ce_loss_recovered', '.4g')}, "
+                    f"KL score {shown(r, 'kl_score', '.4g')}"
                 )
             continue
         flat = {**m["reconstruction"], **m.get("splice", {})}
-        shown = ", ".join(f"{k} {flat[k]:.4g}" for k in steps.SAE_HEADLINE if k in flat)
-        print(f"{folder}: {shown}  (all metrics in metrics.json)")
+        headline = ", ".join(f"{k} {shown(flat, k, '.4g')}" for k in steps.SAE_HEADLINE if k in flat)
+        print(f"{folder}: {headline}  (all metrics in metrics.json)")
