@@ -105,7 +105,6 @@ def test_prompt_view_runs_the_model_and_sae(app, feature_workspace):
         ({"sae": "/etc/passwd"}, "not a path inside the workspace"),
         ({"sae": "saes/run/escape"}, "outside the workspace"),
         ({"sae": "saes/nothing-here"}, "does not exist"),
-        ({"unit": "abc"}, "not an integer"),
         ({"unit": "999999"}, "out of range"),
     ],
 )
@@ -118,6 +117,16 @@ def test_bad_deep_links_show_an_error_not_a_traceback(app, feature_workspace, tm
         link.unlink()
     assert not at.exception
     assert message in plain(at.error[0].value)
+
+
+@pytest.mark.parametrize("unit", ["abc", "1.5", "nan"])
+def test_a_bad_number_in_the_url_is_a_notice_and_the_page_draws(app, feature_workspace, unit):
+    """Every parsed URL parameter goes through state.url_param: a bad one is a warning naming it, not an error
+    box or a trace, and the page draws without it (here on its default unit)."""
+    at = ok(app("views/feature.py", sae=saes(feature_workspace)[0], unit=unit))
+    [warning] = [plain(w.value) for w in at.warning if "unit=" in plain(w.value)]
+    assert f"ignored the link's unit= ('{unit}' is not an integer)" in warning
+    assert "unit" not in at.query_params and at.get("plotly_chart")
 
 
 def test_bad_search_mode_and_query(app, feature_workspace):
