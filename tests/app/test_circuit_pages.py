@@ -360,7 +360,8 @@ DEEP = "[" * 3000 + "]" * 3000  # nested past the JSON parser's depth: a Recursi
 )
 def test_a_bad_url_parameter_is_a_notice_and_the_circuit_still_draws(circuit_app, param, value, message):
     """Every parsed URL parameter goes through state.url_param: a warning naming it, the page drawn without it."""
-    at = ok(circuit_app("views/circuit.py", circuit="circuits/ioi-0", pinned="m1", **{param: value}))
+    view = {"view": "target"} if param == "target" else {}  # the NDF target is read in its own view
+    at = ok(circuit_app("views/circuit.py", circuit="circuits/ioi-0", pinned="m1", **view, **{param: value}))
     [warning] = [plain(w.value) for w in at.warning if f"{param}=" in plain(w.value)]
     assert f"ignored the link's {param}=" in warning and message in warning, warning
     assert view_data(at)["annotations"]["pinned"] == ["m1"]  # the good parameters still apply

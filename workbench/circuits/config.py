@@ -97,9 +97,6 @@ class SearchConfig(Config):
         },
     )
 
-    def check(self) -> None:
-        check_method(self.method, self.steps)
-
     @property
     def gap_threshold(self) -> float:
         return DEFAULT_MIN_GAP[self.metric] if self.min_gap is None else self.min_gap
