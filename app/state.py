@@ -6,8 +6,10 @@ parameter names goes through browse.resolve. No torch here: what runs a model li
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import math
 import os
 from pathlib import Path
 
@@ -273,15 +275,43 @@ def synced(widget, name: str, url_value, key: str, to_url=str, **kwargs):
     return out
 
 
-def int_param(name: str, default: int | None = None, lo: int | None = None, hi: int | None = None) -> int | None:
-    """An integer query parameter; outside [lo, hi] it is clamped with a visible notice (never silently)."""
+def url_param(name: str, parse, default=None):
+    """The one reader of a query parameter a page parses (numbers, pins, groups, notes): `parse(raw)` of ?name=,
+    or `default` when it is absent. A bad one (`parse` raises a UserError or ValueError; JSON is read with the
+    upload path's size and depth limits, annotations.from_param) is a visible notice naming it, leaves the URL,
+    and the page draws on with `default`: a mistyped link never costs the page."""
     raw = st.query_params.get(name)
     if raw is None:
         return default
     try:
-        v = int(raw)
+        return parse(raw)
+    except (UserError, ValueError) as e:
+        st.warning(text(f"ignored the link's {name}= ({e}); showing the page without it"))
+        del st.query_params[name]
+        return default
+
+
+def number(raw: str) -> float:
+    """A finite float from a query parameter (NaN and infinity are not numbers a view can use)."""
+    v = float(raw)
+    if not math.isfinite(v):
+        raise ValueError(f"{raw!r} is not a finite number")
+    return v
+
+
+def integer(raw: str) -> int:
+    try:
+        return int(raw)
     except ValueError:
-        fail(f"query parameter {name}={raw!r} is not an integer")
+        raise ValueError(f"{raw!r} is not an integer") from None
+
+
+def int_param(name: str, default: int | None = None, lo: int | None = None, hi: int | None = None) -> int | None:
+    """An integer query parameter (url_param); outside [lo, hi] it is clamped with a visible notice (never
+    silently)."""
+    v = url_param(name, integer, None)
+    if v is None:
+        return default
     clamped = max(lo, v) if lo is not None else v
     clamped = min(hi, clamped) if hi is not None else clamped
     if clamped != v:
@@ -450,11 +480,13 @@ def draw_diff(pairs: list[tuple[str, cg.CircuitData, cg.View]], key: str, height
 
 
 def marks() -> annotations.Annotations:
-    """The URL's pins, groups and notes; a malformed parameter is a one-line page error."""
-    try:
-        return graph_view.url_annotations()
-    except UserError as e:
-        fail(e)
+    """The URL's pins, groups and notes, each read by url_param: a malformed one is a notice and is left out."""
+    return annotations.Annotations(
+        *(
+            url_param(n, functools.partial(annotations.from_param, n), annotations.from_param(n, ""))
+            for n in graph_view.PARAMS
+        )
+    )
 
 
 def marked(source: bytes | Path, n_heads: int):

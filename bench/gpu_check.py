@@ -31,6 +31,7 @@ import harness  # noqa: E402
 
 from workbench.sae.architectures import build
 from workbench.sae.config import ARCHITECTURES, SAEConfig, TrainConfig
+from workbench.sae.scores import UNDEFINED, shown
 from workbench.sae.trainer import Trainer
 
 
@@ -209,7 +210,7 @@ def training_run(device, quick: bool, work: Path) -> dict:
             "l0": r["l0"],
             "n_dead": r["n_dead"],
             "n_dense": r["n_dense"],
-            "ce_loss_recovered": s["ce_loss_recovered"],
+            **{k: s[k] for k in ("ce_loss_recovered", "ce_loss_recovered" + UNDEFINED) if k in s},
             "ce_no_scaffold": s.get("ce_no_scaffold"),
         }
     return {
@@ -281,7 +282,7 @@ def report(res: dict) -> str:
         for k, v in t["eval"].items():
             lines.append(
                 f"| {k} | {v['fvu']:.3f} | {v['l0']:.1f} | {v['n_dead']} | {v['n_dense']} | "
-                f"{v['ce_loss_recovered']:.4f} | {v['ce_no_scaffold'] if v['ce_no_scaffold'] is None else round(v['ce_no_scaffold'], 3)} |"
+                f"{shown(v, 'ce_loss_recovered', '.4f')} | {v['ce_no_scaffold'] if v['ce_no_scaffold'] is None else round(v['ce_no_scaffold'], 3)} |"
             )
     if "circuit" in res:
         c = res["circuit"]

@@ -1,5 +1,6 @@
 import argparse
 import json
+import math
 import re
 from pathlib import Path
 
@@ -203,12 +204,30 @@ def test_every_command_records_into_its_workspace(tiny, tmp_path, capsys):
     assert _ls(capsys, "--workspace", ws, "--kind", "circuits") == [f"no artifacts recorded in {ws} of kind circuits"]
 
 
+def test_sae_train_refuses_a_target_cache_it_would_ignore(tmp_path, capsys):
+    """A transcoder set reads each layer's input and output from --cache: --target-cache is refused, not ignored."""
+    argv = ["sae", "train", "--cache", str(tmp_path / "c"), "--transcoders", "all", "--target-cache", "other"]
+    assert main([*argv, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--target-cache 'other' applies to one transcoder" in err[0], err
+    assert not (tmp_path / "o").exists()
+
+
+def test_attention_train_set_names_the_flag_of_a_training_field(tmp_path, capsys):
+    """--set feeds GateConfig; a SparsifyConfig field given through it is refused with the flag that sets it."""
+    assert main(["attention", "train", "--out", str(tmp_path / "o"), "--set", "dual_start=5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "dual_start has its own flag; use --dual-start 5" in err[0], err
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.parametrize(
     "pair, match",
     [
         ("k=3", "k has its own flag; use --k 3"),
         ("architecture=topk", "use --arch"),
         ("seed=1", "use --seed"),
+        ("lr=0.1", "lr has its own flag; use --lr 0.1"),  # a TrainConfig field: the same command's flag
         ("prefixes=[1.5,2]", r"prefixes=\[1.5, 2\] is not of type list\[int\] \| None"),
         ("prefixes=[1,2", r"prefixes='\[1,2' is not of type"),
         ("name=../../x", "must be a plain folder name"),
@@ -347,6 +366,40 @@ def test_every_integer_flag_refuses_a_negative_value_by_name(path, parser, flag,
     assert f"argument {flag}" in line and "-3" in line and ">= " in line, line
 
 
+def _config_number_flags():
+    """(command, parser, flag, config field, int or float) of every flag generated from a numeric config field."""
+    for path, parser in _leaf_commands():
+        for a in parser._actions:
+            f = getattr(a.type, "field", None)
+            if a.option_strings and f is not None and a.type.__name__ in ("int", "float"):
+                yield path, parser, a.option_strings[0], f, {"int": int, "float": float}[a.type.__name__]
+
+
+CONFIG_NUMBER_FLAGS = list(_config_number_flags())
+
+
+def test_the_config_number_flags_are_found():
+    flags = {(" ".join(p), flag) for p, _, flag, _, _ in CONFIG_NUMBER_FLAGS}
+    assert {("circuit graph", "--chunk-mib"), ("demo", "--target-ndf"), ("attention train", "--tolerance")} <= flags
+
+
+@pytest.mark.parametrize(
+    "path, parser, flag, f, kind",
+    CONFIG_NUMBER_FLAGS,
+    ids=[" ".join((*p, flag)) for p, _, flag, _, _ in CONFIG_NUMBER_FLAGS],
+)
+def test_every_config_number_flag_refuses_out_of_range_nan_and_inf(path, parser, flag, f, kind, capsys):
+    """The flag generated from a numeric config field refuses what the config refuses, with the config's message,
+    as it is parsed (status 2, before any work)."""
+    from tests.test_config import bad_values
+    from workbench.config import valid_range
+
+    values = [v for v in bad_values(f, kind) if kind is float or math.isfinite(v)]
+    for value in values:
+        line = _refusal([*path, *_required_args(parser), f"{flag}={value}"], capsys)
+        assert f"argument {flag}" in line and valid_range(f, kind) in line, line
+
+
 @pytest.mark.parametrize(
     "argv, flag",
     [
@@ -368,7 +421,7 @@ def test_a_zero_count_is_refused_where_zero_means_nothing(argv, flag, capsys):
 def test_a_zero_ctx_len_is_refused_by_the_config_too():
     from workbench.cache.config import HarvestConfig
 
-    with pytest.raises(BadValueError, match=r"ctx_len=0 must be >= 1 \(or None\)"):
+    with pytest.raises(BadValueError, match=r"ctx_len=0 must be an integer >= 1 \(or None\)"):
         HarvestConfig(ctx_len=0)
 
 

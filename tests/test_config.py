@@ -78,7 +78,7 @@ def test_a_renamed_field_of_an_old_saved_config_is_migrated_on_read():
         ({"limits": ()}, "is not of type tuple"),
         ({"ks": (1, "x")}, "ks=.* is not of type"),  # a variable-length tuple checks every item
         ({"name": "c"}, r"name='c' is not valid; choose one of \['a', 'b'\]"),
-        ({"width": 0}, r"width=0 must be >= 1 \(or None\)"),
+        ({"width": 0}, r"width=0 must be an integer >= 1 \(or None\)"),
         ({"ks": (1, 2, 3), "width": 2}, r"ks=\[1, 2, 3\] has more entries than width=2"),
         ({"inner": {"scale": 1.0}}, "inner=.* is not of type"),
     ],
@@ -99,7 +99,7 @@ def test_fields_left_for_the_data_are_checked_when_resolve_fills_them():
 
 
 def test_a_config_raises_its_own_error_class():
-    with pytest.raises(BadValueError, match="n=-1 must be >= 0"):
+    with pytest.raises(BadValueError, match="n=-1 must be an integer >= 0"):
         Lenient(n=-1)
 
 
@@ -169,3 +169,76 @@ def test_cli_wrong_length_or_type_in_a_tuple_or_list_field_is_one_line(command, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and name in err[0], err
     assert not any(tmp_path.iterdir())
+
+
+SAMPLES = {  # a valid instance of each config with fields that have no default
+    "CacheConfig": dict(
+        model="m",
+        corpus="c",
+        hooks=("h",),
+        n_tokens=100,
+        ctx_len=8,
+        batch_size=2,
+        dtype="float32",
+        shard_tokens=50,
+        heldout_fraction=0.1,
+        exclude_special=True,
+        special_ids=(0,),
+        outlier_factor=10.0,
+    )
+}
+
+
+def _numeric_fields() -> list[tuple[type, dataclasses.Field, type]]:
+    """(config class, field, int or float) of every numeric field of every config dataclass of the package."""
+    from workbench.config import _hints, numeric
+
+    return [
+        (cls, f, numeric(_hints(cls)[f.name]))
+        for cls in _config_classes()
+        for f in dataclasses.fields(cls)
+        if numeric(_hints(cls)[f.name])
+    ]
+
+
+def bad_values(f: dataclasses.Field, kind: type) -> list:
+    """Values outside a numeric field's declared bounds: past each bound (on it, where the bound is open), NaN,
+    and both infinities."""
+    from workbench.config import _bounds
+
+    low, high, low_open, high_open = _bounds(f, kind)
+    out = [float("nan"), float("inf"), float("-inf")]
+    if low is not None:
+        out.append(low if low_open else low - 1)
+    if high is not None:
+        out.append(high if high_open else high + 1)
+    return out
+
+
+NUMERIC = _numeric_fields()
+
+
+def test_the_numeric_fields_are_found_in_every_config():
+    names = {f"{c.__name__}.{f.name}" for c, f, _ in NUMERIC}
+    assert {
+        "GraphConfig.chunk_mib",
+        "DemoConfig.target_ndf",
+        "SparsifyConfig.tolerance",
+        "CacheConfig.n_tokens",
+    } <= names
+    assert len(NUMERIC) >= 100, len(NUMERIC)
+
+
+@pytest.mark.parametrize("cls, f, kind", NUMERIC, ids=[f"{c.__name__}.{f.name}" for c, f, _ in NUMERIC])
+def test_every_numeric_field_refuses_out_of_range_nan_and_infinite_values_by_name(cls, f, kind):
+    """One rule in the config base: each value outside the field's declared bounds is one line naming the field
+    and its valid range, however the config is made (here from Python; flags and --set go through it too)."""
+    from workbench.config import valid_range
+    from workbench.errors import UserError
+
+    base = cls(**SAMPLES.get(cls.__name__, {}))
+    for value in bad_values(f, kind):
+        with pytest.raises(UserError) as e:
+            dataclasses.replace(base, **{f.name: value})
+        message = str(e.value)
+        assert "\n" not in message and f"{f.name}={value!r}" in message and valid_range(f, kind) in message, message

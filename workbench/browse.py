@@ -19,6 +19,7 @@ from workbench.circuits import schema
 from workbench.circuits.feature.transcoders import TranscoderSet
 from workbench.errors import DamagedFileError, MissingInputError, UserError
 from workbench.readback import artifact_manifest, json_file, json_or_empty, reading, verify_artifact, verify_listed
+from workbench.sae.scores import shown
 from workbench.sae.transcoders import SET_MANIFEST as TRANSCODER_SET
 from workbench.sae.transcoders import read_manifest
 from workbench.workspace import KINDS, MANIFEST, Artifact, Skipped, Workspace
@@ -251,15 +252,16 @@ class TranscoderSetView:
                 "member": name,
                 "reads": e["input_hook"],
                 "writes": e["target_hook"],
-                **{k: members.get(name, {}).get(k) for k in ("fvu", "l0", "ce_loss_recovered")},
+                **{k: shown(members.get(name, {}), k) for k in ("fvu", "l0", "ce_loss_recovered")},
             }
             for e in self.tset.layers
             for name in e["transcoders"]
         ]
 
-    def all_replaced(self) -> dict[str, float]:
-        """Each config's CE loss recovered with every MLP of the set replaced at once (the replacement model)."""
-        return {k: v["ce_loss_recovered"] for k, v in self.metrics.get("all_replaced", {}).items()}
+    def all_replaced(self) -> dict[str, float | str]:
+        """Each config's CE loss recovered with every MLP of the set replaced at once (the replacement model), or
+        'undefined (reason)' (workbench.sae.scores)."""
+        return {k: shown(v, "ce_loss_recovered") for k, v in self.metrics.get("all_replaced", {}).items()}
 
 
 def open_transcoder_set(folder: str | Path) -> TranscoderSetView:

@@ -1,19 +1,25 @@
 """The one base of every config dataclass, and its one rule for when a config checks itself.
 
-The rule: constructing a config checks every value it holds (types, metadata choices and minimums, then
-the config's own `check()`: ranges and relations between fields), skipping only fields left None for the
+The rule: constructing a config checks every value it holds (types, metadata choices, the numeric bounds
+below, then the config's own `check()`: relations between fields), skipping only fields left None for the
 data to decide. `resolve(...)` fills those fields from the data (a cache's width, the number of
 processes, another field's preset), checks the config against that data and returns a completed copy,
 which passes every construction check again. So a config that exists is valid as far as it is known,
 and a resolved one is valid as a whole. Values from `--set` or a JSON file arrive untyped and fail on
 construction, by field name. Every config saves with `to_dict()` and loads with `from_dict()`, which
 migrates field names of older saved configs (`renamed`) and names unknown fields and the valid ones.
+
+Numeric bounds are declared once, in the field's metadata, and checked here for every way a config is made
+(a generated flag, `--set`, JSON, Python): "min" / "max" are inclusive bounds and "open" ("min", "max" or
+"both") makes them exclusive. An int field's "min" is 0 unless declared (no count, size or seed is
+negative); a float field is always finite (NaN and infinity are refused).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import types
 import typing
 from typing import ClassVar
@@ -58,6 +64,43 @@ def _tuple_field(hint) -> bool:
     return origin is tuple or hint is tuple
 
 
+def numeric(hint) -> type | None:
+    """int or float when a field's annotation is that number type (optionally `| None`), else None."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+    return args[0] if len(args) == 1 and args[0] in (int, float) else None
+
+
+def _bounds(f: dataclasses.Field, kind: type) -> tuple:
+    """(low, high, low open, high open) of a numeric field's metadata; an int's low is 0 unless declared."""
+    meta, opened = f.metadata, f.metadata.get("open", "")
+    low = meta.get("min", 0 if kind is int else None)
+    return low, meta.get("max"), opened in ("min", "both"), opened in ("max", "both")
+
+
+def valid_range(f: dataclasses.Field, kind: type) -> str:
+    """What a numeric field takes, in words: 'an integer >= 1', 'a finite number in (0, 1]'."""
+    low, high, low_open, high_open = _bounds(f, kind)
+    what = "an integer" if kind is int else "a finite number"
+    if low is not None and high is not None:
+        return f"{what} in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    if low is not None:
+        return f"{what} {'>' if low_open else '>='} {low:g}"
+    if high is not None:
+        return f"{what} {'<' if high_open else '<='} {high:g}"
+    return what
+
+
+def out_of_range(f: dataclasses.Field, kind: type, v) -> str | None:
+    """The one-line refusal of value `v` for numeric field `f` (None when it is within the declared bounds)."""
+    low, high, low_open, high_open = _bounds(f, kind)
+    ok = isinstance(v, int) or math.isfinite(v)
+    if low is not None:
+        ok = ok and (v > low if low_open else v >= low)
+    if high is not None:
+        ok = ok and (v < high if high_open else v <= high)
+    return None if ok else f"{f.name}={v!r} must be {valid_range(f, kind)}"
+
+
 def check_device(device: str | None, error: type[Exception]) -> None:
     """A config's `device` must name a torch device this machine has (None: chosen when the job runs); raise
     `error` before any work otherwise. Imports torch only for a device that is set."""
@@ -94,14 +137,16 @@ class Config:
         hints = _hints(type(self))
         for f in dataclasses.fields(self):
             v, hint = getattr(self, f.name), hints[f.name]
+            kind, optional = numeric(hint), " (or None)" if _is(None, hint) else ""
             if not _is(v, hint):
-                raise self.error(f"{f.name}={v!r} is not of type {_type_name(hint)}")
+                need = f": it must be {valid_range(f, kind)}{optional}" if kind else ""
+                raise self.error(f"{f.name}={v!r} is not of type {_type_name(hint)}{need}")
             choices = f.metadata.get("choices")
             if choices is not None and v not in choices:
                 raise self.error(f"{f.name}={v!r} is not valid; choose one of {list(choices)}")
-            low = f.metadata.get("min", 0)  # the bound its generated flag enforces (configflags)
-            if isinstance(v, int) and not isinstance(v, bool) and v < low:
-                raise self.error(f"{f.name}={v} must be >= {low}" + (" (or None)" if _is(None, hint) else ""))
+            message = out_of_range(f, kind, v) if kind and v is not None else None
+            if message:
+                raise self.error(message + optional)
         self.check()
 
     def check(self) -> None:

@@ -1,9 +1,9 @@
 """argparse flags generated from the config dataclasses, so each default and help text is written
-once, in the dataclass field (`metadata`: help, choices, min for an int field's least value (default 0),
-flag for a different flag name, negate for a store_false flag, cli=False to leave a field to `--set`, path for
-a path the command reads or writes: a workbench.guard.Role form, checked by the output guard).
-The flag refuses a value outside its choices or below its min as it is parsed; the config
-(workbench.config.Config) refuses the same values when it is made from Python or JSON.
+once, in the dataclass field (`metadata`: help, choices, the numeric bounds min / max / open / inf of
+workbench.config, flag for a different flag name, negate for a store_false flag, cli=False to leave a field
+to `--set`, path for a path the command reads or writes: a workbench.guard.Role form, checked by the output
+guard). The flag refuses a value outside its choices or its bounds (NaN, inf) as it is parsed, with the
+message the config (workbench.config.Config) gives for the same value from Python, JSON or `--set`.
 
 Scalar fields (int, float, str, bool, optionally `| None`) get a flag; lists and dicts are set with
 `--set FIELD=JSON`. Each config's values land under its own prefix in the namespace, so two configs
@@ -16,6 +16,7 @@ import argparse
 import dataclasses
 import json
 
+from workbench.config import out_of_range
 from workbench.errors import BadValueError
 from workbench.guard import Role, declare
 
@@ -30,7 +31,10 @@ def _scalar(annotation) -> tuple[type | None, bool]:
     return (_SCALARS.get(parts[0]) if len(parts) == 1 else None), optional
 
 
-def _parse(typ: type, optional: bool, minimum: int | None = None):
+def _parse(typ: type, optional: bool, f: dataclasses.Field | None = None, minimum: int | None = None):
+    """The argparse type of a flag: `typ` from the text, within the bounds of config field `f` (a number)
+    or at least `minimum`."""
+
     def parse(text: str):
         if optional and text.lower() == "none":
             return None
@@ -38,23 +42,21 @@ def _parse(typ: type, optional: bool, minimum: int | None = None):
             value = typ(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a valid {typ.__name__}") from None
+        if f is not None and typ in (int, float) and (message := out_of_range(f, typ, value)):
+            raise argparse.ArgumentTypeError(message)
         if minimum is not None and value < minimum:
             raise argparse.ArgumentTypeError(f"{value} is below the minimum: it must be an integer >= {minimum}")
         return value
 
     parse.__name__ = typ.__name__
+    parse.field = f  # the config field whose bounds it checks (tests walk the parser by it)
     return parse
 
 
 def count(minimum: int = 1):
-    """The argparse type of every integer flag: a count, size, seed or port is an integer >= minimum (a config
-    field's minimum is its metadata "min", else 0), refused by name as the flag is parsed, before any work."""
-    return _parse(int, False, minimum)
-
-
-def minimum(f: dataclasses.Field) -> int | None:
-    """The smallest value an int field takes (metadata "min"; default 0: no count, size or seed is negative)."""
-    return f.metadata.get("min", 0) if _scalar(f.type)[0] is int else None
+    """The argparse type of an integer flag outside the configs: a count, size, seed or port is an integer >=
+    minimum, refused by name as the flag is parsed, before any work."""
+    return _parse(int, False, minimum=minimum)
 
 
 GIVEN = "_given_flags"  # namespace attribute: the dests of the config flags given on the command line
@@ -116,7 +118,7 @@ def add_config_flags(parser, cls, prefix: str, sweep: tuple[str, ...] = (), skip
                 kw.update(default=default, help=f"{text} (default: %(default)s)")
             metavar = "{" + ",".join(map(str, meta["choices"])) + "}" if "choices" in meta else f.name.upper()
             action = parser.add_argument(
-                flag_name(f), dest=dest, action=_Store, type=_parse(typ, optional, minimum(f)), metavar=metavar, **kw
+                flag_name(f), dest=dest, action=_Store, type=_parse(typ, optional, f), metavar=metavar, **kw
             )
             if "path" in meta:  # a path the command reads or writes (a workbench.guard.Role form): guarded
                 declare(action, Role(meta["path"]))
@@ -127,20 +129,21 @@ def config_values(args: argparse.Namespace, cls, prefix: str) -> dict:
     return {f.name: getattr(args, prefix + f.name) for f in flag_fields(cls) if hasattr(args, prefix + f.name)}
 
 
-def set_fields(cls, pairs: list[str]) -> dict:
+def set_fields(cls, pairs: list[str], others: tuple = ()) -> dict:
     """--set FIELD=VALUE pairs -> keyword arguments for `cls` (VALUE as JSON; plain strings need no quotes).
 
-    A field that has its own flag must be set with it, so one value cannot come from two places.
+    A field that has its own flag, on `cls` or on the command's other configs (`others`), must be set with it,
+    so one value cannot come from two places; the refusal names the flag.
     """
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    flagged = {f.name: flag_name(f) for f in flag_fields(cls)}
+    flagged = {f.name: flag_name(f) for c in (*others, cls) for f in flag_fields(c)}  # cls's own flags win
     out = {}
     for pair in pairs:
         key, eq, raw = pair.partition("=")
+        if eq and key in flagged:
+            raise BadValueError(f"--set {pair!r}: {key} has its own flag; use {flagged[key]} {raw}")
         if not eq or key not in fields:
             raise BadValueError(f"bad --set {pair!r}: expected FIELD=VALUE with FIELD one of {', '.join(fields)}")
-        if key in flagged:
-            raise BadValueError(f"--set {pair!r}: {key} has its own flag; use {flagged[key]} {raw}")
         try:
             out[key] = json.loads(raw)
         except json.JSONDecodeError:

@@ -26,6 +26,7 @@ from workbench.cache.config import HarvestConfig
 from workbench.config import Config
 from workbench.errors import BadValueError, UserError
 from workbench.sae.config import SAEConfig, TrainConfig
+from workbench.sae.scores import shown
 from workbench.workspace import Workspace
 
 DEMO_HOOK = "blocks.2.hook_resid_post"
@@ -68,7 +69,10 @@ class DemoConfig(Config):
     compare_queries: int = field(
         default=1, metadata={"min": 1, "help": "queries per task family for `attention compare`"}
     )
-    target_ndf: float = field(default=0.8, metadata={"help": "NDF the circuits of both models reach (equal NDF)"})
+    target_ndf: float = field(
+        default=0.8,
+        metadata={"min": 0, "max": 1, "open": "min", "help": "NDF the circuits of both models reach (equal NDF)"},
+    )
     samples: int = field(default=2, metadata={"help": "paraphrases and resampled counterfactuals per query"})
     tasks: str = field(
         default="ioi,induction,greater_than,addition,facts", metadata={"help": "task families, comma separated"}
@@ -209,7 +213,7 @@ def _evaluate(ws: Workspace, folders: list[Path], cache_dir: Path, log) -> dict:
         rec, splice = m["reconstruction"], m["splice"]
         log(
             f"sae {folder.name}: FVU {rec['fvu']:.3f}, L0 {rec['l0']:.1f}, CE loss recovered "
-            f"{splice['ce_loss_recovered']:.3f}"
+            f"{shown(splice, 'ce_loss_recovered', '.3f')}"
         )
         out[folder.name] = m
     return out
@@ -237,10 +241,10 @@ def _transcoders(ws: Workspace, cache_dir: Path, train: TrainConfig, progress: b
     m = steps.evaluate_sae(ws, folder, cache_dir, "tiny", ensure=True)
     for name, flat in m["members"].items():
         log(
-            f"transcoder {name}: FVU {flat['fvu']:.3f}, L0 {flat['l0']:.1f}, CE recovered {flat['ce_loss_recovered']:.3f}"
+            f"transcoder {name}: FVU {flat['fvu']:.3f}, L0 {flat['l0']:.1f}, CE recovered {shown(flat, 'ce_loss_recovered', '.3f')}"
         )
     for name, r in m["all_replaced"].items():
-        log(f"transcoders {name}, every MLP replaced at once: CE loss recovered {r['ce_loss_recovered']:.3f}")
+        log(f"transcoders {name}, every MLP replaced at once: CE loss recovered {shown(r, 'ce_loss_recovered', '.3f')}")
     steps.build_features(ws, members, cache_dir, "tiny", progress=progress, ensure=True)
     return m
 

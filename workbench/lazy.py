@@ -43,10 +43,17 @@ def lazy_exports(package: str, exports: dict[str, str], modules: dict[str, str] 
 
 def after_import(name: str, target: str) -> None:
     """Call `target` ("module:function") once module `name` is imported: now if it already is, else right
-    after its import finishes, so a light package can hook a heavy library without importing it."""
+    after its import finishes, so a light package can hook a heavy library without importing it.
+
+    When the target's own module is what imports `name` (it is still being executed, its function not yet
+    defined), the call is left to that module, which makes it at its end: calling into it half-made would fail
+    inside the library's import and leave the library half-registered for the next import."""
 
     def call() -> None:
         module, _, fn = target.partition(":")
+        own = sys.modules.get(module)
+        if own is not None and getattr(getattr(own, "__spec__", None), "_initializing", False):
+            return
         getattr(importlib.import_module(module), fn)()
 
     if name in sys.modules:

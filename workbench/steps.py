@@ -27,6 +27,7 @@ from workbench.guard import check_artifact
 from workbench.lock import output_lock
 from workbench.readback import json_file
 from workbench.sae.config import EvalConfig, SAEConfig, TrainConfig
+from workbench.sae.scores import shown
 from workbench.workspace import MANIFEST, Workspace
 
 ALL_MLPS = "all_mlps_ce_recovered"  # a transcoder set's headline: CE recovered with every MLP replaced, per config
@@ -281,7 +282,7 @@ def evaluate_sae(
         return _evaluate_set(ws, sae_dir, cache_dir, model_spec, cfg)
     metrics = evaluate(sae_dir, cache_dir, model_spec, cfg)
     flat = {**metrics["reconstruction"], **metrics.get("splice", {})}
-    headline = {k: flat[k] for k in SAE_HEADLINE if k in flat}
+    headline = {k: shown(flat, k) for k in SAE_HEADLINE if k in flat}
     rerecord(
         ws,
         sae_dir,
@@ -308,9 +309,9 @@ def _evaluate_set(ws: Workspace, set_dir, cache_dir, model_spec, cfg) -> dict:
         )
     result = evaluate_set(set_dir, cache_dir, model_spec, cfg)
     for name, flat in result["members"].items():
-        summary = {k: flat[k] for k in SAE_HEADLINE if k in flat}
+        summary = {k: shown(flat, k) for k in SAE_HEADLINE if k in flat}
         rerecord(ws, Path(set_dir) / name, "saes", "workbench sae eval", {"cache": Path(cache_dir)}, summary)
-    summary = {f"{ALL_MLPS}[{k}]": v["ce_loss_recovered"] for k, v in result["all_replaced"].items()}
+    summary = {f"{ALL_MLPS}[{k}]": shown(v, "ce_loss_recovered") for k, v in result["all_replaced"].items()}
     rerecord(
         ws, set_dir, "transcoders", "workbench sae eval", {"cache": Path(cache_dir), "eval_model": model_spec}, summary
     )

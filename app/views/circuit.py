@@ -87,10 +87,7 @@ def budget_controls(cd: cg.CircuitData) -> tuple[float | None, int]:
 
 
 def _target(cd: cg.CircuitData) -> float | None:
-    try:
-        target = float(st.query_params.get("target", "0.8"))
-    except ValueError:
-        state.fail(f"target={st.query_params.get('target')!r} is not a number in (0, 1]")
+    target = state.url_param("target", state.number, 0.8)
     if not 0.05 <= target <= 1.0:
         st.warning(f"target={target:g} is outside 0.05..1: using {min(max(target, 0.05), 1.0):g}")
     target = state.synced(

@@ -94,7 +94,7 @@ if picked is not None:
     )
     for h in g.hidden:
         st.caption(state.text(h))
-    marks = graph_view.url_annotations()
+    marks = state.marks()
     seeded = f"_pinned_from_circuit_{rel}"  # once per graph and session, so unpinning them all sticks
     if not marks and fg.pinned and not st.session_state.get(seeded):  # a feature circuit's graph: pinned at first
         marks = annotations.Annotations(pinned=list(fg.pinned))

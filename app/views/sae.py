@@ -5,6 +5,7 @@ import streamlit as st
 
 from app import state
 from app.figures import sae as plots
+from workbench.sae import scores
 
 st.title("SAE")
 rel = state.pick_sae("sae")
@@ -44,7 +45,7 @@ def headline(i: dict) -> dict:
             out[k] = rec[k]
     for k in ("ce_loss_recovered", "kl_score", "ce_loss_recovered_no_scaffold"):
         if k in spl:
-            out[k] = spl[k]
+            out[k] = scores.shown(spl, k)
     if i["store"]:
         s = state.store(i["rel"])
         f = s.units["freq"].to_numpy()

@@ -4,6 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from app import state
+from workbench.sae.scores import shown
 
 root = state.root()
 st.title("Workspace")
@@ -36,7 +37,10 @@ for kind, items in by_kind.items():
 sets = state.transcoder_sets()
 st.subheader(f"transcoder sets ({len(sets)})")
 for tset in sets:
-    recovered = ", ".join(f"{k} {v:.3f}" for k, v in tset.all_replaced().items()) or "not evaluated yet"
+    recovered = (
+        ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in tset.all_replaced().items())
+        or "not evaluated yet"
+    )
     st.markdown(
         state.text(f"**{tset.path.name}** · model {tset.model} · CE loss recovered, every MLP replaced: {recovered}")
     )
@@ -58,7 +62,7 @@ for rel in state.saes():
             "width": info["cfg"].get("d_sae"),
             "fvu": rec.get("fvu"),
             "l0": rec.get("l0"),
-            "ce recovered": info["metrics"].get("splice", {}).get("ce_loss_recovered"),
+            "ce recovered": shown(info["metrics"].get("splice", {}), "ce_loss_recovered"),
             "feature store": f"{store['n_units']} {store['unit']}s / {store['n_rows']:,} tokens" if store else "none",
         }
     )

@@ -456,3 +456,46 @@ def test_attention_page_closed_gates_difference_and_masks_in_the_browser(circuit
         finally:
             page.screenshot(path=str(tmp_path / "attention.png"), full_page=True)
     assert_offline(requests)
+
+
+def test_hostile_uploads_through_the_real_file_input_each_register(circuit_server, circuit_workspace, tmp_path):
+    """One file after another through the browser's file input: each damaged one shows its one-line error and
+    each valid one (Markdown, links and HTML in its text fields, a marker of its own) replaces the view, so every
+    upload is seen to take effect; nothing is fetched beyond 127.0.0.1."""
+    import json
+
+    from playwright.sync_api import expect
+
+    d = json.loads((circuit_workspace / "circuits" / "ioi-0" / "circuit.json").read_text())
+
+    def valid(marker: str) -> str:
+        q = {**d["query"], "prompt": f"{marker} {MARKDOWN}", "answer": f"answer {MARKDOWN}"}
+        return json.dumps({**d, "query": q, "method": {**d["method"], "name": MARKDOWN}})
+
+    uploads = [
+        ("deep.json", "[" * 200_000 + "]" * 200_000, "nests JSON arrays or objects too deeply"),
+        ("valid-a.json", valid("upload-a"), "upload-a"),
+        ("truncated.json", valid("upload-x")[:5000], "is not valid JSON"),
+        ("other.json", json.dumps({"schema": "someone.else", "edges": []}), "not a circuit file"),
+        ("valid-b.json", valid("upload-b"), "upload-b"),
+        ("list.json", "[1, 2, 3]", "not a circuit file (top level a list)"),
+    ]
+    requests = []
+    with browser_page(requests) as page:
+        try:
+            page.goto(f"{circuit_server}/circuit?circuit=circuits/ioi-0")
+            drawn(page)
+            page.get_by_text("upload a circuit JSON").click()
+            for name, raw, seen in uploads:
+                path = tmp_path / name
+                path.write_text(raw)
+                page.locator("input[type=file]").set_input_files(str(path))
+                settle(page)
+                expect(page.get_by_text(seen, exact=False).first).to_be_visible()
+                no_links(page)
+                if name.startswith("valid"):
+                    expect(page).to_have_url(re.compile(r"circuit=uploaded"))
+        finally:
+            page.screenshot(path=str(tmp_path / "uploads.png"), full_page=True)
+    assert not [u for u in requests if "tracker.invalid" in u]
+    assert_offline(requests)

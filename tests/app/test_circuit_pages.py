@@ -343,8 +343,28 @@ def test_pins_groups_notes_from_the_url_reach_the_view_and_the_download(circuit_
 
     marks = an.Annotations(["a0.h0", "m1"], [["g", "a0.h0", "m1"]])  # what the downloads read when clicked
     assert at.session_state[graph_view.MARKS]["marks"] == marks
-    at = circuit_app("views/circuit.py", circuit="circuits/ioi-0", groups="[oops")
-    assert len(at.error) == 1 and "groups" in at.error[0].value and "is not JSON" in at.error[0].value
+
+
+DEEP = "[" * 3000 + "]" * 3000  # nested past the JSON parser's depth: a RecursionError without the limit
+
+
+@pytest.mark.parametrize(
+    "param, value, message",
+    [
+        ("groups", "[oops", "query parameter groups='[oops' is not valid JSON"),
+        ("groups", DEEP, "nests JSON arrays or objects too deeply to be read"),
+        ("notes", '{"m1": 3}', "notes must map node names to text"),
+        ("target", "nan", "'nan' is not a finite number"),
+        ("cap", "many", "'many' is not an integer"),
+    ],
+)
+def test_a_bad_url_parameter_is_a_notice_and_the_circuit_still_draws(circuit_app, param, value, message):
+    """Every parsed URL parameter goes through state.url_param: a warning naming it, the page drawn without it."""
+    view = {"view": "target"} if param == "target" else {}  # the NDF target is read in its own view
+    at = ok(circuit_app("views/circuit.py", circuit="circuits/ioi-0", pinned="m1", **view, **{param: value}))
+    [warning] = [plain(w.value) for w in at.warning if f"{param}=" in plain(w.value)]
+    assert f"ignored the link's {param}=" in warning and message in warning, warning
+    assert view_data(at)["annotations"]["pinned"] == ["m1"]  # the good parameters still apply
 
 
 def test_the_finders_warnings_are_shown_with_the_circuit(circuit_workspace):

@@ -72,6 +72,24 @@ def test_an_unknown_graph_in_the_url_is_one_line(graph_app):
     assert len(at.error) == 1 and "graph='circuits/nope' is not valid" in plain(at.error[0].value)
 
 
+@pytest.mark.parametrize(
+    "param, value, message",
+    [
+        ("notes", '{"x": 3}', "notes must map node names to text"),
+        ("notes", "{", "query parameter notes='{' is not valid JSON"),
+        ("groups", '[["lonely"]]', "groups must be a list of [name, node, ...] lists"),
+        ("groups", "[" * 3000 + "]" * 3000, "nests JSON arrays or objects too deeply to be read"),
+    ],
+)
+def test_a_bad_url_parameter_is_a_notice_and_the_graph_still_draws(graph_app, param, value, message):
+    """A malformed pins/groups/notes parameter (deeply nested JSON included) is a warning naming it, not a
+    Streamlit exception box with a trace; the graph draws without it."""
+    at = ok(graph_app("views/feature_graph.py", graph="circuits/g", **{param: value}))
+    [warning] = [plain(w.value) for w in at.warning if f"{param}=" in plain(w.value)]
+    assert f"ignored the link's {param}=" in warning and message in warning, warning
+    assert view_data(at)["nodes"] and param not in at.query_params
+
+
 def test_the_figure_keeps_embeddings_and_logits_and_counts_hidden_weight(graph_workspace):
     d = json.loads((graph_workspace / "circuits" / "g" / "graph.json").read_text())
     fg = browse.open_feature_graph(graph_workspace / "circuits" / "g")

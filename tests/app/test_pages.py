@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -47,6 +48,36 @@ def test_sae_page_compares_saes_on_one_hook(app, feature_workspace):
     charts = at.get("plotly_chart")
     assert len(charts) >= 3  # curves, log-frequency histogram, scaffold panel
     assert any("scaffold" in c.proto.spec for c in charts)
+
+
+def test_an_undefined_ce_loss_recovered_is_shown_with_its_reason(feature_workspace, tmp_path, monkeypatch):
+    """An SAE whose evaluation found zero ablation LOWERING the loss (its metrics summarised by eval's own
+    _splice_summary from the fixture's numbers with the zero-ablation CE below the clean one): the SAE page and
+    the overview show CE loss recovered as undefined with the reason, not as a huge negative number."""
+    import torch
+
+    from tests.app.conftest import _runner
+    from workbench.sae.eval import _splice_summary
+
+    ws = tmp_path / "ws"
+    shutil.copytree(feature_workspace, ws, symlinks=True)
+    first = saes(ws)[0]
+    path = ws / first / "metrics.json"
+    metrics = json.loads(path.read_text())
+    s, n = metrics["splice"], metrics["splice"]["n_predictions"]
+    ce = {"clean": s["ce_clean"], "sae": s["ce_sae"], "zero": s["ce_clean"] - 0.5}
+    kl = {"sae": s["kl_sae"], "zero": s["kl_zero_ablation"]}
+    metrics["splice"] = _splice_summary(
+        torch.zeros(s["n_sequences"]), n, {k: v * n for k, v in ce.items()}, {k: v * n for k, v in kl.items()}, 0
+    )
+    path.write_text(json.dumps(metrics))
+    assert metrics["splice"]["ce_loss_recovered"] is None
+    shown = f"undefined ({metrics['splice']['ce_loss_recovered_undefined']})"
+    app = _runner(ws, monkeypatch)
+    at = ok(app("views/sae.py", sae=first))
+    assert at.dataframe[0].value.loc["ce_loss_recovered"].iloc[0] == shown
+    overview = ok(app())
+    assert any(shown in d.value.astype(str).to_numpy().ravel().tolist() for d in overview.dataframe)
 
 
 def test_feature_page_shows_every_panel(app, feature_workspace):
@@ -105,7 +136,6 @@ def test_prompt_view_runs_the_model_and_sae(app, feature_workspace):
         ({"sae": "/etc/passwd"}, "not a path inside the workspace"),
         ({"sae": "saes/run/escape"}, "outside the workspace"),
         ({"sae": "saes/nothing-here"}, "does not exist"),
-        ({"unit": "abc"}, "not an integer"),
         ({"unit": "999999"}, "out of range"),
     ],
 )
@@ -118,6 +148,16 @@ def test_bad_deep_links_show_an_error_not_a_traceback(app, feature_workspace, tm
         link.unlink()
     assert not at.exception
     assert message in plain(at.error[0].value)
+
+
+@pytest.mark.parametrize("unit", ["abc", "1.5", "nan"])
+def test_a_bad_number_in_the_url_is_a_notice_and_the_page_draws(app, feature_workspace, unit):
+    """Every parsed URL parameter goes through state.url_param: a bad one is a warning naming it, not an error
+    box or a trace, and the page draws without it (here on its default unit)."""
+    at = ok(app("views/feature.py", sae=saes(feature_workspace)[0], unit=unit))
+    [warning] = [plain(w.value) for w in at.warning if "unit=" in plain(w.value)]
+    assert f"ignored the link's unit= ('{unit}' is not an integer)" in warning
+    assert at.query_params["unit"] != unit and at.get("plotly_chart")  # drawn on the default unit instead
 
 
 def test_bad_search_mode_and_query(app, feature_workspace):

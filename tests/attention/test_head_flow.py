@@ -132,8 +132,10 @@ def test_attention_compare_refuses_a_set_of_another_model_or_missing_layers(tiny
     (partial / "transcoders.json").write_text(json.dumps(manifest))
     assert main([*argv, str(partial), str(sparse_set)]) == 2
     assert re.search(r"lacks layer\(s\) \[2\]", _err(capsys))
-    assert main([*argv, str(tiny_set), str(sparse_set), "--share", "1.5"]) == 2
-    assert re.search(r"share=1.5 is outside \(0, 1\]", _err(capsys))
+    with pytest.raises(SystemExit) as e:  # refused as the flag is parsed, by its config field's bounds
+        main([*argv, str(tiny_set), str(sparse_set), "--share", "1.5"])
+    assert e.value.code == 2
+    assert re.search(r"share=1.5 must be a finite number in \(0, 1\]", capsys.readouterr().err)
     with pytest.raises(SystemExit) as e:  # refused as the flag is parsed, before any model loads
         main([*argv, str(tiny_set), str(sparse_set), "--split", "test"])
     assert e.value.code == 2

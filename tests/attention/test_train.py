@@ -244,10 +244,11 @@ def test_cli_unmet_constraint_saves_the_best_state_marked_and_exits_nonzero(tmp_
 
 
 @pytest.mark.parametrize("value", ["0", "nan", "-1"])
-def test_cli_bad_tolerance_is_one_line(value, tmp_path, capsys):
-    rc, io = _cli(["attention", "train", "--out", str(tmp_path / "x"), "--tolerance", value, "--quiet"], capsys)
-    assert rc == 2 and len(io.err.strip().splitlines()) == 1
-    assert f"tolerance={float(value)!r} must be a finite number > 0" in io.err
+def test_cli_bad_tolerance_is_refused_as_the_flag_is_parsed(value, tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["attention", "train", "--out", str(tmp_path / "x"), "--tolerance", value, "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert e.value.code == 2 and f"argument --tolerance: tolerance={float(value)!r} must be a finite number > 0" in err
     assert not (tmp_path / "x").exists()
 
 

@@ -25,9 +25,9 @@ RECORDED = dict(
 @pytest.mark.parametrize(
     "kw, match",
     [
-        ({"heldout_fraction": 1.0}, r"heldout_fraction must be in \[0, 1\), got 1.0"),
-        ({"outlier_factor": 0.5}, "outlier_factor must be > 1"),
-        ({"max_unknown_fraction": 2.0}, r"max_unknown_fraction must be in \[0, 1\]"),
+        ({"heldout_fraction": 1.0}, r"heldout_fraction=1.0 must be a finite number in \[0, 1\)"),
+        ({"outlier_factor": 0.5}, "outlier_factor=0.5 must be a finite number > 1"),
+        ({"max_unknown_fraction": 2.0}, r"max_unknown_fraction=2.0 must be a finite number in \[0, 1\]"),
         ({"n_tokens": 1, "heldout_fraction": 0.9}, "leaves no train rows"),
         ({"dtype": "int8"}, r"dtype='int8' is not valid; choose one of \['float32', 'float16', 'bfloat16'\]"),
     ],

@@ -135,7 +135,7 @@ def test_output_under_a_file_is_named(tmp_path, model, corpus, hooks, base):
 
 
 def test_shard_tokens_zero_is_refused_not_taken_as_the_default(tmp_path, model, corpus, hooks, base):
-    with pytest.raises(ValueError, match=r"shard_tokens=0 must be >= 1 \(or None\)"):
+    with pytest.raises(ValueError, match=r"shard_tokens=0 must be an integer >= 1 \(or None\)"):
         harvest(model, corpus, hooks, tmp_path / "c", **{**base, "shard_tokens": 0})
     assert not (tmp_path / "c").exists()
 
@@ -161,6 +161,27 @@ def test_a_corpus_of_unknown_words_is_refused_and_leaves_no_folder(tmp_path, mod
     assert out.is_dir() and not any(out.iterdir())
     c = harvest(model, files, hooks[:1], out, **{**base, "n_tokens": 300}, max_unknown_fraction=1.0)
     assert c.manifest["unknown_fraction"] == pytest.approx(30 / 33, abs=0.02)
+
+
+def test_a_tokenizer_whose_eos_lies_past_the_embedding_is_refused_up_front(tmp_path, model, hooks, base):
+    """A file corpus read with a tokenizer that has one more (EOS) token than the model's embedding: refused
+    before any work, naming the id and the vocabulary size (it crashed with an IndexError mid-harvest)."""
+    import copy
+
+    from workbench.corpus import load_corpus
+
+    tok = copy.deepcopy(model.tokenizer)
+    tok.add_special_tokens({"eos_token": "<eos_extra>"})
+    eos, n = tok.eos_token_id, model.cfg.d_vocab
+    assert eos == n
+    words = [w for w in model.tokenizer.get_vocab() if w.isalpha()][:20]
+    (tmp_path / "t.txt").write_text("\n\n".join(" ".join(words) for _ in range(50)))
+    out = tmp_path / "c"
+    with pytest.raises(
+        BadValueError, match=rf"EOS token id {eos} lies past the model's embedding \(vocabulary size {n}"
+    ):
+        harvest(model, load_corpus(str(tmp_path / "t.txt"), tok), hooks[:1], out, **base)
+    assert not out.exists()
 
 
 def test_existing_output_folder_is_refused_unless_resume_or_overwrite(tmp_path, model, corpus, clean, hooks, base):

@@ -42,6 +42,15 @@ def test_default_wrong_is_the_counterfactuals_best_other_token(small):
     assert q.wrong == int(cf_logits.topk(2).indices[1]) and q.wrong != answer
 
 
+@pytest.mark.parametrize("empty", ["", "   "])
+def test_an_empty_prompt_or_counterfactual_is_refused(small, empty):
+    """No text would leave the start token alone: a graph or circuit of nothing, refused wherever a prompt is read."""
+    with pytest.raises(QueryError, match=f"the prompt {empty!r} is empty: the model would read its start token alone"):
+        prepare(small, empty, "Mary")
+    with pytest.raises(QueryError, match="the counterfactual .* is empty"):
+        prepare(small, PROMPT, "Mary", empty)
+
+
 def test_prompt_longer_than_context(small):
     with pytest.raises(QueryError, match="context is 64 tokens"):
         prepare(small, " ".join(["the"] * 80), "Mary")

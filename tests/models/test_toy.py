@@ -73,11 +73,11 @@ def test_refuses_non_empty_output_and_names_the_shipped_model(tmp_path, capsys):
 @pytest.mark.parametrize(
     "field,value,match",
     [
-        ("steps", 0, "steps=0 must be >= 1"),
-        ("steps", -1, "steps=-1 must be >= 1"),
-        ("batch_size", 0, "batch_size=0 must be >= 1"),
-        ("n_ctx", 8, "n_ctx must be >= 24"),
-        ("lr", 5.0, "lr must be in"),
+        ("steps", 0, "steps=0 must be an integer >= 1"),
+        ("steps", -1, "steps=-1 must be an integer >= 1"),
+        ("batch_size", 0, "batch_size=0 must be an integer >= 1"),
+        ("n_ctx", 8, "n_ctx=8 must be an integer >= 24"),
+        ("lr", 5.0, r"lr=5.0 must be a finite number in \(0, 1\)"),
         ("n_heads", 3, "not divisible"),
     ],
 )

@@ -130,11 +130,11 @@ def test_sae_train_at_k_records_target_l0_for_group_lasso(tiny_cache, tmp_path, 
 
 
 def test_a_config_checks_what_it_knows_when_made_and_the_rest_when_resolved():
-    with pytest.raises(ConfigError, match="k=0 must be between 1"):
+    with pytest.raises(ConfigError, match="k=0 must be an integer >= 1"):
         SAEConfig("topk", k=0)  # no data needed to see this
-    with pytest.raises(ConfigError, match=r"block_size=0 must be >= 1"):
+    with pytest.raises(ConfigError, match=r"block_size=0 must be an integer >= 1"):
         SAEConfig("block_topk", block_size=0)
-    with pytest.raises(ConfigError, match="lr=0.0 must be > 0"):
+    with pytest.raises(ConfigError, match="lr=0.0 must be a finite number > 0"):
         TrainConfig(lr=0.0)
     wide = SAEConfig("topk", k=300)  # k against the width: only once the width is known
     assert wide.resolve(d_in=64).n_latents == 512

@@ -13,7 +13,7 @@ from .conftest import D_IN, feature_batches
 
 def test_zero_tokens_is_refused_before_any_work(tmp_path):
     """Not 'the cache has no held-out rows': the value is named before the SAE or cache is read."""
-    with pytest.raises(ConfigError, match=r"max_tokens=0 must be >= 1"):
+    with pytest.raises(ConfigError, match=r"max_tokens=0 must be an integer >= 1"):
         evaluate(tmp_path / "no-sae", tmp_path / "no-cache", None, max_tokens=0)
 
 
@@ -38,3 +38,27 @@ def test_fvu_at_inference_k_is_the_top_k_rule_at_any_k(arch, tmp_path):
     save_sae(Trainer([cfg_s], TrainConfig(n_tokens=256, batch_size=128, progress=False)).saes[0], tmp_path / "s")
     with pytest.raises(BadValueError, match="without scaffold"):
         fvu_at_inference_k(load_sae(tmp_path / "s"), x, [4])
+
+
+def test_ce_loss_recovered_is_undefined_when_zero_ablation_lowers_the_loss(tmp_path):
+    """A random model predicts worse than the uniform guess that zeroing its residual stream gives, so zero
+    ablation LOWERS the loss: the ratio has a negative denominator and is recorded as undefined with the reason,
+    not as a huge negative number, and shown that way."""
+    import math
+
+    from small_models import small_model
+
+    from workbench.sae.architectures import build
+    from workbench.sae.eval import splice_metrics
+    from workbench.sae.scores import shown
+
+    model = small_model(seed=0)
+    save_sae(build(SAEConfig("topk", k=4, n_latents=64).resolve(32, None)), tmp_path, {"hook_name": "h"})
+    tokens = torch.randint(0, 50, (4, 16), generator=torch.Generator().manual_seed(0))
+    s = splice_metrics(model, [(load_sae(tmp_path), "blocks.1.hook_resid_post", None)], tokens, [])
+    assert s["ce_zero_ablation"] < s["ce_clean"] and math.isfinite(s["kl_score"])
+    assert s["ce_loss_recovered"] is None
+    reason = s["ce_loss_recovered_undefined"]
+    assert reason.startswith("zero ablation does not raise the CE loss (ce_zero_ablation 3.912 <= ce_clean")
+    assert shown(s, "ce_loss_recovered", ".3f") == f"undefined ({reason})"
+    assert shown(s, "kl_score", ".3f") == format(s["kl_score"], ".3f")

@@ -91,11 +91,18 @@ def test_damaged_weights_are_refused_on_load(tmp_path):
 
 @pytest.mark.parametrize(
     "first_import, order",
-    [("import workbench.sae.config", "workbench first"), ("import workbench.features", "sae_lens first")],
+    [
+        ("import workbench.sae.config", "workbench first"),
+        ("import workbench.features", "sae_lens first"),
+        ("from workbench.sae import register; register()", "workbench first"),  # the README's order
+        ("from workbench.sae import register; register()", "sae_lens first"),
+        ("import workbench.sae.saelens", "workbench first"),
+    ],
 )
 def test_saelens_loads_workbench_saes_after_any_workbench_import(first_import, order, tmp_path):
     """A fresh process that imported a workbench SAE-facing module loads a block-sparse and a scaffold SAE
-    with sae_lens alone: no register() ritual, whichever of the two it imported first."""
+    with sae_lens alone: no register() ritual, whichever of the two it imported first; the README's
+    `from workbench.sae import register; register()` works as its first line too."""
     import subprocess
     import sys
     from pathlib import Path

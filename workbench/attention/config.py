@@ -24,15 +24,8 @@ DUAL_CE = ("paired", "fixed")
 DUAL_STREAMS = ("train", "heldout")
 
 
-def _finite(name: str, value, positive: bool = False, non_negative: bool = False) -> None:
-    ok = isinstance(value, (int, float)) and math.isfinite(value)
-    if ok and positive:
-        ok = value > 0
-    if ok and non_negative:
-        ok = value >= 0
-    if not ok:
-        need = "a finite number > 0" if positive else "a finite number >= 0" if non_negative else "a finite number"
-        raise ConfigError(f"{name}={value!r} must be {need}")
+POSITIVE = {"min": 0, "open": "min"}  # a float field's bounds (workbench.config): > 0
+SHARE = {"min": 0, "max": 1, "open": "max"}  # [0, 1)
 
 
 @dataclass
@@ -78,13 +71,11 @@ class GateConfig(Config):
         },
     )
     hard_concrete_limits: tuple[float, float] = (-0.1, 1.1)  # the stretch (gamma, zeta) of Louizos et al.
-    score_clamp: float = 30.0  # training only: exp(score - row max of open scores) capped at e^this
+    score_clamp: float = field(
+        default=30.0, metadata=POSITIVE
+    )  # training only: exp(score - row max of open scores) capped at e^this
 
     def check(self) -> None:
-        _finite("init_scale", self.init_scale)
-        if self.init_bias is not None:
-            _finite("init_bias", self.init_bias)
-        _finite("score_clamp", self.score_clamp, positive=True)
         lo, hi = self.hard_concrete_limits
         if not (math.isfinite(lo) and math.isfinite(hi) and lo < 0 and hi > 1):
             raise ConfigError(
@@ -116,18 +107,23 @@ class SparsifyConfig(Config):
     """
 
     gates: GateConfig = field(default_factory=GateConfig)
-    tolerance: float = field(default=0.01, metadata={"help": "allowed held-out CE above the base model, in nats"})
-    steps: int = field(default=1000, metadata={"help": "optimizer steps"})
-    batch_size: int = field(default=16, metadata={"help": "sequences per step over all processes"})
-    ctx_len: int | None = None  # None -> the model's n_ctx
-    lr: float = 1e-4  # AdamW on the model's own weights (0 freezes them: only the gates learn)
-    gate_lr: float = 3e-2  # AdamW on the gates' scale and bias
-    weight_decay: float = 0.0
+    tolerance: float = field(
+        default=0.01, metadata={"help": "allowed held-out CE above the base model, in nats", **POSITIVE}
+    )
+    steps: int = field(default=1000, metadata={"help": "optimizer steps", "min": 1})
+    batch_size: int = field(default=16, metadata={"help": "sequences per step over all processes", "min": 1})
+    ctx_len: int | None = field(default=None, metadata={"min": 2})  # None -> the model's n_ctx
+    # AdamW on the model's own weights (0 freezes them: only the gates learn)
+    lr: float = field(default=1e-4, metadata={"min": 0})
+    gate_lr: float = field(default=3e-2, metadata=POSITIVE)  # AdamW on the gates' scale and bias
+    weight_decay: float = field(default=0.0, metadata={"min": 0})
     warmup_steps: int = 20
-    grad_clip: float = 1.0  # max global gradient norm (0 = off)
-    lambda_init: float = 1.0
-    multiplier_lr: float = 1.0
-    ce_ema: float = 0.9  # 0: dual ascent on each batch's violation; in (0, 1): on an EMA with this decay (GECO)
+    grad_clip: float = field(default=1.0, metadata={"min": 0})  # max global gradient norm (0 = off)
+    lambda_init: float = field(default=1.0, metadata={"min": 0})
+    multiplier_lr: float = field(default=1.0, metadata=POSITIVE)
+    ce_ema: float = field(
+        default=0.9, metadata=SHARE
+    )  # 0: dual ascent on each batch's violation; in (0, 1): on an EMA with this decay (GECO)
     dual_ce: str = field(
         default="paired", metadata={"choices": DUAL_CE}
     )  # CE_ref of the dual step: "paired" (base CE of the same batch) | "fixed"
@@ -141,20 +137,31 @@ class SparsifyConfig(Config):
             "choices": DUAL_STREAMS,
         },
     )
-    dual_sequences: int = 128  # dual_stream "heldout": the stream's size (held-out sequences)
+    dual_sequences: int = field(
+        default=128, metadata={"min": 1}
+    )  # dual_stream "heldout": the stream's size (held-out sequences)
     dual_start: int | None = None  # its first held-out sequence; None: right after the verdict split
-    dual_every: int = 10  # dual_stream "heldout": steps between its evaluations (each dual step counts dual_every)
-    dual_margin: float = 0.2  # share of the tolerance held back in the dual step (sampled vs deterministic gates)
-    tau_start: float = 1.0  # relaxation temperature, annealed to tau_end over the run
-    tau_end: float | None = (
-        None  # None -> 1.0 for the published gate (its gradient is through sigmoid(g + noise)), else 0.1
-    )
+    dual_every: int = field(
+        default=10, metadata={"min": 1}
+    )  # dual_stream "heldout": steps between its evaluations (each dual step counts dual_every)
+    dual_margin: float = field(
+        default=0.2, metadata=SHARE
+    )  # share of the tolerance held back in the dual step (sampled vs deterministic gates)
+    tau_start: float = field(default=1.0, metadata=POSITIVE)  # relaxation temperature, annealed to tau_end over the run
+    # None -> 1.0 for the published gate (its gradient is through sigmoid(g + noise)), else 0.1
+    tau_end: float | None = field(default=None, metadata=POSITIVE)
     tau_schedule: str = field(default="exponential", metadata={"choices": TAU_SCHEDULES})
-    eval_sequences: int = 256  # the selection split: held-out sequences [0, n) for CE_base and choosing the saved state
-    eval_every: int = 100  # steps between selection-split evaluations (the sparsest feasible one is kept)
+    eval_sequences: int = field(
+        default=256, metadata={"min": 1}
+    )  # the selection split: held-out sequences [0, n) for CE_base and choosing the saved state
+    eval_every: int = field(
+        default=100, metadata={"min": 1}
+    )  # steps between selection-split evaluations (the sparsest feasible one is kept)
     # a state is feasible on the selection split iff CE difference + select_z * its standard error <= tolerance
-    select_z: float = 1.96
-    verdict_sequences: int = 512  # the fresh verdict split the constraint is judged on (SE must be < tolerance/5)
+    select_z: float = field(default=1.96, metadata={"min": 0})
+    verdict_sequences: int = field(
+        default=512, metadata={"min": 1}
+    )  # the fresh verdict split the constraint is judged on (SE must be < tolerance/5)
     verdict_start: int | None = None  # its first held-out sequence; None: right after the selection split
     checkpoint_every: int = 100  # steps; 0 = only at the end
     seed: int = 0  # data order and gate noise
@@ -163,37 +170,9 @@ class SparsifyConfig(Config):
 
     def check(self) -> None:
         check_device(self.device, ConfigError)
-        if not (math.isfinite(self.tolerance) and self.tolerance > 0):
-            raise ConfigError(
-                f"tolerance={self.tolerance!r} must be a finite number > 0 (nats of held-out CE "
-                "above the base model, e.g. 0.01)"
-            )
-        for name in ("lr", "weight_decay", "grad_clip", "lambda_init"):
-            _finite(name, getattr(self, name), non_negative=True)
-        for name in ("gate_lr", "multiplier_lr", "tau_start") + (("tau_end",) if self.tau_end is not None else ()):
-            _finite(name, getattr(self, name), positive=True)
-        if not 0 <= self.ce_ema < 1:
-            raise ConfigError(f"ce_ema={self.ce_ema!r} must be in [0, 1) (0 = no EMA)")
-        if not 0 <= self.dual_margin < 1:
-            raise ConfigError(f"dual_margin={self.dual_margin!r} must be in [0, 1)")
-        _finite("select_z", self.select_z, non_negative=True)
         from workbench.attention.verdict import check_start
 
         check_start(self.verdict_start, self.eval_sequences)
-        names = (
-            "steps",
-            "eval_sequences",
-            "eval_every",
-            "verdict_sequences",
-            "batch_size",
-            "dual_sequences",
-            "dual_every",
-        )
-        for name in names:
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name}={getattr(self, name)!r} must be an integer >= 1")
-        if self.ctx_len is not None and self.ctx_len < 2:
-            raise ConfigError(f"ctx_len={self.ctx_len} must be >= 2 (or None for the model's n_ctx)")
 
     def fill(self, world_size: int = 1) -> dict:
         """The gate preset's defaults (the gates' initial bias, tau_end); the run's number of processes must

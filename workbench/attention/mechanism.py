@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 import torch
 
 from workbench.config import Config
-from workbench.errors import ConfigError
 
 KINDS = ("previous_token_head", "induction_head")
 WHERE = ("previous", "induction", "other")  # where a key points, relative to the query
@@ -32,11 +31,8 @@ class MechanismConfig(Config):
 
     sequences: int = field(default=20, metadata={"min": 1})  # repeated random sequences (the model card's 20)
     seed: int = 0
-    relative_threshold: float = 0.5  # a head of a kind: score >= this x the top score of the kind in either model
-
-    def check(self) -> None:
-        if not 0 < self.relative_threshold <= 1:
-            raise ConfigError(f"relative_threshold={self.relative_threshold!r} must be in (0, 1]")
+    # a head of a kind: score >= this x the top score of the kind in either model
+    relative_threshold: float = field(default=0.5, metadata={"min": 0, "max": 1, "open": "min"})
 
 
 def key_destinations(open_: torch.Tensor, weights: torch.Tensor, targets: dict[int, int]) -> dict[str, torch.Tensor]:

@@ -9,6 +9,10 @@ from workbench.config import Config
 from workbench.errors import BadValueError
 
 DTYPES = ("float32", "float16", "bfloat16")
+# the bounds (workbench.config) a harvest is asked for and a cache records
+HELDOUT = {"min": 0.0, "max": 1.0, "open": "max"}  # leaves train rows
+UNKNOWN = {"min": 0.0, "max": 1.0}
+OUTLIER = {"min": 1.0, "open": "min"}
 
 
 @dataclass
@@ -33,7 +37,8 @@ class HarvestConfig(Config):
     heldout_fraction: float = field(
         default=0.05,
         metadata={
-            "help": "share of the rows taken from the corpus's held-out split (its documents never appear in train)"
+            **HELDOUT,
+            "help": "share of the rows taken from the corpus's held-out split (its documents never appear in train)",
         },
     )
     exclude_special: bool = field(
@@ -45,27 +50,22 @@ class HarvestConfig(Config):
         },
     )
     outlier_factor: float = field(
-        default=10.0, metadata={"help": "flag rows whose norm exceeds this many times the median train norm"}
+        default=10.0, metadata={**OUTLIER, "help": "flag rows whose norm exceeds this many times the median train norm"}
     )
     max_unknown_fraction: float = field(
         default=0.05,
         metadata={
-            "help": "stop when more of the corpus's tokens than this are unknown to the tokenizer (<unk>); 1: never"
+            **UNKNOWN,
+            "help": "stop when more of the corpus's tokens than this are unknown to the tokenizer (<unk>); 1: never",
         },
     )
 
     def check(self) -> None:
-        _check_shares(self)
+        _check_train_rows(self)
 
 
-def _check_shares(cfg: HarvestConfig | CacheConfig) -> None:
-    """The fractions and factor a harvest is asked for and a cache records, and that they leave train rows."""
-    if not 0.0 <= cfg.heldout_fraction < 1.0:
-        raise BadValueError(f"heldout_fraction must be in [0, 1), got {cfg.heldout_fraction}")
-    if not 0.0 <= cfg.max_unknown_fraction <= 1.0:
-        raise BadValueError(f"max_unknown_fraction must be in [0, 1], got {cfg.max_unknown_fraction}")
-    if cfg.outlier_factor <= 1.0:
-        raise BadValueError(f"outlier_factor must be > 1, got {cfg.outlier_factor}")
+def _check_train_rows(cfg: HarvestConfig | CacheConfig) -> None:
+    """The rows a harvest is asked for and a cache records leave train rows beside the held-out ones."""
     if cfg.n_tokens - round(cfg.n_tokens * cfg.heldout_fraction) < 1:
         raise BadValueError(
             f"n_tokens={cfg.n_tokens} with heldout_fraction={cfg.heldout_fraction} leaves no train rows"
@@ -80,28 +80,24 @@ class CacheConfig(Config):
     model: str  # workbench.models.model_id(model): name + weight hash
     corpus: str  # corpus.spec
     hooks: tuple[str, ...]
-    n_tokens: int  # activation rows to store, train + heldout
-    ctx_len: int
-    batch_size: int  # sequences per forward pass; shards close on batch boundaries
-    dtype: str
-    shard_tokens: int  # a shard closes at the first batch boundary with >= this many rows
-    heldout_fraction: float  # share of n_tokens taken from the corpus's held-out split
+    n_tokens: int = field(metadata={"min": 1})  # activation rows to store, train + heldout
+    ctx_len: int = field(metadata={"min": 1})
+    # sequences per forward pass; shards close on batch boundaries
+    batch_size: int = field(metadata={"min": 1})
+    dtype: str = field(metadata={"choices": DTYPES})
+    # a shard closes at the first batch boundary with >= this many rows
+    shard_tokens: int = field(metadata={"min": 1})
+    heldout_fraction: float = field(metadata=HELDOUT)  # share of n_tokens taken from the corpus's held-out split
     exclude_special: bool
     special_ids: tuple[int, ...]  # token ids dropped when exclude_special
-    outlier_factor: float  # a row is an outlier when its norm > outlier_factor x median train norm
+    # a row is an outlier when its norm > outlier_factor x median train norm
+    outlier_factor: float = field(metadata=OUTLIER)
     # the harvest stops when more than this share of the corpus's tokens are the tokenizer's unknown
     # token (a corpus the model cannot read: those rows would be dropped or meaningless); 1 = never
-    max_unknown_fraction: float = 0.05
+    max_unknown_fraction: float = field(default=0.05, metadata=UNKNOWN)
 
     def check(self) -> None:
-        if self.dtype not in DTYPES:
-            raise BadValueError(f"unknown dtype {self.dtype!r}; valid: {', '.join(DTYPES)}")
-        if self.n_tokens < 1:
-            raise BadValueError(f"n_tokens must be >= 1, got {self.n_tokens}")
-        for name in ("ctx_len", "batch_size", "shard_tokens"):
-            if getattr(self, name) < 1:
-                raise BadValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        _check_shares(self)
+        _check_train_rows(self)
 
     def n_rows(self, split: str) -> int:
         heldout = round(self.n_tokens * self.heldout_fraction)

@@ -245,6 +245,7 @@ def _write_rows(rows, cfg: CacheConfig, d: int, split: str, split_dir: Path, rec
 def _resolve(model, corpus, hooks, cfg: HarvestConfig, special_ids) -> tuple[CacheConfig, dict[str, int]]:
     """The CacheConfig a harvest records (every choice resolved against the model) and each hook's row width."""
     hooks = validate_hooks(model, hooks)
+    _check_separators(model, corpus)
     ctx_len = model.cfg.n_ctx if cfg.ctx_len is None else cfg.ctx_len
     if ctx_len > model.cfg.n_ctx:
         raise BadValueError(f"ctx_len={ctx_len} exceeds the model's n_ctx={model.cfg.n_ctx}")
@@ -268,6 +269,20 @@ def _resolve(model, corpus, hooks, cfg: HarvestConfig, special_ids) -> tuple[Cac
         max_unknown_fraction=cfg.max_unknown_fraction,
     )
     return cfg, dims
+
+
+def _check_separators(model, corpus) -> None:
+    """The ids a corpus puts between documents (its tokenizer's BOS and EOS) must have a row in the model's
+    embedding: a tokenizer/model pair that breaks this is refused before any work, naming the id and the size."""
+    tok, n = getattr(corpus, "tokenizer", None), model.cfg.d_vocab
+    for name in ("bos", "eos"):
+        i = getattr(tok, f"{name}_token_id", None)
+        if i is not None and not 0 <= i < n:
+            raise BadValueError(
+                f"the corpus tokenizer's {name.upper()} token id {i} lies past the model's embedding (vocabulary "
+                f"size {n}: ids 0..{n - 1}); the tokenizer is not this model's: load the corpus with the model's "
+                "own tokenizer, or use a model whose vocabulary holds it"
+            )
 
 
 @torch.inference_mode()

@@ -15,7 +15,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from workbench.circuits.schema import NP_COMPONENT_TYPE, detect
+from workbench.circuits.schema import NP_COMPONENT_TYPE, detect, loads
 from workbench.errors import BadValueError, DamagedFileError
 
 NOTE_MARK = " | note: "
@@ -95,19 +95,22 @@ def to_query(a: Annotations) -> dict[str, str]:
     }
 
 
+def from_param(name: str, raw: str):
+    """One of to_query's parameters back (pinned, groups or notes; "" is none). JSON is read as an uploaded file
+    is (schema.loads: its size and nesting-depth limits); a malformed value is a BadValueError naming the
+    parameter, with an example."""
+    if name == "pinned":
+        return _pins([p for p in raw.split(",") if p])
+    try:
+        value = loads(raw, f"query parameter {name}={raw[:80]!r}") if raw else ([] if name == "groups" else {})
+    except DamagedFileError as e:
+        raise BadValueError(f"{e} (e.g. {name}={to_query(EXAMPLE)[name]})") from None
+    return _groups(value) if name == "groups" else _notes(value)
+
+
 def from_query(params) -> Annotations:
     """The reverse of to_query; a malformed value is a BadValueError naming the parameter."""
-    pinned = [p for p in (params.get("pinned") or "").split(",") if p]
-    parsed = {}
-    for name, empty in (("groups", []), ("notes", {})):
-        raw = params.get(name) or ""
-        try:
-            parsed[name] = json.loads(raw) if raw else empty
-        except json.JSONDecodeError:
-            raise BadValueError(
-                f"query parameter {name}={raw[:80]!r} is not JSON (e.g. {to_query(EXAMPLE)[name]})"
-            ) from None
-    return from_dict({"pinned": pinned, **parsed})
+    return Annotations(*(from_param(name, params.get(name) or "") for name in ("pinned", "groups", "notes")))
 
 
 EXAMPLE = Annotations(["a0.h1", "m2"], [["movers", "a0.h1", "m2"]], {"m2": "copies the name"})

@@ -61,24 +61,26 @@ class SearchConfig(Config):
     method: str = field(
         default="eap-ig", metadata={"help": "edge attribution for the candidate rankings", "choices": METHODS}
     )
-    steps: int = field(default=5, metadata={"help": "EAP-IG interpolation steps m"})
+    steps: int = field(default=5, metadata={"min": 1, "help": "EAP-IG interpolation steps m"})
     ablation: str = field(
         default="counterfactual", metadata={"help": "what replaces the edges outside the circuit", "choices": ABLATIONS}
     )
     metric: str = field(default="logit_diff", metadata={"help": "faithfulness metric L", "choices": METRICS})
     refine_steps: int = field(default=4, metadata={"help": "rounds of exact drop/add/swap moves after best-of-N"})
-    pool: int = field(default=24, metadata={"help": "additions tried per refinement round"})
+    pool: int = field(default=24, metadata={"min": 1, "help": "additions tried per refinement round"})
     grow: float = field(
-        default=2.0, metadata={"help": "backward elimination starts from the best circuit with grow x k edges"}
+        default=2.0,
+        metadata={"min": 1, "help": "backward elimination starts from the best circuit with grow x k edges"},
     )
     min_gap: float | None = field(
         default=None,
         metadata={
+            "min": 0,
             "help": "refuse / skip queries whose gap |L(M(q)) - L(M(q'))| is below this (default: per metric, "
-            f"{DEFAULT_MIN_GAP})"
+            f"{DEFAULT_MIN_GAP})",
         },
     )
-    max_batch: int = field(default=64, metadata={"help": "circuits per batched exact evaluation"})
+    max_batch: int = field(default=64, metadata={"min": 1, "help": "circuits per batched exact evaluation"})
     drops: str = field(
         default="auto",
         metadata={
@@ -95,9 +97,6 @@ class SearchConfig(Config):
             "cli": False,
         },
     )
-
-    def check(self) -> None:
-        check_method(self.method, self.steps)
 
     @property
     def gap_threshold(self) -> float:

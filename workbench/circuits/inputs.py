@@ -76,9 +76,14 @@ def _unknown_error(tok, words: list[str], what: str) -> QueryError:
 
 
 def tokens_of(model, text: Text, what: str = "prompt") -> torch.Tensor:
-    """A prompt as token ids, refused in one line when it would be changed silently: a word outside a
-    word-level vocabulary (named, with suggestions), more tokens than the context, ids outside the vocabulary."""
+    """A prompt as token ids, refused in one line when it would be changed silently or mean nothing: no text (the
+    model would read its start token alone), a word outside a word-level vocabulary (named, with suggestions),
+    more tokens than the context, ids outside the vocabulary. Every prompt the workbench reads comes through here."""
     if isinstance(text, str):
+        if not text.strip():
+            raise QueryError(
+                f"the {what} {text!r} is empty: the model would read its start token alone; give the {what}'s text"
+            )
         if getattr(model, "tokenizer", None) is None:
             raise QueryError(f"the model has no tokenizer, so the {what} must be a list of token ids, got {text!r}")
         unknown = _unknown_words(model.tokenizer, text)

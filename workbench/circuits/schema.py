@@ -289,7 +289,7 @@ def loads(raw: bytes | str, name: str = "the file", max_bytes: int = MAX_BYTES):
     try:
         return json.loads(raw)
     except RecursionError:
-        raise DamagedFileError(f"{name} nests JSON arrays or objects too deeply to be a circuit file") from None
+        raise DamagedFileError(f"{name} nests JSON arrays or objects too deeply to be read") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise DamagedFileError(f"{name} is not valid JSON: {e}") from None
 

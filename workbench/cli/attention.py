@@ -95,7 +95,9 @@ def _train(args) -> None:
 
     if args.attention_command == OLD_NAME:
         print("workbench attention sparsify is deprecated: use `workbench attention train`", file=sys.stderr)
-    gate = GateConfig(**config_values(args, GateConfig, GATE), **set_fields(GateConfig, args.set))
+    gate = GateConfig(
+        **config_values(args, GateConfig, GATE), **set_fields(GateConfig, args.set, others=(SparsifyConfig,))
+    )
     cfg = SparsifyConfig(gates=gate, progress=not args.quiet, **config_values(args, SparsifyConfig, TRAIN))
     report, out = train_attention(
         Workspace(args.workspace),

@@ -105,7 +105,7 @@ def _train(a: argparse.Namespace) -> None:
     from workbench import steps
     from workbench.checkpoint import dist_info
 
-    shared = {**config_values(a, SAEConfig, SAE), **set_fields(SAEConfig, a.set)}
+    shared = {**config_values(a, SAEConfig, SAE), **set_fields(SAEConfig, a.set, others=(TrainConfig,))}
     sweeps = [shared.pop(name) for name in SWEEP]
     cfgs = [SAEConfig(**dict(zip(SWEEP, values)), **shared) for values in itertools.product(*sweeps)]
     if SAE + "k" in given(a):
@@ -117,6 +117,12 @@ def _train(a: argparse.Namespace) -> None:
     if a.transcoders is not None:
         if a.hook or a.target:
             raise BadValueError(f"--transcoders {a.transcoders!r} chooses each layer's hooks; drop --hook/--target")
+        if a.target_cache:
+            raise BadValueError(
+                f"--target-cache {a.target_cache!r} applies to one transcoder (--hook with --target); a transcoder "
+                f"set (--transcoders {a.transcoders!r}) reads every layer's MLP input and output from --cache: "
+                "drop --target-cache"
+            )
         folder, folders = steps.train_transcoder_set(ws, a.cache, a.transcoders, cfgs, train_cfg, **kw)
         saved = [f"saved transcoder set {folder}"]
     elif not a.hook:
@@ -149,6 +155,7 @@ def _import(a: argparse.Namespace) -> None:
 
 def _eval(a: argparse.Namespace) -> None:
     from workbench import steps
+    from workbench.sae.scores import shown
 
     cfg = EvalConfig(**config_values(a, EvalConfig, EVAL))
     ws = Workspace(a.workspace)
@@ -157,10 +164,10 @@ def _eval(a: argparse.Namespace) -> None:
         if "all_replaced" in m:  # a transcoder set
             for name, r in m["all_replaced"].items():
                 print(
-                    f"{folder}: every MLP replaced by {name}: CE recovered {r['ce_loss_recovered']:.4g}, "
-                    f"KL score {r['kl_score']:.4g}"
+                    f"{folder}: every MLP replaced by {name}: CE recovered {shown(r, 'ce_loss_recovered', '.4g')}, "
+                    f"KL score {shown(r, 'kl_score', '.4g')}"
                 )
             continue
         flat = {**m["reconstruction"], **m.get("splice", {})}
-        shown = ", ".join(f"{k} {flat[k]:.4g}" for k in steps.SAE_HEADLINE if k in flat)
-        print(f"{folder}: {shown}  (all metrics in metrics.json)")
+        headline = ", ".join(f"{k} {shown(flat, k, '.4g')}" for k in steps.SAE_HEADLINE if k in flat)
+        print(f"{folder}: {headline}  (all metrics in metrics.json)")

@@ -31,6 +31,7 @@ from workbench.features.config import FeatureConfig
 from workbench.features.store import FORMAT, MANIFEST, STORE
 from workbench.lock import output_lock
 from workbench.readback import digest, json_or_empty, npy_file, sealed_json, write_sealed_json
+from workbench.sae.scores import shown
 
 PARTIAL = ".partial"
 RESID_HOOKS = ("hook_resid_pre", "hook_resid_mid", "hook_resid_post", "hook_mlp_out", "hook_attn_out", "hook_embed")
@@ -459,7 +460,7 @@ def _scaffold(job: _Job, n_chunks: int, W_dec: np.ndarray, cfg: FeatureConfig) -
         "pc_explained": explained.round(5).tolist(),
         "in_top_r_pcs": np.linalg.norm(S @ P.T, axis=1).round(4).tolist(),
         "ce": {
-            k: splice[k]
+            k: shown(splice, k)
             for k in ("ce_clean", "ce_sae", "ce_no_scaffold", "ce_loss_recovered", "ce_loss_recovered_no_scaffold")
             if k in splice
         },

@@ -36,26 +36,22 @@ class TinyConfig(Config):
     d_model: int = field(default=128, metadata={"min": 1})
     n_heads: int = field(default=4, metadata={"min": 1})
     d_mlp: int = field(default=512, metadata={"min": 1})
-    n_ctx: int = 128
+    n_ctx: int = field(default=128, metadata={"min": 24})  # task prompts are up to 20 tokens
     # rotary: relative positions make previous-token heads, and so induction heads, cheap to learn; with
     # learned absolute positions ("standard") neither formed in 4,000 steps (see the model card)
     positional_embedding: str = field(default="rotary", metadata={"choices": ("rotary", "standard")})
     steps: int = field(default=8000, metadata={"min": 1})
     batch_size: int = field(default=16, metadata={"min": 1})
-    lr: float = 1e-3
+    lr: float = field(default=1e-3, metadata={"min": 0, "max": 1, "open": "both"})
     warmup: int = 200
-    weight_decay: float = 0.05
+    weight_decay: float = field(default=0.05, metadata={"min": 0})
     seed: int = 0
     eval_queries: int = field(default=200, metadata={"min": 1})
     checkpoint_every: int = field(default=250, metadata={"min": 1})
 
     def check(self) -> None:
-        if self.n_ctx < 24:
-            raise ConfigError(f"n_ctx must be >= 24 (task prompts are up to 20 tokens), got {self.n_ctx}")
         if self.d_model % self.n_heads:
             raise ConfigError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
-        if not (0 < self.lr < 1) or not math.isfinite(self.lr):
-            raise ConfigError(f"lr must be in (0, 1), got {self.lr}")
         if not self.warmup < self.steps:
             raise ConfigError(f"warmup must be in [0, steps={self.steps}), got {self.warmup}")
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 
 from workbench.config import Config, check_device
@@ -13,6 +12,7 @@ ARCHITECTURES = ("topk", "batchtopk", "matryoshka", "block_topk", "group_lasso",
 BLOCK_ARCHITECTURES = ("block_topk", "group_lasso", "block_jumprelu", "grassmannian")
 THRESHOLD_BLOCK_ARCHITECTURES = ("group_lasso", "block_jumprelu")  # learned per-block thresholds
 TOPK_FAMILY = ("topk", "batchtopk", "matryoshka")
+POSITIVE = {"min": 0, "open": "min"}  # a float field's bounds (workbench.config): > 0
 
 
 @dataclass
@@ -23,7 +23,8 @@ class SAEConfig(Config):
         default="topk", metadata={"flag": "--arch", "choices": ARCHITECTURES, "help": "SAE architecture"}
     )
     k: int = field(
-        default=32, metadata={"help": "Top-k: latents per token; BatchTopK/Matryoshka: mean latents per token"}
+        default=32,
+        metadata={"min": 1, "help": "Top-k: latents per token; BatchTopK/Matryoshka: mean latents per token"},
     )
     n_latents: int | None = field(
         default=None, metadata={"min": 1, "help": "width (number of latents); None: expansion x d_in"}
@@ -90,7 +91,7 @@ class SAEConfig(Config):
     )
     # AuxK (dead latents reconstruct the residual)
     aux_k: int | None = field(default=None, metadata={"min": 1, "help": "AuxK latents; None: d_in // 2"})
-    aux_alpha: float = field(default=1 / 32, metadata={"help": "weight of the AuxK loss"})
+    aux_alpha: float = field(default=1 / 32, metadata={"min": 0, "help": "weight of the AuxK loss"})
     dead_tokens: int | None = field(
         default=None,
         metadata={
@@ -99,11 +100,21 @@ class SAEConfig(Config):
         },
     )
     dense_tau: float = field(
-        default=0.1, metadata={"help": "a latent is dense when it fires on more than this fraction of tokens"}
+        default=0.1,
+        metadata={
+            "min": 0,
+            "max": 1,
+            "open": "both",
+            "help": "a latent is dense when it fires on more than this fraction of tokens",
+        },
     )
     threshold_ema: float = field(
         default=0.01,
-        metadata={"help": "BatchTopK/Matryoshka inference threshold: EMA rate of the smallest kept activation"},
+        metadata={
+            "min": 0,
+            "max": 1,
+            "help": "BatchTopK/Matryoshka inference threshold: EMA rate of the smallest kept activation",
+        },
     )
     # Matryoshka
     prefixes: list[int] | None = field(default=None, metadata={"help": "nested widths m_1 < ... < m_G = n_latents"})
@@ -128,15 +139,21 @@ class SAEConfig(Config):
         metadata={"min": 1, "help": "block Top-k / Grassmannian: blocks kept per token; thresholded blocks: at init"},
     )
     block_l0_coef: float = field(
-        default=3.0, metadata={"help": "block JumpReLU: lambda on E[#active blocks] (inputs scaled to norm sqrt(d))"}
+        default=3.0,
+        metadata={"min": 0, "help": "block JumpReLU: lambda on E[#active blocks] (inputs scaled to norm sqrt(d))"},
     )
-    group_lasso_coef: float = field(default=0.1, metadata={"help": "group lasso: lambda on sum_g ||z_g||_2 per token"})
-    block_bandwidth: float = field(default=0.1, metadata={"help": "block JumpReLU: straight-through rectangle width"})
+    group_lasso_coef: float = field(
+        default=0.1, metadata={"min": 0, "help": "group lasso: lambda on sum_g ||z_g||_2 per token"}
+    )
+    block_bandwidth: float = field(
+        default=0.1, metadata={**POSITIVE, "help": "block JumpReLU: straight-through rectangle width"}
+    )
     target_l0: float | None = field(
         default=None,
         metadata={
+            **POSITIVE,
             "help": "group lasso / block JumpReLU: hold the mean L0 (latents per token) here by moving the sparsity "
-            "coefficient; None: the coefficient stays fixed (and L0 drifts)"
+            "coefficient; None: the coefficient stays fixed (and L0 drifts)",
         },
     )
     l0_control: str = field(
@@ -152,14 +169,18 @@ class SAEConfig(Config):
     l0_control_rate: float = field(
         default=0.02,
         metadata={
+            **POSITIVE,
             "help": "target_l0's controller, integral part: after every step I *= exp(rate * err) (log) or "
             "theta *= exp(rate * err) (threshold), err = clamp(L0 / target_l0 - 1, -1, 1) with L0 from that "
-            "step's batch"
+            "step's batch",
         },
     )
     l0_control_gain: float = field(
         default=1.0,
-        metadata={"help": "target_l0's log controller, proportional part: the coefficient is I * exp(gain * err)"},
+        metadata={
+            "min": 0,
+            "help": "target_l0's log controller, proportional part: the coefficient is I * exp(gain * err)",
+        },
     )
     # Scaffold: rank-r dense bottleneck beside the dictionary
     scaffold_rank: int = field(default=0, metadata={"help": "rank-r dense bottleneck beside the dictionary, 0 = none"})
@@ -173,9 +194,9 @@ class SAEConfig(Config):
     scaffold_trainable: bool = field(default=True, metadata={"help": "train the scaffold (else it keeps its init)"})
     # Top-k regularisers before the selection (0 = off)
     reg_l1_off: float = field(
-        default=0.0, metadata={"help": "lambda1: l1 on off-support pre-activations of batch-active units"}
+        default=0.0, metadata={"min": 0, "help": "lambda1: l1 on off-support pre-activations of batch-active units"}
     )
-    reg_l1_l2: float = field(default=0.0, metadata={"help": "lambda2: l1/l2 ratio on batch-active units"})
+    reg_l1_l2: float = field(default=0.0, metadata={"min": 0, "help": "lambda2: l1/l2 ratio on batch-active units"})
     reg_normalisation: str = field(
         default="token",
         metadata={"choices": ("token", "batch"), "help": "token: mean over tokens; batch: whole-batch sums"},
@@ -272,7 +293,7 @@ class SAEConfig(Config):
         """Every value that is set; those that depend on n_latents, d_in or d_out once resolve() fills them."""
         self.check_name()
         n = self.n_latents
-        if self.architecture in TOPK_FAMILY and not 1 <= self.k <= (self.k if n is None else n):
+        if self.architecture in TOPK_FAMILY and n is not None and self.k > n:
             raise ConfigError(f"k={self.k} must be between 1 and n_latents={n}")
         if self.is_block and n is not None:
             self._check_blocks(n)
@@ -293,14 +314,8 @@ class SAEConfig(Config):
             raise ConfigError(f"scaffold_rank={self.scaffold_rank} must be between 0 and d_in-1={self.d_in - 1}")
         if (self.reg_l1_off or self.reg_l1_l2) and self.architecture not in TOPK_FAMILY:
             raise ConfigError(f"the Top-k regularisers apply to {list(TOPK_FAMILY)}, not {self.architecture!r}")
-        for name in ("aux_alpha", "reg_l1_off", "reg_l1_l2", "block_l0_coef", "group_lasso_coef", "threshold_ema"):
-            v = getattr(self, name)
-            if not (math.isfinite(v) and v >= 0):
-                raise ConfigError(f"{name}={v} must be a finite non-negative number")
         if self.transcoder:
             self._check_transcoder()
-        if not 0 < self.dense_tau < 1:
-            raise ConfigError(f"dense_tau={self.dense_tau} must be in (0, 1)")
 
     def _check_blocks(self, n: int) -> None:
         if n % self.block_size:
@@ -323,7 +338,7 @@ class SAEConfig(Config):
                 f"target_l0 applies to {list(THRESHOLD_BLOCK_ARCHITECTURES)} (the other architectures fix their "
                 f"L0 by k or n_active_blocks), not {self.architecture!r}"
             )
-        if not 0 < self.target_l0 <= (math.inf if n is None else n):
+        if n is not None and self.target_l0 > n:
             raise ConfigError(f"target_l0={self.target_l0} must be in (0, n_latents={n}]")
         coef = "group_lasso_coef" if self.architecture == "group_lasso" else "block_l0_coef"
         if not getattr(self, coef) > 0:
@@ -331,10 +346,6 @@ class SAEConfig(Config):
                 f"target_l0's log controller moves {coef} multiplicatively and the threshold controller "
                 f"keeps it, so {coef}={getattr(self, coef)} must be > 0"
             )
-        if not (math.isfinite(self.l0_control_rate) and self.l0_control_rate > 0):
-            raise ConfigError(f"l0_control_rate={self.l0_control_rate} must be a finite positive number")
-        if not (math.isfinite(self.l0_control_gain) and self.l0_control_gain >= 0):
-            raise ConfigError(f"l0_control_gain={self.l0_control_gain} must be a finite non-negative number")
 
     def _check_transcoder(self) -> None:
         if self.architecture == "grassmannian":
@@ -385,10 +396,11 @@ class TrainConfig(Config):
 
     n_tokens: int = field(default=2_000_000, metadata={"flag": "--tokens", "min": 1, "help": "training tokens"})
     batch_size: int = field(default=4096, metadata={"min": 1, "help": "tokens per step over all ranks"})
-    lr: float = field(default=3e-4, metadata={"help": "peak Adam learning rate"})
+    lr: float = field(default=3e-4, metadata={**POSITIVE, "help": "peak Adam learning rate"})
     warmup_steps: int = field(default=100, metadata={"help": "linear learning-rate warm-up steps"})
     decay_frac: float = field(
-        default=0.2, metadata={"help": "the last fraction of steps decays the learning rate linearly to 0"}
+        default=0.2,
+        metadata={"min": 0, "max": 1, "help": "the last fraction of steps decays the learning rate linearly to 0"},
     )
     adam_betas: tuple[float, float] = (0.9, 0.999)
     seed: int = field(default=0, metadata={"flag": "--data-seed", "help": "seed of the data order"})
@@ -401,8 +413,10 @@ class TrainConfig(Config):
     max_fvu: float = field(
         default=10.0,
         metadata={
+            "min": 1,
+            "open": "min",
             "help": "stop with the step when a curve point's mean FVU exceeds this: training diverged (reconstructing "
-            "nothing has FVU 1)"
+            "nothing has FVU 1)",
         },
     )
     init_batches: int = field(
@@ -413,8 +427,9 @@ class TrainConfig(Config):
     memory_budget_mib: float | None = field(
         default=None,
         metadata={
+            **POSITIVE,
             "help": "transcoder sets (--transcoders): the memory one pass over the cache may use (MiB); the layers "
-            "that do not fit together train on further passes. None: half the free memory of the training device"
+            "that do not fit together train on further passes. None: half the free memory of the training device",
         },
     )
     progress: bool = field(default=True, metadata={"cli": False})
@@ -424,12 +439,6 @@ class TrainConfig(Config):
         check_device(self.device, ConfigError)
         if self.n_tokens < self.batch_size:
             raise ConfigError(f"n_tokens={self.n_tokens} is less than one batch ({self.batch_size})")
-        if not (self.lr > 0 and 0 <= self.decay_frac <= 1):
-            raise ConfigError(f"lr={self.lr} must be > 0 and decay_frac={self.decay_frac} in [0, 1]")
-        if not self.max_fvu > 1:
-            raise ConfigError(f"max_fvu={self.max_fvu} must be above 1 (the FVU of reconstructing nothing)")
-        if self.memory_budget_mib is not None and not self.memory_budget_mib > 0:
-            raise ConfigError(f"memory_budget_mib={self.memory_budget_mib} must be a positive number of MiB")
 
     def fill(self, world_size: int = 1) -> dict:
         """Nothing to fill: the run's number of processes must divide the batch."""
@@ -458,9 +467,11 @@ class EvalConfig(Config):
     device: str | None = field(default=None, metadata={"help": "torch device; None: cuda when available"})
     probe_ks: tuple[int, ...] = (1, 2, 5)  # k of the k-sparse probes
     absorption_main: int = field(
-        default=1, metadata={"help": "latents that count as a feature's main latent in the absorption score"}
+        default=1, metadata={"min": 1, "help": "latents that count as a feature's main latent in the absorption score"}
     )
-    mdl_precision: float = field(default=0.01, metadata={"help": "quantisation step of the description length"})
+    mdl_precision: float = field(
+        default=0.01, metadata={**POSITIVE, "help": "quantisation step of the description length"}
+    )
 
     def check(self) -> None:
         check_device(self.device, ConfigError)

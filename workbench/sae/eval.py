@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from workbench.atomic import atomic_write_text
 from workbench.errors import BadValueError
-from workbench.sae import metrics
+from workbench.sae import metrics, scores
 from workbench.sae.config import EvalConfig
 from workbench.sae.io import load_sae, read_info
 
@@ -109,17 +109,22 @@ def _splice_summary(tokens, n_pred: int, sums: dict, kl: dict, r: int) -> dict:
         "ce_zero_ablation": ce["zero"],
         "kl_sae": kls["sae"],
         "kl_zero_ablation": kls["zero"],
-        "ce_loss_recovered": (ce["zero"] - ce["sae"]) / max(ce["zero"] - ce["clean"], 1e-12),
-        "kl_score": (kls["zero"] - kls["sae"]) / max(kls["zero"], 1e-12),
     }
+    lost = ce["zero"] - ce["clean"]
+    no_loss = (
+        f"zero ablation does not raise the CE loss (ce_zero_ablation {ce['zero']:.4g} <= ce_clean "
+        f"{ce['clean']:.4g}), so there is no loss to recover"
+    )
+    out.update(scores.ratio("ce_loss_recovered", ce["zero"] - ce["sae"], lost, no_loss))
+    unchanged = "zero ablation leaves the next-token distribution unchanged (kl_zero_ablation 0): nothing to recover"
+    out.update(scores.ratio("kl_score", kls["zero"] - kls["sae"], kls["zero"], unchanged))
     if r:
         out.update(
             {
                 "ce_no_scaffold": ce["no_scaffold"],
                 "kl_no_scaffold": kls["no_scaffold"],
                 "ce_no_scaffold_over_clean": ce["no_scaffold"] / ce["clean"],
-                "ce_loss_recovered_no_scaffold": (ce["zero"] - ce["no_scaffold"])
-                / max(ce["zero"] - ce["clean"], 1e-12),
+                **scores.ratio("ce_loss_recovered_no_scaffold", ce["zero"] - ce["no_scaffold"], lost, no_loss),
             }
         )
     return out

@@ -164,3 +164,6 @@ def register() -> None:
     ):
         if cfg_cls.architecture() not in SAE_CLASS_REGISTRY:
             register_sae_class(cfg_cls.architecture(), cls, cfg_cls)
+
+
+register()  # importing this module imports sae_lens, whose import hook (workbench.sae) leaves the call to here

@@ -39,8 +39,8 @@ def test_circuit_graph_records_a_graph_json(tiny, tiny_set, tmp_path, capsys):
 @pytest.mark.parametrize(
     "extra, match",
     [
-        (["--node-threshold", "0"], r"node_threshold=0.0 is outside \(0, 1\]"),
-        (["--edge-threshold", "1.5"], r"edge_threshold=1.5 is outside \(0, 1\]"),
+        (["--prompt", ""], "the prompt '' is empty: the model would read its start token alone"),
+        (["--prompt", "  "], "the prompt '  ' is empty"),
         (["--answer", "Zorblax"], "outside the model's vocabulary"),
         (["--wrong", "John"], "give --answer too"),
     ],

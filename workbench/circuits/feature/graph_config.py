@@ -9,6 +9,8 @@ from workbench.config import Config
 from workbench.corpus.base import SPLITS
 from workbench.errors import BadValueError
 
+SHARE = {"min": 0, "max": 1, "open": "min"}  # a share of influence kept (circuit-tracer's defaults 0.8, 0.98)
+
 
 def check_threshold(name: str, value: float) -> float:
     if not (isinstance(value, (int, float)) and 0 < value <= 1):
@@ -24,21 +26,26 @@ class GraphConfig(Config):
     error = BadValueError
 
     node_threshold: float = field(
-        default=0.8, metadata={"help": "share of node influence kept when pruning (circuit-tracer's default)"}
+        default=0.8, metadata={**SHARE, "help": "share of node influence kept when pruning (circuit-tracer's default)"}
     )
-    edge_threshold: float = field(default=0.98, metadata={"help": "share of edge influence kept among the kept nodes"})
+    edge_threshold: float = field(
+        default=0.98, metadata={**SHARE, "help": "share of edge influence kept among the kept nodes"}
+    )
     max_feature_nodes: int | None = field(
         default=None,
         metadata={"help": "features given a row, most influential first (None: every one with influence)", "min": 1},
     )
     max_n_logits: int = field(default=10, metadata={"help": "top logits as targets when no answer is given", "min": 1})
     desired_logit_prob: float = field(
-        default=0.95, metadata={"help": "... until they cover this probability (no answer given)"}
+        default=0.95, metadata={**SHARE, "help": "... until they cover this probability (no answer given)"}
     )
     batch_size: int = field(default=32, metadata={"help": "targets per backward pass", "min": 1})
     max_matrix_mib: float = field(
         default=2048.0,
-        metadata={"help": "keep the rows in memory up to this size, else in chunk files (work_dir or a temp folder)"},
+        metadata={
+            "min": 0,
+            "help": "keep the rows in memory up to this size, else in chunk files (work_dir or a temp folder)",
+        },
     )
     position_step: int = field(
         default=128,
@@ -56,7 +63,8 @@ class GraphConfig(Config):
         },
     )
     chunk_mib: float = field(
-        default=128.0, metadata={"help": "rows per chunk file, in MiB (what a stopped build resumes from)"}
+        default=128.0,
+        metadata={"min": 0, "open": "min", "help": "rows per chunk file, in MiB (what a stopped build resumes from)"},
     )
     max_batches: int | None = field(
         default=None,
@@ -65,11 +73,6 @@ class GraphConfig(Config):
     heads: bool = field(default=True, metadata={"help": "split each kept edge over the attention heads carrying it"})
 
     def check(self) -> None:
-        check_threshold("node_threshold", self.node_threshold)
-        check_threshold("edge_threshold", self.edge_threshold)
-        check_threshold("desired_logit_prob", self.desired_logit_prob)
-        if not self.chunk_mib > 0:
-            raise BadValueError(f"chunk_mib={self.chunk_mib!r} must be above 0 (MiB of rows per chunk file)")
         if self.max_batches is not None and self.work_dir is None:
             raise BadValueError(f"max_batches={self.max_batches} needs a work_dir: a stopped build resumes from it")
 
@@ -81,7 +84,8 @@ class HeadFlowConfig(Config):
     error = BadValueError
 
     share: float = field(
-        default=0.8, metadata={"help": "with --transcoders: share of the attention-mediated attribution to cover"}
+        default=0.8,
+        metadata={**SHARE, "help": "with --transcoders: share of the attention-mediated attribution to cover"},
     )
     split: str = field(
         default="heldout",
@@ -91,7 +95,3 @@ class HeadFlowConfig(Config):
         },
     )
     graph: dict = field(default_factory=dict, metadata={"help": "GraphConfig fields of the graphs (heads on)"})
-
-    def check(self) -> None:
-        if not 0 < self.share <= 1:
-            raise BadValueError(f"share={self.share!r} is outside (0, 1]: it is the share of the attribution covered")
