@@ -7,7 +7,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # module (path under workbench/) -> where it is tested, for the modules without a mirrored test file
 TESTED_ELSEWHERE = {
-    "atomic.py": "every artifact writer's tests (features/test_store.py, the crash tests of the steps)",
     "attention/card.py": "attention/test_train.py (the trained model's card)",
     "attention/constraint.py": "attention/test_train.py (the Lagrangian constraint during training)",
     "cache/config.py": "cache/test_cache_config.py (test_config.py names the top-level config's tests)",
@@ -30,6 +29,7 @@ TESTED_ELSEWHERE = {
     "cli/cache.py": "test_cli.py",
     "cli/circuit.py": "test_cli.py and circuits/feature/test_feature_cli.py",
     "cli/demo.py": "test_demo.py",
+    "cli/intervene.py": "interventions/test_intervene_cli.py",
     "cli/features.py": "test_cli.py and features/test_store.py",
     "cli/ls.py": "test_cli.py (`workbench ls`)",
     "cli/model.py": "test_cli.py",
@@ -40,6 +40,9 @@ TESTED_ELSEWHERE = {
     "corpus/vocab.py": "corpus/test_synthetic.py",
     "features/build.py": "features/test_store.py (a store is built, then read)",
     "features/config.py": "features/test_store.py",
+    "interventions/config.py": "interventions/test_engine.py and test_config.py (the numeric bounds)",
+    "interventions/dictionary.py": "interventions/test_engine.py (every kind of unit against a hand-written hook)",
+    "interventions/generate.py": "interventions/test_engine.py (continuations) and interventions/test_tracer_agreement.py",
     "lazy.py": "test_imports.py (the light layers import no torch)",
     "models/card.py": "models/test_load.py and circuits/component/test_embedded.py",
     "models/tokenizer.py": "models/test_load.py",
@@ -49,6 +52,7 @@ TESTED_ELSEWHERE = {
     "sae/blocksparse.py": "sae/test_architectures.py",
     "sae/matryoshka.py": "sae/test_architectures.py",
     "sae/saelens.py": "sae/test_io.py",
+    "sae/scores.py": "sae/test_eval.py and app/test_pages.py (an undefined CE loss recovered)",
     "sae/scaffold.py": "sae/test_architectures.py",
     "sae/topk.py": "sae/test_architectures.py",
 }

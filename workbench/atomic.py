@@ -117,20 +117,6 @@ def jsonable(x):
     return x
 
 
-def read_json(path: str | Path, error: type[Exception], way_out: str, what: str = "workbench JSON file") -> dict:
-    """A JSON object the workbench wrote, read through the one read path (workbench.readback.json_file); any
-    damage raises `error`, one line naming the file, what is wrong and `way_out` (e.g. "remake it with ...")."""
-    from workbench.errors import DamagedFileError
-    from workbench.readback import json_file  # it imports this module
-
-    try:
-        return json_file(path, what, way_out)
-    except DamagedFileError as e:
-        if error is DamagedFileError:
-            raise
-        raise error(str(e)) from None
-
-
 def write_json(path: str | Path, data, indent: int | None = None) -> None:
     """The one way the workbench saves JSON: made JSON-safe (jsonable), folder created, written atomically."""
     path = Path(path)

@@ -19,6 +19,7 @@ from workbench.circuits import schema
 from workbench.circuits.feature.transcoders import TranscoderSet
 from workbench.errors import DamagedFileError, MissingInputError, UserError
 from workbench.readback import artifact_manifest, json_file, json_or_empty, reading, verify_artifact, verify_listed
+from workbench.sae import scores
 from workbench.sae.scores import shown
 from workbench.sae.transcoders import SET_MANIFEST as TRANSCODER_SET
 from workbench.sae.transcoders import read_manifest
@@ -42,6 +43,8 @@ __all__ = [
     "open_transcoder_set",
     "resolve",
     "scan",
+    "scores",  # the app reads scores through browse: it imports no workbench.sae
+    "shown",
 ]
 
 SAE_FILES = ("cfg.json", "sae_weights.safetensors")

@@ -66,7 +66,8 @@ def _tuple_field(hint) -> bool:
 
 def numeric(hint) -> type | None:
     """int or float when a field's annotation is that number type (optionally `| None`), else None."""
-    args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    args = [a for a in typing.get_args(hint) if a is not type(None)] if union else [hint]  # list[int] is no int
     return args[0] if len(args) == 1 and args[0] in (int, float) else None
 
 

@@ -199,3 +199,14 @@ def verify_artifact(folder, what: str) -> None:
             if not path.is_file():
                 raise damaged(path, what, f"missing: {manifest} lists it", "restore it or remake the artifact")
             verify_listed(path, what if owner(path) == manifest.absolute() else f"member of the {what}")
+
+
+def read_json(path: str | Path, error: type[Exception], way_out: str, what: str = "workbench JSON file") -> dict:
+    """A JSON object the workbench wrote, read through the one read path (json_file); any
+    damage raises `error`, one line naming the file, what is wrong and `way_out` (e.g. "remake it with ...")."""
+    try:
+        return json_file(path, what, way_out)
+    except DamagedFileError as e:
+        if error is DamagedFileError:
+            raise
+        raise error(str(e)) from None

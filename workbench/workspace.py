@@ -19,10 +19,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from workbench.atomic import atomic_write_text, read_json, sha256_file
+from workbench.atomic import atomic_write_text, sha256_file
 from workbench.errors import BadValueError, OutputExistsError, UserError
 from workbench.lock import stale_locks
-from workbench.readback import ARTIFACT, artifact_manifest, seal
+from workbench.readback import ARTIFACT, artifact_manifest, read_json, seal
 
 KINDS = ("caches", "saes", "transcoders", "circuits", "models", "features", "interventions")
 MANIFEST = ARTIFACT

@@ -5,7 +5,7 @@ import streamlit as st
 
 from app import state
 from app.figures import sae as plots
-from workbench.sae import scores
+from workbench.browse import scores
 
 st.title("SAE")
 rel = state.pick_sae("sae")

@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from app import state
-from workbench.sae.scores import shown
+from workbench.browse import shown
 
 root = state.root()
 st.title("Workspace")

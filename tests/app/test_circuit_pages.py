@@ -101,7 +101,6 @@ def test_mlp_node_and_a_node_on_a_layer_without_saes(circuit_app):
         ({"circuit": "../x"}, "'..' may not appear"),
         ({"view": "3d"}, "view='3d' is not valid"),
         ({"view": "budget", "budget": "0.3"}, "not a point of the curve"),
-        ({"cap": "x"}, "not an integer"),
     ],
 )
 def test_bad_circuit_links_are_one_line_errors(circuit_app, params, message):

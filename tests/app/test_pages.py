@@ -58,6 +58,8 @@ def test_an_undefined_ce_loss_recovered_is_shown_with_its_reason(feature_workspa
 
     from tests.app.conftest import _runner
     from workbench.sae.eval import _splice_summary
+    from workbench.steps import rerecord
+    from workbench.workspace import Workspace
 
     ws = tmp_path / "ws"
     shutil.copytree(feature_workspace, ws, symlinks=True)
@@ -71,6 +73,7 @@ def test_an_undefined_ce_loss_recovered_is_shown_with_its_reason(feature_workspa
         torch.zeros(s["n_sequences"]), n, {k: v * n for k, v in ce.items()}, {k: v * n for k, v in kl.items()}, 0
     )
     path.write_text(json.dumps(metrics))
+    rerecord(Workspace(ws), ws / first, "saes", "workbench sae eval")  # as sae eval does after writing metrics.json
     assert metrics["splice"]["ce_loss_recovered"] is None
     shown = f"undefined ({metrics['splice']['ce_loss_recovered_undefined']})"
     app = _runner(ws, monkeypatch)

@@ -19,6 +19,7 @@ from workbench.circuits.feature.transcoders import open_set
 from workbench.cli import main
 from workbench.corpus import tasks
 from workbench.errors import BadValueError
+from workbench.readback import write_sealed_json
 
 
 def constructed_graph():
@@ -129,7 +130,7 @@ def test_attention_compare_refuses_a_set_of_another_model_or_missing_layers(tiny
     shutil.copytree(tiny_set, partial)
     manifest = json.loads((partial / "transcoders.json").read_text())
     manifest["layers"] = [e for e in manifest["layers"] if e["layer"] != 2]
-    (partial / "transcoders.json").write_text(json.dumps(manifest))
+    write_sealed_json(partial / "transcoders.json", manifest)  # a set written without layer 2, not a damaged file
     assert main([*argv, str(partial), str(sparse_set)]) == 2
     assert re.search(r"lacks layer\(s\) \[2\]", _err(capsys))
     with pytest.raises(SystemExit) as e:  # refused as the flag is parsed, by its config field's bounds

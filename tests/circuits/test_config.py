@@ -25,7 +25,7 @@ def test_defaults_and_what_each_search_aims_at_without_a_target():
         (dict(target_ndf=1.5), r"target_ndf=1.5 is outside \(0, 1\]"),
         (dict(target_ndf=0), r"target_ndf=0 is outside \(0, 1\]"),
         (dict(budget=2.0), r"budget must be a fraction in \(0, 1\]"),
-        (dict(n_samples=-1), "n_samples=-1 must be >= 0"),
+        (dict(n_samples=-1), "n_samples=-1 must be an integer >= 0"),
         (dict(seed=1.5), "seed=1.5 is not of type int"),
     ],
 )

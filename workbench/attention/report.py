@@ -14,10 +14,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from workbench.atomic import atomic_write_text, read_json
+from workbench.atomic import atomic_write_text
 from workbench.attention.verdict import judge, paired_difference, verdict_sequences, wilson
 from workbench.circuits.component.evidence import attention_patterns
 from workbench.errors import BadValueError, DamagedFileError, MissingInputError
+from workbench.readback import read_json
 
 REPORT = "attention_report.json"
 

@@ -119,7 +119,7 @@ def _config(args):
 
 def _intervene(args) -> None:
     from workbench import steps
-    from workbench.atomic import atomic_write_text, check_outputs
+    from workbench.atomic import atomic_write_text
     from workbench.errors import BadValueError
     from workbench.models import load
     from workbench.workspace import Workspace
@@ -129,7 +129,6 @@ def _intervene(args) -> None:
         raise BadValueError("--cache gives the means of --op ablate --ablate-to mean only")
     if cfg.op == "ablate" and cfg.ablate_to == "mean" and not args.cache:
         raise BadValueError("--ablate-to mean needs --cache DIR (the mean codes come from its sequences)")
-    check_outputs({"--out": args.out})
     model, _ = load(args.model)
     r, folder = steps.intervene(
         Workspace(args.workspace),

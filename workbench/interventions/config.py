@@ -94,7 +94,7 @@ class InterventionConfig(Config):
     continue_tokens: int = field(default=20, metadata={"help": "tokens generated, clean and intervened"})
     sample: bool = field(default=False, metadata={"help": "sample the continuation (else greedy)"})
     seed: int = field(default=0, metadata={"help": "the sampling seed (both continuations use it)"})
-    temperature: float = field(default=1.0, metadata={"help": "sampling temperature"})
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature", "min": 0, "open": "min"})
     top_k: int = field(default=10, metadata={"help": "next tokens reported per position", "min": 1})
     mean_sequences: int = field(
         default=64, metadata={"help": "ablate_to mean: cache sequences the mean code is taken over", "min": 1}
@@ -114,8 +114,6 @@ class InterventionConfig(Config):
             raise BadValueError("a counterfactual prompt applies only to --op ablate --ablate-to counterfactual")
         if self.positions == "generated" and self.continue_tokens == 0:
             raise BadValueError("positions generated with no continuation intervenes nowhere; set --continue N")
-        if not self.temperature > 0:
-            raise BadValueError(f"temperature={self.temperature} must be above 0")
 
     @property
     def position_spec(self) -> tuple:
@@ -132,7 +130,10 @@ class CheckConfig(Config):
         default=0.5,
         metadata={
             "help": "a node or edge fails when its measured effect is below this fraction of the predicted "
-            "one, or of the opposite sign"
+            "one, or of the opposite sign",
+            "min": 0,
+            "max": 1,
+            "open": "min",
         },
     )
     semantics: str = field(
@@ -155,7 +156,3 @@ class CheckConfig(Config):
             "help": "the target logit (minus the mean logit), or target minus the graph's second logit",
         },
     )
-
-    def check(self) -> None:
-        if not 0 < self.fraction <= 1:
-            raise BadValueError(f"fraction={self.fraction} is outside (0, 1]")

@@ -21,9 +21,9 @@ from sae_lens.saes.sae import SAEMetadata
 from sae_lens.saes.transcoder import JumpReLUSkipTranscoderConfig, JumpReLUTranscoderConfig
 from safetensors.torch import save_file
 
-from workbench.atomic import atomic_path, atomic_write_text, read_json, sha256_file
+from workbench.atomic import atomic_path, atomic_write_text, sha256_file
 from workbench.errors import DamagedFileError, MissingInputError
-from workbench.readback import verify_artifact
+from workbench.readback import read_json, verify_artifact
 from workbench.sae import saelens
 from workbench.sae.base import SparseAutoencoder
 

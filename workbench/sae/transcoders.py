@@ -307,7 +307,11 @@ LAYER_FIELDS = {"layer": int, "input_hook": str, "target_hook": str, "transcoder
 def read_manifest(path: Path) -> dict:
     """transcoders.json, every part the readers use present and of its type (members not opened: `load_set`)."""
     what, way_out = "transcoder set manifest", f"retrain the set, or restore {path}"
-    fields = {"model": (str, type(None)), "layers": list, "cache": str}
+    fields = {
+        "model": (str, type(None)),
+        "layers": list,
+        "cache": (str, type(None)),
+    }  # None: a set imported from another tool
     manifest = sealed_json(path, what, way_out, fields=fields, legacy=True)
     for i, entry in enumerate(manifest["layers"]):
         bad = [k for k, t in LAYER_FIELDS.items() if not isinstance(entry, dict) or not isinstance(entry.get(k), t)]
