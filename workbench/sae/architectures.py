@@ -1,4 +1,4 @@
-"""architecture name -> class; `build(cfg)` makes an untrained SAE from a resolved config."""
+"""architecture name -> class; `build(cfg)` makes an untrained SAE (or CLT) from a resolved config."""
 
 from __future__ import annotations
 
@@ -21,4 +21,9 @@ CLASSES: dict[str, type[SparseAutoencoder]] = {
 
 
 def build(cfg: SAEConfig) -> SparseAutoencoder:
+    """An SAE or transcoder of cfg's architecture; a CLTConfig builds a cross-layer transcoder of its members."""
+    from workbench.sae.clt import CLTConfig, CrossLayerTranscoder
+
+    if isinstance(cfg, CLTConfig):
+        return CrossLayerTranscoder(cfg)
     return CLASSES[cfg.architecture](cfg)
