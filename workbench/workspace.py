@@ -23,7 +23,7 @@ from workbench.atomic import atomic_write_text, read_json, sha256_file
 from workbench.errors import BadValueError, OutputExistsError
 from workbench.lock import stale_locks
 
-KINDS = ("caches", "saes", "transcoders", "circuits", "models", "features")
+KINDS = ("caches", "saes", "transcoders", "clts", "circuits", "models", "features")
 MANIFEST = "artifact.json"
 INDEX = "workspace.json"
 SCHEMA = "workbench.workspace"

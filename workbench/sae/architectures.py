@@ -22,7 +22,8 @@ CLASSES: dict[str, type[SparseAutoencoder]] = {
 
 def build(cfg: SAEConfig) -> SparseAutoencoder:
     """An SAE or transcoder of cfg's architecture; a CLTConfig builds a cross-layer transcoder of its members."""
-    from workbench.sae.clt import CLTConfig, CrossLayerTranscoder
+    from workbench.sae.clt import CrossLayerTranscoder
+    from workbench.sae.config import CLTConfig
 
     if isinstance(cfg, CLTConfig):
         return CrossLayerTranscoder(cfg)

@@ -113,7 +113,8 @@ def read_manifest(folder: str | Path) -> dict:
 
 def load_clt(folder: str | Path, device: str = "cpu"):
     """The saved CLT as a workbench CrossLayerTranscoder (eval mode), its weights checked against clt.json."""
-    from workbench.sae.clt import CLTConfig, CrossLayerTranscoder
+    from workbench.sae.clt import CrossLayerTranscoder
+    from workbench.sae.config import CLTConfig
 
     folder = Path(folder)
     manifest = read_manifest(folder)
