@@ -1,6 +1,7 @@
 """Import hygiene: the light layers stay light, and the package has no import cycles."""
 
 import ast
+import functools
 import importlib
 import json
 import subprocess
@@ -72,6 +73,7 @@ def _module_imports(path: Path, name: str) -> set[str]:
     return {m for m in found if m.split(".")[0] == "workbench"}
 
 
+@functools.cache
 def _graph() -> dict[str, set[str]]:
     modules = {}
     for path in sorted((ROOT / "workbench").rglob("*.py")):
@@ -132,3 +134,116 @@ def test_the_import_graph_sees_a_planted_upward_import(tmp_path):
     path = tmp_path / "probe.py"
     path.write_text("def f():\n    from workbench import steps\n    from workbench.cli.circuit import parse_budget\n")
     assert {"workbench.steps", "workbench.cli.circuit"} <= _module_imports(path, "workbench.sae.probe")
+
+
+# ------------------------------------------------------------------ the order of the layers
+
+# The method packages from the bottom up: a module imports only from its own unit or one below it. circuits is
+# three units: its core (schema, annotations, config, inputs, metrics: what both kinds of circuit share), the
+# component wing (heads and MLPs) and the feature wing (transcoders), which may use the component wing (a
+# feature circuit is compared with the component circuit of the same query), never the reverse.
+ORDER = (
+    "corpus",
+    "models",
+    "cache",
+    "sae",
+    "features",
+    "circuits",
+    "circuits.component",
+    "circuits.feature",
+    "attention",
+)
+# (importer, imported) pairs that go upward, each with its reason
+ALLOWED_UPWARD = {
+    ("workbench.models", "workbench.attention.gates"): "load() installs the attention gates a sparse-attention "
+    "model's weights need, so every model loads the same way",
+}
+
+
+def _unit(module: str) -> str | None:
+    """The ORDER unit a workbench module belongs to (None: a shared utility or a layer above the methods)."""
+    parts = module.split(".")[1:]
+    if parts[:1] == ["circuits"] and parts[1:2] in (["component"], ["feature"]):
+        return ".".join(parts[:2])
+    return parts[0] if parts and parts[0] in ORDER else None
+
+
+def _upward(graph: dict[str, set[str]]) -> dict[tuple[str, str], str]:
+    """(importer, imported) -> 'unit -> unit' for every import that goes up ORDER."""
+    out = {}
+    for name, deps in graph.items():
+        low = _unit(name)
+        for dep in deps:
+            high = _unit(dep)
+            if low and high and ORDER.index(high) > ORDER.index(low):
+                out[name, dep] = f"{low} -> {high}"
+    return out
+
+
+def test_method_packages_import_only_downward():
+    """Every upward import is on the allow-list, and every allow-list entry is still needed."""
+    assert sorted(_upward(_graph())) == sorted(ALLOWED_UPWARD)
+
+
+def test_the_wings_and_the_core_of_circuits():
+    """The core imports neither wing; the component wing never imports the feature wing."""
+    graph = _graph()
+    assert {
+        "workbench.circuits.schema",
+        "workbench.circuits.component.api",
+        "workbench.circuits.feature.transcoders",
+    } <= set(graph)
+    bad = {
+        name: sorted(d for d in deps if _unit(d) in ("circuits.component", "circuits.feature"))
+        for name, deps in graph.items()
+        if _unit(name) == "circuits"
+    }
+    bad |= {
+        name: sorted(d for d in deps if _unit(d) == "circuits.feature")
+        for name, deps in graph.items()
+        if _unit(name) == "circuits.component"
+    }
+    assert {name: deps for name, deps in bad.items() if deps} == {}
+
+
+def test_the_order_check_sees_a_planted_upward_import():
+    planted = {"workbench.circuits.component.api": {"workbench.circuits.feature.transcoders"}}
+    assert _upward(planted) == {
+        ("workbench.circuits.component.api", "workbench.circuits.feature.transcoders"): "circuits.component -> "
+        "circuits.feature"
+    }
+    assert _upward({"workbench.circuits.schema": {"workbench.circuits.config", "workbench.errors"}}) == {}
+
+
+def _app_imports(path: Path) -> set[str]:
+    """The app's own modules that `path` imports anywhere."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return {m for m in found if m.split(".")[0] == "app"}
+
+
+def test_the_graph_view_imports_none_of_the_pages():
+    """app/graph_view draws any circuit from data: it never reaches back into the pages' figures, state or views."""
+    pages = ("app.figures", "app.state", "app.views")
+    found = {
+        str(path.relative_to(ROOT)): sorted(m for m in _app_imports(path) if m.startswith(pages))
+        for path in sorted((ROOT / "app" / "graph_view").rglob("*.py"))
+    }
+    assert "app/graph_view/layout.py" in found
+    assert {k: v for k, v in found.items() if v} == {}
+
+
+def test_the_circuits_names_of_before_the_split_still_resolve():
+    """Every public name of workbench.circuits, and every module that moved into a wing by its old name
+    (`circuits.export.to_mib`), resolves to the module that holds it now."""
+    import workbench.circuits as circuits
+
+    for name in circuits.__all__:
+        assert getattr(circuits, name).__name__ == name
+    for old, now in circuits._MOVED.items():
+        assert getattr(circuits, old).__name__ == now and now.rpartition(".")[2] == old
+    assert circuits.export.to_mib.__module__ == "workbench.circuits.component.export"

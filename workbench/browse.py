@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from workbench.circuits import schema
+from workbench.circuits.feature.transcoders import TranscoderSet
 from workbench.errors import DamagedFileError, MissingInputError, UserError
 from workbench.sae.transcoders import SET_MANIFEST as TRANSCODER_SET
 from workbench.workspace import KINDS, Artifact, Skipped, Workspace
@@ -230,17 +231,24 @@ def open_sae(folder: str | Path) -> SAEView:
 
 @dataclass
 class TranscoderSetView:
-    """A transcoder set folder as data: transcoders.json (the model and, per layer, its input and target hooks
-    and members), metrics.json ({} until `workbench sae eval` ran on the set) and its manifest."""
+    """A transcoder set folder as data: its TranscoderSet (transcoders.json: the model and, per layer, its input
+    and target hooks and members), metrics.json ({} until `workbench sae eval` ran on the set) and its manifest."""
 
-    path: Path
-    manifest: dict
+    tset: TranscoderSet
     metrics: dict
     artifact: dict
 
     @property
+    def path(self) -> Path:
+        return self.tset.folder
+
+    @property
+    def manifest(self) -> dict:
+        return self.tset.manifest
+
+    @property
     def model(self) -> str | None:
-        return self.manifest.get("model")
+        return self.tset.model
 
     def layers(self) -> list[dict]:
         """One row per member: its layer, what it reads and writes, and its numbers from the set's evaluation."""
@@ -253,7 +261,7 @@ class TranscoderSetView:
                 "writes": e["target_hook"],
                 **{k: members.get(name, {}).get(k) for k in ("fvu", "l0", "ce_loss_recovered")},
             }
-            for e in self.manifest.get("layers", [])
+            for e in self.tset.layers
             for name in e["transcoders"]
         ]
 
@@ -268,7 +276,9 @@ def open_transcoder_set(folder: str | Path) -> TranscoderSetView:
     if not isinstance(manifest.get("layers"), list):
         raise MissingInputError(f"{folder / TRANSCODER_SET} lists no layers; was it written by the workbench?")
     return TranscoderSetView(
-        folder, manifest, _json_or_empty(folder / "metrics.json"), _json_or_empty(folder / "artifact.json")
+        TranscoderSet(folder, manifest),
+        _json_or_empty(folder / "metrics.json"),
+        _json_or_empty(folder / "artifact.json"),
     )
 
 

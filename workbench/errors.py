@@ -20,7 +20,7 @@ Elsewhere, kept because code catches them or they stand apart:
 - `workbench.attention.train.ConstraintNotMet`: the run ended with no evaluated state meeting the
   loss target (its own message; the best state is saved).
 - `workbench.sae.trainer.NonFiniteError` (RuntimeError): a NaN/inf batch or loss, or a diverged run.
-- `workbench.circuits.inputs.QueryError` and its `workbench.circuits.component.search.ZeroGapError`: a circuit query
+- `workbench.circuits.inputs.QueryError` and its `workbench.circuits.search.ZeroGapError`: a circuit query
   that cannot be answered; ZeroGapError (clean and corrupt agree) is caught by the circuit API and reports.
 - `workbench.models.ModelSpecError`: a model spec that names no model (caught by bench/sae_bench.py).
 - `workbench.browse.OutsideWorkspace` and `app.live.ModelNotFound`: the read side's path and model look-ups.

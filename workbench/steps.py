@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from workbench.cache.config import HarvestConfig
-from workbench.circuits.config import SearchConfig
+from workbench.circuits.config import DEFAULT_SAMPLES, QueryConfig, SearchConfig
 from workbench.errors import BadValueError, OutputExistsError
 from workbench.lock import output_lock
 from workbench.sae.config import EvalConfig, SAEConfig, TrainConfig
@@ -398,13 +398,15 @@ def find_circuit(
     counterfactual=None,
     *,
     model_spec: str = "tiny",
+    query: QueryConfig | None = None,
     cfg: SearchConfig | None = None,
     name: str | None = None,
     ensure: bool = False,
-    **find_options,
+    **options,
 ):
     """Find a query circuit (`workbench circuit find`) and record it in <ws>/circuits/<name> with its
-    MIB and Neuronpedia exports; returns (circuit, folder). find_options go to circuits.find_circuit.
+    MIB and Neuronpedia exports; returns (circuit, folder). query (QueryConfig: budget, target_ndf, wrong,
+    n_samples, seed) and options (strategy, paraphrases, means, ...) go to circuits.find_circuit.
 
     ensure (needs a name): a circuit already recorded under that name is loaded instead."""
     from workbench.circuits.component import export
@@ -423,7 +425,7 @@ def find_circuit(
         return Circuit.load(ws.path("circuits", name) / "circuit.json"), ws.path("circuits", name)
     if name is not None:  # checked before the search too, when it does not depend on the result
         check_free(ws.path("circuits", name))
-    c = find_circuit(model, prompt, answer, counterfactual, cfg=cfg, **find_options)
+    c = find_circuit(model, prompt, answer, counterfactual, query=query, cfg=cfg, **options)
     folder = ws.path("circuits", name or circuit_name(c.query, c.method))
     check_free(folder)
     c.save(folder / "circuit.json")
@@ -446,15 +448,9 @@ def find_circuit(
     return c, folder
 
 
-def _members(ws: Workspace, transcoders, member) -> dict:
-    """layer -> each member transcoder's folder (relative to the workspace when inside it)."""
-    from workbench.circuits.feature.replacement import member_name
-    from workbench.sae.transcoders import load_set
-
-    out = {}
-    for e in load_set(transcoders)["layers"]:
-        out[str(e["layer"])] = ws.rel(Path(transcoders) / member_name(e["transcoders"], member))
-    return out
+def _members(ws: Workspace, tset, member) -> dict:
+    """layer -> each member transcoder's folder (relative to the workspace when inside it) of a TranscoderSet."""
+    return {str(layer): ws.rel(folder) for layer, folder in tset.member_folders(member).items()}
 
 
 def _free_circuit_folder(folder: Path) -> Path:
@@ -473,20 +469,27 @@ def find_feature_circuit(
     *,
     model_spec: str = "tiny",
     name: str | None = None,
-    **find_options,
+    query: QueryConfig | None = None,
+    **options,
 ):
     """Find a feature-level query circuit (`workbench circuit find --transcoders SET`) and record it in
     <ws>/circuits/<name>: feature_circuit.json, graph.json (the pruned attribution graph, the circuit's nodes
     pinned) and neuronpedia.json (the circuit alone), both circuit-tracer graph JSON; returns (circuit, graph,
-    folder). find_options go to circuits.feature_circuit.find_feature_circuit."""
+    folder). query (QueryConfig: budget, target_ndf, wrong, n_samples, seed, member) and options (cfg,
+    graph_cfg, ...) go to circuits.feature.feature_circuit.find_feature_circuit."""
     from workbench.circuits.feature.feature_circuit import find_feature_circuit as find
     from workbench.circuits.feature.graph_json import set_labels, to_neuronpedia
+    from workbench.circuits.feature.transcoders import open_set
 
     if name is not None:
         _free_circuit_folder(ws.path("circuits", name))
-    c, g = find(model, transcoders, prompt, answer, counterfactual, **find_options)
+    query, options = QueryConfig.take(query, options)
+    tset, member = open_set(transcoders), query.member
+    c, g = find(
+        model, tset.load(member, model.cfg.device, model), prompt, answer, counterfactual, query=query, **options
+    )
     folder = _free_circuit_folder(ws.path("circuits", name or "features-" + circuit_name(c.query, c.method)))
-    labels, members = set_labels(transcoders, c.method["member"]), _members(ws, transcoders, c.method["member"])
+    labels, members = set_labels(tset, member), _members(ws, tset, member)
     c.save(folder / "feature_circuit.json")
     to_neuronpedia(g, folder / "graph.json", folder.name, labels, circuit=c, pinned=True, members=members)
     to_neuronpedia(g, folder / "neuronpedia.json", folder.name, labels, circuit=c, members=members)
@@ -498,7 +501,7 @@ def find_feature_circuit(
         config=c.method,
         inputs={
             **_model_inputs(ws, model, model_spec),
-            "transcoders": Path(transcoders),
+            "transcoders": tset.folder,
             **{k: q.get(k) for k in ("prompt", "answer", "counterfactual")},
         },
         summary={"ndf": c.ndf, "nodes": len(c.nodes), "edges": len(c.edges), **c.graph_scores},
@@ -523,11 +526,12 @@ def attribution_graph(
     graph.json (circuit-tracer graph JSON); returns (graph, folder)."""
     from workbench.circuits.feature.attribution_graph import build_graph
     from workbench.circuits.feature.graph_json import set_labels, to_neuronpedia
-    from workbench.circuits.feature.replacement import load_transcoders
+    from workbench.circuits.feature.transcoders import open_set
 
     folder = _free_circuit_folder(ws.path("circuits", name or f"graph-{slug(' '.join(str(prompt).split()[-4:]))[:40]}"))
-    g = build_graph(model, load_transcoders(transcoders, member, model.cfg.device, model), prompt, answer, wrong, cfg)
-    labels, members = set_labels(transcoders, member), _members(ws, transcoders, member)
+    tset = open_set(transcoders)
+    g = build_graph(model, tset.load(member, model.cfg.device, model), prompt, answer, wrong, cfg)
+    labels, members = set_labels(tset, member), _members(ws, tset, member)
     to_neuronpedia(g, folder / "graph.json", folder.name, labels, members=members)
     ws.record(
         folder,
@@ -536,7 +540,7 @@ def attribution_graph(
         config={**g.config, "member": member},
         inputs={
             **_model_inputs(ws, model, model_spec),
-            "transcoders": Path(transcoders),
+            "transcoders": tset.folder,
             "prompt": g.prompt,
             "answer": answer,
             "wrong": wrong,
@@ -704,7 +708,7 @@ def compare_attention(
     task: str,
     n: int = 20,
     *,
-    n_samples: int = 3,
+    n_samples: int = DEFAULT_SAMPLES,
     progress: bool = True,
     ensure: bool = False,
 ) -> dict:

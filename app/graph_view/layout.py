@@ -15,7 +15,6 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from app.figures import circuit as cg
 from workbench.circuits import schema
 
 COL_GAP, ROW_GAP, BAND_GAP = 150.0, 52.0, 30.0  # px between columns, rows, position bands
@@ -90,8 +89,10 @@ def component_columns(n_layers: int) -> list[tuple[tuple, str]]:
     return cols + [((n_layers, 0), "logits")]
 
 
-def from_view(cd: cg.CircuitData, view: cg.View, title: str = "") -> Graph:
-    """The drawn rows of a component-level circuit: a head input of unknown port ends on the node itself."""
+def from_view(cd, view, title: str = "") -> Graph:
+    """The drawn rows of a component-level circuit (cd: app.figures.circuit.CircuitData, view: its View, read by
+    their fields only, so the view never imports the pages' figures): a head input of unknown port ends on the
+    node itself."""
     names = sorted({cd.src[i] for i in view.rows} | {cd.dst[i] for i in view.rows})
     nodes = [component_node(n, cd.n_layers, cd.n_heads) for n in names]
     edges = [

@@ -5,6 +5,7 @@ the workspace, of features (`workbench circuit find --transcoders SET`), opened 
 import streamlit as st
 
 from app import live, state
+from workbench.circuits.config import DEFAULT_SAMPLES, DEFAULT_TARGET_NDF
 from workbench.errors import UserError
 
 FEATURES = "features (a transcoder set)"
@@ -27,7 +28,7 @@ with st.form("run"):
     c = st.columns(3)
     spec = c[0].selectbox("model", specs, format_func=lambda s: s if s == "tiny" else "workspace: " + s.split("/")[-1])
     if sets:
-        target = c[1].number_input("target NDF", min_value=0.05, max_value=1.0, value=0.8, step=0.05)
+        target = c[1].number_input("target NDF", min_value=0.05, max_value=1.0, value=DEFAULT_TARGET_NDF, step=0.05)
     else:
         budget = c[1].number_input(
             "edge budget (% of graph edges)", min_value=0.01, max_value=100.0, value=5.0, step=0.5
@@ -41,7 +42,10 @@ with st.form("run"):
     else:
         ig_steps = a[0].number_input("EAP-IG steps", min_value=1, max_value=50, value=5)
     samples = a[1].number_input(
-        "paraphrases and resampled counterfactuals (best-of-N candidates)", min_value=0, max_value=10, value=3
+        "paraphrases and resampled counterfactuals (best-of-N candidates)",
+        min_value=0,
+        max_value=10,
+        value=DEFAULT_SAMPLES,
     )
     go = st.form_submit_button("find the feature circuit" if sets else "find the circuit")
 

@@ -45,7 +45,7 @@ def attribute_mode(cfg, model, prompts):
 
 def search_mode(cfg, model, prompts):
     from workbench.circuits import find_circuit
-    from workbench.circuits.component.search import ZeroGapError
+    from workbench.circuits.search import ZeroGapError
     from workbench.corpus import tasks
 
     out = []

@@ -92,7 +92,7 @@ def gpt2_shaped(cfg):
 def random_set(model, cfg):
     """One random Top-k transcoder per layer of `model` (cfg["n_latents"], cfg["k"]), saved once under
     cfg["set_dir"] and loaded through sae-lens (the path a trained set takes)."""
-    from workbench.circuits.feature.replacement import Transcoder
+    from workbench.circuits.feature.transcoders import Transcoder
     from workbench.sae.architectures import build
     from workbench.sae.config import SAEConfig
     from workbench.sae.io import load_sae, save_sae
@@ -198,8 +198,8 @@ def family_mode(cfg, model, tcs):
     from workbench.atomic import write_json
     from workbench.cache.overlap import seen_in_training
     from workbench.circuits.component.api import prediction, retarget
-    from workbench.circuits.component.search import ZeroGapError
     from workbench.circuits.inputs import prepare
+    from workbench.circuits.search import ZeroGapError
     from workbench.corpus import tasks
 
     store = Path(cfg["store"])
@@ -282,13 +282,13 @@ def prune_mode(cfg, model, tcs):
 
 def main():
     cfg = common.load_config()
-    from workbench.circuits.feature.replacement import load_transcoders
+    from workbench.circuits.feature.transcoders import open_set
     from workbench.models import load
 
     if cfg["mode"] == "prune":
         return common.emit(prune_mode(cfg, None, None))
     model = gpt2_shaped(cfg) if cfg["mode"] == "bounded" else load(cfg["model"], device="cpu")[0]
-    tcs = load_transcoders(cfg["transcoders"]) if cfg.get("transcoders") else random_set(model, cfg)
+    tcs = open_set(cfg["transcoders"]).load() if cfg.get("transcoders") else random_set(model, cfg)
     modes = {"graph": graph_mode, "circuit": circuit_mode, "bounded": bounded_mode, "family": family_mode}
     modes["tracer"] = tracer_mode
     result = modes[cfg["mode"]](cfg, model, tcs)

@@ -9,10 +9,10 @@ import json
 import pytest
 import torch
 from small_models import small_model
-from tests.circuits.test_attribution_graph import random_transcoders
 
 from app.figures import feature_graph as fgf
 from tests.app.test_circuit_pages import ok, plain, text, view_data
+from tests.circuits.feature.test_attribution_graph import random_transcoders
 from workbench import browse
 
 

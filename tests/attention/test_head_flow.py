@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from workbench.attention.head_flow import fewest_covering, format_gap, head_mass, paired_gap
-from workbench.cache.overlap import set_cache
 from workbench.circuits.feature.graph_config import HeadFlowConfig
+from workbench.circuits.feature.transcoders import open_set
 from workbench.cli import main
 from workbench.corpus import tasks
 from workbench.errors import BadValueError
@@ -77,7 +77,7 @@ def test_head_flow_config_refuses_a_bad_split_naming_the_choices():
 
 
 def test_set_cache_is_the_cache_the_set_was_trained_on(tiny_set):
-    assert set_cache(tiny_set) == str((tiny_set.parent / "cache").resolve())  # conftest: root/cache -> root/set
+    assert open_set(tiny_set).cache == str((tiny_set.parent / "cache").resolve())  # conftest: root/cache -> root/set
 
 
 def _err(capsys) -> str:

@@ -1,8 +1,8 @@
 import pytest
 
 from workbench.circuits import find_circuit
-from workbench.circuits.component.search import ZeroGapError
 from workbench.circuits.inputs import QueryError, prepare
+from workbench.circuits.search import ZeroGapError
 
 PROMPT = "When Mary and John went to the park , John gave a ball to"
 CF = "When Mary and John went to the park , Anna gave a ball to"
@@ -81,12 +81,12 @@ def test_budget_below_one_edge_is_refused_like_zero(small):
     n = Graph.from_model(small).n_edges
     with pytest.raises(ValueError, match=f"below one edge: this model's graph has {n} edges"):
         find_circuit(small, PROMPT, "Mary", CF, wrong="John", budget=1e-9)
-    with pytest.raises(ValueError, match=r"target NDF must be in \(0, 1\]"):
+    with pytest.raises(ValueError, match=r"target_ndf=1.5 is outside \(0, 1\]"):
         find_circuit(small, PROMPT, "Mary", CF, wrong="John", target_ndf=1.5)
 
 
 def test_budget_and_target_are_exclusive(small):
-    with pytest.raises(ValueError, match="either budget or target_ndf"):
+    with pytest.raises(ValueError, match="either a budget or a target NDF, not both"):
         find_circuit(small, PROMPT, "Mary", CF, wrong="John", budget=0.1, target_ndf=0.8)
 
 

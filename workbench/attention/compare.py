@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from workbench.circuits.config import DEFAULT_SAMPLES, QueryConfig
 from workbench.errors import BadValueError
 
 TARGETS = (0.8, 0.9)
@@ -156,12 +157,19 @@ def _nodes(graph, mask: torch.Tensor) -> tuple[list[str], list[str]]:
 
 
 def query_side(
-    model, cq, targets=TARGETS, n_samples: int = 3, ig_steps: int = 5, seed: int = 0, renormalise: bool | None = None
+    model,
+    cq,
+    targets=TARGETS,
+    n_samples: int = DEFAULT_SAMPLES,
+    ig_steps: int = 5,
+    seed: int = 0,
+    renormalise: bool | None = None,
 ) -> dict:
     """Component-level and token-level counts for one model on one synthetic query (renormalise: the
     token level's removal rule, see token_edges)."""
     from workbench.circuits.component.api import prepare_all
-    from workbench.circuits.component.search import QuerySearch, SearchConfig, ZeroGapError
+    from workbench.circuits.component.search import QuerySearch, SearchConfig
+    from workbench.circuits.search import ZeroGapError
 
     try:
         q, samples = prepare_all(model, cq, None, None, None, (), (), n_samples, seed, "logit_diff")
@@ -198,7 +206,7 @@ def compare(
     n: int = 20,
     targets=TARGETS,
     seed: int = 0,
-    n_samples: int = 3,
+    n_samples: int = DEFAULT_SAMPLES,
     ig_steps: int = 5,
     progress: bool = True,
 ) -> dict:
@@ -210,8 +218,7 @@ def compare(
 
     check_same_vocab(base, sparse)
     for t in targets:
-        if not 0 < t <= 1:
-            raise BadValueError(f"NDF target {t!r} must be in (0, 1]")
+        QueryConfig(target_ndf=t)  # its one range check
     qs = tasks.queries(task, n, seed=seed, tokenizer=base.tokenizer)
     it = qs
     if progress:

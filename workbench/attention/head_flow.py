@@ -26,7 +26,8 @@ from workbench.circuits.feature import graph_heads
 from workbench.circuits.feature import influence as inf
 from workbench.circuits.feature.attribution_graph import GraphConfig, build_graph
 from workbench.circuits.feature.graph_config import HeadFlowConfig
-from workbench.circuits.feature.replacement import ReplacementModel, check_transcoders, load_transcoders
+from workbench.circuits.feature.replacement import ReplacementModel
+from workbench.circuits.feature.transcoders import open_set
 from workbench.intervals import paired_difference
 
 # the per-query measures summarised over a family: name -> how to read it from one model's query_heads row
@@ -117,7 +118,7 @@ def compare_heads(base, sparse, base_set, sparse_set, task: str, n: int, seed: i
     base - sparse with its paired interval. Each query also says whether its prompt occurs in the training
     cache of either set (held-out combinations should not)."""
     from workbench.attention.compare import check_same_vocab
-    from workbench.cache.overlap import seen_in_training, set_cache
+    from workbench.cache.overlap import seen_in_training
     from workbench.circuits.component.api import retarget
     from workbench.circuits.inputs import prepare
     from workbench.corpus import tasks
@@ -125,16 +126,16 @@ def compare_heads(base, sparse, base_set, sparse_set, task: str, n: int, seed: i
 
     cfg = cfg or HeadFlowConfig()
     check_same_vocab(base, sparse)
+    sets = {"base": open_set(base_set), "sparse": open_set(sparse_set)}
     sides = {
-        side: (m, check_transcoders(m, load_transcoders(folder, device=m.cfg.device, model=m)), folder)
-        for side, m, folder in (("base", base, base_set), ("sparse", sparse, sparse_set))
+        side: (m, sets[side].load(device=m.cfg.device, model=m)) for side, m in (("base", base), ("sparse", sparse))
     }
-    seen = {side: seen_in_training(set_cache(folder)) for side, (_, _, folder) in sides.items()}
+    seen = {side: seen_in_training(tset.cache) for side, tset in sets.items()}
     rows = []
     for cq in tasks.queries(task, n, seed=seed, tokenizer=base.tokenizer, split=cfg.split):
         cq = retarget(base, cq)
         row = {"prompt": cq.prompt, "answer": cq.answer, "wrong": cq.wrong, "in_training_cache": {}}
-        for side, (model, tcs, _) in sides.items():
+        for side, (model, tcs) in sides.items():
             q = prepare(model, cq.prompt, cq.answer, cq.counterfactual, cq.wrong)
             row["in_training_cache"][side] = seen[side](q.tokens[1:].tolist())  # without BOS, as the cache
             row[side] = query_heads(model, tcs, q, cfg)
@@ -147,7 +148,7 @@ def compare_heads(base, sparse, base_set, sparse_set, task: str, n: int, seed: i
         "config": cfg.to_dict(),
         "base_model": model_id(base),
         "sparse_model": model_id(sparse),
-        "transcoders": {"base": str(base_set), "sparse": str(sparse_set)},
+        "transcoders": {side: str(tset.folder) for side, tset in sets.items()},
         "summary": {side: _summary([r[side] for r in rows]) for side in sides},
         "base_minus_sparse": {key: paired_gap(rows, key) for key in PAIRED},
         "in_training_cache": {side: sum(bool(r["in_training_cache"][side]) for r in rows) for side in sides},

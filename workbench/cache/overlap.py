@@ -3,15 +3,6 @@ transcoder set's data, checked per query (the set's manifest names the cache it 
 
 from __future__ import annotations
 
-from pathlib import Path
-
-
-def set_cache(folder: str | Path) -> str:
-    """The cache a transcoder set was trained on (its manifest's `cache`, relative to the set), resolved."""
-    from workbench.sae.transcoders import load_set
-
-    return str((Path(folder) / load_set(folder)["cache"]).resolve())
-
 
 def seen_in_training(cache: str | None):
     """A test of whether a token sequence occurs in the train split of `cache` (None: no cache to check

@@ -1,6 +1,6 @@
 """Query circuits over TransformerLens models, in two wings on a shared core.
 
-The core (this package's own modules: schema, annotations, config, inputs, metrics) holds what both kinds of
+The core (this package's own modules: schema, annotations, config, inputs, metrics, search) holds what both kinds of
 circuit share. `component/` finds circuits of heads and MLPs (graph, EAP/EAP-IG attribution, exact patching,
 the edge search, the Circuit format and its exports); `feature/` finds them through transcoders (the
 replacement model, attribution graphs, feature circuits). The core imports neither wing and the component
@@ -12,7 +12,7 @@ moved into a wing stays reachable by its old name as an attribute (`circuits.exp
 
 from workbench.lazy import lazy_exports
 
-_COMPONENT = "api attribute evidence export graph hooks patching report search select types"
+_COMPONENT = "api attribute evidence export graph hooks patching report select types"
 _FEATURE = (
     "attribution_graph feature_circuit feature_patching feature_search graph_config graph_heads graph_json "
     "influence replacement row_store tracer_export"
@@ -33,7 +33,7 @@ _EXPORTS = {
     "evaluate": "workbench.circuits.component.patching",
     "make_setup": "workbench.circuits.component.patching",
     "QuerySearch": "workbench.circuits.component.search",
-    "ZeroGapError": "workbench.circuits.component.search",
+    "ZeroGapError": "workbench.circuits.search",
     "Circuit": "workbench.circuits.component.types",
 }
 __all__ = sorted(_EXPORTS)

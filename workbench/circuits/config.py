@@ -3,6 +3,7 @@ so the CLI can build its flags from them cheaply). Each field is saved with ever
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from workbench.config import Config
@@ -101,3 +102,56 @@ class SearchConfig(Config):
     @property
     def gap_threshold(self) -> float:
         return DEFAULT_MIN_GAP[self.metric] if self.min_gap is None else self.min_gap
+
+
+DEFAULT_TARGET_NDF = 0.8  # a feature search given neither a budget nor a target: the sparsest circuit reaching it
+DEFAULT_BUDGET = 0.02  # a component search given neither: the most faithful circuit of 2% of the edges
+DEFAULT_SAMPLES = 3  # resampled counterfactuals (and paraphrases) per query for best-of-N
+
+
+@dataclass
+class QueryConfig(Config):
+    """One search's per-query values: what it aims at (a budget or a target NDF, not both), the wrong answer, the
+    resampled counterfactuals and seed of best-of-N, and which member of a transcoder set it reads. Saved in
+    every circuit's method."""
+
+    error = BadValueError
+
+    budget: float | None = field(default=None, metadata={"help": "a fraction of the edges (feature circuits: nodes)"})
+    target_ndf: float | None = field(default=None, metadata={"help": "the NDF the sparsest circuit must reach"})
+    wrong: str | int | None = field(default=None, metadata={"help": "the wrong answer of logit_diff"})
+    n_samples: int = field(default=DEFAULT_SAMPLES, metadata={"help": "resampled counterfactuals for best-of-N"})
+    seed: int = field(default=0, metadata={"help": "seed of the resamples and the search"})
+    member: int | str = field(default=0, metadata={"help": "which config of each layer of a transcoder set"})
+
+    def check(self) -> None:
+        if self.budget is not None and self.target_ndf is not None:
+            raise BadValueError("give either a budget or a target NDF, not both")
+        if self.budget is not None:
+            check_budget(self.budget)
+        if self.target_ndf is not None and not (isinstance(self.target_ndf, int | float) and 0 < self.target_ndf <= 1):
+            raise BadValueError(f"target_ndf={self.target_ndf!r} is outside (0, 1]: it is a share of the gap")
+
+    def targeted(self) -> QueryConfig:
+        """A copy aiming at DEFAULT_TARGET_NDF when it names neither a budget nor a target (feature circuits)."""
+        if self.budget is None and self.target_ndf is None:
+            return dataclasses.replace(self, target_ndf=DEFAULT_TARGET_NDF)
+        return self
+
+    def budgeted(self, n_items: int) -> QueryConfig:
+        """A copy aiming at DEFAULT_BUDGET (at least one of n_items) when it names neither (component circuits),
+        its budget checked against n_items."""
+        if self.target_ndf is not None:
+            return self
+        out = self if self.budget is not None else dataclasses.replace(self, budget=max(DEFAULT_BUDGET, 1 / n_items))
+        check_budget(out.budget, n_items)
+        return out
+
+    @classmethod
+    def take(cls, query: QueryConfig | None, options: dict) -> tuple[QueryConfig, dict]:
+        """(query with the per-query values among `options` set, the other options): the keyword form of the API
+        (find_circuit(..., budget=0.02, seed=1)) read into one config, checked once."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        mine = {k: v for k, v in options.items() if k in names}
+        rest = {k: v for k, v in options.items() if k not in names}
+        return dataclasses.replace(query or cls(), **mine), rest

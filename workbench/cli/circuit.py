@@ -11,10 +11,11 @@ workbench circuit report --n 20 --out circuit_results.md
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
-from workbench.circuits.config import SearchConfig
+from workbench.circuits.config import QueryConfig, SearchConfig
 from workbench.circuits.feature.graph_config import GraphConfig
 from workbench.cli.options import add_model_flag, workspace_flag
 from workbench.configflags import add_config_flags, config_values, count, given
@@ -146,6 +147,13 @@ def _member(text: str) -> int | str:
     return int(text) if text.isdigit() else text
 
 
+def _query(args) -> QueryConfig:
+    """`circuit find`'s per-query values as one config, checked on construction (before the model loads)."""
+    given = dict(budget=args.budget, target_ndf=args.target_ndf, wrong=args.wrong, n_samples=args.samples)
+    member = {"member": _member(args.member)} if args.transcoders else {}
+    return QueryConfig(seed=args.seed, **member, **{k: v for k, v in given.items() if v is not None})
+
+
 def _graph_cfg(args) -> GraphConfig:
     return GraphConfig(**config_values(args, GraphConfig, GRAPH))
 
@@ -153,8 +161,8 @@ def _graph_cfg(args) -> GraphConfig:
 def _graph(args) -> None:
     from workbench import steps
     from workbench.atomic import check_outputs
+    from workbench.circuits.feature.transcoders import open_set
     from workbench.models import load
-    from workbench.sae.transcoders import load_set
     from workbench.workspace import Workspace
 
     if not args.transcoders:
@@ -163,12 +171,12 @@ def _graph(args) -> None:
         raise BadValueError("--wrong is a second target beside --answer; give --answer too")
     check_outputs({"--out": args.out})
     cfg = _graph_cfg(args)
-    load_set(args.transcoders)  # a bad set is refused before the model loads
+    tset = open_set(args.transcoders)  # a bad set is refused before the model loads; its manifest is read once
     model, _ = load(args.model)
     g, folder = steps.attribution_graph(
         Workspace(args.workspace),
         model,
-        args.transcoders,
+        tset,
         args.prompt,
         args.answer,
         args.wrong,
@@ -279,8 +287,8 @@ def _check_prompt_args(args) -> None:
         )
 
 
-def _check_find_args(args, cfg: SearchConfig) -> None:
-    """Every flag combination and output path is checked before the model is loaded."""
+def _check_find_args(args, cfg: SearchConfig) -> QueryConfig:
+    """Every flag combination and output path is checked before the model is loaded; returns the query's values."""
     from workbench.atomic import check_outputs
 
     (_check_task_args if args.task else _check_prompt_args)(args)
@@ -291,13 +299,12 @@ def _check_find_args(args, cfg: SearchConfig) -> None:
         raise BadValueError("the attribution-graph flags (--node-threshold ...) apply only with --transcoders SET")
     if cfg.ablation == "mean" and not args.cache:
         raise BadValueError("--ablation mean needs --cache DIR (the means come from its token sequences)")
-    if args.target_ndf is not None and not 0 < args.target_ndf <= 1:
-        raise BadValueError(f"--target-ndf {args.target_ndf} is outside (0, 1]")
+    return _query(args)
 
 
 def _check_feature_args(args, cfg: SearchConfig) -> None:
     from workbench.circuits.feature.feature_patching import FEATURE_ABLATIONS
-    from workbench.sae.transcoders import load_set
+    from workbench.circuits.feature.transcoders import open_set
 
     bad = _given(args, "mib", "paraphrase", "cache", *(("budget", "budgets") if args.task else ()))
     bad += ["--strategy topk"] if args.strategy == "topk" else []
@@ -311,25 +318,22 @@ def _check_feature_args(args, cfg: SearchConfig) -> None:
             f"--ablation {cfg.ablation} is not available with --transcoders; valid: {FEATURE_ABLATIONS}"
         )
     _graph_cfg(args)
-    load_set(args.transcoders)
+    args.transcoders = open_set(args.transcoders)  # refused before the model loads; the manifest read once
 
 
-def _feature_task(args, model, cfg: SearchConfig) -> None:
+def _feature_task(args, model, cfg: SearchConfig, query: QueryConfig) -> None:
     """`circuit find --transcoders SET --task T`: feature circuits of n generated queries, one row each."""
     from workbench.atomic import write_json
     from workbench.circuits.feature.feature_circuit import evaluate_feature_task
 
-    target = 0.8 if args.target_ndf is None else args.target_ndf
     summary = evaluate_feature_task(
         model,
         args.transcoders,
         args.task,
         args.n or 20,
-        target_ndf=target,
-        seed=args.seed,
+        query=dataclasses.replace(query, n_samples=1),  # one resample per query: a batch's cost
         cfg=cfg,
         graph_cfg=_graph_cfg(args),
-        n_samples=1,
     )
     print(
         f"| query | nodes (top-k) | edges | NDF | replacement | completeness | heads Jaccard vs component |\n|{'---|' * 7}"
@@ -345,12 +349,12 @@ def _feature_task(args, model, cfg: SearchConfig) -> None:
         write_json(args.out, summary)
 
 
-def _find_features(args, model, cfg: SearchConfig) -> None:
+def _find_features(args, model, cfg: SearchConfig, query: QueryConfig) -> None:
     from workbench import steps
     from workbench.workspace import Workspace
 
     if args.task:
-        return _feature_task(args, model, cfg)
+        return _feature_task(args, model, cfg, query)
 
     circuit, g, folder = steps.find_feature_circuit(
         Workspace(args.workspace),
@@ -361,13 +365,9 @@ def _find_features(args, model, cfg: SearchConfig) -> None:
         args.counterfactual,
         model_spec=args.model,
         name=args.name,
-        wrong=args.wrong,
-        budget=args.budget,
-        target_ndf=args.target_ndf,
+        query=query,
         cfg=cfg,
         graph_cfg=_graph_cfg(args),
-        seed=args.seed,
-        member=_member(args.member),
     )
     print(circuit.summary())
     print(f"recorded {folder}")
@@ -382,7 +382,7 @@ def _find(args) -> None:
     from workbench.models import load
 
     cfg = SearchConfig(**config_values(args, SearchConfig, PREFIX))
-    _check_find_args(args, cfg)
+    query = _check_find_args(args, cfg)
     model, _ = load(args.model)
     means = None
     if cfg.ablation == "mean":
@@ -391,11 +391,11 @@ def _find(args) -> None:
 
         means = writer_means(model, ActivationCache.open(args.cache))
     if args.transcoders:
-        return _find_features(args, model, cfg)
-    (_evaluate_task if args.task else _find_one)(args, model, cfg, means)
+        return _find_features(args, model, cfg, query)
+    (_evaluate_task if args.task else _find_one)(args, model, cfg, query, means)
 
 
-def _evaluate_task(args, model, cfg: SearchConfig, means) -> None:
+def _evaluate_task(args, model, cfg: SearchConfig, query: QueryConfig, means) -> None:
     from workbench.atomic import write_json
     from workbench.circuits.component.api import evaluate_task, format_summary_table
 
@@ -405,8 +405,7 @@ def _evaluate_task(args, model, cfg: SearchConfig, means) -> None:
         args.task,
         args.n or 20,
         budgets,
-        seed=args.seed,
-        n_samples=3 if args.samples is None else args.samples,
+        query=query,
         cfg=cfg,
         means=means,
         require_prediction=not args.all_queries,
@@ -418,7 +417,7 @@ def _evaluate_task(args, model, cfg: SearchConfig, means) -> None:
         write_json(args.out, summary)
 
 
-def _find_one(args, model, cfg: SearchConfig, means) -> None:
+def _find_one(args, model, cfg: SearchConfig, query: QueryConfig, means) -> None:
     from workbench import steps
     from workbench.circuits.component.export import to_mib, to_neuronpedia
     from workbench.workspace import Workspace
@@ -433,12 +432,9 @@ def _find_one(args, model, cfg: SearchConfig, means) -> None:
         model_spec=args.model,
         cfg=cfg,
         name=args.name,
-        wrong=args.wrong,
-        budget=args.budget,
-        target_ndf=args.target_ndf,
+        query=query,
         strategy=args.strategy,
         paraphrases=paraphrases,
-        seed=args.seed,
         means=means,
     )
     print(circuit.summary())

@@ -11,7 +11,7 @@ from workbench.circuits import Graph, evaluate_task, find_circuit, format_summar
 from workbench.cli import main as cli_main
 from workbench.cli.circuit import parse_budget
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
@@ -281,7 +281,7 @@ def test_ioi_queries_without_a_wrong_answer_work_on_the_embedded_model(tiny):
         (["--prompt", "x"], "needs --prompt and --answer"),
         (["--prompt", "x", "--answer", "y", "--out", "."], "--out . is an existing folder"),
         (["--prompt", "x", "--answer", "y", "--mib", "blocker/m.json"], "blocker is a file, not a folder"),
-        (["--prompt", "x", "--answer", "y", "--target-ndf", "2"], "--target-ndf 2.0 is outside"),
+        (["--prompt", "x", "--answer", "y", "--target-ndf", "2"], r"target_ndf=2.0 is outside \(0, 1\]"),
     ],
 )
 def test_cli_refuses_flags_and_outputs_before_loading_the_model(extra, match, tmp_path, monkeypatch, capsys):

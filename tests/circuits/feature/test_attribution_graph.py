@@ -12,8 +12,9 @@ from workbench.circuits.feature import graph_heads, replacement
 from workbench.circuits.feature.attribution_graph import build_graph
 from workbench.circuits.feature.graph_heads import _sources
 from workbench.circuits.feature.graph_json import to_neuronpedia
-from workbench.circuits.feature.replacement import ReplacementModel, Transcoder
+from workbench.circuits.feature.replacement import ReplacementModel
 from workbench.circuits.feature.row_store import BuildStopped
+from workbench.circuits.feature.transcoders import Transcoder, open_set
 from workbench.errors import BadValueError
 from workbench.sae.architectures import build
 from workbench.sae.config import SAEConfig
@@ -67,7 +68,7 @@ def _readout(rm, g, live) -> torch.Tensor:
     for r in range(g.adjacency.shape[0]):
         if r < g.n_features:
             layer, pos, latent = g.features[r].tolist()
-            pre, _ = rm.tcs[layer].preacts(live[rm.inputs[layer]][0, pos][None])
+            pre, _ = rm.tcs.preacts(layer, live[rm.inputs[layer]][0, pos][None])
             out.append(pre[0, latent])
         else:
             logits = rm.last_logits(live)[0]
@@ -259,14 +260,13 @@ def test_bad_sets_and_prompts_are_refused(case):
 
 def test_embedded_model_with_a_trained_set(tiny, tiny_set):
     """The set loads from its folder; on a real prompt every edge matches an intervention and the split sums."""
-    from workbench.circuits.feature.replacement import load_transcoders
     from workbench.corpus import tasks
 
     model, tok = tiny
     query = tasks.queries("ioi", 1, seed=0, tokenizer=tok)[0]
     prompt = query.prompt
     g = build_graph(model, tiny_set, prompt, answer=query.answer, wrong_answer=query.wrong)
-    rm = ReplacementModel(model, load_transcoders(tiny_set), model.to_tokens(prompt)[0])
+    rm = ReplacementModel(model, open_set(tiny_set).load(), model.to_tokens(prompt)[0])
     with torch.no_grad():
         live, _ = rm.forward(1)
         torch.testing.assert_close(rm.last_logits(live)[0], rm.logits)
@@ -278,7 +278,7 @@ def test_embedded_model_with_a_trained_set(tiny, tiny_set):
         h["weights"].sum(1), g.adjacency[h["edges"][:, 0], h["edges"][:, 1]], rtol=1e-4, atol=1e-5
     )
     with pytest.raises(BadValueError, match="no config 'nope'"):
-        load_transcoders(tiny_set, member="nope")
+        open_set(tiny_set).load(member="nope")
 
 
 @torch.no_grad()
@@ -311,9 +311,9 @@ def test_qk_attribution_matches_interventions(case):
     picks = got["query"].abs().argsort(descending=True)[:6].tolist() + [n_a, n_a + rm.L * rm.P + 1]
     for c in picks:
         if c < n_a:
-            hook = f"blocks.{int(active.layer[c])}.hook_mlp_out"
-            pos = int(active.pos[c])
-            vec = rm.tcs[int(active.layer[c])].sae.W_dec[active.latent[c]].detach() * active.act[c]
+            f_layer, pos = int(active.layer[c]), int(active.pos[c])
+            hook = f"blocks.{f_layer}.hook_mlp_out"
+            vec = rm.tcs.decoder(f_layer, f_layer, active.latent[c, None])[0] * active.act[c]
         elif c < n_a + rm.L * rm.P:
             layer_e, pos = divmod(c - n_a, rm.P)
             hook, vec = f"blocks.{layer_e}.hook_mlp_out", rm.errors[layer_e][pos]

@@ -12,7 +12,7 @@ import torch
 from workbench.circuits import schema
 from workbench.circuits.feature.feature_circuit import find_feature_circuit
 from workbench.circuits.feature.feature_patching import FeatureSetup
-from workbench.circuits.feature.replacement import load_transcoders
+from workbench.circuits.feature.transcoders import open_set
 from workbench.circuits.inputs import prepare
 from workbench.circuits.metrics import Metric
 from workbench.errors import BadValueError, DamagedFileError
@@ -25,7 +25,7 @@ CF = "When Mary and John went to the store , Anna gave a drink to"
 def setup(tiny, tiny_set):
     model, _ = tiny
     q = prepare(model, PROMPT, "Mary", CF, "John")
-    return model, FeatureSetup(model, load_transcoders(tiny_set), q)
+    return model, FeatureSetup(model, open_set(tiny_set).load(), q)
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,7 @@ def test_one_node_out_is_its_intervention_in_the_real_model(setup):
         act[:, pos] = emb
         return act
 
-    w = s.tcs[layer].sae.W_dec.detach()[latent] * (s.ablated_values[top] - s.clean_values[top])
+    w = s.tcs.decoder(layer, layer, torch.tensor([latent]))[0] * (s.ablated_values[top] - s.clean_values[top])
 
     def move(act, hook):
         act[:, fpos] += w
@@ -100,7 +100,7 @@ def test_attribution_patching_is_the_first_order_effect(setup):
 
 def _measured_ndf(model, tiny_set, c) -> tuple[float, torch.Tensor]:
     """(the circuit's NDF, the NDF of each single drop from it) measured again in a fresh setup."""
-    s = FeatureSetup(model, load_transcoders(tiny_set), prepare(model, PROMPT, "Mary", CF, "John"))
+    s = FeatureSetup(model, open_set(tiny_set).load(), prepare(model, PROMPT, "Mary", CF, "John"))
     names = [s.node_name(i) for i in range(s.n_nodes)]
     mask = torch.zeros(s.n_nodes, dtype=torch.bool)
     mask[[names.index(n["name"]) for n in c.nodes]] = True
@@ -145,7 +145,7 @@ def test_circuit_edges_split_over_heads_sum_to_the_edge(found, tiny, tiny_set):
 
     c, g = found
     model, _ = tiny
-    rm = ReplacementModel(model, load_transcoders(tiny_set), torch.tensor(g.tokens))
+    rm = ReplacementModel(model, open_set(tiny_set).load(), torch.tensor(g.tokens))
     split = graph_heads.split_edges(rm, g, circuit_edges(g, c.graph_nodes))
     edges = g.adjacency[split["edges"][:, 0], split["edges"][:, 1]]
     torch.testing.assert_close(split["weights"].sum(1), edges, rtol=1e-4, atol=1e-5)
@@ -196,9 +196,9 @@ def test_bad_queries_and_settings_are_refused(tiny, tiny_set):
     model, _ = tiny
     with pytest.raises(BadValueError, match="not available for feature circuits"):
         find_feature_circuit(model, tiny_set, PROMPT, "Mary", CF, ablation="mean")
-    with pytest.raises(BadValueError, match="either a node budget or a target NDF"):
+    with pytest.raises(BadValueError, match="either a budget or a target NDF"):
         find_feature_circuit(model, tiny_set, PROMPT, "Mary", CF, budget=0.1, target_ndf=0.8)
-    with pytest.raises(BadValueError, match=r"target NDF must be in \(0, 1\], got 1.5"):
+    with pytest.raises(BadValueError, match=r"target_ndf=1.5 is outside \(0, 1\]"):
         find_feature_circuit(model, tiny_set, PROMPT, "Mary", CF, target_ndf=1.5)
     with pytest.raises(ValueError, match="outside the model's vocabulary"):
         find_feature_circuit(model, tiny_set, PROMPT, " Zorblax", CF)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 from small_models import small_model
-from tests.circuits.test_attribution_graph import random_transcoders
 
+from tests.circuits.feature.test_attribution_graph import random_transcoders
 from workbench.circuits.feature.attribution_graph import build_graph
 from workbench.circuits.feature.tracer_export import replacement_model, shared_edges
 from workbench.errors import BadValueError

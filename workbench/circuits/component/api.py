@@ -19,11 +19,12 @@ import numpy as np
 import torch
 
 from workbench.circuits.component.graph import Graph
-from workbench.circuits.component.search import Found, QuerySearch, ZeroGapError
+from workbench.circuits.component.search import QuerySearch
 from workbench.circuits.component.select import topk
 from workbench.circuits.component.types import Circuit
-from workbench.circuits.config import SearchConfig, check_budget
+from workbench.circuits.config import DEFAULT_TARGET_NDF, QueryConfig, SearchConfig, check_budget
 from workbench.circuits.inputs import QueryInput, prepare, str_tokens
+from workbench.circuits.search import Found, ZeroGapError
 from workbench.errors import BadValueError
 from workbench.provenance import model_id
 
@@ -147,8 +148,8 @@ def _budget_warning(found, method: dict) -> str | None:
         return None
     return (
         f"at budget {method['budget']:.4g} ({int(found.mask.sum())} edges) the best circuit reaches NDF "
-        f"{found.ndf:.3f}: the budget is below the smallest faithful circuit; pass --target-ndf 0.8 (target_ndf=) "
-        "for the sparsest circuit that reaches NDF 0.8"
+        f"{found.ndf:.3f}: the budget is below the smallest faithful circuit; pass --target-ndf {DEFAULT_TARGET_NDF} "
+        f"(target_ndf=) for the sparsest circuit that reaches NDF {DEFAULT_TARGET_NDF}"
     )
 
 
@@ -219,46 +220,38 @@ def find_circuit(
     answer=None,
     counterfactual=None,
     *,
-    wrong=None,
-    budget: float | None = None,
-    target_ndf: float | None = None,
+    query: QueryConfig | None = None,
     strategy: str = "search",
     cfg: SearchConfig | None = None,
     means: torch.Tensor | None = None,
     paraphrases=(),
     counterfactuals=(),
-    n_samples: int = 3,
-    seed: int = 0,
     curve: bool = True,
-    **search_options,
+    **options,
 ) -> Circuit:
     """The sparsest circuit reaching target_ndf, or the most faithful one within budget (fraction of edges;
     default 2%, or one edge on graphs of fewer than 50 edges; a budget below one edge is refused).
 
-    strategy: "search" (best-of-N over query / resampled-counterfactual / paraphrase attributions, then
-    exact refinement) or "topk" (plain top-k of the query's own attribution scores: the baseline).
-    cfg (SearchConfig) holds the attribution, ablation, metric and refinement choices; search_options
-    override its fields (e.g. steps=3, min_gap=0.0).
+    query (QueryConfig) holds the per-query values (budget, target_ndf, wrong, n_samples, seed); strategy:
+    "search" (best-of-N over query / resampled-counterfactual / paraphrase attributions, then exact refinement)
+    or "topk" (plain top-k of the query's own attribution scores: the baseline). cfg (SearchConfig) holds the
+    attribution, ablation, metric and refinement choices. options set fields of either (e.g. budget=0.02,
+    seed=1, steps=3, min_gap=0.0).
     """
-    cfg = dataclasses.replace(cfg or SearchConfig(), **search_options)
+    query, options = QueryConfig.take(query, options)
+    cfg = dataclasses.replace(cfg or SearchConfig(), **options)
     if strategy not in ("search", "topk"):
         raise BadValueError(f"unknown strategy {strategy!r}; valid: search, topk")
-    if budget is not None and target_ndf is not None:
-        raise BadValueError("give either budget or target_ndf, not both")
-    if target_ndf is None:
-        n_edges = Graph.from_model(model).n_edges
-        budget = max(0.02, 1 / n_edges) if budget is None else budget  # default: 2%, at least one edge
-        check_budget(budget, n_edges)
-    elif strategy == "topk":
+    if query.target_ndf is not None and strategy == "topk":
         raise BadValueError("target_ndf needs strategy='search' (top-k has a fixed budget)")
-    elif not 0 < target_ndf <= 1:
-        raise BadValueError(f"target NDF must be in (0, 1], got {target_ndf!r}")
+    query = query.budgeted(Graph.from_model(model).n_edges)
+    budget, target_ndf, n_samples, seed = query.budget, query.target_ndf, query.n_samples, query.seed
     q, samples = prepare_all(
         model,
         prompt,
         answer,
         counterfactual,
-        wrong,
+        query.wrong,
         paraphrases,
         counterfactuals,
         n_samples if strategy == "search" else 0,
@@ -295,22 +288,23 @@ def evaluate_task(
     n: int = 20,
     budgets=(0.01, 0.02, 0.05),
     *,
-    seed: int = 0,
-    n_samples: int = 3,
+    query: QueryConfig | None = None,
     cfg: SearchConfig | None = None,
     means=None,
     progress: bool = True,
     require_prediction: bool = True,
-    **search_options,
+    **options,
 ) -> dict:
     """Search vs plain top-k on n generated queries of one task: NDF at each budget, CPR, CMD, spreads.
 
     Queries whose gap |L(M(q)) - L(M(q'))| is below min_gap are skipped and listed (NDF is undefined
     there), and so, with require_prediction, are queries whose answer is not the model's top-1 (a
-    circuit for an answer the model does not give explains nothing it does). cfg and search_options
-    as for find_circuit.
+    circuit for an answer the model does not give explains nothing it does). query (its seed and n_samples),
+    cfg and options as for find_circuit.
     """
-    cfg = dataclasses.replace(cfg or SearchConfig(), **search_options)
+    query, options = QueryConfig.take(query, options)
+    cfg = dataclasses.replace(cfg or SearchConfig(), **options)
+    seed, n_samples = query.seed, query.n_samples
     from workbench.corpus import tasks
 
     for b in budgets:

@@ -13,7 +13,7 @@ import torch
 
 from workbench.circuits.component.api import evaluate_task, find_circuit, format_summary_table
 from workbench.circuits.component.evidence import induction_evidence
-from workbench.circuits.component.search import ZeroGapError
+from workbench.circuits.search import ZeroGapError
 from workbench.models.card import DETECTOR_THRESHOLDS, detected_heads, head_scores
 from workbench.provenance import model_id
 

@@ -10,111 +10,28 @@ resamples is reported, not only the winner.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 import torch
 
 from workbench.circuits.component.attribute import EdgeScores, attribute
 from workbench.circuits.component.graph import Graph
-from workbench.circuits.component.patching import Setup, evaluate, make_setup
+from workbench.circuits.component.patching import evaluate, make_setup
 from workbench.circuits.component.select import greedy, incidence, prune, topk
-from workbench.circuits.config import DEFAULT_MIN_GAP, SearchConfig  # noqa: F401  (re-exported)
-from workbench.circuits.inputs import QueryError, QueryInput
-from workbench.circuits.metrics import MIB_GRID, Metric, check_budget, cmd, cpr, edge_counts, ndf, nfs
-from workbench.errors import BadValueError
+from workbench.circuits.config import QueryConfig, SearchConfig
+from workbench.circuits.inputs import QueryInput
+from workbench.circuits.metrics import MIB_GRID, Metric, check_budget, cmd, cpr, edge_counts
+from workbench.circuits.search import Evaluator, Found, check_gap, smallest_hit
 
 
-class ZeroGapError(QueryError):
-    """Clean and ablated runs give (almost) the same metric: faithfulness would divide by ~0."""
-
-
-@dataclass
-class Found:
-    """One circuit chosen by the search, with how it was chosen."""
-
-    mask: torch.Tensor
-    value: float
-    ndf: float
-    nfs: float
-    source: str
-    candidates: dict[str, float] = field(default_factory=dict)  # candidate -> NDF (best-of-N spread)
-    baseline_ndf: float | None = None  # plain top-k of the query's own scores, same number of edges
-
-
-def smallest_hit(best_of_n, n: int, target_ndf: float):
-    """The best-of-N circuit at the smallest size k <= n whose NDF reaches target_ndf: geometric sizes up to the
-    first hit, then a binary search between the last miss and it (the full circuit, k = n, is the model)."""
-    sizes = sorted({max(1, int(round(1.5**i))) for i in range(64) if 1.5**i < n} | {n})
-    lo, hit = 0, None
-    for k in sizes:
-        f = best_of_n(k)
-        if f.ndf >= target_ndf:
-            hit = (k, f)
-            break
-        lo = k
-    k_hi, found = hit or (n, best_of_n(n))
-    while k_hi - lo > 1:
-        mid = (lo + k_hi) // 2
-        f = best_of_n(mid)
-        if f.ndf >= target_ndf:
-            k_hi, found = mid, f
-        else:
-            lo = mid
-    return found
-
-
-class Evaluator:
-    """Exact metric values of circuits for one setup, memoised by mask."""
-
-    def __init__(self, model, setup: Setup, metric: Metric, max_batch: int):
-        self.model, self.setup, self.metric, self.max_batch = model, setup, metric, max_batch
-        self.cache: dict[bytes, float] = {}
-        self.n_evaluated = 0
-        e = self.size()
-        self.clean = float(metric(setup.clean_logits).detach())
-        self.empty = self.values(torch.zeros(1, e, dtype=torch.bool))[0]
+class EdgeEvaluator(Evaluator):
+    """Exact metric values of edge circuits for one setup, by exact patching."""
 
     def size(self) -> int:
         """Entries of a circuit mask (the graph's edges)."""
         return self.setup.graph.n_edges
 
     def run(self, masks: torch.Tensor) -> torch.Tensor:
-        """Answer-position logits of circuits given as masks, by exact patching."""
         return evaluate(self.model, self.setup, masks, self.max_batch)
-
-    def values(self, masks: torch.Tensor) -> np.ndarray:
-        keys = [bytes(np.packbits(m.numpy())) for m in masks]
-        first: dict[bytes, int] = {}
-        for i, k in enumerate(keys):
-            first.setdefault(k, i)
-        new = [k for k in first if k not in self.cache]
-        if new:
-            batch = masks[[first[k] for k in new]]
-            vals = self.metric(self.run(batch)).tolist()
-            self.cache.update(zip(new, vals))
-            self.n_evaluated += len(new)
-        return np.array([self.cache[k] for k in keys])
-
-    def ndf(self, values) -> np.ndarray:
-        return ndf(values, self.clean, self.empty)
-
-    def nfs(self, values) -> np.ndarray:
-        return nfs(values, self.clean, self.empty)
-
-    @property
-    def gap(self) -> float:
-        return abs(self.clean - self.empty)
-
-
-def check_gap(ev: Evaluator, cfg: SearchConfig, q: QueryInput) -> None:
-    if ev.gap < cfg.gap_threshold:
-        raise ZeroGapError(
-            f"the {cfg.ablation} ablation barely changes the {cfg.metric}: L(M(q)) = {ev.clean:.4f}, "
-            f"L(M(q')) = {ev.empty:.4f}, gap {ev.gap:.4f} < min_gap {cfg.gap_threshold} (answer "
-            f"{q.answer_str!r}, wrong {q.wrong_str!r}); faithfulness is undefined without a gap — use a "
-            "counterfactual that changes the answer"
-        )
 
 
 class QuerySearch:
@@ -133,7 +50,7 @@ class QuerySearch:
         self.graph = Graph.from_model(model)
         self.setup = make_setup(model, self.graph, query, cfg.ablation, means)
         self.metric = Metric(cfg.metric, query.answer, query.wrong, self.setup.clean_logits)
-        self.ev = Evaluator(model, self.setup, self.metric, cfg.max_batch)
+        self.ev = EdgeEvaluator(model, self.setup, self.metric, cfg.max_batch)
         check_gap(self.ev, cfg, query)
         kw = dict(method=cfg.method, steps=cfg.steps, metric=cfg.metric, means=means, step_batch=cfg.step_batch)
         self.scores: EdgeScores = attribute(
@@ -318,8 +235,7 @@ class QuerySearch:
 
     def sparsest(self, target_ndf: float) -> Found:
         """The sparsest circuit whose NDF reaches target_ndf (best-of-N size search, then exact drops)."""
-        if not 0 < target_ndf <= 1:
-            raise BadValueError(f"target NDF must be in (0, 1], got {target_ndf!r}")
+        QueryConfig(target_ndf=target_ndf)  # its one range check
         found = smallest_hit(self.best_of_n, self.n_items, target_ndf)
         rule = self.DROPS if self.cfg.drops == "auto" else self.cfg.drops
         drop = self._drop_ordered if rule == "ordered" else self._drop_greedy
@@ -395,7 +311,7 @@ class QuerySearch:
         for name, q in others.items():
             setup = make_setup(self.model, self.graph, q, self.cfg.ablation, self.means)
             metric = Metric(self.cfg.metric, q.answer, q.wrong, setup.clean_logits)
-            ev = Evaluator(self.model, setup, metric, self.cfg.max_batch)
+            ev = EdgeEvaluator(self.model, setup, metric, self.cfg.max_batch)
             if ev.gap >= self.cfg.gap_threshold:
                 out[name] = float(ev.ndf(ev.values(mask[None]))[0])
         return out

@@ -25,8 +25,9 @@ import torch
 from workbench.circuits.feature import graph_heads
 from workbench.circuits.feature import influence as inf
 from workbench.circuits.feature.graph_config import GraphConfig
-from workbench.circuits.feature.replacement import ActiveFeatures, ReplacementModel, load_transcoders, source_rows
+from workbench.circuits.feature.replacement import ActiveFeatures, ReplacementModel, source_rows
 from workbench.circuits.feature.row_store import BuildStopped, RowStore
+from workbench.circuits.feature.transcoders import resolve
 from workbench.circuits.inputs import single_token, str_tokens, tokens_of
 from workbench.errors import BadValueError
 from workbench.provenance import model_id
@@ -162,7 +163,7 @@ def _sweep(rows: _Rows, logits: tuple, cfg: GraphConfig):
         idx = idx[active.has_row[idx] & (running[idx] > 0)]
         quota = math.ceil((budget - sum(c.numel() for c in chosen)) / (layer + 1))
         idx = idx[running[idx].argsort(descending=True)[:quota]].sort().values
-        vecs = rm.tcs[layer].encoder_vectors(active.latent[idx], rm.x[layer].dtype)  # once per layer: a pass of
+        vecs = rm.tcs.encoder_vectors(layer, active.latent[idx], rm.x[layer].dtype)  # once per layer: a pass of
         # the encoder over the input basis, as costly as a backward pass at 24,576 latents
         for index, (sl, r) in enumerate(rows.chunks(f"L{layer}", active.layer[idx], active.pos[idx], vecs)):
             running += running[idx[sl]] @ inf.normalise(r)
@@ -195,26 +196,25 @@ def _row_folder(cfg: GraphConfig, n_bytes: int):
         yield folder
 
 
-def _build_key(model, tcs, tokens, ids, cfg: GraphConfig, rm: ReplacementModel) -> dict:
+def _build_key(model, tokens, ids, cfg: GraphConfig, rm: ReplacementModel) -> dict:
     """What a work folder's rows are of: a build with another key cannot reuse them."""
-    fingerprint = [float(sum(p.detach().double().sum() for p in t.sae.parameters())) for t in tcs]
     fields = ("max_feature_nodes", "batch_size", "chunk_mib")
-    key = {"model": model_id(model), "transcoders": fingerprint, "tokens": tokens.tolist(), "logit_tokens": ids}
+    key = {
+        "model": model_id(model),
+        "transcoders": rm.tcs.fingerprint(),
+        "tokens": tokens.tolist(),
+        "logit_tokens": ids,
+    }
     return {**key, **{f: getattr(cfg, f) for f in fields}, "position_step": rm.position_step}
 
 
 def build_graph(model, transcoders, prompt, answer=None, wrong_answer=None, cfg: GraphConfig | None = None, **options):
-    """The attribution graph of `prompt` through `transcoders` (a transcoder set folder, or a list of
-    replacement.Transcoder). Targets: the answer (and wrong answer) logits, or the top logits covering
+    """The attribution graph of `prompt` through `transcoders` (a transcoders.Transcoders, a transcoder set
+    folder, or a list of transcoders.Transcoder). Targets: the answer (and wrong answer) logits, or the top logits covering
     cfg.desired_logit_prob. options override GraphConfig fields, e.g. build_graph(m, tcs, p, node_threshold=0.7)."""
     cfg = dataclasses.replace(cfg or GraphConfig(), **options)
-    tcs = (
-        transcoders
-        if isinstance(transcoders, list)
-        else load_transcoders(transcoders, device=model.cfg.device, model=model)
-    )
     tokens = tokens_of(model, prompt, "prompt")
-    rm = ReplacementModel(model, tcs, tokens, cfg.position_step)
+    rm = ReplacementModel(model, resolve(transcoders, model), tokens, cfg.position_step)
     active = ActiveFeatures.of(rm)
     ids, probs, vecs = _logit_targets(model, rm, answer, wrong_answer, cfg)
     n = len(ids)
@@ -222,7 +222,7 @@ def build_graph(model, transcoders, prompt, answer=None, wrong_answer=None, cfg:
     n_all = len(active) + rm.L * rm.P + rm.P
     n_rows = min(cfg.max_feature_nodes or len(active), int(active.has_row.sum())) + n
     with _row_folder(cfg, n_rows * n_all * 4) as folder:
-        store = RowStore(folder, _build_key(model, tcs, tokens, ids, cfg, rm), n_all, len(active))
+        store = RowStore(folder, _build_key(model, tokens, ids, cfg, rm), n_all, len(active))
         chosen, parts, logit_rows = _sweep(_Rows(rm, active, cfg, store), logits, cfg)
         active.forget_writes()
         cols = torch.cat([chosen.sort().values, torch.arange(len(active), n_all)])

@@ -15,17 +15,16 @@ from dataclasses import dataclass, field
 import torch
 
 from workbench.atomic import write_json
-from workbench.circuits.config import SearchConfig
+from workbench.circuits.config import QueryConfig, SearchConfig
 from workbench.circuits.feature import graph_heads
 from workbench.circuits.feature.attribution_graph import GraphConfig, build_graph
 from workbench.circuits.feature.feature_search import FeatureSearch, node_keys
-from workbench.circuits.feature.replacement import ReplacementModel, load_transcoders
+from workbench.circuits.feature.replacement import ReplacementModel
+from workbench.circuits.feature.transcoders import resolve
 from workbench.circuits.inputs import str_tokens
 from workbench.circuits.schema import FEATURE_SCHEMA
 from workbench.errors import BadValueError
 from workbench.provenance import model_id
-
-DEFAULT_TARGET_NDF = 0.8  # with neither a budget nor a target: the sparsest circuit reaching NDF 0.8
 
 
 @dataclass
@@ -155,34 +154,28 @@ def find_feature_circuit(
     answer=None,
     counterfactual=None,
     *,
-    wrong=None,
-    budget: float | None = None,
-    target_ndf: float | None = None,
+    query: QueryConfig | None = None,
     cfg: SearchConfig | None = None,
     graph_cfg: GraphConfig | None = None,
     counterfactuals=(),
-    n_samples: int = 3,
-    seed: int = 0,
-    member: int | str = 0,
-    **search_options,
+    **options,
 ):
-    """(FeatureCircuit, AttributionGraph) of one query: the sparsest node set reaching target_ndf (default 0.8),
-    or the most faithful within `budget` (a fraction of the nodes). transcoders: a set folder or a list of
-    replacement.Transcoder; counterfactuals: resampled counterfactuals for best-of-N (a synthetic Query as the
-    prompt brings n_samples of them); search_options override SearchConfig fields."""
+    """(FeatureCircuit, AttributionGraph) of one query: the sparsest node set reaching target_ndf (default
+    config.DEFAULT_TARGET_NDF), or the most faithful within `budget` (a fraction of the nodes), as `query`
+    (QueryConfig) says. transcoders: a transcoders.Transcoders, a set folder or a list of transcoders.Transcoder;
+    counterfactuals: resampled counterfactuals for best-of-N (a synthetic Query as the prompt brings n_samples of
+    them); options set fields of QueryConfig or SearchConfig."""
     from workbench.circuits.component.api import prepare_all
 
-    if budget is not None and target_ndf is not None:
-        raise BadValueError("give either a node budget or a target NDF, not both")
-    if target_ndf is not None and not 0 < target_ndf <= 1:
-        raise BadValueError(f"target NDF must be in (0, 1], got {target_ndf!r}")
-    cfg, graph_cfg = dataclasses.replace(cfg or SearchConfig(), **search_options), graph_cfg or GraphConfig()
+    query, options = QueryConfig.take(query, options)
+    query = query.targeted()
+    budget, target_ndf, seed, member = query.budget, query.target_ndf, query.seed, query.member
+    cfg, graph_cfg = dataclasses.replace(cfg or SearchConfig(), **options), graph_cfg or GraphConfig()
     cfg = cfg if cfg.drops != "auto" else dataclasses.replace(cfg, drops=FeatureSearch.DROPS)  # saved as used
-    target_ndf = DEFAULT_TARGET_NDF if budget is None and target_ndf is None else target_ndf
-    source = None if isinstance(transcoders, list) else str(transcoders)
-    tcs = transcoders if source is None else load_transcoders(transcoders, member, device=model.cfg.device, model=model)
+    tcs = resolve(transcoders, model, member)
+    source = None if tcs.source is None else str(tcs.source.folder)
     q, samples = prepare_all(
-        model, prompt, answer, counterfactual, wrong, (), counterfactuals, n_samples, seed, cfg.metric
+        model, prompt, answer, counterfactual, query.wrong, (), counterfactuals, query.n_samples, seed, cfg.metric
     )
     samples = {k: s for k, s in samples.items() if k.startswith("cf")}
     g = build_graph(model, tcs, q.tokens, q.answer, q.wrong, dataclasses.replace(graph_cfg, heads=False))
@@ -234,28 +227,31 @@ def evaluate_feature_task(
     task: str,
     n: int = 20,
     *,
-    target_ndf: float = DEFAULT_TARGET_NDF,
-    seed: int = 0,
-    n_samples: int = 3,
+    query: QueryConfig | None = None,
     cfg: SearchConfig | None = None,
     graph_cfg: GraphConfig | None = None,
     compare_heads: bool = True,
+    **options,
 ) -> dict:
-    """Feature circuits of n generated queries of a task family at target_ndf: nodes and edges (search vs the
-    top-k baseline's node count), replacement and completeness, and (compare_heads) how the heads the feature
-    circuit names overlap those of the component-level circuit of the same query (Jaccard). Queries the model
-    does not answer, or whose gap vanishes, are skipped and listed."""
+    """Feature circuits of n generated queries of a task family at the query's target NDF (default
+    config.DEFAULT_TARGET_NDF): nodes and edges (search vs the top-k baseline's node count), replacement and
+    completeness, and (compare_heads) how the heads the feature circuit names overlap those of the
+    component-level circuit of the same query (Jaccard). Queries the model does not answer, or whose gap
+    vanishes, are skipped and listed. options set fields of QueryConfig."""
     from workbench.circuits.component.api import find_circuit, prediction, retarget
-    from workbench.circuits.component.search import ZeroGapError
     from workbench.circuits.inputs import prepare
+    from workbench.circuits.search import ZeroGapError
     from workbench.corpus import tasks
 
+    query, rest = QueryConfig.take(query, options)
+    if rest:
+        raise BadValueError(f"unknown options {sorted(rest)}; the per-query values are QueryConfig's fields")
+    query = query.targeted()
+    if query.target_ndf is None:
+        raise BadValueError("feature circuits of a task are found at a target NDF, not a budget")
     cfg = cfg or SearchConfig()
-    tcs = (
-        load_transcoders(transcoders, device=model.cfg.device, model=model)
-        if not isinstance(transcoders, list)
-        else transcoders
-    )
+    tcs = resolve(transcoders, model, query.member)
+    seed, target_ndf = query.seed, query.target_ndf
     rows, skipped = [], []
     for cq in tasks.queries(task, n, seed=seed, tokenizer=model.tokenizer):
         cq = retarget(model, cq)
@@ -265,9 +261,7 @@ def evaluate_feature_task(
             continue
         t0 = time.process_time()
         try:
-            c, _ = find_feature_circuit(
-                model, tcs, cq, target_ndf=target_ndf, cfg=cfg, graph_cfg=graph_cfg, n_samples=n_samples, seed=seed
-            )
+            c, _ = find_feature_circuit(model, tcs, cq, query=query, cfg=cfg, graph_cfg=graph_cfg)
         except ZeroGapError as e:
             skipped.append({"prompt": cq.prompt, "reason": str(e)})
             continue
@@ -281,7 +275,7 @@ def evaluate_feature_task(
             **c.graph_scores,
         )
         if compare_heads:
-            comp = find_circuit(model, cq, target_ndf=target_ndf, cfg=cfg, n_samples=n_samples, seed=seed, curve=False)
+            comp = find_circuit(model, cq, query=query, cfg=cfg, curve=False)
             mine, theirs = circuit_heads(c), {x for x in comp.nodes if ".h" in x}
             row.update(
                 heads=sorted(mine),

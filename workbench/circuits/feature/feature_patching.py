@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import torch
 
 from workbench.cache.hooks import mlp_in_hooks
-from workbench.circuits.feature.replacement import EMBED, Transcoder, check_transcoders
+from workbench.circuits.feature.replacement import EMBED
+from workbench.circuits.feature.transcoders import Transcoders, output_hook, resolve
 from workbench.circuits.inputs import QueryInput, align
 from workbench.errors import BadValueError
 
@@ -38,17 +39,17 @@ class Run:
 
 
 @torch.no_grad()
-def record_run(model, tcs: list[Transcoder], tokens: torch.Tensor) -> Run:
+def record_run(model, tcs: Transcoders, tokens: torch.Tensor) -> Run:
     """The node values of one real forward pass on tokens [pos]."""
-    names = [t.input_hook for t in tcs] + [EMBED] + [f"blocks.{t.layer}.hook_mlp_out" for t in tcs]
+    layers = range(tcs.n_layers)
+    names = [tcs.input_hook(layer) for layer in layers] + [EMBED] + [output_hook(layer) for layer in layers]
     with mlp_in_hooks(model, names):
         logits, cache = model.run_with_cache(tokens[None].to(model.cfg.device), names_filter=names)
     codes, errors = [], []
-    for t in tcs:
-        x = cache[t.input_hook][0]
-        c = t.sae.encode(x.to(t.sae.dtype)).to(x.dtype)
-        codes.append(c)
-        errors.append(cache[f"blocks.{t.layer}.hook_mlp_out"][0] - t.output(x, c))
+    for layer in layers:
+        x = cache[tcs.input_hook(layer)][0]
+        codes.append(tcs.encode(layer, x))
+        errors.append(tcs.error(layer, codes, x, cache[output_hook(layer)][0]))
     return Run(codes, errors, cache[EMBED][0], logits[0, -1])
 
 
@@ -79,14 +80,14 @@ class FeatureSetup:
     Node index order: features (sorted by layer, pos, latent), then error nodes (layer * n_pos + pos), then
     embeddings (pos). `features` [n_f, 3] (layer, pos, latent); `clean_values` / `ablated_values` [n_f]."""
 
-    def __init__(self, model, transcoders: list[Transcoder], q: QueryInput, ablation: str = "counterfactual"):
+    def __init__(self, model, transcoders: Transcoders, q: QueryInput, ablation: str = "counterfactual"):
         if ablation not in FEATURE_ABLATIONS:
             raise BadValueError(
                 f"ablation {ablation!r} is not available for feature circuits; valid: {', '.join(FEATURE_ABLATIONS)}"
             )
         if ablation == "counterfactual" and q.cf_tokens is None:
             raise BadValueError("a feature circuit with counterfactual ablation needs --counterfactual (or zero)")
-        self.model, self.tcs, self.query, self.ablation = model, check_transcoders(model, transcoders), q, ablation
+        self.model, self.tcs, self.query, self.ablation = model, resolve(transcoders, model), q, ablation
         self.L, self.P = model.cfg.n_layers, q.tokens.numel()
         self.clean = record_run(model, self.tcs, q.tokens)
         self.clean_logits = self.clean.logits
@@ -123,13 +124,25 @@ class FeatureSetup:
         b = masks.shape[0]
         f = self.features
         feats = []
-        for layer, t in enumerate(self.tcs):
-            m = torch.zeros(b, self.P, t.sae.cfg.d_sae, dtype=torch.bool)
+        for layer in range(self.L):
+            m = torch.zeros(b, self.P, self.tcs.d_sae(layer), dtype=torch.bool)
             sel = (f[:, 0] == layer).nonzero().flatten()
             m[:, f[sel, 1], f[sel, 2]] = masks[:, sel]
             feats.append(m)
         err = masks[:, self.n_features : self.n_features + self.n_errors].reshape(b, self.L, self.P)
         return feats, err, masks[:, self.n_features + self.n_errors :]
+
+    @property
+    def _inputs(self) -> list[str]:
+        return [self.tcs.input_hook(layer) for layer in range(self.L)]
+
+    def _hooks(self, embed, record, mlp_out) -> list:
+        """The run's hooks: embed at the embeddings, record at every layer's input, mlp_out(act, hook, layer)
+        replacing every MLP output."""
+        hooks = [(EMBED, embed)] + [(hook, record) for hook in self._inputs]
+        return hooks + [
+            (output_hook(layer), lambda a, hook, layer=layer: mlp_out(a, hook, layer)) for layer in range(self.L)
+        ]
 
     @torch.inference_mode()
     def evaluate(self, masks: torch.Tensor, max_batch: int = 64) -> torch.Tensor:
@@ -149,18 +162,19 @@ class FeatureSetup:
         def embed(act, hook):
             return torch.where(emb[..., None].to(dev), act, self.abl.embed)
 
-        def mlp_out(act, hook, t: Transcoder):
-            x = live[t.input_hook]
-            codes = t.sae.encode(x.to(t.sae.dtype)).to(x.dtype)
-            error = act - t.output(x, codes)
-            codes = torch.where(feats[t.layer].to(dev), codes, self.abl.codes[t.layer])
-            keep = err[:, t.layer, :, None].to(dev)
-            return t.output(x, codes) + torch.where(keep, error, self.abl.errors[t.layer])
+        real, kept = [], []  # per layer: this run's codes, and the circuit's (ablated outside it)
 
-        hooks = [(EMBED, embed)] + [(t.input_hook, record) for t in self.tcs]
-        hooks += [(f"blocks.{t.layer}.hook_mlp_out", lambda a, hook, t=t: mlp_out(a, hook, t)) for t in self.tcs]
+        def mlp_out(act, hook, layer: int):
+            x = live[self.tcs.input_hook(layer)]
+            real.append(self.tcs.encode(layer, x))
+            kept.append(torch.where(feats[layer].to(dev), real[layer], self.abl.codes[layer]))
+            keep = err[:, layer, :, None].to(dev)
+            error = self.tcs.error(layer, real, x, act)
+            return self.tcs.reconstruct(layer, kept, x) + torch.where(keep, error, self.abl.errors[layer])
+
+        hooks = self._hooks(embed, record, mlp_out)
         tokens = self.query.tokens.to(dev)[None].expand(masks.shape[0], -1)
-        with mlp_in_hooks(self.model, [t.input_hook for t in self.tcs]):
+        with mlp_in_hooks(self.model, self._inputs):
             logits = self.model.run_with_hooks(tokens, fwd_hooks=hooks)
         return logits[:, -1]
 
@@ -177,15 +191,17 @@ class FeatureSetup:
             live[hook.name] = act
             return act
 
-        def mlp_out(act, hook, t: Transcoder):
-            x = live[t.input_hook]
-            codes = t.sae.encode(x.to(t.sae.dtype)).to(x.dtype)
-            moved = t.output(x, tap(codes, f"codes{t.layer}")) - t.output(x, codes)
+        real, tapped = [], []  # per layer: this run's codes, and the same with a tap added
+
+        def mlp_out(act, hook, layer: int):
+            x = live[self.tcs.input_hook(layer)]
+            real.append(self.tcs.encode(layer, x))
+            tapped.append(tap(real[layer], f"codes{layer}"))
+            moved = self.tcs.reconstruct(layer, tapped, x) - self.tcs.reconstruct(layer, real, x)
             return tap(act + moved, hook.name)
 
-        hooks = [(EMBED, lambda a, hook: tap(a, EMBED))] + [(t.input_hook, record) for t in self.tcs]
-        hooks += [(f"blocks.{t.layer}.hook_mlp_out", lambda a, hook, t=t: mlp_out(a, hook, t)) for t in self.tcs]
-        with torch.enable_grad(), mlp_in_hooks(self.model, [t.input_hook for t in self.tcs]):
+        hooks = self._hooks(lambda a, hook: tap(a, EMBED), record, mlp_out)
+        with torch.enable_grad(), mlp_in_hooks(self.model, self._inputs):
             logits = self.model.run_with_hooks(self.query.tokens.to(dev)[None], fwd_hooks=hooks)
             names = list(taps)
             grads = dict(zip(names, torch.autograd.grad(metric(logits[0, -1]), [taps[n] for n in names])))

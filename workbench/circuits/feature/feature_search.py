@@ -15,11 +15,12 @@ import dataclasses
 
 import torch
 
-from workbench.circuits.component.search import Evaluator, Found, QuerySearch, check_gap, smallest_hit
+from workbench.circuits.component.search import QuerySearch
 from workbench.circuits.config import SearchConfig, check_budget
 from workbench.circuits.feature.feature_patching import FeatureSetup
 from workbench.circuits.inputs import QueryInput
 from workbench.circuits.metrics import Metric
+from workbench.circuits.search import Evaluator, Found, check_gap, smallest_hit
 
 
 class FeatureEvaluator(Evaluator):

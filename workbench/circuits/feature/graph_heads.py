@@ -46,7 +46,7 @@ def _targets(rm: ReplacementModel, g, active_rows: torch.Tensor):
     for r in active_rows.tolist():
         if r < g.n_features:
             layer, pos, latent = g.features[r].tolist()
-            vec = rm.tcs[layer].encoder_vectors(torch.tensor([latent]), rm.x[layer].dtype)[0]
+            vec = rm.tcs.encoder_vectors(layer, torch.tensor([latent]), rm.x[layer].dtype)[0]
         else:
             layer, pos = rm.L, rm.P - 1
             vec = rm.unembed_vectors([g.logit_tokens[r - g.n_features]])[0]
@@ -63,7 +63,7 @@ def _sources(rm: ReplacementModel, g, cols: torch.Tensor):
     for c in cols.tolist():
         if c < n_f:
             layer, pos, latent = g.features[c].tolist()
-            vec = rm.tcs[layer].sae.W_dec[latent].detach() * g.activations[c]
+            vec = rm.tcs.decoder(layer, layer, torch.tensor([latent]))[0] * g.activations[c]
         elif c < n_f + n_e:
             layer, pos = divmod(c - n_f, rm.P)
             vec = rm.errors[layer][pos]

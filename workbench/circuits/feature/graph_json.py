@@ -150,17 +150,16 @@ def to_neuronpedia(
 def set_labels(transcoders, member: int | str = 0) -> dict:
     """(layer, latent) -> clerp: each latent's best ground-truth label (highest F1 over the label kinds) with its
     precision, from the feature stores of a transcoder set's members; members without a store give none."""
-    from pathlib import Path
 
-    from workbench.circuits.feature.replacement import member_name
+    from workbench.circuits.feature.transcoders import Transcoders, open_set
     from workbench.features.store import FeatureStore
-    from workbench.sae.transcoders import load_set
 
-    if isinstance(transcoders, list):
+    if isinstance(transcoders, Transcoders):
+        transcoders = transcoders.source
+    if transcoders is None or isinstance(transcoders, list):
         return {}
     out = {}
-    for entry in load_set(transcoders)["layers"]:
-        folder = Path(transcoders) / member_name(entry["transcoders"], member)
+    for layer, folder in open_set(transcoders).member_folders(member).items():
         if not (folder / "features").is_dir():
             continue
         df = FeatureStore(folder).units
@@ -172,5 +171,5 @@ def set_labels(transcoders, member: int | str = 0) -> dict:
             kind = kinds[k]
             if df["count"].iat[u] > 0 and df[f"{kind}_f1"].iat[u] > 0:
                 label = f"{kind}={df[f'{kind}_label'].iat[u]} (precision {df[f'{kind}_precision'].iat[u]:.2f})"
-                out[int(entry["layer"]), u] = label
+                out[layer, u] = label
     return out

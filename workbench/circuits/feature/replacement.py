@@ -15,80 +15,13 @@ from dataclasses import dataclass
 import torch
 
 from workbench.cache.hooks import mlp_in_hooks
-from workbench.errors import BadValueError
+from workbench.circuits.feature.transcoders import Transcoders, output_hook, resolve
 
 EMBED = "blocks.0.hook_resid_pre"
 FINAL = "ln_final.hook_normalized"  # before ln_final's weight and bias, which unembed_vectors apply
 FROZEN = ("hook_pattern", "hook_scale")
 HELD = 2  # forward passes backward keeps for reuse (the head split alternates two kinds)
 WRITES_KEPT_MIB = 1536  # feature writes kept between batches up to this size (ActiveFeatures.writes)
-
-
-@dataclass
-class Transcoder:
-    """One layer's transcoder: a sae-lens SAE with d_out, reading `input_hook` and replacing hook_mlp_out."""
-
-    layer: int
-    sae: object
-    input_hook: str
-
-    @property
-    def n_sparse(self) -> int:
-        return self.sae.cfg.d_sae - int(getattr(self.sae.cfg, "scaffold_rank", 0))
-
-    def skip(self, x: torch.Tensor) -> torch.Tensor | None:
-        w = getattr(self.sae, "W_skip", None)
-        return None if w is None else x @ w.detach().T.to(x.dtype)
-
-    def output(self, x: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
-        out = self.sae.decode(codes.to(self.sae.dtype)).to(x.dtype)
-        s = self.skip(x)
-        return out if s is None else out + s
-
-    @torch.no_grad()
-    def preacts(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(pre-activations [.., n_sparse], codes [.., d_sae]) of inputs x, through sae-lens's own encode."""
-        seen = {}
-        handle = self.sae.hook_sae_acts_pre.register_forward_hook(lambda m, i, o: seen.__setitem__("h", o))
-        try:
-            codes = self.sae.encode(x.to(self.sae.dtype))
-        finally:
-            handle.remove()
-        return seen["h"].to(x.dtype), codes.to(x.dtype)
-
-    @torch.no_grad()
-    def encoder_vectors(self, latents: torch.Tensor, dtype) -> torch.Tensor:
-        """[len(latents), d_in]: d pre-activation / d input of each latent. Every architecture's pre-activation is
-        affine in its input (the scaffold's residual input included), so pre(e_i) - pre(0) is exact."""
-        d_in = self.sae.cfg.d_in
-        basis = torch.cat([torch.eye(d_in), torch.zeros(1, d_in)]).to(dtype)
-        pre, _ = self.preacts(basis)
-        return (pre[:-1] - pre[-1:])[:, latents].T.contiguous()
-
-
-def check_transcoders(model, transcoders: list[Transcoder]) -> list[Transcoder]:
-    """One transcoder per MLP layer of `model`, of its widths; sorted by layer. A one-line error otherwise."""
-    n = model.cfg.n_layers
-    if getattr(model.cfg, "attn_only", False):
-        raise BadValueError("the model is attention-only: it has no MLPs for transcoders to replace")
-    by_layer = {t.layer: t for t in transcoders}
-    missing = [layer for layer in range(n) if layer not in by_layer]
-    if missing:
-        raise BadValueError(
-            f"the transcoder set lacks layer(s) {missing} of the model's {n}; the replacement model replaces every "
-            "MLP, so train the set with --transcoders all"
-        )
-    extra = sorted(set(by_layer) - set(range(n)))
-    if extra:
-        raise BadValueError(f"the transcoder set has layer {extra[0]}, but the model has layers 0..{n - 1}")
-    for t in by_layer.values():
-        d_in, d_out = t.sae.cfg.d_in, getattr(t.sae.cfg, "d_out", None)
-        if d_in != model.cfg.d_model or d_out != model.cfg.d_model:
-            raise BadValueError(
-                f"layer {t.layer}'s transcoder maps width {d_in} -> {d_out}, but this model's MLP maps "
-                f"{model.cfg.d_model} -> {model.cfg.d_model}: the set belongs to another model"
-            )
-    return [by_layer[layer] for layer in range(n)]
 
 
 class ReplacementModel:
@@ -99,16 +32,16 @@ class ReplacementModel:
     0), `logits` [d_vocab] at the last position. Layer index n_layers stands for the final residual (the logits).
     """
 
-    def __init__(self, model, transcoders: list[Transcoder], tokens: torch.Tensor, position_step: int | None = None):
+    def __init__(self, model, transcoders: Transcoders, tokens: torch.Tensor, position_step: int | None = None):
         self.model = model
         self.position_step = position_step  # backward's cut (see there); None: every backward runs the whole prompt
-        self.tcs = check_transcoders(model, transcoders)
+        self.tcs = resolve(transcoders, model)
         self.L = model.cfg.n_layers
         self.tokens = torch.as_tensor(tokens).reshape(-1).to(model.cfg.device)
         self.P = self.tokens.numel()
         self.final = FINAL if FINAL in model.hook_dict else f"blocks.{self.L - 1}.hook_resid_post"
-        self.inputs = [t.input_hook for t in self.tcs] + [self.final]
-        wanted = set(self.inputs) | {EMBED} | {f"blocks.{layer}.hook_mlp_out" for layer in range(self.L)}
+        self.inputs = [self.tcs.input_hook(layer) for layer in range(self.L)] + [self.final]
+        wanted = set(self.inputs) | {EMBED} | {output_hook(layer) for layer in range(self.L)}
         with mlp_in_hooks(model, self.inputs), torch.no_grad():
             logits, cache = model.run_with_cache(
                 self.tokens[None], names_filter=lambda n: n in wanted or n.endswith(FROZEN + ("attn.hook_v",))
@@ -117,20 +50,25 @@ class ReplacementModel:
         self.values = {n: v for n, v in cache.items() if n.endswith("attn.hook_v")}  # what no_attention holds fixed
         self.logits = logits[0, -1]
         self.embed = cache[EMBED][0]
-        self.x = [cache[t.input_hook][0] for t in self.tcs]
+        self.x = [cache[hook][0] for hook in self.inputs[:-1]]
         self.codes, self.errors, self.base = [], [], []
         self._held = {}  # (copies, highest layer, options) -> (live, taps) of the forward passes backward reuses
         with torch.no_grad():
             self._replace_mlps(cache)
 
     def _replace_mlps(self, cache) -> None:
-        for t, x in zip(self.tcs, self.x):
-            y = cache[f"blocks.{t.layer}.hook_mlp_out"][0]
-            _, codes = t.preacts(x)
+        dense = []
+        for layer, x in enumerate(self.x):
+            y = cache[output_hook(layer)][0]
+            _, codes = self.tcs.preacts(layer, x)
+            dense.append(codes)
             self.codes.append(codes.to_sparse().coalesce())  # dense, 12 layers x 1,024 x 24,576 would be 1.2 GB
-            self.errors.append(y - t.output(x, codes))
-            s = t.skip(x)
+            self.errors.append(self.tcs.error(layer, dense, x, y))
+            s = self.tcs.skip(layer, x)
             self.base.append(y if s is None else y - s)  # so that base + skip(live input) is the MLP's output
+            for s in range(layer + 1):  # a layer's dense codes are kept only while a later layer reads them
+                if dense[s] is not None and self.tcs.writes_to(s)[-1] <= layer:
+                    dense[s] = None
 
     def _final_affine(self):
         ln = getattr(self.model, "ln_final", None) if self.final == FINAL else None
@@ -169,17 +107,17 @@ class ReplacementModel:
             out = base(act) + t
             return out + deltas[hook.name][:, : out.shape[1]] if hook.name in deltas else out
 
-        def mlp(act, hook, tc):
+        def mlp(act, hook, layer):
             def base(act):
-                s = tc.skip(live[tc.input_hook])
-                b = self.base[tc.layer][: act.shape[1]].expand_as(act)
+                s = self.tcs.skip(layer, live[self.inputs[layer]])
+                b = self.base[layer][: act.shape[1]].expand_as(act)
                 return b if s is None else b + s
 
             return tap(act, hook, base)
 
         hooks = [(lambda n: n.endswith(FROZEN), frozen)]
         hooks += [(n, record) for n in (*self.inputs, *extra)] + [(EMBED, tap)]
-        hooks += [(f"blocks.{t.layer}.hook_mlp_out", lambda a, hook, t=t: mlp(a, hook, t)) for t in self.tcs]
+        hooks += [(output_hook(layer), lambda a, hook, layer=layer: mlp(a, hook, layer)) for layer in range(self.L)]
         if no_attention:
             hooks.append((lambda n: n.endswith("attn.hook_v"), lambda act, hook: frozen(act, hook, values=True)))
         if with_z:
@@ -272,40 +210,6 @@ def _pad_positions(grad: torch.Tensor, n_pos: int) -> torch.Tensor:
     return out
 
 
-def member_name(names: list[str], member: int | str) -> str:
-    """Which of a layer's transcoders (folder names 'L{layer}-{config}') `member` picks: by index or config name."""
-    if isinstance(member, int):
-        if not 0 <= member < len(names):
-            raise BadValueError(f"member {member} is not in 0..{len(names) - 1} of the set's configs {names}")
-        return names[member]
-    match = [n for n in names if n.split("-", 1)[-1] == member]
-    if not match:
-        raise BadValueError(f"the set has no config {member!r}; its configs: {[n.split('-', 1)[-1] for n in names]}")
-    return match[0]
-
-
-def load_transcoders(folder, member: int | str = 0, device: str = "cpu", model=None) -> list[Transcoder]:
-    """A transcoder set folder's transcoders (member: which of each layer's configs, by index or config name).
-    model: refuse a set recorded for other weights (same widths would pass check_transcoders silently)."""
-    from pathlib import Path
-
-    from workbench.provenance import model_id
-    from workbench.sae.io import load_sae
-    from workbench.sae.transcoders import load_set
-
-    manifest = load_set(folder)
-    if model is not None and manifest.get("model") != model_id(model):
-        raise BadValueError(
-            f"the transcoder set {str(folder)!r} was trained on {manifest.get('model')!r}, not on this model "
-            f"{model_id(model)!r}: the set belongs to another model; train one on it (workbench sae train --transcoders)"
-        )
-    out = []
-    for entry in manifest["layers"]:
-        sae = load_sae(Path(folder) / member_name(entry["transcoders"], member), device=device).eval()
-        out.append(Transcoder(int(entry["layer"]), sae, entry["input_hook"]))
-    return out
-
-
 @dataclass
 class ActiveFeatures:
     """Active features of the prompt, sorted by (layer, pos, latent); has_row: a sparse latent (a scaffold's
@@ -320,9 +224,9 @@ class ActiveFeatures:
     @classmethod
     def of(cls, rm: ReplacementModel) -> ActiveFeatures:
         parts = []
-        for t, codes in zip(rm.tcs, rm.codes):
+        for layer, codes in enumerate(rm.codes):
             (pos, latent), act = codes.indices(), codes.values()
-            parts.append((torch.full_like(pos, t.layer), pos, latent, act, latent < t.n_sparse))
+            parts.append((torch.full_like(pos, layer), pos, latent, act, latent < rm.tcs.n_sparse(layer)))
         return cls(*(torch.cat(p) for p in zip(*parts)))
 
     def __len__(self) -> int:
@@ -335,23 +239,24 @@ class ActiveFeatures:
         """Drop the kept feature writes (n_active x d in all), e.g. before a graph's pruning."""
         self.__dict__.pop("_writes", None)
 
-    def writes(self, rm: ReplacementModel, layer: int, dtype) -> LayerWrites:
-        """Layer `layer`'s feature writes, padded per position: formed once and kept while all layers' take at
-        most WRITES_KEPT_MIB (n_active x d in all), else formed again per batch (a gather, cheap next to the
-        backward pass), so a long prompt's graph does not hold a second copy of every active decoder row."""
+    def writes(self, rm: ReplacementModel, layer: int, target: int, dtype) -> LayerWrites:
+        """Layer `layer`'s feature writes into layer `target`'s MLP output, padded per position: formed once and
+        kept while all of them take at most WRITES_KEPT_MIB (n_active x d per target), else formed again per
+        batch (a gather, cheap next to the backward pass), so a long prompt's graph does not hold a second copy
+        of every active decoder row."""
         cache = self.__dict__.setdefault("_writes", {})
-        if layer in cache:
-            return cache[layer]
-        w = LayerWrites.of(rm, self, layer, dtype)
+        if (layer, target) in cache:
+            return cache[layer, target]
+        w = LayerWrites.of(rm, self, layer, target, dtype)
         if len(self) * w.vectors.shape[-1] * w.vectors.element_size() <= WRITES_KEPT_MIB * 2**20:
-            cache[layer] = w
+            cache[layer, target] = w
         return w
 
 
 @dataclass
 class LayerWrites:
-    """One layer's feature writes laid out by position: `vectors` [pos, slots, d] (act * W_dec[latent] of the
-    position's features, zeros in unused slots); feature idx[i] (an index into ActiveFeatures) sits at flat
+    """One layer's feature writes into one target layer laid out by position: `vectors` [pos, slots, d] (act *
+    the latent's decoder row into the target, of the position's features, zeros in unused slots); feature idx[i] (an index into ActiveFeatures) sits at flat
     slot `flat[i]` = pos * slots + its rank among its position's features."""
 
     idx: torch.Tensor
@@ -359,7 +264,7 @@ class LayerWrites:
     vectors: torch.Tensor
 
     @classmethod
-    def of(cls, rm: ReplacementModel, active: ActiveFeatures, layer: int, dtype) -> LayerWrites:
+    def of(cls, rm: ReplacementModel, active: ActiveFeatures, layer: int, target: int, dtype) -> LayerWrites:
         idx = active.at(layer)
         pos = active.pos[idx]
         first = torch.searchsorted(pos, pos)  # features are sorted by position within a layer
@@ -367,7 +272,7 @@ class LayerWrites:
         slots = int(rank.max()) + 1 if idx.numel() else 1
         vectors = torch.zeros(rm.P * slots, rm.embed.shape[1], dtype=dtype, device=rm.embed.device)
         flat = pos * slots + rank
-        vectors[flat] = rm.tcs[layer].sae.W_dec.detach()[active.latent[idx]].to(dtype) * active.act[idx, None]
+        vectors[flat] = rm.tcs.decoder(layer, target, active.latent[idx]).to(dtype) * active.act[idx, None]
         return cls(idx, flat, vectors.reshape(rm.P, slots, -1))
 
 
@@ -375,21 +280,25 @@ def source_rows(
     rm: ReplacementModel, active: ActiveFeatures, grads: dict, below: int | None = None, n_pos: int | None = None
 ) -> torch.Tensor:
     """[n_targets, n_active + n_layers * n_pos + n_pos]: each source's direct effect on each target, from the
-    gradients at the taps: a feature writes act * W_dec[latent] into its layer's MLP output, an error node its
-    error vector there, a token its embedding before layer 0. A feature's effect is its position's gradient
-    dotted with its write: one batched product per layer over positions (no gather of the gradients).
+    gradients at the taps: a feature writes act * its decoder row into the MLP output of every layer it writes
+    to (Transcoders.writes_to), an error node its error vector into its layer's, a token its embedding before
+    layer 0. A feature's effect is its position's gradients dotted with its writes: one batched product per
+    (layer, target layer) over positions (no gather of the gradients).
     below, n_pos: the targets read before layer `below`'s MLP output and at positions < n_pos (backward's cut),
     so sources at later layers or positions have no effect: their zeros are not computed."""
     n_layers, p = rm.L if below is None else min(below, rm.L), n_pos or rm.P
-    mlp = [grads[f"blocks.{layer}.hook_mlp_out"][:, :p] for layer in range(n_layers)]
+    mlp = [grads[output_hook(layer)][:, :p] for layer in range(n_layers)]
     emb = grads[EMBED][:, :p]
     n_a = len(active)
     out = emb.new_zeros(emb.shape[0], n_a + rm.L * rm.P + rm.P)
     for layer in range(n_layers):
-        w = active.writes(rm, layer, emb.dtype)
-        inside = w.flat < p * w.vectors.shape[1]  # features at positions < p
-        effects = torch.einsum("bpd,pkd->bpk", mlp[layer], w.vectors[:p]).flatten(1)
-        out[:, w.idx[inside]] = effects[:, w.flat[inside]]
+        for target in rm.tcs.writes_to(layer):
+            if target >= n_layers:
+                break
+            w = active.writes(rm, layer, target, emb.dtype)
+            inside = w.flat < p * w.vectors.shape[1]  # features at positions < p
+            effects = torch.einsum("bpd,pkd->bpk", mlp[target], w.vectors[:p]).flatten(1)
+            out[:, w.idx[inside]] += effects[:, w.flat[inside]]
         start = n_a + layer * rm.P
         out[:, start : start + p] = torch.einsum("bpd,pd->bp", mlp[layer], rm.errors[layer][:p])
     out[:, n_a + rm.L * rm.P :][:, :p] = torch.einsum("bpd,pd->bp", emb, rm.embed[:p])

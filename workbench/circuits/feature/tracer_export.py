@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from workbench.circuits.feature.replacement import Transcoder, check_transcoders
+from workbench.circuits.feature.transcoders import PerLayerTranscoders, Transcoder, Transcoders, resolve
 from workbench.errors import BadValueError
 
 
@@ -46,12 +46,15 @@ def _importable() -> None:
         hub.HF_HUB_ENABLE_HF_TRANSFER = False
 
 
-def transcoder_set(model, transcoders: list[Transcoder]):
-    """circuit-tracer's TranscoderSet of a workbench transcoder set (float32, on the model's device)."""
+def transcoder_set(model, transcoders: Transcoders):
+    """circuit-tracer's TranscoderSet of a workbench per-layer transcoder set (float32, on the model's device)."""
     _importable()
     from circuit_tracer.transcoder.single_layer_transcoder import SingleLayerTranscoder, TranscoderSet
 
-    tcs = check_transcoders(model, transcoders)
+    tcs = resolve(transcoders, model)
+    if not isinstance(tcs, PerLayerTranscoders):
+        raise BadValueError(f"{type(tcs).__name__} is not a per-layer set: only those export to a TranscoderSet")
+    tcs = tcs.members
     hooks = {t.input_hook.split(".", 2)[-1] for t in tcs}
     if len(hooks) != 1:
         raise BadValueError(f"the transcoders read different hooks {sorted(hooks)}: circuit-tracer reads one")
@@ -87,7 +90,7 @@ def _renamed(key: str, rename) -> str:
     return key
 
 
-def replacement_model(model, transcoders: list[Transcoder]):
+def replacement_model(model, transcoders: Transcoders):
     """circuit-tracer's TransformerLens ReplacementModel with `model`'s config and weights and the set."""
     _importable()
     from circuit_tracer.replacement_model.replacement_model_transformerlens import TransformerLensReplacementModel
