@@ -215,6 +215,99 @@ class PerLayerTranscoders(Transcoders):
         return [list(t.sae.parameters()) for t in self.members]
 
 
+class CrossLayerTranscoders(Transcoders):
+    """A cross-layer transcoder (workbench.sae.clt): layer l's features read layer l's MLP input and write the MLP
+    output of every layer l..n_layers-1. Its codes are its sparse features only (a scaffold, whose dense path
+    writes several layers, and a Top-k budget shared across layers, which cannot encode one layer alone, are
+    refused)."""
+
+    def __init__(self, clt, input_hooks: Sequence[str], source=None):
+        cfg = clt.cfg
+        if cfg.scaffold_rank or (cfg.clt_sparsity == "shared" and cfg.architecture == "topk"):
+            raise BadValueError(
+                f"CLT {cfg.name!r}: graphs read CLTs without a scaffold and with a per-layer (or BatchTopK) budget"
+            )
+        self.clt, self.hooks, self.n_layers, self.source = clt, list(input_hooks), clt.n_layers, source
+
+    def input_hook(self, layer: int) -> str:
+        return self.hooks[layer]
+
+    def d_in(self, layer: int) -> int:
+        return self.clt.cfg.d_in
+
+    def d_out(self, layer: int) -> int:
+        return self.clt.cfg.d_out
+
+    def d_sae(self, layer: int) -> int:
+        return self.clt.cfg.n_latents
+
+    def n_sparse(self, layer: int) -> int:
+        return self.clt.cfg.n_latents
+
+    def writes_to(self, layer: int) -> range:
+        return range(layer, self.n_layers)
+
+    def _pre(self, layer: int, x: torch.Tensor) -> torch.Tensor:
+        m = self.clt.members[layer]
+        _, _, _, enc_in = m._inputs(x.reshape(-1, x.shape[-1]).float())
+        return (enc_in @ m.W_enc.detach().T + m.b_enc.detach()).view(*x.shape[:-1], -1)
+
+    def preacts(self, layer: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        import torch
+
+        with torch.no_grad():
+            return self._pre(layer, x).to(x.dtype), self.encode(layer, x)
+
+    def encode(self, layer: int, x: torch.Tensor) -> torch.Tensor:
+        """The member's inference rule picks the latents (no gradient through the choice); their values are the
+        pre-activations, differentiable in x."""
+        import torch
+
+        flat = x.reshape(-1, x.shape[-1])
+        chosen = self.clt.encode(layer, flat.detach().float()) != 0
+        pre = self._pre(layer, x).reshape(flat.shape[0], -1)
+        return torch.where(chosen, pre, torch.zeros_like(pre)).view(*x.shape[:-1], -1).to(x.dtype)
+
+    def decoder(self, layer: int, target: int, latents: torch.Tensor) -> torch.Tensor:
+        return self.clt.decoder(layer, target)[latents]
+
+    def skip(self, layer: int, x: torch.Tensor) -> torch.Tensor | None:
+        w = self.clt.W_skip
+        if w is None:
+            return None
+        scale = self.clt.members[layer].input_scale / self.clt.output_scale[layer]
+        return x @ (w[layer].detach() * scale).T.to(x.dtype)
+
+    def reconstruct(self, layer: int, codes: Sequence[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        out = self.clt.bias(layer).to(x.dtype) + sum(
+            codes[s].to(x.dtype) @ self.clt.decoder(s, layer).to(x.dtype) for s in range(layer + 1)
+        )
+        s = self.skip(layer, x)
+        return out if s is None else out + s
+
+    def parameters(self):
+        return [list(m.parameters()) for m in self.clt.members]
+
+
+def load_clt_folder(folder, device: str = "cpu", model=None) -> CrossLayerTranscoders:
+    """A saved CLT (sae train --clt) as the dictionary, checked against `model`'s weights and layers."""
+    from workbench.sae.clt_io import load_clt, read_manifest
+
+    manifest = read_manifest(folder)
+    if model is not None:
+        from workbench.provenance import model_id
+
+        if manifest.get("model") != model_id(model):
+            raise BadValueError(
+                f"the CLT {str(folder)!r} was trained on {manifest.get('model')!r}, not on this model "
+                f"{model_id(model)!r}; train one on it (workbench sae train --clt)"
+            )
+    if manifest["layers"] != list(range(len(manifest["layers"]))):
+        raise BadValueError(f"the CLT {str(folder)!r} spans layers {manifest['layers']}; graphs need --layers all")
+    tcs = CrossLayerTranscoders(load_clt(folder, device), manifest["input_hooks"])
+    return tcs if model is None else tcs.check(model)
+
+
 def member_name(names: list[str], member: int | str) -> str:
     """Which of a layer's transcoders (folder names 'L{layer}-{config}') `member` picks: by index or config name."""
     if isinstance(member, int):
@@ -296,4 +389,8 @@ def resolve(transcoders, model, member: int | str = 0) -> Transcoders:
         return transcoders.check(model)
     if isinstance(transcoders, list | tuple):
         return PerLayerTranscoders(transcoders).check(model)
+    from workbench.sae.clt_io import is_clt
+
+    if isinstance(transcoders, str | Path) and is_clt(transcoders):
+        return load_clt_folder(transcoders, str(model.cfg.device), model)
     return open_set(transcoders).load(member, model.cfg.device, model)
