@@ -289,23 +289,60 @@ class CrossLayerTranscoders(Transcoders):
         return [list(m.parameters()) for m in self.clt.members]
 
 
-def load_clt_folder(folder, device: str = "cpu", model=None) -> CrossLayerTranscoders:
-    """A saved CLT (sae train --clt) as the dictionary, checked against `model`'s weights and layers."""
-    from workbench.sae.clt_io import load_clt, read_manifest
+class CLTFolder:
+    """A saved CLT's folder (sae train --clt) with a TranscoderSet's reading API: its manifest (clt.json) read once,
+    the CLT loaded once per device. It has no per-layer member folders (so no per-member feature stores)."""
 
-    manifest = read_manifest(folder)
-    if model is not None:
-        from workbench.provenance import model_id
+    def __init__(self, folder: str | Path):
+        from workbench.sae.clt_io import read_manifest
 
-        if manifest.get("model") != model_id(model):
+        self.folder = Path(folder)
+        self.manifest = read_manifest(self.folder)
+        self._loaded: dict = {}
+
+    @property
+    def model(self) -> str | None:
+        return self.manifest.get("model")
+
+    @cached_property
+    def cache(self) -> str:
+        return str((self.folder / self.manifest["metadata"]["dataset_path"]).resolve())
+
+    @property
+    def layers(self) -> list[dict]:
+        m = self.manifest
+        return [
+            {"layer": layer, "input_hook": h, "target_hook": t, "transcoders": [self.folder.name]}
+            for layer, h, t in zip(m["layers"], m["input_hooks"], m["target_hooks"])
+        ]
+
+    def member_folders(self, member: int | str = 0) -> dict[int, Path]:
+        return {}
+
+    def load(self, member: int | str = 0, device: str = "cpu", model=None) -> Transcoders:
+        """The CLT as the dictionary (member: a CLT has one, 0), checked against `model`'s weights and layers."""
+        from workbench.sae.clt_io import load_clt
+
+        if member not in (0, self.folder.name):
+            raise BadValueError(f"a CLT folder holds one dictionary; member {member!r} is not 0")
+        if model is not None:
+            from workbench.provenance import model_id
+
+            if self.model != model_id(model):
+                raise BadValueError(
+                    f"the CLT {str(self.folder)!r} was trained on {self.model!r}, not on this model "
+                    f"{model_id(model)!r}; train one on it (workbench sae train --clt)"
+                )
+        if self.manifest["layers"] != list(range(len(self.manifest["layers"]))):
             raise BadValueError(
-                f"the CLT {str(folder)!r} was trained on {manifest.get('model')!r}, not on this model "
-                f"{model_id(model)!r}; train one on it (workbench sae train --clt)"
+                f"the CLT {str(self.folder)!r} spans layers {self.manifest['layers']}; graphs need one over "
+                "every layer (--layers all)"
             )
-    if manifest["layers"] != list(range(len(manifest["layers"]))):
-        raise BadValueError(f"the CLT {str(folder)!r} spans layers {manifest['layers']}; graphs need --layers all")
-    tcs = CrossLayerTranscoders(load_clt(folder, device), manifest["input_hooks"])
-    return tcs if model is None else tcs.check(model)
+        if str(device) not in self._loaded:
+            clt = load_clt(self.folder, str(device))
+            self._loaded[str(device)] = CrossLayerTranscoders(clt, self.manifest["input_hooks"], source=self)
+        tcs = self._loaded[str(device)]
+        return tcs if model is None else tcs.check(model)
 
 
 def member_name(names: list[str], member: int | str) -> str:
@@ -377,9 +414,13 @@ class TranscoderSet:
         return tcs if model is None else tcs.check(model)
 
 
-def open_set(folder) -> TranscoderSet:
-    """A set folder's TranscoderSet (one already open is returned as is)."""
-    return folder if isinstance(folder, TranscoderSet) else TranscoderSet(folder)
+def open_set(folder) -> TranscoderSet | CLTFolder:
+    """A set folder's TranscoderSet, or a CLT folder's CLTFolder (one already open is returned as is)."""
+    from workbench.sae.clt_io import is_clt
+
+    if isinstance(folder, TranscoderSet | CLTFolder):
+        return folder
+    return CLTFolder(folder) if is_clt(folder) else TranscoderSet(folder)
 
 
 def resolve(transcoders, model, member: int | str = 0) -> Transcoders:
@@ -389,8 +430,4 @@ def resolve(transcoders, model, member: int | str = 0) -> Transcoders:
         return transcoders.check(model)
     if isinstance(transcoders, list | tuple):
         return PerLayerTranscoders(transcoders).check(model)
-    from workbench.sae.clt_io import is_clt
-
-    if isinstance(transcoders, str | Path) and is_clt(transcoders):
-        return load_clt_folder(transcoders, str(model.cfg.device), model)
     return open_set(transcoders).load(member, model.cfg.device, model)
