@@ -96,7 +96,10 @@ class CrossLayerTranscoder(nn.Module):
         per_unit = self.members[0].cfg.n_units
         dead = list(dead_mask.view(L, per_unit)) if dead_mask is not None else [None] * L
         use_aux = dead_mask is not None and bool(cfg.aux_alpha) and bool(dead_mask.any())
-        parts = [self._select(m, x, dead[i] if use_aux else None) for i, (m, x) in enumerate(zip(self.members, xs_))]
+        parts = [
+            self._select(m, x, dead[i] if use_aux and bool(dead[i].any()) else None)
+            for i, (m, x) in enumerate(zip(self.members, xs_))
+        ]
         if cfg.clt_sparsity == "shared":
             parts = _share_budget(parts, cfg, self.training)
         x_hat, codes, losses = ts.new_zeros(ts.shape), [], {}
