@@ -5,7 +5,8 @@ from __future__ import annotations
 from workbench.sae.base import SparseAutoencoder
 from workbench.sae.batchtopk import BatchTopKSAE
 from workbench.sae.blocksparse import BlockJumpReLUSAE, BlockTopKSAE, GrassmannianSAE, GroupLassoSAE
-from workbench.sae.config import SAEConfig
+from workbench.sae.clt import CrossLayerTranscoder
+from workbench.sae.config import CLTConfig, SAEConfig
 from workbench.sae.matryoshka import MatryoshkaSAE
 from workbench.sae.topk import TopKSAE
 
@@ -22,9 +23,6 @@ CLASSES: dict[str, type[SparseAutoencoder]] = {
 
 def build(cfg: SAEConfig) -> SparseAutoencoder:
     """An SAE or transcoder of cfg's architecture; a CLTConfig builds a cross-layer transcoder of its members."""
-    from workbench.sae.clt import CrossLayerTranscoder
-    from workbench.sae.config import CLTConfig
-
     if isinstance(cfg, CLTConfig):
-        return CrossLayerTranscoder(cfg)
+        return CrossLayerTranscoder(cfg, build)
     return CLASSES[cfg.architecture](cfg)

@@ -34,10 +34,9 @@ from workbench.sae.kernels import Support, topk
 class CrossLayerTranscoder(nn.Module):
     signed = False
 
-    def __init__(self, cfg: CLTConfig):
+    def __init__(self, cfg: CLTConfig, build):
+        """build: the architecture registry's (workbench.sae.architectures.build), which makes each member."""
         super().__init__()
-        from workbench.sae.architectures import build
-
         if cfg.n_layers is None or cfg.d_in is None or cfg.d_out is None or cfg.name is None:
             raise ValueError("CLT configs must be resolved first: cfg.resolve(d_in, n_tokens, d_out, n_layers)")
         self.cfg = cfg

@@ -113,7 +113,7 @@ def read_manifest(folder: str | Path) -> dict:
 
 def load_clt(folder: str | Path, device: str = "cpu"):
     """The saved CLT as a workbench CrossLayerTranscoder (eval mode), its weights checked against clt.json."""
-    from workbench.sae.clt import CrossLayerTranscoder
+    from workbench.sae.architectures import build
     from workbench.sae.config import CLTConfig
 
     folder = Path(folder)
@@ -124,7 +124,7 @@ def load_clt(folder: str | Path, device: str = "cpu"):
         raise DamagedFileError(
             f"{folder / WEIGHTS} does not match the checksum in {folder / MANIFEST}; retrain or restore the CLT"
         )
-    clt = CrossLayerTranscoder(CLTConfig.from_dict(manifest["clt_config"]))
+    clt = build(CLTConfig.from_dict(manifest["clt_config"]))
     state = load_file(str(folder / WEIGHTS))
     if not all(torch.isfinite(v).all() for v in state.values()):
         raise DamagedFileError(f"{folder / WEIGHTS} holds NaN/inf values; the file is damaged")

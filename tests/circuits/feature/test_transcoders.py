@@ -89,11 +89,11 @@ def test_circuit_graph_reads_the_set_manifest_once(tiny_set, tmp_path, monkeypat
 
 def _random_clt(model, arch: str = "topk", skip: bool = False):
     """A random CLT over every layer: random encoders, decoders into every later layer, biases and skip path."""
-    from workbench.sae.clt import CrossLayerTranscoder
+    from workbench.sae.architectures import build
     from workbench.sae.config import CLTConfig
 
     d, L = model.cfg.d_model, model.cfg.n_layers
-    clt = CrossLayerTranscoder(CLTConfig(arch, k=4, n_latents=48, skip=skip).resolve(d, None, d, L))
+    clt = build(CLTConfig(arch, k=4, n_latents=48, skip=skip).resolve(d, None, d, L))
     with torch.no_grad():
         for m in clt.members:
             m.b_dec.normal_(0, 0.1)
