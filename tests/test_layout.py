@@ -50,6 +50,8 @@ TESTED_ELSEWHERE = {
     "sae/base.py": "sae/test_architectures.py",
     "sae/batchtopk.py": "sae/test_architectures.py",
     "sae/blocksparse.py": "sae/test_architectures.py",
+    "sae/clt_eval.py": "sae/test_clt.py (`sae eval` on a CLT)",
+    "sae/clt_io.py": "sae/test_clt.py (the saved CLT, circuit-tracer's loader on its files)",
     "sae/matryoshka.py": "sae/test_architectures.py",
     "sae/saelens.py": "sae/test_io.py",
     "sae/scores.py": "sae/test_eval.py and app/test_pages.py (an undefined CE loss recovered)",

@@ -38,6 +38,12 @@ def _transcoders(folder: Path) -> None:
     load_set(folder)
 
 
+def _clt(folder: Path) -> None:
+    from workbench.circuits.feature.transcoders import open_set
+
+    open_set(folder).load()
+
+
 def _circuit(folder: Path) -> None:
     if (folder / browse.CIRCUIT).is_file():
         browse.open_circuit(folder)
@@ -71,6 +77,7 @@ READERS = {  # kind -> what the commands and the app call to read one
     "caches": _cache,
     "saes": _sae,
     "transcoders": _transcoders,
+    "clts": _clt,
     "circuits": _circuit,
     "models": _model,
     "features": _features,
@@ -112,7 +119,7 @@ def workspace(transcoder_workspace, tiny, tmp_path_factory):
     from workbench.corpus import tasks
     from workbench.interventions.config import InterventionConfig
     from workbench.models import load
-    from workbench.sae.config import SAEConfig, TrainConfig
+    from workbench.sae.config import CLTConfig, SAEConfig, TrainConfig
 
     root = tmp_path_factory.mktemp("readback") / "ws"
     shutil.copytree(transcoder_workspace, root, symlinks=True)
@@ -128,6 +135,8 @@ def workspace(transcoder_workspace, tiny, tmp_path_factory):
     )
     cfg = GraphConfig(max_feature_nodes=8, batch_size=8, heads=False)
     steps.attribution_graph(ws, model, every, q.prompt, cfg=cfg, model_spec=model_dir, name="g")
+    clt = CLTConfig("topk", k=4, expansion=2)
+    steps.train_clt(ws, root / "caches" / "mlp", "all", clt, train, name="clt")
     iv = InterventionConfig(features=["0:1"], op="ablate", continue_tokens=2)
     steps.intervene(ws, model, every, q.prompt, iv, model_spec=model_dir, name="iv")
     return root

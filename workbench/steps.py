@@ -240,6 +240,34 @@ def train_transcoder_set(
     return folder, members
 
 
+def train_clt(
+    ws: Workspace, cache_dir, layers: str, clt_cfg, train_cfg: TrainConfig, *, out=None, name=None, resume=False
+) -> Path:
+    """Train a cross-layer transcoder (`workbench sae train --clt --layers all`) into <ws>/clts/<name> or `out`
+    (the run's checkpoint there, the CLT in <run>/<its name>), recorded as a `clts` artifact: its own kind, since
+    every reader of a `transcoders` artifact reads a per-layer set's transcoders.json."""
+    from workbench.checkpoint import rank_zero_writes
+    from workbench.sae.clt_io import read_manifest
+    from workbench.sae.transcoders import train_clt as train
+
+    run = _run_folder(ws, "clts", out, name, "clt")
+    check_artifact(run, None, {"cache_dir": cache_dir})
+    with rank_zero_writes(run, "workbench sae train --clt") as records:
+        folder = train(cache_dir, layers, clt_cfg, train_cfg, run, resume=resume)
+        if records:
+            m = read_manifest(folder)
+            ws.record(
+                folder,
+                "clts",
+                made_by="workbench sae train --clt",
+                config={**m["clt_config"], "train": train_cfg.to_dict()},
+                inputs={"cache": Path(cache_dir), "model": m["model"]},
+                summary={"layers": ",".join(map(str, m["layers"])), "features_per_layer": m["clt_config"]["n_latents"]},
+                side_files=tuple(p for p in (run / "checkpoint.pt", run / "run.json") if p.is_file()),
+            )
+    return folder
+
+
 def _record_set(ws: Workspace, folder: Path, n_members: int, cache_dir, layers: str, sae_cfgs, train_cfg) -> None:
     """The set (its transcoders.json) as a `transcoders` artifact, after its members are recorded as SAEs."""
     from workbench.sae.transcoders import SET_MANIFEST, read_manifest
@@ -273,6 +301,7 @@ def evaluate_sae(
 
     ensure: an SAE (or set) whose manifest already carries the headline keeps its metrics.json (returned as read)."""
 
+    from workbench.sae.clt_io import is_clt
     from workbench.sae.eval import evaluate
     from workbench.sae.transcoders import is_set
 
@@ -280,6 +309,8 @@ def evaluate_sae(
         return json_file(Path(sae_dir) / "metrics.json", "evaluation metrics", "evaluate it again (sae eval)")
     if is_set(sae_dir):
         return _evaluate_set(ws, sae_dir, cache_dir, model_spec, cfg)
+    if is_clt(sae_dir):
+        return _evaluate_clt(ws, sae_dir, cache_dir, model_spec, cfg)
     metrics = evaluate(sae_dir, cache_dir, model_spec, cfg)
     flat = {**metrics["reconstruction"], **metrics.get("splice", {})}
     headline = {k: shown(flat, k) for k in SAE_HEADLINE if k in flat}
@@ -297,6 +328,18 @@ def evaluate_sae(
 def _evaluated(folder) -> bool:
     """Whether the manifest carries an evaluation's headline: an SAE's FVU, a set's CE with every MLP replaced."""
     return any(k == "fvu" or k.startswith(ALL_MLPS) for k in _manifest(folder).get("summary", {}))
+
+
+def _evaluate_clt(ws: Workspace, clt_dir, cache_dir, model_spec, cfg) -> dict:
+    """A CLT's metrics.json, and its manifest's headline: FVU over every layer, total L0, CE/KL all replaced."""
+    from workbench.sae.clt_eval import evaluate_clt
+
+    m = evaluate_clt(clt_dir, cache_dir, model_spec, cfg)
+    r = m.get("all_replaced", {})
+    headline = {"fvu": m["fvu"], "l0": m["l0"], **{k: r[k] for k in ("ce_loss_recovered", "kl_score") if k in r}}
+    inputs = {"cache": Path(cache_dir), "eval_model": model_spec}
+    rerecord(ws, clt_dir, "clts", "workbench sae eval", inputs, {**_manifest(clt_dir).get("summary", {}), **headline})
+    return m
 
 
 def _evaluate_set(ws: Workspace, set_dir, cache_dir, model_spec, cfg) -> dict:

@@ -24,7 +24,7 @@ from workbench.errors import BadValueError, OutputExistsError, UserError
 from workbench.lock import stale_locks
 from workbench.readback import ARTIFACT, artifact_manifest, read_json, seal
 
-KINDS = ("caches", "saes", "transcoders", "circuits", "models", "features", "interventions")
+KINDS = ("caches", "saes", "transcoders", "clts", "circuits", "models", "features", "interventions")
 MANIFEST = ARTIFACT
 INDEX = "workspace.json"
 SCHEMA = "workbench.workspace"

@@ -4,6 +4,7 @@ import SAELens folders made elsewhere."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import sys
 
@@ -11,7 +12,7 @@ from workbench.cli.options import add_model_flag, quiet_flag, workspace_flag
 from workbench.configflags import add_config_flags, config_values, given, set_fields
 from workbench.errors import BadValueError
 from workbench.guard import INPUT, artifact, declare
-from workbench.sae.config import EvalConfig, SAEConfig, TrainConfig, at_k
+from workbench.sae.config import CLTConfig, EvalConfig, SAEConfig, TrainConfig, at_k
 from workbench.workspace import Workspace
 
 SWEEP = ("architecture", "k", "scaffold_rank", "seed")  # one SAE per combination of these flags' values
@@ -81,6 +82,16 @@ def _add_train(sae) -> None:
         help="a transcoder set: one transcoder per layer ('all' or e.g. '0,2'), each from the MLP's input to its "
         "output, side by side on one pass (into <workspace>/transcoders/NAME)",
     )
+    t.add_argument(
+        "--clt",
+        action="store_true",
+        help="a cross-layer transcoder over --layers: one encoder per layer, each feature writing every later "
+        "layer's MLP output (into <workspace>/clts/NAME)",
+    )
+    t.add_argument("--layers", default="all", help="--clt: the layers ('all' or e.g. '0,2'; default: all)")
+    for f in ("clt_loss", "clt_sparsity"):
+        meta = next(x for x in dataclasses.fields(CLTConfig) if x.name == f).metadata
+        t.add_argument("--" + f.replace("_", "-"), choices=meta["choices"], default=None, help=meta["help"])
     t.add_argument("--name", help="run folder in <workspace>/saes (default: HOOK-TIME)")
     out = t.add_argument(
         "--out",
@@ -114,7 +125,14 @@ def _train(a: argparse.Namespace) -> None:
             print(f"note: {note}", file=sys.stderr)
     train_cfg = TrainConfig(**config_values(a, TrainConfig, TRAIN), progress=not a.quiet)
     ws, kw = Workspace(a.workspace), {"out": a.out, "name": a.name, "resume": a.resume}
-    if a.transcoders is not None:
+    if a.clt:
+        if a.hook or a.target or a.transcoders is not None or len(cfgs) != 1:
+            raise BadValueError("--clt trains one CLT over --layers: drop --hook/--target/--transcoders and sweeps")
+        extra = {f: getattr(a, f) for f in ("clt_loss", "clt_sparsity") if getattr(a, f) is not None}
+        clt_cfg = CLTConfig(**{**cfgs[0].to_dict(), **extra})
+        folders = [steps.train_clt(ws, a.cache, a.layers, clt_cfg, train_cfg, **kw)]
+        saved = []
+    elif a.transcoders is not None:
         if a.hook or a.target:
             raise BadValueError(f"--transcoders {a.transcoders!r} chooses each layer's hooks; drop --hook/--target")
         if a.target_cache:
@@ -161,6 +179,16 @@ def _eval(a: argparse.Namespace) -> None:
     ws = Workspace(a.workspace)
     for folder in a.sae:
         m = steps.evaluate_sae(ws, folder, a.cache, None if a.no_model else a.model, cfg)
+        if "fvu_per_layer" in m:  # a CLT
+            r = m.get("all_replaced", {})
+            every = (
+                f"CE recovered {r['ce_loss_recovered']:.4g}, KL score {r['kl_score']:.4g}"
+                if "kl_score" in r
+                else r.get("why_not", "not run (--no-model)")
+            )
+            fvus = ", ".join(f"{v:.3g}" for v in m["fvu_per_layer"])
+            print(f"{folder}: CLT FVU per layer {fvus}; L0 {m['l0']:.4g}; every MLP replaced: {every}")
+            continue
         if "all_replaced" in m:  # a transcoder set
             for name, r in m["all_replaced"].items():
                 print(

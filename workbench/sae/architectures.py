@@ -1,11 +1,12 @@
-"""architecture name -> class; `build(cfg)` makes an untrained SAE from a resolved config."""
+"""architecture name -> class; `build(cfg)` makes an untrained SAE (or CLT) from a resolved config."""
 
 from __future__ import annotations
 
 from workbench.sae.base import SparseAutoencoder
 from workbench.sae.batchtopk import BatchTopKSAE
 from workbench.sae.blocksparse import BlockJumpReLUSAE, BlockTopKSAE, GrassmannianSAE, GroupLassoSAE
-from workbench.sae.config import SAEConfig
+from workbench.sae.clt import CrossLayerTranscoder
+from workbench.sae.config import CLTConfig, SAEConfig
 from workbench.sae.matryoshka import MatryoshkaSAE
 from workbench.sae.topk import TopKSAE
 
@@ -21,4 +22,7 @@ CLASSES: dict[str, type[SparseAutoencoder]] = {
 
 
 def build(cfg: SAEConfig) -> SparseAutoencoder:
+    """An SAE or transcoder of cfg's architecture; a CLTConfig builds a cross-layer transcoder of its members."""
+    if isinstance(cfg, CLTConfig):
+        return CrossLayerTranscoder(cfg, build)
     return CLASSES[cfg.architecture](cfg)

@@ -362,6 +362,74 @@ class SAEConfig(Config):
             raise ConfigError(f"scaffold_rank={self.scaffold_rank} must be below d_out={self.d_out}")
 
 
+CLT_ARCHITECTURES = ("topk", "batchtopk", "block_topk")
+
+
+@dataclass
+class CLTConfig(SAEConfig):
+    """One CLT: the SAEConfig fields apply to every layer's member (k is per layer, or the per-layer share of the
+    shared budget); n_layers is the CLT's number of layers (resolved from the run's layers)."""
+
+    transcoder: bool = field(default=True, metadata={"help": "a CLT is a transcoder", "cli": False})
+    n_layers: int | None = field(
+        default=None, metadata={"min": 1, "help": "layers the CLT spans (the run's layers)", "cli": False}
+    )
+    clt_loss: str = field(
+        default="sum",
+        metadata={
+            "choices": ("sum", "mean"),
+            "help": "CLT: the reconstruction losses of the target layers summed (CLT-Forge) or averaged",
+        },
+    )
+    clt_sparsity: str = field(
+        default="per_layer",
+        metadata={
+            "choices": ("per_layer", "shared"),
+            "help": "CLT: k latents per layer (per token, or per token on average for BatchTopK), or one budget of "
+            "k x n_layers shared by all layers",
+        },
+    )
+
+    @property
+    def n_units(self) -> int:
+        """Every layer's units, layer by layer (the trainer's dead/dense counters)."""
+        return (self.n_layers or 1) * (self.n_latents // self.unit_size)
+
+    def fill(self, d_in: int, n_tokens: int | None = None, d_out: int | None = None, n_layers: int | None = None):
+        out = super().fill(d_in, n_tokens, d_out)
+        out["n_layers"] = self.n_layers if n_layers is None else n_layers
+        if self.name is None:
+            out["name"] = "clt_" + out["name"] + (f"_{self.clt_sparsity}" if self.clt_sparsity != "per_layer" else "")
+        return out
+
+    def check(self) -> None:
+        super().check()
+        if self.architecture not in CLT_ARCHITECTURES:
+            raise ConfigError(
+                f"architecture={self.architecture!r} is not trained as a CLT yet; choose one of {list(CLT_ARCHITECTURES)}"
+            )
+        if self.clt_sparsity == "shared" and self.is_block:
+            raise ConfigError("clt_sparsity='shared' applies to topk and batchtopk, not to block architectures")
+
+    def member(self, i: int) -> SAEConfig:
+        """Layer i's member: a transcoder into the targets of layers i..n_layers-1 (no skip: the CLT holds it)."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(SAEConfig)}
+        L = self.n_layers
+        k = self.k * L if self.clt_sparsity == "shared" else self.k
+        return SAEConfig(
+            **{
+                **fields,
+                "transcoder": True,
+                "skip": False,
+                "d_out": (L - i) * self.d_out,
+                "k": min(k, self.n_latents),
+                "name": f"{self.name}-{i}",
+                "seed": self.seed + i,
+                "input_norm": "none",  # the CLT sets each member's input scale
+            }
+        )
+
+
 def _default_prefixes(n: int) -> list[int]:
     """Doubling widths n/16, n/8, n/4, n/2, n (fewer when n is small)."""
     out = sorted({max(1, n >> s) for s in range(4, -1, -1)})

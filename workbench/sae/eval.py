@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -71,12 +72,17 @@ def _splice_hooks(replacements, mask: torch.Tensor, mode: str) -> list:
 
 
 @torch.no_grad()
-def splice_metrics(model, replacements, tokens: torch.Tensor, special_ids, batch_size: int = 16) -> dict:
+def splice_metrics(
+    model, replacements, tokens: torch.Tensor, special_ids, batch_size: int = 16, make_hooks=None
+) -> dict:
     """CE and KL with the dictionaries spliced in (and with zero ablation / the scaffold removed): one
-    (sae, hook, target or None) for one SAE or transcoder, one per layer for a whole transcoder set."""
+    (sae, hook, target or None) for one SAE or transcoder, one per layer for a whole transcoder set.
+    make_hooks(mask, mode): the fwd_hooks of a dictionary `_splice_hooks` cannot build (a CLT, whose replacement
+    at one layer reads every earlier layer); replacements then only name the hooks."""
     from workbench.cache.hooks import mlp_in_hooks
 
-    r = _codes_layout(replacements[0][0])[1] if len(replacements) == 1 else 0
+    r = _codes_layout(replacements[0][0])[1] if len(replacements) == 1 and make_hooks is None else 0
+    make_hooks = make_hooks or partial(_splice_hooks, replacements)
     modes = ["sae", "zero"] + (["no_scaffold"] if r else [])
     sums = {m: 0.0 for m in ["clean"] + modes}
     kl = {m: 0.0 for m in modes}
@@ -91,7 +97,7 @@ def splice_metrics(model, replacements, tokens: torch.Tensor, special_ids, batch
             sums["clean"] += float(F.nll_loss(logp_clean.flatten(0, 1), target.flatten(), reduction="sum"))
             n_pred += target.numel()
             for mode in modes:
-                logits = model.run_with_hooks(toks, fwd_hooks=_splice_hooks(replacements, mask, mode))
+                logits = model.run_with_hooks(toks, fwd_hooks=make_hooks(mask, mode))
                 logp = logits[:, :-1].log_softmax(-1)
                 sums[mode] += float(F.nll_loss(logp.flatten(0, 1), target.flatten(), reduction="sum"))
                 kl[mode] += float((logp_clean.exp() * (logp_clean - logp)).sum())

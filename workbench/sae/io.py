@@ -103,7 +103,14 @@ def _threshold(sae: SparseAutoencoder) -> torch.Tensor:
 def save_sae(
     sae: SparseAutoencoder, folder: str | Path, metadata: dict | None = None, workbench_info: dict | None = None
 ) -> Path:
-    """Write cfg.json, sae_weights.safetensors and workbench.json (each atomically)."""
+    """Write cfg.json, sae_weights.safetensors and workbench.json (each atomically); a CLT: its own folder
+    (workbench.sae.clt_io)."""
+    from workbench.sae.clt import CrossLayerTranscoder
+
+    if isinstance(sae, CrossLayerTranscoder):
+        from workbench.sae.clt_io import save_clt
+
+        return save_clt(sae, folder, metadata, workbench_info)
     saelens.register()  # so sae_lens.SAE.load_from_disk reads it back in this process
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

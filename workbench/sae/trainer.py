@@ -458,33 +458,17 @@ def fit_cache(
     m = cache.manifest
     cache_rel = _rel(cache_path, out_dir)
     stream, cfgs, columns, metadata = _layout(cache, tcache, groups, train_cfg.n_tokens, cache_rel)
-    _, world = dist_info()
-    per_rank = train_cfg.batch_size // max(1, world)
-
-    def batches(c, hooks, start: int, rank: int, world_size: int, **kw):
-        return c.batches(
-            hooks if len(hooks) > 1 else hooks[0],
-            per_rank,
-            split="train",
-            seed=train_cfg.seed,
-            start_batch=start,
-            rank=rank,
-            world_size=world_size,
-            dtype=torch.float32,
-            device=default_device(train_cfg.device),
-            window_rows=window_rows,
-            **kw,
-        )
+    batches = partial(_cache_batches, train_cfg=train_cfg, window_rows=window_rows)
 
     def make_batches(start: int, rank: int, world_size: int):
         if tcache is cache:
-            return batches(cache, stream, start, rank, world_size)
+            return batches(cache, stream, start=start, rank=rank, world_size=world_size)
         return _zip_caches(
             cache,
             stream,
             tcache,
             groups[0][1],
-            per_rank,
+            train_cfg.batch_size // max(1, dist_info()[1]),
             partial(batches, start=start, rank=rank, world_size=world_size),
         )
 
@@ -497,6 +481,23 @@ def fit_cache(
         **_stream_record(groups),
     }
     return fit(cfgs, train_cfg, make_batches, None, out_dir, resume, data, metadata, columns, state_dir)
+
+
+def _cache_batches(c, hooks, train_cfg: TrainConfig, window_rows, start: int, rank: int, world_size: int, **kw):
+    """This rank's float32 [B/world, width] batches of `hooks` side by side from data position `start` on."""
+    return c.batches(
+        hooks if len(hooks) > 1 else hooks[0],
+        train_cfg.batch_size // max(1, dist_info()[1]),
+        split="train",
+        seed=train_cfg.seed,
+        start_batch=start,
+        rank=rank,
+        world_size=world_size,
+        dtype=torch.float32,
+        device=default_device(train_cfg.device),
+        window_rows=window_rows,
+        **kw,
+    )
 
 
 def _layout(cache, tcache, groups, n_tokens: int, cache_rel: str):

@@ -113,6 +113,96 @@ def train_set(
     return out, [f for layer in chosen for f in folders[layer]]
 
 
+def train_clt(
+    cache_path: str | Path,
+    layers: str,
+    clt_cfg,
+    train_cfg: TrainConfig,
+    out_dir: str | Path,
+    resume: bool = False,
+) -> Path:
+    """Train one cross-layer transcoder (workbench.sae.clt) over `layers` ('all' or '0,2') from the same stream rows
+    a set reads ([x_0 | y_0 | x_1 | y_1 | ...]); refused before any work when its estimated memory exceeds the budget
+    (a CLT's loss couples its layers, so it cannot be split into passes). Returns the CLT's folder, out/<name>."""
+    from workbench.cache import ActivationCache
+    from workbench.sae.trainer import _cache_batches, _rel, _resolve_group, fit
+
+    cache = ActivationCache.open(cache_path)
+    chosen = parse_layers(layers, cache_layers(cache))
+    groups = {layer: _layer_group(cache, cache_path, layer, [clt_cfg]) for layer in chosen}
+    (hook0, target0, _), stream = groups[chosen[0]], [h for hook, target, _ in groups.values() for h in (hook, target)]
+    widths = {(cache.d(hook), cache.d(target)) for hook, target, _ in groups.values()}
+    if len(widths) > 1:
+        raise ConfigError(f"a CLT needs every layer's input and target at one width each; the cache has {widths}")
+    _resolve_group(cache, cache, hook0, target0, [], train_cfg.n_tokens)  # the hooks are there
+    cfg = dataclasses.replace(clt_cfg, transcoder=True).resolve(
+        cache.d(hook0), train_cfg.n_tokens, cache.d(target0), len(chosen)
+    )
+    _check_clt_memory(cache, cfg, stream, train_cfg)
+    m, cache_rel = cache.manifest, _rel(cache_path, out_dir)
+    meta = {
+        "model_name": m.get("model"),
+        "context_size": m.get("ctx_len"),
+        "dataset_path": cache_rel,
+        "layers": chosen,
+        "input_hooks": [groups[layer][0] for layer in chosen],
+        "target_hooks": [groups[layer][1] for layer in chosen],
+    }
+    data = {
+        "cache": cache_rel,
+        "model": m.get("model"),
+        "corpus": m.get("corpus"),
+        "cache_n_tokens": cache.n_tokens("train"),
+        "clt_layers": chosen,
+        "stream": stream,
+    }
+
+    def make_batches(start: int, rank: int, world: int):
+        return _cache_batches(cache, stream, train_cfg, None, start=start, rank=rank, world_size=world)
+
+    return fit([cfg], train_cfg, make_batches, None, out_dir, resume, data, meta)[0]
+
+
+def clt_footprint(cfg, rows: int, init_rows: int, device: str, autocast: bool):
+    """A CLT's memory (workbench.sae.memory.Footprint): every member's state, and their steps at once (the loss
+    couples the layers, so one backward pass holds every member's working set) plus the [rows, L x d_out] targets,
+    reconstruction and error."""
+    from workbench.sae import memory
+
+    parts = [memory.sae_footprint(cfg.member(i), rows, init_rows, device, autocast) for i in range(cfg.n_layers)]
+    skip = 4 * cfg.n_layers * cfg.d_out * cfg.d_in * memory.F32 if cfg.skip else 0
+    wide = 4 * rows * cfg.n_layers * cfg.d_out * memory.F32
+    return memory.Footprint(
+        sum(p.state for p in parts) + skip,
+        sum(p.step for p in parts) + wide,
+        sum(p.saved for p in parts) + skip * 3 // 4,
+    )
+
+
+def _check_clt_memory(cache, cfg, stream: list[str], train_cfg: TrainConfig) -> int:
+    """The CLT run's estimated bytes (its footprint and the cache's buffers), refused above the budget."""
+    from workbench.cache.sampler import RowSampler
+    from workbench.checkpoint import default_device, dist_info
+    from workbench.sae import memory
+
+    _, world = dist_info()
+    tc = train_cfg.resolve(world_size=world)
+    rows, device = tc.batch_size // world, default_device(tc.device).type
+    budget = tc.memory_budget_mib or memory.default_budget_mib(device, int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+    window_rows = cache.window_rows(stream, rows)
+    sampler = RowSampler(cache.n_tokens("train"), rows, world_size=world, window_rows=window_rows)
+    read_rows = min(sampler.window, sampler.per_rank) * sampler.chunk
+    buffers = memory.buffer_bytes([cache.d(h) for h in stream], read_rows, rows, tc.init_batches, cache._store.itemsize)
+    total = memory.run_bytes([clt_footprint(cfg, rows, rows * tc.init_batches, device, tc.autocast)], buffers)
+    if total > budget * memory.MIB:
+        raise ConfigError(
+            f"the CLT {cfg.name} needs an estimated {memory.mib(total)} MiB but memory_budget_mib={budget:g}; a CLT "
+            "trains in one pass (its loss couples the layers): lower --batch-size or --expansion/--n-latents, train "
+            "fewer --layers, or raise --memory-budget-mib"
+        )
+    return total
+
+
 def _layer_group(cache, cache_path, layer: int, sae_configs: list[SAEConfig]) -> tuple[str, str, list[SAEConfig]]:
     """(input hook, target hook, the configs named L<layer>-...) of one layer's transcoders."""
     from workbench.cache import transcoder_hooks

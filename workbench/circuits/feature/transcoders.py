@@ -215,6 +215,136 @@ class PerLayerTranscoders(Transcoders):
         return [list(t.sae.parameters()) for t in self.members]
 
 
+class CrossLayerTranscoders(Transcoders):
+    """A cross-layer transcoder (workbench.sae.clt): layer l's features read layer l's MLP input and write the MLP
+    output of every layer l..n_layers-1. Its codes are its sparse features only (a scaffold, whose dense path
+    writes several layers, and a Top-k budget shared across layers, which cannot encode one layer alone, are
+    refused)."""
+
+    def __init__(self, clt, input_hooks: Sequence[str], source=None):
+        cfg = clt.cfg
+        if cfg.scaffold_rank or (cfg.clt_sparsity == "shared" and cfg.architecture == "topk"):
+            raise BadValueError(
+                f"CLT {cfg.name!r}: graphs read CLTs without a scaffold and with a per-layer (or BatchTopK) budget"
+            )
+        self.clt, self.hooks, self.n_layers, self.source = clt, list(input_hooks), clt.n_layers, source
+
+    def input_hook(self, layer: int) -> str:
+        return self.hooks[layer]
+
+    def d_in(self, layer: int) -> int:
+        return self.clt.cfg.d_in
+
+    def d_out(self, layer: int) -> int:
+        return self.clt.cfg.d_out
+
+    def d_sae(self, layer: int) -> int:
+        return self.clt.cfg.n_latents
+
+    def n_sparse(self, layer: int) -> int:
+        return self.clt.cfg.n_latents
+
+    def writes_to(self, layer: int) -> range:
+        return range(layer, self.n_layers)
+
+    def _pre(self, layer: int, x: torch.Tensor) -> torch.Tensor:
+        m = self.clt.members[layer]
+        _, _, _, enc_in = m._inputs(x.reshape(-1, x.shape[-1]).float())
+        return (enc_in @ m.W_enc.detach().T + m.b_enc.detach()).view(*x.shape[:-1], -1)
+
+    def preacts(self, layer: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        import torch
+
+        with torch.no_grad():
+            return self._pre(layer, x).to(x.dtype), self.encode(layer, x)
+
+    def encode(self, layer: int, x: torch.Tensor) -> torch.Tensor:
+        """The member's inference rule picks the latents (no gradient through the choice); their values are the
+        pre-activations, differentiable in x."""
+        import torch
+
+        flat = x.reshape(-1, x.shape[-1])
+        chosen = self.clt.encode(layer, flat.detach().float()) != 0
+        pre = self._pre(layer, x).reshape(flat.shape[0], -1)
+        return torch.where(chosen, pre, torch.zeros_like(pre)).view(*x.shape[:-1], -1).to(x.dtype)
+
+    def decoder(self, layer: int, target: int, latents: torch.Tensor) -> torch.Tensor:
+        return self.clt.decoder(layer, target)[latents]
+
+    def skip(self, layer: int, x: torch.Tensor) -> torch.Tensor | None:
+        w = self.clt.W_skip
+        if w is None:
+            return None
+        scale = self.clt.members[layer].input_scale / self.clt.output_scale[layer]
+        return x @ (w[layer].detach() * scale).T.to(x.dtype)
+
+    def reconstruct(self, layer: int, codes: Sequence[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        out = self.clt.bias(layer).to(x.dtype) + sum(
+            codes[s].to(x.dtype) @ self.clt.decoder(s, layer).to(x.dtype) for s in range(layer + 1)
+        )
+        s = self.skip(layer, x)
+        return out if s is None else out + s
+
+    def parameters(self):
+        return [list(m.parameters()) for m in self.clt.members]
+
+
+class CLTFolder:
+    """A saved CLT's folder (sae train --clt) with a TranscoderSet's reading API: its manifest (clt.json) read once,
+    the CLT loaded once per device. It has no per-layer member folders (so no per-member feature stores)."""
+
+    def __init__(self, folder: str | Path):
+        from workbench.sae.clt_io import read_manifest
+
+        self.folder = Path(folder)
+        self.manifest = read_manifest(self.folder)
+        self._loaded: dict = {}
+
+    @property
+    def model(self) -> str | None:
+        return self.manifest.get("model")
+
+    @cached_property
+    def cache(self) -> str:
+        return str((self.folder / self.manifest["metadata"]["dataset_path"]).resolve())
+
+    @property
+    def layers(self) -> list[dict]:
+        m = self.manifest
+        return [
+            {"layer": layer, "input_hook": h, "target_hook": t, "transcoders": [self.folder.name]}
+            for layer, h, t in zip(m["layers"], m["input_hooks"], m["target_hooks"])
+        ]
+
+    def member_folders(self, member: int | str = 0) -> dict[int, Path]:
+        return {}
+
+    def load(self, member: int | str = 0, device: str = "cpu", model=None) -> Transcoders:
+        """The CLT as the dictionary (member: a CLT has one, 0), checked against `model`'s weights and layers."""
+        from workbench.sae.clt_io import load_clt
+
+        if member not in (0, self.folder.name):
+            raise BadValueError(f"a CLT folder holds one dictionary; member {member!r} is not 0")
+        if model is not None:
+            from workbench.provenance import model_id
+
+            if self.model != model_id(model):
+                raise BadValueError(
+                    f"the CLT {str(self.folder)!r} was trained on {self.model!r}, not on this model "
+                    f"{model_id(model)!r}; train one on it (workbench sae train --clt)"
+                )
+        if self.manifest["layers"] != list(range(len(self.manifest["layers"]))):
+            raise BadValueError(
+                f"the CLT {str(self.folder)!r} spans layers {self.manifest['layers']}; graphs need one over "
+                "every layer (--layers all)"
+            )
+        if str(device) not in self._loaded:
+            clt = load_clt(self.folder, str(device))
+            self._loaded[str(device)] = CrossLayerTranscoders(clt, self.manifest["input_hooks"], source=self)
+        tcs = self._loaded[str(device)]
+        return tcs if model is None else tcs.check(model)
+
+
 def member_name(names: list[str], member: int | str) -> str:
     """Which of a layer's transcoders (folder names 'L{layer}-{config}') `member` picks: by index or config name."""
     if isinstance(member, int):
@@ -286,9 +416,13 @@ class TranscoderSet:
         return tcs if model is None else tcs.check(model)
 
 
-def open_set(folder) -> TranscoderSet:
-    """A set folder's TranscoderSet (one already open is returned as is)."""
-    return folder if isinstance(folder, TranscoderSet) else TranscoderSet(folder)
+def open_set(folder) -> TranscoderSet | CLTFolder:
+    """A set folder's TranscoderSet, or a CLT folder's CLTFolder (one already open is returned as is)."""
+    from workbench.sae.clt_io import is_clt
+
+    if isinstance(folder, TranscoderSet | CLTFolder):
+        return folder
+    return CLTFolder(folder) if is_clt(folder) else TranscoderSet(folder)
 
 
 def resolve(transcoders, model, member: int | str = 0) -> Transcoders:

@@ -1,0 +1,168 @@
+"""Cross-layer transcoders: trained by the SAE trainer from a set's cache rows, resumed exactly, saved with a
+manifest and in circuit-tracer's CLT format (read back by circuit-tracer's own loader), evaluated."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from workbench.cli import main
+from workbench.errors import ConfigError
+from workbench.sae import trainer
+from workbench.sae.clt_io import TRACER, load_clt, read_manifest
+from workbench.sae.config import CLTConfig, TrainConfig
+from workbench.sae.transcoders import train_clt
+from workbench.workspace import Workspace
+
+
+def _train(**kw) -> TrainConfig:
+    base = {"n_tokens": 256 * 8, "batch_size": 256, "lr": 3e-3, "warmup_steps": 2, "log_every": 2}
+    return TrainConfig(**{**base, "checkpoint_every": 2, "progress": False, **kw})
+
+
+def _inputs(cache, layers, n=64):
+    from workbench.cache import ActivationCache, transcoder_hooks
+
+    c = ActivationCache.open(cache)
+    pairs = [transcoder_hooks(layer, c.hooks) for layer in layers]
+    rows = next(c.batches([h for p in pairs for h in p], n, split="heldout", dtype=torch.float32))
+    d_in, d_out = c.d(pairs[0][0]), c.d(pairs[0][1])
+    parts = rows.view(n, len(layers), d_in + d_out)
+    return [parts[:, i, :d_in] for i in range(len(layers))], [parts[:, i, d_in:] for i in range(len(layers))]
+
+
+@pytest.mark.parametrize(
+    "arch,sparsity", [("topk", "per_layer"), ("batchtopk", "per_layer"), ("topk", "shared"), ("batchtopk", "shared")]
+)
+def test_a_clt_trains_from_the_cache_and_its_loss_falls(tc_cache, tmp_path, arch, sparsity):
+    cfg = CLTConfig(arch, k=4, expansion=2, clt_sparsity=sparsity)
+    folder = train_clt(tc_cache[0], "all", cfg, _train(n_tokens=256 * 16), tmp_path)
+    curves = [json.loads(line) for line in (folder / "curves.jsonl").read_text().splitlines()]
+    print([round(c["fvu"], 3) for c in curves])
+    assert curves[-1]["fvu"] < min(1, max(c["fvu"] for c in curves[:3]))
+    assert {f"mse_{t}" for t in range(4)} <= curves[-1].keys()
+    m = read_manifest(folder)
+    assert m["layers"] == [0, 1, 2, 3] and m["target_hooks"][2] == "blocks.2.hook_mlp_out"
+    assert m["clt_config"]["clt_sparsity"] == sparsity and m["clt_config"]["n_layers"] == 4
+    clt = load_clt(folder)
+    xs, ys = _inputs(tc_cache[0], [0, 1, 2, 3])
+    codes = clt.encode_all(xs)
+    l0 = sum(float((z != 0).sum(1).float().mean()) for z in codes)
+    if arch == "topk":
+        assert l0 <= 4 * 4  # per layer k, or the shared budget k x layers
+    recon = clt.reconstruct(xs)
+    fvu = sum(float((y - r).pow(2).sum()) for y, r in zip(ys, recon)) / sum(
+        float((y - y.mean(0)).pow(2).sum()) for y in ys
+    )
+    # BatchTopK with a shared budget: its inference threshold (one EMA for every layer) still lags after 16 steps
+    assert fvu < (1.0 if (arch, sparsity) != ("batchtopk", "shared") else 1.5)
+
+
+def test_the_memory_estimate_refuses_a_clt_over_the_budget(tc_cache, tmp_path):
+    with pytest.raises(
+        ConfigError, match=r"the CLT clt_topk_n\d+_k4_seed0 needs an estimated .* MiB but memory_budget"
+    ):
+        train_clt(tc_cache[0], "all", CLTConfig("topk", k=4), _train(memory_budget_mib=0.01), tmp_path)
+
+
+def test_resume_of_a_clt_is_exact(tc_cache, tmp_path, monkeypatch):
+    cfg, cache = CLTConfig("batchtopk", k=4, expansion=2, skip=True), tc_cache[0]
+    full = train_clt(cache, "0,2", cfg, _train(), tmp_path / "full")
+    real = trainer._cache_batches
+
+    def crashing(*a, start, **kw):
+        for i, b in enumerate(real(*a, start=start, **kw)):
+            if start + i >= 5:
+                raise KeyboardInterrupt
+            yield b
+
+    monkeypatch.setattr(trainer, "_cache_batches", crashing)
+    with pytest.raises(KeyboardInterrupt):
+        train_clt(cache, "0,2", cfg, _train(), tmp_path / "resumed")
+    monkeypatch.setattr(trainer, "_cache_batches", real)
+    resumed = train_clt(cache, "0,2", cfg, _train(), tmp_path / "resumed", resume=True)
+    a, b = load_clt(full).state_dict(), load_clt(resumed).state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert (full / "curves.jsonl").read_text() == (resumed / "curves.jsonl").read_text()
+
+
+def test_circuit_tracers_loader_reads_the_clt_and_reconstructs_as_the_workbench(tc_cache, tmp_path):
+    ct = pytest.importorskip("circuit_tracer.transcoder.cross_layer_transcoder")
+    folder = train_clt(tc_cache[0], "all", CLTConfig("batchtopk", k=4, expansion=2), _train(), tmp_path)
+    assert read_manifest(folder)["circuit_tracer"] == {"folder": TRACER}
+    loaded = ct.load_clt(str(folder / TRACER), device=torch.device("cpu"), dtype=torch.float32, lazy_decoder=False)
+    assert (loaded.n_layers, loaded.d_model) == (4, 128) and loaded.feature_output_hook == "hook_mlp_out"
+    xs, _ = _inputs(tc_cache[0], [0, 1, 2, 3])
+    theirs = loaded(torch.stack(xs))  # [layers, tokens, d]
+    ours = torch.stack(load_clt(folder).reconstruct(xs))
+    torch.testing.assert_close(theirs, ours, rtol=1e-4, atol=1e-4)
+
+
+def test_circuit_graph_through_a_clt_from_the_cli(tc_cache, tmp_path, capsys):
+    """`circuit graph --transcoders CLT` reads the CLT folder through the dictionary interface."""
+    folder = train_clt(tc_cache[0], "all", CLTConfig("topk", k=4, expansion=2), _train(n_tokens=512), tmp_path / "c")
+    ws, prompt = tmp_path / "ws", "When Mary and John went to the store , John gave a drink to"
+    args = ["circuit", "graph", "--workspace", str(ws), "--model", str(tc_cache[1]), "--prompt", prompt]
+    assert main([*args, "--transcoders", str(folder), "--no-heads", "--name", "g"]) == 0
+    assert "graph: " in capsys.readouterr().out
+    graph = json.loads((ws / "circuits" / "g" / "graph.json").read_text())
+    assert sum(n["feature_type"] == "cross layer transcoder" for n in graph["nodes"]) > 0
+    half = train_clt(tc_cache[0], "1,3", CLTConfig("topk", k=4, expansion=2), _train(n_tokens=512), tmp_path / "h")
+    assert main([*args, "--transcoders", str(half), "--name", "h"]) == 2
+    assert "spans layers [1, 3]; graphs need one over every layer" in capsys.readouterr().err
+
+
+def test_cli_trains_a_clt_into_the_workspace_and_a_topk_clt_says_why_it_has_no_circuit_tracer_files(
+    tc_cache, tmp_path, capsys
+):
+    ws = tmp_path / "ws"
+    args = ["sae", "train", "--cache", str(tc_cache[0]), "--clt", "--layers", "1,3", "--workspace", str(ws)]
+    small = ["--k", "4", "--expansion", "2", "--tokens", "1024", "--batch-size", "256", "--quiet"]
+    assert main([*args, *small, "--clt-loss", "mean", "--name", "c"]) == 0
+    (art,) = Workspace(ws).artifacts("clts")
+    m = read_manifest(art.path)
+    assert m["layers"] == [1, 3] and m["clt_config"]["clt_loss"] == "mean"
+    assert m["circuit_tracer"]["folder"] is None and "topk" in m["circuit_tracer"]["why_not"]
+    assert main([*args, "--hook", "blocks.1.hook_mlp_out", *small]) == 2
+    assert "--clt trains one CLT over --layers" in capsys.readouterr().err
+    ev = [
+        "sae",
+        "eval",
+        str(art.path),
+        "--cache",
+        str(tc_cache[0]),
+        "--model",
+        str(tc_cache[1]),
+        "--workspace",
+        str(ws),
+    ]
+    assert main([*ev, "--tokens", "400", "--n-sequences", "4"]) == 0
+    assert "CLT FVU per layer" in capsys.readouterr().out
+    res = json.loads((art.path / "metrics.json").read_text())
+    assert len(res["fvu_per_layer"]) == 2 and res["l0"] == pytest.approx(sum(res["l0_per_layer"]))
+    assert res["l0_per_layer"][0] <= 4 and len(res["dead_per_layer"]) == 2
+    r = res["all_replaced"]
+    assert r["ce_sae"] != r["ce_clean"] and r["ce_zero_ablation"] != r["ce_clean"] and "kl_score" in r
+    norms = load_file(str(art.path / res["decoder_norms"]["file"]))["norms"]
+    assert norms.shape == (2, 256, 2) and torch.all(norms[1, :, 0] == 0)  # layer 3's features write no earlier layer
+    summary = Workspace(ws).artifacts("clts")[0].manifest["summary"]
+    assert summary["layers"] == "1,3" and summary["fvu"] == res["fvu"]
+
+
+def test_a_clt_whose_cross_layer_decoders_are_zero_replaces_each_layer_as_a_per_layer_set(tc_cache, tmp_path):
+    """With the decoders into later layers zeroed, every layer's prediction is its own member's alone."""
+    folder = train_clt(tc_cache[0], "all", CLTConfig("topk", k=4, expansion=2), _train(n_tokens=512), tmp_path)
+    clt = load_clt(folder)
+    d = clt.cfg.d_out
+    with torch.no_grad():
+        for m in clt.members:
+            m.W_dec[:, d:] = 0
+            m.b_dec[d:] = 0
+    xs, _ = _inputs(tc_cache[0], [0, 1, 2, 3])
+    for t, y_hat in enumerate(clt.reconstruct(xs)):
+        m = clt.members[t]
+        own = (m.encode(xs[t]) @ m.W_dec[:, :d] + m.b_dec[:d]) / clt.output_scale[t]
+        torch.testing.assert_close(y_hat, own)
