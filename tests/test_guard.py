@@ -37,7 +37,7 @@ NOT_PATHS = {
     "--feature",
     "--positions",
 }
-LAYERS = ("sae", "train", "--transcoders")  # a layer spec ('all', '0,2'), not a path
+LAYERS = {("sae", "train", "--transcoders"), ("sae", "train", "--layers")}  # layer specs ('all', '0,2'), not paths
 
 
 def _leaf_commands(parser=None, path=()):
@@ -180,7 +180,7 @@ def test_every_path_argument_is_declared():
                 continue
             if isinstance(a, argparse._SubParsersAction) or getattr(a.type, "__name__", "str") != "str":
                 continue
-            if _label(a) not in NOT_PATHS and (*path, _label(a)) != LAYERS:
+            if _label(a) not in NOT_PATHS and (*path, _label(a)) not in LAYERS:
                 undeclared.add((*path, _label(a)))
     assert not undeclared
 
