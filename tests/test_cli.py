@@ -5,9 +5,9 @@ import re
 from pathlib import Path
 
 import pytest
+from cli_commands import leaf_commands
 
 from workbench.cli import build_parser, main
-from workbench.cli.attention import OLD_NAME
 from workbench.errors import BadValueError
 
 
@@ -256,22 +256,6 @@ def test_sae_train_set_refuses_flag_fields_and_wrong_types_before_any_work(pair,
     assert not (tmp_path / "o").exists()
 
 
-def _leaf_commands(parser=None, path=()):
-    """(argv prefix, parser) of every leaf command of the CLI, walked from build_parser()."""
-    import argparse
-
-    parser = parser or build_parser()
-    if hasattr(parser, "_ensure"):
-        parser._ensure()  # the lazily populated flags of `model train`
-    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    if not subs:
-        yield list(path), parser
-    for a in subs:
-        for name, sub in a.choices.items():
-            if (*path, name) != ("attention", OLD_NAME):  # the deprecated alias: `attention train` is walked
-                yield from _leaf_commands(sub, (*path, name))
-
-
 def _required_args(parser) -> list[str]:
     """Placeholder values for a command's required arguments, so it gets as far as checking its flags."""
     out = []
@@ -283,7 +267,7 @@ def _required_args(parser) -> list[str]:
     return out
 
 
-DEVICE_COMMANDS = [path for path, p in _leaf_commands() if "--device" in p._option_string_actions]
+DEVICE_COMMANDS = [list(path) for path, p in leaf_commands() if "--device" in p._option_string_actions]
 
 
 def test_the_device_commands_are_found():
@@ -297,7 +281,7 @@ def test_an_unusable_device_is_one_line_on_every_command_that_takes_one(command,
 
     if device != "gpu" and torch.cuda.device_count() > (7 if device == "cuda:7" else 0):
         pytest.skip("this machine has that device")
-    parser = dict((tuple(p), q) for p, q in _leaf_commands())[tuple(command)]
+    parser = dict((tuple(p), q) for p, q in leaf_commands())[tuple(command)]
     argv = [*command, *_required_args(parser), "--device", device, "--workspace", str(tmp_path / "ws")]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -320,7 +304,7 @@ OUT_COMMANDS = {  # command -> (what --out names, arguments whose work would fai
 
 
 def test_every_command_with_out_is_listed():
-    assert {tuple(p) for p, q in _leaf_commands() if "--out" in q._option_string_actions} == set(OUT_COMMANDS)
+    assert {tuple(p) for p, q in leaf_commands() if "--out" in q._option_string_actions} == set(OUT_COMMANDS)
 
 
 @pytest.mark.parametrize("command", OUT_COMMANDS, ids=" ".join)
@@ -330,7 +314,7 @@ def test_an_unusable_out_is_refused_before_the_work(command, tmp_path, capsys):
     kind, args = OUT_COMMANDS[command]
     out = tmp_path / "existing"
     out.mkdir() if kind == "file" else out.write_text("x")
-    parser = dict((tuple(p), q) for p, q in _leaf_commands())[command]
+    parser = dict((tuple(p), q) for p, q in leaf_commands())[command]
     ws = ["--workspace", str(tmp_path / "ws")] if "--workspace" in parser._option_string_actions else []
     assert main([*command, *args, "--out", str(out), *ws]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -338,7 +322,7 @@ def test_an_unusable_out_is_refused_before_the_work(command, tmp_path, capsys):
 
 
 def _int_flags():
-    for path, parser in _leaf_commands():
+    for path, parser in leaf_commands():
         for a in parser._actions:
             if a.option_strings and getattr(a.type, "__name__", "") == "int":
                 yield path, parser, a.option_strings[0]
@@ -368,7 +352,7 @@ def test_every_integer_flag_refuses_a_negative_value_by_name(path, parser, flag,
 
 def _config_number_flags():
     """(command, parser, flag, config field, int or float) of every flag generated from a numeric config field."""
-    for path, parser in _leaf_commands():
+    for path, parser in leaf_commands():
         for a in parser._actions:
             f = getattr(a.type, "field", None)
             if a.option_strings and f is not None and a.type.__name__ in ("int", "float"):

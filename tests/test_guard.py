@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+from cli_commands import leaf_commands
 
 from workbench.cli import build_parser, main
 from workbench.errors import BadValueError
@@ -38,22 +39,6 @@ NOT_PATHS = {
     "--positions",
 }
 LAYERS = {("sae", "train", "--transcoders"), ("sae", "train", "--layers")}  # layer specs ('all', '0,2'), not paths
-
-
-def _leaf_commands(parser=None, path=()):
-    """(command path, parser) of every leaf command, walked from build_parser() (aliases once)."""
-    parser = parser or build_parser()
-    if hasattr(parser, "_ensure"):
-        parser._ensure()  # the lazily populated flags of `model train`
-    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    if not subs:
-        yield path, parser
-    for a in subs:
-        seen = set()
-        for name, sub in a.choices.items():
-            if id(sub) not in seen:
-                seen.add(id(sub))
-                yield from _leaf_commands(sub, (*path, name))
 
 
 def _label(action) -> str:
@@ -98,7 +83,7 @@ def _argv(parser, values: dict) -> list[str]:
 def _cases():
     """(command, output action, input action or None, case) for every command with a declared output, and each of
     its inputs that the output is written beside (`cache verify DIR` records nothing in the workspace)."""
-    for path, parser in _leaf_commands():
+    for path, parser in leaf_commands():
         for out in _declared(parser, writes=True):
             if _written(path, parser, {out: "o"}, out):
                 yield pytest.param(
@@ -174,7 +159,7 @@ def test_every_path_argument_is_declared():
     """A string argument is a path the guard knows, or one of the few that name no path: a new command's --out
     is covered by the test above the day it lands, or fails here."""
     undeclared = set()
-    for path, parser in _leaf_commands():
+    for path, parser in leaf_commands():
         for a in parser._actions:
             if getattr(a, ROLE, None) is not None or a.dest == "help" or a.nargs == 0 or a.choices:
                 continue

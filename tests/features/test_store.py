@@ -123,7 +123,9 @@ def test_architecture_panels(feature_workspace, names):
     )
 
 
-def test_an_interrupted_build_resumes_to_the_same_store(feature_workspace, names, tmp_path, monkeypatch):
+def _interrupted(feature_workspace, names, tmp_path, monkeypatch):
+    """The first SAE's feature store built until its second chunk raised (a crash after chunk 0 was finished);
+    returns (src, folder, cache, model, cfg) with encode_chunk restored."""
     from workbench.features import build
 
     src = feature_workspace / "saes" / "run" / names[0]
@@ -141,10 +143,15 @@ def test_an_interrupted_build_resumes_to_the_same_store(feature_workspace, names
     monkeypatch.setattr(build._Job, "encode_chunk", crash_on_second)
     with pytest.raises(KeyboardInterrupt):
         build_stores([folder], cache, model, cfg, progress=False)
+    monkeypatch.setattr(build._Job, "encode_chunk", real)
+    return src, folder, cache, model, cfg
+
+
+def test_an_interrupted_build_resumes_to_the_same_store(feature_workspace, names, tmp_path, monkeypatch):
+    src, folder, cache, model, cfg = _interrupted(feature_workspace, names, tmp_path, monkeypatch)
     assert (folder / "features" / ".partial" / "c000000.done").is_file()
     with pytest.raises(BadValueError, match="a build was interrupted"):
         FeatureStore(folder)
-    monkeypatch.setattr(build._Job, "encode_chunk", real)
     with pytest.raises(BadValueError, match="different config"):
         build_stores([folder], cache, model, FeatureConfig(chunk_rows=1000, corr_tokens=1500, n_top=5), progress=False)
     build_stores([folder], cache, model, cfg, progress=False)
@@ -158,24 +165,7 @@ def test_an_interrupted_build_resumes_to_the_same_store(feature_workspace, names
 
 def test_a_damaged_partial_chunk_is_named_and_encoded_again(feature_workspace, names, tmp_path, monkeypatch):
     """Issue 30 item 2: a resumed build checks each finished chunk against the checksums its .done record holds."""
-    from workbench.features import build
-
-    src = feature_workspace / "saes" / "run" / names[0]
-    folder = tmp_path / names[0]
-    shutil.copytree(src, folder, ignore=shutil.ignore_patterns("features"))
-    cache, model = feature_workspace / "caches" / "random-synthetic", str(feature_workspace / "models" / "random")
-    cfg = FeatureConfig(chunk_rows=1000, corr_tokens=1500)
-    real = build._Job.encode_chunk
-
-    def crash_on_second(self, c, x, row0):
-        if c == 1:
-            raise KeyboardInterrupt
-        real(self, c, x, row0)
-
-    monkeypatch.setattr(build._Job, "encode_chunk", crash_on_second)
-    with pytest.raises(KeyboardInterrupt):
-        build_stores([folder], cache, model, cfg, progress=False)
-    monkeypatch.setattr(build._Job, "encode_chunk", real)
+    src, folder, cache, model, cfg = _interrupted(feature_workspace, names, tmp_path, monkeypatch)
     vals = folder / "features" / ".partial" / "c000000.vals.npy"
     data = bytearray(vals.read_bytes())
     data[-8:] = bytes(8)  # a float of the payload zeroed: the file still parses
