@@ -43,10 +43,9 @@ class Site:
 
     def preacts(self, x: torch.Tensor) -> torch.Tensor:
         """[.., n_sparse] pre-activations of inputs x (what an attribution graph's edges into a feature move)."""
-        from workbench.circuits.feature.transcoders import PerLayerTranscoders, Transcoder
+        from workbench.circuits.feature.transcoders import sae_preacts
 
-        # a one-member dictionary of this site's SAE alone (its layer index 0 within it)
-        return PerLayerTranscoders([Transcoder(0, self.sae, self.read_hook)]).preacts(0, x)[0]
+        return sae_preacts(self.sae, x)[0]
 
     @torch.no_grad()
     def decode_change(self, old: torch.Tensor, new: torch.Tensor, dtype) -> torch.Tensor:

@@ -181,17 +181,7 @@ class PerLayerTranscoders(Transcoders):
         return range(layer, layer + 1)
 
     def preacts(self, layer: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Through sae-lens's own encode, the pre-activations read at its hook_sae_acts_pre."""
-        import torch
-
-        sae, seen = self._sae(layer), {}
-        handle = sae.hook_sae_acts_pre.register_forward_hook(lambda m, i, o: seen.__setitem__("h", o))
-        try:
-            with torch.no_grad():
-                codes = sae.encode(x.to(sae.dtype))
-        finally:
-            handle.remove()
-        return seen["h"].to(x.dtype), codes.to(x.dtype)
+        return sae_preacts(self._sae(layer), x)
 
     def encode(self, layer: int, x: torch.Tensor) -> torch.Tensor:
         sae = self._sae(layer)
@@ -343,6 +333,21 @@ class CLTFolder:
             self._loaded[str(device)] = CrossLayerTranscoders(clt, self.manifest["input_hooks"], source=self)
         tcs = self._loaded[str(device)]
         return tcs if model is None else tcs.check(model)
+
+
+def sae_preacts(sae, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(pre-activations, codes) of one sae-lens dictionary's inputs x, through its own encode: the pre-activations
+    read at its hook_sae_acts_pre (what an attribution graph's edges into a feature move)."""
+    import torch
+
+    seen = {}
+    handle = sae.hook_sae_acts_pre.register_forward_hook(lambda m, i, o: seen.__setitem__("h", o))
+    try:
+        with torch.no_grad():
+            codes = sae.encode(x.to(sae.dtype))
+    finally:
+        handle.remove()
+    return seen["h"].to(x.dtype), codes.to(x.dtype)
 
 
 def member_name(names: list[str], member: int | str) -> str:
