@@ -30,7 +30,15 @@ def test_trains_a_loadable_model_with_a_card(tmp_path):
     assert model.cfg.n_ctx == 32 and not (tmp_path / "m" / toy.CHECKPOINT).exists()
     assert set(card["heldout_task_accuracy"]) >= {"ioi", "induction", "greater_than", "addition", "facts"}
     assert len(card["head_detector"]["induction_head"]) == 1  # one layer of scores
-    assert "Verbatim-overlap audit" in (tmp_path / "m" / "README.md").read_text()
+    card_text = (tmp_path / "m" / "README.md").read_text()
+    assert "Verbatim-overlap audit" in card_text and card_text.startswith("# workbench-m\n")
+    assert model.cfg.model_name == "workbench-m"  # named by its folder, not "tiny" whatever its shape
+    # the card's command reproduces the run: every non-default flag, and nothing else
+    assert card["train_command"] == (
+        "workbench model train --out DIR --n-layers 1 --d-model 16 --n-heads 2 --d-mlp 32 --n-ctx 32 "
+        "--steps 4 --batch-size 2 --warmup 1 --eval-queries 2 --checkpoint-every 2"
+    )
+    assert f"{4 * 2 * 32:,} training tokens" in card_text and "nan" not in card_text
 
 
 def test_resume_after_interruption_gives_the_same_weights(tmp_path, monkeypatch):

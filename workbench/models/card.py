@@ -187,23 +187,34 @@ training templates and 8,000 steps give the figures below.
 """  # the card's fixed account of the corpus and the recipe behind this model
 
 
+def _share(x: float) -> str:
+    return "n/a (no query)" if np.isnan(x) else f"{x:.1%}"
+
+
+def _spent(card: dict) -> str:
+    """Training time; older cards did not record the thread count (the embedded model used 2 cores)."""
+    threads, s = card.get("threads", 2), card["train_seconds"]
+    return f"{s} s wall on {threads} CPU thread(s), {s * threads / 3600:.2f} CPU hours"
+
+
 def write_card(out: Path, card: dict) -> None:
     acc, chance, c = card["heldout_task_accuracy"], card["chance_accuracy"], card["train_config"]
     audit_rows = "\n".join(
         f"| {t} | {a['prompts']} | {a['found_in_training']} |" for t, a in card["verbatim_audit"]["per_task"].items()
     )
-    rows = "\n".join(f"| {t} | {acc[t]:.1%} | {chance[t]:.1%} |" for t in acc)
+    rows = "\n".join(f"| {t} | {_share(acc[t])} | {chance[t]:.1%} |" for t in acc)
     hd = card["head_detector"]
     atomic_write_text(
         out / "README.md",
-        f"""# workbench-tiny: the embedded model
+        f"""# workbench-{out.name}{": the embedded model" if out.name == "tiny" else ""}
 
 A TransformerLens HookedTransformer ({c["n_layers"]} layers, d_model {c["d_model"]}, {c["n_heads"]} heads,
 d_mlp {c["d_mlp"]}, n_ctx {c["n_ctx"]}, {c.get("positional_embedding", "standard")} positions, LayerNorm, GELU;
 {card["n_params"]:,} parameters) trained from seed
 {c["seed"]} on the workbench's synthetic corpus ({c["steps"]} steps of {c["batch_size"]} x {c["n_ctx"]} tokens,
-AdamW lr {c["lr"]}, {card["train_seconds"]} s on 2 CPU cores). Word-level tokenizer: one word, one token.
-Rebuild it with `workbench model train --out DIR` (same seed, same weights up to float nondeterminism).
+{c["steps"] * c["batch_size"] * c["n_ctx"]:,} training tokens, AdamW lr {c["lr"]}, {_spent(card)}).
+Word-level tokenizer: one word, one token. Rebuild it with `{card.get('train_command', 'workbench model train --out DIR')}`
+(same seed, same weights up to float nondeterminism).
 
 Final training loss: {card["final_train_loss"]:.3f} nats/token.
 

@@ -56,7 +56,14 @@ class TinyConfig(Config):
             raise ConfigError(f"warmup must be in [0, steps={self.steps}), got {self.warmup}")
 
 
-def build(cfg: TinyConfig, tokenizer) -> HookedTransformer:
+def train_command(cfg: TinyConfig) -> str:
+    """The `workbench model train` line that reproduces a model: every flag whose value is not the default."""
+    default = asdict(TinyConfig())
+    flags = [f"--{k.replace('_', '-')} {v}" for k, v in asdict(cfg).items() if v != default[k]]
+    return " ".join(["workbench model train --out DIR", *flags])
+
+
+def build(cfg: TinyConfig, tokenizer, name: str = "tiny") -> HookedTransformer:
     ht = HookedTransformerConfig(
         n_layers=cfg.n_layers,
         d_model=cfg.d_model,
@@ -69,7 +76,7 @@ def build(cfg: TinyConfig, tokenizer) -> HookedTransformer:
         normalization_type="LN",
         positional_embedding_type=cfg.positional_embedding,
         rotary_dim=cfg.d_model // cfg.n_heads,
-        model_name="workbench-tiny",
+        model_name=f"workbench-{name}",
         seed=cfg.seed,
         device="cpu",
         tokenizer_prepends_bos=False,
@@ -149,13 +156,13 @@ def train_tiny(
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
     tokenizer = build_tokenizer(vocabulary())
-    model = build(cfg, tokenizer)
+    model = build(cfg, tokenizer, out.name)
     opt = _optimizer(model, cfg)
     start, losses, spent = _load_checkpoint(out, model, opt, cfg) if resume else (0, [], 0.0)
     corpus = SyntheticCorpus(tokenizer, seed=cfg.seed)
     stream = corpus.sequences(cfg.n_ctx, start=start * cfg.batch_size)
     t0 = time.time()
-    bar = tqdm(range(start, cfg.steps), desc="train tiny", disable=not progress, initial=start, total=cfg.steps)
+    bar = tqdm(range(start, cfg.steps), desc=f"train {out.name}", disable=not progress, initial=start, total=cfg.steps)
     for step in bar:
         tokens = torch.from_numpy(np.stack([next(stream).tokens for _ in range(cfg.batch_size)]))
         for g in opt.param_groups:
@@ -177,6 +184,8 @@ def train_tiny(
         final_train_loss=float(np.mean(losses[-100:])),
         train_seconds=round(spent + time.time() - t0, 1),
         n_params=sum(p.numel() for p in model.parameters()),
+        threads=torch.get_num_threads(),
+        train_command=train_command(cfg),
     )
     save(model, out, {"workbench": card})
     write_card(out, card)
