@@ -167,3 +167,31 @@ def test_a_clt_whose_cross_layer_decoders_are_zero_replaces_each_layer_as_a_per_
         m = clt.members[t]
         own = (m.encode(xs[t]) @ m.W_dec[:, :d] + m.b_dec[:d]) / clt.output_scale[t]
         torch.testing.assert_close(y_hat, own)
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        CLTConfig("topk", k=4, expansion=2, scaffold_rank=4, scaffold_encoder_input="x"),
+        CLTConfig("block_topk", expansion=2, block_size=4, n_active_blocks=2),
+    ],
+    ids=["topk_scaffold", "block_topk"],
+)
+def test_scaffold_and_block_clts_train_and_their_loss_falls(tc_cache, tmp_path, cfg):
+    folder = train_clt(tc_cache[0], "all", cfg, _train(n_tokens=256 * 16), tmp_path)
+    fvu = [json.loads(line)["fvu"] for line in (folder / "curves.jsonl").read_text().splitlines()]
+    assert fvu[-1] < min(1, max(fvu[:3])), fvu
+    clt = load_clt(folder)
+    assert (clt.members[0].scaffold is not None) == bool(cfg.scaffold_rank)
+    xs, ys = _inputs(tc_cache[0], [0, 1, 2, 3])
+    assert all(r.shape == y.shape and torch.isfinite(r).all() for r, y in zip(clt.reconstruct(xs), ys))
+
+
+def test_an_architecture_not_trained_as_a_clt_is_refused_naming_those_that_are(tc_cache, tmp_path, capsys):
+    args = ["sae", "train", "--cache", str(tc_cache[0]), "--clt", "--workspace", str(tmp_path / "ws")]
+    assert main([*args, "--arch", "matryoshka", "--k", "4", "--tokens", "1024", "--batch-size", "256", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "architecture='matryoshka' is not trained as a CLT yet; choose one of ['topk', 'batchtopk', 'block_topk']"
+        in err
+    )
