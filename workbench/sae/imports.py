@@ -195,9 +195,9 @@ def tracer_clt_hooks(src: Path) -> tuple[str, str]:
 @torch.no_grad()
 def tracer_clt(src: Path):
     """A circuit-tracer CLT folder as a workbench BatchTopK CrossLayerTranscoder, exactly: member i's encoder and
-    decoders into layers i..L-1 are its layer-i files', its bias into its own layer is b_dec_<i>, its threshold
-    the layer's JumpReLU threshold (ReLU: 0). The workbench's CLT has one threshold per layer, so a CLT whose
-    thresholds vary within a layer, or are negative, is refused."""
+    decoders into layers i..L-1 are its layer-i files', its bias into its own layer is b_dec_<i>, its thresholds
+    the layer's JumpReLU thresholds (one per latent where they differ; ReLU: 0). The workbench's rule also needs
+    a positive pre-activation, so a negative threshold is refused."""
     from safetensors.torch import load_file
 
     from workbench.sae.architectures import build
@@ -208,20 +208,23 @@ def tracer_clt(src: Path):
     dec = [load_file(str(src / f"W_dec_{i}.safetensors"))[f"W_dec_{i}"] for i in range(n_layers)]
     n, d_in = enc[0]["W_enc_0"].shape
     d_out = dec[0].shape[-1]
-    cfg = CLTConfig("batchtopk", k=1, n_latents=n, input_norm="none").resolve(d_in, None, d_out, n_layers)
-    clt = build(cfg)
-    for i, (e, m) in enumerate(zip(enc, clt.members)):
-        theta = e.get(f"threshold_{i}", torch.zeros(n)).flatten()
-        if theta.min() != theta.max() or theta.min() < 0:
+    thetas = [e.get(f"threshold_{i}", torch.zeros(n)).flatten().double() for i, e in enumerate(enc)]
+    for i, theta in enumerate(thetas):
+        if theta.min() < 0:
             raise BadValueError(
-                f"{src / f'W_enc_{i}.safetensors'}: layer {i}'s JumpReLU thresholds run from {float(theta.min()):.4g} "
-                f"to {float(theta.max()):.4g}; the workbench's CLT has one threshold >= 0 per layer"
+                f"{src / f'W_enc_{i}.safetensors'}: {int((theta < 0).sum())} of layer {i}'s JumpReLU thresholds are "
+                "negative; circuit-tracer passes negative pre-activations above them and the workbench's CLT does "
+                "not, so this CLT cannot be converted faithfully"
             )
+    per_latent = any(theta.min() != theta.max() for theta in thetas)
+    cfg = CLTConfig("batchtopk", k=1, n_latents=n, input_norm="none", threshold_per_latent=per_latent)
+    clt = build(cfg.resolve(d_in, None, d_out, n_layers))
+    for i, (e, m) in enumerate(zip(enc, clt.members)):
         m.W_enc.copy_(e[f"W_enc_{i}"])
         m.b_enc.copy_(e[f"b_enc_{i}"])
         m.W_dec.copy_(dec[i].reshape(n, -1))
         m.b_dec.zero_()[:d_out] = e[f"b_dec_{i}"]
-        m.threshold.fill_(float(theta[0]))
+        m.threshold.copy_(thetas[i] if per_latent else thetas[i][0])
     return clt.eval()
 
 
