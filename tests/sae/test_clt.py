@@ -68,6 +68,12 @@ def test_the_memory_estimate_refuses_a_clt_over_the_budget(tc_cache, tmp_path):
         train_clt(tc_cache[0], "all", CLTConfig("topk", k=4), _train(memory_budget_mib=0.01), tmp_path)
 
 
+def test_per_latent_thresholds_are_refused_in_training(tc_cache, tmp_path):
+    cfg = CLTConfig("batchtopk", k=4, threshold_per_latent=True)
+    with pytest.raises(ConfigError, match="threshold_per_latent comes from an imported circuit-tracer CLT"):
+        train_clt(tc_cache[0], "all", cfg, _train(), tmp_path)
+
+
 def test_resume_of_a_clt_is_exact(tc_cache, tmp_path, monkeypatch):
     cfg, cache = CLTConfig("batchtopk", k=4, expansion=2, skip=True), tc_cache[0]
     full = train_clt(cache, "0,2", cfg, _train(), tmp_path / "full")
