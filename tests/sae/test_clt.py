@@ -201,3 +201,19 @@ def test_an_architecture_not_trained_as_a_clt_is_refused_naming_those_that_are(t
         "architecture='matryoshka' is not trained as a CLT yet; choose one of ['topk', 'batchtopk', 'block_topk']"
         in err
     )
+
+
+@pytest.mark.slow
+def test_torchrun_with_two_processes_trains_a_clt(tc_cache, tmp_path):
+    """`sae train --clt` on two gloo ranks (a real torchrun): one CLT saved, its world size and tokens recorded,
+    read back by the workbench and by circuit-tracer's loader."""
+    from tests.sae.test_transcoders import _torchrun_sae_train
+
+    args = ["--cache", str(tc_cache[0]), "--clt", "--arch", "batchtopk", "--k", "4", "--expansion", "2"]
+    args += ["--tokens", "2048", "--batch-size", "256", "--workspace", str(tmp_path / "ws"), "--name", "ddp"]
+    rc, out, err = _torchrun_sae_train(tmp_path / "logs", *args)
+    assert rc == 0, err[-3000:]
+    (folder,) = [p.parent for p in (tmp_path / "ws" / "clts" / "ddp").glob("*/clt.json")]
+    m = read_manifest(folder)
+    assert m["world_size"] == 2 and m["tokens_seen"] == 2048 and m["circuit_tracer"] == {"folder": TRACER}
+    assert all(torch.isfinite(v).all() for v in load_clt(folder).state_dict().values())
