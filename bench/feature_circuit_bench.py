@@ -7,6 +7,7 @@ resumed or re-rendered alone without touching the others:
     python bench/feature_circuit_bench.py --part bounded --render   # its section from the progress file so far
     python bench/feature_circuit_bench.py --part families --transcoders SET [--n 20]   # resumes per query
     python bench/feature_circuit_bench.py --quick              # smoke run: a demo set, short prompts, 1 query
+    python bench/feature_circuit_bench.py --part tracer --transcoders CLT --lengths 64   # circuit-tracer on a CLT
 
 graph: time and peak memory against prompt length on the embedded model, and a few IOI circuits' time (goals: a
 64-token graph <= 5 s, a feature circuit <= 30 s). bounded: a random GPT-2-small-shaped model with random Top-k
@@ -24,6 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import harness  # noqa: E402
+
+from workbench.sae.clt_io import is_clt  # noqa: E402
 
 OUT = harness.BENCH / "results" / "feature_circuits.md"
 FAMILIES = ("greater_than", "facts", "addition", "ioi", "induction")  # the fast ones first
@@ -138,7 +141,8 @@ def graph_part(args, info, threads, base) -> list[str]:
 
 
 def tracer_part(args, info, threads, base) -> list[str]:
-    """circuit-tracer 0.5's `attribute` beside build_graph on the same prompts, model and (exported) transcoders."""
+    """circuit-tracer 0.5's `attribute` beside build_graph on the same prompts, model and (exported) transcoders or
+    cross-layer transcoder."""
     from workbench.corpus import tasks
     from workbench.models import load
 
@@ -147,11 +151,25 @@ def tracer_part(args, info, threads, base) -> list[str]:
     prompts = [prompt_tokens(n) for n in [int(x) for x in args.lengths.split(",") if x]]
     prompts.append(model.to_tokens(ioi.prompt)[0].tolist())
     r = harness.run_side("main", "workbench_graph.py", {**base, "mode": "tracer", "prompts": prompts}, "ftracer")
-    lines = header(info, threads, "circuit-tracer 0.5 side by side (the embedded model, the same transcoders)")
+    if is_clt(args.transcoders):
+        title = "circuit-tracer 0.5 side by side through a cross-layer transcoder (the embedded model, the same CLT)"
+        what = (
+            f"- CLT: {base['transcoders']}, trained here (`workbench sae train --clt`) and read by circuit-tracer's "
+            "own `load_clt` from the circuit_tracer/ files written beside it (BatchTopK as JumpReLU at its threshold, "
+            "every scale folded in, the same input hook ln2.hook_normalized), in its TransformerLens ReplacementModel "
+            "(the embedded model's config and weights); each feature writes every later layer in both"
+        )
+    else:
+        title = "circuit-tracer 0.5 side by side (the embedded model, the same transcoders)"
+        what = (
+            f"- Transcoder set: {base['transcoders']}, exported by workbench/circuits/feature/tracer_export.py to "
+            "circuit-tracer's TranscoderSet (Top-k with negatives zeroed, the encoder's input bias folded into its "
+            "bias, the same input hook ln2.hook_normalized) and its TransformerLens ReplacementModel (the embedded "
+            "model's config and weights)"
+        )
+    lines = header(info, threads, title)
     lines += [
-        f"- Transcoder set: {base['transcoders']}, exported by workbench/circuits/feature/tracer_export.py to circuit-tracer's "
-        "TranscoderSet (Top-k with negatives zeroed, the encoder's input bias folded into its bias, the same input "
-        "hook ln2.hook_normalized) and its TransformerLens ReplacementModel (the embedded model's config and weights)",
+        what,
         "- Both: the top logits covering 0.95 of the probability (at most 10), every feature given a row, batch 32, "
         "one thread; circuit-tracer's `attribute` vs `build_graph(heads=False)`, CPU seconds of each call",
         "- circuit-tracer leaves out every feature and error at position 0 (BOS); the workbench keeps them and "
@@ -346,7 +364,7 @@ def main() -> None:
         "--transcoders",
         type=Path,
         default=Path("workspace/transcoders/tiny-topk"),
-        help="a transcoder set folder of the embedded model (default: the demo's, %(default)s)",
+        help="a transcoder set or CLT folder of the embedded model (default: the demo's, %(default)s)",
     )
     ap.add_argument("--lengths", default="16,32,64,128", help="prompt lengths (default: %(default)s)")
     ap.add_argument("--queries", type=int, default=5, help="IOI queries for the circuit timing (default: %(default)s)")
@@ -361,7 +379,7 @@ def main() -> None:
         args.lengths, args.queries, args.n, args.families = "16", 1, 1, "ioi"
         if args.out == OUT:
             args.out = harness.WORK / "feature_circuits_quick.md"
-    has_set = (args.transcoders / "transcoders.json").is_file()
+    has_set = (args.transcoders / "transcoders.json").is_file() or is_clt(args.transcoders)
     if args.part in ("graph", "families") and not has_set and not args.quick:
         raise SystemExit(f"no transcoder set at {args.transcoders}: run `workbench demo` or pass --transcoders SET")
     threads = harness.set_threads(args.threads)
@@ -372,7 +390,8 @@ def main() -> None:
         if part == "graph" and not args.render:
             write_section(args.out, "graph", graph_part(args, info, threads, base))
         elif part == "tracer" and not args.render and base["transcoders"]:
-            write_section(args.out, "tracer", tracer_part(args, info, threads, base))
+            section = "tracer_clt" if is_clt(args.transcoders) else "tracer"
+            write_section(args.out, section, tracer_part(args, info, threads, base))
         elif part == "bounded":
             write_section(args.out, "bounded", bounded_part(args, info, threads))
         elif part == "prune" and not args.render:

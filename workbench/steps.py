@@ -740,7 +740,7 @@ def import_sae(
 ):
     """A dictionary made by another tool (sae/imports.py) checked against the model and copied into the workspace
     bound to it (`workbench sae import`): a SAELens folder into <ws>/saes/imported/<name>, a circuit-tracer set
-    into <ws>/transcoders/<name>; returns (manifest summary, folder)."""
+    into <ws>/transcoders/<name>, a circuit-tracer CLT into <ws>/clts/<name>; returns (manifest summary, folder)."""
     from workbench.atomic import sha256_file
     from workbench.models import load
     from workbench.provenance import model_id
@@ -750,10 +750,14 @@ def import_sae(
     src = Path(source)
     fmt = imports.detect(src, fmt)
     name = name or slug(src.resolve().name)
-    folder = ws.path("transcoders", name) if fmt == "circuit-tracer" else ws.path("saes", "imported") / name
+    clt = fmt == "circuit-tracer" and imports.is_tracer_clt(src)
+    kind = "clts" if clt else "transcoders" if fmt == "circuit-tracer" else None
+    folder = ws.path(kind, name) if kind else ws.path("saes", "imported") / name
     if folder.exists() and any(folder.iterdir()):
         raise OutputExistsError(f"{folder} already holds an imported dictionary; pass another --name")
     model = model if model is not None else load(model_spec, device="cpu")[0]
+    if clt:
+        return _import_tracer_clt(ws, src, folder, model, model_spec)
     if fmt == "circuit-tracer":
         return _import_tracer_set(ws, src, folder, model, model_spec)
     sae = load_sae(src)  # refuses damaged files by name
@@ -819,6 +823,42 @@ def _import_tracer_set(ws: Workspace, src: Path, folder: Path, model, model_spec
             inputs={"source": src.resolve(), **_model_inputs(ws, model, model_spec)},
             summary=summary,
             checksums=False,
+        )
+    return summary, folder
+
+
+def _import_tracer_clt(ws: Workspace, src: Path, folder: Path, model, model_spec: str) -> tuple[dict, Path]:
+    """A circuit-tracer CLT (CrossLayerTranscoder.to_safetensors's files) as a workbench CLT folder, its layers,
+    hooks and widths checked against the model and its reconstructions against circuit-tracer's own loader."""
+    from workbench.provenance import model_id
+    from workbench.sae import imports
+    from workbench.sae.clt_io import save_clt
+
+    clt, names = imports.tracer_clt(src), imports.tracer_clt_hooks(src)
+    if clt.n_layers != model.cfg.n_layers:
+        raise BadValueError(f"{src} is a CLT over {clt.n_layers} layers, but the model has {model.cfg.n_layers}")
+    layers = list(range(clt.n_layers))
+    hooks = [[f"blocks.{layer}.{h}" for layer in layers] for h in names]
+    widths = imports.hook_widths(model, hooks[0] + hooks[1])
+    for hook, d in [(h, clt.cfg.d_in) for h in hooks[0]] + [(h, clt.cfg.d_out) for h in hooks[1]]:
+        if widths[hook] != d:
+            raise BadValueError(f"the CLT's width at {hook} is {d}, but the model's is {widths[hook]}: another model")
+    meta = {"model_name": model_id(model), "layers": layers, "input_hooks": hooks[0], "target_hooks": hooks[1]}
+    with output_lock(folder, "workbench sae import"):
+        save_clt(clt, folder, {**meta, "source": str(src.resolve())})
+        summary = {
+            "layers": ",".join(map(str, layers)),
+            "features_per_layer": clt.cfg.n_latents,
+            "input": names[0],
+            "max_abs_diff_vs_source": imports.tracer_clt_gap(src, clt),
+        }
+        ws.record(
+            folder,
+            "clts",
+            made_by="workbench sae import",
+            config={"format": "circuit-tracer", **clt.cfg.to_dict()},
+            inputs={"source": src.resolve(), **_model_inputs(ws, model, model_spec)},
+            summary=summary,
         )
     return summary, folder
 

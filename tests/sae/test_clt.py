@@ -68,6 +68,12 @@ def test_the_memory_estimate_refuses_a_clt_over_the_budget(tc_cache, tmp_path):
         train_clt(tc_cache[0], "all", CLTConfig("topk", k=4), _train(memory_budget_mib=0.01), tmp_path)
 
 
+def test_per_latent_thresholds_are_refused_in_training(tc_cache, tmp_path):
+    cfg = CLTConfig("batchtopk", k=4, threshold_per_latent=True)
+    with pytest.raises(ConfigError, match="threshold_per_latent comes from an imported circuit-tracer CLT"):
+        train_clt(tc_cache[0], "all", cfg, _train(), tmp_path)
+
+
 def test_resume_of_a_clt_is_exact(tc_cache, tmp_path, monkeypatch):
     cfg, cache = CLTConfig("batchtopk", k=4, expansion=2, skip=True), tc_cache[0]
     full = train_clt(cache, "0,2", cfg, _train(), tmp_path / "full")
@@ -102,14 +108,15 @@ def test_circuit_tracers_loader_reads_the_clt_and_reconstructs_as_the_workbench(
 
 
 def test_circuit_graph_through_a_clt_from_the_cli(tc_cache, tmp_path, capsys):
-    """`circuit graph --transcoders CLT` reads the CLT folder through the dictionary interface."""
+    """`circuit graph --transcoders CLT` reads the CLT folder through the dictionary interface, heads on every edge."""
     folder = train_clt(tc_cache[0], "all", CLTConfig("topk", k=4, expansion=2), _train(n_tokens=512), tmp_path / "c")
     ws, prompt = tmp_path / "ws", "When Mary and John went to the store , John gave a drink to"
     args = ["circuit", "graph", "--workspace", str(ws), "--model", str(tc_cache[1]), "--prompt", prompt]
-    assert main([*args, "--transcoders", str(folder), "--no-heads", "--name", "g"]) == 0
+    assert main([*args, "--transcoders", str(folder), "--name", "g"]) == 0
     assert "graph: " in capsys.readouterr().out
     graph = json.loads((ws / "circuits" / "g" / "graph.json").read_text())
     assert sum(n["feature_type"] == "cross layer transcoder" for n in graph["nodes"]) > 0
+    assert any(set(link.get("heads", {})) - {"direct"} for link in graph["links"]), "links name their heads"
     half = train_clt(tc_cache[0], "1,3", CLTConfig("topk", k=4, expansion=2), _train(n_tokens=512), tmp_path / "h")
     assert main([*args, "--transcoders", str(half), "--name", "h"]) == 2
     assert "spans layers [1, 3]; graphs need one over every layer" in capsys.readouterr().err
@@ -166,3 +173,47 @@ def test_a_clt_whose_cross_layer_decoders_are_zero_replaces_each_layer_as_a_per_
         m = clt.members[t]
         own = (m.encode(xs[t]) @ m.W_dec[:, :d] + m.b_dec[:d]) / clt.output_scale[t]
         torch.testing.assert_close(y_hat, own)
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        CLTConfig("topk", k=4, expansion=2, scaffold_rank=4, scaffold_encoder_input="x"),
+        CLTConfig("block_topk", expansion=2, block_size=4, n_active_blocks=2),
+    ],
+    ids=["topk_scaffold", "block_topk"],
+)
+def test_scaffold_and_block_clts_train_and_their_loss_falls(tc_cache, tmp_path, cfg):
+    folder = train_clt(tc_cache[0], "all", cfg, _train(n_tokens=256 * 16), tmp_path)
+    fvu = [json.loads(line)["fvu"] for line in (folder / "curves.jsonl").read_text().splitlines()]
+    assert fvu[-1] < min(1, max(fvu[:3])), fvu
+    clt = load_clt(folder)
+    assert (clt.members[0].scaffold is not None) == bool(cfg.scaffold_rank)
+    xs, ys = _inputs(tc_cache[0], [0, 1, 2, 3])
+    assert all(r.shape == y.shape and torch.isfinite(r).all() for r, y in zip(clt.reconstruct(xs), ys))
+
+
+def test_an_architecture_not_trained_as_a_clt_is_refused_naming_those_that_are(tc_cache, tmp_path, capsys):
+    args = ["sae", "train", "--cache", str(tc_cache[0]), "--clt", "--workspace", str(tmp_path / "ws")]
+    assert main([*args, "--arch", "matryoshka", "--k", "4", "--tokens", "1024", "--batch-size", "256", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "architecture='matryoshka' is not trained as a CLT yet; choose one of ['topk', 'batchtopk', 'block_topk']"
+        in err
+    )
+
+
+@pytest.mark.slow
+def test_torchrun_with_two_processes_trains_a_clt(tc_cache, tmp_path):
+    """`sae train --clt` on two gloo ranks (a real torchrun): one CLT saved, its world size and tokens recorded,
+    read back by the workbench and by circuit-tracer's loader."""
+    from tests.sae.test_transcoders import _torchrun_sae_train
+
+    args = ["--cache", str(tc_cache[0]), "--clt", "--arch", "batchtopk", "--k", "4", "--expansion", "2"]
+    args += ["--tokens", "2048", "--batch-size", "256", "--workspace", str(tmp_path / "ws"), "--name", "ddp"]
+    rc, out, err = _torchrun_sae_train(tmp_path / "logs", *args)
+    assert rc == 0, err[-3000:]
+    (folder,) = [p.parent for p in (tmp_path / "ws" / "clts" / "ddp").glob("*/clt.json")]
+    m = read_manifest(folder)
+    assert m["world_size"] == 2 and m["tokens_seen"] == 2048 and m["circuit_tracer"] == {"folder": TRACER}
+    assert all(torch.isfinite(v).all() for v in load_clt(folder).state_dict().values())

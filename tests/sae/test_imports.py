@@ -179,3 +179,71 @@ def test_a_negative_jumprelu_threshold_is_refused_not_converted_wrongly(bound, t
     save_file(w, str(tmp_path / "tracer" / "layer_0.safetensors"))
     with pytest.raises(BadValueError, match="3 JumpReLU thresholds are negative"):
         steps.import_sae(ws, tmp_path / "tracer", spec, model=model, name="negative")
+
+
+def _tracer_clt(out, n_layers: int, thresholds: str) -> None:
+    """A CLT written by circuit-tracer's own CrossLayerTranscoder.to_safetensors: random weights, JumpReLU with one
+    threshold per layer or one per latent (and a config.yaml naming its hooks), or ReLU (no config: load_clt's
+    default hooks)."""
+    import yaml
+    from circuit_tracer.transcoder.cross_layer_transcoder import CrossLayerTranscoder
+
+    torch.manual_seed(0)
+    jump = thresholds != "relu"
+    act = "jump_relu" if jump else "relu"
+    clt = CrossLayerTranscoder(
+        n_layers, 64, 32, act, lazy_decoder=False, device=torch.device("cpu"), dtype=torch.float32
+    )
+    with torch.no_grad():
+        for p in clt.parameters():
+            p.copy_(0.3 * torch.randn_like(p))
+        if jump:
+            for i in range(n_layers):
+                per_latent = thresholds == "per_latent"
+                clt.activation_function.threshold[i] = torch.rand(64) * 0.4 if per_latent else 0.1 * (i + 1)
+    clt.to_safetensors(str(out))
+    if jump:
+        hooks = {"feature_input_hook": "ln2.hook_normalized", "feature_output_hook": "hook_mlp_out"}
+        (out / "config.yaml").write_text(yaml.safe_dump({"model_kind": "cross_layer_transcoder", **hooks}))
+
+
+@pytest.mark.parametrize("thresholds", ["per_layer", "per_latent", "relu"])
+def test_a_circuit_tracer_clt_imports_equal_to_circuit_tracer_and_draws_a_graph(bound, tmp_path, capsys, thresholds):
+    """circuit-tracer's own files (its to_safetensors) become a workbench CLT: every layer's codes and
+    reconstruction equal to circuit-tracer's load_clt, the folder read through the dictionary seam, a graph drawn."""
+    from circuit_tracer.transcoder.cross_layer_transcoder import load_clt
+
+    from workbench.circuits.feature.transcoders import CrossLayerTranscoders, open_set
+
+    ws, model, spec, _ = bound
+    src, name = tmp_path / "tracer", f"tracer-clt-{thresholds}"
+    _tracer_clt(src, model.cfg.n_layers, thresholds)
+    argv = ["sae", "import", str(src), "--model", spec, "--workspace", str(ws.root), "--name", name]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "a CLT over layers 0,1" in out and "of circuit-tracer's own" in out
+    folder = ws.path("clts", name)
+    tcs = open_set(folder).load(model=model)
+    hook = "hook_resid_mid" if thresholds == "relu" else "ln2.hook_normalized"
+    assert isinstance(tcs, CrossLayerTranscoders) and tcs.input_hook(1) == f"blocks.1.{hook}"
+    assert tcs.clt.cfg.threshold_per_latent == (thresholds == "per_latent")
+    theirs = load_clt(str(src), device=torch.device("cpu"), dtype=torch.float32, lazy_decoder=False)
+    x = torch.randn(model.cfg.n_layers, 40, 32, generator=torch.Generator().manual_seed(2)) * 3
+    codes = [tcs.encode(i, x[i]) for i in range(model.cfg.n_layers)]
+    torch.testing.assert_close(torch.stack(codes), theirs.encode(x), atol=1e-5, rtol=0)
+    ours = torch.stack([tcs.reconstruct(i, codes, x[i]) for i in range(model.cfg.n_layers)])
+    torch.testing.assert_close(ours, theirs(x), atol=1e-5, rtol=1e-5)
+    graph = ["circuit", "graph", "--transcoders", str(folder), "--model", spec, "--workspace", str(ws.root)]
+    assert main([*graph, "--prompt", "When Mary and John went to the store", "--name", name]) == 0, capsys.readouterr()
+
+
+def test_a_circuit_tracer_clt_with_a_negative_threshold_is_refused_not_converted_wrongly(bound, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    ws, model, spec, _ = bound
+    _tracer_clt(tmp_path / "tracer", model.cfg.n_layers, "per_latent")
+    w = load_file(str(tmp_path / "tracer" / "W_enc_1.safetensors"))
+    w["threshold_1"][:3] = -0.1
+    save_file(w, str(tmp_path / "tracer" / "W_enc_1.safetensors"))
+    with pytest.raises(BadValueError, match="3 of layer 1's JumpReLU thresholds are negative"):
+        steps.import_sae(ws, tmp_path / "tracer", spec, model=model, name="negative")

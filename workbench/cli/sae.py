@@ -158,6 +158,13 @@ def _import(a: argparse.Namespace) -> None:
     from workbench import steps
 
     s, folder = steps.import_sae(Workspace(a.workspace), a.source, a.model, fmt=a.format, name=a.name)
+    if "features_per_layer" in s:  # a CLT
+        print(
+            f"imported {a.source} (a CLT over layers {s['layers']}, {s['features_per_layer']} features per layer, "
+            f"reading {s['input']}) into {folder}, bound to {a.model}; reconstructions within "
+            f"{s['max_abs_diff_vs_source']:.2g} of circuit-tracer's own"
+        )
+        return
     if "transcoders" in s:  # a transcoder set
         print(
             f"imported {a.source} ({s['transcoders']} layers, {s['input']} -> hook_mlp_out) into {folder}, bound to "

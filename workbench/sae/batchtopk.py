@@ -28,9 +28,9 @@ class BatchTopKSAE(SparseAutoencoder):
     candidate_fraction = 0.8  # chunk candidates: pre-activations above this fraction of theta
 
     def select(self, h) -> Support:
+        if not self.training:  # the threshold: one, or one per latent (an imported CLT's)
+            return Support.from_mask((h > self.threshold.to(h.dtype)) & (h > 0), h)
         theta = float(self.threshold)
-        if not self.training:
-            return Support.from_mask((h > theta) & (h > 0), h)
         return Support.from_mask(h > (theta * self.candidate_fraction if theta > 0 else math.inf), h)
 
     def finish_select(self, sup, enc_in, W_enc, b_enc) -> Support:

@@ -41,6 +41,9 @@ class CrossLayerTranscoder(nn.Module):
             raise ValueError("CLT configs must be resolved first: cfg.resolve(d_in, n_tokens, d_out, n_layers)")
         self.cfg = cfg
         self.members = nn.ModuleList([build(cfg.member(i)) for i in range(cfg.n_layers)])
+        if cfg.threshold_per_latent:  # an imported circuit-tracer CLT's JumpReLU thresholds (BatchTopK members)
+            for m in self.members:
+                m.threshold = torch.zeros(cfg.n_latents, dtype=torch.float64)
         self.register_buffer("output_scale", torch.ones(cfg.n_layers))
         self.W_skip = nn.Parameter(torch.zeros(cfg.n_layers, cfg.d_out, cfg.d_in)) if cfg.skip else None
 

@@ -82,7 +82,7 @@ def tracer_tensors(clt) -> list[tuple[dict, dict]]:
             f"W_enc_{i}": (W_enc * s).contiguous(),
             f"b_enc_{i}": b_enc - W_enc @ m.b_in.detach().float().cpu(),
             f"b_dec_{i}": clt.bias(i).detach().float().cpu().contiguous(),
-            f"threshold_{i}": torch.full((m.cfg.n_latents,), float(m.threshold)),
+            f"threshold_{i}": m.threshold.detach().float().cpu().expand(m.cfg.n_latents).clone(),
         }
         out.append((enc, {f"W_dec_{i}": W_dec.contiguous()}))
     return out

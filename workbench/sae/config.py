@@ -389,6 +389,14 @@ class CLTConfig(SAEConfig):
             "k x n_layers shared by all layers",
         },
     )
+    threshold_per_latent: bool = field(
+        default=False,
+        metadata={
+            "help": "BatchTopK CLT: one inference threshold per latent (a circuit-tracer CLT's JumpReLU, imported) "
+            "instead of one per layer (what training learns)",
+            "cli": False,
+        },
+    )
 
     @property
     def n_units(self) -> int:
@@ -410,6 +418,8 @@ class CLTConfig(SAEConfig):
             )
         if self.clt_sparsity == "shared" and self.is_block:
             raise ConfigError("clt_sparsity='shared' applies to topk and batchtopk, not to block architectures")
+        if self.threshold_per_latent and self.architecture != "batchtopk":
+            raise ConfigError(f"threshold_per_latent applies to batchtopk CLTs, not to {self.architecture!r}")
 
     def member(self, i: int) -> SAEConfig:
         """Layer i's member: a transcoder into the targets of layers i..n_layers-1 (no skip: the CLT holds it)."""

@@ -4,6 +4,7 @@ A circuit-tracer transcoder set (config.yaml naming feature_input_hook / feature
 layer_<i>.safetensors per layer, ReLU or JumpReLU, with or without a skip path) becomes a workbench
 transcoder set: each layer converted to a SAELens `jumprelu_transcoder` (`jumprelu_skip_transcoder` with a
 skip path; ReLU as threshold 0): W_enc transposed to SAELens's [d_in, d_sae], the threshold key renamed.
+A circuit-tracer cross-layer transcoder (its W_enc_<i> / W_dec_<i> files) becomes a workbench CLT (`tracer_clt`).
 
 A SAELens folder (cfg.json + sae_weights.safetensors) of any architecture sae-lens 6 loads (standard,
 gated, JumpReLU, Top-k, transcoders, skip transcoders, and the workbench's own) imports from anywhere on
@@ -42,7 +43,7 @@ def detect(src: Path, fmt: str = "auto") -> str:
         )
     if fmt in ("auto", "saelens") and (src / CFG).is_file() and (src / WEIGHTS).is_file():
         return "saelens"
-    if fmt in ("auto", "circuit-tracer") and (src / TRACER_CONFIG).is_file():
+    if fmt in ("auto", "circuit-tracer") and ((src / TRACER_CONFIG).is_file() or is_tracer_clt(src)):
         return "circuit-tracer"
     found = [what for f, what in FOREIGN.items() if (src / f).is_file()]
     what = f"it looks like {found[0]}, which `sae import` cannot read yet" if found else "its files are missing"
@@ -174,3 +175,64 @@ def tracer_gap(path: Path, layer: int, dest: Path, n: int = 64, seed: int = 0) -
     ours = load_sae(dest)
     x = torch.randn(n, ours.cfg.d_in, generator=torch.Generator().manual_seed(seed)) * 3
     return float(max((ours.encode(x) - theirs.encode(x)).abs().max(), (ours(x) - theirs(x)).abs().max()))
+
+
+def is_tracer_clt(src: Path) -> bool:
+    """A circuit-tracer CLT folder: CrossLayerTranscoder.to_safetensors's W_enc_<i> / W_dec_<i> files (its
+    config.yaml, when there is one, says model_kind cross_layer_transcoder)."""
+    return (src / "W_enc_0.safetensors").is_file() and (src / "W_dec_0.safetensors").is_file()
+
+
+def tracer_clt_hooks(src: Path) -> tuple[str, str]:
+    """(input, output) hook names within a block: config.yaml's, else circuit-tracer load_clt's defaults."""
+    import yaml
+
+    cfg = yaml.safe_load((src / TRACER_CONFIG).read_text()) if (src / TRACER_CONFIG).is_file() else {}
+    cfg = cfg if isinstance(cfg, dict) else {}
+    return cfg.get("feature_input_hook", "hook_resid_mid"), cfg.get("feature_output_hook", "hook_mlp_out")
+
+
+@torch.no_grad()
+def tracer_clt(src: Path):
+    """A circuit-tracer CLT folder as a workbench BatchTopK CrossLayerTranscoder, exactly: member i's encoder and
+    decoders into layers i..L-1 are its layer-i files', its bias into its own layer is b_dec_<i>, its thresholds
+    the layer's JumpReLU thresholds (one per latent where they differ; ReLU: 0). The workbench's rule also needs
+    a positive pre-activation, so a negative threshold is refused."""
+    from safetensors.torch import load_file
+
+    from workbench.sae.architectures import build
+    from workbench.sae.config import CLTConfig
+
+    n_layers = len(list(src.glob("W_enc_*.safetensors")))
+    enc = [load_file(str(src / f"W_enc_{i}.safetensors")) for i in range(n_layers)]
+    dec = [load_file(str(src / f"W_dec_{i}.safetensors"))[f"W_dec_{i}"] for i in range(n_layers)]
+    n, d_in = enc[0]["W_enc_0"].shape
+    d_out = dec[0].shape[-1]
+    thetas = [e.get(f"threshold_{i}", torch.zeros(n)).flatten().double() for i, e in enumerate(enc)]
+    for i, theta in enumerate(thetas):
+        if theta.min() < 0:
+            raise BadValueError(
+                f"{src / f'W_enc_{i}.safetensors'}: {int((theta < 0).sum())} of layer {i}'s JumpReLU thresholds are "
+                "negative; circuit-tracer passes negative pre-activations above them and the workbench's CLT does "
+                "not, so this CLT cannot be converted faithfully"
+            )
+    per_latent = any(theta.min() != theta.max() for theta in thetas)
+    cfg = CLTConfig("batchtopk", k=1, n_latents=n, input_norm="none", threshold_per_latent=per_latent)
+    clt = build(cfg.resolve(d_in, None, d_out, n_layers))
+    for i, (e, m) in enumerate(zip(enc, clt.members)):
+        m.W_enc.copy_(e[f"W_enc_{i}"])
+        m.b_enc.copy_(e[f"b_enc_{i}"])
+        m.W_dec.copy_(dec[i].reshape(n, -1))
+        m.b_dec.zero_()[:d_out] = e[f"b_dec_{i}"]
+        m.threshold.copy_(thetas[i] if per_latent else thetas[i][0])
+    return clt.eval()
+
+
+@torch.no_grad()
+def tracer_clt_gap(src: Path, ours, n: int = 64, seed: int = 0) -> float:
+    """Max |difference| of every layer's reconstruction from circuit-tracer's own load_clt and the workbench CLT."""
+    from circuit_tracer.transcoder.cross_layer_transcoder import load_clt
+
+    theirs = load_clt(str(src), device=torch.device("cpu"), dtype=torch.float32, lazy_decoder=False)
+    x = torch.randn(ours.n_layers, n, ours.cfg.d_in, generator=torch.Generator().manual_seed(seed)) * 3
+    return float((theirs(x) - torch.stack(ours.reconstruct(list(x)))).abs().max())

@@ -127,6 +127,10 @@ def train_clt(
     from workbench.cache import ActivationCache
     from workbench.sae.trainer import _cache_batches, _rel, _resolve_group, fit
 
+    if clt_cfg.threshold_per_latent:
+        raise ConfigError(
+            "threshold_per_latent comes from an imported circuit-tracer CLT; training learns one per layer"
+        )
     cache = ActivationCache.open(cache_path)
     chosen = parse_layers(layers, cache_layers(cache))
     groups = {layer: _layer_group(cache, cache_path, layer, [clt_cfg]) for layer in chosen}

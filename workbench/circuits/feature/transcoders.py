@@ -295,8 +295,10 @@ class CLTFolder:
         return self.manifest.get("model")
 
     @cached_property
-    def cache(self) -> str:
-        return str((self.folder / self.manifest["metadata"]["dataset_path"]).resolve())
+    def cache(self) -> str | None:
+        """The cache the CLT was trained on, resolved; None for a CLT imported from circuit-tracer."""
+        rel = self.manifest["metadata"].get("dataset_path")
+        return None if rel is None else str((self.folder / rel).resolve())
 
     @property
     def layers(self) -> list[dict]:
