@@ -1,0 +1,176 @@
+"""sparsify checkpoints and dictionary_learning dictionaries: their on-disk layouts (hand-built here, since neither
+library installs beside the workbench; bench/byo_roundtrip.py runs the libraries' own code), imported bound to the
+model with the hooks their configs name, refused by name when they do not fit, and exported back (sparsify,
+circuit-tracer) to files the libraries read."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from tests.sae.test_imports import _tracer_set, bound  # noqa: F401 (a fixture)
+from workbench import steps
+from workbench.cli import main
+from workbench.errors import BadValueError
+from workbench.provenance import model_id
+from workbench.sae.io import load_sae
+from workbench.sae.transcoders import load_set
+
+D, N, K = 32, 64, 4
+
+
+def _rand(*shape, seed):
+    return 0.3 * torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _sparsify_run(out, points: dict[str, bool]) -> dict:
+    """A sparsify run folder as its Trainer saves one: config.json with the hookpoints, one folder per hookpoint with
+    cfg.json (SparseCoderConfig + d_in) and sae.safetensors (its nn.Module's keys); {hookpoint: transcode}."""
+    tensors = {}
+    for i, (point, transcode) in enumerate(points.items()):
+        w = {
+            "encoder.weight": _rand(N, D, seed=i),
+            "encoder.bias": _rand(N, seed=10 + i) + 0.1,
+            "W_dec": _rand(N, D, seed=20 + i),
+            "b_dec": _rand(D, seed=30 + i),
+        }
+        (out / point).mkdir(parents=True)
+        save_file(w, str(out / point / "sae.safetensors"))
+        cfg = {"activation": "topk", "expansion_factor": 2, "normalize_decoder": True, "num_latents": 0, "k": K}
+        (out / point / "cfg.json").write_text(json.dumps({**cfg, "transcode": transcode, "d_in": D}))
+        tensors[point] = w
+    (out / "config.json").write_text(json.dumps({"sae": {"k": K}, "hookpoints": list(points), "batch_size": 8}))
+    return tensors
+
+
+def _sparsify_codes(w, x, transcode):
+    """sparsify's SparseCoder.encode/decode (ReLU, then the k largest; an SAE subtracts b_dec first)."""
+    pre = torch.relu((x if transcode else x - w["b_dec"]) @ w["encoder.weight"].T + w["encoder.bias"])
+    top = pre.topk(K, dim=-1)
+    codes = torch.zeros_like(pre).scatter(-1, top.indices, top.values)
+    return codes, codes @ w["W_dec"] + w["b_dec"]
+
+
+def test_a_sparsify_run_imports_with_the_hooks_its_config_names(bound, tmp_path, capsys):  # noqa: F811
+    ws, model, spec, _ = bound
+    w = _sparsify_run(tmp_path / "run", {"layers.0.mlp": True, "layers.1.mlp": True})
+    summary, folder = steps.import_sae(ws, tmp_path / "run", spec, model=model, name="sp-tc")
+    manifest = load_set(folder)
+    assert manifest["model"] == model_id(model) and summary["transcoders"] == 2
+    assert [(e["input_hook"], e["target_hook"]) for e in manifest["layers"]] == [
+        ("blocks.0.ln2.hook_normalized", "blocks.0.hook_mlp_out"),
+        ("blocks.1.ln2.hook_normalized", "blocks.1.hook_mlp_out"),
+    ]
+    x = torch.randn(50, D, generator=torch.Generator().manual_seed(5)) * 3
+    for e, (point, tensors) in zip(manifest["layers"], w.items()):
+        ours = load_sae(folder / e["transcoders"][0])
+        codes, recon = _sparsify_codes(tensors, x, True)
+        torch.testing.assert_close(ours.encode(x), codes, atol=1e-5, rtol=0)
+        torch.testing.assert_close(ours(x), recon, atol=1e-5, rtol=0)
+    sae_run = _sparsify_run(tmp_path / "sae-run", {"layers.1": False})
+    args = ["sae", "import", str(tmp_path / "sae-run"), "--workspace", str(ws.root), "--model", spec, "--name", "sp"]
+    assert main(args) == 0, capsys.readouterr()
+    assert "blocks.1.hook_resid_post" in capsys.readouterr().out
+    ours = load_sae(ws.path("saes", "imported") / "sp")
+    codes, recon = _sparsify_codes(sae_run["layers.1"], x, False)
+    torch.testing.assert_close(ours.encode(x), codes, atol=1e-5, rtol=0)
+    torch.testing.assert_close(ours(x), recon, atol=1e-5, rtol=0)
+    assert ours.cfg.metadata.model_name == model_id(model)
+
+
+def test_sparsify_files_that_do_not_fit_are_refused_by_name(bound, tmp_path):  # noqa: F811
+    ws, model, spec, _ = bound
+    _sparsify_run(tmp_path / "odd", {"encoder.layer.3": False})
+    with pytest.raises(BadValueError, match="hookpoint 'encoder.layer.3' is not a decoder layer.*pass --hook"):
+        steps.import_sae(ws, tmp_path / "odd", spec, model=model)
+    _sparsify_run(tmp_path / "deep", {"layers.7": False})
+    with pytest.raises(BadValueError, match="'blocks.7.hook_resid_post', which model .* does not have"):
+        steps.import_sae(ws, tmp_path / "deep", spec, model=model)
+    _sparsify_run(tmp_path / "one", {"layers.1": False})
+    summary, _ = steps.import_sae(ws, tmp_path / "one" / "layers.1", spec, model=model, name="one-point")
+    assert summary["hook"] == "blocks.1.hook_resid_post"  # the folder's run config lists it
+    cfg = json.loads((tmp_path / "one" / "layers.1" / "cfg.json").read_text())
+    (tmp_path / "one" / "layers.1" / "cfg.json").write_text(json.dumps({**cfg, "activation": "groupmax"}))
+    with pytest.raises(BadValueError, match="activation 'groupmax'; only 'topk'"):
+        steps.import_sae(ws, tmp_path / "one", spec, model=model, name="groupmax")
+
+
+def _dictionary_learning(out, cls: str, submodule: str) -> dict:
+    """A dictionary_learning save folder: ae.pt (the module's state dict) and config.json {"trainer": ...}."""
+    out.mkdir(parents=True)
+    w = {"encoder.weight": _rand(N, D, seed=1), "encoder.bias": _rand(N, seed=2), "decoder.weight": _rand(D, N, seed=3)}
+    if cls == "AutoEncoder":
+        w["bias"] = _rand(D, seed=4)
+    else:
+        w |= {"b_dec": _rand(D, seed=4), "k": torch.tensor(K, dtype=torch.int), "threshold": torch.tensor(-1.0)}
+    torch.save(w, out / "ae.pt")
+    trainer = {"dict_class": cls, "activation_dim": D, "dict_size": N, "layer": 1, "submodule_name": submodule}
+    (out / "config.json").write_text(json.dumps({"trainer": trainer}))
+    return w
+
+
+@pytest.mark.parametrize("cls", ["AutoEncoder", "AutoEncoderTopK"])
+def test_a_dictionary_learning_ae_imports_equal_to_its_formula(bound, tmp_path, cls):  # noqa: F811
+    ws, model, spec, _ = bound
+    w = _dictionary_learning(tmp_path / cls, cls, "resid_post_layer_1")
+    with pytest.raises(BadValueError, match="submodule_name='resid_post_layer_1' .* pass --hook"):
+        steps.import_sae(ws, tmp_path / cls, spec, model=model)
+    hook = "blocks.1.hook_resid_post"
+    summary, folder = steps.import_sae(ws, tmp_path / cls, spec, model=model, hook=hook, name=f"dl-{cls}")
+    assert summary["hook"] == hook and summary["architecture"] == ("standard" if cls == "AutoEncoder" else "workbench_scaffold")
+    x = torch.randn(50, D, generator=torch.Generator().manual_seed(5)) * 3
+    b = w["bias"] if cls == "AutoEncoder" else w["b_dec"]
+    pre = torch.relu((x - b) @ w["encoder.weight"].T + w["encoder.bias"])
+    if cls == "AutoEncoderTopK":  # dictionary_learning's AutoEncoderTopK.encode: ReLU, then the k largest
+        top = pre.topk(K, dim=-1)
+        pre = torch.zeros_like(pre).scatter(-1, top.indices, top.values)
+    ours = load_sae(folder)
+    torch.testing.assert_close(ours.encode(x), pre, atol=1e-5, rtol=0)
+    torch.testing.assert_close(ours(x), pre @ w["decoder.weight"].T + b, atol=1e-5, rtol=0)
+
+
+def test_a_sparsify_export_writes_back_the_files_it_came_from(bound, tmp_path, capsys):  # noqa: F811
+    ws, model, spec, _ = bound
+    w = _sparsify_run(tmp_path / "run", {"layers.0.mlp": True, "layers.1.mlp": True})
+    _, folder = steps.import_sae(ws, tmp_path / "run", spec, model=model, name="sp-back")
+    out = tmp_path / "exported"
+    args = ["sae", "export", str(folder), "--format", "sparsify", "--out", str(out), "--model", spec]
+    assert main([*args, "--workspace", str(ws.root)]) == 0, capsys.readouterr()
+    assert json.loads((out / "config.json").read_text())["hookpoints"] == ["layers.0.mlp", "layers.1.mlp"]
+    for point, tensors in w.items():
+        back = load_file(str(out / point / "sae.safetensors"))
+        assert set(back) == set(tensors)
+        for k, v in tensors.items():
+            torch.testing.assert_close(back[k], v, atol=1e-6, rtol=0)
+        assert json.loads((out / point / "cfg.json").read_text())["transcode"] is True
+
+
+def test_a_circuit_tracer_export_loads_in_circuit_tracer_equal_to_the_set(bound, tmp_path, capsys):  # noqa: F811
+    from workbench.circuits.feature.tracer_export import importable
+
+    importable()  # circuit-tracer 0.5 with huggingface_hub 1.x (the one shim it needs)
+    from circuit_tracer.utils.hf_utils import load_transcoders
+
+    ws, model, spec, _ = bound
+    _tracer_set(tmp_path / "tracer", 2, True)
+    _, folder = steps.import_sae(ws, tmp_path / "tracer", spec, model=model, name="ct-back")
+    out = tmp_path / "exported"
+    args = ["sae", "export", str(folder), "--format", "circuit-tracer", "--out", str(out), "--model", spec]
+    assert main([*args, "--workspace", str(ws.root)]) == 0, capsys.readouterr()
+    import yaml
+
+    cfg = yaml.safe_load((out / "config.yaml").read_text())
+    cfg["transcoders"] = [str(out / p) for p in cfg["transcoders"]]  # circuit-tracer reads them from the cwd
+    theirs = load_transcoders(cfg, device=torch.device("cpu"), lazy_decoder=False)
+    x = torch.randn(40, D, generator=torch.Generator().manual_seed(2)) * 3
+    for e in load_set(folder)["layers"]:
+        ours = load_sae(folder / e["transcoders"][0])
+        tc = theirs[e["layer"]]
+        torch.testing.assert_close(tc.encode(x), ours.encode(x), atol=1e-5, rtol=0)
+        torch.testing.assert_close(tc(x), ours(x), atol=1e-5, rtol=0)
+    # sparsify imports are Top-k: circuit-tracer's file loaders would read them as ReLU, so they are refused
+    _sparsify_run(tmp_path / "run", {"layers.0.mlp": True, "layers.1.mlp": True})
+    _, topk = steps.import_sae(ws, tmp_path / "run", spec, model=model, name="topk-set")
+    with pytest.raises(BadValueError, match="layer 0's transcoder is Top-k: circuit-tracer 0.5's file loaders"):
+        steps.export_dictionary(topk, "circuit-tracer", tmp_path / "no", model=model)
