@@ -913,7 +913,7 @@ def export_dictionary(source, fmt: str, out, model_spec: str = "tiny", *, model=
         sae = load_sae(folder)
         meta = sae.cfg.metadata
         point = foreign.hf_hookpoint(meta.hook_name, getattr(meta, "hook_name_out", None), model)
-        cfg, tensors = foreign.sparsify_tensors(sae)
+        cfg, tensors = foreign.sparsify_tensors(sae, foreign.ln_affine(model, meta.hook_name))
         (out / point).mkdir(parents=True, exist_ok=True)
         with atomic_path(out / point / foreign.SPARSIFY_WEIGHTS) as tmp:
             save_file(tensors, str(tmp))

@@ -3,6 +3,7 @@ library installs beside the workbench; bench/byo_roundtrip.py runs the libraries
 model with the hooks their configs name, refused by name when they do not fit, and exported back (sparsify,
 circuit-tracer) to files the libraries read."""
 
+import copy
 import json
 
 import pytest
@@ -52,12 +53,26 @@ def _sparsify_codes(w, x, transcode):
     return codes, codes @ w["W_dec"] + w["b_dec"]
 
 
+def _with_norms(model):
+    """A copy of the model with its MLP norms away from the identity, so a missing (un)fold cannot pass."""
+    model = copy.deepcopy(model)
+    with torch.no_grad():
+        for i in (0, 1):
+            model.blocks[i].ln2.w.copy_(1 + _rand(D, seed=40 + i))
+            model.blocks[i].ln2.b.copy_(_rand(D, seed=50 + i))
+    return model
+
+
 def test_a_sparsify_run_imports_with_the_hooks_its_config_names(bound, tmp_path, capsys):  # noqa: F811
+    """sparsify's transcoders read the MLP's input (the norm's output after its gain and bias), TransformerLens's
+    ln2.hook_normalized is before them: the import folds them into the encoder (and the export unfolds them)."""
     ws, model, spec, _ = bound
+    model = _with_norms(model)
     w = _sparsify_run(tmp_path / "run", {"layers.0.mlp": True, "layers.1.mlp": True})
     summary, folder = steps.import_sae(ws, tmp_path / "run", spec, model=model, name="sp-tc")
     manifest = load_set(folder)
-    assert manifest["model"] == model_id(model) and summary["transcoders"] == 2
+    mid = model_id(model)
+    assert manifest["model"] == mid and summary["transcoders"] == 2
     assert [(e["input_hook"], e["target_hook"]) for e in manifest["layers"]] == [
         ("blocks.0.ln2.hook_normalized", "blocks.0.hook_mlp_out"),
         ("blocks.1.ln2.hook_normalized", "blocks.1.hook_mlp_out"),
@@ -65,7 +80,8 @@ def test_a_sparsify_run_imports_with_the_hooks_its_config_names(bound, tmp_path,
     x = torch.randn(50, D, generator=torch.Generator().manual_seed(5)) * 3
     for e, (point, tensors) in zip(manifest["layers"], w.items()):
         ours = load_sae(folder / e["transcoders"][0])
-        codes, recon = _sparsify_codes(tensors, x, True)
+        ln = model.blocks[e["layer"]].ln2
+        codes, recon = _sparsify_codes(tensors, x * ln.w.detach() + ln.b.detach(), True)
         torch.testing.assert_close(ours.encode(x), codes, atol=1e-5, rtol=0)
         torch.testing.assert_close(ours(x), recon, atol=1e-5, rtol=0)
     sae_run = _sparsify_run(tmp_path / "sae-run", {"layers.1": False})
@@ -76,7 +92,7 @@ def test_a_sparsify_run_imports_with_the_hooks_its_config_names(bound, tmp_path,
     codes, recon = _sparsify_codes(sae_run["layers.1"], x, False)
     torch.testing.assert_close(ours.encode(x), codes, atol=1e-5, rtol=0)
     torch.testing.assert_close(ours(x), recon, atol=1e-5, rtol=0)
-    assert ours.cfg.metadata.model_name == model_id(model)
+    assert ours.cfg.metadata.model_name == model_id(bound[1])  # the CLI's --model: the saved, unperturbed one
 
 
 def test_sparsify_files_that_do_not_fit_are_refused_by_name(bound, tmp_path):  # noqa: F811
@@ -132,11 +148,10 @@ def test_a_dictionary_learning_ae_imports_equal_to_its_formula(bound, tmp_path, 
 
 def test_a_sparsify_export_writes_back_the_files_it_came_from(bound, tmp_path, capsys):  # noqa: F811
     ws, model, spec, _ = bound
+    model = _with_norms(model)
     w = _sparsify_run(tmp_path / "run", {"layers.0.mlp": True, "layers.1.mlp": True})
     _, folder = steps.import_sae(ws, tmp_path / "run", spec, model=model, name="sp-back")
-    out = tmp_path / "exported"
-    args = ["sae", "export", str(folder), "--format", "sparsify", "--out", str(out), "--model", spec]
-    assert main([*args, "--workspace", str(ws.root)]) == 0, capsys.readouterr()
+    out = steps.export_dictionary(folder, "sparsify", tmp_path / "exported", model=model)
     assert json.loads((out / "config.json").read_text())["hookpoints"] == ["layers.0.mlp", "layers.1.mlp"]
     for point, tensors in w.items():
         back = load_file(str(out / point / "sae.safetensors"))
@@ -144,6 +159,9 @@ def test_a_sparsify_export_writes_back_the_files_it_came_from(bound, tmp_path, c
         for k, v in tensors.items():
             torch.testing.assert_close(back[k], v, atol=1e-6, rtol=0)
         assert json.loads((out / point / "cfg.json").read_text())["transcode"] is True
+    args = ["sae", "export", str(folder), "--format", "sparsify", "--out", str(out), "--model", spec]
+    assert main([*args, "--workspace", str(ws.root)]) == 2
+    assert "is not empty; export into a new folder" in capsys.readouterr().err
 
 
 def test_a_circuit_tracer_export_loads_in_circuit_tracer_equal_to_the_set(bound, tmp_path, capsys):  # noqa: F811

@@ -42,6 +42,7 @@ class Member:
     target: str | None
     layer: int | None
     name: str  # the folder it becomes
+    affine: tuple | None = None  # (gain, bias) the model applies after `hook` before the module it read (ln_affine)
 
     @property
     def hooks(self) -> tuple[str, ...]:
@@ -99,6 +100,36 @@ def tl_hooks(hookpoint: str, transcode: bool, model) -> tuple[str, str | None]:
     return (f"blocks.{i}.{ln}.hook_normalized", out) if transcode else (out, None)
 
 
+def ln_affine(model, hook: str):
+    """(gain, bias) a norm applies after its hook_normalized (TransformerLens hooks x / scale, before the gain and
+    bias; the model's weights are unprocessed, so the module after it reads x / scale * gain + bias), or None."""
+    import torch
+
+    m = re.fullmatch(r"blocks\.(\d+)\.(ln1|ln2)\.hook_normalized", hook)
+    ln = getattr(model.blocks[int(m[1])], m[2]) if m else None
+    if getattr(ln, "w", None) is None:
+        return None
+    b = getattr(ln, "b", None)
+    w = ln.w.detach().float().cpu()
+    return w, torch.zeros_like(w) if b is None else b.detach().float().cpu()
+
+
+def fold_affine(state: dict, affine, inverse: bool = False) -> dict:
+    """A dictionary reading u = n * gain + bias rewritten to read n (inverse: one reading n rewritten to read u), so
+    its codes and outputs stay the same; state in SAELens's orientation (W_enc [d_in, n], W_skip [d_out, d_in])."""
+    if affine is None:
+        return state
+    w, b = affine
+    if inverse:  # n = (u - bias) / gain
+        if bool((w == 0).any()):
+            raise BadValueError("the norm's gain has zeros: a dictionary reading its input cannot be rewritten")
+        w, b = 1 / w, -b / w
+    out = {**state, "W_enc": w[:, None] * state["W_enc"], "b_enc": state["b_enc"] + b @ state["W_enc"]}
+    if "W_skip" in state:
+        out |= {"W_skip": state["W_skip"] * w[None, :], "b_dec": state["b_dec"] + b @ state["W_skip"].T}
+    return out
+
+
 def sparsify_members(src: Path, model, hooks: tuple[str, str | None] | None = None) -> list[Member]:
     """The hookpoints of a sparsify run folder (its config.json's `hookpoints`), or one hookpoint's folder (named in
     its run's config.json, or its hooks given)."""
@@ -125,7 +156,8 @@ def sparsify_members(src: Path, model, hooks: tuple[str, str | None] | None = No
         transcode = bool(_json(folder / "cfg.json").get("transcode")) if (folder / "cfg.json").is_file() else False
         hook, target = hooks or tl_hooks(hp, transcode, model)
         m = re.match(r"blocks\.(\d+)\.", hook)
-        out.append(Member(folder / SPARSIFY_WEIGHTS, hook, target, int(m[1]) if m else None, re.sub(r"\W", "-", hp)))
+        affine = None if hooks else ln_affine(model, hook)  # a hook named by --hook is read as it is
+        out.append(Member(folder / SPARSIFY_WEIGHTS, hook, target, int(m[1]) if m else None, re.sub(r"\W", "-", hp), affine))
     return out
 
 
@@ -176,6 +208,7 @@ def to_saelens(member: Member, dest: Path, model_id: str) -> Path:
         kind, state, k = _dictionary_learning(member, w)
     else:
         kind, state, k = _sparsify(member, w)
+        state = fold_affine(state, member.affine)
     d_sae, d_in = state["W_enc"].shape[1], state["W_enc"].shape[0]
     if kind == "standard":
         cfg = StandardSAEConfig(d_in=d_in, d_sae=d_sae, apply_b_dec_to_input=True, metadata=meta)
@@ -251,10 +284,11 @@ def hf_hookpoint(hook: str, target: str | None, model) -> str:
     return point
 
 
-def sparsify_tensors(sae) -> tuple[dict, dict]:
+def sparsify_tensors(sae, affine=None) -> tuple[dict, dict]:
     """(cfg.json, sae.safetensors tensors) of a Top-k SAELens SAE or transcoder in sparsify's layout: encoder.weight
     [n, d_in] (W_enc transposed), W_dec [n, d_in] as it is; the encoder's input offsets folded into its bias (sparsify
-    subtracts b_dec from an SAE's input and nothing from a transcoder's)."""
+    subtracts b_dec from an SAE's input and nothing from a transcoder's); `affine`: the norm after its hook, which
+    the Hugging Face module sparsify hooks reads (ln_affine), unfolded."""
     c = sae.cfg
     transcode = getattr(c, "d_out", None) is not None
     topk = c.architecture() == "topk" or getattr(c, "base", None) == "topk"
@@ -279,9 +313,12 @@ def sparsify_tensors(sae) -> tuple[dict, dict]:
         bias = b_enc - (0 if b_in is None else b_in.detach().float() @ W_enc)
     else:
         bias = b_enc + (0.0 if c.apply_b_dec_to_input else 1.0) * (b_dec @ W_enc)
-    tensors = {"encoder.weight": W_enc.T, "encoder.bias": bias, "W_dec": sae.W_dec.detach().float(), "b_dec": b_dec}
+    state = {"W_enc": W_enc, "b_enc": bias, "b_dec": b_dec}
     if getattr(sae, "W_skip", None) is not None:
-        tensors["W_skip"] = sae.W_skip.detach().float()
+        state["W_skip"] = sae.W_skip.detach().float()
+    state = fold_affine(state, affine, inverse=True)
+    tensors = {"encoder.weight": state["W_enc"].T, "encoder.bias": state["b_enc"], "W_dec": sae.W_dec.detach().float()}
+    tensors |= {"b_dec": state["b_dec"], **({"W_skip": state["W_skip"]} if "W_skip" in state else {})}
     cfg = {
         "activation": "topk",
         "expansion_factor": max(1, c.d_sae // c.d_in),
