@@ -30,11 +30,16 @@ import harness  # noqa: E402
 import torch  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 
+from workbench.sae.foreign import ln_affine  # noqa: E402
+
 OUT = harness.BENCH / "results" / "byo_roundtrip.md"
 RESID, TC = "blocks.1.hook_resid_post", {i: (f"blocks.{i}.ln2.hook_normalized", f"blocks.{i}.hook_mlp_out") for i in (0, 1)}
+# the MLP's input as the Hugging Face module sees it (the norm's output after its gain and bias; TransformerLens's
+# ln2.hook_normalized is before them): what sparsify's forward hook on h.<i>.mlp reads
+MLP_IN = {i: f"{TC[i][0]}@module_input" for i in TC}
 SPARSIFY = {
     "sparsify-sae": {"h.1": [RESID, None]},
-    "sparsify-tc": {f"h.{i}.mlp": list(TC[i]) for i in TC},
+    "sparsify-tc": {f"h.{i}.mlp": [MLP_IN[i], TC[i][1]] for i in TC},
 }
 # dictionary_learning records a free-text submodule_name: one names a TransformerLens hook, one does not (--hook)
 DL = {"topk": RESID, "standard": "resid_post_layer_1"}
@@ -48,10 +53,14 @@ def rows(model, n_train: int, n_eval: int, seq: int = 32, seed: int = 0) -> dict
     tokens = torch.randint(3, model.cfg.d_vocab, (n_train + n_eval, seq), generator=g)
     with torch.no_grad():
         _, cache = model.run_with_cache(tokens, names_filter=lambda n: n in hooks)
+    acts = {h: cache[h] for h in hooks}
+    for i in TC:
+        w, b = ln_affine(model, TC[i][0])
+        acts[MLP_IN[i]] = cache[TC[i][0]] * w + b
     out = {"tokens": tokens[n_train:]}
-    for h in hooks:
-        out[f"train:{h}"] = cache[h][:n_train].flatten(0, 1).contiguous()
-        out[f"eval:{h}"] = cache[h][n_train:].flatten(0, 1).contiguous()
+    for h, a in acts.items():
+        out[f"train:{h}"] = a[:n_train].flatten(0, 1).contiguous()
+        out[f"eval:{h}"] = a[n_train:].flatten(0, 1).contiguous()
     return out
 
 
@@ -125,13 +134,13 @@ def main() -> None:
     hf = load_file(str(work / "hf_activations.safetensors"))
     table_gap = {
         "h.1 output vs blocks.1.hook_resid_post": (hf["h.1:out"] - held[RESID]).abs().max(),
-        **{f"h.{i}.mlp input vs {TC[i][0]}": (hf[f"h.{i}.mlp:in"] - held[TC[i][0]]).abs().max() for i in TC},
+        **{f"h.{i}.mlp input vs {TC[i][0]} x gain + bias": (hf[f"h.{i}.mlp:in"] - held[MLP_IN[i]]).abs().max() for i in TC},
         **{f"h.{i}.mlp output vs {TC[i][1]}": (hf[f"h.{i}.mlp:out"] - held[TC[i][1]]).abs().max() for i in TC},
     }
     exported = {
         "sparsify-tc": {"folder": str(steps.export_dictionary(ws.path("transcoders", "sparsify-tc"), "sparsify",
                                                               work / "export-tc", model=model)),
-                        "inputs": {f"h.{i}.mlp": TC[i][0] for i in TC}},
+                        "inputs": {f"h.{i}.mlp": MLP_IN[i] for i in TC}},
         "dl-topk": {"folder": str(steps.export_dictionary(ws.path("saes", "imported") / "dl-topk", "sparsify",
                                                           work / "export-dl", model=model)), "inputs": {"h.1": RESID}},
     }
