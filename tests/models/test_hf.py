@@ -78,25 +78,45 @@ def test_an_uncached_hub_id_offline_fails_in_seconds_naming_the_cache(tmp_path, 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_every_command_runs_on_an_imported_model(arch, tmp_path, capsys, monkeypatch):
-    """model import -> cache -> sae train -> circuit find, from the CLI, per architecture."""
+    """model import -> cache -> SAE and transcoder set -> features build -> circuit find -> circuit graph -> the app's
+    pages on them (AppTest), from the CLI, per architecture, at test sizes."""
+    from tests.app.conftest import _runner
+    from tests.app.test_pages import ok
+
     monkeypatch.chdir(tmp_path)
     src = hf_folder(arch, tmp_path / "src")
     assert main(["model", "import", str(src), "--name", arch]) == 0
     model = f"workspace/models/{arch}"
     hook = "blocks.1.hook_resid_post"
-    assert main(["cache", "--model", model, "--hooks", hook, "--tokens", "3000", "--name", "c", "--quiet"]) == 0
-    args = ["--arch", "topk", "--k", "4", "--expansion", "2", "--tokens", "2048", "--batch-size", "512"]
-    assert main(["sae", "train", "--cache", "workspace/caches/c", "--hook", hook, "--name", "s", *args, "--quiet"]) == 0
+    assert main(["cache", "--model", model, "--tokens", "3000", "--name", "c", "--quiet"]) == 0
+    args = ["--arch", "topk", "--k", "4", "--expansion", "2", "--tokens", "2048", "--batch-size", "512", "--quiet"]
+    assert main(["sae", "train", "--cache", "workspace/caches/c", "--hook", hook, "--name", "s", *args]) == 0
+    assert main(["sae", "train", "--cache", "workspace/caches/c", "--transcoders", "all", "--name", "set", *args]) == 0
+    (sae,) = [p for p in (tmp_path / "workspace/saes/s").iterdir() if (p / "cfg.json").is_file()]
+    member = next(p for p in sorted((tmp_path / "workspace/transcoders/set").iterdir()) if (p / "cfg.json").is_file())
+    build = ["features", "build", str(sae), str(member), "--cache", "workspace/caches/c", "--model", model]
+    assert main([*build, "--tokens", "200"]) == 0
     prompt = "When Mary and John went to the store , John gave a drink to"
-    find = ["circuit", "find", "--model", model, "--prompt", prompt, "--answer", "Mary"]
+    find = ["circuit", "find", "--model", model, "--prompt", prompt, "--answer", "Mary", "--name", "ioi"]
     # a random model's answer barely moves under a counterfactual: the gap floor is lowered to its scale
     cf = prompt.replace("Mary", "Alice")
     assert main([*find, "--counterfactual", cf, "--budget", "20%", "--min-gap", "1e-6"]) == 0
+    graph = ["circuit", "graph", "--transcoders", "workspace/transcoders/set", "--model", model, "--name", "g"]
+    assert main([*graph, "--prompt", "Mary and John went to the store"]) == 0
     kinds = {a.kind for a in Workspace("workspace").artifacts()}
-    assert {"models", "caches", "saes", "circuits"} <= kinds
+    assert {"models", "caches", "saes", "transcoders", "features", "circuits"} <= kinds
     capsys.readouterr()
     assert main(["ls", "--kind", "models"]) == 0
     assert f"{arch}" in capsys.readouterr().out
+    app = _runner(tmp_path / "workspace", monkeypatch)
+    assert arch in " ".join(str(d.value) for d in ok(app()).dataframe)
+    for rel in (f"saes/s/{sae.name}", f"transcoders/set/{member.name}"):
+        ok(app("views/sae.py", sae=rel))
+        ok(app("views/feature.py", sae=rel, unit="0"))
+    table = ok(app("views/prompt.py", sae=f"saes/s/{sae.name}", prompt="Mary and John went to the store"))
+    assert list(table.dataframe[0].value["token"])[-1].strip() == "store"
+    assert ok(app("views/circuit.py", circuit="circuits/ioi")).metric
+    ok(app("views/feature_graph.py", graph="circuits/g"))
 
 
 def test_newcomer_walk_from_a_llama_folder_to_the_app(tmp_path, capsys, monkeypatch):
