@@ -151,3 +151,44 @@ def test_newcomer_walk_from_a_llama_folder_to_the_app(tmp_path, capsys, monkeypa
     rel = f"saes/run/{sae.name}"
     table = ok(app("views/prompt.py", sae=rel, prompt="Mary and John went to the store")).dataframe[0].value
     assert list(table["token"])[-1].strip() == "store"
+
+
+def test_newcomer_walk_with_dictionaries_made_elsewhere(tmp_path, capsys, monkeypatch):
+    """A fresh workspace; a Llama folder saved by transformers, a Top-k SAE saved by sae_lens and a transcoder set saved
+    by circuit-tracer, all from outside it: imported, their feature stores built, one attribution graph drawn;
+    `workbench ls` lists each, and the app opens each (AppTest)."""
+    from tests.app.conftest import _runner
+    from tests.app.test_pages import ok
+    from tests.sae.test_imports import _saelens_folders, _tracer_set
+
+    monkeypatch.chdir(tmp_path)
+    downloads = tmp_path / "downloads"
+    src = hf_folder("llama", downloads / "my-llama")
+    saes = _saelens_folders(downloads)  # d_in 32, reading blocks.1.hook_resid_post (the SAE) or layer 0's MLP
+    (downloads / "ct").mkdir()
+    _tracer_set(downloads / "ct", 2, False)
+    assert main(["model", "import", str(src)]) == 0
+    model = "workspace/models/my-llama"
+    assert main(["sae", "import", str(saes["topk"]), "--model", model, "--name", "their-sae"]) == 0
+    assert main(["sae", "import", str(downloads / "ct"), "--model", model, "--name", "their-set"]) == 0
+    assert main(["cache", "--model", model, "--tokens", "3000", "--name", "c", "--quiet"]) == 0
+    sae, member = "workspace/saes/imported/their-sae", "workspace/transcoders/their-set/L0-circuit-tracer"
+    build = ["features", "build", sae, member, "--cache", "workspace/caches/c", "--model", model, "--tokens", "200"]
+    assert main(build) == 0
+    graph = ["circuit", "graph", "--transcoders", "workspace/transcoders/their-set", "--model", model, "--name", "g"]
+    assert main([*graph, "--prompt", "Mary and John went to the store"]) == 0
+    capsys.readouterr()
+    assert main(["ls"]) == 0
+    listed = capsys.readouterr().out
+    for kind, name in (("models", "my-llama"), ("saes", "their-sae"), ("transcoders", "their-set"), ("circuits", "g")):
+        assert re.search(rf"^{kind}\s+{re.escape(name)}\b", listed, re.M), (kind, name, listed)
+    assert len(re.findall(r"^features\s", listed, re.M)) == 2, listed  # the SAE's store and the member's
+    app = _runner(tmp_path / "workspace", monkeypatch)
+    overview = " ".join(str(d.value) for d in ok(app()).dataframe)
+    assert "my-llama" in overview and "their-set" in overview
+    for rel in ("saes/imported/their-sae", "transcoders/their-set/L0-circuit-tracer"):
+        ok(app("views/sae.py", sae=rel))
+        ok(app("views/feature.py", sae=rel, unit="0"))
+    table = ok(app("views/prompt.py", sae="saes/imported/their-sae", prompt="Mary and John went to the store"))
+    assert list(table.dataframe[0].value["token"])[-1].strip() == "store"
+    ok(app("views/feature_graph.py", graph="circuits/g"))
