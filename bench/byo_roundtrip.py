@@ -33,7 +33,10 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 from workbench.sae.foreign import ln_affine  # noqa: E402
 
 OUT = harness.BENCH / "results" / "byo_roundtrip.md"
-RESID, TC = "blocks.1.hook_resid_post", {i: (f"blocks.{i}.ln2.hook_normalized", f"blocks.{i}.hook_mlp_out") for i in (0, 1)}
+RESID, TC = (
+    "blocks.1.hook_resid_post",
+    {i: (f"blocks.{i}.ln2.hook_normalized", f"blocks.{i}.hook_mlp_out") for i in (0, 1)},
+)
 # the MLP's input as the Hugging Face module sees it (the norm's output after its gain and bias; TransformerLens's
 # ln2.hook_normalized is before them): what sparsify's forward hook on h.<i>.mlp reads
 MLP_IN = {i: f"{TC[i][0]}@module_input" for i in TC}
@@ -98,6 +101,66 @@ def imported(ws, work: Path, spec: str, model) -> dict:
     return made
 
 
+def hookpoint_gaps(work: Path, held: dict) -> dict:
+    """sparsify's forward hooks on the Hugging Face model vs the hooks its hookpoints map to, on the same tokens."""
+    hf = load_file(str(work / "hf_activations.safetensors"))
+    out = {"h.1 output vs blocks.1.hook_resid_post": hf["h.1:out"] - held[RESID]}
+    for i in TC:
+        out[f"h.{i}.mlp input vs {TC[i][0]} x gain + bias"] = hf[f"h.{i}.mlp:in"] - held[MLP_IN[i]]
+        out[f"h.{i}.mlp output vs {TC[i][1]}"] = hf[f"h.{i}.mlp:out"] - held[TC[i][1]]
+    return {k: float(v.abs().max()) for k, v in out.items()}
+
+
+def exported(ws, work: Path, model) -> dict:
+    """`sae export --format sparsify` of the imported transcoder set and dictionary_learning Top-k SAE:
+    {name: {"folder": the run folder, "inputs": {hookpoint: the row key sparsify's coder reads}}}."""
+    from workbench import steps
+
+    def export(src, name):
+        return str(steps.export_dictionary(src, "sparsify", work / f"export-{name}", model=model))
+
+    return {
+        "sparsify-tc": {
+            "folder": export(ws.path("transcoders", "sparsify-tc"), "tc"),
+            "inputs": {f"h.{i}.mlp": MLP_IN[i] for i in TC},
+        },
+        "dl-topk": {"folder": export(ws.path("saes", "imported") / "dl-topk", "dl"), "inputs": {"h.1": RESID}},
+    }
+
+
+def report(a, threads: str, versions: dict, held: dict, rows_import, rows_export, back: dict, gaps: dict) -> str:
+    head_import = ["library", "dictionary", "hooks", "max |diff| codes", "max |diff| outputs", "FVU (library)"]
+    head_export = ["exported", "max |diff| codes", "max |diff| outputs", "FVU (sparsify, loaded back)"]
+    lines = [
+        "# Bring your own: sparsify and dictionary_learning files through the workbench and back",
+        "",
+        *harness.machine_lines(harness.machine_info(), {"sae": versions}, threads, ratios="no timings are reported"),
+        f"- Model: a random GPT-2 folder saved by transformers (tests/hf_folders.py: 2 layers, d_model 32), imported "
+        f"with `workbench model import`; rows: 200 training and 40 held-out sequences of 32 random tokens "
+        f"({held[RESID].shape[0]} held-out rows); each library trained {a.steps} steps with its own code",
+        "- Every figure is on the held-out rows. FVU = sum((y - y_hat)^2) / sum((y - mean y)^2), y the dictionary's "
+        "target (an SAE's input, a transcoder's MLP output); max |diff| compares the library's own loader with the "
+        "workbench's import of the same files on the same rows",
+        "",
+        "## Imports: the library's own loader vs the workbench",
+        "",
+        *harness.table([*head_import, "FVU (workbench)"], rows_import),
+        "",
+        "## Exports: `sae export --format sparsify`, read by sparsify's SparseCoder.load_many",
+        "",
+        *harness.table([*head_export, "FVU (workbench)"], rows_export),
+        "",
+        f"sparsify's hookpoints as loaded back: {back['hookpoints']}",
+        "",
+        "## sparsify's hookpoint -> TransformerLens hook table (the Hugging Face model's forward hooks vs the "
+        "imported model's hooks, same tokens)",
+        "",
+        *harness.table(["module", "max |diff|"], [[k, f"{v:.2e}"] for k, v in gaps.items()]),
+        "",
+    ]
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     harness.add_common_args(ap, OUT, threads=1)
@@ -121,70 +184,27 @@ def main() -> None:
     save_file(data, str(work / "rows.safetensors"))
     held = {k[5:]: v for k, v in data.items() if k.startswith("eval:")}
     cfg = {"rows": str(work / "rows.safetensors"), "out": str(work), "hf_model": str(src), "steps": a.steps}
-    made = harness.run_side("sae", "byo_peers.py", {**cfg, "mode": "make", "sparsify": SPARSIFY, "dl_hook": RESID,
-                            "dl_submodules": DL, "hf_modules": ["h.1", "h.0.mlp", "h.1.mlp"]}, "byo-make")
+    libs = {"sparsify": SPARSIFY, "dl_hook": RESID, "dl_submodules": DL, "hf_modules": ["h.1", "h.0.mlp", "h.1.mlp"]}
+    made = harness.run_side("sae", "byo_peers.py", {**cfg, "mode": "make", **libs}, "byo-make")
     theirs = load_file(str(work / "theirs.safetensors"))
-    rows_import = []
-    loaded = {}
+    rows_import, loaded = [], {}
     for (lib, key), (folder, hook, target) in imported(ws, work, str(model_dir), model).items():
         loaded[key] = ours = load_sae(folder)
-        rows_import.append([lib, key, f"{hook} -> {target}" if target != hook else hook,
-                            *compare(ours, held[hook], held[target], theirs, key)])
-    # the hookpoint -> hook table: sparsify's forward hooks on the Hugging Face model read what the hooks read
-    hf = load_file(str(work / "hf_activations.safetensors"))
-    table_gap = {
-        "h.1 output vs blocks.1.hook_resid_post": (hf["h.1:out"] - held[RESID]).abs().max(),
-        **{f"h.{i}.mlp input vs {TC[i][0]} x gain + bias": (hf[f"h.{i}.mlp:in"] - held[MLP_IN[i]]).abs().max() for i in TC},
-        **{f"h.{i}.mlp output vs {TC[i][1]}": (hf[f"h.{i}.mlp:out"] - held[TC[i][1]]).abs().max() for i in TC},
-    }
-    exported = {
-        "sparsify-tc": {"folder": str(steps.export_dictionary(ws.path("transcoders", "sparsify-tc"), "sparsify",
-                                                              work / "export-tc", model=model)),
-                        "inputs": {f"h.{i}.mlp": MLP_IN[i] for i in TC}},
-        "dl-topk": {"folder": str(steps.export_dictionary(ws.path("saes", "imported") / "dl-topk", "sparsify",
-                                                          work / "export-dl", model=model)), "inputs": {"h.1": RESID}},
-    }
-    back = harness.run_side("sae", "byo_peers.py", {**cfg, "mode": "load", "exported": exported}, "byo-load")
+        hooks = f"{hook} -> {target}" if target != hook else hook
+        rows_import.append([lib, key, hooks, *compare(ours, held[hook], held[target], theirs, key)])
+    runs = exported(ws, work, model)
+    back = harness.run_side("sae", "byo_peers.py", {**cfg, "mode": "load", "exported": runs}, "byo-load")
     got = load_file(str(work / "loaded_back.safetensors"))
     rows_export = []
     for name, key, hook, target in (
-        *((("sparsify-tc", f"h.{i}.mlp", *TC[i]) for i in TC)),
+        *(("sparsify-tc", f"h.{i}.mlp", *TC[i]) for i in TC),
         ("dl-topk", "h.1", RESID, RESID),
     ):
         ours = loaded[f"sparsify-tc/{key}" if name == "sparsify-tc" else "dictionary_learning/topk"]
         rows_export.append([f"{name}/{key}", *compare(ours, held[hook], held[target], got, f"{name}/{key}")])
-    info = harness.machine_info()
-    lines = [
-        "# Bring your own: sparsify and dictionary_learning files through the workbench and back",
-        "",
-        *harness.machine_lines(info, {"sae": made["versions"]}, threads, ratios="no timings are reported"),
-        f"- Model: a random GPT-2 folder saved by transformers (tests/hf_folders.py: 2 layers, d_model 32), imported "
-        f"with `workbench model import`; rows: 200 training and 40 held-out sequences of 32 random tokens "
-        f"({held[RESID].shape[0]} held-out rows); each library trained {a.steps} steps with its own code",
-        "- Every figure is on the held-out rows. FVU = sum((y - y_hat)^2) / sum((y - mean y)^2), y the dictionary's "
-        "target (an SAE's input, a transcoder's MLP output); max |diff| compares the library's own loader with the "
-        "workbench's import of the same files on the same rows",
-        "",
-        "## Imports: the library's own loader vs the workbench",
-        "",
-        *harness.table(["library", "dictionary", "hooks", "max |diff| codes", "max |diff| outputs",
-                        "FVU (library)", "FVU (workbench)"], rows_import),
-        "",
-        "## Exports: `sae export --format sparsify`, read by sparsify's SparseCoder.load_many",
-        "",
-        *harness.table(["exported", "max |diff| codes", "max |diff| outputs", "FVU (sparsify, loaded back)",
-                        "FVU (workbench)"], rows_export),
-        "",
-        f"sparsify's hookpoints as loaded back: {back['hookpoints']}",
-        "",
-        "## sparsify's hookpoint -> TransformerLens hook table (the Hugging Face model's forward hooks vs the "
-        "imported model's hooks, same tokens)",
-        "",
-        *harness.table(["module", "max |diff|"], [[k, f"{float(v):.2e}"] for k, v in table_gap.items()]),
-        "",
-    ]
-    harness.write_text(a.out, "\n".join(lines))
-    print("\n".join(lines))
+    text = report(a, threads, made["versions"], held, rows_import, rows_export, back, hookpoint_gaps(work, held))
+    harness.write_text(a.out, text)
+    print(text)
 
 
 if __name__ == "__main__":

@@ -73,7 +73,11 @@ def train_dictionary_learning(x: torch.Tensor, steps: int, out: Path, submodules
     common_kw = dict(steps=steps, activation_dim=d, dict_size=4 * d, layer=1, lm_name="byo", device="cpu")
     trainers = {
         "standard": StandardTrainer(
-            **common_kw, lr=1e-3, l1_penalty=0.1, warmup_steps=0, sparsity_warmup_steps=None,
+            **common_kw,
+            lr=1e-3,
+            l1_penalty=0.1,
+            warmup_steps=0,
+            sparsity_warmup_steps=None,
             submodule_name=submodules["standard"],
         ),
         "topk": TopKTrainer(**common_kw, k=4, lr=1e-3, warmup_steps=0, submodule_name=submodules["topk"]),
@@ -98,6 +102,7 @@ def hf_activations(model_dir: str, tokens: torch.Tensor, modules: list[str]) -> 
     model = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True).eval()
     seen, handles = {}, []
     for name in modules:
+
         def hook(mod, inputs, outputs, name=name):
             o = outputs[0] if isinstance(outputs, tuple) else outputs
             seen[f"{name}:in"], seen[f"{name}:out"] = inputs[0].flatten(0, 1), o.flatten(0, 1)
@@ -114,14 +119,16 @@ def hf_activations(model_dir: str, tokens: torch.Tensor, modules: list[str]) -> 
 def make(cfg: dict) -> dict:
     out = Path(cfg["out"])
     rows = load_file(cfg["rows"])
-    train = {k[len("train:"):]: v for k, v in rows.items() if k.startswith("train:")}
-    held = {k[len("eval:"):]: v for k, v in rows.items() if k.startswith("eval:")}
+    train = {k[len("train:") :]: v for k, v in rows.items() if k.startswith("train:")}
+    held = {k[len("eval:") :]: v for k, v in rows.items() if k.startswith("eval:")}
     result = {}
     with torch.enable_grad():
         sp = {}
         for run, points in cfg["sparsify"].items():
             sp |= train_sparsify(train, {p: tuple(v) for p, v in points.items()}, cfg["steps"], out / run)
-        dl = train_dictionary_learning(train[cfg["dl_hook"]], cfg["steps"], out / "dictionary_learning", cfg["dl_submodules"])
+        dl = train_dictionary_learning(
+            train[cfg["dl_hook"]], cfg["steps"], out / "dictionary_learning", cfg["dl_submodules"]
+        )
     theirs = {}
     for run, points in cfg["sparsify"].items():
         for point, (inp, _) in points.items():
@@ -140,7 +147,7 @@ def make(cfg: dict) -> dict:
 def load(cfg: dict) -> dict:
     from sparsify import SparseCoder
 
-    held = {k[len("eval:"):]: v for k, v in load_file(cfg["rows"]).items() if k.startswith("eval:")}
+    held = {k[len("eval:") :]: v for k, v in load_file(cfg["rows"]).items() if k.startswith("eval:")}
     got, points = {}, {}
     for name, run in cfg["exported"].items():  # {name: {"folder": run folder, "inputs": {hookpoint: hook}}}
         coders = SparseCoder.load_many(run["folder"], local=True)

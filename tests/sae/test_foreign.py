@@ -78,7 +78,7 @@ def test_a_sparsify_run_imports_with_the_hooks_its_config_names(bound, tmp_path,
         ("blocks.1.ln2.hook_normalized", "blocks.1.hook_mlp_out"),
     ]
     x = torch.randn(50, D, generator=torch.Generator().manual_seed(5)) * 3
-    for e, (point, tensors) in zip(manifest["layers"], w.items()):
+    for e, tensors in zip(manifest["layers"], w.values()):
         ours = load_sae(folder / e["transcoders"][0])
         ln = model.blocks[e["layer"]].ln2
         codes, recon = _sparsify_codes(tensors, x * ln.w.detach() + ln.b.detach(), True)
@@ -134,7 +134,9 @@ def test_a_dictionary_learning_ae_imports_equal_to_its_formula(bound, tmp_path, 
         steps.import_sae(ws, tmp_path / cls, spec, model=model)
     hook = "blocks.1.hook_resid_post"
     summary, folder = steps.import_sae(ws, tmp_path / cls, spec, model=model, hook=hook, name=f"dl-{cls}")
-    assert summary["hook"] == hook and summary["architecture"] == ("standard" if cls == "AutoEncoder" else "workbench_scaffold")
+    assert summary["hook"] == hook and summary["architecture"] == (
+        "standard" if cls == "AutoEncoder" else "workbench_scaffold"
+    )
     x = torch.randn(50, D, generator=torch.Generator().manual_seed(5)) * 3
     b = w["bias"] if cls == "AutoEncoder" else w["b_dec"]
     pre = torch.relu((x - b) @ w["encoder.weight"].T + w["encoder.bias"])
@@ -192,3 +194,30 @@ def test_a_circuit_tracer_export_loads_in_circuit_tracer_equal_to_the_set(bound,
     _, topk = steps.import_sae(ws, tmp_path / "run", spec, model=model, name="topk-set")
     with pytest.raises(BadValueError, match="layer 0's transcoder is Top-k: circuit-tracer 0.5's file loaders"):
         steps.export_dictionary(topk, "circuit-tracer", tmp_path / "no", model=model)
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_the_workbench_s_own_top_k_transcoders_export_to_sparsify_equal(tmp_path, skip):
+    """A Top-k transcoder the workbench trained (b_in, a skip path) as sparsify's files: sparsify's encode and decode
+    (its formula, on the MLP's input after the norm's gain and bias) give the workbench's codes and outputs."""
+    from tests.circuits.feature.test_attribution_graph import random_transcoders
+    from tests.small_models import small_model
+
+    model = _with_norms(small_model(seed=3, n_layers=2))
+    t = random_transcoders(model, tmp_path / "tcs", "topk", skip)[1]
+    with torch.no_grad():
+        t.sae.b_in.normal_(0, 0.3)  # the input centre, which sparsify has not got: folded into its encoder bias
+    t.sae.save_model(str(tmp_path / "L1"))
+    out = steps.export_dictionary(tmp_path / "L1", "sparsify", tmp_path / "sp", model=model)
+    w = load_file(str(out / "layers.1.mlp" / "sae.safetensors"))
+    assert ("W_skip" in w) == skip and json.loads((out / "layers.1.mlp" / "cfg.json").read_text())["k"] == 4
+    x = torch.randn(40, model.cfg.d_model, generator=torch.Generator().manual_seed(3)) * 3
+    ln = model.blocks[1].ln2
+    u = x * ln.w.detach() + ln.b.detach()
+    pre = torch.relu(u @ w["encoder.weight"].T + w["encoder.bias"])
+    top = pre.topk(4, dim=-1)
+    codes = torch.zeros_like(pre).scatter(-1, top.indices, top.values)
+    out_theirs = codes @ w["W_dec"] + w["b_dec"] + (u @ w["W_skip"].T if skip else 0)
+    sae = load_sae(tmp_path / "L1")
+    torch.testing.assert_close(codes, sae.encode(x), atol=1e-5, rtol=0)
+    torch.testing.assert_close(out_theirs, sae(x), atol=1e-5, rtol=0)

@@ -49,7 +49,10 @@ def add_parser(sub) -> None:
         INPUT,
     )
     i.add_argument(
-        "--format", default="auto", choices=FORMATS, help="the source's layout (default: %(default)s: recognise the folder)"
+        "--format",
+        default="auto",
+        choices=FORMATS,
+        help="the source's layout (default: %(default)s: recognise the folder)",
     )
     i.add_argument(
         "--hook",
@@ -173,9 +176,7 @@ def _train(a: argparse.Namespace) -> None:
 def _import(a: argparse.Namespace) -> None:
     from workbench import steps
 
-    s, folder = steps.import_sae(
-        Workspace(a.workspace), a.source, a.model, fmt=a.format, name=a.name, hook=a.hook
-    )
+    s, folder = steps.import_sae(Workspace(a.workspace), a.source, a.model, fmt=a.format, name=a.name, hook=a.hook)
     gap = s["max_abs_diff_vs_source"]
     checked = "" if gap is None else f"; codes and outputs within {gap:.2g} of the source library's own loader"
     if "transcoders" in s:  # a transcoder set

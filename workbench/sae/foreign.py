@@ -86,9 +86,13 @@ def tl_hooks(hookpoint: str, transcode: bool, model) -> tuple[str, str | None]:
         )
     i, part = int(m[1]), m[2]
     if part is None:  # the layer's output is the residual stream after it
-        return (f"blocks.{i}.hook_resid_pre", f"blocks.{i}.hook_resid_post") if transcode else (
-            f"blocks.{i}.hook_resid_post",
-            None,
+        return (
+            (f"blocks.{i}.hook_resid_pre", f"blocks.{i}.hook_resid_post")
+            if transcode
+            else (
+                f"blocks.{i}.hook_resid_post",
+                None,
+            )
         )
     if getattr(model.cfg, "use_normalization_before_and_after", False):
         raise BadValueError(
@@ -157,7 +161,9 @@ def sparsify_members(src: Path, model, hooks: tuple[str, str | None] | None = No
         hook, target = hooks or tl_hooks(hp, transcode, model)
         m = re.match(r"blocks\.(\d+)\.", hook)
         affine = None if hooks else ln_affine(model, hook)  # a hook named by --hook is read as it is
-        out.append(Member(folder / SPARSIFY_WEIGHTS, hook, target, int(m[1]) if m else None, re.sub(r"\W", "-", hp), affine))
+        out.append(
+            Member(folder / SPARSIFY_WEIGHTS, hook, target, int(m[1]) if m else None, re.sub(r"\W", "-", hp), affine)
+        )
     return out
 
 
@@ -292,19 +298,14 @@ def sparsify_tensors(sae, affine=None) -> tuple[dict, dict]:
     c = sae.cfg
     transcode = getattr(c, "d_out", None) is not None
     topk = c.architecture() == "topk" or getattr(c, "base", None) == "topk"
-    why = (
-        "its codes are not Top-k"
-        if not topk
-        else "it has a scaffold"
-        if getattr(c, "scaffold_rank", 0)
-        else "it rescales codes by decoder norm"
-        if getattr(c, "rescale_acts_by_decoder_norm", False)
-        else "it normalises its input"
-        if getattr(c, "normalize_activations", "none") != "none"
-        else "its output is not as wide as its input (sparsify's transcoders map d_in to d_in)"
-        if transcode and c.d_out != c.d_in
-        else None
+    refusals = (
+        (not topk, "its codes are not Top-k"),
+        (getattr(c, "scaffold_rank", 0), "it has a scaffold"),
+        (getattr(c, "rescale_acts_by_decoder_norm", False), "it rescales codes by decoder norm"),
+        (getattr(c, "normalize_activations", "none") != "none", "it normalises its input"),
+        (transcode and c.d_out != c.d_in, "its output is not as wide as its input (sparsify maps d_in to d_in)"),
     )
+    why = next((reason for refused, reason in refusals if refused), None)
     if why:
         raise BadValueError(f"the {c.architecture()} dictionary does not export to sparsify: {why}")
     W_enc, b_enc, b_dec = sae.W_enc.detach().float(), sae.b_enc.detach().float(), sae.b_dec.detach().float()
