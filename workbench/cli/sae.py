@@ -44,7 +44,10 @@ def add_parser(sub) -> None:
     )
     declare(
         i.add_argument(
-            "source", metavar="SRC", help="the dictionary's folder (SAELens: cfg.json + sae_weights.safetensors)"
+            "source",
+            metavar="SRC",
+            help="the dictionary's folder: SAELens (cfg.json + sae_weights.safetensors), a sparsify run or hookpoint, "
+            "a circuit-tracer set (config.yaml), or dictionary_learning (ae.pt + config.json)",
         ),
         INPUT,
     )
