@@ -221,3 +221,26 @@ def test_the_workbench_s_own_top_k_transcoders_export_to_sparsify_equal(tmp_path
     sae = load_sae(tmp_path / "L1")
     torch.testing.assert_close(codes, sae.encode(x), atol=1e-5, rtol=0)
     torch.testing.assert_close(out_theirs, sae(x), atol=1e-5, rtol=0)
+
+
+def test_what_the_hook_table_cannot_map_is_refused_by_name(bound, tmp_path):  # noqa: F811
+    """Gemma-2 normalises its MLP's output before any hook sees it; a dictionary_learning class that is not imported
+    names the ones that are; --hook on a folder that names its own hooks is refused."""
+    from tests.hf_folders import hf_folder
+    from workbench.models import load
+    from workbench.sae import foreign
+
+    gemma2 = load(str(hf_folder("gemma2", tmp_path / "gemma2")), device="cpu")[0]
+    assert foreign.tl_hooks("layers.1", False, gemma2) == ("blocks.1.hook_resid_post", None)
+    with pytest.raises(BadValueError, match="normalises the mlp output \\(Gemma-2's post-norm\\)"):
+        foreign.tl_hooks("layers.1.mlp", True, gemma2)
+    with pytest.raises(BadValueError, match="no module sparsify hooks"):
+        foreign.hf_hookpoint("blocks.1.ln2.hook_normalized", "blocks.1.hook_mlp_out", gemma2)
+    ws, model, spec, src = bound
+    _dictionary_learning(tmp_path / "jump", "AutoEncoderTopK", "blocks.1.hook_resid_post")
+    trainer = {"dict_class": "JumpReluAutoEncoder", "submodule_name": "blocks.1.hook_resid_post"}
+    (tmp_path / "jump" / "config.json").write_text(json.dumps({"trainer": trainer}))
+    with pytest.raises(BadValueError, match="dict_class 'JumpReluAutoEncoder' does not import; valid: AutoEncoder"):
+        steps.import_sae(ws, tmp_path / "jump", spec, model=model)
+    with pytest.raises(BadValueError, match="--hook is for sparsify and dictionary_learning files"):
+        steps.import_sae(ws, src["topk"], spec, model=model, hook="blocks.1.hook_resid_post")
