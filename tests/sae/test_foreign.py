@@ -244,3 +244,13 @@ def test_what_the_hook_table_cannot_map_is_refused_by_name(bound, tmp_path):  # 
         steps.import_sae(ws, tmp_path / "jump", spec, model=model)
     with pytest.raises(BadValueError, match="--hook is for sparsify and dictionary_learning files"):
         steps.import_sae(ws, src["topk"], spec, model=model, hook="blocks.1.hook_resid_post")
+
+
+def test_an_imported_sparsify_set_draws_a_graph(bound, tmp_path, capsys):  # noqa: F811
+    ws, _, spec, _ = bound
+    _sparsify_run(tmp_path / "run", {"layers.0.mlp": True, "layers.1.mlp": True})
+    common = ["--model", spec, "--workspace", str(ws.root)]
+    assert main(["sae", "import", str(tmp_path / "run"), "--name", "sp-graph", *common]) == 0, capsys.readouterr()
+    graph = ["circuit", "graph", "--transcoders", str(ws.path("transcoders", "sp-graph")), *common]
+    assert main([*graph, "--prompt", "When Mary and John went to the store", "--name", "sp-graph"]) == 0
+    assert (ws.path("circuits", "sp-graph") / "graph.json").is_file()
