@@ -293,6 +293,7 @@ OUT_COMMANDS = {  # command -> (what --out names, arguments whose work would fai
     ("model", "train"): ("dir", ["--steps", "300"]),
     ("cache",): ("dir", ["--model", "no-such-model"]),
     ("sae", "train"): ("dir", ["--cache", "no-such-cache", "--hook", "h"]),
+    ("sae", "export"): ("dir", ["no-such-set", "--format", "sparsify", "--model", "no-such-model"]),
     ("circuit", "find"): ("file", ["--model", "no-such-model", "--prompt", "a", "--answer", "b"]),
     ("circuit", "export"): ("file", ["no-such-circuit.json", "--format", "mib"]),
     ("circuit", "graph"): ("file", ["--model", "no-such-model", "--prompt", "a", "--transcoders", "no-such-set"]),

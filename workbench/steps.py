@@ -736,30 +736,60 @@ STORE_DTYPES = ("float32", "bfloat16", "float16")
 
 
 def import_sae(
-    ws: Workspace, source, model_spec: str = "tiny", *, fmt: str = "auto", name: str | None = None, model=None
+    ws: Workspace,
+    source,
+    model_spec: str = "tiny",
+    *,
+    fmt: str = "auto",
+    name: str | None = None,
+    model=None,
+    hook: str | None = None,
 ):
-    """A dictionary made by another tool (sae/imports.py) checked against the model and copied into the workspace
-    bound to it (`workbench sae import`): a SAELens folder into <ws>/saes/imported/<name>, a circuit-tracer set
-    into <ws>/transcoders/<name>, a circuit-tracer CLT into <ws>/clts/<name>; returns (manifest summary, folder)."""
-    from workbench.atomic import sha256_file
+    """A dictionary made by another tool (sae/imports.py, sae/foreign.py) checked against the model and copied into
+    the workspace bound to it (`workbench sae import`): a SAELens folder into <ws>/saes/imported/<name>; a
+    circuit-tracer set, or a sparsify run of per-layer transcoders, into <ws>/transcoders/<name>; a circuit-tracer
+    CLT into <ws>/clts/<name>; a sparsify run's SAEs into <ws>/saes/imported/<name>/<hookpoint>; returns
+    (summary, folder)."""
     from workbench.models import load
-    from workbench.provenance import model_id
-    from workbench.sae import imports
-    from workbench.sae.io import load_sae
+    from workbench.sae import foreign, imports
 
     src = Path(source)
     fmt = imports.detect(src, fmt)
     name = name or slug(src.resolve().name)
-    clt = fmt == "circuit-tracer" and imports.is_tracer_clt(src)
-    kind = "clts" if clt else "transcoders" if fmt == "circuit-tracer" else None
-    folder = ws.path(kind, name) if kind else ws.path("saes", "imported") / name
+    hooks = foreign.parse_hooks(hook)
+    if hooks and fmt in ("saelens", "circuit-tracer"):
+        raise BadValueError(f"--hook is for sparsify and dictionary_learning files; a {fmt} folder names its hooks")
+    model = model if model is not None else load(model_spec, device="cpu")[0]
+    if fmt == "circuit-tracer" and imports.is_tracer_clt(src):
+        return _import_tracer_clt(ws, src, _import_folder(ws.path("clts", name)), model, model_spec)
+    if fmt == "saelens":
+        folder = _import_folder(ws.path("saes", "imported") / name)
+        return _import_saelens(ws, src, folder, model, model_spec, fmt, src), folder
+    if fmt == "circuit-tracer":
+        members = imports.tracer_members(src)
+    elif fmt == "sparsify":
+        members = foreign.sparsify_members(src, model, hooks)
+    else:
+        members = [foreign.dictionary_learning_member(src, model, hooks)]
+    if fmt == "circuit-tracer" or (len(members) > 1 and all(m.target and m.layer is not None for m in members)):
+        return _import_set(ws, src, _import_folder(ws.path("transcoders", name)), model, model_spec, fmt, members)
+    return _import_converted(ws, ws.path("saes", "imported") / name, model, model_spec, fmt, members)
+
+
+def _import_folder(folder: Path) -> Path:
     if folder.exists() and any(folder.iterdir()):
         raise OutputExistsError(f"{folder} already holds an imported dictionary; pass another --name")
-    model = model if model is not None else load(model_spec, device="cpu")[0]
-    if clt:
-        return _import_tracer_clt(ws, src, folder, model, model_spec)
-    if fmt == "circuit-tracer":
-        return _import_tracer_set(ws, src, folder, model, model_spec)
+    return folder
+
+
+def _import_saelens(ws: Workspace, src: Path, folder: Path, model, model_spec: str, fmt: str, source: Path) -> dict:
+    """A SAELens folder checked against the model, copied into `folder` bound to it, and recorded; `source` is the
+    file or folder it came from (src itself, or the foreign file it was converted from)."""
+    from workbench.atomic import sha256_file
+    from workbench.provenance import model_id
+    from workbench.sae import imports
+    from workbench.sae.io import load_sae
+
     sae = load_sae(src)  # refuses damaged files by name
     with output_lock(folder, "workbench sae import"):
         fits = imports.check_fits(sae, model)
@@ -768,7 +798,8 @@ def import_sae(
             **fits,
             "architecture": cfg.get("architecture"),
             "source_model_name": cfg["metadata"]["source_model_name"],
-            "max_abs_diff_vs_source": imports.encoding_gap(src, folder),
+            # sae_lens's own loader runs here; sparsify and dictionary_learning in bench/byo_roundtrip.py
+            "max_abs_diff_vs_source": imports.encoding_gap(src, folder) if fmt == "saelens" else None,
         }
         ws.record(
             folder,
@@ -776,50 +807,71 @@ def import_sae(
             made_by="workbench sae import",
             config={"format": fmt, **{k: v for k, v in cfg.items() if k != "metadata"}},
             inputs={
-                "source": src.resolve(),
-                "source_sha256": sha256_file(src / "sae_weights.safetensors"),
+                "source": source.resolve(),
+                "source_sha256": sha256_file(source if source.is_file() else source / "sae_weights.safetensors"),
                 **_model_inputs(ws, model, model_spec),
                 **{k: fits[k] for k in ("hook", "target") if k in fits},
             },
             summary=summary,
         )
-    return summary, folder
+    return summary
 
 
-def _import_tracer_set(ws: Workspace, src: Path, folder: Path, model, model_spec: str) -> tuple[dict, Path]:
-    """A circuit-tracer transcoder set as a workbench one: each layer a SAELens member checked against the model."""
+def _import_converted(ws: Workspace, folder: Path, model, model_spec: str, fmt: str, members) -> tuple[dict, Path]:
+    """sparsify or dictionary_learning dictionaries, each converted to a SAELens folder and imported as one; several
+    go to <folder>/<hookpoint>."""
+    import tempfile
+
+    from workbench.provenance import model_id
+    from workbench.sae import foreign
+
+    one = len(members) == 1
+    folders = [_import_folder(folder if one else folder / m.name) for m in members]
+    summaries = []
+    with tempfile.TemporaryDirectory(dir=ws.root) as tmp:
+        for m, dest in zip(members, folders):
+            staged = foreign.to_saelens(m, Path(tmp) / m.name, model_id(model))
+            summaries.append(_import_saelens(ws, staged, dest, model, model_spec, fmt, m.source))
+    return (summaries[0] if one else {"dictionaries": len(members), **summaries[0]}), folder
+
+
+def _import_set(ws: Workspace, src: Path, folder: Path, model, model_spec: str, fmt: str, members) -> tuple[dict, Path]:
+    """Per-layer transcoders (circuit-tracer's or sparsify's) as a workbench set: each layer a SAELens member checked
+    against the model; circuit-tracer's are compared with its own loader here."""
     import json
 
     from workbench.atomic import atomic_write_text
     from workbench.provenance import model_id
-    from workbench.sae import imports
+    from workbench.sae import foreign, imports
     from workbench.sae.io import load_sae
     from workbench.sae.transcoders import SCHEMA, SET_MANIFEST
 
-    cfg, files = imports.tracer_layers(src)
     mid, layers, gaps = model_id(model), [], {}
     with output_lock(folder, "workbench sae import"):
-        for layer, f in files.items():
-            hooks = tuple(f"blocks.{layer}.{cfg[k]}" for k in ("feature_input_hook", "feature_output_hook"))
-            member = imports.tracer_to_saelens(f, hooks, folder / f"L{layer}-circuit-tracer", mid)
+        for m in members:
+            dest = folder / m.name
+            if fmt == "circuit-tracer":
+                member = imports.tracer_to_saelens(m.source, m.hooks, dest, mid)
+                gaps[m.layer] = imports.tracer_gap(m.source, m.layer, member)
+            else:
+                member = foreign.to_saelens(m, dest, mid)
             imports.check_fits(load_sae(member), model)
-            gaps[layer] = imports.tracer_gap(f, layer, member)
-            _record_sae(ws, member, "workbench sae import", None, {"format": "circuit-tracer", "source": str(f)})
-            entry = {"layer": layer, "input_hook": hooks[0], "target_hook": hooks[1], "transcoders": [member.name]}
-            layers.append({**entry, "input_kind": hooks[0].split(".", 2)[-1]})
+            _record_sae(ws, member, "workbench sae import", None, {"format": fmt, "source": str(m.source)})
+            entry = {"layer": m.layer, "input_hook": m.hook, "target_hook": m.target, "transcoders": [member.name]}
+            layers.append({**entry, "input_kind": m.hook.split(".", 2)[-1]})
         manifest = {"schema": SCHEMA, "version": 1, "model": mid, "cache": None, "n_layers": model.cfg.n_layers}
         atomic_write_text(folder / SET_MANIFEST, json.dumps({**manifest, "layers": layers}, indent=2))
         summary = {
             "layers": ",".join(str(e["layer"]) for e in layers),
             "transcoders": len(layers),
             "input": layers[0]["input_kind"],
-            "max_abs_diff_vs_source": max(gaps.values()),
+            "max_abs_diff_vs_source": max(gaps.values()) if gaps else None,
         }
         ws.record(
             folder,
             "transcoders",
             made_by="workbench sae import",
-            config={"format": "circuit-tracer", **{k: v for k, v in cfg.items() if k != "transcoders"}},
+            config={"format": fmt, "members": [str(m.source) for m in members]},
             inputs={"source": src.resolve(), **_model_inputs(ws, model, model_spec)},
             summary=summary,
             checksums=False,
@@ -861,6 +913,52 @@ def _import_tracer_clt(ws: Workspace, src: Path, folder: Path, model, model_spec
             summary=summary,
         )
     return summary, folder
+EXPORT_FORMATS = ("circuit-tracer", "sparsify")
+
+
+def export_dictionary(source, fmt: str, out, model_spec: str = "tiny", *, model=None) -> Path:
+    """A workbench transcoder set or SAE in another library's files (`workbench sae export`): circuit-tracer's
+    transcoder set (tracer_export.write_transcoder_set), or a sparsify run folder (config.json naming the
+    hookpoints, one folder per hookpoint that sparsify's SparseCoder.load_from_disk reads); returns `out`."""
+    import json
+
+    from workbench.atomic import atomic_path, atomic_write_text
+    from workbench.models import load
+    from workbench.sae import foreign
+    from workbench.sae.io import load_sae
+    from workbench.sae.transcoders import SET_MANIFEST
+
+    if fmt not in EXPORT_FORMATS:
+        raise BadValueError(f"--format {fmt!r} is not one of {', '.join(EXPORT_FORMATS)}")
+    src, out = Path(source), Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise OutputExistsError(f"{out} is not empty; export into a new folder")
+    model = model if model is not None else load(model_spec, device="cpu")[0]
+    if fmt == "circuit-tracer":
+        from workbench.circuits.feature.tracer_export import write_transcoder_set
+
+        return write_transcoder_set(model, src, out)
+    if (src / SET_MANIFEST).is_file():
+        entries = json_file(src / SET_MANIFEST, "transcoder set manifest", "re-import or retrain the set")["layers"]
+        folders = [src / e["transcoders"][0] for e in entries]
+    else:
+        folders = [src]
+    from safetensors.torch import save_file
+
+    points = []
+    for folder in folders:
+        sae = load_sae(folder)
+        meta = sae.cfg.metadata
+        point = foreign.hf_hookpoint(meta.hook_name, getattr(meta, "hook_name_out", None), model)
+        cfg, tensors = foreign.sparsify_tensors(sae, foreign.ln_affine(model, meta.hook_name))
+        (out / point).mkdir(parents=True, exist_ok=True)
+        with atomic_path(out / point / foreign.SPARSIFY_WEIGHTS) as tmp:
+            save_file(tensors, str(tmp))
+        atomic_write_text(out / point / "cfg.json", json.dumps(cfg))
+        points.append((point, cfg))
+    run = {"sae": {k: v for k, v in points[0][1].items() if k != "d_in"}, "hookpoints": [p for p, _ in points]}
+    atomic_write_text(out / foreign.RUN_CONFIG, json.dumps(run, indent=2))
+    return out
 
 
 def build_features(

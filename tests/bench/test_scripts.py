@@ -155,3 +155,26 @@ def test_feature_circuit_bench_quick(tmp_path):
     text = _quick(tmp_path, "feature_circuit_bench.py")
     assert "<!-- part:bounded -->" in text and "| ioi | 1 of 1 |" in text
     assert "RANDOM (quick run" in text  # no trained set in a fresh work folder: a random one, said so
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not (ROOT / "bench" / ".venv-sae" / "bin" / "python").exists(),
+    reason="bench/.venv-sae is missing (bench/setup_peers.sh builds it): sparsify and dictionary_learning cannot be "
+    "installed beside the workbench, so their round trip runs in their own venv",
+)
+def test_byo_roundtrip_equals_sparsify_and_dictionary_learning(tmp_path):
+    """Files made by sparsify's and dictionary_learning's own code import with codes and outputs within 1e-5 of their
+    own loaders', the workbench's sparsify export loads back in sparsify equal to it, and the hookpoint table reads
+    what sparsify's forward hooks read."""
+    import re
+
+    out = tmp_path / "report.md"
+    _run(tmp_path, "bench/byo_roundtrip.py", "--steps", "20", "--threads", "1", "--out", out)
+    text = out.read_text()
+    _names_the_commit(text)
+    rows = [ln for ln in text.splitlines() if re.match(r"\| (sparsify|dictionary_learning|dl-topk|h\.)", ln)]
+    assert len(rows) == 5 + 3 + 5, text
+    for row in rows:
+        diffs = [float(x) for x in re.findall(r"\d\.\d\de[+-]\d\d", row)]
+        assert diffs and max(diffs) < 1e-5, row

@@ -78,25 +78,45 @@ def test_an_uncached_hub_id_offline_fails_in_seconds_naming_the_cache(tmp_path, 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_every_command_runs_on_an_imported_model(arch, tmp_path, capsys, monkeypatch):
-    """model import -> cache -> sae train -> circuit find, from the CLI, per architecture."""
+    """model import -> cache -> SAE and transcoder set -> features build -> circuit find -> circuit graph -> the app's
+    pages on them (AppTest), from the CLI, per architecture, at test sizes."""
+    from tests.app.conftest import _runner
+    from tests.app.test_pages import ok
+
     monkeypatch.chdir(tmp_path)
     src = hf_folder(arch, tmp_path / "src")
     assert main(["model", "import", str(src), "--name", arch]) == 0
     model = f"workspace/models/{arch}"
     hook = "blocks.1.hook_resid_post"
-    assert main(["cache", "--model", model, "--hooks", hook, "--tokens", "3000", "--name", "c", "--quiet"]) == 0
-    args = ["--arch", "topk", "--k", "4", "--expansion", "2", "--tokens", "2048", "--batch-size", "512"]
-    assert main(["sae", "train", "--cache", "workspace/caches/c", "--hook", hook, "--name", "s", *args, "--quiet"]) == 0
+    assert main(["cache", "--model", model, "--tokens", "3000", "--name", "c", "--quiet"]) == 0
+    args = ["--arch", "topk", "--k", "4", "--expansion", "2", "--tokens", "2048", "--batch-size", "512", "--quiet"]
+    assert main(["sae", "train", "--cache", "workspace/caches/c", "--hook", hook, "--name", "s", *args]) == 0
+    assert main(["sae", "train", "--cache", "workspace/caches/c", "--transcoders", "all", "--name", "set", *args]) == 0
+    (sae,) = [p for p in (tmp_path / "workspace/saes/s").iterdir() if (p / "cfg.json").is_file()]
+    member = next(p for p in sorted((tmp_path / "workspace/transcoders/set").iterdir()) if (p / "cfg.json").is_file())
+    build = ["features", "build", str(sae), str(member), "--cache", "workspace/caches/c", "--model", model]
+    assert main([*build, "--tokens", "200"]) == 0
     prompt = "When Mary and John went to the store , John gave a drink to"
-    find = ["circuit", "find", "--model", model, "--prompt", prompt, "--answer", "Mary"]
+    find = ["circuit", "find", "--model", model, "--prompt", prompt, "--answer", "Mary", "--name", "ioi"]
     # a random model's answer barely moves under a counterfactual: the gap floor is lowered to its scale
     cf = prompt.replace("Mary", "Alice")
     assert main([*find, "--counterfactual", cf, "--budget", "20%", "--min-gap", "1e-6"]) == 0
+    graph = ["circuit", "graph", "--transcoders", "workspace/transcoders/set", "--model", model, "--name", "g"]
+    assert main([*graph, "--prompt", "Mary and John went to the store"]) == 0
     kinds = {a.kind for a in Workspace("workspace").artifacts()}
-    assert {"models", "caches", "saes", "circuits"} <= kinds
+    assert {"models", "caches", "saes", "transcoders", "features", "circuits"} <= kinds
     capsys.readouterr()
     assert main(["ls", "--kind", "models"]) == 0
     assert f"{arch}" in capsys.readouterr().out
+    app = _runner(tmp_path / "workspace", monkeypatch)
+    assert arch in " ".join(str(d.value) for d in ok(app()).dataframe)
+    for rel in (f"saes/s/{sae.name}", f"transcoders/set/{member.name}"):
+        ok(app("views/sae.py", sae=rel))
+        ok(app("views/feature.py", sae=rel, unit="0"))
+    table = ok(app("views/prompt.py", sae=f"saes/s/{sae.name}", prompt="Mary and John went to the store"))
+    assert list(table.dataframe[0].value["token"])[-1].strip() == "store"
+    assert ok(app("views/circuit.py", circuit="circuits/ioi")).metric
+    ok(app("views/feature_graph.py", graph="circuits/g"))
 
 
 def test_newcomer_walk_from_a_llama_folder_to_the_app(tmp_path, capsys, monkeypatch):
@@ -131,3 +151,44 @@ def test_newcomer_walk_from_a_llama_folder_to_the_app(tmp_path, capsys, monkeypa
     rel = f"saes/run/{sae.name}"
     table = ok(app("views/prompt.py", sae=rel, prompt="Mary and John went to the store")).dataframe[0].value
     assert list(table["token"])[-1].strip() == "store"
+
+
+def test_newcomer_walk_with_dictionaries_made_elsewhere(tmp_path, capsys, monkeypatch):
+    """A fresh workspace; a Llama folder saved by transformers, a Top-k SAE saved by sae_lens and a transcoder set saved
+    by circuit-tracer, all from outside it: imported, their feature stores built, one attribution graph drawn;
+    `workbench ls` lists each, and the app opens each (AppTest)."""
+    from tests.app.conftest import _runner
+    from tests.app.test_pages import ok
+    from tests.sae.test_imports import _saelens_folders, _tracer_set
+
+    monkeypatch.chdir(tmp_path)
+    downloads = tmp_path / "downloads"
+    src = hf_folder("llama", downloads / "my-llama")
+    saes = _saelens_folders(downloads)  # d_in 32, reading blocks.1.hook_resid_post (the SAE) or layer 0's MLP
+    (downloads / "ct").mkdir()
+    _tracer_set(downloads / "ct", 2, False)
+    assert main(["model", "import", str(src)]) == 0
+    model = "workspace/models/my-llama"
+    assert main(["sae", "import", str(saes["topk"]), "--model", model, "--name", "their-sae"]) == 0
+    assert main(["sae", "import", str(downloads / "ct"), "--model", model, "--name", "their-set"]) == 0
+    assert main(["cache", "--model", model, "--tokens", "3000", "--name", "c", "--quiet"]) == 0
+    sae, member = "workspace/saes/imported/their-sae", "workspace/transcoders/their-set/L0-circuit-tracer"
+    build = ["features", "build", sae, member, "--cache", "workspace/caches/c", "--model", model, "--tokens", "200"]
+    assert main(build) == 0
+    graph = ["circuit", "graph", "--transcoders", "workspace/transcoders/their-set", "--model", model, "--name", "g"]
+    assert main([*graph, "--prompt", "Mary and John went to the store"]) == 0
+    capsys.readouterr()
+    assert main(["ls"]) == 0
+    listed = capsys.readouterr().out
+    for kind, name in (("models", "my-llama"), ("saes", "their-sae"), ("transcoders", "their-set"), ("circuits", "g")):
+        assert re.search(rf"^{kind}\s+{re.escape(name)}\b", listed, re.M), (kind, name, listed)
+    assert len(re.findall(r"^features\s", listed, re.M)) == 2, listed  # the SAE's store and the member's
+    app = _runner(tmp_path / "workspace", monkeypatch)
+    overview = " ".join(str(d.value) for d in ok(app()).dataframe)
+    assert "my-llama" in overview and "their-set" in overview
+    for rel in ("saes/imported/their-sae", "transcoders/their-set/L0-circuit-tracer"):
+        ok(app("views/sae.py", sae=rel))
+        ok(app("views/feature.py", sae=rel, unit="0"))
+    table = ok(app("views/prompt.py", sae="saes/imported/their-sae", prompt="Mary and John went to the store"))
+    assert list(table.dataframe[0].value["token"])[-1].strip() == "store"
+    ok(app("views/feature_graph.py", graph="circuits/g"))

@@ -106,9 +106,9 @@ def test_what_does_not_fit_is_refused_by_name(bound, tmp_path, capsys):
     (sparsify / "sae.safetensors").write_bytes(b"")
     assert main(["sae", "import", str(sparsify), "--workspace", str(ws.root), "--model", spec]) == 2
     err = capsys.readouterr().err
-    assert "looks like a sparsify checkpoint" in err and len(err.splitlines()) == 1
+    assert "one sparsify hookpoint without its run's config.json naming it" in err and len(err.splitlines()) == 1
     assert main(["sae", "import", str(src["standard"]), "--workspace", str(ws.root), "--format", "sparsify"]) == 2
-    assert "--format 'sparsify' is not one of auto, saelens" in capsys.readouterr().err
+    assert "not a sparsify folder: it looks like a saelens folder" in capsys.readouterr().err
 
 
 def _tracer_set(out, layers: int, skip: bool) -> None:

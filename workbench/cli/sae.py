@@ -1,5 +1,5 @@
-"""`workbench sae train|eval|import`: train sparse autoencoders on one hook of a cache, evaluate saved ones, and
-import SAELens folders made elsewhere."""
+"""`workbench sae train|eval|import|export`: train sparse autoencoders on one hook of a cache, evaluate saved ones,
+import dictionaries made by other libraries and export the workbench's in their files."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import sys
 from workbench.cli.options import add_model_flag, quiet_flag, workspace_flag
 from workbench.configflags import add_config_flags, config_values, given, set_fields
 from workbench.errors import BadValueError
-from workbench.guard import INPUT, artifact, declare
+from workbench.guard import INPUT, SCRATCH, artifact, declare
 from workbench.sae.config import CLTConfig, EvalConfig, SAEConfig, TrainConfig, at_k
+from workbench.sae.foreign import FORMATS
 from workbench.workspace import Workspace
 
 SWEEP = ("architecture", "k", "scaffold_rank", "seed")  # one SAE per combination of these flags' values
@@ -38,17 +39,28 @@ def add_parser(sub) -> None:
     i = sae.add_parser(
         "import",
         parents=[workspace_flag()],
-        help="copy a SAELens SAE or transcoder folder, or a circuit-tracer transcoder set, into the workspace, checked "
+        help="copy a SAELens, sparsify, circuit-tracer or dictionary_learning dictionary into the workspace, checked "
         "against and bound to a model",
     )
     declare(
         i.add_argument(
-            "source", metavar="SRC", help="the dictionary's folder (SAELens: cfg.json + sae_weights.safetensors)"
+            "source",
+            metavar="SRC",
+            help="the dictionary's folder: SAELens (cfg.json + sae_weights.safetensors), a sparsify run or hookpoint, "
+            "a circuit-tracer set (config.yaml), or dictionary_learning (ae.pt + config.json)",
         ),
         INPUT,
     )
     i.add_argument(
-        "--format", default="auto", help="auto (recognise the folder), saelens or circuit-tracer (default: %(default)s)"
+        "--format",
+        default="auto",
+        choices=FORMATS,
+        help="the source's layout (default: %(default)s: recognise the folder)",
+    )
+    i.add_argument(
+        "--hook",
+        help="HOOK[,TARGET]: the model hooks a sparsify hookpoint or dictionary_learning dictionary reads (and a "
+        "transcoder writes), when its config does not name them as a TransformerLens hook",
     )
     add_model_flag(i, help="the model it reads from, as every command names it (default: %(default)s)")
     i.add_argument(
@@ -56,6 +68,16 @@ def add_parser(sub) -> None:
         help="folder in <workspace>/saes/imported (a set: <workspace>/transcoders) (default: the source's name)",
     )
     i.set_defaults(func=_import)
+    x = sae.add_parser(
+        "export",
+        parents=[workspace_flag()],
+        help="write a transcoder set or SAE as circuit-tracer's or sparsify's files, which their own loaders read",
+    )
+    declare(x.add_argument("source", metavar="SRC", help="a transcoder set folder or an SAE folder"), INPUT)
+    x.add_argument("--format", required=True, choices=("circuit-tracer", "sparsify"), help="the files to write")
+    declare(x.add_argument("--out", required=True, help="a new folder for the files"), SCRATCH)
+    add_model_flag(x, help="the model the dictionary reads from (default: %(default)s)")
+    x.set_defaults(func=_export)
 
 
 def _add_train(sae) -> None:
@@ -157,25 +179,25 @@ def _train(a: argparse.Namespace) -> None:
 def _import(a: argparse.Namespace) -> None:
     from workbench import steps
 
-    s, folder = steps.import_sae(Workspace(a.workspace), a.source, a.model, fmt=a.format, name=a.name)
+    s, folder = steps.import_sae(Workspace(a.workspace), a.source, a.model, fmt=a.format, name=a.name, hook=a.hook)
+    gap = s["max_abs_diff_vs_source"]
+    checked = "" if gap is None else f"; codes and outputs within {gap:.2g} of the source library's own loader"
     if "features_per_layer" in s:  # a CLT
-        print(
-            f"imported {a.source} (a CLT over layers {s['layers']}, {s['features_per_layer']} features per layer, "
-            f"reading {s['input']}) into {folder}, bound to {a.model}; reconstructions within "
-            f"{s['max_abs_diff_vs_source']:.2g} of circuit-tracer's own"
-        )
-        return
-    if "transcoders" in s:  # a transcoder set
-        print(
-            f"imported {a.source} ({s['transcoders']} layers, {s['input']} -> hook_mlp_out) into {folder}, bound to "
-            f"{a.model}; codes and outputs within {s['max_abs_diff_vs_source']:.2g} of circuit-tracer's own"
-        )
-        return
-    reads = s["hook"] + (f" -> {s['target']}" if "target" in s else "")
-    print(
-        f"imported {a.source} ({s['architecture']}, {s['d_in']} -> {s['d_sae']} latents, {reads}) into {folder}, "
-        f"bound to {a.model}; codes within {s['max_abs_diff_vs_source']:.2g} of sae_lens's own"
-    )
+        what = f"a CLT over layers {s['layers']}, {s['features_per_layer']} features per layer, reading {s['input']}"
+    elif "transcoders" in s:  # a transcoder set
+        what = f"{s['transcoders']} layers, {s['input']} -> their outputs"
+    else:
+        reads = s["hook"] + (f" -> {s['target']}" if "target" in s else "")
+        what = f"{s['architecture']}, {s['d_in']} -> {s['d_sae']} latents, {reads}"
+        what += f"; {s['dictionaries']} dictionaries, one per hookpoint" if "dictionaries" in s else ""
+    print(f"imported {a.source} ({what}) into {folder}, bound to {a.model}{checked}")
+
+
+def _export(a: argparse.Namespace) -> None:
+    from workbench import steps
+
+    out = steps.export_dictionary(a.source, a.format, a.out, a.model)
+    print(f"wrote {a.source} as {a.format} files in {out}")
 
 
 def _eval(a: argparse.Namespace) -> None:

@@ -10,8 +10,8 @@ A SAELens folder (cfg.json + sae_weights.safetensors) of any architecture sae-le
 gated, JumpReLU, Top-k, transcoders, skip transcoders, and the workbench's own) imports from anywhere on
 disk: its hooks must exist in the model and its widths match theirs, and the copy's
 `metadata.model_name` becomes the workbench's id of that model (the original is kept as
-`source_model_name`), which is how the app's live views find the model to run it on. Other tools'
-layouts are recognised and named, so a user learns what the folder is rather than that a file is missing.
+`source_model_name`), which is how the app's live views find the model to run it on. sparsify checkpoints and dictionary_learning
+dictionaries are converted to SAELens folders first (workbench.sae.foreign) and imported the same way.
 """
 
 from __future__ import annotations
@@ -24,12 +24,10 @@ import torch
 
 from workbench.atomic import atomic_path, atomic_write_text
 from workbench.errors import BadValueError, MissingInputError
+from workbench.sae.foreign import FORMATS, Member, is_dictionary_learning, is_sparsify
 from workbench.sae.io import CFG, WEIGHTS, load_sae
 
-FORMATS = ("auto", "saelens", "circuit-tracer")
 TRACER_CONFIG = "config.yaml"
-# layouts of other tools, by a file each writes: not importable yet, named in the refusal
-FOREIGN = {"sae.safetensors": "a sparsify checkpoint", "ae.pt": "a dictionary_learning dictionary"}
 
 
 def detect(src: Path, fmt: str = "auto") -> str:
@@ -38,18 +36,25 @@ def detect(src: Path, fmt: str = "auto") -> str:
         raise BadValueError(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
     if not src.is_dir():
         raise MissingInputError(
-            f"{src} is not a folder; `sae import` takes a SAELens SAE folder (cfg.json + {WEIGHTS}) or a "
-            f"circuit-tracer transcoder set ({TRACER_CONFIG} + layer_<i>.safetensors)"
+            f"{src} is not a folder; `sae import` takes a SAELens SAE folder (cfg.json + {WEIGHTS}), a sparsify "
+            f"checkpoint, a circuit-tracer transcoder set ({TRACER_CONFIG} + layer_<i>.safetensors) or a "
+            "dictionary_learning folder (ae.pt + config.json)"
         )
-    if fmt in ("auto", "saelens") and (src / CFG).is_file() and (src / WEIGHTS).is_file():
-        return "saelens"
-    if fmt in ("auto", "circuit-tracer") and ((src / TRACER_CONFIG).is_file() or is_tracer_clt(src)):
-        return "circuit-tracer"
-    found = [what for f, what in FOREIGN.items() if (src / f).is_file()]
-    what = f"it looks like {found[0]}, which `sae import` cannot read yet" if found else "its files are missing"
+    holds = {
+        "saelens": (src / CFG).is_file() and (src / WEIGHTS).is_file(),
+        "circuit-tracer": (src / TRACER_CONFIG).is_file() or is_tracer_clt(src),
+        "sparsify": is_sparsify(src),
+        "dictionary-learning": is_dictionary_learning(src),
+    }
+    found = [f for f, yes in holds.items() if yes]
+    if fmt == "auto" and found:
+        return found[0]
+    if fmt in found:
+        return fmt
+    what = f"it looks like a {found[0]} folder (--format {found[0]})" if found else "its files are missing"
     raise BadValueError(
-        f"{src} is not a {'SAELens SAE folder or a circuit-tracer transcoder set' if fmt == 'auto' else fmt + ' folder'}"
-        f": {what}; valid formats: {', '.join(FORMATS[1:])}"
+        f"{src} is not a {'dictionary folder `sae import` reads' if fmt == 'auto' else fmt + ' folder'}: {what}; "
+        f"valid formats: {', '.join(FORMATS[1:])}"
     )
 
 
@@ -128,6 +133,15 @@ def tracer_layers(src: Path) -> tuple[dict, dict[int, Path]]:
     if not files or absent:
         raise MissingInputError(f"{src}: no transcoder weights at {absent[0] if absent else 'layer_<i>.safetensors'}")
     return cfg, dict(enumerate(files))
+
+
+def tracer_members(src: Path) -> list:
+    """A circuit-tracer set's layers as foreign.Member (the hooks its config.yaml names, per layer)."""
+    cfg, files = tracer_layers(src)
+    hook, target = cfg["feature_input_hook"], cfg["feature_output_hook"]
+    return [
+        Member(f, f"blocks.{i}.{hook}", f"blocks.{i}.{target}", i, f"L{i}-circuit-tracer") for i, f in files.items()
+    ]
 
 
 def tracer_to_saelens(path: Path, hooks: tuple[str, str], dest: Path, model_id: str) -> Path:

@@ -1,5 +1,6 @@
 """The export to circuit-tracer: its own `attribute`, on the exported model and transcoders, gives the workbench's
-graph on every entry both graphs have; a transcoder it cannot represent is refused in one line."""
+graph on every entry both graphs have; the set written as its files loads in its own loader with the same codes;
+a transcoder its files cannot represent is refused in one line."""
 
 from __future__ import annotations
 
@@ -8,7 +9,12 @@ from small_models import small_model
 
 from tests.circuits.feature.test_attribution_graph import random_clt, random_transcoders
 from workbench.circuits.feature.attribution_graph import build_graph
-from workbench.circuits.feature.tracer_export import replacement_model, shared_edges
+from workbench.circuits.feature.tracer_export import (
+    importable,
+    replacement_model,
+    shared_edges,
+    write_transcoder_set,
+)
 from workbench.errors import BadValueError
 
 
@@ -27,10 +33,29 @@ def test_circuit_tracer_on_the_export_gives_the_same_edges(tmp_path, tiny):
     assert got["shared_features"] > 0.5 * ours.n_features and got["max_rel_diff"] < 1e-5
 
 
-def test_a_transcoder_circuit_tracer_cannot_hold_is_refused(tmp_path):
+def test_a_batchtopk_set_as_circuit_tracer_files_loads_in_circuit_tracer_and_top_k_is_refused(tmp_path):
+    """`sae export --format circuit-tracer`: circuit-tracer's own load_transcoders reads the files, its codes and
+    outputs equal the workbench's; a Top-k set, which its file loaders would read as ReLU, is refused in one line."""
+    import torch
+    import yaml
+
+    importable()
+    from circuit_tracer.utils.hf_utils import load_transcoders
+
     model = small_model(seed=3, n_layers=3)
-    with pytest.raises(BadValueError, match="layer 0's transcoder is 'JumpReLUTranscoder'.*only plain Top-k"):
-        replacement_model(model, random_transcoders(model, tmp_path, "batchtopk", False))
+    tcs = random_transcoders(model, tmp_path / "btk", "batchtopk", True)
+    out = write_transcoder_set(model, tcs, tmp_path / "ct")
+    cfg = yaml.safe_load((out / "config.yaml").read_text())
+    cfg["transcoders"] = [str(out / p) for p in cfg["transcoders"]]  # circuit-tracer reads them from the cwd
+    theirs = load_transcoders(cfg, device=torch.device("cpu"), lazy_decoder=False)
+    x = torch.randn(40, model.cfg.d_model, generator=torch.Generator().manual_seed(1)) * 3
+    for t in tcs:
+        codes = t.sae.encode(x)
+        assert (codes > 0).any()
+        torch.testing.assert_close(theirs[t.layer].encode(x), codes, atol=1e-5, rtol=0)
+        torch.testing.assert_close(theirs[t.layer](x), t.sae(x), atol=1e-5, rtol=0)
+    with pytest.raises(BadValueError, match="layer 0's transcoder is Top-k: circuit-tracer 0.5's file loaders"):
+        write_transcoder_set(model, random_transcoders(model, tmp_path / "k", "topk", False), tmp_path / "no")
 
 
 @pytest.mark.parametrize("which", ["random", "trained"])

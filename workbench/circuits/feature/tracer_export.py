@@ -1,7 +1,7 @@
 """The workbench's transcoders and models in circuit-tracer's objects (its TranscoderSet or CrossLayerTranscoder,
 and its TransformerLens ReplacementModel), so circuit-tracer's own `attribute` can run on the same model, prompt
-and dictionary as `build_graph` (bench/feature_circuit_bench.py compares the two). circuit-tracer is imported here
-only.
+and dictionary as `build_graph` (bench/feature_circuit_bench.py compares the two), and a set as circuit-tracer's
+files (`workbench sae export --format circuit-tracer`). circuit-tracer is imported here only.
 
 Exact for Top-k transcoders without a scaffold: the encoder's input bias folds into its bias, the transcoders
 read the same hook (ln2.hook_normalized) and write hook_mlp_out. A CLT goes through circuit-tracer's own
@@ -10,6 +10,7 @@ at their threshold, without skip path or scaffold)."""
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
@@ -23,6 +24,8 @@ from workbench.circuits.feature.transcoders import (
     resolve,
 )
 from workbench.errors import BadValueError
+
+JUMPRELU = ("jumprelu_transcoder", "jumprelu_skip_transcoder")
 
 
 class TopKReLU(torch.nn.Module):
@@ -38,18 +41,27 @@ class TopKReLU(torch.nn.Module):
         return torch.zeros_like(x).scatter(-1, top.indices, top.values.relu())
 
 
-def _check_exportable(t: Transcoder) -> None:
+def _activation(t: Transcoder):
+    """circuit-tracer's activation for a member: the Top-k rule for the workbench's Top-k transcoders, JumpReLU at the
+    threshold for SAELens's JumpReLU transcoders (BatchTopK, Matryoshka and imported sets save as those)."""
+    from circuit_tracer.transcoder.activation_functions import JumpReLU
+
     cfg = t.sae.cfg
-    if getattr(cfg, "base", None) != "topk" or getattr(cfg, "scaffold_rank", 0):
-        raise BadValueError(
-            f"layer {t.layer}'s transcoder is {getattr(cfg, 'base', type(t.sae).__name__)!r} with scaffold rank "
-            f"{getattr(cfg, 'scaffold_rank', 0)}: only plain Top-k transcoders export to circuit-tracer"
-        )
+    if getattr(cfg, "scaffold_rank", 0):
+        raise BadValueError(f"layer {t.layer}'s transcoder has a rank-{cfg.scaffold_rank} scaffold: it does not export")
     if getattr(cfg, "normalize_activations", "none") != "none":
         raise BadValueError(f"layer {t.layer}'s transcoder normalises its input ({cfg.normalize_activations})")
+    if getattr(cfg, "base", None) == "topk":
+        return TopKReLU(cfg.k)
+    if cfg.architecture() in JUMPRELU and bool((t.sae.threshold >= 0).all()):
+        return JumpReLU(t.sae.threshold.detach().float().clone(), 0.1)
+    raise BadValueError(
+        f"layer {t.layer}'s transcoder is {cfg.architecture()!r}: only Top-k and JumpReLU transcoders (threshold >= 0) "
+        "export to circuit-tracer"
+    )
 
 
-def _importable() -> None:
+def importable() -> None:
     """circuit-tracer 0.5 imports huggingface_hub.constants.HF_HUB_ENABLE_HF_TRANSFER, which huggingface_hub 1.x
     removed; it reads it only to pick a download path, never taken here (nothing is downloaded)."""
     import huggingface_hub.constants as hub
@@ -60,7 +72,7 @@ def _importable() -> None:
 
 def transcoder_set(model, transcoders: Transcoders):
     """circuit-tracer's TranscoderSet of a workbench per-layer transcoder set (float32, on the model's device)."""
-    _importable()
+    importable()
     from circuit_tracer.transcoder.single_layer_transcoder import SingleLayerTranscoder, TranscoderSet
 
     tcs = resolve(transcoders, model)
@@ -70,12 +82,11 @@ def transcoder_set(model, transcoders: Transcoders):
     hook = _input_hook(t.input_hook for t in tcs)
     out = {}
     for t in tcs:
-        _check_exportable(t)
         s, skip = t.sae, getattr(t.sae, "W_skip", None)
         ct = SingleLayerTranscoder(
             s.cfg.d_in,
             s.cfg.d_sae,
-            TopKReLU(s.cfg.k),
+            _activation(t),
             t.layer,
             skip is not None,
             device=model.cfg.device,
@@ -104,7 +115,7 @@ def _input_hook(hooks) -> str:
 def cross_layer_transcoder(model, clt: CrossLayerTranscoders):
     """circuit-tracer's CrossLayerTranscoder of a workbench CLT, read by circuit-tracer's load_clt from the CLT's
     circuit_tracer/ folder (written there again, to a temporary folder, for a CLT built in memory)."""
-    _importable()
+    importable()
     from circuit_tracer.transcoder.cross_layer_transcoder import load_clt
 
     from workbench.sae.clt_io import TRACER, tracer_unsupported, write_circuit_tracer
@@ -122,6 +133,38 @@ def cross_layer_transcoder(model, clt: CrossLayerTranscoders):
         return load_clt(tmp, **options)  # lazy_decoder=False: every tensor is read before the folder goes
 
 
+def write_transcoder_set(model, transcoders: Transcoders, folder) -> Path:
+    """The set as circuit-tracer's files: layer_<i>.safetensors (its own `to_safetensors`) and a config.yaml whose
+    `transcoders` are the file names (circuit-tracer resolves them from the working directory; `sae import` from
+    the folder). Its file loaders read ReLU and JumpReLU codes only, so a Top-k set is refused, not approximated."""
+    from workbench.atomic import atomic_path, atomic_write_text
+
+    cts = transcoder_set(model, transcoders)
+    topk = [i for i, t in enumerate(cts.transcoders) if isinstance(t.activation_function, TopKReLU)]
+    if topk:
+        raise BadValueError(
+            f"layer {topk[0]}'s transcoder is Top-k: circuit-tracer 0.5's file loaders read ReLU and JumpReLU codes "
+            "only, so it would load as ReLU; export a BatchTopK set (JumpReLU at its threshold) instead"
+        )
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    names = [f"layer_{i}.safetensors" for i in range(len(cts.transcoders))]
+    for ct, name in zip(cts.transcoders, names):
+        with atomic_path(folder / name) as tmp:
+            ct.to_safetensors(str(tmp))
+    lines = [
+        "model_kind: transcoder_set",
+        f"model_name: {json.dumps(model.cfg.model_name)}",
+        f"scan: {json.dumps(model.cfg.model_name)}",
+        f"feature_input_hook: {json.dumps(cts.feature_input_hook)}",
+        f"feature_output_hook: {json.dumps(cts.feature_output_hook)}",
+        "transcoders:",
+        *(f"  - {n}" for n in names),
+    ]
+    atomic_write_text(folder / "config.yaml", "\n".join(lines) + "\n")  # written last: the set is complete with it
+    return folder
+
+
 def _renamed(key: str, rename) -> str:
     """A TransformerLens weight's name once circuit-tracer has wrapped its MLPs and unembedding."""
     for old, new in rename:
@@ -132,7 +175,7 @@ def _renamed(key: str, rename) -> str:
 def replacement_model(model, transcoders: Transcoders):
     """circuit-tracer's TransformerLens ReplacementModel with `model`'s config and weights and the dictionary (a
     per-layer set or a CLT)."""
-    _importable()
+    importable()
     from circuit_tracer.replacement_model.replacement_model_transformerlens import TransformerLensReplacementModel
 
     tcs = resolve(transcoders, model)
