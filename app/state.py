@@ -444,28 +444,38 @@ def view(rel: str, cd: cg.CircuitData, fraction: float | None, cap: int) -> cg.V
         fail(e)
 
 
-def draw(cd: cg.CircuitData, v: cg.View, key: str, ident: tuple, selected: str | None = None) -> str | None:
-    """The bounded graph (app/graph_view) with what each filter hides, its pins, groups and notes in the URL
-    (remembered as this page's view); `ident` = (circuit, fraction, cap) the view was chosen with: its layout is
-    cached per circuit version. Returns the node clicked in this run (None: no click)."""
+def draw(cd: cg.CircuitData, v: cg.View, key: str, ident: tuple, selected: str | None = None) -> None:
+    """The bounded graph (app/graph_view) with what each filter hides, drawn by draw_marked; `ident` = (circuit,
+    fraction, cap) the view was chosen with: its layout is cached per circuit version."""
     st.caption(f"drawn: {v.label}; {len(v.rows)} edge inputs (the view says what each filter hides)")
     rel, fraction, cap = ident
-    clicked = graph_view.draw(
-        lambda: gl.from_view(cd, v),
-        key,
-        ident=("circuit", rel, version(rel), fraction, cap),
-        selected=selected,
-        marks=marks(),
-        on_marks=_remember_marks,
-    )
-    _remember_marks()
-    return clicked
+    draw_marked(lambda: gl.from_view(cd, v), key, ("circuit", rel, version(rel), fraction, cap), marks(), selected)
 
 
-def _remember_marks() -> None:
-    """The URL's pins, groups and notes as this page's view (also after the view's own rerun changed them)."""
+def selected_node(key: str) -> str | None:
+    """The page's one selection, shared by the graph view `key` and the page's details: a node just clicked in
+    the view (written into the URL, remembered as this page's view), else the URL's node=."""
+    clicked = graph_view.pending_click(key)
+    if clicked:
+        st.query_params["node"] = clicked
+        _remember("node", clicked)
+    return st.query_params.get("node")
+
+
+def draw_marked(graph, key: str, ident: tuple | None, marks: annotations.Annotations, selected: str | None) -> None:
+    """The graph view with the URL's pins, groups and notes, remembered as this page's view (Back from another
+    page brings them back), `selected` its selection (selected_node), its own panel under the stage so the
+    page's details sit beside it; the selection goes into the downloads with the marks (graph_view.marks_box)."""
+    graph_view.draw(graph, key, ident=ident, selected=selected, marks=marks, on_marks=remember_marks, panel="below")
+    graph_view.marks_box()["node"] = selected
+    remember_marks()
+
+
+def remember_marks() -> None:
+    """The URL's pins, groups, notes and selected node as this page's view (also after the view's own rerun
+    changed them)."""
     saved = st.session_state.get(f"_view_{st.session_state.get('_page')}", {})
-    for name in graph_view.PARAMS:
+    for name in (*graph_view.PARAMS, "node"):
         if name in st.query_params:
             _remember(name, st.query_params[name])
         else:

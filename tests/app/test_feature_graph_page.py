@@ -63,8 +63,10 @@ def test_a_node_shows_its_links_and_the_heads_carrying_them(graph_app, graph_wor
     link = next(lk for lk in fg.links if set(lk.get("heads", {})) - {"direct"})
     at = ok(graph_app("views/feature_graph.py", graph="circuits/g", node=link["target"]))
     [table] = [d.value for d in at.dataframe]
-    row = table[(table["source"] == link["source"]) & (table["target"] == link["target"])].iloc[0]
+    names = fgf.names(fg)  # links named by label and token, never by node id
+    row = table[(table["source"] == names[link["source"]]) & (table["target"] == names[link["target"]])].iloc[0]
     assert row["heads"] == ", ".join(f"{k} {v:+.3g}" for k, v in link["heads"].items())
+    assert not set(table["source"]) & {n["node_id"] for n in fg.nodes}
 
 
 def test_an_unknown_graph_in_the_url_is_one_line(graph_app):
@@ -107,7 +109,9 @@ def test_the_figure_keeps_embeddings_and_logits_and_counts_hidden_weight(graph_w
 def test_a_feature_circuits_nodes_start_pinned_unless_the_url_has_marks(graph_app, graph_workspace):
     fg = browse.open_feature_graph(graph_workspace / "circuits" / "pinned")
     at = ok(graph_app("views/feature_graph.py", graph="circuits/pinned"))
-    assert view_data(at)["annotations"]["pinned"] == fg.pinned and "3 nodes pinned" in text(at)
+    assert view_data(at)["annotations"][
+        "pinned"
+    ] == fg.pinned and "feature circuit's 3 nodes in this graph open pinned" in text(at)
     other = fg.nodes[-1]["node_id"]
     at = ok(graph_app("views/feature_graph.py", graph="circuits/pinned", pinned=other))
     assert view_data(at)["annotations"]["pinned"] == [other]
