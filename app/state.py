@@ -548,6 +548,33 @@ def download_buttons(rel: str) -> None:
             col.caption(f"no {fname} in {rel} (export it with `workbench circuit export`)")
 
 
+def compare_pairs(report: dict) -> dict[str, str]:
+    """base circuit -> sparse circuit of every query with a saved circuit in both models of a sparse-attention
+    model's report (matched by prompt and answer): what Compare shows side by side."""
+    found = {rel: circuit(rel) for rel in catalog().circuits}
+    key = lambda cd: (cd.query.get("prompt"), cd.query.get("answer"))  # noqa: E731
+    sparse = {key(cd): rel for rel, cd in found.items() if cd.model_id == report.get("model_id")}
+    return {
+        rel: sparse[key(cd)]
+        for rel, cd in found.items()
+        if cd.model_id == report.get("base_model") and key(cd) in sparse
+    }
+
+
+def compare_link(rel: str) -> None:
+    """A link to Compare for a circuit that has a counterpart in the other model of a sparse-attention pair."""
+    for model in catalog().sparse_models:
+        try:
+            pairs = compare_pairs(browse.attention_report(resolve(model)))
+        except UserError:
+            continue  # Compare names a damaged report itself
+        base = next((b for b, s in pairs.items() if rel in (b, s)), None)
+        if base is not None:
+            st.page_link(
+                COMPARE, label="compare with the other model's circuit", query_params={"model": model, "circuit": base}
+            )
+
+
 def pick_sparse_model(page: str) -> tuple[str, dict]:
     """The sparse-attention model named by ?model= (or the first) and its attention_report.json."""
     models = catalog().sparse_models

@@ -15,6 +15,7 @@ from workbench.circuits import schema
 KINDS = {
     "cross layer transcoder": "feature",
     "mlp reconstruction error": "error",
+    "attention head": "head",
     "embedding": "input",
     "logit": "logits",
 }
@@ -119,7 +120,7 @@ def node_rows(fg: schema.FeatureGraph, node_id: str) -> list[dict]:
             key = (lk["source"], lk["target"])
             named = ", ".join(f"{k} {v:+.3g}" for k, v in heads.get(key, {}).items())
             row = {"source": name[key[0]], "target": name[key[1]], "weight": float(lk["weight"]), "heads": named}
-            rows.append({**row, "check": checked[key]} if checked else row)
+            rows.append({**row, "check": checked.get(key, "not checked")} if checked else row)
     return sorted(rows, key=lambda r: -abs(r["weight"]))
 
 

@@ -109,7 +109,12 @@ def from_view(cd, view, title: str = "") -> Graph:
 
 # ------------------------------------------------------------------ feature graphs (circuit-tracer / Neuronpedia JSON)
 
-NP_KINDS = {"cross layer transcoder": "feature", "mlp reconstruction error": "error", "embedding": "embedding"}
+NP_KINDS = {
+    "cross layer transcoder": "feature",
+    "mlp reconstruction error": "error",
+    "embedding": "embedding",
+    "attention head": "head",
+}
 LABEL_CHARS = 40  # a clerp longer than this is cut in the node's label (the details show it whole)
 
 

@@ -115,3 +115,34 @@ def test_a_feature_circuits_nodes_start_pinned_unless_the_url_has_marks(graph_ap
     other = fg.nodes[-1]["node_id"]
     at = ok(graph_app("views/feature_graph.py", graph="circuits/pinned", pinned=other))
     assert view_data(at)["annotations"]["pinned"] == [other]
+
+
+def test_a_feature_circuits_undrawn_nodes_are_listed_with_the_reason(graph_workspace):
+    """A circuit node silent on the prompt fires only on the counterfactual; one absent otherwise was pruned; one in
+    the graph but not drawn lies below the cap. Links are named by label and token, with their check verdict."""
+    fg = browse.open_feature_graph(graph_workspace / "circuits" / "g")
+    feats = [n for n in fg.nodes if n["feature_type"] == "cross layer transcoder"]
+    layer, latent, pos = (int(v) for v in feats[0]["node_id"].split("_"))
+    row = dict(kind="feature", layer=layer, latent=latent, pos=pos, clean=1.0, token="t", effect=0.1)
+    circuit = {
+        "nodes": [
+            {**row, "name": "drawn"},
+            {**row, "name": "capped", "latent": int(feats[1]["node_id"].split("_")[1]), "pos": feats[1]["ctx_idx"]},
+            {**row, "name": "counterfactual", "latent": 10**6, "clean": 0.0},
+            {**row, "name": "pruned", "latent": 10**6 + 1},
+        ]
+    }
+    circuit["nodes"][1]["layer"] = int(feats[1]["layer"])
+    rows = fgf.not_drawn(fg, circuit, {feats[0]["node_id"]})
+    why = {r["node"]: r["why"] for r in rows}
+    assert set(why) == {"capped", "counterfactual", "pruned"}
+    assert why["capped"].startswith("below the node cap") and why["pruned"].startswith("pruned from")
+    assert why["counterfactual"].startswith("fires only on the counterfactual prompt")
+    target = feats[0]["node_id"]
+    assert fgf.names(fg)[target] == f"{feats[0]['clerp']} @ {fg.metadata['prompt_tokens'][pos]!r}"
+    link = next(lk for lk in fg.links if lk["target"] == target)
+    check = {"nodes": [], "edges": [{"source": link["source"], "target": target, "confirmed": False}]}
+    checked = fgf.node_rows(type(fg)(fg.nodes, fg.links, fg.pinned, fg.metadata, check), target)
+    assert {r["check"] for r in checked if r["source"] == fgf.names(fg)[link["source"]]} == {"failed"}
+    g = fgf.to_graph(type(fg)(fg.nodes, fg.links, fg.pinned, fg.metadata, check), cap=2000)
+    assert [e.check for e in g.edges if (e.src, e.dst) == (link["source"], target)] == ["failed"]
