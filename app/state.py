@@ -462,11 +462,12 @@ def selected_node(key: str) -> str | None:
     return st.query_params.get("node")
 
 
-def draw_marked(graph, key: str, ident: tuple | None, marks: annotations.Annotations, selected: str | None) -> None:
+def draw_marked(graph, key: str, ident, marks: annotations.Annotations, selected: str | None, panel="below") -> None:
     """The graph view with the URL's pins, groups and notes, remembered as this page's view (Back from another
-    page brings them back), `selected` its selection (selected_node), its own panel under the stage so the
-    page's details sit beside it; the selection goes into the downloads with the marks (graph_view.marks_box)."""
-    graph_view.draw(graph, key, ident=ident, selected=selected, marks=marks, on_marks=remember_marks, panel="below")
+    page brings them back), `selected` its selection (selected_node), its own panel under the stage (the page's
+    details beside it) or beside it (`panel`); the selection goes into the downloads with the marks
+    (graph_view.marks_box)."""
+    graph_view.draw(graph, key, ident=ident, selected=selected, marks=marks, on_marks=remember_marks, panel=panel)
     graph_view.marks_box()["node"] = selected
     remember_marks()
 

@@ -55,6 +55,7 @@ def _changed(key: str, on_marks) -> None:
     gets what it already shows (a later Back restores the previous set); `on_marks` tells the page."""
     state = st.session_state[key]
     raw = state.get("annotations") if hasattr(state, "get") else getattr(state, "annotations", None)
+    st.session_state[f"_{key}_seq"] = raw.get("seq", 0) if isinstance(raw, dict) else 0  # echoed: graph.js send
     try:
         a = an.from_dict(raw)
     except UserError as e:
@@ -87,7 +88,10 @@ def _mount(key: str, graph: bytes, view: dict, nodes: frozenset, on_marks) -> No
     a = an.Annotations() if view["readonly"] else url_annotations()
     if not view["readonly"]:
         marks_box()["marks"] = a
-    head = json.dumps({**view, "annotations": a.as_dict()})  # from the URL: a fragment rerun reuses the last args
+    seq = st.session_state.get(f"_{key}_seq", 0)
+    head = json.dumps(
+        {**view, "annotations": a.as_dict(), "seq": seq}
+    )  # from the URL: a fragment rerun reuses the last args
     _VIEW(
         key=key,
         data=b'{"view":' + head.encode() + b',"graph":' + graph + b"}",  # bytes: Streamlit sends them as they are

@@ -24,8 +24,10 @@ const CELL = 40; // px (graph units) of the hit-test grid
 const HIT_PX = 5; // an edge under the pointer: within this many screen px
 const SAMPLES = 12; // segments per edge curve for hit tests
 const READABLE = 0.8; // the zoom an upward graph too wide to fit opens at (its nodes 22 x 16 px)
-const MIN_FIT = 0.45; // an upward graph fits the stage on open when that leaves its nodes at least this zoom
+const MIN_FIT = 0.35; // an upward graph fits the stage on open when that leaves its nodes at least this zoom
 const LINK_CAP = 150; // an upward graph's links drawn at rest: the strongest this many (the user raises it)
+const RESEND_MS = 4000; // a change of the marks not echoed by Python within this long is sent again
+const RESENDS = 30;
 const FOCUS_EDGES = 400; // the most links of one selected or pinned node drawn beside them
 
 function el(tag, attrs = {}, parent = null, text = null) {
@@ -114,7 +116,7 @@ class EdgeLayer {
     for (const key of [...batches.keys()].sort()) {
       const [, tier, colour, step, dash] = key.split("|");
       ctx.setLineDash(dash === "1" ? [6, 4] : []);
-      ctx.globalAlpha = ALPHA[tier];
+      ctx.globalAlpha = tier === "rest" ? this.restAlpha() : ALPHA[tier];
       ctx.strokeStyle = colour;
       ctx.lineWidth = 0.8 + (4.2 * Number(step)) / STEPS;
       ctx.beginPath();
@@ -127,6 +129,11 @@ class EdgeLayer {
     }
     ctx.globalAlpha = 1;
     ctx.setLineDash([]);
+  }
+
+  restAlpha() {
+    // many links at rest are drawn fainter (the overlap still shows where they run together): 0.6 up to 300
+    return Math.max(0.18, ALPHA.rest * Math.sqrt(Math.min(1, 300 / Math.max(1, this.base.size))));
   }
 
   index() {
@@ -169,6 +176,8 @@ class GraphApp {
     this.api = api;
     this.ann = { pinned: [], groups: [], notes: {} };
     this.seen = null; // the last annotations Python sent: a change there (Back/Forward, a link) wins
+    this.seq = 0; // the number of our last change of the marks (send)
+    this.echo = 0;
     this.graphKey = null;
     this.t = { k: 1, x: 0, y: 0 };
     this.size = { w: 800, h: 500 };
@@ -307,7 +316,9 @@ class GraphApp {
     const { view, graph } = JSON.parse(new TextDecoder().decode(raw));
     const incoming = JSON.stringify(view.annotations || {});
     const sig = JSON.stringify([graph.key, view.height, view.readonly, view.panel]);
-    const marksChanged = incoming !== this.seen;
+    this.echo = Math.max(this.echo, view.seq || 0); // the newest of our changes Python has applied
+    this.seq = Math.max(this.seq, this.echo); // a view mounted anew numbers on from what Python holds
+    const marksChanged = incoming !== this.seen && this.echo >= this.seq; // else: marks from before our change
     if (marksChanged) {
       this.seen = incoming;
       this.ann = { pinned: [], groups: [], notes: {}, ...JSON.parse(incoming) };
@@ -422,10 +433,24 @@ class GraphApp {
     this.clickAt = null;
     this.seen = JSON.stringify(this.ann);
     this.remark();
-    this.api.setStateValue("annotations", JSON.parse(this.seen));
+    this.seq += 1;
+    this.send(RESENDS);
     // the click (or key) that changed the marks to the frame that shows them (bench/app_bench.py); a page-wide
     // list, not an attribute, because a rerun may remount the view and drop the root the attribute was on
     frame().then(() => (window.wbgMarkedMs = window.wbgMarkedMs || []).push(performance.now() - t0));
+  }
+
+  send(tries) {
+    // the marks to Python, numbered; Python echoes the number it applied (view.seq). A change made while the page
+    // was still running an earlier one can be dropped by Streamlit, so it is sent again (renumbered, so it counts
+    // as a change) until it is echoed
+    this.api.setStateValue("annotations", { ...this.ann, seq: this.seq });
+    clearTimeout(this.resend);
+    this.resend = setTimeout(() => {
+      if (this.echo >= this.seq || tries <= 0) return;
+      this.seq += 1;
+      this.send(tries - 1);
+    }, RESEND_MS);
   }
 
   remark() {

@@ -241,7 +241,7 @@ def _status(in_a: bool, in_b: bool) -> str:
 
 UP_SIZE = (28.0, 20.0)  # every node of an upward graph: many share a token, labels go above them by zoom
 UP_GAP, UP_COL_GAP, UP_ROW = 6.0, 10.0, 44.0  # px between nodes of one cell, token columns, layer row centres
-WRAP = 5  # nodes side by side in one (position, layer) cell; more wrap onto further lines of the layer's row
+WRAP = 3  # nodes side by side in one (position, layer) cell; more wrap onto further lines of the layer's row
 
 
 def _size(kind: str, flow: str = "right") -> tuple[float, float]:

@@ -137,14 +137,11 @@ if picked is not None:
         None if rel == UPLOADED_GRAPH else ("feature_graph", rel, state.version(rel, browse.FEATURE_GRAPH), int(cap))
     )
     node = state.selected_node("feature_graph")
-    graph_col, side = st.columns([5, 2])
-    with graph_col:
-        state.draw_marked(g, "feature_graph", ident, marks, node)
-    with side:  # the page's details beside the graph: the same selection as the view's panel
-        if node:
-            details(fg, node)
-        else:
-            st.caption("click a node for its links (with the heads carrying them) and its feature page")
+    state.draw_marked(g, "feature_graph", ident, marks, node, panel="side")  # the widest stage: a token per column
+    if node:  # right under the graph: the same selection as the view's panel beside it
+        details(fg, node)
+    else:
+        st.caption("click a node for its links (with the heads carrying them) and its feature page")
     missing(rel, fg, {n.id for n in g.nodes})
     box = graph_view.marks_box()
     st.download_button(
