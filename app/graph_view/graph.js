@@ -844,7 +844,10 @@ class GraphApp {
   }
 
   details(id) {
-    const p = this.panel;
+    // rebuilt on every change of the marks or the selection; a note being typed on the same node is kept
+    const p = this.panel, old = p.querySelector(".wbg-note");
+    const typed = old && p.dataset.node === String(id) && old.value !== (this.ann.notes[id] || "") ? old.value : null;
+    p.dataset.node = String(id);
     p.replaceChildren();
     const n = id === null ? null : this.nodeById.get(id) || (this.byId.has(id) ? { ...this.data.nodes[this.byId.get(id)], i: this.byId.get(id) } : null);
     if (!n) return el("div", { class: "wbg-empty" }, p, "click a node for its details; shift-click pins it");
@@ -874,7 +877,7 @@ class GraphApp {
     if (n.members) return;
     el("div", { class: "wbg-sub-h" }, p, "note");
     const area = el("textarea", { class: "wbg-note", rows: 3 }, p);
-    area.value = this.ann.notes[id] || "";
+    area.value = typed ?? (this.ann.notes[id] || "");
     el("button", { class: "wbg-save-note" }, p, "save note").onclick = () => {
       if (area.value.trim()) this.ann.notes[id] = area.value;
       else delete this.ann.notes[id];

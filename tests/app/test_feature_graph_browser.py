@@ -144,6 +144,8 @@ def test_feature_graph_hover_pin_group_note_feature_page_back_download_upload(gr
                 page.get_by_test_id("graph-link-cap").press("Enter")
                 expect(stats).to_contain_text(f"the {min(cap, total)} strongest")
                 page.locator(".wbg").screenshot(path=str(shots / f"graph_{cap}.png"))
+            node(page, b).hover()  # at ~1,000 links every node is still on top, found and described
+            expect(tip).to_contain_text(f"{b} · feature")
 
             page.get_by_role("link", name=re.compile(r"^feature page of L")).click()
             expect(page.get_by_role("heading", name=re.compile(r"· (latent|block) \d+$"))).to_be_visible()
@@ -160,7 +162,8 @@ def test_feature_graph_hover_pin_group_note_feature_page_back_download_upload(gr
             exported = tmp_path / "marked.json"
             dl.value.save_as(exported)
             marks, clicked = an.read_feature_graph(json.loads(exported.read_text()))
-            assert marks == an.Annotations([a, b], [["movers", a, b]], {b: "copies the name"}) and clicked == b
+            assert marks == an.Annotations([a, b], [["movers", a, b]], {b: "copies the name"}), marks
+            assert clicked == b, (clicked, page.url)
 
             page.goto(base)  # a plain link: no marks; the upload brings them back
             drawn(page)
