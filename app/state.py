@@ -502,14 +502,14 @@ def marks() -> annotations.Annotations:
 
 def marked(source: bytes | Path, n_heads: int):
     """A download's deferred data: the file (bytes, or read from a path when clicked) carrying the graph's pins,
-    groups and notes as they are at the click (graph_view.marks_box; Neuronpedia: qParams and clerps; workbench
+    groups, notes and selected node as they are at the click (graph_view.marks_box; Neuronpedia: qParams and clerps; workbench
     and MIB: their `annotations` key); the file unchanged when there are none."""
     box = graph_view.marks_box()
 
     def data() -> bytes:
         raw = source.read_bytes() if isinstance(source, Path) else source
-        a = box["marks"]
-        return json.dumps(annotations.apply(json.loads(raw), a, n_heads)).encode() if a else raw
+        a, node = box["marks"], box.get("node")
+        return json.dumps(annotations.apply(json.loads(raw), a, n_heads, node)).encode() if a or node else raw
 
     return data
 

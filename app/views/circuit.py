@@ -29,8 +29,12 @@ def upload_box() -> None:
                 try:
                     with st.spinner("checking the upload against its model..."):
                         up_ = live.check_upload(up.name, raw, mib_spec)
-                    # its pins, groups and notes (any format) come back into the URL
-                    graph_view.write_url(annotations.read(json.loads(raw), up_["data"].n_heads))
+                    # its pins, groups, notes and selected node (any format) come back into the URL
+                    d, n_heads = json.loads(raw), up_["data"].n_heads
+                    graph_view.write_url(annotations.read(d, n_heads))
+                    selected = annotations.read_selected(d, n_heads)
+                    if selected:
+                        st.query_params["node"] = selected
                     st.session_state[state.UPLOADED] = up_
                     st.session_state.pop("_upload_error", None)
                     st.query_params["circuit"] = state.UPLOADED

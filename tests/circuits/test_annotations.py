@@ -75,6 +75,9 @@ def test_every_format_carries_the_marks_and_still_reads(name):
     assert after.edges == before.edges and (after.in_circuit == before.in_circuit).all()
     assert an.read(d, n_heads=2) == an.Annotations()
     assert an.read(an.apply(out, an.Annotations(), n_heads=2), n_heads=2) == an.Annotations()
+    assert an.read_selected(out, n_heads=2) is None
+    chosen = json.loads(json.dumps(an.apply(d, MARKS, n_heads=2, selected="a1.h1")))  # and the selected node
+    assert an.read_selected(chosen, n_heads=2) == "a1.h1" and an.read(chosen, n_heads=2) == MARKS
 
 
 def test_a_bad_annotations_key_is_a_damaged_file():

@@ -144,9 +144,10 @@ def _names(d: dict, n_heads: int) -> dict[str, str]:
     return out
 
 
-def apply_neuronpedia(d: dict, a: Annotations, n_heads: int) -> dict:
-    """A copy of an exported graph carrying `a`: pins and groups in qParams, notes appended to the clerps."""
-    return _apply(d, a, _names(d, n_heads))
+def apply_neuronpedia(d: dict, a: Annotations, n_heads: int, selected: str | None = None) -> dict:
+    """A copy of an exported graph carrying `a`: pins and groups in qParams, notes appended to the clerps, the
+    selected node as qParams.clickedId (its first node id)."""
+    return _apply(d, a, _names(d, n_heads), selected)
 
 
 def _ids(d: dict) -> dict[str, str]:
@@ -157,9 +158,7 @@ def _ids(d: dict) -> dict[str, str]:
 def apply_feature_graph(d: dict, a: Annotations, clicked: str | None = None) -> dict:
     """A copy of a feature graph (circuit-tracer graph JSON) carrying `a` as apply_neuronpedia does, and the
     selected node as qParams.clickedId (circuit-tracer's own field for it)."""
-    out = _apply(d, a, _ids(d))
-    out["qParams"]["clickedId"] = clicked or ""
-    return out
+    return _apply(d, a, _ids(d), clicked)
 
 
 def read_feature_graph(d: dict) -> tuple[Annotations, str | None]:
@@ -174,7 +173,7 @@ def without_notes(d: dict) -> dict:
     return {**d, "nodes": [{**n, "clerp": str(n.get("clerp", "")).split(NOTE_MARK)[0]} for n in d["nodes"]]}
 
 
-def _apply(d: dict, a: Annotations, names: dict[str, str]) -> dict:
+def _apply(d: dict, a: Annotations, names: dict[str, str], selected: str | None) -> dict:
     ids: dict[str, list[str]] = {}
     for nid, name in names.items():
         ids.setdefault(name, []).append(nid)
@@ -186,6 +185,7 @@ def _apply(d: dict, a: Annotations, names: dict[str, str]) -> dict:
     q = dict(d["qParams"])
     q["pinnedIds"] = [nid for p in a.pinned for nid in ids.get(p, [])]
     q["supernodes"] = [[name, *(nid for m in members for nid in ids.get(m, []))] for name, *members in a.groups]
+    q["clickedId"] = ids.get(selected, [""])[0] if selected else ""
     return {**d, "qParams": q, "nodes": nodes}
 
 
@@ -228,12 +228,23 @@ def _read(d: dict, names: dict[str, str], edited) -> Annotations:
 # ------------------------------------------------------------------ any circuit file
 
 
-def apply(d: dict, a: Annotations, n_heads: int) -> dict:
-    """A copy of a circuit file of any format carrying `a` (none: the file without marks)."""
+def apply(d: dict, a: Annotations, n_heads: int, selected: str | None = None) -> dict:
+    """A copy of a circuit file of any format carrying `a` and the selected node (none: the file without marks;
+    workbench and MIB files keep the node under FILE_KEY's `selected`)."""
     if detect(d) == "neuronpedia":
-        return apply_neuronpedia(d, a, n_heads)
+        return apply_neuronpedia(d, a, n_heads, selected)
     out = {k: v for k, v in d.items() if k != FILE_KEY}
-    return {**out, FILE_KEY: a.as_dict()} if a else out
+    return {**out, FILE_KEY: {**a.as_dict(), "selected": selected}} if a or selected else out
+
+
+def read_selected(d: dict, n_heads: int) -> str | None:
+    """The selected node a circuit file of any format carries (apply's `selected`), None when it names none."""
+    if detect(d) == "neuronpedia":
+        q = d.get("qParams") if isinstance(d.get("qParams"), dict) else {}
+        return _names(d, n_heads).get(str(q.get("clickedId") or ""))
+    marks = d.get(FILE_KEY)
+    selected = marks.get("selected") if isinstance(marks, dict) else None
+    return selected if isinstance(selected, str) and selected else None
 
 
 def read(d: dict, n_heads: int) -> Annotations:
