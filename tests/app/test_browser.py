@@ -238,6 +238,18 @@ def test_circuit_budget_click_download_upload_compare_feature_offline(circuit_se
             expect(page.get_by_role("heading", name="Compare base and sparse attention")).to_be_visible()
             expect(page.locator(".wbg-diff")).to_contain_text("only in base")  # one graph of both, with counts
             expect(page.get_by_text("queries with a gap on both models").first).to_be_visible()
+            page.get_by_role("link", name="open the sparse attention circuit").click()
+            expect(page).to_have_url(re.compile(r"/circuit\?.*ioi-0-sparse"))
+            drawn(page)
+            page.go_back()  # Compare again, on the pair it opened (was: a red "not a circuit in this workspace")
+            expect(page.get_by_role("heading", name="Compare base and sparse attention")).to_be_visible()
+            settle(page)
+            expect(page.get_by_text("is not a circuit in this workspace")).to_have_count(0)
+            expect(page.locator(".wbg-diff")).to_contain_text("only in base")
+            page.go_forward()
+            expect(page).to_have_url(re.compile(r"/circuit\?.*ioi-0-sparse"))
+            page.get_by_role("link", name="compare with the other model's circuit").click()  # and the way back
+            expect(page.get_by_role("heading", name="Compare base and sparse attention")).to_be_visible()
 
             if layer2:
                 page.goto(f"{circuit_server}/circuit?circuit=circuits/ioi-0&cap=2000&node={layer2[0]}")
