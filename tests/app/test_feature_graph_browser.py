@@ -66,10 +66,8 @@ def wait_param(page, name: str, want: str) -> None:
     page.wait_for_function(f"new URLSearchParams(location.search).get({name!r}) === {want!r}", timeout=WAIT_MS)
 
 
-def test_feature_graph_hover_pin_group_note_feature_page_back_download_upload(graph_workspace, tmp_path):
-    from playwright.sync_api import expect
-
-    fg = browse.open_feature_graph(graph_workspace / "circuits" / "g")
+def two_features(fg) -> tuple[str, str]:
+    """The two strongest drawn features (by summed |link weight|) of layers with a feature store."""
     members = fg.metadata["info"]["transcoder_members"]
     drawn_ids = {n.id for n in fgf.to_graph(fg).nodes}
     strength = {n["node_id"]: 0.0 for n in fg.nodes}
@@ -81,7 +79,82 @@ def test_feature_graph_hover_pin_group_note_feature_page_back_download_upload(gr
         key=lambda n: -strength[n["node_id"]],
     )
     a, b = [n["node_id"] for n in feats if n["node_id"] in drawn_ids][:2]
-    names = fgf.names(fg)
+    return a, b
+
+
+def wait_marks(page, a: str, b: str) -> None:
+    """Until the URL holds the pins, the group and the note the test made."""
+    wait_param(page, "pinned", f"{a},{b}")
+    wait_param(page, "groups", json.dumps([["movers", a, b]], separators=(",", ":")))
+    wait_param(page, "notes", json.dumps({b: "copies the name"}, separators=(",", ":")))
+
+
+def hover_pin_group_note(page, a: str, b: str, name_a: str) -> None:
+    from playwright.sync_api import expect
+
+    node(page, a).hover()  # details in the browser, links named by label and token
+    tip = page.get_by_test_id("graph-tip")
+    expect(tip).to_contain_text(f"{a} · feature")
+    expect(tip).to_contain_text(" @ ")
+    node(page, a).click()
+    details = page.get_by_test_id("graph-details")
+    expect(details.locator("h4")).to_have_text(f"{a} · feature")
+    wait_param(page, "node", a)
+    drawn(page)
+    expect(page.get_by_text(name_a).first).to_be_visible()  # the page's details, right under the graph
+    details.get_by_role("button", name="pin").click()
+    wait_param(page, "pinned", a)
+    node(page, b).click(modifiers=["Shift"])
+    wait_param(page, "pinned", f"{a},{b}")
+    page.get_by_placeholder("group name").fill("movers")
+    page.get_by_role("button", name="group pinned nodes").click()
+    wait_param(page, "groups", json.dumps([["movers", a, b]], separators=(",", ":")))
+    node(page, b).click()
+    details.locator("textarea").fill("copies the name")
+    details.get_by_role("button", name="save note").click()
+    wait_marks(page, a, b)
+    drawn(page)
+
+
+def view_only_controls(page, sent: list, total: int) -> None:
+    """Folding a group, influence pruning and the check filter redraw in the browser: nothing goes to the server."""
+    from playwright.sync_api import expect
+
+    before, stats, details = len(sent), page.get_by_test_id("graph-stats"), page.get_by_test_id("graph-details")
+    page.get_by_role("button", name="collapse movers").click()
+    expect(page.locator("[data-node-id='group:movers']")).to_have_count(1)
+    node(page, "group:movers").click()
+    expect(details).to_contain_text(re.compile(r"strongest (incoming|outgoing) \([1-9]"))  # keeps its links
+    page.get_by_role("button", name="expand movers").click()
+    expect(page.locator("[data-node-id='group:movers']")).to_have_count(0)
+    page.get_by_test_id("graph-node-threshold").fill("0.3")
+    expect(stats).to_contain_text("influence pruning (node 0.30")
+    assert int(page.locator(".wbg").get_attribute("data-edges")) < total
+    page.get_by_test_id("graph-node-threshold").fill("1")
+    page.get_by_test_id("graph-show-failed").uncheck()
+    expect(stats).to_contain_text("failed (red, dashed), hidden")
+    page.get_by_test_id("graph-show-failed").check()
+    assert len(sent) == before, "a view-only control sent a message to the server"
+
+
+def screenshots(page, total: int, shots: Path, b: str) -> None:
+    """The docs' screenshots at ~100 and ~1,000 links drawn at rest; at 1,000 a node is still found by a hover."""
+    from playwright.sync_api import expect
+
+    for cap in (100, 1000):
+        page.get_by_test_id("graph-link-cap").fill(str(cap))
+        page.get_by_test_id("graph-link-cap").press("Enter")
+        expect(page.get_by_test_id("graph-stats")).to_contain_text(f"the {min(cap, total)} strongest")
+        page.locator(".wbg").screenshot(path=str(shots / f"graph_{cap}.png"))
+    node(page, b).hover()
+    expect(page.get_by_test_id("graph-tip")).to_contain_text(f"{b} · feature")
+
+
+def test_feature_graph_hover_pin_group_note_feature_page_back_download_upload(graph_workspace, tmp_path):
+    from playwright.sync_api import expect
+
+    fg = browse.open_feature_graph(graph_workspace / "circuits" / "g")
+    a, b = two_features(fg)
     shots = Path(os.environ.get("WORKBENCH_SCREENSHOTS", tmp_path))
     requests: list[str] = []
     with serving(graph_workspace, tmp_path) as url, browser_page(requests) as page:
@@ -92,70 +165,22 @@ def test_feature_graph_hover_pin_group_note_feature_page_back_download_upload(gr
         try:
             page.goto(base)
             drawn(page)
-            view = page.locator(".wbg")
             assert page.evaluate(INSIDE_JS) == 0  # the stage fits the graph on open: no node off it
-            total = int(view.get_attribute("data-edges"))
-            assert int(view.get_attribute("data-links-drawn")) <= 150 < total or total <= 150
-            stats = page.get_by_test_id("graph-stats")
-            expect(stats).to_contain_text("links drawn:")
-            expect(stats).to_contain_text("intervention check:")  # the check's verdicts are marked, with counts
-
-            node(page, a).hover()  # details in the browser, links named by label and token
-            tip = page.get_by_test_id("graph-tip")
-            expect(tip).to_contain_text(f"{a} · feature")
-            expect(tip).to_contain_text(" @ ")
-            node(page, a).click()
-            details = page.get_by_test_id("graph-details")
-            expect(details.locator("h4")).to_have_text(f"{a} · feature")
-            page.wait_for_function(f"new URLSearchParams(location.search).get('node') === {a!r}", timeout=WAIT_MS)
-            drawn(page)
-            expect(page.get_by_text(names[a]).first).to_be_visible()  # the page's details beside the graph
-            details.get_by_role("button", name="pin").click()
-            wait_param(page, "pinned", a)
-            node(page, b).click(modifiers=["Shift"])
-            wait_param(page, "pinned", f"{a},{b}")
-            page.get_by_placeholder("group name").fill("movers")
-            page.get_by_role("button", name="group pinned nodes").click()
-            wait_param(page, "groups", json.dumps([["movers", a, b]], separators=(",", ":")))
-            node(page, b).click()
-            details.locator("textarea").fill("copies the name")
-            details.get_by_role("button", name="save note").click()
-            wait_param(page, "notes", json.dumps({b: "copies the name"}, separators=(",", ":")))
-            drawn(page)
-
-            before = len(sent)  # pruning and folding redraw in the browser: nothing goes to the server
-            page.get_by_role("button", name="collapse movers").click()
-            expect(page.locator("[data-node-id='group:movers']")).to_have_count(1)
-            node(page, "group:movers").click()
-            expect(details).to_contain_text(re.compile(r"strongest (incoming|outgoing) \([1-9]"))  # keeps its links
-            page.get_by_role("button", name="expand movers").click()
-            expect(page.locator("[data-node-id='group:movers']")).to_have_count(0)
-            page.get_by_test_id("graph-node-threshold").fill("0.3")
-            expect(stats).to_contain_text("influence pruning (node 0.30")
-            assert int(view.get_attribute("data-edges")) < total
-            page.get_by_test_id("graph-node-threshold").fill("1")
-            page.get_by_test_id("graph-show-failed").uncheck()
-            expect(stats).to_contain_text("failed (red, dashed), hidden")
-            page.get_by_test_id("graph-show-failed").check()
-            assert len(sent) == before, "a view-only control sent a message to the server"
-
-            for cap in (100, 1000):  # the docs' screenshots: ~100 and ~1,000 links drawn at rest
-                page.get_by_test_id("graph-link-cap").fill(str(cap))
-                page.get_by_test_id("graph-link-cap").press("Enter")
-                expect(stats).to_contain_text(f"the {min(cap, total)} strongest")
-                page.locator(".wbg").screenshot(path=str(shots / f"graph_{cap}.png"))
-            node(page, b).hover()  # at ~1,000 links every node is still on top, found and described
-            expect(tip).to_contain_text(f"{b} · feature")
+            total = int(page.locator(".wbg").get_attribute("data-edges"))
+            assert int(page.locator(".wbg").get_attribute("data-links-drawn")) <= 150 < total or total <= 150
+            expect(page.get_by_test_id("graph-stats")).to_contain_text("links drawn:")
+            expect(page.get_by_test_id("graph-stats")).to_contain_text("intervention check:")  # verdicts, counted
+            hover_pin_group_note(page, a, b, fgf.names(fg)[a])
+            view_only_controls(page, sent, total)
+            screenshots(page, total, shots, b)
 
             page.get_by_role("link", name=re.compile(r"^feature page of L")).click()
             expect(page.get_by_role("heading", name=re.compile(r"· (latent|block) \d+$"))).to_be_visible()
             drawn(page)
             page.go_back()
             drawn(page)
-            wait_param(page, "pinned", f"{a},{b}")  # Back from the feature page: pins, groups, notes kept
+            wait_marks(page, a, b)  # Back from the feature page: pins, groups, notes kept
             expect(page.locator(".wbg-pinned")).to_have_count(2)
-            wait_param(page, "groups", json.dumps([["movers", a, b]], separators=(",", ":")))
-            wait_param(page, "notes", json.dumps({b: "copies the name"}, separators=(",", ":")))
 
             with page.expect_download() as dl:
                 page.get_by_role("button", name=re.compile(r"^download graph JSON")).click()
@@ -171,13 +196,11 @@ def test_feature_graph_hover_pin_group_note_feature_page_back_download_upload(gr
             page.get_by_text("upload a circuit-tracer / Neuronpedia graph JSON").click()
             page.locator("input[type=file]").set_input_files(str(exported))
             wait_param(page, "graph", "uploaded-graph")
-            wait_param(page, "pinned", f"{a},{b}")
-            wait_param(page, "groups", json.dumps([["movers", a, b]], separators=(",", ":")))
-            wait_param(page, "notes", json.dumps({b: "copies the name"}, separators=(",", ":")))
+            wait_marks(page, a, b)
             drawn(page)
             expect(page.locator(".wbg-pinned")).to_have_count(2)
             node(page, b).click()
-            expect(details.locator("textarea")).to_have_value("copies the name")
+            expect(page.get_by_test_id("graph-details").locator("textarea")).to_have_value("copies the name")
         finally:
             page.screenshot(path=str(tmp_path / "page.png"), full_page=True)
     assert_offline(requests)
