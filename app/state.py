@@ -444,28 +444,39 @@ def view(rel: str, cd: cg.CircuitData, fraction: float | None, cap: int) -> cg.V
         fail(e)
 
 
-def draw(cd: cg.CircuitData, v: cg.View, key: str, ident: tuple, selected: str | None = None) -> str | None:
-    """The bounded graph (app/graph_view) with what each filter hides, its pins, groups and notes in the URL
-    (remembered as this page's view); `ident` = (circuit, fraction, cap) the view was chosen with: its layout is
-    cached per circuit version. Returns the node clicked in this run (None: no click)."""
+def draw(cd: cg.CircuitData, v: cg.View, key: str, ident: tuple, selected: str | None = None) -> None:
+    """The bounded graph (app/graph_view) with what each filter hides, drawn by draw_marked; `ident` = (circuit,
+    fraction, cap) the view was chosen with: its layout is cached per circuit version."""
     st.caption(f"drawn: {v.label}; {len(v.rows)} edge inputs (the view says what each filter hides)")
     rel, fraction, cap = ident
-    clicked = graph_view.draw(
-        lambda: gl.from_view(cd, v),
-        key,
-        ident=("circuit", rel, version(rel), fraction, cap),
-        selected=selected,
-        marks=marks(),
-        on_marks=_remember_marks,
-    )
-    _remember_marks()
-    return clicked
+    draw_marked(lambda: gl.from_view(cd, v), key, ("circuit", rel, version(rel), fraction, cap), marks(), selected)
 
 
-def _remember_marks() -> None:
-    """The URL's pins, groups and notes as this page's view (also after the view's own rerun changed them)."""
+def selected_node(key: str) -> str | None:
+    """The page's one selection, shared by the graph view `key` and the page's details: a node just clicked in
+    the view (written into the URL, remembered as this page's view), else the URL's node=."""
+    clicked = graph_view.pending_click(key)
+    if clicked:
+        st.query_params["node"] = clicked
+        _remember("node", clicked)
+    return st.query_params.get("node")
+
+
+def draw_marked(graph, key: str, ident, marks: annotations.Annotations, selected: str | None, panel="below") -> None:
+    """The graph view with the URL's pins, groups and notes, remembered as this page's view (Back from another
+    page brings them back), `selected` its selection (selected_node), its own panel under the stage (the page's
+    details beside it) or beside it (`panel`); the selection goes into the downloads with the marks
+    (graph_view.marks_box)."""
+    graph_view.draw(graph, key, ident=ident, selected=selected, marks=marks, on_marks=remember_marks, panel=panel)
+    graph_view.marks_box()["node"] = selected
+    remember_marks()
+
+
+def remember_marks() -> None:
+    """The URL's pins, groups, notes and selected node as this page's view (also after the view's own rerun
+    changed them)."""
     saved = st.session_state.get(f"_view_{st.session_state.get('_page')}", {})
-    for name in graph_view.PARAMS:
+    for name in (*graph_view.PARAMS, "node"):
         if name in st.query_params:
             _remember(name, st.query_params[name])
         else:
@@ -491,14 +502,14 @@ def marks() -> annotations.Annotations:
 
 def marked(source: bytes | Path, n_heads: int):
     """A download's deferred data: the file (bytes, or read from a path when clicked) carrying the graph's pins,
-    groups and notes as they are at the click (graph_view.marks_box; Neuronpedia: qParams and clerps; workbench
+    groups, notes and selected node as they are at the click (graph_view.marks_box; Neuronpedia: qParams and clerps; workbench
     and MIB: their `annotations` key); the file unchanged when there are none."""
     box = graph_view.marks_box()
 
     def data() -> bytes:
         raw = source.read_bytes() if isinstance(source, Path) else source
-        a = box["marks"]
-        return json.dumps(annotations.apply(json.loads(raw), a, n_heads)).encode() if a else raw
+        a, node = box["marks"], box.get("node")
+        return json.dumps(annotations.apply(json.loads(raw), a, n_heads, node)).encode() if a or node else raw
 
     return data
 
@@ -536,6 +547,33 @@ def download_buttons(rel: str) -> None:
             )
         else:
             col.caption(f"no {fname} in {rel} (export it with `workbench circuit export`)")
+
+
+def compare_pairs(report: dict) -> dict[str, str]:
+    """base circuit -> sparse circuit of every query with a saved circuit in both models of a sparse-attention
+    model's report (matched by prompt and answer): what Compare shows side by side."""
+    found = {rel: circuit(rel) for rel in catalog().circuits}
+    key = lambda cd: (cd.query.get("prompt"), cd.query.get("answer"))  # noqa: E731
+    sparse = {key(cd): rel for rel, cd in found.items() if cd.model_id == report.get("model_id")}
+    return {
+        rel: sparse[key(cd)]
+        for rel, cd in found.items()
+        if cd.model_id == report.get("base_model") and key(cd) in sparse
+    }
+
+
+def compare_link(rel: str) -> None:
+    """A link to Compare for a circuit that has a counterpart in the other model of a sparse-attention pair."""
+    for model in catalog().sparse_models:
+        try:
+            pairs = compare_pairs(browse.attention_report(resolve(model)))
+        except UserError:
+            continue  # Compare names a damaged report itself
+        base = next((b for b, s in pairs.items() if rel in (b, s)), None)
+        if base is not None:
+            st.page_link(
+                COMPARE, label="compare with the other model's circuit", query_params={"model": model, "circuit": base}
+            )
 
 
 def pick_sparse_model(page: str) -> tuple[str, dict]:

@@ -50,12 +50,12 @@ VIEW = (
     " const r = h && h.shadowRoot && h.shadowRoot.querySelector('.wbg[data-drawn]');"
 )
 DRAWN = (
-    "() => { const d = document.querySelectorAll('.js-plotly-plot');"
+    "() => { const d = document.querySelectorAll('.st-key-curve .js-plotly-plot');"
     + VIEW
     + " return r && d.length >= 1 && d[0].querySelector('.scatterlayer .trace'); }"
 )
 MARK = (
-    "b => { const d = document.querySelectorAll('.js-plotly-plot')[0]; const t = d && d.data && d.data[d.data.length - 1];"
+    "b => { const d = document.querySelector('.st-key-curve .js-plotly-plot'); const t = d && d.data && d.data[d.data.length - 1];"
     " const v = t && t.name === 'drawn' ? t.x[0] : null; return CMP === null ? v : v !== null && v !== CMP; }"
 )
 GRAPH = (

@@ -15,13 +15,34 @@ from workbench.circuits import schema
 KINDS = {
     "cross layer transcoder": "feature",
     "mlp reconstruction error": "error",
+    "attention head": "head",
     "embedding": "input",
     "logit": "logits",
 }
 ALWAYS = ("input", "logits")
 
 
-def _node(n: dict, n_layers: int) -> layout.Node:
+def verdicts(fg: schema.FeatureGraph) -> tuple[dict, dict]:
+    """The intervention check's verdicts (workbench circuit check, schema.GRAPH_CHECK): node id -> confirmed |
+    failed, and (source, target) -> the same; both empty for a graph never checked."""
+    c = fg.check or {}
+    word = {True: "confirmed", False: "failed"}
+    nodes = {r["node_id"]: word[bool(r["confirmed"])] for r in c.get("nodes", []) if "node_id" in r}
+    edges = {(r["source"], r["target"]): word[bool(r["confirmed"])] for r in c.get("edges", []) if "source" in r}
+    return nodes, edges
+
+
+def token(fg: schema.FeatureGraph, pos: int) -> str:
+    tokens = fg.metadata.get("prompt_tokens") or []
+    return str(tokens[pos]) if 0 <= pos < len(tokens) else f"pos {pos}"
+
+
+def names(fg: schema.FeatureGraph) -> dict[str, str]:
+    """node id -> the node as a researcher reads it: its label and the token it sits on (`L1 latent 5 @ ' Mary'`)."""
+    return {n["node_id"]: f"{n['clerp'] or n['node_id']} @ {token(fg, int(n['ctx_idx']))!r}" for n in fg.nodes}
+
+
+def _node(n: dict, n_layers: int, tokens: list, check: dict) -> layout.Node:
     kind = KINDS.get(n["feature_type"], "feature")
     if kind == "input":
         column, label = (-1, 0), "embeddings"
@@ -41,6 +62,10 @@ def _node(n: dict, n_layers: int) -> layout.Node:
         label=n["clerp"],
         score=1.0 if n["influence"] is None else float(n["influence"]),  # null (circuit-tracer allows it): ranks last
         activation=float(n["activation"]) if kind == "feature" and n["activation"] is not None else None,
+        token=str(tokens[n["ctx_idx"]]) if 0 <= n["ctx_idx"] < len(tokens) else "",
+        influence=None if kind in ALWAYS or n["influence"] is None else float(n["influence"]),
+        prob=float(n.get("token_prob") or 0.0) if kind == "logits" else None,
+        check=check.get(n["node_id"]),
     )
 
 
@@ -52,12 +77,21 @@ def link_heads(fg: schema.FeatureGraph) -> dict[tuple[str, str], dict]:
 def to_graph(fg: schema.FeatureGraph, cap: int = 120, title: str = "") -> layout.Graph:
     """The `cap` most influential features and error nodes (plus every embedding and logit) and the links
     between them; `hidden` says how many nodes, links and how much link weight the cap hides."""
-    n_layers = fg.n_layers
-    nodes = [_node(n, n_layers) for n in fg.nodes]
+    n_layers, tokens = fg.n_layers, fg.metadata.get("prompt_tokens") or []
+    node_check, edge_check = verdicts(fg)
+    nodes = [_node(n, n_layers, tokens, node_check) for n in fg.nodes]
     inner = sorted((n for n in nodes if n.kind not in ALWAYS), key=lambda n: n.score)
     keep = {n.id for n in inner[:cap]} | {n.id for n in nodes if n.kind in ALWAYS}
+    heads = link_heads(fg)
     edges = [
-        layout.Edge(lk["source"], lk["target"], None, float(lk["weight"]))
+        layout.Edge(
+            lk["source"],
+            lk["target"],
+            None,
+            float(lk["weight"]),
+            heads=heads.get((lk["source"], lk["target"])),
+            check=edge_check.get((lk["source"], lk["target"])),
+        )
         for lk in fg.links
         if lk["source"] in keep and lk["target"] in keep
     ]
@@ -77,12 +111,45 @@ def to_graph(fg: schema.FeatureGraph, cap: int = 120, title: str = "") -> layout
 
 
 def node_rows(fg: schema.FeatureGraph, node_id: str) -> list[dict]:
-    """The links into and out of one node, strongest first, each with the heads that carry it."""
-    heads = link_heads(fg)
+    """The links into and out of one node, strongest first, each named by label and token (name), with the heads
+    that carry it and its intervention check verdict when the graph was checked."""
+    heads, (_, checked), name = link_heads(fg), verdicts(fg), names(fg)
     rows = []
     for lk in fg.links:
         if node_id in (lk["source"], lk["target"]):
-            h = heads.get((lk["source"], lk["target"]), {})
-            named = ", ".join(f"{k} {v:+.3g}" for k, v in h.items())
-            rows.append({"source": lk["source"], "target": lk["target"], "weight": float(lk["weight"]), "heads": named})
+            key = (lk["source"], lk["target"])
+            named = ", ".join(f"{k} {v:+.3g}" for k, v in heads.get(key, {}).items())
+            row = {"source": name[key[0]], "target": name[key[1]], "weight": float(lk["weight"]), "heads": named}
+            rows.append({**row, "check": checked.get(key, "not checked")} if checked else row)
     return sorted(rows, key=lambda r: -abs(r["weight"]))
+
+
+def circuit_id(n: dict) -> str:
+    """The graph node id of a feature circuit's node (feature_circuit.json's rows; graph_json's ids)."""
+    if n["kind"] == "feature":
+        return f"{n['layer']}_{n['latent']}_{n['pos']}"
+    return f"err_{n['layer']}_{n['pos']}" if n["kind"] == "error" else f"E_{n['pos']}"
+
+
+def not_drawn(fg: schema.FeatureGraph, circuit: dict, drawn: set[str]) -> list[dict]:
+    """The feature circuit's nodes the graph view does not show, each with the reason: a feature silent on the
+    prompt fires only on the counterfactual (the attribution graph holds the prompt's active features), others
+    were pruned from the graph, or lie below the view's node cap."""
+    in_graph = {n["node_id"] for n in fg.nodes}
+    embeddings = {f"E_{n['ctx_idx']}": n["node_id"] for n in fg.nodes if n["feature_type"] == "embedding"}
+    rows = []
+    for n in circuit.get("nodes", []):
+        nid = circuit_id(n)
+        nid = embeddings.get(nid, nid)
+        if nid in drawn:
+            continue
+        if nid in in_graph:
+            why = "below the node cap (raise 'most influential nodes drawn')"
+        elif n["kind"] == "feature" and not n.get("clean"):
+            why = (
+                "fires only on the counterfactual prompt (activation 0 on the prompt, so not in its attribution graph)"
+            )
+        else:
+            why = "pruned from the attribution graph (below its node or edge influence threshold)"
+        rows.append({"node": n["name"], "token": str(n.get("token", "")), "effect": n.get("effect"), "why": why})
+    return rows

@@ -45,9 +45,9 @@ MARKS = "_graph_marks"  # session key of marks_box
 
 
 def marks_box() -> dict:
-    """{"marks": the marks the URL holds now}, one object for the session: a download's deferred data reads it
+    """{"marks": the marks the URL holds now, "node": the page's selected node}, one object for the session: a download's deferred data reads it
     when clicked, so a pin made in the view's own rerun (a fragment, below) reaches the file."""
-    return st.session_state.setdefault(MARKS, {"marks": an.Annotations()})
+    return st.session_state.setdefault(MARKS, {"marks": an.Annotations(), "node": None})
 
 
 def _changed(key: str, on_marks) -> None:
@@ -55,6 +55,7 @@ def _changed(key: str, on_marks) -> None:
     gets what it already shows (a later Back restores the previous set); `on_marks` tells the page."""
     state = st.session_state[key]
     raw = state.get("annotations") if hasattr(state, "get") else getattr(state, "annotations", None)
+    st.session_state[f"_{key}_seq"] = raw.get("seq", 0) if isinstance(raw, dict) else 0  # echoed: graph.js send
     try:
         a = an.from_dict(raw)
     except UserError as e:
@@ -64,6 +65,12 @@ def _changed(key: str, on_marks) -> None:
     marks_box()["marks"] = a
     if on_marks is not None:
         on_marks()
+
+
+def pending_click(key: str) -> str | None:
+    """The node clicked in the view `key` since the page last ran (None: none), without taking it: a page reads
+    it before its own widgets, so they show the clicked node in the same run."""
+    return st.session_state.get(f"_{key}_clicked")
 
 
 def _clicked(key: str) -> None:
@@ -81,7 +88,10 @@ def _mount(key: str, graph: bytes, view: dict, nodes: frozenset, on_marks) -> No
     a = an.Annotations() if view["readonly"] else url_annotations()
     if not view["readonly"]:
         marks_box()["marks"] = a
-    head = json.dumps({**view, "annotations": a.as_dict()})  # from the URL: a fragment rerun reuses the last args
+    seq = st.session_state.get(f"_{key}_seq", 0)
+    head = json.dumps(
+        {**view, "annotations": a.as_dict(), "seq": seq}
+    )  # from the URL: a fragment rerun reuses the last args
     _VIEW(
         key=key,
         data=b'{"view":' + head.encode() + b',"graph":' + graph + b"}",  # bytes: Streamlit sends them as they are
@@ -139,16 +149,19 @@ def draw(
     height: int = 560,
     marks: an.Annotations | None = None,
     on_marks=None,
+    panel: str = "side",
 ) -> str | None:
     """Mount the view on `graph` (a layout.Graph, or a function making one) with `marks` (the URL's pins, groups
     and notes; None: a view without marks, such as a diff), bounded to what a browser draws at once
     (layout.bound: the marked nodes first, the cut stated in the view); `ident` (hashable: what the graph is
     drawn from, e.g. a file version and a cap) caches its layout and JSON; `on_marks` is called when the view
-    changes the marks. Returns the node clicked since the last page run (None: no click)."""
+    changes the marks; `panel` places the view's details panel: "side" (beside the stage) or "below" (under it, when
+    the page shows its own details beside the view). Returns the node clicked since the last page run (None: no
+    click)."""
     a = marks or an.Annotations()
     keep = frozenset(a.pinned) | {m for _, *ms in a.groups for m in ms}
     raw, nodes = payload(graph, ident, counts, names, keep)
-    view = {"selected": selected, "height": height, "readonly": marks is None}
+    view = {"selected": selected, "height": height, "readonly": marks is None, "panel": panel}
     clicked = st.session_state.pop(f"_{key}_clicked", None)
     _mount(key, raw, view, nodes, on_marks)
     return clicked

@@ -23,7 +23,12 @@ const ALPHA = { rest: 0.6, dim: 0.12, lit: 0.95 };
 const CELL = 40; // px (graph units) of the hit-test grid
 const HIT_PX = 5; // an edge under the pointer: within this many screen px
 const SAMPLES = 12; // segments per edge curve for hit tests
-const READABLE = 0.8; // the least zoom an upward graph opens at (its nodes 22 x 16 px)
+const READABLE = 0.8; // the zoom an upward graph too wide to fit opens at (its nodes 22 x 16 px)
+const MIN_FIT = 0.35; // an upward graph fits the stage on open when that leaves its nodes at least this zoom
+const LINK_CAP = 150; // an upward graph's links drawn at rest: the strongest this many (the user raises it)
+const RESEND_MS = 4000; // a change of the marks not echoed by Python within this long is sent again
+const RESENDS = 30;
+const FOCUS_EDGES = 400; // the most links of one selected or pinned node drawn beside them
 
 function el(tag, attrs = {}, parent = null, text = null) {
   const e = tag.startsWith("svg:") ? document.createElementNS(SVG, tag.slice(4)) : document.createElement(tag);
@@ -42,6 +47,7 @@ function edgeRows(c) {
   return c.s.map((s, j) => ({
     s, t: c.t[j], port: c.port[j], w: c.w[j], lift: c.lift[j], p: c.p.slice(4 * j, 4 * j + 4),
     wb: c.wb ? c.wb[j] : null, status: c.status ? c.status[j] : "both",
+    heads: c.heads ? c.heads[j] : null, check: c.check ? c.check[j] : null,
   }));
 }
 
@@ -79,9 +85,14 @@ class EdgeLayer {
 
   set(edges, style, up) {
     this.curves = edges.map((e) => curve(e, up));
-    this.style = edges.map(style); // [colour, width step]
+    this.style = edges.map(style); // [colour, width step, dashed]
     this.grid = null;
     this.lit = null;
+    this.base = new Set(edges.keys()); // drawn at rest; the lit ones (a hovered node's) are drawn besides
+  }
+
+  drawn(j) {
+    return this.base.has(j) || (this.lit !== null && this.lit.has(j));
   }
 
   draw(t, w, h) {
@@ -95,15 +106,17 @@ class EdgeLayer {
     ctx.clearRect(0, 0, c.width, c.height);
     ctx.setTransform(dpr * t.k, 0, 0, dpr * t.k, dpr * t.x, dpr * t.y);
     const batches = new Map();
-    this.style.forEach(([colour, step], j) => {
+    this.style.forEach(([colour, step, dash], j) => {
+      if (!this.drawn(j)) return;
       const tier = this.lit ? (this.lit.has(j) ? "lit" : "dim") : "rest";
-      const key = `${tier === "lit" ? 1 : 0}|${tier}|${colour}|${step}`;
+      const key = `${tier === "lit" ? 1 : 0}|${tier}|${colour}|${step}|${dash ? 1 : 0}`;
       if (!batches.has(key)) batches.set(key, []);
       batches.get(key).push(j);
     });
     for (const key of [...batches.keys()].sort()) {
-      const [, tier, colour, step] = key.split("|");
-      ctx.globalAlpha = ALPHA[tier];
+      const [, tier, colour, step, dash] = key.split("|");
+      ctx.setLineDash(dash === "1" ? [6, 4] : []);
+      ctx.globalAlpha = tier === "rest" ? this.restAlpha() : ALPHA[tier];
       ctx.strokeStyle = colour;
       ctx.lineWidth = 0.8 + (4.2 * Number(step)) / STEPS;
       ctx.beginPath();
@@ -115,6 +128,12 @@ class EdgeLayer {
       ctx.stroke();
     }
     ctx.globalAlpha = 1;
+    ctx.setLineDash([]);
+  }
+
+  restAlpha() {
+    // many links at rest are drawn fainter (the overlap still shows where they run together): 0.6 up to 300
+    return Math.max(0.18, ALPHA.rest * Math.sqrt(Math.min(1, 300 / Math.max(1, this.base.size))));
   }
 
   index() {
@@ -143,7 +162,7 @@ class EdgeLayer {
     for (let gx = Math.floor((x - r) / CELL); gx <= Math.floor((x + r) / CELL); gx++) {
       for (let gy = Math.floor((y - r) / CELL); gy <= Math.floor((y + r) / CELL); gy++) {
         for (const s of this.grid.get(`${gx},${gy}`) || []) {
-          const d = segDist2(x, y, s);
+          const d = this.drawn(s[4]) ? segDist2(x, y, s) : Infinity;
           if (d <= bestD) [best, bestD] = [s[4], d];
         }
       }
@@ -157,11 +176,17 @@ class GraphApp {
     this.api = api;
     this.ann = { pinned: [], groups: [], notes: {} };
     this.seen = null; // the last annotations Python sent: a change there (Back/Forward, a link) wins
+    this.seq = 0; // the number of our last change of the marks (send)
+    this.echo = 0;
     this.graphKey = null;
     this.t = { k: 1, x: 0, y: 0 };
     this.size = { w: 800, h: 500 };
     this.subgraph = false;
     this.selected = null;
+    this.collapsed = new Set(); // names of the groups drawn as one supernode in the full graph
+    this.nodeT = 1;
+    this.edgeT = 1; // influence thresholds (1: nothing pruned beyond what the file holds)
+    this.showFailed = true;
     this.root = el("div", { class: "wbg" }, parent);
     this.head = el("div", { class: "wbg-head" }, this.root);
     const bar = el("div", { class: "wbg-bar" }, this.root);
@@ -171,6 +196,17 @@ class GraphApp {
     this.groupBtn = el("button", { class: "wbg-group" }, bar, "group pinned nodes");
     this.clearBtn = el("button", { class: "wbg-clear" }, bar, "unpin all");
     this.status = el("span", { class: "wbg-status" }, bar);
+    const filters = el("div", { class: "wbg-bar wbg-filters" }, this.root);
+    const capLabel = el("label", {}, filters, "links drawn at rest ");
+    this.capInput = el("input", { class: "wbg-cap", type: "number", min: 0, step: 50, "data-testid": "graph-link-cap" }, capLabel);
+    this.pruneBox = el("span", { class: "wbg-prune" }, filters);
+    this.nodeTInput = this.slider(this.pruneBox, "node influence", "graph-node-threshold", (v) => (this.nodeT = v));
+    this.edgeTInput = this.slider(this.pruneBox, "edge influence", "graph-edge-threshold", (v) => (this.edgeT = v));
+    const failed = el("label", { class: "wbg-check-filter" }, filters);
+    this.failedInput = el("input", { type: "checkbox", "data-testid": "graph-show-failed" }, failed);
+    failed.append(" show what failed the intervention check");
+    this.groupBar = el("span", { class: "wbg-groups" }, filters);
+    this.stats = el("div", { class: "wbg-stats", "data-testid": "graph-stats" }, this.root);
     const main = el("div", { class: "wbg-main" }, this.root);
     this.stage = el("div", { class: "wbg-stage" }, main);
     this.edges = new EdgeLayer(this.stage);
@@ -185,7 +221,33 @@ class GraphApp {
     new ResizeObserver(() => this.measure()).observe(this.stage);
   }
 
+  slider(parent, label, testid, set) {
+    // a threshold in [0.05, 1]: circuit-tracer's pruning redrawn here, with no server round trip
+    const box = el("label", {}, parent, `${label} `);
+    const input = el("input", { type: "range", min: 0.05, max: 1, step: 0.01, value: 1, "data-testid": testid }, box);
+    const out = el("span", { class: "wbg-t" }, box, "1.00");
+    input.oninput = () => {
+      set(Number(input.value));
+      out.textContent = Number(input.value).toFixed(2);
+      this.reprune();
+    };
+    return input;
+  }
+
+  reprune() {
+    this.kept = this.prune();
+    this.render();
+  }
+
   wire() {
+    this.capInput.onchange = () => {
+      this.linkCap = Math.max(0, Number(this.capInput.value) || 0);
+      this.focus();
+    };
+    this.failedInput.onchange = () => {
+      this.showFailed = this.failedInput.checked;
+      this.reprune();
+    };
     this.fitBtn.onclick = () => this.fit();
     this.subBtn.onclick = () => {
       this.subgraph = !this.subgraph;
@@ -253,13 +315,18 @@ class GraphApp {
     const t0 = performance.now();
     const { view, graph } = JSON.parse(new TextDecoder().decode(raw));
     const incoming = JSON.stringify(view.annotations || {});
-    const sig = JSON.stringify([graph.key, view.height, view.readonly]);
-    const marksChanged = incoming !== this.seen;
+    const sig = JSON.stringify([graph.key, view.height, view.readonly, view.panel]);
+    this.echo = Math.max(this.echo, view.seq || 0); // the newest of our changes Python has applied
+    this.seq = Math.max(this.seq, this.echo); // a view mounted anew numbers on from what Python holds
+    const marksChanged = incoming !== this.seen && this.echo >= this.seq; // else: marks from before our change
     if (marksChanged) {
       this.seen = incoming;
       this.ann = { pinned: [], groups: [], notes: {}, ...JSON.parse(incoming) };
     }
+    const picked = view.selected !== this.viewSelected; // the page's own selection (its details, a link, Back)
+    this.viewSelected = view.selected;
     if (sig === this.sig) {
+      if (picked && this.byId.has(view.selected)) this.select(view.selected, false);
       if (marksChanged) this.remark(); // Back/Forward, a link or the view's own rerun changed only the marks
       return;
     }
@@ -268,9 +335,12 @@ class GraphApp {
     this.graphKey = key;
     this.sig = sig;
     this.root.classList.toggle("wbg-readonly", !!view.readonly); // a diff: nothing to pin, group or note
+    this.root.classList.toggle("wbg-panel-below", view.panel === "below"); // the page's details sit beside
     this.data = { ...graph, edges: edgeRows(graph.edges), height: view.height, readonly: view.readonly };
     this.index();
-    if (fresh && view.selected && this.byId.has(view.selected)) this.selected = view.selected;
+    if ((fresh || picked) && view.selected && this.byId.has(view.selected)) this.selected = view.selected;
+    if (fresh) this.controls();
+    this.kept = this.prune();
     this.render();
     if (fresh) this.fit();
     // how long this draw took in the browser, data in to the frame after it was painted (bench/app_bench.py)
@@ -280,16 +350,82 @@ class GraphApp {
   index() {
     const d = this.data;
     this.byId = new Map(d.nodes.map((n, i) => [n.id, i]));
-    this.inE = d.nodes.map(() => []);
-    this.outE = d.nodes.map(() => []);
-    d.edges.forEach((e, j) => {
-      this.outE[e.s].push(j);
-      this.inE[e.t].push(j);
-    });
-    const strongest = (list) => list.sort((a, b) => Math.abs(d.edges[b].w) - Math.abs(d.edges[a].w));
-    this.inE.forEach(strongest);
-    this.outE.forEach(strongest);
     this.maxW = d.edges.reduce((m, e) => Math.max(m, Math.abs(e.w)), 1e-12);
+  }
+
+  controls() {
+    // a new graph: the link cap, the pruning sliders (graphs with influence) and the check filter (checked graphs)
+    const d = this.data;
+    this.linkCap = d.flow === "up" ? LINK_CAP : d.edges.length;
+    this.capInput.value = String(this.linkCap);
+    this.hasInfluence = d.nodes.some((n) => n.influence !== null && n.influence !== undefined);
+    this.pruneBox.style.display = this.hasInfluence ? "" : "none";
+    this.nodeT = this.edgeT = 1;
+    for (const input of [this.nodeTInput, this.edgeTInput]) {
+      input.value = "1";
+      input.nextSibling.textContent = "1.00";
+    }
+    this.hasCheck = d.nodes.some((n) => n.check) || d.edges.some((e) => e.check);
+    this.failedInput.parentElement.style.display = this.hasCheck ? "" : "none";
+    this.failedInput.checked = this.showFailed = true;
+  }
+
+  // ---------------------------------------------------------------- pruning (circuit-tracer's prune_graph)
+
+  prune() {
+    // {nodes, edges}: 1 where kept. What failed the intervention check (when hidden), then, below a threshold,
+    // circuit-tracer's pruning on the drawn graph: the nodes covering nodeT of the influence (by the file's
+    // cumulative influence), the edges covering edgeT of the edge influence among them, then features and
+    // errors left without an outgoing edge (features also without an incoming one), until nothing changes
+    const d = this.data, nodes = new Uint8Array(d.nodes.length).fill(1), edges = new Uint8Array(d.edges.length).fill(1);
+    if (!this.showFailed) {
+      d.nodes.forEach((n, i) => n.check === "failed" && (nodes[i] = 0));
+      d.edges.forEach((e, j) => e.check === "failed" && (edges[j] = 0));
+    }
+    if (this.hasInfluence && this.nodeT < 1) {
+      const ranked = d.nodes.map((n, i) => [n.influence, i]).filter(([v]) => v !== null && v !== undefined).sort((a, b) => a[0] - b[0]);
+      ranked.forEach(([, i], r) => r > 0 && ranked[r - 1][0] >= this.nodeT && (nodes[i] = 0));
+    }
+    const live = (j) => edges[j] && nodes[d.edges[j].s] && nodes[d.edges[j].t];
+    if (this.hasInfluence && this.edgeT < 1) this.pruneEdges(edges, live);
+    const inner = (n) => n.kind !== "input" && n.kind !== "logits" && n.kind !== "embedding" && n.kind !== "logit";
+    for (let changed = true; changed && this.hasInfluence && (this.nodeT < 1 || this.edgeT < 1);) {
+      changed = false;
+      const outs = new Uint8Array(d.nodes.length), ins = new Uint8Array(d.nodes.length);
+      d.edges.forEach((e, j) => live(j) && ((outs[e.s] = 1), (ins[e.t] = 1)));
+      d.nodes.forEach((n, i) => {
+        if (nodes[i] && inner(n) && (!outs[i] || (n.kind === "feature" && !ins[i]))) [nodes[i], changed] = [0, true];
+      });
+    }
+    d.edges.forEach((e, j) => (edges[j] = live(j) ? 1 : 0));
+    return { nodes, edges };
+  }
+
+  pruneEdges(edges, live) {
+    // edge score = |w| / (the target's summed |w| in) x the target's influence on the logits (their
+    // probabilities pushed back along the normalised adjacency); keep the top scores covering edgeT of the total
+    const d = this.data, inSum = new Float64Array(d.nodes.length);
+    d.edges.forEach((e, j) => live(j) && (inSum[e.t] += Math.abs(e.w)));
+    const a = (e) => Math.abs(e.w) / (inSum[e.t] || 1e-10);
+    const isLogit = (n) => n.kind === "logits" || n.kind === "logit";
+    const weight = new Float64Array(d.nodes.length);
+    let cur = Float64Array.from(d.nodes, (n) => (isLogit(n) ? n.prob ?? 1 : 0));
+    for (let step = 0; step < 1000 && cur.some((v) => v > 0); step++) {
+      const next = new Float64Array(d.nodes.length);
+      d.edges.forEach((e, j) => live(j) && cur[e.t] && (next[e.s] += a(e) * cur[e.t]));
+      next.forEach((v, i) => (weight[i] += v));
+      cur = next;
+    }
+    d.nodes.forEach((n, i) => isLogit(n) && (weight[i] = n.prob ?? 1));
+    const score = d.edges.map((e, j) => (live(j) ? a(e) * weight[e.t] : 0));
+    const sorted = [...score].sort((x, y) => y - x), total = sorted.reduce((t, v) => t + v, 0) || 1;
+    let acc = 0, cut = 0;
+    for (const v of sorted) {
+      acc += v;
+      cut = v;
+      if (acc / total >= this.edgeT) break;
+    }
+    score.forEach((v, j) => v < cut && (edges[j] = 0));
   }
 
   commit() {
@@ -297,19 +433,38 @@ class GraphApp {
     this.clickAt = null;
     this.seen = JSON.stringify(this.ann);
     this.remark();
-    this.api.setStateValue("annotations", JSON.parse(this.seen));
+    this.seq += 1;
+    this.send(RESENDS);
     // the click (or key) that changed the marks to the frame that shows them (bench/app_bench.py); a page-wide
     // list, not an attribute, because a rerun may remount the view and drop the root the attribute was on
     frame().then(() => (window.wbgMarkedMs = window.wbgMarkedMs || []).push(performance.now() - t0));
   }
 
+  send(tries) {
+    // the marks to Python, numbered; Python echoes the number it applied (view.seq). A change made while the page
+    // was still running an earlier one can be dropped by Streamlit, so it is sent again (renumbered, so it counts
+    // as a change) until it is echoed
+    this.api.setStateValue("annotations", { ...this.ann, seq: this.seq });
+    clearTimeout(this.resend);
+    this.resend = setTimeout(() => {
+      if (this.echo >= this.seq || tries <= 0) return;
+      this.seq += 1;
+      this.send(tries - 1);
+    }, RESEND_MS);
+  }
+
   remark() {
     // the marks changed: the pinned subgraph is another graph (redrawn); the full graph restyles its nodes
-    if (this.subgraph) return this.render();
+    const names = new Set(this.ann.groups.map((g) => g[0]));
+    this.collapsed.forEach((c) => names.has(c) || this.collapsed.delete(c));
+    if (this.subgraph || this.collapsed.size) return this.render();
     this.nodeEls.forEach((g, id) => this.markNode(g, this.nodeById.get(id)));
+    this.groupButtons();
+    this.focus(false);
     this.header(this.shown);
     this.details(this.selected);
     this.placeLabels();
+    this.schedule(false);
   }
 
   groupOf(id) {
@@ -319,41 +474,43 @@ class GraphApp {
   // ---------------------------------------------------------------- what is drawn
 
   visible() {
-    // every node and edge, or (pinned subgraph) the pinned nodes, each group folded into one supernode
-    const d = this.data;
-    if (!this.subgraph) return { nodes: d.nodes.map((n, i) => ({ ...n, i })), edges: d.edges };
-    const pinned = new Set(this.ann.pinned.filter((p) => this.byId.has(p)));
-    const rep = new Map();
-    const nodes = [];
-    for (const id of pinned) {
-      const g = this.groupOf(id);
-      if (g >= 0) {
-        const name = `group:${this.ann.groups[g][0]}`;
-        if (!rep.has(name)) {
-          const members = this.ann.groups[g].slice(1).filter((m) => pinned.has(m)).map((m) => d.nodes[this.byId.get(m)]);
-          const x = members.reduce((s, m) => s + m.x, 0) / members.length;
-          const y = members.reduce((s, m) => s + m.y, 0) / members.length;
-          nodes.push({ id: name, label: this.ann.groups[g][0], kind: "group", x, y, w: 90, h: 40, ports: [], members: members.map((m) => m.id), strength: 0, i: -1 });
-          rep.set(name, nodes.length - 1);
-        }
-        rep.set(id, rep.get(name));
-      } else {
-        nodes.push({ ...d.nodes[this.byId.get(id)], i: this.byId.get(id) });
-        rep.set(id, nodes.length - 1);
-      }
-    }
-    const merged = new Map();
-    for (const e of d.edges) {
-      const s = rep.get(d.nodes[e.s].id), t = rep.get(d.nodes[e.t].id);
-      if (s === undefined || t === undefined || s === t) continue;
-      const folded = nodes[t].kind === "group" || nodes[s].kind === "group";
-      const k = `${s}|${t}|${folded ? "" : e.port}`;
-      const m = merged.get(k) || { ...e, w: 0, s, t, port: folded ? null : e.port, local: true };
+    // the kept nodes and edges (prune), or (pinned subgraph) the pinned ones; a group folded into one supernode
+    // (always in the subgraph, when collapsed in the full graph) keeps its members' edges, summed per neighbour
+    const d = this.data, ok = this.kept;
+    const pinned = new Set(this.ann.pinned);
+    const show = (i) => ok.nodes[i] && (!this.subgraph || pinned.has(d.nodes[i].id));
+    const rep = new Map(), supers = new Map(), nodes = [];
+    d.nodes.forEach((n, i) => {
+      if (!show(i)) return;
+      const g = this.groupOf(n.id);
+      if (g >= 0 && (this.subgraph || this.collapsed.has(this.ann.groups[g][0]))) {
+        if (!supers.has(g)) supers.set(g, nodes.push(this.superNode(g, show)) - 1);
+        rep.set(i, supers.get(g));
+      } else rep.set(i, nodes.push({ ...n, i }) - 1);
+    });
+    const merged = new Map(), edges = [];
+    d.edges.forEach((e, j) => {
+      const s = rep.get(e.s), t = rep.get(e.t);
+      if (!ok.edges[j] || s === undefined || t === undefined || s === t) return;
+      if (nodes[s].kind !== "group" && nodes[t].kind !== "group") return edges.push({ ...e, s, t, j, local: true });
+      const k = `${s}|${t}`;
+      if (!merged.has(k)) merged.set(k, edges[edges.push({ ...e, w: 0, s, t, port: null, j: -1, local: true, heads: null, check: null, parts: 0 }) - 1]);
+      const m = merged.get(k);
       m.w += e.w;
-      merged.set(k, m);
-    }
-    for (const m of merged.values()) m.p = this.endpoints(nodes[m.s], nodes[m.t], m.port);
-    return { nodes, edges: [...merged.values()] };
+      m.parts += 1;
+    });
+    for (const m of merged.values()) m.p = this.endpoints(nodes[m.s], nodes[m.t], null);
+    return { nodes, edges };
+  }
+
+  superNode(g, show) {
+    // a group as one node at its shown members' centre, as wide as the members' span
+    const d = this.data, name = this.ann.groups[g][0];
+    const members = this.ann.groups[g].slice(1).filter((m) => this.byId.has(m) && show(this.byId.get(m))).map((m) => d.nodes[this.byId.get(m)]);
+    const x = members.reduce((s, m) => s + m.x, 0) / members.length;
+    const y = members.reduce((s, m) => s + m.y, 0) / members.length;
+    const w = Math.max(60, Math.min(160, name.length * 7 + 16));
+    return { id: `group:${name}`, label: name, kind: "group", x, y, w, h: d.flow === "up" ? 24 : 40, ports: [], members: members.map((m) => m.id), strength: 0, i: -1 };
   }
 
   endpoints(a, b, port) {
@@ -378,7 +535,9 @@ class GraphApp {
     v.edges.forEach((e, j) => this.ends(e).forEach((id) => this.touching.get(id).push(j)));
     const colour = (e) => (d.counts ? DIFF[e.status] : SIGN[e.w >= 0 ? 1 : 0]);
     const step = (e) => Math.round(STEPS * Math.min(1, Math.abs(e.w) / this.maxW));
-    this.edges.set(v.edges, (e) => [colour(e), step(e)], d.flow === "up");
+    this.edges.set(v.edges, (e) => [e.check === "failed" ? "#d62728" : colour(e), step(e), e.check === "failed"], d.flow === "up");
+    this.order = v.edges.map((_, j) => j).sort((a, b) => Math.abs(v.edges[b].w) - Math.abs(v.edges[a].w));
+    this.focus(false);
     this.hovered = null;
     const cols = el("svg:g", { class: "wbg-cols" });
     for (const c of d.columns) el("svg:line", { x1: c.x, x2: c.x, y1: 20, y2: d.size[1], class: "wbg-col" }, cols);
@@ -387,10 +546,49 @@ class GraphApp {
     this.nodeLayer.replaceChildren(nodes);
     this.vp.replaceChildren(cols, this.nodeLayer);
     this.root.setAttribute("data-edges", String(v.edges.length));
+    this.groupButtons();
     this.header(v);
     this.transform();
     this.details(this.selected);
     this.root.setAttribute("data-drawn", String(Date.now()));
+  }
+
+  focus(redraw = true) {
+    // the links drawn at rest: the strongest linkCap, and those of the selected and the pinned nodes (a hovered
+    // node's are lit on hover); the rest stay on the canvas's list, found again by a hover
+    const base = new Set(this.order.slice(0, this.linkCap));
+    for (const id of [this.selected, ...this.ann.pinned]) {
+      const near = this.touching.get(id) || [];
+      for (const j of near.length > FOCUS_EDGES ? this.strongest(near).slice(0, FOCUS_EDGES) : near) base.add(j);
+    }
+    this.edges.base = base;
+    this.root.setAttribute("data-links-drawn", String(base.size));
+    if (!redraw) return;
+    this.stats_();
+    this.schedule(false);
+  }
+
+  strongest(list) {
+    const e = this.shown.edges;
+    return [...list].sort((a, b) => Math.abs(e[b].w) - Math.abs(e[a].w));
+  }
+
+  groupButtons() {
+    // one toggle per group: collapse it into a supernode (its edges kept, summed) or expand it into its members
+    this.groupBar.replaceChildren();
+    if (this.data.readonly || this.subgraph) return;
+    this.ann.groups.forEach(([name]) => {
+      const folded = this.collapsed.has(name);
+      const b = el("button", { class: "wbg-fold", "data-group": name }, this.groupBar, `${folded ? "expand" : "collapse"} ${name}`);
+      b.onclick = () => this.fold(name, !folded);
+    });
+  }
+
+  fold(name, collapse) {
+    if (collapse) this.collapsed.add(name);
+    else this.collapsed.delete(name);
+    if (this.selected && this.selected.startsWith("group:") && !collapse) this.selected = null;
+    this.render();
   }
 
   drawNode(parent, n) {
@@ -415,6 +613,7 @@ class GraphApp {
     g.classList.toggle("wbg-pinned", this.ann.pinned.includes(n.id));
     g.classList.toggle("wbg-super", !!(n.members && n.members.length));
     g.classList.toggle("wbg-selected", n.id === this.selected);
+    g.classList.toggle("wbg-failed", n.check === "failed");
   }
 
   header(v) {
@@ -435,6 +634,24 @@ class GraphApp {
     }
     if (hidden.length) el("div", { class: "wbg-hidden", "data-testid": "graph-hidden" }, this.head, "not drawn: " + hidden.join("; "));
     this.subBtn.textContent = this.subgraph ? "full graph" : `pinned subgraph (${this.ann.pinned.length})`;
+    this.stats_();
+  }
+
+  stats_() {
+    // what the link cap, the pruning and the check filter leave out, in numbers (no filter hides silently)
+    const d = this.data, v = this.shown, k = this.kept, parts = [];
+    const cap = Math.min(this.linkCap, v.edges.length);
+    parts.push(`links drawn: ${this.edges.base.size} of ${v.edges.length} (the ${cap} strongest, and those of the selected and pinned nodes; hover a node for its own)`);
+    const lostN = k.nodes.reduce((t, x) => t + (1 - x), 0), lostE = k.edges.reduce((t, x) => t + (1 - x), 0);
+    if (this.hasInfluence && (this.nodeT < 1 || this.edgeT < 1)) {
+      parts.push(`influence pruning (node ${this.nodeT.toFixed(2)}, edge ${this.edgeT.toFixed(2)}) hides ${lostN} of ${d.nodes.length} nodes and ${lostE} of ${d.edges.length} links`);
+    }
+    if (this.hasCheck) {
+      const count = (xs) => [xs.filter((x) => x.check === "failed").length, xs.filter((x) => x.check).length];
+      const [fn, cn] = count(d.nodes), [fe, ce] = count(d.edges);
+      parts.push(`intervention check: ${fn} of ${cn} checked nodes and ${fe} of ${ce} checked links failed (red, dashed)${this.showFailed ? "" : ", hidden"}`);
+    }
+    this.stats.textContent = parts.join(" · ");
   }
 
   // ---------------------------------------------------------------- zoom, labels
@@ -450,8 +667,8 @@ class GraphApp {
     // zoom) at a readable zoom instead, panned to its end: the answer's position and the logits
     const [w, h] = this.data.size, most = this.data.height || 560;
     const width = this.stage.getBoundingClientRect().width || 800; // the one forced layout of a draw
-    let k = Math.min(width / w, 2.5);
-    if (this.data.flow === "up") k = Math.max(k, Math.min(READABLE, (most - 30) / h));
+    let k = Math.min(width / w, (most - 30) / h, 2.5); // the whole graph, when its nodes stay readable so
+    if (this.data.flow === "up" && k < MIN_FIT) k = Math.min(READABLE, (most - 30) / h);
     const tall = Math.max(220, Math.min(most, h * k + 30));
     this.root.style.setProperty("--wbg-height", `${tall}px`);
     this.size = { w: width, h: tall }; // the stage is as tall as the height just set (no second layout)
@@ -528,16 +745,32 @@ class GraphApp {
 
   // ---------------------------------------------------------------- hover, details
 
-  lines(j, dir) {
-    const d = this.data, e = d.edges[j];
-    const other = dir === "in" ? d.nodes[e.s].id : d.nodes[e.t].id;
-    return `${dir === "in" ? "from" : "to"} ${other}${dir === "in" ? portName(e) : ""}: ${fmt(e.w)}`;
+  name(n) {
+    // a node as a researcher reads it: its label and the token it sits on, its id only where it has no label
+    if (n.kind === "group") return `group "${n.label}"`;
+    const base = n.label && n.label !== n.id ? n.label : n.id;
+    return n.token ? `${base} @ "${n.token}"` : base;
+  }
+
+  lines(e, dir) {
+    // one link of a shown node (e: a shown edge): the node at its other end, by name, and its weight
+    const other = this.shown.nodes[dir === "in" ? e.s : e.t];
+    const via = e.heads && e.heads.length ? ` via ${e.heads.slice(0, 2).map(([h, w]) => `${h} ${fmt(w)}`).join(", ")}` : "";
+    const failed = e.check === "failed" ? " ✗ failed check" : "";
+    return `${dir === "in" ? "from" : "to"} ${this.name(other)}${dir === "in" ? portName(e) : ""}: ${fmt(e.w)}${via}${failed}`;
+  }
+
+  links(id, dir) {
+    // the shown links into (in) or out of (out) a shown node, strongest first
+    const e = this.shown.edges, at = this.shown.nodes.findIndex((n) => n.id === id);
+    return this.strongest((this.touching.get(id) || []).filter((j) => (dir === "in" ? e[j].t : e[j].s) === at)).map((j) => e[j]);
   }
 
   nodeFacts(n) {
     const facts = [`${n.id} · ${n.kind}`];
-    if (n.members) return [...facts, `group of ${n.members.join(", ")}`];
-    if (n.label && n.label !== n.id) facts.push(n.label);
+    if (n.members) return [...facts, `group of ${n.members.map((m) => this.name(this.data.nodes[this.byId.get(m)])).join(", ")}`];
+    if (n.label && n.label !== n.id) facts.push(this.name(n));
+    if (n.check) facts.push(`intervention check: ${n.check}`);
     facts.push(`layer ${n.layer ?? "-"} · position ${n.pos ?? "-"} · score ${fmt(n.score)} · activation ${fmt(n.activation)}`);
     facts.push(`sum |weight| of drawn edges ${fmt(n.strength)}`);
     if (n.status && this.data.counts) facts.push(`in ${n.status === "both" ? "both circuits" : "only " + this.data.names[n.status === "a" ? 0 : 1]}`);
@@ -546,12 +779,10 @@ class GraphApp {
 
   tipNode(n, ev) {
     const lines = this.nodeFacts(n);
-    if (n.i >= 0) {
-      const ins = this.inE[n.i].slice(0, 3), outs = this.outE[n.i].slice(0, 3);
-      if (ins.length) lines.push("strongest in: " + ins.map((j) => this.lines(j, "in")).join("; "));
-      if (outs.length) lines.push("strongest out: " + outs.map((j) => this.lines(j, "out")).join("; "));
-      if (this.ann.notes[n.id]) lines.push(`note: ${this.ann.notes[n.id]}`);
-    }
+    const ins = this.links(n.id, "in").slice(0, 3), outs = this.links(n.id, "out").slice(0, 3);
+    if (ins.length) lines.push("strongest in: " + ins.map((e) => this.lines(e, "in")).join("; "));
+    if (outs.length) lines.push("strongest out: " + outs.map((e) => this.lines(e, "out")).join("; "));
+    if (this.ann.notes[n.id]) lines.push(`note: ${this.ann.notes[n.id]}`);
     this.hovered = n;
     this.showTip(lines, ev);
     this.highlight(n);
@@ -569,8 +800,10 @@ class GraphApp {
 
   tipEdge(e, ev) {
     const d = this.data;
-    const [a, b] = this.ends(e);
-    const lines = [`${a} → ${b}${portName(e)}`, `weight ${fmt(e.w)}`];
+    const [a, b] = [this.shown.nodes[e.s], this.shown.nodes[e.t]].map((n) => this.name(n));
+    const lines = [`${a} → ${b}${portName(e)}`, `weight ${fmt(e.w)}` + (e.parts ? ` (the sum of ${e.parts} links)` : "")];
+    if (e.heads && e.heads.length) lines.push("carried by " + e.heads.map(([h, w]) => `${h} ${fmt(w)}`).join(", "));
+    if (e.check) lines.push(`intervention check: ${e.check}`);
     if (d.counts) lines.push(e.status === "both" ? `${d.names[0]} ${fmt(e.w)} / ${d.names[1]} ${fmt(e.wb)}` : `only in ${d.names[e.status === "a" ? 0 : 1]}`);
     this.showTip(lines, ev);
   }
@@ -604,41 +837,47 @@ class GraphApp {
   select(id, send) {
     this.selected = id;
     this.nodeEls.forEach((g, nid) => g.classList.toggle("wbg-selected", nid === id));
+    this.focus();
     this.details(id);
     this.placeLabels();
     if (send && !id.startsWith("group:")) this.api.setTriggerValue("clicked", id);
   }
 
   details(id) {
-    const p = this.panel;
+    // rebuilt on every change of the marks or the selection; a note being typed on the same node is kept
+    const p = this.panel, old = p.querySelector(".wbg-note");
+    const typed = old && p.dataset.node === String(id) && old.value !== (this.ann.notes[id] || "") ? old.value : null;
+    p.dataset.node = String(id);
     p.replaceChildren();
     const n = id === null ? null : this.nodeById.get(id) || (this.byId.has(id) ? { ...this.data.nodes[this.byId.get(id)], i: this.byId.get(id) } : null);
     if (!n) return el("div", { class: "wbg-empty" }, p, "click a node for its details; shift-click pins it");
     this.nodeFacts(n).forEach((t, i) => el(i ? "div" : "h4", {}, p, t));
     if (n.members) {
       const g = this.ann.groups.findIndex((x) => `group:${x[0]}` === id);
+      if (!this.subgraph) el("button", { class: "wbg-expand" }, p, "expand").onclick = () => this.fold(n.label, false);
       el("button", { class: "wbg-ungroup" }, p, "ungroup").onclick = () => {
         this.ann.groups.splice(g, 1);
         this.commit();
       };
-      return;
+    } else {
+      const pinned = this.ann.pinned.includes(id);
+      el("button", { class: "wbg-pin-btn" }, p, pinned ? "unpin" : "pin").onclick = () => this.togglePin(id);
+      const gi = this.groupOf(id);
+      if (gi >= 0) el("div", { class: "wbg-in-group" }, p, `in group "${this.ann.groups[gi][0]}"`);
     }
-    const pinned = this.ann.pinned.includes(id);
-    el("button", { class: "wbg-pin-btn" }, p, pinned ? "unpin" : "pin").onclick = () => this.togglePin(id);
-    const gi = this.groupOf(id);
-    if (gi >= 0) el("div", { class: "wbg-in-group" }, p, `in group "${this.ann.groups[gi][0]}"`);
-    for (const [dir, list] of [["in", this.inE[n.i]], ["out", this.outE[n.i]]]) {
+    for (const dir of ["in", "out"]) {
+      const list = this.links(id, dir);
       el("div", { class: "wbg-sub-h" }, p, `strongest ${dir === "in" ? "incoming" : "outgoing"} (${list.length})`);
-      for (const j of list.slice(0, TOP)) {
-        const e = this.data.edges[j];
-        const to = this.data.nodes[dir === "in" ? e.s : e.t].id;
-        el("div", { class: "wbg-link" }, p, this.lines(j, dir)).onclick = () => this.select(to, true);
+      for (const e of list.slice(0, TOP)) {
+        const to = this.shown.nodes[dir === "in" ? e.s : e.t].id;
+        el("div", { class: "wbg-link" }, p, this.lines(e, dir)).onclick = () => this.select(to, true);
       }
       if (list.length > TOP) el("div", { class: "wbg-more" }, p, `${list.length - TOP} weaker not listed`);
     }
+    if (n.members) return;
     el("div", { class: "wbg-sub-h" }, p, "note");
     const area = el("textarea", { class: "wbg-note", rows: 3 }, p);
-    area.value = this.ann.notes[id] || "";
+    area.value = typed ?? (this.ann.notes[id] || "");
     el("button", { class: "wbg-save-note" }, p, "save note").onclick = () => {
       if (area.value.trim()) this.ann.notes[id] = area.value;
       else delete this.ann.notes[id];

@@ -43,6 +43,10 @@ class Node:
     score: float | None = None
     activation: float | None = None
     status: str = "both"  # diff mode: both | a | b
+    token: str = ""  # the prompt's token at `pos` (links are named by label and token, never by id alone)
+    influence: float | None = None  # feature graphs: the cumulative influence share at its rank (pruned in the view)
+    prob: float | None = None  # a logit's probability: its weight in the view's influence pruning
+    check: str | None = None  # the intervention check's verdict: confirmed | failed | None (not checked)
 
 
 @dataclass
@@ -53,6 +57,8 @@ class Edge:
     weight: float
     status: str = "both"
     weight_b: float | None = None  # diff mode: the second circuit's weight when both have the edge
+    heads: dict | None = None  # feature graphs: head -> weight of the heads carrying the link (and "direct")
+    check: str | None = None  # the intervention check's verdict: confirmed | failed | None (not checked)
 
 
 @dataclass
@@ -103,7 +109,12 @@ def from_view(cd, view, title: str = "") -> Graph:
 
 # ------------------------------------------------------------------ feature graphs (circuit-tracer / Neuronpedia JSON)
 
-NP_KINDS = {"cross layer transcoder": "feature", "mlp reconstruction error": "error", "embedding": "embedding"}
+NP_KINDS = {
+    "cross layer transcoder": "feature",
+    "mlp reconstruction error": "error",
+    "embedding": "embedding",
+    "attention head": "head",
+}
 LABEL_CHARS = 40  # a clerp longer than this is cut in the node's label (the details show it whole)
 
 
@@ -230,6 +241,7 @@ def _status(in_a: bool, in_b: bool) -> str:
 
 UP_SIZE = (28.0, 20.0)  # every node of an upward graph: many share a token, labels go above them by zoom
 UP_GAP, UP_COL_GAP, UP_ROW = 6.0, 10.0, 44.0  # px between nodes of one cell, token columns, layer row centres
+WRAP = 3  # nodes side by side in one (position, layer) cell; more wrap onto further lines of the layer's row
 
 
 def _size(kind: str, flow: str = "right") -> tuple[float, float]:
@@ -275,21 +287,33 @@ def place(g: Graph) -> dict[str, tuple[float, float]]:
 
 def place_up(g: Graph) -> tuple[dict, dict, dict]:
     """(node centres, token column centres, layer row centres) of an upward graph, as circuit-tracer draws one:
-    x by token position (a column as wide as its fullest layer cell), y by layer (the first column key, bottom
-    to top: embeddings low, logits high); a cell's nodes side by side, in column order then as they come."""
+    x by token position, y by layer (the first column key, bottom to top: embeddings low, logits high). A cell's
+    nodes sit side by side, centred, in column order then as they come; past WRAP they wrap onto another line
+    inside their layer's row (that row grows), so the answer's position does not become one very wide column."""
     layers = sorted({n.column[0] for n in g.nodes})
-    row_y = {r: MARGIN + 30.0 + (len(layers) - 1 - i + 0.5) * UP_ROW for i, r in enumerate(layers)}
     cells: dict[tuple, list[str]] = {}
     for n in sorted(g.nodes, key=lambda n: n.column):
         cells.setdefault((n.pos, n.column[0]), []).append(n.id)
+    positions = sorted({n.pos for n in g.nodes}, key=lambda p: -1 if p is None else p)
+    line_h = UP_SIZE[1] + UP_GAP
+    lines = {r: max(-(-len(cells.get((p, r), ())) // WRAP) for p in positions) for r in layers}
+    row_y, top = {}, MARGIN + 30.0
+    for r in reversed(layers):  # the top row is the highest layer
+        height = UP_ROW + (max(lines[r], 1) - 1) * line_h
+        row_y[r] = top + height / 2
+        top += height
     pitch, left, xy, col_x = UP_SIZE[0] + UP_GAP, MARGIN + 50.0, {}, {}  # room for the row labels
-    for p in sorted({n.pos for n in g.nodes}, key=lambda p: -1 if p is None else p):
-        width = max(len(cells.get((p, r), ())) for r in layers) * pitch
-        col_x[p] = left + width / 2
+    for p in positions:
+        across = min(WRAP, max(len(cells.get((p, r), ())) for r in layers))
+        col_x[p] = left + across * pitch / 2
         for r in layers:
-            for i, nid in enumerate(cells.get((p, r), ())):
-                xy[nid] = (left + (i + 0.5) * pitch, row_y[r])
-        left += width + UP_COL_GAP
+            ids = cells.get((p, r), [])
+            n_lines = -(-len(ids) // WRAP)
+            for i, nid in enumerate(ids):
+                line, k = divmod(i, WRAP)
+                shift = (across - min(WRAP, len(ids) - line * WRAP)) * pitch / 2
+                xy[nid] = (left + shift + (k + 0.5) * pitch, row_y[r] + (line - (n_lines - 1) / 2) * line_h)
+        left += across * pitch + UP_COL_GAP
     return xy, col_x, row_y
 
 
@@ -356,6 +380,8 @@ def to_data(g: Graph, counts: dict | None = None) -> dict:
                 "status": e.status,
                 "p": ends(g, xy, kind, e),
                 "lift": up,
+                "heads": e.heads,
+                "check": e.check,
             }
         )
     nodes = []
@@ -391,19 +417,29 @@ def to_data(g: Graph, counts: dict | None = None) -> dict:
 
 WIRE_DIGITS = 5  # significant digits of the weights sent to the browser (the view shows 3)
 EDGE_COLUMNS = ("s", "t", "port", "w", "lift")  # always sent; a diff adds "wb" and "status"
+OPTIONAL_COLUMNS = ("heads", "check")  # sent when any edge has one
 
 
 def _sig(v: float | None) -> float | None:
     return None if v is None else float(f"{v:.{WIRE_DIGITS}g}")
 
 
+def _heads(h: dict | None) -> list | None:
+    """A link's heads as [[head, weight], ...] (the view lists them in this order: strongest first)."""
+    return None if h is None else [[k, _sig(float(v))] for k, v in h.items()]
+
+
 def wire(data: dict) -> dict:
     """`to_data` as the view receives it: the edges (most of the bytes) as columns, not one object each, their
-    end points flat, weights to WIRE_DIGITS digits, diff-only columns only in a diff: a third of the JSON of a
+    end points flat, weights to WIRE_DIGITS digits, diff-only columns only in a diff (heads and check verdicts only
+    in a graph that has them): a third of the JSON of a
     2,000-edge graph (graph.js rebuilds the edge objects)."""
     edges = data["edges"]
     names = EDGE_COLUMNS + (("wb", "status") if data["counts"] else ())
-    cols = {k: [_sig(e[k]) if k in ("w", "wb") else e[k] for e in edges] for k in names}
+    names += tuple(k for k in OPTIONAL_COLUMNS if any(e[k] is not None for e in edges))
+    cols = {
+        k: [_sig(e[k]) if k in ("w", "wb") else _heads(e[k]) if k == "heads" else e[k] for e in edges] for k in names
+    }
     cols["p"] = [v for e in edges for v in e["p"]]
     nodes = [{**n, "strength": _sig(n["strength"])} for n in data["nodes"]]
     return {**data, "nodes": nodes, "edges": cols}

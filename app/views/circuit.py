@@ -29,8 +29,12 @@ def upload_box() -> None:
                 try:
                     with st.spinner("checking the upload against its model..."):
                         up_ = live.check_upload(up.name, raw, mib_spec)
-                    # its pins, groups and notes (any format) come back into the URL
-                    graph_view.write_url(annotations.read(json.loads(raw), up_["data"].n_heads))
+                    # its pins, groups, notes and selected node (any format) come back into the URL
+                    d, n_heads = json.loads(raw), up_["data"].n_heads
+                    graph_view.write_url(annotations.read(d, n_heads))
+                    selected = annotations.read_selected(d, n_heads)
+                    if selected:
+                        st.query_params["node"] = selected
                     st.session_state[state.UPLOADED] = up_
                     st.session_state.pop("_upload_error", None)
                     st.query_params["circuit"] = state.UPLOADED
@@ -139,30 +143,28 @@ def node_panel(cd: cg.CircuitData, node: str, spec: str, res: dict) -> None:
         return
     strs = res["str_tokens"]
     kind, layer, h = schema.parse_node(node)
-    cols = st.columns([3, 2])
     if kind == "head":
-        cols[0].plotly_chart(
+        st.plotly_chart(
             fa.attention_heatmap(res["patterns"][layer][h], strs, f"{node}: attention pattern on the prompt"),
             key="node_pattern",
         )
     q = cd.query
     answer, wrong = q.get("answer_id"), q.get("wrong_id")
     dla = res["dla"][node]
-    with cols[1]:
-        st.markdown(f"**{node}: direct logit effect at the answer position**")
-        st.caption("its output at the last position through the final LayerNorm's scale of this run, times W_U")
-        m = st.columns(3)
-        if answer is not None:
-            m[0].metric(state.text(f"answer {q.get('answer')!r}"), f"{dla[answer]:+.3f}")
-        if wrong is not None:
-            m[1].metric(state.text(f"wrong {q.get('wrong')!r}"), f"{dla[wrong]:+.3f}")
-            m[2].metric("difference", f"{dla[answer] - dla[wrong]:+.3f}")
-        order = np.argsort(dla)
-        t = st.columns(2)
-        for col, idx, name in ((t[0], order[::-1][:8], "promotes"), (t[1], order[:8], "suppresses")):
-            col.dataframe(
-                pd.DataFrame([(res["vocab"][i], float(dla[i])) for i in idx], columns=[name, "logit"]), hide_index=True
-            )
+    st.markdown(f"**{node}: direct logit effect at the answer position**")
+    st.caption("its output at the last position through the final LayerNorm's scale of this run, times W_U")
+    m = st.columns(3)
+    if answer is not None:
+        m[0].metric(state.text(f"answer {q.get('answer')!r}"), f"{dla[answer]:+.3f}")
+    if wrong is not None:
+        m[1].metric(state.text(f"wrong {q.get('wrong')!r}"), f"{dla[wrong]:+.3f}")
+        m[2].metric("difference", f"{dla[answer] - dla[wrong]:+.3f}")
+    order = np.argsort(dla)
+    t = st.columns(2)
+    for col, idx, name in ((t[0], order[::-1][:8], "promotes"), (t[1], order[:8], "suppresses")):
+        col.dataframe(
+            pd.DataFrame([(res["vocab"][i], float(dla[i])) for i in idx], columns=[name, "logit"]), hide_index=True
+        )
     layer_features(cd, spec, layer)
 
 
@@ -214,15 +216,47 @@ def header(cd: cg.CircuitData) -> None:
     )
 
 
+def pick_node(cd: cg.CircuitData, v: cg.View, node_url: str | None) -> str | None:
+    """The page's one node (shared with the graph view): the URL's, kept when a budget or NDF change leaves it
+    undrawn (it is still a node of the circuit), else the strongest drawn one. None: nothing is drawn."""
+    drawn = {cd.src[i] for i in v.rows} | {cd.dst[i] for i in v.rows}
+    known = node_url is not None and (node_url in cd.src or node_url in cd.dst)
+    options = sorted(drawn | ({node_url} if known else set()), key=lambda n: cg.position(n, cd.n_layers, cd.n_heads))
+    if not options:
+        st.info("no edge is drawn")
+        return None
+    node = state.synced(
+        st.selectbox,
+        "node",
+        node_url if known else cg.strongest_node(cd, v),
+        "w_node",
+        label="node (or click one in the graph)",
+        options=options,
+    )
+    if node not in drawn:
+        st.caption(f"{node} is not drawn at this budget (kept selected)")
+    return node
+
+
 st.title("Circuit")
 upload_box()
 rel = state.pick_circuit("circuit")
 cd = state.circuit(rel)
 header(cd)
+state.compare_link(rel)
+node_url = state.selected_node("graph")
 fraction, cap = budget_controls(cd)
 v = state.view(rel, cd, fraction, cap)
-node_url = st.query_params.get("node")
-clicked = state.draw(cd, v, "graph", (rel, fraction, cap), node_url)
+graph_col, side = st.columns([3, 2])
+with side:
+    st.subheader("node details")
+    node = pick_node(cd, v, node_url)
+with graph_col:
+    state.draw(cd, v, "graph", (rel, fraction, cap), node)
+with side:
+    ran = run_live(cd) if node is not None else None
+    if ran is not None:
+        node_panel(cd, node, *ran)
 left, right = st.columns([3, 2])
 with left:
     if cd.curve:
@@ -233,25 +267,3 @@ with left:
         st.info("this file holds no faithfulness curve (MIB and Neuronpedia files carry none)")
 with right:
     state.download_buttons(rel)
-
-st.subheader("node details")
-drawn = sorted(
-    {cd.src[i] for i in v.rows} | {cd.dst[i] for i in v.rows}, key=lambda n: cg.position(n, cd.n_layers, cd.n_heads)
-)
-if not drawn:
-    st.info("no edge is drawn")
-    st.stop()
-if clicked and clicked != st.session_state.get("_clicked"):
-    st.session_state["_clicked"] = clicked
-    node_url = clicked
-node = state.synced(
-    st.selectbox,
-    "node",
-    node_url if node_url in drawn else cg.strongest_node(cd, v),
-    "w_node",
-    label="node (or click one in the graph)",
-    options=drawn,
-)
-ran = run_live(cd)
-if ran is not None:
-    node_panel(cd, node, *ran)

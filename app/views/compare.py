@@ -20,25 +20,23 @@ folder = state.resolve(rel)
 base_id, sparse_id = report.get("base_model"), report.get("model_id")
 
 
-def key(cd):
-    return cd.query.get("prompt"), cd.query.get("answer")
-
-
 def circuit_heads(cd) -> set[str]:
     """The attention heads on the saved circuit's edges (node names a{layer}.h{head})."""
     rows = cd.in_circuit.nonzero()[0]
     return {n for i in rows for n in (cd.src[i], cd.dst[i]) if n.startswith("a")}
 
 
-found = {rel_c: state.circuit(rel_c) for rel_c in state.catalog().circuits}
-sparse_by_query = {key(cd): r for r, cd in found.items() if cd.model_id == sparse_id}
-pairs = [r for r, cd in found.items() if cd.model_id == base_id and key(cd) in sparse_by_query]
+sparse_by_base = state.compare_pairs(report)
+base_of = {s: b for b, s in sparse_by_base.items()}
+if st.query_params.get("circuit") in base_of:  # Back from a sparse circuit opened here: its pair
+    st.query_params["circuit"] = base_of[st.query_params["circuit"]]
+pairs = list(sparse_by_base)
 st.caption(state.text(f"base {base_id} · sparse {sparse_id} · {len(pairs)} queries with a circuit in both models"))
 
 if pairs:
     base_rel = state.pick_circuit("compare", pairs, label="query (base-model circuit)")
-    sparse_rel = sparse_by_query[key(found[base_rel])]
-    b, s = found[base_rel], found[sparse_rel]
+    sparse_rel = sparse_by_base[base_rel]
+    b, s = state.circuit(base_rel), state.circuit(sparse_rel)
     st.markdown(f"**{state.text(b.query.get('prompt'))}** → {state.code(b.query.get('answer'))}")
     rows = [
         {

@@ -14,6 +14,8 @@ from workbench.circuits import annotations, schema
 from workbench.errors import UserError
 
 UPLOADED_GRAPH = "uploaded-graph"
+CIRCUIT_FILE = "feature_circuit.json"
+QPARAMS = {"pinnedIds": [], "supernodes": [], "linkType": "both", "clickedId": "", "sg_pos": ""}
 
 st.title("Feature graph")
 
@@ -21,15 +23,24 @@ st.title("Feature graph")
 def upload_box() -> None:
     with st.expander("upload a circuit-tracer / Neuronpedia graph JSON"):
         up = st.file_uploader("graph file", type=["json"], key="w_graph_upload")
-        if up is None:
-            return
+        if up is None or st.session_state.get("_graph_upload_seen") == state.upload_key(up.getvalue()):
+            return  # read once per file: a later rerun keeps the marks made since
+        st.session_state["_graph_upload_seen"] = state.upload_key(up.getvalue())
         try:
-            fg = schema.read_feature_graph(schema.loads(up.getvalue(), up.name))
+            d = schema.loads(up.getvalue(), up.name)
+            fg = schema.read_feature_graph(annotations.without_notes(d) if isinstance(d, dict) and "nodes" in d else d)
+            marks, clicked = annotations.read_feature_graph(d)
         except UserError as e:
             st.error(state.text(e))
             return
         st.session_state[UPLOADED_GRAPH] = fg
         st.query_params["graph"] = UPLOADED_GRAPH
+        graph_view.write_url(marks)  # its pins, groups, notes and selected node come back
+        st.session_state[f"_pinned_from_circuit_{UPLOADED_GRAPH}"] = True  # the file's pins are the marks
+        if clicked:
+            st.query_params["node"] = clicked
+        elif "node" in st.query_params:
+            del st.query_params["node"]
 
 
 def pick() -> tuple[str, schema.FeatureGraph] | None:
@@ -55,13 +66,34 @@ def _open(path: str, stamp: float) -> schema.FeatureGraph:
     return browse.open_feature_graph(path)
 
 
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _circuit(path: str, stamp: float) -> dict | None:
+    """The feature circuit beside a graph (feature_circuit.json, `circuit find --transcoders`), or None."""
+    return schema.read_feature_circuit(schema.load(path)) if stamp else None
+
+
+def missing(rel: str, fg: schema.FeatureGraph, drawn: set[str]) -> None:
+    """The feature circuit's nodes the graph cannot show, each with the reason (never silently fewer)."""
+    if rel == UPLOADED_GRAPH:
+        return
+    try:
+        circuit = _circuit(str(state.resolve(rel) / CIRCUIT_FILE), state.version(rel, CIRCUIT_FILE))
+    except UserError as e:
+        st.warning(state.text(e))
+        return
+    rows = fgf.not_drawn(fg, circuit, drawn) if circuit else []
+    if rows:
+        st.caption(f"{len(rows)} of the feature circuit's {len(circuit['nodes'])} nodes are not drawn here:")
+        state.table(rows)
+
+
 def details(fg: schema.FeatureGraph, node_id: str) -> None:
     node = next((n for n in fg.nodes if n["node_id"] == node_id), None)
     if node is None:
         st.warning(f"node={node_id!r} is not in this graph")
         return
     influence = "not given" if node["influence"] is None else f"{node['influence']:.3f}"
-    st.markdown(f"**{state.text(node_id)}**: {state.text(node['clerp'])} (influence {influence})")
+    st.markdown(f"**{state.text(fgf.names(fg)[node_id])}** (influence {influence})")
     members = (fg.metadata.get("info") or {}).get("transcoder_members") or {}
     if node["feature_type"] == "cross layer transcoder" and node["layer"] in members:
         latent = int(node_id.split("_")[1])
@@ -80,7 +112,7 @@ if picked is not None:
     st.caption(
         f"prompt: {state.text(meta['prompt'])} · model {state.code(meta['scan'])} · replacement "
         f"{info.get('replacement', float('nan')):.3f}, completeness {info.get('completeness', float('nan')):.3f}"
-        + (f" · {len(fg.pinned)} nodes pinned (the feature circuit)" if fg.pinned else "")
+        + (f" · the feature circuit's {len(fg.pinned)} nodes in this graph open pinned" if fg.pinned else "")
     )
     cap = state.int_param("cap", 120, 1, 2000)
     cap = state.synced(
@@ -90,7 +122,8 @@ if picked is not None:
     kinds = {k: sum(n.kind == k for n in g.nodes) for k in ("feature", "error", "input", "logits")}
     st.caption(
         f"{kinds['feature']} features, {kinds['error']} error nodes, {kinds['input']} embeddings, {kinds['logits']} "
-        f"logits, {len(g.edges)} links drawn"
+        f"logits and {len(g.edges)} links between them (the view draws the strongest and those of the selected, "
+        "pinned or hovered node; its controls raise the cap and prune by influence)"
     )
     for h in g.hidden:
         st.caption(state.text(h))
@@ -103,27 +136,22 @@ if picked is not None:
     ident = (
         None if rel == UPLOADED_GRAPH else ("feature_graph", rel, state.version(rel, browse.FEATURE_GRAPH), int(cap))
     )
-    clicked = graph_view.draw(g, "feature_graph", ident=ident, selected=st.query_params.get("node"), marks=marks)
-    node = clicked or st.query_params.get("node")
-    if clicked:
-        st.query_params["node"] = clicked
-    if node:
+    node = state.selected_node("feature_graph")
+    state.draw_marked(g, "feature_graph", ident, marks, node, panel="side")  # the widest stage: a token per column
+    if node:  # right under the graph: the same selection as the view's panel beside it
         details(fg, node)
+    else:
+        st.caption("click a node for its links (with the heads carrying them) and its feature page")
+    missing(rel, fg, {n.id for n in g.nodes})
+    box = graph_view.marks_box()
     st.download_button(
-        "download graph JSON",
-        json.dumps(
-            {
-                "metadata": meta,
-                "qParams": {
-                    "pinnedIds": fg.pinned,
-                    "supernodes": [],
-                    "linkType": "both",
-                    "clickedId": "",
-                    "sg_pos": "",
-                },
-                "nodes": fg.nodes,
-                "links": fg.links,
-            }
+        "download graph JSON (circuit-tracer / Neuronpedia)" + state.MARKED,
+        lambda: json.dumps(
+            annotations.apply_feature_graph(
+                {"metadata": meta, "qParams": QPARAMS, "nodes": fg.nodes, "links": fg.links}, box["marks"], box["node"]
+            )
         ),
         file_name=f"{rel.split('/')[-1]}.json",
+        mime="application/json",
+        on_click="ignore",
     )

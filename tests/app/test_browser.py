@@ -170,9 +170,13 @@ def test_browse_search_feature_neighbour_reload_offline(server, feature_workspac
     assert (tmp_path / "feature.png").stat().st_size > 0
 
 
-def plotly(page, i: int, expr: str):
-    """Evaluate `expr` on the i-th Plotly chart's graph div `d` (its data and layout as Plotly holds them)."""
-    return page.evaluate(f"() => {{ const d = document.querySelectorAll('.js-plotly-plot')[{i}]; return {expr}; }}")
+CURVE = ".st-key-curve .js-plotly-plot"  # the circuit page's faithfulness curve (a head's pattern may come first)
+
+
+def plotly(page, selector: str, expr: str):
+    """Evaluate `expr` on the first Plotly chart's graph div `d` under `selector` (its data and layout as Plotly
+    holds them)."""
+    return page.evaluate(f"() => {{ const d = document.querySelector({selector!r}); return {expr}; }}")
 
 
 def test_circuit_budget_click_download_upload_compare_feature_offline(circuit_server, circuit_workspace, tmp_path):
@@ -192,18 +196,18 @@ def test_circuit_budget_click_download_upload_compare_feature_offline(circuit_se
             page.goto(f"{circuit_server}/circuit?circuit=circuits/ioi-0")
             settle(page)
             expect(page.get_by_role("heading", name="Circuit")).to_be_visible()
-            page.locator(".js-plotly-plot").first.wait_for()  # the curve (the graph is the graph view)
+            page.locator(CURVE).wait_for()  # the curve (the graph is the graph view)
             page.get_by_text("edge budget", exact=True).click()
             settle(page)
             slider = page.get_by_role("slider").first
             before_label = page.get_by_text("drawn: top").inner_text()
-            before_x = plotly(page, 0, "d.data[d.data.length - 1].x[0]")
+            before_x = plotly(page, CURVE, "d.data[d.data.length - 1].x[0]")
             slider.focus()
             slider.press("ArrowRight")
             settle(page)
             expect(page.get_by_text("drawn: top")).not_to_have_text(before_label)
             page.wait_for_function(  # the curve's mark moves right (Plotly redraws after the script has finished)
-                "b => { const d = document.querySelectorAll('.js-plotly-plot')[0]; const t = d && d.data &&"
+                f"b => {{ const d = document.querySelector({CURVE!r}); const t = d && d.data &&"
                 " d.data[d.data.length - 1]; return t && t.name === 'drawn' && t.x[0] > b; }",
                 arg=before_x,
             )
@@ -238,6 +242,18 @@ def test_circuit_budget_click_download_upload_compare_feature_offline(circuit_se
             expect(page.get_by_role("heading", name="Compare base and sparse attention")).to_be_visible()
             expect(page.locator(".wbg-diff")).to_contain_text("only in base")  # one graph of both, with counts
             expect(page.get_by_text("queries with a gap on both models").first).to_be_visible()
+            page.get_by_role("link", name="open the sparse attention circuit").click()
+            expect(page).to_have_url(re.compile(r"/circuit\?.*ioi-0-sparse"))
+            drawn(page)
+            page.go_back()  # Compare again, on the pair it opened (was: a red "not a circuit in this workspace")
+            expect(page.get_by_role("heading", name="Compare base and sparse attention")).to_be_visible()
+            settle(page)
+            expect(page.get_by_text("is not a circuit in this workspace")).to_have_count(0)
+            expect(page.locator(".wbg-diff")).to_contain_text("only in base")
+            page.go_forward()
+            expect(page).to_have_url(re.compile(r"/circuit\?.*ioi-0-sparse"))
+            page.get_by_role("link", name="compare with the other model's circuit").click()  # and the way back
+            expect(page.get_by_role("heading", name="Compare base and sparse attention")).to_be_visible()
 
             if layer2:
                 page.goto(f"{circuit_server}/circuit?circuit=circuits/ioi-0&cap=2000&node={layer2[0]}")

@@ -130,6 +130,11 @@ def test_compare_page_pairs_the_query_across_models(circuit_app, circuit_workspa
     only = at.dataframe[3].value  # per target and model, the heads only that model's circuits use
     assert list(only["heads only in"]) == ["base", "sparse", "base", "sparse"] and set(only["NDF"]) == {"0.8", "0.9"}
     assert "not renormalised (published gate)" in text(at)
+    back = ok(circuit_app("views/compare.py", circuit="circuits/ioi-0-sparse"))  # Back from the sparse circuit
+    assert back.query_params["circuit"] == "circuits/ioi-0" and at.dataframe[0].value.equals(back.dataframe[0].value)
+    circuit = ok(circuit_app("views/circuit.py", circuit="circuits/ioi-0-sparse"))  # and the way there
+    [link] = [p for p in circuit.get("page_link") if "compare with" in p.proto.label]
+    assert "circuit=circuits%2Fioi-0&" in link.proto.query_string + "&" and link.proto.page.endswith("compare")
 
 
 def _array(v):

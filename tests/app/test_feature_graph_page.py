@@ -72,8 +72,10 @@ def test_a_node_shows_its_links_and_the_heads_carrying_them(graph_app, graph_wor
     link = next(lk for lk in fg.links if set(lk.get("heads", {})) - {"direct"})
     at = ok(graph_app("views/feature_graph.py", graph=f"circuits/{graph}", node=link["target"]))
     [table] = [d.value for d in at.dataframe]
-    row = table[(table["source"] == link["source"]) & (table["target"] == link["target"])].iloc[0]
+    names = fgf.names(fg)  # links named by label and token, never by node id
+    row = table[(table["source"] == names[link["source"]]) & (table["target"] == names[link["target"]])].iloc[0]
     assert row["heads"] == ", ".join(f"{k} {v:+.3g}" for k, v in link["heads"].items())
+    assert not set(table["source"]) & {n["node_id"] for n in fg.nodes}
 
 
 def test_an_unknown_graph_in_the_url_is_one_line(graph_app):
@@ -116,7 +118,40 @@ def test_the_figure_keeps_embeddings_and_logits_and_counts_hidden_weight(graph_w
 def test_a_feature_circuits_nodes_start_pinned_unless_the_url_has_marks(graph_app, graph_workspace):
     fg = browse.open_feature_graph(graph_workspace / "circuits" / "pinned")
     at = ok(graph_app("views/feature_graph.py", graph="circuits/pinned"))
-    assert view_data(at)["annotations"]["pinned"] == fg.pinned and "3 nodes pinned" in text(at)
+    assert view_data(at)["annotations"][
+        "pinned"
+    ] == fg.pinned and "feature circuit's 3 nodes in this graph open pinned" in text(at)
     other = fg.nodes[-1]["node_id"]
     at = ok(graph_app("views/feature_graph.py", graph="circuits/pinned", pinned=other))
     assert view_data(at)["annotations"]["pinned"] == [other]
+
+
+def test_a_feature_circuits_undrawn_nodes_are_listed_with_the_reason(graph_workspace):
+    """A circuit node silent on the prompt fires only on the counterfactual; one absent otherwise was pruned; one in
+    the graph but not drawn lies below the cap. Links are named by label and token, with their check verdict."""
+    fg = browse.open_feature_graph(graph_workspace / "circuits" / "g")
+    feats = [n for n in fg.nodes if n["feature_type"] == "cross layer transcoder"]
+    layer, latent, pos = (int(v) for v in feats[0]["node_id"].split("_"))
+    row = dict(kind="feature", layer=layer, latent=latent, pos=pos, clean=1.0, token="t", effect=0.1)
+    circuit = {
+        "nodes": [
+            {**row, "name": "drawn"},
+            {**row, "name": "capped", "latent": int(feats[1]["node_id"].split("_")[1]), "pos": feats[1]["ctx_idx"]},
+            {**row, "name": "counterfactual", "latent": 10**6, "clean": 0.0},
+            {**row, "name": "pruned", "latent": 10**6 + 1},
+        ]
+    }
+    circuit["nodes"][1]["layer"] = int(feats[1]["layer"])
+    rows = fgf.not_drawn(fg, circuit, {feats[0]["node_id"]})
+    why = {r["node"]: r["why"] for r in rows}
+    assert set(why) == {"capped", "counterfactual", "pruned"}
+    assert why["capped"].startswith("below the node cap") and why["pruned"].startswith("pruned from")
+    assert why["counterfactual"].startswith("fires only on the counterfactual prompt")
+    target = feats[0]["node_id"]
+    assert fgf.names(fg)[target] == f"{feats[0]['clerp']} @ {fg.metadata['prompt_tokens'][pos]!r}"
+    link = next(lk for lk in fg.links if lk["target"] == target)
+    check = {"nodes": [], "edges": [{"source": link["source"], "target": target, "confirmed": False}]}
+    checked = fgf.node_rows(type(fg)(fg.nodes, fg.links, fg.pinned, fg.metadata, check), target)
+    assert {r["check"] for r in checked if r["source"] == fgf.names(fg)[link["source"]]} == {"failed"}
+    g = fgf.to_graph(type(fg)(fg.nodes, fg.links, fg.pinned, fg.metadata, check), cap=2000)
+    assert [e.check for e in g.edges if (e.src, e.dst) == (link["source"], target)] == ["failed"]

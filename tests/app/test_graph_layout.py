@@ -147,8 +147,8 @@ def test_a_64_token_feature_graph_is_wide_not_tall():
     upward_order(data, d)
     check_geometry(data)
     width, height = data["size"]
-    assert height <= 60 + 2 * layout.MARGIN + 6 * layout.UP_ROW  # one row per layer (+ embeddings, logits)
-    assert width > 4 * height and len(data["columns"]) == 64
+    assert height <= 560  # a row per layer (+ embeddings, logits), crowded cells' lines: within the view's height
+    assert width > 8 * height and len(data["columns"]) == 64
 
 
 def test_bound_keeps_pins_and_the_strongest_and_says_what_it_hides():
@@ -175,3 +175,28 @@ def test_bound_keeps_pins_and_the_strongest_and_says_what_it_hides():
     drawn = {id(e) for e in b.edges}
     assert min(abs(e.weight) for e in b.edges) >= max(abs(e.weight) for e in between if id(e) not in drawn)
     assert layout.to_data(b)["shown"] == b.shown
+
+
+def test_a_crowded_cell_wraps_inside_its_layer_row():
+    """Twelve features of one layer at one position wrap onto lines of layout.WRAP inside the layer's row (the row
+    grows), never overlapping, and the position's column stays WRAP nodes wide."""
+    nodes = [layout.Node(f"f{i}", "feature", (1, 0), "L1", pos=3) for i in range(12)]
+    nodes += [
+        layout.Node("e", "embedding", (-1, 0), "embeddings", pos=3),
+        layout.Node("x", "feature", (2, 0), "L2", pos=4),
+    ]
+    data = layout.to_data(layout.Graph(nodes, [], flow="up"))
+    check_geometry(data)
+    boxes = {
+        n["id"]: (n["x"] - n["w"] / 2, n["y"] - n["h"] / 2, n["x"] + n["w"] / 2, n["y"] + n["h"] / 2)
+        for n in data["nodes"]
+    }
+    cell = [boxes[f"f{i}"] for i in range(12)]
+    assert (
+        len({round(b[1]) for b in cell}) == -(-12 // layout.WRAP)
+        and max(b[2] for b in cell) - min(b[0] for b in cell) < layout.WRAP * 40
+    )
+    for i, a in enumerate(cell):
+        for b in cell[i + 1 :]:
+            assert a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1]
+    assert boxes["x"][3] < min(b[1] for b in cell) and boxes["e"][1] > max(b[3] for b in cell)

@@ -75,9 +75,30 @@ def test_every_format_carries_the_marks_and_still_reads(name):
     assert after.edges == before.edges and (after.in_circuit == before.in_circuit).all()
     assert an.read(d, n_heads=2) == an.Annotations()
     assert an.read(an.apply(out, an.Annotations(), n_heads=2), n_heads=2) == an.Annotations()
+    assert an.read_selected(out, n_heads=2) is None
+    chosen = json.loads(json.dumps(an.apply(d, MARKS, n_heads=2, selected="a1.h1")))  # and the selected node
+    assert an.read_selected(chosen, n_heads=2) == "a1.h1" and an.read(chosen, n_heads=2) == MARKS
 
 
 def test_a_bad_annotations_key_is_a_damaged_file():
     d = json.loads((NP.parent / "circuit.json").read_text())
     with pytest.raises(DamagedFileError, match=r"annotations: .*\[name, node"):
         an.read({**d, an.FILE_KEY: {"groups": [["lonely"]]}}, n_heads=2)
+
+
+def test_feature_graph_round_trip_with_the_selected_node():
+    """A feature graph names its nodes by id: pins, groups, notes and the selected node (qParams.clickedId) are
+    written, still read as a circuit-tracer graph, and read back equal; the clerps lose the notes on reading."""
+    from bench.app_bench import feature_graph
+
+    d = feature_graph(40, n_layers=2, n_pos=4)
+    ids = [n["node_id"] for n in d["nodes"]]
+    marks = an.Annotations([ids[3], ids[0]], [["pair", ids[3], ids[5]]], {ids[5]: "fires on | names"})
+    out = an.apply_feature_graph(d, marks, ids[5])
+    fg = schema.read_feature_graph(out)
+    assert fg.pinned == [ids[3], ids[0]] and out["qParams"]["supernodes"] == [["pair", ids[3], ids[5]]]
+    assert an.read_feature_graph(out) == (marks, ids[5])
+    assert an.without_notes(out)["nodes"] == d["nodes"]
+    assert an.read_feature_graph(d) == (an.Annotations(), None)  # a graph without marks reads as none
+    with pytest.raises(DamagedFileError, match="pinnedIds names 'nope'"):
+        an.read_feature_graph({**out, "qParams": {**out["qParams"], "pinnedIds": ["nope"]}})

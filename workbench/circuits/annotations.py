@@ -15,7 +15,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from workbench.circuits.schema import NP_COMPONENT_TYPE, detect, loads
+from workbench.circuits.schema import NP_COMPONENT_TYPES, detect, loads
 from workbench.errors import BadValueError, DamagedFileError
 
 NOTE_MARK = " | note: "
@@ -126,7 +126,7 @@ def _component(n: dict) -> str | None:
         return "input"
     if t == "logit":
         return "logits"
-    if t != NP_COMPONENT_TYPE:
+    if t not in NP_COMPONENT_TYPES:
         return None
     layer, feat = nid.split("_")[:2]
     return None if not (layer.isdigit() and feat.isdigit()) else (layer, int(feat))
@@ -144,9 +144,36 @@ def _names(d: dict, n_heads: int) -> dict[str, str]:
     return out
 
 
-def apply_neuronpedia(d: dict, a: Annotations, n_heads: int) -> dict:
-    """A copy of an exported graph carrying `a`: pins and groups in qParams, notes appended to the clerps."""
-    names = _names(d, n_heads)
+def apply_neuronpedia(d: dict, a: Annotations, n_heads: int, selected: str | None = None) -> dict:
+    """A copy of an exported graph carrying `a`: pins and groups in qParams, notes appended to the clerps, the
+    selected node as qParams.clickedId (its first node id)."""
+    return _apply(d, a, _names(d, n_heads), selected)
+
+
+def _ids(d: dict) -> dict[str, str]:
+    """node_id -> itself: a feature graph's marks name its nodes by id."""
+    return {str(n["node_id"]): str(n["node_id"]) for n in d.get("nodes", []) if isinstance(n, dict)}
+
+
+def apply_feature_graph(d: dict, a: Annotations, clicked: str | None = None) -> dict:
+    """A copy of a feature graph (circuit-tracer graph JSON) carrying `a` as apply_neuronpedia does, and the
+    selected node as qParams.clickedId (circuit-tracer's own field for it)."""
+    return _apply(d, a, _ids(d), clicked)
+
+
+def read_feature_graph(d: dict) -> tuple[Annotations, str | None]:
+    """(pins, groups and notes, the selected node) of a feature graph: the reverse of apply_feature_graph."""
+    q = d.get("qParams") if isinstance(d.get("qParams"), dict) else {}
+    clicked = str(q.get("clickedId") or "")
+    return _read(d, _ids(d), lambda n, clerp: False), clicked if clicked in _ids(d) else None
+
+
+def without_notes(d: dict) -> dict:
+    """A copy of a graph whose clerps no longer carry the notes apply_* appended (they are read as notes)."""
+    return {**d, "nodes": [{**n, "clerp": str(n.get("clerp", "")).split(NOTE_MARK)[0]} for n in d["nodes"]]}
+
+
+def _apply(d: dict, a: Annotations, names: dict[str, str], selected: str | None) -> dict:
     ids: dict[str, list[str]] = {}
     for nid, name in names.items():
         ids.setdefault(name, []).append(nid)
@@ -158,13 +185,24 @@ def apply_neuronpedia(d: dict, a: Annotations, n_heads: int) -> dict:
     q = dict(d["qParams"])
     q["pinnedIds"] = [nid for p in a.pinned for nid in ids.get(p, [])]
     q["supernodes"] = [[name, *(nid for m in members for nid in ids.get(m, []))] for name, *members in a.groups]
+    q["clickedId"] = ids.get(selected, [""])[0] if selected else ""
     return {**d, "qParams": q, "nodes": nodes}
 
 
 def read_neuronpedia(d: dict, n_heads: int) -> Annotations:
     """Pins, groups and notes of an uploaded graph (the reverse of apply_neuronpedia). A clerp without
     NOTE_MARK that is not the export's own text is a label someone edited: it reads back as the note."""
-    names = _names(d, n_heads)
+    return _read(d, _names(d, n_heads), _edited)
+
+
+def _edited(n: dict, clerp: str) -> bool:
+    """A component's clerp that is not the export's own text: a label a person edited."""
+    return n.get("feature_type") in NP_COMPONENT_TYPES and bool(clerp) and not DEFAULT_CLERP.fullmatch(clerp)
+
+
+def _read(d: dict, names: dict[str, str], edited) -> Annotations:
+    """Pins (qParams.pinnedIds), groups (qParams.supernodes) and notes (after NOTE_MARK in a clerp, or a clerp
+    `edited(node, clerp)` says a person wrote) of a graph whose node ids map to mark names by `names`."""
     q = d.get("qParams") if isinstance(d.get("qParams"), dict) else {}
     unknown = [p for p in q.get("pinnedIds") or [] if str(p) not in names]
     if unknown:
@@ -182,7 +220,7 @@ def read_neuronpedia(d: dict, n_heads: int) -> Annotations:
             continue
         if NOTE_MARK in clerp:
             notes[name] = clerp.split(NOTE_MARK, 1)[1]
-        elif n.get("feature_type") == NP_COMPONENT_TYPE and clerp and not DEFAULT_CLERP.fullmatch(clerp):
+        elif edited(n, clerp):
             notes[name] = clerp
     return from_dict({"pinned": pinned, "groups": groups, "notes": notes})
 
@@ -190,12 +228,23 @@ def read_neuronpedia(d: dict, n_heads: int) -> Annotations:
 # ------------------------------------------------------------------ any circuit file
 
 
-def apply(d: dict, a: Annotations, n_heads: int) -> dict:
-    """A copy of a circuit file of any format carrying `a` (none: the file without marks)."""
+def apply(d: dict, a: Annotations, n_heads: int, selected: str | None = None) -> dict:
+    """A copy of a circuit file of any format carrying `a` and the selected node (none: the file without marks;
+    workbench and MIB files keep the node under FILE_KEY's `selected`)."""
     if detect(d) == "neuronpedia":
-        return apply_neuronpedia(d, a, n_heads)
+        return apply_neuronpedia(d, a, n_heads, selected)
     out = {k: v for k, v in d.items() if k != FILE_KEY}
-    return {**out, FILE_KEY: a.as_dict()} if a else out
+    return {**out, FILE_KEY: {**a.as_dict(), "selected": selected}} if a or selected else out
+
+
+def read_selected(d: dict, n_heads: int) -> str | None:
+    """The selected node a circuit file of any format carries (apply's `selected`), None when it names none."""
+    if detect(d) == "neuronpedia":
+        q = d.get("qParams") if isinstance(d.get("qParams"), dict) else {}
+        return _names(d, n_heads).get(str(q.get("clickedId") or ""))
+    marks = d.get(FILE_KEY)
+    selected = marks.get("selected") if isinstance(marks, dict) else None
+    return selected if isinstance(selected, str) and selected else None
 
 
 def read(d: dict, n_heads: int) -> Annotations:

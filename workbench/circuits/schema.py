@@ -436,7 +436,7 @@ def read_neuronpedia(d: dict, shape: GraphShape) -> CircuitRecord:
             names[nid] = "input"
         elif t == "logit":
             names[nid] = "logits"
-        elif t == NP_COMPONENT_TYPE:
+        elif t in NP_COMPONENT_TYPES:
             layer, feat, _ = (nid.split("_") + ["", "", ""])[:3]
             if not (layer.isdigit() and feat.isdigit()):
                 raise DamagedFileError(f"node {nid!r}: a component's node_id must be LAYER_HEAD_POSITION")
@@ -515,9 +515,12 @@ NP_METADATA_FIELDS = {"slug": str, "scan": str, "transcoder_list": list, "prompt
 NP_METADATA_OPTIONAL = {"node_threshold": (float, None), "schema_version": (int, 1)}
 NP_NULLABLE = {"influence", "activation", "node_threshold", "schema_version"}
 NP_QPARAMS_FIELDS = ("pinnedIds", "supernodes", "linkType", "clickedId", "sg_pos")
-# circuit-tracer's frontend knows four node types; a head or MLP taken whole (its output not split
-# into features) is what its error nodes are, so components are written as that type
-NP_COMPONENT_TYPE = "mlp reconstruction error"
+# circuit-tracer's frontend knows four node types (embedding, logit, cross layer transcoder, mlp reconstruction
+# error) and draws any other as a feature: a head is written as what it is, an MLP taken whole (its output not
+# split into features) as what circuit-tracer calls an MLP's undecomposed output. Files written before heads had
+# their own type hold heads as the MLP type: both read as components (the head index says which)
+NP_HEAD_TYPE, NP_MLP_TYPE = "attention head", "mlp reconstruction error"
+NP_COMPONENT_TYPES = (NP_HEAD_TYPE, NP_MLP_TYPE)
 
 
 def validate_neuronpedia(d: dict) -> None:

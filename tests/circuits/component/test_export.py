@@ -85,7 +85,11 @@ def test_neuronpedia_graph_loads_with_circuit_tracer(circuit, tmp_path):
     n_layers, tokens = circuit.graph.n_layers, circuit.query["tokens"]
     assert d["metadata"]["prompt_tokens"][0] == "<bos>" and d["metadata"]["transcoder_list"] == []
     types = {n["feature_type"] for n in d["nodes"]}
-    assert types <= {"embedding", "logit", "cross layer transcoder", "mlp reconstruction error"}
+    assert types <= {"embedding", "logit", "attention head", "mlp reconstruction error"}
+    heads = {n["feature_type"] for n in d["nodes"] if n["clerp"].startswith("a")}  # heads export as what they are
+    assert heads == {"attention head"} and all(
+        n["clerp"].startswith("m") for n in d["nodes"] if n["feature_type"] == "mlp reconstruction error"
+    )
     [logit] = [n for n in d["nodes"] if n["feature_type"] == "logit"]
     p = circuit.faithfulness["answer_prob"]
     ref = Node.logit_node(
@@ -103,9 +107,10 @@ def test_neuronpedia_graph_loads_with_circuit_tracer(circuit, tmp_path):
     pairs = [(link["source"], link["target"]) for link in d["links"]]
     assert len(pairs) == len(set(pairs)), "one link per pair of nodes"
     assert all(ctx[s] <= ctx[t] for s, t in pairs), "links run forward in position"
-    assert len({n["feature"] for n in d["nodes"] if n["feature_type"] == "mlp reconstruction error"}) == sum(
-        n["feature_type"] == "mlp reconstruction error" for n in d["nodes"]
-    )
+    components = [
+        n["feature"] for n in d["nodes"] if n["feature_type"] in ("attention head", "mlp reconstruction error")
+    ]
+    assert len(set(components)) == len(components)
     assert sum(n["is_target_logit"] for n in d["nodes"]) == 1
     infl = sorted(n["influence"] for n in d["nodes"])
     assert infl[-1] == pytest.approx(1.0) and all(0 < x <= 1 for x in infl)

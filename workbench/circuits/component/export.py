@@ -4,8 +4,8 @@ The workbench's own lossless JSON belongs to the Circuit (types.py: to_dict / sa
 Neuronpedia graphs are feature graphs; a head/MLP circuit maps onto them with circuit-tracer's
 conventions (circuit_tracer.frontend.graph_models): one `embedding` node per prompt token feeding
 the circuit (`feature` = its position), one node per circuit head or MLP (node id
-`{layer}_{head}_{pos}`, the MLP as head index n_heads; type "mlp reconstruction error", the type
-circuit-tracer gives a component's undecomposed output), and one `logit` node for the answer
+`{layer}_{head}_{pos}`, the MLP as head index n_heads; a head of type "attention head", an MLP of type
+"mlp reconstruction error", the type circuit-tracer gives an MLP's undecomposed output), and one `logit` node for the answer
 (layer n_layers + 1, clerp `Output "tok" (p=...)`). Links carry the signed edge scores (see
 to_neuronpedia for positions). `activation` is a node's attribution mass (sum of |incident link
 weights|) and `influence` the cumulative share of that mass at the node's rank.
@@ -19,7 +19,7 @@ from workbench.atomic import write_json
 from workbench.circuits import schema
 from workbench.circuits.component.graph import Graph
 from workbench.circuits.component.types import Circuit, check_model, read_json
-from workbench.circuits.schema import NP_COMPONENT_TYPE, validate_neuronpedia
+from workbench.circuits.schema import NP_HEAD_TYPE, NP_MLP_TYPE, validate_neuronpedia
 from workbench.errors import DamagedFileError
 
 # ---------------------------------------------------------------- EAP-IG / MIB JSON
@@ -229,7 +229,7 @@ def _np_node(c: Circuit, ids: _NodeIds, nid: str, mass: float, influence: float,
         name = f"m{layer}" if int(feature) == c.graph.n_heads else f"a{layer}.h{feature}"
         node.update(
             feature=_cantor(int(layer), int(feature)),
-            feature_type=NP_COMPONENT_TYPE,
+            feature_type=NP_MLP_TYPE if name[0] == "m" else NP_HEAD_TYPE,
             jsNodeId=f"{layer}_{feature}-{ctx}",
             clerp=f"{name} ({'MLP' if name[0] == 'm' else 'attention head'}, whole output)",
         )
