@@ -221,7 +221,7 @@ def test_a_circuit_tracer_clt_imports_equal_to_circuit_tracer_and_draws_a_graph(
     argv = ["sae", "import", str(src), "--model", spec, "--workspace", str(ws.root), "--name", name]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "a CLT over layers 0,1" in out and "of circuit-tracer's own" in out
+    assert "a CLT over layers 0,1" in out and "of the source library's own loader" in out
     folder = ws.path("clts", name)
     tcs = open_set(folder).load(model=model)
     hook = "hook_resid_mid" if thresholds == "relu" else "ln2.hook_normalized"
