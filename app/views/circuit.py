@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from app import graph_view, live, state
+from app import graph_view, live, state, steer
 from app.figures import attention as fa
 from app.figures import circuit as cg
 from workbench.circuits import annotations, schema
@@ -255,3 +255,4 @@ node = state.synced(
 ran = run_live(cd)
 if ran is not None:
     node_panel(cd, node, *ran)
+    steer.circuit_panel(cd, node, ran[0])

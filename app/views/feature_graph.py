@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from app import graph_view, state
+from app import graph_view, state, steer
 from app.figures import feature_graph as fgf
 from workbench import browse
 from workbench.circuits import annotations, schema
@@ -109,6 +109,7 @@ if picked is not None:
         st.query_params["node"] = clicked
     if node:
         details(fg, node)
+    steer.graph_panel(fg, rel, node, marks.groups)
     st.download_button(
         "download graph JSON",
         json.dumps(
