@@ -169,7 +169,7 @@ def graph_effect(r: dict, t: Target) -> None:
         state.text(
             f"on {what} at the last position; the prediction is the sum over {', '.join(t.nodes)} of what the graph's "
             "kept links predict for ablating each at its position (live ablation to zero at the node's position is "
-            "what `workbench circuit check` measures)"
+            "what `workbench circuit check` measures; for a group, its measurements of each node alone, summed)"
         )
     )
 

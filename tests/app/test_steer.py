@@ -138,3 +138,21 @@ def test_user_text_is_escaped_and_a_bad_link_is_one_notice(steer_app):
     [err] = at.error
     assert "\\*\\*bold\\*\\*" in err.value and "\\<img" in err.value and "](" not in err.value
     assert not at.exception
+
+
+def test_a_group_of_graph_nodes_is_ablated_together(steer_app, steer_workspace, model):
+    import json
+
+    from workbench import browse
+
+    fg = browse.open_feature_graph(steer_workspace / "circuits" / "graph-ioi")
+    a, b = sorted(fg.check["nodes"], key=lambda r: -abs(r["predicted"]))[:2]
+    groups = json.dumps([["pair", a["node_id"], b["node_id"]]])
+    link = dict(graph="circuits/graph-ioi", groups=groups, s_target="group pair", steer="1", s_n="2")
+    at = ok(steer_app("views/feature_graph.py", **link))
+    units = sorted({f"{n.split('_')[0]}:{n.split('_')[1]}" for n in (a["node_id"], b["node_id"])})
+    positions = ",".join(str(p) for p in sorted({int(n.split("_")[2]) for n in (a["node_id"], b["node_id"])}))
+    cfg = InterventionConfig(features=units, positions=positions, continue_tokens=2)
+    shown(at, intervene(model, str(steer_workspace / "transcoders" / "full"), fg.metadata["prompt"], cfg))
+    assert metric(at, "graph's predicted effect of ablating") == f"{a['predicted'] + b['predicted']:+.4g}"
+    assert metric(at, "check's measured ablation") == f"{a['measured'] + b['measured']:+.4g}"
