@@ -98,8 +98,9 @@ def controls(t: Target, key: str) -> tuple[InterventionConfig, str]:
     ), prompt
 
 
-def panel(t: Target, key: str) -> None:
-    """The Steer panel for `t`; `key` keeps each page's widgets their own."""
+def panel(key: str, what: str, target) -> None:
+    """The Steer panel: a toggle (?steer=1), then `target()` (a Target, or None with the reason shown: nothing is
+    loaded before the toggle is on) and its controls and result; `key` keeps each page's widgets their own."""
     st.subheader("steer")
     on = state.synced(
         st.toggle,
@@ -107,9 +108,10 @@ def panel(t: Target, key: str) -> None:
         st.query_params.get("steer") == "1",
         f"{key}_on",
         to_url=lambda v: "1" if v else "0",
-        label=state.text(f"intervene on {', '.join(t.features)} of {t.dictionary.split('/')[-1]} in the model"),
+        label=state.text(f"intervene on {what} in the model"),
     )
-    if not on:
+    t = target() if on else None
+    if t is None:
         return
     try:
         cfg, prompt = controls(t, key)
@@ -118,6 +120,7 @@ def panel(t: Target, key: str) -> None:
     except UserError as e:
         st.error(state.text(e))
         return
+    st.caption(state.text(f"{', '.join(t.features)} of {t.dictionary}"))
     show(r, t)
 
 
@@ -179,18 +182,20 @@ def _spec(model_id: str, what: str) -> str | None:
     try:
         return live.spec_of(model_id, what)
     except UserError as e:
-        st.subheader("steer")
         st.caption(state.text(e))
         return None
 
 
 def feature_panel(rel: str, unit: int, f: dict) -> None:
     """The feature page's panel: the unit steered, on the text of its top example up to where it fires."""
-    spec = _spec(state.sae_info(rel)["model_name"], "this SAE")
     top = next((e for e in f["examples"] if e["group"] == "top"), None)
     prompt = " ".join(top["tokens"][: top["center"] + 1]) if top else ""
-    if spec is not None:
-        panel(Target(rel, spec, [str(unit)], prompt), "feature")
+
+    def target() -> Target | None:
+        spec = _spec(state.sae_info(rel)["model_name"], "this SAE")
+        return None if spec is None else Target(rel, spec, [str(unit)], prompt)
+
+    panel("feature", f"unit {unit}", target)
 
 
 def graph_panel(fg, rel: str, node: str, groups: list[list[str]]) -> None:
@@ -200,23 +205,24 @@ def graph_panel(fg, rel: str, node: str, groups: list[list[str]]) -> None:
     choices = {f"node {node}": [node]} if node in features else {}
     choices.update({f"group {g[0]}": [n for n in g[1:] if n in features] for g in groups if len(g) > 1})
     choices = {k: v for k, v in choices.items() if v}
-    tset = _graph_set(rel) if rel in state.catalog().feature_graphs else None
-    if not choices or tset is None:
-        st.caption(
-            "steer: pick a feature node (or group feature nodes)"
-            if tset
-            else "steer: this graph's transcoder set is not in the workspace, so its features cannot be run"
-        )
+    if not choices:
+        st.caption("steer: select a feature node (or group feature nodes) to intervene on it in the model")
         return
-    spec = _spec(str(fg.metadata.get("scan")), "this graph")
-    if spec is None:
-        return
-    which = _pick(st.radio, "s_target", list(choices), next(iter(choices)), "w_graph_steer_target", label="steer")
-    nodes = choices[which]
-    units = sorted({f"{features[n]['layer']}:{n.split('_')[1]}" for n in nodes})
-    positions = ",".join(str(p) for p in sorted({int(features[n]["ctx_idx"]) for n in nodes}))
-    prompt = str(fg.metadata.get("prompt", ""))
-    panel(Target(tset, spec, units, prompt, positions, "ablate", fg, nodes), "feature_graph")
+
+    def target() -> Target | None:
+        tset = _graph_set(rel) if rel in state.catalog().feature_graphs else None
+        if tset is None:
+            st.caption("this graph's transcoder set is not in the workspace, so its features cannot be run")
+            return None
+        spec = _spec(str(fg.metadata.get("scan")), "this graph")
+        which = _pick(st.radio, "s_target", list(choices), next(iter(choices)), "w_graph_steer_target", label="steer")
+        nodes = choices[which]
+        units = sorted({f"{features[n]['layer']}:{n.split('_')[1]}" for n in nodes})
+        positions = ",".join(str(p) for p in sorted({int(features[n]["ctx_idx"]) for n in nodes}))
+        prompt = str(fg.metadata.get("prompt", ""))
+        return None if spec is None else Target(tset, spec, units, prompt, positions, "ablate", fg, nodes)
+
+    panel("feature_graph", "the selected node or a group", target)
 
 
 def _graph_set(rel: str) -> str | None:
@@ -232,7 +238,7 @@ def _graph_set(rel: str) -> str | None:
 def circuit_panel(cd, node: str, spec: str) -> None:
     """The circuit page's panel on a head or an MLP: a unit of a dictionary of the same model writing at the node's
     layer (an SAE on one of its hooks, or its transcoder), opening on the unit most active at the answer position."""
-    kind, layer = (node, None) if node in ("input", "logits") else schema.parse_node(node)[:2]
+    layer = None if node in ("input", "logits") else schema.parse_node(node)[1]
     same = [
         s
         for s in state.saes()
@@ -240,22 +246,26 @@ def circuit_panel(cd, node: str, spec: str) -> None:
         and str(state.sae_info(s)["writes"]).startswith(f"blocks.{layer}.")
     ]
     if layer is None or not same:
-        st.caption(f"steer: no dictionary of this model writes at the layer of {node} in the workspace")
+        st.caption(f"steer: no dictionary of this model in the workspace writes at the layer of {node}")
         return
-    rel = _pick(st.selectbox, "s_dict", same, same[0], "w_circuit_steer_dict", label="dictionary to steer")
-    info = state.sae_info(rel)
-    top = live.stream_features(spec, tuple(cd.query["tokens"]), rel, info["reads"], k=1)
-    cfg = info["cfg"]
-    n_units = (int(cfg["d_sae"]) - int(cfg.get("scaffold_rank") or 0)) // int(cfg.get("block_size") or 1)
-    unit = state.int_param("s_unit", top[0][0] if top else 0, 0, n_units - 1)
-    unit = state.synced(
-        st.number_input,
-        "s_unit",
-        unit,
-        "w_circuit_steer_unit",
-        to_url=lambda v: str(int(v)),
-        label=f"unit (0..{n_units - 1}; opens on the most active at the answer position)",
-        min_value=0,
-        max_value=n_units - 1,
-    )
-    panel(Target(rel, spec, [str(int(unit))], str(cd.query.get("prompt") or "")), "circuit")
+
+    def target() -> Target:
+        rel = _pick(st.selectbox, "s_dict", same, same[0], "w_circuit_steer_dict", label="dictionary to steer")
+        info = state.sae_info(rel)
+        top = live.stream_features(spec, tuple(cd.query["tokens"]), rel, info["reads"], k=1)
+        cfg = info["cfg"]
+        n_units = (int(cfg["d_sae"]) - int(cfg.get("scaffold_rank") or 0)) // int(cfg.get("block_size") or 1)
+        unit = state.int_param("s_unit", top[0][0] if top else 0, 0, n_units - 1)
+        unit = state.synced(
+            st.number_input,
+            "s_unit",
+            unit,
+            "w_circuit_steer_unit",
+            to_url=lambda v: str(int(v)),
+            label=f"unit (0..{n_units - 1}; opens on the most active at the answer position)",
+            min_value=0,
+            max_value=n_units - 1,
+        )
+        return Target(rel, spec, [str(int(unit))], str(cd.query.get("prompt") or ""))
+
+    panel("circuit", f"a unit of a dictionary writing at layer {layer}", target)

@@ -138,6 +138,8 @@ def test_user_text_is_escaped_and_a_bad_link_is_one_notice(steer_app):
     [err] = at.error
     assert "\\*\\*bold\\*\\*" in err.value and "\\<img" in err.value and "](" not in err.value
     assert not at.exception
+    off = ok(steer_app("views/feature.py", sae=SAE, unit="3"))  # the toggle off: no controls, no model run
+    assert [t.label for t in off.toggle] == ["intervene on unit 3 in the model"] and not off.text_input
 
 
 def test_a_group_of_graph_nodes_is_ablated_together(steer_app, steer_workspace, model):
