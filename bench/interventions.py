@@ -125,7 +125,9 @@ def tracer_side_by_side(model, set_dir, sites, reps: int) -> dict:
     def theirs():
         return rm.feature_intervention_generate(tokens[None], change, **kw)[0]
 
-    same = theirs()[0, P:].tolist() == ours.run()["continuation"]["intervened"]["tokens"]
+    cont = ours.run()["continuation"]
+    same = theirs()[0, P:].tolist() == cont["intervened"]["tokens"]
+    changed = sum(a != b for a, b in zip(cont["clean"]["tokens"], cont["intervened"]["tokens"]))
     return {
         "tracer_generate_20": cpu_median(theirs, reps),
         "ours_frozen_run": cpu_median(lambda: Intervention(model, sites, tokens, cfg).run(), reps),
@@ -133,6 +135,7 @@ def tracer_side_by_side(model, set_dir, sites, reps: int) -> dict:
             lambda: continuation(model, tokens, 20, ours.hooks(), ours.reads), reps
         ),
         "same_tokens": same,
+        "changed_tokens": changed,
     }
 
 
@@ -195,7 +198,8 @@ def report(sp: dict, rows: list[dict], info: dict, dictionaries: str) -> str:
         lines.append(f"| {k} | {tr[k]:.4f} | {tr[k] / sp['forward']:.1f} | {tr[k] / sp['generate_20']:.2f} |")
     lines += [
         "",
-        f"The 20 intervened tokens {'agree' if tr['same_tokens'] else 'DIFFER'} between the two.",
+        f"The 20 intervened tokens {'agree' if tr['same_tokens'] else 'DIFFER'} between the two (the intervention "
+        f"changed {tr['changed_tokens']} of the 20 from the clean continuation).",
         "",
         f"The full check of a graph with {b['nodes']} feature nodes and {b['edges']} edges (IOI prompt, node "
         f"threshold {b['threshold']:.4f} chosen to keep about 100 feature nodes): {b['cpu_seconds']:.2f} CPU s, "
