@@ -158,3 +158,13 @@ def test_a_group_of_graph_nodes_is_ablated_together(steer_app, steer_workspace, 
     shown(at, intervene(model, str(steer_workspace / "transcoders" / "full"), fg.metadata["prompt"], cfg))
     assert metric(at, "graph's predicted effect of ablating") == f"{a['predicted'] + b['predicted']:+.4g}"
     assert metric(at, "check's measured ablation") == f"{a['measured'] + b['measured']:+.4g}"
+
+
+def test_a_mean_ablation_takes_its_means_from_the_dictionarys_training_cache(steer_app, steer_workspace, model):
+    from workbench.cache.reader import ActivationCache
+
+    at = ok(steer_app("views/feature.py", sae=SAE, unit="3", steer="1", s_op="ablate", s_ablate="mean", s_n="0"))
+    prompt = at.text_input(key="feature_prompt").value
+    cache = ActivationCache.open(steer_workspace / "caches" / "random-synthetic")
+    cfg = InterventionConfig(features=["3"], op="ablate", ablate_to="mean", continue_tokens=0)
+    shown(at, intervene(model, str(steer_workspace / SAE), prompt, cfg, mean_source=cache))
