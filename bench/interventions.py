@@ -94,10 +94,11 @@ def check_cost(model, set_dir, sites, nodes: int = 100) -> dict:
 
 def tracer_side_by_side(model, set_dir, sites, reps: int) -> dict:
     """circuit-tracer 0.5's `feature_intervention_generate` (its ReplacementModel on the same model and transcoders,
-    in this process) against the engine on the same change: layer 1's most active latent at the last prompt
-    position set to 6, attention frozen, 20 greedy tokens. Theirs generates the intervened continuation with a
-    key/value cache; ours re-runs the sequence each step and generates the clean continuation too (the engine's
-    run), so its intervened continuation alone is timed as well. Also whether the 20 tokens agree."""
+    in this process) against the engine on the same change: the last layer's most active latent at the last prompt
+    position set to 6 at every position, prompt and generated (circuit-tracer's open-ended position slice(0, None)),
+    attention frozen on the prompt, 20 greedy tokens. Theirs generates the intervened continuation with a key/value
+    cache; ours re-runs the sequence each step and generates the clean continuation too (the engine's run), so its
+    intervened continuation alone is timed as well. Also whether the 20 tokens agree, and how many the change moved."""
     from workbench.circuits.feature.tracer_export import replacement_model
     from workbench.circuits.feature.transcoders import open_set
     from workbench.circuits.inputs import tokens_of
@@ -105,21 +106,21 @@ def tracer_side_by_side(model, set_dir, sites, reps: int) -> dict:
     from workbench.interventions.generate import continuation
 
     tokens = tokens_of(model, PROMPT)
-    P, site = tokens.numel(), next(s for s in sites if s.layer == 1)
+    P, site = tokens.numel(), sites[-1]
     _, cache = model.run_with_cache(tokens[None], names_filter=[site.read_hook])
     latent = int(site.encode(cache[site.read_hook][0, P - 1]).argmax())
     cfg = InterventionConfig(
-        features=[f"1:{latent}"],
+        features=[f"{site.layer}:{latent}"],
         op="set",
         value=[6.0],
-        positions=str(P - 1),
+        positions="all",
         semantics="frozen",
         frozen_norm=False,
         continue_tokens=20,
     )
     ours = Intervention(model, sites, tokens, cfg)
     rm = replacement_model(model, open_set(set_dir).load(0, "cpu", model))
-    change = [(1, P - 1, latent, 6.0)]
+    change = [(site.layer, slice(0, None), latent, 6.0)]
     kw = dict(max_new_tokens=20, do_sample=False, verbose=False, stop_at_eos=False, return_activations=False)
 
     def theirs():
@@ -186,8 +187,9 @@ def report(sp: dict, rows: list[dict], info: dict, dictionaries: str) -> str:
         "",
         "## Side by side with circuit-tracer 0.5's feature_intervention_generate",
         "",
-        "The same change (layer 1's most active latent at the prompt's last position set to 6, attention frozen, "
-        "normalisation live as circuit-tracer holds it without constrained layers) on the same model and transcoders "
+        "The same change (the last layer's most active latent at the prompt's last position set to 6 at every "
+        "position, prompt and generated; attention frozen on the prompt, normalisation live as circuit-tracer holds it "
+        "without constrained layers) on the same model and transcoders "
         "(circuit-tracer's ReplacementModel built in this process by workbench/circuits/feature/tracer_export.py), "
         "20 greedy tokens. circuit-tracer generates the intervened continuation only, with a key/value cache.",
         "",
