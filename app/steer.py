@@ -138,10 +138,13 @@ def show(r: dict, t: Target) -> None:
             + "; ".join(f"{u['feature']} " + ", ".join(f"{v:.3g}" for v in u["clean_codes"][-1]) for u in r["units"])
         )
     )
-    rows = lambda key: [  # noqa: E731
-        {"token": x["str"], "p": x["prob"], "clean p": x["clean_prob"], "logit change": x["logit_change"]}
-        for x in last[key]
-    ]
+
+    def rows(key: str) -> list[dict]:
+        return [
+            {"token": x["str"], "p": x["prob"], "clean p": x["clean_prob"], "logit change": x["logit_change"]}
+            for x in last[key]
+        ]
+
     cols = st.columns(2)
     with cols[0]:
         st.markdown("**top next tokens, intervened**")

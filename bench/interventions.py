@@ -212,7 +212,7 @@ def report(sp: dict, rows: list[dict], info: dict, dictionaries: str) -> str:
         "",
         "## Graphs checked by interventions (live)",
         "",
-        "Each query's graph (answer = target logit; node threshold 0.8, edge threshold 0.98, no head split) checked "
+        "Each held-out query's graph (tasks.queries, split heldout; answer = target logit; node threshold 0.8, edge threshold 0.98, no head split) checked "
         "with CheckConfig's defaults: live, metric = target logit minus the mean, every kept feature node ablated, "
         "the 20 largest edges from a feature or token into a feature or logit (a feature target read in the real "
         "MLP output), failing below half the predicted effect or at the opposite sign. Shares: mean over queries "
