@@ -24,7 +24,8 @@ from workbench.errors import UserError
 
 # The page scripts live in views/, not pages/: Streamlit runs an entry script with a pages/ folder beside it
 # in its legacy multipage mode (PagesManager.uses_pages_directory), which skips main.py's st.navigation.
-STEER_PARAMS = ("steer", "s_prompt", "s_op", "s_value", "s_ablate", "s_cf", "s_pos", "s_sem", "s_n")  # app/steer.py
+STEER_PARAMS = ("steer", "s_prompt", "s_op", "s_value", "s_ablate", "s_cf", "s_pos", "s_sem", "s_n", "s_target")
+STEER_PARAMS += ("s_dict", "s_unit")  # app/steer.py's controls (the last three: which target, dictionary, unit)
 PAGES = [  # (script, title, URL path, the query parameters that make up the page's view)
     ("views/workspace.py", "Workspace", "workspace", ()),
     ("views/sae.py", "SAEs", "sae", ("sae", "compare")),
@@ -35,13 +36,13 @@ PAGES = [  # (script, title, URL path, the query parameters that make up the pag
         "views/circuit.py",
         "Circuit",
         "circuit",
-        ("circuit", "view", "budget", "target", "cap", "node", *graph_view.PARAMS, *STEER_PARAMS, "s_dict", "s_unit"),
+        ("circuit", "view", "budget", "target", "cap", "node", *graph_view.PARAMS, *STEER_PARAMS),
     ),
     (
         "views/feature_graph.py",
         "Feature graph",
         "feature_graph",
-        ("graph", "cap", "node", *graph_view.PARAMS, *STEER_PARAMS, "s_target"),
+        ("graph", "cap", "node", *graph_view.PARAMS, *STEER_PARAMS),
     ),
     ("views/compare.py", "Compare", "compare", ("model", "circuit")),
     ("views/attention.py", "Attention", "attention", ("model", "source", "family", "example", "prompt", "view")),

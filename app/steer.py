@@ -239,20 +239,26 @@ def _graph_set(rel: str) -> str | None:
 
 
 def circuit_panel(cd, node: str, spec: str) -> None:
-    """The circuit page's panel on a head or an MLP: a unit of a dictionary of the same model writing at the node's
-    layer (an SAE on one of its hooks, or its transcoder), opening on the unit most active at the answer position."""
-    layer = None if node in ("input", "logits") else schema.parse_node(node)[1]
-    same = [
-        s
-        for s in state.saes()
-        if state.sae_info(s)["model_name"] == cd.model_id
-        and str(state.sae_info(s)["writes"]).startswith(f"blocks.{layer}.")
-    ]
-    if layer is None or not same:
-        st.caption(f"steer: no dictionary of this model in the workspace writes at the layer of {node}")
-        return
+    """The circuit page's panel on a head or an MLP, or on one of the view's groups: a unit of a dictionary of the
+    same model writing at the node's (a group's: any of its nodes') layer (an SAE on one of its hooks, or a
+    transcoder), opening on the unit most active at the answer position."""
+    groups = {f"group {g[0]}": g[1:] for g in state.marks().groups if len(g) > 1}
 
-    def target() -> Target:
+    def target() -> Target | None:
+        mine = f"node {node}"
+        which = _pick(st.radio, "s_target", [mine, *groups], mine, "w_circuit_steer_target", label="steer")
+        layers = {
+            f"blocks.{schema.parse_node(n)[1]}." for n in groups.get(which, [node]) if n not in ("input", "logits")
+        }
+        same = [
+            s
+            for s in state.saes()
+            if state.sae_info(s)["model_name"] == cd.model_id
+            and str(state.sae_info(s)["writes"]).startswith(tuple(layers))
+        ]
+        if not same:
+            st.caption(state.text(f"no dictionary of this model in the workspace writes at the layers of {which}"))
+            return None
         rel = _pick(st.selectbox, "s_dict", same, same[0], "w_circuit_steer_dict", label="dictionary to steer")
         info = state.sae_info(rel)
         top = live.stream_features(spec, tuple(cd.query["tokens"]), rel, info["reads"], k=1)
@@ -271,4 +277,4 @@ def circuit_panel(cd, node: str, spec: str) -> None:
         )
         return Target(rel, spec, [str(int(unit))], str(cd.query.get("prompt") or ""))
 
-    panel("circuit", f"a unit of a dictionary writing at layer {layer}", target)
+    panel("circuit", "a unit of a dictionary writing at the node's or a group's layers", target)

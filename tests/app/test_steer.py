@@ -168,3 +168,20 @@ def test_a_mean_ablation_takes_its_means_from_the_dictionarys_training_cache(ste
     cache = ActivationCache.open(steer_workspace / "caches" / "random-synthetic")
     cfg = InterventionConfig(features=["3"], op="ablate", ablate_to="mean", continue_tokens=0)
     shown(at, intervene(model, str(steer_workspace / SAE), prompt, cfg, mean_source=cache))
+
+
+def test_a_circuit_group_offers_the_dictionaries_at_its_layers(steer_app, steer_workspace, model):
+    import json
+
+    from workbench import browse
+
+    cd = browse.open_circuit(steer_workspace / "circuits" / "ioi-0" / "circuit.json")
+    member = next(p.name for p in (steer_workspace / "transcoders" / "full").glob("L1-*"))
+    rel = f"transcoders/full/{member}"
+    groups = json.dumps([["mlps", "m1", "m2"]])
+    link = dict(circuit="circuits/ioi-0", node="m2", groups=groups, s_target="group mlps", s_dict=rel, s_unit="7")
+    at = ok(steer_app("views/circuit.py", **link, steer="1", s_op="steer", s_value="4", s_n="3"))
+    offered = at.selectbox(key="w_circuit_steer_dict").options
+    assert rel in offered and SAE in offered and not any("/L0-" in o or "/L3-" in o for o in offered)
+    cfg = InterventionConfig(features=["7"], op="steer", value=[4.0], continue_tokens=3)
+    shown(at, intervene(model, str(steer_workspace / rel), cd.query["prompt"], cfg))
