@@ -190,12 +190,9 @@ def _spec(model_id: str, what: str) -> str | None:
 
 
 def feature_panel(rel: str, unit: int, f: dict) -> None:
-    """The feature page's panel: the unit steered, on the text of its top example up to where it fires (from its
-    document's start: the prompt gets its own BOS)."""
+    """The feature page's panel: the unit steered, on the text of its top example up to where it fires."""
     top = next((e for e in f["examples"] if e["group"] == "top"), None)
-    words = top["tokens"][: top["center"] + 1] if top else []
-    start = max((i + 1 for i, w in enumerate(words) if w.startswith("<") and w.endswith(">")), default=0)
-    prompt = " ".join(words[start:] or words)  # from its document's start (after a special token such as <eos>)
+    prompt = " ".join(top["tokens"][: top["center"] + 1]) if top else ""
 
     def target() -> Target | None:
         spec = _spec(state.sae_info(rel)["model_name"], "this SAE")
