@@ -201,3 +201,69 @@ def check_upload(name: str, raw: bytes, mib_spec: str) -> dict:
         raise UserError(f"{name} was found on model {rec.model_id!r}, not on {mid!r}")
     rec.model_id = rec.model_id or mid
     return {"name": name, "format": fmt, "data": cg.from_record(rec), "raw": raw, "stamp": state.upload_key(raw)}
+
+
+@st.cache_resource(show_spinner="loading the dictionary...", max_entries=8)
+def _sites(spec: str, folder: str, stamp: float) -> list:
+    from workbench.interventions.dictionary import load_dictionary
+
+    return load_dictionary(folder, load_model(spec)[0])
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def intervene(spec: str, dictionary: str, prompt: str, cfg: dict) -> dict:
+    """workbench.interventions' result of `cfg` (an InterventionConfig's dict) on `prompt` through the dictionary
+    folder (workspace-relative); ablate_to mean takes its means from the cache the dictionary was trained on."""
+    from workbench.cache.reader import ActivationCache
+    from workbench.interventions.config import InterventionConfig
+    from workbench.interventions.engine import Intervention
+
+    cfg = InterventionConfig.from_dict(cfg)
+    model, _, lock = load_model(spec)
+    source = ActivationCache.open(_training_cache(dictionary)) if cfg.ablate_to == "mean" else None
+    sites = _sites(spec, str(state.resolve(dictionary)), state.stamp(dictionary))
+    with lock:
+        return Intervention(model, sites, prompt, cfg, source).run()
+
+
+def _training_cache(rel: str) -> Path:
+    """The activation cache a dictionary was trained on: its manifest's (a set's member: the set's) input `cache`."""
+    from workbench.readback import artifact_manifest
+    from workbench.workspace import MANIFEST
+
+    folder, root = state.resolve(rel), state.root()
+    for f in [folder, *folder.parents]:
+        if (f / MANIFEST).is_file():
+            cache = artifact_manifest(f / MANIFEST).get("inputs", {}).get("cache")
+            if cache:
+                return state.resolve(cache)
+        if f == root:
+            break
+    raise UserError(f"no manifest of {rel} names the cache it was trained on, so there is no mean code to ablate to")
+
+
+def token_str(spec: str, token: int) -> str:
+    return load_model(spec)[0].to_single_str_token(int(token))
+
+
+def graph_effect(graph, nodes: list[str], result: dict) -> dict:
+    """An intervention's change of an attribution graph's metric (the one its check used; target minus the mean
+    logit by default) at the last position, with the graph's prediction for ablating `nodes` (summed) and what the
+    graph's stored check measured for each (None: not checked)."""
+    import torch
+
+    from workbench.interventions.check import GraphNodes
+
+    check = graph.check or {}
+    metric = check.get("config", {}).get("metric", "target")
+    g = GraphNodes({"nodes": graph.nodes, "links": graph.links}, metric, tokens=result["tokens"])
+    last = result["positions"][-1]
+    measured = g.metric(torch.tensor(last["logits"])) - g.metric(torch.tensor(last["clean_logits"]))
+    predicted = g.predicted(graph.links)
+    checked = {r["node_id"]: r["measured"] for r in check.get("nodes", [])}
+    return {
+        "metric": metric,
+        "measured": measured,
+        "predicted": sum(predicted.get(n, 0.0) for n in nodes),
+        "checked": [checked.get(n) for n in nodes],
+    }

@@ -24,19 +24,26 @@ from workbench.errors import UserError
 
 # The page scripts live in views/, not pages/: Streamlit runs an entry script with a pages/ folder beside it
 # in its legacy multipage mode (PagesManager.uses_pages_directory), which skips main.py's st.navigation.
+STEER_PARAMS = ("steer", "s_prompt", "s_op", "s_value", "s_ablate", "s_cf", "s_pos", "s_sem", "s_n", "s_target")
+STEER_PARAMS += ("s_dict", "s_unit")  # app/steer.py's controls (the last three: which target, dictionary, unit)
 PAGES = [  # (script, title, URL path, the query parameters that make up the page's view)
     ("views/workspace.py", "Workspace", "workspace", ()),
     ("views/sae.py", "SAEs", "sae", ("sae", "compare")),
-    ("views/feature.py", "Feature", "feature", ("sae", "unit")),
+    ("views/feature.py", "Feature", "feature", ("sae", "unit", *STEER_PARAMS)),
     ("views/search.py", "Search", "search", ("sae", "by", "q")),
     ("views/prompt.py", "Prompt", "prompt", ("sae", "prompt", "unit")),
     (
         "views/circuit.py",
         "Circuit",
         "circuit",
-        ("circuit", "view", "budget", "target", "cap", "node", *graph_view.PARAMS),
+        ("circuit", "view", "budget", "target", "cap", "node", *graph_view.PARAMS, *STEER_PARAMS),
     ),
-    ("views/feature_graph.py", "Feature graph", "feature_graph", ("graph", "cap", "node", *graph_view.PARAMS)),
+    (
+        "views/feature_graph.py",
+        "Feature graph",
+        "feature_graph",
+        ("graph", "cap", "node", *graph_view.PARAMS, *STEER_PARAMS),
+    ),
     ("views/compare.py", "Compare", "compare", ("model", "circuit")),
     ("views/attention.py", "Attention", "attention", ("model", "source", "family", "example", "prompt", "view")),
     ("views/run.py", "Run", "run", ()),

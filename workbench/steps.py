@@ -591,11 +591,13 @@ def intervene(
     mean_cache=None,
 ):
     """Run one intervention (`workbench intervene`) and record it in <ws>/interventions/<name> as result.json;
-    returns (result, folder). mean_cache: the activation cache whose sequences give ablate_to mean its means."""
+    returns (result, folder). prompt: one prompt, or a list (a batch: engine.intervene_batch, one result per prompt;
+    an item may be a (prompt, counterfactual) pair). mean_cache: the activation cache whose sequences give
+    ablate_to mean its means."""
     from workbench.atomic import write_json
     from workbench.interventions.config import InterventionConfig
     from workbench.interventions.dictionary import load_dictionary
-    from workbench.interventions.engine import intervene
+    from workbench.interventions.engine import intervene, intervene_batch
 
     cfg = cfg or InterventionConfig()
     key = {"prompt": prompt, "dictionary": ws.rel(dictionary)}
@@ -609,19 +611,27 @@ def intervene(
     with ExitStack() as held:
         inputs = {"dictionary": dictionary, "mean_cache": mean_cache}
         _claim(held, folder, "workbench intervene", inputs, kind="interventions")
-        result = intervene(model, load_dictionary(dictionary, model, model.cfg.device), prompt, cfg, source)
+        sites = load_dictionary(dictionary, model, model.cfg.device)
+        batch = isinstance(prompt, list)
+        result = (intervene_batch if batch else intervene)(model, sites, prompt, cfg, source)
         write_json(folder / "result.json", result)
-        last = result["positions"][-1]
-        inputs = {**_model_inputs(ws, model, model_spec), "dictionary": Path(dictionary), "prompt": result["prompt"]}
+        runs = result["results"] if batch else [result]
+        kl = [r["positions"][-1]["kl"] for r in runs]
+        inputs = {**_model_inputs(ws, model, model_spec), "dictionary": Path(dictionary)}
+        inputs["prompts" if batch else "prompt"] = [r["prompt"] for r in runs] if batch else result["prompt"]
         if mean_cache is not None:
             inputs["cache"] = Path(mean_cache)
+        one = {"kl": kl[0], "top": runs[0]["positions"][-1]["top"][0]["str"]}
         ws.record(
             folder,
             "interventions",
             made_by="workbench intervene",
             config=cfg.to_dict(),
             inputs=inputs,
-            summary={"semantics": cfg.semantics, "kl": last["kl"], "top": last["top"][0]["str"]},
+            summary={
+                "semantics": cfg.semantics,
+                **({"prompts": len(runs), "mean_kl": sum(kl) / len(kl)} if batch else one),
+            },
         )
     return result, folder
 

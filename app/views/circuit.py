@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from app import graph_view, live, state
+from app import graph_view, live, state, steer
 from app.figures import attention as fa
 from app.figures import circuit as cg
 from workbench.circuits import annotations, schema
@@ -267,3 +267,5 @@ with left:
         st.info("this file holds no faithfulness curve (MIB and Neuronpedia files carry none)")
 with right:
     state.download_buttons(rel)
+if ran is not None:
+    steer.circuit_panel(cd, node, ran[0])

@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from app import state
+from app import state, steer
 from app.figures import sae as plots
 
 rel = state.pick_sae("feature", require_store=True)
@@ -122,3 +122,5 @@ if "block_coords" in f and f["block_coords"]:
         plots.block_scatter(f["block_coords"], [e["value"] for e in f["examples"] if e["group"] == "top"]), key="coords"
     )
     st.caption(f"the block's {m['block_size']} signed codes on its top examples (colour: block norm)")
+
+steer.feature_panel(rel, u, f)

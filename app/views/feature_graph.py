@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from app import graph_view, state
+from app import graph_view, state, steer
 from app.figures import feature_graph as fgf
 from workbench import browse
 from workbench.circuits import annotations, schema
@@ -142,6 +142,7 @@ if picked is not None:
         details(fg, node)
     else:
         st.caption("click a node for its links (with the heads carrying them) and its feature page")
+    steer.graph_panel(fg, rel, node, marks.groups)
     missing(rel, fg, {n.id for n in g.nodes})
     box = graph_view.marks_box()
     st.download_button(

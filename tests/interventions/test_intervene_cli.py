@@ -34,3 +34,58 @@ def test_intervene_refuses_bad_flags_in_one_line(saes, tmp_path, capsys):
         assert main([*base, *extra]) == 2, extra
         err = capsys.readouterr().err.strip()
         assert message in err and len(err.splitlines()) == 1, err
+
+
+def _timeless(r: dict) -> dict:
+    return {k: v for k, v in r.items() if k != "seconds"}
+
+
+def test_a_batch_of_prompts_gives_each_prompts_single_run(tiny, saes, tmp_path, capsys):
+    """--prompts: one result per line (a JSON line may carry its counterfactual), each what the single run gives;
+    the Python API's batch the same."""
+    from workbench.interventions import InterventionConfig, intervene, intervene_batch
+
+    other = "When Tom and Anna went to the park , Anna gave a ball to"
+    lines = [PROMPT, json.dumps({"prompt": other, "counterfactual": PROMPT}), "", other]
+    (tmp_path / "p.txt").write_text("\n".join(lines))
+    ws = tmp_path / "ws"
+    argv = [
+        "intervene",
+        "--workspace",
+        str(ws),
+        "--dictionary",
+        str(saes["topk"]),
+        "--prompts",
+        str(tmp_path / "p.txt"),
+    ]
+    argv += ["--feature", "3", "--op", "ablate", "--ablate-to", "counterfactual", "--counterfactual", other]
+    assert main([*argv, "--positions", "-1", "--continue", "2", "--name", "batch"]) == 0
+    assert capsys.readouterr().out.count("intervened:") == 3
+    batch = json.loads((ws / "interventions" / "batch" / "result.json").read_text())
+    assert batch["schema"] == "workbench.intervention_batch" and len(batch["results"]) == 3
+    base = dict(features=["3"], op="ablate", ablate_to="counterfactual", positions="-1", continue_tokens=2)
+    model = tiny[0]
+    for (prompt, cf), got in zip([(PROMPT, other), (other, PROMPT), (other, other)], batch["results"]):
+        single = intervene(model, saes["topk"], prompt, InterventionConfig(**base, counterfactual=cf))
+        assert _timeless(json.loads(json.dumps(single))) == _timeless(got)
+    api = intervene_batch(
+        model, saes["topk"], [PROMPT, (other, PROMPT)], InterventionConfig(**base, counterfactual=other)
+    )
+    assert [_timeless(r) for r in api["results"]] == [_timeless(r) for r in batch["results"][:2]]
+    manifest = json.loads((ws / "interventions" / "batch" / "artifact.json").read_text())
+    assert manifest["summary"]["prompts"] == 3 and manifest["inputs"]["prompts"] == [PROMPT, other, other]
+
+
+def test_a_bad_prompts_file_is_one_line(saes, tmp_path, capsys):
+    base = ["intervene", "--workspace", str(tmp_path), "--dictionary", str(saes["topk"]), "--feature", "1"]
+    (tmp_path / "bad.jsonl").write_text('{"prompt": "a", "answer": "b"}\n')
+    (tmp_path / "empty.txt").write_text("\n\n")
+    for path, message in [
+        ("nope.txt", "does not exist"),
+        ("bad.jsonl", "bad.jsonl:1 must be"),
+        ("empty.txt", "holds no"),
+    ]:
+        assert main([*base, "--prompts", str(tmp_path / path)]) == 2, path
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1, err
+    assert main(base) == 2 and "give one of --prompt TEXT" in capsys.readouterr().err  # neither

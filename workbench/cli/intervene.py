@@ -1,6 +1,6 @@
 """`workbench intervene`: set, scale, steer or ablate dictionary features on one prompt and see what the model does.
 
-workbench intervene --model tiny --dictionary SAE_DIR|SET_DIR --prompt "..." --feature [layer:]index
+workbench intervene --model tiny --dictionary SAE_DIR|SET_DIR --prompt "..."|--prompts FILE --feature [layer:]index
                     --op set|scale|steer|ablate [--value V[,V...]] [--ablate-to zero|mean|counterfactual]
                     [--counterfactual "..."] [--positions all|0,3|generated] [--semantics live|frozen]
                     [--live-norm] [--constrained-layers 0,1] [--continue N] [--sample --seed S] [--out result.json]
@@ -40,7 +40,15 @@ def add_parser(sub) -> None:
     )
     add_model_flag(p)
     declare(p.add_argument("--dictionary", required=True, help="an SAE folder or a transcoder set folder"), INPUT)
-    p.add_argument("--prompt", required=True, help="the prompt (BOS is prepended)")
+    p.add_argument("--prompt", help="the prompt (BOS is prepended); or --prompts")
+    declare(
+        p.add_argument(
+            "--prompts",
+            help='a batch: a file of prompts, one a line, or JSON lines {"prompt": ..., "counterfactual": ...}; '
+            "one result per prompt",
+        ),
+        INPUT,
+    )
     p.add_argument(
         "--feature",
         action="append",
@@ -97,15 +105,19 @@ def add_parser(sub) -> None:
     p.set_defaults(func=_intervene)
 
 
-def _config(args):
+def _config(args, prompts=None):
+    """The flags as an InterventionConfig; a batch whose every line names its counterfactual needs no
+    --counterfactual (the first line's stands in the config; each result records its own)."""
     from workbench.interventions.config import InterventionConfig
+
+    own = prompts and all(cf for _, cf in prompts)
 
     return InterventionConfig(
         features=list(args.feature),
         op=args.op,
         value=args.value,
         ablate_to=args.ablate_to,
-        counterfactual=args.counterfactual,
+        counterfactual=args.counterfactual or (prompts[0][1] if own and args.ablate_to == "counterfactual" else None),
         positions=args.positions,
         semantics=args.semantics,
         frozen_norm=args.frozen_norm,
@@ -121,10 +133,14 @@ def _intervene(args) -> None:
     from workbench import steps
     from workbench.atomic import atomic_write_text
     from workbench.errors import BadValueError
+    from workbench.interventions.config import read_prompts
     from workbench.models import load
     from workbench.workspace import Workspace
 
-    cfg = _config(args)  # every value checked before the model loads
+    if (args.prompt is None) == (args.prompts is None):
+        raise BadValueError("give one of --prompt TEXT (one prompt) or --prompts FILE (a batch)")
+    prompts = read_prompts(args.prompts) if args.prompts else None
+    cfg = _config(args, prompts)  # every value checked before the model loads
     if args.cache and not (cfg.op == "ablate" and cfg.ablate_to == "mean"):
         raise BadValueError("--cache gives the means of --op ablate --ablate-to mean only")
     if cfg.op == "ablate" and cfg.ablate_to == "mean" and not args.cache:
@@ -134,13 +150,14 @@ def _intervene(args) -> None:
         Workspace(args.workspace),
         model,
         args.dictionary,
-        args.prompt,
+        prompts or args.prompt,
         cfg,
         model_spec=args.model,
         name=args.name,
         mean_cache=args.cache,
     )
-    print(_summary(r))
+    for one in r.get("results", [r]):
+        print(_summary(one))
     print(f"recorded {folder}")
     if args.out:
         atomic_write_text(Path(args.out), (folder / "result.json").read_text())
@@ -149,7 +166,9 @@ def _intervene(args) -> None:
 def _summary(r: dict) -> str:
     """The next-token change at the last position and the two continuations, as a few lines."""
     last = r["positions"][-1]
-    lines = [f"{r['semantics']} intervention; next token after position {last['position']}: KL {last['kl']:.4g}"]
+    lines = [
+        f"{r['semantics']} intervention on {r['prompt']!r}; next token after position {last['position']}: KL {last['kl']:.4g}"
+    ]
     for row in last["top"][:5]:
         lines.append(
             f"  {row['str']!r:>14} p {row['prob']:.3f} (clean {row['clean_prob']:.3f}, logit {row['logit_change']:+.3f})"

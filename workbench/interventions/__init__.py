@@ -16,6 +16,8 @@ _EXPORTS = {
     "load_dictionary": "workbench.interventions.dictionary",
     "Intervention": "workbench.interventions.engine",
     "intervene": "workbench.interventions.engine",
+    "intervene_batch": "workbench.interventions.engine",
+    "read_prompts": "workbench.interventions.config",
     "continuation": "workbench.interventions.generate",
 }
 __all__ = sorted(_EXPORTS)

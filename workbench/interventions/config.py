@@ -53,6 +53,38 @@ def parse_feature(text: str) -> tuple[int | None, int | str]:
     return at, unit
 
 
+def read_prompts(path) -> list[tuple[str, str | None]]:
+    """A batch of prompts (`workbench intervene --prompts FILE`): one per line, or JSON lines {"prompt": ...,
+    "counterfactual": ...} (the counterfactual optional, for --ablate-to counterfactual); blank lines skipped."""
+    import json
+    from pathlib import Path
+
+    from workbench.errors import MissingInputError
+
+    path = Path(path)
+    if not path.is_file():
+        raise MissingInputError(f"prompts file {str(path)!r} does not exist (one prompt a line, or JSON lines)")
+    out = []
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        if not line.lstrip().startswith("{"):
+            out.append((line.strip(), None))
+            continue
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise BadValueError(
+                f"{path}:{i} is not a JSON object ({e.msg}); give a prompt a line or JSON lines"
+            ) from None
+        if not isinstance(d, dict) or not isinstance(d.get("prompt"), str) or set(d) - {"prompt", "counterfactual"}:
+            raise BadValueError(f'{path}:{i} must be {{"prompt": "...", "counterfactual": "..." (optional)}}')
+        out.append((d["prompt"], d.get("counterfactual")))
+    if not out:
+        raise BadValueError(f"prompts file {str(path)!r} holds no prompt")
+    return out
+
+
 @dataclass
 class InterventionConfig(Config):
     error = BadValueError

@@ -21,6 +21,7 @@ from workbench.interventions.dictionary import Site, Unit, load_dictionary, reso
 from workbench.interventions.generate import continuation, forward
 
 SCHEMA = ("workbench.intervention", 1)
+BATCH_SCHEMA = ("workbench.intervention_batch", 1)
 FROZEN = ("hook_pattern", "hook_scale")
 
 
@@ -267,3 +268,18 @@ def intervene(model, dictionary, prompt, cfg: InterventionConfig | None = None, 
     folder (the Python front door: `intervene(model, "saes/run/topk", "...", InterventionConfig(...))`)."""
     sites = dictionary if isinstance(dictionary, list) else load_dictionary(dictionary, model, model.cfg.device)
     return Intervention(model, sites, prompt, cfg or InterventionConfig(), mean_source).run()
+
+
+def intervene_batch(model, dictionary, prompts, cfg: InterventionConfig | None = None, mean_source=None) -> dict:
+    """The same intervention on each of `prompts` (texts, token ids, or (prompt, counterfactual) pairs: a pair's
+    counterfactual replaces cfg's), one result per prompt exactly as `intervene` gives it, in one record."""
+    from dataclasses import replace
+
+    cfg = cfg or InterventionConfig()
+    sites = dictionary if isinstance(dictionary, list) else load_dictionary(dictionary, model, model.cfg.device)
+    results = []
+    for p in prompts:
+        prompt, cf = p if isinstance(p, tuple) else (p, None)
+        one = replace(cfg, counterfactual=cf) if cf is not None else cfg
+        results.append(Intervention(model, sites, prompt, one, mean_source).run())
+    return {"schema": BATCH_SCHEMA[0], "schema_version": BATCH_SCHEMA[1], "config": cfg.to_dict(), "results": results}
