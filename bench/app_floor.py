@@ -74,6 +74,13 @@ def _loads(page, url: str, drawn: str | None, repeats: int) -> dict:
 
 def reload_floor(ws: Path, repeats: int) -> dict:
     """Reloads of the reference pages (each on its own server), the Workspace page and the 300-edge circuit page."""
+    pages = {"app: Workspace page": ("/", None), "app: circuit page, 300 edges": (CIRCUIT_300, ab.DRAWN)}
+    return app_loads(ws, pages, repeats)
+
+
+def app_loads(ws: Path, pages: dict[str, tuple[str, str | None]], repeats: int) -> dict:
+    """Reloads of the reference pages (each on its own server), then of each app page (name -> (path, what it is
+    drawn on)) on one server, in one run."""
     out = {}
     folder = harness.WORK / "app-floor"
     folder.mkdir(parents=True, exist_ok=True)
@@ -84,8 +91,8 @@ def reload_floor(ws: Path, repeats: int) -> dict:
             out[name] = _loads(page, url + "/", drawn, repeats)
     with ab.app_page(ws) as (url, page):
         page.add_init_script(TRACE)
-        out["app: Workspace page"] = _loads(page, url + "/", None, repeats)
-        out["app: circuit page, 300 edges"] = _loads(page, url + CIRCUIT_300, ab.DRAWN, repeats)
+        for name, (path, drawn) in pages.items():
+            out[name] = _loads(page, url + path, drawn, repeats)
     return out
 
 
@@ -114,18 +121,7 @@ def demo_pages(ws: Path) -> dict[str, tuple[str, str]]:
 
 def full_loads(ws: Path, repeats: int) -> dict:
     """Reloads of the reference pages (the floor) and of each demo page, split as reload_floor's, in one run."""
-    out, folder = {}, harness.WORK / "app-floor"
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, (fname, script, drawn) in REFERENCE.items():
-        (folder / fname).write_text(script + "\n")
-        with ab.app_page(ws, folder / fname) as (url, page):
-            page.add_init_script(TRACE)
-            out[name] = _loads(page, url + "/", drawn, repeats)
-    with ab.app_page(ws) as (url, page):
-        page.add_init_script(TRACE)
-        for name, (path, drawn) in demo_pages(ws).items():
-            out[name] = _loads(page, url + path, drawn, repeats)
-    return out
+    return app_loads(ws, demo_pages(ws), repeats)
 
 
 PAGES_HEAD = "## Full page loads against the floor (issue #34: each page drawn in under 1 s)"
