@@ -2,7 +2,7 @@
 
 Plotly's 4.6 MB chunk is evaluated on every full load of a page that holds a Plotly chart (0.67-1.10 s on the
 project's machine, bench/results/app.md), more than a whole empty Streamlit page. These charts need no zoom or
-selection, so they are drawn as SVG text the page sends with its script run: nothing to fetch or evaluate. Each
+selection, so they are drawn as SVG text the page sends with its script run (`block`): nothing to fetch or evaluate. Each
 mark carries a <title> (the browser's tooltip) with its numbers, and the root its `data-chart` name and, for a
 marked point, `data-mark` (what the browser tests and the benchmark wait for).
 """
@@ -18,6 +18,13 @@ import numpy as np
 BLUE, ORANGE, RED, GREY = "#1f77b4", "#ff7f0e", "#d62728", "#888"
 FONT = 'font-family="sans-serif" font-size="11" fill="#333"'
 RED_FONT = FONT.replace("#333", RED)
+
+
+def block(chart: str) -> str:
+    """A chart as a Markdown HTML block, drawn with st.markdown(..., unsafe_allow_html=True): st.html's sanitiser
+    drops SVG. Every text in the charts is escaped here and they hold no blank line, so Markdown leaves them as
+    they are."""
+    return f'<div class="wb-svg">{chart}</div>'
 
 
 def _num(v: float) -> str:

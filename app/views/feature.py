@@ -49,6 +49,12 @@ def switched(old: str, u: int, new: str) -> int:
     return j
 
 
+def said(lab: dict) -> str:
+    """A label as the headline says it: the value, its kind, its precision and recall."""
+    what = f"**{state.text(lab['label'])}** ({state.text(lab['kind'])})"
+    return f"{what}, precision {lab['precision']:.2f}, recall {lab['recall']:.2f}"
+
+
 url_sae = st.query_params.get("sae")
 rel = state.pick_sae("feature", require_store=True)
 store = state.store(rel)
@@ -81,12 +87,6 @@ s = f["stats"]
 
 st.title(f"{short(rel)} · {unit_name} {u}")
 labels = store.labels_by_precision(u)
-
-
-def said(lab: dict) -> str:
-    return (
-        f"**{state.text(lab['label'])}** ({lab['kind']}), precision {lab['precision']:.2f}, recall {lab['recall']:.2f}"
-    )
 
 
 st.markdown(
@@ -136,7 +136,7 @@ with left:
         ):
             st.html(plots.examples_html([e for e in ex if e["group"] == g], vmax))
 with right:
-    st.html(svg.histogram(f["hist_counts"], f["hist_edges"], act))
+    st.markdown(svg.block(svg.histogram(f["hist_counts"], f["hist_edges"], act)), unsafe_allow_html=True)
     st.caption(
         m["histogram"]
         + (
@@ -210,5 +210,6 @@ if "block_coords" in f and f["block_coords"]:
     st.subheader("block coordinates")
     c = [row + [0.0] for row in f["block_coords"]]  # a block of 1 coordinate has no second axis
     norms = [e["value"] for e in f["examples"] if e["group"] == "top"][: len(c)]
-    st.html(svg.scatter([r[0] for r in c], [r[1] for r in c], norms, "first two coordinates", "z0", "z1"))
+    coords = svg.scatter([r[0] for r in c], [r[1] for r in c], norms, "first two coordinates", "z0", "z1")
+    st.markdown(svg.block(coords), unsafe_allow_html=True)
     st.caption(f"the block's {m['block_size']} signed codes on its top examples: the first two (colour: block norm)")

@@ -33,7 +33,7 @@ def charts(at) -> list[dict]:
 
 def svgs(at, name: str) -> list[str]:
     """The page's inline-SVG charts called `name` (app/figures/svg.py: data-chart), as sent."""
-    return [h.proto.body for h in at.get("html") if f'data-chart="{name}"' in h.proto.body]
+    return [m.value for m in at.markdown if f'data-chart="{name}"' in m.value]
 
 
 def view_data(at) -> dict:

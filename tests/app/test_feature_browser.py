@@ -6,9 +6,17 @@ from __future__ import annotations
 
 import re
 
-from tests.app.test_browser import assert_offline, browser_page, drawn
+import pytest
+
+from tests.app.test_browser import assert_offline, browser_page, drawn, serving
 from tests.app.test_pages import saes
 from workbench.features import FeatureStore
+
+
+@pytest.fixture
+def server(feature_workspace, tmp_path):
+    with serving(feature_workspace, tmp_path) as url:
+        yield url
 
 
 def test_feature_page_links_and_switches_across_dictionaries(server, feature_workspace, tmp_path):

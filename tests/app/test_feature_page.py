@@ -40,7 +40,9 @@ def test_the_page_links_the_closest_units_of_every_other_dictionary(app, feature
         targets = {(lk.proto.query_string if hasattr(lk.proto, "query_string") else "") for lk in at.get("page_link")}
         for e in entries:
             j = e["cos"][0][0]
-            assert any(f"unit={j}" in t and rel_of(feature_workspace, e["sae"]).replace("/", "%2F") in t for t in targets)
+            assert any(
+                f"unit={j}" in t and rel_of(feature_workspace, e["sae"]).replace("/", "%2F") in t for t in targets
+            )
 
 
 def test_switching_the_dictionary_offers_the_closest_match_not_the_same_index(app, feature_workspace):
@@ -51,9 +53,11 @@ def test_switching_the_dictionary_offers_the_closest_match_not_the_same_index(ap
     at = ok(app("views/feature.py", sae=a, unit=str(u)))
     at.selectbox(key="w_sae_feature").set_value(b).run()
     ok(at)
-    assert at.title[0].value.endswith(f"latent {j}") and at.query_params["unit"] == [str(j)] or at.query_params[
-        "unit"
-    ] == str(j)
+    assert (
+        at.title[0].value.endswith(f"latent {j}")
+        and at.query_params["unit"] == [str(j)]
+        or at.query_params["unit"] == str(j)
+    )
     assert at.number_input(key="w_unit").value == j
     notice = plain(at.info[0].value)
     assert "does not carry over" in notice and f"closest match instead: latent {j} (decoder cosine {cos:.3f}" in notice
@@ -86,9 +90,9 @@ def test_a_graph_node_s_activation_is_marked_on_the_histogram(app, feature_works
     rel = saes(feature_workspace)[0]
     _, u = busiest(feature_workspace, rel)
     at = ok(app("views/feature.py", sae=rel, unit=str(u), act=act))
-    [hist] = [h.proto.body for h in at.get("html") if 'data-chart="histogram"' in h.proto.body]
+    [hist] = [m.value for m in at.markdown if 'data-chart="histogram"' in m.value]
     assert f'data-mark="{float(act):.6g}"' in hist and "prompt" in hist
     assert "its activation on the prompt of the graph node" in page_text(at)
     at.number_input(key="w_unit").set_value(u + 1).run()  # another unit: the prompt's activation is not its own
-    [hist] = [h.proto.body for h in ok(at).get("html") if 'data-chart="histogram"' in h.proto.body]
+    [hist] = [m.value for m in ok(at).markdown if 'data-chart="histogram"' in m.value]
     assert "data-mark" not in hist and "act" not in at.query_params
