@@ -49,8 +49,8 @@ VIEW = (
     "const h = document.querySelector(\"[data-testid='stBidiComponentIsolated']\");"
     " const r = h && h.shadowRoot && h.shadowRoot.querySelector('.wbg[data-drawn]');"
 )
-CURVE = "const c = document.querySelector(\"svg[data-chart='curve']\");"
-DRAWN = "() => { " + CURVE + VIEW + " return r && c; }"
+CURVE = "const c = document.querySelector(\"img[data-chart='curve']\");"
+DRAWN = "() => { " + CURVE + VIEW + " return r && c && c.complete && c.naturalWidth > 0; }"
 MARK = "b => { " + CURVE + " const v = c ? c.dataset.mark : null; return CMP === null ? v : v != null && v !== CMP; }"
 GRAPH = (
     "b => { "

@@ -104,7 +104,8 @@ def demo_pages(ws: Path) -> dict[str, tuple[str, str]]:
     cat = browse.catalog(ws)
     circuit = next(c for c in sorted(cat.circuits, key=lambda c: not c.endswith("/ioi-0")) if "bench-" not in c)
     graph = sorted(cat.feature_graphs, key=lambda g: "ioi" not in g)[0]
-    sae = next(s for s in cat.saes if s.split("/")[-1].startswith("topk-") and s in cat.feature_stores)
+    topk = [s for s in cat.saes if s.split("/")[-1].startswith("topk") and s in cat.feature_stores]
+    sae = min(topk, key=lambda s: "scaffold" in s)  # the plain Top-k SAE
     unit = int(FeatureStore(ws / sae).units["count"].idxmax())
     return {
         f"circuit page ({circuit.split('/')[-1]})": (f"/circuit?circuit={circuit}", ab.DRAWN),
@@ -114,7 +115,7 @@ def demo_pages(ws: Path) -> dict[str, tuple[str, str]]:
         ),
         f"feature page ({sae.split('/')[-1]} latent {unit})": (
             f"/feature?sae={sae}&unit={unit}",
-            "() => document.querySelector(\"svg[data-chart='histogram']\")",
+            "() => { const c = document.querySelector(\"img[data-chart='histogram']\"); return c && c.complete && c.naturalWidth > 0; }",
         ),
     }
 

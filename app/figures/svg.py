@@ -2,7 +2,7 @@
 
 Plotly's 4.6 MB chunk is evaluated on every full load of a page that holds a Plotly chart (0.67-1.10 s on the
 project's machine, bench/results/app.md), more than a whole empty Streamlit page. These charts need no zoom or
-selection, so they are drawn as SVG text the page sends with its script run (`block`): nothing to fetch or evaluate. Each
+selection, so they are drawn as SVG the page sends with its script run (`block`: an image of it): nothing to fetch or evaluate. Each
 mark carries a <title> (the browser's tooltip) with its numbers, and the root its `data-chart` name and, for a
 marked point, `data-mark` (what the browser tests and the benchmark wait for).
 """
@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from dataclasses import dataclass
+from urllib.parse import quote
 
 import numpy as np
 
@@ -21,10 +23,18 @@ RED_FONT = FONT.replace("#333", RED)
 
 
 def block(chart: str) -> str:
-    """A chart as a Markdown HTML block, drawn with st.markdown(..., unsafe_allow_html=True): st.html's sanitiser
-    drops SVG. Every text in the charts is escaped here and they hold no blank line, so Markdown leaves them as
-    they are."""
-    return f'<div class="wb-svg">{chart}</div>'
+    """A chart as an <img> of its SVG (a data URI), drawn with st.html: st.html's sanitiser drops inline SVG, and
+    st.markdown(unsafe_allow_html=True) would make a fresh load fetch and evaluate a 190 kB HTML parser (rehype-raw).
+    The image keeps the chart's `data-chart` and `data-mark` (tests and benchmarks read them) and its marked
+    value as a tooltip; the marks' own <title>s stay in the SVG (readable where it is opened as a file)."""
+    root = chart[: chart.index(">")]
+    attrs = dict(re.findall(r'(data-chart|data-mark|max-width)[=:]"?([^";]*)', root))
+    tip = f' title="marked: {attrs["data-mark"]}"' if "data-mark" in attrs else ""
+    keep = " ".join(f'{k}="{attrs[k]}"' for k in ("data-chart", "data-mark") if k in attrs)
+    src = "data:image/svg+xml," + quote(chart, safe="=:/,.;'()-_")
+    return (
+        f'<img class="wb-chart" {keep}{tip} alt="chart" style="width:100%;max-width:{attrs["max-width"]}" src="{src}">'
+    )
 
 
 def _num(v: float) -> str:

@@ -141,7 +141,7 @@ def node_panel(cd: cg.CircuitData, node: str, spec: str, res: dict) -> None:
     cols = st.columns([3, 2])
     if kind == "head":
         pattern = svg.heatmap(res["patterns"][layer][h], strs, f"{node}: attention pattern on the prompt")
-        cols[0].markdown(svg.block(pattern), unsafe_allow_html=True)
+        cols[0].html(svg.block(pattern))
     q = cd.query
     answer, wrong = q.get("answer_id"), q.get("wrong_id")
     dla = res["dla"][node]
@@ -222,7 +222,7 @@ clicked = state.draw(cd, v, "graph", (rel, fraction, cap), node_url)
 left, right = st.columns([3, 2])
 with left:
     if cd.curve:
-        st.markdown(svg.block(cg.curve_figure(cd, v.point)), unsafe_allow_html=True)
+        st.html(svg.block(cg.curve_figure(cd, v.point)))
         with st.expander("search vs top-k at each budget (the finder's curve)"):
             state.table(cg.grid_rows(cd))
     else:

@@ -31,15 +31,15 @@ def switched(old: str, u: int, new: str) -> int:
     """The unit to open after the dictionary picker changed from `old` (on unit u) to `new`: indices of two
     dictionaries are unrelated, so not u but its closest match, said as such (else the best-labelled unit)."""
     what = f"{short(old)} {state.store(old).manifest['unit']} {u}"
-    m = other_match(old, u, new)
-    if m is None:
+    match = other_match(old, u, new)
+    if match is None:
         st.info(
             f"An index does not carry over between dictionaries: {what} is not unit {u} of {short(new)}. These two "
             "stores were not matched (matches are made when the dictionaries' stores are built together: "
             "`workbench features build SAE SAE ... --overwrite`), so the page opens on the best-labelled unit."
         )
         return state.best_unit(str(state.root()), new, state.stamp(new))[0]
-    j, cos, corr = m
+    j, cos, corr = match
     st.info(
         f"An index does not carry over between dictionaries: {what} is not unit {u} of {short(new)}. Showing its "
         f"closest match instead: {state.store(new).manifest['unit']} {j} (decoder cosine {cos:.3f}"
@@ -136,7 +136,7 @@ with left:
         ):
             st.html(plots.examples_html([e for e in ex if e["group"] == g], vmax))
 with right:
-    st.markdown(svg.block(svg.histogram(f["hist_counts"], f["hist_edges"], act)), unsafe_allow_html=True)
+    st.html(svg.block(svg.histogram(f["hist_counts"], f["hist_edges"], act)))
     st.caption(
         m["histogram"]
         + (
@@ -211,5 +211,5 @@ if "block_coords" in f and f["block_coords"]:
     c = [row + [0.0] for row in f["block_coords"]]  # a block of 1 coordinate has no second axis
     norms = [e["value"] for e in f["examples"] if e["group"] == "top"][: len(c)]
     coords = svg.scatter([r[0] for r in c], [r[1] for r in c], norms, "first two coordinates", "z0", "z1")
-    st.markdown(svg.block(coords), unsafe_allow_html=True)
+    st.html(svg.block(coords))
     st.caption(f"the block's {m['block_size']} signed codes on its top examples: the first two (colour: block norm)")

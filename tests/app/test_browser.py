@@ -163,14 +163,14 @@ def test_browse_search_feature_neighbour_reload_offline(server, feature_workspac
             expect(heading).to_be_visible()
             expect(page.get_by_text("logit effects")).to_be_visible()
             settle(page)
-            page.locator("svg.wb-chart[data-chart='histogram']").wait_for()  # inline SVG, no Plotly chunk
+            page.locator("img[data-chart='histogram']").wait_for()  # an SVG image, no Plotly chunk
         finally:
             page.screenshot(path=str(tmp_path / "feature.png"), full_page=True)
     assert_offline(requests)
     assert (tmp_path / "feature.png").stat().st_size > 0
 
 
-CURVE_MARK = "() => { const c = document.querySelector(\"svg[data-chart='curve']\"); return c && c.dataset.mark; }"
+CURVE_MARK = "() => { const c = document.querySelector(\"img[data-chart='curve']\"); return c && c.dataset.mark; }"
 
 
 def test_circuit_budget_click_download_upload_compare_feature_offline(circuit_server, circuit_workspace, tmp_path):
@@ -190,7 +190,7 @@ def test_circuit_budget_click_download_upload_compare_feature_offline(circuit_se
             page.goto(f"{circuit_server}/circuit?circuit=circuits/ioi-0")
             settle(page)
             expect(page.get_by_role("heading", name="Circuit")).to_be_visible()
-            page.locator("svg[data-chart='curve']").wait_for()  # the curve, inline SVG (the graph is the graph view)
+            page.locator("img[data-chart='curve']").wait_for()  # the curve, an SVG image (the graph is the graph view)
             page.get_by_text("edge budget", exact=True).click()
             settle(page)
             slider = page.get_by_role("slider").first

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from urllib.parse import unquote
 
 import pytest
 
@@ -32,8 +33,8 @@ def charts(at) -> list[dict]:
 
 
 def svgs(at, name: str) -> list[str]:
-    """The page's inline-SVG charts called `name` (app/figures/svg.py: data-chart), as sent."""
-    return [m.value for m in at.markdown if f'data-chart="{name}"' in m.value]
+    """The page's SVG charts called `name` (app/figures/svg.py: data-chart), as sent, their data URI decoded."""
+    return [unquote(h.proto.body) for h in at.get("html") if f'data-chart="{name}"' in h.proto.body]
 
 
 def view_data(at) -> dict:

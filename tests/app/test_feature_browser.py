@@ -5,6 +5,7 @@ instead of keeping the index, and a graph node's activation marked on the histog
 from __future__ import annotations
 
 import re
+from urllib.parse import unquote
 
 import pytest
 
@@ -33,8 +34,9 @@ def test_feature_page_links_and_switches_across_dictionaries(server, feature_wor
             page.goto(f"{server}/feature?sae={a}&unit={u}&act=0.5")
             drawn(page)
             expect(page.get_by_role("heading", name=f"{a.split('/')[-1]} · latent {u}")).to_be_visible()
-            hist = page.locator("svg[data-chart='histogram']")
-            assert hist.get_attribute("data-mark") == "0.5" and hist.locator("line title").count() == 1
+            hist = page.locator("img[data-chart='histogram']")
+            assert hist.get_attribute("data-mark") == "0.5" and "prompt" in unquote(hist.get_attribute("src"))
+            assert hist.evaluate("i => i.complete && i.naturalWidth > 0")  # the SVG decoded and drawn
             assert not page.locator(".js-plotly-plot").count()  # no Plotly chart on the page
             page.get_by_role("link", name=f"latent {j} · cosine {cos:.3f}").first.click()
             drawn(page)

@@ -5,6 +5,8 @@ activation on the histogram."""
 
 from __future__ import annotations
 
+from urllib.parse import unquote
+
 import pytest
 
 from tests.app.test_pages import links, ok, plain, saes
@@ -90,9 +92,9 @@ def test_a_graph_node_s_activation_is_marked_on_the_histogram(app, feature_works
     rel = saes(feature_workspace)[0]
     _, u = busiest(feature_workspace, rel)
     at = ok(app("views/feature.py", sae=rel, unit=str(u), act=act))
-    [hist] = [m.value for m in at.markdown if 'data-chart="histogram"' in m.value]
+    [hist] = [unquote(h.proto.body) for h in at.get("html") if 'data-chart="histogram"' in h.proto.body]
     assert f'data-mark="{float(act):.6g}"' in hist and "prompt" in hist
     assert "its activation on the prompt of the graph node" in page_text(at)
     at.number_input(key="w_unit").set_value(u + 1).run()  # another unit: the prompt's activation is not its own
-    [hist] = [m.value for m in ok(at).markdown if 'data-chart="histogram"' in m.value]
+    [hist] = [unquote(h.proto.body) for h in ok(at).get("html") if 'data-chart="histogram"' in h.proto.body]
     assert "data-mark" not in hist and "act" not in at.query_params

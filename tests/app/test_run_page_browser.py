@@ -5,6 +5,8 @@ recorded there and opened on the feature graph page."""
 
 from __future__ import annotations
 
+from urllib.parse import unquote
+
 import pytest
 
 from tests.app.test_browser import assert_offline, browser_page, serving, settle
@@ -43,7 +45,8 @@ def test_run_page_finds_a_component_circuit_and_opens_it_drawn(tmp_path, tiny):
         expect(page.get_by_role("heading", name="Circuit", exact=True)).to_be_visible()
         drawn(page)
         assert "circuit=circuits%2Ffrom-the-ui" in page.url or "circuit=circuits/from-the-ui" in page.url
-        page.locator("svg[data-chart='curve'] polygon").wait_for()  # the curve, its drawn point starred
+        curve = page.locator("img[data-chart='curve']")  # the curve, its drawn point starred
+        assert curve.get_attribute("data-mark") and "drawn:" in unquote(curve.get_attribute("src"))
         expect(page.get_by_text("drawn: ", exact=False).first).to_be_visible()
     assert_offline(requests)
 
