@@ -155,8 +155,23 @@ def full_lines(info: dict, threads: str, repeats: int, loads: dict, ws: Path) ->
             ["page", "reload s (median)", "range", "over floor s", "boot s", "script s", "draw s", "load"], rows
         ),
         "",
+        full_reading(loads),
+        "",
         "Raw: " + json.dumps({"full_loads": loads}),
     ]
+
+
+def full_reading(loads: dict) -> str:
+    """Each page against the floor in one sentence (what the page adds, and what a Plotly chart alone would)."""
+    med = statistics.median
+    (empty, one), pages = [loads[k] for k in REFERENCE], {k: v for k, v in loads.items() if k not in REFERENCE}
+    e, p = med(empty["reload"]), med(one["reload"])
+    said = "; ".join(f"{k} {med(t['reload']):.2f} s ({med(t['reload']) - e:+.2f} s)" for k, t in pages.items())
+    return (
+        f"Reading: at a load average of {empty['load']:.0f} on 2 cores the floor, an empty Streamlit page, reloads in "
+        f"{e:.2f} s and a page with one Plotly chart in {p:.2f} s ({p - e:+.2f} s: what any Plotly chart would add "
+        f"to a page's floor); the pages, over the empty page: {said}."
+    )
 
 
 def _to_workspace(page) -> None:
