@@ -25,16 +25,16 @@ RED_FONT = FONT.replace("#333", RED)
 def block(chart: str) -> str:
     """A chart as an <img> of its SVG (a data URI), drawn with st.html: st.html's sanitiser drops inline SVG, and
     st.markdown(unsafe_allow_html=True) would make a fresh load fetch and evaluate a 190 kB HTML parser (rehype-raw).
-    The image keeps the chart's `data-chart` and `data-mark` (tests and benchmarks read them) and its marked
-    value as a tooltip; the marks' own <title>s stay in the SVG (readable where it is opened as a file)."""
+    The image keeps the chart's `data-chart` and `data-mark` (tests and benchmarks read them), its title as its
+    alt text and its marked value as a tooltip; the marks' own <title>s stay in the SVG (shown where it is opened
+    as a file)."""
     root = chart[: chart.index(">")]
-    attrs = dict(re.findall(r'(data-chart|data-mark|max-width)[=:]"?([^";]*)', root))
+    attrs = dict(re.findall(r'(data-chart|data-mark|aria-label)="([^"]*)"', root))
+    width = re.search(r"max-width:(\d+px)", root).group(1)
     tip = f' title="marked: {attrs["data-mark"]}"' if "data-mark" in attrs else ""
     keep = " ".join(f'{k}="{attrs[k]}"' for k in ("data-chart", "data-mark") if k in attrs)
     src = "data:image/svg+xml," + quote(chart, safe="=:/,.;'()-_")
-    return (
-        f'<img class="wb-chart" {keep}{tip} alt="chart" style="width:100%;max-width:{attrs["max-width"]}" src="{src}">'
-    )
+    return f'<img class="wb-chart" {keep}{tip} alt="{attrs["aria-label"]}" style="width:100%;max-width:{width}" src="{src}">'
 
 
 def _num(v: float) -> str:
@@ -118,10 +118,10 @@ def _esc(s) -> str:
     return html.escape(str(s), quote=True)
 
 
-def _svg(name: str, ax: Axes, parts: list[str], mark: float | None = None) -> str:
+def _svg(name: str, ax: Axes, parts: list[str], label: str, mark: float | None = None) -> str:
     attr = "" if mark is None else f' data-mark="{mark:.6g}"'
     return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="wb-chart" data-chart="{_esc(name)}"{attr} '
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="wb-chart" data-chart="{_esc(name)}"{attr} aria-label="{_esc(label)}" '
         f'viewBox="0 0 {ax.width} {ax.height}" width="100%" style="max-width:{ax.width}px" role="img">'
         + "".join(parts)
         + "</svg>"
@@ -149,7 +149,7 @@ def histogram(counts, edges, mark: float | None = None, title: str = "non-zero a
             f"<title>on the prompt: {_num(mark)}</title></line>"
             f'<text x="{x + 3:.1f}" y="{ax.top + 10}" {RED_FONT}>prompt {_num(mark)}</text>'
         )
-    return _svg("histogram", ax, parts, mark)
+    return _svg("histogram", ax, parts, title, mark)
 
 
 @dataclass
@@ -200,7 +200,7 @@ def curve(
         parts.append(
             f'<polygon points="{star}" fill="{RED}"><title>drawn: {_num(point[0])} → {_num(point[1])}</title></polygon>'
         )
-    return _svg(name, ax, parts, None if point is None else point[0])
+    return _svg(name, ax, parts, " ".join(title), None if point is None else point[0])
 
 
 def scatter(xs, ys, values, title: str, xlabel: str, ylabel: str, name: str = "scatter") -> str:
@@ -217,7 +217,7 @@ def scatter(xs, ys, values, title: str, xlabel: str, ylabel: str, name: str = "s
             f'<circle cx="{ax.sx(x):.1f}" cy="{ax.sy(y):.1f}" r="4" fill="{ORANGE}" fill-opacity="{alpha:.2f}" '
             f'stroke="#a04000" stroke-width="0.5"><title>example {i + 1}: norm {_num(v)}</title></circle>'
         )
-    return _svg(name, ax, parts)
+    return _svg(name, ax, parts, title)
 
 
 def heatmap(pattern, tokens: list[str], title: str, name: str = "pattern") -> str:
@@ -247,7 +247,7 @@ def heatmap(pattern, tokens: list[str], title: str, name: str = "pattern") -> st
                 f"{FONT}>{_esc(t)}</text>"
             )
     return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="wb-chart" data-chart="{_esc(name)}" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="wb-chart" data-chart="{_esc(name)}" aria-label="{_esc(title)}" '
         f'viewBox="0 0 {size[0]} {size[1]}" width="100%" style="max-width:{size[0]}px" role="img">'
         + "".join(parts)
         + "</svg>"

@@ -207,7 +207,7 @@ def test_circuit_budget_click_download_upload_compare_feature_offline(circuit_se
             name = head.get_attribute("data-node-id")
             head.locator("rect").click()
             settle(page)
-            expect(page.get_by_text(f"{name}: attention pattern on the prompt")).to_be_visible()
+            expect(page.get_by_role("img", name=f"{name}: attention pattern on the prompt")).to_be_visible()
             if os.environ.get("WORKBENCH_SCREENSHOTS"):
                 page.screenshot(path=str(Path(os.environ["WORKBENCH_SCREENSHOTS"]) / "app.png"), full_page=True)
 
