@@ -6,9 +6,11 @@ prompt's features, and uploads checked against their model. The only app module 
 Attention patterns are computed here from the model, not stored with circuits: a pattern is
 layers x heads x n^2 numbers per prompt (GPT-2 small at 128 tokens: 2.4M, more than the circuit
 file), it is needed only for the node a user clicks, and one cached forward pass gives all of them.
-Cached models are shared by every session: every use of one (a forward pass here, a circuit search on
-the Run page, which adds hooks) holds that model's lock, so two tabs never run one model at once; runs
-here are under torch.no_grad (not inference_mode, whose tensors a later search could not update).
+Live results are cached with st.cache_resource, shared and never copied (st.cache_data would unpickle a copy of
+the patterns on every run): they are read-only, no caller changes them. Cached models are shared by every
+session: every use of one (a forward pass here, a circuit search on the Run page, which adds hooks) holds that
+model's lock, so two tabs never run one model at once; runs here are under torch.no_grad (not inference_mode,
+whose tensors a later search could not update).
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ def sae_for(rel: str):
     return load_sae(str(folder), (folder / "sae_weights.safetensors").stat().st_mtime)
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
+@st.cache_resource(show_spinner=False, max_entries=32)
 def run_prompt(spec: str, tokens: tuple[int, ...]) -> dict:
     """One forward pass: attention patterns [L][H][q][k] and each head's and MLP's direct logit effect at the
     last position (evidence.direct_logit_effects), with the tokens as strings."""
@@ -98,7 +100,7 @@ def run_prompt(spec: str, tokens: tuple[int, ...]) -> dict:
     }
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
+@st.cache_resource(show_spinner=False, max_entries=32)
 def gates(spec: str, tokens: tuple[int, ...]):
     """A gated model's deterministic gates [L][H][q][k] (1 open, 0 closed) on the tokens; None when ungated."""
     import torch
@@ -122,7 +124,7 @@ def tokenize(spec: str, text: str) -> tuple[int, ...]:
     return tuple(tokens_of(load_model(spec)[0], text).tolist())
 
 
-@st.cache_data(show_spinner="running the SAE...", max_entries=64)
+@st.cache_resource(show_spinner="running the SAE...", max_entries=64)
 def sae_codes(spec: str, tokens: tuple[int, ...], sae_rel: str, hook: str, stamp: float):
     """[pos, units] activations of the SAE's units (latents, or block norms; scaffold directions left out)."""
     import torch

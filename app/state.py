@@ -29,7 +29,7 @@ STEER_PARAMS += ("s_dict", "s_unit")  # app/steer.py's controls (the last three:
 PAGES = [  # (script, title, URL path, the query parameters that make up the page's view)
     ("views/workspace.py", "Workspace", "workspace", ()),
     ("views/sae.py", "SAEs", "sae", ("sae", "compare")),
-    ("views/feature.py", "Feature", "feature", ("sae", "unit", *STEER_PARAMS)),
+    ("views/feature.py", "Feature", "feature", ("sae", "unit", "act", *STEER_PARAMS)),
     ("views/search.py", "Search", "search", ("sae", "by", "q")),
     ("views/prompt.py", "Prompt", "prompt", ("sae", "prompt", "unit")),
     (
@@ -335,8 +335,11 @@ def choice(widget, name: str, options: list, key: str, what: str | None = None, 
     return synced(widget, name, by_text[want], key, options=options, **kwargs)
 
 
-def feature_link(sae: str, unit: int, label: str | None = None) -> None:
-    st.page_link(FEATURE, label=label or f"unit {unit}", query_params={"sae": sae, "unit": str(unit)})
+def feature_link(sae: str, unit: int, label: str | None = None, activation: float | None = None) -> None:
+    """A link to a unit's feature page; `activation`: its value on the prompt the link comes from (a graph node),
+    marked on the page's histogram."""
+    params = {"sae": sae, "unit": str(unit)} | ({} if activation is None else {"act": f"{activation:.6g}"})
+    st.page_link(FEATURE, label=label or f"unit {unit}", query_params=params)
 
 
 MARKDOWN = set("\\`*_{}[]()<>#+-.!|~$:&=")

@@ -43,21 +43,15 @@ import harness  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 # JS conditions on the page: the graph view (a custom component in a shadow root, app/graph_view) and the
-# curve's Plotly chart drawn; the curve's "drawn" mark, and the whole graph (each compared with its value
-# before an action, CMP; the view stamps data-drawn each time it draws new data)
+# curve (inline SVG, app/figures/svg.py) drawn; the curve's starred point (its data-mark), and the whole graph
+# (each compared with its value before an action, CMP; the view stamps data-drawn each time it draws new data)
 VIEW = (
     "const h = document.querySelector(\"[data-testid='stBidiComponentIsolated']\");"
     " const r = h && h.shadowRoot && h.shadowRoot.querySelector('.wbg[data-drawn]');"
 )
-DRAWN = (
-    "() => { const d = document.querySelectorAll('.st-key-curve .js-plotly-plot');"
-    + VIEW
-    + " return r && d.length >= 1 && d[0].querySelector('.scatterlayer .trace'); }"
-)
-MARK = (
-    "b => { const d = document.querySelector('.st-key-curve .js-plotly-plot'); const t = d && d.data && d.data[d.data.length - 1];"
-    " const v = t && t.name === 'drawn' ? t.x[0] : null; return CMP === null ? v : v !== null && v !== CMP; }"
-)
+CURVE = "const c = document.querySelector(\"img[data-chart='curve']\");"
+DRAWN = "() => { " + CURVE + VIEW + " return r && c && c.complete && c.naturalWidth > 0; }"
+MARK = "b => { " + CURVE + " const v = c ? c.dataset.mark : null; return CMP === null ? v : v != null && v !== CMP; }"
 GRAPH = (
     "b => { "
     + VIEW
@@ -479,12 +473,34 @@ def graph_lines(info: dict, threads: str, repeats: int, big: dict, g: dict, ws: 
     return lines
 
 
+def pages_only(out: Path, info: dict, threads: str, repeats: int) -> int:
+    """Measure the full loads (app_floor.full_loads) on the existing demo workspace; the section replaced in out."""
+    import app_floor  # here: app_floor imports this module
+
+    ws = harness.WORK / "app-demo"
+    if not (ws / "workspace.json").is_file() and not (ws / "caches").is_dir():
+        raise SystemExit(f"no demo workspace at {ws}: run this bench without --pages first")
+    lines = app_floor.full_lines(info, threads, repeats, app_floor.full_loads(ws, repeats), ws)
+    text = out.read_text() if out.is_file() else ""
+    head, _, rest = text.partition(app_floor.PAGES_HEAD)
+    tail = rest[rest.find("\n## ") :] if "\n## " in rest else ""
+    harness.write_text(out, head.rstrip("\n") + ("\n\n" if head else "") + "\n".join(lines) + "\n" + tail)
+    print("\n".join(lines))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="tiny demo sizes and 2 warm loads (smoke run)")
     ap.add_argument("--repeats", type=int, default=None, help="warm loads per page (default 5; quick 2)")
     ap.add_argument(
         "--graph-only", action="store_true", help="only the graph view's section (no demo), replaced in --out"
+    )
+    ap.add_argument(
+        "--pages",
+        action="store_true",
+        help="only the full loads of the demo workspace's pages beside the floor (bench/work/app-demo, made by a "
+        "full run or `workbench demo --workspace bench/work/app-demo`), replaced in --out",
     )
     harness.add_common_args(ap, harness.BENCH / "results" / "app.md")
     a = ap.parse_args()
@@ -493,6 +509,8 @@ def main() -> int:
     info = harness.machine_info()
     browser = Path(CHROMIUM).exists()
     out = Path(a.out)
+    if a.pages:
+        return pages_only(out, info, threads, repeats)
     if a.graph_only:
         ws = harness.WORK / "app-graph"
         (ws / "circuits").mkdir(parents=True, exist_ok=True)

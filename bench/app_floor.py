@@ -13,6 +13,9 @@
 3. Warm, in the open app: the sidebar link from the Workspace page to the circuit page, switching between two
    GPT-2-shaped circuits with the picker (after one untimed round, so the server has read both), and one budget
    step.
+4. Full loads of the demo workspace's pages a researcher opens (issue #34: each drawn in under 1 s), measured in
+   one run beside the reference pages of 1. (the floor): the circuit page of its IOI circuit, the feature graph
+   page of its attribution graph and the feature page of its Top-k SAE's busiest latent (`full_loads`).
 """
 
 from __future__ import annotations
@@ -71,6 +74,13 @@ def _loads(page, url: str, drawn: str | None, repeats: int) -> dict:
 
 def reload_floor(ws: Path, repeats: int) -> dict:
     """Reloads of the reference pages (each on its own server), the Workspace page and the 300-edge circuit page."""
+    pages = {"app: Workspace page": ("/", None), "app: circuit page, 300 edges": (CIRCUIT_300, ab.DRAWN)}
+    return app_loads(ws, pages, repeats)
+
+
+def app_loads(ws: Path, pages: dict[str, tuple[str, str | None]], repeats: int) -> dict:
+    """Reloads of the reference pages (each on its own server), then of each app page (name -> (path, what it is
+    drawn on)) on one server, in one run."""
     out = {}
     folder = harness.WORK / "app-floor"
     folder.mkdir(parents=True, exist_ok=True)
@@ -81,9 +91,87 @@ def reload_floor(ws: Path, repeats: int) -> dict:
             out[name] = _loads(page, url + "/", drawn, repeats)
     with ab.app_page(ws) as (url, page):
         page.add_init_script(TRACE)
-        out["app: Workspace page"] = _loads(page, url + "/", None, repeats)
-        out["app: circuit page, 300 edges"] = _loads(page, url + CIRCUIT_300, ab.DRAWN, repeats)
+        for name, (path, drawn) in pages.items():
+            out[name] = _loads(page, url + path, drawn, repeats)
     return out
+
+
+def demo_pages(ws: Path) -> dict[str, tuple[str, str]]:
+    """The pages `full_loads` opens on the demo workspace: name -> (path and query, what it is drawn on)."""
+    from workbench import browse
+    from workbench.features import FeatureStore
+
+    cat = browse.catalog(ws)
+    circuit = next(c for c in sorted(cat.circuits, key=lambda c: not c.endswith("/ioi-0")) if "bench-" not in c)
+    graph = sorted(cat.feature_graphs, key=lambda g: "ioi" not in g)[0]
+    topk = [s for s in cat.saes if s.split("/")[-1].startswith("topk") and s in cat.feature_stores]
+    sae = min(topk, key=lambda s: "scaffold" in s)  # the plain Top-k SAE
+    unit = int(FeatureStore(ws / sae).units["count"].idxmax())
+    return {
+        f"circuit page ({circuit.split('/')[-1]})": (f"/circuit?circuit={circuit}", ab.DRAWN),
+        f"feature graph page ({graph.split('/')[-1]})": (
+            f"/feature_graph?graph={graph}",
+            "() => { " + ab.VIEW + " return r; }",
+        ),
+        f"feature page ({sae.split('/')[-1]} latent {unit})": (
+            f"/feature?sae={sae}&unit={unit}",
+            "() => { const c = document.querySelector(\"img[data-chart='histogram']\"); return c && c.complete && c.naturalWidth > 0; }",
+        ),
+    }
+
+
+def full_loads(ws: Path, repeats: int) -> dict:
+    """Reloads of the reference pages (the floor) and of each demo page, split as reload_floor's, in one run."""
+    return app_loads(ws, demo_pages(ws), repeats)
+
+
+PAGES_HEAD = "## Full page loads against the floor (issue #34: each page drawn in under 1 s)"
+
+
+def full_lines(info: dict, threads: str, repeats: int, loads: dict, ws: Path) -> list[str]:
+    """The full-loads section: the floor and each page, with what a page adds to the empty page's reload."""
+    med = statistics.median
+    floor = med(loads[next(iter(REFERENCE))]["reload"])
+    rows = [
+        [name, ab.verdict(med(t["reload"]), None if name in REFERENCE else 1.0), ab.spread(t["reload"])]
+        + [f"{med(t['reload']) - floor:+.2f}"]
+        + [f"{med(t[k]):.2f}" for k in ("boot", "script", "draw")]
+        + [f"{t['load']:.1f}"]
+        for name, t in loads.items()
+    ]
+    return [
+        PAGES_HEAD,
+        "",
+        *harness.machine_lines(info, {}, threads, "no peers: the goals are absolute times"),
+        "",
+        f"Fresh loads (navigation to the page drawn: harness.wait_drawn, no skeleton or stale element, every chart "
+        f"drawn; the graph view's own drawn mark), median of {repeats} after one cold load, headless Chromium, on the "
+        f"demo workspace `{ws.name}`; the reference pages (the floor) in the same run, each on its own server with the "
+        "app's flags. *over floor*: the median reload minus the empty page's. *boot / script / draw* as in the "
+        "section above; *load*: the 1-minute load average as the row started. The app's charts on these pages are "
+        "inline SVG (app/figures/svg.py): no page here loads Plotly's chunk.",
+        "",
+        *harness.table(
+            ["page", "reload s (median)", "range", "over floor s", "boot s", "script s", "draw s", "load"], rows
+        ),
+        "",
+        full_reading(loads),
+        "",
+        "Raw: " + json.dumps({"full_loads": loads}),
+    ]
+
+
+def full_reading(loads: dict) -> str:
+    """Each page against the floor in one sentence (what the page adds, and what a Plotly chart alone would)."""
+    med = statistics.median
+    (empty, one), pages = [loads[k] for k in REFERENCE], {k: v for k, v in loads.items() if k not in REFERENCE}
+    e, p = med(empty["reload"]), med(one["reload"])
+    said = "; ".join(f"{k} {med(t['reload']):.2f} s ({med(t['reload']) - e:+.2f} s)" for k, t in pages.items())
+    return (
+        f"Reading: at a load average of {empty['load']:.0f} on 2 cores the floor, an empty Streamlit page, reloads in "
+        f"{e:.2f} s and a page with one Plotly chart in {p:.2f} s ({p - e:+.2f} s: what any Plotly chart would add "
+        f"to a page's floor); the pages, over the empty page: {said}."
+    )
 
 
 def _to_workspace(page) -> None:

@@ -138,3 +138,13 @@ def test_a_transcoder_set_manifest_without_layers_is_refused(tmp_path):
     (tmp_path / "transcoders.json").write_text('{"model": "m"}')
     with pytest.raises(DamagedFileError, match=r"transcoders.json: damaged transcoder set manifest \(no .layers.\)"):
         browse.open_transcoder_set(tmp_path)
+
+
+def test_inside_names_a_path_relative_to_the_workspace_or_none(tmp_path):
+    """Another dictionary a feature store names, as the app links it: inside the workspace, else None."""
+    inside = browse.inside
+    (tmp_path / "ws" / "saes" / "a").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    assert inside(tmp_path / "ws", tmp_path / "ws" / "saes" / "x" / ".." / "a") == "saes/a"
+    assert inside(tmp_path / "ws", tmp_path / "elsewhere") is None
+    assert inside(tmp_path / "ws", tmp_path / "ws" / "saes" / "gone") is None

@@ -37,6 +37,7 @@ __all__ = [
     "attention_report",
     "catalog",
     "compare_results",
+    "inside",
     "open_circuit",
     "open_feature_graph",
     "open_sae",
@@ -82,6 +83,13 @@ def resolve(root: Path, rel: str) -> Path:
     if not full.exists():
         raise OutsideWorkspace(f"{rel!r} does not exist in the workspace {root}")
     return full
+
+
+def inside(root: Path, path: str | Path) -> str | None:
+    """An absolute path (e.g. another dictionary a feature store names) as the workspace-relative path the app links
+    with, or None when it lies outside the workspace or is gone."""
+    root, path = Path(root).resolve(), Path(path).resolve()
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) and path.exists() else None
 
 
 @dataclass

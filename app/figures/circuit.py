@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import plotly.graph_objects as go
 
+from app.figures import svg
 from workbench.circuits import schema
 from workbench.errors import UserError
 
@@ -222,38 +222,26 @@ def strongest_node(cd: CircuitData, view: View) -> str:
     return max(strength, key=strength.get)
 
 
-def curve_figure(cd: CircuitData, point: tuple[float, float] | None = None) -> go.Figure:
-    """NDF and NFS against % edges, search vs top-k, CPR/CMD in the title; the drawn selection marked."""
+def curve_figure(cd: CircuitData, point: tuple[float, float] | None = None) -> str:
+    """NDF and NFS against % edges, search vs top-k, CPR/CMD in the title; the drawn selection starred (inline SVG:
+    app/figures/svg.py)."""
     c = cd.curve
     x = [100 * f for f in c["fractions"]]
-    fig = go.Figure()
-    for key, name, colour, dash in (
-        ("search_ndf", "NDF search", "#1f77b4", "solid"),
-        ("topk_ndf", "NDF top-k", "#ff7f0e", "solid"),
-        ("search_cpr_f", "NFS search", "#1f77b4", "dot"),
-        ("topk_cpr_f", "NFS top-k", "#ff7f0e", "dot"),
-    ):
-        fig.add_trace(go.Scatter(x=x, y=c[key], mode="lines+markers", name=name, line=dict(color=colour, dash=dash)))
-    if point is not None and point[1] is not None:
-        fig.add_trace(
-            go.Scatter(
-                x=[100 * point[0]],
-                y=[point[1]],
-                mode="markers",
-                marker=dict(symbol="star", size=16, color="#d62728"),
-                name="drawn",
-            )
+    lines = [
+        svg.Line(name, x, c[key], colour, dashed)
+        for key, name, colour, dashed in (
+            ("search_ndf", "NDF search", svg.BLUE, False),
+            ("topk_ndf", "NDF top-k", svg.ORANGE, False),
+            ("search_cpr_f", "NFS search", svg.BLUE, True),
+            ("topk_cpr_f", "NFS top-k", svg.ORANGE, True),
         )
-    fig.update_layout(
-        title=f"CPR search {c['search_cpr']:.3f} / top-k {c['topk_cpr']:.3f}<br>"
-        f"CMD search {c['search_cmd']:.3f} / top-k {c['topk_cmd']:.3f}",
-        xaxis=dict(title="% of graph edges", type="log"),
-        yaxis_title="NDF / NFS",
-        height=340,
-        margin=dict(l=40, r=10, t=60, b=40),
-        legend=dict(orientation="h", y=-0.3),
-    )
-    return fig
+    ]
+    title = [
+        f"CPR search {c['search_cpr']:.3f} / top-k {c['topk_cpr']:.3f} · "
+        f"CMD search {c['search_cmd']:.3f} / top-k {c['topk_cmd']:.3f}"
+    ]
+    drawn = None if point is None or point[1] is None else (100 * point[0], point[1])
+    return svg.curve(lines, drawn, title, "% of graph edges", "NDF / NFS", log_x=True)
 
 
 def grid_rows(cd: CircuitData) -> list[dict]:

@@ -12,30 +12,6 @@ from plotly.subplots import make_subplots
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
 
 
-def activation_histogram(counts, edges, title: str = "non-zero activations") -> go.Figure:
-    """Equal-width histogram of a unit's non-zero activations, from the store's counts and edges."""
-    edges = np.asarray(edges, dtype=float)
-    mids, width = (edges[1:] + edges[:-1]) / 2, np.diff(edges)
-    fig = go.Figure(
-        go.Bar(
-            x=mids,
-            y=counts,
-            width=width,
-            marker_color=PALETTE[1],
-            hovertemplate="activation %{x:.3g}<br>%{y} tokens<extra></extra>",
-        )
-    )
-    fig.update_layout(
-        title=title,
-        xaxis_title="activation",
-        yaxis_title="tokens",
-        bargap=0.02,
-        height=280,
-        margin=dict(l=40, r=10, t=40, b=40),
-    )
-    return fig
-
-
 def log_frequency_histogram(freqs: dict[str, np.ndarray], n_bins: int = 40) -> go.Figure:
     """Overlaid histograms of log10 firing frequency, one per SAE; units that never fired are counted in the legend."""
     fig = go.Figure()
@@ -88,25 +64,6 @@ def training_curves(curves: dict[str, list[dict]], keys=("fvu", "l0", "dead_frac
                 )
     fig.update_xaxes(title_text="tokens")
     fig.update_layout(height=300, margin=dict(l=40, r=10, t=40, b=40), legend=dict(orientation="h", y=-0.3))
-    return fig
-
-
-def block_scatter(coords, values, title: str = "block coordinates on its top examples") -> go.Figure:
-    """A block's code vectors on its top examples: 2-D for blocks of 2, 3-D (first three coordinates) above."""
-    c = np.asarray(coords, dtype=float).reshape(len(values), -1)
-    hover = [f"example {i + 1}: norm {v:.3g}" for i, v in enumerate(values)]
-    marker = dict(color=values, colorscale="Oranges", showscale=True, colorbar=dict(title="norm"), size=6)
-    if c.shape[1] >= 3:
-        tr = go.Scatter3d(x=c[:, 0], y=c[:, 1], z=c[:, 2], mode="markers", marker=marker, text=hover, hoverinfo="text")
-        fig = go.Figure(tr)
-        fig.update_layout(scene=dict(xaxis_title="z0", yaxis_title="z1", zaxis_title="z2"))
-        if c.shape[1] > 3:
-            title += f" (first 3 of {c.shape[1]} coordinates)"
-    else:
-        y = c[:, 1] if c.shape[1] > 1 else np.zeros(len(c))
-        fig = go.Figure(go.Scatter(x=c[:, 0], y=y, mode="markers", marker=marker, text=hover, hoverinfo="text"))
-        fig.update_layout(xaxis_title="z0", yaxis_title="z1")
-    fig.update_layout(title=title, height=360, margin=dict(l=10, r=10, t=40, b=10))
     return fig
 
 

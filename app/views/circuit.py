@@ -4,12 +4,11 @@ marks the point on the faithfulness curve, search vs top-k, node details, downlo
 import json
 
 import numpy as np
-import pandas as pd
 import streamlit as st
 
 from app import graph_view, live, state, steer
-from app.figures import attention as fa
 from app.figures import circuit as cg
+from app.figures import svg
 from workbench.circuits import annotations, schema
 from workbench.errors import UserError
 
@@ -144,10 +143,7 @@ def node_panel(cd: cg.CircuitData, node: str, spec: str, res: dict) -> None:
     strs = res["str_tokens"]
     kind, layer, h = schema.parse_node(node)
     if kind == "head":
-        st.plotly_chart(
-            fa.attention_heatmap(res["patterns"][layer][h], strs, f"{node}: attention pattern on the prompt"),
-            key="node_pattern",
-        )
+        st.html(svg.block(svg.heatmap(res["patterns"][layer][h], strs, f"{node}: attention pattern on the prompt")))
     q = cd.query
     answer, wrong = q.get("answer_id"), q.get("wrong_id")
     dla = res["dla"][node]
@@ -162,9 +158,8 @@ def node_panel(cd: cg.CircuitData, node: str, spec: str, res: dict) -> None:
     order = np.argsort(dla)
     t = st.columns(2)
     for col, idx, name in ((t[0], order[::-1][:8], "promotes"), (t[1], order[:8], "suppresses")):
-        col.dataframe(
-            pd.DataFrame([(res["vocab"][i], float(dla[i])) for i in idx], columns=[name, "logit"]), hide_index=True
-        )
+        with col:
+            state.table([{name: res["vocab"][i], "logit": float(dla[i])} for i in idx])
     layer_features(cd, spec, layer)
 
 
@@ -188,7 +183,7 @@ def layer_features(cd: cg.CircuitData, spec: str, layer: int) -> None:
         for u, a in feats:
             if info["store"]:
                 lab = state.store(s).units["label"].iat[u]
-                state.feature_link(s, u, f"unit {u} · {a:.2f}" + (f" · {state.text(lab)}" if lab else ""))
+                state.feature_link(s, u, f"unit {u} · {a:.2f}" + (f" · {state.text(lab)}" if lab else ""), a)
             else:
                 st.caption(f"unit {u} · {a:.2f} (no feature store: build one to open its page)")
 
@@ -260,7 +255,7 @@ with side:
 left, right = st.columns([3, 2])
 with left:
     if cd.curve:
-        st.plotly_chart(cg.curve_figure(cd, v.point), key="curve")
+        st.html(svg.block(cg.curve_figure(cd, v.point)))
         with st.expander("search vs top-k at each budget (the finder's curve)"):
             state.table(cg.grid_rows(cd))
     else:

@@ -97,7 +97,9 @@ def details(fg: schema.FeatureGraph, node_id: str) -> None:
     members = (fg.metadata.get("info") or {}).get("transcoder_members") or {}
     if node["feature_type"] == "cross layer transcoder" and node["layer"] in members:
         latent = int(node_id.split("_")[1])
-        state.feature_link(members[node["layer"]], latent, f"feature page of L{node['layer']} latent {latent}")
+        state.feature_link(
+            members[node["layer"]], latent, f"feature page of L{node['layer']} latent {latent}", node.get("activation")
+        )
     rows = fgf.node_rows(fg, node_id)
     if rows:
         st.dataframe(pd.DataFrame(rows), hide_index=True)

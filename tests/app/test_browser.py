@@ -163,20 +163,14 @@ def test_browse_search_feature_neighbour_reload_offline(server, feature_workspac
             expect(heading).to_be_visible()
             expect(page.get_by_text("logit effects")).to_be_visible()
             settle(page)
-            page.locator(".js-plotly-plot").first.wait_for()
+            page.locator("img[data-chart='histogram']").wait_for()  # an SVG image, no Plotly chunk
         finally:
             page.screenshot(path=str(tmp_path / "feature.png"), full_page=True)
     assert_offline(requests)
     assert (tmp_path / "feature.png").stat().st_size > 0
 
 
-CURVE = ".st-key-curve .js-plotly-plot"  # the circuit page's faithfulness curve (a head's pattern may come first)
-
-
-def plotly(page, selector: str, expr: str):
-    """Evaluate `expr` on the first Plotly chart's graph div `d` under `selector` (its data and layout as Plotly
-    holds them)."""
-    return page.evaluate(f"() => {{ const d = document.querySelector({selector!r}); return {expr}; }}")
+CURVE_MARK = "() => { const c = document.querySelector(\"img[data-chart='curve']\"); return c && c.dataset.mark; }"
 
 
 def test_circuit_budget_click_download_upload_compare_feature_offline(circuit_server, circuit_workspace, tmp_path):
@@ -196,19 +190,19 @@ def test_circuit_budget_click_download_upload_compare_feature_offline(circuit_se
             page.goto(f"{circuit_server}/circuit?circuit=circuits/ioi-0")
             settle(page)
             expect(page.get_by_role("heading", name="Circuit")).to_be_visible()
-            page.locator(CURVE).wait_for()  # the curve (the graph is the graph view)
+            page.locator("img[data-chart='curve']").wait_for()  # the curve, an SVG image (the graph is the graph view)
             page.get_by_text("edge budget", exact=True).click()
             settle(page)
             slider = page.get_by_role("slider").first
             before_label = page.get_by_text("drawn: top").inner_text()
-            before_x = plotly(page, CURVE, "d.data[d.data.length - 1].x[0]")
+            before_x = float(page.evaluate(CURVE_MARK))
             slider.focus()
             slider.press("ArrowRight")
             settle(page)
             expect(page.get_by_text("drawn: top")).not_to_have_text(before_label)
-            page.wait_for_function(  # the curve's mark moves right (Plotly redraws after the script has finished)
-                f"b => {{ const d = document.querySelector({CURVE!r}); const t = d && d.data &&"
-                " d.data[d.data.length - 1]; return t && t.name === 'drawn' && t.x[0] > b; }",
+            page.wait_for_function(  # the curve's starred point moves right (the image is redrawn by the rerun)
+                "b => { const c = document.querySelector(\"img[data-chart='curve']\");"
+                " return c && parseFloat(c.dataset.mark) > b; }",
                 arg=before_x,
             )
             expect(page).to_have_url(re.compile(r"view=budget.*budget=|budget=.*view=budget"))
@@ -217,7 +211,7 @@ def test_circuit_budget_click_download_upload_compare_feature_offline(circuit_se
             name = head.get_attribute("data-node-id")
             head.locator("rect").click()
             settle(page)
-            expect(page.get_by_text(f"{name}: attention pattern on the prompt")).to_be_visible()
+            expect(page.get_by_role("img", name=f"{name}: attention pattern on the prompt")).to_be_visible()
             if os.environ.get("WORKBENCH_SCREENSHOTS"):
                 page.screenshot(path=str(Path(os.environ["WORKBENCH_SCREENSHOTS"]) / "app.png"), full_page=True)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from urllib.parse import unquote
 
 import pytest
 
@@ -31,6 +32,11 @@ def charts(at) -> list[dict]:
     return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
 
 
+def svgs(at, name: str) -> list[str]:
+    """The page's SVG charts called `name` (app/figures/svg.py: data-chart), as sent, their data URI decoded."""
+    return [unquote(h.proto.body) for h in at.get("html") if f'data-chart="{name}"' in h.proto.body]
+
+
 def view_data(at) -> dict:
     """What the page hands the graph view (app/graph_view): nodes, edges, hidden counts, annotations; the edges
     back from the wire's columns (layout.wire) into one dict each, as graph.js rebuilds them."""
@@ -49,9 +55,9 @@ def test_circuit_page_draws_the_saved_circuit_and_its_curve(circuit_app, circuit
     at = ok(circuit_app("views/circuit.py", circuit="circuits/ioi-0"))
     assert at.metric[0].value == f"{cd.n_circuit_edges:,} / {cd.n_graph_edges:,}"
     assert "drawn: the saved circuit" in text(at)
-    graph, curve = view_data(at), charts(at)[0]
+    graph, [curve] = view_data(at), svgs(at, "curve")
     assert len(graph["edges"]) == len(cg.choose(cd).rows) and graph["hidden"] == cg.choose(cd).hidden
-    assert [t["name"] for t in curve["data"]][-1] == "drawn"
+    assert "drawn: " in curve and "data-mark=" in curve and not charts(at)  # no Plotly chart on the page
     assert "| % edges | edges | NDF search | NDF top-k | NFS search | NFS top-k |" in text(at)  # a Markdown table
     assert len(at.get("download_button")) == 3
 
@@ -62,8 +68,8 @@ def test_budget_control_redraws_and_moves_the_point(circuit_app, circuit_workspa
     at = ok(circuit_app("views/circuit.py", circuit="circuits/ioi-0", view="budget", budget=str(f), cap="2000"))
     k = int(f * cd.n_graph_edges)
     assert f"top {k} edges by |attribution|" in text(at)
-    graph, curve = view_data(at), charts(at)[0]
-    assert curve["data"][-1]["x"] == [100 * f]
+    graph, [curve] = view_data(at), svgs(at, "curve")
+    assert f'data-mark="{100 * f:.6g}"' in curve
     assert len(graph["edges"]) == len(cg.choose(cd, f, 2000).rows)
     at = ok(circuit_app("views/circuit.py", circuit="circuits/ioi-0", view="target", target="0.05"))
     assert "smallest grid budget" in text(at) or at.warning
@@ -75,7 +81,8 @@ def test_head_node_shows_its_pattern_logit_effect_and_layer_features(circuit_app
     head = next(n for n in nodes if n.startswith("a") and not n.startswith("a2."))
     at = ok(circuit_app("views/circuit.py", circuit="circuits/ioi-0", node=head, cap="2000"))
     assert at.selectbox(key="w_node").value == head
-    assert any(f"{head}: attention pattern" in json.dumps(c["layout"].get("title")) for c in charts(at))
+    [pattern] = svgs(at, "pattern")
+    assert f"{head}: attention pattern" in pattern and not charts(at)
     assert any(m.label.startswith("answer") for m in at.metric)
     assert f"no SAE of this model on a layer-{head[1]} hook" in text(at)
     layer2 = [n for n in nodes if n.startswith(("a2.", "m2"))]

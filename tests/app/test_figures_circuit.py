@@ -1,6 +1,8 @@
 """app/figures without Streamlit: the three formats read back (through the schema), the subgraph matches the
 engine's top-k and pruning, the display cap and every filter say what they hide, the figures carry what they claim."""
 
+import xml.etree.ElementTree as ET
+
 import numpy as np
 import pytest
 import torch
@@ -138,9 +140,10 @@ def test_graph_view_draws_each_row_once_into_its_port():
 
 def test_curve_marks_the_drawn_point_and_the_grid_table_lists_both_lines():
     cd = read(circuit(PLAIN).to_dict())
-    fig = cg.curve_figure(cd, (0.02, 0.5))
-    assert [t.name for t in fig.data] == ["NDF search", "NDF top-k", "NFS search", "NFS top-k", "drawn"]
-    assert fig.data[-1].x == (2.0,) and "CPR search 0.500" in fig.layout.title.text
+    fig = ET.fromstring(cg.curve_figure(cd, (0.02, 0.5)))
+    legend = [t.text for t in fig.iter("{http://www.w3.org/2000/svg}text")]
+    assert all(name in legend for name in ["NDF search", "NDF top-k", "NFS search", "NFS top-k"])
+    assert fig.get("data-mark") == "2" and any("CPR search 0.500" in (t or "") for t in legend)
     rows = cg.grid_rows(cd)
     assert len(rows) == len(MIB_GRID) and rows[4]["NDF search"] == pytest.approx(0.04)
     assert cg.edges_at_ndf(cd, 0.5) == int(0.5 * PLAIN.n_edges)  # search NDF 2f: first reaches 0.5 at f = 0.5

@@ -5,12 +5,6 @@ import numpy as np
 from app.figures import sae as plots
 
 
-def test_activation_histogram_bars_sit_on_the_store_edges():
-    fig = plots.activation_histogram([1, 0, 3], [0.0, 1.0, 2.0, 3.0])
-    bar = fig.data[0]
-    assert list(bar.x) == [0.5, 1.5, 2.5] and list(bar.y) == [1, 0, 3] and list(bar.width) == [1.0, 1.0, 1.0]
-
-
 def test_log_frequency_histogram_counts_dead_units_in_the_legend():
     fig = plots.log_frequency_histogram({"a": np.array([0.0, 0.01, 0.1]), "b": np.array([0.001, 0.5])})
     assert [t.name for t in fig.data] == ["a (1 never fired)", "b (0 never fired)"]
@@ -21,16 +15,6 @@ def test_training_curves_one_panel_per_metric_one_line_per_sae():
     rows = [{"tokens": 10, "fvu": 0.5, "l0": 8}, {"tokens": 20, "fvu": 0.3, "l0": 8}]
     fig = plots.training_curves({"x": rows, "y": rows})
     assert len(fig.data) == 4 and {t.name for t in fig.data} == {"x", "y"}  # dead_frac absent -> 2 panels
-
-
-def test_block_scatter_is_2d_for_pairs_and_3d_above():
-    assert fig_type(plots.block_scatter([[1, 2], [3, 4]], [1.0, 2.0])) == "scatter"
-    fig = plots.block_scatter(np.ones((3, 4)), [1.0, 2.0, 3.0])
-    assert fig_type(fig) == "scatter3d" and "first 3 of 4" in fig.layout.title.text
-
-
-def fig_type(fig):
-    return fig.data[0].type
 
 
 def test_highlight_html_escapes_tokens_and_marks_the_example():

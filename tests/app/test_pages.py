@@ -94,7 +94,7 @@ def test_feature_page_shows_every_panel(app, feature_workspace):
         nb = [label for label in links(at) if "cosine" in label or "correlation" in label]
         assert any("cosine" in label for label in nb) and any("correlation" in label for label in nb)
         if store.manifest["unit"] == "block":
-            assert any("Scatter3d" in c.proto.spec or "scatter3d" in c.proto.spec for c in at.get("plotly_chart"))
+            assert any('data-chart="scatter"' in h.proto.body for h in at.get("html"))
         if store.manifest["prefixes"]:
             assert any(m.label == "Matryoshka level" for m in at.metric)
         rare = int(store.units["count"].idxmin())  # a unit that never (or rarely) fired renders too
@@ -160,7 +160,7 @@ def test_a_bad_number_in_the_url_is_a_notice_and_the_page_draws(app, feature_wor
     at = ok(app("views/feature.py", sae=saes(feature_workspace)[0], unit=unit))
     [warning] = [plain(w.value) for w in at.warning if "unit=" in plain(w.value)]
     assert f"ignored the link's unit= ('{unit}' is not an integer)" in warning
-    assert at.query_params["unit"] != unit and at.get("plotly_chart")  # drawn on the default unit instead
+    assert at.query_params["unit"] != unit and any('data-chart="histogram"' in h.proto.body for h in at.get("html"))
 
 
 def test_bad_search_mode_and_query(app, feature_workspace):

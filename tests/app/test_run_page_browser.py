@@ -1,12 +1,54 @@
-"""The Run page in a real browser: a feature-level circuit of a generated IOI query on the embedded model, built
-through a transcoder set of the workspace (trained through workbench.steps for a few steps), recorded there and
-opened on the feature graph page."""
+"""The Run page in a real browser: a component-level circuit (heads and MLPs, EAP-IG) of a generated IOI query on
+the embedded model, recorded in an empty workspace and opened on the circuit page, drawn; and a feature-level
+circuit built through a transcoder set of the workspace (trained through workbench.steps for a few steps),
+recorded there and opened on the feature graph page."""
 
 from __future__ import annotations
+
+from urllib.parse import unquote
 
 import pytest
 
 from tests.app.test_browser import assert_offline, browser_page, serving, settle
+
+
+def test_run_page_finds_a_component_circuit_and_opens_it_drawn(tmp_path, tiny):
+    """The researcher's path: type a query, run the search, open the result; the circuit page draws its graph and
+    its faithfulness curve with the searched budget starred, and nothing leaves localhost."""
+    from playwright.sync_api import expect
+
+    from tests.app.test_browser import drawn
+    from workbench.corpus import tasks
+    from workbench.workspace import Workspace
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    q = tasks.queries("ioi", 1, seed=0, tokenizer=tiny[1])[0]
+    requests: list = []
+    with serving(ws, tmp_path) as url, browser_page(requests) as page:
+        page.goto(f"{url}/run")
+        settle(page)
+        expect(page.get_by_role("heading", name="Run a circuit search")).to_be_visible()
+        page.get_by_role("textbox", name="prompt", exact=True).fill(q.prompt)
+        page.get_by_role("textbox", name="answer (one token)").fill(q.answer)
+        page.get_by_role("textbox", name="counterfactual prompt (optional)").fill(q.counterfactual)
+        page.get_by_role("textbox", name="name (optional)").fill("from-the-ui")
+        page.get_by_role("spinbutton", name="EAP-IG steps").fill("2")
+        page.get_by_role("spinbutton", name="paraphrases and resampled counterfactuals (best-of-N candidates)").fill(
+            "0"
+        )
+        page.get_by_role("button", name="find the circuit").click()
+        expect(page.get_by_text("circuit found:", exact=False)).to_be_visible(timeout=1_500_000)  # a wait, 2 busy cores
+        [art] = [a for a in Workspace(ws).artifacts("circuits") if a.name == "from-the-ui"]
+        assert art.manifest["inputs"]["answer"] == q.answer and (art.path / "circuit.json").is_file()
+        page.get_by_role("link", name="open from-the-ui").click()
+        expect(page.get_by_role("heading", name="Circuit", exact=True)).to_be_visible()
+        drawn(page)
+        assert "circuit=circuits%2Ffrom-the-ui" in page.url or "circuit=circuits/from-the-ui" in page.url
+        curve = page.locator("img[data-chart='curve']")  # the curve, its drawn point starred
+        assert curve.get_attribute("data-mark") and "drawn:" in unquote(curve.get_attribute("src"))
+        expect(page.get_by_text("drawn: ", exact=False).first).to_be_visible()
+    assert_offline(requests)
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ import torch
 
 from workbench.atomic import atomic_path, atomic_write_text, sha256_file
 from workbench.errors import BadValueError, DamagedFileError
-from workbench.features import compute
+from workbench.features import across, compute
 from workbench.features.config import FeatureConfig
 from workbench.features.store import FORMAT, MANIFEST, STORE
 from workbench.lock import output_lock
@@ -140,6 +140,11 @@ class _Job:
         coords = cat("coords")[e.order] if self.block > 1 else None
         return e, coords
 
+    def dictionary(self, e: compute.Entries) -> across.Dictionary:
+        """This SAE as a member of its hook's group: decoder rows and activations over the correlation's rows."""
+        W = self.sae.W_dec.detach().float().cpu().numpy()[: self.n_sparse]
+        return across.Dictionary(self.dir, self.record["sae_weights"], W, self.block, e.matrix(self.cfg.corr_tokens))
+
 
 def build_stores(
     sae_dirs,
@@ -210,7 +215,9 @@ def _build_hook(cache, hook, group, model, vocab, cfg, overwrite, progress) -> l
     if bar is not None:
         bar.close()
     meta = _row_metadata(cache, cfg.split, n_rows, vocab)
-    return [_finalize(j, n_chunks, cache, hook, model, vocab, meta, t0) for j in jobs]
+    loaded = [(j, *j.entries(n_chunks)) for j in jobs]
+    group = [j.dictionary(e) for j, e, _ in loaded]  # matched with each other: workbench.features.across
+    return [_finalize(j, e, coords, group, n_chunks, cache, hook, model, vocab, meta, t0) for j, e, coords in loaded]
 
 
 def _row_metadata(cache, split: str, n: int, vocab: list[str]) -> dict:
@@ -246,12 +253,16 @@ def _row_metadata(cache, split: str, n: int, vocab: list[str]) -> dict:
     return {"seq": seq, "pos": pos, "sequences": sequences, "seqpos_row": seqpos_row, "tokens": tokens, "labels": kinds}
 
 
-def _finalize(job: _Job, n_chunks: int, cache, hook: str, model, vocab: list[str], meta: dict, t0: float) -> Path:
-    """Every statistic of one store from its saved chunks, the files written atomically, the manifest last."""
+def _finalize(job: _Job, e, coords, group, n_chunks: int, cache, hook, model, vocab, meta: dict, t0: float) -> Path:
+    """Every statistic of one store from its saved chunks (entries e, block coordinates), its matches with the other
+    dictionaries of its group, the files written atomically, the manifest last."""
     cfg = job.cfg
-    e, coords = job.entries(n_chunks)
     W_dec = job.sae.W_dec.detach().float().cpu().numpy()
     files = {**_examples(e, meta, cfg, job.n_units), **_neighbours(e, W_dec, job, cfg)}
+    me = next(d for d in group if d.folder == job.dir)
+    others = [d for d in group if d is not me]
+    if others:
+        files.update(across.match(me, others, cfg.n_across))
     files.update(_token_index(e, meta, len(vocab), cfg))
     block_files, dirs = _unit_directions(e, coords, W_dec, job, cfg)
     logit_files, logit_note = _logit_effects(job, hook, model, dirs, cfg)
@@ -266,6 +277,9 @@ def _finalize(job: _Job, n_chunks: int, cache, hook: str, model, vocab: list[str
     manifest = _manifest(
         job, cache, hook, label_kinds, logit_note, sae_cfg.get("prefixes") if "level" in units else None
     )
+    if others:
+        manifest["across"] = across.listing(me, others, job.out)
+        manifest["across_how"] = across.description(min(cfg.corr_tokens, job.record["n_rows"]), cfg.split)
     manifest["seconds"] = round(time.time() - t0, 1)
     manifest["created"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     manifest["files"] = {
@@ -412,6 +426,7 @@ def _manifest(job: _Job, cache, hook: str, label_kinds: dict, logit_note: str | 
     return {
         "format": FORMAT,
         "sae": job.dir.name,
+        "sae_weights": job.record["sae_weights"],
         "hook": hook,
         "reads": hook,
         "writes": writes,

@@ -188,51 +188,74 @@ def top_k_rows(sim_rows, n: int, exclude_self_from: int | None = None) -> tuple[
     return np.take_along_axis(idx, o, 1).astype(np.int32), np.take_along_axis(vals, o, 1)
 
 
-def decoder_neighbours(W: np.ndarray, block: int, n: int, chunk: int = 1024) -> tuple[np.ndarray, np.ndarray]:
-    """Nearest units by decoder direction: cosine for latents; for blocks of b latents, the
-    subspace overlap sqrt(mean cos^2 of the principal angles) between the blocks' spans."""
+def unit_bases(W: np.ndarray, block: int) -> np.ndarray:
+    """Each unit's decoder span as orthonormal rows [U * block, d]: a latent's unit direction, a block's QR basis."""
     W = W.astype(np.float32)
     if block == 1:
-        Q = W / np.maximum(np.linalg.norm(W, axis=1, keepdims=True), 1e-12)
-    else:
-        G, d = W.shape[0] // block, W.shape[1]
-        Q = np.linalg.qr(W.reshape(G, block, d).transpose(0, 2, 1))[0].transpose(0, 2, 1).reshape(-1, d)
-    U = W.shape[0] // block
-    ids, vals = np.zeros((U, min(n, U - 1)), np.int32), np.zeros((U, min(n, U - 1)), np.float32)
-    for a in range(0, U, chunk):
-        b = min(U, a + chunk)
-        s = Q[a * block : b * block] @ Q.T
-        if block > 1:
-            s = np.sqrt((s.reshape(b - a, block, U, block) ** 2).sum((1, 3)) / block)
-        ids[a:b], vals[a:b] = top_k_rows(s, ids.shape[1], exclude_self_from=a)
+        return W / np.maximum(np.linalg.norm(W, axis=1, keepdims=True), 1e-12)
+    G, d = W.shape[0] // block, W.shape[1]
+    return np.linalg.qr(W.reshape(G, block, d).transpose(0, 2, 1))[0].transpose(0, 2, 1).reshape(-1, d)
+
+
+def decoder_matches(
+    Wa: np.ndarray, block_a: int, Wb: np.ndarray, block_b: int, n: int, self_pairs: bool = False, chunk: int = 1024
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each unit of dictionary A's n nearest units of dictionary B by decoder direction: the cosine when both are
+    latents; with a block on either side, the subspace overlap sqrt(sum cos^2 of the principal angles / the smaller
+    span's dimension). self_pairs: A is B, and a unit is not its own neighbour."""
+    Qa, Qb = unit_bases(Wa, block_a), unit_bases(Wb, block_b)
+    Ua, Ub = Wa.shape[0] // block_a, Wb.shape[0] // block_b
+    k = min(n, Ub - int(self_pairs))
+    ids, vals = np.zeros((Ua, k), np.int32), np.zeros((Ua, k), np.float32)
+    for a in range(0, Ua, chunk):
+        b = min(Ua, a + chunk)
+        s = Qa[a * block_a : b * block_a] @ Qb.T
+        if block_a > 1 or block_b > 1:
+            s = np.sqrt((s.reshape(b - a, block_a, Ub, block_b) ** 2).sum((1, 3)) / min(block_a, block_b))
+        ids[a:b], vals[a:b] = top_k_rows(s, k, exclude_self_from=a if self_pairs else None)
+    return ids, vals
+
+
+def decoder_neighbours(W: np.ndarray, block: int, n: int, chunk: int = 1024) -> tuple[np.ndarray, np.ndarray]:
+    """Nearest units of one dictionary by decoder direction (decoder_matches of the dictionary with itself)."""
+    return decoder_matches(W, block, W, block, n, self_pairs=True, chunk=chunk)
+
+
+def correlation_matches(A: sp.csr_matrix, B: sp.csr_matrix, n: int, self_pairs: bool = False):
+    """Each unit (column) of A's n units of B with the highest Pearson correlation of activations over the same
+    rows -> (ids, values) [units of A, n].
+
+    The cross-moments come from one sparse product A^T B, so only pairs that ever fire together are
+    candidates; a pair that never co-fires has correlation -mean_i mean_j / (std_i std_j) <= 0 and
+    is never a top match. Units without a positive partner pad with -1. self_pairs: A is B (its diagonal skipped)."""
+    N = A.shape[0]
+
+    def moments(M):
+        mean = np.asarray(M.sum(0)).ravel() / N
+        return mean, np.asarray(M.multiply(M).sum(0)).ravel() / N - mean**2
+
+    (mean_a, var_a), (mean_b, var_b) = moments(A), moments(B)
+    G = (A.T @ B).tocoo()
+    off = G.row != G.col if self_pairs else np.ones(len(G.row), bool)
+    i, j = G.row[off], G.col[off]
+    denom = np.sqrt(np.maximum(var_a[i] * var_b[j], 1e-30))
+    corr = (G.data[off] / N - mean_a[i] * mean_b[j]) / denom
+    order = np.lexsort((-corr, i))
+    i, j, corr = i[order], j[order], corr[order]
+    starts = np.searchsorted(i, np.arange(A.shape[1]))
+    rank = np.arange(len(i)) - starts[i]
+    keep = (rank < n) & (corr > 0)
+    ids = np.full((A.shape[1], n), -1, np.int32)
+    vals = np.zeros((A.shape[1], n), np.float32)
+    ids[i[keep], rank[keep]] = j[keep]
+    vals[i[keep], rank[keep]] = corr[keep]
     return ids, vals
 
 
 def correlation_neighbours(e: Entries, n_rows: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Nearest units by Pearson correlation of activations over the first n_rows rows.
-
-    The cross-moments come from one sparse product A^T A, so only pairs that ever fire together are
-    candidates; a pair that never co-fires has correlation -mean_i mean_j / (std_i std_j) <= 0 and
-    is never a top neighbour. Units without a positive partner pad with -1."""
+    """Nearest units of one dictionary by Pearson correlation of activations over the first n_rows rows."""
     A = e.matrix(n_rows)
-    N = A.shape[0]
-    mean = np.asarray(A.sum(0)).ravel() / N
-    var = np.asarray(A.multiply(A).sum(0)).ravel() / N - mean**2
-    G = (A.T @ A).tocoo()
-    off = G.row != G.col
-    i, j = G.row[off], G.col[off]
-    denom = np.sqrt(np.maximum(var[i] * var[j], 1e-30))
-    corr = (G.data[off] / N - mean[i] * mean[j]) / denom
-    order = np.lexsort((-corr, i))
-    i, j, corr = i[order], j[order], corr[order]
-    starts = np.searchsorted(i, np.arange(e.n_units))
-    rank = np.arange(len(i)) - starts[i]
-    keep = (rank < n) & (corr > 0)
-    ids = np.full((e.n_units, n), -1, np.int32)
-    vals = np.zeros((e.n_units, n), np.float32)
-    ids[i[keep], rank[keep]] = j[keep]
-    vals[i[keep], rank[keep]] = corr[keep]
-    return ids, vals
+    return correlation_matches(A, A, n, self_pairs=True)
 
 
 def logit_effects(

@@ -42,6 +42,10 @@ class FeatureConfig(Config):
     n_neighbours: int = field(
         default=10, metadata={"min": 1, "help": "neighbours per kind (decoder cosine, activation correlation)"}
     )
+    n_across: int = field(
+        default=5,
+        metadata={"min": 1, "help": "closest units kept per other dictionary built on the same hook (both kinds)"},
+    )
     corr_tokens: int = field(
         default=200_000, metadata={"min": 1, "help": "first rows of the pass used for activation correlations"}
     )

@@ -147,7 +147,44 @@ class FeatureStore:
         if self.has("block_coords"):
             n = int(min(row["count"], c.n_top))
             out["block_coords"] = self.array("block_coords")[u][:n].astype(float).tolist()
+        out["across"] = self.across(u)
         return out
+
+    def across(self, u: int) -> list[dict]:
+        """The unit's closest units in each other dictionary its store was built with (workbench.features.across):
+        per dictionary its folder (absolute, from the manifest's path relative to the store), the checksum of the
+        weights matched, and (unit, value) lists by decoder cosine and by activation correlation, closest first."""
+        listed = self.manifest.get("across") or []
+        if not listed:
+            return []
+        arrays = {f"{k}_{x}": self.array(f"across_{k}_{x}")[u] for k in ("cos", "corr") for x in ("ids", "vals")}
+        return [
+            {
+                "sae": (self.path / o["sae"]).resolve(),
+                "sae_weights": o["sae_weights"],
+                **{
+                    kind: [
+                        (int(i), float(v))
+                        for i, v in zip(arrays[f"{kind}_ids"][k], arrays[f"{kind}_vals"][k])
+                        if i >= 0
+                    ]
+                    for kind in ("cos", "corr")
+                },
+            }
+            for k, o in enumerate(listed)
+        ]
+
+    def labels_by_precision(self, u: int) -> list[dict]:
+        """The unit's best label of each kind (the value with the best F1 as a detector of it), ordered by precision:
+        what the unit's firings are mostly about first (a headline), then the runner-up. Kinds it never matched
+        (it never fired, or fired on no labelled token) are left out."""
+        row = self.units.iloc[self.check_unit(u)]
+        out = [
+            {k: row[f"{kind}_{k}"] for k in ("label", "precision", "recall", "f1")} | {"kind": kind}
+            for kind in self.manifest["label_kinds"]
+            if row[f"{kind}_label"] and row[f"{kind}_precision"] > 0
+        ]
+        return sorted(out, key=lambda r: (-r["precision"], -r["f1"]))
 
     # --- search ------------------------------------------------------------------------------
 
