@@ -43,8 +43,8 @@ MODELS = {"tiny": "data/models/tiny", "tiny-sparse": "data/models/tiny-sparse"}
 # name -> (model, kind, extra `sae train` flags): every dictionary Top-k at k 16 per layer (total L0 64 per token)
 DICTS = {
     "set": ("tiny", "transcoders", ["--transcoders", "all", "--n-latents", str(N_SET)]),
-    "clt-l0": ("tiny", "clts", ["--clt", "--n-latents", str(N_SET)]),
     "clt-params": ("tiny", "clts", ["--clt", "--n-latents", str(N_CLT_PARAMS)]),
+    "clt-l0": ("tiny", "clts", ["--clt", "--n-latents", str(N_SET)]),
     "sparse-clt": ("tiny-sparse", "clts", ["--clt", "--n-latents", str(N_SET)]),
 }
 
@@ -88,9 +88,8 @@ def prep_part(args) -> list[str]:
     for done, argv in prep_commands():
         if list(done.parent.glob(done.name)):
             continue
-        run = done.parent if "*" not in done.name else done.parent
-        if run.exists() and "train" in argv:
-            argv = [*argv, "--resume"]
+        if "train" in argv and (done.parent / "checkpoint.pt").is_file():
+            argv = [*argv, "--resume"]  # a stopped run continues from its checkpoint
         load = " ".join(f"{x:.1f}" for x in os.getloadavg())
         t0, c0 = time.perf_counter(), _children_cpu()
         print(" ".join(argv), flush=True)
@@ -474,9 +473,9 @@ def store_facts(names: list[str], tasks: list[str], n: int) -> list[str]:
         commits = sorted({c for r in rows for c in r.get("commit", {}).values()})
         loads = [float(v.split()[0]) for r in rows for v in r.get("load_at_start", {}).values()]
         seen = sum(bool(r.get("in_training_cache")) for r in rows)
-        cpu = {m: sum(r[m]["cpu_seconds"] for r in rows if m in r) / max(1, done[m]) for m in MEASURES}
+        cpu = {m: sum(r[m].get("cpu_seconds", 0.0) for r in rows if m in r) / max(1, done[m]) for m in MEASURES}
         out.append(
-            f"- `{name}` ({dict_dir(name).relative_to(harness.ROOT)}): stored {done['circuit']} of "
+            f"- `{name}` ({dict_dir(name)}): stored {done['circuit']} of "
             f"{n * len(tasks)} queries with graph + circuit ({skipped} without a circuit: the model's top-1 is not "
             f"the answer, or no gap), {done['heads']} with heads; prompts in the training cache {seen}; CPU s per "
             f"query: circuit {cpu['circuit']:.1f}, heads {cpu['heads']:.1f}; commits {', '.join(commits) or '-'}; "
