@@ -81,11 +81,22 @@ def prep_commands() -> list[tuple[Path, list[str]]]:
     return out
 
 
+def eval_commands() -> list[tuple[Path, list[str]]]:
+    """`sae eval` of every trained dictionary on its model's held-out cache rows (FVU, L0, every MLP replaced at
+    once: CE recovered and KL score), into its metrics.json."""
+    out = []
+    for name, (model, kind, _) in DICTS.items():
+        if (dict_dir(name) / ("transcoders.json" if kind == "transcoders" else "clt.json")).is_file():  # trained
+            argv = ["sae", "eval", str(dict_dir(name)), "--workspace", str(WS), "--cache", str(cache_dir(model))]
+            out.append((dict_dir(name) / "metrics.json", cli(*argv, "--model", MODELS[model])))
+    return out
+
+
 def prep_part(args) -> list[str]:
     """Run what is missing (a stopped run resumes with --resume), logging each command's wall time and load."""
     log_path = WORK / "prep.json"
     log = json.loads(log_path.read_text()) if log_path.is_file() else {}
-    for done, argv in prep_commands():
+    for done, argv in [*prep_commands(), *eval_commands()]:
         if list(done.parent.glob(done.name)):
             continue
         if "train" in argv and (done.parent / "checkpoint.pt").is_file():
@@ -244,10 +255,10 @@ def trainers(n_tokens: int) -> dict:
     return out
 
 
-def dense_bounds(n_latents: int, clt: bool, reps: int = 5) -> dict:
-    """Median seconds of the dense matmuls a step's forward would do without sparsity, into preallocated outputs:
-    every layer's encoder [B, d] @ [d, n], and the decoders [B, n] @ [n, d x layers written] (4 x 1 for a set,
-    4 + 3 + 2 + 1 for a CLT)."""
+def dense_forward(n_latents: int, clt: bool):
+    """A function timing (encode, decode) seconds of the dense matmuls a step's forward would do without sparsity,
+    into preallocated outputs: every layer's encoder [B, d] @ [d, n], and the decoders [B, n] @ [n, d x layers
+    written] (4 x 1 for a set, 4 + 3 + 2 + 1 for a CLT)."""
     import torch
 
     d, writes = 128, ([4, 3, 2, 1] if clt else [1, 1, 1, 1])
@@ -256,45 +267,44 @@ def dense_bounds(n_latents: int, clt: bool, reps: int = 5) -> dict:
     decs = [torch.randn(n_latents, d * w) for w in writes]
     outs = [torch.empty(BATCH, d * w) for w in writes]
 
-    def timed(fn) -> float:
-        times = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return sorted(times)[reps // 2]
+    def timed() -> tuple[float, float]:
+        t0 = time.perf_counter()
+        for _ in range(4):
+            torch.mm(x, enc, out=out_e)
+        t1 = time.perf_counter()
+        for w, o in zip(decs, outs):
+            torch.mm(code, w, out=o)
+        return t1 - t0, time.perf_counter() - t1
 
-    encode = timed(lambda: [torch.mm(x, enc, out=out_e) for _ in range(4)])
-    decode = timed(lambda: [torch.mm(code, w, out=o) for w, o in zip(decs, outs)])
-    return {"encode_s": encode, "decode_s": decode}
+    return timed
 
 
 def speed_part(args) -> list[str]:
     """Training steps of the set and the CLTs on the same preloaded cache rows, interleaved step by step (so load
-    changes hit all three alike); tokens/s from the median step; the dense encode / decode matmuls beside them."""
+    changes hit all three alike), each step right after its dense bound's matmuls; medians over the steps."""
     import statistics
 
     steps = args.steps
-    batches, stream = stream_batches("tiny", steps + 1)
+    batches, _ = stream_batches("tiny", steps + 1)
     tr = trainers(BATCH * (steps + 1))
-    times: dict[str, list[float]] = {name: [] for name in tr}
+    dense = {name: dense_forward(t.cfgs[0].n_latents, name != "set") for name, t in tr.items()}
+    times: dict[str, list[tuple]] = {name: [] for name in tr}
     for t in tr.values():
         t.initialise(batches[0])
     info = harness.machine_info()
     for x in batches[1:]:
         for name, t in tr.items():
+            enc, dec = dense[name]()
             t0 = time.perf_counter()
             t.train_step(x)
-            times[name].append(time.perf_counter() - t0)
+            times[name].append((time.perf_counter() - t0, enc, dec))
     rows = []
     for name, t in tr.items():
-        med = statistics.median(times[name][2:])
-        n = t.cfgs[0].n_latents
-        dense = dense_bounds(n, name != "set")
+        step, enc, dec = (statistics.median(v[j] for v in times[name][2:]) for j in range(3))
+        ratio = statistics.median(v[0] / (v[1] + v[2]) for v in times[name][2:])
         params = sum(p.numel() for s in t.saes for p in s.parameters())
-        rows.append([name, f"{n:,}", f"{params:,}", f"{med * 1e3:.0f}", f"{BATCH / med:,.0f}"])
-        rows[-1] += [f"{dense['encode_s'] * 1e3:.1f}", f"{dense['decode_s'] * 1e3:.1f}"]
-        rows[-1] += [f"{med / (dense['encode_s'] + dense['decode_s']):.1f}x"]
+        rows.append([name, f"{t.cfgs[0].n_latents:,}", f"{params:,}", f"{step * 1e3:.0f}", f"{BATCH / step:,.0f}"])
+        rows[-1] += [f"{enc * 1e3:.1f}", f"{dec * 1e3:.1f}", f"{ratio:.1f}x"]
         print(rows[-1], flush=True)
     lines = ["", "## a. Training speed: CLT vs per-layer set on the same cache rows", ""]
     lines += harness.machine_lines(info, {}, str(args.threads), "the three are interleaved step by step")
@@ -302,13 +312,13 @@ def speed_part(args) -> list[str]:
         f"- Rows: the first {steps + 1} batches of {BATCH:,} rows of the embedded model's cache (the `prep` part's "
         f"`{cache_dir('tiny').relative_to(harness.ROOT)}`), [x_l | y_l] of each layer's `ln2.hook_normalized` and "
         "`hook_mlp_out`, read once into memory; every dictionary steps on the same batch in turn; the first batch "
-        "initialises them (not timed), the first 2 timed steps are dropped",
+        f"initialises them (not timed), the first 2 timed steps are dropped: medians over {steps - 2} steps",
         f"- Recipe: Top-k, k = {K} per layer (total L0 {4 * K} per token), lr 1e-3, AuxK on, fp32, one thread; a "
         "step is the Trainer's whole `train_step` (forward, backward, Adam, decoder renormalisation, counters)",
-        "- Dense bounds: the median of 5 dense matmuls into preallocated outputs, the forward a step would do "
-        "without sparse kernels: encode = every layer's [B, d] @ [d, n]; decode = [B, n] @ [n, d x layers written] "
-        "per layer (one layer each for the set; 4 + 3 + 2 + 1 for a CLT). step / dense: the step's time over "
-        "encode + decode (a forward only: backward and Adam are not in the bound)",
+        "- Dense bound: right before each step, the dense matmuls into preallocated outputs that the step's forward "
+        "would do without sparse kernels: encode = every layer's [B, d] @ [d, n]; decode = [B, n] @ [n, d x layers "
+        "written] per layer (one layer each for the set; 4 + 3 + 2 + 1 for a CLT). step / dense: the median of each "
+        "step's time over its encode + decode (a forward only: backward and Adam are not in the bound)",
         "",
     ]
     cols = ["dictionary", "latents per layer", "parameters", "step ms (median)", "tokens/s", "dense encode ms"]
@@ -350,7 +360,7 @@ def memory_part(args) -> list[str]:
         )
         print(rows[-1], flush=True)
     gpt2 = []
-    for n, k, batch in ((24576, 32, 4096), (12288, 32, 4096), (12288, 32, 1024)):
+    for n, k, batch in ((24576, 32, 4096), (12288, 32, 4096), (12288, 32, 1024), (12288, 32, 256)):
         cfg = CLTConfig(architecture="topk", k=k, n_latents=n, transcoder=True).resolve(768, 10**8, 768, 12)
         fp = clt_footprint(cfg, batch, batch * TrainConfig().init_batches, "cpu", False)
         weights = 4 * (12 * 768 * n + 768 * n * 78)
@@ -386,9 +396,9 @@ def memory_part(args) -> list[str]:
 
 def gpt2_part(args) -> list[str]:
     """A random GPT-2-small-shaped model with a random Top-k CLT over its 12 layers: one 256-token graph."""
-    cfg = dict(mode="gpt2", n_tokens=256, n_latents=args.gpt2_latents, k=32, max_feature_nodes=1000, batch=32)
+    cfg = dict(mode="gpt2", n_tokens=256, n_latents=args.gpt2_latents, k=32, max_feature_nodes=500, batch=8)
     info = harness.machine_info()
-    r = harness.run_side("main", "workbench_clt.py", cfg, "cltgpt2", timeout=6 * 3600, mem_cap_mb=14000)
+    r = harness.run_side("main", "workbench_clt.py", cfg, "cltgpt2", timeout=6 * 3600, mem_cap_mb=12000)
     harness.write_text(WORK / "gpt2.result.json", json.dumps({"cfg": cfg, "result": r}, indent=1))
     lines = ["", "## a. A GPT-2-small-shaped CLT: one graph at 256 tokens (random weights)", ""]
     lines += harness.machine_lines(info, {}, str(args.threads), "a single run")
