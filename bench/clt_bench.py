@@ -46,6 +46,7 @@ DICTS = {
     "clt-params": ("tiny", "clts", ["--clt", "--n-latents", str(N_CLT_PARAMS)]),
     "clt-l0": ("tiny", "clts", ["--clt", "--n-latents", str(N_SET)]),
     "sparse-clt": ("tiny-sparse", "clts", ["--clt", "--n-latents", str(N_SET)]),
+    "sparse-set": ("tiny-sparse", "transcoders", ["--transcoders", "all", "--n-latents", str(N_SET)]),
 }
 
 
@@ -522,15 +523,21 @@ def sparse_part(args) -> list[str]:
     tasks = args.families.split(",")
     measures = ["heads for 80%", "entries per edge covering 80%"]
     lines = ["", f"## c. Base vs sparse attention through CLTs ({args.n} held-out queries per family)", ""]
-    lines += store_facts(["clt-l0", "sparse-clt"], tasks, args.n)
+    lines += store_facts(["clt-l0", "sparse-clt", "set", "sparse-set"], tasks, args.n)
     lines += [
-        "- Base: `tiny` through `clt-l0`; sparse: `tiny-sparse` through `sparse-clt`, the same recipe trained on the "
-        "sparse model's own cache; both asked for the base model's answer (as `attention compare` does); measures "
-        "as `attention compare --transcoders` (docs/methods.md §11), per query through "
-        "`attention.head_flow.query_heads`; base - sparse with its paired Student-t 95% interval",
+        "- Through CLTs: base `tiny` through `clt-l0`, sparse `tiny-sparse` through `sparse-clt` (the same recipe "
+        "trained on the sparse model's own cache); beside it, the per-layer sets of the same recipe (`set`, "
+        "`sparse-set`: 200k training tokens, so not the sets of feature_circuits.md's table, which had 400k); both "
+        "models asked for the base model's answer (as `attention compare` does); measures as `attention compare "
+        "--transcoders` (docs/methods.md §11), per query through `attention.head_flow.query_heads`; base - sparse "
+        "with its paired Student-t 95% interval",
+        "",
+        "### Through CLTs: `clt-l0` (tiny) vs `sparse-clt` (tiny-sparse)",
         "",
     ]
-    return lines + pairing_table("clt-l0", "sparse-clt", args.n, measures, tasks)
+    lines += pairing_table("clt-l0", "sparse-clt", args.n, measures, tasks)
+    lines += ["", "### Through per-layer sets of the same recipe: `set` (tiny) vs `sparse-set` (tiny-sparse)", ""]
+    return lines + pairing_table("set", "sparse-set", args.n, measures, tasks)
 
 
 def _children_cpu() -> float:
