@@ -103,20 +103,32 @@ def transcoder_workspace(feature_workspace, tmp_path_factory):
     return root
 
 
-def _train_set(spec, model, root):
-    """A transcoder set on every layer of a model, trained briefly on a small cache of it."""
+def _small_cache(spec, model, root):
+    """A small cache of the default hooks (every MLP's input and output) of a model, under root/cache."""
     from workbench import steps
     from workbench.cache.config import HarvestConfig
-    from workbench.sae.config import SAEConfig, TrainConfig
-    from workbench.sae.transcoders import train_set
     from workbench.workspace import Workspace
 
     cfg = HarvestConfig(n_tokens=6000, heldout_fraction=0.2)
     steps.make_cache(
         Workspace(root / "ws"), spec, "synthetic", None, cfg, out=root / "cache", progress=False, model=model
     )
-    train = TrainConfig(n_tokens=512 * 12, batch_size=512, lr=3e-3, warmup_steps=2, progress=False)
-    folder, _ = train_set(root / "cache", "all", [SAEConfig("topk", k=8, expansion=4)], train, root / "set")
+    return root / "cache"
+
+
+def _brief_training():
+    from workbench.sae.config import TrainConfig
+
+    return TrainConfig(n_tokens=512 * 12, batch_size=512, lr=3e-3, warmup_steps=2, progress=False)
+
+
+def _train_set(spec, model, root):
+    """A transcoder set on every layer of a model, trained briefly on a small cache of it."""
+    from workbench.sae.config import SAEConfig
+    from workbench.sae.transcoders import train_set
+
+    cache = _small_cache(spec, model, root)
+    folder, _ = train_set(cache, "all", [SAEConfig("topk", k=8, expansion=4)], _brief_training(), root / "set")
     return folder
 
 
@@ -124,6 +136,18 @@ def _train_set(spec, model, root):
 def tiny_set(tiny, tmp_path_factory):
     """A transcoder set of the embedded model."""
     return _train_set("tiny", tiny[0], tmp_path_factory.mktemp("tiny_set"))
+
+
+@pytest.fixture(scope="session")
+def tiny_clt(tiny, tmp_path_factory):
+    """A BatchTopK cross-layer transcoder over every layer of the embedded model (so circuit-tracer's files are
+    written beside it), trained briefly on a small cache of it."""
+    from workbench.sae.config import CLTConfig
+    from workbench.sae.transcoders import train_clt
+
+    root = tmp_path_factory.mktemp("tiny_clt")
+    cache = _small_cache("tiny", tiny[0], root)
+    return train_clt(cache, "all", CLTConfig("batchtopk", k=8, expansion=4), _brief_training(), root / "clt")
 
 
 SPARSE = "tiny-sparse"

@@ -1,5 +1,5 @@
-"""The feature graph page (AppTest) on a workspace holding an attribution graph made through workbench.steps on a
-small random model with random transcoders: the graph drawn within its node cap (what the cap hides said), a
+"""The feature graph page (AppTest) on a workspace holding attribution graphs made through workbench.steps on a
+small random model with random transcoders and a random cross-layer transcoder: the graph drawn within its node cap (what the cap hides said), a
 node's links with their heads, and an upload of a graph JSON of another schema version refused in one line."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from small_models import small_model
 
 from app.figures import feature_graph as fgf
 from tests.app.test_circuit_pages import ok, plain, text, view_data
-from tests.circuits.feature.test_attribution_graph import random_transcoders
+from tests.circuits.feature.test_attribution_graph import random_clt, random_transcoders
 from workbench import browse
 
 
@@ -21,6 +21,7 @@ def graph_workspace(tmp_path_factory):
     from workbench.atomic import write_json
     from workbench.circuits.feature.attribution_graph import build_graph
     from workbench.circuits.feature.graph_json import to_neuronpedia
+    from workbench.circuits.feature.transcoders import CrossLayerTranscoders
     from workbench.workspace import Workspace
 
     root = tmp_path_factory.mktemp("fgraph")
@@ -36,6 +37,10 @@ def graph_workspace(tmp_path_factory):
     d["qParams"]["pinnedIds"] = [n["node_id"] for n in d["nodes"][:3]]
     write_json(pinned / "graph.json", d)
     ws.record(pinned, "circuits", made_by="test", config=g.config)
+    hooks = [f"blocks.{layer}.ln2.hook_normalized" for layer in range(3)]  # a cross-layer transcoder's graph
+    g = build_graph(model, CrossLayerTranscoders(random_clt(model, "topk", True), hooks), tokens)
+    to_neuronpedia(g, ws.path("circuits", "clt") / "graph.json", "clt")
+    ws.record(ws.path("circuits", "clt"), "circuits", made_by="test", config=g.config)
     return root / "ws"
 
 
@@ -46,22 +51,26 @@ def graph_app(graph_workspace, monkeypatch):
     return _runner(graph_workspace, monkeypatch)
 
 
-def test_the_graph_is_drawn_within_its_cap_saying_what_it_hides(graph_app, graph_workspace):
-    fg = browse.open_feature_graph(graph_workspace / "circuits" / "g")
+@pytest.mark.parametrize("graph", ["g", "clt"])
+def test_the_graph_is_drawn_within_its_cap_saying_what_it_hides(graph_app, graph_workspace, graph):
+    fg = browse.open_feature_graph(graph_workspace / "circuits" / graph)
     inner = [n for n in fg.nodes if n["feature_type"] in ("cross layer transcoder", "mlp reconstruction error")]
-    at = ok(graph_app("views/feature_graph.py", graph="circuits/g", cap="5"))
+    at = ok(graph_app("views/feature_graph.py", graph=f"circuits/{graph}", cap="5"))
     data = view_data(at)
     kinds = [n["kind"] for n in data["nodes"]]
     assert sum(k in ("feature", "error") for k in kinds) == 5 and "logits" in kinds and "input" in kinds
     assert f"hides {len(inner) - 5} of {len(inner)} features and error nodes" in text(at)
-    full = ok(graph_app("views/feature_graph.py", graph="circuits/g", cap="2000"))
+    full = ok(graph_app("views/feature_graph.py", graph=f"circuits/{graph}", cap="2000"))
     assert len(view_data(full)["nodes"]) == len(fg.nodes) and "hides" not in text(full)
 
 
-def test_a_node_shows_its_links_and_the_heads_carrying_them(graph_app, graph_workspace):
-    fg = browse.open_feature_graph(graph_workspace / "circuits" / "g")
+@pytest.mark.parametrize("graph", ["g", "clt"])
+def test_a_node_shows_its_links_and_the_heads_carrying_them(graph_app, graph_workspace, graph):
+    """The same for a per-layer set's graph and a cross-layer transcoder's (its features' links into later layers
+    split over heads too)."""
+    fg = browse.open_feature_graph(graph_workspace / "circuits" / graph)
     link = next(lk for lk in fg.links if set(lk.get("heads", {})) - {"direct"})
-    at = ok(graph_app("views/feature_graph.py", graph="circuits/g", node=link["target"]))
+    at = ok(graph_app("views/feature_graph.py", graph=f"circuits/{graph}", node=link["target"]))
     [table] = [d.value for d in at.dataframe]
     row = table[(table["source"] == link["source"]) & (table["target"] == link["target"])].iloc[0]
     assert row["heads"] == ", ".join(f"{k} {v:+.3g}" for k, v in link["heads"].items())

@@ -102,14 +102,15 @@ def test_circuit_tracers_loader_reads_the_clt_and_reconstructs_as_the_workbench(
 
 
 def test_circuit_graph_through_a_clt_from_the_cli(tc_cache, tmp_path, capsys):
-    """`circuit graph --transcoders CLT` reads the CLT folder through the dictionary interface."""
+    """`circuit graph --transcoders CLT` reads the CLT folder through the dictionary interface, heads on every edge."""
     folder = train_clt(tc_cache[0], "all", CLTConfig("topk", k=4, expansion=2), _train(n_tokens=512), tmp_path / "c")
     ws, prompt = tmp_path / "ws", "When Mary and John went to the store , John gave a drink to"
     args = ["circuit", "graph", "--workspace", str(ws), "--model", str(tc_cache[1]), "--prompt", prompt]
-    assert main([*args, "--transcoders", str(folder), "--no-heads", "--name", "g"]) == 0
+    assert main([*args, "--transcoders", str(folder), "--name", "g"]) == 0
     assert "graph: " in capsys.readouterr().out
     graph = json.loads((ws / "circuits" / "g" / "graph.json").read_text())
     assert sum(n["feature_type"] == "cross layer transcoder" for n in graph["nodes"]) > 0
+    assert any(set(link.get("heads", {})) - {"direct"} for link in graph["links"]), "links name their heads"
     half = train_clt(tc_cache[0], "1,3", CLTConfig("topk", k=4, expansion=2), _train(n_tokens=512), tmp_path / "h")
     assert main([*args, "--transcoders", str(half), "--name", "h"]) == 2
     assert "spans layers [1, 3]; graphs need one over every layer" in capsys.readouterr().err

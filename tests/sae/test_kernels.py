@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from workbench.errors import BadValueError
 from workbench.sae.kernels import DenseKernels, SparseKernels, Support, topk
 
 
@@ -109,6 +110,17 @@ def test_grouped_topk_is_exact(shape, k):
     vals, idx = topk(t.flatten(), k)
     assert torch.equal(vals.sort().values, t.flatten().topk(k).values.sort().values)
     assert idx.unique().numel() == k
+
+
+@pytest.mark.parametrize("shape", [(3, 0), (0,), (0, 0)])
+def test_topk_of_zero_columns_is_empty_and_k_beyond_the_columns_is_refused(shape):
+    """Zero columns used to loop forever (every group size divides 0); k = 0 gives an empty result."""
+    vals, idx = topk(torch.zeros(shape), 0)
+    assert vals.shape == idx.shape == (*shape[:-1], 0)
+    with pytest.raises(BadValueError, match=r"k=1 from 0 columns: k must be in 0..0"):
+        topk(torch.zeros(shape), 1)
+    with pytest.raises(BadValueError, match=r"k=5 from 4 columns"):
+        topk(torch.zeros(2, 4), 5)
 
 
 def test_encode_output_does_not_tie_the_support_into_the_graph():

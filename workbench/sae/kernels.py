@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from workbench.errors import BadValueError
+
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
 
 
@@ -29,8 +31,10 @@ def topk(t: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     vectorised max over g contiguous slices) and the k*g members of the chosen groups.
     """
     n = t.shape[-1]
+    if not 0 <= k <= n:
+        raise BadValueError(f"top-k of k={k} from {n} columns: k must be in 0..{n}")
     g = 1
-    while n % (2 * g) == 0 and (2 * g) ** 2 * k <= n:
+    while n and k and n % (2 * g) == 0 and (2 * g) ** 2 * k <= n:
         g *= 2
     if g == 1 or t.device.type != "cpu":  # GPU topk is a radix select already
         return t.topk(k, dim=-1, sorted=False)

@@ -14,7 +14,7 @@ from workbench.circuits.feature.graph_heads import _sources
 from workbench.circuits.feature.graph_json import to_neuronpedia
 from workbench.circuits.feature.replacement import ReplacementModel
 from workbench.circuits.feature.row_store import BuildStopped
-from workbench.circuits.feature.transcoders import Transcoder, open_set
+from workbench.circuits.feature.transcoders import CrossLayerTranscoders, Transcoder, open_set
 from workbench.errors import BadValueError, DamagedFileError
 from workbench.sae.architectures import build
 from workbench.sae.config import SAEConfig
@@ -24,7 +24,12 @@ MODELS = {
     "ln": dict(n_layers=3),
     "gqa_rms_rotary": dict(n_layers=3, n_heads=4, d_head=8, **GQA),
 }
-ARCHS = {"topk_skip": ("topk", True), "batchtopk": ("batchtopk", False)}
+ARCHS = {
+    "topk_skip": ("topk", True),
+    "batchtopk": ("batchtopk", False),
+    "clt_topk_skip": ("topk", True),  # cross-layer transcoders: each feature writes every later layer too
+    "clt_batchtopk": ("batchtopk", False),
+}
 
 
 def random_transcoders(model, tmp_path, arch: str, skip: bool) -> list[Transcoder]:
@@ -47,6 +52,30 @@ def random_transcoders(model, tmp_path, arch: str, skip: bool) -> list[Transcode
     return out
 
 
+def random_clt(model, arch: str = "topk", skip: bool = False):
+    """A random CLT over every layer: random encoders, decoders into every later layer, biases and skip path."""
+    from workbench.sae.config import CLTConfig
+
+    d, L = model.cfg.d_model, model.cfg.n_layers
+    clt = build(CLTConfig(arch, k=4, n_latents=48, skip=skip).resolve(d, None, d, L))
+    with torch.no_grad():
+        for m in clt.members:
+            m.b_dec.normal_(0, 0.1)
+            if arch == "batchtopk":
+                m.threshold.fill_(0.05)
+        if skip:
+            clt.W_skip.normal_(0, 0.2)
+    return clt
+
+
+def dictionary(model, tmp_path, name: str):
+    """The case's dictionary: a per-layer set (a list of sae-lens transcoders) or a CLT."""
+    if name.startswith("clt_"):
+        hooks = [f"blocks.{layer}.ln2.hook_normalized" for layer in range(model.cfg.n_layers)]
+        return CrossLayerTranscoders(random_clt(model, *ARCHS[name]), hooks)
+    return random_transcoders(model, tmp_path, *ARCHS[name])
+
+
 @pytest.fixture(scope="module", params=[(m, a) for m in MODELS for a in ARCHS], ids=lambda p: f"{p[0]}-{p[1]}")
 def case(request, tmp_path_factory):
     name, arch = request.param
@@ -55,7 +84,7 @@ def case(request, tmp_path_factory):
         for pname, p in model.named_parameters():
             if "ln" in pname:
                 p.add_(torch.randn_like(p) * 0.3)
-    tcs = random_transcoders(model, tmp_path_factory.mktemp(name + arch), *ARCHS[arch])
+    tcs = dictionary(model, tmp_path_factory.mktemp(name + arch), arch)
     tokens = torch.randint(0, model.cfg.d_vocab, (9,), generator=torch.Generator().manual_seed(1))
     graph = build_graph(model, tcs, tokens, batch_size=7, position_step=4)  # backward passes cut at 4, 8, 9 tokens
     return model, tcs, tokens, graph, ReplacementModel(model, tcs, tokens)
@@ -86,14 +115,12 @@ def test_replacement_model_reproduces_the_model(case):
 
 @torch.no_grad()
 def check_edges(rm, g) -> None:
-    """Removing a source's write from the frozen model moves each target by exactly its edge."""
+    """Removing a source's writes from the frozen model moves each target by exactly its edge."""
     base = _readout(rm, g, rm.forward(1)[0])
     for c in range(g.n_sources):
-        layer, pos, vec = _sources(rm, g, torch.tensor([c]))
-        hook = "blocks.0.hook_resid_pre" if layer[0] < 0 else f"blocks.{int(layer[0])}.hook_mlp_out"
-        delta = torch.zeros(1, rm.P, vec.shape[1])
-        delta[0, pos[0]] = -vec[0]
-        moved = base - _readout(rm, g, rm.forward(1, deltas={hook: delta})[0])
+        src = _sources(rm, g, torch.tensor([c]))  # a cross-layer feature: its writes at every layer
+        deltas = {hook: -d for hook, d in src.deltas(rm.L, rm.P, torch.zeros(1, dtype=torch.long), 1).items()}
+        moved = base - _readout(rm, g, rm.forward(1, deltas=deltas)[0])
         edge = g.adjacency[:, c]
         feat = slice(0, g.n_features)
         torch.testing.assert_close(moved[feat], edge[feat], rtol=1e-3, atol=1e-3 * edge[feat].abs().max().item())
@@ -124,7 +151,7 @@ def test_entry_split_sums_to_the_head_split(case):
     h = g.heads
     entries = graph_heads.split_entries(rm, g, h["edges"], batch_size=5)
     torch.testing.assert_close(entries.sum(-1).flatten(1), h["weights"][:, :-1], rtol=1e-4, atol=1e-6)
-    src_pos = torch.tensor([_sources(rm, g, torch.tensor([c]))[1][0] for c in h["edges"][:, 1].tolist()])
+    src_pos = _sources(rm, g, h["edges"][:, 1]).pos
     before = torch.arange(rm.P)[None, :] < src_pos[:, None]  # a query before the key sees no entry (causal)
     assert entries.permute(0, 3, 1, 2)[before].abs().max() == 0
     assert entries.abs().sum() > 0
@@ -288,8 +315,12 @@ def test_thresholds_outside_zero_one_are_refused(case, field, value):
 
 def test_bad_sets_and_prompts_are_refused(case):
     model, tcs, tokens, _, _ = case
-    with pytest.raises(BadValueError, match=r"lacks layer\(s\) \[1\]"):
-        build_graph(model, [tcs[0], tcs[2]], tokens)
+    if isinstance(tcs, list):
+        with pytest.raises(BadValueError, match=r"lacks layer\(s\) \[1\]"):
+            build_graph(model, [tcs[0], tcs[2]], tokens)
+    else:
+        with pytest.raises(BadValueError, match="replace 3 layers, but the model has 2"):
+            build_graph(small_model(seed=3, n_layers=2), tcs, tokens)
     other = small_model(seed=3, n_layers=3, d_model=16, d_head=8)
     with pytest.raises(BadValueError, match="belongs to another model"):
         build_graph(other, tcs, tokens)
@@ -351,21 +382,25 @@ def test_qk_attribution_matches_interventions(case):
     n_a = len(active)
     picks = got["query"].abs().argsort(descending=True)[:6].tolist() + [n_a, n_a + rm.L * rm.P + 1]
     for c in picks:
-        if c < n_a:
+        if c < n_a:  # a feature writes every layer it writes to
             f_layer, pos = int(active.layer[c]), int(active.pos[c])
-            hook = f"blocks.{f_layer}.hook_mlp_out"
-            vec = rm.tcs.decoder(f_layer, f_layer, active.latent[c, None])[0] * active.act[c]
+            writes = {
+                f"blocks.{t}.hook_mlp_out": rm.tcs.decoder(f_layer, t, active.latent[c, None])[0] * active.act[c]
+                for t in rm.tcs.writes_to(f_layer)
+            }
         elif c < n_a + rm.L * rm.P:
             layer_e, pos = divmod(c - n_a, rm.P)
-            hook, vec = f"blocks.{layer_e}.hook_mlp_out", rm.errors[layer_e][pos]
+            writes = {f"blocks.{layer_e}.hook_mlp_out": rm.errors[layer_e][pos]}
         else:
             pos = c - n_a - rm.L * rm.P
-            hook, vec = "blocks.0.hook_resid_pre", rm.embed[pos]
-        delta = torch.zeros(1, rm.P, vec.shape[-1])
-        delta[0, pos] = -vec
+            writes = {"blocks.0.hook_resid_pre": rm.embed[pos]}
+        delta = {}
+        for hook, vec in writes.items():
+            delta[hook] = torch.zeros(1, rm.P, vec.shape[-1])
+            delta[hook][0, pos] = -vec
         for side, held in (("query", "k"), ("key", "q")):
             base = _score(rm, layer, head, q, k, held, clean[held])
-            moved = base - _score(rm, layer, head, q, k, held, clean[held], {hook: delta})
+            moved = base - _score(rm, layer, head, q, k, held, clean[held], delta)
             assert moved == pytest.approx(float(got[side][c]), rel=1e-3, abs=1e-5), (side, c)
     with pytest.raises(BadValueError, match="key <= query"):
         qk_attribution(rm, layer, head, 1, 3)

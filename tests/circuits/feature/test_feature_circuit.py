@@ -1,6 +1,7 @@
-"""Feature-level query circuits on the embedded model with a transcoder set trained here: the exact evaluation
-against independent interventions in the real model, the search's NDF re-measured, the saved file and the
-circuit-tracer export against their schemas, the per-head split of the circuit's edges, and bad input."""
+"""Feature-level query circuits on the embedded model with a transcoder set and a cross-layer transcoder trained
+here: the exact evaluation against independent interventions in the real model, the search's NDF re-measured, the
+saved file and the circuit-tracer export against their schemas, the per-head split of the circuit's edges, and bad
+input."""
 
 from __future__ import annotations
 
@@ -21,17 +22,23 @@ PROMPT = "When Mary and John went to the store , John gave a drink to"
 CF = "When Mary and John went to the store , Anna gave a drink to"
 
 
+@pytest.fixture(scope="module", params=["tiny_set", "tiny_clt"])
+def dictionary(request):
+    """The embedded model's per-layer transcoder set or its cross-layer transcoder (a folder either way)."""
+    return request.getfixturevalue(request.param)
+
+
 @pytest.fixture(scope="module")
-def setup(tiny, tiny_set):
+def setup(tiny, dictionary):
     model, _ = tiny
     q = prepare(model, PROMPT, "Mary", CF, "John")
-    return model, FeatureSetup(model, open_set(tiny_set).load(), q)
+    return model, FeatureSetup(model, open_set(dictionary).load(), q)
 
 
 @pytest.fixture(scope="module")
-def found(tiny, tiny_set):
+def found(tiny, dictionary):
     model, _ = tiny
-    return find_feature_circuit(model, tiny_set, PROMPT, "Mary", CF, wrong="John", target_ndf=0.8)
+    return find_feature_circuit(model, dictionary, PROMPT, "Mary", CF, wrong="John", target_ndf=0.8)
 
 
 def test_every_node_kept_is_the_model_and_none_is_the_counterfactual(setup):
@@ -45,16 +52,19 @@ def test_every_node_kept_is_the_model_and_none_is_the_counterfactual(setup):
     assert s.n_features > 100 and (s.clean_values != s.ablated_values).any()
 
 
-def test_one_node_out_is_its_intervention_in_the_real_model(setup):
+@pytest.mark.parametrize("which", ["first", "last"])
+def test_one_node_out_is_its_intervention_in_the_real_model(setup, which):
     """An embedding left out is the real model with that token's embedding swapped for the counterfactual's; a
-    top-layer feature left out is the real model with its decoder write moved to the counterfactual value."""
+    feature of the first (last) layer left out is the real model with its decoder writes, into every layer it
+    writes to (a CLT's: every later layer), moved to the counterfactual value."""
     model, s = setup
     pos = int((s.query.tokens != s.query.cf_tokens).nonzero()[0])
-    top = ((s.features[:, 0] == s.L - 1) & (s.clean_values != s.ablated_values)).nonzero().flatten()[0]
-    layer, fpos, latent = s.features[top].tolist()
+    layer = 0 if which == "first" else s.L - 1
+    node = ((s.features[:, 0] == layer) & (s.clean_values != s.ablated_values)).nonzero().flatten()[0]
+    _, fpos, latent = s.features[node].tolist()
     masks = torch.ones(2, s.n_nodes, dtype=torch.bool)
     masks[0, s.n_features + s.n_errors + pos] = False
-    masks[1, top] = False
+    masks[1, node] = False
     got = s.evaluate(masks)
     emb = s.abl.embed[pos]
 
@@ -62,15 +72,17 @@ def test_one_node_out_is_its_intervention_in_the_real_model(setup):
         act[:, pos] = emb
         return act
 
-    w = s.tcs.decoder(layer, layer, torch.tensor([latent]))[0] * (s.ablated_values[top] - s.clean_values[top])
+    step = s.ablated_values[node] - s.clean_values[node]
+    writes = {t: s.tcs.decoder(layer, t, torch.tensor([latent]))[0] * step for t in s.tcs.writes_to(layer)}
 
-    def move(act, hook):
-        act[:, fpos] += w
+    def move(act, hook, t):
+        act[:, fpos] += writes[t]
         return act
 
+    hooks = [(f"blocks.{t}.hook_mlp_out", lambda a, hook, t=t: move(a, hook, t)) for t in writes]
     with torch.no_grad():
         a = model.run_with_hooks(s.query.tokens[None], fwd_hooks=[("blocks.0.hook_resid_pre", swap)])[0, -1]
-        b = model.run_with_hooks(s.query.tokens[None], fwd_hooks=[(f"blocks.{layer}.hook_mlp_out", move)])[0, -1]
+        b = model.run_with_hooks(s.query.tokens[None], fwd_hooks=hooks)[0, -1]
     torch.testing.assert_close(got[0], a, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(got[1], b, atol=1e-4, rtol=1e-4)
 
@@ -98,9 +110,9 @@ def test_attribution_patching_is_the_first_order_effect(setup):
     assert change == pytest.approx(float(scores[node]), rel=1e-2, abs=1e-3)
 
 
-def _measured_ndf(model, tiny_set, c) -> tuple[float, torch.Tensor]:
+def _measured_ndf(model, dictionary, c) -> tuple[float, torch.Tensor]:
     """(the circuit's NDF, the NDF of each single drop from it) measured again in a fresh setup."""
-    s = FeatureSetup(model, open_set(tiny_set).load(), prepare(model, PROMPT, "Mary", CF, "John"))
+    s = FeatureSetup(model, open_set(dictionary).load(), prepare(model, PROMPT, "Mary", CF, "John"))
     names = [s.node_name(i) for i in range(s.n_nodes)]
     mask = torch.zeros(s.n_nodes, dtype=torch.bool)
     mask[[names.index(n["name"]) for n in c.nodes]] = True
@@ -112,10 +124,10 @@ def _measured_ndf(model, tiny_set, c) -> tuple[float, torch.Tensor]:
     return float(ndf[0]), ndf[1:]
 
 
-def test_the_found_circuit_reaches_its_target_when_measured_again(found, tiny, tiny_set):
+def test_the_found_circuit_reaches_its_target_when_measured_again(found, tiny, dictionary):
     c, g = found
     model, _ = tiny
-    ndf, _ = _measured_ndf(model, tiny_set, c)
+    ndf, _ = _measured_ndf(model, dictionary, c)
     assert ndf == pytest.approx(c.ndf, abs=1e-4) and c.ndf >= 0.8
     assert 0 < len(c.nodes) < c.universe["nodes"] / 4
     assert c.faithfulness["baseline_topk_ndf"] is not None and c.edges
@@ -123,20 +135,20 @@ def test_the_found_circuit_reaches_its_target_when_measured_again(found, tiny, t
 
 
 @pytest.mark.parametrize("drops", ["ordered", "greedy"])
-def test_both_drop_rules_end_one_minimal(found, tiny, tiny_set, drops):
+def test_both_drop_rules_end_one_minimal(found, tiny, dictionary, drops):
     """Ordered drops (the feature default) stop by greedy's rule: the circuit reaches the target and no single
     node can be dropped from it without falling below, measured again; greedy's circuit has the same property."""
     model, _ = tiny
     if drops == "ordered":
         c = found[0]
     else:
-        c, _ = find_feature_circuit(model, tiny_set, PROMPT, "Mary", CF, wrong="John", target_ndf=0.8, drops=drops)
+        c, _ = find_feature_circuit(model, dictionary, PROMPT, "Mary", CF, wrong="John", target_ndf=0.8, drops=drops)
     assert c.method["search"]["drops"] == drops
-    ndf, single = _measured_ndf(model, tiny_set, c)
+    ndf, single = _measured_ndf(model, dictionary, c)
     assert ndf >= 0.8 and (single < 0.8).all(), (ndf, single.max())
 
 
-def test_circuit_edges_split_over_heads_sum_to_the_edge(found, tiny, tiny_set):
+def test_circuit_edges_split_over_heads_sum_to_the_edge(found, tiny, dictionary):
     """The full split of each circuit edge (every head's first-hop part and the direct part, recomputed) sums to
     the edge; the file keeps the parts of at least 5% of the edge's |parts|, with the same values."""
     from workbench.circuits.feature import graph_heads
@@ -145,7 +157,7 @@ def test_circuit_edges_split_over_heads_sum_to_the_edge(found, tiny, tiny_set):
 
     c, g = found
     model, _ = tiny
-    rm = ReplacementModel(model, open_set(tiny_set).load(), torch.tensor(g.tokens))
+    rm = ReplacementModel(model, open_set(dictionary).load(), torch.tensor(g.tokens))
     split = graph_heads.split_edges(rm, g, circuit_edges(g, c.graph_nodes))
     edges = g.adjacency[split["edges"][:, 0], split["edges"][:, 1]]
     torch.testing.assert_close(split["weights"].sum(1), edges, rtol=1e-4, atol=1e-5)

@@ -60,11 +60,14 @@ def test_a_set_of_another_model_is_refused_in_one_line(tiny_set, tmp_path, capsy
     assert re.search(r"was trained on 'workbench-tiny@\w+', not on this model .*belongs to another model", _err(capsys))
 
 
-def test_circuit_find_with_transcoders_writes_the_circuit_and_its_exports(tiny, tiny_set, tmp_path, capsys):
+@pytest.mark.parametrize("dictionary", ["tiny_set", "tiny_clt"])
+def test_circuit_find_with_transcoders_writes_the_circuit_and_its_exports(tiny, dictionary, tmp_path, capsys, request):
+    """A per-layer set or a cross-layer transcoder: the circuit, its graph and the Neuronpedia export."""
     from circuit_tracer.frontend.graph_models import Model
 
+    folder = request.getfixturevalue(dictionary)
     ws, out, np_out = tmp_path / "ws", tmp_path / "c.json", tmp_path / "np.json"
-    argv = ["circuit", "find", "--workspace", str(ws), "--transcoders", str(tiny_set), "--prompt", PROMPT]
+    argv = ["circuit", "find", "--workspace", str(ws), "--transcoders", str(folder), "--prompt", PROMPT]
     argv += [
         "--answer",
         "Mary",
@@ -81,7 +84,10 @@ def test_circuit_find_with_transcoders_writes_the_circuit_and_its_exports(tiny, 
     assert "feature circuit:" in capsys.readouterr().out
     c = schema.read_feature_circuit(json.loads(out.read_text()))
     assert c["faithfulness"]["ndf"] >= 0.7 and c["method"]["graph"]["max_feature_nodes"] == 200
-    Model(**json.loads(np_out.read_text()))
+    exported = json.loads(np_out.read_text())
+    Model(**exported)
+    assert {"cross layer transcoder", "logit"} <= {n["feature_type"] for n in exported["nodes"]}
+    assert any(e["heads"] for e in c["edges"]), "the circuit's edges name their heads"
     folder = ws / "circuits" / "fc"
     assert {p.name for p in folder.iterdir()} >= {"feature_circuit.json", "graph.json", "neuronpedia.json"}
 

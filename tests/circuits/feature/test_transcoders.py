@@ -9,7 +9,7 @@ import pytest
 import torch
 from small_models import small_model
 
-from tests.circuits.feature.test_attribution_graph import random_transcoders
+from tests.circuits.feature.test_attribution_graph import random_clt, random_transcoders
 from workbench.circuits.feature.transcoders import PerLayerTranscoders, Transcoders, open_set, output_hook
 from workbench.cli import main
 from workbench.errors import BadValueError
@@ -87,81 +87,20 @@ def test_circuit_graph_reads_the_set_manifest_once(tiny_set, tmp_path, monkeypat
 # ---- cross-layer transcoders through the same interface -------------------------------------------------------
 
 
-def _random_clt(model, arch: str = "topk", skip: bool = False):
-    """A random CLT over every layer: random encoders, decoders into every later layer, biases and skip path."""
-    from workbench.sae.architectures import build
-    from workbench.sae.config import CLTConfig
-
-    d, L = model.cfg.d_model, model.cfg.n_layers
-    clt = build(CLTConfig(arch, k=4, n_latents=48, skip=skip).resolve(d, None, d, L))
-    with torch.no_grad():
-        for m in clt.members:
-            m.b_dec.normal_(0, 0.1)
-            if arch == "batchtopk":
-                m.threshold.fill_(0.05)
-        if skip:
-            clt.W_skip.normal_(0, 0.2)
-    return clt
-
-
-def _graph(model, tcs, tokens):
-    from workbench.circuits.feature.attribution_graph import build_graph
-    from workbench.circuits.feature.replacement import ReplacementModel
-
-    return build_graph(model, tcs, tokens, batch_size=7, position_step=4, heads=False), ReplacementModel(
-        model, tcs, tokens
-    )
-
-
 HOOKS = [f"blocks.{layer}.ln2.hook_normalized" for layer in range(3)]
-
-
-@pytest.mark.parametrize("arch,skip", [("topk", True), ("batchtopk", False)])
-def test_every_clt_edge_matches_removing_the_sources_writes_at_every_layer(arch, skip):
-    """A CLT feature writes every later layer: its edge to a target is the change of the target when all of its
-    writes below the target are removed from the frozen model."""
-    from tests.circuits.feature.test_attribution_graph import _readout
-    from workbench.circuits.feature.graph_heads import _sources
-    from workbench.circuits.feature.transcoders import CrossLayerTranscoders
-
-    model = small_model(seed=3, n_layers=3)
-    tcs = CrossLayerTranscoders(_random_clt(model, arch, skip), HOOKS)
-    tokens = torch.randint(0, model.cfg.d_vocab, (9,), generator=torch.Generator().manual_seed(1))
-    g, rm = _graph(model, tcs, tokens)
-    with torch.no_grad():
-        torch.testing.assert_close(rm.last_logits(rm.forward(1)[0]), model(tokens[None])[:, -1], atol=1e-5, rtol=1e-5)
-        assert g.n_features > 20 and any(int(g.features[r, 0]) < 2 for r in range(g.n_features))
-        base = _readout(rm, g, rm.forward(1)[0])
-        for c in range(g.n_sources):
-            if c < g.n_features:
-                layer, pos, latent = g.features[c].tolist()
-                writes = {
-                    t: tcs.decoder(layer, t, torch.tensor([latent]))[0] * g.activations[c] for t in range(layer, 3)
-                }
-            else:
-                s_layer, s_pos, vec = _sources(rm, g, torch.tensor([c]))
-                layer, pos, writes = int(s_layer[0]), int(s_pos[0]), {int(s_layer[0]): vec[0]}
-            deltas = {}
-            for t, vec in writes.items():
-                hook = "blocks.0.hook_resid_pre" if t < 0 else f"blocks.{t}.hook_mlp_out"
-                deltas[hook] = torch.zeros(1, rm.P, vec.shape[0])
-                deltas[hook][0, pos] = -vec
-            moved = base - _readout(rm, g, rm.forward(1, deltas=deltas)[0])
-            edge, f = g.adjacency[:, c], slice(0, g.n_features)
-            torch.testing.assert_close(moved[f], edge[f], rtol=1e-3, atol=1e-3 * edge[f].abs().max().item())
-            torch.testing.assert_close(moved[g.n_features :], edge[g.n_features :], rtol=1e-5, atol=1e-5)
 
 
 def test_a_clt_without_cross_layer_decoders_gives_the_per_layer_sets_graph(tmp_path):
     """Zero the decoders (and biases) into later layers: the CLT is a per-layer set, saved and loaded through
-    sae-lens as one, and the two graphs agree."""
+    sae-lens as one, and the two graphs agree: nodes, edges, pruning and every edge's heads."""
+    from workbench.circuits.feature.attribution_graph import build_graph
     from workbench.circuits.feature.transcoders import CrossLayerTranscoders, Transcoder
     from workbench.sae.architectures import build
     from workbench.sae.config import SAEConfig
     from workbench.sae.io import load_sae, save_sae
 
     model = small_model(seed=3, n_layers=3)
-    clt, d = _random_clt(model, "topk", skip=False), model.cfg.d_model
+    clt, d = random_clt(model, "topk", skip=False), model.cfg.d_model
     members = []
     with torch.no_grad():
         for layer, m in enumerate(clt.members):
@@ -176,8 +115,13 @@ def test_a_clt_without_cross_layer_decoders_gives_the_per_layer_sets_graph(tmp_p
             save_sae(sae, tmp_path / f"L{layer}", metadata=meta)
             members.append(Transcoder(layer, load_sae(tmp_path / f"L{layer}").eval(), HOOKS[layer]))
     tokens = torch.randint(0, model.cfg.d_vocab, (9,), generator=torch.Generator().manual_seed(1))
-    g_clt, _ = _graph(model, CrossLayerTranscoders(clt, HOOKS), tokens)
-    g_set, _ = _graph(model, PerLayerTranscoders(members), tokens)
+    options = dict(batch_size=7, position_step=4)
+    g_clt = build_graph(model, CrossLayerTranscoders(clt, HOOKS), tokens, **options)
+    g_set = build_graph(model, PerLayerTranscoders(members), tokens, **options)
     assert torch.equal(g_clt.features, g_set.features) and g_clt.n_features > 20
     torch.testing.assert_close(g_clt.activations, g_set.activations, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(g_clt.adjacency, g_set.adjacency, rtol=1e-5, atol=1e-6)
+    assert torch.equal(g_clt.pruned.node_mask, g_set.pruned.node_mask)
+    assert torch.equal(g_clt.pruned.edge_mask, g_set.pruned.edge_mask) and g_clt.pruned.edge_mask.sum() > 20
+    assert torch.equal(g_clt.heads["edges"], g_set.heads["edges"]) and g_clt.heads["names"] == g_set.heads["names"]
+    torch.testing.assert_close(g_clt.heads["weights"], g_set.heads["weights"], rtol=1e-5, atol=1e-6)

@@ -14,9 +14,12 @@ held at this prompt's (no path through attention), dotted with v.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from workbench.circuits.feature.replacement import EMBED, ActiveFeatures, ReplacementModel, source_rows
+from workbench.circuits.feature.transcoders import output_hook
 from workbench.errors import BadValueError
 
 
@@ -56,48 +59,76 @@ def _targets(rm: ReplacementModel, g, active_rows: torch.Tensor):
     return torch.tensor(layers), torch.tensor(positions), torch.stack(vecs)
 
 
-def _sources(rm: ReplacementModel, g, cols: torch.Tensor):
-    """(write layer: -1 for tokens, position, written vector [n, d]) of graph source columns."""
-    n_f, n_e = g.n_features, g.n_errors
-    layers, positions, vecs = [], [], []
-    for c in cols.tolist():
-        if c < n_f:
-            layer, pos, latent = g.features[c].tolist()
-            vec = rm.tcs.decoder(layer, layer, torch.tensor([latent]))[0] * g.activations[c]
-        elif c < n_f + n_e:
-            layer, pos = divmod(c - n_f, rm.P)
-            vec = rm.errors[layer][pos]
-        else:
-            layer, pos = -1, c - n_f - n_e
-            vec = rm.embed[pos]
-        layers.append(layer)
-        positions.append(pos)
-        vecs.append(vec.to(rm.embed.dtype))
-    return torch.tensor(layers), torch.tensor(positions), torch.stack(vecs)
+@dataclass
+class Sources:
+    """Graph source columns and what each writes: `layer` (the lowest layer it writes; -1 for a token), `pos`, and
+    its writes `vectors` [n, k, d] into the taps `taps` [n, k] (t < n_layers: layer t's MLP output; n_layers: the
+    embedding). A per-layer feature, an error node or a token writes one tap; a cross-layer feature writes every
+    layer in Transcoders.writes_to of its own (unused slots hold its first tap and a zero vector)."""
+
+    layer: torch.Tensor
+    pos: torch.Tensor
+    taps: torch.Tensor
+    vectors: torch.Tensor
+
+    def __getitem__(self, i) -> Sources:
+        return Sources(self.layer[i], self.pos[i], self.taps[i], self.vectors[i])
+
+    def deltas(self, n_layers: int, n_pos: int, slot: torch.Tensor, copies: int) -> dict:
+        """{hook: [copies, n_pos, d]}: every write added at its tap, source i's in copy slot[i] at its position."""
+        out = {}
+        for t in self.taps.unique().tolist():
+            i, j = (self.taps == t).nonzero(as_tuple=True)
+            name = EMBED if t == n_layers else output_hook(t)
+            out[name] = self.vectors.new_zeros(copies, n_pos, self.vectors.shape[-1])
+            out[name].index_put_((slot[i], self.pos[i]), self.vectors[i, j], accumulate=True)
+        return out
+
+
+def _sources(rm: ReplacementModel, g, cols: torch.Tensor) -> Sources:
+    """The Sources of graph source columns `cols`: features write act * their decoder rows into every layer they
+    write to (one decoder gather per (layer, target layer)), errors their error vectors, tokens their embeddings."""
+    n_f, n_e, L, n = g.n_features, g.n_errors, rm.L, cols.numel()
+    feat, tok = cols < n_f, cols >= n_f + n_e
+    f_layer = g.features[cols[feat], 0]
+    k = max([len(rm.tcs.writes_to(layer)) for layer in f_layer.unique().tolist()] + [1])
+    layer, pos = torch.empty(n, dtype=torch.long), torch.empty(n, dtype=torch.long)
+    layer[feat], pos[feat] = f_layer, g.features[cols[feat], 1]
+    err = ~feat & ~tok
+    layer[err], pos[err] = (cols[err] - n_f) // rm.P, (cols[err] - n_f) % rm.P
+    layer[tok], pos[tok] = -1, cols[tok] - n_f - n_e
+    taps = (layer % (L + 1))[:, None].repeat(1, k)
+    vectors = rm.embed.new_zeros(n, k, rm.embed.shape[1])
+    vectors[err, 0] = torch.stack(rm.errors)[layer[err], pos[err]].to(vectors.dtype)
+    vectors[tok, 0] = rm.embed[pos[tok]]
+    for source in f_layer.unique().tolist():
+        idx = (feat & (layer == source)).nonzero().flatten()
+        latents, acts = g.features[cols[idx], 2], g.activations[cols[idx], None]
+        for j, target in enumerate(rm.tcs.writes_to(source)):
+            taps[idx, j] = target
+            vectors[idx, j] = (rm.tcs.decoder(source, target, latents) * acts).to(vectors.dtype)
+    return Sources(layer, pos, taps, vectors)
 
 
 @torch.no_grad()
-def carried(rm: ReplacementModel, src) -> torch.Tensor:
-    """[n, n_layers, d]: each source's write as it reaches each layer's attention input at its own position
+def carried(rm: ReplacementModel, src: Sources) -> torch.Tensor:
+    """[n, n_layers, d]: each source's writes as they reach each layer's attention input at its own position
     through no attention (the residual stream and the skip paths of skip transcoders; zero below the source).
 
     With no attention, positions do not interact, so sources at different positions share one copy of the
     prompt: the pass runs on as many copies as the most sources any one position has."""
-    s_layer, s_pos, vec = src
-    n = vec.shape[0]
+    s_layer, s_pos = src.layer, src.pos
+    n = s_pos.numel()
     order = torch.argsort(s_pos, stable=True)
     first = torch.searchsorted(s_pos[order], s_pos[order])  # where each position's run of sources starts
     slot = torch.empty_like(s_pos)
     slot[order] = torch.arange(n) - first
     copies = int(slot.max()) + 1 if n else 0
-    deltas = {}
-    for i, layer in enumerate(s_layer.tolist()):
-        name = EMBED if layer < 0 else f"blocks.{layer}.hook_mlp_out"
-        deltas.setdefault(name, vec.new_zeros(copies, rm.P, vec.shape[1]))[slot[i], s_pos[i]] += vec[i]
+    deltas = src.deltas(rm.L, rm.P, slot, copies)
     names = tuple(f"blocks.{layer}.hook_resid_pre" for layer in range(1, rm.L))
     moved, _ = rm.forward(copies, deltas, no_attention=True, record=names)
     still, _ = rm.forward(1, no_attention=True, record=names)
-    out = [torch.where((s_layer < 0)[:, None], vec, 0)]
+    out = [torch.where((s_layer < 0)[:, None], src.vectors[:, 0], 0)]
     out += [
         (moved[k][slot, s_pos] - still[k][0, s_pos]) * (s_layer < layer)[:, None] for layer, k in enumerate(names, 1)
     ]
@@ -108,15 +139,15 @@ def _split_batch(rm: ReplacementModel, targets, b, src, reach, copies: int) -> t
     """[n_edges, n_layers * n_heads + 1] for edges from sources src (reach: carried(src)) to the targets' copies b."""
     full = rm.backward(*targets, copies=copies, with_z=True)
     direct = rm.backward(*targets, copies=copies, no_attention=True)
-    s_layer, s_pos, vec = src
-    taps = torch.stack([direct[f"blocks.{layer}.hook_mlp_out"] for layer in range(rm.L)] + [direct[EMBED]])
-    out = [torch.einsum("ed,ed->e", taps[s_layer % (rm.L + 1), b, s_pos], vec)[:, None]]
+    taps = torch.stack([direct[output_hook(layer)] for layer in range(rm.L)] + [direct[EMBED]])
+    writes = range(src.taps.shape[1])  # a cross-layer feature's direct part sums its writes at every layer
+    out = [sum(torch.einsum("ed,ed->e", taps[src.taps[:, j], b, src.pos], src.vectors[:, j]) for j in writes)[:, None]]
     for layer in range(rm.L):
         gz = full[f"blocks.{layer}.attn.hook_z"]  # [n, q, head, d_head]
         pattern = rm.frozen[f"blocks.{layer}.attn.hook_pattern"][0]  # [head, q, k]
         gv = torch.einsum("hqk,bqhe->bhke", pattern, gz)
         u = _ln_transpose(rm, layer, torch.einsum("bhke,hde->bhkd", gv, rm.model.blocks[layer].attn.W_V.detach()))
-        out.insert(layer, torch.einsum("ehd,ed->eh", u[b, :, s_pos], reach[:, layer]))
+        out.insert(layer, torch.einsum("ehd,ed->eh", u[b, :, src.pos], reach[:, layer]))
     return torch.cat(out, 1)
 
 
@@ -139,7 +170,7 @@ def _edge_batches(rm: ReplacementModel, g, edges: torch.Tensor, batch_size: int)
             pick,
             _targets(rm, g, chunk),
             torch.searchsorted(chunk, edges[pick, 0]),
-            tuple(x[c] for x in src),
+            src[c],
             reach[c],
         )
 
@@ -173,12 +204,12 @@ def split_entries(rm: ReplacementModel, g, edges: torch.Tensor, batch_size: int 
     part of that head. edges: [n, 2] (row, column) of graph edges."""
     out = torch.zeros(edges.shape[0], rm.L, g.n_heads, rm.P)
     with torch.no_grad():
-        for pick, targets, b, (_, s_pos, _), reach in _edge_batches(rm, g, edges, batch_size):
+        for pick, targets, b, src, reach in _edge_batches(rm, g, edges, batch_size):
             full = rm.backward(*targets, copies=batch_size, with_z=True)
             for layer in range(rm.L):
                 gz = full[f"blocks.{layer}.attn.hook_z"][b]  # [n, q, head, d_head]
-                pattern = rm.frozen[f"blocks.{layer}.attn.hook_pattern"][0][:, :, s_pos].permute(2, 1, 0)  # [n, q, h]
-                x = _ln_forward(rm, layer, reach[:, layer], s_pos)
+                pattern = rm.frozen[f"blocks.{layer}.attn.hook_pattern"][0][:, :, src.pos].permute(2, 1, 0)  # [n, q, h]
+                x = _ln_forward(rm, layer, reach[:, layer], src.pos)
                 val = torch.einsum("nd,hde->nhe", x, rm.model.blocks[layer].attn.W_V.detach())
                 out[pick, layer] = (torch.einsum("nqhe,nhe->nqh", gz, val) * pattern).transpose(1, 2).float().cpu()
     return out

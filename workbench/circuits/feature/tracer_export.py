@@ -1,15 +1,27 @@
-"""The workbench's transcoders and models in circuit-tracer's objects (its TranscoderSet and TransformerLens
-ReplacementModel), so circuit-tracer's own `attribute` can run on the same model, prompt and transcoders as
-`build_graph` (bench/feature_circuit_bench.py compares the two). circuit-tracer is imported here only.
+"""The workbench's transcoders and models in circuit-tracer's objects (its TranscoderSet or CrossLayerTranscoder,
+and its TransformerLens ReplacementModel), so circuit-tracer's own `attribute` can run on the same model, prompt
+and dictionary as `build_graph` (bench/feature_circuit_bench.py compares the two). circuit-tracer is imported here
+only.
 
 Exact for Top-k transcoders without a scaffold: the encoder's input bias folds into its bias, the transcoders
-read the same hook (ln2.hook_normalized) and write hook_mlp_out."""
+read the same hook (ln2.hook_normalized) and write hook_mlp_out. A CLT goes through circuit-tracer's own
+`load_clt`, reading the files the workbench writes in its format (workbench.sae.clt_io: BatchTopK CLTs, JumpReLU
+at their threshold, without skip path or scaffold)."""
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import torch
 
-from workbench.circuits.feature.transcoders import PerLayerTranscoders, Transcoder, Transcoders, resolve
+from workbench.circuits.feature.transcoders import (
+    CrossLayerTranscoders,
+    PerLayerTranscoders,
+    Transcoder,
+    Transcoders,
+    resolve,
+)
 from workbench.errors import BadValueError
 
 
@@ -55,9 +67,7 @@ def transcoder_set(model, transcoders: Transcoders):
     if not isinstance(tcs, PerLayerTranscoders):
         raise BadValueError(f"{type(tcs).__name__} is not a per-layer set: only those export to a TranscoderSet")
     tcs = tcs.members
-    hooks = {t.input_hook.split(".", 2)[-1] for t in tcs}
-    if len(hooks) != 1:
-        raise BadValueError(f"the transcoders read different hooks {sorted(hooks)}: circuit-tracer reads one")
+    hook = _input_hook(t.input_hook for t in tcs)
     out = {}
     for t in tcs:
         _check_exportable(t)
@@ -80,7 +90,36 @@ def transcoder_set(model, transcoders: Transcoders):
             if skip is not None:
                 ct.W_skip.copy_(skip)
         out[t.layer] = ct
-    return TranscoderSet(out, feature_input_hook=hooks.pop(), feature_output_hook="hook_mlp_out")
+    return TranscoderSet(out, feature_input_hook=hook, feature_output_hook="hook_mlp_out")
+
+
+def _input_hook(hooks) -> str:
+    """The one hook name (within a block) every layer's dictionary reads: circuit-tracer reads one."""
+    names = {h.split(".", 2)[-1] for h in hooks}
+    if len(names) != 1:
+        raise BadValueError(f"the transcoders read different hooks {sorted(names)}: circuit-tracer reads one")
+    return names.pop()
+
+
+def cross_layer_transcoder(model, clt: CrossLayerTranscoders):
+    """circuit-tracer's CrossLayerTranscoder of a workbench CLT, read by circuit-tracer's load_clt from the CLT's
+    circuit_tracer/ folder (written there again, to a temporary folder, for a CLT built in memory)."""
+    _importable()
+    from circuit_tracer.transcoder.cross_layer_transcoder import load_clt
+
+    from workbench.sae.clt_io import TRACER, tracer_unsupported, write_circuit_tracer
+
+    why = tracer_unsupported(clt.clt.cfg)
+    if why is not None:
+        raise BadValueError(f"the CLT {clt.clt.cfg.name!r} does not export to circuit-tracer: {why}")
+    hook = _input_hook(clt.hooks)
+    options = dict(feature_input_hook=hook, device=model.cfg.device, dtype=torch.float32, lazy_decoder=False)
+    folder = None if clt.source is None else clt.source.folder / TRACER
+    if folder is not None and folder.is_dir():
+        return load_clt(str(folder), **options)
+    with tempfile.TemporaryDirectory() as tmp:
+        write_circuit_tracer(clt.clt, Path(tmp), {})
+        return load_clt(tmp, **options)  # lazy_decoder=False: every tensor is read before the folder goes
 
 
 def _renamed(key: str, rename) -> str:
@@ -91,11 +130,16 @@ def _renamed(key: str, rename) -> str:
 
 
 def replacement_model(model, transcoders: Transcoders):
-    """circuit-tracer's TransformerLens ReplacementModel with `model`'s config and weights and the set."""
+    """circuit-tracer's TransformerLens ReplacementModel with `model`'s config and weights and the dictionary (a
+    per-layer set or a CLT)."""
     _importable()
     from circuit_tracer.replacement_model.replacement_model_transformerlens import TransformerLensReplacementModel
 
-    ct = TransformerLensReplacementModel.from_config(model.cfg, transcoder_set(model, transcoders))
+    tcs = resolve(transcoders, model)
+    theirs = (
+        cross_layer_transcoder(model, tcs) if isinstance(tcs, CrossLayerTranscoders) else transcoder_set(model, tcs)
+    )
+    ct = TransformerLensReplacementModel.from_config(model.cfg, theirs)
     ct.tokenizer = model.tokenizer
     rename = ((".mlp.", ".mlp.old_mlp."), ("unembed.", "unembed.old_unembed."))
     state = {_renamed(k, rename): v for k, v in model.state_dict().items()}
