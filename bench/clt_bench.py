@@ -77,7 +77,7 @@ def prep_commands() -> list[tuple[Path, list[str]]]:
     for name, (model, kind, flags) in DICTS.items():
         argv = ["sae", "train", "--workspace", str(WS), "--cache", str(cache_dir(model)), "--name", name]
         argv += ["--arch", "topk", "--k", str(K), "--tokens", str(TRAIN_TOKENS), "--batch-size", str(BATCH)]
-        done = WS / kind / name / ("transcoders.json" if kind == "transcoders" else "*/clt.json")
+        done = WS / kind / name / ("transcoders.json" if kind == "transcoders" else "*/clt.json")  # a glob
         out.append((done, cli(*argv, "--lr", "0.001", "--seed", "0", "--quiet", *flags)))
     return out
 
@@ -98,9 +98,10 @@ def prep_part(args) -> list[str]:
     log_path = WORK / "prep.json"
     log = json.loads(log_path.read_text()) if log_path.is_file() else {}
     for done, argv in [*prep_commands(), *eval_commands()]:
-        if list(done.parent.glob(done.name)):
+        if list(WS.glob(str(done.relative_to(WS)))):
             continue
-        if "train" in argv and (done.parent / "checkpoint.pt").is_file():
+        run = WS / done.relative_to(WS).parts[0] / done.relative_to(WS).parts[1]  # <kind>/<name>
+        if "train" in argv and (run / "checkpoint.pt").is_file():
             argv = [*argv, "--resume"]  # a stopped run continues from its checkpoint
         load = " ".join(f"{x:.1f}" for x in os.getloadavg())
         t0, c0 = time.perf_counter(), _children_cpu()
