@@ -177,13 +177,12 @@ def store_path(name: str, task: str, n: int) -> Path:
     return WORK / "queries" / f"{name}-{task}-n{n}.json"
 
 
-def measure_family(name: str, task: str, n: int, measures: list[str], loaded: dict) -> None:
-    """One dictionary on one family's held-out queries, each query's measures written at once (a restart skips
-    what is stored). Queries are retargeted at the base model's answer (as `attention compare` does), so every
-    dictionary and model answers the same queries."""
-    from workbench.atomic import write_json
+def measure(name: str, tasks_: list[str], n: int, measures: list[str], loaded: dict) -> None:
+    """One dictionary on the families' held-out queries, query index by query index across the families (so a
+    stopped run has every family at about the same n), each query's measures written to its family's store at
+    once (a restart skips what is stored). Queries are retargeted at the base model's answer (as `attention
+    compare` does), so every dictionary and model answers the same queries."""
     from workbench.cache.overlap import seen_in_training
-    from workbench.circuits.component.api import retarget
     from workbench.circuits.feature.transcoders import open_set
     from workbench.corpus import tasks
     from workbench.models import load
@@ -196,29 +195,39 @@ def measure_family(name: str, task: str, n: int, measures: list[str], loaded: di
     folder = open_set(dict_dir(name))
     tcs = folder.load(device="cpu", model=model)
     seen = seen_in_training(folder.cache)
+    family = {t: tasks.queries(t, n, seed=0, tokenizer=base.tokenizer, split="heldout") for t in tasks_}
+    for i in range(n):
+        for task in tasks_:
+            measure_query(name, task, n, i, family[task][i], measures, (base, model, tcs, seen))
+
+
+def measure_query(name: str, task: str, n: int, i: int, cq, measures: list[str], ctx) -> None:
+    from workbench.atomic import write_json
+    from workbench.circuits.component.api import retarget
+
+    base, model, tcs, seen = ctx
     path = store_path(name, task, n)
-    store = json.loads(path.read_text()) if path.is_file() else {"dictionary": str(folder.folder), "rows": {}}
-    for i, cq in enumerate(tasks.queries(task, n, seed=0, tokenizer=base.tokenizer, split="heldout")):
-        row = store["rows"].setdefault(str(i), {})
-        todo = [m for m in measures if m not in row]
-        if not todo:
-            continue
-        cq = retarget(base, cq)
-        row.update(prompt=cq.prompt, answer=cq.answer, wrong=cq.wrong)
-        row["in_training_cache"] = seen(model.to_tokens(cq.prompt)[0, 1:].tolist())
-        for m in todo:
-            row[m] = MEASURES[m](model, tcs, cq)
-            row.setdefault("commit", {})[m] = harness.commit()
-            row.setdefault("load_at_start", {})[m] = " ".join(f"{x:.1f}" for x in os.getloadavg())
-            write_json(path, store, indent=1)
-        print(name, task, i, json.dumps({m: row[m].get("cpu_seconds") for m in todo}), flush=True)
+    store = json.loads(path.read_text()) if path.is_file() else {"dictionary": str(dict_dir(name)), "rows": {}}
+    row = store["rows"].setdefault(str(i), {})
+    todo = [m for m in measures if m not in row]
+    if not todo:
+        return
+    cq = retarget(base, cq)
+    row.update(prompt=cq.prompt, answer=cq.answer, wrong=cq.wrong)
+    row["in_training_cache"] = seen(model.to_tokens(cq.prompt)[0, 1:].tolist())
+    for m in todo:
+        load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+        row[m] = MEASURES[m](model, tcs, cq)
+        row.setdefault("commit", {})[m] = harness.commit()
+        row.setdefault("load_at_start", {})[m] = load
+        write_json(path, store, indent=1)
+    print(name, task, i, json.dumps({m: row[m].get("cpu_seconds") for m in todo}), flush=True)
 
 
 def queries_part(args) -> list[str]:
     loaded: dict = {}
     for name in args.dicts.split(","):
-        for task in args.families.split(","):
-            measure_family(name, task, args.n, args.measures.split(","), loaded)
+        measure(name, args.families.split(","), args.n, args.measures.split(","), loaded)
     return []
 
 
@@ -496,6 +505,72 @@ def store_facts(names: list[str], tasks: list[str], n: int) -> list[str]:
     return out
 
 
+def quality(name: str) -> dict:
+    """A dictionary's `sae eval` figures (its metrics.json): FVU per layer, total L0, CE recovered and KL score with
+    every MLP replaced at once; its parameters; the training run's wall and CPU seconds and load (prep.json)."""
+    from safetensors.torch import load_file
+
+    folder, (_, kind, _) = dict_dir(name), DICTS[name]
+    m = json.loads((folder / "metrics.json").read_text()) if (folder / "metrics.json").is_file() else {}
+    if kind == "transcoders":
+        members = [m.get("members", {}).get(n, {}) for n in sorted(m.get("members", {}))]
+        fvu, l0 = [x.get("fvu") for x in members], sum(x.get("l0", 0) for x in members)
+        replaced = next(iter(m.get("all_replaced", {}).values()), {})
+        files = sorted(folder.glob("L*/sae_weights.safetensors"))
+    else:
+        fvu, l0, replaced = m.get("fvu_per_layer", []), m.get("l0"), m.get("all_replaced", {})
+        files = [folder / "clt_weights.safetensors"]
+    trained = ("W_enc", "W_dec", "b_enc", "b_dec")  # not the buffers (scales, the input centre b_in)
+    params = sum(t.numel() for f in files for k, t in load_file(str(f)).items() if k.rsplit(".", 1)[-1] in trained)
+    prep = json.loads((WORK / "prep.json").read_text()) if (WORK / "prep.json").is_file() else {}
+    run = next((v for k, v in prep.items() if f"/{kind}/{name}/" in k), {})
+    return {"fvu": fvu, "l0": l0, "replaced": replaced, "parameters": params, "run": run}
+
+
+def dicts_part(args) -> list[str]:
+    """The dictionaries measured: recipe, parameters, how they were matched, and their `sae eval` quality."""
+    rows = []
+    for name, (model, kind, flags) in DICTS.items():
+        q = quality(name)
+        r, run = q["replaced"], q["run"]
+        rows.append(
+            [
+                f"`{name}`",
+                model,
+                "per-layer set" if kind == "transcoders" else "CLT",
+                flags[flags.index("--n-latents") + 1],
+                f"{q['parameters']:,}",
+                ", ".join(f"{v:.3f}" for v in q["fvu"] if v is not None) or "-",
+                f"{q['l0']:.1f}" if q["l0"] is not None else "-",
+                f"{r['ce_loss_recovered']:.3f}" if "ce_loss_recovered" in r else "-",
+                f"{r['kl_score']:.3f}" if "kl_score" in r else "-",
+                f"{run['wall_seconds']:.0f} / {run['cpu_seconds']:.0f} ({run['load_at_start'].split()[0]})"
+                if run
+                else "-",
+            ]
+        )
+    lines = ["", "## The dictionaries", ""]
+    lines += [
+        f"- Caches: `workbench cache --model data/models/tiny[-sparse] --corpus synthetic:seed=0 --tokens "
+        f"{CACHE_TOKENS}` (the default hooks: every layer's `ln2.hook_normalized` and `hook_mlp_out`); every "
+        f"dictionary `workbench sae train --cache CACHE --arch topk --k {K} --tokens {TRAIN_TOKENS} --batch-size "
+        f"{BATCH} --lr 0.001 --seed 0` with `--transcoders all --n-latents N` (a set) or `--clt --n-latents N` (a "
+        "CLT, `clt_loss` sum, `clt_sparsity` per_layer), one thread, `nice -n 5` (bench/clt_bench.py --part prep)",
+        f"- Matched total L0: every dictionary is Top-k with k = {K} on each of the 4 layers, so {4 * K} features "
+        "are active per token in total, exactly (Top-k, not an average). Matched parameters: a set's feature has an "
+        "encoder and one decoder (2 x d x 1,024 x 4 layers), a CLT's layer-l feature an encoder and a decoder into "
+        f"each of the 4 - l layers it writes (d x n x (4 + 10)), so n = 1,024 x 8 / 14 = {N_CLT_PARAMS} latents "
+        "per layer for `clt-params` (biases differ slightly: counts below). `clt-l0` has the set's 1,024 latents "
+        "per layer (matched L0 and width, 1.75x the parameters)",
+        "- Quality: `workbench sae eval DICT --cache CACHE --model MODEL` on the cache's held-out rows: FVU of each "
+        "layer's MLP output, total L0, CE recovered and KL score with every MLP replaced at once",
+        "",
+    ]
+    cols = ["dictionary", "model", "kind", "latents per layer", "parameters", "FVU per layer", "L0 total"]
+    cols += ["CE recovered, all MLPs", "KL score, all MLPs", "training wall / CPU s (1-min load)"]
+    return lines + harness.table(cols, rows)
+
+
 def compare_part(args) -> list[str]:
     tasks = args.families.split(",")
     measures = [m for m in READ if not m.startswith("entries")]
@@ -549,7 +624,7 @@ def _children_cpu() -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parts = {"prep": prep_part, "speed": speed_part, "memory": memory_part, "gpt2": gpt2_part}
-    parts.update(queries=queries_part, compare=compare_part, sparse=sparse_part)
+    parts.update(queries=queries_part, dicts=dicts_part, compare=compare_part, sparse=sparse_part)
     ap.add_argument("--part", choices=list(parts), required=True)
     ap.add_argument("--dicts", default="set,clt-params,clt-l0", help=f"queries: of {list(DICTS)}")
     ap.add_argument("--families", default=",".join(FAMILIES), help="queries: task families (default: %(default)s)")
