@@ -173,4 +173,4 @@ def test_attention_compare_through_clts(tiny_clt, sparse_clt, tmp_path, capsys):
         assert r["entries"]["edges"] > 0 and 1 <= r["entries"]["covering"] <= r["entries"]["nonzero"]
     capsys.readouterr()
     assert main([*argv, str(sparse_clt), str(sparse_clt)]) == 2
-    assert re.search(rf"CLT '{re.escape(str(sparse_clt))}' was trained on 'workbench-tiny@\\w+', not on", _err(capsys))
+    assert re.search(rf"CLT '{re.escape(str(sparse_clt))}' was trained on 'workbench-tiny@\w+', not on", _err(capsys))
