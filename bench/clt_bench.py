@@ -491,7 +491,9 @@ def store_facts(names: list[str], tasks: list[str], n: int) -> list[str]:
         rows = [r for t in tasks for r in stored_rows(name, t, n).values()]
         done = {m: sum(m in r for r in rows) for m in MEASURES}
         skipped = sum("skipped" in r.get("circuit", {}).get("circuit", {}) for r in rows)
-        commits = sorted({c for r in rows for c in r.get("commit", {}).values()})
+        stamps = [c for r in rows for c in r.get("commit", {}).values()]
+        commits = sorted({c.split()[0] for c in stamps})
+        dirty = sum("uncommitted" in c for c in stamps)
         loads = [float(v.split()[0]) for r in rows for v in r.get("load_at_start", {}).values()]
         seen = sum(bool(r.get("in_training_cache")) for r in rows)
         cpu = {m: sum(r[m].get("cpu_seconds", 0.0) for r in rows if m in r) / max(1, done[m]) for m in MEASURES}
@@ -499,7 +501,8 @@ def store_facts(names: list[str], tasks: list[str], n: int) -> list[str]:
             f"- `{name}` ({dict_dir(name)}): stored {done['circuit']} of "
             f"{n * len(tasks)} queries with graph + circuit ({skipped} without a circuit: the model's top-1 is not "
             f"the answer, or no gap), {done['heads']} with heads; prompts in the training cache {seen}; CPU s per "
-            f"query: circuit {cpu['circuit']:.1f}, heads {cpu['heads']:.1f}; commits {', '.join(commits) or '-'}; "
+            f"query: circuit {cpu['circuit']:.1f}, heads {cpu['heads']:.1f}; commits {', '.join(commits) or '-'} "
+            f"({dirty} of {len(stamps)} measures with uncommitted changes to workbench/ or bench/); "
             f"1-min load at the queries' starts {min(loads, default=0):.1f}-{max(loads, default=0):.1f}"
         )
     return out
