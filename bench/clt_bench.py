@@ -266,6 +266,11 @@ def trainers(n_tokens: int) -> dict:
     return out
 
 
+def head(title: str, info: dict, args, how: str = "single runs") -> list[str]:
+    """A measured section's title and the machine, commit and load it ran at."""
+    return ["", f"## {title}", "", *harness.machine_lines(info, {}, str(args.threads), how)]
+
+
 def dense_forward(n_latents: int, clt: bool):
     """A function timing (encode, decode) seconds of the dense matmuls a step's forward would do without sparsity,
     into preallocated outputs: every layer's encoder [B, d] @ [d, n], and the decoders [B, n] @ [n, d x layers
@@ -317,8 +322,7 @@ def speed_part(args) -> list[str]:
         rows.append([name, f"{t.cfgs[0].n_latents:,}", f"{params:,}", f"{step * 1e3:.0f}", f"{BATCH / step:,.0f}"])
         rows[-1] += [f"{enc * 1e3:.1f}", f"{dec * 1e3:.1f}", f"{ratio:.1f}x"]
         print(rows[-1], flush=True)
-    lines = ["", "## a. Training speed: CLT vs per-layer set on the same cache rows", ""]
-    lines += harness.machine_lines(info, {}, str(args.threads), "the three are interleaved step by step")
+    lines = head("a. Training speed: CLT vs per-layer set on the same cache rows", info, args, "interleaved steps")
     lines += [
         f"- Rows: the first {steps + 1} batches of {BATCH:,} rows of the embedded model's cache (the `prep` part's "
         f"`{cache_dir('tiny').relative_to(harness.ROOT)}`), [x_l | y_l] of each layer's `ln2.hook_normalized` and "
@@ -376,8 +380,7 @@ def memory_part(args) -> list[str]:
         fp = clt_footprint(cfg, batch, batch * TrainConfig().init_batches, "cpu", False)
         weights = 4 * (12 * 768 * n + 768 * n * 78)
         gpt2.append([f"{n:,}", k, f"{batch:,}", f"{weights / memory.MIB:,.0f}", f"{fp.total / memory.MIB:,.0f}"])
-    lines = ["", "## a. Memory: the CLT's estimate vs its measured peak; a GPT-2-small-shaped CLT estimated", ""]
-    lines += harness.machine_lines(info, {}, str(args.threads), "single runs")
+    lines = head("a. Memory: the CLT's estimate vs its measured peak; a GPT-2-small-shaped CLT estimated", info, args)
     lines += [
         f"- Measured: `bench/peers/workbench_clt.py` trains the CLT (Top-k, k = {K}, batch {BATCH:,}) for "
         f"{args.steps} steps from the embedded model's cache through `sae.transcoders.train_clt` (the CLI's path) "
@@ -411,8 +414,7 @@ def gpt2_part(args) -> list[str]:
     info = harness.machine_info()
     r = harness.run_side("main", "workbench_clt.py", cfg, "cltgpt2", timeout=6 * 3600, mem_cap_mb=12000)
     harness.write_text(WORK / "gpt2.result.json", json.dumps({"cfg": cfg, "result": r}, indent=1))
-    lines = ["", "## a. A GPT-2-small-shaped CLT: one graph at 256 tokens (random weights)", ""]
-    lines += harness.machine_lines(info, {}, str(args.threads), "a single run")
+    lines = head("a. A GPT-2-small-shaped CLT: one graph at 256 tokens (random weights)", info, args)
     lines += [
         f"- Model: random HookedTransformer, 12 layers, d_model 768, 12 heads, d_mlp 3072, vocabulary 50,257; a "
         f"random Top-k CLT (k = {cfg['k']} per layer, {cfg['n_latents']:,} latents per layer, each writing every "
@@ -574,12 +576,19 @@ def dicts_part(args) -> list[str]:
     return lines + harness.table(cols, rows)
 
 
-def compare_part(args) -> list[str]:
+def paired_section(args, title: str, measures: list[str], about: list[str], pairings: list[tuple]) -> list[str]:
+    """A section: what each dictionary's stores hold, how it was measured, then one paired table per (heading, A,
+    B)."""
     tasks = args.families.split(",")
-    measures = [m for m in READ if not m.startswith("entries")]
-    lines = ["", f"## b. CLT vs per-layer set on the embedded model ({args.n} held-out queries per family)", ""]
-    lines += store_facts(["set", "clt-params", "clt-l0"], tasks, args.n)
-    lines += [
+    names = list(dict.fromkeys(x for _, a, b in pairings for x in (a, b)))
+    lines = ["", f"## {title} ({args.n} held-out queries per family)", "", *store_facts(names, tasks, args.n), *about]
+    for heading, a, b in pairings:
+        lines += ["", f"### {heading}", "", *pairing_table(a, b, args.n, measures, tasks)]
+    return lines
+
+
+def compare_part(args) -> list[str]:
+    about = [
         "- Queries: `tasks.queries(task, 20, seed=0, split='heldout')` (feature_circuit_bench's), retargeted at "
         "the model's own correct top-1 (`retarget`); graph: the answer and wrong answer as targets, every feature "
         "with influence given a row, circuit-tracer's pruning (0.8 / 0.98); circuit: `find_feature_circuit(target_ndf"
@@ -589,34 +598,30 @@ def compare_part(args) -> list[str]:
         "- Each cell: mean over the queries both dictionaries have (A / B), then A - B with its paired Student-t 95% "
         "interval and n (`workbench/intervals.py`); circuit sizes are integers and heads small integers, so the t "
         "interval is an approximation",
-        "",
-        "### Matched total L0 and parameter count: set vs `clt-params`",
-        "",
     ]
-    lines += pairing_table("set", "clt-params", args.n, measures, tasks)
-    lines += ["", "### Matched total L0 and latents per layer (the CLT has 1.75x the parameters): set vs `clt-l0`", ""]
-    return lines + pairing_table("set", "clt-l0", args.n, measures, tasks)
+    pairings = [
+        ("Matched total L0 and parameter count: set vs `clt-params`", "set", "clt-params"),
+        ("Matched total L0 and latents per layer (the CLT has 1.75x the parameters): set vs `clt-l0`", "set", "clt-l0"),
+    ]
+    measures = [m for m in READ if not m.startswith("entries")]
+    return paired_section(args, "b. CLT vs per-layer set on the embedded model", measures, about, pairings)
 
 
 def sparse_part(args) -> list[str]:
-    tasks = args.families.split(",")
-    measures = ["heads for 80%", "entries per edge covering 80%"]
-    lines = ["", f"## c. Base vs sparse attention through CLTs ({args.n} held-out queries per family)", ""]
-    lines += store_facts(["clt-l0", "sparse-clt", "set", "sparse-set"], tasks, args.n)
-    lines += [
+    about = [
         "- Through CLTs: base `tiny` through `clt-l0`, sparse `tiny-sparse` through `sparse-clt` (the same recipe "
         "trained on the sparse model's own cache); beside it, the per-layer sets of the same recipe (`set`, "
         "`sparse-set`: 200k training tokens, so not the sets of feature_circuits.md's table, which had 400k); both "
         "models asked for the base model's answer (as `attention compare` does); measures as `attention compare "
         "--transcoders` (docs/methods.md §11), per query through `attention.head_flow.query_heads`; base - sparse "
         "with its paired Student-t 95% interval",
-        "",
-        "### Through CLTs: `clt-l0` (tiny) vs `sparse-clt` (tiny-sparse)",
-        "",
     ]
-    lines += pairing_table("clt-l0", "sparse-clt", args.n, measures, tasks)
-    lines += ["", "### Through per-layer sets of the same recipe: `set` (tiny) vs `sparse-set` (tiny-sparse)", ""]
-    return lines + pairing_table("set", "sparse-set", args.n, measures, tasks)
+    pairings = [
+        ("Through CLTs: `clt-l0` (tiny) vs `sparse-clt` (tiny-sparse)", "clt-l0", "sparse-clt"),
+        ("Through per-layer sets of the same recipe: `set` (tiny) vs `sparse-set` (tiny-sparse)", "set", "sparse-set"),
+    ]
+    measures = ["heads for 80%", "entries per edge covering 80%"]
+    return paired_section(args, "c. Base vs sparse attention through CLTs", measures, about, pairings)
 
 
 def _children_cpu() -> float:
