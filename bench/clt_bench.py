@@ -272,7 +272,7 @@ def head(title: str, info: dict, args, how: str = "single runs") -> list[str]:
 
 
 def dense_forward(n_latents: int, clt: bool):
-    """A function timing (encode, decode) seconds of the dense matmuls a step's forward would do without sparsity,
+    """A function timing (encode, decode) CPU seconds of the dense matmuls a step's forward would do without sparsity,
     into preallocated outputs: every layer's encoder [B, d] @ [d, n], and the decoders [B, n] @ [n, d x layers
     written] (4 x 1 for a set, 4 + 3 + 2 + 1 for a CLT)."""
     import torch
@@ -284,13 +284,13 @@ def dense_forward(n_latents: int, clt: bool):
     outs = [torch.empty(BATCH, d * w) for w in writes]
 
     def timed() -> tuple[float, float]:
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         for _ in range(4):
             torch.mm(x, enc, out=out_e)
-        t1 = time.perf_counter()
+        t1 = time.process_time()
         for w, o in zip(decs, outs):
             torch.mm(code, w, out=o)
-        return t1 - t0, time.perf_counter() - t1
+        return t1 - t0, time.process_time() - t1
 
     return timed
 
@@ -311,16 +311,16 @@ def speed_part(args) -> list[str]:
     for x in batches[1:]:
         for name, t in tr.items():
             enc, dec = dense[name]()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             t.train_step(x)
-            times[name].append((time.perf_counter() - t0, enc, dec))
+            times[name].append((time.perf_counter() - t0, enc, dec, time.process_time() - c0))
     rows = []
     for name, t in tr.items():
-        step, enc, dec = (statistics.median(v[j] for v in times[name][2:]) for j in range(3))
-        ratio = statistics.median(v[0] / (v[1] + v[2]) for v in times[name][2:])
+        step, enc, dec, cpu = (statistics.median(v[j] for v in times[name][2:]) for j in range(4))
+        ratio = statistics.median(v[3] / (v[1] + v[2]) for v in times[name][2:])
         params = sum(p.numel() for s in t.saes for p in s.parameters())
         rows.append([name, f"{t.cfgs[0].n_latents:,}", f"{params:,}", f"{step * 1e3:.0f}", f"{BATCH / step:,.0f}"])
-        rows[-1] += [f"{enc * 1e3:.1f}", f"{dec * 1e3:.1f}", f"{ratio:.1f}x"]
+        rows[-1] += [f"{cpu * 1e3:.0f}", f"{BATCH / cpu:,.0f}", f"{enc * 1e3:.1f}", f"{dec * 1e3:.1f}", f"{ratio:.1f}x"]
         print(rows[-1], flush=True)
     lines = head("a. Training speed: CLT vs per-layer set on the same cache rows", info, args, "interleaved steps")
     lines += [
@@ -329,15 +329,17 @@ def speed_part(args) -> list[str]:
         "`hook_mlp_out`, read once into memory; every dictionary steps on the same batch in turn; the first batch "
         f"initialises them (not timed), the first 2 timed steps are dropped: medians over {steps - 2} steps",
         f"- Recipe: Top-k, k = {K} per layer (total L0 {4 * K} per token), lr 1e-3, AuxK on, fp32, one thread; a "
-        "step is the Trainer's whole `train_step` (forward, backward, Adam, decoder renormalisation, counters)",
+        "step is the Trainer's whole `train_step` (forward, backward, Adam, decoder renormalisation, counters); "
+        "step CPU ms: this (single-threaded) process's CPU time in the step, the figure to compare under load",
         "- Dense bound: right before each step, the dense matmuls into preallocated outputs that the step's forward "
         "would do without sparse kernels: encode = every layer's [B, d] @ [d, n]; decode = [B, n] @ [n, d x layers "
-        "written] per layer (one layer each for the set; 4 + 3 + 2 + 1 for a CLT). step / dense: the median of each "
-        "step's time over its encode + decode (a forward only: backward and Adam are not in the bound)",
+        "written] per layer (one layer each for the set; 4 + 3 + 2 + 1 for a CLT), in CPU time; step / dense: the "
+        "median of each step's CPU time over its encode + decode (a forward only: backward and Adam are not in it)",
         "",
     ]
-    cols = ["dictionary", "latents per layer", "parameters", "step ms (median)", "tokens/s", "dense encode ms"]
-    return lines + harness.table(cols + ["dense decode ms", "step / dense forward"], rows)
+    cols = ["dictionary", "latents per layer", "parameters", "step ms (median)", "tokens/s", "step CPU ms"]
+    cols += ["tokens per CPU s", "dense encode CPU ms"]
+    return lines + harness.table(cols + ["dense decode CPU ms", "step CPU / dense forward CPU"], rows)
 
 
 def memory_part(args) -> list[str]:
