@@ -521,7 +521,7 @@ def quality(name: str) -> dict:
     m = json.loads((folder / "metrics.json").read_text()) if (folder / "metrics.json").is_file() else {}
     if kind == "transcoders":
         members = [m.get("members", {}).get(n, {}) for n in sorted(m.get("members", {}))]
-        fvu, l0 = [x.get("fvu") for x in members], sum(x.get("l0", 0) for x in members)
+        fvu, l0 = [x.get("fvu") for x in members], (sum(x.get("l0", 0) for x in members) if members else None)
         replaced = next(iter(m.get("all_replaced", {}).values()), {})
         files = sorted(folder.glob("L*/sae_weights.safetensors"))
     else:
