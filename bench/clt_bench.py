@@ -414,7 +414,7 @@ def gpt2_part(args) -> list[str]:
     """A random GPT-2-small-shaped model with a random Top-k CLT over its 12 layers: one 256-token graph."""
     cfg = dict(mode="gpt2", n_tokens=256, n_latents=args.gpt2_latents, k=32, max_feature_nodes=500, batch=8)
     info = harness.machine_info()
-    r = harness.run_side("main", "workbench_clt.py", cfg, "cltgpt2", timeout=6 * 3600, mem_cap_mb=12000)
+    r = harness.run_side("main", "workbench_clt.py", cfg, "cltgpt2", timeout=6 * 3600, mem_cap_mb=10000)
     harness.write_text(WORK / "gpt2.result.json", json.dumps({"cfg": cfg, "result": r}, indent=1))
     lines = head("a. A GPT-2-small-shaped CLT: one graph at 256 tokens (random weights)", info, args)
     lines += [
