@@ -423,7 +423,7 @@ def gpt2_part(args) -> list[str]:
         f"later layer: {r['clt_parameters']:,} parameters, fp32), built in memory (`bench/peers/workbench_clt.py`). "
         "Random weights: the figures are time and memory only; the scores mean nothing",
         f"- Graph: {cfg['n_tokens']} random tokens, `build_graph(max_feature_nodes={cfg['max_feature_nodes']}, "
-        f"batch_size={cfg['batch']}, heads=False)` (heads: the CLT head split was not merged when this ran), the "
+        f"batch_size={cfg['batch']}, heads=False)` (no head split: its cost is not in these figures), the "
         "top logits as targets; peak RSS = the process's VmHWM reset after loading model and CLT",
         "",
     ]
