@@ -556,7 +556,14 @@ def dicts_part(args) -> list[str]:
                 else "-",
             ]
         )
-    lines = ["", "## The dictionaries", ""]
+    prep = json.loads((WORK / "prep.json").read_text()) if (WORK / "prep.json").is_file() else {}
+    commits = sorted({v["commit"] for v in prep.values()})
+    lines = [
+        "",
+        "## The dictionaries",
+        "",
+        f"- Commits of the prep runs (bench/work/clts/prep.json): {', '.join(commits)}",
+    ]
     lines += [
         f"- Caches: `workbench cache --model data/models/tiny[-sparse] --corpus synthetic:seed=0 --tokens "
         f"{CACHE_TOKENS}` (the default hooks: every layer's `ln2.hook_normalized` and `hook_mlp_out`); every "
