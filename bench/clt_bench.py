@@ -6,6 +6,7 @@ section of bench/results/clts.md:
     python bench/clt_bench.py --part memory      # the CLT's memory estimate vs its measured peak; GPT-2-small shape
     python bench/clt_bench.py --part gpt2        # a random GPT-2-small-shaped CLT: one 256-token graph, peak RSS
     python bench/clt_bench.py --part queries [--dicts set,clt-l0,clt-params] [--families ...] [--n 20]
+    python bench/clt_bench.py --part dicts       # (render) the dictionaries: recipe, matching, `sae eval` quality
     python bench/clt_bench.py --part compare     # (render) set vs CLTs on the held-out queries, paired intervals
     python bench/clt_bench.py --part sparse      # (render) base vs sparse attention through CLTs
 
