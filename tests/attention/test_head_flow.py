@@ -1,7 +1,7 @@
 """The heads carrying the attention-mediated attribution (head_flow.py): the measure on a constructed graph with a
 known answer, the paired base - sparse interval on known differences, and `workbench attention compare
 --transcoders` end to end on the embedded base and sparse-attention models with a set trained on each (both
-query splits), with its one-line refusals."""
+query splits) and with a cross-layer transcoder trained on each, with its one-line refusals."""
 
 from __future__ import annotations
 
@@ -142,3 +142,35 @@ def test_attention_compare_refuses_a_set_of_another_model_or_missing_layers(tiny
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "--split: invalid choice: 'test' (choose from 'train', 'heldout')" in err
+
+
+@pytest.fixture(scope="module")
+def sparse_clt(tiny_sparse, tmp_path_factory):
+    """A cross-layer transcoder of the embedded sparse-attention model (the recipe of conftest's tiny_clt)."""
+    from conftest import _brief_training, _small_cache
+
+    from workbench.sae.config import CLTConfig
+    from workbench.sae.transcoders import train_clt
+
+    root = tmp_path_factory.mktemp("sparse_clt")
+    cache = _small_cache("tiny-sparse", tiny_sparse[0], root)
+    return train_clt(cache, "all", CLTConfig("batchtopk", k=8, expansion=4), _brief_training(), root / "clt")
+
+
+def test_attention_compare_through_clts(tiny_clt, sparse_clt, tmp_path, capsys):
+    """`attention compare --transcoders BASE_CLT SPARSE_CLT`: each model read through its own CLT (a CLT feature's
+    edges split over heads from its writes at every layer below the target); a CLT of the other model refused."""
+    out = tmp_path / "heads.json"
+    argv = ["attention", "compare", "--sparse", "tiny-sparse", "--task", "ioi", "--n", "1", "--transcoders"]
+    assert main([*argv, str(tiny_clt), str(sparse_clt), "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["transcoders"] == {"base": str(tiny_clt), "sparse": str(sparse_clt)}
+    assert res["in_training_cache"] == {"base": 0, "sparse": 0}  # the CLTs' own caches were checked
+    for side in ("base", "sparse"):
+        r = res["queries"][0][side]
+        assert 1 <= r["heads_needed"] <= r["heads"] == 16
+        assert sum(r["head_share"].values()) == pytest.approx(1.0)
+        assert r["entries"]["edges"] > 0 and 1 <= r["entries"]["covering"] <= r["entries"]["nonzero"]
+    capsys.readouterr()
+    assert main([*argv, str(sparse_clt), str(sparse_clt)]) == 2
+    assert re.search(rf"CLT '{re.escape(str(sparse_clt))}' was trained on 'workbench-tiny@\w+', not on", _err(capsys))

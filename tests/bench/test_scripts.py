@@ -178,3 +178,25 @@ def test_byo_roundtrip_equals_sparsify_and_dictionary_learning(tmp_path):
     for row in rows:
         diffs = [float(x) for x in re.findall(r"\d\.\d\de[+-]\d\d", row)]
         assert diffs and max(diffs) < 1e-5, row
+
+
+def test_clt_bench_pairs_the_stored_queries(tmp_path):
+    """`clt_bench.py --part compare` reads two dictionaries' per-query stores and pairs them query by query: the
+    cell holds both means over the shared queries and the paired t interval of the differences."""
+    from workbench.intervals import paired_difference
+
+    queries = tmp_path / "work" / "clts" / "queries"
+    queries.mkdir(parents=True)
+    nodes = {"set": [10, 14, 9, None], "clt-params": [8, 11, 9, 7]}  # query 3: no circuit for the set
+    for name, sizes in nodes.items():
+        rows = {
+            str(i): {"circuit": {"graph": {"replacement": 0.5 + i / 10}, "circuit": {"nodes": s} if s else {}}}
+            for i, s in enumerate(sizes)
+        }
+        (queries / f"{name}-ioi-n4.json").write_text(json.dumps({"rows": rows}))
+    out = tmp_path / "report.md"
+    _run(tmp_path, "bench/clt_bench.py", "--part", "compare", "--families", "ioi", "--n", "4", "--out", out)
+    row = next(line for line in out.read_text().splitlines() if line.startswith("| ioi |"))
+    gap = paired_difference({i: v for i, v in enumerate(nodes["set"][:3])}, dict(enumerate(nodes["clt-params"][:3])))
+    assert f"11.0 / 9.3; {gap.format('{:.1f}')}" in row
+    assert "0.650 / 0.650; 0.000" in row  # replacement: all four queries, identical
