@@ -213,7 +213,7 @@ d_mlp {c["d_mlp"]}, n_ctx {c["n_ctx"]}, {c.get("positional_embedding", "standard
 {card["n_params"]:,} parameters) trained from seed
 {c["seed"]} on the workbench's synthetic corpus ({c["steps"]} steps of {c["batch_size"]} x {c["n_ctx"]} tokens,
 {c["steps"] * c["batch_size"] * c["n_ctx"]:,} training tokens, AdamW lr {c["lr"]}, {_spent(card)}).
-Word-level tokenizer: one word, one token. Rebuild it with `{card.get('train_command', 'workbench model train --out DIR')}`
+Word-level tokenizer: one word, one token. Rebuild it with `{card.get("train_command", "workbench model train --out DIR")}`
 (same seed, same weights up to float nondeterminism).
 
 Final training loss: {card["final_train_loss"]:.3f} nats/token.
