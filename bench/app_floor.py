@@ -248,8 +248,8 @@ def parts_main(circuit: str) -> None:
     lap("the 300 drawn edges chosen")
     gv.encode(gl.from_view(cd, v), None, None, frozenset())
     lap("layout and the view's JSON")
-    cg.curve_figure(cd, v.point).to_json()
-    lap("curve figure and its JSON")
+    cg.curve_figure(cd, v.point)
+    lap("curve drawn (an SVG image)")
     try:
         live.spec_of(cd.model_id, "this circuit")
     except live.ModelNotFound:

@@ -138,16 +138,26 @@ def tiny_set(tiny, tmp_path_factory):
     return _train_set("tiny", tiny[0], tmp_path_factory.mktemp("tiny_set"))
 
 
-@pytest.fixture(scope="session")
-def tiny_clt(tiny, tmp_path_factory):
-    """A BatchTopK cross-layer transcoder over every layer of the embedded model (so circuit-tracer's files are
-    written beside it), trained briefly on a small cache of it."""
+def _train_clt(spec, model, root):
+    """A BatchTopK cross-layer transcoder over every layer of a model (so circuit-tracer's files are written beside
+    it), trained briefly on a small cache of it."""
     from workbench.sae.config import CLTConfig
     from workbench.sae.transcoders import train_clt
 
-    root = tmp_path_factory.mktemp("tiny_clt")
-    cache = _small_cache("tiny", tiny[0], root)
+    cache = _small_cache(spec, model, root)
     return train_clt(cache, "all", CLTConfig("batchtopk", k=8, expansion=4), _brief_training(), root / "clt")
+
+
+@pytest.fixture(scope="session")
+def tiny_clt(tiny, tmp_path_factory):
+    """A cross-layer transcoder of the embedded model."""
+    return _train_clt("tiny", tiny[0], tmp_path_factory.mktemp("tiny_clt"))
+
+
+@pytest.fixture(scope="session")
+def tiny_sparse_clt(tiny_sparse, tmp_path_factory):
+    """A cross-layer transcoder of the embedded sparse-attention model, by tiny_clt's recipe."""
+    return _train_clt("tiny-sparse", tiny_sparse[0], tmp_path_factory.mktemp("tiny_sparse_clt"))
 
 
 SPARSE = "tiny-sparse"

@@ -144,27 +144,14 @@ def test_attention_compare_refuses_a_set_of_another_model_or_missing_layers(tiny
     assert "--split: invalid choice: 'test' (choose from 'train', 'heldout')" in err
 
 
-@pytest.fixture(scope="module")
-def sparse_clt(tiny_sparse, tmp_path_factory):
-    """A cross-layer transcoder of the embedded sparse-attention model (the recipe of conftest's tiny_clt)."""
-    from conftest import _brief_training, _small_cache
-
-    from workbench.sae.config import CLTConfig
-    from workbench.sae.transcoders import train_clt
-
-    root = tmp_path_factory.mktemp("sparse_clt")
-    cache = _small_cache("tiny-sparse", tiny_sparse[0], root)
-    return train_clt(cache, "all", CLTConfig("batchtopk", k=8, expansion=4), _brief_training(), root / "clt")
-
-
-def test_attention_compare_through_clts(tiny_clt, sparse_clt, tmp_path, capsys):
+def test_attention_compare_through_clts(tiny_clt, tiny_sparse_clt, tmp_path, capsys):
     """`attention compare --transcoders BASE_CLT SPARSE_CLT`: each model read through its own CLT (a CLT feature's
     edges split over heads from its writes at every layer below the target); a CLT of the other model refused."""
     out = tmp_path / "heads.json"
     argv = ["attention", "compare", "--sparse", "tiny-sparse", "--task", "ioi", "--n", "1", "--transcoders"]
-    assert main([*argv, str(tiny_clt), str(sparse_clt), "--out", str(out)]) == 0
+    assert main([*argv, str(tiny_clt), str(tiny_sparse_clt), "--out", str(out)]) == 0
     res = json.loads(out.read_text())
-    assert res["transcoders"] == {"base": str(tiny_clt), "sparse": str(sparse_clt)}
+    assert res["transcoders"] == {"base": str(tiny_clt), "sparse": str(tiny_sparse_clt)}
     assert res["in_training_cache"] == {"base": 0, "sparse": 0}  # the CLTs' own caches were checked
     for side in ("base", "sparse"):
         r = res["queries"][0][side]
@@ -172,5 +159,5 @@ def test_attention_compare_through_clts(tiny_clt, sparse_clt, tmp_path, capsys):
         assert sum(r["head_share"].values()) == pytest.approx(1.0)
         assert r["entries"]["edges"] > 0 and 1 <= r["entries"]["covering"] <= r["entries"]["nonzero"]
     capsys.readouterr()
-    assert main([*argv, str(sparse_clt), str(sparse_clt)]) == 2
-    assert re.search(rf"CLT '{re.escape(str(sparse_clt))}' was trained on 'workbench-tiny@\w+', not on", _err(capsys))
+    assert main([*argv, str(tiny_sparse_clt), str(tiny_sparse_clt)]) == 2
+    assert re.search(rf"CLT '{re.escape(str(tiny_sparse_clt))}' was trained on 'workbench-tiny@\w+', not on", _err(capsys))
