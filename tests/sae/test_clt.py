@@ -42,6 +42,7 @@ def _inputs(cache, layers, n=64):
         ("topk", "shared"),
         ("batchtopk", "shared"),
         ("matryoshka", "per_layer"),
+        ("matryoshka", "shared"),
     ],
 )
 def test_a_clt_trains_from_the_cache_and_its_loss_falls(tc_cache, tmp_path, arch, sparsity):
@@ -64,8 +65,9 @@ def test_a_clt_trains_from_the_cache_and_its_loss_falls(tc_cache, tmp_path, arch
     fvu = sum(float((y - r).pow(2).sum()) for y, r in zip(ys, recon)) / sum(
         float((y - y.mean(0)).pow(2).sum()) for y in ys
     )
-    # BatchTopK with a shared budget: its inference threshold (one EMA for every layer) still lags after 16 steps
-    assert fvu < (1.0 if (arch, sparsity) != ("batchtopk", "shared") else 1.5)
+    # BatchTopK (Matryoshka too) with a shared budget: its inference threshold (one EMA for every layer) still lags
+    # after 16 steps
+    assert fvu < (1.5 if sparsity == "shared" and arch != "topk" else 1.0)
     if arch == "matryoshka":  # the prefix loss is what it trains; its prefixes are saved with it
         assert "matryoshka_mse" in curves[-1] and m["clt_config"]["prefixes"] == clt.cfg.prefixes == [
             16,
