@@ -1,0 +1,110 @@
+"""`sae import` of a Hub id, offline: an id that is no folder goes to its library's own loader (sae_lens's
+`SAE.from_pretrained`, circuit-tracer's `load_transcoder_from_hub`); not cached, it fails with one line naming the
+cache and the command that fetches it; cached (a Hugging Face cache laid out as huggingface_hub writes it), it
+imports through that loader equal to importing the folder itself."""
+
+import shutil
+
+import pytest
+import torch
+import yaml
+
+from tests.sae.test_imports import RESID, _saelens_folders, _tracer_set
+from tests.small_models import small_model
+from workbench import steps
+from workbench.cli import main
+from workbench.models import save
+from workbench.readback import artifact_manifest
+from workbench.sae.io import load_sae
+from workbench.sae.transcoders import load_set
+from workbench.workspace import Workspace
+
+REVISION = "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.fixture
+def offline(tmp_path, monkeypatch):
+    """huggingface_hub offline, its cache an empty folder."""
+    import huggingface_hub.constants as hub
+
+    monkeypatch.setattr(hub, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(hub, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    return tmp_path / "hf-cache"
+
+
+def _cache(cache, repo: str, files) -> None:
+    """`files` (a folder) as the main revision of Hub repo `repo` in a Hugging Face cache."""
+    root = cache / f"models--{repo.replace('/', '--')}"
+    shutil.copytree(files, root / "snapshots" / REVISION)
+    (root / "refs").mkdir()
+    (root / "refs" / "main").write_text(REVISION)
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory, tokenizer):
+    root = tmp_path_factory.mktemp("hub")
+    model = small_model(tokenizer)
+    ws = Workspace(root / "ws")
+    folder = save(model, ws.path("models", "small"))
+    ws.record(folder, "models", made_by="test", config={})
+    return ws, model, str(folder)
+
+
+@pytest.mark.parametrize(
+    "argv, library, fetch",
+    [
+        (["gpt2-small-res-jb", "--sae-id", "blocks.8.hook_resid_pre"], "sae_lens release", "--sae-id blocks.8"),
+        (["someone/their-saes", "--sae-id", "layer_1"], "sae_lens release", "someone/their-saes --sae-id layer_1"),
+        (["gemma"], "circuit-tracer", "workbench sae import gemma --format circuit-tracer"),
+        (["hf://someone/their-transcoders/relu@v1"], "circuit-tracer", "hf://someone/their-transcoders/relu@v1"),
+    ],
+)
+def test_an_uncached_hub_id_offline_fails_in_one_line_naming_the_cache_and_the_fetch(
+    offline, tmp_path, capsys, argv, library, fetch
+):
+    assert main(["sae", "import", *argv, "--workspace", str(tmp_path / "ws")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "not in the local cache" in err and str(offline) in err
+    assert library in err and "HF_HUB_OFFLINE is set" in err and f"`workbench sae import {argv[0]}" in err
+    assert fetch in err
+
+
+def test_what_is_not_a_hub_id_is_refused_by_name(offline, tmp_path, capsys):
+    ws = ["--workspace", str(tmp_path / "ws")]
+    assert main(["sae", "import", "gpt2-small-res-jb", *ws]) == 2
+    assert "--sae-id" in capsys.readouterr().err
+    assert main(["sae", "import", "./no/such/folder", "--sae-id", "x", *ws]) == 2
+    assert "--sae-id names an SAE" in capsys.readouterr().err
+    assert main(["sae", "import", "./no/such/folder", *ws]) == 2
+    assert "is not a folder" in capsys.readouterr().err
+
+
+def test_a_cached_sae_lens_repo_imports_offline_equal_to_its_folder(small, offline, tmp_path):
+    ws, model, spec = small
+    sae = _saelens_folders(tmp_path / "made")["jumprelu"]
+    shutil.copytree(sae, tmp_path / "repo" / "layer_1")
+    _cache(offline, "someone/their-saes", tmp_path / "repo")
+    summary, folder = steps.import_sae(ws, "someone/their-saes", spec, model=model, sae_id="layer_1")
+    direct, direct_folder = steps.import_sae(ws, sae, spec, model=model, name="jumprelu-direct")
+    assert summary == direct and summary["hook"] == RESID and summary["max_abs_diff_vs_source"] == 0.0
+    ours, theirs = load_sae(folder).state_dict(), load_sae(direct_folder).state_dict()
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
+    assert artifact_manifest(folder / "artifact.json")["inputs"]["source"] == "someone/their-saes --sae-id layer_1"
+
+
+def test_a_cached_circuit_tracer_repo_imports_offline_equal_to_its_folder(small, offline, tmp_path, capsys):
+    ws, model, spec = small
+    _tracer_set(tmp_path / "repo", 2, skip=False)
+    cfg = yaml.safe_load((tmp_path / "repo" / "config.yaml").read_text())
+    (tmp_path / "repo" / "config.yaml").write_text(yaml.safe_dump({**cfg, "model_kind": "transcoder_set"}))
+    _cache(offline, "someone/their-transcoders", tmp_path / "repo")
+    argv = ["sae", "import", "someone/their-transcoders", "--model", spec, "--workspace", str(ws.root)]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert "within" in capsys.readouterr().out  # compared with circuit-tracer's own loader
+    summary, direct = steps.import_sae(ws, tmp_path / "repo", spec, model=model, name="tracer-direct")
+    hub_set, direct_set = load_set(ws.path("transcoders", "someone_their-transcoders")), load_set(direct)
+    assert [e["target_hook"] for e in hub_set["layers"]] == [e["target_hook"] for e in direct_set["layers"]]
+    for a, b in zip(hub_set["layers"], direct_set["layers"]):
+        ours = load_sae(ws.path("transcoders", "someone_their-transcoders") / a["transcoders"][0]).state_dict()
+        theirs = load_sae(direct / b["transcoders"][0]).state_dict()
+        assert all(torch.equal(ours[k], theirs[k]) for k in theirs)
