@@ -9,14 +9,13 @@ import pytest
 import torch
 import yaml
 
-from tests.sae.test_imports import RESID, _saelens_folders, _tracer_set
+from tests.sae.test_imports import RESID, _saelens_folders, _tracer_clt, _tracer_set
 from tests.small_models import small_model
 from workbench import steps
 from workbench.cli import main
 from workbench.models import save
 from workbench.readback import artifact_manifest
 from workbench.sae.io import load_sae
-from workbench.sae.transcoders import load_set
 from workbench.workspace import Workspace
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"
@@ -92,19 +91,25 @@ def test_a_cached_sae_lens_repo_imports_offline_equal_to_its_folder(small, offli
     assert artifact_manifest(folder / "artifact.json")["inputs"]["source"] == "someone/their-saes --sae-id layer_1"
 
 
-def test_a_cached_circuit_tracer_repo_imports_offline_equal_to_its_folder(small, offline, tmp_path, capsys):
+@pytest.mark.parametrize("kind", ["transcoder_set", "cross_layer_transcoder"])
+def test_a_cached_circuit_tracer_repo_imports_offline_equal_to_its_folder(small, offline, tmp_path, capsys, kind):
+    """Hub id owner/name/subfolder (circuit-tracer's own parsing), a transcoder set or a CLT; the weights the
+    workbench writes are byte-equal to those of the folder imported directly."""
     ws, model, spec = small
-    _tracer_set(tmp_path / "repo", 2, skip=False)
-    cfg = yaml.safe_load((tmp_path / "repo" / "config.yaml").read_text())
-    (tmp_path / "repo" / "config.yaml").write_text(yaml.safe_dump({**cfg, "model_kind": "transcoder_set"}))
+    src = tmp_path / "repo" / kind
+    if kind == "transcoder_set":
+        _tracer_set(src, 2, skip=False)
+    else:
+        _tracer_clt(src, model.cfg.n_layers, "per_latent")
+    cfg = yaml.safe_load((src / "config.yaml").read_text())
+    (src / "config.yaml").write_text(yaml.safe_dump({**cfg, "model_kind": kind}))
     _cache(offline, "someone/their-transcoders", tmp_path / "repo")
-    argv = ["sae", "import", "someone/their-transcoders", "--model", spec, "--workspace", str(ws.root)]
+    ref = f"someone/their-transcoders/{kind}"
+    argv = ["sae", "import", ref, "--model", spec, "--workspace", str(ws.root), "--name", f"hub-{kind}"]
     assert main(argv) == 0, capsys.readouterr().err
-    assert "within" in capsys.readouterr().out  # compared with circuit-tracer's own loader
-    summary, direct = steps.import_sae(ws, tmp_path / "repo", spec, model=model, name="tracer-direct")
-    hub_set, direct_set = load_set(ws.path("transcoders", "someone_their-transcoders")), load_set(direct)
-    assert [e["target_hook"] for e in hub_set["layers"]] == [e["target_hook"] for e in direct_set["layers"]]
-    for a, b in zip(hub_set["layers"], direct_set["layers"]):
-        ours = load_sae(ws.path("transcoders", "someone_their-transcoders") / a["transcoders"][0]).state_dict()
-        theirs = load_sae(direct / b["transcoders"][0]).state_dict()
-        assert all(torch.equal(ours[k], theirs[k]) for k in theirs)
+    assert "of the source library's own loader" in capsys.readouterr().out
+    _, direct = steps.import_sae(ws, src, spec, model=model, name=f"direct-{kind}")
+    hub_folder = direct.parent / f"hub-{kind}"
+    weights = sorted(p.relative_to(direct) for p in direct.rglob("*.safetensors"))
+    assert weights and weights == sorted(p.relative_to(hub_folder) for p in hub_folder.rglob("*.safetensors"))
+    assert all((direct / w).read_bytes() == (hub_folder / w).read_bytes() for w in weights)
