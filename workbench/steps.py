@@ -956,6 +956,8 @@ def _import_tracer_clt(ws: Workspace, src: Path, folder: Path, model, model_spec
             summary=summary,
         )
     return summary, folder
+
+
 EXPORT_FORMATS = ("circuit-tracer", "sparsify")
 
 

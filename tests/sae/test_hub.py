@@ -9,14 +9,11 @@ import pytest
 import torch
 import yaml
 
-from tests.sae.test_imports import RESID, _saelens_folders, _tracer_clt, _tracer_set
-from tests.small_models import small_model
+from tests.sae.test_imports import RESID, _tracer_clt, _tracer_set, bound  # noqa: F401 (a fixture)
 from workbench import steps
 from workbench.cli import main
-from workbench.models import save
 from workbench.readback import artifact_manifest
 from workbench.sae.io import load_sae
-from workbench.workspace import Workspace
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 
@@ -37,16 +34,6 @@ def _cache(cache, repo: str, files) -> None:
     shutil.copytree(files, root / "snapshots" / REVISION)
     (root / "refs").mkdir()
     (root / "refs" / "main").write_text(REVISION)
-
-
-@pytest.fixture(scope="module")
-def small(tmp_path_factory, tokenizer):
-    root = tmp_path_factory.mktemp("hub")
-    model = small_model(tokenizer)
-    ws = Workspace(root / "ws")
-    folder = save(model, ws.path("models", "small"))
-    ws.record(folder, "models", made_by="test", config={})
-    return ws, model, str(folder)
 
 
 @pytest.mark.parametrize(
@@ -78,9 +65,9 @@ def test_what_is_not_a_hub_id_is_refused_by_name(offline, tmp_path, capsys):
     assert "is not a folder" in capsys.readouterr().err
 
 
-def test_a_cached_sae_lens_repo_imports_offline_equal_to_its_folder(small, offline, tmp_path):
-    ws, model, spec = small
-    sae = _saelens_folders(tmp_path / "made")["jumprelu"]
+def test_a_cached_sae_lens_repo_imports_offline_equal_to_its_folder(bound, offline, tmp_path):  # noqa: F811
+    ws, model, spec, made = bound
+    sae = made["jumprelu"]
     shutil.copytree(sae, tmp_path / "repo" / "layer_1")
     _cache(offline, "someone/their-saes", tmp_path / "repo")
     summary, folder = steps.import_sae(ws, "someone/their-saes", spec, model=model, sae_id="layer_1")
@@ -92,10 +79,16 @@ def test_a_cached_sae_lens_repo_imports_offline_equal_to_its_folder(small, offli
 
 
 @pytest.mark.parametrize("kind", ["transcoder_set", "cross_layer_transcoder"])
-def test_a_cached_circuit_tracer_repo_imports_offline_equal_to_its_folder(small, offline, tmp_path, capsys, kind):
+def test_a_cached_circuit_tracer_repo_imports_offline_equal_to_its_folder(
+    bound,  # noqa: F811
+    offline,
+    tmp_path,
+    capsys,
+    kind,
+):
     """Hub id owner/name/subfolder (circuit-tracer's own parsing), a transcoder set or a CLT; the weights the
     workbench writes are byte-equal to those of the folder imported directly."""
-    ws, model, spec = small
+    ws, model, spec, _ = bound
     src = tmp_path / "repo" / kind
     if kind == "transcoder_set":
         _tracer_set(src, 2, skip=False)
