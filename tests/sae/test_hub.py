@@ -58,7 +58,7 @@ def test_an_uncached_hub_id_offline_fails_in_one_line_naming_the_cache_and_the_f
 def test_what_is_not_a_hub_id_is_refused_by_name(offline, tmp_path, capsys):
     ws = ["--workspace", str(tmp_path / "ws")]
     assert main(["sae", "import", "gpt2-small-res-jb", *ws]) == 2
-    assert "--sae-id" in capsys.readouterr().err
+    assert "--sae-id" in (err := capsys.readouterr().err) and "blocks.0.hook_resid_pre" in err
     assert main(["sae", "import", "./no/such/folder", "--sae-id", "x", *ws]) == 2
     assert "--sae-id names an SAE" in capsys.readouterr().err
     assert main(["sae", "import", "./no/such/folder", *ws]) == 2

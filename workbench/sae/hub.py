@@ -22,11 +22,14 @@ def route(source: str, fmt: str, sae_id: str | None) -> str | None:
         if sae_id:
             raise BadValueError(f"--sae-id names an SAE of a sae_lens release or Hub repo; {source} is not one")
         return None
-    if sae_id or fmt == "saelens" or source in _releases():
+    releases = _releases()
+    if sae_id or fmt == "saelens" or source in releases:
         if not sae_id:
+            ids = list(releases[source].saes_map) if source in releases else []
+            some = f"; its ids include {', '.join(ids[:4])}" + (f" ({len(ids)} in all)" if len(ids) > 4 else "")
             raise BadValueError(
                 f"{source!r} is not a folder on disk, so it is read as a sae_lens release or Hub repo: name the SAE "
-                f"in it with --sae-id (sae_lens's `SAE.from_pretrained(release, sae_id)`)"
+                f"in it with --sae-id (sae_lens's `SAE.from_pretrained(release, sae_id)`){some if ids else ''}"
             )
         if fmt == "circuit-tracer":
             raise BadValueError("--sae-id is sae_lens's; a circuit-tracer Hub config names its transcoders itself")
@@ -53,7 +56,7 @@ def _from_hub(what: str, fetch: str):
     hub.HF_HUB_OFFLINE = was or why is not None
     try:
         yield
-    except Exception as e:  # the libraries wrap huggingface_hub's errors in their own
+    except (OSError, ValueError, KeyError) as e:  # the libraries wrap huggingface_hub's errors in their own
         chain = [e]
         while chain[-1].__cause__ or chain[-1].__context__:
             chain.append(chain[-1].__cause__ or chain[-1].__context__)
