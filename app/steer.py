@@ -203,7 +203,8 @@ def feature_panel(rel: str, unit: int, f: dict) -> None:
 
 def graph_panel(fg, rel: str, node: str, groups: list[list[str]]) -> None:
     """A feature graph's panel on its selected node, or on one of the view's groups (its feature nodes together, at
-    their positions), through the transcoder set the graph was built with; ablation at the node's position first."""
+    their positions), through the transcoder set or CLT the graph was built with; ablation at the node's position
+    first."""
     features = {n["node_id"]: n for n in fg.nodes if n["feature_type"] == "cross layer transcoder"}
     choices = {f"node {node}": [node]} if node in features else {}
     choices.update({f"group {g[0]}": [n for n in g[1:] if n in features] for g in groups if len(g) > 1})
@@ -215,7 +216,7 @@ def graph_panel(fg, rel: str, node: str, groups: list[list[str]]) -> None:
     def target() -> Target | None:
         tset = _graph_set(rel) if rel in state.catalog().feature_graphs else None
         if tset is None:
-            st.caption("this graph's transcoder set is not in the workspace, so its features cannot be run")
+            st.caption("this graph's transcoders are not in the workspace, so its features cannot be run")
             return None
         spec = _spec(str(fg.metadata.get("scan")), "this graph")
         which = _pick(st.radio, "s_target", list(choices), next(iter(choices)), "w_graph_steer_target", label="steer")
@@ -229,13 +230,15 @@ def graph_panel(fg, rel: str, node: str, groups: list[list[str]]) -> None:
 
 
 def _graph_set(rel: str) -> str | None:
-    """The transcoder set (workspace-relative) a recorded graph's manifest names, when it lies in the workspace."""
+    """The transcoder set or cross-layer transcoder (workspace-relative) a recorded graph's manifest names, when it
+    lies in the workspace."""
     from workbench.readback import artifact_manifest
     from workbench.workspace import MANIFEST
 
     path = state.resolve(rel) / MANIFEST
     tset = artifact_manifest(path).get("inputs", {}).get("transcoders") if path.is_file() else None
-    return tset if tset and tset in state.catalog().transcoder_sets else None
+    cat = state.catalog()
+    return tset if tset and tset in {*cat.transcoder_sets, *cat.clts} else None
 
 
 def circuit_panel(cd, node: str, spec: str) -> None:

@@ -352,12 +352,17 @@ def memory_part(args) -> list[str]:
 
     info = harness.machine_info()
     rows = []
-    for name, n in (("clt-l0", N_SET), ("clt-params", N_CLT_PARAMS)):
+    for name, n, arch in (
+        ("clt-l0", N_SET, "topk"),
+        ("clt-params", N_CLT_PARAMS, "topk"),
+        ("clt-matryoshka", N_SET, "matryoshka"),
+    ):
         r = harness.run_side(
             "main",
             "workbench_clt.py",
             {
                 "mode": "memory",
+                "architecture": arch,
                 "cache": str(cache_dir("tiny")),
                 "n_latents": n,
                 "k": K,
@@ -385,7 +390,7 @@ def memory_part(args) -> list[str]:
         gpt2.append([f"{n:,}", k, f"{batch:,}", f"{weights / memory.MIB:,.0f}", f"{fp.total / memory.MIB:,.0f}"])
     lines = head("a. Memory: the CLT's estimate vs its measured peak; a GPT-2-small-shaped CLT estimated", info, args)
     lines += [
-        f"- Measured: `bench/peers/workbench_clt.py` trains the CLT (Top-k, k = {K}, batch {BATCH:,}) for "
+        f"- Measured: `bench/peers/workbench_clt.py` trains the CLT (Top-k, or Matryoshka at its default prefixes; k = {K}, batch {BATCH:,}) for "
         f"{args.steps} steps from the embedded model's cache through `sae.transcoders.train_clt` (the CLI's path) "
         "in its own process; peak = VmHWM minus the RSS after imports; estimate = what the run checks against the "
         "budget (`_check_clt_memory`: `clt_footprint` + the cache reader's buffers)",

@@ -1,6 +1,6 @@
 """Interventions on the embedded model: the cost of one, and how well attribution graphs survive being checked.
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/interventions.py --transcoders SET [--sae SAE_DIR] [--n 20]
+    OMP_NUM_THREADS=1 .venv/bin/python bench/interventions.py --transcoders SET|CLT [--sae SAE_DIR] [--n 20]
     .venv/bin/python bench/interventions.py --render     (the report again from the JSON beside it)
 
 1. speed: this process's CPU seconds (median of --reps) of a plain forward of the prompt, a plain greedy
@@ -167,23 +167,12 @@ def check_table(model, set_dir, sites, n: int) -> list[dict]:
     return rows
 
 
-def report(sp: dict, rows: list[dict], info: dict, dictionaries: str) -> str:
-    from workbench.intervals import t_interval
-
-    ratios = "ratios from runs one after another in one process"
-    lines = ["# Interventions on the embedded model", "", *harness.machine_lines(info, {}, "1", ratios), ""]
-    lines += [f"Dictionaries: {dictionaries}. CPU seconds of this process, median of the repetitions.", ""]
-    lines += ["| run | CPU s | x forward | x generation |", "|---|---|---|---|"]
-    for k, v in sp.items():
-        if isinstance(v, float):
-            lines.append(f"| {k} | {v:.4f} | {v / sp['forward']:.1f} | {v / sp['generate_20']:.2f} |")
-    worst = max(v for k, v in sp.items() if k.startswith("intervene_"))
-    tr, b = sp["tracer"], sp["check_100"]
-    lines += [
-        "",
-        f"Goal: one intervention with its 20-token continuation under 0.5 s: {'met' if worst < 0.5 else 'NOT met'} "
-        f"(slowest {worst:.3f} CPU s; the engine's run is a forward of the prompt and two 20-token continuations, "
-        "clean and intervened, each step re-running the sequence without a key/value cache).",
+def _tracer_lines(sp: dict) -> list[str]:
+    """The side by side with circuit-tracer, when it ran (a Top-k CLT has no circuit-tracer form)."""
+    tr = sp["tracer"]
+    if tr is None:
+        return ["", "No side by side with circuit-tracer: these transcoders have no circuit-tracer form (Top-k)."]
+    lines = [
         "",
         "## Side by side with circuit-tracer 0.5's feature_intervention_generate",
         "",
@@ -202,6 +191,28 @@ def report(sp: dict, rows: list[dict], info: dict, dictionaries: str) -> str:
         "",
         f"The 20 intervened tokens {'agree' if tr['same_tokens'] else 'DIFFER'} between the two (the intervention "
         f"changed {tr['changed_tokens']} of the 20 from the clean continuation).",
+    ]
+    return lines
+
+
+def report(sp: dict, rows: list[dict], info: dict, dictionaries: str) -> str:
+    from workbench.intervals import t_interval
+
+    ratios = "ratios from runs one after another in one process"
+    lines = ["# Interventions on the embedded model", "", *harness.machine_lines(info, {}, "1", ratios), ""]
+    lines += [f"Dictionaries: {dictionaries}. CPU seconds of this process, median of the repetitions.", ""]
+    lines += ["| run | CPU s | x forward | x generation |", "|---|---|---|---|"]
+    for k, v in sp.items():
+        if isinstance(v, float):
+            lines.append(f"| {k} | {v:.4f} | {v / sp['forward']:.1f} | {v / sp['generate_20']:.2f} |")
+    worst = max(v for k, v in sp.items() if k.startswith("intervene_"))
+    b = sp["check_100"]
+    lines += [
+        "",
+        f"Goal: one intervention with its 20-token continuation under 0.5 s: {'met' if worst < 0.5 else 'NOT met'} "
+        f"(slowest {worst:.3f} CPU s; the engine's run is a forward of the prompt and two 20-token continuations, "
+        "clean and intervened, each step re-running the sequence without a key/value cache).",
+        *_tracer_lines(sp),
         "",
         f"The full check of a graph with {b['nodes']} feature nodes and {b['edges']} edges (IOI prompt, node "
         f"threshold {b['threshold']:.4f} chosen to keep about 100 feature nodes): {b['cpu_seconds']:.2f} CPU s, "
@@ -233,8 +244,15 @@ def report(sp: dict, rows: list[dict], info: dict, dictionaries: str) -> str:
 
 def _describe(set_dir, sae) -> str:
     """What the dictionaries are: each member's config from its workbench.json, and the set's training tokens."""
+    from workbench.sae.clt_io import is_clt, read_manifest
     from workbench.sae.io import read_info
 
+    if is_clt(set_dir):
+        m = read_manifest(set_dir)
+        c = m["clt_config"]
+        text = f"cross-layer transcoder {Path(set_dir).name} ({c.get('architecture')} k {c.get('k')}, "
+        text += f"{c.get('n_latents')} latents per layer, {m.get('tokens_seen', '?')} training tokens)"
+        return text + (f"; SAE {Path(sae).name}" if sae else "")
     first = sorted(p for p in Path(set_dir).iterdir() if (p / "cfg.json").is_file())[0]
     info = read_info(first)
     cfg = info.get("sae_config", {})
@@ -244,9 +262,16 @@ def _describe(set_dir, sae) -> str:
     return text + (f"; SAE {Path(sae).name}" if sae else "")
 
 
+def _topk_clt(folder) -> bool:
+    """A Top-k CLT: circuit-tracer has no form for it (its CLT codes are ReLU or JumpReLU)."""
+    from workbench.sae.clt_io import is_clt, read_manifest
+
+    return is_clt(folder) and read_manifest(folder)["clt_config"]["architecture"] == "topk"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--transcoders", help="a transcoder set of the embedded model")
+    ap.add_argument("--transcoders", help="a transcoder set or a cross-layer transcoder of the embedded model")
     ap.add_argument("--sae", help="an SAE folder of the embedded model (timed too)")
     ap.add_argument("--n", type=int, default=20, help="held-out queries per task family (default: %(default)s)")
     ap.add_argument("--reps", type=int, default=5)
@@ -272,7 +297,9 @@ def main() -> None:
     with torch.no_grad():
         sp = {
             **speed(model, kinds, args.reps),
-            "tracer": tracer_side_by_side(model, args.transcoders, sites, args.reps),
+            "tracer": None
+            if _topk_clt(args.transcoders)
+            else tracer_side_by_side(model, args.transcoders, sites, args.reps),
         }
         sp["check_100"] = check_cost(model, args.transcoders, sites, 100)
         rows = check_table(model, args.transcoders, sites, args.n) if args.n else []

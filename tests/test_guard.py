@@ -37,6 +37,7 @@ NOT_PATHS = {
     "--format",
     "--feature",
     "--positions",
+    "--sae-id",
 }
 LAYERS = {("sae", "train", "--transcoders"), ("sae", "train", "--layers")}  # layer specs ('all', '0,2'), not paths
 

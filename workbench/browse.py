@@ -141,6 +141,11 @@ class Catalog:
         return self._inside("transcoders", (TRANSCODER_SET,))
 
     @property
+    def clts(self) -> list[str]:
+        """Cross-layer transcoder folders (clt.json: workbench.sae.clt_io.MANIFEST, whose module imports torch)."""
+        return self._inside("clts", ("clt.json",))
+
+    @property
     def models(self) -> list[str]:
         """Saved models (config.json + model.safetensors)."""
         return self._inside("models", MODEL_FILES)

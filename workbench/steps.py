@@ -754,15 +754,22 @@ def import_sae(
     name: str | None = None,
     model=None,
     hook: str | None = None,
+    sae_id: str | None = None,
 ):
     """A dictionary made by another tool (sae/imports.py, sae/foreign.py) checked against the model and copied into
     the workspace bound to it (`workbench sae import`): a SAELens folder into <ws>/saes/imported/<name>; a
     circuit-tracer set, or a sparsify run of per-layer transcoders, into <ws>/transcoders/<name>; a circuit-tracer
-    CLT into <ws>/clts/<name>; a sparsify run's SAEs into <ws>/saes/imported/<name>/<hookpoint>; returns
-    (summary, folder)."""
+    CLT into <ws>/clts/<name>; a sparsify run's SAEs into <ws>/saes/imported/<name>/<hookpoint>; a Hub id (a sae_lens
+    release with `sae_id`, or a circuit-tracer Hub config) through its library's own loader (sae/hub.py) the same
+    ways; returns (summary, folder)."""
     from workbench.models import load
-    from workbench.sae import foreign, imports
+    from workbench.sae import foreign, hub, imports
 
+    via = hub.route(str(source), fmt, sae_id)
+    if via:
+        if hook:
+            raise BadValueError("--hook is for sparsify and dictionary_learning files; a Hub id names its hooks")
+        return _import_hub(ws, str(source), via, sae_id, model_spec, name=name, model=model)
     src = Path(source)
     fmt = imports.detect(src, fmt)
     name = name or slug(src.resolve().name)
@@ -776,7 +783,7 @@ def import_sae(
         folder = _import_folder(ws.path("saes", "imported") / name)
         return _import_saelens(ws, src, folder, model, model_spec, fmt, src), folder
     if fmt == "circuit-tracer":
-        members = imports.tracer_members(src)
+        members = imports.tracer_members(*imports.tracer_layers(src))
     elif fmt == "sparsify":
         members = foreign.sparsify_members(src, model, hooks)
     else:
@@ -786,21 +793,47 @@ def import_sae(
     return _import_converted(ws, ws.path("saes", "imported") / name, model, model_spec, fmt, members)
 
 
+def _import_hub(ws: Workspace, ref: str, via: str, sae_id, model_spec: str, *, name, model) -> tuple[dict, Path]:
+    """A Hub id fetched by its library's own loader (sae/hub.py) before the model loads, then imported as the folder
+    it became: a sae_lens SAE as a SAELens folder, circuit-tracer's files as its set or CLT."""
+    import tempfile
+
+    from workbench.models import load
+    from workbench.sae import hub, imports
+
+    name = name or slug(f"{ref}-{sae_id}" if via == "saelens" else ref.removeprefix("hf://"))
+    if via == "saelens":
+        folder = _import_folder(ws.path("saes", "imported") / name)
+        ws.root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=ws.root) as tmp:
+            staged = hub.saelens_folder(ref, sae_id, Path(tmp) / "sae")
+            model = model if model is not None else load(model_spec, device="cpu")[0]
+            return _import_saelens(ws, staged, folder, model, model_spec, via, f"{ref} --sae-id {sae_id}"), folder
+    cfg, files = hub.tracer_files(ref)
+    model = model if model is not None else load(model_spec, device="cpu")[0]
+    if isinstance(files, Path):
+        return _import_tracer_clt(ws, files, _import_folder(ws.path("clts", name)), model, model_spec)
+    folder = _import_folder(ws.path("transcoders", name))
+    return _import_set(ws, files[0].parent, folder, model, model_spec, via, imports.tracer_members(cfg, files))
+
+
 def _import_folder(folder: Path) -> Path:
     if folder.exists() and any(folder.iterdir()):
         raise OutputExistsError(f"{folder} already holds an imported dictionary; pass another --name")
     return folder
 
 
-def _import_saelens(ws: Workspace, src: Path, folder: Path, model, model_spec: str, fmt: str, source: Path) -> dict:
+def _import_saelens(ws: Workspace, src: Path, folder: Path, model, model_spec: str, fmt: str, source) -> dict:
     """A SAELens folder checked against the model, copied into `folder` bound to it, and recorded; `source` is the
-    file or folder it came from (src itself, or the foreign file it was converted from)."""
+    file or folder it came from (src itself, or the foreign file it was converted from), or the Hub id it was
+    fetched by."""
     from workbench.atomic import sha256_file
     from workbench.provenance import model_id
     from workbench.sae import imports
     from workbench.sae.io import load_sae
 
     sae = load_sae(src)  # refuses damaged files by name
+    weights = src if isinstance(source, str) else source  # a Hub id's files as its library fetched them
     with output_lock(folder, "workbench sae import"):
         fits = imports.check_fits(sae, model)
         cfg = imports.copy_bound(src, folder, model_id(model))
@@ -817,8 +850,8 @@ def _import_saelens(ws: Workspace, src: Path, folder: Path, model, model_spec: s
             made_by="workbench sae import",
             config={"format": fmt, **{k: v for k, v in cfg.items() if k != "metadata"}},
             inputs={
-                "source": source.resolve(),
-                "source_sha256": sha256_file(source if source.is_file() else source / "sae_weights.safetensors"),
+                "source": source if isinstance(source, str) else source.resolve(),
+                "source_sha256": sha256_file(weights if weights.is_file() else weights / "sae_weights.safetensors"),
                 **_model_inputs(ws, model, model_spec),
                 **{k: fits[k] for k in ("hook", "target") if k in fits},
             },

@@ -26,7 +26,8 @@ def memory_mode(cfg) -> dict:
     from workbench.sae.config import CLTConfig
     from workbench.sae.transcoders import _check_clt_memory, _layer_group, train_clt
 
-    clt_cfg = CLTConfig(architecture="topk", k=cfg["k"], n_latents=cfg["n_latents"], transcoder=True)
+    arch = cfg.get("architecture", "topk")
+    clt_cfg = CLTConfig(architecture=arch, k=cfg["k"], n_latents=cfg["n_latents"], transcoder=True)
     tc = TrainConfig(batch_size=cfg["batch"], n_tokens=cfg["batch"] * cfg["steps"], lr=1e-3, seed=0, progress=False)
     cache = ActivationCache.open(cfg["cache"])
     stream = [h for layer in range(4) for h in _layer_group(cache, cfg["cache"], layer, [])[:2]]

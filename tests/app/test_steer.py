@@ -185,3 +185,48 @@ def test_a_circuit_group_offers_the_dictionaries_at_its_layers(steer_app, steer_
     assert rel in offered and SAE in offered and not any("/L0-" in o or "/L3-" in o for o in offered)
     cfg = InterventionConfig(features=["7"], op="steer", value=[4.0], continue_tokens=3)
     shown(at, intervene(model, str(steer_workspace / rel), cd.query["prompt"], cfg))
+
+
+@pytest.fixture(scope="module")
+def clt_workspace(steer_workspace, tmp_path_factory):
+    """The steer workspace (copied) with a CLT trained on its MLP cache and the IOI query's graph through it."""
+    from workbench import steps
+    from workbench.circuits.feature.graph_config import GraphConfig
+    from workbench.corpus import tasks
+    from workbench.models import load
+    from workbench.sae.config import CLTConfig, TrainConfig
+    from workbench.workspace import Workspace
+
+    root = tmp_path_factory.mktemp("steer_clt") / "ws"
+    shutil.copytree(steer_workspace, root, symlinks=True)
+    ws, spec = Workspace(root), str(root / "models" / "random")
+    model, tok = load(spec, device="cpu")
+    q = tasks.queries("ioi", 1, seed=0, tokenizer=tok)[0]
+    train = TrainConfig(n_tokens=4096, batch_size=512, lr=1e-3, progress=False)
+    clt = steps.train_clt(ws, root / "caches" / "mlp", "all", CLTConfig("batchtopk", k=8, expansion=4), train)
+    cfg = GraphConfig(max_feature_nodes=20, heads=False)
+    steps.attribution_graph(ws, model, clt, q.prompt, q.answer, cfg=cfg, name="graph-clt", model_spec=spec)
+    return root, clt
+
+
+def test_a_clt_graph_node_is_ablated_through_the_clt(clt_workspace, model, monkeypatch):
+    """The panel on a CLT graph's node runs the CLT (its change written into every later layer) as the engine does."""
+    from tests.app.conftest import _runner
+    from workbench import browse
+
+    from workbench.sae.clt_io import MANIFEST
+
+    root, clt = clt_workspace
+    assert browse.catalog(root).clts == [clt.relative_to(root).as_posix()] and MANIFEST == "clt.json"
+    fg = browse.open_feature_graph(root / "circuits" / "graph-clt")
+    nid = max(
+        (n for n in fg.nodes if n["feature_type"] == "cross layer transcoder"), key=lambda n: abs(n["activation"])
+    )["node_id"]
+    at = ok(
+        _runner(root, monkeypatch)("views/feature_graph.py", graph="circuits/graph-clt", node=nid, steer="1", s_n="3")
+    )
+    layer, latent, pos = nid.split("_")
+    cfg = InterventionConfig(features=[f"{layer}:{latent}"], positions=pos, continue_tokens=3)
+    r = intervene(model, str(clt), fg.metadata["prompt"], cfg)
+    assert r["units"][0]["write_hooks"][-1] == f"blocks.{model.cfg.n_layers - 1}.hook_mlp_out"
+    shown(at, r)

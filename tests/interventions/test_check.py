@@ -15,16 +15,19 @@ from workbench.interventions.dictionary import load_dictionary
 PROMPT = "When Mary and John went to the store , John gave"
 
 
-@pytest.fixture(scope="module")
-def graph(tiny, tc_set):
+def _graph(model, folder):
     from workbench.circuits.feature.attribution_graph import build_graph
     from workbench.circuits.feature.graph_config import GraphConfig
     from workbench.circuits.feature.graph_json import to_neuronpedia
     from workbench.circuits.feature.transcoders import open_set
 
-    model = tiny[0]
     cfg = GraphConfig(max_feature_nodes=40, heads=False)
-    return to_neuronpedia(build_graph(model, open_set(tc_set).load(0, "cpu", model), PROMPT, "a", None, cfg))
+    return to_neuronpedia(build_graph(model, open_set(folder).load(0, "cpu", model), PROMPT, "a", None, cfg))
+
+
+@pytest.fixture(scope="module")
+def graph(tiny, tc_set):
+    return _graph(tiny[0], tc_set)
 
 
 def _node(nid, kind, pos, **kw):
@@ -59,11 +62,14 @@ def test_summary_weighs_by_predicted_effect():
     assert s == {"nodes_checked": 2, "nodes_confirmed_share": 0.75, "nodes_failed": ["b"]}
 
 
-def test_frozen_edges_reproduce_the_graph_exactly(tiny, tc_set, graph):
+@pytest.mark.parametrize("dictionary", ["tc_set", "tiny_clt"])
+def test_frozen_edges_reproduce_the_graph_exactly(tiny, request, dictionary):
     """With patterns and scales frozen and the MLPs between held, a source's write into its target is the graph's
-    own direct effect: measured = -weight for every edge checked, into features and into the logit."""
+    own direct effect: measured = -weight for every edge checked, into features and into the logit. For a CLT the
+    source's writes into every held layer between reach the target too, as its graph's edges sum them."""
     model = tiny[0]
-    sites = load_dictionary(tc_set, model)
+    folder = request.getfixturevalue(dictionary)
+    sites, graph = load_dictionary(folder, model), _graph(model, folder)
     r = check_graph(model, sites, graph, CheckConfig(semantics="frozen", top_edges=12, edge_target="encoder"))
     assert len(r["edges"]) == 12
     assert any(e["target"].startswith(f"{model.cfg.n_layers + 1}_") for e in r["edges"])  # a logit edge among them
@@ -109,6 +115,21 @@ def test_circuit_check_stores_the_record_in_a_recorded_graph(tiny, tc_set, tmp_p
     assert "check_nodes_confirmed_share" in manifest["summary"] and manifest["made_by"] == "workbench circuit graph"
     assert main(["circuit", "check", str(tmp_path / "nothing.json")]) == 2
     assert "no graph JSON" in capsys.readouterr().err
+
+
+def test_circuit_check_on_a_clt_graph(tiny, tiny_clt, tmp_path, capsys):
+    """`circuit graph --transcoders CLT` then `circuit check` on its folder: the CLT is read from the manifest."""
+    from workbench.cli import main
+
+    ws = tmp_path / "ws"
+    graph_args = ["circuit", "graph", "--transcoders", str(tiny_clt), "--prompt", PROMPT, "--answer", "a", "--no-heads"]
+    assert main([*graph_args, "--max-feature-nodes", "8", "--workspace", str(ws), "--name", "clt"]) == 0
+    folder = next((ws / "circuits").glob("*clt*"))
+    assert main(["circuit", "check", str(folder), "--workspace", str(ws), "--top-edges", "3"]) == 0
+    assert "of the predicted influence confirmed" in capsys.readouterr().out
+    record = json.loads((folder / "graph.json").read_text())[GRAPH_CHECK[0]]
+    assert record["nodes"] and len(record["edges"]) == 3
+    assert all(isinstance(n["measured"], float) for n in record["nodes"])
 
 
 def test_difference_needs_a_second_logit(graph):

@@ -212,3 +212,50 @@ def test_intervene_takes_a_dictionary_folder(tiny, saes):
         **intervene(tiny[0], load_dictionary(saes["topk"], tiny[0]), PROMPT, cfg),
         "seconds": by_folder["seconds"],
     }
+
+
+@pytest.mark.parametrize("semantics", ["live", "frozen"])
+def test_an_empty_intervention_on_a_clt_gives_the_clean_logits_exactly(tiny, tiny_clt, semantics):
+    model = tiny[0]
+    clean = model(tokens_of(model, PROMPT)[None])[0]
+    sites = load_dictionary(tiny_clt, model)
+    assert [s.write_hooks for s in sites][0] == [f"blocks.{i}.hook_mlp_out" for i in range(model.cfg.n_layers)]
+    assert torch.equal(Intervention(model, sites, PROMPT, C(semantics=semantics)).logits(), clean)
+    iv = Intervention(
+        model, sites, PROMPT, C(features=["0:3", "2:5"], ablate_to="counterfactual", counterfactual=PROMPT)
+    )
+    assert torch.equal(iv.logits(), clean)  # the clean codes put back add exact zeros at every layer written
+
+
+@pytest.mark.parametrize("op,value", [("ablate", None), ("steer", [5.0])])
+def test_a_live_clt_intervention_equals_a_hand_written_hook(tiny, tiny_clt, op, value):
+    """The hand-written hook reads the CLT itself (its own encode and decoder blocks), not the dictionary seam: at
+    every layer t >= l the feature's change times its decoder row into t is added to hook_mlp_out."""
+    from workbench.sae.clt_io import load_clt, read_manifest
+
+    model = tiny[0]
+    clt, hooks_in = load_clt(tiny_clt), read_manifest(tiny_clt)["input_hooks"]
+    tokens = tokens_of(model, PROMPT)
+    layer, pos = 1, tokens.numel() - 2
+    _, cache = model.run_with_cache(tokens[None], names_filter=hooks_in[layer])
+    latent = int(clt.encode(layer, cache[hooks_in[layer]][0, pos : pos + 1])[0].argmax())
+    seen = {}
+
+    def read(act, hook):
+        codes = clt.encode(layer, act[0, pos : pos + 1])[0]
+        seen["d"] = (-codes[latent]) if op == "ablate" else torch.tensor(value[0])
+
+    def write(act, hook):
+        t = int(hook.name.split(".")[1])
+        act = act.clone()
+        act[0, pos] += seen["d"] * clt.decoder(layer, t)[latent]
+        return act
+
+    hand = [(hooks_in[layer], read)] + [(f"blocks.{t}.hook_mlp_out", write) for t in range(layer, model.cfg.n_layers)]
+    with torch.no_grad(), model.hooks(fwd_hooks=hand):
+        want = model(tokens[None])[0]
+    cfg = C(features=[f"{layer}:{latent}"], op=op, value=value, positions=str(pos))
+    iv = Intervention(model, load_dictionary(tiny_clt, model), PROMPT, cfg)
+    got = iv.logits()
+    assert (got - iv.clean["logits"]).abs().max() > 1e-3  # the change did something
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)

@@ -89,3 +89,14 @@ def test_a_bad_prompts_file_is_one_line(saes, tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert message in err and len(err.splitlines()) == 1, err
     assert main(base) == 2 and "give one of --prompt TEXT" in capsys.readouterr().err  # neither
+
+
+def test_intervene_on_a_clt_feature(tiny, tiny_clt, tmp_path, capsys):
+    """A CLT folder as the dictionary: the unit's record names every MLP output it writes."""
+    ws, out = tmp_path / "ws", tmp_path / "r.json"
+    argv = ["intervene", "--workspace", str(ws), "--dictionary", str(tiny_clt), "--prompt", PROMPT, "--out", str(out)]
+    assert main([*argv, "--feature", "1:3", "--op", "steer", "--value", "6", "--continue", "3"]) == 0
+    assert "intervened:" in capsys.readouterr().out
+    unit = json.loads(out.read_text())["units"][0]
+    assert unit["write_hooks"] == [f"blocks.{t}.hook_mlp_out" for t in range(1, tiny[0].cfg.n_layers)]
+    assert unit["layer"] == 1

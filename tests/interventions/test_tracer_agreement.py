@@ -1,4 +1,4 @@
-"""Frozen interventions against circuit-tracer 0.5's own `feature_intervention` on the same model, prompt and
+"""Frozen interventions (a transcoder set and a CLT) against circuit-tracer 0.5's own `feature_intervention` on the same model, prompt and
 transcoders (exported by workbench/circuits/tracer_export.py), within its 1e-3 tolerance."""
 
 import pytest
@@ -14,11 +14,14 @@ PROMPT = "When Mary and John went to the store , John gave a drink to"
 
 
 @pytest.mark.parametrize("constrained", [False, True])
-def test_frozen_matches_circuit_tracers_feature_intervention(tiny, tc_set, constrained):
+@pytest.mark.parametrize("dictionary", ["tc_set", "tiny_clt"])
+def test_frozen_matches_circuit_tracers_feature_intervention(tiny, request, dictionary, constrained):
+    """A per-layer set, and a cross-layer transcoder (whose changes circuit-tracer writes into every later layer)."""
     model = tiny[0]
+    folder = request.getfixturevalue(dictionary)
     tokens = model.to_tokens(PROMPT)[0]
-    theirs_model = replacement_model(model, open_set(tc_set).load(0, "cpu", model))
-    sites = load_dictionary(tc_set, model)
+    theirs_model = replacement_model(model, open_set(folder).load(0, "cpu", model))
+    sites = load_dictionary(folder, model)
     layers = list(range(model.cfg.n_layers))
     _, cache = model.run_with_cache(tokens[None])
 

@@ -35,7 +35,15 @@ def _inputs(cache, layers, n=64):
 
 
 @pytest.mark.parametrize(
-    "arch,sparsity", [("topk", "per_layer"), ("batchtopk", "per_layer"), ("topk", "shared"), ("batchtopk", "shared")]
+    "arch,sparsity",
+    [
+        ("topk", "per_layer"),
+        ("batchtopk", "per_layer"),
+        ("topk", "shared"),
+        ("batchtopk", "shared"),
+        ("matryoshka", "per_layer"),
+        ("matryoshka", "shared"),
+    ],
 )
 def test_a_clt_trains_from_the_cache_and_its_loss_falls(tc_cache, tmp_path, arch, sparsity):
     cfg = CLTConfig(arch, k=4, expansion=2, clt_sparsity=sparsity)
@@ -57,8 +65,73 @@ def test_a_clt_trains_from_the_cache_and_its_loss_falls(tc_cache, tmp_path, arch
     fvu = sum(float((y - r).pow(2).sum()) for y, r in zip(ys, recon)) / sum(
         float((y - y.mean(0)).pow(2).sum()) for y in ys
     )
-    # BatchTopK with a shared budget: its inference threshold (one EMA for every layer) still lags after 16 steps
-    assert fvu < (1.0 if (arch, sparsity) != ("batchtopk", "shared") else 1.5)
+    # BatchTopK (Matryoshka too) with a shared budget: its inference threshold (one EMA for every layer) still lags
+    # after 16 steps
+    assert fvu < (1.5 if sparsity == "shared" and arch != "topk" else 1.0)
+    if arch == "matryoshka":  # the prefix loss is what it trains; its prefixes are saved with it
+        assert "matryoshka_mse" in curves[-1] and m["clt_config"]["prefixes"] == clt.cfg.prefixes == [
+            16,
+            32,
+            64,
+            128,
+            256,
+        ]
+
+
+def _random_matryoshka_clt(prefix_weighting: str, clt_loss: str):
+    """A tiny random Matryoshka CLT (3 layers, 8 latents, prefixes 2 < 5 < 8) with a skip path and random biases and
+    output scales, so every term of the loss is exercised."""
+    from workbench.sae.architectures import build
+
+    cfg = CLTConfig(
+        "matryoshka", k=2, n_latents=8, prefixes=[2, 5, 8], skip=True, input_norm="none",
+        prefix_weighting=prefix_weighting, clt_loss=clt_loss,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    clt = build(cfg.resolve(5, None, 4, 3))
+    with torch.no_grad():
+        for m in clt.members:
+            m.b_dec.normal_(0, 0.3)
+            m.b_in.normal_(0, 0.3)
+        clt.W_skip.normal_(0, 0.2)
+        clt.output_scale.uniform_(0.5, 2)
+    return clt
+
+
+@pytest.mark.parametrize("weighting,clt_loss", [("sum", "sum"), ("mean", "mean"), ("mean_with_bias", "sum")])
+def test_the_matryoshka_clt_loss_is_the_prefix_losses_of_every_target_layer(weighting, clt_loss):
+    """By hand: BatchTopK codes per layer; for each prefix m, layer t's target from the latents below m of every
+    layer i <= t (their decoders into t), the biases and the skip path; layers summed or averaged, then prefixes."""
+    clt, B = _random_matryoshka_clt(weighting, clt_loss), 6
+    batch = torch.randn(B, 3 * (5 + 4))
+    loss = float(clt(batch)["losses"]["matryoshka_mse"])
+    xs, ys = clt.split(batch)
+    with torch.no_grad():
+        codes = []
+        for m, x in zip(clt.members, xs):
+            h = ((x - m.b_in) @ m.W_enc.T + m.b_enc).relu().flatten()  # the training rule: top k*B over the batch
+            top = h.topk(2 * B)
+            codes.append(torch.zeros_like(h).scatter(0, top.indices, top.values).view(B, 8))
+
+        def layer_loss(t, width):
+            y_hat = clt.W_skip[t] @ xs[t].T
+            y_hat = y_hat.T + sum(m.b_dec[(t - i) * 4 : (t - i + 1) * 4] for i, m in enumerate(clt.members[: t + 1]))
+            for i, (m, z) in enumerate(zip(clt.members[: t + 1], codes)):
+                y_hat = y_hat + z[:, :width] @ m.W_dec[:width, (t - i) * 4 : (t - i + 1) * 4]
+            return ((ys[t] * clt.output_scale[t] - y_hat) ** 2).sum(-1).mean()
+
+        def over_layers(width):
+            per = torch.stack([layer_loss(t, width) for t in range(3)])
+            return per.sum() if clt_loss == "sum" else per.mean()
+
+        per_prefix = [float(over_layers(w)) for w in (2, 5, 8)]
+        bias_only = float(over_layers(0))
+    expected = {
+        "sum": sum(per_prefix),
+        "mean": sum(per_prefix) / 3,
+        "mean_with_bias": (sum(per_prefix) + bias_only) / 4,
+    }[weighting]
+    assert loss == pytest.approx(expected, rel=1e-5)
 
 
 def test_the_memory_estimate_refuses_a_clt_over_the_budget(tc_cache, tmp_path):
@@ -74,8 +147,9 @@ def test_per_latent_thresholds_are_refused_in_training(tc_cache, tmp_path):
         train_clt(tc_cache[0], "all", cfg, _train(), tmp_path)
 
 
-def test_resume_of_a_clt_is_exact(tc_cache, tmp_path, monkeypatch):
-    cfg, cache = CLTConfig("batchtopk", k=4, expansion=2, skip=True), tc_cache[0]
+@pytest.mark.parametrize("arch", ["batchtopk", "matryoshka"])
+def test_resume_of_a_clt_is_exact(tc_cache, tmp_path, monkeypatch, arch):
+    cfg, cache = CLTConfig(arch, k=4, expansion=2, skip=True), tc_cache[0]
     full = train_clt(cache, "0,2", cfg, _train(), tmp_path / "full")
     real = trainer._cache_batches
 
@@ -195,12 +269,59 @@ def test_scaffold_and_block_clts_train_and_their_loss_falls(tc_cache, tmp_path, 
 
 def test_an_architecture_not_trained_as_a_clt_is_refused_naming_those_that_are(tc_cache, tmp_path, capsys):
     args = ["sae", "train", "--cache", str(tc_cache[0]), "--clt", "--workspace", str(tmp_path / "ws")]
-    assert main([*args, "--arch", "matryoshka", "--k", "4", "--tokens", "1024", "--batch-size", "256", "--quiet"]) == 2
+    assert main([*args, "--arch", "grassmannian", "--tokens", "1024", "--batch-size", "256", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert (
-        "architecture='matryoshka' is not trained as a CLT yet; choose one of ['topk', 'batchtopk', 'block_topk']"
-        in err
+        "architecture='grassmannian' is not trained as a CLT yet; "
+        "choose one of ['topk', 'batchtopk', 'matryoshka', 'block_topk']" in err
     )
+
+
+def test_a_matryoshka_clt_saves_and_loads_back(tmp_path):
+    from workbench.sae.clt_io import save_clt
+
+    clt = _random_matryoshka_clt("mean_with_bias", "mean")
+    with torch.no_grad():
+        for m in clt.members:
+            m.threshold.fill_(0.25)
+    folder = save_clt(clt, tmp_path / "clt", metadata={"layers": [0, 1, 2]})
+    back = load_clt(folder)
+    assert back.cfg == clt.cfg and back.cfg.prefixes == [2, 5, 8] and back.cfg.prefix_weighting == "mean_with_bias"
+    a, b = clt.state_dict(), back.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k].float(), b[k].float()) for k in a)
+    xs = [torch.randn(7, 5) for _ in range(3)]
+    for mine, theirs in zip(clt.eval().reconstruct(xs), back.reconstruct(xs)):
+        torch.testing.assert_close(mine, theirs)
+    assert read_manifest(folder)["circuit_tracer"]["folder"] is None  # a skip path: circuit-tracer cannot hold it
+
+
+def test_a_matryoshka_clt_from_the_cli_evaluates_graphs_and_writes_circuit_tracers_files(tc_cache, tmp_path, capsys):
+    """Inference is BatchTopK's: JumpReLU at the learned threshold, so `sae eval`, `circuit graph --transcoders` and
+    circuit-tracer's own loader take it as they take a BatchTopK CLT."""
+    ws, cache = tmp_path / "ws", tc_cache[0]
+    args = ["sae", "train", "--cache", str(cache), "--clt", "--arch", "matryoshka", "--workspace", str(ws)]
+    small = ["--k", "4", "--expansion", "2", "--tokens", "1024", "--batch-size", "256", "--quiet", "--name", "m"]
+    assert main([*args, *small, "--prefix-weighting", "mean"]) == 0
+    (art,) = Workspace(ws).artifacts("clts")
+    m = read_manifest(art.path)
+    assert m["clt_config"]["architecture"] == "matryoshka" and m["clt_config"]["prefix_weighting"] == "mean"
+    assert m["circuit_tracer"] == {"folder": TRACER}
+    clt = load_clt(art.path)
+    assert all(float(mem.threshold) > 0 for mem in clt.members)
+    ct = pytest.importorskip("circuit_tracer.transcoder.cross_layer_transcoder")
+    loaded = ct.load_clt(str(art.path / TRACER), device=torch.device("cpu"), dtype=torch.float32, lazy_decoder=False)
+    xs, _ = _inputs(cache, [0, 1, 2, 3])
+    torch.testing.assert_close(loaded(torch.stack(xs)), torch.stack(clt.reconstruct(xs)), rtol=1e-4, atol=1e-4)
+    ev = ["sae", "eval", str(art.path), "--cache", str(cache), "--model", str(tc_cache[1]), "--workspace", str(ws)]
+    assert main([*ev, "--tokens", "400", "--n-sequences", "4"]) == 0
+    assert "CLT FVU per layer" in capsys.readouterr().out
+    res = json.loads((art.path / "metrics.json").read_text())
+    assert len(res["fvu_per_layer"]) == 4 and res["l0"] == pytest.approx(sum(res["l0_per_layer"]))
+    prompt = "When Mary and John went to the store , John gave a drink to"
+    graph = ["circuit", "graph", "--workspace", str(ws), "--model", str(tc_cache[1]), "--prompt", prompt]
+    assert main([*graph, "--transcoders", str(art.path), "--name", "g"]) == 0
+    nodes = json.loads((ws / "circuits" / "g" / "graph.json").read_text())["nodes"]
+    assert sum(n["feature_type"] == "cross layer transcoder" for n in nodes) > 0
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ workbench circuit graph --transcoders SET --prompt "..." [--answer "..." [--wron
 workbench circuit export circuit.json|mib.json --format mib|neuronpedia|workbench --out FILE
 workbench circuit import circuit.json|mib.json [--model tiny] [--name NAME]
 workbench circuit report --n 20 --out circuit_results.md
-workbench circuit check GRAPH.json|FOLDER [--transcoders SET] [--fraction 0.5] [--top-edges 20]
+workbench circuit check GRAPH.json|FOLDER [--transcoders SET|CLT] [--fraction 0.5] [--top-edges 20]
 """
 
 from __future__ import annotations
@@ -107,7 +107,9 @@ def _add_check(circuit) -> None:
     declare(graph, INPUT)  # the check record is added to the graph in place, as features build adds to an SAE
     declare(c.add_argument("--model", help="default: the model the graph's manifest records"), INPUT)
     declare(
-        c.add_argument("--transcoders", help="the graph's transcoder set (default: the one its manifest records)"),
+        c.add_argument(
+            "--transcoders", help="the graph's transcoder set or CLT (default: the one its manifest records)"
+        ),
         INPUT,
     )
     c.add_argument("--member", help="which config of each layer's set (default: the manifest's, else 0)")

@@ -1,6 +1,6 @@
 """`workbench intervene`: set, scale, steer or ablate dictionary features on one prompt and see what the model does.
 
-workbench intervene --model tiny --dictionary SAE_DIR|SET_DIR --prompt "..."|--prompts FILE --feature [layer:]index
+workbench intervene --model tiny --dictionary SAE_DIR|SET_DIR|CLT_DIR --prompt "..."|--prompts FILE --feature [layer:]index
                     --op set|scale|steer|ablate [--value V[,V...]] [--ablate-to zero|mean|counterfactual]
                     [--counterfactual "..."] [--positions all|0,3|generated] [--semantics live|frozen]
                     [--live-norm] [--constrained-layers 0,1] [--continue N] [--sample --seed S] [--out result.json]
@@ -39,7 +39,7 @@ def add_parser(sub) -> None:
         help="set, scale, steer or ablate dictionary features on a prompt: next-token change, KL, continuations",
     )
     add_model_flag(p)
-    declare(p.add_argument("--dictionary", required=True, help="an SAE folder or a transcoder set folder"), INPUT)
+    declare(p.add_argument("--dictionary", required=True, help="an SAE folder, a transcoder set folder or a cross-layer transcoder folder"), INPUT)
     p.add_argument("--prompt", help="the prompt (BOS is prepended); or --prompts")
     declare(
         p.add_argument(

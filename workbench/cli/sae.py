@@ -47,7 +47,9 @@ def add_parser(sub) -> None:
             "source",
             metavar="SRC",
             help="the dictionary's folder: SAELens (cfg.json + sae_weights.safetensors), a sparsify run or hookpoint, "
-            "a circuit-tracer set (config.yaml), or dictionary_learning (ae.pt + config.json)",
+            "a circuit-tracer set (config.yaml), or dictionary_learning (ae.pt + config.json); or a Hub id, fetched "
+            "once by its own library: a sae_lens release or repo with --sae-id, or circuit-tracer's "
+            "'gemma', 'llama', owner/name[/subfolder][@revision] or hf://... config",
         ),
         INPUT,
     )
@@ -61,6 +63,11 @@ def add_parser(sub) -> None:
         "--hook",
         help="HOOK[,TARGET]: the model hooks a sparsify hookpoint or dictionary_learning dictionary reads (and a "
         "transcoder writes), when its config does not name them as a TransformerLens hook",
+    )
+    i.add_argument(
+        "--sae-id",
+        help="the SAE within sae_lens release (or Hub repo) SRC, as sae_lens's SAE.from_pretrained(release, sae_id) "
+        "names it, e.g. gpt2-small-res-jb --sae-id blocks.8.hook_resid_pre",
     )
     add_model_flag(i, help="the model it reads from, as every command names it (default: %(default)s)")
     i.add_argument(
@@ -179,7 +186,9 @@ def _train(a: argparse.Namespace) -> None:
 def _import(a: argparse.Namespace) -> None:
     from workbench import steps
 
-    s, folder = steps.import_sae(Workspace(a.workspace), a.source, a.model, fmt=a.format, name=a.name, hook=a.hook)
+    s, folder = steps.import_sae(
+        Workspace(a.workspace), a.source, a.model, fmt=a.format, name=a.name, hook=a.hook, sae_id=a.sae_id
+    )
     gap = s["max_abs_diff_vs_source"]
     checked = "" if gap is None else f"; codes and outputs within {gap:.2g} of the source library's own loader"
     if "features_per_layer" in s:  # a CLT

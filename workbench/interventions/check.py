@@ -132,10 +132,11 @@ def _read_target(model, sites, g: GraphNodes, target: str, how: str, iv: Interve
     site = {s.layer: s for s in sites}[layer]
     hook = site.read_hook if how == "encoder" else site.write_hook
     seen = {}
-    forward(model, g.tokens, [*hooks, (hook, lambda act, hook: seen.__setitem__("a", act[0, pos]))], [*iv.reads, hook])
+    # read before the hooks' writes: a cross-layer source also writes into the target's MLP output directly
+    forward(model, g.tokens, [(hook, lambda act, hook: seen.__setitem__("a", act[0, pos])), *hooks], [*iv.reads, hook])
     if how == "encoder":
         return float(site.preacts(seen["a"])[latent])
-    row = site.sae.W_dec[latent].detach().to(seen["a"])
+    row = site.decoder_row(latent).to(seen["a"])
     return float(seen["a"] @ row / (row @ row))
 
 

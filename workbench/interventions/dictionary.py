@@ -3,8 +3,10 @@ sae-lens object) and `Unit` (which of its codes one feature is: a latent, a bloc
 scaffold's dense coordinates).
 
 An SAE folder is one site (it reads and writes its hook); a transcoder set is one site per layer (each reads its
-MLP's input and writes hook_mlp_out). This module is the one place that knows how a transcoder set is loaded
-(the circuits' dictionary interface, `workbench.circuits.feature.transcoders`), so a cross-layer dictionary is added here only.
+MLP's input and writes hook_mlp_out); a cross-layer transcoder is one `TranscoderSite` per layer, read through the
+circuits' dictionary interface (`workbench.circuits.feature.transcoders`): layer l's features read its MLP input and
+write the MLP output of every layer in writes_to(l), so a site has one change per write hook. This module is the one
+place that knows how a dictionary folder is loaded.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 import torch
 
 from workbench.circuits.feature.replacement import EMBED  # noqa: F401  (where a graph's embedding nodes write)
+from workbench.circuits.feature.transcoders import output_hook
 from workbench.errors import BadValueError, MissingInputError
 from workbench.interventions.config import parse_feature
 
@@ -30,8 +33,17 @@ class Site:
     sae: object
 
     @property
+    def d_sae(self) -> int:
+        return self.sae.cfg.d_sae
+
+    @property
     def n_sparse(self) -> int:
         return self.sae.cfg.d_sae - int(getattr(self.sae.cfg, "scaffold_rank", 0))
+
+    @property
+    def write_hooks(self) -> list[str]:
+        """Every hook the site's decoded output writes into, in the forward's order (the first is write_hook)."""
+        return [self.write_hook]
 
     @property
     def block_size(self) -> int:
@@ -48,11 +60,60 @@ class Site:
         return sae_preacts(self.sae, x)[0]
 
     @torch.no_grad()
-    def decode_change(self, old: torch.Tensor, new: torch.Tensor, dtype) -> torch.Tensor:
-        """What the decoded output changes by when the codes go from old to new (a skip path, which reads the input,
-        does not change): zero exactly where they are equal."""
+    def decode_changes(self, old: torch.Tensor, new: torch.Tensor, dtype) -> list[torch.Tensor]:
+        """What the decoded output changes by at each write hook when the codes go from old to new (a skip path,
+        which reads the input, does not change): zero exactly where they are equal."""
         d = self.sae.decode(new.to(self.sae.dtype)) - self.sae.decode(old.to(self.sae.dtype))
-        return d.to(dtype)
+        return [d.to(dtype)]
+
+    def decoder_row(self, latent: int) -> torch.Tensor:
+        """[d_out]: what one unit of `latent` writes at write_hook."""
+        return self.sae.W_dec[latent].detach()
+
+
+@dataclass
+class TranscoderSite(Site):
+    """Layer `layer` of a dictionary read through the transcoder interface (a cross-layer transcoder): codes are
+    tcs.encode(layer, MLP input), and a change of codes writes (new - old) @ decoder(layer, t) into the MLP output of
+    every layer t in tcs.writes_to(layer). Its codes are sparse features only (sae is None)."""
+
+    tcs: object = None
+
+    @classmethod
+    def of(cls, tcs, layer: int) -> TranscoderSite:
+        return cls(layer, tcs.input_hook(layer), output_hook(layer), None, tcs)
+
+    @property
+    def d_sae(self) -> int:
+        return self.tcs.d_sae(self.layer)
+
+    @property
+    def n_sparse(self) -> int:
+        return self.tcs.n_sparse(self.layer)
+
+    @property
+    def block_size(self) -> int:
+        return 1
+
+    @property
+    def write_hooks(self) -> list[str]:
+        return [output_hook(t) for t in self.tcs.writes_to(self.layer)]
+
+    @torch.no_grad()
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        return self.tcs.encode(self.layer, x)
+
+    def preacts(self, x: torch.Tensor) -> torch.Tensor:
+        return self.tcs.preacts(self.layer, x)[0]
+
+    @torch.no_grad()
+    def decode_changes(self, old: torch.Tensor, new: torch.Tensor, dtype) -> list[torch.Tensor]:
+        d = (new - old).to(dtype)
+        every = torch.arange(self.d_sae)
+        return [d @ self.tcs.decoder(self.layer, t, every).to(dtype) for t in self.tcs.writes_to(self.layer)]
+
+    def decoder_row(self, latent: int) -> torch.Tensor:
+        return self.tcs.decoder(self.layer, self.layer, torch.tensor([latent]))[0]
 
 
 @dataclass
@@ -66,18 +127,23 @@ class Unit:
 
 
 def load_dictionary(folder, model, device: str = "cpu", member: int | str = 0) -> list[Site]:
-    """The sites of an SAE folder or a transcoder set folder (member: which config of each layer's, by index or
-    config name), checked against the model's hooks."""
+    """The sites of an SAE folder, a transcoder set folder (member: which config of each layer's, by index or
+    config name) or a cross-layer transcoder folder, checked against the model's hooks."""
+    from workbench.sae.clt_io import is_clt
     from workbench.sae.transcoders import is_set
 
     folder = Path(folder)
     if not folder.is_dir():
-        raise MissingInputError(f"dictionary {str(folder)!r} is not a folder (an SAE folder or a transcoder set)")
-    if is_set(folder):
-        from workbench.circuits.feature.transcoders import open_set
+        raise MissingInputError(
+            f"dictionary {str(folder)!r} is not a folder (an SAE folder, a transcoder set or a cross-layer transcoder)"
+        )
+    if is_set(folder) or is_clt(folder):
+        from workbench.circuits.feature.transcoders import PerLayerTranscoders, open_set
 
         tcs = open_set(folder).load(member, device, model)
-        return [Site(t.layer, t.input_hook, f"blocks.{t.layer}.hook_mlp_out", t.sae) for t in tcs.members]
+        if not isinstance(tcs, PerLayerTranscoders):  # read through the interface: writes to several layers
+            return [TranscoderSite.of(tcs, layer) for layer in range(tcs.n_layers)]
+        return [Site(t.layer, t.input_hook, output_hook(t.layer), t.sae) for t in tcs.members]
     from workbench.sae.io import load_sae
 
     sae = load_sae(folder, device=device).eval()
@@ -110,7 +176,7 @@ def resolve(sites: list[Site], spec: str) -> Unit:
                 f"{sorted(by_layer)[0]}:{index})"
             )
         site = by_layer[layer]
-    r = site.sae.cfg.d_sae - site.n_sparse
+    r = site.d_sae - site.n_sparse
     if index == "scaffold":
         if not r:
             raise BadValueError(f"feature {spec!r}: the dictionary has no scaffold (scaffold_rank 0)")

@@ -151,23 +151,27 @@ class Intervention:
             seen = {}
             if site.read_hook != site.write_hook:
                 out.append((site.read_hook, lambda act, hook, seen=seen: seen.__setitem__("x", act)))
-            out.append((site.write_hook, lambda act, hook, s=site, us=units, seen=seen: self._change(act, s, us, seen)))
+            first, *later = site.write_hooks
+            out.append((first, lambda act, hook, s=site, us=units, seen=seen: self._change(act, s, us, seen)))
+            out += [(h, lambda act, hook, seen=seen, i=i: _write(act, seen, i)) for i, h in enumerate(later, 1)]
         return out
 
     def _change(self, act: torch.Tensor, site: Site, units: list[Unit], seen: dict) -> torch.Tensor:
+        """At the site's first write hook: the change of its decoded output at every write hook (kept in `seen` for
+        the later ones, a cross-layer transcoder's), the first one added."""
         x = seen.pop("x", act)
         if site.layer in self.cfg.constrained_layers:  # codes of the clean input, as circuit-tracer's
             x = torch.cat([self.clean[site.read_hook].to(x), x[:, self.P :]], 1)
         pos = self.mask(act.shape[1]).nonzero().flatten()
+        seen["writes"] = None
         if not pos.numel():
             return act
         codes = site.encode(x[:, pos])
         new = codes.clone()
         for u in units:
             new[..., u.index] = self.new_codes(u, codes[..., u.index], pos)
-        act = act.clone()
-        act[:, pos] += site.decode_change(codes, new, act.dtype)
-        return act
+        seen["writes"] = (pos, site.decode_changes(codes, new, act.dtype))
+        return _write(act, seen, 0)
 
     def _held_hooks(self) -> list:
         P, clean = self.P, self.clean
@@ -226,6 +230,7 @@ class Intervention:
             "layer": u.site.layer,
             "read_hook": u.site.read_hook,
             "write_hook": u.site.write_hook,
+            "write_hooks": u.site.write_hooks,
             "coordinates": u.index.tolist(),
             "clean_codes": codes.tolist(),
         }
@@ -261,6 +266,16 @@ class Intervention:
     def _text(self, ids: list[int]) -> dict:
         t = torch.tensor(ids, dtype=torch.long)
         return {"tokens": ids, "str_tokens": str_tokens(self.model, t) if ids else []}
+
+
+def _write(act: torch.Tensor, seen: dict, i: int) -> torch.Tensor:
+    """act with the site's change at its i-th write hook added at the intervened positions (`seen`, from _change)."""
+    if seen.get("writes") is None:
+        return act
+    pos, changes = seen["writes"]
+    act = act.clone()
+    act[:, pos] += changes[i]
+    return act
 
 
 def intervene(model, dictionary, prompt, cfg: InterventionConfig | None = None, mean_source=None) -> dict:

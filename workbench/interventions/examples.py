@@ -64,7 +64,7 @@ def _steering(model, folder, prompt) -> InterventionConfig:
     from workbench.circuits.inputs import tokens_of
 
     site = load_dictionary(folder, model)[-1]
-    if site.sae.cfg.d_sae > site.n_sparse:
+    if site.d_sae > site.n_sparse:
         return InterventionConfig(features=["scaffold"], op="ablate", continue_tokens=20)
     _, cache = model.run_with_cache(tokens_of(model, prompt)[None], names_filter=[site.read_hook])
     codes = site.encode(cache[site.read_hook][0, -1])[: site.n_sparse]

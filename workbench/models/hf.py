@@ -211,13 +211,29 @@ def check_hub(repo: str) -> None:
 
     if isinstance(try_to_load_from_cache(repo, "config.json", cache_dir=hub.HF_HUB_CACHE), str):
         return
-    why = "HF_HUB_OFFLINE is set" if hub.HF_HUB_OFFLINE else _unreachable(hub.ENDPOINT)
+    why = offline_reason()
     if why:
         raise ModelSpecError(
-            f"cannot load model {repo!r} from the Hugging Face Hub: it is not in the local cache "
-            f"({hub.HF_HUB_CACHE}) and {why}; fetch it once online with `workbench model import {repo}` "
-            "(or `hf download` into that cache), or pass a saved model folder or 'tiny'"
+            not_cached(f"model {repo!r}", why, f"`workbench model import {repo}` (or `hf download` into that cache)")
+            + ", or pass a saved model folder or 'tiny'"
         )
+
+
+def offline_reason() -> str | None:
+    """Why the Hugging Face Hub cannot be used now (HF_HUB_OFFLINE, or one failed connection), or None."""
+    import huggingface_hub.constants as hub
+
+    return "HF_HUB_OFFLINE is set" if hub.HF_HUB_OFFLINE else _unreachable(hub.ENDPOINT)
+
+
+def not_cached(what: str, why: str, fetch: str) -> str:
+    """The one line for something on the Hub that is not in the local cache while the Hub cannot be reached."""
+    import huggingface_hub.constants as hub
+
+    return (
+        f"cannot load {what} from the Hugging Face Hub: it is not in the local cache ({hub.HF_HUB_CACHE}) and "
+        f"{why}; fetch it once online with {fetch}"
+    )
 
 
 def _unreachable(endpoint: str) -> str | None:

@@ -2,13 +2,16 @@
 for each feature at layer l one decoder into the MLP output of every layer l' >= l.
 
 A CLT is built from the workbench's transcoders, one member per layer: member i is a transcoder of its
-architecture (Top-k, BatchTopK, block Top-k) from layer i's input to the concatenation of the targets of layers
+architecture (Top-k, BatchTopK, Matryoshka, block Top-k) from layer i's input to the concatenation of the targets of layers
 i..L-1, so its selection, activation, sparse kernels, AuxK and unit-norm decoder (a feature's whole cross-layer
 decoder has norm 1) are the per-layer code's. What the CLT adds: layer t's MLP output is reconstructed as the sum
 of every member's write into it (its bias too), the loss is every layer's reconstruction (`clt_loss`: summed or
 averaged over layers), each target layer has its own scale (mean norm sqrt(d)), a skip path is per layer (W_skip
 x_t into layer t only, circuit-tracer's convention), and the sparsity budget is per layer or one budget shared
-by all layers (`clt_sparsity`).
+by all layers (`clt_sparsity`). A Matryoshka CLT's loss is its members' prefix losses across layers: for each
+prefix width m_g (`prefixes`, the same for every layer), every target layer is reconstructed from only the latents
+below m_g of every layer, the layers' losses combined by `clt_loss` and the prefixes' by `prefix_weighting`; like
+the per-layer Matryoshka SAE it selects by BatchTopK and infers with its threshold.
 
 Initialisation: each member is fitted as a per-layer transcoder of its own layer (the decoder fit of
 `encoder_init='fit'` sees layer i's target and zeros for the later layers), so training starts from a per-layer
@@ -27,8 +30,9 @@ from torch import nn
 
 from workbench.errors import ConfigError
 from workbench.sae.base import geometric_median
-from workbench.sae.config import CLTConfig
+from workbench.sae.config import BATCH_RANKED, CLTConfig
 from workbench.sae.kernels import Support, topk
+from workbench.sae.matryoshka import combine_prefixes, prefix_writes
 
 
 class CrossLayerTranscoder(nn.Module):
@@ -104,20 +108,21 @@ class CrossLayerTranscoder(nn.Module):
         ]
         if cfg.clt_sparsity == "shared":
             parts = _share_budget(parts, cfg, self.training)
-        x_hat, codes, losses = ts.new_zeros(ts.shape), [], {}
+        codes, losses = [], {}
         for i, (m, p) in enumerate(zip(self.members, parts)):
             vals, extra = self._write(m, p)
             losses.update({f"{k}_{i}": v for k, v in extra.items()})
-            write = p["base"] + m.kern.decode(vals, p["W_dec"], p["sup"])
-            x_hat = x_hat + nn.functional.pad(write, (i * d, 0))
             codes.append(vals)
-        if self.W_skip is not None:
-            skip = torch.cat([(xs_[i] * m.input_scale) @ self.W_skip[i].T for i, m in enumerate(self.members)], 1)
-            x_hat = x_hat + skip
-        err = (ts - x_hat).view(-1, L, d)
-        per_layer = err.pow(2).sum(-1).mean(0)  # [L]
-        losses["recon"] = per_layer.sum() if cfg.clt_loss == "sum" else per_layer.mean()
-        e = (ts - x_hat).detach()
+        base, writes = self._decode(xs_, parts, codes)
+        err_g = (ts - base)[:, None] - writes  # [B, G, L*d]: G = 1, or a Matryoshka CLT's prefixes
+        per = err_g.view(ts.shape[0], -1, L, d).pow(2).sum(-1).mean(0)  # [G, L]
+        if cfg.architecture == "matryoshka":
+            bias_only = self._over_layers((ts - base).view(-1, L, d).pow(2).sum(-1).mean(0))
+            losses["matryoshka_mse"] = combine_prefixes(self._over_layers(per), bias_only, cfg.prefix_weighting)
+        else:
+            losses["recon"] = self._over_layers(per[0])
+        err, per_layer = err_g[:, -1].view(-1, L, d), per[-1]
+        e = err_g[:, -1].detach()
         for i, (m, p) in enumerate(zip(self.members, parts)):
             if p["aux"] is not None:
                 losses[f"aux_{i}"] = cfg.aux_alpha * m._auxk(
@@ -130,6 +135,29 @@ class CrossLayerTranscoder(nn.Module):
             "losses": {k: v.detach() for k, v in losses.items()},
             "stats": self._stats(ts, err, parts, codes),
         }
+
+    def _over_layers(self, per_layer: torch.Tensor) -> torch.Tensor:
+        """The target layers' losses (last dim) summed or averaged (`clt_loss`)."""
+        return per_layer.sum(-1) if self.cfg.clt_loss == "sum" else per_layer.mean(-1)
+
+    def _decode(self, xs_, parts, codes) -> tuple[torch.Tensor, torch.Tensor]:
+        """(base, writes): what every target layer gets besides the features (biases, scaffolds, skip path) [B, L*d],
+        and the features' writes [B, G, L*d]: G = 1, or per Matryoshka prefix m_g the writes of only the latents
+        below m_g at every layer (each layer's prefix)."""
+        d = self.cfg.d_out
+        base, writes = 0, 0
+        for i, (m, p, vals) in enumerate(zip(self.members, parts, codes)):
+            if self.cfg.architecture == "matryoshka":
+                w = prefix_writes(m.kern, vals, p["W_dec"], p["sup"], m.prefix_ends)
+            else:
+                w = m.kern.decode(vals, p["W_dec"], p["sup"])[:, None]
+            base = base + nn.functional.pad(p["base"], (i * d, 0))
+            writes = writes + nn.functional.pad(w, (i * d, 0))
+        if self.W_skip is not None:
+            base = base + torch.cat(
+                [(x * m.input_scale) @ self.W_skip[i].T for i, (m, x) in enumerate(zip(self.members, xs_))], 1
+            )
+        return base, writes
 
     def _select(self, m, x: torch.Tensor, dead: torch.Tensor | None) -> dict:
         xs, xc, s, enc_in = m._inputs(x)
@@ -252,14 +280,14 @@ class CrossLayerTranscoder(nn.Module):
 def _share_budget(parts: list[dict], cfg: CLTConfig, training: bool) -> list[dict]:
     """One budget across layers: each member proposed its own best k x n_layers (per token, Top-k) or k x n_layers
     x B (per batch, BatchTopK); the best of all layers' proposals are kept, per token or per batch."""
-    if cfg.architecture == "batchtopk" and not training:
+    if cfg.architecture in BATCH_RANKED and not training:
         return parts  # inference: every member applies the shared threshold
     sups = [p["sup"] for p in parts]
     pre = torch.cat([s.pre for s in sups])
     layer = torch.cat([torch.full_like(s.rows, i) for i, s in enumerate(sups)])
     rows = torch.cat([s.rows for s in sups])
     B, K = sups[0].n_rows, cfg.k * cfg.n_layers
-    if cfg.architecture == "batchtopk":
+    if cfg.architecture in BATCH_RANKED:
         vals, pos = topk(pre, min(K * B, pre.numel()))
         keep = torch.zeros_like(pre, dtype=torch.bool)
         keep[pos[vals > 0]] = True

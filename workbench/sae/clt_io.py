@@ -21,6 +21,7 @@ from safetensors.torch import load_file, save_file
 from workbench.atomic import atomic_path, atomic_write_text, sha256_file
 from workbench.errors import DamagedFileError, MissingInputError
 from workbench.readback import read_json, verify_artifact
+from workbench.sae.config import BATCH_RANKED
 
 MANIFEST, WEIGHTS, TRACER = "clt.json", "clt_weights.safetensors", "circuit_tracer"
 SCHEMA = "workbench.clt"
@@ -61,7 +62,7 @@ def save_clt(clt, folder: str | Path, metadata: dict | None = None, workbench_in
 
 def tracer_unsupported(cfg) -> str | None:
     """Why circuit-tracer 0.5.0's CLT format cannot hold this CLT exactly (None: it can)."""
-    if cfg.architecture != "batchtopk":
+    if cfg.architecture not in BATCH_RANKED:  # JumpReLU at the threshold at inference
         return f"circuit-tracer's CLT codes are ReLU or JumpReLU; a {cfg.architecture} CLT's rule is not one of them"
     if cfg.skip or cfg.scaffold_rank:
         return "circuit-tracer 0.5.0's CLT files hold no skip path or scaffold"

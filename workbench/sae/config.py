@@ -362,7 +362,8 @@ class SAEConfig(Config):
             raise ConfigError(f"scaffold_rank={self.scaffold_rank} must be below d_out={self.d_out}")
 
 
-CLT_ARCHITECTURES = ("topk", "batchtopk", "block_topk")
+CLT_ARCHITECTURES = ("topk", "batchtopk", "matryoshka", "block_topk")
+BATCH_RANKED = ("batchtopk", "matryoshka")  # one threshold at inference (JumpReLU); a shared budget ranks the batch
 
 
 @dataclass
@@ -417,7 +418,9 @@ class CLTConfig(SAEConfig):
                 f"architecture={self.architecture!r} is not trained as a CLT yet; choose one of {list(CLT_ARCHITECTURES)}"
             )
         if self.clt_sparsity == "shared" and self.is_block:
-            raise ConfigError("clt_sparsity='shared' applies to topk and batchtopk, not to block architectures")
+            raise ConfigError(
+                "clt_sparsity='shared' applies to topk, batchtopk and matryoshka, not to block architectures"
+            )
         if self.threshold_per_latent and self.architecture != "batchtopk":
             raise ConfigError(f"threshold_per_latent applies to batchtopk CLTs, not to {self.architecture!r}")
 

@@ -135,9 +135,9 @@ def tracer_layers(src: Path) -> tuple[dict, dict[int, Path]]:
     return cfg, dict(enumerate(files))
 
 
-def tracer_members(src: Path) -> list:
-    """A circuit-tracer set's layers as foreign.Member (the hooks its config.yaml names, per layer)."""
-    cfg, files = tracer_layers(src)
+def tracer_members(cfg: dict, files: dict[int, Path]) -> list:
+    """A circuit-tracer set's layers (config.yaml, layer -> weights file) as foreign.Member (the hooks its config
+    names, per layer)."""
     hook, target = cfg["feature_input_hook"], cfg["feature_output_hook"]
     return [
         Member(f, f"blocks.{i}.{hook}", f"blocks.{i}.{target}", i, f"L{i}-circuit-tracer") for i, f in files.items()

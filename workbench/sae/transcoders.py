@@ -170,12 +170,13 @@ def train_clt(
 def clt_footprint(cfg, rows: int, init_rows: int, device: str, autocast: bool):
     """A CLT's memory (workbench.sae.memory.Footprint): every member's state, and their steps at once (the loss
     couples the layers, so one backward pass holds every member's working set) plus the [rows, L x d_out] targets,
-    reconstruction and error."""
+    reconstruction and error (a Matryoshka CLT's: its writes, error and the error's square per prefix)."""
     from workbench.sae import memory
 
     parts = [memory.sae_footprint(cfg.member(i), rows, init_rows, device, autocast) for i in range(cfg.n_layers)]
     skip = 4 * cfg.n_layers * cfg.d_out * cfg.d_in * memory.F32 if cfg.skip else 0
-    wide = 4 * rows * cfg.n_layers * cfg.d_out * memory.F32
+    groups = len(cfg.prefixes) if cfg.architecture == "matryoshka" else 0
+    wide = (4 + 3 * groups) * rows * cfg.n_layers * cfg.d_out * memory.F32
     return memory.Footprint(
         sum(p.state for p in parts) + skip,
         sum(p.step for p in parts) + wide,

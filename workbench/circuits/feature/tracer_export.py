@@ -24,6 +24,7 @@ from workbench.circuits.feature.transcoders import (
     resolve,
 )
 from workbench.errors import BadValueError
+from workbench.sae.hub import tracer_importable as importable
 
 JUMPRELU = ("jumprelu_transcoder", "jumprelu_skip_transcoder")
 
@@ -59,15 +60,6 @@ def _activation(t: Transcoder):
         f"layer {t.layer}'s transcoder is {cfg.architecture()!r}: only Top-k and JumpReLU transcoders (threshold >= 0) "
         "export to circuit-tracer"
     )
-
-
-def importable() -> None:
-    """circuit-tracer 0.5 imports huggingface_hub.constants.HF_HUB_ENABLE_HF_TRANSFER, which huggingface_hub 1.x
-    removed; it reads it only to pick a download path, never taken here (nothing is downloaded)."""
-    import huggingface_hub.constants as hub
-
-    if not hasattr(hub, "HF_HUB_ENABLE_HF_TRANSFER"):
-        hub.HF_HUB_ENABLE_HF_TRANSFER = False
 
 
 def transcoder_set(model, transcoders: Transcoders):
