@@ -213,7 +213,6 @@ def test_a_clt_graph_node_is_ablated_through_the_clt(clt_workspace, model, monke
     """The panel on a CLT graph's node runs the CLT (its change written into every later layer) as the engine does."""
     from tests.app.conftest import _runner
     from workbench import browse
-
     from workbench.sae.clt_io import MANIFEST
 
     root, clt = clt_workspace
