@@ -36,13 +36,13 @@ PAGES = [  # (script, title, URL path, the query parameters that make up the pag
         "views/circuit.py",
         "Circuit",
         "circuit",
-        ("circuit", "view", "budget", "target", "cap", "node", *graph_view.PARAMS, *STEER_PARAMS),
+        ("circuit", "view", "budget", "target", "cap", "node", *graph_view.PARAMS, *graph_view.VIEW_PARAMS, *STEER_PARAMS),
     ),
     (
         "views/feature_graph.py",
         "Feature graph",
         "feature_graph",
-        ("graph", "cap", "node", *graph_view.PARAMS, *STEER_PARAMS),
+        ("graph", "cap", "node", *graph_view.PARAMS, *graph_view.VIEW_PARAMS, *STEER_PARAMS),
     ),
     ("views/compare.py", "Compare", "compare", ("model", "circuit")),
     ("views/attention.py", "Attention", "attention", ("model", "source", "family", "example", "prompt", "view")),
@@ -483,10 +483,10 @@ def draw_marked(graph, key: str, ident, marks: annotations.Annotations, selected
 
 
 def remember_marks() -> None:
-    """The URL's pins, groups, notes and selected node as this page's view (also after the view's own rerun
-    changed them)."""
+    """The URL's pins, groups, notes, selected node and view settings (link cap, pruning, collapsed groups) as this
+    page's view (also after the view's own rerun changed them)."""
     saved = st.session_state.get(f"_view_{st.session_state.get('_page')}", {})
-    for name in (*graph_view.PARAMS, "node"):
+    for name in (*graph_view.PARAMS, *graph_view.VIEW_PARAMS, "node"):
         if name in st.query_params:
             _remember(name, st.query_params[name])
         else:

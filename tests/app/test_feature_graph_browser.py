@@ -2,8 +2,9 @@
 transcoder workspace's model, made and checked by interventions through workbench.steps, opens fitted to its
 stage with its links capped; a hover lights a node's links, named by label and token; influence pruning redraws
 in the browser with no request to the server; two nodes are pinned, grouped (the group collapses into a supernode
-that keeps its links) and noted; a feature page and Back keep them; the download carries them and an upload brings
-them back. Screenshots at ~100 and ~1,000 links drawn land in $WORKBENCH_SCREENSHOTS (else the test's folder):
+that keeps its links) and noted; the link cap, influence pruning and collapsed groups are kept in the URL; a
+feature page and Back keep them; the download carries them (pruningThreshold and the workbench's qParams field) and
+an upload brings them back. Screenshots at ~100 and ~1,000 links drawn land in $WORKBENCH_SCREENSHOTS (else the test's folder):
 docs/graph_100.png and docs/graph_1000.png were made so."""
 
 from __future__ import annotations
@@ -94,11 +95,12 @@ def hover_pin_group_note(page, a: str, b: str, name_a: str) -> None:
 
     node(page, a).hover()  # details in the browser, links named by label and token
     tip = page.get_by_test_id("graph-tip")
-    expect(tip).to_contain_text(f"{a} · feature")
-    expect(tip).to_contain_text(" @ ")
+    expect(tip).to_contain_text(" @ ")  # named by label and token, the id in small text under the name
+    expect(tip.locator(".wbg-id")).to_have_text(f"id {a}")
     node(page, a).click()
     details = page.get_by_test_id("graph-details")
-    expect(details.locator("h4")).to_have_text(f"{a} · feature")
+    expect(details.locator("h4")).to_have_text(re.compile(r' @ ".*" · feature$'))
+    expect(details.locator(".wbg-id")).to_have_text(f"id {a}")
     wait_param(page, "node", a)
     drawn(page)
     expect(page.get_by_text(name_a).first).to_be_visible()  # the page's details, right under the graph
@@ -116,25 +118,32 @@ def hover_pin_group_note(page, a: str, b: str, name_a: str) -> None:
     drawn(page)
 
 
-def view_only_controls(page, sent: list, total: int) -> None:
-    """Folding a group, influence pruning and the check filter redraw in the browser: nothing goes to the server."""
+def view_controls(page, sent: list, total: int) -> None:
+    """Folding a group and influence pruning redraw in the browser and are kept in the URL (`collapsed=`,
+    `node_threshold=`; back to the default: gone); the check filter sends nothing to the server."""
     from playwright.sync_api import expect
 
-    before, stats, details = len(sent), page.get_by_test_id("graph-stats"), page.get_by_test_id("graph-details")
+    stats, details = page.get_by_test_id("graph-stats"), page.get_by_test_id("graph-details")
     page.get_by_role("button", name="collapse movers").click()
     expect(page.locator("[data-node-id='group:movers']")).to_have_count(1)
+    wait_param(page, "collapsed", '["movers"]')
     node(page, "group:movers").click()
     expect(details).to_contain_text(re.compile(r"strongest (incoming|outgoing) \([1-9]"))  # keeps its links
     page.get_by_role("button", name="expand movers").click()
     expect(page.locator("[data-node-id='group:movers']")).to_have_count(0)
+    page.wait_for_function("!new URLSearchParams(location.search).has('collapsed')", timeout=WAIT_MS)
     page.get_by_test_id("graph-node-threshold").fill("0.3")
     expect(stats).to_contain_text("influence pruning (node 0.30")
     assert int(page.locator(".wbg").get_attribute("data-edges")) < total
+    wait_param(page, "node_threshold", "0.3")
     page.get_by_test_id("graph-node-threshold").fill("1")
+    page.wait_for_function("!new URLSearchParams(location.search).has('node_threshold')", timeout=WAIT_MS)
+    drawn(page)
+    before = len(sent)
     page.get_by_test_id("graph-show-failed").uncheck()
     expect(stats).to_contain_text("failed (red, dashed), hidden")
     page.get_by_test_id("graph-show-failed").check()
-    assert len(sent) == before, "a view-only control sent a message to the server"
+    assert len(sent) == before, "the check filter sent a message to the server"
 
 
 def screenshots(page, total: int, shots: Path, b: str) -> None:
@@ -145,9 +154,10 @@ def screenshots(page, total: int, shots: Path, b: str) -> None:
         page.get_by_test_id("graph-link-cap").fill(str(cap))
         page.get_by_test_id("graph-link-cap").press("Enter")
         expect(page.get_by_test_id("graph-stats")).to_contain_text(f"the {min(cap, total)} strongest")
+        wait_param(page, "links", str(cap))  # the link cap is kept in the URL
         page.locator(".wbg").screenshot(path=str(shots / f"graph_{cap}.png"))
     node(page, b).hover()
-    expect(page.get_by_test_id("graph-tip")).to_contain_text(f"{b} · feature")
+    expect(page.get_by_test_id("graph-tip").locator(".wbg-id")).to_have_text(f"id {b}")
 
 
 def test_feature_graph_hover_pin_group_note_feature_page_back_download_upload(graph_workspace, tmp_path):
@@ -171,7 +181,7 @@ def test_feature_graph_hover_pin_group_note_feature_page_back_download_upload(gr
             expect(page.get_by_test_id("graph-stats")).to_contain_text("links drawn:")
             expect(page.get_by_test_id("graph-stats")).to_contain_text("intervention check:")  # verdicts, counted
             hover_pin_group_note(page, a, b, fgf.names(fg)[a])
-            view_only_controls(page, sent, total)
+            view_controls(page, sent, total)
             screenshots(page, total, shots, b)
 
             page.get_by_role("link", name=re.compile(r"^feature page of L")).click()
@@ -181,6 +191,10 @@ def test_feature_graph_hover_pin_group_note_feature_page_back_download_upload(gr
             drawn(page)
             wait_marks(page, a, b)  # Back from the feature page: pins, groups, notes kept
             expect(page.locator(".wbg-pinned")).to_have_count(2)
+            wait_param(page, "links", "1000")  # and the link cap
+            expect(page.get_by_test_id("graph-link-cap")).to_have_value("1000")
+            page.get_by_role("button", name="collapse movers").click()
+            wait_param(page, "collapsed", '["movers"]')
 
             with page.expect_download() as dl:
                 page.get_by_role("button", name=re.compile(r"^download graph JSON")).click()
@@ -189,6 +203,8 @@ def test_feature_graph_hover_pin_group_note_feature_page_back_download_upload(gr
             marks, clicked = an.read_feature_graph(json.loads(exported.read_text()))
             assert marks == an.Annotations([a, b], [["movers", a, b]], {b: "copies the name"}), marks
             assert clicked == b, (clicked, page.url)
+            view = an.read_feature_view(json.loads(exported.read_text()))
+            assert view == an.View(link_cap=1000, collapsed=["movers"]), view
 
             page.goto(base)  # a plain link: no marks; the upload brings them back
             drawn(page)
@@ -197,7 +213,11 @@ def test_feature_graph_hover_pin_group_note_feature_page_back_download_upload(gr
             page.locator("input[type=file]").set_input_files(str(exported))
             wait_param(page, "graph", "uploaded-graph")
             wait_marks(page, a, b)
+            wait_param(page, "links", "1000")
             drawn(page)
+            expect(page.get_by_test_id("graph-link-cap")).to_have_value("1000")
+            expect(page.locator("[data-node-id='group:movers']")).to_have_count(1)  # collapsed, as it was left
+            page.get_by_role("button", name="expand movers").click()
             expect(page.locator(".wbg-pinned")).to_have_count(2)
             node(page, b).click()
             expect(page.get_by_test_id("graph-details").locator("textarea")).to_have_value("copies the name")
