@@ -36,7 +36,17 @@ PAGES = [  # (script, title, URL path, the query parameters that make up the pag
         "views/circuit.py",
         "Circuit",
         "circuit",
-        ("circuit", "view", "budget", "target", "cap", "node", *graph_view.PARAMS, *graph_view.VIEW_PARAMS, *STEER_PARAMS),
+        (
+            "circuit",
+            "view",
+            "budget",
+            "target",
+            "cap",
+            "node",
+            *graph_view.PARAMS,
+            *graph_view.VIEW_PARAMS,
+            *STEER_PARAMS,
+        ),
     ),
     (
         "views/feature_graph.py",

@@ -153,7 +153,10 @@ if picked is not None:
         "download graph JSON (circuit-tracer / Neuronpedia)" + state.MARKED,
         lambda: json.dumps(
             annotations.apply_feature_graph(
-                {"metadata": meta, "qParams": QPARAMS, "nodes": fg.nodes, "links": fg.links}, box["marks"], box["node"], box.get("view")
+                {"metadata": meta, "qParams": QPARAMS, "nodes": fg.nodes, "links": fg.links},
+                box["marks"],
+                box["node"],
+                box.get("view"),
             )
         ),
         file_name=f"{rel.split('/')[-1]}.json",

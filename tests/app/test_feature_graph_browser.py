@@ -160,6 +160,52 @@ def screenshots(page, total: int, shots: Path, b: str) -> None:
     expect(page.get_by_test_id("graph-tip").locator(".wbg-id")).to_have_text(f"id {b}")
 
 
+def feature_page_back_download_upload(page, base: str, a: str, b: str, tmp_path: Path, left: an.View) -> None:
+    """From the marked graph (a, b pinned and grouped as "movers", a note on b, the view left as `left`): a feature
+    page and Back keep the marks and the view; "movers" collapsed; the download carries them all and an upload
+    from a plain link brings them back."""
+    from playwright.sync_api import expect
+
+    cap = page.get_by_test_id("graph-link-cap")
+    page.get_by_role("link", name=re.compile(r"^feature page of L")).click()
+    expect(page.get_by_role("heading", name=re.compile(r"· (latent|block) \d+$"))).to_be_visible()
+    drawn(page)
+    page.go_back()
+    drawn(page)
+    wait_marks(page, a, b)  # Back from the feature page: pins, groups, notes kept
+    expect(page.locator(".wbg-pinned")).to_have_count(2)
+    wait_param(page, "links", str(left.link_cap))  # and the link cap
+    expect(cap).to_have_value(str(left.link_cap))
+    page.get_by_role("button", name="collapse movers").click()
+    wait_param(page, "collapsed", '["movers"]')
+
+    with page.expect_download() as dl:
+        page.get_by_role("button", name=re.compile(r"^download graph JSON")).click()
+    exported = tmp_path / "marked.json"
+    dl.value.save_as(exported)
+    marks, clicked = an.read_feature_graph(json.loads(exported.read_text()))
+    assert marks == an.Annotations([a, b], [["movers", a, b]], {b: "copies the name"}), marks
+    assert clicked == b, (clicked, page.url)
+    view = an.read_feature_view(json.loads(exported.read_text()))
+    assert view == an.View(**{**left.as_dict(), "collapsed": ["movers"]}), view
+
+    page.goto(base)  # a plain link: no marks; the upload brings them back
+    drawn(page)
+    expect(page).not_to_have_url(re.compile("pinned="))
+    page.get_by_text("upload a circuit-tracer / Neuronpedia graph JSON").click()
+    page.locator("input[type=file]").set_input_files(str(exported))
+    wait_param(page, "graph", "uploaded-graph")
+    wait_marks(page, a, b)
+    wait_param(page, "links", str(left.link_cap))
+    drawn(page)
+    expect(cap).to_have_value(str(left.link_cap))
+    expect(page.locator("[data-node-id='group:movers']")).to_have_count(1)  # collapsed, as it was left
+    page.get_by_role("button", name="expand movers").click()
+    expect(page.locator(".wbg-pinned")).to_have_count(2)
+    node(page, b).click()
+    expect(page.get_by_test_id("graph-details").locator("textarea")).to_have_value("copies the name")
+
+
 def test_feature_graph_hover_pin_group_note_feature_page_back_download_upload(graph_workspace, tmp_path):
     from playwright.sync_api import expect
 
@@ -184,43 +230,71 @@ def test_feature_graph_hover_pin_group_note_feature_page_back_download_upload(gr
             view_controls(page, sent, total)
             screenshots(page, total, shots, b)
 
-            page.get_by_role("link", name=re.compile(r"^feature page of L")).click()
-            expect(page.get_by_role("heading", name=re.compile(r"· (latent|block) \d+$"))).to_be_visible()
-            drawn(page)
-            page.go_back()
-            drawn(page)
-            wait_marks(page, a, b)  # Back from the feature page: pins, groups, notes kept
-            expect(page.locator(".wbg-pinned")).to_have_count(2)
-            wait_param(page, "links", "1000")  # and the link cap
-            expect(page.get_by_test_id("graph-link-cap")).to_have_value("1000")
-            page.get_by_role("button", name="collapse movers").click()
-            wait_param(page, "collapsed", '["movers"]')
+            feature_page_back_download_upload(page, base, a, b, tmp_path, an.View(link_cap=1000))
+        finally:
+            page.screenshot(path=str(tmp_path / "page.png"), full_page=True)
+    assert_offline(requests)
 
-            with page.expect_download() as dl:
-                page.get_by_role("button", name=re.compile(r"^download graph JSON")).click()
-            exported = tmp_path / "marked.json"
-            dl.value.save_as(exported)
-            marks, clicked = an.read_feature_graph(json.loads(exported.read_text()))
-            assert marks == an.Annotations([a, b], [["movers", a, b]], {b: "copies the name"}), marks
-            assert clicked == b, (clicked, page.url)
-            view = an.read_feature_view(json.loads(exported.read_text()))
-            assert view == an.View(link_cap=1000, collapsed=["movers"]), view
 
-            page.goto(base)  # a plain link: no marks; the upload brings them back
+@pytest.fixture(scope="module")
+def tiny_graph_workspace(tiny, tmp_path_factory):
+    """A workspace on the embedded model (data/models/tiny), as the demo makes one: a cache of its MLPs, a
+    transcoder set on every layer trained briefly (tests/conftest.py's _brief_training), the members' feature
+    stores, and an IOI prompt's attribution graph."""
+    from tests.conftest import _brief_training
+    from workbench import steps
+    from workbench.cache.config import HarvestConfig
+    from workbench.circuits.feature.graph_config import GraphConfig
+    from workbench.corpus import tasks
+    from workbench.features.config import FeatureConfig
+    from workbench.sae.config import SAEConfig
+    from workbench.workspace import Workspace
+
+    model, tok = tiny
+    ws = Workspace(tmp_path_factory.mktemp("tiny_graph") / "ws")
+    cfg = HarvestConfig(n_tokens=6000, heldout_fraction=0.2)
+    cache = steps.make_cache(ws, "tiny", "synthetic", None, cfg, name="mlp", progress=False, model=model)
+    tset, members = steps.train_transcoder_set(
+        ws, cache.path, "all", [SAEConfig("topk", k=8, expansion=4)], _brief_training(), name="all"
+    )
+    steps.build_features(
+        ws, members, cache.path, "tiny", FeatureConfig(chunk_rows=1000, corr_tokens=1500), progress=False
+    )
+    q = tasks.queries("ioi", 1, seed=0, tokenizer=tok)[0]
+    steps.attribution_graph(ws, model, tset, q.prompt, q.answer, cfg=GraphConfig(max_feature_nodes=100), name="g")
+    return ws.root
+
+
+def test_the_embedded_models_graph_keeps_its_work_through_back_forward_and_a_download(tiny_graph_workspace, tmp_path):
+    """The done-when walk on the embedded model's graph: hover, pin, group, note; the node threshold is undone by
+    Back and redone by Forward; a feature page and Back, the download and an upload keep it all."""
+    from playwright.sync_api import expect
+
+    fg = browse.open_feature_graph(tiny_graph_workspace / "circuits" / "g")
+    a, b = two_features(fg)
+    requests: list[str] = []
+    with serving(tiny_graph_workspace, tmp_path) as url, browser_page(requests) as page:
+        page.set_viewport_size({"width": 1600, "height": 1100})
+        base = f"{url}/feature_graph?graph=circuits%2Fg"
+        try:
+            page.goto(base)
             drawn(page)
-            expect(page).not_to_have_url(re.compile("pinned="))
-            page.get_by_text("upload a circuit-tracer / Neuronpedia graph JSON").click()
-            page.locator("input[type=file]").set_input_files(str(exported))
-            wait_param(page, "graph", "uploaded-graph")
-            wait_marks(page, a, b)
-            wait_param(page, "links", "1000")
-            drawn(page)
-            expect(page.get_by_test_id("graph-link-cap")).to_have_value("1000")
-            expect(page.locator("[data-node-id='group:movers']")).to_have_count(1)  # collapsed, as it was left
-            page.get_by_role("button", name="expand movers").click()
-            expect(page.locator(".wbg-pinned")).to_have_count(2)
-            node(page, b).click()
-            expect(page.get_by_test_id("graph-details").locator("textarea")).to_have_value("copies the name")
+            hover_pin_group_note(page, a, b, fgf.names(fg)[a])
+            threshold = page.get_by_test_id("graph-node-threshold")
+            threshold.fill("0.5")
+            wait_param(page, "node_threshold", "0.5")
+            page.go_back()  # Back undoes the pruning, Forward redoes it
+            page.wait_for_function("!new URLSearchParams(location.search).has('node_threshold')", timeout=WAIT_MS)
+            expect(threshold).to_have_value("1")
+            page.go_forward()
+            wait_param(page, "node_threshold", "0.5")
+            expect(threshold).to_have_value("0.5")
+            threshold.fill("1")
+            page.get_by_test_id("graph-link-cap").fill("300")
+            page.get_by_test_id("graph-link-cap").press("Enter")
+            wait_param(page, "links", "300")
+            page.wait_for_function("!new URLSearchParams(location.search).has('node_threshold')", timeout=WAIT_MS)
+            feature_page_back_download_upload(page, base, a, b, tmp_path, an.View(link_cap=300))
         finally:
             page.screenshot(path=str(tmp_path / "page.png"), full_page=True)
     assert_offline(requests)

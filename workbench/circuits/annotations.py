@@ -137,6 +137,7 @@ class View:
 
 VIEW_PARAMS = {"link_cap": "links", "node_threshold": "node_threshold", "edge_threshold": "edge_threshold"}
 VIEW_PARAMS["collapsed"] = "collapsed"  # the URL's name of each View field
+_VIEW_READ = {"link_cap": int, "node_threshold": float, "edge_threshold": float}  # collapsed: JSON
 
 
 def view_from_dict(d) -> View:
@@ -175,9 +176,11 @@ def view_from_query(params) -> View:
     for k, name in VIEW_PARAMS.items():
         raw = params.get(name) or ""
         try:
-            d[k] = (loads(raw, name) if k == "collapsed" else int(raw) if k == "link_cap" else float(raw)) if raw else None
+            d[k] = (loads(raw, name) if k == "collapsed" else _VIEW_READ[k](raw)) if raw else None
         except (ValueError, DamagedFileError):
-            raise BadValueError(f"query parameter {name}={raw[:80]!r} is malformed (e.g. {EXAMPLE_VIEW_QUERY[name]})") from None
+            raise BadValueError(
+                f"query parameter {name}={raw[:80]!r} is malformed (e.g. {EXAMPLE_VIEW_QUERY[name]})"
+            ) from None
     try:
         return view_from_dict(d)
     except BadValueError as e:
