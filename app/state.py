@@ -287,8 +287,13 @@ def synced(widget, name: str, url_value, key: str, to_url=str, **kwargs):
         st.session_state[key] = url_value
     out = widget(key=key, **kwargs)
     st.session_state[mark] = out
-    st.query_params[name] = to_url(out)  # always sent: a link to the same page does not update the URL by itself
-    _remember(name, to_url(out))
+    value = to_url(out)  # "": the default, kept out of the URL (a page opened by a link adds no history entry)
+    if value:
+        st.query_params[name] = value  # always sent: a link to the same page does not update the URL by itself
+        _remember(name, value)
+    else:
+        st.query_params.pop(name, None)
+        st.session_state.get(f"_view_{st.session_state.get('_page')}", {}).pop(name, None)
     return out
 
 

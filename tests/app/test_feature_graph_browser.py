@@ -233,6 +233,7 @@ def test_feature_graph_hover_pin_group_note_feature_page_back_download_upload(gr
             feature_page_back_download_upload(page, base, a, b, tmp_path, an.View(link_cap=1000))
         finally:
             page.screenshot(path=str(tmp_path / "page.png"), full_page=True)
+            print("the page's URL at the end:", page.url)
     assert_offline(requests)
 
 
@@ -297,4 +298,5 @@ def test_the_embedded_models_graph_keeps_its_work_through_back_forward_and_a_dow
             feature_page_back_download_upload(page, base, a, b, tmp_path, an.View(link_cap=300))
         finally:
             page.screenshot(path=str(tmp_path / "page.png"), full_page=True)
+            print("the page's URL at the end:", page.url)
     assert_offline(requests)
