@@ -112,6 +112,8 @@ def hover_pin_group_note(page, a: str, b: str, name_a: str) -> None:
     page.get_by_role("button", name="group pinned nodes").click()
     wait_param(page, "groups", json.dumps([["movers", a, b]], separators=(",", ":")))
     node(page, b).click()
+    wait_param(page, "node", b)  # the page's rerun for the click is over before the note is typed
+    drawn(page)
     details.locator("textarea").fill("copies the name")
     details.get_by_role("button", name="save note").click()
     wait_marks(page, a, b)
