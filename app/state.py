@@ -36,13 +36,23 @@ PAGES = [  # (script, title, URL path, the query parameters that make up the pag
         "views/circuit.py",
         "Circuit",
         "circuit",
-        ("circuit", "view", "budget", "target", "cap", "node", *graph_view.PARAMS, *STEER_PARAMS),
+        (
+            "circuit",
+            "view",
+            "budget",
+            "target",
+            "cap",
+            "node",
+            *graph_view.PARAMS,
+            *graph_view.VIEW_PARAMS,
+            *STEER_PARAMS,
+        ),
     ),
     (
         "views/feature_graph.py",
         "Feature graph",
         "feature_graph",
-        ("graph", "cap", "node", *graph_view.PARAMS, *STEER_PARAMS),
+        ("graph", "cap", "node", *graph_view.PARAMS, *graph_view.VIEW_PARAMS, *STEER_PARAMS),
     ),
     ("views/compare.py", "Compare", "compare", ("model", "circuit")),
     ("views/attention.py", "Attention", "attention", ("model", "source", "family", "example", "prompt", "view")),
@@ -277,8 +287,13 @@ def synced(widget, name: str, url_value, key: str, to_url=str, **kwargs):
         st.session_state[key] = url_value
     out = widget(key=key, **kwargs)
     st.session_state[mark] = out
-    st.query_params[name] = to_url(out)  # always sent: a link to the same page does not update the URL by itself
-    _remember(name, to_url(out))
+    value = to_url(out)  # "": the default, kept out of the URL (a page opened by a link adds no history entry)
+    if value:
+        st.query_params[name] = value  # always sent: a link to the same page does not update the URL by itself
+        _remember(name, value)
+    else:
+        st.query_params.pop(name, None)
+        st.session_state.get(f"_view_{st.session_state.get('_page')}", {}).pop(name, None)
     return out
 
 
@@ -483,10 +498,10 @@ def draw_marked(graph, key: str, ident, marks: annotations.Annotations, selected
 
 
 def remember_marks() -> None:
-    """The URL's pins, groups, notes and selected node as this page's view (also after the view's own rerun
-    changed them)."""
+    """The URL's pins, groups, notes, selected node and view settings (link cap, pruning, collapsed groups) as this
+    page's view (also after the view's own rerun changed them)."""
     saved = st.session_state.get(f"_view_{st.session_state.get('_page')}", {})
-    for name in (*graph_view.PARAMS, "node"):
+    for name in (*graph_view.PARAMS, *graph_view.VIEW_PARAMS, "node"):
         if name in st.query_params:
             _remember(name, st.query_params[name])
         else:

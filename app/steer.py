@@ -107,7 +107,7 @@ def panel(key: str, what: str, target) -> None:
         "steer",
         st.query_params.get("steer") == "1",
         f"{key}_on",
-        to_url=lambda v: "1" if v else "0",
+        to_url=lambda v: "1" if v else "",  # off: no steer= (opening a page must not push a history entry)
         label=state.text(f"intervene on {what} in the model"),
     )
     t = target() if on else None

@@ -1,6 +1,7 @@
 """The circuit graph view: a Streamlit v2 custom component (graph.js / graph.css beside this file, plain files
 sent inline by Streamlit, no CDN and no build step) drawing what layout.py computes, with its pins, groups and
-notes kept in the URL (`pinned=`, `groups=`, `notes=`: workbench.circuits.annotations).
+notes kept in the URL (`pinned=`, `groups=`, `notes=`: workbench.circuits.annotations), and how the view was left
+(`links=`, `node_threshold=`, `edge_threshold=`, `collapsed=`: annotations.View).
 
 Why a component and not Plotly: Plotly's Streamlit chart sends only selections back, re-sends the whole figure
 on every change and places labels with no collision rule; pins, groups, notes and the pinned subgraph need
@@ -25,6 +26,7 @@ _VIEW = component(
     "workbench_graph_view", html=None, css=(HERE / "graph.css").read_text(), js=(HERE / "graph.js").read_text()
 )
 PARAMS = ("pinned", "groups", "notes")
+VIEW_PARAMS = tuple(an.VIEW_PARAMS.values())  # the link cap, the pruning thresholds, the collapsed groups
 
 
 def url_annotations() -> an.Annotations:
@@ -32,9 +34,19 @@ def url_annotations() -> an.Annotations:
     return an.from_query(st.query_params)
 
 
-def write_url(a: an.Annotations) -> None:
-    """Write the annotations into the URL: empty ones are removed, so a plain link stays plain."""
-    for name, value in an.to_query(a).items():
+def url_view() -> an.View:
+    """How the view was left, as the URL holds it; a malformed parameter is a notice and the view's defaults."""
+    try:
+        return an.view_from_query(st.query_params)
+    except UserError as e:
+        st.warning(str(e).replace("[", "\\["))
+        return an.View()
+
+
+def write_url(a: an.Annotations | an.View) -> None:
+    """Write the annotations (or the view's settings) into the URL: empty ones (defaults) are removed, so a
+    plain link stays plain."""
+    for name, value in (an.view_to_query(a) if isinstance(a, an.View) else an.to_query(a)).items():
         if value:
             st.query_params[name] = value
         elif name in st.query_params:
@@ -47,7 +59,7 @@ MARKS = "_graph_marks"  # session key of marks_box
 def marks_box() -> dict:
     """{"marks": the marks the URL holds now, "node": the page's selected node}, one object for the session: a download's deferred data reads it
     when clicked, so a pin made in the view's own rerun (a fragment, below) reaches the file."""
-    return st.session_state.setdefault(MARKS, {"marks": an.Annotations(), "node": None})
+    return st.session_state.setdefault(MARKS, {"marks": an.Annotations(), "node": None, "view": an.View()})
 
 
 def _changed(key: str, on_marks) -> None:
@@ -58,11 +70,13 @@ def _changed(key: str, on_marks) -> None:
     st.session_state[f"_{key}_seq"] = raw.get("seq", 0) if isinstance(raw, dict) else 0  # echoed: graph.js send
     try:
         a = an.from_dict(raw)
+        v = an.view_from_dict(raw.get("view") or {})
     except UserError as e:
         st.session_state[f"_{key}_error"] = str(e)
         return
     write_url(a)
-    marks_box()["marks"] = a
+    write_url(v)
+    marks_box().update(marks=a, view=v)
     if on_marks is not None:
         on_marks()
 
@@ -85,12 +99,12 @@ def _mount(key: str, graph: bytes, view: dict, nodes: frozenset, on_marks) -> No
     details follow the clicked node."""
     if st.session_state.get(f"_{key}_clicked") is not None:
         st.rerun(scope="app")
-    a = an.Annotations() if view["readonly"] else url_annotations()
+    a, v = (an.Annotations(), an.View()) if view["readonly"] else (url_annotations(), url_view())
     if not view["readonly"]:
-        marks_box()["marks"] = a
+        marks_box().update(marks=a, view=v)
     seq = st.session_state.get(f"_{key}_seq", 0)
     head = json.dumps(
-        {**view, "annotations": a.as_dict(), "seq": seq}
+        {**view, "annotations": a.as_dict(), "settings": v.as_dict(), "seq": seq}
     )  # from the URL: a fragment rerun reuses the last args
     _VIEW(
         key=key,

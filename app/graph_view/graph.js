@@ -40,6 +40,7 @@ function el(tag, attrs = {}, parent = null, text = null) {
 
 const fmt = (v) => (v === null || v === undefined ? "-" : Math.abs(v) >= 100 ? v.toFixed(1) : v.toPrecision(3));
 const portName = (e) => (e.port ? `<${e.port}>` : "");
+const viewSettings = (s) => ({ link_cap: s?.link_cap ?? null, node_threshold: s?.node_threshold ?? null, edge_threshold: s?.edge_threshold ?? null, collapsed: s?.collapsed || [] });
 const frame = () => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
 
 function edgeRows(c) {
@@ -231,6 +232,7 @@ class GraphApp {
       out.textContent = Number(input.value).toFixed(2);
       this.reprune();
     };
+    input.onchange = () => this.sendView(); // on release: one URL entry per setting, not one per step
     return input;
   }
 
@@ -243,6 +245,7 @@ class GraphApp {
     this.capInput.onchange = () => {
       this.linkCap = Math.max(0, Number(this.capInput.value) || 0);
       this.focus();
+      this.sendView();
     };
     this.failedInput.onchange = () => {
       this.showFailed = this.failedInput.checked;
@@ -323,11 +326,17 @@ class GraphApp {
       this.seen = incoming;
       this.ann = { pinned: [], groups: [], notes: {}, ...JSON.parse(incoming) };
     }
+    const settings = JSON.stringify(viewSettings(view.settings)); // the URL's link cap, pruning, collapsed groups
+    const settingsChanged = settings !== this.seenView && this.echo >= this.seq;
+    if (settingsChanged) this.seenView = settings;
     const picked = view.selected !== this.viewSelected; // the page's own selection (its details, a link, Back)
     this.viewSelected = view.selected;
     if (sig === this.sig) {
       if (picked && this.byId.has(view.selected)) this.select(view.selected, false);
-      if (marksChanged) this.remark(); // Back/Forward, a link or the view's own rerun changed only the marks
+      if (settingsChanged) {
+        this.applyView(JSON.parse(settings)); // Back/Forward or an upload changed how the view was left
+        this.reprune();
+      } else if (marksChanged) this.remark(); // Back/Forward, a link or the view's own rerun changed only the marks
       return;
     }
     const key = JSON.stringify([graph.title, graph.size, graph.nodes.map((n) => n.id), graph.edges.s.length]);
@@ -340,6 +349,7 @@ class GraphApp {
     this.index();
     if ((fresh || picked) && view.selected && this.byId.has(view.selected)) this.selected = view.selected;
     if (fresh) this.controls();
+    if (fresh || settingsChanged) this.applyView(JSON.parse(settings));
     this.kept = this.prune();
     this.render();
     if (fresh) this.fit();
@@ -356,18 +366,38 @@ class GraphApp {
   controls() {
     // a new graph: the link cap, the pruning sliders (graphs with influence) and the check filter (checked graphs)
     const d = this.data;
-    this.linkCap = d.flow === "up" ? LINK_CAP : d.edges.length;
-    this.capInput.value = String(this.linkCap);
+    this.defaultCap = d.flow === "up" ? LINK_CAP : d.edges.length;
     this.hasInfluence = d.nodes.some((n) => n.influence !== null && n.influence !== undefined);
     this.pruneBox.style.display = this.hasInfluence ? "" : "none";
-    this.nodeT = this.edgeT = 1;
-    for (const input of [this.nodeTInput, this.edgeTInput]) {
-      input.value = "1";
-      input.nextSibling.textContent = "1.00";
-    }
     this.hasCheck = d.nodes.some((n) => n.check) || d.edges.some((e) => e.check);
     this.failedInput.parentElement.style.display = this.hasCheck ? "" : "none";
     this.failedInput.checked = this.showFailed = true;
+  }
+
+  applyView(s) {
+    // how the view was left (the URL's or a file's settings; null: the default) onto the controls
+    this.linkCap = s.link_cap ?? this.defaultCap;
+    this.capInput.value = String(this.linkCap);
+    this.nodeT = this.hasInfluence ? s.node_threshold ?? 1 : 1;
+    this.edgeT = this.hasInfluence ? s.edge_threshold ?? 1 : 1;
+    for (const [input, v] of [[this.nodeTInput, this.nodeT], [this.edgeTInput, this.edgeT]]) {
+      input.value = String(v);
+      input.nextSibling.textContent = v.toFixed(2);
+    }
+    this.collapsed = new Set(s.collapsed.filter((c) => this.ann.groups.some((g) => g[0] === c)));
+  }
+
+  settings() {
+    // the view's settings as Python keeps them (annotations.View): a default is null, so a plain link stays plain
+    const t = (v) => (v < 1 ? v : null);
+    return viewSettings({ link_cap: this.linkCap === this.defaultCap ? null : this.linkCap, node_threshold: t(this.nodeT), edge_threshold: t(this.edgeT), collapsed: [...this.collapsed] });
+  }
+
+  sendView() {
+    if (this.data.readonly) return;
+    this.seenView = JSON.stringify(this.settings());
+    this.seq += 1;
+    this.send(RESENDS);
   }
 
   // ---------------------------------------------------------------- pruning (circuit-tracer's prune_graph)
@@ -444,7 +474,7 @@ class GraphApp {
     // the marks to Python, numbered; Python echoes the number it applied (view.seq). A change made while the page
     // was still running an earlier one can be dropped by Streamlit, so it is sent again (renumbered, so it counts
     // as a change) until it is echoed
-    this.api.setStateValue("annotations", { ...this.ann, seq: this.seq });
+    this.api.setStateValue("annotations", { ...this.ann, view: this.settings(), seq: this.seq });
     clearTimeout(this.resend);
     this.resend = setTimeout(() => {
       if (this.echo >= this.seq || tries <= 0) return;
@@ -589,6 +619,7 @@ class GraphApp {
     else this.collapsed.delete(name);
     if (this.selected && this.selected.startsWith("group:") && !collapse) this.selected = null;
     this.render();
+    this.sendView();
   }
 
   drawNode(parent, n) {
@@ -767,9 +798,9 @@ class GraphApp {
   }
 
   nodeFacts(n) {
-    const facts = [`${n.id} · ${n.kind}`];
+    // the first line names the node as the links do (label and token); the second, in small text, its id
+    const title = this.name(n), facts = [n.members ? title : `${title} · ${n.kind}`, title === n.id ? "" : `id ${n.id}`];
     if (n.members) return [...facts, `group of ${n.members.map((m) => this.name(this.data.nodes[this.byId.get(m)])).join(", ")}`];
-    if (n.label && n.label !== n.id) facts.push(this.name(n));
     if (n.check) facts.push(`intervention check: ${n.check}`);
     facts.push(`layer ${n.layer ?? "-"} · position ${n.pos ?? "-"} · score ${fmt(n.score)} · activation ${fmt(n.activation)}`);
     facts.push(`sum |weight| of drawn edges ${fmt(n.strength)}`);
@@ -784,7 +815,7 @@ class GraphApp {
     if (outs.length) lines.push("strongest out: " + outs.map((e) => this.lines(e, "out")).join("; "));
     if (this.ann.notes[n.id]) lines.push(`note: ${this.ann.notes[n.id]}`);
     this.hovered = n;
-    this.showTip(lines, ev);
+    this.showTip(lines, ev, 1);
     this.highlight(n);
   }
 
@@ -808,8 +839,10 @@ class GraphApp {
     this.showTip(lines, ev);
   }
 
-  showTip(lines, ev) {
-    this.tip.replaceChildren(...lines.map((t) => el("div", {}, null, t)));
+  showTip(lines, ev, idLine = -1) {
+    // line idLine (a node's id) in small text; an empty line is left out
+    const rows = lines.map((t, i) => t && el("div", i === idLine ? { class: "wbg-id" } : {}, null, t));
+    this.tip.replaceChildren(...rows.filter(Boolean));
     this.tip.style.display = "block";
     this.moveTip(ev);
   }
@@ -851,7 +884,7 @@ class GraphApp {
     p.replaceChildren();
     const n = id === null ? null : this.nodeById.get(id) || (this.byId.has(id) ? { ...this.data.nodes[this.byId.get(id)], i: this.byId.get(id) } : null);
     if (!n) return el("div", { class: "wbg-empty" }, p, "click a node for its details; shift-click pins it");
-    this.nodeFacts(n).forEach((t, i) => el(i ? "div" : "h4", {}, p, t));
+    this.nodeFacts(n).forEach((t, i) => t && el(i ? "div" : "h4", i === 1 ? { class: "wbg-id" } : {}, p, t));
     if (n.members) {
       const g = this.ann.groups.findIndex((x) => `group:${x[0]}` === id);
       if (!this.subgraph) el("button", { class: "wbg-expand" }, p, "expand").onclick = () => this.fold(n.label, false);

@@ -30,12 +30,14 @@ def upload_box() -> None:
             d = schema.loads(up.getvalue(), up.name)
             fg = schema.read_feature_graph(annotations.without_notes(d) if isinstance(d, dict) and "nodes" in d else d)
             marks, clicked = annotations.read_feature_graph(d)
+            view = annotations.read_feature_view(d)
         except UserError as e:
             st.error(state.text(e))
             return
         st.session_state[UPLOADED_GRAPH] = fg
         st.query_params["graph"] = UPLOADED_GRAPH
         graph_view.write_url(marks)  # its pins, groups, notes and selected node come back
+        graph_view.write_url(view)  # and its link cap, pruning thresholds and collapsed groups
         st.session_state[f"_pinned_from_circuit_{UPLOADED_GRAPH}"] = True  # the file's pins are the marks
         if clicked:
             st.query_params["node"] = clicked
@@ -151,7 +153,10 @@ if picked is not None:
         "download graph JSON (circuit-tracer / Neuronpedia)" + state.MARKED,
         lambda: json.dumps(
             annotations.apply_feature_graph(
-                {"metadata": meta, "qParams": QPARAMS, "nodes": fg.nodes, "links": fg.links}, box["marks"], box["node"]
+                {"metadata": meta, "qParams": QPARAMS, "nodes": fg.nodes, "links": fg.links},
+                box["marks"],
+                box["node"],
+                box.get("view"),
             )
         ),
         file_name=f"{rel.split('/')[-1]}.json",

@@ -2,8 +2,9 @@
 transcoder workspace's model, made and checked by interventions through workbench.steps, opens fitted to its
 stage with its links capped; a hover lights a node's links, named by label and token; influence pruning redraws
 in the browser with no request to the server; two nodes are pinned, grouped (the group collapses into a supernode
-that keeps its links) and noted; a feature page and Back keep them; the download carries them and an upload brings
-them back. Screenshots at ~100 and ~1,000 links drawn land in $WORKBENCH_SCREENSHOTS (else the test's folder):
+that keeps its links) and noted; the link cap, influence pruning and collapsed groups are kept in the URL; a
+feature page and Back keep them; the download carries them (pruningThreshold and the workbench's qParams field) and
+an upload brings them back. Screenshots at ~100 and ~1,000 links drawn land in $WORKBENCH_SCREENSHOTS (else the test's folder):
 docs/graph_100.png and docs/graph_1000.png were made so."""
 
 from __future__ import annotations
@@ -94,11 +95,12 @@ def hover_pin_group_note(page, a: str, b: str, name_a: str) -> None:
 
     node(page, a).hover()  # details in the browser, links named by label and token
     tip = page.get_by_test_id("graph-tip")
-    expect(tip).to_contain_text(f"{a} · feature")
-    expect(tip).to_contain_text(" @ ")
+    expect(tip).to_contain_text(" @ ")  # named by label and token, the id in small text under the name
+    expect(tip.locator(".wbg-id")).to_have_text(f"id {a}")
     node(page, a).click()
     details = page.get_by_test_id("graph-details")
-    expect(details.locator("h4")).to_have_text(f"{a} · feature")
+    expect(details.locator("h4")).to_have_text(re.compile(r' @ ".*" · feature$'))
+    expect(details.locator(".wbg-id")).to_have_text(f"id {a}")
     wait_param(page, "node", a)
     drawn(page)
     expect(page.get_by_text(name_a).first).to_be_visible()  # the page's details, right under the graph
@@ -110,31 +112,40 @@ def hover_pin_group_note(page, a: str, b: str, name_a: str) -> None:
     page.get_by_role("button", name="group pinned nodes").click()
     wait_param(page, "groups", json.dumps([["movers", a, b]], separators=(",", ":")))
     node(page, b).click()
+    wait_param(page, "node", b)  # the page's rerun for the click is over before the note is typed
+    drawn(page)
     details.locator("textarea").fill("copies the name")
     details.get_by_role("button", name="save note").click()
     wait_marks(page, a, b)
     drawn(page)
 
 
-def view_only_controls(page, sent: list, total: int) -> None:
-    """Folding a group, influence pruning and the check filter redraw in the browser: nothing goes to the server."""
+def view_controls(page, sent: list, total: int) -> None:
+    """Folding a group and influence pruning redraw in the browser and are kept in the URL (`collapsed=`,
+    `node_threshold=`; back to the default: gone); the check filter sends nothing to the server."""
     from playwright.sync_api import expect
 
-    before, stats, details = len(sent), page.get_by_test_id("graph-stats"), page.get_by_test_id("graph-details")
+    stats, details = page.get_by_test_id("graph-stats"), page.get_by_test_id("graph-details")
     page.get_by_role("button", name="collapse movers").click()
     expect(page.locator("[data-node-id='group:movers']")).to_have_count(1)
+    wait_param(page, "collapsed", '["movers"]')
     node(page, "group:movers").click()
     expect(details).to_contain_text(re.compile(r"strongest (incoming|outgoing) \([1-9]"))  # keeps its links
     page.get_by_role("button", name="expand movers").click()
     expect(page.locator("[data-node-id='group:movers']")).to_have_count(0)
+    page.wait_for_function("!new URLSearchParams(location.search).has('collapsed')", timeout=WAIT_MS)
     page.get_by_test_id("graph-node-threshold").fill("0.3")
     expect(stats).to_contain_text("influence pruning (node 0.30")
     assert int(page.locator(".wbg").get_attribute("data-edges")) < total
+    wait_param(page, "node_threshold", "0.3")
     page.get_by_test_id("graph-node-threshold").fill("1")
+    page.wait_for_function("!new URLSearchParams(location.search).has('node_threshold')", timeout=WAIT_MS)
+    drawn(page)
+    before = len(sent)
     page.get_by_test_id("graph-show-failed").uncheck()
     expect(stats).to_contain_text("failed (red, dashed), hidden")
     page.get_by_test_id("graph-show-failed").check()
-    assert len(sent) == before, "a view-only control sent a message to the server"
+    assert len(sent) == before, "the check filter sent a message to the server"
 
 
 def screenshots(page, total: int, shots: Path, b: str) -> None:
@@ -145,9 +156,56 @@ def screenshots(page, total: int, shots: Path, b: str) -> None:
         page.get_by_test_id("graph-link-cap").fill(str(cap))
         page.get_by_test_id("graph-link-cap").press("Enter")
         expect(page.get_by_test_id("graph-stats")).to_contain_text(f"the {min(cap, total)} strongest")
+        wait_param(page, "links", str(cap))  # the link cap is kept in the URL
         page.locator(".wbg").screenshot(path=str(shots / f"graph_{cap}.png"))
     node(page, b).hover()
-    expect(page.get_by_test_id("graph-tip")).to_contain_text(f"{b} · feature")
+    expect(page.get_by_test_id("graph-tip").locator(".wbg-id")).to_have_text(f"id {b}")
+
+
+def feature_page_back_download_upload(page, base: str, a: str, b: str, tmp_path: Path, left: an.View) -> None:
+    """From the marked graph (a, b pinned and grouped as "movers", a note on b, the view left as `left`): a feature
+    page and Back keep the marks and the view; "movers" collapsed; the download carries them all and an upload
+    from a plain link brings them back."""
+    from playwright.sync_api import expect
+
+    cap = page.get_by_test_id("graph-link-cap")
+    page.get_by_role("link", name=re.compile(r"^feature page of L")).click()
+    expect(page.get_by_role("heading", name=re.compile(r"· (latent|block) \d+$"))).to_be_visible()
+    drawn(page)
+    page.go_back()
+    drawn(page)
+    wait_marks(page, a, b)  # Back from the feature page: pins, groups, notes kept
+    expect(page.locator(".wbg-pinned")).to_have_count(2)
+    wait_param(page, "links", str(left.link_cap))  # and the link cap
+    expect(cap).to_have_value(str(left.link_cap))
+    page.get_by_role("button", name="collapse movers").click()
+    wait_param(page, "collapsed", '["movers"]')
+
+    with page.expect_download() as dl:
+        page.get_by_role("button", name=re.compile(r"^download graph JSON")).click()
+    exported = tmp_path / "marked.json"
+    dl.value.save_as(exported)
+    marks, clicked = an.read_feature_graph(json.loads(exported.read_text()))
+    assert marks == an.Annotations([a, b], [["movers", a, b]], {b: "copies the name"}), marks
+    assert clicked == b, (clicked, page.url)
+    view = an.read_feature_view(json.loads(exported.read_text()))
+    assert view == an.View(**{**left.as_dict(), "collapsed": ["movers"]}), view
+
+    page.goto(base)  # a plain link: no marks; the upload brings them back
+    drawn(page)
+    expect(page).not_to_have_url(re.compile("pinned="))
+    page.get_by_text("upload a circuit-tracer / Neuronpedia graph JSON").click()
+    page.locator("input[type=file]").set_input_files(str(exported))
+    wait_param(page, "graph", "uploaded-graph")
+    wait_marks(page, a, b)
+    wait_param(page, "links", str(left.link_cap))
+    drawn(page)
+    expect(cap).to_have_value(str(left.link_cap))
+    expect(page.locator("[data-node-id='group:movers']")).to_have_count(1)  # collapsed, as it was left
+    page.get_by_role("button", name="expand movers").click()
+    expect(page.locator(".wbg-pinned")).to_have_count(2)
+    node(page, b).click()
+    expect(page.get_by_test_id("graph-details").locator("textarea")).to_have_value("copies the name")
 
 
 def test_feature_graph_hover_pin_group_note_feature_page_back_download_upload(graph_workspace, tmp_path):
@@ -171,36 +229,76 @@ def test_feature_graph_hover_pin_group_note_feature_page_back_download_upload(gr
             expect(page.get_by_test_id("graph-stats")).to_contain_text("links drawn:")
             expect(page.get_by_test_id("graph-stats")).to_contain_text("intervention check:")  # verdicts, counted
             hover_pin_group_note(page, a, b, fgf.names(fg)[a])
-            view_only_controls(page, sent, total)
+            view_controls(page, sent, total)
             screenshots(page, total, shots, b)
 
-            page.get_by_role("link", name=re.compile(r"^feature page of L")).click()
-            expect(page.get_by_role("heading", name=re.compile(r"· (latent|block) \d+$"))).to_be_visible()
-            drawn(page)
-            page.go_back()
-            drawn(page)
-            wait_marks(page, a, b)  # Back from the feature page: pins, groups, notes kept
-            expect(page.locator(".wbg-pinned")).to_have_count(2)
-
-            with page.expect_download() as dl:
-                page.get_by_role("button", name=re.compile(r"^download graph JSON")).click()
-            exported = tmp_path / "marked.json"
-            dl.value.save_as(exported)
-            marks, clicked = an.read_feature_graph(json.loads(exported.read_text()))
-            assert marks == an.Annotations([a, b], [["movers", a, b]], {b: "copies the name"}), marks
-            assert clicked == b, (clicked, page.url)
-
-            page.goto(base)  # a plain link: no marks; the upload brings them back
-            drawn(page)
-            expect(page).not_to_have_url(re.compile("pinned="))
-            page.get_by_text("upload a circuit-tracer / Neuronpedia graph JSON").click()
-            page.locator("input[type=file]").set_input_files(str(exported))
-            wait_param(page, "graph", "uploaded-graph")
-            wait_marks(page, a, b)
-            drawn(page)
-            expect(page.locator(".wbg-pinned")).to_have_count(2)
-            node(page, b).click()
-            expect(page.get_by_test_id("graph-details").locator("textarea")).to_have_value("copies the name")
+            feature_page_back_download_upload(page, base, a, b, tmp_path, an.View(link_cap=1000))
         finally:
             page.screenshot(path=str(tmp_path / "page.png"), full_page=True)
+            print("the page's URL at the end:", page.url)
+    assert_offline(requests)
+
+
+@pytest.fixture(scope="module")
+def tiny_graph_workspace(tiny, tmp_path_factory):
+    """A workspace on the embedded model (data/models/tiny), as the demo makes one: a cache of its MLPs, a
+    transcoder set on every layer trained briefly (tests/conftest.py's _brief_training), the members' feature
+    stores, and an IOI prompt's attribution graph."""
+    from tests.conftest import _brief_training
+    from workbench import steps
+    from workbench.cache.config import HarvestConfig
+    from workbench.circuits.feature.graph_config import GraphConfig
+    from workbench.corpus import tasks
+    from workbench.features.config import FeatureConfig
+    from workbench.sae.config import SAEConfig
+    from workbench.workspace import Workspace
+
+    model, tok = tiny
+    ws = Workspace(tmp_path_factory.mktemp("tiny_graph") / "ws")
+    cfg = HarvestConfig(n_tokens=6000, heldout_fraction=0.2)
+    cache = steps.make_cache(ws, "tiny", "synthetic", None, cfg, name="mlp", progress=False, model=model)
+    tset, members = steps.train_transcoder_set(
+        ws, cache.path, "all", [SAEConfig("topk", k=8, expansion=4)], _brief_training(), name="all"
+    )
+    steps.build_features(
+        ws, members, cache.path, "tiny", FeatureConfig(chunk_rows=1000, corr_tokens=1500), progress=False
+    )
+    q = tasks.queries("ioi", 1, seed=0, tokenizer=tok)[0]
+    steps.attribution_graph(ws, model, tset, q.prompt, q.answer, cfg=GraphConfig(max_feature_nodes=100), name="g")
+    return ws.root
+
+
+def test_the_embedded_models_graph_keeps_its_work_through_back_forward_and_a_download(tiny_graph_workspace, tmp_path):
+    """The done-when walk on the embedded model's graph: hover, pin, group, note; the node threshold is undone by
+    Back and redone by Forward; a feature page and Back, the download and an upload keep it all."""
+    from playwright.sync_api import expect
+
+    fg = browse.open_feature_graph(tiny_graph_workspace / "circuits" / "g")
+    a, b = two_features(fg)
+    requests: list[str] = []
+    with serving(tiny_graph_workspace, tmp_path) as url, browser_page(requests) as page:
+        page.set_viewport_size({"width": 1600, "height": 1100})
+        base = f"{url}/feature_graph?graph=circuits%2Fg"
+        try:
+            page.goto(base)
+            drawn(page)
+            hover_pin_group_note(page, a, b, fgf.names(fg)[a])
+            threshold = page.get_by_test_id("graph-node-threshold")
+            threshold.fill("0.5")
+            wait_param(page, "node_threshold", "0.5")
+            page.go_back()  # Back undoes the pruning, Forward redoes it
+            page.wait_for_function("!new URLSearchParams(location.search).has('node_threshold')", timeout=WAIT_MS)
+            expect(threshold).to_have_value("1")
+            page.go_forward()
+            wait_param(page, "node_threshold", "0.5")
+            expect(threshold).to_have_value("0.5")
+            threshold.fill("1")
+            page.get_by_test_id("graph-link-cap").fill("300")
+            page.get_by_test_id("graph-link-cap").press("Enter")
+            wait_param(page, "links", "300")
+            page.wait_for_function("!new URLSearchParams(location.search).has('node_threshold')", timeout=WAIT_MS)
+            feature_page_back_download_upload(page, base, a, b, tmp_path, an.View(link_cap=300))
+        finally:
+            page.screenshot(path=str(tmp_path / "page.png"), full_page=True)
+            print("the page's URL at the end:", page.url)
     assert_offline(requests)

@@ -101,6 +101,23 @@ def test_a_bad_url_parameter_is_a_notice_and_the_graph_still_draws(graph_app, pa
     assert view_data(at)["nodes"] and param not in at.query_params
 
 
+def test_the_views_settings_in_the_url_reach_the_view(graph_app):
+    """The link cap, influence thresholds and collapsed groups the URL holds (Back, a link, an upload) are handed
+    to the view; a malformed one is a warning naming it, and the view opens at its defaults."""
+    at = ok(
+        graph_app("views/feature_graph.py", graph="circuits/g", links="300", node_threshold="0.5", collapsed='["x"]')
+    )
+    assert view_data(at)["settings"] == {
+        "link_cap": 300,
+        "node_threshold": 0.5,
+        "edge_threshold": None,
+        "collapsed": ["x"],
+    }
+    at = ok(graph_app("views/feature_graph.py", graph="circuits/g", edge_threshold="2"))
+    assert any("edge_threshold must be a number in (0, 1], got 2.0" in plain(w.value) for w in at.warning)
+    assert view_data(at)["settings"]["edge_threshold"] is None and view_data(at)["nodes"]
+
+
 def test_the_figure_keeps_embeddings_and_logits_and_counts_hidden_weight(graph_workspace):
     d = json.loads((graph_workspace / "circuits" / "g" / "graph.json").read_text())
     fg = browse.open_feature_graph(graph_workspace / "circuits" / "g")

@@ -102,3 +102,37 @@ def test_feature_graph_round_trip_with_the_selected_node():
     assert an.read_feature_graph(d) == (an.Annotations(), None)  # a graph without marks reads as none
     with pytest.raises(DamagedFileError, match="pinnedIds names 'nope'"):
         an.read_feature_graph({**out, "qParams": {**out["qParams"], "pinnedIds": ["nope"]}})
+
+
+def test_view_settings_in_the_url_and_a_feature_graph():
+    """How the view was left (link cap, node and edge influence thresholds, collapsed groups) reads back from the
+    URL and from a feature graph: the node threshold as circuit-tracer's own qParams.pruningThreshold (which its
+    frontend keeps as text), the rest under the workbench's field; defaults write nothing."""
+    from bench.app_bench import feature_graph
+
+    view = an.View(300, 0.8, 0.9, ["pair", "a, b"])
+    q = an.view_to_query(view)
+    assert q["links"] == "300" and q["node_threshold"] == "0.8" and json.loads(q["collapsed"]) == ["pair", "a, b"]
+    assert an.view_from_query(q) == view and an.view_from_query({}) == an.View()
+    assert set(an.view_to_query(an.View()).values()) == {""}  # a plain link stays plain
+    for params, match in [
+        ({"node_threshold": "1.5"}, r"node_threshold must be a number in \(0, 1\], got 1.5"),
+        ({"links": "many"}, "links='many' is malformed"),
+        ({"collapsed": '["ok", 3]'}, "collapsed must be a list of group names"),
+    ]:
+        with pytest.raises(BadValueError, match=match):
+            an.view_from_query(params)
+    d = feature_graph(40, n_layers=2, n_pos=4)
+    ids = [n["node_id"] for n in d["nodes"]]
+    marks = an.Annotations([ids[3], ids[5]], [["pair", ids[3], ids[5]]], {})
+    out = an.apply_feature_graph(d, marks, None, an.View(300, 0.8, None, ["pair"]))
+    assert out["qParams"]["pruningThreshold"] == 0.8
+    assert out["qParams"][an.VIEW_KEY] == {"link_cap": 300, "collapsed": ["pair"]}
+    schema.read_feature_graph(out)  # still a circuit-tracer graph
+    assert an.read_feature_view(out) == an.View(300, 0.8, None, ["pair"])
+    assert an.read_feature_view({**out, "qParams": {**out["qParams"], "pruningThreshold": "0.5"}}).node_threshold == 0.5
+    plain = an.apply_feature_graph(out, marks, None, an.View())  # a later download at the defaults drops them
+    assert "pruningThreshold" not in plain["qParams"] and an.VIEW_KEY not in plain["qParams"]
+    assert an.read_feature_view(d) == an.View()
+    with pytest.raises(DamagedFileError, match=r"qParams: edge_threshold must be a number in \(0, 1\]"):
+        an.read_feature_view({**out, "qParams": {**out["qParams"], an.VIEW_KEY: {"edge_threshold": 0}}})

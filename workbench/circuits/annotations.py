@@ -116,6 +116,77 @@ def from_query(params) -> Annotations:
 EXAMPLE = Annotations(["a0.h1", "m2"], [["movers", "a0.h1", "m2"]], {"m2": "copies the name"})
 
 
+# ------------------------------------------------------------------ how the view was left
+
+VIEW_KEY = "workbench_view"  # a feature graph's qParams field for what circuit-tracer's qParams has no field for
+
+
+@dataclass
+class View:
+    """How the graph view was left: the links drawn at rest, the node and edge influence thresholds
+    (circuit-tracer's pruning, in (0, 1]) and the groups collapsed into supernodes; None: the view's default."""
+
+    link_cap: int | None = None
+    node_threshold: float | None = None
+    edge_threshold: float | None = None
+    collapsed: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {**self.__dict__, "collapsed": list(self.collapsed)}
+
+
+VIEW_PARAMS = {"link_cap": "links", "node_threshold": "node_threshold", "edge_threshold": "edge_threshold"}
+VIEW_PARAMS["collapsed"] = "collapsed"  # the URL's name of each View field
+_VIEW_READ = {"link_cap": int, "node_threshold": float, "edge_threshold": float}  # collapsed: JSON
+
+
+def view_from_dict(d) -> View:
+    """A View from the graph view's state (or a file's); BadValueError names the bad field and its valid range."""
+    if not isinstance(d, dict):
+        raise BadValueError(f"the view's settings must be an object, got {type(d).__name__}")
+    cap, collapsed = d.get("link_cap"), d.get("collapsed") or []
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 0):
+        raise BadValueError(f"link_cap must be a whole number of links, 0 or more, got {cap!r}"[:200])
+    if not isinstance(collapsed, list) or not all(isinstance(x, str) and x for x in collapsed):
+        raise BadValueError(f"collapsed must be a list of group names, got {collapsed!r}"[:200])
+    out = {}
+    for name in ("node_threshold", "edge_threshold"):
+        t = d.get(name)
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 1):
+            raise BadValueError(f"{name} must be a number in (0, 1], got {t!r}"[:200])
+        out[name] = None if t is None else float(t)
+    return View(cap, out["node_threshold"], out["edge_threshold"], list(dict.fromkeys(collapsed)))
+
+
+def view_to_query(v: View) -> dict[str, str]:
+    """Query parameters (defaults empty): links=300 · node_threshold=0.8 · edge_threshold=0.9 · collapsed=["movers"]."""
+    d = v.as_dict()
+    return {
+        VIEW_PARAMS[k]: ("" if x in (None, []) else json.dumps(x, ensure_ascii=False) if k == "collapsed" else str(x))
+        for k, x in d.items()
+    }
+
+
+EXAMPLE_VIEW_QUERY = view_to_query(View(300, 0.8, 0.9, ["movers"]))
+
+
+def view_from_query(params) -> View:
+    """The reverse of view_to_query; a malformed value is a BadValueError naming the parameter."""
+    d = {}
+    for k, name in VIEW_PARAMS.items():
+        raw = params.get(name) or ""
+        try:
+            d[k] = (loads(raw, name) if k == "collapsed" else _VIEW_READ[k](raw)) if raw else None
+        except (ValueError, DamagedFileError):
+            raise BadValueError(
+                f"query parameter {name}={raw[:80]!r} is malformed (e.g. {EXAMPLE_VIEW_QUERY[name]})"
+            ) from None
+    try:
+        return view_from_dict(d)
+    except BadValueError as e:
+        raise BadValueError(f"query parameter: {e}") from None
+
+
 # ------------------------------------------------------------------ Neuronpedia graph JSON
 
 
@@ -155,10 +226,17 @@ def _ids(d: dict) -> dict[str, str]:
     return {str(n["node_id"]): str(n["node_id"]) for n in d.get("nodes", []) if isinstance(n, dict)}
 
 
-def apply_feature_graph(d: dict, a: Annotations, clicked: str | None = None) -> dict:
-    """A copy of a feature graph (circuit-tracer graph JSON) carrying `a` as apply_neuronpedia does, and the
-    selected node as qParams.clickedId (circuit-tracer's own field for it)."""
-    return _apply(d, a, _ids(d), clicked)
+def apply_feature_graph(d: dict, a: Annotations, clicked: str | None = None, view: View | None = None) -> dict:
+    """A copy of a feature graph (circuit-tracer graph JSON) carrying `a` as apply_neuronpedia does, the
+    selected node as qParams.clickedId (circuit-tracer's own field for it) and how the view was left (`view`):
+    the node threshold as qParams.pruningThreshold (circuit-tracer's), the rest under qParams[VIEW_KEY]."""
+    out = _apply(d, a, _ids(d), clicked)
+    q = {k: x for k, x in out["qParams"].items() if k not in ("pruningThreshold", VIEW_KEY)}
+    v = view or View()
+    if v.node_threshold is not None:
+        q["pruningThreshold"] = v.node_threshold
+    rest = {k: x for k, x in v.as_dict().items() if k != "node_threshold" and x not in (None, [])}
+    return {**out, "qParams": {**q, VIEW_KEY: rest} if rest else q}
 
 
 def read_feature_graph(d: dict) -> tuple[Annotations, str | None]:
@@ -166,6 +244,19 @@ def read_feature_graph(d: dict) -> tuple[Annotations, str | None]:
     q = d.get("qParams") if isinstance(d.get("qParams"), dict) else {}
     clicked = str(q.get("clickedId") or "")
     return _read(d, _ids(d), lambda n, clerp: False), clicked if clicked in _ids(d) else None
+
+
+def read_feature_view(d: dict) -> View:
+    """How a feature graph's view was left (apply_feature_graph's `view`); DamagedFileError names a bad field."""
+    q = d.get("qParams") if isinstance(d.get("qParams"), dict) else {}
+    rest = q.get(VIEW_KEY) or {}
+    if not isinstance(rest, dict):
+        raise DamagedFileError(f"qParams.{VIEW_KEY} must be an object, got {rest!r}"[:200])
+    threshold = q.get("pruningThreshold")  # circuit-tracer's frontend keeps it as the text of its slider
+    try:
+        return view_from_dict({**rest, "node_threshold": None if threshold in (None, "") else float(threshold)})
+    except (BadValueError, TypeError, ValueError) as e:
+        raise DamagedFileError(f"qParams: {e}") from None
 
 
 def without_notes(d: dict) -> dict:
