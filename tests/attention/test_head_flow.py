@@ -160,4 +160,6 @@ def test_attention_compare_through_clts(tiny_clt, tiny_sparse_clt, tmp_path, cap
         assert r["entries"]["edges"] > 0 and 1 <= r["entries"]["covering"] <= r["entries"]["nonzero"]
     capsys.readouterr()
     assert main([*argv, str(tiny_sparse_clt), str(tiny_sparse_clt)]) == 2
-    assert re.search(rf"CLT '{re.escape(str(tiny_sparse_clt))}' was trained on 'workbench-tiny@\w+', not on", _err(capsys))
+    assert re.search(
+        rf"CLT '{re.escape(str(tiny_sparse_clt))}' was trained on 'workbench-tiny@\w+', not on", _err(capsys)
+    )

@@ -39,7 +39,14 @@ def add_parser(sub) -> None:
         help="set, scale, steer or ablate dictionary features on a prompt: next-token change, KL, continuations",
     )
     add_model_flag(p)
-    declare(p.add_argument("--dictionary", required=True, help="an SAE folder, a transcoder set folder or a cross-layer transcoder folder"), INPUT)
+    declare(
+        p.add_argument(
+            "--dictionary",
+            required=True,
+            help="an SAE folder, a transcoder set folder or a cross-layer transcoder folder",
+        ),
+        INPUT,
+    )
     p.add_argument("--prompt", help="the prompt (BOS is prepended); or --prompts")
     declare(
         p.add_argument(
