@@ -169,7 +169,12 @@ def test_a_5000_node_upload_draws_a_bounded_subgraph_and_says_what_it_hides(tmp_
             key=lambda n: sum(abs(e.weight) for e in bounded.edges if n.id in (e.src, e.dst)),
         )
         node(page, strongest.id).hover()
-        expect(page.get_by_test_id("graph-tip")).to_contain_text(f"{strongest.id} · {strongest.kind}")
+        tip = page.get_by_test_id("graph-tip")  # named by its label (and token), the id on its own line
+        name = strongest.label if strongest.label and strongest.label != strongest.id else strongest.id
+        expect(tip).to_contain_text(name)
+        expect(tip).to_contain_text(f"· {strongest.kind}")
+        if name != strongest.id:
+            expect(tip).to_contain_text(f"id {strongest.id}")
     assert_offline(requests)
 
 
