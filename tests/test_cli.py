@@ -300,6 +300,7 @@ OUT_COMMANDS = {  # command -> (what --out names, arguments whose work would fai
     ("circuit", "report"): ("file", ["--model", "no-such-model"]),
     ("attention", "train"): ("dir", ["--model", "no-such-model"]),
     ("attention", "compare"): ("file", ["--base", "no-such-model", "--sparse", "no-such-model", "--task", "ioi"]),
+    ("attention", "judge"): ("file", ["no-such-model"]),
     ("intervene",): ("file", ["--model", "no-such-model", "--dictionary", "no-such-dict", "--prompt", "a"]),
 }
 

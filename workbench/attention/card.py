@@ -2,6 +2,7 @@
 per-key figures and its verdict, written from the run's attention_report.json.
 
     embed(run_folder, data/models/tiny-sparse, command)  # copies the model files and writes README.md
+    rewrite(data/models/tiny-sparse)  # after `workbench attention judge --write`: the card from the new report
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from workbench.atomic import atomic_path, atomic_write_text
 from workbench.attention.report import REPORT, format_report, read_report
+from workbench.errors import DamagedFileError, MissingInputError
 
 FILES = ("model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json", REPORT, "sparsify.json")
 
@@ -38,6 +40,7 @@ def card_text(r: dict, command: str, name: str) -> str:
             f"Open keys per query per head: {r['mean_open_keys_per_query']:.2f} ({r['open_fraction']:.2%} of "
             f"{r['edge_count']}, T = {r['ctx_len']}); rows with no open key {r['empty_row_fraction']:.2%}, with "
             f"exactly one {r['single_key_row_fraction']:.2%}.",
+            *_judged(r),
             "",
             "## The report (`workbench attention report`)",
             "",
@@ -53,6 +56,40 @@ def card_text(r: dict, command: str, name: str) -> str:
             "",
         ]
     )
+
+
+def _judged(r: dict) -> list[str]:
+    """The card's lines for the untouched split and the accuracy guard (a report judged by `attention judge`)."""
+    from workbench.attention.judge import guard_line, untouched_line
+
+    lines = [untouched_line(r["untouched"]).capitalize() + "."] if r.get("untouched") else []
+    return lines + ([guard_line(r["accuracy_guard"]).capitalize() + "."] if r.get("accuracy_guard") else [])
+
+
+JUDGE_COMMAND = "workbench attention judge DIR --write"
+
+
+def made_by(text: str) -> str:
+    """The made-by command block of a card written by card_text."""
+    head, sep, rest = text.partition("Made by:\n\n```\n")
+    command, end, _ = rest.partition("\n```\n")
+    if not (sep and end):
+        raise DamagedFileError("the card has no made-by block (Made by: and a ``` block); remake it with card.embed")
+    return command
+
+
+def rewrite(folder: str | Path) -> Path:
+    """Rewrite a card from its folder's report, keeping its made-by command and adding the judge command
+    (which recorded the untouched split and the accuracy guard) once."""
+    out = Path(folder)
+    card = out / "README.md"
+    if not card.is_file():
+        raise MissingInputError(f"{card} does not exist; write the card first with card.embed")
+    command = made_by(card.read_text())
+    if JUDGE_COMMAND not in command:
+        command = f"{command}\n# then, for the untouched split and the accuracy guard:\n{JUDGE_COMMAND}"
+    atomic_write_text(card, card_text(read_report(out), command, out.name))
+    return card
 
 
 def copy_model(src: str | Path, dest: str | Path, names: tuple[str, ...] = FILES) -> Path:

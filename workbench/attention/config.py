@@ -94,6 +94,38 @@ class GateConfig(Config):
 
 
 @dataclass
+class JudgeConfig(Config):
+    """How a sparse state is judged beyond the CE verdict (docs/methods.md §7): task accuracy per family against
+    the base, and the CE cost on a held-out split that no run touches.
+
+    Accuracy is measured on two disjoint uses of held-out queries: candidates are chosen on the selection
+    queries (selection_query_seed) and the guard's verdict is given on the verdict queries (verdict_query_seed,
+    the report's accuracy table), so the check is not in-sample. The untouched split lies after the dual
+    stream's range (whether or not the run used that stream) and shares no document with the selection,
+    verdict or dual splits: no training, selection, verdict or dual step ever reads it.
+    """
+
+    accuracy_drop: float = field(
+        default=0.02,
+        metadata={"help": "accuracy guard: most a family's top-1 accuracy may fall below the base's (0.02 = 2 points)"}
+        | SHARE,
+    )
+    selection_query_seed: int = field(default=1, metadata={"min": 0})  # queries candidates are chosen on
+    verdict_query_seed: int = field(default=0, metadata={"min": 0})  # queries the guard's verdict is given on
+    untouched_sequences: int = field(
+        default=512, metadata={"help": "held-out sequences of the untouched split (0: none)", "min": 0}
+    )
+    untouched_start: int | None = None  # its first held-out sequence; None: the first one after the dual stream
+
+    def check(self) -> None:
+        if self.selection_query_seed == self.verdict_query_seed:
+            raise ConfigError(
+                f"selection_query_seed={self.selection_query_seed} equals verdict_query_seed: the accuracy verdict "
+                "would be in-sample; give the two different seeds"
+            )
+
+
+@dataclass
 class SparsifyConfig(Config):
     """Minimise the expected open-edge fraction subject to held-out CE <= base CE + tolerance.
 
@@ -164,6 +196,7 @@ class SparsifyConfig(Config):
     )  # the fresh verdict split the constraint is judged on (SE must be < tolerance/5)
     verdict_start: int | None = None  # its first held-out sequence; None: right after the selection split
     checkpoint_every: int = 100  # steps; 0 = only at the end
+    judge: JudgeConfig = field(default_factory=JudgeConfig)  # the report's accuracy guard and untouched split
     seed: int = 0  # data order and gate noise
     device: str | None = None
     progress: bool = field(default=True, metadata={"cli": False})  # the CLI's --quiet
@@ -203,5 +236,6 @@ class SparsifyConfig(Config):
 
 
 # fields that do not change the training numbers, so a resume may change them (steps: only upwards,
-# which extends a finished run; an annealed temperature then follows the new length from there on)
-RESUME_FREE = ("progress", "device", "checkpoint_every", "steps", "verdict_sequences", "verdict_start")
+# which extends a finished run; an annealed temperature then follows the new length from there on; the
+# verdict and judge fields decide only what the report measures)
+RESUME_FREE = ("progress", "device", "checkpoint_every", "steps", "verdict_sequences", "verdict_start", "judge")

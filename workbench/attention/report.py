@@ -201,13 +201,14 @@ def induction_heads(model, n: int = 20, seed: int = 0) -> list[list[dict]]:
     return [[{k: round(float(v), 4) for k, v in zip(keys, acc[layer, h])} for h in range(H)] for layer in range(L)]
 
 
-def accuracy_with_intervals(base, sparse, n_queries: int) -> dict:
-    """Top-1 accuracy per family of both models on the same held-out queries, with Wilson 95% intervals."""
+def accuracy_with_intervals(base, sparse, n_queries: int, seed: int = 0) -> dict:
+    """Top-1 accuracy per family of both models on the same held-out queries (query seed `seed`), with Wilson
+    95% intervals."""
     from workbench.corpus.tasks import IOI_TEMPLATES, queries
     from workbench.models.card import task_accuracy
 
-    acc = {"base": task_accuracy(base, n_queries), "sparse": task_accuracy(sparse, n_queries)}
-    unseen = sum(q.params["template"] == len(IOI_TEMPLATES) - 1 for q in queries("ioi", n_queries))
+    acc = {"base": task_accuracy(base, n_queries, seed), "sparse": task_accuracy(sparse, n_queries, seed)}
+    unseen = sum(q.params["template"] == len(IOI_TEMPLATES) - 1 for q in queries("ioi", n_queries, seed=seed))
     counts = {t: unseen if t == "ioi_unseen_template" else n_queries for t in acc["base"]}
     return {
         **acc,
@@ -240,8 +241,11 @@ def build_report(
 ) -> dict:
     """The full report of a sparse model against its base (single process), judged on the fresh verdict split.
 
-    cfg: the run's SparsifyConfig (tolerance, the selection split's size, the verdict split).
+    cfg: the run's SparsifyConfig (tolerance, the selection split's size, the verdict split, the judge: the
+    accuracy guard on the verdict queries and the untouched split).
     """
+    from workbench.attention.judge import accuracy_guard, untouched
+
     ctx_len = ctx_len or sparse.cfg.n_ctx
     seqs, start = verdict_sequences(corpus, cfg.eval_sequences, cfg.verdict_sequences, ctx_len, cfg.verdict_start)
     tokens, labels = stack(seqs)
@@ -251,7 +255,8 @@ def build_report(
     verdict["split"] = {"split": "heldout", "sequences": [start, start + len(seqs)], "ctx_len": ctx_len}
     base_m, sparse_m = summarise(base_sums, names), summarise(sparse_sums, names)
     synthetic_vocab = corpus.spec.startswith("synthetic")
-    acc = accuracy_with_intervals(base, sparse, n_queries) if synthetic_vocab else {}
+    seed = cfg.judge.verdict_query_seed
+    acc = accuracy_with_intervals(base, sparse, n_queries, seed) if synthetic_vocab else {}
     return {
         **info,
         "constraint_met": verdict["constraint_met"],
@@ -262,6 +267,8 @@ def build_report(
         "task_accuracy": {k: acc[k] for k in ("base", "sparse")} if acc else {},
         "task_accuracy_queries": n_queries if acc else 0,
         "task_accuracy_detail": {k: acc[k] for k in ("queries", "ci95", "difference")} if acc else {},
+        "accuracy_guard": accuracy_guard(acc, cfg.judge.accuracy_drop, seed) if acc else None,
+        "untouched": untouched(base, sparse, corpus, cfg, ctx_len, required=False),
         **{k: sparse_m[k] for k in PER_KEY},
         "induction_heads": {"base": induction_heads(base), "sparse": induction_heads(sparse)}
         if synthetic_vocab
@@ -304,12 +311,16 @@ def _verdict_lines(r: dict) -> list[str]:
         return [f"constraint {met} (judged on the selection split, CE target {r.get('ce_target', float('nan')):.4f})"]
     lo, hi = v["ci95"]
     first, end = v["split"]["sequences"]
+    from workbench.attention.judge import guard_line, untouched_line
+
     return [
         f"constraint {'met' if v['constraint_met'] else 'NOT MET'}: {v['why']}",
         f"  fresh verdict split: held-out sequences {first}-{end - 1} (n = {v['n']}), CE difference sparse - base "
         f"{v['difference']:+.4f} (SE {v['se']:.4f}, 95% interval [{lo:+.4f}, {hi:+.4f}])",
         f"  saved state: step {r.get('selected_step', '?')}, chosen on the selection split (held-out sequences "
         f"0-{r.get('config', {}).get('eval_sequences', 0) - 1})",
+        *([untouched_line(r["untouched"])] if r.get("untouched") else []),
+        *([guard_line(r["accuracy_guard"])] if r.get("accuracy_guard") else []),
     ]
 
 
@@ -350,7 +361,10 @@ def _task_lines(r: dict) -> list[str]:
         cell = f"  [{iv[0]:.1%}, {iv[1]:.1%}]" if iv else ""
         lines.append(f"{t:<22}{f(cb, '.4f'):>9}{f(cs, '.4f'):>11}{f(ab, '.1%'):>10}{f(as_, '.1%'):>12}{cell}")
     if acc:
-        lines.append(f"(accuracy on {r.get('task_accuracy_queries', '?')} held-out queries per family)")
+        seed = (r.get("accuracy_guard") or {}).get("query_seed", 0)
+        lines.append(
+            f"(accuracy on {r.get('task_accuracy_queries', '?')} held-out queries per family, query seed {seed})"
+        )
     return lines
 
 

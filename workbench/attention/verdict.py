@@ -94,6 +94,24 @@ def dual_sequences(corpus, cfg, ctx_len: int) -> tuple[list, int]:
     return _fresh_run(corpus, ctx_len, n, end if start is None else start, start, taken, names)
 
 
+def untouched_sequences(corpus, cfg, ctx_len: int) -> tuple[list, int]:
+    """cfg.judge.untouched_sequences held-out sequences no run reads: after the dual stream's range (whether or
+    not the run used it) and sharing no document with the selection, verdict or dual splits; start None: the
+    first such sequence after the dual stream."""
+    n, start = cfg.judge.untouched_sequences, cfg.judge.untouched_start
+    selection = _first(corpus, cfg.eval_sequences, ctx_len)
+    verdict, _ = verdict_sequences(corpus, cfg.eval_sequences, cfg.verdict_sequences, ctx_len, cfg.verdict_start)
+    dual, first = dual_sequences(corpus, cfg, ctx_len)
+    end = first + len(dual)
+    if start is not None and start < end:
+        raise BadValueError(
+            f"untouched_start={start} lies before the end of the dual stream (held-out sequences {first}-{end - 1}), "
+            f"inside or next to the splits the runs read; use untouched_start >= {end} or None"
+        )
+    taken = _docs(selection) | _docs(verdict) | _docs(dual)
+    return _fresh_run(corpus, ctx_len, n, end, start, taken, ("untouched", "the selection, verdict or dual split"))
+
+
 def _first(corpus, n: int, ctx_len: int) -> list:
     """The selection split: held-out sequences [0, n)."""
     return [s for _, s in zip(range(n), corpus.sequences(ctx_len, 0, split="heldout"))]

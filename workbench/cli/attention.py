@@ -2,6 +2,7 @@
 
 workbench attention train --model tiny [--workspace W] [--name N | --out DIR] [--tolerance 0.01] [--resume]
 workbench attention report W/models/tiny-sparse
+workbench attention judge W/models/tiny-sparse [--accuracy-drop 0.02] [--untouched-sequences 512] [--write]
 workbench attention compare --base tiny --sparse sparse-tiny --task ioi --n 20 [--out compare.json]
 workbench attention compare --sparse sparse-tiny --transcoders BASE_SET SPARSE_SET --task ioi [--share 0.8]
     [--split heldout|train]
@@ -14,8 +15,9 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
-from workbench.attention.config import GateConfig, SparsifyConfig
+from workbench.attention.config import GateConfig, JudgeConfig, SparsifyConfig
 from workbench.circuits.feature.graph_config import HeadFlowConfig
 from workbench.cli.options import CORPUS, add_text_field_flag, quiet_flag, workspace_flag
 from workbench.configflags import add_config_flags, config_values, count, set_fields
@@ -23,7 +25,7 @@ from workbench.errors import BadValueError
 from workbench.guard import FILE, INPUT, artifact, declare
 from workbench.workspace import Workspace
 
-TRAIN, GATE, HEADS = "attention.", "gate.", "heads."  # namespace prefixes of the config flags
+TRAIN, GATE, HEADS, JUDGE = "attention.", "gate.", "heads.", "judge."  # namespace prefixes of the config flags
 OLD_NAME = "sparsify"
 
 
@@ -35,6 +37,7 @@ def add_parser(sub) -> None:
     declare(r.add_argument("model", help="a folder written by `workbench attention train`"), INPUT)
     r.add_argument("--json", action="store_true", help="print the JSON instead (without the example patterns)")
     r.set_defaults(func=_report)
+    _add_judge(attention)
     c = attention.add_parser("compare", help="query circuits of the base and the sparse model on the same queries")
     declare(c.add_argument("--base", default="tiny", help="base model spec (default: %(default)s)"), INPUT)
     declare(c.add_argument("--sparse", required=True, help="the sparse model folder"), INPUT)
@@ -54,6 +57,24 @@ def add_parser(sub) -> None:
     declare(transcoders, INPUT)
     add_config_flags(c, HeadFlowConfig, HEADS)
     c.set_defaults(func=_compare)
+
+
+def _add_judge(attention) -> None:
+    j = attention.add_parser(
+        "judge",
+        help="a sparse model against the whole goal: CE verdict, accuracy guard per family, CE on an untouched split",
+    )
+    declare(j.add_argument("model", help="a folder written by `workbench attention train`"), INPUT)
+    declare(j.add_argument("--base", help="base model spec (default: the one the report names)"), INPUT)
+    j.add_argument("--queries", type=count(1), help="held-out queries per family (default: the report's)")
+    add_config_flags(j, JudgeConfig, JUDGE)
+    j.add_argument(
+        "--write",
+        action="store_true",
+        help="record the untouched split and the accuracy guard in MODEL's attention_report.json and card",
+    )
+    declare(j.add_argument("--out", help="the judgement as JSON"), FILE)
+    j.set_defaults(func=_judge)
 
 
 def _add_train(attention) -> None:
@@ -76,6 +97,7 @@ def _add_train(attention) -> None:
     add_text_field_flag(t)
     add_config_flags(t, SparsifyConfig, TRAIN)
     add_config_flags(t, GateConfig, GATE)
+    add_config_flags(t, JudgeConfig, JUDGE)
     t.add_argument(
         "--set",
         nargs="*",
@@ -98,7 +120,8 @@ def _train(args) -> None:
     gate = GateConfig(
         **config_values(args, GateConfig, GATE), **set_fields(GateConfig, args.set, others=(SparsifyConfig,))
     )
-    cfg = SparsifyConfig(gates=gate, progress=not args.quiet, **config_values(args, SparsifyConfig, TRAIN))
+    judge = JudgeConfig(**config_values(args, JudgeConfig, JUDGE))
+    cfg = SparsifyConfig(gates=gate, judge=judge, progress=not args.quiet, **config_values(args, SparsifyConfig, TRAIN))
     report, out = train_attention(
         Workspace(args.workspace),
         args.model,
@@ -129,6 +152,21 @@ def _report(args) -> None:
         print(json.dumps({k: v for k, v in r.items() if k != "examples"}, indent=1))
     else:
         print(format_report(r))
+
+
+def _judge(args) -> None:
+    from workbench.atomic import atomic_write_text
+    from workbench.attention.card import rewrite
+    from workbench.attention.judge import format_judgement, judge_folder, record
+
+    j = judge_folder(args.model, JudgeConfig(**config_values(args, JudgeConfig, JUDGE)), args.base, args.queries)
+    print(format_judgement(j))
+    if args.out:
+        atomic_write_text(args.out, json.dumps(j, indent=1))
+    if args.write:
+        record(args.model, j)
+        if (Path(args.model) / "README.md").is_file():  # an embedded model's card
+            rewrite(args.model)
 
 
 def _compare(args) -> None:
