@@ -30,6 +30,8 @@ def test_the_guard_fails_only_a_drop_beyond_the_points_and_never_a_gain():
     assert met["met"] and met["worst"] == "addition" and met["difference"]["addition"] == -0.02
     failed = accuracy_guard(_acc({"ioi": 0.0, "addition": -0.05, "facts": 0.07}), 0.02, 0)
     assert not failed["met"] and failed["worst"] == "addition" and failed["query_seed"] == 0
+    sub = accuracy_guard(_acc({"addition": -0.01, "addition_both_digits": -0.05}), 0.02, 0)  # a sub-row: not gated
+    assert sub["met"] and sub["worst"] == "addition" and sub["difference"]["addition_both_digits"] == -0.05
     assert not accuracy_guard(_acc({"addition": -0.025}), 0.02, 1)["met"]
     assert accuracy_guard(_acc({"addition": -0.025}), 0.03, 1)["met"]
 
@@ -93,3 +95,26 @@ def test_judge_measures_records_and_rewrites_the_card(small_dir, tmp_path, capsy
     assert "Untouched split (held-out sequences" in card
     assert main(["attention", "judge", str(out), "--selection-query-seed", "0"]) == 2  # equals the verdict seed
     assert "equals verdict_query_seed" in capsys.readouterr().err
+
+
+def test_a_memo_measures_the_base_once_and_changes_no_figure(tokenizer):
+    import copy
+
+    from workbench.attention import gates as G
+    from workbench.attention.config import GateConfig
+    from workbench.attention.judge import judge_state
+
+    from .conftest import build
+
+    base = build(tokenizer, seed=1).eval()
+    sparse = G.install(copy.deepcopy(base), GateConfig(init_bias=0.5)).eval()
+    corpus = load_corpus("synthetic", tokenizer, seed=0)
+    cfg = SparsifyConfig(
+        eval_sequences=4, verdict_sequences=6, dual_sequences=4, judge=JudgeConfig(untouched_sequences=5)
+    )
+    memo = {}
+    plain = judge_state(base, sparse, corpus, cfg, 24, 3)
+    first, again = (judge_state(base, sparse, corpus, cfg, 24, 3, memo) for _ in range(2))
+    assert set(memo) == {"verdict", "untouched", ("accuracy", 1), ("accuracy", 0)}
+    assert json.dumps(plain, sort_keys=True) == json.dumps(first, sort_keys=True) == json.dumps(again, sort_keys=True)
+    assert plain["untouched"]["n"] == 5 and plain["verdict"]["n"] == 6

@@ -20,12 +20,15 @@ from workbench.errors import BadValueError
 
 
 def accuracy_guard(acc: dict, max_drop: float, seed: int) -> dict:
-    """The guard on one set of queries: each family's drop sparse - base (a share), the worst, and whether every
-    family is within max_drop (a gain never fails it). Differences are rounded to 1e-9 so that 85.5% - 87.5%
-    counts as exactly 2 points; a family with no query among them (NaN: the unseen IOI template in a handful
-    of queries) is left out."""
+    """The guard on one set of queries: each row's difference sparse - base (a share), the worst task family, and
+    whether every family is within max_drop (a gain never fails it). The families are the query tasks; the
+    sub-rows (the unseen IOI template, both digits of the addition) are reported, not gated. Differences are
+    rounded to 1e-9 so that 85.5% - 87.5% counts as exactly 2 points; a row with no query (NaN: the unseen IOI
+    template in a handful of queries) is left out."""
+    from workbench.corpus.tasks import QUERY_TASKS
+
     diff = {t: round(d, 9) for t, d in acc["difference"].items() if d == d}
-    worst = min(diff, key=diff.get)
+    worst = min((t for t in diff if t in QUERY_TASKS), key=diff.get)
     return {
         "max_drop": max_drop,
         "query_seed": seed,
@@ -38,11 +41,29 @@ def accuracy_guard(acc: dict, max_drop: float, seed: int) -> dict:
     }
 
 
-def untouched(base, sparse, corpus, cfg: SparsifyConfig, ctx_len: int, required: bool = True) -> dict | None:
+def _base(memo: dict | None, key, compute):
+    """The base model's figure `key`, computed once per memo (judging many states of one run against one base)."""
+    if memo is None:
+        return compute()
+    if key not in memo:
+        memo[key] = compute()
+    return memo[key]
+
+
+def _paired(base, sparse, tokens, memo: dict | None, key: str) -> tuple[dict, dict, dict]:
+    """Sums of both models on tokens (the base's memoised under key) and the paired difference sparse - base."""
+    b = dict(_base(memo, key, lambda: measure(base, tokens)))
+    s = measure(sparse, tokens)
+    return b, s, paired_difference(s.pop("seq_ce"), b.pop("seq_ce"))
+
+
+def untouched(
+    base, sparse, corpus, cfg: SparsifyConfig, ctx_len: int, required: bool = True, memo: dict | None = None
+) -> dict | None:
     """The paired CE difference sparse - base on the untouched split with its 95% interval (None: size 0).
 
     required False (a training run's report): a corpus too short for the split gives {"unavailable": why}, which
-    the report prints, instead of failing a finished run."""
+    the report prints, instead of failing a finished run. memo: see judge_state."""
     if cfg.judge.untouched_sequences == 0:
         return None
     try:
@@ -51,30 +72,33 @@ def untouched(base, sparse, corpus, cfg: SparsifyConfig, ctx_len: int, required:
         if required:
             raise
         return {"unavailable": str(e)}
-    tokens = stack(seqs)[0]
-    b, s = measure(base, tokens), measure(sparse, tokens)
-    diff = paired_difference(s.pop("seq_ce"), b.pop("seq_ce"))
+    b, s, diff = _paired(base, sparse, stack(seqs)[0], memo, "untouched")
     split = {"split": "heldout", "sequences": [first, first + len(seqs)], "ctx_len": ctx_len}
     return {**diff, "split": split, "ce": {"base": summarise(b)["ce"], "sparse": summarise(s)["ce"]}}
 
 
-def judge_state(base, sparse, corpus, cfg: SparsifyConfig, ctx_len: int, n_queries: int) -> dict:
+def judge_state(
+    base, sparse, corpus, cfg: SparsifyConfig, ctx_len: int, n_queries: int, memo: dict | None = None
+) -> dict:
     """Keys per query and the CE verdict on the verdict split, the CE on the untouched split, and the accuracy
-    guard on the selection and the verdict queries; `meets`: CE verdict met and the verdict queries' guard met."""
+    guard on the selection and the verdict queries; `meets`: CE verdict met and the verdict queries' guard met.
+    memo: a dict kept across calls with the same base, corpus, cfg and n_queries (the base is measured once)."""
+    from workbench.models.card import task_accuracy
+
     seqs, first = verdict_sequences(corpus, cfg.eval_sequences, cfg.verdict_sequences, ctx_len, cfg.verdict_start)
-    tokens = stack(seqs)[0]
-    b, s = measure(base, tokens), measure(sparse, tokens)
-    verdict = judge(paired_difference(s.pop("seq_ce"), b.pop("seq_ce")), cfg.tolerance)
+    _, s, diff = _paired(base, sparse, stack(seqs)[0], memo, "verdict")
+    verdict = judge(diff, cfg.tolerance)
     verdict["split"] = {"split": "heldout", "sequences": [first, first + len(seqs)], "ctx_len": ctx_len}
     j = cfg.judge
-    guards = {
-        use: accuracy_guard(accuracy_with_intervals(base, sparse, n_queries, seed), j.accuracy_drop, seed)
-        for use, seed in (("selection", j.selection_query_seed), ("verdict", j.verdict_query_seed))
-    }
+    guards = {}
+    for use, seed in (("selection", j.selection_query_seed), ("verdict", j.verdict_query_seed)):
+        base_acc = _base(memo, ("accuracy", seed), lambda seed=seed: task_accuracy(base, n_queries, seed))
+        acc = accuracy_with_intervals(base, sparse, n_queries, seed, base_acc)
+        guards[use] = accuracy_guard(acc, j.accuracy_drop, seed)
     return {
         "mean_open_keys_per_query": summarise(s)["mean_open_keys_per_query"],
         "verdict": verdict,
-        "untouched": untouched(base, sparse, corpus, cfg, ctx_len),
+        "untouched": untouched(base, sparse, corpus, cfg, ctx_len, memo=memo),
         "accuracy_guard": guards,
         "judge_config": j.to_dict(),
         "meets": verdict["constraint_met"] and guards["verdict"]["met"],
@@ -141,6 +165,6 @@ def untouched_line(u: dict) -> str:
 def guard_line(g: dict, use: str = "verdict") -> str:
     drops = ", ".join(f"{t} {_pts(d)}" for t, d in g["difference"].items())
     return (
-        f"accuracy guard on the {use} queries (seed {g['query_seed']}): every family within "
+        f"accuracy guard on the {use} queries (seed {g['query_seed']}): every task family within "
         f"{100 * g['max_drop']:g} points of base: {'met' if g['met'] else 'NOT met'} (sparse - base, points: {drops})"
     )

@@ -201,13 +201,14 @@ def induction_heads(model, n: int = 20, seed: int = 0) -> list[list[dict]]:
     return [[{k: round(float(v), 4) for k, v in zip(keys, acc[layer, h])} for h in range(H)] for layer in range(L)]
 
 
-def accuracy_with_intervals(base, sparse, n_queries: int, seed: int = 0) -> dict:
+def accuracy_with_intervals(base, sparse, n_queries: int, seed: int = 0, base_acc: dict | None = None) -> dict:
     """Top-1 accuracy per family of both models on the same held-out queries (query seed `seed`), with Wilson
-    95% intervals."""
+    95% intervals; base_acc: the base's task_accuracy on those queries, if already measured."""
     from workbench.corpus.tasks import IOI_TEMPLATES, queries
     from workbench.models.card import task_accuracy
 
-    acc = {"base": task_accuracy(base, n_queries, seed), "sparse": task_accuracy(sparse, n_queries, seed)}
+    base_acc = base_acc if base_acc is not None else task_accuracy(base, n_queries, seed)
+    acc = {"base": base_acc, "sparse": task_accuracy(sparse, n_queries, seed)}
     unseen = sum(q.params["template"] == len(IOI_TEMPLATES) - 1 for q in queries("ioi", n_queries, seed=seed))
     counts = {t: unseen if t == "ioi_unseen_template" else n_queries for t in acc["base"]}
     return {
