@@ -89,7 +89,7 @@ def row(label: str, j: dict, e: dict | None, cfg, keys: float) -> tuple[list, bo
         "yes" if admitted else "no",
         _guard(sel),
         "**yes**" if candidate else "no",
-        _iv(j["verdict"]),
+        _iv(j["verdict"]) + ("" if j["verdict"]["se_below_fifth_of_tolerance"] else " (inconclusive: SE >= tol/5)"),
         _guard(ver),
         "**yes**" if j["meets"] else "no",
         _iv(j["untouched"]),
