@@ -62,8 +62,9 @@ def _judged(r: dict) -> list[str]:
     """The card's lines for the untouched split and the accuracy guard (a report judged by `attention judge`)."""
     from workbench.attention.judge import guard_line, untouched_line
 
-    lines = [untouched_line(r["untouched"]).capitalize() + "."] if r.get("untouched") else []
-    return lines + ([guard_line(r["accuracy_guard"]).capitalize() + "."] if r.get("accuracy_guard") else [])
+    lines = [untouched_line(r["untouched"])] if r.get("untouched") else []
+    lines += [guard_line(r["accuracy_guard"])] if r.get("accuracy_guard") else []
+    return [f"{line[0].upper()}{line[1:]}." for line in lines]
 
 
 JUDGE_COMMAND = "workbench attention judge DIR --write"
