@@ -219,7 +219,36 @@ def _lines(a, machine, threads, cfg, rows, cands, judged, cj, dual_range) -> lis
         "",
         verdict,
         "",
+        *_decision(best, chosen, judged, cj),
     ]
+
+
+def _decision(best, chosen, judged: dict, cj: dict) -> list[str]:
+    """Ship the sparsest candidate if it meets the rule and is sparser than the current model, else keep it; and
+    the states that pass only where choosing them would be in-sample."""
+    late = [
+        f"step {s} ({j['mean_open_keys_per_query']:.2f} keys/q/h)"
+        for s, j in judged.items()
+        if j["meets"] and (best is None or s != best[1])
+    ]
+    ships = chosen is not None and chosen["meets"] and best[0] < cj["mean_open_keys_per_query"]
+    decision = (
+        f"Decision: **ship rerun step {best[1]}** (it meets the rule and is sparser than the current model)."
+        if ships
+        else "Decision: **keep the current model**: no candidate chosen on the selection split and selection queries "
+        f"meets the rule with fewer than its {cj['mean_open_keys_per_query']:.2f} keys/q/h (the current model's own "
+        f"accuracy guard on the verdict queries: {'met' if cj['accuracy_guard']['verdict']['met'] else 'NOT met'}, "
+        f"worst family {_guard(cj['accuracy_guard']['verdict'])})."
+    )
+    notes = (
+        [
+            "States that pass on the verdict split and verdict queries but were not candidates (picking them there would "
+            "make the verdict in-sample): " + ", ".join(late) + "."
+        ]
+        if late
+        else []
+    )
+    return [*notes, "", decision, ""]
 
 
 if __name__ == "__main__":
