@@ -62,7 +62,7 @@ FEATURE, SAE, SEARCH, PROMPT = "views/feature.py", "views/sae.py", "views/search
 CIRCUIT, COMPARE = "views/circuit.py", "views/compare.py"
 WORKSPACE_ENV = "WORKBENCH_WORKSPACE"
 UPLOADED = "uploaded"
-MARKED = " (with the graph's pins, groups, notes)"  # every download carries the view's marks at the click
+MARKED = " (with the graph's pins, groups, notes, view)"  # every download carries the view's marks at the click
 DOWNLOADS = {"workbench": "circuit.json", "mib": "mib.json", "neuronpedia": "neuronpedia.json"}
 PREFERRED_TASKS = ("ioi", "induction")  # what a circuit page opens on when the URL names none
 
@@ -287,6 +287,8 @@ def synced(widget, name: str, url_value, key: str, to_url=str, **kwargs):
         st.session_state[key] = url_value
     out = widget(key=key, **kwargs)
     st.session_state[mark] = out
+    if name not in st.query_params and out == url_value:
+        return out  # the page's default, left out of the URL: Streamlit pushes a history entry per change it sees
     value = to_url(out)  # "": the default, kept out of the URL (a page opened by a link adds no history entry)
     if value:
         st.query_params[name] = value  # always sent: a link to the same page does not update the URL by itself
@@ -527,14 +529,15 @@ def marks() -> annotations.Annotations:
 
 def marked(source: bytes | Path, n_heads: int):
     """A download's deferred data: the file (bytes, or read from a path when clicked) carrying the graph's pins,
-    groups, notes and selected node as they are at the click (graph_view.marks_box; Neuronpedia: qParams and clerps; workbench
+    groups, notes, selected node and view settings as they are at the click (graph_view.marks_box; Neuronpedia: qParams and clerps; workbench
     and MIB: their `annotations` key); the file unchanged when there are none."""
     box = graph_view.marks_box()
 
     def data() -> bytes:
         raw = source.read_bytes() if isinstance(source, Path) else source
-        a, node = box["marks"], box.get("node")
-        return json.dumps(annotations.apply(json.loads(raw), a, n_heads, node)).encode() if a or node else raw
+        a, node, view = box["marks"], box.get("node"), box.get("view")
+        marked = a or node or (view and view != annotations.View())
+        return json.dumps(annotations.apply(json.loads(raw), a, n_heads, node, view)).encode() if marked else raw
 
     return data
 

@@ -31,6 +31,7 @@ def upload_box() -> None:
                     # its pins, groups, notes and selected node (any format) come back into the URL
                     d, n_heads = json.loads(raw), up_["data"].n_heads
                     graph_view.write_url(annotations.read(d, n_heads))
+                    graph_view.write_url(annotations.read_view(d))
                     selected = annotations.read_selected(d, n_heads)
                     if selected:
                         st.query_params["node"] = selected

@@ -78,6 +78,15 @@ def test_every_format_carries_the_marks_and_still_reads(name):
     assert an.read_selected(out, n_heads=2) is None
     chosen = json.loads(json.dumps(an.apply(d, MARKS, n_heads=2, selected="a1.h1")))  # and the selected node
     assert an.read_selected(chosen, n_heads=2) == "a1.h1" and an.read(chosen, n_heads=2) == MARKS
+    assert an.read_view(chosen) == an.View()  # and how the view was left: defaults write nothing, read as defaults
+    view = an.View(40, 0.7, 0.95, ["pair"])
+    left = json.loads(json.dumps(an.apply(d, an.Annotations(), n_heads=2, view=view)))
+    assert an.read_view(left) == view and an.read(left, n_heads=2) == an.Annotations()
+    assert schema.read(left, shape=shape).edges == before.edges
+    bad = {**left, an.FILE_KEY: {"view": {"node_threshold": 2}}} if an.FILE_KEY in left else None
+    if bad is not None:
+        with pytest.raises(DamagedFileError, match=r"annotations.view: node_threshold must be a number in \(0, 1\]"):
+            an.read_view(bad)
 
 
 def test_a_bad_annotations_key_is_a_damaged_file():

@@ -228,15 +228,19 @@ def _ids(d: dict) -> dict[str, str]:
 
 def apply_feature_graph(d: dict, a: Annotations, clicked: str | None = None, view: View | None = None) -> dict:
     """A copy of a feature graph (circuit-tracer graph JSON) carrying `a` as apply_neuronpedia does, the
-    selected node as qParams.clickedId (circuit-tracer's own field for it) and how the view was left (`view`):
-    the node threshold as qParams.pruningThreshold (circuit-tracer's), the rest under qParams[VIEW_KEY]."""
-    out = _apply(d, a, _ids(d), clicked)
-    q = {k: x for k, x in out["qParams"].items() if k not in ("pruningThreshold", VIEW_KEY)}
+    selected node as qParams.clickedId (circuit-tracer's own field for it) and how the view was left (`view`)."""
+    return _with_view(_apply(d, a, _ids(d), clicked), view)
+
+
+def _with_view(d: dict, view: View | None) -> dict:
+    """A graph JSON whose qParams carry `view`: the node threshold as qParams.pruningThreshold (circuit-tracer's),
+    the rest under qParams[VIEW_KEY] (its frontend ignores keys it does not know)."""
+    q = {k: x for k, x in d["qParams"].items() if k not in ("pruningThreshold", VIEW_KEY)}
     v = view or View()
     if v.node_threshold is not None:
         q["pruningThreshold"] = v.node_threshold
     rest = {k: x for k, x in v.as_dict().items() if k != "node_threshold" and x not in (None, [])}
-    return {**out, "qParams": {**q, VIEW_KEY: rest} if rest else q}
+    return {**d, "qParams": {**q, VIEW_KEY: rest} if rest else q}
 
 
 def read_feature_graph(d: dict) -> tuple[Annotations, str | None]:
@@ -247,7 +251,7 @@ def read_feature_graph(d: dict) -> tuple[Annotations, str | None]:
 
 
 def read_feature_view(d: dict) -> View:
-    """How a feature graph's view was left (apply_feature_graph's `view`); DamagedFileError names a bad field."""
+    """How a graph JSON's view was left (_with_view's `view`); DamagedFileError names a bad field."""
     q = d.get("qParams") if isinstance(d.get("qParams"), dict) else {}
     rest = q.get(VIEW_KEY) or {}
     if not isinstance(rest, dict):
@@ -319,13 +323,28 @@ def _read(d: dict, names: dict[str, str], edited) -> Annotations:
 # ------------------------------------------------------------------ any circuit file
 
 
-def apply(d: dict, a: Annotations, n_heads: int, selected: str | None = None) -> dict:
-    """A copy of a circuit file of any format carrying `a` and the selected node (none: the file without marks;
-    workbench and MIB files keep the node under FILE_KEY's `selected`)."""
+def apply(d: dict, a: Annotations, n_heads: int, selected: str | None = None, view: View | None = None) -> dict:
+    """A copy of a circuit file of any format carrying `a`, the selected node and how the view was left (none of
+    them: the file without marks; workbench and MIB files keep the node and view under FILE_KEY's `selected` and
+    `view`, a Neuronpedia graph in its qParams as apply_feature_graph does)."""
     if detect(d) == "neuronpedia":
-        return apply_neuronpedia(d, a, n_heads, selected)
+        return _with_view(apply_neuronpedia(d, a, n_heads, selected), view)
     out = {k: v for k, v in d.items() if k != FILE_KEY}
-    return {**out, FILE_KEY: {**a.as_dict(), "selected": selected}} if a or selected else out
+    shown = {k: x for k, x in (view or View()).as_dict().items() if x not in (None, [])}
+    marks = {**a.as_dict(), "selected": selected, **({"view": shown} if shown else {})}
+    return {**out, FILE_KEY: marks} if a or selected or shown else out
+
+
+def read_view(d: dict) -> View:
+    """How the view was left, as a circuit file of any format carries it (apply's `view`); DamagedFileError names
+    a bad field; the view's defaults when the file has none."""
+    if detect(d) == "neuronpedia":
+        return read_feature_view(d)
+    marks = d.get(FILE_KEY)
+    try:
+        return view_from_dict((marks.get("view") if isinstance(marks, dict) else None) or {})
+    except BadValueError as e:
+        raise DamagedFileError(f"{FILE_KEY}.view: {e}") from None
 
 
 def read_selected(d: dict, n_heads: int) -> str | None:
