@@ -321,11 +321,11 @@ def _mean(v: list) -> float | None:
 
 
 def format_compare(res: dict) -> str:
-    both = "both models" if res.get("sparse_model") else "the base model"
+    paired = bool(res.get("sparse_model"))
     lines = [
-        f"{res['task']}: {res['n_used']}/{res['n']} {res.get('split', 'heldout')} queries with a gap on {both} "
-        f"(base {res['base_model']}, sparse {res.get('sparse_model') or '-'})",
-        f"{'NDF':>5} {'level':<18}{'base':>10}{'sparse':>10}{'base/sparse':>13}",
+        f"{res['task']}: {res['n_used']}/{res['n']} {res.get('split', 'heldout')} queries with a gap on "
+        + (f"both models (base {res['base_model']}, sparse {res['sparse_model']})" if paired else res["base_model"]),
+        f"{'NDF':>5} {'level':<18}{'base':>10}" + (f"{'sparse':>10}{'base/sparse':>13}" if paired else ""),
     ]
     f = lambda v, fmt=".1f": "-" if v is None else format(v, fmt)  # noqa: E731
     for t, s in res["summary"].items():
@@ -336,8 +336,9 @@ def format_compare(res: dict) -> str:
             ("attention entries", "token_entries"),
         ):
             d = s[key]
-            lines.append(f"{t:>5} {name:<18}{f(d['base']):>10}{f(d['sparse']):>10}{f(d['ratio'], '.2f'):>13}")
-    if res.get("sparse_model"):
+            line = f"{t:>5} {name:<18}{f(d['base']):>10}"
+            lines.append(line + (f"{f(d['sparse']):>10}{f(d['ratio'], '.2f'):>13}" if paired else ""))
+    if paired:
         lines.append("base/sparse: the base model's mean count / the sparse model's, over queries answered by both")
     if "token_removal" in res:
         lines.append(f"attention entries left out of a circuit are {res['token_removal']}")
