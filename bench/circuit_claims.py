@@ -71,13 +71,12 @@ def check_settings(stored: dict, now: dict, path: Path) -> None:
 
 
 def reusable_base(args, task: str, now: dict) -> list[dict]:
-    """The base side of a finished --base-only run with the same settings (empty when there is none)."""
+    """The base side of the queries a --base-only run with the same settings has measured (none: empty)."""
     path = store_path(args.results / tag(args.base), args, task)
     if args.base_only or not path.is_file():
         return []
     done = json.loads(path.read_text())
-    same = all(done.get(k) == now.get(k) for k in SETTINGS) and len(done["queries"]) == done["n"]
-    return [{"base": q["base"]} for q in done["queries"]] if same else []
+    return [{"base": q["base"]} for q in done["queries"]] if all(done.get(k) == now.get(k) for k in SETTINGS) else []
 
 
 def measure_family(args, models: dict, task: str, path: Path) -> None:
@@ -99,7 +98,9 @@ def measure_family(args, models: dict, task: str, path: Path) -> None:
     runs.append({**run_meta(), "from_query": len(rows)})
     qs = tasks.queries(task, args.n, seed=0, tokenizer=models["base"].tokenizer, split=args.split)
     for i in range(len(rows), args.n):
-        rows.append(query_row(models, qs[i], args.targets, args.samples, 5, 0, rule, known[i] if known else None))
+        rows.append(
+            query_row(models, qs[i], args.targets, args.samples, 5, 0, rule, known[i] if i < len(known) else None)
+        )
         runs[-1]["to_query"] = i + 1
         harness.write_text(path, json.dumps({**compare_result(models, rows, cfg, rule), "runs": runs}, indent=1))
         print(f"{task} {i + 1}/{args.n}", flush=True)
