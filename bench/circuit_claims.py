@@ -258,19 +258,18 @@ def render(args, stores: dict[str, Path], heads: dict[str, Path]) -> str:
     results = {t: json.loads(p.read_text()) for t, p in stores.items() if p.is_file()}
     flows = {t: json.loads(p.read_text()) for t, p in heads.items() if p.is_file()}
     partial = [t for t in stores if t not in results or len(results[t]["queries"]) < args.n]
-    runs = [r for res in [*results.values(), *flows.values()] for r in res["runs"]]
+    runs = [(t, r) for part in (results, flows) for t, res in part.items() for r in res["runs"]]
     info = harness.machine_info()
-    info["commit"] = ", ".join(sorted({r["commit"] for r in runs})) or "-"
+    info["commit"] = ", ".join(sorted({r["commit"] for _, r in runs})) or "-"
     first = next(iter(results.values()), None)
     title = f"# Circuit sizes: {tag(args.base)}" + ("" if args.base_only else f" vs {tag(args.sparse)}")
     lines = [title + (f" (PARTIAL: {', '.join(partial)} incomplete)" if partial else ""), ""]
     lines += harness.machine_lines(info, {}, "1", "the figures are counts, not times")
-    lines.append(
-        "- Runs (date, load average at start, queries): "
-        + "; ".join(
-            f"{r['date']} {r['load_avg_at_start']} ({r.get('from_query', 0)}-{r.get('to_query', '')})" for r in runs
-        )
-    )
+    done = [
+        f"{t} {r['date']} load {r['load_avg_at_start']} (queries {r.get('from_query', 0)}-{r.get('to_query', '')})"
+        for t, r in runs
+    ]
+    lines.append("- Runs (family, start, load average at start, queries measured): " + "; ".join(done))
     lines += method_lines(args, first)
     if not first:
         return "\n".join(lines) + "\n"
