@@ -270,7 +270,7 @@ def render(args, stores: dict[str, Path], heads: dict[str, Path]) -> str:
         for t, r in runs
     ]
     lines.append("- Runs (family, start, load average at start, queries measured): " + "; ".join(done))
-    lines += method_lines(args, first)
+    lines += reuse_lines(args, results) + method_lines(args, first)
     if not first:
         return "\n".join(lines) + "\n"
     sides = ("base",) if args.base_only else ("base", "sparse")
@@ -278,6 +278,24 @@ def render(args, stores: dict[str, Path], heads: dict[str, Path]) -> str:
     if not args.base_only:
         lines += ["", "## Base vs sparse (section 3)", *render_paired(results), *render_heads(flows)]
     return "\n".join(lines + render_answers(results, sides)) + "\n"
+
+
+def reuse_lines(args, results: dict[str, dict]) -> list[str]:
+    """Where a paired run's base side was taken from a --base-only run, that run's folder and commits."""
+    base_only = {t: store_path(args.results / tag(args.base), args, t) for t in results}
+    reused = {}
+    for t, res in results.items():
+        if not args.base_only and base_only[t].is_file():
+            done = json.loads(base_only[t].read_text())
+            if [q["base"] for q in done["queries"][: len(res["queries"])]] == [q["base"] for q in res["queries"]]:
+                reused[t] = done["runs"]
+    if not reused:
+        return []
+    commits = ", ".join(sorted({r["commit"] for runs in reused.values() for r in runs}))
+    return [
+        f"- Base side of {', '.join(reused)}: measured by the --base-only run in "
+        f"{rel(args.results / tag(args.base))} (commits {commits}), taken as stored"
+    ]
 
 
 def method_lines(args, first: dict | None) -> list[str]:
