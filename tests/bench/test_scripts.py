@@ -114,6 +114,7 @@ def test_circuit_claims_quick_reuses_the_base_side_resumes_and_refuses_other_set
     for name in ("heads", "MLPs", "component edges", "attention entries", "attention entries per circuit edge"):
         table = text.split(f"### {name}\n", 1)[1]
         assert "| ioi | 0.8 | " in table and "| greater_than | 0.9 | " in table and "(n=" in table
+    assert "- Base side of ioi, greater_than: measured by the --base-only run in " in text
     assert "- ioi, sparse: wrong on " in text and "| greater_than | " in text.split("### Seconds per query")[1]
     flows = text.split("### Through transcoders")[1].split("###")[0]
     assert "| ioi | 2 | " in flows and "| greater_than | 2 | " in flows
