@@ -102,12 +102,16 @@ def render(args, stores: dict[str, Path]) -> list[str]:
         f"- Per-family JSON: {args.work}/{args.split}-TASK-n{args.n}.json (resume: run the same command again)"
     )
     lines.append("")
+    return lines + harness.table(header(first), [family_row(r) for r in results.values()])
+
+
+def header(first: dict | None) -> list[str]:
+    """The columns of family_row (first: one family's result, for the model's head count)."""
     heads = first["queries"][0]["base"]["heads"] if first else "?"
-    header = ["family", "queries", "in training cache", f"heads for 80%, base (mean / median, of {heads})", "sparse"]
-    header += ["base - sparse heads [95% CI]", "entries per edge covering 80%, base (mean / median)", "sparse"]
-    header += ["base - sparse entries [95% CI]", "nonzero entries per edge", "feature edges crossing attention"]
-    header += ["attention share", "top heads by mean share, base; sparse"]
-    return lines + harness.table(header, [family_row(r) for r in results.values()])
+    cols = ["family", "queries", "in training cache", f"heads for 80%, base (mean / median, of {heads})", "sparse"]
+    cols += ["base - sparse heads [95% CI]", "entries per edge covering 80%, base (mean / median)", "sparse"]
+    cols += ["base - sparse entries [95% CI]", "nonzero entries per edge", "feature edges crossing attention"]
+    return cols + ["attention share", "top heads by mean share, base; sparse"]
 
 
 def main() -> None:

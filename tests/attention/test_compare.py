@@ -119,3 +119,35 @@ def test_cli_compare_end_to_end(tokenizer, tmp_path, capsys):
             assert c["ndf"] >= float(t) and c["edges"] >= 1 and c["heads"] + c["mlps"]
     s = res["summary"]["0.8"]["token_entries"]
     assert s["ratio"] == pytest.approx(s["base"] / s["sparse"])
+
+
+@pytest.mark.parametrize("split", ["heldout", "train"])
+def test_cli_compare_without_sparse_measures_the_base_model_on_the_split(tokenizer, tmp_path, capsys, split):
+    """No --sparse: the base model's circuit sizes alone, on the queries of --split (saved in the JSON), each
+    query saying what the model answers and whether the task accepts it."""
+    from workbench.corpus import tasks
+
+    save(build(tokenizer, seed=2), tmp_path / "base")
+    out = tmp_path / "base.json"
+    argv = ["attention", "compare", "--base", str(tmp_path / "base"), "--task", "induction", "--n", "2"]
+    rc = main([*argv, "--samples", "1", "--split", split, "--quiet", "--out", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0 and f"{split} queries with a gap on test-attention@" in text and "sparse" not in text
+    res = json.loads(out.read_text())
+    assert res["split"] == split and res["sparse_model"] is None and res["components"] == {"heads": 8, "mlps": 2}
+    expected = tasks.queries("induction", 2, tokenizer=tokenizer, split=split)
+    assert [q["prompt"] for q in res["queries"]] == [q.prompt for q in expected]
+    for q, cq in zip(res["queries"], expected):
+        assert set(q) == {"prompt", "answer", "task_answer", "wrong", "counterfactual", "base"}
+        side = q["base"]
+        assert side["correct"] == (side["top1"] == cq.answer) and side["seconds"] > 0
+    summary = res["summary"]["0.9"]
+    for level in ("component_edges", "heads", "mlps", "nodes", "token_entries"):
+        assert summary[level]["sparse"] is None and summary[level]["ratio"] is None
+    used = [q["base"]["component"]["0.9"] for q in res["queries"] if "skipped" not in q["base"]]
+    assert used and summary["heads"]["base"] == pytest.approx(sum(len(c["heads"]) for c in used) / len(used))
+
+
+def test_transcoders_need_a_sparse_model(capsys):
+    rc = main(["attention", "compare", "--task", "ioi", "--transcoders", "A", "B", "--quiet"])
+    assert rc == 2 and "pass --sparse too" in capsys.readouterr().err

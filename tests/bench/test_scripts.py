@@ -98,6 +98,42 @@ def test_transcoder_quality_quick_fills_every_table_and_resumes(tmp_path):
 
 
 @pytest.mark.slow
+def test_circuit_claims_quick_reuses_the_base_side_resumes_and_refuses_other_settings(tiny_set, sparse_set, tmp_path):
+    """--base-only, then base vs sparse (and through transcoders) on the same results folder: the paired run takes
+    the base side from the base-only JSON, renders every measure with its intervals, a rerun measures nothing,
+    other settings are refused."""
+    work, script = tmp_path / "claims", "bench/circuit_claims.py"
+    _run(tmp_path, script, "--base-only", "--quick", "--results", work, "--out", tmp_path / "base.md")
+    text = (tmp_path / "base.md").read_text()
+    _names_the_commit(text)
+    assert "## Base model alone (section 1)" in text and "## Base vs sparse" not in text
+    paired = ("--sparse", "tiny-sparse", "--quick", "--results", work, "--transcoders", tiny_set, sparse_set)
+    _run(tmp_path, script, *paired, "--out", tmp_path / "paired.md")
+    text = (tmp_path / "paired.md").read_text()
+    _names_the_commit(text)
+    for name in ("heads", "MLPs", "component edges", "attention entries", "attention entries per circuit edge"):
+        table = text.split(f"### {name}\n", 1)[1]
+        assert "| ioi | 0.8 | " in table and "| greater_than | 0.9 | " in table and "(n=" in table
+    assert "- Base side of ioi, greater_than: measured by the --base-only run in " in text
+    assert "- ioi, sparse: wrong on " in text and "| greater_than | " in text.split("### Seconds per query")[1]
+    flows = text.split("### Through transcoders")[1].split("###")[0]
+    assert "| ioi | 2 | " in flows and "| greater_than | 2 | " in flows
+    store = work / "tiny-vs-tiny-sparse" / "heldout-ioi-n2.json"
+    base = json.loads((work / "tiny" / "heldout-ioi-n2.json").read_text())
+    res = json.loads(store.read_text())
+    assert [q["base"] for q in res["queries"]] == [q["base"] for q in base["queries"]]
+    assert res["split"] == "heldout" and all(q["sparse"]["seconds"] > 0 for q in res["queries"])
+    _run(tmp_path, script, *paired, "--out", tmp_path / "again.md")
+    assert json.loads(store.read_text())["runs"] == res["runs"]
+    heads = work / "tiny-vs-tiny-sparse" / "heads-heldout-ioi-n2.json"
+    assert json.loads(heads.read_text())["split"] == "heldout"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "BENCH_WORK": str(tmp_path / "work"), "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, script, *paired, "--targets", "0.8", "--out", str(tmp_path / "other.md")]
+    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0 and "was made with targets=[0.8, 0.9], this run has targets=[0.8]" in proc.stderr
+
+
+@pytest.mark.slow
 def test_circuit_bench_quick(tmp_path):
     assert "# Query-circuit benchmark" in _quick(tmp_path, "circuit_bench.py", "--lengths", "")
 

@@ -199,6 +199,46 @@ def _ratio(a: list, b: list) -> float | None:
     return float(np.mean([x for x, _ in pairs]) / np.mean([y for _, y in pairs])) if pairs else None
 
 
+def query_row(
+    models: dict,
+    cq,
+    targets=TARGETS,
+    n_samples: int = DEFAULT_SAMPLES,
+    ig_steps: int = 5,
+    seed: int = 0,
+    renormalise: bool = False,
+    known: dict | None = None,
+) -> dict:
+    """One synthetic query on each model (models: side -> model, "base" first), every model asked for the
+    base model's answer (retarget); per side also its own top-1 and whether the task accepts it, so a
+    circuit of a query the model gets wrong can be told apart, and the seconds it took (to plan larger runs).
+    known: sides already measured (kept as is)."""
+    import time
+
+    from workbench.circuits.component.api import prediction, retarget
+    from workbench.circuits.inputs import prepare
+    from workbench.corpus import tasks
+
+    asked = retarget(models["base"], cq)
+    row = {
+        "prompt": cq.prompt,
+        "answer": asked.answer,
+        "task_answer": cq.answer,
+        "wrong": asked.wrong,
+        "counterfactual": asked.counterfactual,
+    }
+    for side, model in models.items():
+        if known and side in known:
+            row[side] = known[side]
+            continue
+        t0 = time.perf_counter()
+        top1 = prediction(model, prepare(model, cq.prompt, cq.answer, cq.counterfactual, cq.wrong))["top1"]
+        side_res = query_side(model, asked, targets, n_samples, ig_steps, seed, renormalise)
+        correct = tasks.accepts(cq, top1)
+        row[side] = {**side_res, "top1": top1, "correct": correct, "seconds": time.perf_counter() - t0}
+    return row
+
+
 def compare(
     base,
     sparse,
@@ -209,75 +249,70 @@ def compare(
     n_samples: int = DEFAULT_SAMPLES,
     ig_steps: int = 5,
     progress: bool = True,
+    split: str = "heldout",
 ) -> dict:
     """Per-query counts on both models and, per target, the base/sparse ratios (of the means over queries
-    answered by both). The token level removes entries by the sparse model's rule on both models."""
-    from workbench.circuits.component.api import retarget
+    answered by both), on queries of `split` (heldout: combinations the training text never contains).
+    The token level removes entries by the sparse model's rule on both models. sparse None: the base model
+    alone (its circuit sizes; the token level by its own rule, the published gate's on an ungated model)."""
     from workbench.corpus import tasks
-    from workbench.provenance import model_id
 
-    check_same_vocab(base, sparse)
+    models = {"base": base} if sparse is None else {"base": base, "sparse": sparse}
+    if sparse is not None:
+        check_same_vocab(base, sparse)
     for t in targets:
         QueryConfig(target_ndf=t)  # its one range check
-    qs = tasks.queries(task, n, seed=seed, tokenizer=base.tokenizer)
+    qs = tasks.queries(task, n, seed=seed, tokenizer=base.tokenizer, split=split)
     it = qs
     if progress:
         from tqdm.auto import tqdm
 
         it = tqdm(qs, desc=f"compare {task}")
-    rule = renormalises(sparse)
-    rows = []
-    for cq in it:
-        cq = retarget(base, cq)  # both models are asked for the base model's answer
-        rows.append(
-            {
-                "prompt": cq.prompt,
-                "answer": cq.answer,
-                "wrong": cq.wrong,
-                "counterfactual": cq.counterfactual,
-                "base": query_side(base, cq, targets, n_samples, ig_steps, seed, rule),
-                "sparse": query_side(sparse, cq, targets, n_samples, ig_steps, seed, rule),
-            }
-        )
-    used = [r for r in rows if "skipped" not in r["base"] and "skipped" not in r["sparse"]]
-    summary = {}
-    for t in map(str, targets):
+    rule = renormalises(models[list(models)[-1]])
+    rows = [query_row(models, cq, targets, n_samples, ig_steps, seed, rule) for cq in it]
+    cfg = {"task": task, "n": n, "targets": list(targets), "seed": seed, "split": split, "samples": n_samples}
+    return compare_result(models, rows, {**cfg, "ig_steps": ig_steps}, rule)
 
-        def col(side, level, key):
-            return [r[side][level][t][key] for r in used]
 
-        comp_b, comp_s = col("base", "component", "edges"), col("sparse", "component", "edges")
-        tok_b, tok_s = col("base", "token", "entries"), col("sparse", "token", "entries")
-        nodes = lambda side: [
-            len(r[side]["component"][t]["heads"]) + len(r[side]["component"][t]["mlps"])  # noqa: E731
-            for r in used
-        ]
-        summary[t] = {
-            "component_edges": {"base": _mean(comp_b), "sparse": _mean(comp_s), "ratio": _ratio(comp_b, comp_s)},
-            "nodes": {
-                "base": _mean(nodes("base")),
-                "sparse": _mean(nodes("sparse")),
-                "ratio": _ratio(nodes("base"), nodes("sparse")),
-            },
-            "token_entries": {
-                "base": _mean(tok_b),
-                "sparse": _mean(tok_s),
-                "ratio": _ratio(tok_b, tok_s),
-                "unreached": {"base": tok_b.count(None), "sparse": tok_s.count(None)},
-            },
-        }
+def compare_result(models: dict, rows: list[dict], cfg: dict, rule: bool) -> dict:
+    """compare's JSON from its per-query rows: cfg (task, n, targets, seed, split, samples, ig_steps) and, per
+    target, each side's means over the queries with a gap on every model (and base/sparse ratios of them)."""
+    from workbench.provenance import model_id
+
+    base = models["base"]
+    used = [r for r in rows if not any("skipped" in r[side] for side in models)]
+    summary = {str(t): _target_summary(used, str(t), "sparse" in models) for t in cfg["targets"]}
     return {
-        "task": task,
-        "n": n,
+        **cfg,
         "n_used": len(used),
-        "targets": list(targets),
-        "seed": seed,
-        "base_model": model_id(base),
-        "sparse_model": model_id(sparse),
+        "base_model": model_id(models["base"]),
+        "sparse_model": model_id(models["sparse"]) if "sparse" in models else None,
+        "components": {"heads": base.cfg.n_layers * base.cfg.n_heads, "mlps": base.cfg.n_layers},
         "token_removal": "renormalised over the kept entries" if rule else "dropped, not renormalised (published gate)",
         "summary": summary,
         "queries": rows,
     }
+
+
+# the per-query counts summarised: level name -> how to read it from one side's query_side result at a target
+LEVELS = {
+    "component_edges": lambda r, t: r["component"][t]["edges"],
+    "heads": lambda r, t: len(r["component"][t]["heads"]),
+    "mlps": lambda r, t: len(r["component"][t]["mlps"]),
+    "nodes": lambda r, t: len(r["component"][t]["heads"]) + len(r["component"][t]["mlps"]),
+    "token_entries": lambda r, t: r["token"][t]["entries"],
+}
+
+
+def _target_summary(used: list[dict], t: str, paired: bool) -> dict:
+    out = {}
+    for level, read in LEVELS.items():
+        b = [read(r["base"], t) for r in used]
+        s = [read(r["sparse"], t) for r in used] if paired else []
+        out[level] = {"base": _mean(b), "sparse": _mean(s) if paired else None, "ratio": _ratio(b, s)}
+        if level == "token_entries":
+            out[level]["unreached"] = {"base": b.count(None), "sparse": s.count(None) if paired else None}
+    return out
 
 
 def _mean(v: list) -> float | None:
@@ -286,21 +321,25 @@ def _mean(v: list) -> float | None:
 
 
 def format_compare(res: dict) -> str:
+    paired = bool(res.get("sparse_model"))
     lines = [
-        f"{res['task']}: {res['n_used']}/{res['n']} queries with a gap on both models "
-        f"(base {res['base_model']}, sparse {res['sparse_model']})",
-        f"{'NDF':>5} {'level':<18}{'base':>10}{'sparse':>10}{'base/sparse':>13}",
+        f"{res['task']}: {res['n_used']}/{res['n']} {res.get('split', 'heldout')} queries with a gap on "
+        + (f"both models (base {res['base_model']}, sparse {res['sparse_model']})" if paired else res["base_model"]),
+        f"{'NDF':>5} {'level':<18}{'base':>10}" + (f"{'sparse':>10}{'base/sparse':>13}" if paired else ""),
     ]
     f = lambda v, fmt=".1f": "-" if v is None else format(v, fmt)  # noqa: E731
     for t, s in res["summary"].items():
         for name, key in (
             ("component edges", "component_edges"),
-            ("heads + MLPs", "nodes"),
+            ("heads", "heads"),
+            ("MLPs", "mlps"),
             ("attention entries", "token_entries"),
         ):
             d = s[key]
-            lines.append(f"{t:>5} {name:<18}{f(d['base']):>10}{f(d['sparse']):>10}{f(d['ratio'], '.2f'):>13}")
-    lines.append("base/sparse: the base model's mean count / the sparse model's, over queries answered by both")
+            line = f"{t:>5} {name:<18}{f(d['base']):>10}"
+            lines.append(line + (f"{f(d['sparse']):>10}{f(d['ratio'], '.2f'):>13}" if paired else ""))
+    if paired:
+        lines.append("base/sparse: the base model's mean count / the sparse model's, over queries answered by both")
     if "token_removal" in res:
         lines.append(f"attention entries left out of a circuit are {res['token_removal']}")
     return "\n".join(lines)

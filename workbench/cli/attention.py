@@ -3,7 +3,9 @@
 workbench attention train --model tiny [--workspace W] [--name N | --out DIR] [--tolerance 0.01] [--resume]
 workbench attention report W/models/tiny-sparse
 workbench attention judge W/models/tiny-sparse [--accuracy-drop 0.02] [--untouched-sequences 512] [--write]
-workbench attention compare --base tiny --sparse sparse-tiny --task ioi --n 20 [--out compare.json]
+workbench attention compare --base tiny --sparse sparse-tiny --task ioi --n 20 [--split heldout|train]
+    [--out compare.json]
+workbench attention compare --base tiny --task ioi        # no --sparse: the base model's circuit sizes alone
 workbench attention compare --sparse sparse-tiny --transcoders BASE_SET SPARSE_SET --task ioi [--share 0.8]
     [--split heldout|train]
 
@@ -40,7 +42,8 @@ def add_parser(sub) -> None:
     _add_judge(attention)
     c = attention.add_parser("compare", help="query circuits of the base and the sparse model on the same queries")
     declare(c.add_argument("--base", default="tiny", help="base model spec (default: %(default)s)"), INPUT)
-    declare(c.add_argument("--sparse", required=True, help="the sparse model folder"), INPUT)
+    sparse = c.add_argument("--sparse", help="the sparse model folder (without it: the base model's circuits alone)")
+    declare(sparse, INPUT)
     c.add_argument("--task", required=True, help="synthetic task family: ioi, induction, greater_than, addition, facts")
     c.add_argument("--n", type=count(1), default=20, help="queries (default: %(default)s)")
     c.add_argument("--targets", default="0.8,0.9", help="NDF targets, comma separated (default: %(default)s)")
@@ -180,12 +183,23 @@ def _compare(args) -> None:
         raise BadValueError(
             f"--targets {args.targets!r} must be comma-separated numbers in (0, 1], e.g. 0.8,0.9"
         ) from None
+    if args.transcoders and not args.sparse:
+        raise BadValueError("--transcoders compares two models: pass --sparse too")
+    split = config_values(args, HeadFlowConfig, HEADS)["split"]
     base, _ = load(args.base)
-    sparse, _ = load(args.sparse)
+    sparse = load(args.sparse)[0] if args.sparse else None
     if args.transcoders:
         return _compare_heads(args, base, sparse)
     res = compare(
-        base, sparse, args.task, args.n, targets, seed=args.seed, n_samples=args.samples, progress=not args.quiet
+        base,
+        sparse,
+        args.task,
+        args.n,
+        targets,
+        seed=args.seed,
+        n_samples=args.samples,
+        progress=not args.quiet,
+        split=split,
     )
     print(format_compare(res))
     if args.out:

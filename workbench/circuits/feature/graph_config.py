@@ -91,7 +91,7 @@ class HeadFlowConfig(Config):
         default="heldout",
         metadata={
             "choices": SPLITS,
-            "help": "with --transcoders: the queries' split (heldout: combinations the training text never contains)",
+            "help": "the queries' split (heldout: combinations the training text never contains)",
         },
     )
     graph: dict = field(default_factory=dict, metadata={"help": "GraphConfig fields of the graphs (heads on)"})

@@ -1,0 +1,399 @@
+"""Circuit-size claims, base vs sparse attention: per task family, on held-out queries, the component circuit at
+each NDF target (heads, MLPs, edges; EAP-IG search with exact patching, `workbench.attention.compare`) and the
+attention entries it needs, on a base model and its sparse-attention version, with paired 95% intervals; and,
+through transcoders, the heads carrying the attention-mediated attribution (`workbench.attention.head_flow`).
+
+    python bench/circuit_claims.py --base tiny --sparse data/models/tiny-sparse [--n 20] [--transcoders B S]
+    python bench/circuit_claims.py --base data/models/small --base-only [--n 20]   # the base model's sizes alone
+    python bench/circuit_claims.py ... --render                                    # the report, measure nothing
+
+Resumable: each family's JSON under --results is rewritten after every query, and a rerun of the same command
+measures only what is missing (a stored file made with other settings is refused, not mixed in). A paired run
+takes the base side from a finished --base-only run of the same settings instead of measuring it again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import harness  # noqa: E402
+from head_flow_bench import family_row  # noqa: E402
+from head_flow_bench import header as heads_header  # noqa: E402
+
+from workbench.attention.compare import LEVELS  # noqa: E402
+from workbench.intervals import paired_difference, t_interval  # noqa: E402
+
+FAMILIES = ("ioi", "induction", "greater_than", "addition", "facts")
+RESULTS = harness.BENCH / "results" / "circuit_claims"
+# what must match for stored queries to be continued (or a base-only run's base side reused)
+SETTINGS = ("task", "n", "targets", "seed", "split", "samples", "ig_steps", "base_model", "token_removal")
+MEASURES = {  # table name -> (compare.LEVELS key, or a per-query function of one side's result and the target)
+    "heads": "heads",
+    "MLPs": "mlps",
+    "component edges": "component_edges",
+    "attention entries": "token_entries",
+    "attention entries per circuit edge": lambda r, t: (
+        r["token"][t]["entries"] / r["component"][t]["edges"]
+        if r["token"][t]["entries"] is not None and r["component"][t]["edges"]
+        else None
+    ),
+}
+
+
+def tag(spec: str) -> str:
+    return Path(spec).name
+
+
+def run_folder(args) -> Path:
+    return args.results / (tag(args.base) if args.base_only else f"{tag(args.base)}-vs-{tag(args.sparse)}")
+
+
+def store_path(folder: Path, args, task: str, kind: str = "") -> Path:
+    return folder / f"{kind}{args.split}-{task}-n{args.n}.json"
+
+
+def check_settings(stored: dict, now: dict, path: Path) -> None:
+    for key in SETTINGS + ("sparse_model",):
+        if stored.get(key) != now.get(key):
+            raise SystemExit(
+                f"{path} was made with {key}={stored.get(key)!r}, this run has {key}={now.get(key)!r}: "
+                "delete it or pass another --results folder"
+            )
+
+
+def reusable_base(args, task: str, now: dict) -> list[dict]:
+    """The base side of the queries a --base-only run with the same settings has measured (none: empty)."""
+    path = store_path(args.results / tag(args.base), args, task)
+    if args.base_only or not path.is_file():
+        return []
+    done = json.loads(path.read_text())
+    return [{"base": q["base"]} for q in done["queries"]] if all(done.get(k) == now.get(k) for k in SETTINGS) else []
+
+
+def measure_family(args, models: dict, task: str, path: Path) -> None:
+    """The family's queries not yet stored, one at a time, the JSON rewritten (atomically) after each."""
+    from workbench.attention.compare import compare_result, query_row, renormalises
+    from workbench.corpus import tasks
+
+    rule = renormalises(models[list(models)[-1]])
+    cfg = {"task": task, "n": args.n, "targets": list(args.targets), "seed": 0, "split": args.split}
+    cfg.update(samples=args.samples, ig_steps=5)
+    res = compare_result(models, [], cfg, rule)
+    stored = json.loads(path.read_text()) if path.is_file() else None
+    if stored:
+        check_settings(stored, res, path)
+    rows, runs = (stored["queries"], stored["runs"]) if stored else ([], [])
+    if len(rows) >= args.n:
+        return
+    known = reusable_base(args, task, res)
+    runs.append({**run_meta(), "from_query": len(rows)})
+    qs = tasks.queries(task, args.n, seed=0, tokenizer=models["base"].tokenizer, split=args.split)
+    for i in range(len(rows), args.n):
+        rows.append(
+            query_row(models, qs[i], args.targets, args.samples, 5, 0, rule, known[i] if i < len(known) else None)
+        )
+        runs[-1]["to_query"] = i + 1
+        harness.write_text(path, json.dumps({**compare_result(models, rows, cfg, rule), "runs": runs}, indent=1))
+        print(f"{task} {i + 1}/{args.n}", flush=True)
+
+
+def run_meta() -> dict:
+    return {
+        "commit": harness.commit(),
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "load_avg_at_start": " ".join(f"{x:.1f}" for x in os.getloadavg()),
+    }
+
+
+def measure_heads(args, models: dict, task: str, path: Path) -> None:
+    """One family through the transcoder sets (per family: a stopped family is measured again)."""
+    from workbench.attention.head_flow import compare_heads
+    from workbench.circuits.feature.graph_config import HeadFlowConfig
+
+    if path.is_file():
+        return
+    meta, t0 = run_meta(), time.perf_counter()
+    cfg = HeadFlowConfig(share=args.share, split=args.split)
+    res = compare_heads(models["base"], models["sparse"], *args.transcoders, task, args.n, cfg=cfg)
+    res["runs"] = [{**meta, "wall_seconds": time.perf_counter() - t0}]
+    harness.write_text(path, json.dumps(res, indent=1))
+
+
+# ---- statistics over the per-query values (Student-t, workbench.intervals) ----
+
+
+def side_values(res: dict, side: str, measure, t: str, sides: tuple[str, ...] | None = None) -> dict[int, float]:
+    """query index -> one side's value, over the queries every one of `sides` (default: every model) has a gap
+    on, and a value for."""
+    read = measure if callable(measure) else LEVELS[measure]
+    sides = sides or (("base", "sparse") if res.get("sparse_model") else ("base",))
+    out = {}
+    for i, q in enumerate(res["queries"]):
+        if not any("skipped" in q[s] for s in sides) and (v := read(q[side], t)) is not None:
+            out[i] = float(v)
+    return out
+
+
+def fmt_interval(iv, digits: int = 2) -> str:
+    if iv is None:
+        return "-"
+    f = lambda v: f"{v:.{digits}f}"  # noqa: E731
+    return f"{f(iv.mean)} (n={iv.n})" if iv.n < 2 else f"{f(iv.mean)} [{f(iv.lo)}, {f(iv.hi)}] (n={iv.n})"
+
+
+def log_ratio(b: dict, s: dict):
+    """exp of the Student-t interval of log(base / sparse) over the queries where both counts are > 0: the
+    geometric mean of the per-query ratios, with its interval."""
+    logs = [math.log(b[i] / s[i]) for i in sorted(set(b) & set(s)) if b[i] > 0 and s[i] > 0]
+    if not logs:
+        return None
+    iv = t_interval(logs)
+    return type(iv)(math.exp(iv.mean), math.exp(iv.lo), math.exp(iv.hi), iv.n) if iv.n > 1 else iv
+
+
+def paired_row(res: dict, measure, t: str) -> list:
+    b, s = side_values(res, "base", measure, t), side_values(res, "sparse", measure, t)
+    both = sorted(set(b) & set(s))
+    if not both:
+        return [len(both), "-", "-", "-", "-", "-", "no query with a value on both"]
+    mb, ms = (sum(d[i] for i in both) / len(both) for d in (b, s))
+    diff, ratio = paired_difference(b, s), log_ratio(b, s)
+    flags = []
+    if diff.n < 2 or diff.lo <= 0 <= diff.hi:
+        flags.append("difference includes 0")
+    if ratio is None or ratio.n < 2 or ratio.lo <= 1 <= ratio.hi:
+        flags.append("ratio includes 1")
+    ratio_of_means = f"{mb / ms:.2f}" if ms else "-"
+    return [len(both), f"{mb:.2f}", f"{ms:.2f}", ratio_of_means, fmt_interval(ratio), fmt_interval(diff)] + [
+        "; ".join(flags) or "-"
+    ]
+
+
+def answers(res: dict, side: str) -> str:
+    """The queries a model gets wrong (its top-1 not accepted by the task) and those skipped for a zero gap."""
+    wrong = [
+        f"#{i} {q['prompt']!r} -> {q[side]['top1']!r} (task: {q['task_answer']!r})"
+        for i, q in enumerate(res["queries"])
+        if not q[side]["correct"]
+    ]
+    skipped = [f"#{i}" for i, q in enumerate(res["queries"]) if "skipped" in q[side]]
+    text = f"wrong on {len(wrong)}/{len(res['queries'])}" + (": " + "; ".join(wrong) if wrong else "")
+    return text + (f"; skipped (no logit-difference gap): {', '.join(skipped)}" if skipped else "")
+
+
+def seconds(res: dict, side: str) -> float:
+    vals = [q[side]["seconds"] for q in res["queries"]]
+    return sum(vals) / len(vals)
+
+
+# ---- the report ----
+
+
+def render_paired(results: dict[str, dict]) -> list[str]:
+    header = ["family", "NDF", "queries", "base mean", "sparse mean", "base / sparse (ratio of means)"]
+    header += ["geometric mean of per-query base / sparse [95% CI]", "base - sparse [95% CI]", "flags"]
+    lines = []
+    for name, measure in MEASURES.items():
+        rows = [[task, t, *paired_row(res, measure, t)] for task, res in results.items() for t in targets(res)]
+        lines += ["", f"### {name}", "", *harness.table(header, rows)]
+    return lines
+
+
+def render_base(results: dict[str, dict]) -> list[str]:
+    """Section 1's table: one model's circuit sizes (mean with its Student-t 95% interval over the queries)."""
+    first = next(iter(results.values()))
+    total = first["components"]
+    header = ["family", "NDF", "queries with a gap", f"heads (of {total['heads']})", f"MLPs (of {total['mlps']})"]
+    header += ["component edges (of the graph's)", "attention entries"]
+    rows = []
+    for task, res in results.items():
+        for t in targets(res):
+            cells = []
+            for measure in ("heads", "mlps", "component_edges", "token_entries"):
+                v = side_values(res, "base", measure, t, sides=("base",))
+                cells.append(fmt_interval(t_interval(v.values()) if v else None, 1))
+            graph = {q["base"]["graph_edges"] for q in res["queries"] if "skipped" not in q["base"]}
+            cells[2] += f" (of {', '.join(map(str, sorted(graph)))})"
+            rows.append([task, t, len(side_values(res, "base", "heads", t, sides=("base",))), *cells])
+    return harness.table(header, rows)
+
+
+def targets(res: dict) -> list[str]:
+    return [str(t) for t in res["targets"]]
+
+
+def render_answers(results: dict[str, dict], sides: tuple[str, ...]) -> list[str]:
+    lines = ["", "### Queries each model gets wrong", ""]
+    for task, res in results.items():
+        for side in sides:
+            lines.append(f"- {task}, {side}: {answers(res, side)}")
+    lines += ["", "### Seconds per query (measurement only, one thread)", ""]
+    header = ["family", *(f"{s} s / query" for s in sides), "queries"]
+    rows = [[task, *(f"{seconds(res, s):.1f}" for s in sides), len(res["queries"])] for task, res in results.items()]
+    return lines + harness.table(header, rows)
+
+
+def render_heads(heads: dict[str, dict]) -> list[str]:
+    if not heads:
+        return []
+    lines = ["", "### Through transcoders: heads carrying the attention-mediated attribution, entries per edge", ""]
+    first = next(iter(heads.values()))
+    lines.append(
+        f"- Sets: base {first['transcoders']['base']}, sparse {first['transcoders']['sparse']}; share "
+        f"{first['config']['share']}; base - sparse: mean per-query difference with its paired Student-t 95% interval"
+    )
+    return lines + [""] + harness.table(heads_header(first), [family_row(r) for r in heads.values()])
+
+
+def render(args, stores: dict[str, Path], heads: dict[str, Path]) -> str:
+    results = {t: json.loads(p.read_text()) for t, p in stores.items() if p.is_file()}
+    flows = {t: json.loads(p.read_text()) for t, p in heads.items() if p.is_file()}
+    partial = [t for t in stores if t not in results or len(results[t]["queries"]) < args.n]
+    runs = [(t, r) for part in (results, flows) for t, res in part.items() for r in res["runs"]]
+    info = harness.machine_info()
+    info["commit"] = ", ".join(sorted({r["commit"] for _, r in runs})) or "-"
+    first = next(iter(results.values()), None)
+    title = f"# Circuit sizes: {tag(args.base)}" + ("" if args.base_only else f" vs {tag(args.sparse)}")
+    lines = [title + (f" (PARTIAL: {', '.join(partial)} incomplete)" if partial else ""), ""]
+    lines += harness.machine_lines(info, {}, "1", "the figures are counts, not times")
+    done = [
+        f"{t} {r['date']} load {r['load_avg_at_start']} (queries {r.get('from_query', 0)}-{r.get('to_query', '')})"
+        for t, r in runs
+    ]
+    lines.append("- Runs (family, start, load average at start, queries measured): " + "; ".join(done))
+    lines += reuse_lines(args, results) + method_lines(args, first)
+    if not first:
+        return "\n".join(lines) + "\n"
+    sides = ("base",) if args.base_only else ("base", "sparse")
+    lines += ["", "## Base model alone (section 1)", "", *render_base(results)]
+    if not args.base_only:
+        lines += ["", "## Base vs sparse (section 3)", *render_paired(results), *render_heads(flows)]
+    return "\n".join(lines + render_answers(results, sides)) + "\n"
+
+
+def reuse_lines(args, results: dict[str, dict]) -> list[str]:
+    """Where a paired run's base side was taken from a --base-only run, that run's folder and commits."""
+    base_only = {t: store_path(args.results / tag(args.base), args, t) for t in results}
+    reused = {}
+    for t, res in results.items():
+        if not args.base_only and base_only[t].is_file():
+            done = json.loads(base_only[t].read_text())
+            if [q["base"] for q in done["queries"][: len(res["queries"])]] == [q["base"] for q in res["queries"]]:
+                reused[t] = done["runs"]
+    if not reused:
+        return []
+    commits = ", ".join(sorted({r["commit"] for runs in reused.values() for r in runs}))
+    return [
+        f"- Base side of {', '.join(reused)}: measured by the --base-only run in "
+        f"{rel(args.results / tag(args.base))} (commits {commits}), taken as stored"
+    ]
+
+
+def method_lines(args, first: dict | None) -> list[str]:
+    cmd = f"python bench/circuit_claims.py --base {args.base} " + (
+        "--base-only" if args.base_only else f"--sparse {args.sparse}"
+    )
+    lines = [
+        f"- Command: `{cmd} --n {args.n} --split {args.split} --targets {','.join(map(str, args.targets))} "
+        f"--samples {args.samples}`; JSON per family in {rel(run_folder(args))}",
+        f"- Queries: `tasks.queries(task, {args.n}, seed=0, split='{args.split}')` (heldout: combinations the "
+        "training text never contains); every model is asked for the base model's answer; a model gets a query "
+        "wrong when its own top-1 is not an answer the task accepts",
+        "- Component circuit: the sparsest edge set of the EAP-IG-ranked query circuit reaching the NDF target under "
+        "exact patching (`QuerySearch.sparsest`), its heads and MLPs; attention entries: the fewest top-ranked "
+        "(layer, head, query, key) entries keeping NDF >= target with the rest removed (an upper bound)",
+        "- Entries per circuit edge: per query, attention entries / component edges at the same NDF target",
+    ]
+    if first:
+        lines.append(
+            f"- Models: base {first['base_model']}, sparse {first['sparse_model'] or '-'}; attention entries "
+            f"left out are {first['token_removal']}"
+        )
+    if not args.base_only:
+        lines += [
+            "- base / sparse (ratio of means) divides the base model's mean count by the sparse model's over the "
+            "queries both have a value for (> 1: the sparse model's circuit is smaller); the geometric mean of the "
+            "per-query ratios has a Student-t 95% interval on log(base / sparse) over the queries where both counts "
+            "are > 0; base - sparse: the paired Student-t 95% interval (`workbench.intervals.paired_difference`)",
+            "- flags: where the ratio's interval includes 1 or the difference's includes 0",
+        ]
+    return lines
+
+
+def rel(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(harness.ROOT))
+    except ValueError:
+        return str(path)
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--base", default="tiny", help="base model spec (default: %(default)s)")
+    ap.add_argument("--sparse", help="its sparse-attention version (a model folder)")
+    ap.add_argument("--base-only", action="store_true", help="the base model's circuit sizes alone (no --sparse)")
+    ap.add_argument("--families", default=",".join(FAMILIES), help="task families (default: %(default)s)")
+    ap.add_argument("--n", type=int, default=20, help="queries per family (default: %(default)s)")
+    ap.add_argument("--targets", default="0.8,0.9", help="NDF targets (default: %(default)s)")
+    ap.add_argument("--samples", type=int, default=3, help="paraphrases and counterfactuals per query (default: 3)")
+    ap.add_argument("--split", default="heldout", choices=("heldout", "train"), help="query split (default: heldout)")
+    ap.add_argument("--transcoders", nargs=2, type=Path, metavar=("BASE_SET", "SPARSE_SET"), help="one set per model")
+    ap.add_argument("--share", type=float, default=0.8, help="with --transcoders: attribution share (default: 0.8)")
+    ap.add_argument("--results", type=Path, help=f"per-family JSON (default: {rel(RESULTS)}, --quick: bench/work)")
+    ap.add_argument("--render", action="store_true", help="write the report from the stored JSON, measure nothing")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 2 queries of ioi and greater_than, 1 sample")
+    harness.add_common_args(ap, None, threads=1)
+    args = ap.parse_args()
+    if args.base_only == bool(args.sparse):
+        ap.error("pass --sparse MODEL (base vs sparse) or --base-only, not both")
+    if args.transcoders and args.base_only:
+        ap.error("--transcoders compares two models: not with --base-only")
+    bad = [f for f in args.families.split(",") if f not in FAMILIES]
+    if bad:
+        ap.error(f"--families: unknown {bad}; choose from {list(FAMILIES)}")
+    try:
+        args.targets = tuple(float(t) for t in args.targets.split(","))
+    except ValueError:
+        ap.error(f"--targets {args.targets!r} must be comma-separated numbers in (0, 1], e.g. 0.8,0.9")
+    if args.quick:
+        args.n, args.samples, args.families = 2, 1, "ioi,greater_than"
+    args.results = args.results or (harness.WORK / "circuit_claims" if args.quick else RESULTS)
+    name = tag(args.base) + ("_base" if args.base_only else "")
+    args.out = args.out or harness.BENCH / "results" / f"circuit_claims_{name}.md"
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    harness.set_threads(args.threads)
+    folder = run_folder(args)
+    families = args.families.split(",")
+    stores = {t: store_path(folder, args, t) for t in families}
+    heads = {t: store_path(folder, args, t, "heads-") for t in families} if args.transcoders or args.render else {}
+    if not args.render:
+        from workbench.models import load
+
+        models = {"base": load(args.base)[0]}
+        if args.sparse:
+            models["sparse"] = load(args.sparse)[0]
+        folder.mkdir(parents=True, exist_ok=True)
+        for task in families:
+            measure_family(args, models, task, stores[task])
+            if args.transcoders:
+                measure_heads(args, models, task, heads[task])
+            harness.write_text(args.out, render(args, stores, heads))
+    harness.write_text(args.out, render(args, stores, heads))
+    print(args.out.read_text())
+
+
+if __name__ == "__main__":
+    main()
