@@ -343,7 +343,16 @@ def test_two_searches_at_once_on_one_shared_model(circuit_workspace, monkeypatch
 
 
 def test_pins_groups_notes_from_the_url_reach_the_view_and_the_download(circuit_app):
-    at = ok(circuit_app("views/circuit.py", circuit="circuits/ioi-0", pinned="a0.h0,m1", groups='[["g","a0.h0","m1"]]'))
+    at = ok(
+        circuit_app(
+            "views/circuit.py",
+            circuit="circuits/ioi-0",
+            pinned="a0.h0,m1",
+            groups='[["g","a0.h0","m1"]]',
+            links="40",
+            node_threshold="0.7",
+        )
+    )
     assert not view_data(at)["readonly"]
     assert view_data(at)["annotations"] == {"pinned": ["a0.h0", "m1"], "groups": [["g", "a0.h0", "m1"]], "notes": {}}
     labels = [b.proto.label for b in at.get("download_button")]
@@ -354,6 +363,7 @@ def test_pins_groups_notes_from_the_url_reach_the_view_and_the_download(circuit_
 
     marks = an.Annotations(["a0.h0", "m1"], [["g", "a0.h0", "m1"]])  # what the downloads read when clicked
     assert at.session_state[graph_view.MARKS]["marks"] == marks
+    assert at.session_state[graph_view.MARKS]["view"] == an.View(40, 0.7)  # and the view's settings
 
 
 DEEP = "[" * 3000 + "]" * 3000  # nested past the JSON parser's depth: a RecursionError without the limit
