@@ -42,7 +42,8 @@ def test_prompt_page_runs_an_imported_model_and_sae_live(imported_workspace, tmp
             expect(page.get_by_text("top 5 latents per token")).to_be_visible()
             expect(page.get_by_text("show one latent across the prompt")).to_be_visible()  # some latent fired
             settle(page)
-            assert "unit=" in page.url  # the latent shown across the prompt, kept in the URL
+            expect(page.get_by_text("this SAE has no feature store")).to_be_visible()  # the latent drawn, no page
+            assert "unit=" not in page.url  # the page's default latent adds nothing to the URL (nor a history entry)
         finally:
             page.screenshot(path=str(tmp_path / "prompt.png"), full_page=True)
     assert_offline(requests)

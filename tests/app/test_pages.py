@@ -160,7 +160,7 @@ def test_a_bad_number_in_the_url_is_a_notice_and_the_page_draws(app, feature_wor
     at = ok(app("views/feature.py", sae=saes(feature_workspace)[0], unit=unit))
     [warning] = [plain(w.value) for w in at.warning if "unit=" in plain(w.value)]
     assert f"ignored the link's unit= ('{unit}' is not an integer)" in warning
-    assert at.query_params["unit"] != unit and any('data-chart="histogram"' in h.proto.body for h in at.get("html"))
+    assert at.query_params.get("unit") != unit and any('data-chart="histogram"' in h.proto.body for h in at.get("html"))
 
 
 def test_bad_search_mode_and_query(app, feature_workspace):

@@ -60,7 +60,7 @@ def card_text(r: dict, command: str, name: str) -> str:
 
 def _judged(r: dict) -> list[str]:
     """The card's lines for the untouched split and the accuracy guard (a report judged by `attention judge`)."""
-    from workbench.attention.judge import guard_line, untouched_line
+    from workbench.attention.report import guard_line, untouched_line
 
     lines = [untouched_line(r["untouched"])] if r.get("untouched") else []
     lines += [guard_line(r["accuracy_guard"])] if r.get("accuracy_guard") else []

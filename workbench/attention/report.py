@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from workbench.atomic import atomic_write_text
-from workbench.attention.verdict import judge, paired_difference, verdict_sequences, wilson
+from workbench.attention.verdict import judge, paired_difference, untouched_sequences, verdict_sequences, wilson
 from workbench.circuits.component.evidence import attention_patterns
 from workbench.errors import BadValueError, DamagedFileError, MissingInputError
 from workbench.readback import read_json
@@ -245,8 +245,6 @@ def build_report(
     cfg: the run's SparsifyConfig (tolerance, the selection split's size, the verdict split, the judge: the
     accuracy guard on the verdict queries and the untouched split).
     """
-    from workbench.attention.judge import accuracy_guard, untouched
-
     ctx_len = ctx_len or sparse.cfg.n_ctx
     seqs, start = verdict_sequences(corpus, cfg.eval_sequences, cfg.verdict_sequences, ctx_len, cfg.verdict_start)
     tokens, labels = stack(seqs)
@@ -312,8 +310,6 @@ def _verdict_lines(r: dict) -> list[str]:
         return [f"constraint {met} (judged on the selection split, CE target {r.get('ce_target', float('nan')):.4f})"]
     lo, hi = v["ci95"]
     first, end = v["split"]["sequences"]
-    from workbench.attention.judge import guard_line, untouched_line
-
     return [
         f"constraint {'met' if v['constraint_met'] else 'NOT MET'}: {v['why']}",
         f"  fresh verdict split: held-out sequences {first}-{end - 1} (n = {v['n']}), CE difference sparse - base "
@@ -407,3 +403,84 @@ def _induction_lines(r: dict) -> list[str]:
                 f"{b['open_keys']:.1f} -> {s['open_keys']:.1f}"
             )
     return lines
+
+
+# ------------------------------------------------------------------ the whole goal's parts (judge.py uses them too)
+
+
+def accuracy_guard(acc: dict, max_drop: float, seed: int) -> dict:
+    """The guard on one set of queries: each row's difference sparse - base (a share), the worst task family, and
+    whether every family is within max_drop (a gain never fails it). The families are the query tasks; the
+    sub-rows (the unseen IOI template, both digits of the addition) are reported, not gated. Differences are
+    rounded to 1e-9 so that 85.5% - 87.5% counts as exactly 2 points; a row with no query (NaN: the unseen IOI
+    template in a handful of queries) is left out."""
+    from workbench.corpus.tasks import QUERY_TASKS
+
+    diff = {t: round(d, 9) for t, d in acc["difference"].items() if d == d}
+    worst = min((t for t in diff if t in QUERY_TASKS), key=diff.get)
+    return {
+        "max_drop": max_drop,
+        "query_seed": seed,
+        "queries": acc["queries"],
+        "base": acc["base"],
+        "sparse": acc["sparse"],
+        "difference": diff,
+        "worst": worst,
+        "met": diff[worst] >= -max_drop,
+    }
+
+
+def remembered(memo: dict | None, key, compute):
+    """The base model's figure `key`, computed once per memo (judging many states of one run against one base)."""
+    if memo is None:
+        return compute()
+    if key not in memo:
+        memo[key] = compute()
+    return memo[key]
+
+
+def paired_sums(base, sparse, tokens, memo: dict | None, key: str) -> tuple[dict, dict, dict]:
+    """Sums of both models on tokens (the base's memoised under key) and the paired difference sparse - base."""
+    b = dict(remembered(memo, key, lambda: measure(base, tokens)))
+    s = measure(sparse, tokens)
+    return b, s, paired_difference(s.pop("seq_ce"), b.pop("seq_ce"))
+
+
+def untouched(base, sparse, corpus, cfg, ctx_len: int, required: bool = True, memo: dict | None = None) -> dict | None:
+    """The paired CE difference sparse - base on the untouched split with its 95% interval (None: size 0).
+
+    required False (a training run's report): a corpus too short for the split gives {"unavailable": why}, which
+    the report prints, instead of failing a finished run. memo: see judge.judge_state."""
+    if cfg.judge.untouched_sequences == 0:
+        return None
+    try:
+        seqs, first = untouched_sequences(corpus, cfg, ctx_len)
+    except BadValueError as e:
+        if required:
+            raise
+        return {"unavailable": str(e)}
+    b, s, diff = paired_sums(base, sparse, stack(seqs)[0], memo, "untouched")
+    split = {"split": "heldout", "sequences": [first, first + len(seqs)], "ctx_len": ctx_len}
+    return {**diff, "split": split, "ce": {"base": summarise(b)["ce"], "sparse": summarise(s)["ce"]}}
+
+
+def _pts(x: float) -> str:
+    return f"{100 * x:+.1f}"
+
+
+def untouched_line(u: dict) -> str:
+    if "unavailable" in u:
+        return f"untouched split: not measured ({u['unavailable']})"
+    first, end = u["split"]["sequences"]
+    return (
+        f"untouched split (held-out sequences {first}-{end - 1}, n = {u['n']}, read by no run): CE difference "
+        f"sparse - base {u['difference']:+.4f} (95% interval [{u['ci95'][0]:+.4f}, {u['ci95'][1]:+.4f}])"
+    )
+
+
+def guard_line(g: dict, use: str = "verdict") -> str:
+    drops = ", ".join(f"{t} {_pts(d)}" for t, d in g["difference"].items())
+    return (
+        f"accuracy guard on the {use} queries (seed {g['query_seed']}): every task family within "
+        f"{100 * g['max_drop']:g} points of base: {'met' if g['met'] else 'NOT met'} (sparse - base, points: {drops})"
+    )
