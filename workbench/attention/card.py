@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 from workbench.atomic import atomic_path, atomic_write_text
-from workbench.attention.report import REPORT, format_report, read_report
+from workbench.attention.report import REPORT, format_report, guard_line, read_report, untouched_line
 from workbench.errors import DamagedFileError, MissingInputError
 
 FILES = ("model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json", REPORT, "sparsify.json")
@@ -60,8 +60,6 @@ def card_text(r: dict, command: str, name: str) -> str:
 
 def _judged(r: dict) -> list[str]:
     """The card's lines for the untouched split and the accuracy guard (a report judged by `attention judge`)."""
-    from workbench.attention.report import guard_line, untouched_line
-
     lines = [untouched_line(r["untouched"])] if r.get("untouched") else []
     lines += [guard_line(r["accuracy_guard"])] if r.get("accuracy_guard") else []
     return [f"{line[0].upper()}{line[1:]}." for line in lines]

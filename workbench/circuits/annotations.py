@@ -134,6 +134,10 @@ class View:
     def as_dict(self) -> dict:
         return {**self.__dict__, "collapsed": list(self.collapsed)}
 
+    def changed(self) -> dict:
+        """The fields set away from the view's defaults (what a file needs to carry)."""
+        return {k: x for k, x in self.as_dict().items() if x not in (None, [])}
+
 
 VIEW_PARAMS = {"link_cap": "links", "node_threshold": "node_threshold", "edge_threshold": "edge_threshold"}
 VIEW_PARAMS["collapsed"] = "collapsed"  # the URL's name of each View field
@@ -239,7 +243,7 @@ def _with_view(d: dict, view: View | None) -> dict:
     v = view or View()
     if v.node_threshold is not None:
         q["pruningThreshold"] = v.node_threshold
-    rest = {k: x for k, x in v.as_dict().items() if k != "node_threshold" and x not in (None, [])}
+    rest = {k: x for k, x in v.changed().items() if k != "node_threshold"}
     return {**d, "qParams": {**q, VIEW_KEY: rest} if rest else q}
 
 
@@ -330,7 +334,7 @@ def apply(d: dict, a: Annotations, n_heads: int, selected: str | None = None, vi
     if detect(d) == "neuronpedia":
         return _with_view(apply_neuronpedia(d, a, n_heads, selected), view)
     out = {k: v for k, v in d.items() if k != FILE_KEY}
-    shown = {k: x for k, x in (view or View()).as_dict().items() if x not in (None, [])}
+    shown = (view or View()).changed()
     marks = {**a.as_dict(), "selected": selected, **({"view": shown} if shown else {})}
     return {**out, FILE_KEY: marks} if a or selected or shown else out
 
