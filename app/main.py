@@ -1,4 +1,4 @@
-"""Entry script of the workbench app: `workbench app` runs it with `streamlit run`.
+"""Entry script of the workbench app's pages: app/server.py serves it (`workbench app`), AppTest runs it directly.
 
 Pages are registered here with st.navigation; each page keeps its view state in the URL's query
 parameters, so every view is a deep link.

@@ -18,48 +18,22 @@ import streamlit as st
 from app import graph_view
 from app.figures import circuit as cg
 from app.graph_view import layout as gl
+from app.pages import (  # noqa: F401 (the page registry, read through state by the pages)
+    CIRCUIT,
+    COMPARE,
+    FEATURE,
+    MARK_PARAMS,
+    PAGES,
+    PROMPT,
+    SAE,
+    SEARCH,
+    STEER_PARAMS,
+    VIEW_PARAMS,
+)
 from workbench import browse
 from workbench.circuits import annotations, schema
 from workbench.errors import UserError
 
-# The page scripts live in views/, not pages/: Streamlit runs an entry script with a pages/ folder beside it
-# in its legacy multipage mode (PagesManager.uses_pages_directory), which skips main.py's st.navigation.
-STEER_PARAMS = ("steer", "s_prompt", "s_op", "s_value", "s_ablate", "s_cf", "s_pos", "s_sem", "s_n", "s_target")
-STEER_PARAMS += ("s_dict", "s_unit")  # app/steer.py's controls (the last three: which target, dictionary, unit)
-PAGES = [  # (script, title, URL path, the query parameters that make up the page's view)
-    ("views/workspace.py", "Workspace", "workspace", ()),
-    ("views/sae.py", "SAEs", "sae", ("sae", "compare")),
-    ("views/feature.py", "Feature", "feature", ("sae", "unit", "act", *STEER_PARAMS)),
-    ("views/search.py", "Search", "search", ("sae", "by", "q")),
-    ("views/prompt.py", "Prompt", "prompt", ("sae", "prompt", "unit")),
-    (
-        "views/circuit.py",
-        "Circuit",
-        "circuit",
-        (
-            "circuit",
-            "view",
-            "budget",
-            "target",
-            "cap",
-            "node",
-            *graph_view.PARAMS,
-            *graph_view.VIEW_PARAMS,
-            *STEER_PARAMS,
-        ),
-    ),
-    (
-        "views/feature_graph.py",
-        "Feature graph",
-        "feature_graph",
-        ("graph", "cap", "node", *graph_view.PARAMS, *graph_view.VIEW_PARAMS, *STEER_PARAMS),
-    ),
-    ("views/compare.py", "Compare", "compare", ("model", "circuit")),
-    ("views/attention.py", "Attention", "attention", ("model", "source", "family", "example", "prompt", "view")),
-    ("views/run.py", "Run", "run", ()),
-]
-FEATURE, SAE, SEARCH, PROMPT = "views/feature.py", "views/sae.py", "views/search.py", "views/prompt.py"
-CIRCUIT, COMPARE = "views/circuit.py", "views/compare.py"
 WORKSPACE_ENV = "WORKBENCH_WORKSPACE"
 UPLOADED = "uploaded"
 MARKED = " (with the graph's pins, groups, notes, view)"  # every download carries the view's marks at the click
@@ -503,7 +477,7 @@ def remember_marks() -> None:
     """The URL's pins, groups, notes, selected node and view settings (link cap, pruning, collapsed groups) as this
     page's view (also after the view's own rerun changed them)."""
     saved = st.session_state.get(f"_view_{st.session_state.get('_page')}", {})
-    for name in (*graph_view.PARAMS, *graph_view.VIEW_PARAMS, "node"):
+    for name in (*MARK_PARAMS, *VIEW_PARAMS, "node"):
         if name in st.query_params:
             _remember(name, st.query_params[name])
         else:
@@ -522,7 +496,7 @@ def marks() -> annotations.Annotations:
     return annotations.Annotations(
         *(
             url_param(n, functools.partial(annotations.from_param, n), annotations.from_param(n, ""))
-            for n in graph_view.PARAMS
+            for n in MARK_PARAMS
         )
     )
 

@@ -41,13 +41,23 @@ TRACE = """(() => { const t = window.__wbt = []; const log = (k) => t.push([k, p
     const s = a && a.getAttribute('data-test-script-state'); if (s && s !== last) { last = s; log(s); } })
     .observe(document, {subtree: true, childList: true, attributes: true, attributeFilter: ['data-test-script-state']});
 })();"""
-REFERENCE = {  # reference pages: (file name, script, what the page is drawn on beyond harness.wait_drawn)
-    "empty Streamlit page (one-line script)": ("empty.py", 'import streamlit as st; st.title("empty")', None),
+REFERENCE = {  # reference pages: (file name, script, what the page is drawn on beyond harness.wait_drawn, URL path)
+    "empty Streamlit page (one-line script)": ("empty.py", 'import streamlit as st; st.title("empty")', None, "/"),
     "one Plotly chart (3 points)": (
         "plotly.py",
         "import plotly.graph_objects as go\nimport streamlit as st\n\nst.title('plotly')\n"
         "st.plotly_chart(go.Figure(go.Scatter(x=[0, 1, 2], y=[1, 3, 2])), key='c')\n",
         "() => document.querySelector('.js-plotly-plot .scatterlayer .trace')",
+        "/",
+    ),
+    # a multipage app's second page, opened at its own URL: what plain `streamlit run` costs there (the client's
+    # page-relative health ping, its 404 and a 100 ms retry), which app/server.py's hosting hook avoids
+    "empty page at a page's URL (plain streamlit run)": (
+        "twopages.py",
+        "import streamlit as st\n\n\ndef first():\n    st.title('first')\n\n\ndef second():\n    st.title('empty')\n\n\n"
+        "st.navigation([st.Page(first, default=True), st.Page(second, url_path='second')]).run()\n",
+        None,
+        "/second",
     ),
 }
 CIRCUIT_300 = "/circuit?circuit=circuits/bench-gpt2-shaped&cap=300"
@@ -84,11 +94,11 @@ def app_loads(ws: Path, pages: dict[str, tuple[str, str | None]], repeats: int) 
     out = {}
     folder = harness.WORK / "app-floor"
     folder.mkdir(parents=True, exist_ok=True)
-    for name, (fname, script, drawn) in REFERENCE.items():
+    for name, (fname, script, drawn, path) in REFERENCE.items():
         (folder / fname).write_text(script + "\n")
         with ab.app_page(ws, folder / fname) as (url, page):
             page.add_init_script(TRACE)
-            out[name] = _loads(page, url + "/", drawn, repeats)
+            out[name] = _loads(page, url + path, drawn, repeats)
     with ab.app_page(ws) as (url, page):
         page.add_init_script(TRACE)
         for name, (path, drawn) in pages.items():
@@ -146,8 +156,9 @@ def full_lines(info: dict, threads: str, repeats: int, loads: dict, ws: Path) ->
         "",
         f"Fresh loads (navigation to the page drawn: harness.wait_drawn, no skeleton or stale element, every chart "
         f"drawn; the graph view's own drawn mark), median of {repeats} after one cold load, headless Chromium, on the "
-        f"demo workspace `{ws.name}`; the reference pages (the floor) in the same run, each on its own server with the "
-        "app's flags. *over floor*: the median reload minus the empty page's. *boot / script / draw* as in the "
+        f"demo workspace `{ws.name}`, served as `workbench app` serves it (app/server.py: `st.App` with the hosting "
+        "hook); the reference pages (the floor) in the same run, each on its own plain `streamlit run` server with "
+        "the app's flags. *over floor*: the median reload minus the empty page's. *boot / script / draw* as in the "
         "section above; *load*: the 1-minute load average as the row started. The app's charts on these pages are "
         "inline SVG (app/figures/svg.py): no page here loads Plotly's chunk.",
         "",
@@ -164,13 +175,14 @@ def full_lines(info: dict, threads: str, repeats: int, loads: dict, ws: Path) ->
 def full_reading(loads: dict) -> str:
     """Each page against the floor in one sentence (what the page adds, and what a Plotly chart alone would)."""
     med = statistics.median
-    (empty, one), pages = [loads[k] for k in REFERENCE], {k: v for k, v in loads.items() if k not in REFERENCE}
-    e, p = med(empty["reload"]), med(one["reload"])
+    (empty, one, sub), pages = [loads[k] for k in REFERENCE], {k: v for k, v in loads.items() if k not in REFERENCE}
+    e, p, q = med(empty["reload"]), med(one["reload"]), med(sub["reload"])
     said = "; ".join(f"{k} {med(t['reload']):.2f} s ({med(t['reload']) - e:+.2f} s)" for k, t in pages.items())
     return (
         f"Reading: at a load average of {empty['load']:.0f} on 2 cores the floor, an empty Streamlit page, reloads in "
         f"{e:.2f} s and a page with one Plotly chart in {p:.2f} s ({p - e:+.2f} s: what any Plotly chart would add "
-        f"to a page's floor); the pages, over the empty page: {said}."
+        f"to a page's floor); the same empty page at a page's own URL, plain `streamlit run`, in {q:.2f} s (boot "
+        f"{med(sub['boot']):.2f} s against {med(empty['boot']):.2f} s); the pages, over the empty page: {said}."
     )
 
 
@@ -306,7 +318,7 @@ def reading(floor: dict) -> str:
     """The floor in one sentence: what a reload of a page with a Plotly chart costs here before the app does
     anything, and what the circuit page adds to it (script and draw, against the one-chart page's)."""
     med = statistics.median
-    (empty, one), page = [floor[k] for k in REFERENCE], floor["app: circuit page, 300 edges"]
+    (empty, one, _), page = [floor[k] for k in REFERENCE], floor["app: circuit page, 300 edges"]
     e, p, c = (med(t["reload"]) for t in (empty, one, page))
     return (
         f"Reading: on this machine an empty Streamlit page reloads in {e:.2f} s and a page with one Plotly chart "

@@ -25,8 +25,6 @@ HERE = Path(__file__).parent
 _VIEW = component(
     "workbench_graph_view", html=None, css=(HERE / "graph.css").read_text(), js=(HERE / "graph.js").read_text()
 )
-PARAMS = ("pinned", "groups", "notes")
-VIEW_PARAMS = tuple(an.VIEW_PARAMS.values())  # the link cap, the pruning thresholds, the collapsed groups
 
 
 def url_annotations() -> an.Annotations:

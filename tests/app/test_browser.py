@@ -168,6 +168,10 @@ def test_browse_search_feature_neighbour_reload_offline(server, feature_workspac
             page.screenshot(path=str(tmp_path / "feature.png"), full_page=True)
     assert_offline(requests)
     assert (tmp_path / "feature.png").stat().st_size > 0
+    # the reload of /feature connected at the server's root at once (app/server.py's hosting hook): no ping of a
+    # page-relative /feature/_stcore/health, whose 404 cost a 100 ms retry on every full load
+    pings = [urlparse(u).path for u in requests if u.endswith("_stcore/health")]
+    assert pings and set(pings) == {"/_stcore/health"}, pings
 
 
 CURVE_MARK = "() => { const c = document.querySelector(\"img[data-chart='curve']\"); return c && c.dataset.mark; }"

@@ -1,4 +1,5 @@
-"""`workbench app`: serve the Streamlit app (app/main.py) on a workspace, on localhost by default."""
+"""`workbench app`: serve the Streamlit app (app/server.py, whose pages run from app/main.py) on a workspace, on
+localhost by default."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from workbench.configflags import count
 from workbench.errors import UserError
 from workbench.guard import INPUT, declare
 
-APP = Path(__file__).resolve().parents[2] / "app" / "main.py"
+APP = Path(__file__).resolve().parents[2] / "app" / "server.py"
 
 
 def add_parser(sub) -> None:
