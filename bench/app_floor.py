@@ -315,16 +315,17 @@ def lines(floor: dict, parts: dict, session: dict, ws: Path) -> list[str]:
 
 
 def reading(floor: dict) -> str:
-    """The floor in one sentence: what a reload of a page with a Plotly chart costs here before the app does
-    anything, and what the circuit page adds to it (script and draw, against the one-chart page's)."""
+    """The floor in one sentence: what a reload of an empty page and of one with a Plotly chart cost here before the
+    app does anything, and what the circuit page adds to the empty page (its charts are SVG images, no Plotly)."""
     med = statistics.median
     (empty, one, _), page = [floor[k] for k in REFERENCE], floor["app: circuit page, 300 edges"]
     e, p, c = (med(t["reload"]) for t in (empty, one, page))
     return (
-        f"Reading: on this machine an empty Streamlit page reloads in {e:.2f} s and a page with one Plotly chart "
-        f"(the circuit page's curve is one) in {p:.2f} s; the 300-edge circuit page in {c:.2f} s, {c - p:+.2f} s "
-        f"over the one-chart page (script {med(page['script']):.2f} s against {med(one['script']):.2f} s, draw "
-        f"{med(page['draw']):.2f} s against {med(one['draw']):.2f} s)."
+        f"Reading: on this machine an empty Streamlit page reloads in {e:.2f} s and a page with one Plotly chart in "
+        f"{p:.2f} s; the 300-edge circuit page (its curve an SVG image) in {c:.2f} s, {c - e:+.2f} s over the empty "
+        f"page (boot {med(page['boot']):.2f} s against {med(empty['boot']):.2f} s, script "
+        f"{med(page['script']):.2f} s against {med(empty['script']):.2f} s, draw {med(page['draw']):.2f} s against "
+        f"{med(empty['draw']):.2f} s)."
     )
 
 
