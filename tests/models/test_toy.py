@@ -1,5 +1,6 @@
 """`workbench model train`: refuses to overwrite, validates its config, resumes to the same weights."""
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -30,8 +31,10 @@ def test_trains_a_loadable_model_with_a_card(tmp_path):
     assert model.cfg.n_ctx == 32 and not (tmp_path / "m" / toy.CHECKPOINT).exists()
     assert set(card["heldout_task_accuracy"]) >= {"ioi", "induction", "greater_than", "addition", "facts"}
     assert len(card["head_detector"]["induction_head"]) == 1  # one layer of scores
+    assert np.shape(card["own_head_scores"]["induction"]) == (1, 2)  # and the workbench's own, per head
     card_text = (tmp_path / "m" / "README.md").read_text()
     assert "Verbatim-overlap audit" in card_text and card_text.startswith("# workbench-m\n")
+    assert "the workbench's own scores" in card_text and "own_head_scores" not in card_text  # a table, not JSON
     assert model.cfg.model_name == "workbench-m"  # named by its folder, not "tiny" whatever its shape
     # the card's command reproduces the run: every non-default flag, and nothing else
     assert card["train_command"] == (

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from workbench.atomic import atomic_write_text
+from workbench.circuits.component import evidence
 from workbench.corpus.synthetic import SyntheticCorpus
 from workbench.corpus.tasks import IOI_TEMPLATES, QUERY_TASKS, accepts, queries
 from workbench.corpus.vocab import vocabulary
@@ -89,6 +90,22 @@ def head_scores(model, n_seqs: int = 20, seed: int = 0) -> dict[str, list[list[f
     return {p: detect_head(model, seqs, p).tolist() for p in HEAD_PATTERNS}
 
 
+@torch.no_grad()
+def own_head_scores(model, n_seqs: int = 20, seed: int = 0) -> dict[str, list[list[float]]]:
+    """The workbench's own previous-token and induction scores per (layer, head) (evidence.head_scores, the ones
+    circuit reports quote), averaged over the head detector's sequences. Unlike detect_head's 'mul' share, an
+    induction score averages only the rows that have an induction target, so its maximum is 1."""
+    total = {kind: np.zeros((model.cfg.n_layers, model.cfg.n_heads)) for kind in ("previous_token", "induction")}
+    for text in repeated_random_text(model.cfg.n_ctx, n_seqs, seed):
+        tokens = model.to_tokens(text)[0]
+        scores = evidence.head_scores(evidence.attention_patterns(model, tokens), tokens)
+        for kind, table in total.items():
+            table += np.array(
+                [[scores[f"a{li}.h{h}"][kind] for h in range(table.shape[1])] for li in range(len(table))]
+            )
+    return {kind: (table / n_seqs).tolist() for kind, table in total.items()}
+
+
 def repeated_random_text(n_ctx: int, n_seqs: int = 20, seed: int = 0) -> list[str]:
     """The head detector's sequences: a span of (n_ctx - 1) // 2 uniformly random vocabulary words, twice."""
     rng, words = random.Random(f"head-detector/{seed}"), vocabulary()
@@ -150,6 +167,7 @@ def model_card(model, n: int, train_sequences: int, seed: int = 0) -> dict:
         "heldout_task_accuracy": task_accuracy(model, n, seed),
         "chance_accuracy": chance_accuracy(n, seed),
         "head_detector": head_scores(model, seed=seed),
+        "own_head_scores": own_head_scores(model, seed=seed),
         "verbatim_audit": audit(model.tokenizer, n, train_sequences, model.cfg.n_ctx, seed),
     }
 
@@ -195,6 +213,28 @@ def _spent(card: dict) -> str:
     """Training time; older cards did not record the thread count (the embedded model used 2 cores)."""
     threads, s = card.get("threads", 2), card["train_seconds"]
     return f"{s} s wall on {threads} CPU thread(s), {s * threads / 3600:.2f} CPU hours"
+
+
+def _own_tables(card: dict) -> str:
+    """The card's section of the workbench's own head scores (older cards have none: nothing)."""
+    own = card.get("own_head_scores")
+    if own is None:
+        return ""
+    return f"""
+## Attention heads (the workbench's own scores, the same sequences)
+
+`workbench.circuits.component.evidence.head_scores`, the scores circuit reports quote: previous token = mean
+attention from each position to the one before it; induction = mean attention from a repeated token to the
+token after its previous occurrence, over the rows that have one (so its maximum is 1).
+
+Induction:
+
+{_head_table(own["induction"])}
+
+Previous token:
+
+{_head_table(own["previous_token"])}
+"""
 
 
 def write_card(out: Path, card: dict) -> None:
@@ -252,9 +292,9 @@ Induction (attention to the token after the previous occurrence of the current t
 Previous token:
 
 {_head_table(hd["previous_token_head"])}
-
+{_own_tables(card)}
 ```json
-{json.dumps({k: v for k, v in card.items() if k != "head_detector"}, indent=2)}
+{json.dumps({k: v for k, v in card.items() if k not in ("head_detector", "own_head_scores")}, indent=2)}
 ```
 """,
     )
