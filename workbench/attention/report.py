@@ -16,8 +16,8 @@ import torch
 
 from workbench.atomic import atomic_write_text
 from workbench.attention.verdict import judge, paired_difference, untouched_sequences, verdict_sequences, wilson
-from workbench.circuits.component.evidence import attention_patterns
 from workbench.errors import BadValueError, DamagedFileError, MissingInputError
+from workbench.models.heads import attention_patterns
 from workbench.readback import read_json
 
 REPORT = "attention_report.json"

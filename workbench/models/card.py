@@ -15,10 +15,10 @@ import numpy as np
 import torch
 
 from workbench.atomic import atomic_write_text
-from workbench.circuits.component import evidence
 from workbench.corpus.synthetic import SyntheticCorpus
 from workbench.corpus.tasks import IOI_TEMPLATES, QUERY_TASKS, accepts, queries
 from workbench.corpus.vocab import vocabulary
+from workbench.models import heads
 
 HEAD_PATTERNS = ("induction_head", "previous_token_head")
 
@@ -92,13 +92,13 @@ def head_scores(model, n_seqs: int = 20, seed: int = 0) -> dict[str, list[list[f
 
 @torch.no_grad()
 def own_head_scores(model, n_seqs: int = 20, seed: int = 0) -> dict[str, list[list[float]]]:
-    """The workbench's own previous-token and induction scores per (layer, head) (evidence.head_scores, the ones
+    """The workbench's own previous-token and induction scores per (layer, head) (heads.pattern_scores, the ones
     circuit reports quote), averaged over the head detector's sequences. Unlike detect_head's 'mul' share, an
     induction score averages only the rows that have an induction target, so its maximum is 1."""
     total = {kind: np.zeros((model.cfg.n_layers, model.cfg.n_heads)) for kind in ("previous_token", "induction")}
     for text in repeated_random_text(model.cfg.n_ctx, n_seqs, seed):
         tokens = model.to_tokens(text)[0]
-        scores = evidence.head_scores(evidence.attention_patterns(model, tokens), tokens)
+        scores = heads.pattern_scores(heads.attention_patterns(model, tokens), tokens)
         for kind, table in total.items():
             table += np.array(
                 [[scores[f"a{li}.h{h}"][kind] for h in range(table.shape[1])] for li in range(len(table))]
@@ -223,7 +223,7 @@ def _own_tables(card: dict) -> str:
     return f"""
 ## Attention heads (the workbench's own scores, the same sequences)
 
-`workbench.circuits.component.evidence.head_scores`, the scores circuit reports quote: previous token = mean
+`workbench.models.heads.pattern_scores`, the scores circuit reports quote: previous token = mean
 attention from each position to the one before it; induction = mean attention from a repeated token to the
 token after its previous occurrence, over the rows that have one (so its maximum is 1).
 

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from workbench.circuits import find_circuit
-from workbench.circuits.component.evidence import attention_patterns, head_scores
 from workbench.corpus import tasks
 from workbench.models import EMBEDDED
+from workbench.models.heads import attention_patterns, pattern_scores
 
 pytestmark = pytest.mark.skipif(
     not (EMBEDDED["tiny"] / "model.safetensors").is_file(), reason="the embedded model is not built"
@@ -32,7 +32,7 @@ def test_induction_heads_exist(tiny):
     model, tokenizer = tiny
     q = tasks.queries("induction", 1, seed=0, tokenizer=tokenizer)[0]
     tokens = model.to_tokens(q.prompt)[0]
-    scores = head_scores(attention_patterns(model, tokens), tokens)
+    scores = pattern_scores(attention_patterns(model, tokens), tokens)
     assert max(s["induction"] for s in scores.values()) > 0.5
 
 

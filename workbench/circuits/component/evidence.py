@@ -1,15 +1,13 @@
-"""Evidence for what circuit nodes do, read from the model on the query itself: attention patterns (the one
-place they are computed: the attention report and the app call `attention_patterns`), each head's and
-MLP's direct logit effect, and induction evidence.
+"""Evidence for what circuit nodes do, read from the model on the query itself: attention patterns and the
+heads' previous-token and induction scores (workbench/models/heads.py), each head's and MLP's direct logit
+effect, and induction evidence.
 
 Direct logit effect of a node: its output at the last position divided by the final LayerNorm's scale of
 this run, times W_U (the unembedding bias left out), so the effects of all nodes plus the embeddings'
 and the biases' add up to the logits.
 
-Previous-token score of a head: mean attention from each position to the one before it.
-Induction score: mean attention from a repeated token to the token that followed its previous
-occurrence (the classic induction target). An induction mechanism in a circuit is an edge from a
-previous-token head into the key input of a later head with a high induction score.
+An induction mechanism in a circuit is an edge from a previous-token head into the key input of a later head
+with a high induction score.
 """
 
 from __future__ import annotations
@@ -18,19 +16,7 @@ import torch
 
 from workbench.circuits import schema
 from workbench.circuits.component.types import Circuit
-
-
-def _patterns(model, cache) -> torch.Tensor:
-    return torch.stack([cache[f"blocks.{layer}.attn.hook_pattern"][0] for layer in range(model.cfg.n_layers)]).cpu()
-
-
-@torch.no_grad()
-def attention_patterns(model, tokens: torch.Tensor) -> torch.Tensor:
-    """[n_layers, n_heads, pos, pos] attention patterns of one prompt (token ids, with BOS if the model uses one)."""
-    _, cache = model.run_with_cache(
-        tokens.reshape(1, -1).to(model.cfg.device), names_filter=lambda n: n.endswith("hook_pattern")
-    )
-    return _patterns(model, cache)
+from workbench.models.heads import attention_patterns, induction_targets, pattern_scores, patterns_from_cache
 
 
 def direct_logit_effects(model, cache) -> dict[str, torch.Tensor]:
@@ -53,34 +39,7 @@ def patterns_and_logit_effects(model, tokens: torch.Tensor) -> tuple[torch.Tenso
     """One forward pass: (attention_patterns, direct_logit_effects) of a prompt."""
     keep = ("hook_pattern", "hook_z", "hook_mlp_out", "ln_final.hook_scale")
     _, cache = model.run_with_cache(tokens.reshape(1, -1).to(model.cfg.device), names_filter=lambda n: n.endswith(keep))
-    return _patterns(model, cache), direct_logit_effects(model, cache)
-
-
-def induction_targets(tokens: torch.Tensor) -> dict[int, int]:
-    """Query position -> the position right after the most recent earlier occurrence of its token."""
-    seen, out = {}, {}
-    for p, t in enumerate(tokens.tolist()):
-        if t in seen and seen[t] + 1 < p:
-            out[p] = seen[t] + 1
-        seen[t] = p
-    return out
-
-
-def head_scores(patterns: torch.Tensor, tokens: torch.Tensor) -> dict[str, dict[str, float]]:
-    """Per head `a{l}.h{h}`: previous-token and induction scores on this prompt."""
-    pos = patterns.shape[-1]
-    prev = patterns[..., torch.arange(1, pos), torch.arange(0, pos - 1)].mean(-1)
-    targets = induction_targets(tokens)
-    if targets:
-        q, k = torch.tensor(list(targets)), torch.tensor(list(targets.values()))
-        ind = patterns[..., q, k].mean(-1)
-    else:
-        ind = torch.zeros_like(prev)
-    return {
-        f"a{layer}.h{h}": {"previous_token": float(prev[layer, h]), "induction": float(ind[layer, h])}
-        for layer in range(patterns.shape[0])
-        for h in range(patterns.shape[1])
-    }
+    return patterns_from_cache(model, cache), direct_logit_effects(model, cache)
 
 
 def _upstream_heads(circuit: Circuit, node: str) -> list[list[str]]:
@@ -103,7 +62,7 @@ def induction_evidence(model, circuit: Circuit, top: int = 3) -> dict:
     tokens = torch.tensor(circuit.query["tokens"])
     str_toks = circuit.query.get("str_tokens") or [str(t) for t in tokens.tolist()]
     patterns = attention_patterns(model, tokens)
-    scores = head_scores(patterns, tokens)
+    scores = pattern_scores(patterns, tokens)
     g = circuit.graph
     pairs = []
     for edge, s in circuit.edge_scores().items():
