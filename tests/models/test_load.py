@@ -27,8 +27,12 @@ def test_saved_model_round_trips(tiny, tmp_path):
 
 
 def test_unknown_spec_names_the_choices(tmp_path):
-    with pytest.raises(ModelSpecError, match="unknown model spec 'not-a-model'.*'tiny'"):
+    with pytest.raises(ModelSpecError, match="unknown model spec 'not-a-model'.*'small'.*'tiny'"):
         load("not-a-model")
+    from workbench.cli.options import MODEL_HELP
+    from workbench.models import EMBEDDED
+
+    assert all(name in MODEL_HELP for name in EMBEDDED)  # --model's help names every embedded model
     (tmp_path / "empty").mkdir()
     with pytest.raises(ModelSpecError, match="not a saved workbench model"):
         load(str(tmp_path / "empty"))
@@ -103,18 +107,30 @@ def test_damaged_model_folders_are_named(tiny, tmp_path, damage, match):
         load(str(folder), device="cpu")
 
 
-def test_embedded_model_card_claims_hold(tiny):
-    """The shipped card's held-out accuracies are what the shipped weights score (recomputed here)."""
+@pytest.mark.parametrize("name", ["tiny", "small"])
+def test_embedded_model_card_claims_hold(name):
+    """A shipped card's held-out accuracies are what the shipped weights score; its head tables are what the
+    weights give (detect_head and the workbench's own scores are deterministic: recomputed here, the card's own
+    scores where it has them), and the two measures name the same strongest induction and previous-token head."""
     import json
 
-    from workbench.models import EMBEDDED
-    from workbench.models.card import task_accuracy
+    import numpy as np
 
-    model, _ = tiny
-    card = json.loads((EMBEDDED["tiny"] / "config.json").read_text())["workbench"]
+    from workbench.models import EMBEDDED, load
+    from workbench.models.card import head_scores, own_head_scores, task_accuracy
+
+    model, _ = load(name, device="cpu")
+    card = json.loads((EMBEDDED[name] / "config.json").read_text())["workbench"]
     acc = task_accuracy(model, card["train_config"]["eval_queries"])
     assert acc == pytest.approx(card["heldout_task_accuracy"], abs=0.011)
     assert all(a["found_in_training"] == 0 for a in card["verbatim_audit"]["per_task"].values())
+    detected, own = head_scores(model), own_head_scores(model)
+    assert np.allclose(detected["induction_head"], card["head_detector"]["induction_head"], atol=1e-3)
+    assert np.allclose(detected["previous_token_head"], card["head_detector"]["previous_token_head"], atol=1e-3)
+    if "own_head_scores" in card:  # cards written before the own scores have only detect_head's tables
+        assert np.allclose(own["induction"], card["own_head_scores"]["induction"], atol=1e-3)
+    for kind, pattern in (("induction", "induction_head"), ("previous_token", "previous_token_head")):
+        assert np.argmax(own[kind]) == np.argmax(detected[pattern]), kind
 
 
 def test_an_unusable_device_is_named_before_loading():

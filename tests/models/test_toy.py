@@ -42,6 +42,7 @@ def test_trains_a_loadable_model_with_a_card(tmp_path):
         "--steps 4 --batch-size 2 --warmup 1 --eval-queries 2 --checkpoint-every 2"
     )
     assert f"{4 * 2 * 32:,} training tokens" in card_text and "nan" not in card_text
+    assert 0 < card["cpu_seconds"] and "CPU hours (process CPU time)" in card_text
 
 
 def test_resume_after_interruption_gives_the_same_weights(tmp_path, monkeypatch):
@@ -57,7 +58,12 @@ def test_resume_after_interruption_gives_the_same_weights(tmp_path, monkeypatch)
         train_tiny(tmp_path / "cut", TinyConfig(**SMALL), progress=False)
     monkeypatch.setattr(toy, "_save_checkpoint", save)
     assert not (tmp_path / "cut" / "model.safetensors").exists()
-    train_tiny(tmp_path / "cut", TinyConfig(**SMALL), progress=False, resume=True)
+    state = checkpoint.read(tmp_path / "cut" / toy.CHECKPOINT)
+    del state["cpu_seconds"]  # a checkpoint written before CPU time was recorded
+    checkpoint.write(tmp_path / "cut" / toy.CHECKPOINT, state)
+    card = train_tiny(tmp_path / "cut", TinyConfig(**SMALL), progress=False, resume=True)
+    assert "cpu_seconds" not in card  # unknown, not the resumed part alone
+    assert "CPU hours (CPU time not recorded)" in (tmp_path / "cut" / "README.md").read_text()
     a, b = (load_file(str(tmp_path / d / "model.safetensors")) for d in ("straight", "cut"))
     for k in a:
         torch.testing.assert_close(a[k], b[k])

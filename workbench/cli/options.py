@@ -10,8 +10,9 @@ import argparse
 from workbench.guard import INPUT, WORKSPACE, Role, declare
 
 CORPUS = Role("input", split=",")  # a corpus spec: comma-separated files (or synthetic, hf:...)
-MODEL_HELP = (
-    "'tiny', a saved model folder, a Hugging Face model folder, or a TransformerLens name (default: %(default)s)"
+MODEL_HELP = (  # the embedded names are workbench.models.EMBEDDED (not imported: the CLI starts without torch)
+    "an embedded model (tiny, tiny-sparse, small), a saved model folder, a Hugging Face model folder, or a "
+    "TransformerLens name (default: %(default)s)"
 )
 
 

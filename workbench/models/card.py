@@ -199,8 +199,8 @@ Positions are rotary: with learned absolute position embeddings the same recipe 
 previous-token nor induction heads in 4,000 steps (best detect_head induction score 0.017; the
 second half of a repeated random sequence was predicted no better than the first); with rotary
 positions both formed (by step 1,750 in a 4,000-step trial run). An earlier 4,000-step run with five
-training IOI templates reached 83% on IOI (69% on the unseen template) and 89.5% on induction; ten
-training templates and 8,000 steps give the figures below.
+training IOI templates reached 83% on IOI (69% on the unseen template) and 89.5% on induction; the
+embedded `tiny` model was then trained with ten training IOI templates for 8,000 steps.
 
 """  # the card's fixed account of the corpus and the recipe behind this model
 
@@ -210,9 +210,12 @@ def _share(x: float) -> str:
 
 
 def _spent(card: dict) -> str:
-    """Training time; older cards did not record the thread count (the embedded model used 2 cores)."""
+    """Training time. Cards before `cpu_seconds` recorded wall time only, which counts waits on a shared machine:
+    wall x threads is then an upper bound on the CPU time, and says so (tiny's card has no thread count: 2 cores)."""
     threads, s = card.get("threads", 2), card["train_seconds"]
-    return f"{s} s wall on {threads} CPU thread(s), {s * threads / 3600:.2f} CPU hours"
+    if "cpu_seconds" in card:
+        return f"{s} s wall on {threads} CPU thread(s), {card['cpu_seconds'] / 3600:.2f} CPU hours (process CPU time)"
+    return f"{s} s wall on {threads} CPU thread(s), at most {s * threads / 3600:.2f} CPU hours (CPU time not recorded)"
 
 
 def _own_tables(card: dict) -> str:

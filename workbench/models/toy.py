@@ -118,19 +118,43 @@ def _optimizer(model: HookedTransformer, cfg: TinyConfig) -> torch.optim.Optimiz
     )
 
 
-def _save_checkpoint(out: Path, model, opt, cfg: TinyConfig, step: int, losses: list[float], seconds: float) -> None:
+_ZERO = {"seconds": 0.0, "cpu_seconds": 0.0}
+
+
+class _Clock:
+    """Wall and process CPU time spent training, carried across resumes. On a shared machine wall time counts the
+    waits too; a checkpoint written before CPU time was recorded leaves it unknown (NaN), and the card omits it."""
+
+    def __init__(self, before: dict):
+        self.before, self.wall, self.cpu = before, time.time(), time.process_time()
+
+    def spent(self) -> dict:
+        return {
+            "seconds": self.before["seconds"] + time.time() - self.wall,
+            "cpu_seconds": self.before["cpu_seconds"] + time.process_time() - self.cpu,
+        }
+
+
+def _card_times(spent: dict) -> dict:
+    times = {"train_seconds": round(spent["seconds"], 1)}
+    if not math.isnan(spent["cpu_seconds"]):
+        times["cpu_seconds"] = round(spent["cpu_seconds"], 1)
+    return times
+
+
+def _save_checkpoint(out: Path, model, opt, cfg: TinyConfig, step: int, losses: list[float], spent: dict) -> None:
     state = {
         "model": model.state_dict(),
         "opt": opt.state_dict(),
         "config": asdict(cfg),
         "step": step,
         "losses": torch.tensor(losses),
-        "seconds": seconds,
+        **spent,  # "seconds" (wall) and "cpu_seconds" so far
     }
     checkpoint.write(out / CHECKPOINT, state)
 
 
-def _load_checkpoint(out: Path, model, opt, cfg: TinyConfig) -> tuple[int, list[float], float]:
+def _load_checkpoint(out: Path, model, opt, cfg: TinyConfig) -> tuple[int, list[float], dict]:
     state = checkpoint.read(out / CHECKPOINT)
     diff = checkpoint.config_diff(state["config"], asdict(cfg))
     if diff:
@@ -140,7 +164,8 @@ def _load_checkpoint(out: Path, model, opt, cfg: TinyConfig) -> tuple[int, list[
         )
     model.load_state_dict(state["model"])
     opt.load_state_dict(state["opt"])
-    return int(state["step"]), state["losses"].tolist(), float(state["seconds"])
+    spent = {"seconds": float(state["seconds"]), "cpu_seconds": float(state.get("cpu_seconds", "nan"))}
+    return int(state["step"]), state["losses"].tolist(), spent
 
 
 def train_tiny(
@@ -158,10 +183,10 @@ def train_tiny(
     tokenizer = build_tokenizer(vocabulary())
     model = build(cfg, tokenizer, out.name)
     opt = _optimizer(model, cfg)
-    start, losses, spent = _load_checkpoint(out, model, opt, cfg) if resume else (0, [], 0.0)
+    start, losses, spent = _load_checkpoint(out, model, opt, cfg) if resume else (0, [], _ZERO)
     corpus = SyntheticCorpus(tokenizer, seed=cfg.seed)
     stream = corpus.sequences(cfg.n_ctx, start=start * cfg.batch_size)
-    t0 = time.time()
+    clock = _Clock(spent)
     bar = tqdm(range(start, cfg.steps), desc=f"train {out.name}", disable=not progress, initial=start, total=cfg.steps)
     for step in bar:
         tokens = torch.from_numpy(np.stack([next(stream).tokens for _ in range(cfg.batch_size)]))
@@ -176,13 +201,13 @@ def train_tiny(
         if step % 50 == 0:
             bar.set_postfix(loss=f"{np.mean(losses[-50:]):.3f}")
         if (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
-            _save_checkpoint(out, model, opt, cfg, step + 1, losses, spent + time.time() - t0)
+            _save_checkpoint(out, model, opt, cfg, step + 1, losses, clock.spent())
     model.eval()
     card = model_card(model, cfg.eval_queries, train_sequences=cfg.steps * cfg.batch_size, seed=cfg.seed)
     card.update(
         train_config=asdict(cfg),
         final_train_loss=float(np.mean(losses[-100:])),
-        train_seconds=round(spent + time.time() - t0, 1),
+        **_card_times(clock.spent()),
         n_params=sum(p.numel() for p in model.parameters()),
         threads=torch.get_num_threads(),
         train_command=train_command(cfg),
