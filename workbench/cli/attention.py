@@ -21,7 +21,7 @@ from pathlib import Path
 
 from workbench.attention.config import GateConfig, JudgeConfig, SparsifyConfig
 from workbench.circuits.feature.graph_config import HeadFlowConfig
-from workbench.cli.options import CORPUS, add_text_field_flag, quiet_flag, workspace_flag
+from workbench.cli.options import CORPUS, EMBEDDED_HELP, add_text_field_flag, quiet_flag, workspace_flag
 from workbench.configflags import add_config_flags, config_values, count, set_fields
 from workbench.errors import BadValueError
 from workbench.guard import FILE, INPUT, artifact, declare
@@ -88,7 +88,7 @@ def _add_train(attention) -> None:
         help=f"train attention gates (and weights) keeping held-out CE within a tolerance ({OLD_NAME}: old name)",
     )
     model = t.add_argument(
-        "--model", default="tiny", help="base model: tiny, a saved model folder, or a TransformerLens name"
+        "--model", default="tiny", help=f"base model: {EMBEDDED_HELP}, a saved model folder, or a TransformerLens name"
     )
     declare(model, INPUT)
     t.add_argument("--name", help="model folder in <workspace>/models (default: MODEL-sparse)")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from workbench.circuits.config import QueryConfig, SearchConfig
 from workbench.circuits.feature.graph_config import GraphConfig
-from workbench.cli.options import add_model_flag, workspace_flag
+from workbench.cli.options import EMBEDDED_HELP, add_model_flag, workspace_flag
 from workbench.configflags import add_config_flags, config_values, count, given
 from workbench.errors import BadValueError
 from workbench.guard import FILE, INPUT, declare
@@ -29,7 +29,7 @@ PREFIX = "search."  # namespace prefix of the SearchConfig flags
 GRAPH = "graph."  # namespace prefix of the GraphConfig flags
 PROMPT_ONLY = ("prompt", "answer", "counterfactual", "wrong", "paraphrase", "target_ndf", "mib", "neuronpedia", "name")
 TASK_ONLY = ("n", "budgets", "all_queries")
-MODEL_HELP = "tiny, a saved model folder, or a TransformerLens name (default: %(default)s)"
+MODEL_HELP = f"{EMBEDDED_HELP}, a saved model folder, or a TransformerLens name (default: %(default)s)"
 
 
 def parse_budget(text: str) -> float:

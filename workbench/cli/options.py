@@ -10,9 +10,11 @@ import argparse
 from workbench.guard import INPUT, WORKSPACE, Role, declare
 
 CORPUS = Role("input", split=",")  # a corpus spec: comma-separated files (or synthetic, hf:...)
-MODEL_HELP = (  # the embedded names are workbench.models.EMBEDDED (not imported: the CLI starts without torch)
-    "an embedded model (tiny, tiny-sparse, small), a saved model folder, a Hugging Face model folder, or a "
-    "TransformerLens name (default: %(default)s)"
+# the names of workbench.models.EMBEDDED, written out: the CLI starts without importing torch
+EMBEDDED_HELP = "an embedded model (tiny, tiny-sparse, small)"
+MODEL_HELP = (
+    f"{EMBEDDED_HELP}, a saved model folder, a Hugging Face model folder, or a TransformerLens name "
+    "(default: %(default)s)"
 )
 
 
