@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
 import os
 import sys
 import time
@@ -29,24 +28,13 @@ import harness  # noqa: E402
 from head_flow_bench import family_row  # noqa: E402
 from head_flow_bench import header as heads_header  # noqa: E402
 
-from workbench.attention.compare import LEVELS  # noqa: E402
-from workbench.intervals import paired_difference, t_interval  # noqa: E402
+from workbench.attention.claims import MEASURES, paired, side_values, undecided  # noqa: E402
+from workbench.intervals import t_interval  # noqa: E402
 
 FAMILIES = ("ioi", "induction", "greater_than", "addition", "facts")
 RESULTS = harness.BENCH / "results" / "circuit_claims"
 # what must match for stored queries to be continued (or a base-only run's base side reused)
 SETTINGS = ("task", "n", "targets", "seed", "split", "samples", "ig_steps", "base_model", "token_removal")
-MEASURES = {  # table name -> (compare.LEVELS key, or a per-query function of one side's result and the target)
-    "heads": "heads",
-    "MLPs": "mlps",
-    "component edges": "component_edges",
-    "attention entries": "token_entries",
-    "attention entries per circuit edge": lambda r, t: (
-        r["token"][t]["entries"] / r["component"][t]["edges"]
-        if r["token"][t]["entries"] is not None and r["component"][t]["edges"]
-        else None
-    ),
-}
 
 
 def tag(spec: str) -> str:
@@ -128,54 +116,20 @@ def measure_heads(args, models: dict, task: str, path: Path) -> None:
     harness.write_text(path, json.dumps(res, indent=1))
 
 
-# ---- statistics over the per-query values (Student-t, workbench.intervals) ----
-
-
-def side_values(res: dict, side: str, measure, t: str, sides: tuple[str, ...] | None = None) -> dict[int, float]:
-    """query index -> one side's value, over the queries every one of `sides` (default: every model) has a gap
-    on, and a value for."""
-    read = measure if callable(measure) else LEVELS[measure]
-    sides = sides or (("base", "sparse") if res.get("sparse_model") else ("base",))
-    out = {}
-    for i, q in enumerate(res["queries"]):
-        if not any("skipped" in q[s] for s in sides) and (v := read(q[side], t)) is not None:
-            out[i] = float(v)
-    return out
+# ---- the per-query statistics (workbench.attention.claims) as table cells ----
 
 
 def fmt_interval(iv, digits: int = 2) -> str:
-    if iv is None:
-        return "-"
-    f = lambda v: f"{v:.{digits}f}"  # noqa: E731
-    return f"{f(iv.mean)} (n={iv.n})" if iv.n < 2 else f"{f(iv.mean)} [{f(iv.lo)}, {f(iv.hi)}] (n={iv.n})"
-
-
-def log_ratio(b: dict, s: dict):
-    """exp of the Student-t interval of log(base / sparse) over the queries where both counts are > 0: the
-    geometric mean of the per-query ratios, with its interval."""
-    logs = [math.log(b[i] / s[i]) for i in sorted(set(b) & set(s)) if b[i] > 0 and s[i] > 0]
-    if not logs:
-        return None
-    iv = t_interval(logs)
-    return type(iv)(math.exp(iv.mean), math.exp(iv.lo), math.exp(iv.hi), iv.n) if iv.n > 1 else iv
+    return "-" if iv is None else iv.format(f"{{:.{digits}f}}")
 
 
 def paired_row(res: dict, measure, t: str) -> list:
-    b, s = side_values(res, "base", measure, t), side_values(res, "sparse", measure, t)
-    both = sorted(set(b) & set(s))
-    if not both:
-        return [len(both), "-", "-", "-", "-", "-", "no query with a value on both"]
-    mb, ms = (sum(d[i] for i in both) / len(both) for d in (b, s))
-    diff, ratio = paired_difference(b, s), log_ratio(b, s)
-    flags = []
-    if diff.n < 2 or diff.lo <= 0 <= diff.hi:
-        flags.append("difference includes 0")
-    if ratio is None or ratio.n < 2 or ratio.lo <= 1 <= ratio.hi:
-        flags.append("ratio includes 1")
-    ratio_of_means = f"{mb / ms:.2f}" if ms else "-"
-    return [len(both), f"{mb:.2f}", f"{ms:.2f}", ratio_of_means, fmt_interval(ratio), fmt_interval(diff)] + [
-        "; ".join(flags) or "-"
-    ]
+    p = paired(res, measure, t)
+    if p is None:
+        return [0, "-", "-", "-", "-", "-", "no query with a value on both"]
+    ratio_of_means = "-" if p["ratio_of_means"] is None else f"{p['ratio_of_means']:.2f}"
+    cells = [p["n"], f"{p['base']:.2f}", f"{p['sparse']:.2f}", ratio_of_means]
+    return cells + [fmt_interval(p["ratio"]), fmt_interval(p["difference"]), "; ".join(undecided(p)) or "-"]
 
 
 def answers(res: dict, side: str) -> str:

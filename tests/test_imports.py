@@ -30,6 +30,7 @@ HEAVY = ("torch", "transformer_lens", "sae_lens")
         "walk(build_parser())",
         "from workbench.sae.config import SAEConfig, TrainConfig; from workbench.cache.config import CacheConfig; "
         "from workbench.circuits.config import SearchConfig",
+        "import workbench.attention.claims",  # the app's Compare page reads stored comparisons through it
     ],
 )
 def test_light_layers_import_no_torch(code):

@@ -8,11 +8,14 @@ from app import state
 from app.figures import attention as fa
 from app.figures import circuit as cg
 from workbench import browse
+from workbench.attention import claims
 from workbench.errors import UserError
 
 TARGETS = (0.5, 0.6, 0.7, 0.8, 0.9)
 RATIO = "base ÷ sparse edges"
 MEANS = "base ÷ sparse (mean counts)"
+GEOMEAN = "per-query base ÷ sparse, geometric mean [95%]"
+DIFF = "base − sparse [95%]"
 
 st.title("Compare base and sparse attention")
 rel, report = state.pick_sparse_model("compare")
@@ -93,23 +96,35 @@ if not results:
             f"no compare results in {rel}/compare (the demo writes them; or `workbench attention compare --out`)"
         )
     )
+
+
+def claims_table(res: dict) -> list[dict]:
+    """Per NDF target and measure, base against sparse over the queries both have a gap on (claims.paired)."""
+    rows = []
+    for t in map(str, res.get("targets", [])):
+        for name, measure in claims.MEASURES.items():
+            p = claims.paired(res, measure, t)
+            if p is None:
+                rows.append({"NDF": t, "measure": name, "queries": 0, "undecided": "no query with a value on both"})
+                continue
+            rows.append(
+                {"NDF": t, "measure": name, "queries": p["n"], "base": p["base"], "sparse": p["sparse"]}
+                | {MEANS: p["ratio_of_means"], GEOMEAN: "–" if p["ratio"] is None else p["ratio"].format("{:.2f}")}
+                | {DIFF: p["difference"].format("{:.1f}"), "undecided": "; ".join(claims.undecided(p))}
+            )
+    return rows
+
+
 for task, res in results:
-    table = []
-    for t, summ in res.get("summary", {}).items():
-        for level, k in (
-            ("component edges", "component_edges"),
-            ("heads + MLPs", "nodes"),
-            ("attention entries", "token_entries"),
-        ):
-            d = summ[k]
-            table.append({"NDF": t, "level": level, "base": d["base"], "sparse": d["sparse"], MEANS: d["ratio"]})
     st.markdown(
         f"**{state.text(res.get('task', task))}**: {res.get('n_used', 0)}/{res.get('n', 0)} queries with a gap on both models"
     )
-    st.dataframe(pd.DataFrame(table), hide_index=True)
+    st.dataframe(pd.DataFrame(claims_table(res)), hide_index=True)
     st.caption(
         state.text(
-            f"{MEANS}: the base model's mean count over the queries answered by both / the sparse model's"
+            f"{MEANS}: the base model's mean over the queries both have a gap on / the sparse model's; {GEOMEAN} "
+            "and base − sparse: paired Student-t 95% intervals over those queries; undecided: the interval includes "
+            "1 (or 0), or one query is too few to draw it"
             + (f"; attention entries left out are {res['token_removal']}" if res.get("token_removal") else "")
         )
     )

@@ -11,6 +11,7 @@ import pytest
 from app import state
 from app.figures import circuit as cg
 from workbench import browse
+from workbench.attention import claims
 
 
 def ok(at):
@@ -131,9 +132,15 @@ def test_compare_page_pairs_the_query_across_models(circuit_app, circuit_workspa
     membership = at.dataframe[1].value  # the heads of the two saved circuits, what only one has first
     assert {h for h, w in zip(membership["head"], membership["in"]) if w != "only sparse"} == heads(b)
     assert {h for h, w in zip(membership["head"], membership["in"]) if w != "only base"} == heads(s)
-    per_task = at.dataframe[2].value
-    assert "ioi" in text(at) and list(per_task["level"])[:3] == ["component edges", "heads + MLPs", "attention entries"]
-    assert "base ÷ sparse (mean counts)" in per_task.columns and "base ÷ sparse edges" in at.dataframe[0].value.columns
+    per_task = at.dataframe[2].value  # the stored comparison's paired claims, per target and measure
+    assert "ioi" in text(at) and list(per_task["measure"])[:5] == list(claims.MEASURES)
+    assert {"base ÷ sparse (mean counts)", "base − sparse [95%]"} <= set(per_task.columns)
+    [(_, res)] = browse.compare_results(circuit_workspace / "models" / "random-sparse")
+    row = per_task[(per_task["NDF"] == "0.9") & (per_task["measure"] == "component edges")].iloc[0]
+    p = claims.paired(res, "component_edges", "0.9")
+    assert (row["queries"], row["base"], row["sparse"]) == (p["n"], p["base"], p["sparse"]) and p["n"] == 1
+    assert row["undecided"] == "difference includes 0; ratio includes 1"  # one query draws no interval
+    assert "base ÷ sparse edges" in at.dataframe[0].value.columns
     only = at.dataframe[3].value  # per target and model, the heads only that model's circuits use
     assert list(only["heads only in"]) == ["base", "sparse", "base", "sparse"] and set(only["NDF"]) == {"0.8", "0.9"}
     assert "not renormalised (published gate)" in text(at)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from workbench.attention.claims import LEVELS
 from workbench.circuits.config import DEFAULT_SAMPLES, QueryConfig
 from workbench.errors import BadValueError
 
@@ -292,16 +293,6 @@ def compare_result(models: dict, rows: list[dict], cfg: dict, rule: bool) -> dic
         "summary": summary,
         "queries": rows,
     }
-
-
-# the per-query counts summarised: level name -> how to read it from one side's query_side result at a target
-LEVELS = {
-    "component_edges": lambda r, t: r["component"][t]["edges"],
-    "heads": lambda r, t: len(r["component"][t]["heads"]),
-    "mlps": lambda r, t: len(r["component"][t]["mlps"]),
-    "nodes": lambda r, t: len(r["component"][t]["heads"]) + len(r["component"][t]["mlps"]),
-    "token_entries": lambda r, t: r["token"][t]["entries"],
-}
 
 
 def _target_summary(used: list[dict], t: str, paired: bool) -> dict:

@@ -1,0 +1,88 @@
+"""The paper's circuit-size claims, read from a comparison's per-query rows (`compare.compare_result`): for one
+measure at one NDF target, over the queries both models have a gap on, each model's mean, the ratio of the
+means, the geometric mean of the per-query base / sparse ratios and base - sparse, the last two with their paired
+Student-t 95% intervals (docs/methods.md §7). bench/circuit_claims.py tabulates them; the app's Compare page
+shows them per task family. No torch here: the app reads stored comparisons.
+
+    paired(result, "component_edges", "0.9")  # {"n", "base", "sparse", "ratio_of_means", "ratio", "difference"}
+"""
+
+from __future__ import annotations
+
+import math
+
+from workbench.intervals import Interval, paired_difference, t_interval
+
+# the per-query counts: level name -> how to read it from one side's query result at a target (compare.query_side)
+LEVELS = {
+    "component_edges": lambda r, t: r["component"][t]["edges"],
+    "heads": lambda r, t: len(r["component"][t]["heads"]),
+    "mlps": lambda r, t: len(r["component"][t]["mlps"]),
+    "nodes": lambda r, t: len(r["component"][t]["heads"]) + len(r["component"][t]["mlps"]),
+    "token_entries": lambda r, t: r["token"][t]["entries"],
+}
+
+
+def _entries_per_edge(side: dict, t: str) -> float | None:
+    entries, edges = side["token"][t]["entries"], side["component"][t]["edges"]
+    return entries / edges if entries is not None and edges else None
+
+
+# table name -> compare.LEVELS key, or a per-query function of one side's result and the NDF target
+MEASURES = {
+    "heads": "heads",
+    "MLPs": "mlps",
+    "component edges": "component_edges",
+    "attention entries": "token_entries",
+    "attention entries per circuit edge": _entries_per_edge,
+}
+
+
+def side_values(res: dict, side: str, measure, t: str, sides: tuple[str, ...] | None = None) -> dict[int, float]:
+    """query index -> one side's value, over the queries every one of `sides` (default: every model) has a gap
+    on, and a value for."""
+    read = measure if callable(measure) else LEVELS[measure]
+    sides = sides or (("base", "sparse") if res.get("sparse_model") else ("base",))
+    out = {}
+    for i, q in enumerate(res["queries"]):
+        if not any("skipped" in q[s] for s in sides) and (v := read(q[side], t)) is not None:
+            out[i] = float(v)
+    return out
+
+
+def log_ratio(b: dict[int, float], s: dict[int, float]) -> Interval | None:
+    """exp of the Student-t interval of log(base / sparse) over the queries where both counts are > 0: the
+    geometric mean of the per-query ratios, with its interval (None: no such query)."""
+    logs = [math.log(b[i] / s[i]) for i in sorted(set(b) & set(s)) if b[i] > 0 and s[i] > 0]
+    if not logs:
+        return None
+    iv = t_interval(logs)
+    return Interval(math.exp(iv.mean), math.exp(iv.lo), math.exp(iv.hi), iv.n) if iv.n > 1 else iv
+
+
+def paired(res: dict, measure, t: str) -> dict | None:
+    """Base against sparse on one measure at one target (None: no query has a value on both)."""
+    b, s = side_values(res, "base", measure, t), side_values(res, "sparse", measure, t)
+    both = sorted(set(b) & set(s))
+    if not both:
+        return None
+    mb, ms = (sum(d[i] for i in both) / len(both) for d in (b, s))
+    return {
+        "n": len(both),
+        "base": mb,
+        "sparse": ms,
+        "ratio_of_means": mb / ms if ms else None,
+        "ratio": log_ratio(b, s),
+        "difference": paired_difference(b, s),
+    }
+
+
+def undecided(p: dict) -> list[str]:
+    """Which of the paired intervals includes no effect (or cannot be drawn from fewer than two queries)."""
+    diff, ratio = p["difference"], p["ratio"]
+    flags = []
+    if diff.n < 2 or diff.lo <= 0 <= diff.hi:
+        flags.append("difference includes 0")
+    if ratio is None or ratio.n < 2 or ratio.lo <= 1 <= ratio.hi:
+        flags.append("ratio includes 1")
+    return flags
