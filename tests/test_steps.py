@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from workbench import steps
+from workbench import browse, steps
 from workbench.cache.config import HarvestConfig
 from workbench.errors import DamagedFileError, OutputExistsError
 from workbench.sae.config import SAEConfig, TrainConfig
@@ -54,6 +54,10 @@ def test_the_embedded_sparse_model_is_copied_recorded_and_loadable(tmp_path):
     art = next(a for a in ws.artifacts("models"))
     assert art.name == "tiny-sparse" and art.manifest["made_by"] == "embedded data/models/tiny-sparse"
     assert {"model.safetensors", "attention_report.json", "README.md"} <= set(art.manifest["files"])
+    shipped = dict(browse.compare_results(folder))  # the circuit claims measured on this model, for Compare
+    assert set(shipped) == {"ioi", "induction", "greater_than", "addition", "facts"}
+    assert all(r["n"] == 20 and r["sparse_model"] == report["model_id"] for r in shipped.values())
+    assert all(r["base_model"] == report["base_model"] for r in shipped.values())
     assert art.manifest["summary"]["mean_open_keys_per_query"] == report["mean_open_keys_per_query"]
     assert model_id(load(str(folder), device="cpu")[0]) == report["model_id"] == model_id(load("tiny-sparse")[0])
     manifest = (folder / MANIFEST).read_text()

@@ -1100,9 +1100,10 @@ def _attention_summary(report: dict) -> dict:
 
 
 def embedded_sparse_model(ws: Workspace, name: str = "tiny-sparse", ensure: bool = False) -> tuple[dict, Path]:
-    """The embedded sparse-attention model (data/models/<name>, with its card) copied into <ws>/models/<name>
-    and recorded like a trained one, so the app's Attention and Compare pages and the demo find it there."""
-    from workbench.attention.card import FILES, copy_model
+    """The embedded sparse-attention model (data/models/<name>, with its card and the circuit comparisons shipped
+    with it) copied into <ws>/models/<name> and recorded like a trained one, so the app's Attention and Compare
+    pages and the demo find it there (the demo's compare step keeps a shipped family's comparison)."""
+    from workbench.attention.card import copy_model, shipped
     from workbench.attention.report import read_report
     from workbench.models import EMBEDDED
 
@@ -1114,7 +1115,7 @@ def embedded_sparse_model(ws: Workspace, name: str = "tiny-sparse", ensure: bool
         if ensure:
             return read_report(folder), folder
         raise OutputExistsError(f"{folder} already holds a model; remove it or use it as it is")
-    copy_model(EMBEDDED[name], folder, FILES + ("README.md",))
+    copy_model(EMBEDDED[name], folder, shipped(EMBEDDED[name]))
     report = read_report(folder)
     ws.record(
         folder,

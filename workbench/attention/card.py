@@ -16,6 +16,13 @@ from workbench.attention.report import REPORT, format_report, guard_line, read_r
 from workbench.errors import DamagedFileError, MissingInputError
 
 FILES = ("model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json", REPORT, "sparsify.json")
+COMPARE = "compare"  # <task>.json: the circuit claims measured on the model (bench/circuit_claims.py), read by Compare
+
+
+def shipped(folder: str | Path) -> tuple[str, ...]:
+    """An embedded sparse model's files: the model's, its card, and the comparisons shipped beside it."""
+    compared = sorted((Path(folder) / COMPARE).glob("*.json"))
+    return FILES + ("README.md",) + tuple(f"{COMPARE}/{p.name}" for p in compared)
 
 
 def card_text(r: dict, command: str, name: str) -> str:
@@ -94,8 +101,8 @@ def rewrite(folder: str | Path) -> Path:
 def copy_model(src: str | Path, dest: str | Path, names: tuple[str, ...] = FILES) -> Path:
     """Copy a sparse model's files into dest, each file atomically (a crash leaves no half-written file)."""
     src, out = Path(src), Path(dest)
-    out.mkdir(parents=True, exist_ok=True)
     for name in names:
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(out / name) as tmp:
             shutil.copyfile(src / name, tmp)
     return out
