@@ -96,7 +96,7 @@ def rows(tolerances, evals, states, reports, z: float) -> tuple[list[list], list
                 f"selection split {_interval(any_['difference'])}) is sparser but its state was not kept"
             )
         if best is None:
-            table.append([tol, "no kept state admitted", "", "", "", "", "", ""])
+            table.append([tol, "no kept state admitted", "", "", "", "", "", "", ""])
             continue
         r = reports[best["step"]]
         v = judge({k: r["verdict"][k] for k in ("n", "difference", "se", "ci95")}, tol)
@@ -108,6 +108,7 @@ def rows(tolerances, evals, states, reports, z: float) -> tuple[list[list], list
                 best["step"],
                 f"{r['mean_open_keys_per_query']:.2f}",
                 f"{100 * r['open_fraction']:.2f}%",
+                f"{r['empty_row_fraction']:.1%} / {r['single_key_row_fraction']:.1%}",
                 _interval(best["difference"]),
                 _interval(v),
                 "met" if v["constraint_met"] else "NOT met",
@@ -136,7 +137,8 @@ def main() -> None:
     chosen = {e["step"] for t in tolerances if (e := sparsest_within([e for e in evals if e["step"] in states], t, z))}
     reports = judge_states(a.run, chosen, states, a.queries)
     table, notes = rows(tolerances, evals, states, reports, z)
-    v = next(iter(reports.values()))["verdict"] if reports else None
+    r0 = next(iter(reports.values()), None)
+    v = r0["verdict"] if r0 else None
     split = (
         f"held-out sequences {v['split']['sequences'][0]}-{v['split']['sequences'][1] - 1}, n = {v['n']}" if v else ""
     )
@@ -160,7 +162,8 @@ def main() -> None:
                 "tolerance",
                 "step",
                 "open keys / query / head",
-                "open % of causal pairs (T = 128)",
+                f"open % of causal pairs (T = {r0['ctx_len'] if r0 else '-'})",
+                "rows with 0 / 1 open key",
                 "selection split: CE diff [95%]",
                 "fresh split: CE diff [95%]",
                 "constraint",

@@ -56,6 +56,19 @@ def test_attention_sparsify_is_the_old_name_of_attention_train(tmp_path, capsys)
     assert "deprecated" not in capsys.readouterr().err
 
 
+def test_attention_add_copies_an_embedded_sparse_model_into_the_workspace_once(tmp_path, capsys):
+    ws = str(tmp_path / "ws")
+    assert main(["attention", "add", "tiny-sparse", "--workspace", ws]) == 0
+    out = capsys.readouterr().out
+    assert "open keys per query per head (T = 128)" in out and "addition, facts, greater_than, induction, ioi" in out
+    assert (tmp_path / "ws" / "models" / "tiny-sparse" / "artifact.json").is_file()
+    assert main(["attention", "add", "tiny-sparse", "--workspace", ws]) == 2
+    assert "already holds a model" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # argparse's choices: exit 2 naming the valid ones
+        main(["attention", "add", "tiny", "--workspace", ws])
+    assert "invalid choice: 'tiny' (choose from" in capsys.readouterr().err
+
+
 def test_model_info_lists_hooks(tiny, capsys):
     assert main(["model", "info"]) == 0
     out = capsys.readouterr().out

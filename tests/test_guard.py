@@ -73,7 +73,7 @@ def _argv(parser, values: dict) -> list[str]:
             elif value is not None:
                 pos += value if isinstance(value, list) else [value]
             elif a.nargs not in ("?", "*"):
-                pos.append("x")
+                pos.append(str(next(iter(a.choices))) if a.choices else "x")  # `attention add NAME`
         elif value is not None:
             opts += [a.option_strings[0], *(value if isinstance(value, list) else [value])]
         elif a.required:

@@ -7,7 +7,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # module (path under workbench/) -> where it is tested, for the modules without a mirrored test file
 TESTED_ELSEWHERE = {
-    "attention/card.py": "attention/test_train.py (the trained model's card)",
     "attention/constraint.py": "attention/test_train.py (the Lagrangian constraint during training)",
     "cache/config.py": "cache/test_cache_config.py (test_config.py names the top-level config's tests)",
     "cache/prefetch.py": "cache/test_reader.py (the reader's prefetching windows)",

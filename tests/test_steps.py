@@ -65,7 +65,8 @@ def test_the_embedded_sparse_model_is_copied_recorded_and_loadable(tmp_path):
     with pytest.raises(OutputExistsError, match="already holds a model"):
         steps.embedded_sparse_model(ws)
     with pytest.raises(
-        BadValueError, match="'tiny' is not an embedded sparse-attention model; choose one of: tiny-sparse"
+        BadValueError,
+        match="'tiny' is not an embedded sparse-attention model; choose one of: tiny-sparse, small-sparse",
     ):
         steps.embedded_sparse_model(ws, "tiny")
 

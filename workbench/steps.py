@@ -1061,10 +1061,11 @@ def train_attention(
     report_queries: int = 200,
     ensure: bool = False,
     text_field: str = "text",
+    adopt: str | None = None,
 ) -> tuple[dict, Path]:
     """Sparse-attention post-training (`workbench attention train`) into <ws>/models/<name> or `out`,
     recorded as a model (the report says whether the constraint was met); returns (report, folder).
-    report_queries: queries per task family for the report's accuracy table."""
+    report_queries: queries per task family for the report's accuracy table; adopt: train.adopt_kept."""
     from workbench.attention.report import read_report
     from workbench.attention.train import sparsify
     from workbench.checkpoint import dist_info
@@ -1075,7 +1076,14 @@ def train_attention(
     check_artifact(folder, "models", {"model_spec": model_spec, "corpus_spec": corpus_spec.split(",")})
     resume = resume or (ensure and (folder / "checkpoint.pt").is_file())
     report = sparsify(
-        model_spec, folder, cfg, corpus_spec, resume=resume, report_queries=report_queries, text_field=text_field
+        model_spec,
+        folder,
+        cfg,
+        corpus_spec,
+        resume=resume,
+        report_queries=report_queries,
+        text_field=text_field,
+        adopt=adopt,
     )
     if dist_info()[0] == 0:  # under torchrun, rank 0 records
         ws.record(

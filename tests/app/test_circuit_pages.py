@@ -210,6 +210,27 @@ def test_attention_page_draws_closed_gates_differences_and_masks(circuit_app, ci
     )
 
 
+def test_the_48_head_sparse_model_added_to_a_workspace_is_on_the_attention_and_compare_pages(tmp_path, monkeypatch):
+    """`attention add small-sparse`: the Attention page draws its 6 layers x 8 heads and the Compare page finds it."""
+    from workbench import steps
+    from workbench.workspace import Workspace
+
+    from tests.app.conftest import _runner
+
+    report, _ = steps.embedded_sparse_model(Workspace(tmp_path / "ws"), "small-sparse")
+    run = _runner(tmp_path / "ws", monkeypatch)
+    at = ok(run("views/attention.py", model="models/small-sparse"))
+    heads = at.dataframe[0].value
+    assert len(heads) == 48 and list(heads["open keys / query"]) == [
+        k for layer in report["mean_open_keys_per_query_per_head"] for k in layer
+    ]
+    assert f"{report['mean_open_keys_per_query']:.2f}" in [m.value for m in at.metric]
+    titles = [json.dumps(c["layout"].get("title")) for c in charts(at)]
+    assert any("base a0.h0" in t for t in titles) and any("sparse a0.h0" in t for t in titles)
+    at = ok(run("views/compare.py", model="models/small-sparse"))
+    assert report["model_id"] in text(at)
+
+
 def test_attention_page_examples_and_a_typed_prompt(circuit_app, circuit_workspace):
     at = ok(circuit_app("views/attention.py"))
     titles = [json.dumps(c["layout"].get("title")) for c in charts(at)]

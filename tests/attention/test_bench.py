@@ -1,6 +1,6 @@
 """bench/attention_bench.py --quick runs every side and writes the table (no timing is asserted);
-bench/attention_frontier.py judges a small run's kept states per tolerance; bench/attention_dual_stream.py sets
-a held-out-dual run beside a training-dual one."""
+bench/attention_frontier.py judges a small run's kept states per tolerance; bench/sparse_choice.py judges them against
+the whole goal; bench/attention_dual_stream.py sets a held-out-dual run beside a training-dual one."""
 
 import shutil
 import subprocess
@@ -52,6 +52,28 @@ def test_frontier_picks_per_tolerance_among_kept_states_and_judges_them(small_di
     assert len(rows) == 3 and "no kept state admitted" in rows[0]  # a negative tolerance admits nothing
     assert "states kept for steps [3, 6]" in text and "not separate runs per tolerance" in text
     assert "fresh split" in text and "- Commit: " in text
+
+
+def test_choice_bench_judges_each_kept_state_and_ships_only_a_candidate_meeting_the_rule(small_dir, tmp_path):
+    from workbench.attention.config import JudgeConfig
+
+    from .test_train import _cfg
+
+    run, kept = tmp_path / "run", tmp_path / "kept"
+    kept.mkdir()
+    cfg = _cfg(steps=3, judge=JudgeConfig(untouched_sequences=6))
+    T.sparsify(small_dir, run, cfg, report_queries=2)
+    shutil.copy(run / T.CHECKPOINT, kept / "step3.pt")
+    out = tmp_path / "choice.md"
+    args = ("--base", small_dir, "--run", str(run), "--checkpoints", str(kept), "--queries", "2", "--out", str(out))
+    _bench("sparse_choice.py", *args)
+    text = out.read_text()
+    rows = [ln.split(" | ") for ln in text.splitlines() if ln.startswith("| step 3 |")]
+    assert len(rows) == 1 and "%" in rows[0][2] and " / " in rows[0][2]  # rows with no / one open key
+    assert "# Which sparse-attention state ships as small-sparse" in text and "(held-out sequences, T = 24)" in text
+    meets = rows[0][10] == "**yes**" and rows[0][7] == "**yes**"
+    assert ("Decision: **ship step 3**" in text) == meets and ("**nothing ships**" in text) != meets
+    assert "- Commit: " in text and "current" not in text.split("| state |")[1]  # no --current: no such row
 
 
 def test_dual_stream_bench_sets_a_held_out_dual_run_beside_a_training_dual_run(small_dir, tmp_path):

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -80,6 +81,28 @@ def test_a_finished_run_embeds_as_a_model_with_its_card(small_dir, tmp_path):
     assert "workbench attention sparsify --steps 3" in card and "Verdict on the fresh split" in card
     assert "Open keys per query per head" in card and "T = " in card
     assert G.is_gated(load(str(out), device="cpu")[0])
+
+
+def test_a_kept_checkpoint_is_adopted_as_the_saved_state_and_one_from_another_run_is_refused(small_dir, tmp_path):
+    from workbench.attention.report import format_report
+
+    run, kept = tmp_path / "run", tmp_path / "step3.pt"
+    T.sparsify(small_dir, run, _cfg(steps=3), report_queries=2)
+    shutil.copy(run / T.CHECKPOINT, kept)
+    T.sparsify(small_dir, run, _cfg(steps=6), resume=True, report_queries=2)
+    report = T.sparsify(small_dir, run, _cfg(steps=6), resume=True, report_queries=2, adopt=kept)
+    assert report["selected_step"] == 3 and report["selected_eval"]["adopted_from"] == "step3.pt"
+    assert report["selection"]["rule"] == T.ADOPT_RULE and "adopted after the run from step3.pt" in format_report(
+        report
+    )
+    saved = load(str(run), device="cpu")[0].state_dict()
+    assert all(torch.equal(saved[k], v) for k, v in checkpoint.read(kept)["model"].items())
+    other = tmp_path / "other"
+    T.sparsify(small_dir, other, _cfg(steps=3, tolerance=0.4), report_queries=2)
+    with pytest.raises(DamagedFileError, match="different configuration"):
+        T.sparsify(small_dir, run, _cfg(steps=6), resume=True, report_queries=2, adopt=other / T.CHECKPOINT)
+    with pytest.raises(BadValueError, match="holds step 6, which this run did not evaluate; adopt one of .*: 3"):
+        T.sparsify(small_dir, tmp_path / "r2", _cfg(steps=3), report_queries=2, adopt=run / T.CHECKPOINT)
 
 
 class Crash(Exception):

@@ -29,10 +29,12 @@ def test_saved_model_round_trips(tiny, tmp_path):
 def test_unknown_spec_names_the_choices(tmp_path):
     with pytest.raises(ModelSpecError, match="unknown model spec 'not-a-model'.*'small'.*'tiny'"):
         load("not-a-model")
-    from workbench.cli.options import EMBEDDED_HELP
+    from workbench.cli.options import EMBEDDED_DENSE, EMBEDDED_HELP, EMBEDDED_SPARSE
     from workbench.models import EMBEDDED
 
     assert all(name in EMBEDDED_HELP for name in EMBEDDED)  # --model's help names every embedded model
+    assert set(EMBEDDED_DENSE + EMBEDDED_SPARSE) == set(EMBEDDED)  # `attention add`'s choices, written out
+    assert {n for n in EMBEDDED if (EMBEDDED[n] / "sparsify.json").is_file()} == set(EMBEDDED_SPARSE)
     (tmp_path / "empty").mkdir()
     with pytest.raises(ModelSpecError, match="not a saved workbench model"):
         load(str(tmp_path / "empty"))

@@ -48,8 +48,9 @@ def judge_state(
         base_acc = remembered(memo, ("accuracy", seed), lambda seed=seed: task_accuracy(base, n_queries, seed))
         acc = accuracy_with_intervals(base, sparse, n_queries, seed, base_acc)
         guards[use] = accuracy_guard(acc, j.accuracy_drop, seed)
+    keys = summarise(s)
     return {
-        "mean_open_keys_per_query": summarise(s)["mean_open_keys_per_query"],
+        **{k: keys[k] for k in ("mean_open_keys_per_query", "empty_row_fraction", "single_key_row_fraction")},
         "verdict": verdict,
         "untouched": untouched(base, sparse, corpus, cfg, ctx_len, memo=memo),
         "accuracy_guard": guards,
@@ -90,7 +91,8 @@ def format_judgement(j: dict) -> str:
     """The judgement as plain text (what `workbench attention judge` prints)."""
     v, u = j["verdict"], j["untouched"]
     lines = [
-        f"open keys per query per head: {j['mean_open_keys_per_query']:.2f}",
+        f"open keys per query per head: {j['mean_open_keys_per_query']:.2f} (rows with no open key "
+        f"{j['empty_row_fraction']:.2%}, with exactly one {j['single_key_row_fraction']:.2%})",
         f"CE verdict (held-out sequences {v['split']['sequences'][0]}-{v['split']['sequences'][1] - 1}): "
         f"{v['difference']:+.4f} [{v['ci95'][0]:+.4f}, {v['ci95'][1]:+.4f}]: {v['why']}",
         untouched_line(u) if u else "untouched split: none (untouched_sequences = 0)",

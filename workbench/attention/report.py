@@ -303,6 +303,16 @@ def read_report(folder: str | Path) -> dict:
     return r
 
 
+def _saved_state_line(r: dict) -> str:
+    """Which state was saved: the selection rule's, or a kept checkpoint adopted after the run (train.adopt_kept)."""
+    adopted = r.get("selected_eval", {}).get("adopted_from")
+    return (
+        f"  saved state: step {r.get('selected_step', '?')}, chosen on the selection split (held-out sequences "
+        f"0-{r.get('config', {}).get('eval_sequences', 0) - 1})"
+        + (f"; adopted after the run from {adopted}" if adopted else "")
+    )
+
+
 def _verdict_lines(r: dict) -> list[str]:
     v = r.get("verdict")
     if not v:  # a report written before verdicts on a fresh split
@@ -314,8 +324,7 @@ def _verdict_lines(r: dict) -> list[str]:
         f"constraint {'met' if v['constraint_met'] else 'NOT MET'}: {v['why']}",
         f"  fresh verdict split: held-out sequences {first}-{end - 1} (n = {v['n']}), CE difference sparse - base "
         f"{v['difference']:+.4f} (SE {v['se']:.4f}, 95% interval [{lo:+.4f}, {hi:+.4f}])",
-        f"  saved state: step {r.get('selected_step', '?')}, chosen on the selection split (held-out sequences "
-        f"0-{r.get('config', {}).get('eval_sequences', 0) - 1})",
+        _saved_state_line(r),
         *([untouched_line(r["untouched"])] if r.get("untouched") else []),
         *([guard_line(r["accuracy_guard"])] if r.get("accuracy_guard") else []),
     ]

@@ -38,6 +38,7 @@ CHECKPOINT, RUN, CURVES = "checkpoint.pt", "sparsify.json", "curves.jsonl"
 
 
 SELECT_RULE = "sparsest evaluated state with CE difference + select_z * standard error <= tolerance"
+ADOPT_RULE = "a kept copy of the run's checkpoint.pt, chosen after the run (--adopt; e.g. by bench/sparse_choice.py)"
 
 
 class ConstraintNotMet(UserError):
@@ -323,6 +324,23 @@ def select(run: Run) -> dict:
     return {k: v for k, v in chosen.items() if k != "state"}
 
 
+def adopt_kept(run: Run, kept: str | Path) -> dict:
+    """Load a kept copy of this run's checkpoint.pt as the state to save instead of select's choice: one chosen
+    after the run by a rule the trainer does not apply (the accuracy guard on the selection queries too). Its
+    evaluation row, marked with the file it came from; a copy from another run or an unevaluated step is refused."""
+    state = checkpoint.read_matching(Path(kept), run.record)
+    evaluated = [e["step"] for e in run.history["evals"]]
+    if state["step"] not in evaluated:
+        raise BadValueError(
+            f"{kept} holds step {state['step']}, which this run did not evaluate; adopt one of the evaluated "
+            f"steps: {', '.join(map(str, evaluated))}"
+        )
+    run.model.load_state_dict(state["model"])
+    run.model.eval()
+    row = run.history["evals"][evaluated.index(state["step"])]
+    return {**row, "adopted_from": Path(kept).name}
+
+
 def save(run: Run, chosen: dict, report_queries: int) -> dict | None:
     """Write the model, its run record and curves, and the report with the verdict on the fresh split (rank 0)."""
     from workbench.models import load, model_id
@@ -339,7 +357,11 @@ def save(run: Run, chosen: dict, report_queries: int) -> dict | None:
         "tolerance": cfg.tolerance,
         "selected_step": chosen["step"],
         "selected_eval": chosen,
-        "selection": {"split": "heldout", "sequences": [0, cfg.eval_sequences], "rule": SELECT_RULE},
+        "selection": {
+            "split": "heldout",
+            "sequences": [0, cfg.eval_sequences],
+            "rule": ADOPT_RULE if "adopted_from" in chosen else SELECT_RULE,
+        },
         "evals": run.history["evals"],
         **({"dual_split": run.record["dual_split"]} if "dual_split" in run.record else {}),
         "config": cfg.to_dict(),
@@ -368,16 +390,18 @@ def sparsify(
     resume: bool = False,
     report_queries: int = 200,
     text_field: str = "text",
+    adopt: str | Path | None = None,
 ) -> dict:
     """Train gates (and weights) on `base` (a model spec) and save a gated workbench model in out_dir.
 
     Returns the report (also out_dir/attention_report.json); report["constraint_met"] says whether the
     saved model meets the constraint on the fresh verdict split (upper 95% bound within the tolerance).
     Resuming a finished run with more steps extends it; with the same steps it redoes select and save.
+    adopt: a kept copy of the run's checkpoint.pt whose state is saved instead of the selection rule's.
     """
     run = prepare(base, out_dir, cfg or SparsifyConfig(), corpus, resume, text_field)
     loop(run)
-    report = save(run, select(run), report_queries)
+    report = save(run, adopt_kept(run, adopt) if adopt else select(run), report_queries)
     if run.world > 1:
         shared = [report]
         dist.broadcast_object_list(shared, src=0)

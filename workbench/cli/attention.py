@@ -1,6 +1,7 @@
-"""`workbench attention train|report|compare`: sparse-attention post-training under a loss constraint.
+"""`workbench attention train|add|report|judge|compare`: sparse-attention post-training under a loss constraint.
 
 workbench attention train --model tiny [--workspace W] [--name N | --out DIR] [--tolerance 0.01] [--resume]
+workbench attention add small-sparse [--workspace W]   # an embedded sparse model into the workspace, for the app
 workbench attention report W/models/tiny-sparse
 workbench attention judge W/models/tiny-sparse [--accuracy-drop 0.02] [--untouched-sequences 512] [--write]
 workbench attention compare --base tiny --sparse sparse-tiny --task ioi --n 20 [--split heldout|train]
@@ -21,7 +22,14 @@ from pathlib import Path
 
 from workbench.attention.config import GateConfig, JudgeConfig, SparsifyConfig
 from workbench.circuits.feature.graph_config import HeadFlowConfig
-from workbench.cli.options import CORPUS, EMBEDDED_HELP, add_text_field_flag, quiet_flag, workspace_flag
+from workbench.cli.options import (
+    CORPUS,
+    EMBEDDED_HELP,
+    EMBEDDED_SPARSE,
+    add_text_field_flag,
+    quiet_flag,
+    workspace_flag,
+)
 from workbench.configflags import add_config_flags, config_values, count, set_fields
 from workbench.errors import BadValueError
 from workbench.guard import FILE, INPUT, artifact, declare
@@ -35,6 +43,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("attention", help="sparse-attention post-training under a loss constraint")
     attention = p.add_subparsers(dest="attention_command", required=True, metavar="ACTION")
     _add_train(attention)
+    _add_add(attention)
     r = attention.add_parser("report", help="print a sparse model's attention_report.json as tables")
     declare(r.add_argument("model", help="a folder written by `workbench attention train`"), INPUT)
     r.add_argument("--json", action="store_true", help="print the JSON instead (without the example patterns)")
@@ -60,6 +69,30 @@ def add_parser(sub) -> None:
     declare(transcoders, INPUT)
     add_config_flags(c, HeadFlowConfig, HEADS)
     c.set_defaults(func=_compare)
+
+
+def _add_add(attention) -> None:
+    a = attention.add_parser(
+        "add",
+        parents=[workspace_flag()],
+        help="copy an embedded sparse-attention model, its card and the circuit claims measured on it into the "
+        "workspace (the app's Attention and Compare pages list the workspace's sparse models)",
+    )
+    a.add_argument("name", choices=EMBEDDED_SPARSE, help="the embedded sparse-attention model")
+    a.set_defaults(func=_add)
+
+
+def _add(args) -> None:
+    from workbench.attention.card import COMPARE
+    from workbench.steps import embedded_sparse_model
+
+    report, folder = embedded_sparse_model(Workspace(args.workspace), args.name)
+    compared = sorted(p.stem for p in (folder / COMPARE).glob("*.json"))
+    print(
+        f"{folder}: sparse attention on {report['base_model']}, {report['mean_open_keys_per_query']:.2f} open keys "
+        f"per query per head (T = {report['ctx_len']}), constraint {'met' if report['constraint_met'] else 'NOT met'} "
+        f"on the fresh split; circuit claims shipped for: {', '.join(compared) or 'no task family'}"
+    )
 
 
 def _add_judge(attention) -> None:
@@ -109,6 +142,12 @@ def _add_train(attention) -> None:
         help="GateConfig fields without a flag, e.g. hard_concrete_limits=[-0.1,1.1]",
     )
     t.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    adopt = t.add_argument(
+        "--adopt",
+        help="save the state of this kept copy of the run's checkpoint.pt (an evaluated step) instead of the "
+        "selection rule's: a state chosen after the run against the whole goal (bench/sparse_choice.py)",
+    )
+    declare(adopt, INPUT)
     t.set_defaults(func=_train)
 
 
@@ -134,6 +173,7 @@ def _train(args) -> None:
         out=args.out,
         name=args.name,
         resume=args.resume,
+        adopt=args.adopt,
     )
     if dist_info()[0] != 0:  # under torchrun rank 0 prints, records and exits non-zero on an unmet constraint
         return

@@ -11,7 +11,9 @@ from workbench.guard import INPUT, WORKSPACE, Role, declare
 
 CORPUS = Role("input", split=",")  # a corpus spec: comma-separated files (or synthetic, hf:...)
 # the names of workbench.models.EMBEDDED, written out: the CLI starts without importing torch
-EMBEDDED_HELP = "an embedded model (tiny, tiny-sparse, small)"
+EMBEDDED_DENSE = ("tiny", "small")
+EMBEDDED_SPARSE = ("tiny-sparse", "small-sparse")  # sparse-attention versions (`attention add`)
+EMBEDDED_HELP = f"an embedded model ({', '.join(EMBEDDED_DENSE + EMBEDDED_SPARSE)})"
 MODEL_HELP = (
     f"{EMBEDDED_HELP}, a saved model folder, a Hugging Face model folder, or a TransformerLens name "
     "(default: %(default)s)"

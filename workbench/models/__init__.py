@@ -24,8 +24,8 @@ from workbench.provenance import model_id  # noqa: F401  (re-exported: its home 
 from workbench.readback import verify_artifact
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data"
-# tiny-sparse: attention/card.py; small: the 48-head model for the sparse-attention circuit claims
-EMBEDDED = {name: DATA_DIR / "models" / name for name in ("tiny", "tiny-sparse", "small")}
+# tiny-sparse, small-sparse: attention/card.py; small: the 48-head model for the sparse-attention circuit claims
+EMBEDDED = {name: DATA_DIR / "models" / name for name in ("tiny", "tiny-sparse", "small", "small-sparse")}
 WEIGHTS, CONFIG = "model.safetensors", "config.json"
 # Architecture extensions: a model may carry `workbench_extensions = {key: json config}`; save() writes
 # them into config.json and load() re-installs each with `install(model, config)` before the weights

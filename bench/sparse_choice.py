@@ -1,5 +1,5 @@
-"""Which sparse-attention state ships as data/models/tiny-sparse: every kept state of a run, and the current
-model, judged against the whole goal (docs/methods.md §7) by workbench.attention.judge.
+"""Which sparse-attention state ships as data/models/<base>-sparse: every kept state of a run (and the shipped
+model, when there is one), judged against the whole goal (docs/methods.md §7) by workbench.attention.judge.
 
 The rule. A state is a candidate when the run's own selection rule admits it on the selection split (held-out
 sequences 0-255: CE difference + select_z SE <= tolerance) and no task family is more than accuracy_drop below
@@ -9,8 +9,9 @@ also gives the CE cost on the untouched split, which no run, selection or verdic
 to choose). The issue's sparsity target (at most --keys open keys per query per head) is a column of its own.
 The run's logged selection-split evaluations are checked against a published table when --published is given.
 
-    .venv/bin/python bench/tiny_sparse_choice.py --run RUN --checkpoints SNAPS --current data/models/tiny-sparse \
+    .venv/bin/python bench/sparse_choice.py --run RUN --checkpoints SNAPS --current data/models/tiny-sparse \
         --published bench/results/attention_dual_stream.md --command "..." --threads 1
+    .venv/bin/python bench/sparse_choice.py --base small --run RUN --checkpoints SNAPS --steps 800,1000 ...
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import attention_frontier as frontier  # noqa: E402
 import harness  # noqa: E402
 
-OUT = harness.BENCH / "results" / "tiny_sparse_choice.md"
+RESULTS = harness.BENCH / "results"  # <base>_sparse_choice.md
+LABEL = {True: "rerun step", False: "step"}  # a rerun of a published run (--published) or the run itself
 
 
 def _iv(d: dict) -> str:
@@ -40,8 +42,15 @@ def _guard(g: dict) -> str:
     return cell + (f"; sub-row {', '.join(low)}" if low else "")
 
 
+def _rows_off(j: dict) -> str:
+    """Rows (query, head) with no open key and with exactly one: how much of the sparsity is rows switched off."""
+    if "empty_row_fraction" not in j:  # a judgement kept in --cache before the fractions were recorded
+        return "-"
+    return f"{j['empty_row_fraction']:.1%} / {j['single_key_row_fraction']:.1%}"
+
+
 def judge_run(
-    run: Path, checkpoints: Path, steps: list[int] | None, n_queries: int, cache: Path | None = None
+    base_spec: str, run: Path, checkpoints: Path, steps: list[int] | None, n_queries: int, cache: Path | None = None
 ) -> tuple[dict, list, dict]:
     """The run's record, its logged evaluations, and judge_state of every kept state (or of `steps`); cache: a
     JSON file of earlier judgements of this run's states at these settings (a state is fixed by its step)."""
@@ -55,7 +64,7 @@ def judge_run(
     newest = max((checkpoint.read(p) for p in sorted(checkpoints.glob("*.pt"))), key=lambda c: c["step"])
     record = newest["record"]
     cfg = SparsifyConfig.from_dict(record["config"])
-    base, tok = load("tiny", device="cpu")
+    base, tok = load(base_spec, device="cpu")
     corpus = load_corpus(record["corpus"], tok, seed=cfg.seed)
     key = f"{run.resolve()} queries={n_queries} judge={json.dumps(cfg.judge.to_dict(), sort_keys=True)}"
     kept = json.loads(cache.read_text()) if cache and cache.is_file() else {}
@@ -63,7 +72,7 @@ def judge_run(
     judged, memo = {}, {}
     for step in sorted(steps or states):
         if str(step) not in kept:
-            sparse = frontier.sparse_model(states[step], "tiny", record["config"]["gates"])
+            sparse = frontier.sparse_model(states[step], base_spec, record["config"]["gates"])
             kept[str(step)] = judge_state(base.eval(), sparse, corpus, cfg, record["ctx_len"], n_queries, memo)
             if cache:
                 harness.write_text(cache, json.dumps({key: kept}))
@@ -84,6 +93,7 @@ def row(label: str, j: dict, e: dict | None, cfg, keys: float) -> tuple[list, bo
     return [
         label,
         f"{k:.2f}",
+        _rows_off(j),
         "yes" if k <= keys else "no",
         _iv(e["difference"]) if e else "-",
         "yes" if admitted else "no",
@@ -129,15 +139,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", type=Path, required=True, help="the run folder (finished or not)")
     ap.add_argument("--checkpoints", type=Path, required=True, help="folder of kept copies of its checkpoint.pt")
-    ap.add_argument("--current", type=Path, default=Path("data/models/tiny-sparse"), help="the shipped model")
+    ap.add_argument("--base", default="tiny", help="the base model spec (default: %(default)s)")
+    ap.add_argument("--current", type=Path, help="the shipped sparse model, judged beside the run's states")
     ap.add_argument("--published", type=Path, help="a dual-stream table to check the run's evaluations against")
     ap.add_argument("--steps", default="", help="comma separated steps (default: every kept state)")
     ap.add_argument("--queries", type=int, default=200, help="held-out queries per family and query seed")
     ap.add_argument("--keys", type=float, default=1.5, help="the sparsity target: open keys per query per head")
     ap.add_argument("--command", default="", help="the run's command line, quoted in the report")
     ap.add_argument("--cache", type=Path, help="JSON file keeping each state's judgement between invocations")
-    harness.add_common_args(ap, OUT, threads=1)
+    harness.add_common_args(ap, None, threads=1)
     a = ap.parse_args()
+    a.out = a.out or RESULTS / f"{Path(a.base).name}_sparse_choice.md"
     threads = harness.set_threads(a.threads)
     machine = harness.machine_info()
     from workbench.attention.judge import judge_folder
@@ -145,44 +157,46 @@ def main() -> None:
     from workbench.attention.verdict import dual_sequences
 
     steps = [int(s) for s in a.steps.split(",") if s.strip()] or None
-    record, evals, judged = judge_run(a.run, a.checkpoints, steps, a.queries, a.cache)
+    record, evals, judged = judge_run(a.base, a.run, a.checkpoints, steps, a.queries, a.cache)
     cfg = record["cfg"]
     by_step = {e["step"]: e for e in evals}
     rows, cands = [], []
     for step, j in judged.items():
-        r, cand = row(f"rerun step {step}", j, by_step.get(step), cfg, a.keys)
+        r, cand = row(f"{LABEL[bool(a.published)]} {step}", j, by_step.get(step), cfg, a.keys)
         rows.append(r)
         cands += [(j["mean_open_keys_per_query"], step)] if cand else []
-    current = read_report(a.current)
-    cj = judge_folder(a.current, n_queries=a.queries)
-    rows.append(
-        row(f"current {a.current.name} (step {current['selected_step']})", cj, current["selected_eval"], cfg, a.keys)[0]
-    )
+    cj = None
+    if a.current:
+        current = read_report(a.current)
+        cj = judge_folder(a.current, n_queries=a.queries)
+        label = f"current {a.current.name} (step {current['selected_step']})"
+        rows.append(row(label, cj, current["selected_eval"], cfg, a.keys)[0])
     dual, dual_first = dual_sequences(record["corpus_obj"], cfg, record["ctx_len"])
-    lines = _lines(a, machine, threads, cfg, rows, cands, judged, cj, (dual_first, dual_first + len(dual)))
+    dual_range = (dual_first, dual_first + len(dual))
+    lines = _lines(a, machine, threads, cfg, record["ctx_len"], rows, cands, judged, cj, dual_range)
     if a.published:
         lines += reproduction_lines(evals, published_evals(a.published))
     harness.write_text(a.out, "\n".join(lines))
     print(f"wrote {a.out}")
 
 
-def _lines(a, machine, threads, cfg, rows, cands, judged, cj, dual_range) -> list[str]:
+def _lines(a, machine, threads, cfg, ctx, rows, cands, judged, cj, dual_range) -> list[str]:
     j0 = next(iter(judged.values()))
     v, u = j0["verdict"]["split"]["sequences"], j0["untouched"]["split"]["sequences"]
-    jc = cfg.judge
+    jc, label = cfg.judge, LABEL[bool(a.published)]
     best = min(cands, default=None)
     chosen = judged[best[1]] if best else None
     if chosen is None:
-        verdict = "**No rerun state is a candidate** (admitted on the selection split and within the points on the selection queries)."
+        verdict = f"**No {label.split()[0]} state is a candidate** (admitted on the selection split and within the points on the selection queries)."
     else:
         verdict = (
-            f"Sparsest candidate: rerun step {best[1]} ({best[0]:.2f} keys/q/h); verdict: CE "
+            f"Sparsest candidate: {label} {best[1]} ({best[0]:.2f} keys/q/h); verdict: CE "
             f"{'met' if chosen['verdict']['constraint_met'] else 'NOT met'}, accuracy guard on the verdict queries "
             f"{'met' if chosen['accuracy_guard']['verdict']['met'] else 'NOT met'}: "
             + ("**meets the rule**" if chosen["meets"] else "**does not meet the rule**")
         )
     return [
-        "# Which sparse-attention state ships as tiny-sparse: every kept state against the whole goal",
+        f"# Which sparse-attention state ships as {Path(a.base).name}-sparse: every kept state against the whole goal",
         "",
         *harness.machine_lines(machine, {}, threads, "no timing here: figures are CE differences and accuracies"),
         "",
@@ -190,7 +204,7 @@ def _lines(a, machine, threads, cfg, rows, cands, judged, cj, dual_range) -> lis
         + (f"; command: `{a.command}`" if a.command else "")
         + ".",
         "",
-        f"Splits (held-out sequences, T = 128): selection 0-{cfg.eval_sequences - 1} (the run's own choice), verdict "
+        f"Splits (held-out sequences, T = {ctx}): selection 0-{cfg.eval_sequences - 1} (the run's own choice), verdict "
         f"{v[0]}-{v[1] - 1} (fresh), dual stream {dual_range[0]}-{dual_range[1] - 1} (the held-out-dual run's dual "
         f"step reads it), untouched {u[0]}-{u[1] - 1} (no run, selection, verdict or dual step reads it; shares no "
         "document with the others). CE figures: paired per-sequence difference sparse - base, deterministic gates, "
@@ -204,6 +218,7 @@ def _lines(a, machine, threads, cfg, rows, cands, judged, cj, dual_range) -> lis
             [
                 "state",
                 "keys/q/h",
+                "rows with 0 / 1 open key",
                 f"<= {a.keys:g} keys",
                 "selection CE diff [95%]",
                 "admitted (selection)",
@@ -219,31 +234,40 @@ def _lines(a, machine, threads, cfg, rows, cands, judged, cj, dual_range) -> lis
         "",
         verdict,
         "",
-        *_decision(best, chosen, judged, cj),
+        *_decision(best, chosen, judged, cj, label),
     ]
 
 
-def _decision(best, chosen, judged: dict, cj: dict) -> list[str]:
-    """Ship the sparsest candidate if it meets the rule and is sparser than the current model, else keep it; and
-    the states that pass only where choosing them would be in-sample."""
+def _decision(best, chosen, judged: dict, cj: dict | None, label: str) -> list[str]:
+    """Ship the sparsest candidate if it meets the rule (and is sparser than the current model, when there is
+    one), else keep the current model or ship nothing; and the states that pass only where choosing them would
+    be in-sample."""
     late = [
         f"step {s} ({j['mean_open_keys_per_query']:.2f} keys/q/h)"
         for s, j in judged.items()
         if j["meets"] and (best is None or s != best[1])
     ]
-    ships = chosen is not None and chosen["meets"] and best[0] < cj["mean_open_keys_per_query"]
-    decision = (
-        f"Decision: **ship rerun step {best[1]}** (it meets the rule and is sparser than the current model)."
-        if ships
-        else "Decision: **keep the current model**: no candidate chosen on the selection split and selection queries "
-        f"meets the rule with fewer than its {cj['mean_open_keys_per_query']:.2f} keys/q/h (the current model's own "
-        f"accuracy guard on the verdict queries: {'met' if cj['accuracy_guard']['verdict']['met'] else 'NOT met'}, "
-        f"worst family {_guard(cj['accuracy_guard']['verdict'])})."
-    )
+    meets = chosen is not None and chosen["meets"]
+    if cj is None:
+        decision = (
+            f"Decision: **ship {label} {best[1]}** (it meets the rule)."
+            if meets
+            else "Decision: **nothing ships**: no candidate chosen on the selection split and selection queries "
+            "meets the rule."
+        )
+    elif meets and best[0] < cj["mean_open_keys_per_query"]:
+        decision = f"Decision: **ship {label} {best[1]}** (it meets the rule and is sparser than the current model)."
+    else:
+        decision = (
+            "Decision: **keep the current model**: no candidate chosen on the selection split and selection queries "
+            f"meets the rule with fewer than its {cj['mean_open_keys_per_query']:.2f} keys/q/h (the current model's "
+            f"own accuracy guard on the verdict queries: {'met' if cj['accuracy_guard']['verdict']['met'] else 'NOT met'}, "
+            f"worst family {_guard(cj['accuracy_guard']['verdict'])})."
+        )
     notes = (
         [
-            "States that pass on the verdict split and verdict queries but were not candidates (picking them there would "
-            "make the verdict in-sample): " + ", ".join(late) + "."
+            "States that pass on the verdict split and verdict queries but are not the sparsest candidate (choosing "
+            "among them there would make the verdict in-sample): " + ", ".join(late) + "."
         ]
         if late
         else []
