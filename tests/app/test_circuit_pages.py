@@ -212,10 +212,9 @@ def test_attention_page_draws_closed_gates_differences_and_masks(circuit_app, ci
 
 def test_the_48_head_sparse_model_added_to_a_workspace_is_on_the_attention_and_compare_pages(tmp_path, monkeypatch):
     """`attention add small-sparse`: the Attention page draws its 6 layers x 8 heads and the Compare page finds it."""
+    from tests.app.conftest import _runner
     from workbench import steps
     from workbench.workspace import Workspace
-
-    from tests.app.conftest import _runner
 
     report, _ = steps.embedded_sparse_model(Workspace(tmp_path / "ws"), "small-sparse")
     run = _runner(tmp_path / "ws", monkeypatch)
