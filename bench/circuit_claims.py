@@ -1,7 +1,7 @@
 """Circuit-size claims, base vs sparse attention: per task family, on held-out queries, the component circuit at
 each NDF target (heads, MLPs, edges; EAP-IG search with exact patching, `workbench.attention.compare`) and the
 attention entries it needs, on a base model and its sparse-attention version, with paired 95% intervals; and,
-through transcoders, the heads carrying the attention-mediated attribution (`workbench.attention.head_flow`).
+through transcoders (per-layer sets or CLTs, a store per kind), the heads carrying the attention-mediated attribution (`workbench.attention.head_flow`).
 
     python bench/circuit_claims.py --base tiny --sparse data/models/tiny-sparse [--n 20] [--transcoders B S]
     python bench/circuit_claims.py --base data/models/small --base-only [--n 20]   # the base model's sizes alone
@@ -9,7 +9,8 @@ through transcoders, the heads carrying the attention-mediated attribution (`wor
 
 Resumable: each family's JSON under --results is rewritten after every query, and a rerun of the same command
 measures only what is missing (a stored file made with other settings is refused, not mixed in). A paired run
-takes the base side from a finished --base-only run of the same settings instead of measuring it again.
+takes the base side from a --base-only run of the same settings instead of measuring it again, read per query, so the
+two can run side by side (the paired run measures a base side itself only where the other has not stored it yet).
 """
 
 from __future__ import annotations
@@ -82,10 +83,10 @@ def measure_family(args, models: dict, task: str, path: Path) -> None:
     rows, runs = (stored["queries"], stored["runs"]) if stored else ([], [])
     if len(rows) >= args.n:
         return
-    known = reusable_base(args, task, res)
     runs.append({**run_meta(), "from_query": len(rows)})
     qs = tasks.queries(task, args.n, seed=0, tokenizer=models["base"].tokenizer, split=args.split)
     for i in range(len(rows), args.n):
+        known = reusable_base(args, task, res)  # read per query: a --base-only run beside this one keeps adding
         rows.append(
             query_row(models, qs[i], args.targets, args.samples, 5, 0, rule, known[i] if i < len(known) else None)
         )
@@ -102,8 +103,15 @@ def run_meta() -> dict:
     }
 
 
+def dictionary_kind(folder: Path) -> str:
+    """'clt' for a cross-layer transcoder folder, 'set' for a per-layer transcoder set (heads stores are per kind)."""
+    from workbench.sae.clt_io import is_clt
+
+    return "clt" if is_clt(folder) else "set"
+
+
 def measure_heads(args, models: dict, task: str, path: Path) -> None:
-    """One family through the transcoder sets (per family: a stopped family is measured again)."""
+    """One family through the two dictionaries (per family: a stopped family is measured again)."""
     from workbench.attention.head_flow import compare_heads
     from workbench.circuits.feature.graph_config import HeadFlowConfig
 
@@ -196,23 +204,27 @@ def render_answers(results: dict[str, dict], sides: tuple[str, ...]) -> list[str
     return lines + harness.table(header, rows)
 
 
-def render_heads(heads: dict[str, dict]) -> list[str]:
+DICTIONARY_KINDS = {"set": "per-layer transcoder sets", "clt": "cross-layer transcoders"}
+
+
+def render_heads(kind: str, heads: dict[str, dict]) -> list[str]:
     if not heads:
         return []
-    lines = ["", "### Through transcoders: heads carrying the attention-mediated attribution, entries per edge", ""]
+    title = f"### Through {DICTIONARY_KINDS[kind]}: heads carrying the attention-mediated attribution, entries per edge"
     first = next(iter(heads.values()))
+    lines = ["", title, ""]
     lines.append(
-        f"- Sets: base {first['transcoders']['base']}, sparse {first['transcoders']['sparse']}; share "
+        f"- Dictionaries: base {first['transcoders']['base']}, sparse {first['transcoders']['sparse']}; share "
         f"{first['config']['share']}; base - sparse: mean per-query difference with its paired Student-t 95% interval"
     )
     return lines + [""] + harness.table(heads_header(first), [family_row(r) for r in heads.values()])
 
 
-def render(args, stores: dict[str, Path], heads: dict[str, Path]) -> str:
+def render(args, stores: dict[str, Path], heads: dict[str, dict[str, Path]]) -> str:
     results = {t: json.loads(p.read_text()) for t, p in stores.items() if p.is_file()}
-    flows = {t: json.loads(p.read_text()) for t, p in heads.items() if p.is_file()}
+    flows = {k: {t: json.loads(p.read_text()) for t, p in paths.items() if p.is_file()} for k, paths in heads.items()}
     partial = [t for t in stores if t not in results or len(results[t]["queries"]) < args.n]
-    runs = [(t, r) for part in (results, flows) for t, res in part.items() for r in res["runs"]]
+    runs = [(t, r) for part in (results, *flows.values()) for t, res in part.items() for r in res["runs"]]
     info = harness.machine_info()
     info["commit"] = ", ".join(sorted({r["commit"] for _, r in runs})) or "-"
     first = next(iter(results.values()), None)
@@ -230,7 +242,8 @@ def render(args, stores: dict[str, Path], heads: dict[str, Path]) -> str:
     sides = ("base",) if args.base_only else ("base", "sparse")
     lines += ["", "## Base model alone (section 1)", "", *render_base(results)]
     if not args.base_only:
-        lines += ["", "## Base vs sparse (section 3)", *render_paired(results), *render_heads(flows)]
+        lines += ["", "## Base vs sparse (section 3)", *render_paired(results)]
+        lines += [line for kind, found in flows.items() for line in render_heads(kind, found)]
     return "\n".join(lines + render_answers(results, sides)) + "\n"
 
 
@@ -300,7 +313,13 @@ def parse_args():
     ap.add_argument("--targets", default="0.8,0.9", help="NDF targets (default: %(default)s)")
     ap.add_argument("--samples", type=int, default=3, help="paraphrases and counterfactuals per query (default: 3)")
     ap.add_argument("--split", default="heldout", choices=("heldout", "train"), help="query split (default: heldout)")
-    ap.add_argument("--transcoders", nargs=2, type=Path, metavar=("BASE_SET", "SPARSE_SET"), help="one set per model")
+    ap.add_argument(
+        "--transcoders",
+        nargs=2,
+        type=Path,
+        metavar=("BASE_SET", "SPARSE_SET"),
+        help="one per-layer set or CLT per model, two of a kind",
+    )
     ap.add_argument("--share", type=float, default=0.8, help="with --transcoders: attribution share (default: 0.8)")
     ap.add_argument("--results", type=Path, help=f"per-family JSON (default: {rel(RESULTS)}, --quick: bench/work)")
     ap.add_argument("--render", action="store_true", help="write the report from the stored JSON, measure nothing")
@@ -311,6 +330,10 @@ def parse_args():
         ap.error("pass --sparse MODEL (base vs sparse) or --base-only, not both")
     if args.transcoders and args.base_only:
         ap.error("--transcoders compares two models: not with --base-only")
+    if args.transcoders and len({dictionary_kind(p) for p in args.transcoders}) > 1:
+        ap.error(
+            f"--transcoders {' '.join(map(str, args.transcoders))}: one per-layer set and one CLT; pass two of a kind"
+        )
     bad = [f for f in args.families.split(",") if f not in FAMILIES]
     if bad:
         ap.error(f"--families: unknown {bad}; choose from {list(FAMILIES)}")
@@ -332,7 +355,8 @@ def main() -> None:
     folder = run_folder(args)
     families = args.families.split(",")
     stores = {t: store_path(folder, args, t) for t in families}
-    heads = {t: store_path(folder, args, t, "heads-") for t in families} if args.transcoders or args.render else {}
+    # every kind's stored heads rows are rendered; this run measures its dictionaries' kind
+    heads = {k: {t: store_path(folder, args, t, f"heads-{k}-") for t in families} for k in DICTIONARY_KINDS}
     if not args.render:
         from workbench.models import load
 
@@ -343,7 +367,7 @@ def main() -> None:
         for task in families:
             measure_family(args, models, task, stores[task])
             if args.transcoders:
-                measure_heads(args, models, task, heads[task])
+                measure_heads(args, models, task, heads[dictionary_kind(args.transcoders[0])][task])
             harness.write_text(args.out, render(args, stores, heads))
     harness.write_text(args.out, render(args, stores, heads))
     print(args.out.read_text())

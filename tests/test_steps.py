@@ -1,6 +1,7 @@
 """ensure=True: a complete artifact is returned as it is (nothing reloaded or rewritten), an interrupted one resumes."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +12,7 @@ from workbench.sae.config import SAEConfig, TrainConfig
 from workbench.workspace import MANIFEST, Workspace
 
 HOOK = "blocks.1.hook_resid_post"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_ensure_returns_complete_artifacts_and_resumes_an_interrupted_run(tiny, tmp_path):
@@ -45,25 +47,33 @@ def test_ensure_on_a_circuit_needs_its_name(tiny, tmp_path):
         steps.find_circuit(Workspace(tmp_path), tiny[0], "a b", "c", ensure=True)
 
 
-def test_the_embedded_sparse_model_is_copied_recorded_and_loadable(tmp_path):
+@pytest.mark.parametrize("name, base, families", [("tiny-sparse", "tiny", 5), ("small-sparse", "small", 4)])
+def test_the_embedded_sparse_model_is_copied_recorded_and_loadable(name, base, families, tmp_path):
+    """Each embedded sparse model ships its circuit claims for Compare: the committed section-3 results of
+    bench/circuit_claims.py, byte for byte (families: how many have been measured and shipped)."""
     from workbench.errors import BadValueError
     from workbench.models import load, model_id
 
     ws = Workspace(tmp_path / "ws")
-    report, folder = steps.embedded_sparse_model(ws, ensure=True)
+    report, folder = steps.embedded_sparse_model(ws, name, ensure=True)
     art = next(a for a in ws.artifacts("models"))
-    assert art.name == "tiny-sparse" and art.manifest["made_by"] == "embedded data/models/tiny-sparse"
+    assert art.name == name and art.manifest["made_by"] == f"embedded data/models/{name}"
     assert {"model.safetensors", "attention_report.json", "README.md"} <= set(art.manifest["files"])
     shipped = dict(browse.compare_results(folder))  # the circuit claims measured on this model, for Compare
-    assert set(shipped) == {"ioi", "induction", "greater_than", "addition", "facts"}
+    assert len(shipped) == families and set(shipped) <= {"ioi", "induction", "greater_than", "addition", "facts"}
     assert all(r["n"] == 20 and r["sparse_model"] == report["model_id"] for r in shipped.values())
     assert all(r["base_model"] == report["base_model"] for r in shipped.values())
+    claims = ROOT / "bench" / "results" / "circuit_claims" / f"{base}-vs-{name}"
+    for task in shipped:
+        assert (folder / "compare" / f"{task}.json").read_bytes() == (claims / f"heldout-{task}-n20.json").read_bytes()
     assert art.manifest["summary"]["mean_open_keys_per_query"] == report["mean_open_keys_per_query"]
-    assert model_id(load(str(folder), device="cpu")[0]) == report["model_id"] == model_id(load("tiny-sparse")[0])
+    assert model_id(load(str(folder), device="cpu")[0]) == report["model_id"] == model_id(load(name)[0])
     manifest = (folder / MANIFEST).read_text()
-    assert steps.embedded_sparse_model(ws, ensure=True)[1] == folder and (folder / MANIFEST).read_text() == manifest
+    assert (
+        steps.embedded_sparse_model(ws, name, ensure=True)[1] == folder and (folder / MANIFEST).read_text() == manifest
+    )
     with pytest.raises(OutputExistsError, match="already holds a model"):
-        steps.embedded_sparse_model(ws)
+        steps.embedded_sparse_model(ws, name)
     with pytest.raises(
         BadValueError,
         match="'tiny' is not an embedded sparse-attention model; choose one of: tiny-sparse, small-sparse",

@@ -211,12 +211,13 @@ def test_attention_page_draws_closed_gates_differences_and_masks(circuit_app, ci
 
 
 def test_the_48_head_sparse_model_added_to_a_workspace_is_on_the_attention_and_compare_pages(tmp_path, monkeypatch):
-    """`attention add small-sparse`: the Attention page draws its 6 layers x 8 heads and the Compare page finds it."""
+    """`attention add small-sparse`: the Attention page draws its 6 layers x 8 heads; the Compare page finds it and
+    shows the section-3 claims shipped with it, per family, as claims.paired reads them."""
     from tests.app.conftest import _runner
     from workbench import steps
     from workbench.workspace import Workspace
 
-    report, _ = steps.embedded_sparse_model(Workspace(tmp_path / "ws"), "small-sparse")
+    report, folder = steps.embedded_sparse_model(Workspace(tmp_path / "ws"), "small-sparse")
     run = _runner(tmp_path / "ws", monkeypatch)
     at = ok(run("views/attention.py", model="models/small-sparse"))
     heads = at.dataframe[0].value
@@ -228,6 +229,13 @@ def test_the_48_head_sparse_model_added_to_a_workspace_is_on_the_attention_and_c
     assert any("base a0.h0" in t for t in titles) and any("sparse a0.h0" in t for t in titles)
     at = ok(run("views/compare.py", model="models/small-sparse"))
     assert report["model_id"] in text(at)
+    shipped = browse.compare_results(folder)
+    tables = [d.value for d in at.dataframe if "measure" in d.value.columns]
+    assert len(shipped) >= 4 and len(tables) == len(shipped)
+    for (_, res), table in zip(shipped, tables):
+        row = table[(table["NDF"] == "0.8") & (table["measure"] == "component edges")].iloc[0]
+        p = claims.paired(res, "component_edges", "0.8")
+        assert (row["queries"], row["base"], row["sparse"]) == (p["n"], p["base"], p["sparse"]) and p["n"] >= 15
 
 
 def test_attention_page_examples_and_a_typed_prompt(circuit_app, circuit_workspace):

@@ -98,10 +98,12 @@ def test_transcoder_quality_quick_fills_every_table_and_resumes(tmp_path):
 
 
 @pytest.mark.slow
-def test_circuit_claims_quick_reuses_the_base_side_resumes_and_refuses_other_settings(tiny_set, sparse_set, tmp_path):
-    """--base-only, then base vs sparse (and through transcoders) on the same results folder: the paired run takes
-    the base side from the base-only JSON, renders every measure with its intervals, a rerun measures nothing,
-    other settings are refused."""
+def test_circuit_claims_quick_reuses_the_base_side_resumes_and_refuses_other_settings(
+    tiny_set, sparse_set, tiny_clt, tiny_sparse_clt, tmp_path
+):
+    """--base-only, then base vs sparse (through transcoder sets, then CLTs) on the same results folder: the paired
+    run takes the base side from the base-only JSON, renders every measure with its intervals and each dictionary
+    kind's heads rows, a rerun measures nothing, other settings and a set against a CLT are refused."""
     work, script = tmp_path / "claims", "bench/circuit_claims.py"
     _run(tmp_path, script, "--base-only", "--quick", "--results", work, "--out", tmp_path / "base.md")
     text = (tmp_path / "base.md").read_text()
@@ -116,8 +118,8 @@ def test_circuit_claims_quick_reuses_the_base_side_resumes_and_refuses_other_set
         assert "| ioi | 0.8 | " in table and "| greater_than | 0.9 | " in table and "(n=" in table
     assert "- Base side of ioi, greater_than: measured by the --base-only run in " in text
     assert "- ioi, sparse: wrong on " in text and "| greater_than | " in text.split("### Seconds per query")[1]
-    flows = text.split("### Through transcoders")[1].split("###")[0]
-    assert "| ioi | 2 | " in flows and "| greater_than | 2 | " in flows
+    flows = text.split("### Through per-layer transcoder sets")[1].split("###")[0]
+    assert "| ioi | 2 | " in flows and "| greater_than | 2 | " in flows and "cross-layer" not in text
     store = work / "tiny-vs-tiny-sparse" / "heldout-ioi-n2.json"
     base = json.loads((work / "tiny" / "heldout-ioi-n2.json").read_text())
     res = json.loads(store.read_text())
@@ -125,12 +127,20 @@ def test_circuit_claims_quick_reuses_the_base_side_resumes_and_refuses_other_set
     assert res["split"] == "heldout" and all(q["sparse"]["seconds"] > 0 for q in res["queries"])
     _run(tmp_path, script, *paired, "--out", tmp_path / "again.md")
     assert json.loads(store.read_text())["runs"] == res["runs"]
-    heads = work / "tiny-vs-tiny-sparse" / "heads-heldout-ioi-n2.json"
+    heads = work / "tiny-vs-tiny-sparse" / "heads-set-heldout-ioi-n2.json"
     assert json.loads(heads.read_text())["split"] == "heldout"
+    clts = (*paired[:-2], tiny_clt, tiny_sparse_clt)
+    _run(tmp_path, script, *clts, "--out", tmp_path / "clts.md")
+    text = (tmp_path / "clts.md").read_text()
+    flows = text.split("### Through cross-layer transcoders")[1].split("###")[0]
+    assert "| ioi | 2 | " in flows and f"sparse {tiny_sparse_clt}" in flows and "### Through per-layer" in text
     env = {**os.environ, "PYTHONPATH": str(ROOT), "BENCH_WORK": str(tmp_path / "work"), "OMP_NUM_THREADS": "1"}
     argv = [sys.executable, script, *paired, "--targets", "0.8", "--out", str(tmp_path / "other.md")]
     proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode != 0 and "was made with targets=[0.8, 0.9], this run has targets=[0.8]" in proc.stderr
+    mixed = [sys.executable, script, *paired[:-1], tiny_sparse_clt]
+    proc = subprocess.run(mixed, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2 and "one per-layer set and one CLT; pass two of a kind" in proc.stderr
 
 
 @pytest.mark.slow
