@@ -26,6 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import harness  # noqa: E402
+from clt_bench import eval_figures  # noqa: E402
 from head_flow_bench import family_row  # noqa: E402
 from head_flow_bench import header as heads_header  # noqa: E402
 
@@ -217,7 +218,25 @@ def render_heads(kind: str, heads: dict[str, dict]) -> list[str]:
         f"- Dictionaries: base {first['transcoders']['base']}, sparse {first['transcoders']['sparse']}; share "
         f"{first['config']['share']}; base - sparse: mean per-query difference with its paired Student-t 95% interval"
     )
+    lines += [
+        f"- {side} dictionary: {dictionary_line(Path(first['transcoders'][side]))}" for side in ("base", "sparse")
+    ]
     return lines + [""] + harness.table(heads_header(first), [family_row(r) for r in heads.values()])
+
+
+def dictionary_line(folder: Path) -> str:
+    """What `sae eval` measured of a dictionary (on its cache's held-out rows), or that it has not been evaluated."""
+    if not folder.is_dir():
+        return f"{folder} (not on this machine)"
+    q = eval_figures(folder)
+    if not q["replaced"]:
+        return f"{folder.name}: not evaluated (`workbench sae eval` writes metrics.json)"
+    fvu = ", ".join(f"{v:.3f}" for v in q["fvu"] if v is not None)
+    return (
+        f"{folder.name}: FVU per layer {fvu}; total L0 {q['l0']:.1f}; every MLP replaced at once: CE recovered "
+        f"{q['replaced']['ce_loss_recovered']:.3f}, KL score {q['replaced']['kl_score']:.3f} (`workbench sae eval`, "
+        "held-out cache rows)"
+    )
 
 
 def render(args, stores: dict[str, Path], heads: dict[str, dict[str, Path]]) -> str:
@@ -321,6 +340,11 @@ def parse_args():
         help="one per-layer set or CLT per model, two of a kind",
     )
     ap.add_argument("--share", type=float, default=0.8, help="with --transcoders: attribution share (default: 0.8)")
+    ap.add_argument(
+        "--heads-only",
+        action="store_true",
+        help="with --transcoders: the heads rows alone (e.g. while another run measures these families' circuits)",
+    )
     ap.add_argument("--results", type=Path, help=f"per-family JSON (default: {rel(RESULTS)}, --quick: bench/work)")
     ap.add_argument("--render", action="store_true", help="write the report from the stored JSON, measure nothing")
     ap.add_argument("--quick", action="store_true", help="smoke run: 2 queries of ioi and greater_than, 1 sample")
@@ -330,6 +354,8 @@ def parse_args():
         ap.error("pass --sparse MODEL (base vs sparse) or --base-only, not both")
     if args.transcoders and args.base_only:
         ap.error("--transcoders compares two models: not with --base-only")
+    if args.heads_only and not args.transcoders:
+        ap.error("--heads-only measures through dictionaries: pass --transcoders BASE SPARSE")
     if args.transcoders and len({dictionary_kind(p) for p in args.transcoders}) > 1:
         ap.error(
             f"--transcoders {' '.join(map(str, args.transcoders))}: one per-layer set and one CLT; pass two of a kind"
@@ -365,7 +391,8 @@ def main() -> None:
             models["sparse"] = load(args.sparse)[0]
         folder.mkdir(parents=True, exist_ok=True)
         for task in families:
-            measure_family(args, models, task, stores[task])
+            if not args.heads_only:
+                measure_family(args, models, task, stores[task])
             if args.transcoders:
                 measure_heads(args, models, task, heads[dictionary_kind(args.transcoders[0])][task])
             harness.write_text(args.out, render(args, stores, heads))

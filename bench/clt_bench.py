@@ -518,26 +518,38 @@ def store_facts(names: list[str], tasks: list[str], n: int) -> list[str]:
     return out
 
 
+def eval_figures(folder: Path) -> dict:
+    """A set's or CLT's `sae eval` figures (its metrics.json; empty before the eval): FVU per layer, total L0, CE
+    recovered and KL score with every MLP replaced at once."""
+    from workbench.sae.clt_io import is_clt
+
+    m = json.loads((folder / "metrics.json").read_text()) if (folder / "metrics.json").is_file() else {}
+    if is_clt(folder):
+        return {"fvu": m.get("fvu_per_layer", []), "l0": m.get("l0"), "replaced": m.get("all_replaced", {})}
+    members = [m.get("members", {}).get(n, {}) for n in sorted(m.get("members", {}))]
+    l0 = sum(x.get("l0", 0) for x in members) if members else None
+    return {
+        "fvu": [x.get("fvu") for x in members],
+        "l0": l0,
+        "replaced": next(iter(m.get("all_replaced", {}).values()), {}),
+    }
+
+
 def quality(name: str) -> dict:
-    """A dictionary's `sae eval` figures (its metrics.json): FVU per layer, total L0, CE recovered and KL score with
-    every MLP replaced at once; its parameters; the training run's wall and CPU seconds and load (prep.json)."""
+    """A dictionary's `sae eval` figures (eval_figures); its parameters; the training run's wall and CPU seconds
+    and load (prep.json)."""
     from safetensors.torch import load_file
 
     folder, (_, kind, _) = dict_dir(name), DICTS[name]
-    m = json.loads((folder / "metrics.json").read_text()) if (folder / "metrics.json").is_file() else {}
     if kind == "transcoders":
-        members = [m.get("members", {}).get(n, {}) for n in sorted(m.get("members", {}))]
-        fvu, l0 = [x.get("fvu") for x in members], (sum(x.get("l0", 0) for x in members) if members else None)
-        replaced = next(iter(m.get("all_replaced", {}).values()), {})
         files = sorted(folder.glob("L*/sae_weights.safetensors"))
     else:
-        fvu, l0, replaced = m.get("fvu_per_layer", []), m.get("l0"), m.get("all_replaced", {})
         files = [folder / "clt_weights.safetensors"]
     trained = ("W_enc", "W_dec", "b_enc", "b_dec")  # not the buffers (scales, the input centre b_in)
     params = sum(t.numel() for f in files for k, t in load_file(str(f)).items() if k.rsplit(".", 1)[-1] in trained)
     prep = json.loads((WORK / "prep.json").read_text()) if (WORK / "prep.json").is_file() else {}
     run = next((v for k, v in prep.items() if f"/{kind}/{name}/" in k), {})
-    return {"fvu": fvu, "l0": l0, "replaced": replaced, "parameters": params, "run": run}
+    return {**eval_figures(folder), "parameters": params, "run": run}
 
 
 def dicts_part(args) -> list[str]:

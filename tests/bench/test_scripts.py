@@ -101,9 +101,10 @@ def test_transcoder_quality_quick_fills_every_table_and_resumes(tmp_path):
 def test_circuit_claims_quick_reuses_the_base_side_resumes_and_refuses_other_settings(
     tiny_set, sparse_set, tiny_clt, tiny_sparse_clt, tmp_path
 ):
-    """--base-only, then base vs sparse (through transcoder sets, then CLTs) on the same results folder: the paired
-    run takes the base side from the base-only JSON, renders every measure with its intervals and each dictionary
-    kind's heads rows, a rerun measures nothing, other settings and a set against a CLT are refused."""
+    """--base-only, then base vs sparse (through transcoder sets, then CLTs with --heads-only) on the same results
+    folder: the paired run takes the base side from the base-only JSON, renders every measure with its intervals and
+    each dictionary kind's heads rows, a rerun measures nothing, other settings and a set against a CLT are
+    refused."""
     work, script = tmp_path / "claims", "bench/circuit_claims.py"
     _run(tmp_path, script, "--base-only", "--quick", "--results", work, "--out", tmp_path / "base.md")
     text = (tmp_path / "base.md").read_text()
@@ -129,11 +130,6 @@ def test_circuit_claims_quick_reuses_the_base_side_resumes_and_refuses_other_set
     assert json.loads(store.read_text())["runs"] == res["runs"]
     heads = work / "tiny-vs-tiny-sparse" / "heads-set-heldout-ioi-n2.json"
     assert json.loads(heads.read_text())["split"] == "heldout"
-    clts = (*paired[:-2], tiny_clt, tiny_sparse_clt)
-    _run(tmp_path, script, *clts, "--out", tmp_path / "clts.md")
-    text = (tmp_path / "clts.md").read_text()
-    flows = text.split("### Through cross-layer transcoders")[1].split("###")[0]
-    assert "| ioi | 2 | " in flows and f"sparse {tiny_sparse_clt}" in flows and "### Through per-layer" in text
     env = {**os.environ, "PYTHONPATH": str(ROOT), "BENCH_WORK": str(tmp_path / "work"), "OMP_NUM_THREADS": "1"}
     argv = [sys.executable, script, *paired, "--targets", "0.8", "--out", str(tmp_path / "other.md")]
     proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -141,6 +137,13 @@ def test_circuit_claims_quick_reuses_the_base_side_resumes_and_refuses_other_set
     mixed = [sys.executable, script, *paired[:-1], tiny_sparse_clt]
     proc = subprocess.run(mixed, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 2 and "one per-layer set and one CLT; pass two of a kind" in proc.stderr
+    store.unlink()  # --heads-only measures no component circuit
+    clts = (*paired[:-2], tiny_clt, tiny_sparse_clt, "--heads-only")
+    _run(tmp_path, script, *clts, "--out", tmp_path / "clts.md")
+    text = (tmp_path / "clts.md").read_text()
+    flows = text.split("### Through cross-layer transcoders")[1].split("###")[0]
+    assert "| ioi | 2 | " in flows and f"sparse {tiny_sparse_clt}" in flows and "### Through per-layer" in text
+    assert not store.exists() and (work / "tiny-vs-tiny-sparse" / "heads-clt-heldout-ioi-n2.json").is_file()
 
 
 @pytest.mark.slow
