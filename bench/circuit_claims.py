@@ -225,15 +225,29 @@ def render_heads(kind: str, heads: dict[str, dict]) -> list[str]:
 
 
 def dictionary_line(folder: Path) -> str:
-    """What `sae eval` measured of a dictionary (on its cache's held-out rows), or that it has not been evaluated."""
+    """How a dictionary was trained (its saved config) and what `sae eval` measured of it on its cache's held-out
+    rows, or that it has not been evaluated."""
+    from workbench.circuits.feature.transcoders import TranscoderSet
+    from workbench.sae.clt_io import is_clt
+
     if not folder.is_dir():
         return f"{folder} (not on this machine)"
+    if is_clt(folder):
+        saved = json.loads((folder / "clt.json").read_text())
+        arch = saved["clt_config"]
+    else:  # the first layer's member: every member of a set is trained by one recipe
+        saved = json.loads((next(iter(TranscoderSet(folder).member_folders().values())) / "workbench.json").read_text())
+        arch = saved["sae_config"]
+    made = (
+        f"{arch['architecture']} k {arch['k']}, {arch['n_latents']} latents per layer, "
+        f"{saved['train_config']['n_tokens']:,} training tokens of {saved['data']['corpus']} on {saved['data']['model']}"
+    )
     q = eval_figures(folder)
     if not q["replaced"]:
-        return f"{folder.name}: not evaluated (`workbench sae eval` writes metrics.json)"
+        return f"{made}; not evaluated (`workbench sae eval` writes metrics.json)"
     fvu = ", ".join(f"{v:.3f}" for v in q["fvu"] if v is not None)
     return (
-        f"{folder.name}: FVU per layer {fvu}; total L0 {q['l0']:.1f}; every MLP replaced at once: CE recovered "
+        f"{made}; FVU per layer {fvu}; total L0 {q['l0']:.1f}; every MLP replaced at once: CE recovered "
         f"{q['replaced']['ce_loss_recovered']:.3f}, KL score {q['replaced']['kl_score']:.3f} (`workbench sae eval`, "
         "held-out cache rows)"
     )

@@ -47,4 +47,5 @@ def test_a_missing_value_drops_the_query_from_that_measure_and_intervals_that_in
     assert heads["ratio"].n == 3 and undecided(heads) == ["difference includes 0", "ratio includes 1"]
     single = paired(_result([(_side(20, 4, 40), _side(10, 2, 10))]), "component_edges", "0.9")
     assert undecided(single) == ["difference includes 0", "ratio includes 1"]  # one query: no interval
+    assert single["ratio"].mean == pytest.approx(2.0) and single["ratio"].format("{:.2f}") == "2.00 (n=1)"
     assert paired(_result([(_side(10, 4, None), _side(5, 2, None))]), "token_entries", "0.9") is None

@@ -121,6 +121,7 @@ def test_circuit_claims_quick_reuses_the_base_side_resumes_and_refuses_other_set
     assert "- ioi, sparse: wrong on " in text and "| greater_than | " in text.split("### Seconds per query")[1]
     flows = text.split("### Through per-layer transcoder sets")[1].split("###")[0]
     assert "| ioi | 2 | " in flows and "| greater_than | 2 | " in flows and "cross-layer" not in text
+    assert "- base dictionary: topk k 8, " in flows and "; not evaluated (`workbench sae eval` writes" in flows
     store = work / "tiny-vs-tiny-sparse" / "heldout-ioi-n2.json"
     base = json.loads((work / "tiny" / "heldout-ioi-n2.json").read_text())
     res = json.loads(store.read_text())
@@ -143,6 +144,7 @@ def test_circuit_claims_quick_reuses_the_base_side_resumes_and_refuses_other_set
     text = (tmp_path / "clts.md").read_text()
     flows = text.split("### Through cross-layer transcoders")[1].split("###")[0]
     assert "| ioi | 2 | " in flows and f"sparse {tiny_sparse_clt}" in flows and "### Through per-layer" in text
+    assert "- sparse dictionary: batchtopk k 8, " in flows
     assert not store.exists() and (work / "tiny-vs-tiny-sparse" / "heads-clt-heldout-ioi-n2.json").is_file()
 
 

@@ -57,7 +57,7 @@ def log_ratio(b: dict[int, float], s: dict[int, float]) -> Interval | None:
     if not logs:
         return None
     iv = t_interval(logs)
-    return Interval(math.exp(iv.mean), math.exp(iv.lo), math.exp(iv.hi), iv.n) if iv.n > 1 else iv
+    return Interval(math.exp(iv.mean), math.exp(iv.lo), math.exp(iv.hi), iv.n, iv.confidence)  # one query: nan bounds
 
 
 def paired(res: dict, measure, t: str) -> dict | None:
