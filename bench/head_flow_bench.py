@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 from feature_circuit_bench import OUT, write_section  # noqa: E402
 
-from workbench.attention.head_flow import format_gap  # noqa: E402
+from workbench.attention.claims import format_gap  # noqa: E402
 
 FAMILIES = ("ioi", "induction", "greater_than", "facts", "addition")
 

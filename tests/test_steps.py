@@ -47,10 +47,13 @@ def test_ensure_on_a_circuit_needs_its_name(tiny, tmp_path):
         steps.find_circuit(Workspace(tmp_path), tiny[0], "a b", "c", ensure=True)
 
 
-@pytest.mark.parametrize("name, base, families", [("tiny-sparse", "tiny", 5), ("small-sparse", "small", 4)])
-def test_the_embedded_sparse_model_is_copied_recorded_and_loadable(name, base, families, tmp_path):
+@pytest.mark.parametrize(
+    "name, base, families, flows", [("tiny-sparse", "tiny", 5, 0), ("small-sparse", "small", 4, 10)]
+)
+def test_the_embedded_sparse_model_is_copied_recorded_and_loadable(name, base, families, flows, tmp_path):
     """Each embedded sparse model ships its circuit claims for Compare: the committed section-3 results of
-    bench/circuit_claims.py, byte for byte (families: how many have been measured and shipped)."""
+    bench/circuit_claims.py, byte for byte (families: how many have been measured and shipped; flows: the head
+    flows through per-layer sets and CLTs, one per family and kind)."""
     from workbench.errors import BadValueError
     from workbench.models import load, model_id
 
@@ -66,6 +69,12 @@ def test_the_embedded_sparse_model_is_copied_recorded_and_loadable(name, base, f
     claims = ROOT / "bench" / "results" / "circuit_claims" / f"{base}-vs-{name}"
     for task in shipped:
         assert (folder / "compare" / f"{task}.json").read_bytes() == (claims / f"heldout-{task}-n20.json").read_bytes()
+    heads = browse.head_flow_results(folder)
+    assert len(heads) == flows and {kind for kind, _, _ in heads} <= {"set", "clt"}
+    for kind, task, res in heads:
+        stored = claims / f"heads-{kind}-heldout-{task}-n20.json"
+        assert (folder / "compare" / f"heads-{kind}-{task}.json").read_bytes() == stored.read_bytes()
+        assert res["n"] == 20 and res["sparse_model"] == report["model_id"] and res["task"] == task
     assert art.manifest["summary"]["mean_open_keys_per_query"] == report["mean_open_keys_per_query"]
     assert model_id(load(str(folder), device="cpu")[0]) == report["model_id"] == model_id(load(name)[0])
     manifest = (folder / MANIFEST).read_text()

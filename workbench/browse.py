@@ -323,9 +323,28 @@ def attention_report(folder: str | Path) -> dict:
     return json_file(Path(folder) / REPORT, "attention report")
 
 
+HEAD_FLOW = "heads-"  # compare/heads-<set|clt>-<task>.json: base vs sparse through two dictionaries of a kind
+
+
+def _compared(folder: Path, head_flow: bool) -> list[str]:
+    """The compare/*.json files the sparse model's manifest lists: the circuit comparisons or the head flows."""
+    listed = _artifact(folder).get("files", {})
+    found = [f for f in listed if f.startswith("compare/") and f.endswith(".json")]
+    return sorted(f for f in found if PurePosixPath(f).name.startswith(HEAD_FLOW) == head_flow)
+
+
 def compare_results(folder: str | Path) -> list[tuple[str, dict]]:
     """(task, result) of each `workbench attention compare` the sparse model's manifest lists (compare/<task>.json)."""
     folder = Path(folder)
-    listed = _artifact(folder).get("files", {})
-    names = sorted(f for f in listed if f.startswith("compare/") and f.endswith(".json"))
-    return [(PurePosixPath(f).stem, json_file(folder / f, "attention comparison")) for f in names]
+    return [(PurePosixPath(f).stem, json_file(folder / f, "attention comparison")) for f in _compared(folder, False)]
+
+
+def head_flow_results(folder: str | Path) -> list[tuple[str, str, dict]]:
+    """(dictionary kind, task, result) of each head-flow comparison listed with the sparse model
+    (compare/heads-<kind>-<task>.json, `attention compare --transcoders` through two per-layer sets or two CLTs)."""
+    folder = Path(folder)
+    out = []
+    for f in _compared(folder, True):
+        kind, task = PurePosixPath(f).stem[len(HEAD_FLOW) :].split("-", 1)
+        out.append((kind, task, json_file(folder / f, "head-flow comparison")))
+    return out

@@ -9,6 +9,7 @@ from app.figures import attention as fa
 from app.figures import circuit as cg
 from workbench import browse
 from workbench.attention import claims
+from workbench.attention.claims import format_gap
 from workbench.errors import UserError
 
 TARGETS = (0.5, 0.6, 0.7, 0.8, 0.9)
@@ -88,6 +89,9 @@ else:
 st.subheader("per task: `workbench attention compare`")
 try:
     results = browse.compare_results(folder)
+    flows: dict[str, list] = {}  # task -> (dictionary kind, head-flow result), shipped as compare/heads-*.json
+    for kind, task, flow in browse.head_flow_results(folder):
+        flows.setdefault(task, []).append((kind, flow))
 except UserError as e:
     state.fail(e)
 if not results:
@@ -115,6 +119,26 @@ def claims_table(res: dict) -> list[dict]:
     return rows
 
 
+DICTIONARIES = {"set": "per-layer transcoder sets", "clt": "cross-layer transcoders"}
+FLOW_MEASURES = {
+    "heads carrying the share": "heads_needed",
+    "entries per feature edge covering the share": "entries_covering",
+    "feature edges crossing attention": "feature_edges",
+}
+
+
+def head_flow_table(flow: dict) -> list[dict]:
+    """Per measure, each model's mean over the queries and base − sparse with its paired interval (where drawn)."""
+    rows = []
+    for name, key in FLOW_MEASURES.items():
+        gap = flow["base_minus_sparse"].get(key)
+        rows.append(
+            {"measure": name, "base": flow["summary"]["base"][key]["mean"]}
+            | {"sparse": flow["summary"]["sparse"][key]["mean"], DIFF: format_gap(gap) if gap else "–"}
+        )
+    return rows
+
+
 for task, res in results:
     st.markdown(
         f"**{state.text(res.get('task', task))}**: {res.get('n_used', 0)}/{res.get('n', 0)} queries with a gap on both models"
@@ -128,6 +152,12 @@ for task, res in results:
             + (f"; attention entries left out are {res['token_removal']}" if res.get("token_removal") else "")
         )
     )
+    for kind, flow in flows.get(task, []):
+        st.markdown(
+            f"through {DICTIONARIES.get(kind, kind)}: the heads carrying {flow['config']['share']:.0%} of the "
+            f"attention-mediated attribution ({len(flow['queries'])} queries)"
+        )
+        st.dataframe(pd.DataFrame(head_flow_table(flow)), hide_index=True)
     only = fa.heads_only_in_one(res)
     if only:
         st.dataframe(pd.DataFrame(only), hide_index=True)

@@ -230,12 +230,30 @@ def test_the_48_head_sparse_model_added_to_a_workspace_is_on_the_attention_and_c
     at = ok(run("views/compare.py", model="models/small-sparse"))
     assert report["model_id"] in text(at)
     shipped = browse.compare_results(folder)
-    tables = [d.value for d in at.dataframe if "measure" in d.value.columns]
+    tables = [d.value for d in at.dataframe if "undecided" in d.value.columns]
     assert len(shipped) >= 4 and len(tables) == len(shipped)
     for (_, res), table in zip(shipped, tables):
         row = table[(table["NDF"] == "0.8") & (table["measure"] == "component edges")].iloc[0]
         p = claims.paired(res, "component_edges", "0.8")
         assert (row["queries"], row["base"], row["sparse"]) == (p["n"], p["base"], p["sparse"]) and p["n"] >= 15
+    flows = [
+        d.value
+        for d in at.dataframe
+        if "entries per feature edge covering the share" in list(d.value.get("measure", []))
+    ]
+    heads = browse.head_flow_results(folder)
+    shown = {task for task, _ in shipped}
+    assert len(flows) == sum(task in shown for _, task, _ in heads) >= 8  # a set's and a CLT's per family shown
+    [(_, ioi_set)] = [(k, r) for k, t, r in heads if (k, t) == ("set", "ioi")]
+    first = flows[[t for t, _ in shipped].index("ioi") * 2 + [k for k, t, _ in heads if t == "ioi"].index("set")]
+    row = first[first["measure"] == "heads carrying the share"].iloc[0]
+    gap = ioi_set["base_minus_sparse"]["heads_needed"]
+    assert (row["base"], row["sparse"]) == (
+        ioi_set["summary"]["base"]["heads_needed"]["mean"],
+        ioi_set["summary"]["sparse"]["heads_needed"]["mean"],
+    )
+    assert row["base − sparse [95%]"] == claims.format_gap(gap) and gap["lo"] > 0  # fewer heads, interval above 0
+    assert "through cross-layer transcoders: the heads carrying 80% of the attention-mediated attribution" in text(at)
 
 
 def test_attention_page_examples_and_a_typed_prompt(circuit_app, circuit_workspace):

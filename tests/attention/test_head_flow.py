@@ -13,7 +13,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from workbench.attention.head_flow import fewest_covering, format_gap, head_mass, paired_gap
+from workbench.attention.claims import format_gap
+from workbench.attention.head_flow import fewest_covering, head_mass, paired_gap
 from workbench.circuits.feature.graph_config import HeadFlowConfig
 from workbench.circuits.feature.transcoders import open_set
 from workbench.cli import main

@@ -86,3 +86,14 @@ def undecided(p: dict) -> list[str]:
     if ratio is None or ratio.n < 2 or ratio.lo <= 1 <= ratio.hi:
         flags.append("ratio includes 1")
     return flags
+
+
+def format_gap(gap: dict, digits: int = 2) -> str:
+    """'1.20 [0.45, 1.95] (n=20)': a paired gap's mean (head_flow.paired_gap) and its interval; '-' without a
+    query both models have."""
+    if gap["mean"] is None:
+        return "-"
+    f = lambda v: f"{v:.{digits}f}"  # noqa: E731
+    if gap["lo"] is None:
+        return f"{f(gap['mean'])} (n={gap['n']})"
+    return f"{f(gap['mean'])} [{f(gap['lo'])}, {f(gap['hi'])}] (n={gap['n']})"

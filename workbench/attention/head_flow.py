@@ -22,6 +22,7 @@ import math
 import numpy as np
 import torch
 
+from workbench.attention.claims import format_gap
 from workbench.circuits.feature import graph_heads
 from workbench.circuits.feature import influence as inf
 from workbench.circuits.feature.attribution_graph import GraphConfig, build_graph
@@ -204,13 +205,3 @@ def format_head_compare(res: dict) -> str:
             f"base - sparse, {name} covering {share:.0%} [paired t {gap['confidence']:.0%}]: {format_gap(gap)}"
         )
     return "\n".join(lines)
-
-
-def format_gap(gap: dict, digits: int = 2) -> str:
-    """'1.20 [0.45, 1.95] (n=20)': paired_gap's mean and its interval; '-' without a query both models have."""
-    if gap["mean"] is None:
-        return "-"
-    f = lambda v: f"{v:.{digits}f}"  # noqa: E731
-    if gap["lo"] is None:
-        return f"{f(gap['mean'])} (n={gap['n']})"
-    return f"{f(gap['mean'])} [{f(gap['lo'])}, {f(gap['hi'])}] (n={gap['n']})"
