@@ -83,6 +83,13 @@ def test_the_embedded_sparse_model_is_copied_recorded_and_loadable(name, base, f
     )
     with pytest.raises(OutputExistsError, match="already holds a model"):
         steps.embedded_sparse_model(ws, name)
+    if flows:  # a listed file outside the naming scheme is refused by name, not misread
+        (folder / "compare" / "heads-sae-ioi.json").write_bytes(
+            (folder / "compare" / "heads-set-ioi.json").read_bytes()
+        )
+        steps.rerecord(ws, folder, "models", "a test")
+        with pytest.raises(DamagedFileError, match=r"heads-sae-ioi.json: .* with kind one of set, clt; rename"):
+            browse.head_flow_results(folder)
     with pytest.raises(
         BadValueError,
         match="'tiny' is not an embedded sparse-attention model; choose one of: tiny-sparse, small-sparse",

@@ -324,6 +324,7 @@ def attention_report(folder: str | Path) -> dict:
 
 
 HEAD_FLOW = "heads-"  # compare/heads-<set|clt>-<task>.json: base vs sparse through two dictionaries of a kind
+HEAD_FLOW_KINDS = ("set", "clt")
 
 
 def _compared(folder: Path, head_flow: bool) -> list[str]:
@@ -345,6 +346,11 @@ def head_flow_results(folder: str | Path) -> list[tuple[str, str, dict]]:
     folder = Path(folder)
     out = []
     for f in _compared(folder, True):
-        kind, task = PurePosixPath(f).stem[len(HEAD_FLOW) :].split("-", 1)
+        kind, _, task = PurePosixPath(f).stem[len(HEAD_FLOW) :].partition("-")
+        if kind not in HEAD_FLOW_KINDS or not task:
+            raise DamagedFileError(
+                f"{folder / f}: a head-flow comparison is named {HEAD_FLOW}<kind>-<task>.json with kind one of "
+                f"{', '.join(HEAD_FLOW_KINDS)}; rename or remove it"
+            )
         out.append((kind, task, json_file(folder / f, "head-flow comparison")))
     return out
