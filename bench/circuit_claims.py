@@ -31,6 +31,7 @@ from head_flow_bench import family_row  # noqa: E402
 from head_flow_bench import header as heads_header  # noqa: E402
 
 from workbench.attention.claims import MEASURES, paired, side_values, undecided  # noqa: E402
+from workbench.browse import HEAD_FLOW_KINDS  # noqa: E402
 from workbench.intervals import t_interval  # noqa: E402
 
 FAMILIES = ("ioi", "induction", "greater_than", "addition", "facts")
@@ -205,13 +206,10 @@ def render_answers(results: dict[str, dict], sides: tuple[str, ...]) -> list[str
     return lines + harness.table(header, rows)
 
 
-DICTIONARY_KINDS = {"set": "per-layer transcoder sets", "clt": "cross-layer transcoders"}
-
-
 def render_heads(kind: str, heads: dict[str, dict]) -> list[str]:
     if not heads:
         return []
-    title = f"### Through {DICTIONARY_KINDS[kind]}: heads carrying the attention-mediated attribution, entries per edge"
+    title = f"### Through {HEAD_FLOW_KINDS[kind]}: heads carrying the attention-mediated attribution, entries per edge"
     first = next(iter(heads.values()))
     lines = ["", title, ""]
     lines.append(
@@ -370,10 +368,12 @@ def parse_args():
         ap.error("--transcoders compares two models: not with --base-only")
     if args.heads_only and not args.transcoders:
         ap.error("--heads-only measures through dictionaries: pass --transcoders BASE SPARSE")
-    if args.transcoders and len({dictionary_kind(p) for p in args.transcoders}) > 1:
+    kinds = {dictionary_kind(p) for p in args.transcoders or ()}
+    if len(kinds) > 1:
         ap.error(
             f"--transcoders {' '.join(map(str, args.transcoders))}: one per-layer set and one CLT; pass two of a kind"
         )
+    args.kind = kinds.pop() if kinds else None  # the heads store this run measures into
     bad = [f for f in args.families.split(",") if f not in FAMILIES]
     if bad:
         ap.error(f"--families: unknown {bad}; choose from {list(FAMILIES)}")
@@ -396,7 +396,7 @@ def main() -> None:
     families = args.families.split(",")
     stores = {t: store_path(folder, args, t) for t in families}
     # every kind's stored heads rows are rendered; this run measures its dictionaries' kind
-    heads = {k: {t: store_path(folder, args, t, f"heads-{k}-") for t in families} for k in DICTIONARY_KINDS}
+    heads = {k: {t: store_path(folder, args, t, f"heads-{k}-") for t in families} for k in HEAD_FLOW_KINDS}
     if not args.render:
         from workbench.models import load
 
@@ -408,7 +408,7 @@ def main() -> None:
             if not args.heads_only:
                 measure_family(args, models, task, stores[task])
             if args.transcoders:
-                measure_heads(args, models, task, heads[dictionary_kind(args.transcoders[0])][task])
+                measure_heads(args, models, task, heads[args.kind][task])
             harness.write_text(args.out, render(args, stores, heads))
     harness.write_text(args.out, render(args, stores, heads))
     print(args.out.read_text())

@@ -324,7 +324,7 @@ def attention_report(folder: str | Path) -> dict:
 
 
 HEAD_FLOW = "heads-"  # compare/heads-<set|clt>-<task>.json: base vs sparse through two dictionaries of a kind
-HEAD_FLOW_KINDS = ("set", "clt")
+HEAD_FLOW_KINDS = {"set": "per-layer transcoder sets", "clt": "cross-layer transcoders"}  # kind -> its name
 
 
 def _compared(folder: Path, head_flow: bool) -> list[str]:

@@ -119,7 +119,6 @@ def claims_table(res: dict) -> list[dict]:
     return rows
 
 
-DICTIONARIES = {"set": "per-layer transcoder sets", "clt": "cross-layer transcoders"}
 FLOW_MEASURES = {
     "heads carrying the share": "heads_needed",
     "entries per feature edge covering the share": "entries_covering",
@@ -154,7 +153,7 @@ for task, res in results:
     )
     for kind, flow in flows.get(task, []):
         st.markdown(
-            f"through {DICTIONARIES.get(kind, kind)}: the heads carrying {flow['config']['share']:.0%} of the "
+            f"through {browse.HEAD_FLOW_KINDS[kind]}: the heads carrying {flow['config']['share']:.0%} of the "
             f"attention-mediated attribution ({len(flow['queries'])} queries)"
         )
         st.dataframe(pd.DataFrame(head_flow_table(flow)), hide_index=True)
