@@ -28,20 +28,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 import statistics
 import subprocess
 import sys
 import time
-import urllib.request
-from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 
-CHROMIUM = "/usr/bin/chromium"
 # JS conditions on the page: the graph view (a custom component in a shadow root, app/graph_view) and the
 # curve (inline SVG, app/figures/svg.py) drawn; the curve's starred point (its data-mark), and the whole graph
 # (each compared with its value before an action, CMP; the view stamps data-drawn each time it draws new data)
@@ -224,51 +219,6 @@ def feature_graph(n_nodes: int = 5000, n_layers: int = 12, n_pos: int = 16, fan_
     }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextmanager
-def app_page(ws: Path, script: Path | None = None):
-    """`workbench app` on the workspace (or `script` served with the same flags: app_floor's reference pages) and
-    a headless Chromium page; yields (url, page)."""
-    from playwright.sync_api import sync_playwright
-
-    from workbench.cli.app import APP, streamlit_command
-
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(harness.ROOT), "WORKBENCH_WORKSPACE": str(ws)}
-    cmd = [sys.executable, "-m", "workbench.cli", "app", "--workspace", str(ws), "--port", str(port)]
-    if script is not None:
-        cmd = [str(script) if c == str(APP) else c for c in streamlit_command(ws, "127.0.0.1", port)]
-    server = subprocess.Popen(
-        cmd,
-        cwd=harness.ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(600):
-            try:
-                if urllib.request.urlopen(f"{url}/_stcore/health", timeout=1).read() == b"ok":
-                    break
-            except OSError:
-                time.sleep(0.2)
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.set_default_timeout(300_000)
-            yield url, page
-            browser.close()
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-
-
 def load(page, url: str, drawn: str | None = DRAWN) -> float:
     """Seconds from navigation to the page drawn (the graph view and the curve included; `drawn`: a JS condition
     a page other than a circuit page is drawn on, None: harness.wait_drawn alone)."""
@@ -303,7 +253,7 @@ def budget_moves(page, n: int) -> list[float]:
 
 def page_times(ws: Path, pages: dict[str, str], repeats: int) -> dict[str, dict]:
     out = {}
-    with app_page(ws) as (url, page):
+    with harness.app_page(ws) as (url, page):
         for name, path in pages.items():
             cold = load(page, url + path)
             warm = [load(page, url + path) for _ in range(repeats)]
@@ -347,7 +297,7 @@ def graph_times(ws: Path, repeats: int) -> dict:
     """The GPT-2-shaped circuit page at each display cap: reloads to the drawn page, the view's own draw time
     (data-draw-ms: data in to the frame after it was painted), then pin/unpin at the largest cap."""
     out = {}
-    with app_page(ws) as (url, page):
+    with harness.app_page(ws) as (url, page):
         for cap in GRAPH_CAPS:
             path = f"{url}/circuit?circuit=circuits/bench-gpt2-shaped&cap={cap}"
             load(page, path)  # cold: the server parses the circuit, the browser compiles the app
@@ -397,7 +347,7 @@ def demo_lines(a, info: dict, threads: str, repeats: int, steps: dict, wall: flo
         "",
     ]
     if not times:
-        lines.append(f"(no browser: {CHROMIUM} is absent)")
+        lines.append(f"(no browser: {harness.CHROMIUM} is absent)")
     switch = times.pop("_switch", [])
     rows = []
     for name, t in times.items():
@@ -444,7 +394,7 @@ def graph_lines(info: dict, threads: str, repeats: int, big: dict, g: dict, ws: 
         "",
     ]
     if not g:
-        return lines + [f"(no browser: {CHROMIUM} is absent)"]
+        return lines + [f"(no browser: {harness.CHROMIUM} is absent)"]
     med = statistics.median
     rows = [
         [cap, t["drawn"], verdict(med(t["reload"]), GRAPH_GOALS.get(cap)), spread(t["reload"])]
@@ -507,7 +457,7 @@ def main() -> int:
     threads = harness.set_threads(a.threads)
     repeats = a.repeats or (2 if a.quick else 5)
     info = harness.machine_info()
-    browser = Path(CHROMIUM).exists()
+    browser = Path(harness.CHROMIUM).exists()
     out = Path(a.out)
     if a.pages:
         return pages_only(out, info, threads, repeats)

@@ -96,10 +96,10 @@ def app_loads(ws: Path, pages: dict[str, tuple[str, str | None]], repeats: int) 
     folder.mkdir(parents=True, exist_ok=True)
     for name, (fname, script, drawn, path) in REFERENCE.items():
         (folder / fname).write_text(script + "\n")
-        with ab.app_page(ws, folder / fname) as (url, page):
+        with harness.app_page(ws, folder / fname) as (url, page):
             page.add_init_script(TRACE)
             out[name] = _loads(page, url + path, drawn, repeats)
-    with ab.app_page(ws) as (url, page):
+    with harness.app_page(ws) as (url, page):
         page.add_init_script(TRACE)
         for name, (path, drawn) in pages.items():
             out[name] = _loads(page, url + path, drawn, repeats)
@@ -196,7 +196,7 @@ def in_session(ws: Path, repeats: int) -> dict:
     """The warm actions on one open app (one session): sidebar navigation to the circuit page (the view it left
     restored: the 300-edge circuit), circuit switches with the picker, budget steps."""
     out = {}
-    with ab.app_page(ws) as (url, page):
+    with harness.app_page(ws) as (url, page):
         ab.load(page, url + CIRCUIT_300)
         nav = []
         for _ in range(repeats):

@@ -254,55 +254,52 @@ def peer_run(name, model, tokens, hooks, batch_size, dtype="float32") -> list[di
     return runs
 
 
-def bench_model(name, model, tokens, special_ids, batch_size, rounds, peer_rounds, multi_hook_peer, log) -> dict:
-    """(a) and (b) for one model; each timing is the best of alternating runs."""
-    import numpy as np
+class HarvestRuns:
+    """Timed harvests of one model's tokens into WORK/cache, per key: wall time, time inside model.forward, bytes."""
 
-    from workbench.cache import harvest
-    from workbench.cache.hooks import stop_layer
+    def __init__(self, name, model, tokens, special_ids, batch_size):
+        import numpy as np
 
-    L = model.cfg.n_layers
-    hooks = [f"blocks.{i}.hook_resid_post" for i in range(L)] + [f"blocks.{i}.hook_mlp_out" for i in range(L)]
-    one = f"blocks.{L // 2}.hook_resid_post"
-    corpus = ArrayCorpus(name, tokens)
-    kept = int((~np.isin(tokens, special_ids)).sum())
-    out = WORK / "cache"
-    sizes = {}
+        self.model, self.tokens, self.special_ids, self.batch_size = model, tokens, special_ids, batch_size
+        self.corpus = ArrayCorpus(name, tokens)
+        self.kept = int((~np.isin(tokens, special_ids)).sum())
+        self.out = WORK / "cache"
+        self.sizes, self.in_forward = {}, {}
 
-    in_forward = {}  # key -> seconds inside model.forward during each run of that key
+    def __call__(self, key, hooks, n=None, with_cpu=False, **kw):
+        from workbench.cache import harvest
 
-    def run_harvest(key, hs, n=kept, with_cpu=False, **kw):
-        shutil.rmtree(out, ignore_errors=True)
-        with ForwardClock(model) as clock:
+        shutil.rmtree(self.out, ignore_errors=True)
+        with ForwardClock(self.model) as clock:
             wall, cpu = timed_cpu(
                 lambda: harvest(
-                    model,
-                    corpus,
-                    hs,
-                    out,
-                    n,
-                    ctx_len=tokens.shape[1],
-                    batch_size=batch_size,
+                    self.model,
+                    self.corpus,
+                    hooks,
+                    self.out,
+                    self.kept if n is None else n,
+                    ctx_len=self.tokens.shape[1],
+                    batch_size=self.batch_size,
                     heldout_fraction=0,
-                    special_ids=special_ids,
+                    special_ids=self.special_ids,
                     progress=False,
                     **kw,
                 )
             )
-        in_forward.setdefault(key, []).append((wall, clock.seconds))
-        sizes[key] = du(out)
+        self.in_forward.setdefault(key, []).append((wall, clock.seconds))
+        self.sizes[key] = du(self.out)
         return (wall, cpu) if with_cpu else wall
 
-    forward_all(model, tokens[:batch_size], batch_size, None)  # warm-up
-    t = {
-        k: []
-        for k in ("forward", "harvest", "forward_to_last_hook", "forward_to_hook", "ours_fp16", "ours_fp32", "saelens")
-    }
-    cpu = {"harvest": [], "forward_to_last_hook": []}
+
+def time_all_hooks(name, runs: HarvestRuns, hooks, rounds, t: dict, cpu: dict, log) -> None:
+    """(a): the forward alone, the harvest of every hook, and the forward stopped at the last hook, per round."""
+    from workbench.cache.hooks import stop_layer
+
+    model, tokens, batch_size = runs.model, runs.tokens, runs.batch_size
     for r in range(rounds):
         t["forward"].append(timed(lambda: forward_all(model, tokens, batch_size, None)))
         for key, w_c in (
-            ("harvest", run_harvest("harvest", hooks, with_cpu=True)),
+            ("harvest", runs("harvest", hooks, with_cpu=True)),
             ("forward_to_last_hook", timed_cpu(lambda: forward_all(model, tokens, batch_size, stop_layer(hooks)))),
         ):
             t[key].append(w_c[0])
@@ -312,50 +309,78 @@ def bench_model(name, model, tokens, special_ids, batch_size, rounds, peer_round
             + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in t.items() if v)
             + f" (CPU: harvest {cpu['harvest'][-1]:.2f}s, forward to last hook {cpu['forward_to_last_hook'][-1]:.2f}s)"
         )
-    for r in range(peer_rounds):  # (b): one hook, every position stored (sae-lens keeps BOS), same batches
+
+
+def time_one_hook(name, runs: HarvestRuns, one, rounds, t: dict, log) -> None:
+    """(b): one hook, every position stored (sae-lens keeps BOS), the same batches on both sides, per round."""
+    from workbench.cache.hooks import stop_layer
+
+    model, tokens, batch_size = runs.model, runs.tokens, runs.batch_size
+    for r in range(rounds):
         t["forward_to_hook"].append(timed(lambda: forward_all(model, tokens, batch_size, stop_layer([one]))))
-        t["ours_fp16"].append(run_harvest("ours_fp16", [one], n=tokens.size, exclude_special=False))
-        t["ours_fp32"].append(run_harvest("ours_fp32", [one], n=tokens.size, exclude_special=False, dtype="float32"))
+        t["ours_fp16"].append(runs("ours_fp16", [one], n=tokens.size, exclude_special=False))
+        t["ours_fp32"].append(runs("ours_fp32", [one], n=tokens.size, exclude_special=False, dtype="float32"))
         peer = peer_run(name, model, tokens, [one], batch_size)[0]
         t["saelens"].append(peer["seconds"])
-        in_forward.setdefault("saelens", []).append((peer["seconds"], peer["forward_seconds"]))
-        sizes["saelens"] = peer["bytes"]
+        runs.in_forward.setdefault("saelens", []).append((peer["seconds"], peer["forward_seconds"]))
+        runs.sizes["saelens"] = peer["bytes"]
         log(
             f"  {name} (b) round {r}: "
             + ", ".join(f"{k} {t[k][-1]:.2f}s" for k in ("forward_to_hook", "ours_fp16", "ours_fp32", "saelens"))
         )
-    beyond = {k: float(np.median([w - f for w, f in v])) for k, v in in_forward.items()}
-    per_round = {
-        "in_run": float(np.median([w / f for w, f in in_forward["harvest"]])),
-        "harvest/forward": np.median(np.array(t["harvest"]) / t["forward"]),
-        "harvest/forward_to_last_hook": np.median(np.array(t["harvest"]) / t["forward_to_last_hook"]),
-        "cpu": np.median(np.array(cpu["harvest"]) / cpu["forward_to_last_hook"]),
+
+
+def time_every_hook_both(name, runs: HarvestRuns, hooks, log) -> dict:
+    """sae-lens caches one hook per run: every hook of (a), all positions, against one harvest of them all."""
+    peer = peer_run(name, runs.model, runs.tokens, hooks, runs.batch_size)
+    ours = runs("multi", hooks, n=runs.tokens.size, exclude_special=False)
+    res = {
+        "ours": ours,
+        "ours_bytes": runs.sizes["multi"],
+        "saelens": sum(r["seconds"] for r in peer),
+        "saelens_bytes": sum(r["bytes"] for r in peer),
     }
+    log(f"  {name} all {len(hooks)} hooks: ours {ours:.1f}s, sae-lens {res['saelens']:.1f}s")
+    return res
+
+
+def bench_model(name, model, tokens, special_ids, batch_size, rounds, peer_rounds, multi_hook_peer, log) -> dict:
+    """(a) and (b) for one model; each timing is the best of alternating runs."""
+    import numpy as np
+
+    L = model.cfg.n_layers
+    hooks = [f"blocks.{i}.hook_resid_post" for i in range(L)] + [f"blocks.{i}.hook_mlp_out" for i in range(L)]
+    one = f"blocks.{L // 2}.hook_resid_post"
+    runs = HarvestRuns(name, model, tokens, special_ids, batch_size)
+    forward_all(model, tokens[:batch_size], batch_size, None)  # warm-up
+    keys = ("forward", "harvest", "forward_to_last_hook", "forward_to_hook", "ours_fp16", "ours_fp32", "saelens")
+    t = {k: [] for k in keys}
+    cpu = {"harvest": [], "forward_to_last_hook": []}
+    time_all_hooks(name, runs, hooks, rounds, t, cpu, log)
+    time_one_hook(name, runs, one, peer_rounds, t, log)
+    in_forward = runs.in_forward
     res = {
         "name": name,
         "tokens": tokens.size,
-        "rows": kept,
+        "rows": runs.kept,
         "hooks": len(hooks),
         "one_hook": one,
         "d_model": model.cfg.d_model,
         "n_layers": L,
-        "sizes": sizes,
+        "sizes": runs.sizes,
         "t": {k: min(v) for k, v in t.items()},
-        "ratio": per_round,
-        "beyond": beyond,
+        "ratio": {
+            "in_run": float(np.median([w / f for w, f in in_forward["harvest"]])),
+            "harvest/forward": np.median(np.array(t["harvest"]) / t["forward"]),
+            "harvest/forward_to_last_hook": np.median(np.array(t["harvest"]) / t["forward_to_last_hook"]),
+            "cpu": np.median(np.array(cpu["harvest"]) / cpu["forward_to_last_hook"]),
+        },
+        "beyond": {k: float(np.median([w - f for w, f in v])) for k, v in in_forward.items()},
         "rounds": (rounds, peer_rounds),
     }
-    if multi_hook_peer:  # sae-lens caches one hook per run: every hook of (a), all positions
-        runs = peer_run(name, model, tokens, hooks, batch_size)
-        ours = run_harvest("multi", hooks, n=tokens.size, exclude_special=False)
-        res["multi"] = {
-            "ours": ours,
-            "ours_bytes": sizes["multi"],
-            "saelens": sum(r["seconds"] for r in runs),
-            "saelens_bytes": sum(r["bytes"] for r in runs),
-        }
-        log(f"  {name} all {len(hooks)} hooks: ours {ours:.1f}s, sae-lens {res['multi']['saelens']:.1f}s")
-    shutil.rmtree(out, ignore_errors=True)
+    if multi_hook_peer:
+        res["multi"] = time_every_hook_both(name, runs, hooks, log)
+    shutil.rmtree(runs.out, ignore_errors=True)
     return res
 
 
@@ -427,8 +452,10 @@ def read_run(cache_dir, mode) -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+GB, MB = 1e9, 1e6
+
+
 def report(models, big, big_write_s, reads, started, commit, load, threads) -> str:
-    gb, mb = 1e9, 1e6
     lines = [
         "# Activation cache benchmark",
         "",
@@ -440,6 +467,14 @@ def report(models, big, big_write_s, reads, started, commit, load, threads) -> s
         f"is the best of its rounds ((a): {models[0]['rounds'][0]} rounds tiny, {models[-1]['rounds'][0]} GPT-2-shaped; "
         f"(b): {models[0]['rounds'][1]} / {models[-1]['rounds'][1]}).",
         "",
+    ]
+    lines += harvest_section(models) + one_hook_section(models) + reads_section(big, big_write_s, reads)
+    return "\n".join(lines) + "\n"
+
+
+def harvest_section(models) -> list[str]:
+    """(a): the harvest of every hook against the bare forward on the same tokens."""
+    lines = [
         "## (a) Harvest vs the bare forward on the same tokens (goal: the cache adds <= 25%)",
         "",
         "Hooks: every `blocks.*.hook_resid_post` and every `blocks.*.hook_mlp_out`, float16, BOS/EOS excluded, "
@@ -462,9 +497,14 @@ def report(models, big, big_write_s, reads, started, commit, load, threads) -> s
             f"| {m['name']} (d_model {m['d_model']}, {m['n_layers']} layers) | {n:,} | {m['hooks']} | "
             f"{n / t['forward']:,.0f} | {n / t['forward_to_last_hook']:,.0f} | {n / t['harvest']:,.0f} | "
             f"{q['harvest/forward']:.2f} | {q['harvest/forward_to_last_hook']:.2f} | {q['cpu']:.2f} | "
-            f"**{q['in_run']:.2f}** | {m['sizes']['harvest'] / mb:,.1f} MB |"
+            f"**{q['in_run']:.2f}** | {m['sizes']['harvest'] / MB:,.1f} MB |"
         )
-    lines += [
+    return lines
+
+
+def one_hook_section(models) -> list[str]:
+    """(b): one hook, the workbench's harvest against sae-lens' CacheActivationsRunner, and the many-hooks line."""
+    lines = [
         "",
         "## (b) One hook: workbench harvest vs sae-lens CacheActivationsRunner (goal: >= 3x faster)",
         "",
@@ -486,8 +526,8 @@ def report(models, big, big_write_s, reads, started, commit, load, threads) -> s
         lines.append(
             f"| {m['name']} | {m['one_hook']} | {m['tokens']:,} | {f:.1f} s | {t['saelens']:.1f} s | "
             f"{t['ours_fp16']:.1f} s | {t['ours_fp32']:.1f} s | {t['saelens'] / t['ours_fp16']:.2f}x | "
-            f"{t['saelens'] / t['ours_fp32']:.2f}x | {z['saelens'] / mb:,.1f} MB | {z['ours_fp16'] / mb:,.1f} MB | "
-            f"{z['ours_fp32'] / mb:,.1f} MB | {m['beyond']['saelens']:.2f} s | {m['beyond']['ours_fp16']:.2f} s |"
+            f"{t['saelens'] / t['ours_fp32']:.2f}x | {z['saelens'] / MB:,.1f} MB | {z['ours_fp16'] / MB:,.1f} MB | "
+            f"{z['ours_fp32'] / MB:,.1f} MB | {m['beyond']['saelens']:.2f} s | {m['beyond']['ours_fp16']:.2f} s |"
         )
     for m in models:
         if "multi" in m:
@@ -495,28 +535,33 @@ def report(models, big, big_write_s, reads, started, commit, load, threads) -> s
             lines += [
                 "",
                 f"Many hooks ({m['name']}, all {m['hooks']} hooks of (a), every position): sae-lens needs one "
-                f"run per hook, {x['saelens']:.1f} s in total and {x['saelens_bytes'] / mb:,.1f} MB; one workbench "
-                f"harvest takes {x['ours']:.1f} s and {x['ours_bytes'] / mb:,.1f} MB "
+                f"run per hook, {x['saelens']:.1f} s in total and {x['saelens_bytes'] / MB:,.1f} MB; one workbench "
+                f"harvest takes {x['ours']:.1f} s and {x['ours_bytes'] / MB:,.1f} MB "
                 f"(**{x['saelens'] / x['ours']:.1f}x** faster).",
             ]
+    return lines
+
+
+def reads_section(big, big_write_s, reads) -> list[str]:
+    """(c) and (d): read throughput and the reader's peak memory on the > 4 GB cache."""
     seq, bat, b16, naive = reads["sequential"], reads["batches"], reads["batches_fp16"], reads["naive"]
-    lines += [
+    lines = [
         "",
-        f"## (c) Read throughput on a {big['bytes'] / gb:.2f} GB cache "
+        f"## (c) Read throughput on a {big['bytes'] / GB:.2f} GB cache "
         f"({big['rows']:,} rows x d 768, float16, {big['shards']} shards)",
         "",
         f"The cache was written by a real harvest of `hook_embed` (no blocks run, so it is I/O-bound) in "
-        f"{big_write_s:.1f} s = {big['bytes'] / gb / big_write_s:.2f} GB/s including checksums, fsync and stats. "
+        f"{big_write_s:.1f} s = {big['bytes'] / GB / big_write_s:.2f} GB/s including checksums, fsync and stats. "
         "Reads go through the page cache (it fits in RAM here); batch bytes count the float16 rows read.",
         "",
         "| read | GB/s | batches/s | seconds |",
         "|---|---|---|---|",
-        f"| plain sequential read() of the act files | {seq['bytes'] / gb / seq['seconds']:.2f} | - | {seq['seconds']:.1f} |",
+        f"| plain sequential read() of the act files | {seq['bytes'] / GB / seq['seconds']:.2f} | - | {seq['seconds']:.1f} |",
         f"| `cache.batches(hook, 4096)`: shuffled float32 tensors, one epoch | "
-        f"{bat['bytes'] / gb / bat['seconds']:.2f} | {bat['bytes'] / (4096 * 768 * 2) / bat['seconds']:.0f} | "
+        f"{bat['bytes'] / GB / bat['seconds']:.2f} | {bat['bytes'] / (4096 * 768 * 2) / bat['seconds']:.0f} | "
         f"{bat['seconds']:.1f} |",
         f"| `cache.batches(hook, 4096, dtype=torch.float16)`: same, no conversion | "
-        f"{b16['bytes'] / gb / b16['seconds']:.2f} | {b16['bytes'] / (4096 * 768 * 2) / b16['seconds']:.0f} | "
+        f"{b16['bytes'] / GB / b16['seconds']:.2f} | {b16['bytes'] / (4096 * 768 * 2) / b16['seconds']:.0f} | "
         f"{b16['seconds']:.1f} |",
         f"| random-batch (float32) / sequential | {bat['bytes'] / bat['seconds'] / (seq['bytes'] / seq['seconds']):.2f} | | |",
         "",
@@ -531,7 +576,7 @@ def report(models, big, big_write_s, reads, started, commit, load, threads) -> s
         ("naive: np.load(mmap_mode='r') + fancy indexing, same rows", naive),
     ]:
         lines.append(
-            f"| {label} | {r['peak_rss'] / gb:.2f} GB | {r['rss_before'] / gb:.2f} GB | {big['bytes'] / gb:.2f} GB |"
+            f"| {label} | {r['peak_rss'] / GB:.2f} GB | {r['rss_before'] / GB:.2f} GB | {big['bytes'] / GB:.2f} GB |"
         )
     lines += [
         "",
@@ -539,7 +584,7 @@ def report(models, big, big_write_s, reads, started, commit, load, threads) -> s
         "which is what the naive row shows; `batches` reads whole chunks with pread into one ~128 MB window "
         "buffer, so the cache stays in the page cache, outside the reader's RSS.",
     ]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def main_bench(args) -> None:

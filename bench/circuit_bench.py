@@ -280,25 +280,31 @@ def search_section(run: dict, budget: float, n_samples: int, steps: int, threads
     return lines, verdicts
 
 
+def _measured(r: dict, key: str) -> dict | None:
+    """One memory-curve side's result at one length, None where it failed or was stopped."""
+    v = r.get(key)
+    return v if v and "error" not in v else None
+
+
+def _memory_cell(r: dict, key: str) -> str:
+    v = r.get(key)
+    if not v:
+        return "-"
+    if "over_cap_mb" in v:
+        return f"> {v['over_cap_mb'] / 1024:.0f} GB RSS, stopped"
+    if "error" in v:
+        return "failed"
+    return f"{v['rss_extra_mb']:,.0f} ({v['queries'][0]['seconds_median']:.1f}s)"
+
+
+def _memory_ratio(r: dict, key: str, ref: str) -> float | None:
+    a, b = _measured(r, key), _measured(r, ref)
+    return a["rss_extra_mb"] / b["rss_extra_mb"] if a and b and b["rss_extra_mb"] > 0 else None
+
+
 def memory_section(rows: list[dict], steps: int) -> tuple[list[str], list[str]]:
-    def ok(r, key):
-        v = r.get(key)
-        return v if v and "error" not in v else None
-
-    def cell(r, key):
-        v = r.get(key)
-        if not v:
-            return "-"
-        if "over_cap_mb" in v:
-            return f"> {v['over_cap_mb'] / 1024:.0f} GB RSS, stopped"
-        if "error" in v:
-            return "failed"
-        return f"{v['rss_extra_mb']:,.0f} ({v['queries'][0]['seconds_median']:.1f}s)"
-
-    def ratio(r, key, ref):
-        a, b = ok(r, key), ok(r, ref)
-        return a["rss_extra_mb"] / b["rss_extra_mb"] if a and b and b["rss_extra_mb"] > 0 else None
-
+    """The memory curve's table and its two verdicts per workbench setting (the 2x goal, the 8 GB length)."""
+    cell, ratio = _memory_cell, _memory_ratio
     fmt = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
     table_rows = []
     for r in rows:
@@ -339,44 +345,67 @@ def memory_section(rows: list[dict], steps: int) -> tuple[list[str], list[str]]:
         ("wb_step1", "step_batch=1"),
         ("wb_default", "all m steps in one batch (step_batch=None, not the default)"),
     ):
-        vs_in = [(r["n_tokens"], ratio(r, key, "fwdbwd_inputs")) for r in rows]
-        vs_p = [(r["n_tokens"], ratio(r, key, "fwdbwd_params")) for r in rows]
-        stopped = [r["n_tokens"] for r in rows if r.get(key) and "over_cap_mb" in r[key]]
-        got_in = [x for _, x in vs_in if x is not None]
-        got_p = [x for _, x in vs_p if x is not None]
-        if not got_in:
-            continue
-        n_in = [n for n, x in vs_in if x is not None]
-        met = max(got_in) <= 2 and not stopped
-        verdicts.append(
-            f"- Attribution memory at most 2x the model's own forward+backward, {label}: worst ratio over "
-            f"{min(n_in)}-{max(n_in)} tokens {max(got_in):.2f}x against the activation-gradient fwd+bwd, "
-            f"{max(got_p):.2f}x against the weight-gradient fwd+bwd"
-            + (f"; stopped above the memory cap at {', '.join(map(str, stopped))} tokens" if stopped else "")
-            + f" -> **{'met' if met else 'missed'}** (against the stricter reference)"
-        )
-        pts = sorted((r["n_tokens"], ok(r, key)["rss_peak_mb"]) for r in rows if ok(r, key))
-        fit = [n for n, peak in pts if peak <= 8 * 1024]
-        text = (
-            f"{max(fit)} tokens measured ({dict(pts)[max(fit)] / 1024:.1f} GB absolute peak RSS)"
-            if fit
-            else "none of the measured lengths"
-        )
-        if stopped:
-            cap = next(r[key]["over_cap_mb"] for r in rows if r.get(key) and "over_cap_mb" in r[key])
-            text += f"; the {stopped[0]}-token run passed the {cap / 1024:.0f} GB cap"
-        if len(pts) >= 3:
-            # peak(n) ~ a + b n + c n^2 (attention patterns are quadratic): where it reaches 8 GB
-            coef = np.polyfit([p[0] for p in pts], [p[1] for p in pts], 2)
-            grid = np.arange(16, 65537, 16)
-            over = grid[np.polyval(coef, grid) > 8 * 1024]
-            if len(over):
-                text += f"; a quadratic fit of the measured peaks reaches 8 GB at about {int(over[0]):,} tokens"
-        verdicts.append(f"- Longest prompt within 8 GB, {label}: {text} (the model's n_ctx is 1024)")
+        verdicts += memory_verdicts(rows, key, label)
     return lines, verdicts
 
 
-def main() -> None:
+def memory_verdicts(rows: list[dict], key: str, label: str) -> list[str]:
+    """One workbench setting against the 2x-of-forward+backward goal, and the longest prompt within 8 GB."""
+    ratio = _memory_ratio
+    vs_in = [(r["n_tokens"], ratio(r, key, "fwdbwd_inputs")) for r in rows]
+    vs_p = [(r["n_tokens"], ratio(r, key, "fwdbwd_params")) for r in rows]
+    stopped = [r["n_tokens"] for r in rows if r.get(key) and "over_cap_mb" in r[key]]
+    got_in = [x for _, x in vs_in if x is not None]
+    got_p = [x for _, x in vs_p if x is not None]
+    if not got_in:
+        return []
+    n_in = [n for n, x in vs_in if x is not None]
+    met = max(got_in) <= 2 and not stopped
+    verdicts = [
+        f"- Attribution memory at most 2x the model's own forward+backward, {label}: worst ratio over "
+        f"{min(n_in)}-{max(n_in)} tokens {max(got_in):.2f}x against the activation-gradient fwd+bwd, "
+        f"{max(got_p):.2f}x against the weight-gradient fwd+bwd"
+        + (f"; stopped above the memory cap at {', '.join(map(str, stopped))} tokens" if stopped else "")
+        + f" -> **{'met' if met else 'missed'}** (against the stricter reference)"
+    ]
+    pts = sorted((r["n_tokens"], _measured(r, key)["rss_peak_mb"]) for r in rows if _measured(r, key))
+    fit = [n for n, peak in pts if peak <= 8 * 1024]
+    text = (
+        f"{max(fit)} tokens measured ({dict(pts)[max(fit)] / 1024:.1f} GB absolute peak RSS)"
+        if fit
+        else "none of the measured lengths"
+    )
+    if stopped:
+        cap = next(r[key]["over_cap_mb"] for r in rows if r.get(key) and "over_cap_mb" in r[key])
+        text += f"; the {stopped[0]}-token run passed the {cap / 1024:.0f} GB cap"
+    if len(pts) >= 3:
+        # peak(n) ~ a + b n + c n^2 (attention patterns are quadratic): where it reaches 8 GB
+        coef = np.polyfit([p[0] for p in pts], [p[1] for p in pts], 2)
+        grid = np.arange(16, 65537, 16)
+        over = grid[np.polyval(coef, grid) > 8 * 1024]
+        if len(over):
+            text += f"; a quadratic fit of the measured peaks reaches 8 GB at about {int(over[0]):,} tokens"
+    return verdicts + [f"- Longest prompt within 8 GB, {label}: {text} (the model's n_ctx is 1024)"]
+
+
+NOTES = [
+    "- The two EAP-IG variants differ in what they interpolate: the workbench interpolates the input "
+    "embedding between counterfactual and clean (EAP-IG-inputs, Hanna et al.; 2 forwards + m "
+    "forward-backwards), auto-circuit interpolates every edge mask between clean and counterfactual "
+    "activations (1 forward + m + 1 forward-backwards). Both give one score per edge of the same graph "
+    "(q/k/v split inputs); equal m is the comparison the goal asks for.",
+    "- auto-circuit 1.0.1 needs two TransformerLens 3 renames shimmed (`past_key_value_caching`, "
+    "`HookedTransformerKeyValueCache`) and `attrs`, which it imports without declaring; both venvs use "
+    "TransformerLens 3.9.0 so the model code is identical.",
+    "- 'The attribution may add at most 2x on top of the forward+backward' is read strictly: the "
+    "attribution's peak above the loaded model is at most 2x the forward+backward's peak above the loaded "
+    "model, on the same prompt.",
+    "- Memory is the peak RSS (VmHWM, reset after loading the model) of a fresh process per side and "
+    "length, minus its RSS at that reset; the 8 GB question uses the absolute peak RSS of the process.",
+]
+
+
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--steps", type=int, default=5, help="EAP-IG interpolation steps m on both sides")
@@ -398,6 +427,11 @@ def main() -> None:
     if args.quick:
         args.per_task, args.rounds, args.repeats, args.autocircuit_max_len = 1, 1, 1, 64
         args.lengths = "16,64" if args.lengths == ap.get_default("lengths") else args.lengths
+    return args
+
+
+def main() -> None:
+    args = parse_args()
     t_start = time.time()
     WORK.mkdir(parents=True, exist_ok=True)
     info = harness.machine_info()
@@ -462,19 +496,7 @@ def main() -> None:
         *s3,
         "## Notes",
         "",
-        "- The two EAP-IG variants differ in what they interpolate: the workbench interpolates the input "
-        "embedding between counterfactual and clean (EAP-IG-inputs, Hanna et al.; 2 forwards + m "
-        "forward-backwards), auto-circuit interpolates every edge mask between clean and counterfactual "
-        "activations (1 forward + m + 1 forward-backwards). Both give one score per edge of the same graph "
-        "(q/k/v split inputs); equal m is the comparison the goal asks for.",
-        "- auto-circuit 1.0.1 needs two TransformerLens 3 renames shimmed (`past_key_value_caching`, "
-        "`HookedTransformerKeyValueCache`) and `attrs`, which it imports without declaring; both venvs use "
-        "TransformerLens 3.9.0 so the model code is identical.",
-        "- 'The attribution may add at most 2x on top of the forward+backward' is read strictly: the "
-        "attribution's peak above the loaded model is at most 2x the forward+backward's peak above the loaded "
-        "model, on the same prompt.",
-        "- Memory is the peak RSS (VmHWM, reset after loading the model) of a fresh process per side and "
-        "length, minus its RSS at that reset; the 8 GB question uses the absolute peak RSS of the process.",
+        *NOTES,
         "",
     ]
     harness.write_text(args.out, "\n".join(text))

@@ -24,12 +24,10 @@ import os
 import platform
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import psutil
@@ -199,92 +197,71 @@ def dashboard(ws: Path, sae: Path, n_latents: int, tokens: int, a) -> dict:
 def app_timings(ws: Path, sae: Path, env: dict) -> dict:
     """Warm app: wall and CPU seconds to a rendered feature page (full page load, and navigating inside the
     app) and to search results, and the app's RSS."""
-    from playwright.sync_api import sync_playwright
+    with harness.app_server(ws, env=env) as (base, server):
+        with harness.chromium_page() as page:
+            out = page_timings(page, base, sae.relative_to(ws).as_posix(), sae)
+        ps = psutil.Process(server.pid)
+        out["app_rss_mb"] = sum(p.memory_info().rss for p in [ps, *ps.children(recursive=True)]) / 2**20
+        out["app_imports_torch"] = "torch" in open(f"/proc/{server.pid}/maps").read()
+    return out
 
+
+def page_timings(page, base: str, rel: str, sae: Path) -> dict:
+    """The best of a few runs of each: the first feature page, a reload of another, typing a latent's index,
+    a neighbour's link, and a token search (wall and CPU seconds of the browser and the app server)."""
     from workbench.features import FeatureStore
 
     store = FeatureStore(sae)
-    rel = sae.relative_to(ws).as_posix()
     word = store.token(int(store.array("token_counts").argmax()))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "workbench.cli", "app", "--workspace", str(ws), "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env,
-        cwd=ROOT,
-    )
-    base = f"http://127.0.0.1:{port}"
+    units = [int(u) for u in store.units.sort_values("count", ascending=False)["unit"][:8]]
     out = {}
-    try:
-        for _ in range(600):
-            try:
-                if urllib.request.urlopen(f"{base}/_stcore/health", timeout=1).read() == b"ok":
-                    break
-            except OSError:
-                time.sleep(0.2)
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=["--no-sandbox"])
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.set_default_timeout(300_000)
-            units = [int(u) for u in store.units.sort_values("count", ascending=False)["unit"][:8]]
-            settled = harness.STREAMLIT_IDLE
 
-            def timed(act, done) -> tuple[float, float]:
-                """(wall seconds, CPU seconds of the browser and the app server) from act() until done() returns."""
-                c0, t0 = cpu_seconds(), time.perf_counter()
-                act()
-                done()
-                harness.wait_drawn(page)
-                return time.perf_counter() - t0, cpu_seconds() - c0
+    def timed(act, done) -> tuple[float, float]:
+        """(wall seconds, CPU seconds of the browser and the app server) from act() until done() returns."""
+        c0, t0 = cpu_seconds(), time.perf_counter()
+        act()
+        done()
+        harness.wait_drawn(page)
+        return time.perf_counter() - t0, cpu_seconds() - c0
 
-            def best(name: str, runs: list[tuple[float, float]]) -> None:
-                out[name + "_s"], out[name + "_cpu_s"] = min(runs)
+    def best(name: str, runs: list[tuple[float, float]]) -> None:
+        out[name + "_s"], out[name + "_cpu_s"] = min(runs)
 
-            def heading(u: int):
-                return lambda: page.get_by_role("heading", name=f"latent {u}", exact=False).wait_for()
+    def heading(u: int):
+        return lambda: page.get_by_role("heading", name=f"latent {u}", exact=False).wait_for()
 
-            def reload(u: int) -> tuple[float, float]:
-                return timed(lambda: page.goto(f"{base}/feature?sae={rel}&unit={u}"), heading(u))
+    def reload(u: int) -> tuple[float, float]:
+        return timed(lambda: page.goto(f"{base}/feature?sae={rel}&unit={u}"), heading(u))
 
-            best("feature_cold", [reload(units[0])])  # the app's first page: store opened, frontend loaded
-            best("feature_reload", [reload(u) for u in units[1:4]])  # a full page load of another latent
+    best("feature_cold", [reload(units[0])])  # the app's first page: store opened, frontend loaded
+    best("feature_reload", [reload(u) for u in units[1:4]])  # a full page load of another latent
 
-            def type_unit(u: int) -> tuple[float, float]:
-                box = page.get_by_label(re.compile(r"^latent index"))
-                return timed(lambda: (box.fill(str(u)), box.press("Enter")), heading(u))
+    def type_unit(u: int) -> tuple[float, float]:
+        box = page.get_by_label(re.compile(r"^latent index"))
+        return timed(lambda: (box.fill(str(u)), box.press("Enter")), heading(u))
 
-            best("feature_nav", [type_unit(u) for u in units[4:7]])  # in the app: type another latent's index
+    best("feature_nav", [type_unit(u) for u in units[4:7]])  # in the app: type another latent's index
 
-            def neighbour() -> tuple[float, float]:
-                link = page.get_by_role("link", name="cosine").first
-                target = link.inner_text().split("·")[0].strip()
-                return timed(link.click, lambda: page.get_by_role("heading", name=target).wait_for())
+    def neighbour() -> tuple[float, float]:
+        link = page.get_by_role("link", name="cosine").first
+        target = link.inner_text().split("·")[0].strip()
+        return timed(link.click, lambda: page.get_by_role("heading", name=target).wait_for())
 
-            best("neighbour_click", [neighbour() for _ in range(3)])
-            page.goto(f"{base}/search?sae={rel}&by=token&q=")
-            page.wait_for_selector(settled)
-            box = page.get_by_label("query")
+    best("neighbour_click", [neighbour() for _ in range(3)])
+    page.goto(f"{base}/search?sae={rel}&by=token&q=")
+    page.wait_for_selector(harness.STREAMLIT_IDLE)
+    box = page.get_by_label("query")
 
-            def search(q: str) -> tuple[float, float]:
-                box.fill("")
-                box.press("Enter")
-                page.wait_for_selector(settled)
-                return timed(
-                    lambda: (box.fill(q), box.press("Enter")),
-                    lambda: page.get_by_role("link", name=re.compile(r"^open latent")).first.wait_for(),
-                )
+    def search(q: str) -> tuple[float, float]:
+        box.fill("")
+        box.press("Enter")
+        page.wait_for_selector(harness.STREAMLIT_IDLE)
+        return timed(
+            lambda: (box.fill(q), box.press("Enter")),
+            lambda: page.get_by_role("link", name=re.compile(r"^open latent")).first.wait_for(),
+        )
 
-            best("search_token", [search(word) for _ in range(3)])
-            browser.close()
-        ps = psutil.Process(proc.pid)
-        out["app_rss_mb"] = sum(p.memory_info().rss for p in [ps, *ps.children(recursive=True)]) / 2**20
-        out["app_imports_torch"] = "torch" in open(f"/proc/{proc.pid}/maps").read()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    best("search_token", [search(word) for _ in range(3)])
     return out
 
 

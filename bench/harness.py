@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
@@ -161,6 +162,65 @@ def wait_drawn(page) -> None:
         page.wait_for_timeout(100)
         if page.evaluate(STREAMLIT_DRAWN):
             return
+
+
+CHROMIUM = "/usr/bin/chromium"  # Debian's; Playwright drives it by executable_path
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def app_server(ws: Path, script: Path | None = None, env: dict | None = None):
+    """`workbench app` on the workspace (or `script` served with the same flags), up and answering its health
+    check; yields (url, server process) and stops the server on exit."""
+    import urllib.request
+
+    from workbench.cli.app import APP, streamlit_command
+
+    port = free_port()
+    env = env or {**os.environ, "PYTHONPATH": str(ROOT), "WORKBENCH_WORKSPACE": str(ws)}
+    cmd = [sys.executable, "-m", "workbench.cli", "app", "--workspace", str(ws), "--port", str(port)]
+    if script is not None:
+        cmd = [str(script) if c == str(APP) else c for c in streamlit_command(ws, "127.0.0.1", port)]
+    server = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            try:
+                if urllib.request.urlopen(f"{url}/_stcore/health", timeout=1).read() == b"ok":
+                    break
+            except OSError:
+                time.sleep(0.2)
+        yield url, server
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+@contextmanager
+def chromium_page():
+    """A headless Chromium page, 1400 x 1000, waiting up to 300 s for anything (2 shared cores, cold imports)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.set_default_timeout(300_000)
+        yield page
+        browser.close()
+
+
+@contextmanager
+def app_page(ws: Path, script: Path | None = None):
+    """app_server and a chromium_page; yields (url, page)."""
+    with app_server(ws, script) as (url, _), chromium_page() as page:
+        yield url, page
 
 
 def add_common_args(ap, out: Path, threads: int | None = None) -> None:

@@ -370,7 +370,35 @@ def report_head(title: str, script: str, machine: tuple, settings: str, t_start:
     ]
 
 
-def main() -> None:
+NOTES = [
+    "- sparsify: its Trainer runs a Hugging Face model itself, so bench/peers/sparsify_sae.py replays its "
+    "per-batch code (fvu loss + AuxK, decoder-parallel gradient removal, renormalisation) with Adam "
+    "instead of the default signum; without Triton it decodes with torch's embedding_bag (CPU).",
+    "- sae-lens: SAETrainer.step per batch (its fit loop minus logging). `sae-lens (sparse acts)` is its "
+    "documented fast path for fp32 without autocast (`use_sparse_activations=True`); on torch 2.13 CPU its "
+    "backward fails (NotImplementedError: aten::view on SparseCPU) unless `rescale_acts_by_decoder_norm=False`, "
+    "so that row also turns the rescale off.",
+    "- dictionary_learning: TopKTrainer.update per batch; its 10M-token dead threshold is a constructor "
+    "constant, overwritten to the run's value.",
+    "- FVU is measured on held-out tokens with each library's own reconstruction in the original units; "
+    "after few tokens it mostly reflects initialisation and early learning speed.",
+    "- Six streams side by side: `blocks.{1,2,3}.hook_resid_mid` and `hook_resid_post` of the embedded model "
+    "for the same tokens, each stream divided by its mean train norm (so no stream dominates), concatenated "
+    "to d 768, then scaled like every data set. The streams are strongly correlated (each resid_post "
+    "contains its resid_mid), so the 12,288 latents have far fewer directions to share than at d 768 in a "
+    "real model, and many die: the case where AuxK does work on every side.",
+    "- Dead latents: each side's own count (tokens or batches since the latent last fired, against the same "
+    "threshold), read before each step; 'steps with AuxK on' counts the steps where it was above 0.",
+    "- The workbench side that times the reference matmuls keeps a preallocated B x n output buffer resident, "
+    "so its peak memory includes B x n x 4 bytes that training does not use.",
+    "- The workbench's default `encoder_init='fit'` starts W_enc as W_dec^T (unit rows) and scales it so the "
+    "first batch's reconstruction has the least-squares size. The diagnostic row `encoder_init='transpose'` "
+    "is the same trainer without that scale (the unscaled transpose overshoots: FVU > 1 at step 0), which "
+    "was the workbench default before.",
+]
+
+
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="few steps, one round: checks every side runs")
     ap.add_argument("--steps-768", type=int, default=40, help="steps at d 768 (wide, gpt2)")
@@ -401,16 +429,16 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.steps_768, args.steps_tiny, args.rounds_768, args.rounds_tiny, args.variant_steps = 3, 6, 1, 1, 3
-    chosen = args.datasets.split(",")
-    if set(chosen) - {"tiny", "wide", "gpt2"}:
+    args.chosen = args.datasets.split(",")
+    if set(args.chosen) - {"tiny", "wide", "gpt2"}:
         ap.error(f"--datasets {args.datasets!r}: choose from tiny, wide, gpt2")
-    t_start = time.time()
-    info = harness.machine_info()
-    threads = harness.set_threads(args.threads)
-    versions = {
-        "main": harness.venv_versions("main", ("torch", "transformer-lens", "workbench")),
-        "sae": harness.venv_versions("sae", ("torch", "sae-lens", "eai-sparsify", "dictionary-learning")),
-    }
+    return args
+
+
+def measure(args) -> tuple[list[str], list[str], dict, dict]:
+    """Every chosen data set, round robin over the sides, then the workbench architectures on it: the report's
+    sections, its verdicts, the raw runs and the last data set's training config."""
+    chosen = args.chosen
     print("preparing activations", flush=True)
     runs = []
     if "tiny" in chosen:
@@ -441,6 +469,19 @@ def main() -> None:
             "",
         ]
         sections += variant_table(vres) + [""]
+    return sections, verdicts, raw, cfg
+
+
+def main() -> None:
+    args = parse_args()
+    t_start = time.time()
+    info = harness.machine_info()
+    threads = harness.set_threads(args.threads)
+    versions = {
+        "main": harness.venv_versions("main", ("torch", "transformer-lens", "workbench")),
+        "sae": harness.venv_versions("sae", ("torch", "sae-lens", "eai-sparsify", "dictionary-learning")),
+    }
+    sections, verdicts, raw, cfg = measure(args)
     settings = (
         f"Top-k k = {cfg['k']}, 16x expansion, batch {cfg['batch_size']}, fp32, CPU; "
         f"Adam lr {args.lr} constant (no warm-up, no decay) on every side; AuxK on (alpha 1/32 where the "
@@ -461,30 +502,7 @@ def main() -> None:
         *sections,
         "## Notes",
         "",
-        "- sparsify: its Trainer runs a Hugging Face model itself, so bench/peers/sparsify_sae.py replays its "
-        "per-batch code (fvu loss + AuxK, decoder-parallel gradient removal, renormalisation) with Adam "
-        "instead of the default signum; without Triton it decodes with torch's embedding_bag (CPU).",
-        "- sae-lens: SAETrainer.step per batch (its fit loop minus logging). `sae-lens (sparse acts)` is its "
-        "documented fast path for fp32 without autocast (`use_sparse_activations=True`); on torch 2.13 CPU its "
-        "backward fails (NotImplementedError: aten::view on SparseCPU) unless `rescale_acts_by_decoder_norm=False`, "
-        "so that row also turns the rescale off.",
-        "- dictionary_learning: TopKTrainer.update per batch; its 10M-token dead threshold is a constructor "
-        "constant, overwritten to the run's value.",
-        "- FVU is measured on held-out tokens with each library's own reconstruction in the original units; "
-        "after few tokens it mostly reflects initialisation and early learning speed.",
-        "- Six streams side by side: `blocks.{1,2,3}.hook_resid_mid` and `hook_resid_post` of the embedded model "
-        "for the same tokens, each stream divided by its mean train norm (so no stream dominates), concatenated "
-        "to d 768, then scaled like every data set. The streams are strongly correlated (each resid_post "
-        "contains its resid_mid), so the 12,288 latents have far fewer directions to share than at d 768 in a "
-        "real model, and many die: the case where AuxK does work on every side.",
-        "- Dead latents: each side's own count (tokens or batches since the latent last fired, against the same "
-        "threshold), read before each step; 'steps with AuxK on' counts the steps where it was above 0.",
-        "- The workbench side that times the reference matmuls keeps a preallocated B x n output buffer resident, "
-        "so its peak memory includes B x n x 4 bytes that training does not use.",
-        "- The workbench's default `encoder_init='fit'` starts W_enc as W_dec^T (unit rows) and scales it so the "
-        "first batch's reconstruction has the least-squares size. The diagnostic row `encoder_init='transpose'` "
-        "is the same trainer without that scale (the unscaled transpose overshoots: FVU > 1 at step 0), which "
-        "was the workbench default before.",
+        *NOTES,
         "",
     ]
     harness.write_text(harness.WORK / "sae" / "raw.json", json.dumps(raw, indent=1))
