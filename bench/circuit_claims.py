@@ -11,6 +11,8 @@ Resumable: each family's JSON under --results is rewritten after every query, an
 measures only what is missing (a stored file made with other settings is refused, not mixed in). A paired run
 takes the base side from a --base-only run of the same settings instead of measuring it again, read per query, so the
 two can run side by side (the paired run measures a base side itself only where the other has not stored it yet).
+`--from-end` beside the same command without it measures the queries from the last one back into an ahead-*.json
+beside the store, until the two meet; the ordered run takes those rows as stored (two cores on one family).
 """
 
 from __future__ import annotations
@@ -61,24 +63,49 @@ def check_settings(stored: dict, now: dict, path: Path) -> None:
             )
 
 
-def reusable_base(args, task: str, now: dict) -> list[dict]:
-    """The base side of the queries a --base-only run with the same settings has measured (none: empty)."""
-    path = store_path(args.results / tag(args.base), args, task)
-    if args.base_only or not path.is_file():
-        return []
-    done = json.loads(path.read_text())
-    return [{"base": q["base"]} for q in done["queries"]] if all(done.get(k) == now.get(k) for k in SETTINGS) else []
+def ahead_path(folder: Path, args, task: str) -> Path:
+    """The query rows a --from-end run measures ahead of the ordered store in `folder`, by query index."""
+    return store_path(folder, args, task, "ahead-")
 
 
-def measure_family(args, models: dict, task: str, path: Path) -> None:
-    """The family's queries not yet stored, one at a time, the JSON rewritten (atomically) after each."""
-    from workbench.attention.compare import compare_result, query_row, renormalises
+def stored_rows(path: Path, now: dict, prompts: list[str]) -> dict[int, dict]:
+    """A store's query rows by index (an ordered store's list, an ahead store's map): those of a store with the
+    same settings, each for the same prompt (none: empty)."""
+    done = json.loads(path.read_text()) if path.is_file() else {}
+    if not done or any(done.get(k) != now.get(k) for k in SETTINGS):
+        return {}
+    rows = {int(i): q for i, q in done["ahead"].items()} if "ahead" in done else dict(enumerate(done["queries"]))
+    return {i: q for i, q in rows.items() if i < len(prompts) and q["prompt"] == prompts[i]}
+
+
+def reusable_base(args, task: str, now: dict, prompts: list[str]) -> dict[int, dict]:
+    """A paired run's base sides measured by --base-only runs with the same settings (ordered or --from-end)."""
+    if args.base_only:
+        return {}
+    folder = args.results / tag(args.base)
+    ordered, ahead = store_path(folder, args, task), ahead_path(folder, args, task)
+    rows = {**stored_rows(ahead, now, prompts), **stored_rows(ordered, now, prompts)}
+    return {i: {"base": q["base"]} for i, q in rows.items()}
+
+
+def family_setup(args, models: dict, task: str) -> tuple[dict, dict, bool, list]:
+    """A family's run settings (cfg), its empty result (the settings a store is checked against), the attention
+    rule and its queries."""
+    from workbench.attention.compare import compare_result, renormalises
     from workbench.corpus import tasks
 
     rule = renormalises(models[list(models)[-1]])
     cfg = {"task": task, "n": args.n, "targets": list(args.targets), "seed": 0, "split": args.split}
     cfg.update(samples=args.samples, ig_steps=5)
-    res = compare_result(models, [], cfg, rule)
+    qs = tasks.queries(task, args.n, seed=0, tokenizer=models["base"].tokenizer, split=args.split)
+    return cfg, compare_result(models, [], cfg, rule), rule, qs
+
+
+def measure_family(args, models: dict, task: str, path: Path) -> None:
+    """The family's queries not yet stored, one at a time, the JSON rewritten (atomically) after each."""
+    from workbench.attention.compare import compare_result, query_row
+
+    cfg, res, rule, qs = family_setup(args, models, task)
     stored = json.loads(path.read_text()) if path.is_file() else None
     if stored:
         check_settings(stored, res, path)
@@ -86,15 +113,38 @@ def measure_family(args, models: dict, task: str, path: Path) -> None:
     if len(rows) >= args.n:
         return
     runs.append({**run_meta(), "from_query": len(rows)})
-    qs = tasks.queries(task, args.n, seed=0, tokenizer=models["base"].tokenizer, split=args.split)
+    prompts = [q.prompt for q in qs]
     for i in range(len(rows), args.n):
-        known = reusable_base(args, task, res)  # read per query: a --base-only run beside this one keeps adding
-        rows.append(
-            query_row(models, qs[i], args.targets, args.samples, 5, 0, rule, known[i] if i < len(known) else None)
-        )
+        # read per query: --from-end and --base-only runs beside this one keep adding
+        ahead = stored_rows(ahead_path(path.parent, args, task), res, prompts)
+        known = reusable_base(args, task, res, prompts).get(i)
+        rows.append(ahead[i] if i in ahead else query_row(models, qs[i], args.targets, args.samples, 5, 0, rule, known))
         runs[-1]["to_query"] = i + 1
         harness.write_text(path, json.dumps({**compare_result(models, rows, cfg, rule), "runs": runs}, indent=1))
         print(f"{task} {i + 1}/{args.n}", flush=True)
+
+
+def measure_from_end(args, models: dict, task: str, path: Path) -> None:
+    """--from-end: queries from the last one back into the ahead store, one at a time, until the ordered store
+    `path` (its run beside this one working on the next query) reaches them; the ordered run then takes them."""
+    from workbench.attention.compare import query_row
+
+    _, res, rule, qs = family_setup(args, models, task)
+    ahead_file = ahead_path(path.parent, args, task)
+    stored = json.loads(ahead_file.read_text()) if ahead_file.is_file() else None
+    if stored:
+        check_settings(stored, res, ahead_file)
+    ahead, runs = (stored["ahead"], stored["runs"]) if stored else ({}, [])
+    runs.append(run_meta())
+    prompts = [q.prompt for q in qs]
+    for i in reversed(range(args.n)):
+        if i <= len(json.loads(path.read_text())["queries"] if path.is_file() else []):
+            break
+        if str(i) not in ahead:
+            known = reusable_base(args, task, res, prompts).get(i)
+            ahead[str(i)] = query_row(models, qs[i], args.targets, args.samples, 5, 0, rule, known)
+            harness.write_text(ahead_file, json.dumps({**res, "runs": runs, "ahead": ahead}, indent=1))
+            print(f"{task} query {i + 1} of {args.n} measured ahead", flush=True)
 
 
 def run_meta() -> dict:
@@ -279,21 +329,46 @@ def render(args, stores: dict[str, Path], heads: dict[str, dict[str, Path]]) -> 
 
 
 def reuse_lines(args, results: dict[str, dict]) -> list[str]:
-    """Where a paired run's base side was taken from a --base-only run, that run's folder and commits."""
+    """Where a base side was taken from another run: a --base-only run's (for a paired run) and a --from-end
+    run's, with their folder and commits."""
     base_only = {t: store_path(args.results / tag(args.base), args, t) for t in results}
-    reused = {}
+    reused, lines = {}, []
     for t, res in results.items():
         if not args.base_only and base_only[t].is_file():
             done = json.loads(base_only[t].read_text())
             if [q["base"] for q in done["queries"][: len(res["queries"])]] == [q["base"] for q in res["queries"]]:
                 reused[t] = done["runs"]
+        lines += ahead_line(args, t, res)
     if not reused:
-        return []
+        return lines
     commits = ", ".join(sorted({r["commit"] for runs in reused.values() for r in runs}))
     return [
         f"- Base side of {', '.join(reused)}: measured by the --base-only run in "
-        f"{rel(args.results / tag(args.base))} (commits {commits}), taken as stored"
+        f"{rel(args.results / tag(args.base))} (commits {commits}), taken as stored",
+        *lines,
     ]
+
+
+def ahead_line(args, task: str, res: dict) -> list[str]:
+    """The queries of a family whose stored sides a --from-end run measured (this run's or a --base-only one's)."""
+    rows, lines = res["queries"], []
+    for folder in dict.fromkeys([run_folder(args), args.results / tag(args.base)]):
+        path = ahead_path(folder, args, task)
+        done = json.loads(path.read_text()) if path.is_file() else {"ahead": {}}
+        taken = sorted(
+            int(i)
+            for i, q in done["ahead"].items()
+            if int(i) < len(rows) and all(rows[int(i)].get(k) == q[k] for k in ("base", "sparse") if k in q)
+        )
+        if taken:
+            commits = ", ".join(sorted({r["commit"] for r in done["runs"]}))
+            sides = " and ".join(k for k in ("base", "sparse") if k in done["ahead"][str(taken[0])])
+            lines.append(
+                f"- {task} {'query' if len(taken) == 1 else 'queries'} {', '.join(str(i + 1) for i in taken)}, {sides} "
+                f"side: measured by a --from-end "
+                f"run beside the ordered one ({rel(path)}, commits {commits}), taken as stored"
+            )
+    return lines
 
 
 def method_lines(args, first: dict | None) -> list[str]:
@@ -339,6 +414,12 @@ def parse_args():
     ap.add_argument("--base", default="tiny", help="base model spec (default: %(default)s)")
     ap.add_argument("--sparse", help="its sparse-attention version (a model folder)")
     ap.add_argument("--base-only", action="store_true", help="the base model's circuit sizes alone (no --sparse)")
+    ap.add_argument(
+        "--from-end",
+        action="store_true",
+        help="the queries from the last one back, beside the same command without it (which takes them when it "
+        "gets there): two cores on one family",
+    )
     ap.add_argument("--families", default=",".join(FAMILIES), help="task families (default: %(default)s)")
     ap.add_argument("--n", type=int, default=20, help="queries per family (default: %(default)s)")
     ap.add_argument("--targets", default="0.8,0.9", help="NDF targets (default: %(default)s)")
@@ -364,6 +445,8 @@ def parse_args():
     args = ap.parse_args()
     if args.base_only == bool(args.sparse):
         ap.error("pass --sparse MODEL (base vs sparse) or --base-only, not both")
+    if args.from_end and args.transcoders:
+        ap.error("--from-end measures component circuits ahead of an ordered run: not with --transcoders")
     if args.transcoders and args.base_only:
         ap.error("--transcoders compares two models: not with --base-only")
     if args.heads_only and not args.transcoders:
@@ -405,7 +488,9 @@ def main() -> None:
             models["sparse"] = load(args.sparse)[0]
         folder.mkdir(parents=True, exist_ok=True)
         for task in families:
-            if not args.heads_only:
+            if args.from_end:
+                measure_from_end(args, models, task, stores[task])
+            elif not args.heads_only:
                 measure_family(args, models, task, stores[task])
             if args.transcoders:
                 measure_heads(args, models, task, heads[args.kind][task])

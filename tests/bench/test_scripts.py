@@ -101,15 +101,20 @@ def test_transcoder_quality_quick_fills_every_table_and_resumes(tmp_path):
 def test_circuit_claims_quick_reuses_the_base_side_resumes_and_refuses_other_settings(
     tiny_set, sparse_set, tiny_clt, tiny_sparse_clt, tmp_path
 ):
-    """--base-only, then base vs sparse (through transcoder sets, then CLTs with --heads-only) on the same results
-    folder: the paired run takes the base side from the base-only JSON, renders every measure with its intervals and
-    each dictionary kind's heads rows, a rerun measures nothing, other settings and a set against a CLT are
-    refused."""
+    """--base-only (its last query measured first by a --from-end run beside it), then base vs sparse (through
+    transcoder sets, then CLTs with --heads-only) on the same results folder: the paired run takes the base side
+    from the base-only JSON, renders every measure with its intervals and each dictionary kind's heads rows, a rerun
+    measures nothing, other settings and a set against a CLT are refused."""
     work, script = tmp_path / "claims", "bench/circuit_claims.py"
+    _run(tmp_path, script, "--base-only", "--quick", "--from-end", "--results", work, "--out", tmp_path / "end.md")
+    ahead = json.loads((work / "tiny" / "ahead-heldout-ioi-n2.json").read_text())["ahead"]
+    assert list(ahead) == ["1"]  # the last query only: the ordered store has none, so query 1 is left to it
     _run(tmp_path, script, "--base-only", "--quick", "--results", work, "--out", tmp_path / "base.md")
     text = (tmp_path / "base.md").read_text()
     _names_the_commit(text)
     assert "## Base model alone (section 1)" in text and "## Base vs sparse" not in text
+    assert "- ioi query 2, base side: measured by a --from-end run beside the ordered one" in text
+    assert json.loads((work / "tiny" / "heldout-ioi-n2.json").read_text())["queries"][1] == ahead["1"]
     paired = ("--sparse", "tiny-sparse", "--quick", "--results", work, "--transcoders", tiny_set, sparse_set)
     _run(tmp_path, script, *paired, "--out", tmp_path / "paired.md")
     text = (tmp_path / "paired.md").read_text()
@@ -138,6 +143,8 @@ def test_circuit_claims_quick_reuses_the_base_side_resumes_and_refuses_other_set
     mixed = [sys.executable, script, *paired[:-1], tiny_sparse_clt]
     proc = subprocess.run(mixed, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 2 and "one per-layer set and one CLT; pass two of a kind" in proc.stderr
+    proc = subprocess.run([*argv, "--from-end"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2 and "--from-end measures component circuits ahead of an ordered run" in proc.stderr
     store.unlink()  # --heads-only measures no component circuit
     clts = (*paired[:-2], tiny_clt, tiny_sparse_clt, "--heads-only")
     _run(tmp_path, script, *clts, "--out", tmp_path / "clts.md")
