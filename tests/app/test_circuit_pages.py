@@ -231,7 +231,7 @@ def test_the_48_head_sparse_model_added_to_a_workspace_is_on_the_attention_and_c
     assert report["model_id"] in text(at)
     shipped = browse.compare_results(folder)
     tables = [d.value for d in at.dataframe if "undecided" in d.value.columns]
-    assert len(shipped) >= 4 and len(tables) == len(shipped)
+    assert len(shipped) == 5 and len(tables) == len(shipped)
     for (_, res), table in zip(shipped, tables):
         row = table[(table["NDF"] == "0.8") & (table["measure"] == "component edges")].iloc[0]
         p = claims.paired(res, "component_edges", "0.8")
