@@ -12,7 +12,8 @@ measures only what is missing (a stored file made with other settings is refused
 takes the base side from a --base-only run of the same settings instead of measuring it again, read per query, so the
 two can run side by side (the paired run measures a base side itself only where the other has not stored it yet).
 `--from-end` beside the same command without it measures the queries from the last one back into an ahead-*.json
-beside the store, until the two meet; the ordered run takes those rows as stored (two cores on one family).
+beside the store, until the two meet (the query where they meet may be measured by both); the ordered run takes those
+rows as stored (two cores on one family).
 """
 
 from __future__ import annotations

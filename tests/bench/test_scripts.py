@@ -258,3 +258,25 @@ def test_clt_bench_pairs_the_stored_queries(tmp_path):
     gap = paired_difference({i: v for i, v in enumerate(nodes["set"][:3])}, dict(enumerate(nodes["clt-params"][:3])))
     assert f"11.0 / 9.3; {gap.format('{:.1f}')}" in row
     assert "0.650 / 0.650; 0.000" in row  # replacement: all four queries, identical
+
+
+@pytest.mark.slow
+def test_finetune_control_quick_resumes_and_starts_at_the_base(tmp_path):
+    """The control is the base fine-tuned without gates: at 0 steps it is the base (difference exactly 0); a rerun
+    continues from its checkpoint, and a checkpoint of other settings is refused."""
+    script, work = "bench/finetune_control.py", tmp_path / "control"
+    common = ("--sparse", "data/models/tiny-sparse", "--quick", "--work", work, "--out", tmp_path / "c.md")
+    _run(tmp_path, script, *common)
+    text = (tmp_path / "c.md").read_text()
+    _names_the_commit(text)
+    assert "| verdict | 256-271 (n = 16) | " in text and "| untouched | " in text
+    assert "the base fine-tuned 3 steps on the run's own training batches" in text
+    assert "resumed at step 3" in _run(tmp_path, script, *common)
+    zero = ("--sparse", "data/models/tiny-sparse", "--quick", "--steps", "0", "--work", tmp_path / "zero")
+    _run(tmp_path, script, *zero, "--out", tmp_path / "zero.md")
+    rows = [r for r in (tmp_path / "zero.md").read_text().splitlines() if r.startswith("| verdict")]
+    assert rows and rows[0].split(" | ")[2] == "+0.0000 [+0.0000, +0.0000]"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "BENCH_WORK": str(tmp_path / "work"), "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, script, *map(str, common), "--steps", "4"]
+    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0 and "written by a different configuration" in proc.stderr
