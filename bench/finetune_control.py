@@ -106,7 +106,7 @@ def render(args, report: dict, trained: dict, diffs: dict, record: dict) -> str:
     lines = [
         f"# Fine-tuned-base control: {Path(args.sparse).name}",
         "",
-        *harness.machine_lines(harness.machine_info(), {}, "1", "CE differences, not times"),
+        *harness.machine_lines(harness.machine_info(), {}, args.threads_line, "CE differences, not times"),
         f"- Command: `python bench/finetune_control.py {' '.join(sys.argv[1:])}`",
         f"- Sparse model {report['model_id']} (state: step {report['selected_step']}), base {report['base_model']} "
         f"(`{report['base_spec']}`), corpus {report['corpus']}",
@@ -136,7 +136,7 @@ def render(args, report: dict, trained: dict, diffs: dict, record: dict) -> str:
 
 def main() -> None:
     args = parse_args()
-    harness.set_threads(args.threads)
+    args.threads_line = harness.set_threads(args.threads)
     from workbench.attention.config import SparsifyConfig
     from workbench.attention.report import read_report, stack
     from workbench.attention.verdict import untouched_sequences, verdict_sequences
