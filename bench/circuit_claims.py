@@ -366,8 +366,7 @@ def ahead_line(args, task: str, res: dict) -> list[str]:
             sides = " and ".join(k for k in ("base", "sparse") if k in done["ahead"][str(taken[0])])
             lines.append(
                 f"- {task} {'query' if len(taken) == 1 else 'queries'} {', '.join(str(i + 1) for i in taken)}, {sides} "
-                f"side: measured by a --from-end "
-                f"run beside the ordered one ({rel(path)}, commits {commits}), taken as stored"
+                f"side: measured by a --from-end run beside the ordered one ({rel(path)}, commits {commits}), taken as stored"
             )
     return lines
 
