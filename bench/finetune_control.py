@@ -49,7 +49,7 @@ def fine_tune(model, corpus, cfg, ctx: int, steps: int, every: int, ckpt: Path, 
     import torch
 
     from workbench import checkpoint
-    from workbench.attention.train import _batches  # the run's own stream: the same batches in the same order
+    from workbench.attention.train import training_batches  # the run's own stream, in the same order
     from workbench.schedule import lr_factor
 
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -61,7 +61,7 @@ def fine_tune(model, corpus, cfg, ctx: int, steps: int, every: int, ckpt: Path, 
         sched.load_state_dict(state["sched"])
         print(f"resumed at step {state['step']}", flush=True)
     step, curve, cpu0 = state["step"], state["curve"], time.process_time() - state["cpu_s"]
-    batches = _batches(corpus, ctx, cfg, step, 0, 1)
+    batches = training_batches(corpus, ctx, cfg, step, 0, 1)
     model.train()
     while step < steps:
         loss = model(next(batches), return_type="loss")

@@ -116,7 +116,7 @@ HELDOUT_DUAL = {"dual_stream": "heldout", "dual_sequences": 4, "dual_every": 2}
 def test_resume_after_a_crash_gives_the_identical_model(small_dir, tmp_path, monkeypatch, dual):
     cfg = _cfg(steps=8, gates=GateConfig(init_bias=1.0, estimator="hard_concrete"), **dual)
     T.sparsify(small_dir, tmp_path / "full", cfg, report_queries=2)
-    real = T._batches
+    real = T.training_batches
 
     def dying(corpus, ctx, cfg, start, rank, world):
         for i, b in enumerate(real(corpus, ctx, cfg, start, rank, world)):
@@ -124,11 +124,11 @@ def test_resume_after_a_crash_gives_the_identical_model(small_dir, tmp_path, mon
                 raise Crash
             yield b
 
-    monkeypatch.setattr(T, "_batches", dying)
+    monkeypatch.setattr(T, "training_batches", dying)
     with pytest.raises(Crash):
         T.sparsify(small_dir, tmp_path / "resumed", cfg, report_queries=2)
     assert checkpoint.read(tmp_path / "resumed" / T.CHECKPOINT)["step"] == 3
-    monkeypatch.setattr(T, "_batches", real)
+    monkeypatch.setattr(T, "training_batches", real)
     T.sparsify(small_dir, tmp_path / "resumed", cfg, resume=True, report_queries=2)
     a, b = (
         load_file(str(tmp_path / "full" / "model.safetensors")),

@@ -45,8 +45,9 @@ class ConstraintNotMet(UserError):
     """The run ended without any evaluated state meeting CE <= CE_target; the best one was saved anyway."""
 
 
-def _batches(corpus, ctx: int, cfg: SparsifyConfig, start_step: int, rank: int, world: int):
-    """This process's [batch/world, ctx] token batch for every step from start_step on."""
+def training_batches(corpus, ctx: int, cfg: SparsifyConfig, start_step: int, rank: int, world: int):
+    """This process's [batch/world, ctx] token batch for every step from start_step on (bench/finetune_control.py
+    fine-tunes its control on the same stream)."""
     B, share = cfg.batch_size, cfg.batch_size // world
     it = corpus.sequences(ctx, start_step * B, split="train")
     step = start_step
@@ -290,7 +291,7 @@ def loop(run: Run) -> None:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=cfg.steps, initial=step, desc="attention train", unit="step")
-    batches = _batches(run.data, run.ctx, cfg, step, run.rank, run.world)
+    batches = training_batches(run.data, run.ctx, cfg, step, run.rank, run.world)
     while step < cfg.steps:
         row = run.trainer.step(next(batches).to(run.device))
         step = row["step"]
