@@ -42,7 +42,8 @@ QUICK_SHAPES = {
         128,
     ),
 }
-SIDES = ("plain_step", "gated_step_paired", "gated_step_fixed", "base_forward", "gated_forward")
+CONTROL_SIDES = {"gated_step_frozen": "frozen", "gated_step_finetune": "finetune"}  # --control, paired dual
+SIDES = ("plain_step", "gated_step_paired", "gated_step_fixed", *CONTROL_SIDES, "base_forward", "gated_forward")
 GOAL_STEP, GOAL_GB = 1.3, 8.0  # issue #21: gated step <= 1.3x the plain step
 
 
@@ -59,6 +60,7 @@ def _side_call(spec: dict, side: str):
 
     from workbench.attention import gates as G
     from workbench.attention.config import GateConfig, SparsifyConfig
+    from workbench.attention.control import FineTunedControl
     from workbench.attention.train import Sparsifier
 
     torch.manual_seed(0)
@@ -71,7 +73,9 @@ def _side_call(spec: dict, side: str):
 
         model = HookedTransformer(HookedTransformerConfig(**spec["model"], device="cpu", seed=0))
     tokens = torch.randint(1, model.cfg.d_vocab, (spec["batch"], spec["ctx"] or model.cfg.n_ctx))
-    cfg = SparsifyConfig(dual_ce="paired" if side.endswith("paired") else "fixed", progress=False).resolve()
+    control = CONTROL_SIDES.get(side, "none")
+    cfg = SparsifyConfig(dual_ce="fixed" if side.endswith("fixed") else "paired", control=control, progress=False)
+    cfg = cfg.resolve()
     if side == "plain_step":
         model.train()
         opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
@@ -87,9 +91,11 @@ def _side_call(spec: dict, side: str):
     if side.startswith("gated_step"):
         import copy
 
-        base = copy.deepcopy(model).eval().requires_grad_(False) if cfg.dual_ce == "paired" else None
+        paired = cfg.dual_ce == "paired" and control != "finetune"
+        base = copy.deepcopy(model).eval().requires_grad_(False) if paired else None
+        fine_tuned = FineTunedControl(model, cfg) if control == "finetune" else None
         G.install(model, GateConfig(init_bias=4.0))
-        trainer = Sparsifier(model, cfg, base, ce_ref_fixed=None if base is not None else 3.0)
+        trainer = Sparsifier(model, cfg, base, 3.0 if side.endswith("fixed") else None, control=fine_tuned)
         return (lambda: trainer.step(tokens)), tokens
     if side == "gated_forward":
         G.install(model, GateConfig(init_bias=4.0))
@@ -219,6 +225,8 @@ def _row(cells: list, runs: list[dict], refs: list[dict], goal: bool, rss: str, 
 PAIRS = (  # (measure, side, reference side, judged against the step goal)
     ("gated step (paired dual)", "gated_step_paired", "plain_step", True),
     ("gated step (fixed dual)", "gated_step_fixed", "plain_step", True),
+    ("gated step, --control frozen", "gated_step_frozen", "plain_step", False),
+    ("gated step, --control finetune", "gated_step_finetune", "plain_step", False),
     ("gated eval forward", "gated_forward", "base_forward", False),
 )
 
@@ -278,7 +286,8 @@ def _text(a, shapes: dict, results: dict, threads: str) -> str:
             "",
             "The plain step is AdamW on the CE of the same batch (same clipping); the gated step is "
             "`Sparsifier.step` (sampled gates, the Lagrangian, the dual step; 'paired' adds the frozen base "
-            "model's no-grad forward on the batch). Seconds are the median call; a ratio is the median over rounds "
+            "model's no-grad forward on the batch; `--control frozen` trains the gates alone, `--control finetune` adds the "
+            "control copy's own AdamW step on the batch instead of the base forward). Seconds are the median call; a ratio is the median over rounds "
             "of each round's side over that round's plain step (base forward); CPU is the side process's own CPU "
             "time (one thread: not charged while the process waits for a core, so less moved by other jobs than "
             "wall time). 'Interleaved': every side's model built in one process and one call of each in turn per "

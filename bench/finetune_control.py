@@ -44,43 +44,28 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def fine_tune(model, corpus, cfg, ctx: int, steps: int, every: int, ckpt: Path, record: dict) -> dict:
-    """The control: `steps` AdamW steps on CE alone over the run's own batches; resumes from ckpt. Its curve."""
-    import torch
-
+def fine_tune(model, corpus, cfg, ctx: int, steps: int, every: int, ckpt: Path, record: dict):
+    """The control: `steps` AdamW steps on CE alone over the run's own batches (the trainer's own control under
+    `--control finetune`); resumes from ckpt. The fine-tuned model and its curve."""
     from workbench import checkpoint
+    from workbench.attention.control import FineTunedControl
     from workbench.attention.train import training_batches  # the run's own stream, in the same order
-    from workbench.schedule import lr_factor
 
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg.warmup_steps))
+    control = FineTunedControl(model, cfg)
     state = checkpoint.read_matching(ckpt, record) if ckpt.is_file() else {"step": 0, "curve": [], "cpu_s": 0.0}
     if state["step"]:
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optim"])
-        sched.load_state_dict(state["sched"])
+        control.load_state_dict(state)
         print(f"resumed at step {state['step']}", flush=True)
     step, curve, cpu0 = state["step"], state["curve"], time.process_time() - state["cpu_s"]
     batches = training_batches(corpus, ctx, cfg, step, 0, 1)
-    model.train()
     while step < steps:
-        loss = model(next(batches), return_type="loss")
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if cfg.grad_clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
-        sched.step()
+        curve.append(control.step(next(batches)))
         step += 1
-        curve.append(float(loss.detach()))
         if step % every == 0 or step == steps:
             state = {"step": step, "curve": curve, "cpu_s": time.process_time() - cpu0, "record": record}
-            checkpoint.write(
-                ckpt, {**state, "model": model.state_dict(), "optim": opt.state_dict(), "sched": sched.state_dict()}
-            )
+            checkpoint.write(ckpt, {**state, **control.state_dict()})
             print(f"step {step}/{steps}: CE {sum(curve[-every:]) / len(curve[-every:]):.4f}", flush=True)
-    model.eval()
-    return {"step": step, "curve": curve, "cpu_s": time.process_time() - cpu0}
+    return control.model.eval(), {"step": step, "curve": curve, "cpu_s": time.process_time() - cpu0}
 
 
 def differences(models: dict, splits: dict) -> dict:
@@ -146,14 +131,15 @@ def main() -> None:
     report = read_report(args.sparse)
     cfg = SparsifyConfig.from_dict(report["config"])
     base, tok = load(report["base_spec"], device="cpu")
-    control = load(report["base_spec"], device="cpu")[0]
     sparse = load(args.sparse, device="cpu")[0].eval()
     corpus = load_corpus(report["corpus"], tok, seed=cfg.seed)
     ctx = report["heldout"]["ctx_len"]
     steps = args.steps if args.steps is not None else report["selected_step"]
     record = {"sparse_model": report["model_id"], "config": cfg.to_dict(), "ctx_len": ctx, "steps": steps}
     args.work.mkdir(parents=True, exist_ok=True)
-    trained = fine_tune(control, corpus, cfg, ctx, steps, args.checkpoint_every, args.work / "checkpoint.pt", record)
+    control, trained = fine_tune(
+        base, corpus, cfg, ctx, steps, args.checkpoint_every, args.work / "checkpoint.pt", record
+    )
     verdict, v0 = verdict_sequences(corpus, cfg.eval_sequences, cfg.verdict_sequences, ctx, cfg.verdict_start)
     untouched, u0 = untouched_sequences(corpus, cfg, ctx)
     n = args.sequences

@@ -112,7 +112,11 @@ class Crash(Exception):
 HELDOUT_DUAL = {"dual_stream": "heldout", "dual_sequences": 4, "dual_every": 2}
 
 
-@pytest.mark.parametrize("dual", [{}, HELDOUT_DUAL], ids=["train-dual", "heldout-dual"])
+@pytest.mark.parametrize(
+    "dual",
+    [{}, HELDOUT_DUAL, {**HELDOUT_DUAL, "control": "finetune"}],
+    ids=["train-dual", "heldout-dual", "finetune-control"],
+)
 def test_resume_after_a_crash_gives_the_identical_model(small_dir, tmp_path, monkeypatch, dual):
     cfg = _cfg(steps=8, gates=GateConfig(init_bias=1.0, estimator="hard_concrete"), **dual)
     T.sparsify(small_dir, tmp_path / "full", cfg, report_queries=2)
@@ -130,11 +134,10 @@ def test_resume_after_a_crash_gives_the_identical_model(small_dir, tmp_path, mon
     assert checkpoint.read(tmp_path / "resumed" / T.CHECKPOINT)["step"] == 3
     monkeypatch.setattr(T, "training_batches", real)
     T.sparsify(small_dir, tmp_path / "resumed", cfg, resume=True, report_queries=2)
-    a, b = (
-        load_file(str(tmp_path / "full" / "model.safetensors")),
-        load_file(str(tmp_path / "resumed" / "model.safetensors")),
-    )
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    weights = ["model.safetensors"] + ([f"{T.CONTROL_DIR}/model.safetensors"] if "control" in dual else [])
+    for name in weights:  # the fine-tuned control resumes from the checkpoint too
+        a, b = (load_file(str(tmp_path / d / name)) for d in ("full", "resumed"))
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert (tmp_path / "full" / "curves.jsonl").read_text() == (tmp_path / "resumed" / "curves.jsonl").read_text()
     ia, ib = (json.loads((tmp_path / d / "sparsify.json").read_text()) for d in ("full", "resumed"))
     assert ia["evals"] == ib["evals"] and ia["final_lambda"] == ib["final_lambda"]

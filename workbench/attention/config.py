@@ -22,6 +22,11 @@ EMPTY_ROWS = ("zero", "first")
 TAU_SCHEDULES = ("constant", "linear", "exponential")
 DUAL_CE = ("paired", "fixed")
 DUAL_STREAMS = ("train", "heldout")
+# what the CE cost of the gates is judged against (docs/methods.md §7, "The control"): the frozen base while the
+# weights fine-tune ("none"), the frozen base with frozen weights ("frozen": only the gates learn), or an ungated
+# copy fine-tuned in lockstep on the same batches ("finetune")
+CONTROLS = ("none", "frozen", "finetune")
+DEFAULT_LR = 1e-4  # AdamW on the model's weights when they train (control "none" or "finetune")
 
 
 POSITIVE = {"min": 0, "open": "min"}  # a float field's bounds (workbench.config): > 0
@@ -145,8 +150,16 @@ class SparsifyConfig(Config):
     steps: int = field(default=1000, metadata={"help": "optimizer steps", "min": 1})
     batch_size: int = field(default=16, metadata={"help": "sequences per step over all processes", "min": 1})
     ctx_len: int | None = field(default=None, metadata={"min": 2})  # None -> the model's n_ctx
-    # AdamW on the model's own weights (0 freezes them: only the gates learn)
-    lr: float = field(default=1e-4, metadata={"min": 0})
+    control: str = field(
+        default="none",
+        metadata={
+            "help": "what the tolerance is judged against: the frozen base (none), the base with the weights frozen "
+            "so only the gates learn (frozen), or an ungated copy fine-tuned in lockstep (finetune)",
+            "choices": CONTROLS,
+        },
+    )
+    # AdamW on the model's own weights (0 freezes them: only the gates learn); None: 1e-4, or 0 under control "frozen"
+    lr: float | None = field(default=None, metadata={"min": 0})
     gate_lr: float = field(default=3e-2, metadata=POSITIVE)  # AdamW on the gates' scale and bias
     weight_decay: float = field(default=0.0, metadata={"min": 0})
     warmup_steps: int = 20
@@ -206,6 +219,21 @@ class SparsifyConfig(Config):
         from workbench.attention.verdict import check_start
 
         check_start(self.verdict_start, self.eval_sequences)
+        if self.control == "frozen" and self.lr:
+            raise ConfigError(
+                f"lr={self.lr} with control 'frozen': the frozen control keeps the weights fixed (lr 0, only the "
+                "gates learn); drop --lr, or choose --control none|finetune to train the weights"
+            )
+        if self.control == "finetune" and self.lr == 0:
+            raise ConfigError(
+                "lr=0 with control 'finetune': a control that does not train equals the frozen base; "
+                "give lr > 0, or choose --control frozen"
+            )
+        if self.control == "finetune" and self.dual_ce == "fixed":
+            raise ConfigError(
+                "dual_ce 'fixed' with control 'finetune': the fixed reference is the frozen base's CE, not the "
+                "control's running loss; use dual_ce 'paired'"
+            )
 
     def fill(self, world_size: int = 1) -> dict:
         """The gate preset's defaults (the gates' initial bias, tau_end); the run's number of processes must
@@ -222,8 +250,14 @@ class SparsifyConfig(Config):
             raise ConfigError(
                 f"eval_sequences={self.eval_sequences} must be a multiple of the number of processes ({world_size})"
             )
+        if self.control == "finetune" and world_size > 1:
+            raise ConfigError(
+                f"control 'finetune' runs in one process ({world_size} given): the control copy is not "
+                "distributed; run it without torchrun"
+            )
+        lr = self.lr if self.lr is not None else 0.0 if self.control == "frozen" else DEFAULT_LR
         tau_end = self.tau_end if self.tau_end is not None else 1.0 if self.gates.gate == "published" else 0.1
-        return {"gates": self.gates.resolve(), "tau_end": tau_end}
+        return {"gates": self.gates.resolve(), "tau_end": tau_end, "lr": lr}
 
     def tau(self, step: int) -> float:
         """The relaxation temperature at a step."""

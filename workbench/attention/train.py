@@ -28,13 +28,18 @@ from workbench.atomic import atomic_write_text
 from workbench.attention import gates as G
 from workbench.attention.config import RESUME_FREE, SparsifyConfig
 from workbench.attention.constraint import Multiplier
-from workbench.attention.report import build_report, heldout, measure, summarise, write_report
-from workbench.attention.verdict import dual_sequences, feasible, paired_difference
+from workbench.attention.control import FineTunedControl
+from workbench.attention.report import build_report, heldout, measure, stack, summarise, write_report
+from workbench.attention.verdict import dual_sequences, feasible, paired_difference, verdict_sequences
 from workbench.checkpoint import default_device, dist_info
 from workbench.errors import BadValueError, DamagedFileError, UserError
+from workbench.models import load, model_id
+from workbench.models import save as save_model
 from workbench.schedule import lr_factor
 
 CHECKPOINT, RUN, CURVES = "checkpoint.pt", "sparsify.json", "curves.jsonl"
+CONTROL_DIR = "control"  # control "finetune": the fine-tuned control at the saved state, a model folder
+CONTROL_REFERENCE = "the control: the base fine-tuned in lockstep on the same batches, no gates, at the saved step"
 
 
 SELECT_RULE = "sparsest evaluated state with CE difference + select_z * standard error <= tolerance"
@@ -99,10 +104,13 @@ class Sparsifier:
         rank: int = 0,
         world: int = 1,
         dual: tuple[torch.Tensor, float] | None = None,
+        control: FineTunedControl | None = None,
     ):
         """model: gated; base_copy: the frozen base model (cfg.dual_ce "paired") or ce_ref_fixed ("fixed");
-        dual (cfg.dual_stream "heldout"): this process's share of the dual stream and the base model's CE on it."""
+        dual (cfg.dual_stream "heldout"): this process's share of the dual stream and the base model's CE on it;
+        control (cfg.control "finetune"): the ungated copy fine-tuned in lockstep, the reference instead of the base."""
         self.model, self.cfg, self.base, self.ce_ref_fixed, self.dual = model, cfg, base_copy, ce_ref_fixed, dual
+        self.control = control
         self.rank, self.world = rank, world
         gate_params = [p for n, p in model.named_parameters() if ".attn.gate." in n]
         weights = [p for n, p in model.named_parameters() if ".attn.gate." not in n]
@@ -127,11 +135,14 @@ class Sparsifier:
     def step(self, tokens: torch.Tensor) -> dict:
         """One descent step on the Lagrangian and one dual-ascent step on lambda; returns the curve row."""
         cfg, model, step = self.cfg, self.model, self.step_no
+        ce_control = self.control.step(tokens) if self.control is not None else None  # draws no random numbers
         torch.manual_seed(cfg.seed * 1_000_000_007 + step * 1_000 + self.rank)  # gate noise: f(seed, step, rank)
         tau = cfg.tau(step)
         G.set_temperature(model, tau)
         model.train()
-        if self.base is not None:  # first: its activations are freed before the gated graph is built (peak RSS)
+        if ce_control is not None:
+            ce_ref = ce_control
+        elif self.base is not None:  # first: its activations are freed before the gated graph is built (peak RSS)
             with torch.inference_mode():  # draws no random numbers, so the gate noise is unchanged
                 ce_ref = float(self.base(tokens, return_type="loss"))
         else:
@@ -157,8 +168,11 @@ class Sparsifier:
             self.mult.update(ce_v, ref_v)
         elif self.step_no % cfg.dual_every == 0:
             ce_dual = _evaluate(model, self.dual[0], self.world)["ce"]  # deterministic gates, no_grad
-            row["dual_difference"] = ce_dual - self.dual[1]
-            self.mult.update(ce_dual, self.dual[1], steps=cfg.dual_every)
+            ref = (
+                self.dual[1] if self.control is None else _evaluate(self.control.model, self.dual[0], self.world)["ce"]
+            )
+            row["dual_difference"] = ce_dual - ref
+            self.mult.update(ce_dual, ref, steps=cfg.dual_every)
         return {**row, "lambda": self.mult.value}
 
     def state_dict(self) -> dict:
@@ -168,6 +182,7 @@ class Sparsifier:
             "optim": self.opt.state_dict(),
             "sched": self.sched.state_dict(),
             "multiplier": self.mult.state_dict(),
+            **({"control": self.control.state_dict()} if self.control is not None else {}),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -175,6 +190,8 @@ class Sparsifier:
         self.opt.load_state_dict(state["optim"])
         self.sched.load_state_dict(state["sched"])
         self.mult.load_state_dict(state["multiplier"])
+        if self.control is not None:
+            self.control.load_state_dict(state["control"])
         self.step_no = state["step"]
 
 
@@ -202,7 +219,6 @@ class Run:
 def prepare(base: str, out_dir, cfg: SparsifyConfig, corpus: str, resume: bool, text_field: str = "text") -> Run:
     """Load the base model and corpus, measure the selection split, install gates, restore a checkpoint."""
     from workbench.corpus import load_corpus
-    from workbench.models import load, model_id
 
     rank, world = dist_info()
     cfg = cfg.resolve(world_size=world)
@@ -238,14 +254,16 @@ def prepare(base: str, out_dir, cfg: SparsifyConfig, corpus: str, resume: bool, 
         )
     eval_tokens, _ = heldout(data, cfg.eval_sequences, ctx, rank, world)
     base_eval = _evaluate(model, eval_tokens, world)
-    base_copy, ce_ref_fixed = None, None
-    if cfg.dual_ce == "paired":
+    base_copy, ce_ref_fixed, control = None, None, None
+    if cfg.control == "finetune":
+        control = FineTunedControl(model, cfg)
+    elif cfg.dual_ce == "paired":
         base_copy = copy.deepcopy(model).eval().requires_grad_(False)
     else:
         train_tokens = heldout(data, cfg.eval_sequences, ctx, rank, world, split="train")[0]
         ce_ref_fixed = _evaluate(model, train_tokens, world)["ce"]
     G.install(model, cfg.gates)
-    trainer = Sparsifier(model, cfg, base_copy, ce_ref_fixed, rank, world, dual)
+    trainer = Sparsifier(model, cfg, base_copy, ce_ref_fixed, rank, world, dual, control)
     run = Run(cfg, out, base, model, data, ctx, device, record, eval_tokens, base_eval, base_copy, trainer, rank, world)
     if state is not None:
         trainer.load_state_dict(state)
@@ -267,18 +285,23 @@ def _dual_stream(model, data, cfg: SparsifyConfig, ctx: int, world: int, rank: i
 
 
 def _evaluate_state(run: Run, step: int) -> None:
-    """Evaluate the deterministic model on the selection split; keep it if it is the sparsest feasible one."""
-    cfg, h = run.cfg, run.history
+    """Evaluate the deterministic model on the selection split against its reference (the base, or the fine-tuned
+    control at this step); keep it if it is the sparsest feasible one."""
+    cfg, h, control = run.cfg, run.history, run.trainer.control
     m = _evaluate(run.model, run.eval_tokens, run.world)
-    diff = paired_difference(m["seq_ce"], run.base_eval["seq_ce"])
+    ref = run.base_eval if control is None else _evaluate(control.model, run.eval_tokens, run.world)
+    diff = paired_difference(m["seq_ce"], ref["seq_ce"])
     ok = feasible(diff, cfg.tolerance, cfg.select_z)
     ev = {"step": step, "ce": m["ce"], "open_fraction": m["open_fraction"], "feasible": ok}
     ev.update(mean_open_keys_per_query=m["mean_open_keys_per_query"], difference=diff)
+    if control is not None:
+        ev["ce_control"] = ref["ce"]
     h["evals"].append(ev)
+    kept = {"state": _cpu_state(run.model), **({"control_state": control.state()} if control is not None else {})}
     if ok and (h["best"] is None or ev["open_fraction"] < h["best"]["open_fraction"]):
-        h["best"] = {**ev, "state": _cpu_state(run.model)}
+        h["best"] = {**ev, **kept}
     if not ok and h["best"] is None and (h["fallback"] is None or ev["ce"] < h["fallback"]["ce"]):
-        h["fallback"] = {**ev, "state": _cpu_state(run.model)}
+        h["fallback"] = {**ev, **kept}
     if h["best"] is not None:
         h["fallback"] = None  # only kept while nothing feasible exists
 
@@ -322,7 +345,9 @@ def select(run: Run) -> dict:
     chosen = run.history["best"] or run.history["fallback"]
     run.model.load_state_dict(chosen["state"])
     run.model.eval()
-    return {k: v for k, v in chosen.items() if k != "state"}
+    if run.trainer.control is not None:
+        run.trainer.control.model.load_state_dict(chosen["control_state"])
+    return {k: v for k, v in chosen.items() if k not in ("state", "control_state")}
 
 
 def adopt_kept(run: Run, kept: str | Path) -> dict:
@@ -338,15 +363,14 @@ def adopt_kept(run: Run, kept: str | Path) -> dict:
         )
     run.model.load_state_dict(state["model"])
     run.model.eval()
+    if run.trainer.control is not None:
+        run.trainer.control.model.load_state_dict(state["control"]["model"])
     row = run.history["evals"][evaluated.index(state["step"])]
     return {**row, "adopted_from": Path(kept).name}
 
 
 def save(run: Run, chosen: dict, report_queries: int) -> dict | None:
     """Write the model, its run record and curves, and the report with the verdict on the fresh split (rank 0)."""
-    from workbench.models import load, model_id
-    from workbench.models import save as save_model
-
     cfg = run.cfg
     info = {
         "model": run.out.name,
@@ -369,18 +393,43 @@ def save(run: Run, chosen: dict, report_queries: int) -> dict | None:
         "world_size": run.world,
         "corpus": run.data.spec,
         "final_lambda": run.trainer.mult.value,
+        "control": cfg.control,
+        "reference": "the base model" if run.trainer.control is None else CONTROL_REFERENCE,
     }
     if run.rank != 0:
         return None
     save_model(run.model, run.out)
-    base_model = run.base_copy if run.base_copy is not None else load(run.base, device=str(run.device))[0]
+    reference = _reference(run, info)
     report = build_report(
-        base_model, run.model, run.data, {**info, "model_id": model_id(run.model)}, cfg, run.ctx, report_queries
+        reference, run.model, run.data, {**info, "model_id": model_id(run.model)}, cfg, run.ctx, report_queries
     )
     atomic_write_text(run.out / RUN, json.dumps({**info, "verdict": report["verdict"]}, indent=1))
     atomic_write_text(run.out / CURVES, "".join(json.dumps(r) + "\n" for r in run.history["curves"]))
     write_report(report, run.out)
     return report
+
+
+def _reference(run: Run, info: dict):
+    """The model the verdict compares with: the frozen base, or (control "finetune") the control at the saved state,
+    written beside the sparse model as control/ (for circuit comparisons), with the verdict against the base too."""
+    base = run.base_copy if run.base_copy is not None else load(run.base, device=str(run.device))[0]
+    if run.trainer.control is None:
+        return base
+    control = run.trainer.control.model.eval()
+    save_model(control, run.out / CONTROL_DIR)
+    seqs, start = verdict_sequences(
+        run.data, run.cfg.eval_sequences, run.cfg.verdict_sequences, run.ctx, run.cfg.verdict_start
+    )
+    tokens = stack(seqs)[0]
+    vs = {
+        name: measure(m, tokens)["seq_ce"] for name, m in (("sparse", run.model), ("base", base), ("control", control))
+    }
+    info["against_base"] = {
+        "split": {"split": "heldout", "sequences": [start, start + len(seqs)]},
+        "sparse - base": paired_difference(vs["sparse"], vs["base"]),
+        "control - base": paired_difference(vs["control"], vs["base"]),
+    }
+    return control
 
 
 def sparsify(

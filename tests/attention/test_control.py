@@ -1,0 +1,130 @@
+"""The fair controls of a sparse-attention run: frozen weights, and a control fine-tuned in lockstep that equals a
+separate fine-tune on the same batches."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from workbench.attention import train as T
+from workbench.attention.config import GateConfig, SparsifyConfig
+from workbench.cli import main
+from workbench.corpus import load_corpus
+from workbench.errors import ConfigError
+from workbench.models import load
+from workbench.schedule import lr_factor
+
+
+def _cfg(**kw):
+    return SparsifyConfig(
+        **{
+            "steps": 4,
+            "batch_size": 4,
+            "eval_sequences": 4,
+            "verdict_sequences": 8,
+            "eval_every": 4,
+            "checkpoint_every": 4,
+            "tolerance": 0.5,
+            "gate_lr": 0.1,
+            "warmup_steps": 2,
+            "progress": False,
+            "gates": GateConfig(init_bias=1.0),
+            **kw,
+        }
+    )
+
+
+def test_the_frozen_control_trains_the_gates_alone(small_dir, tmp_path):
+    report = T.sparsify(small_dir, tmp_path / "run", _cfg(control="frozen"), report_queries=2)
+    base = load_file(f"{small_dir}/model.safetensors")
+    gated = load_file(str(tmp_path / "run" / "model.safetensors"))
+    gates = [k for k in gated if ".attn.gate." in k]
+    assert gates and all(torch.equal(gated[k], base[k]) for k in base)  # every weight of the base, bit for bit
+    curves = [json.loads(line) for line in (tmp_path / "run" / T.CURVES).read_text().splitlines()]
+    assert curves[0]["open_fraction"] != curves[-1]["open_fraction"]  # the gates learned
+    assert report["control"] == "frozen" and report["config"]["lr"] == 0.0
+    assert report["reference"] == "the base model"
+
+
+@pytest.mark.parametrize(
+    "fields, words",
+    [
+        ({"control": "frozen", "lr": 1e-3}, "lr=0.001 with control 'frozen'"),
+        ({"control": "finetune", "lr": 0.0}, "lr=0 with control 'finetune'"),
+        ({"control": "finetune", "dual_ce": "fixed"}, "dual_ce 'fixed' with control 'finetune'"),
+        ({"control": "fine-tune"}, "fine-tune"),
+    ],
+)
+def test_a_control_with_a_contradicting_setting_is_refused(fields, words):
+    with pytest.raises(ConfigError, match=words.replace("(", r"\(")):
+        SparsifyConfig(**fields).resolve()
+
+
+def _separate_fine_tune(small_dir, cfg, steps):
+    """The control, written out by hand: AdamW with warm-up and clip on the run's own batches, CE alone."""
+    model, tok = load(small_dir, device="cpu")
+    corpus = load_corpus("synthetic", tok, seed=cfg.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    losses = []
+    for step, tokens in zip(range(steps), T.training_batches(corpus, model.cfg.n_ctx, cfg, 0, 0, 1)):
+        for group in opt.param_groups:
+            group["lr"] = cfg.lr * lr_factor(step, cfg.warmup_steps)
+        loss = model(tokens, return_type="loss")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses, model.state_dict()
+
+
+def test_the_finetune_control_equals_a_separate_fine_tune_on_the_same_batches(small_dir, tmp_path):
+    cfg = _cfg(control="finetune", lr=1e-3)
+    out = tmp_path / "run"
+    report = T.sparsify(small_dir, out, cfg, report_queries=2)
+    losses, weights = _separate_fine_tune(small_dir, cfg.resolve(), cfg.steps)
+    curves = [json.loads(line) for line in (out / T.CURVES).read_text().splitlines()]
+    assert [r["ce_base"] for r in curves] == pytest.approx(losses, abs=1e-6)  # the dual's reference: the control
+    saved = load_file(str(out / T.CONTROL_DIR / "model.safetensors"))  # the control at the saved step (the last)
+    assert report["selected_step"] == cfg.steps
+    assert saved.keys() == weights.keys()
+    assert all(torch.allclose(saved[k], weights[k], atol=1e-6) for k in saved)
+    assert report["control"] == "finetune" and report["reference"] == T.CONTROL_REFERENCE
+    assert "ce_control" in report["evals"][-1]
+    against = report["against_base"]
+    assert against["split"]["sequences"] == report["verdict"]["split"]["sequences"]
+    assert against["control - base"]["difference"] != 0  # the control trained
+
+
+def test_cli_runs_the_finetune_control(small_dir, tmp_path, capsys):
+    main(
+        [
+            "attention",
+            "train",
+            "--model",
+            small_dir,
+            "--out",
+            str(tmp_path / "run"),
+            "--workspace",
+            str(tmp_path),
+            "--control",
+            "finetune",
+            "--steps",
+            "2",
+            "--batch-size",
+            "4",
+            "--eval-sequences",
+            "4",
+            "--verdict-sequences",
+            "8",
+            "--eval-every",
+            "2",
+            "--tolerance",
+            "0.5",
+            "--quiet",
+        ]
+    )
+    saved = json.loads((tmp_path / "run" / T.RUN).read_text())
+    assert saved["config"]["control"] == "finetune" and saved["config"]["lr"] == 1e-4
+    assert (tmp_path / "run" / T.CONTROL_DIR / "model.safetensors").is_file()
