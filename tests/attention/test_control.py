@@ -8,6 +8,7 @@ import torch
 from safetensors.torch import load_file
 
 from workbench.attention import train as T
+from workbench.attention.card import card_text
 from workbench.attention.config import GateConfig, SparsifyConfig
 from workbench.cli import main
 from workbench.corpus import load_corpus
@@ -95,6 +96,9 @@ def test_the_finetune_control_equals_a_separate_fine_tune_on_the_same_batches(sm
     against = report["against_base"]
     assert against["split"]["sequences"] == report["verdict"]["split"]["sequences"]
     assert against["control - base"]["difference"] != 0  # the control trained
+    card = card_text(report, "workbench attention train --control finetune", "run")
+    assert f"Control: finetune; the verdict compares with {T.CONTROL_REFERENCE}." in card
+    assert "Against the frozen base, sparse - base: " in card and "Against the frozen base, control - base: " in card
 
 
 def test_cli_runs_the_finetune_control(small_dir, tmp_path, capsys):

@@ -44,6 +44,7 @@ def card_text(r: dict, command: str, name: str) -> str:
             f"Verdict on the fresh split (held-out sequences {v['split']['sequences'][0]}-{v['split']['sequences'][1] - 1}, "
             f"n = {v['n']}): CE difference {v['difference']:+.4f}, 95% interval [{v['ci95'][0]:+.4f}, "
             f"{v['ci95'][1]:+.4f}]; constraint {'met' if v['constraint_met'] else 'NOT met'} ({v['why']}).",
+            *_control(r),
             f"Open keys per query per head: {r['mean_open_keys_per_query']:.2f} ({r['open_fraction']:.2%} of "
             f"{r['edge_count']}, T = {r['ctx_len']}); rows with no open key {r['empty_row_fraction']:.2%}, with "
             f"exactly one {r['single_key_row_fraction']:.2%}.",
@@ -63,6 +64,20 @@ def card_text(r: dict, command: str, name: str) -> str:
             "",
         ]
     )
+
+
+def _control(r: dict) -> list[str]:
+    """The card's lines naming what the verdict compares with (runs made with `--control`; older ones: the base)."""
+    if "control" not in r:
+        return []
+    lines = [f"Control: {r['control']}; the verdict compares with {r['reference']}."]
+    for pair, d in r.get("against_base", {}).items():
+        if pair != "split":
+            lines.append(
+                f"Against the frozen base, {pair}: {d['difference']:+.4f}, 95% interval [{d['ci95'][0]:+.4f}, "
+                f"{d['ci95'][1]:+.4f}]."
+            )
+    return lines
 
 
 def _judged(r: dict) -> list[str]:
