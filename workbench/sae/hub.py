@@ -62,7 +62,7 @@ def _from_hub(what: str, fetch: str):
             chain.append(chain[-1].__cause__ or chain[-1].__context__)
         if why and any(isinstance(x, (LocalEntryNotFoundError, OfflineModeIsEnabled)) for x in chain):
             raise MissingInputError(not_cached(what, why, fetch)) from None
-        raise BadValueError(f"cannot load {what} ({type(e).__name__}: {e})") from e
+        raise BadValueError(f"cannot load {what} ({type(e).__name__}: {' '.join(str(e).split())[:300]})") from e
     finally:
         hub.HF_HUB_OFFLINE = was
 

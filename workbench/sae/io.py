@@ -157,8 +157,9 @@ def load_sae(folder: str | Path, device: str = "cpu") -> SAE:
     except Exception as e:  # safetensors and sae_lens raise several types for damaged files
         if isinstance(e, DamagedFileError):
             raise
+        detail = " ".join(str(e).split())[:300]  # sae_lens's size-mismatch report spans lines
         raise DamagedFileError(
-            f"cannot load the SAE in {folder} ({type(e).__name__}: {e}); {WEIGHTS} or {CFG} is damaged or not an SAE"
+            f"cannot load the SAE in {folder} ({type(e).__name__}: {detail}); {WEIGHTS} or {CFG} is damaged or not an SAE"
         ) from e
     bad = [n for n, p in sae.state_dict().items() if p.is_floating_point() and not torch.isfinite(p).all()]
     if bad:
