@@ -55,11 +55,12 @@ def _detail(e: Exception) -> str:
     """The gist of a parser's error; torch's weights_only refusal is a paragraph of advice to load the file with
     weights_only=False (running its pickled code), so only its reason is kept."""
     text = str(e)
-    refused = re.search(r"WeightsUnpickler error: ([^\n]*)", text)
-    if "Weights only load failed" in text:
-        why = refused[1] if refused else text.splitlines()[0]
-        return f"it holds Python objects besides tensors and plain data, which are not loaded ({why.strip()})"
-    return f"{type(e).__name__}: {text}"
+    if "Weights only load failed" not in text:
+        return f"{type(e).__name__}: {text}"
+    cls = re.search(r"Unsupported global: GLOBAL (\S+)", text)
+    reason = re.search(r"WeightsUnpickler error: ([^.\n]*)", text)
+    what = f"a pickled {cls[1]}" if cls else (reason[1].strip() if reason else "pickled Python objects")
+    return f"it holds {what}, not only tensors and plain data; such objects are not loaded (they could run code)"
 
 
 def _exists(path: Path, what: str) -> None:
@@ -165,7 +166,7 @@ def tensors(path, what: str, state, shapes: dict, *, optional=(), ints=(), dims:
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         got = type(state).__name__ if not isinstance(state, dict) else "a mapping with non-tensor values"
         raise damaged(path, what, f"holds {got}, not a mapping of names to tensors")
-    dims = dict(dims or {})
+    dims, origin = dict(dims or {}), {}
     for name, shape in shapes.items():
         if name not in state:
             if name in optional:
@@ -174,12 +175,20 @@ def tensors(path, what: str, state, shapes: dict, *, optional=(), ints=(), dims:
         t = state[name]
         if t.is_floating_point() == (name in ints):
             raise damaged(path, what, f"{name!r} is {t.dtype}, not {'an integer' if name in ints else 'a float'}")
-        want = [dims.setdefault(d, n) if isinstance(d, str) else d for d, n in zip(shape, t.shape)]
-        if len(shape) != t.dim() or list(t.shape) != want:
+        for d, n in zip(shape, t.shape):
+            if isinstance(d, str) and d not in dims:
+                dims[d], origin[d] = n, name
+        if len(shape) != t.dim() or list(t.shape) != [dims.get(d, d) for d in shape]:
             expected = ", ".join(f"{d}={dims[d]}" if d in dims else str(d) for d in shape)
-            raise damaged(path, what, f"{name!r} has shape {list(t.shape)}, not [{expected}]")
+            by = [
+                f"{d} from {origin[d]!r}" if d in origin else f"{d} as in the files before" for d in shape if d in dims
+            ]
+            by = [b for b in by if not b.endswith(f"from {name!r}")]
+            detail = f"{name!r} has shape {list(t.shape)}, not [{expected}]" + (f" ({', '.join(by)})" if by else "")
+            raise damaged(path, what, detail)
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-            raise damaged(path, what, f"{name!r} holds {int((~torch.isfinite(t)).sum())} NaN/inf values")
+            bad = int((~torch.isfinite(t)).sum())
+            raise damaged(path, what, f"{name!r} holds {bad} NaN/inf value{'s' if bad > 1 else ''}")
     return dims
 
 

@@ -3,7 +3,6 @@
 workspace. The sources are written by the real libraries' writers (the builders of the import tests), then damaged.
 """
 
-import collections
 import itertools
 import json
 import shutil
@@ -124,8 +123,8 @@ def _damage(fmt: str, kind: str, src, tmp_path):
         return _escape(fmt, src, tmp_path)
     elif kind == "truncated":
         weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
-    else:  # a pickled object torch's weights_only loader refuses
-        torch.save({"encoder": collections.OrderedDict(w=torch.zeros(2)), "opt": collections.Counter("ab")}, weights)
+    else:  # the whole module pickled (torch.save(ae)), which torch's weights_only loader refuses
+        torch.save(torch.nn.Linear(2, 2), weights)
     return weights
 
 

@@ -67,12 +67,24 @@ def detect(src: Path, fmt: str = "auto") -> str:
         return found[0]
     if fmt in found:
         return fmt
+    if not found and (half := _half(src)) and fmt in ("auto", half[0]):
+        raise MissingInputError(f"{src / half[2]} is missing: {src} holds a {half[0]} folder's {half[1]} without it")
     needs = NEEDS.get(fmt, "; ".join(f"{k}: {v}" for k, v in NEEDS.items()))
     what = f"it looks like a {found[0]} folder (--format {found[0]})" if found else f"it lacks {needs}"
     raise BadValueError(
         f"{src} is not a {'dictionary folder `sae import` reads' if fmt == 'auto' else fmt + ' folder'}: {what}; "
         f"valid formats: {', '.join(FORMATS[1:])}"
     )
+
+
+def _half(src: Path) -> tuple[str, str, str] | None:
+    """(format, the file there, the file missing) of a folder holding one of a format's two files, or None."""
+    if (src / CFG).is_file() != (src / WEIGHTS).is_file():
+        there, missing = (CFG, WEIGHTS) if (src / CFG).is_file() else (WEIGHTS, CFG)
+        return "saelens", there, missing
+    if (src / RUN_CONFIG).is_file() and b'"trainer"' in (src / RUN_CONFIG).read_bytes():
+        return "dictionary-learning", RUN_CONFIG, DL_WEIGHTS
+    return None
 
 
 def hook_widths(model, hooks: list[str]) -> dict[str, int]:
