@@ -156,17 +156,20 @@ def confined(folder, listed, what: str, listed_in) -> Path:
     return path
 
 
-def tensors(path, what: str, state, shapes: dict, *, optional=(), ints=(), dims: dict | None = None) -> dict:
+def tensors(
+    path, what: str, state, shapes: dict, *, optional=(), ints=(), dims: dict | None = None, given="the layers before"
+) -> dict:
     """Check the weights another tool saved before any are converted: a mapping holding each name of `shapes`
     (those in `optional` may be absent), floating point (`ints`: integer), of its shape, and finite. A shape
     entry is an int or a dimension's name, bound by the first tensor that has it (or by `dims`) and then held
-    to; returns the dimensions bound."""
+    to (`given`: where `dims` came from, for the message); returns the dimensions bound."""
     import torch
 
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         got = type(state).__name__ if not isinstance(state, dict) else "a mapping with non-tensor values"
         raise damaged(path, what, f"holds {got}, not a mapping of names to tensors")
-    dims, origin = dict(dims or {}), {}
+    dims = dict(dims or {})
+    origin = {d: given for d in dims}
     for name, shape in shapes.items():
         if name not in state:
             if name in optional:
@@ -177,19 +180,24 @@ def tensors(path, what: str, state, shapes: dict, *, optional=(), ints=(), dims:
             raise damaged(path, what, f"{name!r} is {t.dtype}, not {'an integer' if name in ints else 'a float'}")
         for d, n in zip(shape, t.shape):
             if isinstance(d, str) and d not in dims:
-                dims[d], origin[d] = n, name
+                dims[d], origin[d] = n, repr(name)
         if len(shape) != t.dim() or list(t.shape) != [dims.get(d, d) for d in shape]:
             expected = ", ".join(f"{d}={dims[d]}" if d in dims else str(d) for d in shape)
-            by = [
-                f"{d} from {origin[d]!r}" if d in origin else f"{d} as in the files before" for d in shape if d in dims
-            ]
-            by = [b for b in by if not b.endswith(f"from {name!r}")]
+            by = [f"{d} from {origin[d]}" for d in shape if d in dims and origin[d] != repr(name)]
             detail = f"{name!r} has shape {list(t.shape)}, not [{expected}]" + (f" ({', '.join(by)})" if by else "")
             raise damaged(path, what, detail)
+        finite(path, what, {name: t})
+    return dims
+
+
+def finite(path, what: str, state: dict) -> None:
+    """Refuse a file whose floating-point tensors hold NaN or inf, naming the first such tensor."""
+    import torch
+
+    for name, t in state.items():
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
             bad = int((~torch.isfinite(t)).sum())
             raise damaged(path, what, f"{name!r} holds {bad} NaN/inf value{'s' if bad > 1 else ''}")
-    return dims
 
 
 def digest(data: dict) -> str:

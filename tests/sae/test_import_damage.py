@@ -1,6 +1,8 @@
 """Every importer reads its source through workbench.readback: each format x each kind of damage is refused by
 `workbench sae import` in one line naming the damaged file (exit 2, no traceback), and nothing is left in the
-workspace. The sources are written by the real libraries' writers (the builders of the import tests), then damaged.
+workspace. The sources are written by the real libraries' writers (the builders of the import tests), then damaged;
+the hub-* formats are the same files in a Hugging Face cache, imported by Hub id offline through the library's
+own loader (workbench.sae.hub).
 """
 
 import itertools
@@ -13,10 +15,14 @@ import yaml
 from safetensors.torch import load_file, save_file
 
 from tests.sae.test_foreign import _dictionary_learning, _sparsify_run
+from tests.sae.test_hub import _cache, offline  # noqa: F401 (a fixture)
 from tests.sae.test_imports import RESID, _tracer_clt, _tracer_set, bound  # noqa: F401 (a fixture)
 from workbench.cli import main
 
-FORMATS = ("saelens", "sparsify", "circuit-tracer-set", "circuit-tracer-clt", "dictionary-learning")
+LOCAL = ("saelens", "sparsify", "circuit-tracer-set", "circuit-tracer-clt", "dictionary-learning")
+HUB = ("hub-saelens", "hub-circuit-tracer-set", "hub-circuit-tracer-clt")
+FORMATS = LOCAL + HUB
+REPO = "someone/their-dictionaries"
 KINDS = (
     "missing_file",
     "renamed_tensor",
@@ -37,14 +43,22 @@ FILES = {
     "circuit-tracer-clt": ("W_enc_1.safetensors", "W_enc_1", "config.yaml"),
     "dictionary-learning": ("ae.pt", "decoder.weight", "config.json"),
 }
-# (format, kind) pairs that cannot occur: no file of the format lists a path; only ae.pt is a pickle
-NOT_GENERATED = {(f, "path_escape") for f in ("saelens", "circuit-tracer-clt", "dictionary-learning")} | {
+# (format, kind) pairs that cannot occur: no file of the format lists a path (a Hub config's paths are resolved
+# inside its repo by huggingface_hub); only ae.pt is a pickle
+NOT_GENERATED = {(f, "path_escape") for f in ("saelens", "circuit-tracer-clt", "dictionary-learning", *HUB)} | {
     (f, "pickled_object") for f in FORMATS if f != "dictionary-learning"
 }
 CASES = [c for c in itertools.product(FORMATS, KINDS) if c not in NOT_GENERATED]
 
 
 def _build(fmt: str, src, model, saelens_folder) -> None:
+    if fmt in HUB[1:]:  # a circuit-tracer Hub config says which kind it is
+        _build(fmt.removeprefix("hub-"), src, model, saelens_folder)
+        kind = "transcoder_set" if fmt.endswith("set") else "cross_layer_transcoder"
+        cfg = yaml.safe_load((src / "config.yaml").read_text())
+        (src / "config.yaml").write_text(yaml.safe_dump({**cfg, "model_kind": kind}))
+        return
+    fmt = fmt.removeprefix("hub-")
     if fmt == "saelens":
         shutil.copytree(saelens_folder, src)
     elif fmt == "sparsify":
@@ -104,6 +118,7 @@ def _escape(fmt: str, src, tmp_path):
 
 def _damage(fmt: str, kind: str, src, tmp_path):
     """Damage the source folder `src` of format `fmt` by `kind`; returns the file a user must be told about."""
+    fmt = fmt.removeprefix("hub-")
     weights, tensor, text = src / FILES[fmt][0], FILES[fmt][1], src / FILES[fmt][2]
     if kind == "missing_file":  # a set's first layer: without its last, a set is a shorter set
         weights = src / "layer_0.safetensors" if fmt == "circuit-tracer-set" else weights
@@ -128,20 +143,38 @@ def _damage(fmt: str, kind: str, src, tmp_path):
     return weights
 
 
+def _hub_source(fmt: str, src, cache) -> list[str]:
+    """The damaged folder `src` as subfolder `sub` of Hub repo REPO in the cache; the import's source arguments."""
+    _cache(cache, REPO, src.parent)
+    return [REPO, "--sae-id", "sub"] if fmt == "hub-saelens" else [f"{REPO}/sub"]
+
+
 def test_the_enumeration_covers_each_format_and_damage_kind():
-    assert len(FORMATS) * len(KINDS) == 50 and len(NOT_GENERATED) == 7 and len(CASES) == 43
+    assert len(FORMATS) * len(KINDS) == 80 and len(NOT_GENERATED) == 13 and len(CASES) == 67
 
 
 @pytest.mark.parametrize("fmt, kind", CASES)
-def test_a_damaged_source_is_refused_in_one_line_naming_the_file(bound, tmp_path, capsys, fmt, kind):  # noqa: F811
+def test_a_damaged_source_is_refused_in_one_line_naming_the_file(
+    bound,  # noqa: F811
+    offline,  # noqa: F811
+    tmp_path,
+    capsys,
+    fmt,
+    kind,
+):
     ws, model, spec, made = bound
-    src = tmp_path / "source"
+    src = tmp_path / "repo" / "sub"
     _build(fmt, src, model, made["standard"])
     named = _damage(fmt, kind, src, tmp_path)
     name = f"damaged-{fmt}-{kind}"
-    argv = ["sae", "import", str(src), "--model", spec, "--workspace", str(ws.root), "--name", name]
+    source = _hub_source(fmt, src, offline) if fmt in HUB else [str(src)]
+    argv = ["sae", "import", *source, "--model", spec, "--workspace", str(ws.root), "--name", name]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1, err
-    assert named.name in err and str(named.parent) in err, err
+    if fmt == "hub-saelens" and kind == "missing_file":  # a file missing from the cache is a cache miss
+        assert "not in the local cache" in err and str(offline) in err, err
+    else:  # the file in the cache where the source is a Hub id
+        where = offline / f"models--{REPO.replace('/', '--')}" / "snapshots" if fmt in HUB else named.parent
+        assert named.name in err and str(where) in err, err
     assert not list(ws.root.rglob(f"*{name}*"))  # nothing written, nothing listed

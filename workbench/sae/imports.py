@@ -183,6 +183,15 @@ def _numbered(src: Path, pattern: str) -> dict[int, Path]:
     return dict(sorted(found.items()))
 
 
+def check_tracer_folder(folder: Path) -> None:
+    """Read and check a circuit-tracer folder's files (a CLT's or a transcoder set's) as its import does."""
+    if is_tracer_clt(folder):
+        tracer_clt_hooks(folder)
+        tracer_clt_files(folder)
+    elif not (yaml_file(folder / TRACER_CONFIG, "circuit-tracer config", WAY_OUT).get("transcoders") or []):
+        tracer_members(*tracer_layers(folder))  # a set of local files (a config listing hf:// URIs: theirs)
+
+
 def tracer_members(cfg: dict, files: dict[int, Path]) -> list:
     """A circuit-tracer set's layers (config.yaml, layer -> weights file) as foreign.Member (the hooks its config
     names, per layer), every layer's tensors read and checked first (one width for all)."""
