@@ -178,3 +178,33 @@ def test_a_damaged_source_is_refused_in_one_line_naming_the_file(
         where = offline / f"models--{REPO.replace('/', '--')}" / "snapshots" if fmt in HUB else named.parent
         assert named.name in err and str(where) in err, err
     assert not list(ws.root.rglob(f"*{name}*"))  # nothing written, nothing listed
+
+
+def _refused(ws, spec, src, capsys) -> str:
+    assert main(["sae", "import", str(src), "--model", spec, "--workspace", str(ws.root), "--name", "refused"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and not list(ws.root.rglob("*refused*")), err
+    return err
+
+
+def test_a_clt_without_a_decoder_file_names_it(bound, tmp_path, capsys):  # noqa: F811
+    ws, model, spec, _ = bound
+    _tracer_clt(tmp_path / "clt", model.cfg.n_layers, "per_layer")
+    (tmp_path / "clt" / "W_dec_1.safetensors").unlink()
+    err = _refused(ws, spec, tmp_path / "clt", capsys)
+    assert f"{tmp_path / 'clt' / 'W_dec_1.safetensors'} is missing: the CLT has 2 encoder, 1 decoder files" in err
+
+
+@pytest.mark.parametrize("listed", ["../../../../etc/passwd", "/etc/passwd"])
+def test_a_set_config_listing_a_system_file_is_refused_unread(bound, tmp_path, capsys, listed):  # noqa: F811
+    ws, model, spec, _ = bound
+    _tracer_set(tmp_path / "set", 2, skip=False)
+    cfg = yaml.safe_load((tmp_path / "set" / "config.yaml").read_text())
+    (tmp_path / "set" / "config.yaml").write_text(
+        yaml.safe_dump({**cfg, "transcoders": ["layer_0.safetensors", listed]})
+    )
+    err = _refused(ws, spec, tmp_path / "set", capsys)
+    assert (
+        f"{tmp_path / 'set' / 'config.yaml'}: damaged circuit-tracer config (it names '{listed}', which is outside"
+        in err
+    )
