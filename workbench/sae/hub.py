@@ -52,7 +52,7 @@ def _from_hub(what: str, fetch: str, check):
     """Run the owning library's loader; when the Hub cannot be reached it runs in huggingface_hub's offline mode
     (cache only, no retries) and a cache miss becomes one line naming the cache and `fetch`. Any other failure
     runs `check` (the cached files read through workbench.readback, which names a damaged one) and else becomes
-    one line naming `what` and the folder `check` returns; `check` also runs after the loader succeeds (it loads NaN weights as they are)."""
+    one line naming `what` and the folder `check` returns."""
     import huggingface_hub.constants as hub
     from huggingface_hub.errors import LocalEntryNotFoundError, OfflineModeIsEnabled
 
@@ -62,7 +62,6 @@ def _from_hub(what: str, fetch: str, check):
     hub.HF_HUB_OFFLINE = was or why is not None
     try:
         yield
-        check()
     except UserError:
         raise
     except Exception as e:  # the libraries raise many types for missing, damaged or foreign files
@@ -71,11 +70,22 @@ def _from_hub(what: str, fetch: str, check):
             chain.append(chain[-1].__cause__ or chain[-1].__context__)
         if why and any(isinstance(x, (LocalEntryNotFoundError, OfflineModeIsEnabled)) for x in chain):
             raise MissingInputError(not_cached(what, why, fetch)) from None
-        where = check()
+        where = _named(check)
         detail = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
         raise BadValueError(f"cannot load {what}{f' from {where}' if where else ''} ({detail})") from None
     finally:
         hub.HF_HUB_OFFLINE = was
+
+
+def _named(check) -> Path | None:
+    """`check()`: its DamagedFileError (naming the file) raised, else the folder it returns; None where it cannot
+    tell (a reference or layout it does not know)."""
+    try:
+        return check()
+    except UserError:
+        raise
+    except Exception:  # the check only adds a name to the library's own error, which is reported either way
+        return None
 
 
 def _cached(repo: str, filename: str, revision: str | None = None) -> Path | None:
@@ -116,6 +126,7 @@ def saelens_folder(release: str, sae_id: str, out: Path) -> Path:
     fetch = f"`workbench sae import {release} --sae-id {sae_id}` (it downloads into that cache)"
     with _from_hub(what, fetch, lambda: _check_saelens(release, sae_id)):
         sae = SAE.from_pretrained(release, sae_id, device="cpu")
+    _check_saelens(release, sae_id)  # sae_lens loads NaN weights as they are; the set and CLT imports check theirs
     sae.save_model(str(out))
     return out
 
