@@ -213,6 +213,15 @@ def _trainer(src: Path) -> dict:
     return trainer
 
 
+def _dl_class(source: Path, state) -> str:
+    """The dictionary_learning class of `source` (its config's dict_class, else told by a `k`), one that imports."""
+    cls = _trainer(source.parent).get("dict_class")
+    cls = cls or ("AutoEncoderTopK" if isinstance(state, dict) and "k" in state else "AutoEncoder")
+    if cls not in DL_CLASSES:
+        raise BadValueError(f"{source}: dict_class {cls!r} does not import; valid: {', '.join(DL_CLASSES)}")
+    return cls
+
+
 # the tensors of each format, by name: their shapes in named dimensions (workbench.readback.tensors)
 SPARSIFY_SHAPES = {
     "encoder.weight": ("n", "d_in"),
@@ -235,10 +244,7 @@ def _state(member: Member) -> dict:
     """The member's tensors, read through workbench.readback and checked (names, dtypes, shapes, finite)."""
     if member.source.name == DL_WEIGHTS:
         state = torch_file(member.source, "dictionary_learning state dict (ae.pt)")
-        topk = isinstance(state, dict) and (
-            "k" in state or _trainer(member.source.parent).get("dict_class") in DL_CLASSES[1:]
-        )
-        optional = ("bias",) if topk else ("b_dec", "k")
+        optional = ("bias",) if _dl_class(member.source, state) == "AutoEncoderTopK" else ("b_dec", "k")
         tensors(
             member.source, "dictionary_learning state dict (ae.pt)", state, DL_SHAPES, optional=optional, ints=("k",)
         )
@@ -300,14 +306,7 @@ def _sparsify(member: Member, w: dict) -> tuple[str, dict, int]:
 
 
 def _dictionary_learning(member: Member, w: dict) -> tuple[str, dict, int]:
-    trainer = _trainer(member.source.parent)
-    cls = trainer.get("dict_class") or ("AutoEncoderTopK" if "k" in w else "AutoEncoder")
-    if cls not in DL_CLASSES:
-        raise BadValueError(f"{member.source}: dict_class {cls!r} does not import; valid: {', '.join(DL_CLASSES)}")
-    need = ("encoder.weight", "encoder.bias", "decoder.weight", "bias" if cls == "AutoEncoder" else "b_dec")
-    missing = [k for k in need if k not in w]
-    if missing:
-        raise BadValueError(f"{member.source} lacks {', '.join(missing)}: not a dictionary_learning {cls}")
+    cls = _dl_class(member.source, w)  # its tensors checked by _state
     state = {"W_enc": w["encoder.weight"].T, "b_enc": w["encoder.bias"], "W_dec": w["decoder.weight"].T}
     if cls == "AutoEncoder":
         return "standard", state | {"b_dec": w["bias"]}, 0
