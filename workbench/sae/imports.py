@@ -157,8 +157,9 @@ WAY_OUT = "restore it from the library that saved it"
 
 
 def tracer_layers(src: Path) -> tuple[dict, dict[int, Path]]:
-    """(config.yaml, layer -> weights file) of a circuit-tracer transcoder set; local `transcoders` paths in the config are read relative to the folder (never
-    outside it), else the folder's layer_<i>.safetensors files, numbered from 0 without a gap."""
+    """(config.yaml, layer -> weights file) of a circuit-tracer transcoder set; local `transcoders` paths in the
+    config are read relative to the folder (never outside it), else the folder's layer_<i>.safetensors files,
+    numbered from 0 without a gap (tracer_members reads and checks them)."""
     hooks = {"feature_input_hook": str, "feature_output_hook": str}
     cfg = yaml_file(src / TRACER_CONFIG, "circuit-tracer transcoder set config", WAY_OUT, fields=hooks)
     listed = cfg.get("transcoders") or []
