@@ -1,7 +1,7 @@
 """Every importer reads its source through workbench.readback: each format x each kind of damage is refused by
 `workbench sae import` in one line naming the damaged file (exit 2, no traceback), and nothing is left in the
-workspace. The sources are written by the real libraries' writers (the builders of the import tests), then damaged;
-the hub-* formats are the same files in a Hugging Face cache, imported by Hub id offline through the library's
+workspace. The sources are built as the import tests build them (sae_lens's and circuit-tracer's own writers;
+sparsify's and dictionary_learning's layouts, neither library being installed), then damaged; the hub-* formats are the same files in a Hugging Face cache, imported by Hub id offline through the library's
 own loader (workbench.sae.hub).
 """
 
