@@ -226,3 +226,65 @@ def test_a_sealed_file_with_a_changed_value_is_refused(tmp_path):
     assert readback.sealed_json(path, "plan", legacy=True) == {"layers": [0, 1]}
     with pytest.raises(DamagedFileError, match="no 'sha256' checksum: damaged, or written by an older"):
         readback.sealed_json(path, "plan")
+
+
+def test_yaml_file_names_the_file_and_what_is_wrong(tmp_path):
+    path = tmp_path / "config.yaml"
+    for text, detail in (
+        ("a: [unclosed\n", "ParserError: while parsing a flow sequence"),
+        ("- 1\n", "a YAML list, not a YAML dict"),
+        ("", "a YAML NoneType, not a YAML dict"),
+        ("layers: 3\n", "'layers' is int, not list"),
+    ):
+        path.write_text(text)
+        with pytest.raises(DamagedFileError, match=rf"^{path}: damaged test file \({detail}.*\); remake it$"):
+            readback.yaml_file(path, "test file", "remake it", fields={"layers": list})
+    path.write_text("layers: [1, 2]\n")
+    assert readback.yaml_file(path, "test file", fields={"layers": list}) == {"layers": [1, 2]}
+
+
+def test_a_listed_path_outside_its_folder_is_refused(tmp_path):
+    config = tmp_path / "config.yaml"
+    for listed in ("../../../../etc/passwd", "/etc/passwd", "a/../../b.safetensors"):
+        with pytest.raises(
+            DamagedFileError, match=rf"^{config}: damaged config \(it names '{listed}', which is outside"
+        ):
+            readback.confined(tmp_path, listed, "config", config)
+    assert readback.confined(tmp_path, "a/../layer_0.safetensors", "config", config) == tmp_path / "layer_0.safetensors"
+
+
+def test_tensors_checks_names_dtypes_shapes_and_finiteness(tmp_path):
+    import torch
+
+    path, shapes = tmp_path / "w.safetensors", {"W": ("n", "d"), "b": ("n",), "k": (), "skip": ("d", "d")}
+    good = {"W": torch.zeros(4, 3), "b": torch.zeros(4), "k": torch.tensor(2)}
+    assert readback.tensors(path, "weights", good, shapes, optional=("skip",), ints=("k",)) == {"n": 4, "d": 3}
+    for state, detail in (
+        ([torch.zeros(2)], "holds list, not a mapping of names to tensors"),
+        ({**good, "W": "x"}, "holds a mapping with non-tensor values"),
+        ({k: v for k, v in good.items() if k != "b"}, "no tensor 'b'; it has 'W', 'k'"),
+        ({**good, "W": torch.zeros(4, 3, dtype=torch.int32)}, "'W' is torch.int32, not a float"),
+        ({**good, "k": torch.tensor(2.0)}, "'k' is torch.float32, not an integer"),
+        ({**good, "b": torch.zeros(5)}, r"'b' has shape \[5\], not \[n=4\] \(n from 'W'\)"),
+        ({**good, "W": torch.zeros(4, 3, 1)}, r"'W' has shape \[4, 3, 1\], not \[n=4, d=3\]"),
+        ({**good, "b": torch.tensor([0, float("inf"), float("nan"), 0])}, "'b' holds 2 NaN/inf values"),
+    ):
+        with pytest.raises(DamagedFileError, match=rf"^{path}: damaged weights \({detail}"):
+            readback.tensors(path, "weights", state, shapes, optional=("skip",), ints=("k",))
+    with pytest.raises(DamagedFileError, match=r"'W' has shape \[4, 3\], not \[n=4, d=5\] \(d from cfg.json\)"):
+        readback.tensors(
+            path, "weights", good, shapes, optional=("skip",), ints=("k",), dims={"d": 5}, given="cfg.json"
+        )
+
+
+def test_a_pickled_object_is_named_not_torchs_advice(tmp_path):
+    import torch
+
+    path = tmp_path / "ae.pt"
+    torch.save(torch.nn.Linear(2, 2), path)
+    with pytest.raises(DamagedFileError) as e:
+        readback.torch_file(path, "state dict")
+    assert str(e.value) == (
+        f"{path}: damaged state dict (it holds a pickled torch.nn.modules.linear.Linear, not only tensors and plain "
+        "data; such objects are not loaded (they could run code))"
+    )

@@ -5,6 +5,9 @@ of the wrong type, bytes changed since it was written) becomes one `DamagedFileE
 what it is, never a traceback and never a silently wrong value:
 - `json_file`, `torch_file`, `safetensors_file`, `npy_file` parse one file; `reading` wraps the code that takes
   a parsed file apart, so a part of the wrong shape is reported like unparsable bytes.
+- Files other tools wrote (the importers' sources) go through the same path: `yaml_file` for their YAML,
+  `confined` for a path one of them lists (it must stay inside the source folder), and `tensors` for the names,
+  dtypes, shapes and finiteness of their weights, all checked before anything is converted or written.
 - A file of a recorded artifact is checked against the checksum (or size) its artifact.json lists, once per
   process (`verify_listed`); artifact.json itself carries a checksum of its own contents (`seal`).
 - Intermediates a resumed job reuses (a graph build's rows.json, a set's passes.json) are sealed JSON
@@ -15,6 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -43,7 +48,19 @@ def reading(path, what: str, way_out: str = ""):
     except RecursionError:
         raise damaged(path, what, "nested too deeply", way_out) from None
     except Exception as e:  # json, torch, safetensors, numpy and plain indexing raise many types for bad bytes
-        raise damaged(path, what, f"{type(e).__name__}: {e}", way_out) from None
+        raise damaged(path, what, _detail(e), way_out) from None
+
+
+def _detail(e: Exception) -> str:
+    """The gist of a parser's error; torch's weights_only refusal is a paragraph of advice to load the file with
+    weights_only=False (running its pickled code), so only its reason is kept."""
+    text = str(e)
+    if "Weights only load failed" not in text:
+        return f"{type(e).__name__}: {text}"
+    cls = re.search(r"Unsupported global: GLOBAL (\S+)", text)
+    reason = re.search(r"WeightsUnpickler error: ([^.\n]*)", text)
+    what = f"a pickled {cls[1]}" if cls else (reason[1].strip() if reason else "pickled Python objects")
+    return f"it holds {what}, not only tensors and plain data; such objects are not loaded (they could run code)"
 
 
 def _exists(path: Path, what: str) -> None:
@@ -59,8 +76,24 @@ def json_file(path, what: str, way_out: str = "", *, fields: dict | None = None,
     verify_listed(path, what, way_out)
     with reading(path, what, way_out):
         data = json.loads(path.read_bytes())
+    return _typed(path, data, "JSON", what, way_out, fields, top)
+
+
+def yaml_file(path, what: str, way_out: str = "", *, fields: dict | None = None, top: type = dict):
+    """The parsed YAML of a file another tool wrote (safe_load: plain data only), checked as json_file checks."""
+    import yaml
+
+    path = Path(path)
+    _exists(path, what)
+    with reading(path, what, way_out):
+        data = yaml.safe_load(path.read_bytes())
+    return _typed(path, data, "YAML", what, way_out, fields, top)
+
+
+def _typed(path: Path, data, kind_of: str, what: str, way_out: str, fields: dict | None, top: type):
+    """`data` when it is a `top` with each of `fields` present and of its type; else damaged(...)."""
     if not isinstance(data, top):
-        raise damaged(path, what, f"a JSON {type(data).__name__}, not a JSON {top.__name__}", way_out)
+        raise damaged(path, what, f"a {kind_of} {type(data).__name__}, not a {kind_of} {top.__name__}", way_out)
     for name, kind in (fields or {}).items():
         if name not in data:
             raise damaged(path, what, f"no {name!r}", way_out)
@@ -111,6 +144,60 @@ def npy_file(path, what: str, way_out: str = "", mmap: bool = False):
     verify_listed(path, what, way_out)
     with reading(path, what, way_out):
         return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+
+
+def confined(folder, listed, what: str, listed_in) -> Path:
+    """`folder`/`listed` for a path that a file in `folder` (`listed_in`) names, refused when it is absolute or
+    leads out of the folder; judged on the path as written, so a Hub cache's symlinked snapshot files pass."""
+    base = Path(os.path.normpath(Path(folder).absolute()))
+    path = Path(os.path.normpath(base / str(listed)))
+    if Path(str(listed)).is_absolute() or not path.is_relative_to(base):
+        raise damaged(listed_in, what, f"it names {str(listed)!r}, which is outside {folder}", "list files in it")
+    return path
+
+
+def tensors(
+    path, what: str, state, shapes: dict, *, optional=(), ints=(), dims: dict | None = None, given="the layers before"
+) -> dict:
+    """Check the weights another tool saved before any are converted: a mapping holding each name of `shapes`
+    (those in `optional` may be absent), floating point (`ints`: integer), of its shape, and finite. A shape
+    entry is an int or a dimension's name, bound by the first tensor that has it (or by `dims`) and then held
+    to (`given`: where `dims` came from, for the message); returns the dimensions bound."""
+    import torch
+
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        got = type(state).__name__ if not isinstance(state, dict) else "a mapping with non-tensor values"
+        raise damaged(path, what, f"holds {got}, not a mapping of names to tensors")
+    dims = dict(dims or {})
+    origin = {d: given for d in dims}
+    for name, shape in shapes.items():
+        if name not in state:
+            if name in optional:
+                continue
+            raise damaged(path, what, f"no tensor {name!r}; it has {', '.join(sorted(map(repr, state))) or 'none'}")
+        t = state[name]
+        if t.is_floating_point() == (name in ints):
+            raise damaged(path, what, f"{name!r} is {t.dtype}, not {'an integer' if name in ints else 'a float'}")
+        for d, n in zip(shape, t.shape):
+            if isinstance(d, str) and d not in dims:
+                dims[d], origin[d] = n, repr(name)
+        if len(shape) != t.dim() or list(t.shape) != [dims.get(d, d) for d in shape]:
+            expected = ", ".join(f"{d}={dims[d]}" if d in dims else str(d) for d in shape)
+            by = [f"{d} from {origin[d]}" for d in shape if d in dims and origin[d] != repr(name)]
+            detail = f"{name!r} has shape {list(t.shape)}, not [{expected}]" + (f" ({', '.join(by)})" if by else "")
+            raise damaged(path, what, detail)
+        finite(path, what, {name: t})
+    return dims
+
+
+def finite(path, what: str, state: dict) -> None:
+    """Refuse a file whose floating-point tensors hold NaN or inf, naming the first such tensor."""
+    import torch
+
+    for name, t in state.items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            raise damaged(path, what, f"{name!r} holds {bad} NaN/inf value{'s' if bad > 1 else ''}")
 
 
 def digest(data: dict) -> str:

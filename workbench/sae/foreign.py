@@ -18,12 +18,12 @@ transposed. Its `submodule_name` is free text; when it is not one of the model's
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from workbench.errors import BadValueError, MissingInputError
+from workbench.readback import confined, damaged, json_file, safetensors_file, tensors, torch_file
 
 # `sae import --format` choices (here, not in imports.py: the CLI reads them without importing torch)
 FORMATS = ("auto", "saelens", "sparsify", "circuit-tracer", "dictionary-learning")
@@ -52,19 +52,24 @@ class Member:
 def is_sparsify(src: Path) -> bool:
     if (src / SPARSIFY_WEIGHTS).is_file():
         return True
-    return (src / RUN_CONFIG).is_file() and "hookpoints" in _json(src / RUN_CONFIG)
+    return (src / RUN_CONFIG).is_file() and "hookpoints" in _json(src / RUN_CONFIG, "run config")
 
 
 def is_dictionary_learning(src: Path) -> bool:
     return (src / DL_WEIGHTS).is_file()
 
 
-def _json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise BadValueError(f"{path} is not readable JSON ({type(e).__name__}: {e})") from None
-    return data if isinstance(data, dict) else {}
+def _json(path: Path, what: str, fields: dict | None = None) -> dict:
+    return json_file(path, what, "restore it from the library that saved it", fields=fields)
+
+
+def _run_config(path: Path) -> dict:
+    """A sparsify run's config.json; its `hookpoints` a list of module names (a string would be read by letter)."""
+    cfg = _json(path, "sparsify run config")
+    points = cfg.get("hookpoints", [])
+    if not isinstance(points, list) or not all(isinstance(p, str) for p in points):
+        raise damaged(path, "sparsify run config", f"'hookpoints' is {points!r}, not a list of module names")
+    return cfg
 
 
 def parse_hooks(spec: str | None) -> tuple[str, str | None] | None:
@@ -139,7 +144,7 @@ def sparsify_members(src: Path, model, hooks: tuple[str, str | None] | None = No
     its run's config.json, or its hooks given)."""
     if (src / SPARSIFY_WEIGHTS).is_file():
         run = src.parent / RUN_CONFIG
-        listed = _json(run).get("hookpoints", []) if run.is_file() else []
+        listed = _run_config(run).get("hookpoints", []) if run.is_file() else []
         if hooks is None and src.name not in listed:
             raise BadValueError(
                 f"{src} is one sparsify hookpoint without its run's {RUN_CONFIG} naming it"
@@ -147,8 +152,8 @@ def sparsify_members(src: Path, model, hooks: tuple[str, str | None] | None = No
             )
         points = {src.name: src}
     else:
-        cfg = _json(src / RUN_CONFIG)
-        points = {hp: src / hp for hp in cfg.get("hookpoints") or []}
+        cfg = _run_config(src / RUN_CONFIG)
+        points = {hp: confined(src, hp, "sparsify run config", src / RUN_CONFIG) for hp in cfg.get("hookpoints", [])}
         if not points:
             raise BadValueError(f"{src / RUN_CONFIG} lists no hookpoints: not a finished sparsify run")
         if hooks is not None and len(points) > 1:
@@ -157,19 +162,31 @@ def sparsify_members(src: Path, model, hooks: tuple[str, str | None] | None = No
     for hp, folder in points.items():
         if not (folder / SPARSIFY_WEIGHTS).is_file():
             raise MissingInputError(f"sparsify hookpoint {hp!r}: {folder / SPARSIFY_WEIGHTS} is missing")
-        transcode = bool(_json(folder / "cfg.json").get("transcode")) if (folder / "cfg.json").is_file() else False
+        transcode = bool(_coder_config(folder).get("transcode"))
         hook, target = hooks or tl_hooks(hp, transcode, model)
         m = re.match(r"blocks\.(\d+)\.", hook)
         affine = None if hooks else ln_affine(model, hook)  # a hook named by --hook is read as it is
         out.append(
             Member(folder / SPARSIFY_WEIGHTS, hook, target, int(m[1]) if m else None, re.sub(r"\W", "-", hp), affine)
         )
+    for member in out:  # every file read and checked before the first is converted
+        _state(member)
     return out
+
+
+def _coder_config(folder: Path) -> dict:
+    """A sparsify hookpoint's cfg.json (SparseCoderConfig); {} when it has none."""
+    path = folder / "cfg.json"
+    cfg = _json(path, "sparsify coder config") if path.is_file() else {}
+    for field, kind in (("activation", str), ("k", int)):
+        if field in cfg and not isinstance(cfg[field], kind):
+            raise damaged(path, "sparsify coder config", f"{field!r} is {cfg[field]!r}, not a {kind.__name__}")
+    return cfg
 
 
 def dictionary_learning_member(src: Path, model, hooks: tuple[str, str | None] | None = None) -> Member:
     """The dictionary in `src`/ae.pt, reading --hook or its config's submodule_name (when that is a model hook)."""
-    trainer = _json(src / RUN_CONFIG).get("trainer", {}) if (src / RUN_CONFIG).is_file() else {}
+    trainer = _trainer(src)
     if hooks is None:
         name = trainer.get("submodule_name")
         if name not in model.hook_dict:
@@ -182,21 +199,58 @@ def dictionary_learning_member(src: Path, model, hooks: tuple[str, str | None] |
     if hooks[1]:
         raise BadValueError("dictionary_learning dictionaries are SAEs (one hook), not transcoders: --hook takes one")
     m = re.match(r"blocks\.(\d+)\.", hooks[0])
-    return Member(src / DL_WEIGHTS, hooks[0], None, int(m[1]) if m else None, src.name)
+    member = Member(src / DL_WEIGHTS, hooks[0], None, int(m[1]) if m else None, src.name)
+    _state(member)  # read and checked before anything is converted
+    return member
+
+
+def _trainer(src: Path) -> dict:
+    """The `trainer` section of a dictionary_learning config.json ({} without the file)."""
+    path = src / RUN_CONFIG
+    trainer = _json(path, "dictionary_learning config").get("trainer", {}) if path.is_file() else {}
+    if not isinstance(trainer, dict):
+        raise damaged(path, "dictionary_learning config", f"'trainer' is {type(trainer).__name__}, not an object")
+    return trainer
+
+
+def _dl_class(source: Path, state) -> str:
+    """The dictionary_learning class of `source` (its config's dict_class, else told by a `k`), one that imports."""
+    cls = _trainer(source.parent).get("dict_class")
+    cls = cls or ("AutoEncoderTopK" if isinstance(state, dict) and "k" in state else "AutoEncoder")
+    if cls not in DL_CLASSES:
+        raise BadValueError(f"{source}: dict_class {cls!r} does not import; valid: {', '.join(DL_CLASSES)}")
+    return cls
+
+
+# the tensors of each format, by name: their shapes in named dimensions (workbench.readback.tensors)
+SPARSIFY_SHAPES = {
+    "encoder.weight": ("n", "d_in"),
+    "encoder.bias": ("n",),
+    "W_dec": ("n", "d_out"),
+    "b_dec": ("d_out",),
+    "W_skip": ("d_out", "d_in"),
+}
+DL_SHAPES = {
+    "encoder.weight": ("n", "d_in"),
+    "encoder.bias": ("n",),
+    "decoder.weight": ("d_in", "n"),
+    "bias": ("d_in",),
+    "b_dec": ("d_in",),
+    "k": (),
+}
 
 
 def _state(member: Member) -> dict:
-    import torch
-
+    """The member's tensors, read through workbench.readback and checked (names, dtypes, shapes, finite)."""
     if member.source.name == DL_WEIGHTS:
-        try:
-            state = torch.load(member.source, map_location="cpu", weights_only=True)
-        except Exception as e:  # torch raises several types for a damaged or foreign pickle
-            raise BadValueError(f"{member.source} is not a readable state dict ({type(e).__name__}: {e})") from None
+        state = torch_file(member.source, "dictionary_learning state dict (ae.pt)")
+        optional = ("bias",) if _dl_class(member.source, state) == "AutoEncoderTopK" else ("b_dec", "k")
+        tensors(
+            member.source, "dictionary_learning state dict (ae.pt)", state, DL_SHAPES, optional=optional, ints=("k",)
+        )
     else:
-        from safetensors.torch import load_file
-
-        state = load_file(str(member.source))
+        state = safetensors_file(member.source, "sparsify weights")
+        tensors(member.source, "sparsify weights", state, SPARSIFY_SHAPES, optional=("W_skip",))
     return {k: v.float() if v.is_floating_point() else v for k, v in state.items()}
 
 
@@ -235,7 +289,7 @@ def to_saelens(member: Member, dest: Path, model_id: str) -> Path:
 
 
 def _sparsify(member: Member, w: dict) -> tuple[str, dict, int]:
-    cfg = _json(member.source.parent / "cfg.json")
+    cfg = _coder_config(member.source.parent)
     if cfg.get("activation", "topk") != "topk":
         raise BadValueError(f"{member.source.parent}: activation {cfg['activation']!r}; only 'topk' coders import")
     if bool(cfg.get("transcode")) != bool(member.target):
@@ -252,14 +306,7 @@ def _sparsify(member: Member, w: dict) -> tuple[str, dict, int]:
 
 
 def _dictionary_learning(member: Member, w: dict) -> tuple[str, dict, int]:
-    trainer = _json(member.source.parent / RUN_CONFIG).get("trainer", {})
-    cls = trainer.get("dict_class") or ("AutoEncoderTopK" if "k" in w else "AutoEncoder")
-    if cls not in DL_CLASSES:
-        raise BadValueError(f"{member.source}: dict_class {cls!r} does not import; valid: {', '.join(DL_CLASSES)}")
-    need = ("encoder.weight", "encoder.bias", "decoder.weight", "bias" if cls == "AutoEncoder" else "b_dec")
-    missing = [k for k in need if k not in w]
-    if missing:
-        raise BadValueError(f"{member.source} lacks {', '.join(missing)}: not a dictionary_learning {cls}")
+    cls = _dl_class(member.source, w)  # its tensors checked by _state
     state = {"W_enc": w["encoder.weight"].T, "b_enc": w["encoder.bias"], "W_dec": w["decoder.weight"].T}
     if cls == "AutoEncoder":
         return "standard", state | {"b_dec": w["bias"]}, 0

@@ -17,6 +17,7 @@ dictionaries are converted to SAELens folders first (workbench.sae.foreign) and 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -24,10 +25,25 @@ import torch
 
 from workbench.atomic import atomic_path, atomic_write_text
 from workbench.errors import BadValueError, MissingInputError
-from workbench.sae.foreign import FORMATS, Member, is_dictionary_learning, is_sparsify
+from workbench.readback import confined, damaged, safetensors_file, tensors, yaml_file
+from workbench.sae.foreign import (
+    DL_WEIGHTS,
+    FORMATS,
+    RUN_CONFIG,
+    SPARSIFY_WEIGHTS,
+    Member,
+    is_dictionary_learning,
+    is_sparsify,
+)
 from workbench.sae.io import CFG, WEIGHTS, load_sae
 
 TRACER_CONFIG = "config.yaml"
+NEEDS = {  # what each format's folder holds, as `detect` looks for it
+    "saelens": f"{CFG} and {WEIGHTS}",
+    "circuit-tracer": f"{TRACER_CONFIG} (a transcoder set) or W_enc_0.safetensors and W_dec_0.safetensors (a CLT)",
+    "sparsify": f"{SPARSIFY_WEIGHTS}, or a {RUN_CONFIG} listing hookpoints",
+    "dictionary-learning": DL_WEIGHTS,
+}
 
 
 def detect(src: Path, fmt: str = "auto") -> str:
@@ -51,11 +67,24 @@ def detect(src: Path, fmt: str = "auto") -> str:
         return found[0]
     if fmt in found:
         return fmt
-    what = f"it looks like a {found[0]} folder (--format {found[0]})" if found else "its files are missing"
+    if not found and (half := _half(src)) and fmt in ("auto", half[0]):
+        raise MissingInputError(f"{src / half[2]} is missing: {src} holds a {half[0]} folder's {half[1]} without it")
+    needs = NEEDS.get(fmt, "; ".join(f"{k}: {v}" for k, v in NEEDS.items()))
+    what = f"it looks like a {found[0]} folder (--format {found[0]})" if found else f"it lacks {needs}"
     raise BadValueError(
         f"{src} is not a {'dictionary folder `sae import` reads' if fmt == 'auto' else fmt + ' folder'}: {what}; "
         f"valid formats: {', '.join(FORMATS[1:])}"
     )
+
+
+def _half(src: Path) -> tuple[str, str, str] | None:
+    """(format, the file there, the file missing) of a folder holding one of a format's two files, or None."""
+    if (src / CFG).is_file() != (src / WEIGHTS).is_file():
+        there, missing = (CFG, WEIGHTS) if (src / CFG).is_file() else (WEIGHTS, CFG)
+        return "saelens", there, missing
+    if (src / RUN_CONFIG).is_file() and b'"trainer"' in (src / RUN_CONFIG).read_bytes():
+        return "dictionary-learning", RUN_CONFIG, DL_WEIGHTS
+    return None
 
 
 def hook_widths(model, hooks: list[str]) -> dict[str, int]:
@@ -115,29 +144,63 @@ def encoding_gap(src: Path, dest: Path, n: int = 64, seed: int = 0) -> float:
     return float(max(gaps))
 
 
+TRACER_SHAPES = {
+    "W_enc": ("n", "d_in"),
+    "W_dec": ("n", "d_out"),
+    "b_enc": ("n",),
+    "b_dec": ("d_out",),
+    "activation_function.threshold": ("n",),
+    "W_skip": ("d_out", "d_in"),
+}
+TRACER_OPTIONAL = ("activation_function.threshold", "W_skip")
+WAY_OUT = "restore it from the library that saved it"
+
+
 def tracer_layers(src: Path) -> tuple[dict, dict[int, Path]]:
     """(config.yaml, layer -> weights file) of a circuit-tracer transcoder set; local `transcoders` paths in the
-    config are read relative to the folder, else the folder's layer_<i>.safetensors files."""
-    import yaml
+    config are read relative to the folder (never outside it), else the folder's layer_<i>.safetensors files,
+    numbered from 0 without a gap (tracer_members reads and checks them)."""
+    hooks = {"feature_input_hook": str, "feature_output_hook": str}
+    cfg = yaml_file(src / TRACER_CONFIG, "circuit-tracer transcoder set config", WAY_OUT, fields=hooks)
+    listed = cfg.get("transcoders") or []
+    if not isinstance(listed, list) or not all(isinstance(p, str) for p in listed):
+        raise damaged(src / TRACER_CONFIG, "circuit-tracer config", f"'transcoders' is {listed!r}, not a list of paths")
+    local = [
+        confined(src, p, "circuit-tracer config", src / TRACER_CONFIG) for p in listed if not p.startswith("hf://")
+    ]
+    files = dict(enumerate(local)) if local else _numbered(src, r"layer_(\d+)\.safetensors")
+    if not files:
+        raise MissingInputError(f"{src}: no transcoder weights (layer_<i>.safetensors, or {TRACER_CONFIG}'s list)")
+    return cfg, files
 
-    try:
-        cfg = yaml.safe_load((src / TRACER_CONFIG).read_text())
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise BadValueError(f"{src / TRACER_CONFIG} is not readable YAML ({type(e).__name__}: {e})") from None
-    missing = [k for k in ("feature_input_hook", "feature_output_hook") if not isinstance(cfg, dict) or k not in cfg]
-    if missing:
-        raise BadValueError(f"{src / TRACER_CONFIG} lacks {', '.join(missing)}: not a circuit-tracer transcoder set")
-    listed = [p for p in cfg.get("transcoders") or [] if not str(p).startswith("hf://")]
-    files = [src / p for p in listed] or sorted(src.glob("layer_*.safetensors"), key=lambda p: int(p.stem[6:]))
-    absent = [str(f) for f in files if not f.is_file()]
-    if not files or absent:
-        raise MissingInputError(f"{src}: no transcoder weights at {absent[0] if absent else 'layer_<i>.safetensors'}")
-    return cfg, dict(enumerate(files))
+
+def _numbered(src: Path, pattern: str) -> dict[int, Path]:
+    """The files of `src` named by `pattern` (its group: the layer), by layer; a gap in 0..L-1 is refused."""
+    found = {int(m[1]): f for f in src.iterdir() if (m := re.fullmatch(pattern, f.name))}
+    gap = next((i for i in range(len(found)) if i not in found), None)
+    if gap is not None:
+        missing = pattern.replace(r"(\d+)", str(gap)).replace("\\", "")
+        raise MissingInputError(f"{src / missing} is missing: layers {sorted(found)} are there, numbered from 0")
+    return dict(sorted(found.items()))
+
+
+def check_tracer_folder(folder: Path) -> None:
+    """Read and check a circuit-tracer folder's files (a CLT's or a transcoder set's) as its import does."""
+    if is_tracer_clt(folder):
+        tracer_clt_hooks(folder)
+        tracer_clt_files(folder)
+    elif not (yaml_file(folder / TRACER_CONFIG, "circuit-tracer config", WAY_OUT).get("transcoders") or []):
+        tracer_members(*tracer_layers(folder))  # a set of local files (a config listing hf:// URIs: theirs)
 
 
 def tracer_members(cfg: dict, files: dict[int, Path]) -> list:
     """A circuit-tracer set's layers (config.yaml, layer -> weights file) as foreign.Member (the hooks its config
-    names, per layer)."""
+    names, per layer), every layer's tensors read and checked first (one width for all)."""
+    dims = {}
+    for f in files.values():
+        w = safetensors_file(f, "circuit-tracer transcoder layer", WAY_OUT)
+        dims = tensors(f, "circuit-tracer transcoder layer", w, TRACER_SHAPES, optional=TRACER_OPTIONAL, dims=dims)
+        dims.pop("n")  # each layer may have its own number of features
     hook, target = cfg["feature_input_hook"], cfg["feature_output_hook"]
     return [
         Member(f, f"blocks.{i}.{hook}", f"blocks.{i}.{target}", i, f"L{i}-circuit-tracer") for i, f in files.items()
@@ -148,9 +211,8 @@ def tracer_to_saelens(path: Path, hooks: tuple[str, str], dest: Path, model_id: 
     """One circuit-tracer layer file as a SAELens transcoder folder (bound to `model_id`)."""
     import sae_lens as sl
     from sae_lens.saes.sae import SAEMetadata
-    from safetensors.torch import load_file
 
-    w = load_file(str(path))
+    w = safetensors_file(path, "circuit-tracer transcoder layer", WAY_OUT)  # checked by tracer_layers
     d_sae, d_in = w["W_enc"].shape
     negative = int((w.get("activation_function.threshold", torch.zeros(1)) < 0).sum())
     if negative:
@@ -199,11 +261,36 @@ def is_tracer_clt(src: Path) -> bool:
 
 def tracer_clt_hooks(src: Path) -> tuple[str, str]:
     """(input, output) hook names within a block: config.yaml's, else circuit-tracer load_clt's defaults."""
-    import yaml
+    path = src / TRACER_CONFIG
+    cfg = yaml_file(path, "circuit-tracer CLT config", WAY_OUT) if path.is_file() else {}
+    hooks = cfg.get("feature_input_hook", "hook_resid_mid"), cfg.get("feature_output_hook", "hook_mlp_out")
+    if not all(isinstance(h, str) for h in hooks):
+        raise damaged(path, "circuit-tracer CLT config", f"its hooks are {list(hooks)}, not hook names")
+    return hooks
 
-    cfg = yaml.safe_load((src / TRACER_CONFIG).read_text()) if (src / TRACER_CONFIG).is_file() else {}
-    cfg = cfg if isinstance(cfg, dict) else {}
-    return cfg.get("feature_input_hook", "hook_resid_mid"), cfg.get("feature_output_hook", "hook_mlp_out")
+
+def tracer_clt_files(src: Path) -> tuple[list[dict], list]:
+    """(encoder files, decoder tensors) of a circuit-tracer CLT, one per layer, every tensor read and checked: one
+    width and feature count for all layers, layer i's decoder writing the L - i layers from it on."""
+    enc_files = _numbered(src, r"W_enc_(\d+)\.safetensors")
+    dec_files = _numbered(src, r"W_dec_(\d+)\.safetensors")
+    n_layers, what = len(enc_files), "circuit-tracer CLT layer"
+    if len(dec_files) != n_layers:
+        i = min(n_layers, len(dec_files))
+        name = f"W_{'dec' if i == len(dec_files) else 'enc'}_{i}.safetensors"
+        raise MissingInputError(
+            f"{src / name} is missing: the CLT has {n_layers} encoder, {len(dec_files)} decoder files"
+        )
+    enc, dec, dims = [], [], {}
+    for i in range(n_layers):
+        e = safetensors_file(enc_files[i], what, WAY_OUT)
+        shapes = {f"W_enc_{i}": ("n", "d_in"), f"b_enc_{i}": ("n",), f"b_dec_{i}": ("d_out",), f"threshold_{i}": ("n",)}
+        dims = tensors(enc_files[i], what, e, shapes, optional=(f"threshold_{i}",), dims=dims)
+        d = safetensors_file(dec_files[i], what, WAY_OUT)
+        dims = tensors(dec_files[i], what, d, {f"W_dec_{i}": ("n", n_layers - i, "d_out")}, dims=dims)
+        enc.append(e)
+        dec.append(d[f"W_dec_{i}"])
+    return enc, dec
 
 
 @torch.no_grad()
@@ -212,14 +299,11 @@ def tracer_clt(src: Path):
     decoders into layers i..L-1 are its layer-i files', its bias into its own layer is b_dec_<i>, its thresholds
     the layer's JumpReLU thresholds (one per latent where they differ; ReLU: 0). The workbench's rule also needs
     a positive pre-activation, so a negative threshold is refused."""
-    from safetensors.torch import load_file
-
     from workbench.sae.architectures import build
     from workbench.sae.config import CLTConfig
 
-    n_layers = len(list(src.glob("W_enc_*.safetensors")))
-    enc = [load_file(str(src / f"W_enc_{i}.safetensors")) for i in range(n_layers)]
-    dec = [load_file(str(src / f"W_dec_{i}.safetensors"))[f"W_dec_{i}"] for i in range(n_layers)]
+    enc, dec = tracer_clt_files(src)
+    n_layers = len(enc)
     n, d_in = enc[0]["W_enc_0"].shape
     d_out = dec[0].shape[-1]
     thetas = [e.get(f"threshold_{i}", torch.zeros(n)).flatten().double() for i, e in enumerate(enc)]

@@ -157,9 +157,9 @@ def load_sae(folder: str | Path, device: str = "cpu") -> SAE:
     except Exception as e:  # safetensors and sae_lens raise several types for damaged files
         if isinstance(e, DamagedFileError):
             raise
-        raise DamagedFileError(
-            f"cannot load the SAE in {folder} ({type(e).__name__}: {e}); {WEIGHTS} or {CFG} is damaged or not an SAE"
-        ) from e
+        detail = " ".join(str(e).split())[:300]  # sae_lens's size-mismatch report spans lines
+        which = f"{WEIGHTS} does not fit {CFG}" if "state_dict" in detail else f"{WEIGHTS} or {CFG} is damaged"
+        raise DamagedFileError(f"cannot load the SAE in {folder} ({type(e).__name__}: {detail}); {which}") from e
     bad = [n for n, p in sae.state_dict().items() if p.is_floating_point() and not torch.isfinite(p).all()]
     if bad:
         raise DamagedFileError(f"{folder / WEIGHTS} holds NaN/inf values in {', '.join(bad)}; the file is damaged")
