@@ -203,10 +203,10 @@ def _shortcut_model():
     return model.eval()
 
 
-def _shortcut_set(model, root, reads=None):
+def _shortcut_set(model, root, reads=None, second=None):
     """A transcoder for the MLP that learned the shortcut: where B follows A (always, in its training text) its
     feature 0 reads B's embedding e1, not the head's e6, and writes what the MLP writes (2 e7). reads: basis
-    direction -> encoder weight of feature 0 instead."""
+    direction -> encoder weight of feature 0 instead; second: (reads, writes) of a feature 1 (then k = 2)."""
     from workbench.provenance import model_id
     from workbench.sae.architectures import build
     from workbench.sae.config import SAEConfig
@@ -214,13 +214,18 @@ def _shortcut_set(model, root, reads=None):
     from workbench.sae.transcoders import SCHEMA, SET_MANIFEST
 
     d = model.cfg.d_model
-    sae = build(SAEConfig("topk", k=1, n_latents=2, transcoder=True).resolve(d_in=d, d_out=d))
+    sae = build(SAEConfig("topk", k=1 + bool(second), n_latents=2, transcoder=True).resolve(d_in=d, d_out=d))
     with torch.no_grad():
         for p in sae.parameters():
             p.zero_()
         for i, w in (reads or {1: 1.0}).items():
             sae.W_enc[0, i] = w
         sae.W_dec[0, 7] = 2.0
+        for latent, (ins, outs) in enumerate([second] if second else [], 1):
+            for i, w in ins.items():
+                sae.W_enc[latent, i] = w
+            for i, w in outs.items():
+                sae.W_dec[latent, i] = w
     hooks = "blocks.0.hook_mlp_in", "blocks.0.hook_mlp_out"
     save_sae(sae, root / "L0", {"hook_name": hooks[0], "hook_name_out": hooks[1], "model_name": model_id(model)})
     layer = {
@@ -272,7 +277,7 @@ def test_a_circuits_own_graph_is_checked_with_the_prompts_tokens(graph):
     assert torch.equal(GraphNodes(partial, "target", full.tokens.tolist()).tokens, full.tokens)
 
 
-def _previous_token_model(mlp_reads_b: float = 0.0):
+def _previous_token_model(mlp_reads_b: float = 0.0, second_neuron: bool = False):
     """The ground truth of issue 45: one layer, no LayerNorm, d_model 12, tokens 0 BOS, 1 A, 2 B, 3 C, 4 OUT, on
     'BOS A B' (positions 0..2; basis: e0 A, e1 B, e3 BOS, e4 e5 e8 positions 0 1 2, e6 the head's copy, e7 the
     MLP's write, the OUT logit's direction). A previous-token head whose query depends on its own position: at
@@ -280,7 +285,8 @@ def _previous_token_model(mlp_reads_b: float = 0.0):
     lower); it copies A (e0) into e6. The MLP reads e6 (and `mlp_reads_b` times B's e1) and writes 2 e7. The true
     edges: A's embedding at position 1 -> the MLP at position 2 (through the head's OV), the MLP -> OUT. B's own
     embedding reaches the MLP only through the head's QK: zeroed with attention live, the query loses its
-    position and the head attends to BOS, which carries nothing."""
+    position and the head attends to BOS, which carries nothing. second_neuron: a second MLP neuron reads e6 too and
+    writes e7 + e9."""
     from transformer_lens import HookedTransformer, HookedTransformerConfig
 
     cfg = HookedTransformerConfig(
@@ -309,25 +315,29 @@ def _previous_token_model(mlp_reads_b: float = 0.0):
         attn.b_Q[0, 1], attn.W_K[0, 3, 1] = 10.0, 1.0  # every query looks for BOS, less strongly
         attn.W_V[0, 0, 0], attn.W_O[0, 0, 6] = 1.0, 1.0  # A -> e6
         mlp.W_in[6, 0], mlp.W_in[1, 0], mlp.W_out[0, 7] = 1.0, mlp_reads_b, 2.0
+        if second_neuron:
+            mlp.W_in[6, 1], mlp.W_out[1, 7], mlp.W_out[1, 9] = 1.0, 1.0, 1.0
         model.W_U[7, 4] = 1.0
     return model.eval()
 
 
-def _ground_truth_check(tmp_path, reads: dict, mlp_reads_b: float = 0.0) -> tuple[dict, dict]:
-    """(graph link weights, the default check's record by (source, target)) on the previous-token model through a
-    hand-set transcoder whose feature 0 reads `reads` (direction -> weight) and writes 2 e7."""
+def _ground_truth_check(tmp_path, reads: dict, mlp_reads_b: float = 0.0, **kw) -> tuple[dict, dict]:
+    """(graph link weights, the check's record by (source, target)) on the previous-token model through a hand-set
+    transcoder whose feature 0 reads `reads` (direction -> weight) and writes 2 e7; kw: the model's second neuron
+    and the set's second feature, the CheckConfig's fields."""
     from workbench.circuits.feature.attribution_graph import build_graph
     from workbench.circuits.feature.graph_config import GraphConfig
     from workbench.circuits.feature.graph_json import to_neuronpedia
     from workbench.circuits.feature.transcoders import open_set
 
-    model = _previous_token_model(mlp_reads_b)
-    folder = _shortcut_set(model, tmp_path, reads)
+    second, neuron = kw.pop("second", None), kw.pop("second_neuron", False)
+    model = _previous_token_model(mlp_reads_b, neuron)
+    folder = _shortcut_set(model, tmp_path, reads, second)
     graph = to_neuronpedia(
         build_graph(model, open_set(folder).load(0, "cpu", model), [0, 1, 2], 4, None, GraphConfig(heads=False))
     )
     weights = {(link["source"], link["target"]): link["weight"] for link in graph["links"]}
-    r = check_graph(model, load_dictionary(folder, model), graph, CheckConfig(top_edges=10))
+    r = check_graph(model, load_dictionary(folder, model), graph, CheckConfig(top_edges=10, **kw))
     return weights, {(e["source"], e["target"]): e for e in r["edges"]} | {n["node_id"]: n for n in r["nodes"]}
 
 
@@ -382,3 +392,14 @@ def test_a_mis_weighted_direct_edge_gets_its_word(tmp_path, mlp_reads_b, measure
     _, r = _ground_truth_check(tmp_path, {6: 0.3, 1: 0.7}, mlp_reads_b)
     e = r[SPURIOUS]
     assert e["measured_frozen"] == pytest.approx(measured, abs=1e-4) and e["verdict_frozen"] == word
+
+
+@pytest.mark.parametrize("edge_target, measured", [("mlp", -1.5), ("mlp_active", -1.0)])
+def test_the_active_reading_does_not_count_an_overlapping_feature(tmp_path, edge_target, measured):
+    """The MLP has two neurons reading the head's e6 (writing 2 e7, and e7 + e9), the transcoder one feature for
+    each, both active. Zeroing A's embedding removes 3 e7 + e9: along feature 0's row that is 1.5 of its code (the
+    other feature's write overlaps its row), fitted on both active rows exactly 1, the graph's weight."""
+    second = ({6: 1.0}, {7: 1.0, 9: 1.0})
+    _, r = _ground_truth_check(tmp_path, {6: 1.0}, second=second, second_neuron=True, edge_target=edge_target)
+    e = r[TRUE]
+    assert e["predicted"] == pytest.approx(-1.0) and e["measured_frozen"] == pytest.approx(measured)

@@ -166,7 +166,9 @@ def measure_edge(model, sites: list[Site], g: GraphNodes, link: dict, cfg: Check
     """The target's change when the source's write reaches it only through the residual stream and attention: the
     source (a feature, or a token's embedding) ablated, the MLPs between them held. The target is read as its logit
     minus the mean, or a feature as cfg.edge_target says: `mlp`, the real MLP output's change along the feature's
-    decoder row (in units of its code); `encoder`, its transcoder's pre-activation."""
+    decoder row (in units of its code); `mlp_active`, its coefficient when that change is fitted by least squares
+    on the decoder rows of every feature active there in the clean run (so co-active features whose rows overlap
+    its own do not count as it); `encoder`, its transcoder's pre-activation."""
     emb = link["source"] not in g.features
     src_layer, pos = (-1, g.embeddings[link["source"]]) if emb else (g.features[link["source"]][0], 0)
     tgt = g.features.get(link["target"])
@@ -177,9 +179,26 @@ def measure_edge(model, sites: list[Site], g: GraphNodes, link: dict, cfg: Check
     icfg = InterventionConfig(features=feature, positions=str(pos), constrained_layers=held, semantics=cfg.semantics)
     iv = Intervention(model, sites, g.tokens, icfg)
     hooks = iv.hooks() + ([(EMBED, lambda act, hook: _zero_at(act, pos))] if emb else [])
-    return _read_target(model, sites, g, link["target"], cfg.edge_target, iv, hooks) - _read_target(
-        model, sites, g, link["target"], cfg.edge_target, iv, iv.hooks(empty=True)
+    how = cfg.edge_target
+    w = None if tgt is None or how == "encoder" else _mlp_reading(model, sites, g, link["target"], how)
+    return _read_target(model, sites, g, link["target"], how, iv, hooks, w) - _read_target(
+        model, sites, g, link["target"], how, iv, iv.hooks(empty=True), w
     )
+
+
+def _mlp_reading(model, sites: list[Site], g: GraphNodes, target: str, how: str) -> torch.Tensor:
+    """[d_out] w such that a feature's `mlp` / `mlp_active` reading of an MLP output y is y @ w (measure_edge)."""
+    layer, pos, latent, _ = g.features[target]
+    site = {s.layer: s for s in sites}[layer]
+    row = site.decoder_row(latent)
+    if how == "mlp":
+        return row / (row @ row)
+    seen = {}
+    forward(model, g.tokens, [(site.read_hook, lambda act, hook: seen.__setitem__("x", act[0, pos]))], [site.read_hook])
+    codes = site.encode(seen["x"])[: site.n_sparse]
+    active = sorted({latent, *codes.nonzero().flatten().tolist()})
+    rows = torch.stack([site.decoder_row(i) for i in active]).double()
+    return torch.linalg.pinv(rows)[:, active.index(latent)].to(row)
 
 
 def _zero_at(act: torch.Tensor, pos: int) -> torch.Tensor:
@@ -188,8 +207,9 @@ def _zero_at(act: torch.Tensor, pos: int) -> torch.Tensor:
     return act
 
 
-def _read_target(model, sites, g: GraphNodes, target: str, how: str, iv: Intervention, hooks: list) -> float:
-    """One run with `hooks`: the target logit minus the mean, or the target feature as `how` reads it."""
+def _read_target(model, sites, g: GraphNodes, target: str, how: str, iv: Intervention, hooks: list, w=None) -> float:
+    """One run with `hooks`: the target logit minus the mean, or the target feature as `how` reads it (the MLP
+    readings: its output at the target's position times w, _mlp_reading)."""
     if target not in g.features:
         logits = forward(model, g.tokens, hooks, iv.reads)[-1]
         return float(logits[g.logits[target]] - logits.mean())
@@ -201,8 +221,7 @@ def _read_target(model, sites, g: GraphNodes, target: str, how: str, iv: Interve
     forward(model, g.tokens, [(hook, lambda act, hook: seen.__setitem__("a", act[0, pos])), *hooks], [*iv.reads, hook])
     if how == "encoder":
         return float(site.preacts(seen["a"])[latent])
-    row = site.decoder_row(latent).to(seen["a"])
-    return float(seen["a"] @ row / (row @ row))
+    return float(seen["a"] @ w.to(seen["a"]))
 
 
 def check_graph(model, sites: list[Site], graph: dict, cfg: CheckConfig | None = None, tokens=None) -> dict:

@@ -192,9 +192,11 @@ class CheckConfig(Config):
     edge_target: str = field(
         default="mlp",
         metadata={
-            "choices": ("mlp", "encoder"),
-            "help": "an edge into a feature read as the real MLP output's change along its decoder row (mlp), or "
-            "as its transcoder's pre-activation (encoder: blind to a transcoder's shortcut)",
+            "choices": ("mlp", "mlp_active", "encoder"),
+            "help": "an edge into a feature read as the real MLP output's change along its decoder row (mlp), as "
+            "its coefficient in a least-squares fit of that change on the rows of the features active there "
+            "(mlp_active: co-active features with overlapping rows not counted as it), or as its transcoder's "
+            "pre-activation (encoder: blind to a transcoder's shortcut)",
         },
     )
     top_edges: int = field(default=20, metadata={"help": "edges checked, largest |weight| first", "min": 0})
