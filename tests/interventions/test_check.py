@@ -2,6 +2,7 @@
 they must agree (frozen semantics), and `circuit check` storing the record in a recorded graph."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -77,6 +78,22 @@ def test_frozen_edges_reproduce_the_graph_exactly(tiny, request, dictionary):
     for e in r["edges"]:
         assert e["measured"] == pytest.approx(e["predicted"], rel=1e-3, abs=1e-4), e
     assert r["summary"]["edges_confirmed_share"] == 1.0
+
+
+@pytest.mark.parametrize("dictionary", ["tc_set", "tiny_clt"])
+def test_the_active_reading_reads_a_set_and_a_clt(tiny, request, dictionary):
+    """edge_target mlp_active changes only how an edge into a feature is read (a logit edge measures the same as
+    with mlp), for per-layer sets and CLTs (whose layer reads its own layer's active rows) alike."""
+    model = tiny[0]
+    folder = request.getfixturevalue(dictionary)
+    sites, graph = load_dictionary(folder, model), _graph(model, folder)
+    runs = [check_graph(model, sites, graph, CheckConfig(top_edges=6, edge_target=t)) for t in ("mlp", "mlp_active")]
+    by_target = [{(e["source"], e["target"]): e for e in r["edges"]} for r in runs]
+    into_features = [k for k in by_target[0] if not k[1].startswith(f"{model.cfg.n_layers + 1}_")]
+    assert into_features and all(math.isfinite(by_target[1][k]["measured_frozen"]) for k in into_features)
+    for k, e in by_target[0].items():
+        if k not in into_features:
+            assert by_target[1][k]["measured_frozen"] == pytest.approx(e["measured_frozen"])
 
 
 def test_the_check_measures_every_kept_feature_in_both_readings(tiny, tc_set, graph):
