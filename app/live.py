@@ -251,7 +251,7 @@ def token_str(spec: str, token: int) -> str:
 def graph_effect(graph, nodes: list[str], result: dict) -> dict:
     """An intervention's change of an attribution graph's metric (the one its check used; target minus the mean
     logit by default) at the last position, with the graph's prediction for ablating `nodes` (summed) and what the
-    graph's stored check measured for each (None: not checked)."""
+    graph's stored check measured for each in the live model, as this ablation runs (None: not checked)."""
     import torch
 
     from workbench.interventions.check import GraphNodes
@@ -262,7 +262,7 @@ def graph_effect(graph, nodes: list[str], result: dict) -> dict:
     last = result["positions"][-1]
     measured = g.metric(torch.tensor(last["logits"])) - g.metric(torch.tensor(last["clean_logits"]))
     predicted = g.predicted(graph.links)
-    checked = {r["node_id"]: r["measured"] for r in check.get("nodes", [])}
+    checked = {r["node_id"]: r.get("measured_live", r["measured"]) for r in check.get("nodes", [])}  # the live one
     return {
         "metric": metric,
         "measured": measured,

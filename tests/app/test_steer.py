@@ -109,9 +109,9 @@ def test_a_graph_node_shows_the_measured_effect_next_to_the_predicted_one(steer_
     assert (
         at.text_input(key="feature_graph_pos").value == pos and at.selectbox(key="feature_graph_op").value == "ablate"
     )
-    # the default, a live ablation to zero at the node's position, is what the check measured
-    assert metric(at, "measured effect (this intervention)") == f"{row['measured']:+.4g}"
-    assert metric(at, "check's measured ablation") == f"{row['measured']:+.4g}"
+    # the default, a live ablation to zero at the node's position, is what the check measured live
+    assert metric(at, "measured effect (this intervention)") == f"{row['measured_live']:+.4g}"
+    assert metric(at, "check's measured ablation") == f"{row['measured_live']:+.4g}"
     assert metric(at, "graph's predicted effect of ablating") == f"{row['predicted']:+.4g}"
     cfg = InterventionConfig(features=[f"{layer}:{latent}"], positions=pos, continue_tokens=3)
     r = intervene(model, str(steer_workspace / "transcoders" / "full"), fg.metadata["prompt"], cfg)
@@ -157,7 +157,7 @@ def test_a_group_of_graph_nodes_is_ablated_together(steer_app, steer_workspace, 
     cfg = InterventionConfig(features=units, positions=positions, continue_tokens=2)
     shown(at, intervene(model, str(steer_workspace / "transcoders" / "full"), fg.metadata["prompt"], cfg))
     assert metric(at, "graph's predicted effect of ablating") == f"{a['predicted'] + b['predicted']:+.4g}"
-    assert metric(at, "check's measured ablation") == f"{a['measured'] + b['measured']:+.4g}"
+    assert metric(at, "check's measured ablation") == f"{a['measured_live'] + b['measured_live']:+.4g}"
 
 
 def test_a_mean_ablation_takes_its_means_from_the_dictionarys_training_cache(steer_app, steer_workspace, model):

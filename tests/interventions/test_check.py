@@ -2,15 +2,17 @@
 they must agree (frozen semantics), and `circuit check` storing the record in a recorded graph."""
 
 import json
+import math
 
 import pytest
 import torch
 
 from workbench.circuits.schema import GRAPH_CHECK, read_feature_graph
 from workbench.errors import DamagedFileError
-from workbench.interventions.check import GraphNodes, check_graph, summary
+from workbench.interventions.check import GraphNodes, check_graph, summary, verdict
 from workbench.interventions.config import CheckConfig
 from workbench.interventions.dictionary import load_dictionary
+from workbench.interventions.validation import spearman
 
 PROMPT = "When Mary and John went to the store , John gave"
 
@@ -78,16 +80,42 @@ def test_frozen_edges_reproduce_the_graph_exactly(tiny, request, dictionary):
     assert r["summary"]["edges_confirmed_share"] == 1.0
 
 
-def test_live_check_measures_every_kept_feature(tiny, tc_set, graph):
+@pytest.mark.parametrize("dictionary", ["tc_set", "tiny_clt"])
+def test_the_active_reading_reads_a_set_and_a_clt(tiny, request, dictionary):
+    """edge_target mlp_active changes only how an edge into a feature is read (a logit edge measures the same as
+    with mlp), for per-layer sets and CLTs (whose layer reads its own layer's active rows) alike."""
     model = tiny[0]
-    r = check_graph(model, load_dictionary(tc_set, model), graph, CheckConfig(top_edges=3, fraction=0.5))
+    folder = request.getfixturevalue(dictionary)
+    sites, graph = load_dictionary(folder, model), _graph(model, folder)
+    runs = [check_graph(model, sites, graph, CheckConfig(top_edges=6, edge_target=t)) for t in ("mlp", "mlp_active")]
+    by_target = [{(e["source"], e["target"]): e for e in r["edges"]} for r in runs]
+    into_features = [k for k in by_target[0] if not k[1].startswith(f"{model.cfg.n_layers + 1}_")]
+    assert into_features and all(math.isfinite(by_target[1][k]["measured_frozen"]) for k in into_features)
+    for k, e in by_target[0].items():
+        if k not in into_features:
+            assert by_target[1][k]["measured_frozen"] == pytest.approx(e["measured_frozen"])
+
+
+def test_the_check_measures_every_kept_feature_in_both_readings(tiny, tc_set, graph):
+    """Every kept feature is measured frozen (direct) and live (total); the verdict of cfg.semantics is the row's;
+    the stored Spearman values are those of the stored rows (nodes), and every causal feature pair is ranked."""
+    model = tiny[0]
+    cfg = CheckConfig(top_edges=3, semantics="live")
+    r = check_graph(model, load_dictionary(tc_set, model), graph, cfg)
     feats = [n["node_id"] for n in graph["nodes"] if n["feature_type"] == "cross layer transcoder"]
     assert sorted(n["node_id"] for n in r["nodes"]) == sorted(feats)
-    for n in r["nodes"]:
-        assert n["confirmed"] == (
-            n["predicted"] * n["measured"] > 0 and abs(n["measured"]) >= 0.5 * abs(n["predicted"])
-        )
+    for row in r["nodes"] + r["edges"]:
+        for s in ("frozen", "live"):
+            assert row[f"verdict_{s}"] == verdict(row["predicted"], row[f"measured_{s}"], cfg)
+        assert row["measured"] == row["measured_live"] and row["confirmed"] == (row["verdict_live"] == "confirmed")
+        assert row["through_attention"] == pytest.approx(row["measured_live"] - row["measured_frozen"])
     assert r["semantics"] == "live" and r["summary"]["cpu_seconds"] > 0
+    for s in ("frozen", "live"):
+        x, y = [abs(n["predicted"]) for n in r["nodes"]], [abs(n[f"measured_{s}"]) for n in r["nodes"]]
+        assert r["spearman"]["nodes"][s]["ablate"] == pytest.approx(spearman(x, y))
+        assert -1 <= r["spearman"]["pairs"][s]["steer"] <= 1
+        assert sum(r["summary"]["nodes_verdicts"][s].values()) == len(feats)
+    assert r["spearman"]["nodes"]["n"] == len(feats) and r["spearman"]["pairs"]["n"] > 0
     stored = read_feature_graph({**graph, GRAPH_CHECK[0]: r})
     assert stored.check["summary"] == r["summary"]
     assert read_feature_graph(graph).check is None  # a graph never checked still loads
@@ -95,6 +123,13 @@ def test_live_check_measures_every_kept_feature(tiny, tc_set, graph):
     bad["nodes"][0]["measured"] = "x"
     with pytest.raises(DamagedFileError, match="measured"):
         read_feature_graph({**graph, GRAPH_CHECK[0]: bad})
+    bad = json.loads(json.dumps(r))
+    bad["edges"][0]["verdict_frozen"] = "fine"
+    with pytest.raises(DamagedFileError, match="verdict_frozen is 'fine'"):
+        read_feature_graph({**graph, GRAPH_CHECK[0]: bad})
+    old = {k: v for k, v in r.items() if k != "spearman"} | {"schema_version": 1}  # a record made before still reads
+    old["nodes"] = [{k: n[k] for k in ("node_id", "predicted", "measured", "confirmed")} for n in r["nodes"]]
+    assert read_feature_graph({**graph, GRAPH_CHECK[0]: old}).check["nodes"] == old["nodes"]
 
 
 def test_circuit_check_stores_the_record_in_a_recorded_graph(tiny, tc_set, tmp_path, capsys):
@@ -110,7 +145,15 @@ def test_circuit_check_stores_the_record_in_a_recorded_graph(tiny, tc_set, tmp_p
     out = capsys.readouterr().out
     assert "of the predicted influence confirmed" in out
     d = json.loads((folder / "graph.json").read_text())
-    assert d[GRAPH_CHECK[0]]["config"]["top_edges"] == 2
+    record = d[GRAPH_CHECK[0]]
+    assert record["config"]["top_edges"] == 2 and record["config"]["under"] == 2.0
+    for e in record["edges"]:  # each edge's verdict in both readings, printed as stored
+        assert f"{e['measured_frozen']:+.4g} {e['verdict_frozen']}; total (live) {e['measured_live']:+.4g}" in out
+    block = record["spearman"]["nodes"]
+    value = "n/a" if block["frozen"]["ablate"] is None else f"{block['frozen']['ablate']:.3f}"
+    assert f"Spearman |predicted| vs |measured|, nodes (n={block['n']}): frozen ablate {value}" in out
+    assert main(["circuit", "check", str(folder), "--workspace", str(ws), "--absent", "0.6"]) == 2
+    assert "absent=0.6 must be below fraction=0.5" in capsys.readouterr().err
     manifest = json.loads((folder / "artifact.json").read_text())
     assert "check_nodes_confirmed_share" in manifest["summary"] and manifest["made_by"] == "workbench circuit graph"
     assert main(["circuit", "check", str(tmp_path / "nothing.json")]) == 2
@@ -177,21 +220,29 @@ def _shortcut_model():
     return model.eval()
 
 
-def _shortcut_set(model, root):
+def _shortcut_set(model, root, reads=None, second=None):
     """A transcoder for the MLP that learned the shortcut: where B follows A (always, in its training text) its
-    feature 0 reads B's embedding e1, not the head's e6, and writes what the MLP writes (2 e7)."""
+    feature 0 reads B's embedding e1, not the head's e6, and writes what the MLP writes (2 e7). reads: basis
+    direction -> encoder weight of feature 0 instead; second: (reads, writes) of a feature 1 (then k = 2)."""
     from workbench.provenance import model_id
     from workbench.sae.architectures import build
     from workbench.sae.config import SAEConfig
     from workbench.sae.io import save_sae
     from workbench.sae.transcoders import SCHEMA, SET_MANIFEST
 
-    sae = build(SAEConfig("topk", k=1, n_latents=2, transcoder=True).resolve(d_in=8, d_out=8))
+    d = model.cfg.d_model
+    sae = build(SAEConfig("topk", k=1 + bool(second), n_latents=2, transcoder=True).resolve(d_in=d, d_out=d))
     with torch.no_grad():
         for p in sae.parameters():
             p.zero_()
-        sae.W_enc[0, 1] = 1.0
+        for i, w in (reads or {1: 1.0}).items():
+            sae.W_enc[0, i] = w
         sae.W_dec[0, 7] = 2.0
+        for latent, (ins, outs) in enumerate([second] if second else [], 1):
+            for i, w in ins.items():
+                sae.W_enc[latent, i] = w
+            for i, w in outs.items():
+                sae.W_dec[latent, i] = w
     hooks = "blocks.0.hook_mlp_in", "blocks.0.hook_mlp_out"
     save_sae(sae, root / "L0", {"hook_name": hooks[0], "hook_name_out": hooks[1], "model_name": model_id(model)})
     layer = {
@@ -241,3 +292,131 @@ def test_a_circuits_own_graph_is_checked_with_the_prompts_tokens(graph):
         GraphNodes(partial, "target")
     full = GraphNodes(graph, "target")
     assert torch.equal(GraphNodes(partial, "target", full.tokens.tolist()).tokens, full.tokens)
+
+
+def _previous_token_model(mlp_reads_b: float = 0.0, second_neuron: bool = False):
+    """The ground truth of issue 45: one layer, no LayerNorm, d_model 12, tokens 0 BOS, 1 A, 2 B, 3 C, 4 OUT, on
+    'BOS A B' (positions 0..2; basis: e0 A, e1 B, e3 BOS, e4 e5 e8 positions 0 1 2, e6 the head's copy, e7 the
+    MLP's write, the OUT logit's direction). A previous-token head whose query depends on its own position: at
+    position 2 its query (from e8) looks for position 1's key (e5), and a bias looks for BOS (a sink, scored far
+    lower); it copies A (e0) into e6. The MLP reads e6 (and `mlp_reads_b` times B's e1) and writes 2 e7. The true
+    edges: A's embedding at position 1 -> the MLP at position 2 (through the head's OV), the MLP -> OUT. B's own
+    embedding reaches the MLP only through the head's QK: zeroed with attention live, the query loses its
+    position and the head attends to BOS, which carries nothing. second_neuron: a second MLP neuron reads e6 too and
+    writes e7 + e9."""
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    cfg = HookedTransformerConfig(
+        n_layers=1,
+        d_model=12,
+        n_ctx=3,
+        d_head=2,
+        n_heads=1,
+        d_mlp=4,
+        d_vocab=5,
+        act_fn="relu",
+        normalization_type=None,
+        positional_embedding_type="standard",
+        model_name="previous-token",
+        device="cpu",
+    )
+    model = HookedTransformer(cfg)
+    e = torch.eye(12)
+    attn, mlp = model.blocks[0].attn, model.blocks[0].mlp
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        model.W_E[0], model.W_E[1], model.W_E[2], model.W_E[3] = e[3], e[0], e[1], e[2]
+        model.W_pos[0], model.W_pos[1], model.W_pos[2] = e[4], e[5], e[8]
+        attn.W_Q[0, 8, 0], attn.W_K[0, 5, 0] = 60.0, 1.0  # position 2 looks for position 1
+        attn.b_Q[0, 1], attn.W_K[0, 3, 1] = 10.0, 1.0  # every query looks for BOS, less strongly
+        attn.W_V[0, 0, 0], attn.W_O[0, 0, 6] = 1.0, 1.0  # A -> e6
+        mlp.W_in[6, 0], mlp.W_in[1, 0], mlp.W_out[0, 7] = 1.0, mlp_reads_b, 2.0
+        if second_neuron:
+            mlp.W_in[6, 1], mlp.W_out[1, 7], mlp.W_out[1, 9] = 1.0, 1.0, 1.0
+        model.W_U[7, 4] = 1.0
+    return model.eval()
+
+
+def _ground_truth_check(tmp_path, reads: dict, mlp_reads_b: float = 0.0, **kw) -> tuple[dict, dict]:
+    """(graph link weights, the check's record by (source, target)) on the previous-token model through a hand-set
+    transcoder whose feature 0 reads `reads` (direction -> weight) and writes 2 e7; kw: the model's second neuron
+    and the set's second feature, the CheckConfig's fields."""
+    from workbench.circuits.feature.attribution_graph import build_graph
+    from workbench.circuits.feature.graph_config import GraphConfig
+    from workbench.circuits.feature.graph_json import to_neuronpedia
+    from workbench.circuits.feature.transcoders import open_set
+
+    second, neuron = kw.pop("second", None), kw.pop("second_neuron", False)
+    model = _previous_token_model(mlp_reads_b, neuron)
+    folder = _shortcut_set(model, tmp_path, reads, second)
+    graph = to_neuronpedia(
+        build_graph(model, open_set(folder).load(0, "cpu", model), [0, 1, 2], 4, None, GraphConfig(heads=False))
+    )
+    weights = {(link["source"], link["target"]): link["weight"] for link in graph["links"]}
+    r = check_graph(model, load_dictionary(folder, model), graph, CheckConfig(top_edges=10, **kw))
+    return weights, {(e["source"], e["target"]): e for e in r["edges"]} | {n["node_id"]: n for n in r["nodes"]}
+
+
+TRUE, SPURIOUS, OUT = ("E_1_1", "0_0_2"), ("E_2_2", "0_0_2"), ("0_0_2", "2_4_2")
+
+
+def test_the_true_edges_of_a_faithful_transcoder_are_confirmed(tmp_path):
+    """The transcoder reads what the MLP reads (the head's e6): A -> feature, feature -> OUT and the node are
+    confirmed in both readings, and nothing goes through attention on the edge the head carries by its OV."""
+    weights, r = _ground_truth_check(tmp_path, {6: 1.0})
+    assert weights[TRUE] == pytest.approx(1.0) and SPURIOUS not in weights
+    for key in (TRUE, OUT, "0_0_2"):
+        assert (r[key]["verdict_frozen"], r[key]["verdict_live"], r[key]["confirmed"]) == ("confirmed",) * 2 + (True,)
+    assert r[TRUE]["measured_frozen"] == pytest.approx(-1.0) and r[TRUE]["through_attention"] == pytest.approx(0.0)
+
+
+def test_a_spurious_direct_edge_is_absent_in_its_direct_reading(tmp_path):
+    """The issue's case: the transcoder gives 0.7 of the feature's input to B's own embedding (a same-position
+    edge the model lacks) and 0.3 to A's. Zeroing B's embedding with attention live moves the MLP (the query loses
+    its position): the live reading confirms the edge, as the check did before. Along the edge's own path
+    (patterns frozen) it moves nothing: absent, and the whole live effect is reported as through attention."""
+    weights, r = _ground_truth_check(tmp_path, {6: 0.3, 1: 0.7})
+    assert weights[SPURIOUS] == pytest.approx(0.7) and weights[TRUE] == pytest.approx(0.3)
+    e = r[SPURIOUS]
+    assert e["measured_frozen"] == pytest.approx(0.0, abs=1e-4) and e["measured_live"] == pytest.approx(-1.0, abs=1e-3)
+    assert (e["verdict_frozen"], e["verdict_live"], e["verdict"], e["confirmed"]) == (
+        "absent",
+        "confirmed",
+        "absent",
+        False,
+    )
+    assert e["through_attention"] == pytest.approx(-1.0, abs=1e-3)
+
+
+def test_an_under_weighted_true_edge_is_under_predicted(tmp_path):
+    """The same transcoder gives the true edge A -> feature 0.3 of an input that is all A's: measured -1 against
+    -0.3 predicted, in both readings (the old check confirmed it: nothing flagged under-prediction)."""
+    _, r = _ground_truth_check(tmp_path, {6: 0.3, 1: 0.7})
+    e = r[TRUE]
+    assert e["measured_frozen"] == pytest.approx(-1.0) and e["predicted"] == pytest.approx(-0.3)
+    assert (e["verdict_frozen"], e["verdict_live"], e["confirmed"]) == ("under-predicted", "under-predicted", False)
+    assert r[OUT]["verdict"] == "confirmed"
+
+
+@pytest.mark.parametrize(
+    "mlp_reads_b, measured, word",
+    [(0.2, -0.2, "over-predicted"), (-0.3, 0.3, "sign-flipped")],
+)
+def test_a_mis_weighted_direct_edge_gets_its_word(tmp_path, mlp_reads_b, measured, word):
+    """The MLP reads B's own embedding too, weakly (0.2: measured -0.2 against the graph's -0.7) or against it
+    (-0.3: zeroing B raises the MLP's output): the direct reading names the fault."""
+    _, r = _ground_truth_check(tmp_path, {6: 0.3, 1: 0.7}, mlp_reads_b)
+    e = r[SPURIOUS]
+    assert e["measured_frozen"] == pytest.approx(measured, abs=1e-4) and e["verdict_frozen"] == word
+
+
+@pytest.mark.parametrize("edge_target, measured", [("mlp", -1.5), ("mlp_active", -1.0)])
+def test_the_active_reading_does_not_count_an_overlapping_feature(tmp_path, edge_target, measured):
+    """The MLP has two neurons reading the head's e6 (writing 2 e7, and e7 + e9), the transcoder one feature for
+    each, both active. Zeroing A's embedding removes 3 e7 + e9: along feature 0's row that is 1.5 of its code (the
+    other feature's write overlaps its row), fitted on both active rows exactly 1, the graph's weight."""
+    second = ({6: 1.0}, {7: 1.0, 9: 1.0})
+    _, r = _ground_truth_check(tmp_path, {6: 1.0}, second=second, second_neuron=True, edge_target=edge_target)
+    e = r[TRUE]
+    assert e["predicted"] == pytest.approx(-1.0) and e["measured_frozen"] == pytest.approx(measured)

@@ -767,26 +767,34 @@ def read_feature_graph(d) -> FeatureGraph:
     return FeatureGraph(nodes, d["links"], list(d["qParams"].get("pinnedIds") or []), d["metadata"], check)
 
 
-GRAPH_CHECK = ("workbench_check", "workbench.graph_check", 1)  # the key in a graph JSON, its schema and version
+GRAPH_CHECK = ("workbench_check", "workbench.graph_check", 2)  # the key in a graph JSON, its schema and version
+CHECK_VERDICTS = ("confirmed", "under-predicted", "over-predicted", "sign-flipped", "absent")  # check.VERDICTS
 
 
 def read_graph_check(c) -> dict:
     """A graph's check record (workbench.interventions.check), an optional field of the graph JSON: its schema and
-    version, each checked node and edge with finite predicted and measured effects and a verdict."""
+    version (1: one reading per row; 2: frozen and live readings, verdict words, the rank validation), each checked
+    node and edge with finite predicted and measured effects and a verdict."""
     if not isinstance(c, dict) or c.get("schema") != GRAPH_CHECK[1]:
         raise DamagedFileError(f"{GRAPH_CHECK[0]} is not a graph check record (schema {GRAPH_CHECK[1]!r})")
-    if c.get("schema_version") != GRAPH_CHECK[2]:
+    if c.get("schema_version") not in (1, GRAPH_CHECK[2]):
         raise DamagedFileError(
-            f"{GRAPH_CHECK[0]} schema_version {c.get('schema_version')!r} is not the version this workbench reads "
-            f"({GRAPH_CHECK[2]})"
+            f"{GRAPH_CHECK[0]} schema_version {c.get('schema_version')!r} is not a version this workbench reads "
+            f"(1, {GRAPH_CHECK[2]})"
         )
     _field(c, "summary", dict, GRAPH_CHECK[0])
+    v2 = c["schema_version"] == GRAPH_CHECK[2]
+    if v2:
+        _field(c, "spearman", dict, GRAPH_CHECK[0])
     for key in ("nodes", "edges"):
         for r in _list(c, key, MAX_EDGES):
             where = f"{GRAPH_CHECK[0]}.{key}"
             if not isinstance(r, dict):
                 raise DamagedFileError(f"{where} holds {_type(r)}, expected objects")
-            _number(r, "predicted", where)
-            _number(r, "measured", where)
+            for k in ("predicted", "measured", *(("measured_frozen", "measured_live") if v2 else ())):
+                _number(r, k, where)
             _bool(r, "confirmed", where, False)
+            for k in ("verdict", "verdict_frozen", "verdict_live") if v2 else ():
+                if r.get(k) not in CHECK_VERDICTS:
+                    raise DamagedFileError(f"{where}.{k} is {r.get(k)!r}; a verdict is one of {list(CHECK_VERDICTS)}")
     return c

@@ -8,7 +8,7 @@ workbench circuit graph --transcoders SET --prompt "..." [--answer "..." [--wron
 workbench circuit export circuit.json|mib.json --format mib|neuronpedia|workbench --out FILE
 workbench circuit import circuit.json|mib.json [--model tiny] [--name NAME]
 workbench circuit report --n 20 --out circuit_results.md
-workbench circuit check GRAPH.json|FOLDER [--transcoders SET|CLT] [--fraction 0.5] [--top-edges 20]
+workbench circuit check GRAPH.json|FOLDER [--transcoders SET|CLT] [--fraction 0.5] [--under 2] [--absent 0.05] [--top-edges 20]
 """
 
 from __future__ import annotations
@@ -141,6 +141,7 @@ def _check_inputs(args) -> tuple[Path, str, str, int | str]:
 
 def _check(args) -> None:
     from workbench import steps
+    from workbench.interventions.check import report_lines
     from workbench.interventions.config import CheckConfig
     from workbench.models import load
     from workbench.workspace import Workspace
@@ -158,6 +159,7 @@ def _check(args) -> None:
             f"influence confirmed; failed ({len(failed)}): {', '.join(failed[:10])}{' ...' if len(failed) > 10 else ''}"
         )
     print(f"top node by graph influence is the top by measured effect: {s['top_node_agrees']}")
+    print("\n".join(report_lines(r)))
     print(f"checked {path} in {s['cpu_seconds']:.2f} CPU seconds")
 
 

@@ -11,25 +11,36 @@ predicts minus the link's weight. A feature target is read in the real model (th
 decoder row), which is what exposes a transcoder's correlated shortcut (docs/methods.md §12), or through its
 transcoder's encoder (`edge_target encoder`: the frozen semantics then reproduces the graph's edges exactly).
 
-A node or edge fails when its measured effect is below `fraction` of the predicted one or of the opposite sign;
-the confirmed share weighs each by its predicted |effect|. Stored in the graph JSON under schema.GRAPH_CHECK[0].
+Each node and edge is measured twice: frozen (attention patterns and normalisation scales at the clean run's, the
+graph's own assumption: its direct effect, along its own path) and live (its total effect); the difference is
+what goes through attention ("through_attention"). Each reading gets a verdict word (VERDICTS, thresholds in
+CheckConfig); the one of cfg.semantics (frozen by default) is the node's or edge's `verdict`, `measured` and
+`confirmed`. The confirmed share weighs each by its predicted |effect|. A rank validation (validation.py) is
+added: Spearman of |predicted| against |measured| for nodes (the metric) and for feature → feature pairs (the
+target's pre-activation), both semantics, zero ablation and steering ×−1. Stored in the graph JSON under
+schema.GRAPH_CHECK[0].
 """
 
 from __future__ import annotations
 
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
+from dataclasses import replace
 
 import torch
 
-from workbench.circuits.schema import GRAPH_CHECK
+from workbench.circuits.schema import CHECK_VERDICTS, GRAPH_CHECK
 from workbench.errors import BadValueError
 from workbench.interventions.config import CheckConfig, InterventionConfig
 from workbench.interventions.dictionary import EMBED, Site
 from workbench.interventions.engine import Intervention
 from workbench.interventions.generate import forward
+from workbench.interventions.validation import pair_influence, rank_block
 
 FEATURE = "cross layer transcoder"
+VERDICTS = CHECK_VERDICTS  # the verdict words, from the schema that reads them
+READINGS = ("frozen", "live")  # the direct effect (along the graph's own path), the total
+OPS = ("ablate", "steer")  # zero ablation, and steering ×−1 (the code negated): the rank validation's two
 
 
 class GraphNodes:
@@ -80,8 +91,34 @@ class GraphNodes:
         return {nid: -v for nid, v in total.items()}
 
 
-def _verdict(predicted: float, measured: float, fraction: float) -> bool:
-    return predicted * measured > 0 and abs(measured) >= fraction * abs(predicted)
+def verdict(predicted: float, measured: float, cfg: CheckConfig) -> str:
+    """The verdict word (VERDICTS) of a measurement against its prediction, by cfg's thresholds on their ratio."""
+    p, m = abs(predicted), abs(measured)
+    if p == 0:
+        return "confirmed" if m == 0 else "under-predicted"
+    if m <= cfg.absent * p:
+        return "absent"
+    if predicted * measured < 0:
+        return "sign-flipped"
+    if m > cfg.under * p:
+        return "under-predicted"
+    return "over-predicted" if m < cfg.fraction * p else "confirmed"
+
+
+def _row(base: dict, predicted: float, measured: dict, cfg: CheckConfig) -> dict:
+    """A node's or edge's record: both readings with their verdicts, the part through attention (live − frozen),
+    and cfg.semantics' reading as `measured`, `verdict` and `confirmed`."""
+    v = {s: verdict(predicted, measured[s], cfg) for s in READINGS}
+    return {
+        **base,
+        "predicted": predicted,
+        "measured": measured[cfg.semantics],
+        "verdict": v[cfg.semantics],
+        "confirmed": v[cfg.semantics] == "confirmed",
+        **{f"measured_{s}": measured[s] for s in READINGS},
+        **{f"verdict_{s}": v[s] for s in READINGS},
+        "through_attention": measured["live"] - measured["frozen"],
+    }
 
 
 def _feature(g: GraphNodes, nid: str) -> tuple[str, int]:
@@ -89,19 +126,49 @@ def _feature(g: GraphNodes, nid: str) -> tuple[str, int]:
     return f"{layer}:{latent}", pos
 
 
-def measure_node(model, sites: list[Site], g: GraphNodes, nid: str, semantics: str = "live") -> float:
-    """The metric's change when feature `nid` is ablated at its position in the model."""
+def feature_preacts(model, sites: list[Site], g: GraphNodes, hooks: list, reads=()) -> tuple[torch.Tensor, dict]:
+    """One run with `hooks`: its logits, and every feature node's pre-activation at its layer and position."""
+    by_layer = {s.layer: s for s in sites}
+    at = {by_layer[layer].read_hook for layer, *_ in g.features.values()}
+    seen = {}
+    capture = [(h, lambda act, hook: seen.__setitem__(hook.name, act[0])) for h in at]
+    logits = forward(model, g.tokens, [*hooks, *capture], [*reads, *at])
+    pre = {}
+    for nid, (layer, pos, latent, _) in g.features.items():
+        site = by_layer[layer]
+        pre[nid] = float(site.preacts(seen[site.read_hook][pos])[latent])
+    return logits, pre
+
+
+def measure_node(
+    model,
+    sites: list[Site],
+    g: GraphNodes,
+    nid: str,
+    semantics: str = "live",
+    op: str = "ablate",
+    clean: dict | None = None,
+) -> tuple[float, dict]:
+    """The metric's change when feature `nid` is ablated (op ablate) or its code negated (op steer) at its
+    position, and each feature node's pre-activation change in the same run (from `clean`, the clean run's
+    feature_preacts; empty without it)."""
     feature, pos = _feature(g, nid)
-    cfg = InterventionConfig(features=[feature], positions=str(pos), semantics=semantics)
+    how = {"op": "scale", "value": [-1.0]} if op == "steer" else {}
+    cfg = InterventionConfig(features=[feature], positions=str(pos), semantics=semantics, **how)
     iv = Intervention(model, sites, g.tokens, cfg)
-    return g.metric(iv.logits()[-1]) - g.metric(iv.clean["logits"][-1])
+    if clean is None:
+        return g.metric(iv.logits()[-1]) - g.metric(iv.clean["logits"][-1]), {}
+    logits, pre = feature_preacts(model, sites, g, iv.hooks(), iv.reads)
+    return g.metric(logits[-1]) - g.metric(iv.clean["logits"][-1]), {t: pre[t] - clean[t] for t in pre}
 
 
 def measure_edge(model, sites: list[Site], g: GraphNodes, link: dict, cfg: CheckConfig) -> float:
     """The target's change when the source's write reaches it only through the residual stream and attention: the
     source (a feature, or a token's embedding) ablated, the MLPs between them held. The target is read as its logit
     minus the mean, or a feature as cfg.edge_target says: `mlp`, the real MLP output's change along the feature's
-    decoder row (in units of its code); `encoder`, its transcoder's pre-activation."""
+    decoder row (in units of its code); `mlp_active`, its coefficient when that change is fitted by least squares
+    on the decoder rows of every feature active there in the clean run (so co-active features whose rows overlap
+    its own do not count as it); `encoder`, its transcoder's pre-activation."""
     emb = link["source"] not in g.features
     src_layer, pos = (-1, g.embeddings[link["source"]]) if emb else (g.features[link["source"]][0], 0)
     tgt = g.features.get(link["target"])
@@ -112,9 +179,26 @@ def measure_edge(model, sites: list[Site], g: GraphNodes, link: dict, cfg: Check
     icfg = InterventionConfig(features=feature, positions=str(pos), constrained_layers=held, semantics=cfg.semantics)
     iv = Intervention(model, sites, g.tokens, icfg)
     hooks = iv.hooks() + ([(EMBED, lambda act, hook: _zero_at(act, pos))] if emb else [])
-    return _read_target(model, sites, g, link["target"], cfg.edge_target, iv, hooks) - _read_target(
-        model, sites, g, link["target"], cfg.edge_target, iv, iv.hooks(empty=True)
+    how = cfg.edge_target
+    w = None if tgt is None or how == "encoder" else _mlp_reading(model, sites, g, link["target"], how)
+    return _read_target(model, sites, g, link["target"], how, iv, hooks, w) - _read_target(
+        model, sites, g, link["target"], how, iv, iv.hooks(empty=True), w
     )
+
+
+def _mlp_reading(model, sites: list[Site], g: GraphNodes, target: str, how: str) -> torch.Tensor:
+    """[d_out] w such that a feature's `mlp` / `mlp_active` reading of an MLP output y is y @ w (measure_edge)."""
+    layer, pos, latent, _ = g.features[target]
+    site = {s.layer: s for s in sites}[layer]
+    row = site.decoder_row(latent)
+    if how == "mlp":
+        return row / (row @ row)
+    seen = {}
+    forward(model, g.tokens, [(site.read_hook, lambda act, hook: seen.__setitem__("x", act[0, pos]))], [site.read_hook])
+    codes = site.encode(seen["x"])[: site.n_sparse]
+    active = sorted({latent, *codes.nonzero().flatten().tolist()})
+    rows = torch.stack([site.decoder_row(i) for i in active]).double()
+    return torch.linalg.pinv(rows)[:, active.index(latent)].to(row)
 
 
 def _zero_at(act: torch.Tensor, pos: int) -> torch.Tensor:
@@ -123,8 +207,9 @@ def _zero_at(act: torch.Tensor, pos: int) -> torch.Tensor:
     return act
 
 
-def _read_target(model, sites, g: GraphNodes, target: str, how: str, iv: Intervention, hooks: list) -> float:
-    """One run with `hooks`: the target logit minus the mean, or the target feature as `how` reads it."""
+def _read_target(model, sites, g: GraphNodes, target: str, how: str, iv: Intervention, hooks: list, w=None) -> float:
+    """One run with `hooks`: the target logit minus the mean, or the target feature as `how` reads it (the MLP
+    readings: its output at the target's position times w, _mlp_reading)."""
     if target not in g.features:
         logits = forward(model, g.tokens, hooks, iv.reads)[-1]
         return float(logits[g.logits[target]] - logits.mean())
@@ -136,8 +221,7 @@ def _read_target(model, sites, g: GraphNodes, target: str, how: str, iv: Interve
     forward(model, g.tokens, [(hook, lambda act, hook: seen.__setitem__("a", act[0, pos])), *hooks], [*iv.reads, hook])
     if how == "encoder":
         return float(site.preacts(seen["a"])[latent])
-    row = site.decoder_row(latent).to(seen["a"])
-    return float(seen["a"] @ row / (row @ row))
+    return float(seen["a"] @ w.to(seen["a"]))
 
 
 def check_graph(model, sites: list[Site], graph: dict, cfg: CheckConfig | None = None, tokens=None) -> dict:
@@ -147,29 +231,19 @@ def check_graph(model, sites: list[Site], graph: dict, cfg: CheckConfig | None =
     t0, c0 = time.perf_counter(), time.process_time()
     g = GraphNodes(graph, cfg.metric, tokens)
     predicted = g.predicted(graph["links"])
-    nodes = []
-    for nid, p in predicted.items():
-        m = measure_node(model, sites, g, nid, cfg.semantics)
-        nodes.append({"node_id": nid, "predicted": p, "measured": m, "confirmed": _verdict(p, m, cfg.fraction)})
-    links = [
-        link
-        for link in graph["links"]
-        if (link["source"] in g.features or link["source"] in g.embeddings)
-        and (link["target"] in g.features or link["target"] in g.logits)
+    runs = _measure_nodes(model, sites, g)
+    nodes = [
+        _row({"node_id": nid}, p, {s: runs[s, "ablate"][nid][0] for s in READINGS}, cfg) for nid, p in predicted.items()
     ]
-    links = sorted(links, key=lambda link: -abs(float(link["weight"])))[: cfg.top_edges]
-    edges = []
-    for link in links:
-        p, m = -float(link["weight"]), measure_edge(model, sites, g, link, cfg)
-        edges.append(
-            {
-                "source": link["source"],
-                "target": link["target"],
-                "predicted": p,
-                "measured": m,
-                "confirmed": _verdict(p, m, cfg.fraction),
-            }
+    edges = [
+        _row(
+            {"source": link["source"], "target": link["target"]},
+            -float(link["weight"]),
+            {s: measure_edge(model, sites, g, link, replace(cfg, semantics=s)) for s in READINGS},
+            cfg,
         )
+        for link in _top_links(g, graph["links"], cfg.top_edges)
+    ]
     return {
         "schema": GRAPH_CHECK[1],
         "schema_version": GRAPH_CHECK[2],
@@ -178,6 +252,7 @@ def check_graph(model, sites: list[Site], graph: dict, cfg: CheckConfig | None =
         "clean_metric": g.metric(forward(model, g.tokens, [])[-1]),
         "nodes": nodes,
         "edges": edges,
+        "spearman": _ranks(g, graph["links"], predicted, runs),
         "summary": {
             **summary(nodes, "nodes"),
             **summary(edges, "edges"),
@@ -188,16 +263,51 @@ def check_graph(model, sites: list[Site], graph: dict, cfg: CheckConfig | None =
     }
 
 
+def _top_links(g: GraphNodes, links: list[dict], n: int) -> list[dict]:
+    """The n largest |weight| links from a feature or an embedding into a feature or a logit."""
+    ok = [
+        link
+        for link in links
+        if (link["source"] in g.features or link["source"] in g.embeddings)
+        and (link["target"] in g.features or link["target"] in g.logits)
+    ]
+    return sorted(ok, key=lambda link: -abs(float(link["weight"])))[:n]
+
+
+def _measure_nodes(model, sites: list[Site], g: GraphNodes) -> dict:
+    """(semantics, op) -> feature id -> (metric change, {feature: pre-activation change}), every kept feature."""
+    _, clean = feature_preacts(model, sites, g, [])
+    return {
+        (s, op): {nid: measure_node(model, sites, g, nid, s, op, clean) for nid in g.features}
+        for s in READINGS
+        for op in OPS
+    }
+
+
+def _ranks(g: GraphNodes, links: list[dict], predicted: dict, runs: dict) -> dict:
+    """The rank validation (validation.py): Spearman of |predicted| vs |measured| for nodes (the metric; the graph
+    predicts steering ×−1 as twice the ablation, the same ranks) and for feature → feature pairs (the target's
+    pre-activation), per semantics and op."""
+    pairs = pair_influence(g.features, links)
+    on_nodes = {s: {op: {n: runs[s, op][n][0] for n in predicted} for op in OPS} for s in READINGS}
+    on_pairs = {s: {op: {(a, b): runs[s, op][a][1][b] for a, b in pairs} for op in OPS} for s in READINGS}
+    return {"nodes": rank_block(predicted, on_nodes), "pairs": rank_block(pairs, on_pairs)}
+
+
 def summary(rows: list[dict], what: str) -> dict:
-    """The share of predicted |effect| the measurements confirm, and the rows that fail."""
+    """The share of predicted |effect| the measurements confirm, the rows that fail, and (rows with both readings)
+    how many get each verdict in each."""
     total = sum(abs(r["predicted"]) for r in rows)
     ok = sum(abs(r["predicted"]) for r in rows if r["confirmed"])
     failed = [r.get("node_id") or f"{r['source']} -> {r['target']}" for r in rows if not r["confirmed"]]
-    return {
+    out = {
         f"{what}_checked": len(rows),
         f"{what}_confirmed_share": ok / total if total else None,
         f"{what}_failed": failed,
     }
+    if rows and "verdict_frozen" in rows[0]:
+        out[f"{what}_verdicts"] = {s: dict(Counter(r[f"verdict_{s}"] for r in rows)) for s in READINGS}
+    return out
 
 
 def _top_agrees(nodes: list[dict]) -> bool | None:
@@ -208,3 +318,29 @@ def _top_agrees(nodes: list[dict]) -> bool | None:
         return max(nodes, key=lambda r: abs(r[key]))["node_id"]
 
     return top("predicted") == top("measured")
+
+
+def report_lines(record: dict) -> list[str]:
+    """What `circuit check` prints beyond the shares: each edge's verdict in both readings with the part through
+    attention, the verdict counts, and the Spearman values (None: fewer than 3 points, or a constant side)."""
+    lines = []
+    for e in record["edges"]:
+        lines.append(
+            f"edge {e['source']} -> {e['target']}: predicted {e['predicted']:+.4g}; direct (frozen) "
+            f"{e['measured_frozen']:+.4g} {e['verdict_frozen']}; total (live) {e['measured_live']:+.4g} "
+            f"{e['verdict_live']}; through attention {e['through_attention']:+.4g}"
+        )
+    s = record["summary"]
+    for what in ("nodes", "edges"):
+        for reading in READINGS:
+            counts = s.get(f"{what}_verdicts", {}).get(reading, {})
+            words = ", ".join(f"{counts[w]} {w}" for w in VERDICTS if w in counts) or "none checked"
+            lines.append(f"{what} {'direct (frozen)' if reading == 'frozen' else 'total (live)'}: {words}")
+    for what, block in record["spearman"].items():
+        values = "; ".join(
+            f"{reading} {op} {'n/a' if block[reading][op] is None else f'{block[reading][op]:.3f}'}"
+            for reading in READINGS
+            for op in OPS
+        )
+        lines.append(f"Spearman |predicted| vs |measured|, {what} (n={block['n']}): {values}")
+    return lines

@@ -154,30 +154,49 @@ class InterventionConfig(Config):
 
 @dataclass
 class CheckConfig(Config):
-    """How a graph's nodes and edges are checked against the real model (live semantics, docs/methods.md)."""
+    """How a graph's nodes and edges are checked against the real model (docs/methods.md §12): each is measured
+    frozen (its direct effect, along the graph's own path) and live (its total effect), and given a verdict word by
+    these thresholds on |measured| / |predicted|."""
 
     error = BadValueError
 
     fraction: float = field(
         default=0.5,
         metadata={
-            "help": "a node or edge fails when its measured effect is below this fraction of the predicted "
-            "one, or of the opposite sign",
+            "help": "over-predicted (not confirmed) when |measured| is below this fraction of |predicted|",
             "min": 0,
             "max": 1,
             "open": "min",
         },
     )
+    under: float = field(
+        default=2.0,
+        metadata={
+            "help": "under-predicted (not confirmed) when |measured| exceeds this multiple of |predicted|",
+            "min": 1,
+            "open": "min",
+        },
+    )
+    absent: float = field(
+        default=0.05,
+        metadata={"help": "absent when |measured| is at most this fraction of |predicted|", "min": 0, "max": 1},
+    )
     semantics: str = field(
-        default="live",
-        metadata={"choices": SEMANTICS, "help": "live (the check); frozen reproduces the graph's own edges, a test"},
+        default="frozen",
+        metadata={
+            "choices": SEMANTICS,
+            "help": "the reading that gives each verdict (both are measured): frozen, the direct effect with "
+            "patterns and scales at the clean run's as the graph assumes; live, the total effect",
+        },
     )
     edge_target: str = field(
         default="mlp",
         metadata={
-            "choices": ("mlp", "encoder"),
-            "help": "an edge into a feature read as the real MLP output's change along its decoder row (mlp), or "
-            "as its transcoder's pre-activation (encoder: blind to a transcoder's shortcut)",
+            "choices": ("mlp", "mlp_active", "encoder"),
+            "help": "an edge into a feature read as the real MLP output's change along its decoder row (mlp), as "
+            "its coefficient in a least-squares fit of that change on the rows of the features active there "
+            "(mlp_active: co-active features with overlapping rows not counted as it), or as its transcoder's "
+            "pre-activation (encoder: blind to a transcoder's shortcut)",
         },
     )
     top_edges: int = field(default=20, metadata={"help": "edges checked, largest |weight| first", "min": 0})
@@ -188,3 +207,10 @@ class CheckConfig(Config):
             "help": "the target logit (minus the mean logit), or target minus the graph's second logit",
         },
     )
+
+    def check(self) -> None:
+        if not self.absent < self.fraction:
+            raise BadValueError(
+                f"absent={self.absent} must be below fraction={self.fraction} (absent: |measured| at most that share "
+                "of |predicted|; over-predicted: below fraction)"
+            )
