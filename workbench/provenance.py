@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
+
+from workbench.atomic import sha256_file
+from workbench.errors import BadValueError
 
 
 def model_id(model) -> str:
@@ -16,3 +20,24 @@ def model_id(model) -> str:
         h.update(k.encode())
         h.update(v.detach().reshape(-1)[:1024].float().cpu().numpy().tobytes())
     return f"{model.cfg.model_name}@{h.hexdigest()[:12]}"
+
+
+WEIGHTS = (".safetensors", ".pt", ".pth", ".bin")  # the files a dictionary's content id covers
+
+
+def dictionary_id(folder) -> str:
+    """A dictionary folder's content id (an SAE, a transcoder set, a CLT): its name plus a short hash of every weight
+    file in it, by relative path; a feature store or manifest beside the weights leaves it unchanged."""
+    folder = Path(folder)
+    h = hashlib.sha256()
+    for p in sorted(folder.rglob("*")):
+        if p.suffix in WEIGHTS and p.is_file() and "features" not in p.relative_to(folder).parts:
+            h.update(p.relative_to(folder).as_posix().encode() + b"\0" + sha256_file(p).encode())
+    return f"{folder.resolve().name}@{h.hexdigest()[:12]}"
+
+
+def check_same(what: str, recorded: str | None, given: str, made: str) -> None:
+    """Refuse a `what` (model, dictionary) whose content id is not the one `made` (the artifact read) was made with;
+    an artifact made before ids were recorded has none and passes."""
+    if recorded and recorded != given:
+        raise BadValueError(f"{made} was made with {what} {recorded}, not the given {given}; give the {what} it names")

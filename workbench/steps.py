@@ -460,13 +460,17 @@ def _members(ws: Workspace, tset, member) -> dict:
 CLAIMED = {"circuits": "a circuit or graph", "interventions": "an intervention"}  # what a finished folder holds
 
 
-def _claim(held: ExitStack, folder: Path, command: str, inputs: dict, work_dir=None, kind: str = "circuits") -> Path:
+def _claim(
+    held: ExitStack, folder: Path, command: str, inputs: dict, work_dir=None, kind: str = "circuits", resume=False
+) -> Path:
     """Take a circuit's (or an intervention's) folder, and a build's work_dir, for this process until `held` closes:
     the output guard, a lock on each (a second run on the same --name or work_dir is refused, naming this one), and
-    a folder that another run filled (or a stopped one left) is refused."""
+    a folder that another run filled (or a stopped one left, unless `resume` continues it) is refused."""
     check_artifact(folder, kind, inputs, {"work_dir": work_dir})
     for target in (folder, *([work_dir] if work_dir else [])):
         held.enter_context(output_lock(target, command))
+    if resume and not complete(folder):
+        return folder
     if folder.exists() and any(p for p in folder.iterdir() if not p.name.startswith(".")):
         what = CLAIMED[kind] if complete(folder) else "the files of a run stopped before it finished"
         raise OutputExistsError(f"{folder} already holds {what}; delete it or pass another --name")
@@ -589,20 +593,25 @@ def intervene(
     model_spec: str = "tiny",
     name: str | None = None,
     mean_cache=None,
+    resume: bool = False,
+    on_result=None,
 ):
     """Run one intervention (`workbench intervene`) and record it in <ws>/interventions/<name> as result.json;
-    returns (result, folder). prompt: one prompt, or a list (a batch: engine.intervene_batch, one result per prompt;
-    an item may be a (prompt, counterfactual) pair). mean_cache: the activation cache whose sequences give
-    ablate_to mean its means."""
+    returns (result, folder). prompt: one prompt, or a list (a batch, streamed by interventions.batch: one line per
+    prompt in results.jsonl as each finishes, on_result called with each; result.json its summary; resume continues
+    a stopped batch; an item may be a (prompt, counterfactual) pair). mean_cache: the activation cache whose
+    sequences give ablate_to mean its means."""
     from workbench.atomic import write_json
+    from workbench.interventions.batch import prompts_sha256, run_batch
     from workbench.interventions.config import InterventionConfig
     from workbench.interventions.dictionary import load_dictionary
-    from workbench.interventions.engine import intervene, intervene_batch
+    from workbench.interventions.engine import intervene
+    from workbench.provenance import dictionary_id
 
     cfg = cfg or InterventionConfig()
-    key = {"prompt": prompt, "dictionary": ws.rel(dictionary)}
-    default = circuit_name(key, cfg.to_dict())
-    folder = ws.path("interventions", name or default)
+    batch = isinstance(prompt, list)
+    key = {"prompt": prompts_sha256(prompt) if batch else prompt, "dictionary": ws.rel(dictionary)}
+    folder = ws.path("interventions", name or circuit_name(key, cfg.to_dict()))
     source = None
     if mean_cache is not None:
         from workbench.cache.reader import ActivationCache
@@ -610,28 +619,32 @@ def intervene(
         source = ActivationCache.open(mean_cache)
     with ExitStack() as held:
         inputs = {"dictionary": dictionary, "mean_cache": mean_cache}
-        _claim(held, folder, "workbench intervene", inputs, kind="interventions")
+        _claim(held, folder, "workbench intervene", inputs, kind="interventions", resume=batch and resume)
         sites = load_dictionary(dictionary, model, model.cfg.device)
-        batch = isinstance(prompt, list)
-        result = (intervene_batch if batch else intervene)(model, sites, prompt, cfg, source)
-        write_json(folder / "result.json", result)
-        runs = result["results"] if batch else [result]
-        kl = [r["positions"][-1]["kl"] for r in runs]
         inputs = {**_model_inputs(ws, model, model_spec), "dictionary": Path(dictionary)}
-        inputs["prompts" if batch else "prompt"] = [r["prompt"] for r in runs] if batch else result["prompt"]
+        inputs["dictionary_id"] = dictionary_id(dictionary)
+        if batch:
+            key = {**key, "config": cfg.to_dict(), "model": inputs["model"], "dictionary_id": inputs["dictionary_id"]}
+            result = run_batch(
+                folder, model, sites, prompt, cfg, key, mean_source=source, resume=resume, on_result=on_result
+            )
+            inputs["prompts"] = {"n": len(prompt), "sha256": key["prompt"]}
+            summary = {"prompts": result["prompts"], "mean_kl": result["mean_kl"]}
+        else:
+            result = intervene(model, sites, prompt, cfg, source)
+            inputs["prompt"] = result["prompt"]
+            last = result["positions"][-1]
+            summary = {"kl": last["kl"], "top": last["top"][0]["str"]}
+        write_json(folder / "result.json", result)
         if mean_cache is not None:
             inputs["cache"] = Path(mean_cache)
-        one = {"kl": kl[0], "top": runs[0]["positions"][-1]["top"][0]["str"]}
         ws.record(
             folder,
             "interventions",
             made_by="workbench intervene",
             config=cfg.to_dict(),
             inputs=inputs,
-            summary={
-                "semantics": cfg.semantics,
-                **({"prompts": len(runs), "mean_kl": sum(kl) / len(kl)} if batch else one),
-            },
+            summary={"semantics": cfg.semantics, **summary},
         )
     return result, folder
 
