@@ -38,6 +38,7 @@ def dictionary_id(folder) -> str:
 
 def check_same(what: str, recorded: str | None, given: str, made: str) -> None:
     """Refuse a `what` (model, dictionary) whose content id is not the one `made` (the artifact read) was made with;
-    an artifact made before ids were recorded has none and passes."""
-    if recorded and recorded != given:
+    an artifact made before ids were recorded has none and passes. Ids compare by their hash (after the last '@'):
+    the name before it is for people, so a copied or renamed dictionary is the same one."""
+    if recorded and recorded.rpartition("@")[2] != given.rpartition("@")[2]:
         raise BadValueError(f"{made} was made with {what} {recorded}, not the given {given}; give the {what} it names")

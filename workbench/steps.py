@@ -498,6 +498,7 @@ def find_feature_circuit(
     from workbench.circuits.feature.feature_circuit import find_feature_circuit as find
     from workbench.circuits.feature.graph_json import set_labels, to_neuronpedia
     from workbench.circuits.feature.transcoders import open_set
+    from workbench.provenance import dictionary_id
 
     query, options = QueryConfig.take(query, options)
     command, inputs = "workbench circuit find --transcoders", {"transcoders": transcoders, "model_spec": model_spec}
@@ -515,9 +516,10 @@ def find_feature_circuit(
         if name is None:
             _claim(held, folder, command, inputs)
         labels, members = set_labels(tset, member), _members(ws, tset, member)
+        ids = {"members": members, "dictionary_id": dictionary_id(tset.folder)}
         c.save(folder / "feature_circuit.json")
-        to_neuronpedia(g, folder / "graph.json", folder.name, labels, circuit=c, pinned=True, members=members)
-        to_neuronpedia(g, folder / "neuronpedia.json", folder.name, labels, circuit=c, members=members)
+        to_neuronpedia(g, folder / "graph.json", folder.name, labels, circuit=c, pinned=True, **ids)
+        to_neuronpedia(g, folder / "neuronpedia.json", folder.name, labels, circuit=c, **ids)
         q = c.query
         ws.record(
             folder,
@@ -527,6 +529,7 @@ def find_feature_circuit(
             inputs={
                 **_model_inputs(ws, model, model_spec),
                 "transcoders": tset.folder,
+                "dictionary_id": ids["dictionary_id"],
                 **{k: q.get(k) for k in ("prompt", "answer", "counterfactual")},
             },
             summary={"ndf": c.ndf, "nodes": len(c.nodes), "edges": len(c.edges), **c.graph_scores},
@@ -552,6 +555,7 @@ def attribution_graph(
     from workbench.circuits.feature.attribution_graph import build_graph
     from workbench.circuits.feature.graph_json import set_labels, to_neuronpedia
     from workbench.circuits.feature.transcoders import open_set
+    from workbench.provenance import dictionary_id
 
     folder = ws.path("circuits", name or f"graph-{slug(' '.join(str(prompt).split()[-4:]))[:40]}")
     with ExitStack() as held:
@@ -560,7 +564,8 @@ def attribution_graph(
         tset = open_set(transcoders)
         g = build_graph(model, tset.load(member, model.cfg.device, model), prompt, answer, wrong, cfg)
         labels, members = set_labels(tset, member), _members(ws, tset, member)
-        to_neuronpedia(g, folder / "graph.json", folder.name, labels, members=members)
+        tid = dictionary_id(tset.folder)
+        to_neuronpedia(g, folder / "graph.json", folder.name, labels, members=members, dictionary_id=tid)
         ws.record(
             folder,
             "circuits",
@@ -569,6 +574,7 @@ def attribution_graph(
             inputs={
                 **_model_inputs(ws, model, model_spec),
                 "transcoders": tset.folder,
+                "dictionary_id": tid,
                 "prompt": g.prompt,
                 "answer": answer,
                 "wrong": wrong,
@@ -663,6 +669,7 @@ def check_graph(ws: Workspace, model, graph_path, transcoders, cfg=None, *, memb
     d = load(graph_path)
     read_feature_graph(d)
     folder = graph_path.parent
+    _same_makers(ws, d, graph_path, model, transcoders)
     circuit = folder / "feature_circuit.json"  # a circuit's own graph keeps only its embedding nodes
     tokens = json.loads(circuit.read_text())["query"]["tokens"] if circuit.is_file() else None
     record = check_graph(model, load_dictionary(transcoders, model, model.cfg.device, member), d, cfg, tokens)
@@ -678,6 +685,23 @@ def check_graph(ws: Workspace, model, graph_path, transcoders, cfg=None, *, memb
             summary={**_manifest(folder).get("summary", {}), **shares},
         )
     return record
+
+
+def _same_makers(ws: Workspace, graph: dict, path: Path, model, transcoders) -> None:
+    """Refuse a model or dictionary other than the graph's (by content id): its metadata's scan and dictionary_id,
+    else its manifest's; a graph recorded before ids were, by the id of the set its manifest names, when still there."""
+    from workbench.provenance import check_same, dictionary_id, model_id
+
+    inputs = _manifest(path.parent).get("inputs", {}) if path.name in ("graph.json", "neuronpedia.json") else {}
+    meta = graph.get("metadata", {})
+    scan = (
+        meta.get("scan") if "@" in str(meta.get("scan")) else None
+    )  # a workbench model id (not circuit-tracer's name)
+    check_same("model", scan or inputs.get("model"), model_id(model), str(path))
+    made = meta.get("info", {}).get("dictionary_id") or inputs.get("dictionary_id")
+    if not made and inputs.get("transcoders") and ws.resolve(inputs["transcoders"]).is_dir():
+        made = dictionary_id(ws.resolve(inputs["transcoders"]))
+    check_same("dictionary", made, dictionary_id(transcoders), str(path))
 
 
 def train_model(

@@ -92,7 +92,12 @@ def test_a_batch_streams_each_line_and_resumes_after_the_last_complete_one(tiny,
     from workbench.interventions import InterventionConfig
     from workbench.workspace import Workspace
 
-    prompts = [PROMPT, "When Tom and Anna went to the park , Anna gave a ball to", "the baker saw a coin", "John gave a drink to"]
+    prompts = [
+        PROMPT,
+        "When Tom and Anna went to the park , Anna gave a ball to",
+        "the baker saw a coin",
+        "John gave a drink to",
+    ]
     (tmp_path / "p.txt").write_text("\n".join(prompts))
     cfg = InterventionConfig(features=["3"], positions="-1", continue_tokens=1)
     ws = Workspace(tmp_path / "ws")
