@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 from workbench.atomic import sha256_file
@@ -20,6 +21,14 @@ def model_id(model) -> str:
         h.update(k.encode())
         h.update(v.detach().reshape(-1)[:1024].float().cpu().numpy().tobytes())
     return f"{model.cfg.model_name}@{h.hexdigest()[:12]}"
+
+
+ID = re.compile(r".+@[0-9a-f]{12}")  # a model_id or dictionary_id (another tool's model name is none)
+
+
+def workbench_id(text) -> str | None:
+    """`text` when it is a workbench content id, else None: a circuit-tracer graph's scan names its model otherwise."""
+    return text if isinstance(text, str) and ID.fullmatch(text) else None
 
 
 WEIGHTS = (".safetensors", ".pt", ".pth", ".bin")  # the files a dictionary's content id covers

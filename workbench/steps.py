@@ -690,14 +690,11 @@ def check_graph(ws: Workspace, model, graph_path, transcoders, cfg=None, *, memb
 def _same_makers(ws: Workspace, graph: dict, path: Path, model, transcoders) -> None:
     """Refuse a model or dictionary other than the graph's (by content id): its metadata's scan and dictionary_id,
     else its manifest's; a graph recorded before ids were, by the id of the set its manifest names, when still there."""
-    from workbench.provenance import check_same, dictionary_id, model_id
+    from workbench.provenance import check_same, dictionary_id, model_id, workbench_id
 
     inputs = _manifest(path.parent).get("inputs", {}) if path.name in ("graph.json", "neuronpedia.json") else {}
     meta = graph.get("metadata", {})
-    scan = (
-        meta.get("scan") if "@" in str(meta.get("scan")) else None
-    )  # a workbench model id (not circuit-tracer's name)
-    check_same("model", scan or inputs.get("model"), model_id(model), str(path))
+    check_same("model", workbench_id(meta.get("scan")) or inputs.get("model"), model_id(model), str(path))
     made = meta.get("info", {}).get("dictionary_id") or inputs.get("dictionary_id")
     if not made and inputs.get("transcoders") and ws.resolve(inputs["transcoders"]).is_dir():
         made = dictionary_id(ws.resolve(inputs["transcoders"]))
@@ -1266,11 +1263,14 @@ def _record_circuit_file(ws: Workspace, path: Path) -> Path:
 def import_circuit(ws: Workspace, path, model=None, model_spec: str | None = None, *, name=None, made_by=None):
     """A workbench or EAP-IG/MIB circuit file recorded in <ws>/circuits/<name> with its exports (`workbench
     circuit import`), checked against `model` when given (a MIB file names no model: it is bound to this one);
-    returns (circuit, folder)."""
+    returns (circuit, folder). A circuit-tracer / Neuronpedia graph JSON is recorded as a graph (import_graph)."""
+    from workbench.circuits import schema
     from workbench.circuits.component.export import read_circuit
     from workbench.provenance import model_id
 
     path = Path(path)
+    if schema.detect(schema.load(path)) == "neuronpedia":
+        return import_graph(ws, path, model, model_spec, name=name, made_by=made_by)
     c = read_circuit(path, model)
     if model is not None:
         c.model_id = c.model_id or model_id(model)
@@ -1282,3 +1282,43 @@ def import_circuit(ws: Workspace, path, model=None, model_spec: str | None = Non
         _claim(held, folder, command, {"source": path})
         _record_circuit(ws, c, folder, command, {**inputs, "source": path.resolve()})
     return c, folder
+
+
+def import_graph(ws: Workspace, path, model=None, model_spec: str | None = None, *, name=None, made_by=None):
+    """A circuit-tracer / Neuronpedia graph JSON recorded in <ws>/circuits/<name>/graph.json as it is (validated as
+    the app's upload is, its notes and pins kept), so `workbench ls`, the app's Feature graph page and `circuit check`
+    find it; checked against `model` when given (its layers; its id where the file names a workbench one), and then
+    bound to it. Returns (schema.FeatureGraph, folder)."""
+    from workbench.atomic import write_json
+    from workbench.circuits import annotations, schema
+    from workbench.provenance import check_same, model_id, workbench_id
+
+    path = Path(path)
+    d = schema.load(path)
+    fg = schema.read_feature_graph(annotations.without_notes(d))
+    scan = str(fg.metadata.get("scan", ""))
+    inputs = {"model": scan}
+    if model is not None:
+        check_same("model", workbench_id(scan), model_id(model), str(path))
+        if fg.n_layers != model.cfg.n_layers:
+            raise BadValueError(
+                f"{path} is a graph of a {fg.n_layers}-layer model ({scan or 'its scan unnamed'}), but this model has "
+                f"{model.cfg.n_layers} layers; pass the --model it was made on"
+            )
+        inputs = _model_inputs(ws, model, model_spec or model.cfg.model_name)
+    stem = slug(path.name.removesuffix(".json"))
+    folder = ws.path("circuits", name or (stem if stem not in ("graph", "neuronpedia") else slug(scan) + "-graph"))
+    command = made_by or "workbench circuit import"
+    with ExitStack() as held:
+        _claim(held, folder, command, {"source": path})
+        write_json(folder / "graph.json", d)
+        made = fg.metadata.get("info", {}).get("dictionary_id")
+        ws.record(
+            folder,
+            "circuits",
+            made_by=command,
+            config={},
+            inputs={**inputs, **({"dictionary_id": made} if made else {}), "source": path.resolve()},
+            summary={"nodes": len(fg.nodes), "edges": len(fg.links)},
+        )
+    return fg, folder

@@ -145,6 +145,27 @@ def test_circuit_check_refuses_a_dictionary_the_graph_was_not_built_with(tiny, t
     assert main([*argv, "--transcoders", str(copy)]) == 0
 
 
+def test_an_imported_graph_json_is_a_workspace_graph_that_keeps_its_ids(tiny, tc_set, other_tc_set, tmp_path, capsys):
+    """`circuit import graph.json` records it as a graph the app lists; its ids travel in it, so the check refuses
+    another set and runs with its own."""
+    from workbench import browse, steps
+    from workbench.circuits.feature.graph_config import GraphConfig
+    from workbench.cli import main
+    from workbench.workspace import Workspace
+
+    cfg = GraphConfig(max_feature_nodes=10, heads=False)
+    _, made = steps.attribution_graph(Workspace(tmp_path / "a"), tiny[0], tc_set, PROMPT, "a", None, cfg=cfg, name="g")
+    ws = tmp_path / "ws"
+    assert main(["circuit", "import", str(made / "graph.json"), "--workspace", str(ws), "--name", "in"]) == 0
+    assert "a graph: " in capsys.readouterr().out
+    folder = ws / "circuits" / "in"
+    assert browse.catalog(ws).feature_graphs == ["circuits/in"]
+    assert json.loads((folder / "artifact.json").read_text())["made_by"] == "workbench circuit import"
+    argv = ["circuit", "check", str(folder), "--workspace", str(ws), "--top-edges", "2", "--transcoders"]
+    assert main([*argv, str(other_tc_set)]) == 2 and "was made with dictionary" in capsys.readouterr().err
+    assert main([*argv, str(tc_set)]) == 0
+
+
 def test_circuit_check_on_a_clt_graph(tiny, tiny_clt, tmp_path, capsys):
     """`circuit graph --transcoders CLT` then `circuit check` on its folder: the CLT is read from the manifest."""
     from workbench.cli import main
