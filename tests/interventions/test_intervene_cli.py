@@ -6,6 +6,7 @@ import pytest
 
 from workbench.cli import main
 from workbench.interventions.batch import RESULTS, read_results
+from workbench.provenance import dictionary_id
 
 PROMPT = "When Mary and John went to the store , John gave a drink to"
 
@@ -119,6 +120,10 @@ def test_a_batch_streams_each_line_and_resumes_after_the_last_complete_one(tiny,
     assert main(argv) == 2 and "stopped before it finished" in capsys.readouterr().err
     assert main([*argv, "--continue", "2", "--resume"]) == 2
     assert "another config" in capsys.readouterr().err
+    other = [a if a != str(saes["topk"]) else str(saes["block"]) for a in argv]
+    assert main([*other, "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert f"dictionary_id {dictionary_id(saes['topk'])} (this run's: {dictionary_id(saes['block'])})" in err
     assert main([*argv, "--resume"]) == 0
     assert capsys.readouterr().out.count("intervened:") == 2  # only the two prompts left
     assert main([a if a != "b" else "c" for a in argv]) == 0  # the same batch uninterrupted
@@ -134,7 +139,9 @@ def test_a_bad_prompts_file_is_one_line(saes, tmp_path, capsys):
     base = ["intervene", "--workspace", str(tmp_path), "--dictionary", str(saes["topk"]), "--feature", "1"]
     (tmp_path / "bad.jsonl").write_text('{"prompt": "a", "answer": "b"}\n')
     (tmp_path / "empty.txt").write_text("\n\n")
+    (tmp_path / "unknown.txt").write_text(f"{PROMPT}\nthe zebra\n")
     for path, message in [
+        ("unknown.txt", "prompt 2: the prompt has 1 word(s) outside"),  # before the first prompt runs
         ("nope.txt", "does not exist"),
         ("bad.jsonl", "bad.jsonl:1 must be"),
         ("empty.txt", "holds no"),
@@ -143,6 +150,7 @@ def test_a_bad_prompts_file_is_one_line(saes, tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert message in err and len(err.splitlines()) == 1, err
     assert main(base) == 2 and "give one of --prompt TEXT" in capsys.readouterr().err  # neither
+    assert not list(tmp_path.glob("interventions/*/results.jsonl"))
 
 
 def test_intervene_on_a_clt_feature(tiny, tiny_clt, tmp_path, capsys):

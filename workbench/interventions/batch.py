@@ -13,11 +13,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from workbench.atomic import jsonable, write_json
+from workbench.circuits.inputs import QueryError, tokens_of
 from workbench.errors import BadValueError, DamagedFileError
 from workbench.interventions.engine import Intervention
 
 RESULTS = "results.jsonl"
 KEY = "batch.json"
+IDS = ("model", "dictionary_id")  # the key's content ids, named in full when a resume differs
 SCHEMA = ("workbench.intervention_stream", 1)  # result.json of a streamed batch: its lines are in RESULTS
 
 
@@ -53,9 +55,10 @@ def _start(folder: Path, key: dict, resume: bool) -> tuple[int, float, dict | No
     if resume and saved.is_file():
         old = json.loads(saved.read_text())
         if old != key:
-            diff = sorted(k for k in key if old.get(k) != key.get(k))
+            diff = [k for k in sorted(key) if old.get(k) != key.get(k)]
+            named = [f"{k} {old.get(k)} (this run's: {key[k]})" if k in IDS else k for k in diff]
             raise BadValueError(
-                f"{folder} holds a stopped batch with another {', '.join(diff)}; resume it with the same flags and "
+                f"{folder} holds a stopped batch with another {', '.join(named)}; resume it with the same flags and "
                 "prompts, or pass another --name"
             )
         if results.is_file():
@@ -70,6 +73,14 @@ def run_batch(folder, model, sites, prompts, cfg, key: dict, *, mean_source=None
     one line each, synced as written; on_result(result) is called for each new one. Returns the batch record
     written to result.json by the caller: schema, config, the number of prompts, their mean KL, the first result's."""
     folder = Path(folder)
+    for i, p in enumerate(prompts, 1):  # every prompt read before the first runs: a bad line 9,000 stops nothing
+        prompt, cf = p if isinstance(p, (tuple, list)) else (p, None)
+        try:
+            tokens_of(model, prompt)
+            if cf is not None:
+                tokens_of(model, cf, "counterfactual")
+        except QueryError as e:
+            raise QueryError(f"prompt {i}: {e}") from None
     n, kl, first = _start(folder, key, resume)
     with open(folder / RESULTS, "ab") as out:
         for i, p in enumerate(prompts):
