@@ -694,7 +694,8 @@ def _same_makers(ws: Workspace, graph: dict, path: Path, model, transcoders) -> 
 
     inputs = _manifest(path.parent).get("inputs", {}) if path.name in ("graph.json", "neuronpedia.json") else {}
     meta = graph.get("metadata", {})
-    check_same("model", workbench_id(meta.get("scan")) or inputs.get("model"), model_id(model), str(path))
+    made_on = workbench_id(meta.get("scan")) or workbench_id(inputs.get("model"))  # not another tool's model name
+    check_same("model", made_on, model_id(model), str(path))
     made = meta.get("info", {}).get("dictionary_id") or inputs.get("dictionary_id")
     if not made and inputs.get("transcoders") and ws.resolve(inputs["transcoders"]).is_dir():
         made = dictionary_id(ws.resolve(inputs["transcoders"]))

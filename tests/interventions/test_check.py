@@ -117,15 +117,18 @@ def test_circuit_check_stores_the_record_in_a_recorded_graph(tiny, tc_set, tmp_p
     assert "no graph JSON" in capsys.readouterr().err
 
 
-def test_circuit_check_refuses_a_dictionary_the_graph_was_not_built_with(tiny, tc_set, other_tc_set, tmp_path, capsys):
-    """--transcoders OTHER is refused in one line naming both content ids, and nothing is written (the graph and its
-    manifest stay as they were); a copy of the graph's own set under another name is the same dictionary."""
+def test_circuit_check_refuses_a_dictionary_the_graph_was_not_built_with(
+    tiny, tiny_sparse, tc_set, other_tc_set, tmp_path, capsys
+):
+    """--transcoders OTHER (or --model OTHER) is refused in one line naming both content ids, and nothing is written
+    (the graph and its manifest stay as they were); a copy of the graph's own set under another name is the same
+    dictionary."""
     import shutil
 
     from workbench import steps
     from workbench.circuits.feature.graph_config import GraphConfig
     from workbench.cli import main
-    from workbench.provenance import dictionary_id
+    from workbench.provenance import dictionary_id, model_id
     from workbench.workspace import Workspace
 
     ws = tmp_path / "ws"
@@ -141,6 +144,9 @@ def test_circuit_check_refuses_a_dictionary_the_graph_was_not_built_with(tiny, t
     shutil.copyfile(folder / "graph.json", graph_only)
     assert main([*argv[:2], str(graph_only), *argv[3:], "--transcoders", str(other_tc_set)]) == 2
     assert dictionary_id(other_tc_set) in capsys.readouterr().err
+    assert main([*argv, "--model", "tiny-sparse"]) == 2  # another model of the same shape
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and model_id(tiny[0]) in err and model_id(tiny_sparse[0]) in err, err
     copy = shutil.copytree(tc_set, tmp_path / "renamed_set")
     assert main([*argv, "--transcoders", str(copy)]) == 0
 
