@@ -460,13 +460,17 @@ def _members(ws: Workspace, tset, member) -> dict:
 CLAIMED = {"circuits": "a circuit or graph", "interventions": "an intervention"}  # what a finished folder holds
 
 
-def _claim(held: ExitStack, folder: Path, command: str, inputs: dict, work_dir=None, kind: str = "circuits") -> Path:
+def _claim(
+    held: ExitStack, folder: Path, command: str, inputs: dict, work_dir=None, kind: str = "circuits", resume=False
+) -> Path:
     """Take a circuit's (or an intervention's) folder, and a build's work_dir, for this process until `held` closes:
     the output guard, a lock on each (a second run on the same --name or work_dir is refused, naming this one), and
-    a folder that another run filled (or a stopped one left) is refused."""
+    a folder that another run filled (or a stopped one left, unless `resume` continues it) is refused."""
     check_artifact(folder, kind, inputs, {"work_dir": work_dir})
     for target in (folder, *([work_dir] if work_dir else [])):
         held.enter_context(output_lock(target, command))
+    if resume and not complete(folder):
+        return folder
     if folder.exists() and any(p for p in folder.iterdir() if not p.name.startswith(".")):
         what = CLAIMED[kind] if complete(folder) else "the files of a run stopped before it finished"
         raise OutputExistsError(f"{folder} already holds {what}; delete it or pass another --name")
@@ -494,6 +498,7 @@ def find_feature_circuit(
     from workbench.circuits.feature.feature_circuit import find_feature_circuit as find
     from workbench.circuits.feature.graph_json import set_labels, to_neuronpedia
     from workbench.circuits.feature.transcoders import open_set
+    from workbench.provenance import dictionary_id
 
     query, options = QueryConfig.take(query, options)
     command, inputs = "workbench circuit find --transcoders", {"transcoders": transcoders, "model_spec": model_spec}
@@ -511,9 +516,10 @@ def find_feature_circuit(
         if name is None:
             _claim(held, folder, command, inputs)
         labels, members = set_labels(tset, member), _members(ws, tset, member)
+        ids = {"members": members, "dictionary_id": dictionary_id(tset.folder)}
         c.save(folder / "feature_circuit.json")
-        to_neuronpedia(g, folder / "graph.json", folder.name, labels, circuit=c, pinned=True, members=members)
-        to_neuronpedia(g, folder / "neuronpedia.json", folder.name, labels, circuit=c, members=members)
+        to_neuronpedia(g, folder / "graph.json", folder.name, labels, circuit=c, pinned=True, **ids)
+        to_neuronpedia(g, folder / "neuronpedia.json", folder.name, labels, circuit=c, **ids)
         q = c.query
         ws.record(
             folder,
@@ -523,6 +529,7 @@ def find_feature_circuit(
             inputs={
                 **_model_inputs(ws, model, model_spec),
                 "transcoders": tset.folder,
+                "dictionary_id": ids["dictionary_id"],
                 **{k: q.get(k) for k in ("prompt", "answer", "counterfactual")},
             },
             summary={"ndf": c.ndf, "nodes": len(c.nodes), "edges": len(c.edges), **c.graph_scores},
@@ -548,6 +555,7 @@ def attribution_graph(
     from workbench.circuits.feature.attribution_graph import build_graph
     from workbench.circuits.feature.graph_json import set_labels, to_neuronpedia
     from workbench.circuits.feature.transcoders import open_set
+    from workbench.provenance import dictionary_id
 
     folder = ws.path("circuits", name or f"graph-{slug(' '.join(str(prompt).split()[-4:]))[:40]}")
     with ExitStack() as held:
@@ -556,7 +564,8 @@ def attribution_graph(
         tset = open_set(transcoders)
         g = build_graph(model, tset.load(member, model.cfg.device, model), prompt, answer, wrong, cfg)
         labels, members = set_labels(tset, member), _members(ws, tset, member)
-        to_neuronpedia(g, folder / "graph.json", folder.name, labels, members=members)
+        tid = dictionary_id(tset.folder)
+        to_neuronpedia(g, folder / "graph.json", folder.name, labels, members=members, dictionary_id=tid)
         ws.record(
             folder,
             "circuits",
@@ -565,6 +574,7 @@ def attribution_graph(
             inputs={
                 **_model_inputs(ws, model, model_spec),
                 "transcoders": tset.folder,
+                "dictionary_id": tid,
                 "prompt": g.prompt,
                 "answer": answer,
                 "wrong": wrong,
@@ -589,20 +599,25 @@ def intervene(
     model_spec: str = "tiny",
     name: str | None = None,
     mean_cache=None,
+    resume: bool = False,
+    on_result=None,
 ):
     """Run one intervention (`workbench intervene`) and record it in <ws>/interventions/<name> as result.json;
-    returns (result, folder). prompt: one prompt, or a list (a batch: engine.intervene_batch, one result per prompt;
-    an item may be a (prompt, counterfactual) pair). mean_cache: the activation cache whose sequences give
-    ablate_to mean its means."""
+    returns (result, folder). prompt: one prompt, or a list (a batch, streamed by interventions.batch: one line per
+    prompt in results.jsonl as each finishes, on_result called with each; result.json its summary; resume continues
+    a stopped batch; an item may be a (prompt, counterfactual) pair). mean_cache: the activation cache whose
+    sequences give ablate_to mean its means."""
     from workbench.atomic import write_json
+    from workbench.interventions.batch import prompts_sha256, run_batch
     from workbench.interventions.config import InterventionConfig
     from workbench.interventions.dictionary import load_dictionary
-    from workbench.interventions.engine import intervene, intervene_batch
+    from workbench.interventions.engine import intervene
+    from workbench.provenance import dictionary_id
 
     cfg = cfg or InterventionConfig()
-    key = {"prompt": prompt, "dictionary": ws.rel(dictionary)}
-    default = circuit_name(key, cfg.to_dict())
-    folder = ws.path("interventions", name or default)
+    batch = isinstance(prompt, list)
+    key = {"prompt": prompts_sha256(prompt) if batch else prompt, "dictionary": ws.rel(dictionary)}
+    folder = ws.path("interventions", name or circuit_name(key, cfg.to_dict()))
     source = None
     if mean_cache is not None:
         from workbench.cache.reader import ActivationCache
@@ -610,28 +625,32 @@ def intervene(
         source = ActivationCache.open(mean_cache)
     with ExitStack() as held:
         inputs = {"dictionary": dictionary, "mean_cache": mean_cache}
-        _claim(held, folder, "workbench intervene", inputs, kind="interventions")
+        _claim(held, folder, "workbench intervene", inputs, kind="interventions", resume=batch and resume)
         sites = load_dictionary(dictionary, model, model.cfg.device)
-        batch = isinstance(prompt, list)
-        result = (intervene_batch if batch else intervene)(model, sites, prompt, cfg, source)
-        write_json(folder / "result.json", result)
-        runs = result["results"] if batch else [result]
-        kl = [r["positions"][-1]["kl"] for r in runs]
         inputs = {**_model_inputs(ws, model, model_spec), "dictionary": Path(dictionary)}
-        inputs["prompts" if batch else "prompt"] = [r["prompt"] for r in runs] if batch else result["prompt"]
+        inputs["dictionary_id"] = dictionary_id(dictionary)
+        if batch:
+            key = {**key, "config": cfg.to_dict(), "model": inputs["model"], "dictionary_id": inputs["dictionary_id"]}
+            result = run_batch(
+                folder, model, sites, prompt, cfg, key, mean_source=source, resume=resume, on_result=on_result
+            )
+            inputs["prompts"] = {"n": len(prompt), "sha256": key["prompt"]}
+            summary = {"prompts": result["prompts"], "mean_kl": result["mean_kl"]}
+        else:
+            result = intervene(model, sites, prompt, cfg, source)
+            inputs["prompt"] = result["prompt"]
+            last = result["positions"][-1]
+            summary = {"kl": last["kl"], "top": last["top"][0]["str"]}
+        write_json(folder / "result.json", result)
         if mean_cache is not None:
             inputs["cache"] = Path(mean_cache)
-        one = {"kl": kl[0], "top": runs[0]["positions"][-1]["top"][0]["str"]}
         ws.record(
             folder,
             "interventions",
             made_by="workbench intervene",
             config=cfg.to_dict(),
             inputs=inputs,
-            summary={
-                "semantics": cfg.semantics,
-                **({"prompts": len(runs), "mean_kl": sum(kl) / len(kl)} if batch else one),
-            },
+            summary={"semantics": cfg.semantics, **summary},
         )
     return result, folder
 
@@ -650,6 +669,7 @@ def check_graph(ws: Workspace, model, graph_path, transcoders, cfg=None, *, memb
     d = load(graph_path)
     read_feature_graph(d)
     folder = graph_path.parent
+    _same_makers(ws, d, graph_path, model, transcoders)
     circuit = folder / "feature_circuit.json"  # a circuit's own graph keeps only its embedding nodes
     tokens = json.loads(circuit.read_text())["query"]["tokens"] if circuit.is_file() else None
     record = check_graph(model, load_dictionary(transcoders, model, model.cfg.device, member), d, cfg, tokens)
@@ -665,6 +685,21 @@ def check_graph(ws: Workspace, model, graph_path, transcoders, cfg=None, *, memb
             summary={**_manifest(folder).get("summary", {}), **shares},
         )
     return record
+
+
+def _same_makers(ws: Workspace, graph: dict, path: Path, model, transcoders) -> None:
+    """Refuse a model or dictionary other than the graph's (by content id): its metadata's scan and dictionary_id,
+    else its manifest's; a graph recorded before ids were, by the id of the set its manifest names, when still there."""
+    from workbench.provenance import check_same, dictionary_id, model_id, workbench_id
+
+    inputs = _manifest(path.parent).get("inputs", {}) if path.name in ("graph.json", "neuronpedia.json") else {}
+    meta = graph.get("metadata", {})
+    made_on = workbench_id(meta.get("scan")) or workbench_id(inputs.get("model"))  # not another tool's model name
+    check_same("model", made_on, model_id(model), str(path))
+    made = meta.get("info", {}).get("dictionary_id") or inputs.get("dictionary_id")
+    if not made and inputs.get("transcoders") and ws.resolve(inputs["transcoders"]).is_dir():
+        made = dictionary_id(ws.resolve(inputs["transcoders"]))
+    check_same("dictionary", made, dictionary_id(transcoders), str(path))
 
 
 def train_model(
@@ -1229,11 +1264,14 @@ def _record_circuit_file(ws: Workspace, path: Path) -> Path:
 def import_circuit(ws: Workspace, path, model=None, model_spec: str | None = None, *, name=None, made_by=None):
     """A workbench or EAP-IG/MIB circuit file recorded in <ws>/circuits/<name> with its exports (`workbench
     circuit import`), checked against `model` when given (a MIB file names no model: it is bound to this one);
-    returns (circuit, folder)."""
+    returns (circuit, folder). A circuit-tracer / Neuronpedia graph JSON is recorded as a graph (import_graph)."""
+    from workbench.circuits import schema
     from workbench.circuits.component.export import read_circuit
     from workbench.provenance import model_id
 
     path = Path(path)
+    if schema.detect(schema.load(path)) == "neuronpedia":
+        return import_graph(ws, path, model, model_spec, name=name, made_by=made_by)
     c = read_circuit(path, model)
     if model is not None:
         c.model_id = c.model_id or model_id(model)
@@ -1245,3 +1283,43 @@ def import_circuit(ws: Workspace, path, model=None, model_spec: str | None = Non
         _claim(held, folder, command, {"source": path})
         _record_circuit(ws, c, folder, command, {**inputs, "source": path.resolve()})
     return c, folder
+
+
+def import_graph(ws: Workspace, path, model=None, model_spec: str | None = None, *, name=None, made_by=None):
+    """A circuit-tracer / Neuronpedia graph JSON recorded in <ws>/circuits/<name>/graph.json as it is (validated as
+    the app's upload is, its notes and pins kept), so `workbench ls`, the app's Feature graph page and `circuit check`
+    find it; checked against `model` when given (its layers; its id where the file names a workbench one), and then
+    bound to it. Returns (schema.FeatureGraph, folder)."""
+    from workbench.atomic import write_json
+    from workbench.circuits import annotations, schema
+    from workbench.provenance import check_same, model_id, workbench_id
+
+    path = Path(path)
+    d = schema.load(path)
+    fg = schema.read_feature_graph(annotations.without_notes(d))
+    scan = str(fg.metadata.get("scan", ""))
+    inputs = {"model": scan}
+    if model is not None:
+        check_same("model", workbench_id(scan), model_id(model), str(path))
+        if fg.n_layers != model.cfg.n_layers:
+            raise BadValueError(
+                f"{path} is a graph of a {fg.n_layers}-layer model ({scan or 'its scan unnamed'}), but this model has "
+                f"{model.cfg.n_layers} layers; pass the --model it was made on"
+            )
+        inputs = _model_inputs(ws, model, model_spec or model.cfg.model_name)
+    stem = slug(path.name.removesuffix(".json"))
+    folder = ws.path("circuits", name or (stem if stem not in ("graph", "neuronpedia") else slug(scan) + "-graph"))
+    command = made_by or "workbench circuit import"
+    with ExitStack() as held:
+        _claim(held, folder, command, {"source": path})
+        write_json(folder / "graph.json", d)
+        made = fg.metadata.get("info", {}).get("dictionary_id")
+        ws.record(
+            folder,
+            "circuits",
+            made_by=command,
+            config={},
+            inputs={**inputs, **({"dictionary_id": made} if made else {}), "source": path.resolve()},
+            summary={"nodes": len(fg.nodes), "edges": len(fg.links)},
+        )
+    return fg, folder

@@ -8,7 +8,9 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
+from workbench.atomic import sha256_file
 from workbench.cache import ActivationCache
 from workbench.errors import BadValueError, DamagedFileError
 from workbench.features import FeatureStore
@@ -286,6 +288,19 @@ def test_the_same_sae_twice_builds_one_store(feature_workspace, names, tmp_path,
     assert np.array_equal(FeatureStore(folder).array("hist"), FeatureStore(src).array("hist"))
     [art] = Workspace(tmp_path / "ws").artifacts("features")
     assert art.path.resolve() == (folder / "features").resolve()
+
+
+def test_a_store_whose_sae_was_replaced_is_refused_naming_both_weights(feature_workspace, names, tmp_path):
+    """The SAE beside a store retrained or swapped (other weights, same shapes): opening the store names the weights
+    it was built on and the ones there now; the same weights copied elsewhere open as before."""
+    sae = shutil.copytree(feature_workspace / "saes" / "run" / names[0], tmp_path / "sae")
+    assert FeatureStore(sae).n_units > 0
+    was = sha256_file(sae / "sae_weights.safetensors")
+    tensors = load_file(sae / "sae_weights.safetensors")
+    save_file({k: v * 1.5 for k, v in tensors.items()}, str(sae / "sae_weights.safetensors"))
+    now = sha256_file(sae / "sae_weights.safetensors")
+    with pytest.raises(BadValueError, match=rf"built on SAE weights {was[:12]}, but .* holds {now[:12]}; rebuild"):
+        FeatureStore(sae)
 
 
 @pytest.mark.parametrize(

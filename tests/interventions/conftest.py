@@ -42,16 +42,25 @@ def saes(tiny, tmp_path_factory):
 @pytest.fixture(scope="session")
 def tc_set(tiny, tmp_path_factory):
     """A transcoder set folder of random Top-k transcoders, one per layer of the embedded model."""
+    return _tc_set(tiny[0], tmp_path_factory.mktemp("tc_set"))
+
+
+@pytest.fixture(scope="session")
+def other_tc_set(tiny, tmp_path_factory):
+    """Another such set (other random weights, the same shapes): a dictionary a graph of tc_set was not built with."""
+    return _tc_set(tiny[0], tmp_path_factory.mktemp("other_tc_set"), init_seed=1)
+
+
+def _tc_set(model, root, init_seed: int = 0):
+    """Every layer's transcoder initialised from SAEConfig.seed `init_seed`."""
     from workbench.provenance import model_id
     from workbench.sae.config import SAEConfig
     from workbench.sae.transcoders import SCHEMA, SET_MANIFEST
 
-    model = tiny[0]
-    root = tmp_path_factory.mktemp("tc_set")
     layers = []
     for layer in range(model.cfg.n_layers):
         hooks = f"blocks.{layer}.ln2.hook_normalized", f"blocks.{layer}.hook_mlp_out"
-        cfg = SAEConfig("topk", k=8, expansion=2, transcoder=True).resolve(d_in=128, d_out=128)
+        cfg = SAEConfig("topk", k=8, expansion=2, transcoder=True, seed=init_seed).resolve(d_in=128, d_out=128)
         meta = {"hook_name": hooks[0], "hook_name_out": hooks[1], "model_name": model_id(model)}
         _save(cfg, root / f"L{layer}-topk", meta, 10 + layer)
         layers.append(

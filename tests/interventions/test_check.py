@@ -160,6 +160,61 @@ def test_circuit_check_stores_the_record_in_a_recorded_graph(tiny, tc_set, tmp_p
     assert "no graph JSON" in capsys.readouterr().err
 
 
+def test_circuit_check_refuses_a_dictionary_the_graph_was_not_built_with(
+    tiny, tiny_sparse, tc_set, other_tc_set, tmp_path, capsys
+):
+    """--transcoders OTHER (or --model OTHER) is refused in one line naming both content ids, and nothing is written
+    (the graph and its manifest stay as they were); a copy of the graph's own set under another name is the same
+    dictionary."""
+    import shutil
+
+    from workbench import steps
+    from workbench.circuits.feature.graph_config import GraphConfig
+    from workbench.cli import main
+    from workbench.provenance import dictionary_id, model_id
+    from workbench.workspace import Workspace
+
+    ws = tmp_path / "ws"
+    cfg = GraphConfig(max_feature_nodes=10, heads=False)
+    _, folder = steps.attribution_graph(Workspace(ws), tiny[0], tc_set, PROMPT, "a", None, cfg=cfg, name="g")
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    argv = ["circuit", "check", str(folder), "--workspace", str(ws), "--top-edges", "2"]
+    assert main([*argv, "--transcoders", str(other_tc_set)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and dictionary_id(tc_set) in err and dictionary_id(other_tc_set) in err, err
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    graph_only = tmp_path / "graph.json"  # the file alone, without its manifest: its metadata names the set
+    shutil.copyfile(folder / "graph.json", graph_only)
+    assert main([*argv[:2], str(graph_only), *argv[3:], "--transcoders", str(other_tc_set)]) == 2
+    assert dictionary_id(other_tc_set) in capsys.readouterr().err
+    assert main([*argv, "--model", "tiny-sparse"]) == 2  # another model of the same shape
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and model_id(tiny[0]) in err and model_id(tiny_sparse[0]) in err, err
+    copy = shutil.copytree(tc_set, tmp_path / "renamed_set")
+    assert main([*argv, "--transcoders", str(copy)]) == 0
+
+
+def test_an_imported_graph_json_is_a_workspace_graph_that_keeps_its_ids(tiny, tc_set, other_tc_set, tmp_path, capsys):
+    """`circuit import graph.json` records it as a graph the app lists; its ids travel in it, so the check refuses
+    another set and runs with its own."""
+    from workbench import browse, steps
+    from workbench.circuits.feature.graph_config import GraphConfig
+    from workbench.cli import main
+    from workbench.workspace import Workspace
+
+    cfg = GraphConfig(max_feature_nodes=10, heads=False)
+    _, made = steps.attribution_graph(Workspace(tmp_path / "a"), tiny[0], tc_set, PROMPT, "a", None, cfg=cfg, name="g")
+    ws = tmp_path / "ws"
+    assert main(["circuit", "import", str(made / "graph.json"), "--workspace", str(ws), "--name", "in"]) == 0
+    assert "a graph: " in capsys.readouterr().out
+    folder = ws / "circuits" / "in"
+    assert browse.catalog(ws).feature_graphs == ["circuits/in"]
+    assert json.loads((folder / "artifact.json").read_text())["made_by"] == "workbench circuit import"
+    argv = ["circuit", "check", str(folder), "--workspace", str(ws), "--top-edges", "2", "--transcoders"]
+    assert main([*argv, str(other_tc_set)]) == 2 and "was made with dictionary" in capsys.readouterr().err
+    assert main([*argv, str(tc_set)]) == 0
+
+
 def test_circuit_check_on_a_clt_graph(tiny, tiny_clt, tmp_path, capsys):
     """`circuit graph --transcoders CLT` then `circuit check` on its folder: the CLT is read from the manifest."""
     from workbench.cli import main

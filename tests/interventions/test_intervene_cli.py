@@ -2,7 +2,11 @@
 
 import json
 
+import pytest
+
 from workbench.cli import main
+from workbench.interventions.batch import RESULTS, read_results
+from workbench.provenance import dictionary_id
 
 PROMPT = "When Mary and John went to the store , John gave a drink to"
 
@@ -62,7 +66,8 @@ def test_a_batch_of_prompts_gives_each_prompts_single_run(tiny, saes, tmp_path, 
     assert main([*argv, "--positions", "-1", "--continue", "2", "--name", "batch"]) == 0
     assert capsys.readouterr().out.count("intervened:") == 3
     batch = json.loads((ws / "interventions" / "batch" / "result.json").read_text())
-    assert batch["schema"] == "workbench.intervention_batch" and len(batch["results"]) == 3
+    assert batch["schema"] == "workbench.intervention_stream" and batch["prompts"] == 3
+    batch["results"] = list(read_results(ws / "interventions" / "batch"))
     base = dict(features=["3"], op="ablate", ablate_to="counterfactual", positions="-1", continue_tokens=2)
     model = tiny[0]
     for (prompt, cf), got in zip([(PROMPT, other), (other, PROMPT), (other, other)], batch["results"]):
@@ -73,14 +78,70 @@ def test_a_batch_of_prompts_gives_each_prompts_single_run(tiny, saes, tmp_path, 
     )
     assert [_timeless(r) for r in api["results"]] == [_timeless(r) for r in batch["results"][:2]]
     manifest = json.loads((ws / "interventions" / "batch" / "artifact.json").read_text())
-    assert manifest["summary"]["prompts"] == 3 and manifest["inputs"]["prompts"] == [PROMPT, other, other]
+    assert manifest["summary"]["prompts"] == 3 and manifest["inputs"]["prompts"]["n"] == 3
+
+
+class Stop(Exception):
+    pass
+
+
+def test_a_batch_streams_each_line_and_resumes_after_the_last_complete_one(tiny, saes, tmp_path, capsys):
+    """Each prompt's line is on disk when the next starts (nothing accumulates); a run stopped after two prompts
+    (a line cut off mid-write after them) leaves no manifest, is refused without --resume, and --resume finishes
+    it with exactly the lines an uninterrupted run writes."""
+    from workbench import steps
+    from workbench.interventions import InterventionConfig
+    from workbench.workspace import Workspace
+
+    prompts = [
+        PROMPT,
+        "When Tom and Anna went to the park , Anna gave a ball to",
+        "the baker saw a coin",
+        "John gave a drink to",
+    ]
+    (tmp_path / "p.txt").write_text("\n".join(prompts))
+    cfg = InterventionConfig(features=["3"], positions="-1", continue_tokens=1)
+    ws = Workspace(tmp_path / "ws")
+    folder = ws.path("interventions", "b")
+    seen = []
+
+    def stop_after_two(r):
+        seen.append(sum(1 for _ in open(folder / RESULTS)))  # the line is written before the next prompt runs
+        if len(seen) == 2:
+            raise Stop
+
+    with pytest.raises(Stop):
+        steps.intervene(ws, tiny[0], saes["topk"], prompts, cfg, name="b", on_result=stop_after_two)
+    assert seen == [1, 2] and not (folder / "artifact.json").exists()
+    with open(folder / RESULTS, "a") as f:
+        f.write('{"prompt": "cut off')
+    argv = ["intervene", "--workspace", str(ws.root), "--dictionary", str(saes["topk"]), "--name", "b"]
+    argv += ["--prompts", str(tmp_path / "p.txt"), "--feature", "3", "--positions", "-1", "--continue", "1"]
+    assert main(argv) == 2 and "stopped before it finished" in capsys.readouterr().err
+    assert main([*argv, "--continue", "2", "--resume"]) == 2
+    assert "another config" in capsys.readouterr().err
+    other = [a if a != str(saes["topk"]) else str(saes["block"]) for a in argv]
+    assert main([*other, "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert f"dictionary_id {dictionary_id(saes['topk'])} (this run's: {dictionary_id(saes['block'])})" in err
+    assert main([*argv, "--resume"]) == 0
+    assert capsys.readouterr().out.count("intervened:") == 2  # only the two prompts left
+    assert main([a if a != "b" else "c" for a in argv]) == 0  # the same batch uninterrupted
+    got, want = list(read_results(folder)), list(read_results(ws.path("interventions", "c")))
+    assert [_timeless(r) for r in got] == [_timeless(r) for r in want] and len(got) == 4
+    summary = json.loads((folder / "artifact.json").read_text())["summary"]
+    assert summary["prompts"] == 4 and summary["mean_kl"] == pytest.approx(
+        sum(r["positions"][-1]["kl"] for r in want) / 4
+    )
 
 
 def test_a_bad_prompts_file_is_one_line(saes, tmp_path, capsys):
     base = ["intervene", "--workspace", str(tmp_path), "--dictionary", str(saes["topk"]), "--feature", "1"]
     (tmp_path / "bad.jsonl").write_text('{"prompt": "a", "answer": "b"}\n')
     (tmp_path / "empty.txt").write_text("\n\n")
+    (tmp_path / "unknown.txt").write_text(f"{PROMPT}\nthe zebra\n")
     for path, message in [
+        ("unknown.txt", "prompt 2: the prompt has 1 word(s) outside"),  # before the first prompt runs
         ("nope.txt", "does not exist"),
         ("bad.jsonl", "bad.jsonl:1 must be"),
         ("empty.txt", "holds no"),
@@ -89,6 +150,7 @@ def test_a_bad_prompts_file_is_one_line(saes, tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert message in err and len(err.splitlines()) == 1, err
     assert main(base) == 2 and "give one of --prompt TEXT" in capsys.readouterr().err  # neither
+    assert not list(tmp_path.glob("interventions/*/results.jsonl"))
 
 
 def test_intervene_on_a_clt_feature(tiny, tiny_clt, tmp_path, capsys):

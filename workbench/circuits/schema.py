@@ -303,7 +303,9 @@ def load(path: str | Path) -> dict:
         raise DamagedFileError(f"{path} is larger than the {MAX_BYTES >> 20} MiB circuit files are limited to")
     d = loads(path.read_bytes(), str(path))
     if not isinstance(d, dict):
-        raise DamagedFileError(f"{path} holds a JSON {type(d).__name__}, not a circuit object")
+        raise DamagedFileError(
+            f"{path} holds a JSON {type(d).__name__}, not a circuit object; valid formats: {'; '.join(FORMATS.values())}"
+        )
     return d
 
 

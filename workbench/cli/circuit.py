@@ -6,7 +6,7 @@ workbench circuit find --task ioi --n 20 [--budgets 1%,2%,5%] [--out summary.jso
 workbench circuit find --transcoders SET --prompt "..." --answer "..." --counterfactual "..." [--target-ndf 0.8]
 workbench circuit graph --transcoders SET --prompt "..." [--answer "..." [--wrong "..."]] [--out graph.json]
 workbench circuit export circuit.json|mib.json --format mib|neuronpedia|workbench --out FILE
-workbench circuit import circuit.json|mib.json [--model tiny] [--name NAME]
+workbench circuit import circuit.json|mib.json|graph.json [--model tiny] [--name NAME]
 workbench circuit report --n 20 --out circuit_results.md
 workbench circuit check GRAPH.json|FOLDER [--transcoders SET|CLT] [--fraction 0.5] [--under 2] [--absent 0.05] [--top-edges 20]
 """
@@ -81,9 +81,10 @@ def add_parser(sub) -> None:
     i = circuit.add_parser(
         "import",
         parents=[workspace_flag()],
-        help="record a workbench or EAP-IG/MIB circuit file in the workspace, checked against its model",
+        help="record a workbench or EAP-IG/MIB circuit file, or a circuit-tracer / Neuronpedia graph JSON (as a "
+        "graph), in the workspace, checked against its model",
     )
-    declare(i.add_argument("circuit", help="workbench or EAP-IG/MIB circuit JSON"), INPUT)
+    declare(i.add_argument("circuit", help="workbench or EAP-IG/MIB circuit JSON, or circuit-tracer graph JSON"), INPUT)
     add_model_flag(i, help="the model the circuit was found on (MIB files name none) (default: %(default)s)")
     i.add_argument("--name", help="folder in <workspace>/circuits (default: the file's name)")
     i.set_defaults(func=_import)
@@ -549,11 +550,15 @@ def _export(args) -> None:
 
 def _import(args) -> None:
     from workbench import steps
+    from workbench.circuits.schema import FeatureGraph
     from workbench.models import load
     from workbench.workspace import Workspace
 
     model, _ = load(args.model, device="cpu")
     c, folder = steps.import_circuit(Workspace(args.workspace), args.circuit, model, args.model, name=args.name)
+    if isinstance(c, FeatureGraph):
+        print(f"imported {args.circuit} (a graph: {len(c.nodes)} nodes, {len(c.links)} links) into {folder}")
+        return
     print(f"imported {args.circuit} ({c.n_edges} of {c.graph.n_edges} edges in the circuit) into {folder}")
 
 

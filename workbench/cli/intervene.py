@@ -4,12 +4,13 @@ workbench intervene --model tiny --dictionary SAE_DIR|SET_DIR|CLT_DIR --prompt "
                     --op set|scale|steer|ablate [--value V[,V...]] [--ablate-to zero|mean|counterfactual]
                     [--counterfactual "..."] [--positions all|0,3|generated] [--semantics live|frozen]
                     [--live-norm] [--constrained-layers 0,1] [--continue N] [--sample --seed S] [--out result.json]
+                    [--resume]  (--prompts: one JSON line per prompt in results.jsonl as it goes; --resume continues)
 """
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+import shutil
 
 from workbench.cli.options import add_model_flag, workspace_flag
 from workbench.configflags import count
@@ -108,7 +109,12 @@ def add_parser(sub) -> None:
     p.add_argument("--seed", type=count(0), default=0, help="sampling seed, the same for both (default: %(default)s)")
     p.add_argument("--top-k", type=count(1), default=10, help="next tokens reported (default: %(default)s)")
     p.add_argument("--name", help="the result's folder in <workspace>/interventions (default: from the prompt)")
-    declare(p.add_argument("--out", help="also write the result JSON here"), FILE)
+    declare(p.add_argument("--out", help="also write the result JSON here (--prompts: the JSON lines)"), FILE)
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="--prompts: continue the stopped batch in the --name folder after its last complete line",
+    )
     p.set_defaults(func=_intervene)
 
 
@@ -138,7 +144,7 @@ def _config(args, prompts=None):
 
 def _intervene(args) -> None:
     from workbench import steps
-    from workbench.atomic import atomic_write_text
+    from workbench.atomic import atomic_path
     from workbench.errors import BadValueError
     from workbench.interventions.config import read_prompts
     from workbench.models import load
@@ -152,6 +158,8 @@ def _intervene(args) -> None:
         raise BadValueError("--cache gives the means of --op ablate --ablate-to mean only")
     if cfg.op == "ablate" and cfg.ablate_to == "mean" and not args.cache:
         raise BadValueError("--ablate-to mean needs --cache DIR (the mean codes come from its sequences)")
+    if args.resume and not prompts:
+        raise BadValueError("--resume continues a stopped --prompts batch; a single --prompt has nothing to resume")
     model, _ = load(args.model)
     r, folder = steps.intervene(
         Workspace(args.workspace),
@@ -162,12 +170,15 @@ def _intervene(args) -> None:
         model_spec=args.model,
         name=args.name,
         mean_cache=args.cache,
+        resume=args.resume,
+        on_result=lambda one: print(_summary(one), flush=True),
     )
-    for one in r.get("results", [r]):
-        print(_summary(one))
-    print(f"recorded {folder}")
+    if not prompts:
+        print(_summary(r))
+    print(f"recorded {folder}" + (f": {r['prompts']} results in {folder / r['results']}" if prompts else ""))
     if args.out:
-        atomic_write_text(Path(args.out), (folder / "result.json").read_text())
+        with atomic_path(args.out) as tmp:  # streamed: a batch's lines are never held whole
+            shutil.copyfile(folder / (r["results"] if prompts else "result.json"), tmp)
 
 
 def _summary(r: dict) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from workbench.atomic import sha256_file
 from workbench.errors import BadValueError
 from workbench.features.config import FeatureConfig
 from workbench.readback import damaged, json_file, npy_file, reading, verify_artifact, verify_checksum
@@ -19,6 +20,7 @@ from workbench.readback import damaged, json_file, npy_file, reading, verify_art
 FORMAT = "workbench-feature-store/1"
 STORE = "features"  # the store's folder name, beside the SAE's files
 MANIFEST = "manifest.json"
+WEIGHTS = "sae_weights.safetensors"  # the SAE file beside the store whose sha256 its manifest records
 
 
 class FeatureStore:
@@ -47,6 +49,17 @@ class FeatureStore:
             self.n_units = int(self.manifest["n_units"])
             self.manifest["files"] = dict(self.manifest["files"])
         self._arrays: dict[str, np.ndarray] = {}
+        self._check_weights()
+
+    def _check_weights(self) -> None:
+        """Refuse a store whose SAE beside it is no longer the one it was built on (sae_weights, the weights file's
+        sha256, recorded at build): its statistics would describe another dictionary's latents."""
+        weights, made = self.path.parent / WEIGHTS, self.manifest.get("sae_weights")
+        if made and weights.is_file() and (now := sha256_file(weights)) != made:
+            raise BadValueError(
+                f"the feature store {self.path} was built on SAE weights {made[:12]}, but {weights} holds "
+                f"{now[:12]}; {self.REBUILD}"
+            )
 
     def _file(self, name: str) -> Path:
         """A file of the store, checked against the checksum its manifest records."""

@@ -241,4 +241,12 @@ def test_mib_files_export_and_import_from_the_cli(circuit, small, tmp_path, caps
     rc, err = _cli(
         ["circuit", "import", str(tmp_path / "g.json"), "--model", str(model_dir), "--workspace", str(ws)], capsys
     )
-    assert rc == 2 and "is a Neuronpedia / circuit-tracer graph" in err[0], err
+    assert rc == 0, err  # a graph JSON is recorded as a graph, as the app's upload reads it
+    g = Workspace(ws).path("circuits", "g")
+    assert json.loads((g / "graph.json").read_text()) == json.loads((tmp_path / "g.json").read_text())
+    assert json.loads((g / "artifact.json").read_text())["inputs"]["model"] == model_id(small)
+    (tmp_path / "list.json").write_text("[]")
+    rc, err = _cli(["circuit", "import", str(tmp_path / "list.json"), "--workspace", str(ws)], capsys)
+    assert rc == 2 and len(err) == 1 and "Neuronpedia / circuit-tracer graph JSON" in err[0], err
+    rc, err = _cli(["circuit", "import", str(tmp_path / "g.json"), "--workspace", str(ws), "--name", "t"], capsys)
+    assert rc == 2 and len(err) == 1 and "layers; pass the --model it was made on" in err[0], err

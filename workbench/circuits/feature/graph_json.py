@@ -96,10 +96,13 @@ def to_neuronpedia(
     circuit=None,
     pinned: bool = False,
     members: dict | None = None,
+    dictionary_id: str | None = None,
 ) -> dict:
     """The pruned graph as a Neuronpedia graph dict (written to `path` if given); labels: (layer, latent) -> clerp.
     circuit (a feature_circuit.FeatureCircuit of this graph): its nodes and the edges between them instead, each
-    link naming its heads; pinned: the circuit's nodes pinned (qParams.pinnedIds) in the whole pruned graph."""
+    link naming its heads; pinned: the circuit's nodes pinned (qParams.pinnedIds) in the whole pruned graph.
+    dictionary_id (provenance.dictionary_id of the transcoders) goes into metadata.info, as the model's id is its scan,
+    so a check with another dictionary is refused even where the graph file travels without its manifest."""
     node_mask, edge_mask, cumulative = g.pruned
     only = circuit is not None and not pinned
     if only:
@@ -135,6 +138,7 @@ def to_neuronpedia(
                 "edge_threshold": g.config["edge_threshold"],
                 **g.scores,
                 **({"transcoder_members": members} if members else {}),
+                **({"dictionary_id": dictionary_id} if dictionary_id else {}),
             },
         },
         "qParams": {"pinnedIds": pins, "supernodes": [], "linkType": "both", "clickedId": "", "sg_pos": ""},
