@@ -85,9 +85,6 @@ def explain_store(
 ) -> Path:
     """Explain (and score) the store's first `latents` latents (None: all); returns the explanations folder.
     model: the store's model (a loaded one or a spec), needed by the intervention scorer only."""
-    from workbench.cache.reader import ActivationCache
-    from workbench.sae.io import load_sae
-
     cfg, scorers = cfg or ExplainConfig(), _check_scorers(scorers)
     store = FeatureStore(path)
     n = store.n_units if latents is None else min(latents, store.n_units)
@@ -95,13 +92,9 @@ def explain_store(
     with output_lock(folder, "workbench features explain"):
         record = _record(store, cfg, scorers, n)
         partial = _resume(folder, record, overwrite)
-        sae = load_sae(store.path.parent, device=device).eval()
-        m = store.manifest
-        cache = ActivationCache.open(m["cache"])
-        meta = row_metadata(cache, m["split"], m["n_rows"], store.vocab)
-        enc = Encoder(sae, cache, m["hook"], m["split"], m["n_sparse"], m["block_size"])
-        ctx = Contexts(store, meta, enc, cfg)
-        steer = _steerer(store, model, cache, cfg, device) if "intervention" in scorers else None
+        ctx = open_contexts(store, cfg, device)
+        meta, cache = ctx.meta, ctx.enc.cache
+        steer = steerer(store, model, cache, cfg, device) if "intervention" in scorers else None
         chunks = range(0, n, cfg.chunk)
         bar = _bar(len(chunks), progress)
         for c, a in enumerate(chunks):
@@ -116,7 +109,19 @@ def explain_store(
         return _finish(folder, partial, record, len(chunks), out)
 
 
-def _steerer(store, model, cache, cfg: ExplainConfig, device: str) -> Steerer:
+def open_contexts(store: FeatureStore, cfg: ExplainConfig, device: str = "cpu") -> Contexts:
+    """The scorers' contexts of a store: its SAE and cache opened, the pass's row metadata read."""
+    from workbench.cache.reader import ActivationCache
+    from workbench.sae.io import load_sae
+
+    sae = load_sae(store.path.parent, device=device).eval()
+    m = store.manifest
+    cache = ActivationCache.open(m["cache"])
+    meta = row_metadata(cache, m["split"], m["n_rows"], store.vocab)
+    return Contexts(store, meta, Encoder(sae, cache, m["hook"], m["split"], m["n_sparse"], m["block_size"]), cfg)
+
+
+def steerer(store, model, cache, cfg: ExplainConfig, device: str) -> Steerer:
     if model is None:
         raise BadValueError("the intervention scorer runs the model: pass the store's model (--model)")
     if isinstance(model, str):

@@ -33,23 +33,28 @@ class Steerer:
         self.max = store.units["max"].to_numpy()
 
     @torch.no_grad()
-    def score(self, u: int, promoted: list[int]) -> dict:
-        if not promoted or self.max[u] <= 0:
-            return {"rise": None, "percentile": None, "n_positions": 0}
+    def changes(self, u: int) -> list[torch.Tensor] | None:
+        """Per steered sequence, each position's change of every token's log-probability [P, V] (None: the latent
+        never fired, so it has no scale to steer by)."""
+        if self.max[u] <= 0:
+            return None
         icfg = InterventionConfig(
             features=[str(u)], op="steer", value=[float(self.cfg.steer_scale * self.max[u])], continue_tokens=0
         )
-        rise, pct, n = [], [], 0
+        out = []
         for p in self.prompts:
             iv = Intervention(self.model, self.sites, p, icfg)
-            d = iv.logits().float().log_softmax(-1) - iv.clean["logits"].log_softmax(-1)  # [P, V]
-            ids = torch.tensor(promoted)
-            rise.append((d[:, ids].mean(1) - d.mean(1)).numpy())
-            rank = (d[:, :, None] > d[:, None, ids]).sum(1).float()  # tokens raised more than each promoted one
-            pct.append((1 - rank / (d.shape[1] - 1)).mean(1).numpy())
-            n += d.shape[0]
-        return {
-            "rise": float(np.concatenate(rise).mean()),
-            "percentile": float(np.concatenate(pct).mean()),
-            "n_positions": n,
-        }
+            out.append(iv.logits().float().log_softmax(-1) - iv.clean["logits"].float().log_softmax(-1))
+        return out
+
+    def score(self, u: int, promoted: list[int], changes: list[torch.Tensor] | None = None) -> dict:
+        """The rise and percentile (module doc) of tokens `promoted` under the latent's steering."""
+        changes = self.changes(u) if changes is None else changes
+        if not promoted or not changes:
+            return {"rise": None, "percentile": None, "n_positions": 0}
+        ids = torch.tensor(promoted)
+        d = torch.cat(changes)
+        rise = d[:, ids].mean(1) - d.mean(1)
+        rank = (d[:, :, None] > d[:, None, ids]).sum(1).float()  # tokens raised more than each promoted one
+        pct = (1 - rank / (d.shape[1] - 1)).mean(1)
+        return {"rise": float(rise.mean()), "percentile": float(pct.mean()), "n_positions": len(d)}
