@@ -40,9 +40,12 @@ def test_a_token_predicate_with_a_cue_holds_where_the_token_follows_the_cue_with
 
 def test_a_label_predicate_holds_on_the_rows_with_that_value_and_an_unknown_value_nowhere():
     m = _meta()
-    got = predicate_scores({"kind": "label", "label_kind": "role", "label": "verb"}, np.arange(12), m)
+    got = predicate_scores({"kind": "label", "labels": [["role", "verb"]]}, np.arange(12), m)
     assert got.tolist() == (m["labels"]["role"][0] == 1).astype(float).tolist()
-    assert not predicate_scores({"kind": "label", "label_kind": "role", "label": "noun"}, np.arange(12), m).any()
+    assert not predicate_scores({"kind": "label", "labels": [["role", "noun"]]}, np.arange(12), m).any()
+    m["labels"]["task"] = (np.array([0] * 6 + [1] * 6), ["a", "b"])
+    both = predicate_scores({"kind": "label", "labels": [["role", "verb"], ["task", "b"]]}, np.arange(12), m)
+    assert both.tolist() == ((m["labels"]["role"][0] == 1) & (np.arange(12) >= 6)).astype(float).tolist()
     assert not predicate_scores(None, np.arange(12), m).any()
 
 
@@ -82,7 +85,7 @@ def test_template_explanations_are_read_from_the_top_examples(store_meta):
         assert (predicate_scores(pred, top[top >= 0], meta) > 0).sum() >= 1
 
 
-def test_a_label_shared_by_the_top_examples_becomes_the_predicate(store_meta):
+def test_the_labels_shared_by_the_top_examples_become_the_predicate(store_meta):
     store, meta = store_meta
     cfg = ExplainConfig(label_base=1.0)
     seen = 0
@@ -93,7 +96,9 @@ def test_a_label_shared_by_the_top_examples_becomes_the_predicate(store_meta):
         if pred["kind"] != "label":
             continue
         seen += 1
-        lab, names = meta["labels"][pred["label_kind"]]
-        share = (lab[top] == names.index(pred["label"])).mean()
-        assert share >= cfg.label_share and f"({share:.0%} of its top examples)" in e["text"]
+        for kind, name in pred["labels"]:
+            lab, names = meta["labels"][kind]
+            share = (lab[top] == names.index(name)).mean()
+            assert share >= cfg.label_share and f"{kind} {name!r} ({share:.0%})" in e["text"]
+        assert (predicate_scores(pred, top, meta) > 0).mean() >= cfg.label_share - 1e-9 or len(pred["labels"]) > 1
     assert seen > 0

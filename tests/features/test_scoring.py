@@ -81,7 +81,7 @@ def test_a_latents_own_firing_rows_as_a_predicate_detect_perfectly(contexts):
     orig = ctx.meta
     ctx.meta = {**orig, "labels": {**orig["labels"], "oracle": (lab, ["fires", "quiet"])}}
     try:
-        oracle = {u: {"kind": "label", "label_kind": "oracle", "label": "fires"}}
+        oracle = {u: {"kind": "label", "labels": [["oracle", "fires"]]}}
         s = score_chunk([u], oracle, ctx, ("detection", "fuzz"), np.random.default_rng(0))[u]
     finally:
         ctx.meta = orig

@@ -27,7 +27,7 @@ METRICS = {
 
 
 def _label(kind: str, name: str) -> dict:
-    return {"kind": "label", "label_kind": kind, "label": name}
+    return {"kind": "label", "labels": [[kind, name]]}
 
 
 def _controls(units: list[int], truth: dict, meta: dict, rng) -> dict:
@@ -136,15 +136,12 @@ def _rows(scores: dict, units: list[int], scorers) -> list[dict]:
 
 def _naming(store: FeatureStore, meta: dict, cfg: ExplainConfig, precise: float) -> dict:
     """Of the latents with a planted label of precision >= precise, the share whose template explanation's
-    predicate is that label."""
+    predicate names that label (alone or in its conjunction)."""
     df = store.units
     ok = (df["count"].to_numpy() > 0) & (df["label_precision"].to_numpy() >= precise)
     named = []
     for u in np.flatnonzero(ok):
         pred = template_explanation(int(u), store, meta, cfg)["predicate"]
-        named.append(
-            pred is not None
-            and pred["kind"] == "label"
-            and (pred["label_kind"], pred["label"]) == (df["label_kind"].iat[u], df["label"].iat[u])
-        )
+        truth = [df["label_kind"].iat[u], df["label"].iat[u]]
+        named.append(pred is not None and pred["kind"] == "label" and truth in pred["labels"])
     return {"precise_latents": len(named), "named_share": float(np.mean(named)) if named else None}

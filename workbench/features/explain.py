@@ -6,7 +6,7 @@ suppressed tokens) and, where the corpus plants labels, the labels of its top ex
 rows of the pass (`predicate_scores`), so it is its own simulator: the scorers need no model to read it.
 
 Predicates (JSON):
-  {"kind": "label", "label_kind": K, "label": NAME}: the row's planted label of kind K is NAME.
+  {"kind": "label", "labels": [[K, NAME], ...]}: the row's planted label of each kind K is its NAME.
   {"kind": "tokens", "tokens": [ids], "weights": [w], "after": [ids], "within": k}: the row's token is one of
   `tokens` (score: its weight, the share of top examples on it) and, when `after` is not empty, one of `after`
   occurs among the k tokens before it.
@@ -50,7 +50,7 @@ class ExplainConfig(Config):
         },
     )
     label_base: float = field(
-        default=0.5,
+        default=0.9,
         metadata={
             "min": 0.0,
             "max": 1.0,
@@ -81,10 +81,13 @@ def predicate_scores(pred: dict | None, rows: np.ndarray, meta: dict) -> np.ndar
     if pred is None:
         return np.zeros(len(rows))
     if pred["kind"] == "label":
-        lab, names = meta["labels"].get(pred["label_kind"], (None, []))
-        if lab is None or pred["label"] not in names:
-            return np.zeros(len(rows))
-        return ((lab[r] == names.index(pred["label"])) & ok).astype(np.float64)
+        holds = ok.copy()
+        for kind, name in pred["labels"]:
+            lab, names = meta["labels"].get(kind, (None, []))
+            if lab is None or name not in names:
+                return np.zeros(len(rows))
+            holds &= lab[r] == names.index(name)
+        return holds.astype(np.float64)
     weight = dict(zip(pred["tokens"], pred["weights"]))
     tok = meta["tokens"][r]
     score = np.array([weight.get(int(t), 0.0) for t in tok]) * ok
@@ -109,10 +112,10 @@ def label_rates(meta: dict) -> dict[str, np.ndarray]:
     return meta["label_rates"]
 
 
-def _label_predicate(top: np.ndarray, meta: dict, cfg: ExplainConfig) -> tuple[dict | None, float]:
-    """The informative planted label (rate <= label_base) most of the top rows share, at least label_share of them;
-    the kind with the most values wins a tie: (predicate, share)."""
-    best, best_key = None, (0.0, 0)
+def _label_predicate(top: np.ndarray, meta: dict, cfg: ExplainConfig) -> tuple[dict | None, list[float]]:
+    """Every informative planted label (rate <= label_base) that at least label_share of the top rows share, one
+    per kind, as a conjunction (kinds in the corpus's order): (predicate or None, each label's share)."""
+    labels, shares = [], []
     rates = label_rates(meta)
     for kind, (lab, names) in meta["labels"].items():
         vals = lab[top]
@@ -120,10 +123,10 @@ def _label_predicate(top: np.ndarray, meta: dict, cfg: ExplainConfig) -> tuple[d
         if not len(vals):
             continue
         v, n = Counter(vals.tolist()).most_common(1)[0]
-        key = (n / len(top), len(names))
-        if key[0] >= cfg.label_share and rates[kind][v] <= cfg.label_base and key > best_key:
-            best, best_key = {"kind": "label", "label_kind": kind, "label": names[v]}, key
-    return best, best_key[0]
+        if n / len(top) >= cfg.label_share and rates[kind][v] <= cfg.label_base:
+            labels.append([kind, names[v]])
+            shares.append(n / len(top))
+    return ({"kind": "label", "labels": labels} if labels else None), shares
 
 
 def _token_predicate(top: np.ndarray, meta: dict, cfg: ExplainConfig) -> dict:
@@ -164,9 +167,10 @@ def template_explanation(u: int, store, meta: dict, cfg: ExplainConfig) -> dict:
     if not len(top):
         pred, text = None, f"{TEMPLATE_MARK} never fired in the pass{out_text}"
     else:
-        pred, share = _label_predicate(top, meta, cfg)
+        pred, shares = _label_predicate(top, meta, cfg)
         if pred is not None:
-            text = f"{TEMPLATE_MARK} fires on {pred['label_kind']} {pred['label']!r} ({share:.0%} of its top examples)"
+            said = " and ".join(f"{k} {v!r} ({s:.0%})" for (k, v), s in zip(pred["labels"], shares))
+            text = f"{TEMPLATE_MARK} fires on {said} of its top examples"
         else:
             pred = _token_predicate(top, meta, cfg)
             cue = f" after {_quoted(pred['after'], store.vocab)}" if pred["after"] else ""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -194,6 +195,42 @@ def load_explanations(store: FeatureStore) -> tuple[dict, dict[int, dict]] | Non
     with reading(path, "explanations", way_out):
         lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
     return manifest, {int(x["latent"]): x for x in lines}
+
+
+def _said(scores: dict) -> str:
+    """The scores as a headline says them (those a latent has)."""
+    parts = []
+    for scorer, key, name in (
+        ("detection", "auc", "detection AUC"),
+        ("detection", "balanced_accuracy", "detection balanced accuracy"),
+        ("fuzz", "token_accuracy", "fuzzing token accuracy"),
+        ("intervention", "percentile", "steering percentile of its promoted tokens"),
+    ):
+        v = (scores.get(scorer) or {}).get(key)
+        if v is not None:
+            parts.append(f"{name} {v:.2f}")
+    return ", ".join(parts) or "not scored (it never fired in the pass)"
+
+
+def headline(store: FeatureStore, u: int) -> str | None:
+    """One latent's explanation and its scores as the feature page shows them; None when the store has none."""
+    got = _loaded(store.path, (store.path / FOLDER / MANIFEST).stat().st_mtime_ns) if _has(store) else None
+    line = got[1].get(int(u)) if got else None
+    if line is None:
+        return None
+    return (
+        f"explanation ({line['explainer']} text, not a model's words): {line['explanation']} · {_said(line['scores'])}"
+    )
+
+
+def _has(store: FeatureStore) -> bool:
+    return (store.path / FOLDER / MANIFEST).is_file()
+
+
+@lru_cache(maxsize=8)
+def _loaded(path: Path, stamp: int):
+    """load_explanations, kept while the explanations' manifest is unchanged (the feature page reads it per rerun)."""
+    return load_explanations(FeatureStore(path))
 
 
 def search(store: FeatureStore, text: str, top: int = 20) -> list[dict]:
