@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from workbench.cli.options import add_model_flag, quiet_flag, workspace_flag
-from workbench.configflags import add_config_flags, config_values
+from workbench.configflags import add_config_flags, config_values, count
 from workbench.errors import BadValueError
 from workbench.features.config import FeatureConfig
 from workbench.features.explain import SCORERS, ExplainConfig
@@ -93,7 +93,7 @@ def _add_search(features) -> None:
     s = features.add_parser("search", help="latents whose explanation contains every word of TEXT")
     s.add_argument("text", help="words to find in the explanations (case-insensitive)")
     declare(s.add_argument("--store", required=True, help="a feature store holding explanations"), INPUT)
-    s.add_argument("--top", type=int, default=20, help="hits shown (default: %(default)s)")
+    s.add_argument("--top", type=count(1), default=20, help="hits shown (default: %(default)s)")
     s.set_defaults(func=_search)
 
 
