@@ -33,6 +33,33 @@ def explain_cost(sae: Path, latents: int, env: dict) -> tuple[float, float, floa
     return wall, cpu, peak
 
 
+def own_score_lines(sae: Path) -> list[str]:
+    """What the template explanations themselves score (the run just measured), with t-intervals over latents."""
+    from workbench.features import FeatureStore
+    from workbench.features.explanations import load_explanations
+    from workbench.intervals import t_interval
+
+    _, lines = load_explanations(FeatureStore(sae))
+    kinds = [x["predicate"]["kind"] for x in lines.values() if x["predicate"]]
+    rows = []
+    for scorer, key in (
+        ("detection", "auc"),
+        ("detection", "balanced_accuracy"),
+        ("detection", "specificity_random"),
+        ("detection", "specificity_near"),
+        ("fuzz", "token_accuracy"),
+        ("fuzz", "balanced_accuracy"),
+    ):
+        vals = [x["scores"][scorer][key] for x in lines.values() if x["scores"][scorer][key] is not None]
+        rows.append([scorer, key, t_interval(vals).format()])
+    return [
+        f"Predicates: {kinds.count('label')} planted-label conjunctions, {kinds.count('tokens')} token lists, "
+        f"{len(lines) - len(kinds)} latents that never fired.",
+        "",
+        *harness.table(["scorer", "metric", "mean [95% CI] over latents"], rows),
+    ]
+
+
 def calibration_lines(sae: Path, steer_latents: int) -> list[str]:
     from workbench.features.calibration import calibrate
     from workbench.features.explain import ExplainConfig
@@ -110,11 +137,16 @@ def main(argv=None) -> None:
         "",
         "Goal: <= 60 CPU s. Measured on `workbench features explain` alone (the store already built).",
         "",
+        "## What the template explanations score",
+        "",
+        *own_score_lines(sae),
+        "",
         "## Calibration against planted labels (tiny only; the small model, sets and CLTs were not run: CPU)",
         "",
         "Each latent's true label (the store's best planted label by F1) scored as its explanation, against a label "
         "shuffled from another latent and a random value of the same kind; intervals are Student-t over latents "
-        "(workbench/intervals.py).",
+        "(workbench/intervals.py). A one-label predicate is 0 or 1, so its detection AUC equals its balanced "
+        "accuracy.",
         "",
         *calibration_lines(sae, a.steer_latents),
     ]
