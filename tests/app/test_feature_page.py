@@ -107,7 +107,8 @@ def test_the_headline_shows_the_explanation_marked_as_template_text_with_its_sco
 
     from tests.app.conftest import _runner
     from workbench.features.explain import ExplainConfig
-    from workbench.features.explanations import explain_store, load_explanations
+    from workbench.features.explain_run import explain_store
+    from workbench.features.explanations import load_explanations
 
     root = shutil.copytree(feature_workspace, tmp_path / "ws", symlinks=True)
     rel = next(r for r in saes(root) if "topk" in r)

@@ -72,7 +72,8 @@ def _add_explain(features) -> None:
 
 
 def _explain(a: argparse.Namespace) -> None:
-    from workbench.features.explanations import explain_store, load_explanations
+    from workbench.features.explain_run import explain_store
+    from workbench.features.explanations import load_explanations
     from workbench.features.store import FeatureStore
 
     if a.out and len(a.store) > 1:

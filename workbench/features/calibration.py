@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from workbench.features.explain import ExplainConfig, label_rates, template_explanation
-from workbench.features.explanations import open_contexts, steerer
+from workbench.features.explain_run import open_contexts, steerer
 from workbench.features.scoring import score_chunk
 from workbench.features.store import FeatureStore
 from workbench.intervals import t_interval
