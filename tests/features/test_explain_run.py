@@ -130,3 +130,22 @@ def test_a_brought_in_model_text_and_sae_get_scored_explanations(brought_in, tmp
         assert 0 <= x["scores"]["intervention"]["percentile"] <= 1
     assert main([*args[:3], "--scorers", "intervention", "--overwrite", "--quiet"]) == 2  # the default model: tiny
     assert "pass the store's model with --model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("arch", ["matryoshka", "block_topk"])
+def test_scaffold_and_block_dictionaries_get_scored_explanations(feature_workspace, tmp_path, arch):
+    """A Matryoshka SAE with a scaffold (its sparse latents only) and a block SAE (a unit is a block, its activation
+    the code norm, steered as one), every scorer."""
+    src = next(p for p in (feature_workspace / "saes" / "run").iterdir() if p.name.startswith(arch))
+    folder = shutil.copytree(src, tmp_path / src.name)
+    model = str(feature_workspace / "models" / "random")
+    cfg = replace(CFG, steer_prompts=1)
+    explain_store(folder, cfg, ("detection", "fuzz", "intervention"), 6, progress=False, model=model)
+    store = FeatureStore(folder)
+    _, lines = load_explanations(store)
+    assert (
+        sorted(lines) == list(range(6)) and store.n_units == store.manifest["n_sparse"] // store.manifest["block_size"]
+    )
+    fired = [x for u, x in lines.items() if store.units["count"].iat[u] > 0]
+    assert fired and all(x["scores"]["intervention"]["n_positions"] > 0 for x in fired)
+    assert all(x["scores"]["detection"]["n_pos"] > 0 for x in fired if store.units["count"].iat[x["latent"]] > 40)
