@@ -315,6 +315,7 @@ OUT_COMMANDS = {  # command -> (what --out names, arguments whose work would fai
     ("attention", "compare"): ("file", ["--base", "no-such-model", "--sparse", "no-such-model", "--task", "ioi"]),
     ("attention", "judge"): ("file", ["no-such-model"]),
     ("intervene",): ("file", ["--model", "no-such-model", "--dictionary", "no-such-dict", "--prompt", "a"]),
+    ("features", "explain"): ("file", ["no-such-store"]),
 }
 
 

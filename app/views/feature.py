@@ -7,6 +7,7 @@ from app import state, steer
 from app.figures import sae as plots
 from app.figures import svg
 from workbench import browse
+from workbench.features.explanations import headline
 
 
 def short(rel: str) -> str:
@@ -87,6 +88,9 @@ s = f["stats"]
 
 st.title(f"{short(rel)} · {unit_name} {u}")
 labels = store.labels_by_precision(u)
+explained = headline(store, u)  # `workbench features explain`: template text, marked so, with its scores
+if explained:
+    st.markdown(state.text(explained))
 
 
 st.markdown(

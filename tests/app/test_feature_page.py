@@ -98,3 +98,26 @@ def test_a_graph_node_s_activation_is_marked_on_the_histogram(app, feature_works
     at.number_input(key="w_unit").set_value(u + 1).run()  # another unit: the prompt's activation is not its own
     [hist] = [unquote(h.proto.body) for h in ok(at).get("html") if 'data-chart="histogram"' in h.proto.body]
     assert "data-mark" not in hist and "act" not in at.query_params
+
+
+def test_the_headline_shows_the_explanation_marked_as_template_text_with_its_scores(
+    feature_workspace, tmp_path, monkeypatch
+):
+    import shutil
+
+    from tests.app.conftest import _runner
+    from workbench.features.explain import ExplainConfig
+    from workbench.features.explain_run import explain_store
+    from workbench.features.explanations import load_explanations
+
+    root = shutil.copytree(feature_workspace, tmp_path / "ws", symlinks=True)
+    rel = next(r for r in saes(root) if "topk" in r)
+    store, u = busiest(root, rel)
+    explain_store(root / rel, ExplainConfig(pool=200), ("detection", "fuzz"), u + 1, progress=False)
+    line = load_explanations(FeatureStore(root / rel))[1][u]
+    text = page_text(ok(_runner(root, monkeypatch)("views/feature.py", sae=rel, unit=str(u))))
+    auc = line["scores"]["detection"]["auc"]
+    assert f"explanation (template text, not a model's words): {line['explanation']}" in text
+    assert line["explanation"].startswith("[template]") and f"detection AUC {auc:.2f}" in text
+    other = next(r for r in saes(root) if "topk" not in r)  # a store without explanations shows none
+    assert "explanation (" not in page_text(ok(_runner(root, monkeypatch)("views/feature.py", sae=other, unit="0")))

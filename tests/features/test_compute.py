@@ -114,6 +114,14 @@ def test_unit_labels_pick_the_value_with_the_best_f1(dense, entries):
         assert np.isclose(r["f1"][u], f1[best])
 
 
+def test_unit_labels_of_a_kind_with_no_values_match_nothing(entries):
+    """A plain text corpus has no entities: the kind's label column is -1 throughout and it names no value (the
+    crash of `features build` on a text file: argmax of an empty sequence)."""
+    r = compute.unit_labels(entries, np.full(N_ROWS, -1), 0)
+    assert (r["value"] == -1).all() and len(r["value"]) == U
+    assert not r["precision"].any() and not r["recall"].any() and not r["f1"].any()
+
+
 def test_token_units_rank_units_by_mean_activation_over_a_tokens_occurrences(dense, entries):
     tokens = np.random.default_rng(3).integers(0, 5, N_ROWS)
     units, means, frac = compute.token_units(entries, tokens, 6, 3)

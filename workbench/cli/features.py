@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 
 from workbench.cli.options import add_model_flag, quiet_flag, workspace_flag
-from workbench.configflags import add_config_flags, config_values
+from workbench.configflags import add_config_flags, config_values, count
+from workbench.errors import BadValueError
 from workbench.features.config import FeatureConfig
-from workbench.guard import INPUT, declare
+from workbench.features.explain import SCORERS, ExplainConfig
+from workbench.guard import FILE, INPUT, declare
 from workbench.workspace import Workspace
 
 PREFIX = "features."  # namespace prefix of the FeatureConfig flags
+EXPLAIN = "explain."  # and of the ExplainConfig flags
 
 
 def add_parser(sub) -> None:
@@ -30,6 +33,81 @@ def add_parser(sub) -> None:
     add_config_flags(b, FeatureConfig, PREFIX)
     b.add_argument("--overwrite", action="store_true", help="rebuild a finished or unfinished store from scratch")
     b.set_defaults(func=_build)
+    _add_explain(features)
+    _add_search(features)
+
+
+def _latents(text: str) -> int | None:
+    if text == "all":
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"--latents {text!r}: give a count >= 1 or 'all'")
+    return n
+
+
+def _add_explain(features) -> None:
+    e = features.add_parser(
+        "explain",
+        parents=[quiet_flag()],
+        help="template explanations of each store's latents, scored (detection, fuzzing, intervention), saved in it",
+    )
+    declare(e.add_argument("store", nargs="+", help="feature stores (or the SAE folders holding them)"), INPUT)
+    e.add_argument(
+        "--scorers",
+        nargs="+",
+        choices=SCORERS,
+        default=["detection", "fuzz"],
+        help="scorers run (default: %(default)s)",
+    )
+    e.add_argument("--latents", type=_latents, default=None, help="the first N latents, or all (default: all)")
+    declare(e.add_argument("--out", help="also write one JSON line per latent here (one store only)"), FILE)
+    add_model_flag(e, help="the store's model, for the intervention scorer (default: %(default)s)")
+    add_config_flags(e, ExplainConfig, EXPLAIN)
+    e.add_argument("--overwrite", action="store_true", help="make finished or unfinished explanations again")
+    e.set_defaults(func=_explain)
+
+
+def _explain(a: argparse.Namespace) -> None:
+    from workbench.features.explain_run import explain_store
+    from workbench.features.explanations import load_explanations
+    from workbench.features.store import FeatureStore
+
+    if a.out and len(a.store) > 1:
+        raise BadValueError(f"--out takes the lines of one store, got {len(a.store)} stores; run one at a time")
+    cfg = ExplainConfig(**config_values(a, ExplainConfig, EXPLAIN))
+    for path in a.store:
+        folder = explain_store(
+            path, cfg, a.scorers, a.latents, out=a.out, overwrite=a.overwrite, progress=not a.quiet, model=a.model
+        )
+        _, lines = load_explanations(FeatureStore(path))
+        auc = [x["scores"].get("detection", {}).get("auc") for x in lines.values()]
+        auc = [v for v in auc if v is not None]
+        mean = f", mean detection AUC {sum(auc) / len(auc):.3f} over {len(auc)} scored" if auc else ""
+        print(f"saved {folder}: {len(lines)} template explanations{mean}" + (f"; lines in {a.out}" if a.out else ""))
+
+
+def _add_search(features) -> None:
+    s = features.add_parser("search", help="latents whose explanation contains every word of TEXT")
+    s.add_argument("text", help="words to find in the explanations (case-insensitive)")
+    declare(s.add_argument("--store", required=True, help="a feature store holding explanations"), INPUT)
+    s.add_argument("--top", type=count(1), default=20, help="hits shown (default: %(default)s)")
+    s.set_defaults(func=_search)
+
+
+def _search(a: argparse.Namespace) -> None:
+    from workbench.features.explanations import search
+    from workbench.features.store import FeatureStore
+
+    hits = search(FeatureStore(a.store), a.text, a.top)
+    if not hits:
+        print(f"no explanation contains {a.text!r}")
+    for h in hits:
+        auc = "n/a" if h["auc"] is None else f"{h['auc']:.3f}"
+        print(f"latent {h['latent']}  detection AUC {auc}  {h['explanation']}")
 
 
 def _build(a: argparse.Namespace) -> None:

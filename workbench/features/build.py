@@ -214,13 +214,13 @@ def _build_hook(cache, hook, group, model, vocab, cfg, overwrite, progress) -> l
             bar.update(b - a)
     if bar is not None:
         bar.close()
-    meta = _row_metadata(cache, cfg.split, n_rows, vocab)
+    meta = row_metadata(cache, cfg.split, n_rows, vocab)
     loaded = [(j, *j.entries(n_chunks)) for j in jobs]
     group = [j.dictionary(e) for j, e, _ in loaded]  # matched with each other: workbench.features.across
     return [_finalize(j, e, coords, group, n_chunks, cache, hook, model, vocab, meta, t0) for j, e, coords in loaded]
 
 
-def _row_metadata(cache, split: str, n: int, vocab: list[str]) -> dict:
+def row_metadata(cache, split: str, n: int, vocab: list[str]) -> dict:
     """Per-row tokens, sequence positions and labels of the first n rows, and the (sequence, position) -> row map."""
     seq, pos = cache.seq_index(split)[:n].astype(np.int64), cache.positions(split)[:n]
     sequences = cache.sequences(split)

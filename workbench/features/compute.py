@@ -125,7 +125,11 @@ def unit_labels(
     """Best-matching value of one per-row label for each unit, as a detector of it.
 
     precision = P(label = v | unit fires), recall = P(unit fires | label = v); the best v has the
-    highest F1. labels < 0 (no value) never match."""
+    highest F1. labels < 0 (no value) never match; a kind with no values (a plain text corpus has no entities)
+    matches nothing: value -1 and zero scores for every unit."""
+    if n_values == 0:
+        zero = np.zeros(e.n_units, np.float32)
+        return {"value": np.full(e.n_units, -1, np.int32), "precision": zero, "recall": zero, "f1": zero.copy()}
     lab = labels[e.rows]
     ok = lab >= 0
     joint = np.bincount(e.units[ok] * n_values + lab[ok], minlength=e.n_units * n_values).reshape(e.n_units, n_values)

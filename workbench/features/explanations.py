@@ -1,0 +1,88 @@
+"""The explanations saved in a feature store (by workbench.features.explain_run), read without torch: one latent's
+line, the feature page's headline, and search by explanation."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+from workbench.errors import BadValueError
+from workbench.features.explain import TEMPLATE_MARK
+from workbench.features.store import MANIFEST, FeatureStore
+from workbench.readback import json_file, reading, verify_checksum
+
+FOLDER = "explanations"
+FORMAT = "workbench-explanations/1"
+LINES = "explanations.jsonl"
+
+
+def load_explanations(store: FeatureStore) -> tuple[dict, dict[int, dict]] | None:
+    """(manifest, {latent: line}) of the store's explanations, checked against the manifest; None when it has none."""
+    folder = store.path / FOLDER
+    if not (folder / MANIFEST).is_file():
+        return None
+    way_out = "make them again with `workbench features explain --overwrite`"
+    manifest = json_file(folder / MANIFEST, "explanations manifest", way_out)
+    if manifest.get("format") != FORMAT:
+        raise BadValueError(f"{folder / MANIFEST} has format {manifest.get('format')!r}, not {FORMAT!r}; {way_out}")
+    path = folder / LINES
+    verify_checksum(path, manifest["files"].get(LINES), "explanations", way_out, folder / MANIFEST)
+    with reading(path, "explanations", way_out):
+        lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    return manifest, {int(x["latent"]): x for x in lines}
+
+
+def _said(scores: dict) -> str:
+    """The scores as a headline says them (those a latent has)."""
+    parts = []
+    for scorer, key, name in (
+        ("detection", "auc", "detection AUC"),
+        ("detection", "balanced_accuracy", "detection balanced accuracy"),
+        ("fuzz", "token_accuracy", "fuzzing token accuracy"),
+        ("intervention", "percentile", "steering percentile of its promoted tokens"),
+    ):
+        v = (scores.get(scorer) or {}).get(key)
+        if v is not None:
+            parts.append(f"{name} {v:.2f}")
+    return ", ".join(parts) or "not scored (it never fired in the pass)"
+
+
+def headline(store: FeatureStore, u: int) -> str | None:
+    """One latent's explanation and its scores as the feature page shows them; None when the store has none."""
+    got = _loaded(store.path, (store.path / FOLDER / MANIFEST).stat().st_mtime_ns) if _has(store) else None
+    line = got[1].get(int(u)) if got else None
+    if line is None:
+        return None
+    return (
+        f"explanation ({line['explainer']} text, not a model's words): {line['explanation']} · {_said(line['scores'])}"
+    )
+
+
+def _has(store: FeatureStore) -> bool:
+    return (store.path / FOLDER / MANIFEST).is_file()
+
+
+@lru_cache(maxsize=8)
+def _loaded(path: Path, stamp: int):
+    """load_explanations, kept while the explanations' manifest is unchanged (the feature page reads it per rerun)."""
+    return load_explanations(FeatureStore(path))
+
+
+def search(store: FeatureStore, text: str, top: int = 20) -> list[dict]:
+    """Latents whose explanation contains every word of `text` (case-folded), best detection AUC first."""
+    words = text.casefold().split()
+    if not words:
+        raise BadValueError("type some words to search the explanations for")
+    got = load_explanations(store)
+    if got is None:
+        raise BadValueError(
+            f"the feature store at {store.path} has no explanations; make them with `workbench features explain`"
+        )
+    hits = []
+    for u, x in got[1].items():
+        body = x["explanation"].removeprefix(TEMPLATE_MARK).casefold()
+        if all(w in body for w in words):
+            det = (x["scores"].get("detection") or {}).get("auc")
+            hits.append({"latent": u, "explanation": x["explanation"], "auc": det})
+    return sorted(hits, key=lambda h: -(h["auc"] if h["auc"] is not None else -1))[:top]
