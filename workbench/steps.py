@@ -28,7 +28,8 @@ from workbench.lock import output_lock
 from workbench.readback import json_file
 from workbench.sae.config import EvalConfig, SAEConfig, TrainConfig
 from workbench.sae.scores import shown
-from workbench.workspace import MANIFEST, Workspace
+from workbench.transaction import artifact_transaction
+from workbench.workspace import MANIFEST, Workspace, check_name
 
 ALL_MLPS = "all_mlps_ce_recovered"  # a transcoder set's headline: CE recovered with every MLP replaced, per config
 SAE_HEADLINE = (
@@ -772,16 +773,15 @@ def import_sae(
         return _import_hub(ws, str(source), via, sae_id, model_spec, name=name, model=model)
     src = Path(source)
     fmt = imports.detect(src, fmt)
-    name = name or slug(src.resolve().name)
+    name = check_name(name or slug(src.resolve().name))  # before the model loads
     hooks = foreign.parse_hooks(hook)
     if hooks and fmt in ("saelens", "circuit-tracer"):
         raise BadValueError(f"--hook is for sparsify and dictionary_learning files; a {fmt} folder names its hooks")
     model = model if model is not None else load(model_spec, device="cpu")[0]
     if fmt == "circuit-tracer" and imports.is_tracer_clt(src):
-        return _import_tracer_clt(ws, src, _import_folder(ws.path("clts", name)), model, model_spec)
+        return _import_tracer_clt(ws, src, ws.path("clts", name), model, model_spec)
     if fmt == "saelens":
-        folder = _import_folder(ws.path("saes", "imported") / name)
-        return _import_saelens(ws, src, folder, model, model_spec, fmt, src), folder
+        return _import_one(ws, src, ws.path("saes", "imported", name), model, model_spec, fmt, src)
     if fmt == "circuit-tracer":
         members = imports.tracer_members(*imports.tracer_layers(src))
     elif fmt == "sparsify":
@@ -789,8 +789,8 @@ def import_sae(
     else:
         members = [foreign.dictionary_learning_member(src, model, hooks)]
     if fmt == "circuit-tracer" or (len(members) > 1 and all(m.target and m.layer is not None for m in members)):
-        return _import_set(ws, src, _import_folder(ws.path("transcoders", name)), model, model_spec, fmt, members)
-    return _import_converted(ws, ws.path("saes", "imported") / name, model, model_spec, fmt, members)
+        return _import_set(ws, src, ws.path("transcoders", name), model, model_spec, fmt, members)
+    return _import_converted(ws, ws.path("saes", "imported", name), model, model_spec, fmt, members)
 
 
 def _import_hub(ws: Workspace, ref: str, via: str, sae_id, model_spec: str, *, name, model) -> tuple[dict, Path]:
@@ -803,24 +803,27 @@ def _import_hub(ws: Workspace, ref: str, via: str, sae_id, model_spec: str, *, n
 
     name = name or slug(f"{ref}-{sae_id}" if via == "saelens" else ref.removeprefix("hf://"))
     if via == "saelens":
-        folder = _import_folder(ws.path("saes", "imported") / name)
+        folder = ws.path("saes", "imported", name)
         ws.root.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=ws.root) as tmp:
-            staged = hub.saelens_folder(ref, sae_id, Path(tmp) / "sae")
+            fetched = hub.saelens_folder(ref, sae_id, Path(tmp) / "sae")
             model = model if model is not None else load(model_spec, device="cpu")[0]
-            return _import_saelens(ws, staged, folder, model, model_spec, via, f"{ref} --sae-id {sae_id}"), folder
+            return _import_one(ws, fetched, folder, model, model_spec, via, f"{ref} --sae-id {sae_id}")
     cfg, files = hub.tracer_files(ref)
     model = model if model is not None else load(model_spec, device="cpu")[0]
     if isinstance(files, Path):
-        return _import_tracer_clt(ws, files, _import_folder(ws.path("clts", name)), model, model_spec)
-    folder = _import_folder(ws.path("transcoders", name))
+        return _import_tracer_clt(ws, files, ws.path("clts", name), model, model_spec)
+    folder = ws.path("transcoders", name)
     return _import_set(ws, files[0].parent, folder, model, model_spec, via, imports.tracer_members(cfg, files))
 
 
-def _import_folder(folder: Path) -> Path:
-    if folder.exists() and any(folder.iterdir()):
-        raise OutputExistsError(f"{folder} already holds an imported dictionary; pass another --name")
-    return folder
+IMPORT, IMPORTED = "workbench sae import", "an imported dictionary"
+
+
+def _import_one(ws: Workspace, src: Path, folder: Path, model, model_spec: str, fmt: str, source) -> tuple[dict, Path]:
+    """One SAELens folder imported into `folder` as one transaction (workbench.transaction)."""
+    with artifact_transaction(ws, folder, "saes", IMPORT, {"source": src}, what=IMPORTED) as staged:
+        return _import_saelens(ws, src, staged, model, model_spec, fmt, source), folder
 
 
 def _import_saelens(ws: Workspace, src: Path, folder: Path, model, model_spec: str, fmt: str, source) -> dict:
@@ -834,47 +837,44 @@ def _import_saelens(ws: Workspace, src: Path, folder: Path, model, model_spec: s
 
     sae = load_sae(src)  # refuses damaged files by name
     weights = src if isinstance(source, str) else source  # a Hub id's files as its library fetched them
-    with output_lock(folder, "workbench sae import"):
-        fits = imports.check_fits(sae, model)
-        cfg = imports.copy_bound(src, folder, model_id(model))
-        summary = {
-            **fits,
-            "architecture": cfg.get("architecture"),
-            "source_model_name": cfg["metadata"]["source_model_name"],
-            # sae_lens's own loader runs here; sparsify and dictionary_learning in bench/byo_roundtrip.py
-            "max_abs_diff_vs_source": imports.encoding_gap(src, folder) if fmt == "saelens" else None,
-        }
-        ws.record(
-            folder,
-            "saes",
-            made_by="workbench sae import",
-            config={"format": fmt, **{k: v for k, v in cfg.items() if k != "metadata"}},
-            inputs={
-                "source": source if isinstance(source, str) else source.resolve(),
-                "source_sha256": sha256_file(weights if weights.is_file() else weights / "sae_weights.safetensors"),
-                **_model_inputs(ws, model, model_spec),
-                **{k: fits[k] for k in ("hook", "target") if k in fits},
-            },
-            summary=summary,
-        )
+    fits = imports.check_fits(sae, model)
+    cfg = imports.copy_bound(src, folder, model_id(model))
+    summary = {
+        **fits,
+        "architecture": cfg.get("architecture"),
+        "source_model_name": cfg["metadata"]["source_model_name"],
+        # sae_lens's own loader runs here; sparsify and dictionary_learning in bench/byo_roundtrip.py
+        "max_abs_diff_vs_source": imports.encoding_gap(src, folder) if fmt == "saelens" else None,
+    }
+    ws.record(
+        folder,
+        "saes",
+        made_by=IMPORT,
+        config={"format": fmt, **{k: v for k, v in cfg.items() if k != "metadata"}},
+        inputs={
+            "source": source if isinstance(source, str) else source.resolve(),
+            "source_sha256": sha256_file(weights if weights.is_file() else weights / "sae_weights.safetensors"),
+            **_model_inputs(ws, model, model_spec),
+            **{k: fits[k] for k in ("hook", "target") if k in fits},
+        },
+        summary=summary,
+    )
     return summary
 
 
 def _import_converted(ws: Workspace, folder: Path, model, model_spec: str, fmt: str, members) -> tuple[dict, Path]:
     """sparsify or dictionary_learning dictionaries, each converted to a SAELens folder and imported as one; several
-    go to <folder>/<hookpoint>."""
-    import tempfile
-
+    go to <folder>/<hookpoint>; all in one transaction (the conversions beside the staged folder)."""
     from workbench.provenance import model_id
     from workbench.sae import foreign
 
-    one = len(members) == 1
-    folders = [_import_folder(folder if one else folder / m.name) for m in members]
-    summaries = []
-    with tempfile.TemporaryDirectory(dir=ws.root) as tmp:
-        for m, dest in zip(members, folders):
-            staged = foreign.to_saelens(m, Path(tmp) / m.name, model_id(model))
-            summaries.append(_import_saelens(ws, staged, dest, model, model_spec, fmt, m.source))
+    one, summaries = len(members) == 1, []
+    sources = {"source": [m.source for m in members]}
+    with artifact_transaction(ws, folder, "saes" if one else None, IMPORT, sources, what=IMPORTED) as staged:
+        for m in members:
+            converted = foreign.to_saelens(m, staged.parent / "converted" / m.name, model_id(model))
+            dest = staged if one else staged / check_name(m.name)
+            summaries.append(_import_saelens(ws, converted, dest, model, model_spec, fmt, m.source))
     return (summaries[0] if one else {"dictionaries": len(members), **summaries[0]}), folder
 
 
@@ -890,20 +890,20 @@ def _import_set(ws: Workspace, src: Path, folder: Path, model, model_spec: str, 
     from workbench.sae.transcoders import SCHEMA, SET_MANIFEST
 
     mid, layers, gaps = model_id(model), [], {}
-    with output_lock(folder, "workbench sae import"):
+    with artifact_transaction(ws, folder, "transcoders", IMPORT, {"source": src}, what=IMPORTED) as staged:
         for m in members:
-            dest = folder / m.name
+            dest = staged / check_name(m.name)
             if fmt == "circuit-tracer":
                 member = imports.tracer_to_saelens(m.source, m.hooks, dest, mid)
                 gaps[m.layer] = imports.tracer_gap(m.source, m.layer, member)
             else:
                 member = foreign.to_saelens(m, dest, mid)
             imports.check_fits(load_sae(member), model)
-            _record_sae(ws, member, "workbench sae import", None, {"format": fmt, "source": str(m.source)})
+            _record_sae(ws, member, IMPORT, None, {"format": fmt, "source": str(m.source)})
             entry = {"layer": m.layer, "input_hook": m.hook, "target_hook": m.target, "transcoders": [member.name]}
             layers.append({**entry, "input_kind": m.hook.split(".", 2)[-1]})
         manifest = {"schema": SCHEMA, "version": 1, "model": mid, "cache": None, "n_layers": model.cfg.n_layers}
-        atomic_write_text(folder / SET_MANIFEST, json.dumps({**manifest, "layers": layers}, indent=2))
+        atomic_write_text(staged / SET_MANIFEST, json.dumps({**manifest, "layers": layers}, indent=2))
         summary = {
             "layers": ",".join(str(e["layer"]) for e in layers),
             "transcoders": len(layers),
@@ -911,9 +911,9 @@ def _import_set(ws: Workspace, src: Path, folder: Path, model, model_spec: str, 
             "max_abs_diff_vs_source": max(gaps.values()) if gaps else None,
         }
         ws.record(
-            folder,
+            staged,
             "transcoders",
-            made_by="workbench sae import",
+            made_by=IMPORT,
             config={"format": fmt, "members": [str(m.source) for m in members]},
             inputs={"source": src.resolve(), **_model_inputs(ws, model, model_spec)},
             summary=summary,
@@ -939,8 +939,8 @@ def _import_tracer_clt(ws: Workspace, src: Path, folder: Path, model, model_spec
         if widths[hook] != d:
             raise BadValueError(f"the CLT's width at {hook} is {d}, but the model's is {widths[hook]}: another model")
     meta = {"model_name": model_id(model), "layers": layers, "input_hooks": hooks[0], "target_hooks": hooks[1]}
-    with output_lock(folder, "workbench sae import"):
-        save_clt(clt, folder, {**meta, "source": str(src.resolve())})
+    with artifact_transaction(ws, folder, "clts", IMPORT, {"source": src}, what=IMPORTED) as staged:
+        save_clt(clt, staged, {**meta, "source": str(src.resolve())})
         summary = {
             "layers": ",".join(map(str, layers)),
             "features_per_layer": clt.cfg.n_latents,
@@ -948,9 +948,9 @@ def _import_tracer_clt(ws: Workspace, src: Path, folder: Path, model, model_spec
             "max_abs_diff_vs_source": imports.tracer_clt_gap(src, clt),
         }
         ws.record(
-            folder,
+            staged,
             "clts",
-            made_by="workbench sae import",
+            made_by=IMPORT,
             config={"format": "circuit-tracer", **clt.cfg.to_dict()},
             inputs={"source": src.resolve(), **_model_inputs(ws, model, model_spec)},
             summary=summary,
