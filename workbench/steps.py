@@ -23,7 +23,7 @@ from pathlib import Path
 from workbench.cache.config import HarvestConfig
 from workbench.circuits.config import DEFAULT_SAMPLES, QueryConfig, SearchConfig
 from workbench.errors import BadValueError, OutputExistsError
-from workbench.guard import check_artifact
+from workbench.guard import check_artifact, check_in_place
 from workbench.lock import output_lock
 from workbench.readback import json_file
 from workbench.sae.config import EvalConfig, SAEConfig, TrainConfig
@@ -306,6 +306,7 @@ def evaluate_sae(
     from workbench.sae.eval import evaluate
     from workbench.sae.transcoders import is_set
 
+    check_in_place("SAE folder", sae_dir, ("saes", "transcoders", "clts"))  # its metrics and manifest are rewritten
     if ensure and _evaluated(sae_dir):
         return json_file(Path(sae_dir) / "metrics.json", "evaluation metrics", "evaluate it again (sae eval)")
     if is_set(sae_dir):
@@ -648,24 +649,41 @@ def check_graph(ws: Workspace, model, graph_path, transcoders, cfg=None, *, memb
     from workbench.interventions.dictionary import load_dictionary
 
     graph_path = Path(graph_path)
-    d = load(graph_path)
-    read_feature_graph(d)
+    recorded = check_graph_target(ws, graph_path)
     folder = graph_path.parent
-    circuit = folder / "feature_circuit.json"  # a circuit's own graph keeps only its embedding nodes
-    tokens = json.loads(circuit.read_text())["query"]["tokens"] if circuit.is_file() else None
-    record = check_graph(model, load_dictionary(transcoders, model, model.cfg.device, member), d, cfg, tokens)
-    write_json(graph_path, {**d, GRAPH_CHECK[0]: record})
-    if complete(folder):
-        s = record["summary"]
-        shares = {f"check_{k}": s[k] for k in ("nodes_confirmed_share", "edges_confirmed_share")}
-        rerecord(
-            ws,
-            folder,
-            "circuits",
-            "workbench circuit graph",
-            summary={**_manifest(folder).get("summary", {}), **shares},
-        )
+    with output_lock(folder if recorded else graph_path, CHECK):  # the lock `circuit graph` takes on the folder
+        d = load(graph_path)
+        read_feature_graph(d)
+        circuit = folder / "feature_circuit.json"  # a circuit's own graph keeps only its embedding nodes
+        tokens = json.loads(circuit.read_text())["query"]["tokens"] if circuit.is_file() else None
+        record = check_graph(model, load_dictionary(transcoders, model, model.cfg.device, member), d, cfg, tokens)
+        write_json(graph_path, {**d, GRAPH_CHECK[0]: record})
+        if recorded:
+            s = record["summary"]
+            shares = {f"check_{k}": s[k] for k in ("nodes_confirmed_share", "edges_confirmed_share")}
+            summary = {**_manifest(folder).get("summary", {}), **shares}
+            rerecord(ws, folder, "circuits", "workbench circuit graph", summary=summary)
     return record
+
+
+CHECK = "workbench circuit check"
+
+
+def check_graph_target(ws: Workspace, graph_path: Path) -> bool:
+    """Refuse, before any work, a graph `circuit check` may not add to: a file of an artifact that is not a circuit
+    (output guard), or a circuit recorded in another workspace (its manifest would be registered in this one as a
+    second circuit). Returns whether the graph's folder is a recorded circuit."""
+    check_in_place("graph", graph_path, ("circuits",))
+    folder = Path(graph_path).parent
+    if not complete(folder):
+        return False
+    if not ws.holds(folder):
+        theirs = folder.parent.parent if folder.parent.name == "circuits" else "the one that recorded it"
+        raise BadValueError(
+            f"{folder} is a circuit of another workspace ({theirs}), not of --workspace {ws.root}: pass --workspace "
+            f"{theirs}, where its manifest is rewritten, or copy the graph file out of {folder}"
+        )
+    return True
 
 
 def train_model(
@@ -1022,6 +1040,8 @@ def build_features(
     from workbench.features.build import build_stores
     from workbench.features.store import STORE, FeatureStore
 
+    for d in sae_dirs:
+        check_in_place("SAE folder", d, ("saes",))  # the store is built inside it
     kept = [Path(d) / STORE for d in sae_dirs if ensure and complete(Path(d) / STORE)]
     pending = [d for d in sae_dirs if Path(d) / STORE not in kept]
     out = [FeatureStore(path) for path in kept]

@@ -136,6 +136,10 @@ class Workspace:
         if self.root.exists() and not self.root.is_dir():
             raise BadValueError(f"{self.root} is a file, not a workspace folder; pass the folder (--workspace DIR)")
 
+    def holds(self, folder: str | Path) -> bool:
+        """Whether `folder` is this workspace's: inside its root, or registered in its index."""
+        return _inside(folder, self.root) or self.rel(folder) in self._index()["external"]
+
     def register(self, folder: Path) -> None:
         """List a folder outside the root in workspace.json, so the workspace finds it."""
         index = self._index()
@@ -228,9 +232,7 @@ class Workspace:
 def check_name(name) -> str:
     """Refuse an artifact name that is not one plain folder name: empty, '.', '..', with a separator, absolute."""
     if not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name or "\0" in name:
-        raise BadValueError(
-            f"artifact name {name!r} must be one folder name (no '/' or '\\', not empty, '.' or '..')"
-        )
+        raise BadValueError(f"artifact name {name!r} must be one folder name (no '/' or '\\', not empty, '.' or '..')")
     return name
 
 
