@@ -427,12 +427,12 @@ def find_circuit(
     command, inputs = "workbench circuit find", {"model_spec": model_spec}
     with ExitStack() as held:
         if name is not None:  # taken before the search too, when it does not depend on the result
-            _claim(held, ws.path("circuits", name), command, inputs)
+            staged = _claim(held, ws, ws.path("circuits", name), command, inputs)
         c = find_circuit(model, prompt, answer, counterfactual, query=query, cfg=cfg, **options)
         folder = ws.path("circuits", name or circuit_name(c.query, c.method))
         if name is None:
-            _claim(held, folder, command, inputs)
-        _record_circuit(ws, c, folder, command, _model_inputs(ws, model, model_spec))
+            staged = _claim(held, ws, folder, command, inputs)
+        _record_circuit(ws, c, staged, command, _model_inputs(ws, model, model_spec))
     return c, folder
 
 
@@ -462,17 +462,19 @@ def _members(ws: Workspace, tset, member) -> dict:
 CLAIMED = {"circuits": "a circuit or graph", "interventions": "an intervention"}  # what a finished folder holds
 
 
-def _claim(held: ExitStack, folder: Path, command: str, inputs: dict, work_dir=None, kind: str = "circuits") -> Path:
+def _claim(
+    held: ExitStack, ws: Workspace, folder: Path, command: str, inputs: dict, work_dir=None, kind: str = "circuits"
+) -> Path:
     """Take a circuit's (or an intervention's) folder, and a build's work_dir, for this process until `held` closes:
-    the output guard, a lock on each (a second run on the same --name or work_dir is refused, naming this one), and
-    a folder that another run filled (or a stopped one left) is refused."""
-    check_artifact(folder, kind, inputs, {"work_dir": work_dir})
-    for target in (folder, *([work_dir] if work_dir else [])):
-        held.enter_context(output_lock(target, command))
-    if folder.exists() and any(p for p in folder.iterdir() if not p.name.startswith(".")):
-        what = CLAIMED[kind] if complete(folder) else "the files of a run stopped before it finished"
-        raise OutputExistsError(f"{folder} already holds {what}; delete it or pass another --name")
-    return folder
+    an artifact transaction (the output guard, a lock, a folder another run filled refused) and a lock on the
+    work_dir (a second run on the same --name or work_dir is refused, naming this one). Returns the staging folder
+    the step writes and records the artifact in; it is validated and renamed onto `folder` when `held` closes."""
+    what = CLAIMED[kind]
+    scratch = {"work_dir": work_dir}
+    staged = held.enter_context(artifact_transaction(ws, folder, kind, command, inputs, scratch=scratch, what=what))
+    if work_dir:
+        held.enter_context(output_lock(work_dir, command))
+    return staged
 
 
 def find_feature_circuit(
@@ -502,7 +504,7 @@ def find_feature_circuit(
     work_dir = getattr(options.get("graph_cfg"), "work_dir", None)
     with ExitStack() as held:
         if name is not None:
-            _claim(held, ws.path("circuits", name), command, inputs, work_dir)
+            staged = _claim(held, ws, ws.path("circuits", name), command, inputs, work_dir)
         elif work_dir:  # the folder is named after the search: the work_dir is locked for it
             held.enter_context(output_lock(work_dir, command))
         tset, member = open_set(transcoders), query.member
@@ -511,14 +513,14 @@ def find_feature_circuit(
         )
         folder = ws.path("circuits", name or "features-" + circuit_name(c.query, c.method))
         if name is None:
-            _claim(held, folder, command, inputs)
+            staged = _claim(held, ws, folder, command, inputs)
         labels, members = set_labels(tset, member), _members(ws, tset, member)
-        c.save(folder / "feature_circuit.json")
-        to_neuronpedia(g, folder / "graph.json", folder.name, labels, circuit=c, pinned=True, members=members)
-        to_neuronpedia(g, folder / "neuronpedia.json", folder.name, labels, circuit=c, members=members)
+        c.save(staged / "feature_circuit.json")
+        to_neuronpedia(g, staged / "graph.json", folder.name, labels, circuit=c, pinned=True, members=members)
+        to_neuronpedia(g, staged / "neuronpedia.json", folder.name, labels, circuit=c, members=members)
         q = c.query
         ws.record(
-            folder,
+            staged,
             "circuits",
             made_by=command,
             config=c.method,
@@ -554,13 +556,13 @@ def attribution_graph(
     folder = ws.path("circuits", name or f"graph-{slug(' '.join(str(prompt).split()[-4:]))[:40]}")
     with ExitStack() as held:
         inputs = {"transcoders": transcoders, "model_spec": model_spec}
-        _claim(held, folder, "workbench circuit graph", inputs, getattr(cfg, "work_dir", None))
+        staged = _claim(held, ws, folder, "workbench circuit graph", inputs, getattr(cfg, "work_dir", None))
         tset = open_set(transcoders)
         g = build_graph(model, tset.load(member, model.cfg.device, model), prompt, answer, wrong, cfg)
         labels, members = set_labels(tset, member), _members(ws, tset, member)
-        to_neuronpedia(g, folder / "graph.json", folder.name, labels, members=members)
+        to_neuronpedia(g, staged / "graph.json", folder.name, labels, members=members)
         ws.record(
-            folder,
+            staged,
             "circuits",
             made_by="workbench circuit graph",
             config={**g.config, "member": member},
@@ -612,11 +614,11 @@ def intervene(
         source = ActivationCache.open(mean_cache)
     with ExitStack() as held:
         inputs = {"dictionary": dictionary, "mean_cache": mean_cache}
-        _claim(held, folder, "workbench intervene", inputs, kind="interventions")
+        staged = _claim(held, ws, folder, "workbench intervene", inputs, kind="interventions")
         sites = load_dictionary(dictionary, model, model.cfg.device)
         batch = isinstance(prompt, list)
         result = (intervene_batch if batch else intervene)(model, sites, prompt, cfg, source)
-        write_json(folder / "result.json", result)
+        write_json(staged / "result.json", result)
         runs = result["results"] if batch else [result]
         kl = [r["positions"][-1]["kl"] for r in runs]
         inputs = {**_model_inputs(ws, model, model_spec), "dictionary": Path(dictionary)}
@@ -625,7 +627,7 @@ def intervene(
             inputs["cache"] = Path(mean_cache)
         one = {"kl": kl[0], "top": runs[0]["positions"][-1]["top"][0]["str"]}
         ws.record(
-            folder,
+            staged,
             "interventions",
             made_by="workbench intervene",
             config=cfg.to_dict(),
@@ -736,7 +738,8 @@ def import_model(
     folder = ws.path("models", name or slug(src.name if Path(source).exists() else source.split("/")[-1]))
     if complete(folder) and not overwrite:
         raise OutputExistsError(f"{folder} already holds a model; pass --overwrite to replace it, or another --name")
-    with output_lock(folder, "workbench model import"):
+    source_input = {"source": src if Path(source).exists() else None}
+    with artifact_transaction(ws, folder, "models", MODEL_IMPORT, source_input, replace=overwrite) as staged:
         hf_model, tokenizer = hf.read_folder(src)
         model = hf.convert(hf_model, tokenizer, folder.name, device="cpu")
         gap = hf.logit_gap(hf_model, model)
@@ -748,12 +751,12 @@ def import_model(
         model.to(getattr(torch, dtype))
         arch = model.cfg.original_architecture
         imported = {"source": str(source), "source_sha256": hf.source_checksum(src), "architecture": arch}
-        save(model, folder, extra={"imported": imported})
+        save(model, staged, extra={"imported": imported})
         summary = {**imported, "model_id": model_id(model), "logit_max_abs_diff": gap, "n_layers": model.cfg.n_layers}
         ws.record(
-            folder,
+            staged,
             "models",
-            made_by="workbench model import",
+            made_by=MODEL_IMPORT,
             config={"dtype": dtype, "weight_processing": "none", "equivalence_tolerance": hf.EQUIVALENCE_TOLERANCE},
             inputs={"source": src if Path(source).exists() else source},
             summary=summary,
@@ -762,6 +765,7 @@ def import_model(
 
 
 STORE_DTYPES = ("float32", "bfloat16", "float16")
+MODEL_IMPORT = "workbench model import"
 
 
 def import_sae(
@@ -1262,6 +1266,6 @@ def import_circuit(ws: Workspace, path, model=None, model_spec: str | None = Non
     command = made_by or "workbench circuit import"
     inputs = _model_inputs(ws, model, model_spec) if model is not None else {"model": c.model_id}
     with ExitStack() as held:
-        _claim(held, folder, command, {"source": path})
-        _record_circuit(ws, c, folder, command, {**inputs, "source": path.resolve()})
+        staged = _claim(held, ws, folder, command, {"source": path})
+        _record_circuit(ws, c, staged, command, {**inputs, "source": path.resolve()})
     return c, folder

@@ -11,6 +11,7 @@ This module imports no torch at the top: the workspace and the CLI parser stand 
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 from collections.abc import Iterator
@@ -39,25 +40,33 @@ def artifact_transaction(
     command: str,
     inputs: dict | None = None,
     *,
+    scratch: dict | None = None,
     replace: bool = False,
     what: str = "an artifact",
 ) -> Iterator[Path]:
     """Yield the staging folder the step writes `folder`'s artifact of `kind` into (None: a folder whose members
     are the artifacts) and records it in (`ws.record(staged, ...)`); on success validate it and rename it into
     `folder`. The folder is checked by the output guard against `inputs` and locked for `command`; one that already
-    holds files is refused unless `replace` (the old one is swapped out in the same step, then removed)."""
+    holds files is refused unless `replace` (the old one is swapped out in the same step, then removed); scratch:
+    the step's working folders (name -> path or None), checked by the guard too."""
     folder = Path(folder)
-    check_artifact(folder, kind, inputs or {})
+    check_artifact(folder, kind, inputs or {}, scratch)
     with output_lock(folder, command):
         if not replace and folder.exists() and any(not p.name.startswith(".") for p in folder.iterdir()):
-            raise OutputExistsError(f"{folder} already holds {what}; delete it or pass another --name")
+            held = what if (folder / MANIFEST).is_file() else "the files of a run stopped before it finished"
+            raise OutputExistsError(f"{folder} already holds {held}; delete it or pass another --name")
         staged = staging_folder(folder)
-        shutil.rmtree(staged.parent, ignore_errors=True)  # one this pid left (a reused pid after a crash)
+        for stale in folder.parent.glob(f".{glob.escape(folder.name)}{STAGING}*"):  # killed runs' (we hold the lock)
+            shutil.rmtree(stale, ignore_errors=True)
         staged.mkdir(parents=True)
         try:
             yield staged
             validate(staged, kind)
             _move_in(staged, folder)
+        except OSError as e:  # a full disk names the file the user knows, not its staged copy
+            if not isinstance(e.filename, str) or not Path(e.filename).is_relative_to(staged):
+                raise
+            raise OSError(e.errno, e.strerror, str(folder / Path(e.filename).relative_to(staged))) from e
         finally:
             shutil.rmtree(staged.parent, ignore_errors=True)
     if not folder.resolve().is_relative_to(ws.root.resolve()):

@@ -203,6 +203,7 @@ class Workspace:
         found, skipped = self.scan()
         kept = [s.path.resolve() if s.path.name == INDEX else s.path.resolve().parent for s in skipped]
         made = set(stale_locks(root)) | (set() if any(k == (root / INDEX) for k in kept) else {root / INDEX})
+        made |= {p for p in root.rglob("*") if p.is_file() and staged(p.relative_to(root))}  # killed steps' staging
         for a in found:
             folder = a.path.resolve()
             if not _inside(folder, root):
