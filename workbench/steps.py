@@ -1147,20 +1147,22 @@ def embedded_sparse_model(ws: Workspace, name: str = "tiny-sparse", ensure: bool
         if ensure:
             return read_report(folder), folder
         raise OutputExistsError(f"{folder} already holds a model; remove it or use it as it is")
-    copy_model(EMBEDDED[name], folder, shipped(EMBEDDED[name]))
-    report = read_report(folder)
-    ws.record(
-        folder,
-        "models",
-        made_by=f"embedded data/models/{name}",
-        config=report["config"],
-        inputs={
-            "model": report["base_model"],
-            "model_spec": report.get("base_spec", "tiny"),
-            "corpus": report["corpus"],
-        },
-        summary=_attention_summary(report),
-    )
+    made_by = f"embedded data/models/{name}"
+    with artifact_transaction(ws, folder, "models", made_by, what="a model") as staged:
+        copy_model(EMBEDDED[name], staged, shipped(EMBEDDED[name]))
+        report = read_report(staged)
+        ws.record(
+            staged,
+            "models",
+            made_by=made_by,
+            config=report["config"],
+            inputs={
+                "model": report["base_model"],
+                "model_spec": report.get("base_spec", "tiny"),
+                "corpus": report["corpus"],
+            },
+            summary=_attention_summary(report),
+        )
     return report, folder
 
 

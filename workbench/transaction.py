@@ -61,7 +61,7 @@ def artifact_transaction(
         staged.mkdir(parents=True)
         try:
             yield staged
-            validate(staged, kind)
+            validate(staged, kind, folder)
             _move_in(staged, folder)
         except OSError as e:  # a full disk names the file the user knows, not its staged copy
             if not isinstance(e.filename, str) or not Path(e.filename).is_relative_to(staged):
@@ -83,9 +83,10 @@ def _move_in(staged: Path, folder: Path) -> None:
     fsync_dir(folder.parent)
 
 
-def validate(folder: Path, kind: str | None) -> None:
-    """Refuse (one line naming the file) a staged artifact that is not whole: no manifest (of `kind`), a listed file
-    missing or changed, a tensor with NaN or inf, an SAE whose weights' shapes are not its config's."""
+def validate(folder: Path, kind: str | None, final: Path | None = None) -> None:
+    """Refuse (one line naming the file, as it would be named in `final`) a staged artifact that is not whole: no
+    manifest (of `kind`), a listed file missing or changed, a NaN, an infinite value outside a mask buffer, an SAE
+    whose weights' shapes are not its config's."""
     manifests = sorted(folder.glob(f"**/{MANIFEST}"))
     own = folder / MANIFEST
     if (kind is not None and own not in manifests) or not manifests:
@@ -95,25 +96,33 @@ def validate(folder: Path, kind: str | None) -> None:
         if m == own and kind is not None and got != kind:
             raise damaged(m, "staged artifact", f"kind {got!r}, not {kind!r}", "rerun the step")
         verify_artifact(m.parent, f"staged {got}")
+    final = final or folder
     for path in sorted(folder.rglob("*.safetensors")):
-        _check_tensors(path)
+        _check_tensors(path, final / path.relative_to(folder))
     for cfg in sorted(folder.rglob("cfg.json")):
-        _check_sae_shapes(cfg)
+        _check_sae_shapes(cfg, final / cfg.parent.relative_to(folder) / SAE_WEIGHTS)
 
 
-def _check_tensors(path: Path) -> None:
+MASK_BUFFERS = ("IGNORE",)  # TransformerLens's attention-mask fill value: -inf by design
+
+
+def _check_tensors(path: Path, shown: Path) -> None:
     import torch
 
     for key, t in safetensors_file(path, "staged weights", "rerun the step").items():
-        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-            bad = int((~torch.isfinite(t)).sum())
-            raise BadValueError(f"{path}: tensor {key!r} has {bad} NaN or infinite value(s); nothing was recorded")
+        if not t.is_floating_point():
+            continue
+        bad = t.isnan() if key.rsplit(".", 1)[-1] in MASK_BUFFERS else ~torch.isfinite(t)
+        if bool(bad.any()):
+            raise BadValueError(
+                f"{shown}: tensor {key!r} has {int(bad.sum())} NaN or infinite value(s); nothing was recorded"
+            )
 
 
 SAE_WEIGHTS = "sae_weights.safetensors"
 
 
-def _check_sae_shapes(cfg_path: Path) -> None:
+def _check_sae_shapes(cfg_path: Path, shown: Path) -> None:
     """A SAELens folder's W_enc is [d_in, d_sae] and W_dec [d_sae, d_out or d_in], as its cfg.json says."""
     weights = cfg_path.parent / SAE_WEIGHTS
     cfg = json_file(cfg_path, "staged SAE config", "rerun the step")
@@ -125,6 +134,6 @@ def _check_sae_shapes(cfg_path: Path) -> None:
     for key, shape in want.items():
         if key in tensors and tuple(tensors[key].shape) != shape:
             raise BadValueError(
-                f"{weights}: {key} has shape {list(tensors[key].shape)}, but {cfg_path.name} says {list(shape)} "
+                f"{shown}: {key} has shape {list(tensors[key].shape)}, but {cfg_path.name} says {list(shape)} "
                 "(d_in, d_sae, d_out); nothing was recorded"
             )
