@@ -25,7 +25,7 @@ from workbench.circuits.config import DEFAULT_SAMPLES, QueryConfig, SearchConfig
 from workbench.errors import BadValueError, OutputExistsError
 from workbench.guard import check_artifact, check_in_place
 from workbench.lock import output_lock
-from workbench.readback import json_file
+from workbench.readback import json_file, owner
 from workbench.sae.config import EvalConfig, SAEConfig, TrainConfig
 from workbench.sae.scores import shown
 from workbench.transaction import artifact_transaction
@@ -678,6 +678,11 @@ def check_graph_target(ws: Workspace, graph_path: Path) -> bool:
     check_in_place("graph", graph_path, ("circuits",))
     folder = Path(graph_path).parent
     if not complete(folder):
+        if held := owner(graph_path):  # a file deeper in a circuit's folder: its checksum would no longer match
+            raise BadValueError(
+                f"graph {graph_path} lies inside the circuit {held.parent} but is not its graph: the check would "
+                f"change a file its manifest lists; give {held.parent}, or copy the file out of it"
+            )
         return False
     if not ws.holds(folder):
         theirs = folder.parent.parent if folder.parent.name == "circuits" else "the one that recorded it"
@@ -788,6 +793,8 @@ def import_sae(
     from workbench.models import load
     from workbench.sae import foreign, hub, imports
 
+    if name is not None:
+        check_name(name)  # before anything is fetched or loaded
     via = hub.route(str(source), fmt, sae_id)
     if via:
         if hook:
@@ -795,7 +802,7 @@ def import_sae(
         return _import_hub(ws, str(source), via, sae_id, model_spec, name=name, model=model)
     src = Path(source)
     fmt = imports.detect(src, fmt)
-    name = check_name(name or slug(src.resolve().name))  # before the model loads
+    name = name or slug(src.resolve().name)
     hooks = foreign.parse_hooks(hook)
     if hooks and fmt in ("saelens", "circuit-tracer"):
         raise BadValueError(f"--hook is for sparsify and dictionary_learning files; a {fmt} folder names its hooks")

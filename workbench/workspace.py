@@ -159,7 +159,12 @@ class Workspace:
         if kind is not None:
             check_kind(kind)
         self._check_root()
-        manifests = [m for k in KINDS for m in sorted(self.root.glob(f"{k}/**/{MANIFEST}")) if not staged(m)]
+        manifests = [
+            m
+            for k in KINDS
+            for m in sorted(self.root.glob(f"{k}/**/{MANIFEST}"))
+            if not staged(m.relative_to(self.root))
+        ]
         skipped = []
         try:
             external = self._index()["external"]

@@ -66,3 +66,16 @@ def test_a_second_circuit_check_is_refused_while_the_first_writes(recorded, tc_s
     assert (g1 / "graph.json").read_bytes() == before
     assert main(_check(g1, ws.root, tc_set)) == 0, capsys.readouterr().err
     assert (g1 / "graph.json").read_bytes() != before
+
+
+def test_a_graph_deeper_in_a_circuit_s_folder_is_refused(recorded, tc_set, capsys):
+    """A copy in a sub-folder of g1: the check would change a file g1's manifest lists (its checksum)."""
+    ws, g1 = recorded
+    (g1 / "sub").mkdir(exist_ok=True)
+    shutil.copy(g1 / "graph.json", g1 / "sub" / "graph.json")
+    before = (g1 / "sub" / "graph.json").read_bytes()
+    assert main(_check(g1 / "sub" / "graph.json", ws.root, tc_set)) == 2
+    err = capsys.readouterr().err
+    assert f"graph {g1 / 'sub' / 'graph.json'} lies inside the circuit {g1} but is not its graph" in err, err
+    assert (g1 / "sub" / "graph.json").read_bytes() == before
+    shutil.rmtree(g1 / "sub")
