@@ -107,3 +107,14 @@ def test_a_staged_sae_whose_shapes_are_not_its_config_is_refused(tmp_path):
             save_file({"W_enc": torch.zeros(4, 8), "W_dec": torch.zeros(6, 4)}, str(staged / "sae_weights.safetensors"))
             ws.record(staged, "saes", made_by="test", config={})
     assert not ws.path("saes", "s").exists()
+
+
+def test_model_import_overwrite_swaps_the_old_model_out_in_one_rename(tmp_path, capsys):
+    from tests.hf_folders import hf_folder
+
+    src, ws = hf_folder("llama", tmp_path / "src"), Workspace(tmp_path / "ws")
+    argv = ["model", "import", str(src), "--workspace", str(ws.root), "--name", "mine"]
+    assert main(argv) == 0 and main([*argv, "--dtype", "float16", "--overwrite"]) == 0, capsys.readouterr().err
+    [a] = ws.artifacts()
+    assert a.manifest["config"]["dtype"] == "float16" and a.path == ws.path("models", "mine")
+    assert sorted(p.name for p in (ws.root / "models").iterdir()) == ["mine"]  # no staging or old folder left

@@ -79,7 +79,12 @@ def _move_in(staged: Path, folder: Path) -> None:
     old = staged.parent / ".replaced"
     if folder.exists():
         os.rename(folder, old)
-    os.rename(staged, folder)
+    try:
+        os.rename(staged, folder)
+    except OSError:
+        if old.exists():  # the old artifact goes back where it was
+            os.rename(old, folder)
+        raise
     fsync_dir(folder.parent)
 
 
