@@ -35,8 +35,9 @@ ROLE = "workbench_role"  # the argparse action attribute that holds an argument'
 class Role:
     """What a command does with a path argument. form: 'input', 'file', 'artifact' (the folder of an artifact of
     one of `kinds`, whose own manifest may be there: a resume), 'scratch' (a working folder, no artifact),
-    'workspace', or 'in_place' (read, then added to: an artifact of one of `kinds`, or a file of no artifact). split: the separator of a value listing several paths (a corpus spec). when: a test of the parsed
-    arguments, for a path used only by some forms of a command (`cache verify DIR` records nothing)."""
+    'workspace', or 'in_place' (read, then added to: an artifact of one of `kinds`, or a file of no artifact).
+    split: the separator of a value listing several paths (a corpus spec). when: a test of the parsed arguments,
+    for a path used only by some forms of a command (`cache verify DIR` records nothing)."""
 
     form: str
     kinds: tuple[str, ...] = ()
