@@ -124,7 +124,7 @@ def exported(ws, work: Path, model) -> dict:
             "folder": export(ws.path("transcoders", "sparsify-tc"), "tc"),
             "inputs": {f"h.{i}.mlp": MLP_IN[i] for i in TC},
         },
-        "dl-topk": {"folder": export(ws.path("saes", "imported") / "dl-topk", "dl"), "inputs": {"h.1": RESID}},
+        "dl-topk": {"folder": export(ws.path("saes", "imported", "dl-topk"), "dl"), "inputs": {"h.1": RESID}},
     }
 
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from workbench.cli import main
-from workbench.workspace import MANIFEST
+from workbench.workspace import MANIFEST, Workspace
 
 # Runs `workbench ARGV` and stops it in the nth atomic write of a file matching PATTERN, after the data is written
 # and before the rename: "kill" truncates the temporary file to half and sends itself SIGKILL (no clean-up runs);
@@ -174,14 +174,21 @@ def test_a_graph_build_killed_mid_chunk_resumes_to_the_same_graph(small_world, t
     assert _files(killed / "ws/circuits/g") == _files(whole / "ws/circuits/g")
 
 
-def test_a_graph_killed_while_it_records_itself_is_refused_not_listed(small_world, tmp_path, capsys, monkeypatch):
-    """SIGKILL while the manifest is written (graph.json complete): nothing listed, and the rerun is refused in one
-    line saying the folder holds a stopped run's files."""
-    stopped(_graph_argv(small_world), "*circuits/g/artifact.json", 1, "kill", tmp_path)
+def test_a_graph_killed_while_it_records_itself_leaves_nothing_and_its_name_free(
+    small_world, tmp_path, capsys, monkeypatch
+):
+    """SIGKILL while the manifest is written (graph.json complete, in the staging folder): nothing listed, no folder
+    under the name, and the rerun makes the graph (workbench.transaction); a clear removes what is left."""
+    stopped(_graph_argv(small_world), "*circuits/.g.staging-*/g/artifact.json", 1, "kill", tmp_path)
     monkeypatch.chdir(tmp_path)
-    assert (tmp_path / "ws/circuits/g/graph.json").is_file() and listed("ws", capsys) == []
-    line = one_line(_graph_argv(small_world), capsys)
-    assert f"{Path('ws/circuits/g')} already holds the files of a run stopped before it finished" in line, line
+    assert list((tmp_path / "ws/circuits").glob(".g.staging-*/g/graph.json")) and listed("ws", capsys) == []
+    assert not (tmp_path / "ws/circuits/g").exists()
+    assert main(_graph_argv(small_world)) == 0 and len(listed("ws", capsys)) == 1
+    assert not list((tmp_path / "ws/circuits").glob(".g.staging-*"))
+    (tmp_path / "ws/circuits/.h.staging-1/h").mkdir(parents=True)
+    (tmp_path / "ws/circuits/.h.staging-1/h/graph.json").write_text("{}")
+    Workspace(tmp_path / "ws").clear()
+    assert not (tmp_path / "ws").exists()
 
 
 # ---- a full disk ------------------------------------------------------------------------------------------------

@@ -289,3 +289,26 @@ def test_the_steps_refuse_the_same_for_python_callers(tmp_path):
     with pytest.raises(BadValueError, match=f"holds the input corpus_spec {corpus}"):
         steps.make_cache(ws, "tiny", f"synthetic,{corpus}", out=corpus.parent)
     assert not ws.root.exists()
+
+
+@pytest.mark.parametrize("command", ["sae eval", "features build"])
+def test_an_in_place_writer_is_refused_on_a_folder_of_another_artifact(feature_workspace, tmp_path, capsys, command):
+    """An SAE copied into a cache's folder: `sae eval` wrote metrics.json and an `saes` manifest into the cache,
+    `features build` its store (in-place writers declare the kinds they add to: guard.in_place)."""
+    from workbench.workspace import Workspace
+
+    sae = sorted((feature_workspace / "saes" / "run").glob(f"*/{MANIFEST}"))[0].parent
+    ws = Workspace(tmp_path / "ws")
+    host = ws.path("caches", "host")
+    (host / "sae").mkdir(parents=True)
+    for name in ("cfg.json", "sae_weights.safetensors"):
+        (host / "sae" / name).write_bytes((sae / name).read_bytes())
+    ws.record(host, "caches", made_by="test", config={})
+    before = sorted(p.relative_to(host).as_posix() for p in host.rglob("*"))
+    cache = feature_workspace / "caches" / "random-synthetic"
+    argv = [*command.split(), str(host / "sae"), "--cache", str(cache), "--workspace", str(ws.root), "--model"]
+    argv.append(str(feature_workspace / "models" / "random"))
+    assert main([*argv, *(["--no-model"] if command == "sae eval" else ["--quiet"])]) == 2
+    err = capsys.readouterr().err
+    assert f"SAE {host / 'sae'} belongs to another artifact ({host / MANIFEST}, kind caches)" in err, err
+    assert sorted(p.relative_to(host).as_posix() for p in host.rglob("*")) == before

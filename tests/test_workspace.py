@@ -1,4 +1,5 @@
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,10 @@ def test_bad_kind_and_name_are_refused(tmp_path):
         ws.path("cach", "x")
     with pytest.raises(BadValueError, match="one folder name"):
         ws.path("caches", "../escape")
+    for bad in ("/abs/olute", "", ".", "a/b", "a\\b"):  # every name, the run and member levels too
+        with pytest.raises(BadValueError, match=f"artifact name {re.escape(repr(bad))} must be one folder name"):
+            ws.path("saes", "imported", bad)
+    assert ws.path("saes", "imported", "x") == tmp_path / "saes" / "imported" / "x"
 
 
 def test_clear_removes_only_what_manifests_list(tmp_path):

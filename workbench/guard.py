@@ -9,7 +9,9 @@ Python callers too (`check_artifact`). Refused, in one line naming both paths:
   workspace clean-up would delete them);
 - an output inside the folder of another artifact, or a folder output holding another artifact's manifest
   (an artifact.json of another kind): the write would replace or mix into that artifact;
-- two outputs that are one path.
+- two outputs that are one path;
+- an in-place writer (`circuit check`, `sae eval`, `features build`: it reads a path and adds to it) on a file or
+  folder of an artifact of a kind it does not declare: it would rewrite that artifact's files or manifest.
 An input compares by the file it names (symlinks, `..` and hard links resolved); one not on disk cannot be
 overwritten and is left to the command, which names it missing. This module imports no torch.
 """
@@ -32,9 +34,10 @@ ROLE = "workbench_role"  # the argparse action attribute that holds an argument'
 @dataclass(frozen=True)
 class Role:
     """What a command does with a path argument. form: 'input', 'file', 'artifact' (the folder of an artifact of
-    one of `kinds`, whose own manifest may be there: a resume), 'scratch' (a working folder, no artifact) or
-    'workspace'. split: the separator of a value listing several paths (a corpus spec). when: a test of the parsed
-    arguments, for a path used only by some forms of a command (`cache verify DIR` records nothing)."""
+    one of `kinds`, whose own manifest may be there: a resume), 'scratch' (a working folder, no artifact),
+    'workspace', or 'in_place' (read, then added to: an artifact of one of `kinds`, or a file of no artifact).
+    split: the separator of a value listing several paths (a corpus spec). when: a test of the parsed arguments,
+    for a path used only by some forms of a command (`cache verify DIR` records nothing)."""
 
     form: str
     kinds: tuple[str, ...] = ()
@@ -43,7 +46,8 @@ class Role:
 
     @property
     def writes(self) -> bool:
-        return self.form != "input"
+        """Whether it is checked as an output (an in-place path is checked as an input, and by `check_in_place`)."""
+        return self.form not in ("input", "in_place")
 
 
 INPUT = Role("input")
@@ -56,6 +60,10 @@ def artifact(*kinds: str) -> Role:
     return Role("artifact", kinds)
 
 
+def in_place(*kinds: str) -> Role:
+    return Role("in_place", kinds)
+
+
 def declare(action, role: Role):
     """Mark an argparse action (what add_argument returns) with the role of its paths; returns the action."""
     setattr(action, ROLE, role)
@@ -64,7 +72,7 @@ def declare(action, role: Role):
 
 def check_args(parser, args) -> None:
     """The guard over every declared path argument of the command `args` was parsed for (its leaf parser)."""
-    outputs, inputs = [], []
+    outputs, inputs, places = [], [], []
     for action in _leaf(parser, args)._actions:
         role, value = getattr(action, ROLE, None), getattr(args, action.dest, None)
         if role is None or value in (None, "", []) or (role.when is not None and not role.when(args)):
@@ -73,7 +81,25 @@ def check_args(parser, args) -> None:
         for v in value if isinstance(value, list) else [value]:
             for p in str(v).split(role.split) if role.split else [str(v)]:
                 (outputs if role.writes else inputs).append((label, p, role))
+                if role.form == "in_place":
+                    places.append((label, p, role.kinds))
     check(outputs, [(label, p) for label, p, _ in inputs])
+    for label, p, kinds in places:
+        check_in_place(label, p, kinds)
+
+
+def check_in_place(label: str, path: str | Path, kinds: tuple[str, ...]) -> None:
+    """Refuse an in-place write (a step adding to what it read) on a path that an artifact of a kind other than
+    `kinds` holds (its own folder, or any folder above it with a manifest, the nearest deciding)."""
+    path = Path(path)
+    real = path.resolve()
+    held = next((f / MANIFEST for f in (real, *real.parents) if (f / MANIFEST).is_file()), None)
+    if held is not None and _kind(held) not in kinds:
+        raise BadValueError(
+            f"{label} {path} belongs to another artifact ({held}, {_described(held)}): this command adds only to "
+            f"{' or '.join(kinds)} artifacts and would rewrite it; copy the file out of {held.parent}, or give a "
+            f"{kinds[0]} artifact"
+        )
 
 
 def _leaf(parser, args):

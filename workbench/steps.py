@@ -23,12 +23,13 @@ from pathlib import Path
 from workbench.cache.config import HarvestConfig
 from workbench.circuits.config import DEFAULT_SAMPLES, QueryConfig, SearchConfig
 from workbench.errors import BadValueError, OutputExistsError
-from workbench.guard import check_artifact
+from workbench.guard import check_artifact, check_in_place
 from workbench.lock import output_lock
-from workbench.readback import json_file
+from workbench.readback import json_file, owner
 from workbench.sae.config import EvalConfig, SAEConfig, TrainConfig
 from workbench.sae.scores import shown
-from workbench.workspace import MANIFEST, Workspace
+from workbench.transaction import artifact_transaction
+from workbench.workspace import MANIFEST, Workspace, check_name
 
 ALL_MLPS = "all_mlps_ce_recovered"  # a transcoder set's headline: CE recovered with every MLP replaced, per config
 SAE_HEADLINE = (
@@ -305,6 +306,7 @@ def evaluate_sae(
     from workbench.sae.eval import evaluate
     from workbench.sae.transcoders import is_set
 
+    check_in_place("SAE folder", sae_dir, ("saes", "transcoders", "clts"))  # its metrics and manifest are rewritten
     if ensure and _evaluated(sae_dir):
         return json_file(Path(sae_dir) / "metrics.json", "evaluation metrics", "evaluate it again (sae eval)")
     if is_set(sae_dir):
@@ -425,12 +427,12 @@ def find_circuit(
     command, inputs = "workbench circuit find", {"model_spec": model_spec}
     with ExitStack() as held:
         if name is not None:  # taken before the search too, when it does not depend on the result
-            _claim(held, ws.path("circuits", name), command, inputs)
+            staged = _claim(held, ws, ws.path("circuits", name), command, inputs)
         c = find_circuit(model, prompt, answer, counterfactual, query=query, cfg=cfg, **options)
         folder = ws.path("circuits", name or circuit_name(c.query, c.method))
         if name is None:
-            _claim(held, folder, command, inputs)
-        _record_circuit(ws, c, folder, command, _model_inputs(ws, model, model_spec))
+            staged = _claim(held, ws, folder, command, inputs)
+        _record_circuit(ws, c, staged, command, _model_inputs(ws, model, model_spec))
     return c, folder
 
 
@@ -461,14 +463,26 @@ CLAIMED = {"circuits": "a circuit or graph", "interventions": "an intervention"}
 
 
 def _claim(
-    held: ExitStack, folder: Path, command: str, inputs: dict, work_dir=None, kind: str = "circuits", resume=False
+    held: ExitStack, ws: Workspace, folder: Path, command: str, inputs: dict, work_dir=None, kind: str = "circuits"
 ) -> Path:
     """Take a circuit's (or an intervention's) folder, and a build's work_dir, for this process until `held` closes:
-    the output guard, a lock on each (a second run on the same --name or work_dir is refused, naming this one), and
-    a folder that another run filled (or a stopped one left, unless `resume` continues it) is refused."""
-    check_artifact(folder, kind, inputs, {"work_dir": work_dir})
-    for target in (folder, *([work_dir] if work_dir else [])):
-        held.enter_context(output_lock(target, command))
+    an artifact transaction (the output guard, a lock, a folder another run filled refused) and a lock on the
+    work_dir (a second run on the same --name or work_dir is refused, naming this one). Returns the staging folder
+    the step writes and records the artifact in; it is validated and renamed onto `folder` when `held` closes."""
+    what = CLAIMED[kind]
+    scratch = {"work_dir": work_dir}
+    staged = held.enter_context(artifact_transaction(ws, folder, kind, command, inputs, scratch=scratch, what=what))
+    if work_dir:
+        held.enter_context(output_lock(work_dir, command))
+    return staged
+
+
+def _claim_in_place(held: ExitStack, folder: Path, command: str, inputs: dict, kind: str, resume: bool) -> Path:
+    """Take a resumable step's folder (a streamed batch writes its lines there as it goes): the output guard and a
+    lock; a folder another run filled, or a stopped one left unless `resume` continues it, is refused. Its manifest is
+    written last, so a stopped run is never listed (as training steps keep their checkpoints in their folder)."""
+    check_artifact(folder, kind, inputs, {})
+    held.enter_context(output_lock(folder, command))
     if resume and not complete(folder):
         return folder
     if folder.exists() and any(p for p in folder.iterdir() if not p.name.startswith(".")):
@@ -505,7 +519,7 @@ def find_feature_circuit(
     work_dir = getattr(options.get("graph_cfg"), "work_dir", None)
     with ExitStack() as held:
         if name is not None:
-            _claim(held, ws.path("circuits", name), command, inputs, work_dir)
+            staged = _claim(held, ws, ws.path("circuits", name), command, inputs, work_dir)
         elif work_dir:  # the folder is named after the search: the work_dir is locked for it
             held.enter_context(output_lock(work_dir, command))
         tset, member = open_set(transcoders), query.member
@@ -514,15 +528,15 @@ def find_feature_circuit(
         )
         folder = ws.path("circuits", name or "features-" + circuit_name(c.query, c.method))
         if name is None:
-            _claim(held, folder, command, inputs)
+            staged = _claim(held, ws, folder, command, inputs)
         labels, members = set_labels(tset, member), _members(ws, tset, member)
         ids = {"members": members, "dictionary_id": dictionary_id(tset.folder)}
-        c.save(folder / "feature_circuit.json")
-        to_neuronpedia(g, folder / "graph.json", folder.name, labels, circuit=c, pinned=True, **ids)
-        to_neuronpedia(g, folder / "neuronpedia.json", folder.name, labels, circuit=c, **ids)
+        c.save(staged / "feature_circuit.json")
+        to_neuronpedia(g, staged / "graph.json", folder.name, labels, circuit=c, pinned=True, **ids)
+        to_neuronpedia(g, staged / "neuronpedia.json", folder.name, labels, circuit=c, **ids)
         q = c.query
         ws.record(
-            folder,
+            staged,
             "circuits",
             made_by=command,
             config=c.method,
@@ -560,14 +574,14 @@ def attribution_graph(
     folder = ws.path("circuits", name or f"graph-{slug(' '.join(str(prompt).split()[-4:]))[:40]}")
     with ExitStack() as held:
         inputs = {"transcoders": transcoders, "model_spec": model_spec}
-        _claim(held, folder, "workbench circuit graph", inputs, getattr(cfg, "work_dir", None))
+        staged = _claim(held, ws, folder, "workbench circuit graph", inputs, getattr(cfg, "work_dir", None))
         tset = open_set(transcoders)
         g = build_graph(model, tset.load(member, model.cfg.device, model), prompt, answer, wrong, cfg)
         labels, members = set_labels(tset, member), _members(ws, tset, member)
         tid = dictionary_id(tset.folder)
-        to_neuronpedia(g, folder / "graph.json", folder.name, labels, members=members, dictionary_id=tid)
+        to_neuronpedia(g, staged / "graph.json", folder.name, labels, members=members, dictionary_id=tid)
         ws.record(
-            folder,
+            staged,
             "circuits",
             made_by="workbench circuit graph",
             config={**g.config, "member": member},
@@ -625,14 +639,17 @@ def intervene(
         source = ActivationCache.open(mean_cache)
     with ExitStack() as held:
         inputs = {"dictionary": dictionary, "mean_cache": mean_cache}
-        _claim(held, folder, "workbench intervene", inputs, kind="interventions", resume=batch and resume)
+        if batch:
+            staged = _claim_in_place(held, folder, "workbench intervene", inputs, "interventions", resume)
+        else:
+            staged = _claim(held, ws, folder, "workbench intervene", inputs, kind="interventions")
         sites = load_dictionary(dictionary, model, model.cfg.device)
         inputs = {**_model_inputs(ws, model, model_spec), "dictionary": Path(dictionary)}
         inputs["dictionary_id"] = dictionary_id(dictionary)
         if batch:
             key = {**key, "config": cfg.to_dict(), "model": inputs["model"], "dictionary_id": inputs["dictionary_id"]}
             result = run_batch(
-                folder, model, sites, prompt, cfg, key, mean_source=source, resume=resume, on_result=on_result
+                staged, model, sites, prompt, cfg, key, mean_source=source, resume=resume, on_result=on_result
             )
             inputs["prompts"] = {"n": len(prompt), "sha256": key["prompt"]}
             summary = {"prompts": result["prompts"], "mean_kl": result["mean_kl"]}
@@ -641,11 +658,11 @@ def intervene(
             inputs["prompt"] = result["prompt"]
             last = result["positions"][-1]
             summary = {"kl": last["kl"], "top": last["top"][0]["str"]}
-        write_json(folder / "result.json", result)
+        write_json(staged / "result.json", result)
         if mean_cache is not None:
             inputs["cache"] = Path(mean_cache)
         ws.record(
-            folder,
+            staged,
             "interventions",
             made_by="workbench intervene",
             config=cfg.to_dict(),
@@ -666,25 +683,47 @@ def check_graph(ws: Workspace, model, graph_path, transcoders, cfg=None, *, memb
     from workbench.interventions.dictionary import load_dictionary
 
     graph_path = Path(graph_path)
-    d = load(graph_path)
-    read_feature_graph(d)
+    recorded = check_graph_target(ws, graph_path)
     folder = graph_path.parent
-    _same_makers(ws, d, graph_path, model, transcoders)
-    circuit = folder / "feature_circuit.json"  # a circuit's own graph keeps only its embedding nodes
-    tokens = json.loads(circuit.read_text())["query"]["tokens"] if circuit.is_file() else None
-    record = check_graph(model, load_dictionary(transcoders, model, model.cfg.device, member), d, cfg, tokens)
-    write_json(graph_path, {**d, GRAPH_CHECK[0]: record})
-    if complete(folder):
-        s = record["summary"]
-        shares = {f"check_{k}": s[k] for k in ("nodes_confirmed_share", "edges_confirmed_share")}
-        rerecord(
-            ws,
-            folder,
-            "circuits",
-            "workbench circuit graph",
-            summary={**_manifest(folder).get("summary", {}), **shares},
-        )
+    with output_lock(folder if recorded else graph_path, CHECK):  # the lock `circuit graph` takes on the folder
+        d = load(graph_path)
+        read_feature_graph(d)
+        _same_makers(ws, d, graph_path, model, transcoders)
+        circuit = folder / "feature_circuit.json"  # a circuit's own graph keeps only its embedding nodes
+        tokens = json.loads(circuit.read_text())["query"]["tokens"] if circuit.is_file() else None
+        record = check_graph(model, load_dictionary(transcoders, model, model.cfg.device, member), d, cfg, tokens)
+        write_json(graph_path, {**d, GRAPH_CHECK[0]: record})
+        if recorded:
+            s = record["summary"]
+            shares = {f"check_{k}": s[k] for k in ("nodes_confirmed_share", "edges_confirmed_share")}
+            summary = {**_manifest(folder).get("summary", {}), **shares}
+            rerecord(ws, folder, "circuits", "workbench circuit graph", summary=summary)
     return record
+
+
+CHECK = "workbench circuit check"
+
+
+def check_graph_target(ws: Workspace, graph_path: Path) -> bool:
+    """Refuse, before any work, a graph `circuit check` may not add to: a file of an artifact that is not a circuit
+    (output guard), or a circuit recorded in another workspace (its manifest would be registered in this one as a
+    second circuit). Returns whether the graph's folder is a recorded circuit."""
+    check_in_place("graph", graph_path, ("circuits",))
+    folder = Path(graph_path).parent
+    if not complete(folder):
+        if held := owner(graph_path):  # a file deeper in a circuit's folder: its checksum would no longer match
+            raise BadValueError(
+                f"graph {graph_path} lies inside the circuit {held.parent} but is not its graph: the check would "
+                f"change a file its manifest lists; give {held.parent}, or copy the file out of it"
+            )
+        return False
+    if not ws.holds(folder):
+        theirs = folder.parent.parent if folder.parent.name == "circuits" else "the one that recorded it"
+        raise BadValueError(
+            f"{folder} is a circuit of another workspace ({theirs}), not of --workspace {ws.root}: pass --workspace "
+            f"{theirs}, where its manifest is rewritten, or copy the graph file out of {folder}"
+        )
+    return True
 
 
 def _same_makers(ws: Workspace, graph: dict, path: Path, model, transcoders) -> None:
@@ -752,7 +791,8 @@ def import_model(
     folder = ws.path("models", name or slug(src.name if Path(source).exists() else source.split("/")[-1]))
     if complete(folder) and not overwrite:
         raise OutputExistsError(f"{folder} already holds a model; pass --overwrite to replace it, or another --name")
-    with output_lock(folder, "workbench model import"):
+    source_input = {"source": src if Path(source).exists() else None}
+    with artifact_transaction(ws, folder, "models", MODEL_IMPORT, source_input, replace=overwrite) as staged:
         hf_model, tokenizer = hf.read_folder(src)
         model = hf.convert(hf_model, tokenizer, folder.name, device="cpu")
         gap = hf.logit_gap(hf_model, model)
@@ -764,12 +804,12 @@ def import_model(
         model.to(getattr(torch, dtype))
         arch = model.cfg.original_architecture
         imported = {"source": str(source), "source_sha256": hf.source_checksum(src), "architecture": arch}
-        save(model, folder, extra={"imported": imported})
+        save(model, staged, extra={"imported": imported})
         summary = {**imported, "model_id": model_id(model), "logit_max_abs_diff": gap, "n_layers": model.cfg.n_layers}
         ws.record(
-            folder,
+            staged,
             "models",
-            made_by="workbench model import",
+            made_by=MODEL_IMPORT,
             config={"dtype": dtype, "weight_processing": "none", "equivalence_tolerance": hf.EQUIVALENCE_TOLERANCE},
             inputs={"source": src if Path(source).exists() else source},
             summary=summary,
@@ -778,6 +818,7 @@ def import_model(
 
 
 STORE_DTYPES = ("float32", "bfloat16", "float16")
+MODEL_IMPORT = "workbench model import"
 
 
 def import_sae(
@@ -800,6 +841,8 @@ def import_sae(
     from workbench.models import load
     from workbench.sae import foreign, hub, imports
 
+    if name is not None:
+        check_name(name)  # before anything is fetched or loaded
     via = hub.route(str(source), fmt, sae_id)
     if via:
         if hook:
@@ -813,10 +856,9 @@ def import_sae(
         raise BadValueError(f"--hook is for sparsify and dictionary_learning files; a {fmt} folder names its hooks")
     model = model if model is not None else load(model_spec, device="cpu")[0]
     if fmt == "circuit-tracer" and imports.is_tracer_clt(src):
-        return _import_tracer_clt(ws, src, _import_folder(ws.path("clts", name)), model, model_spec)
+        return _import_tracer_clt(ws, src, ws.path("clts", name), model, model_spec)
     if fmt == "saelens":
-        folder = _import_folder(ws.path("saes", "imported") / name)
-        return _import_saelens(ws, src, folder, model, model_spec, fmt, src), folder
+        return _import_one(ws, src, ws.path("saes", "imported", name), model, model_spec, fmt, src)
     if fmt == "circuit-tracer":
         members = imports.tracer_members(*imports.tracer_layers(src))
     elif fmt == "sparsify":
@@ -824,8 +866,8 @@ def import_sae(
     else:
         members = [foreign.dictionary_learning_member(src, model, hooks)]
     if fmt == "circuit-tracer" or (len(members) > 1 and all(m.target and m.layer is not None for m in members)):
-        return _import_set(ws, src, _import_folder(ws.path("transcoders", name)), model, model_spec, fmt, members)
-    return _import_converted(ws, ws.path("saes", "imported") / name, model, model_spec, fmt, members)
+        return _import_set(ws, src, ws.path("transcoders", name), model, model_spec, fmt, members)
+    return _import_converted(ws, ws.path("saes", "imported", name), model, model_spec, fmt, members)
 
 
 def _import_hub(ws: Workspace, ref: str, via: str, sae_id, model_spec: str, *, name, model) -> tuple[dict, Path]:
@@ -838,24 +880,27 @@ def _import_hub(ws: Workspace, ref: str, via: str, sae_id, model_spec: str, *, n
 
     name = name or slug(f"{ref}-{sae_id}" if via == "saelens" else ref.removeprefix("hf://"))
     if via == "saelens":
-        folder = _import_folder(ws.path("saes", "imported") / name)
+        folder = ws.path("saes", "imported", name)
         ws.root.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=ws.root) as tmp:
-            staged = hub.saelens_folder(ref, sae_id, Path(tmp) / "sae")
+            fetched = hub.saelens_folder(ref, sae_id, Path(tmp) / "sae")
             model = model if model is not None else load(model_spec, device="cpu")[0]
-            return _import_saelens(ws, staged, folder, model, model_spec, via, f"{ref} --sae-id {sae_id}"), folder
+            return _import_one(ws, fetched, folder, model, model_spec, via, f"{ref} --sae-id {sae_id}")
     cfg, files = hub.tracer_files(ref)
     model = model if model is not None else load(model_spec, device="cpu")[0]
     if isinstance(files, Path):
-        return _import_tracer_clt(ws, files, _import_folder(ws.path("clts", name)), model, model_spec)
-    folder = _import_folder(ws.path("transcoders", name))
+        return _import_tracer_clt(ws, files, ws.path("clts", name), model, model_spec)
+    folder = ws.path("transcoders", name)
     return _import_set(ws, files[0].parent, folder, model, model_spec, via, imports.tracer_members(cfg, files))
 
 
-def _import_folder(folder: Path) -> Path:
-    if folder.exists() and any(folder.iterdir()):
-        raise OutputExistsError(f"{folder} already holds an imported dictionary; pass another --name")
-    return folder
+IMPORT, IMPORTED = "workbench sae import", "an imported dictionary"
+
+
+def _import_one(ws: Workspace, src: Path, folder: Path, model, model_spec: str, fmt: str, source) -> tuple[dict, Path]:
+    """One SAELens folder imported into `folder` as one transaction (workbench.transaction)."""
+    with artifact_transaction(ws, folder, "saes", IMPORT, {"source": src}, what=IMPORTED) as staged:
+        return _import_saelens(ws, src, staged, model, model_spec, fmt, source), folder
 
 
 def _import_saelens(ws: Workspace, src: Path, folder: Path, model, model_spec: str, fmt: str, source) -> dict:
@@ -869,47 +914,44 @@ def _import_saelens(ws: Workspace, src: Path, folder: Path, model, model_spec: s
 
     sae = load_sae(src)  # refuses damaged files by name
     weights = src if isinstance(source, str) else source  # a Hub id's files as its library fetched them
-    with output_lock(folder, "workbench sae import"):
-        fits = imports.check_fits(sae, model)
-        cfg = imports.copy_bound(src, folder, model_id(model))
-        summary = {
-            **fits,
-            "architecture": cfg.get("architecture"),
-            "source_model_name": cfg["metadata"]["source_model_name"],
-            # sae_lens's own loader runs here; sparsify and dictionary_learning in bench/byo_roundtrip.py
-            "max_abs_diff_vs_source": imports.encoding_gap(src, folder) if fmt == "saelens" else None,
-        }
-        ws.record(
-            folder,
-            "saes",
-            made_by="workbench sae import",
-            config={"format": fmt, **{k: v for k, v in cfg.items() if k != "metadata"}},
-            inputs={
-                "source": source if isinstance(source, str) else source.resolve(),
-                "source_sha256": sha256_file(weights if weights.is_file() else weights / "sae_weights.safetensors"),
-                **_model_inputs(ws, model, model_spec),
-                **{k: fits[k] for k in ("hook", "target") if k in fits},
-            },
-            summary=summary,
-        )
+    fits = imports.check_fits(sae, model)
+    cfg = imports.copy_bound(src, folder, model_id(model))
+    summary = {
+        **fits,
+        "architecture": cfg.get("architecture"),
+        "source_model_name": cfg["metadata"]["source_model_name"],
+        # sae_lens's own loader runs here; sparsify and dictionary_learning in bench/byo_roundtrip.py
+        "max_abs_diff_vs_source": imports.encoding_gap(src, folder) if fmt == "saelens" else None,
+    }
+    ws.record(
+        folder,
+        "saes",
+        made_by=IMPORT,
+        config={"format": fmt, **{k: v for k, v in cfg.items() if k != "metadata"}},
+        inputs={
+            "source": source if isinstance(source, str) else source.resolve(),
+            "source_sha256": sha256_file(weights if weights.is_file() else weights / "sae_weights.safetensors"),
+            **_model_inputs(ws, model, model_spec),
+            **{k: fits[k] for k in ("hook", "target") if k in fits},
+        },
+        summary=summary,
+    )
     return summary
 
 
 def _import_converted(ws: Workspace, folder: Path, model, model_spec: str, fmt: str, members) -> tuple[dict, Path]:
     """sparsify or dictionary_learning dictionaries, each converted to a SAELens folder and imported as one; several
-    go to <folder>/<hookpoint>."""
-    import tempfile
-
+    go to <folder>/<hookpoint>; all in one transaction (the conversions beside the staged folder)."""
     from workbench.provenance import model_id
     from workbench.sae import foreign
 
-    one = len(members) == 1
-    folders = [_import_folder(folder if one else folder / m.name) for m in members]
-    summaries = []
-    with tempfile.TemporaryDirectory(dir=ws.root) as tmp:
-        for m, dest in zip(members, folders):
-            staged = foreign.to_saelens(m, Path(tmp) / m.name, model_id(model))
-            summaries.append(_import_saelens(ws, staged, dest, model, model_spec, fmt, m.source))
+    one, summaries = len(members) == 1, []
+    sources = {"source": [m.source for m in members]}
+    with artifact_transaction(ws, folder, "saes" if one else None, IMPORT, sources, what=IMPORTED) as staged:
+        for m in members:
+            converted = foreign.to_saelens(m, staged.parent / "converted" / m.name, model_id(model))
+            dest = staged if one else staged / check_name(m.name)
+            summaries.append(_import_saelens(ws, converted, dest, model, model_spec, fmt, m.source))
     return (summaries[0] if one else {"dictionaries": len(members), **summaries[0]}), folder
 
 
@@ -925,20 +967,20 @@ def _import_set(ws: Workspace, src: Path, folder: Path, model, model_spec: str, 
     from workbench.sae.transcoders import SCHEMA, SET_MANIFEST
 
     mid, layers, gaps = model_id(model), [], {}
-    with output_lock(folder, "workbench sae import"):
+    with artifact_transaction(ws, folder, "transcoders", IMPORT, {"source": src}, what=IMPORTED) as staged:
         for m in members:
-            dest = folder / m.name
+            dest = staged / check_name(m.name)
             if fmt == "circuit-tracer":
                 member = imports.tracer_to_saelens(m.source, m.hooks, dest, mid)
                 gaps[m.layer] = imports.tracer_gap(m.source, m.layer, member)
             else:
                 member = foreign.to_saelens(m, dest, mid)
             imports.check_fits(load_sae(member), model)
-            _record_sae(ws, member, "workbench sae import", None, {"format": fmt, "source": str(m.source)})
+            _record_sae(ws, member, IMPORT, None, {"format": fmt, "source": str(m.source)})
             entry = {"layer": m.layer, "input_hook": m.hook, "target_hook": m.target, "transcoders": [member.name]}
             layers.append({**entry, "input_kind": m.hook.split(".", 2)[-1]})
         manifest = {"schema": SCHEMA, "version": 1, "model": mid, "cache": None, "n_layers": model.cfg.n_layers}
-        atomic_write_text(folder / SET_MANIFEST, json.dumps({**manifest, "layers": layers}, indent=2))
+        atomic_write_text(staged / SET_MANIFEST, json.dumps({**manifest, "layers": layers}, indent=2))
         summary = {
             "layers": ",".join(str(e["layer"]) for e in layers),
             "transcoders": len(layers),
@@ -946,9 +988,9 @@ def _import_set(ws: Workspace, src: Path, folder: Path, model, model_spec: str, 
             "max_abs_diff_vs_source": max(gaps.values()) if gaps else None,
         }
         ws.record(
-            folder,
+            staged,
             "transcoders",
-            made_by="workbench sae import",
+            made_by=IMPORT,
             config={"format": fmt, "members": [str(m.source) for m in members]},
             inputs={"source": src.resolve(), **_model_inputs(ws, model, model_spec)},
             summary=summary,
@@ -974,8 +1016,8 @@ def _import_tracer_clt(ws: Workspace, src: Path, folder: Path, model, model_spec
         if widths[hook] != d:
             raise BadValueError(f"the CLT's width at {hook} is {d}, but the model's is {widths[hook]}: another model")
     meta = {"model_name": model_id(model), "layers": layers, "input_hooks": hooks[0], "target_hooks": hooks[1]}
-    with output_lock(folder, "workbench sae import"):
-        save_clt(clt, folder, {**meta, "source": str(src.resolve())})
+    with artifact_transaction(ws, folder, "clts", IMPORT, {"source": src}, what=IMPORTED) as staged:
+        save_clt(clt, staged, {**meta, "source": str(src.resolve())})
         summary = {
             "layers": ",".join(map(str, layers)),
             "features_per_layer": clt.cfg.n_latents,
@@ -983,9 +1025,9 @@ def _import_tracer_clt(ws: Workspace, src: Path, folder: Path, model, model_spec
             "max_abs_diff_vs_source": imports.tracer_clt_gap(src, clt),
         }
         ws.record(
-            folder,
+            staged,
             "clts",
-            made_by="workbench sae import",
+            made_by=IMPORT,
             config={"format": "circuit-tracer", **clt.cfg.to_dict()},
             inputs={"source": src.resolve(), **_model_inputs(ws, model, model_spec)},
             summary=summary,
@@ -1057,6 +1099,8 @@ def build_features(
     from workbench.features.build import build_stores
     from workbench.features.store import STORE, FeatureStore
 
+    for d in sae_dirs:
+        check_in_place("SAE folder", d, ("saes",))  # the store is built inside it
     kept = [Path(d) / STORE for d in sae_dirs if ensure and complete(Path(d) / STORE)]
     pending = [d for d in sae_dirs if Path(d) / STORE not in kept]
     out = [FeatureStore(path) for path in kept]
@@ -1158,20 +1202,22 @@ def embedded_sparse_model(ws: Workspace, name: str = "tiny-sparse", ensure: bool
         if ensure:
             return read_report(folder), folder
         raise OutputExistsError(f"{folder} already holds a model; remove it or use it as it is")
-    copy_model(EMBEDDED[name], folder, shipped(EMBEDDED[name]))
-    report = read_report(folder)
-    ws.record(
-        folder,
-        "models",
-        made_by=f"embedded data/models/{name}",
-        config=report["config"],
-        inputs={
-            "model": report["base_model"],
-            "model_spec": report.get("base_spec", "tiny"),
-            "corpus": report["corpus"],
-        },
-        summary=_attention_summary(report),
-    )
+    made_by = f"embedded data/models/{name}"
+    with artifact_transaction(ws, folder, "models", made_by, what="a model") as staged:
+        copy_model(EMBEDDED[name], staged, shipped(EMBEDDED[name]))
+        report = read_report(staged)
+        ws.record(
+            staged,
+            "models",
+            made_by=made_by,
+            config=report["config"],
+            inputs={
+                "model": report["base_model"],
+                "model_spec": report.get("base_spec", "tiny"),
+                "corpus": report["corpus"],
+            },
+            summary=_attention_summary(report),
+        )
     return report, folder
 
 
@@ -1280,8 +1326,8 @@ def import_circuit(ws: Workspace, path, model=None, model_spec: str | None = Non
     command = made_by or "workbench circuit import"
     inputs = _model_inputs(ws, model, model_spec) if model is not None else {"model": c.model_id}
     with ExitStack() as held:
-        _claim(held, folder, command, {"source": path})
-        _record_circuit(ws, c, folder, command, {**inputs, "source": path.resolve()})
+        staged = _claim(held, ws, folder, command, {"source": path})
+        _record_circuit(ws, c, staged, command, {**inputs, "source": path.resolve()})
     return c, folder
 
 

@@ -27,6 +27,7 @@ from workbench.readback import ARTIFACT, artifact_manifest, read_json, seal
 KINDS = ("caches", "saes", "transcoders", "clts", "circuits", "models", "features", "interventions")
 MANIFEST = ARTIFACT
 INDEX = "workspace.json"
+STAGING = ".staging-"  # in the name of the hidden folder an artifact is written in before it is renamed into place
 SCHEMA = "workbench.workspace"
 REPOSITORY = Path(__file__).resolve().parents[1]
 
@@ -54,12 +55,13 @@ class Workspace:
     def __init__(self, root: str | Path):
         self.root = Path(root)
 
-    def path(self, kind: str, name: str) -> Path:
-        """The default folder of an artifact: <root>/<kind>/<name>."""
+    def path(self, kind: str, *names: str) -> Path:
+        """The default folder of an artifact: <root>/<kind>/<name>[/<member>...]. Every name is checked here, where the
+        path is made, so no caller can reach outside its kind's folder (`--name ../x`, an absolute name)."""
         check_kind(kind)
-        if not name or name in (".", "..") or "/" in name or "\\" in name:
-            raise BadValueError(f"artifact name {name!r} must be one folder name (no '/', not '.' or '..')")
-        return self.root / kind / name
+        for name in names:
+            check_name(name)
+        return self.root.joinpath(kind, *names)
 
     def rel(self, path: str | Path) -> str:
         """`path` relative to the workspace root (with '..' when it lies outside), as manifests store it."""
@@ -113,8 +115,8 @@ class Workspace:
         }
         manifest = seal(json.loads(json.dumps(manifest, default=str)))  # sealed as it reads back
         atomic_write_text(folder / MANIFEST, json.dumps(manifest, indent=2))
-        if not _inside(folder, self.root):
-            self._register(folder)
+        if not _inside(folder, self.root) and not staged(folder):
+            self.register(folder)  # a staged one is registered where it lands (workbench.transaction)
         return folder / MANIFEST
 
     def _index(self) -> dict:
@@ -134,7 +136,12 @@ class Workspace:
         if self.root.exists() and not self.root.is_dir():
             raise BadValueError(f"{self.root} is a file, not a workspace folder; pass the folder (--workspace DIR)")
 
-    def _register(self, folder: Path) -> None:
+    def holds(self, folder: str | Path) -> bool:
+        """Whether `folder` is this workspace's: inside its root, or registered in its index."""
+        return _inside(folder, self.root) or self.rel(folder) in self._index()["external"]
+
+    def register(self, folder: Path) -> None:
+        """List a folder outside the root in workspace.json, so the workspace finds it."""
         index = self._index()
         rel = self.rel(folder)
         if rel not in index["external"]:
@@ -152,7 +159,12 @@ class Workspace:
         if kind is not None:
             check_kind(kind)
         self._check_root()
-        manifests = [m for k in KINDS for m in sorted(self.root.glob(f"{k}/**/{MANIFEST}"))]
+        manifests = [
+            m
+            for k in KINDS
+            for m in sorted(self.root.glob(f"{k}/**/{MANIFEST}"))
+            if not staged(m.relative_to(self.root))
+        ]
         skipped = []
         try:
             external = self._index()["external"]
@@ -196,6 +208,7 @@ class Workspace:
         found, skipped = self.scan()
         kept = [s.path.resolve() if s.path.name == INDEX else s.path.resolve().parent for s in skipped]
         made = set(stale_locks(root)) | (set() if any(k == (root / INDEX) for k in kept) else {root / INDEX})
+        made |= {p for p in root.rglob("*") if p.is_file() and staged(p.relative_to(root))}  # killed steps' staging
         for a in found:
             folder = a.path.resolve()
             if not _inside(folder, root):
@@ -222,9 +235,21 @@ class Workspace:
         return skipped
 
 
+def check_name(name) -> str:
+    """Refuse an artifact name that is not one plain folder name: empty, '.', '..', with a separator, absolute."""
+    if not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name or "\0" in name:
+        raise BadValueError(f"artifact name {name!r} must be one folder name (no '/' or '\\', not empty, '.' or '..')")
+    return name
+
+
 def check_kind(kind: str) -> None:
     if kind not in KINDS:
         raise BadValueError(f"unknown artifact kind {kind!r}; valid kinds: {', '.join(KINDS)}")
+
+
+def staged(path: Path) -> bool:
+    """Whether `path` lies in an artifact's staging folder (not yet an artifact: never listed or registered)."""
+    return any(part.startswith(".") and STAGING in part for part in Path(path).parts)
 
 
 def _inside(path: Path, root: Path) -> bool:

@@ -23,7 +23,7 @@ from workbench.circuits.feature.graph_config import GraphConfig
 from workbench.cli.options import EMBEDDED_HELP, add_model_flag, workspace_flag
 from workbench.configflags import add_config_flags, config_values, count, given
 from workbench.errors import BadValueError
-from workbench.guard import FILE, INPUT, declare
+from workbench.guard import FILE, INPUT, declare, in_place
 
 PREFIX = "search."  # namespace prefix of the SearchConfig flags
 GRAPH = "graph."  # namespace prefix of the GraphConfig flags
@@ -105,7 +105,7 @@ def _add_check(circuit) -> None:
     graph = c.add_argument(
         "graph", help="a graph JSON (circuit-tracer schema, made by the workbench) or its circuit folder"
     )
-    declare(graph, INPUT)  # the check record is added to the graph in place, as features build adds to an SAE
+    declare(graph, in_place("circuits"))  # the check record is added to the graph in place, as features build to an SAE
     declare(c.add_argument("--model", help="default: the model the graph's manifest records"), INPUT)
     declare(
         c.add_argument(
@@ -122,6 +122,7 @@ def _check_inputs(args) -> tuple[Path, str, str, int | str]:
     """(graph file, model spec, transcoder set, member), from the flags, else the graph folder's manifest."""
     import json
 
+    from workbench import steps
     from workbench.workspace import MANIFEST, Workspace
 
     path = Path(args.graph)
@@ -129,9 +130,11 @@ def _check_inputs(args) -> tuple[Path, str, str, int | str]:
         path = path / ("neuronpedia.json" if (path / "feature_circuit.json").is_file() else "graph.json")
     if not path.is_file():
         raise BadValueError(f"no graph JSON at {path}; give a graph file or the folder `circuit graph` recorded")
+    ws = Workspace(args.workspace)
+    steps.check_graph_target(ws, path)  # before the model loads
     manifest = path.parent / MANIFEST
     m = json.loads(manifest.read_text()) if manifest.is_file() else {}
-    inputs, ws = m.get("inputs", {}), Workspace(args.workspace)
+    inputs = m.get("inputs", {})
     transcoders = args.transcoders or (inputs.get("transcoders") and str(ws.resolve(inputs["transcoders"])))
     if not transcoders:
         raise BadValueError(f"{path} has no manifest naming its transcoder set; pass --transcoders SET")

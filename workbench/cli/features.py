@@ -9,7 +9,7 @@ from workbench.configflags import add_config_flags, config_values, count
 from workbench.errors import BadValueError
 from workbench.features.config import FeatureConfig
 from workbench.features.explain import SCORERS, ExplainConfig
-from workbench.guard import FILE, INPUT, declare
+from workbench.guard import FILE, INPUT, declare, in_place
 from workbench.workspace import Workspace
 
 PREFIX = "features."  # namespace prefix of the FeatureConfig flags
@@ -26,7 +26,7 @@ def add_parser(sub) -> None:
     )
     declare(
         b.add_argument("sae", nargs="+", help="SAE folders (SAELens format, as `workbench sae train` saves them)"),
-        INPUT,
+        in_place("saes"),  # the store is built beside the SAE
     )
     declare(b.add_argument("--cache", required=True, help="activation cache holding the SAEs' hook(s)"), INPUT)
     add_model_flag(b, help="the model the cache came from, for logit effects and token text (default: %(default)s)")
