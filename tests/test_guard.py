@@ -34,6 +34,7 @@ NOT_PATHS = {
     "--device",
     "--tasks",
     "--text-field",
+    "text",  # features search: the words to find
     "--format",
     "--feature",
     "--positions",

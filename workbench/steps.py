@@ -1357,11 +1357,11 @@ def import_graph(ws: Workspace, path, model=None, model_spec: str | None = None,
     folder = ws.path("circuits", name or (stem if stem not in ("graph", "neuronpedia") else slug(scan) + "-graph"))
     command = made_by or "workbench circuit import"
     with ExitStack() as held:
-        _claim(held, folder, command, {"source": path})
-        write_json(folder / "graph.json", d)
+        staged = _claim(held, ws, folder, command, {"source": path})
+        write_json(staged / "graph.json", d)
         made = fg.metadata.get("info", {}).get("dictionary_id")
         ws.record(
-            folder,
+            staged,
             "circuits",
             made_by=command,
             config={},
