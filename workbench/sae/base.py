@@ -235,6 +235,10 @@ class SparseAutoencoder(nn.Module):
     def extra_stats(self, vals, sup) -> dict:
         return {}
 
+    def inference_threshold(self) -> torch.Tensor:
+        """[n_latents] the threshold of the JumpReLU this SAE saves as (0: ReLU; unused by a Top-k rule)."""
+        return torch.zeros(self.cfg.n_latents, device=self.b_dec.device)
+
     def dense_terms(self, enc_in, W_enc, b_enc, sup: Support) -> dict:
         """Loss terms over every latent's pre-activation (JumpReLU's pre-activation penalty); none by default."""
         return {}

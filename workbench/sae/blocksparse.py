@@ -46,9 +46,14 @@ class ThresholdSAE(PenalisedSAE):
         self.raw_theta = nn.Parameter(torch.zeros(self.cfg.n_units))
 
     @torch.no_grad()
-    def init_from_batch(self, x):
-        super().init_from_batch(x)
-        _, _, _, enc_in = self._inputs(self.split(x)[0].to(self.b_dec.dtype))
+    def init_from_batch(self, batch):
+        super().init_from_batch(batch)
+        self.init_thresholds(self.split(batch)[0])
+
+    @torch.no_grad()
+    def init_thresholds(self, x):
+        """theta at the score that keeps init_units() units a token on the input rows x (a CLT calls it per member)."""
+        _, _, _, enc_in = self._inputs(x.to(self.b_dec.dtype))
         norms = self.unit_scores(self._preacts(enc_in, self.W_enc, self.b_enc)).flatten()
         t = float(norms.kthvalue(max(1, norms.numel() - self.init_units() * x.shape[0])).values)
         t = max(t, 1e-3)

@@ -432,7 +432,7 @@ class SAEConfig(Config):
             raise ConfigError(f"scaffold_rank={self.scaffold_rank} must be below d_out={self.d_out}")
 
 
-CLT_ARCHITECTURES = ("topk", "batchtopk", "matryoshka", "block_topk")
+CLT_ARCHITECTURES = ("topk", "batchtopk", "matryoshka", "block_topk", "jumprelu", "standard")
 BATCH_RANKED = ("batchtopk", "matryoshka")  # one threshold at inference (JumpReLU); a shared budget ranks the batch
 
 
@@ -487,9 +487,10 @@ class CLTConfig(SAEConfig):
             raise ConfigError(
                 f"architecture={self.architecture!r} is not trained as a CLT yet; choose one of {list(CLT_ARCHITECTURES)}"
             )
-        if self.clt_sparsity == "shared" and self.is_block:
+        if self.clt_sparsity == "shared" and self.architecture not in TOPK_FAMILY:
             raise ConfigError(
-                "clt_sparsity='shared' applies to topk, batchtopk and matryoshka, not to block architectures"
+                f"clt_sparsity='shared' applies to {list(TOPK_FAMILY)}, not to {self.architecture!r} (block and "
+                "penalised CLTs have no budget to share)"
             )
         if self.threshold_per_latent and self.architecture != "batchtopk":
             raise ConfigError(f"threshold_per_latent applies to batchtopk CLTs, not to {self.architecture!r}")

@@ -42,7 +42,7 @@ def export(sae: SparseAutoencoder, metadata: dict | None = None):
     s = float(sae.input_scale)
     so = float(sae.output_scale) if c.transcoder else s
     W_enc, b_enc, W_dec = (t.detach().float().cpu() for t in sae.weights())
-    theta = _threshold(sae)
+    theta = sae.inference_threshold().detach().float().cpu()
     native_gated = c.architecture == "gated" and not (c.transcoder or c.scaffold_rank)
     if c.architecture == "gated" and not native_gated:  # elsewhere a gated SAE saves as the JumpReLU it equals
         W_enc, b_enc, theta = (t.float().cpu() for t in sae.jumprelu_form())
@@ -114,16 +114,6 @@ def _workbench_config(sae: SparseAutoencoder, t: dict, theta: torch.Tensor, comm
         else saelens.ScaffoldSAEConfig
     )
     return cls(**common, **extra, base="topk" if c.architecture == "topk" else "jumprelu", k=c.k)
-
-
-def _threshold(sae: SparseAutoencoder) -> torch.Tensor:
-    """The per-latent JumpReLU threshold of the saved SAE (ReLU: 0; Top-k: unused zeros)."""
-    a, n = sae.cfg.architecture, sae.cfg.n_latents
-    if a == "jumprelu":
-        return sae.theta.detach().float().cpu()
-    if a in ("batchtopk", "matryoshka"):
-        return torch.full((n,), float(sae.threshold))
-    return torch.zeros(n)
 
 
 def save_sae(

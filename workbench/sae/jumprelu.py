@@ -56,6 +56,9 @@ class JumpReLUSAE(ThresholdSAE):
     def select_margin(self) -> float:  # latents just below theta join with code 0 for the rectangle gradient
         return self.cfg.jumprelu_bandwidth / 2
 
+    def inference_threshold(self) -> torch.Tensor:
+        return self.theta.detach()
+
     def init_units(self) -> int:
         return max(1, round(self.cfg.target_l0 if self.cfg.target_l0 is not None else self.cfg.k))
 
