@@ -13,6 +13,7 @@ from workbench.cli import main
 from workbench.errors import ConfigError
 from workbench.sae import trainer
 from workbench.sae.clt_io import TRACER, load_clt, read_manifest
+from workbench.sae.config import COEF_FIELDS as PENALISED
 from workbench.sae.config import CLTConfig, TrainConfig
 from workbench.sae.transcoders import train_clt
 from workbench.workspace import Workspace
@@ -43,10 +44,12 @@ def _inputs(cache, layers, n=64):
         ("batchtopk", "shared"),
         ("matryoshka", "per_layer"),
         ("matryoshka", "shared"),
+        ("jumprelu", "per_layer"),
+        ("standard", "per_layer"),
     ],
 )
 def test_a_clt_trains_from_the_cache_and_its_loss_falls(tc_cache, tmp_path, arch, sparsity):
-    cfg = CLTConfig(arch, k=4, expansion=2, clt_sparsity=sparsity)
+    cfg = CLTConfig(arch, k=4, expansion=2, clt_sparsity=sparsity, target_l0=4.0 if arch in PENALISED else None)
     folder = train_clt(tc_cache[0], "all", cfg, _train(n_tokens=256 * 16), tmp_path)
     curves = [json.loads(line) for line in (folder / "curves.jsonl").read_text().splitlines()]
     print([round(c["fvu"], 3) for c in curves])
@@ -76,6 +79,18 @@ def test_a_clt_trains_from_the_cache_and_its_loss_falls(tc_cache, tmp_path, arch
             128,
             256,
         ]
+
+
+def test_each_jumprelu_member_is_steered_by_its_own_layers_l0():
+    """target_l0 is per layer: a member at its target keeps its thresholds, one above it raises them."""
+    from workbench.sae.architectures import build
+
+    clt = build(CLTConfig("jumprelu", n_latents=8, target_l0=4.0, input_norm="none").resolve(5, None, 4, 2))
+    before = [m.theta.detach().clone() for m in clt.members]
+    stats = {"l0": torch.tensor(12.0), "l0_0": torch.tensor(4.0), "l0_1": torch.tensor(8.0)}
+    clt.after_step(stats)
+    torch.testing.assert_close(clt.members[0].theta.detach(), before[0])
+    assert (clt.members[1].theta.detach() > before[1]).all()
 
 
 def _random_matryoshka_clt(prefix_weighting: str, clt_loss: str):
@@ -169,9 +184,11 @@ def test_resume_of_a_clt_is_exact(tc_cache, tmp_path, monkeypatch, arch):
     assert (full / "curves.jsonl").read_text() == (resumed / "curves.jsonl").read_text()
 
 
-def test_circuit_tracers_loader_reads_the_clt_and_reconstructs_as_the_workbench(tc_cache, tmp_path):
+@pytest.mark.parametrize("arch", ["batchtopk", "jumprelu", "standard"])
+def test_circuit_tracers_loader_reads_the_clt_and_reconstructs_as_the_workbench(tc_cache, tmp_path, arch):
     ct = pytest.importorskip("circuit_tracer.transcoder.cross_layer_transcoder")
-    folder = train_clt(tc_cache[0], "all", CLTConfig("batchtopk", k=4, expansion=2), _train(), tmp_path)
+    cfg = CLTConfig(arch, k=4, expansion=2, target_l0=4.0 if arch in PENALISED else None)
+    folder = train_clt(tc_cache[0], "all", cfg, _train(), tmp_path)
     assert read_manifest(folder)["circuit_tracer"] == {"folder": TRACER}
     loaded = ct.load_clt(str(folder / TRACER), device=torch.device("cpu"), dtype=torch.float32, lazy_decoder=False)
     assert (loaded.n_layers, loaded.d_model) == (4, 128) and loaded.feature_output_hook == "hook_mlp_out"
@@ -273,7 +290,7 @@ def test_an_architecture_not_trained_as_a_clt_is_refused_naming_those_that_are(t
     err = capsys.readouterr().err
     assert (
         "architecture='grassmannian' is not trained as a CLT yet; "
-        "choose one of ['topk', 'batchtopk', 'matryoshka', 'block_topk']" in err
+        "choose one of ['topk', 'batchtopk', 'matryoshka', 'block_topk', 'jumprelu', 'standard']" in err
     )
 
 

@@ -50,6 +50,17 @@ def test_train_and_evaluate_from_the_cache(tiny_cache, tmp_path):
     assert "ce_no_scaffold" in block["splice"]
 
 
+@pytest.mark.parametrize("arch", ["jumprelu", "gated", "standard"])
+def test_penalised_saes_learn_from_the_cache_and_load_in_sae_lens(tiny_cache, tmp_path, arch):
+    cache, _ = tiny_cache
+    (folder,) = train(cache, HOOK, [SAEConfig(arch, expansion=2, target_l0=8.0)], _tc(), tmp_path)
+    fvu = [json.loads(line)["fvu"] for line in (folder / "curves.jsonl").read_text().splitlines()]
+    assert fvu[-1] < fvu[0], fvu
+    assert load_sae(folder).cfg.architecture() == arch
+    r = evaluate(folder, cache, None, max_tokens=500)["reconstruction"]
+    assert 0 < r["fvu"] < 1 and r["l0"] > 0
+
+
 def test_bad_hook_and_width_are_refused(tiny_cache, tmp_path):
     cache, _ = tiny_cache
     with pytest.raises(ConfigError, match="blocks.9.hook_resid_post"):

@@ -4,7 +4,7 @@ import json
 
 import pytest
 import torch
-from sae_lens import SAE, JumpReLUSAE, TopKSAE
+from sae_lens import SAE, GatedSAE, JumpReLUSAE, StandardSAE, TopKSAE
 
 from workbench.errors import DamagedFileError
 from workbench.sae.config import SAEConfig, TrainConfig
@@ -22,6 +22,9 @@ EXPECTED = {  # architecture -> (SAELens architecture, class) without / with a s
     "group_lasso": ("workbench_block_sparse", BlockSparseSAE),
     "block_jumprelu": ("workbench_block_sparse", BlockSparseSAE),
     "grassmannian": ("workbench_block_sparse", BlockSparseSAE),
+    "jumprelu": ("jumprelu", JumpReLUSAE),
+    "gated": ("gated", GatedSAE),
+    "standard": ("standard", StandardSAE),
 }
 
 
@@ -51,6 +54,8 @@ def test_saelens_loads_and_matches(arch, scaffold_rank, tmp_path):
     torch.testing.assert_close(loaded(x), sae.reconstruct(x), atol=1e-4, rtol=1e-4)
     if arch in ("batchtopk", "matryoshka"):
         assert torch.allclose(loaded.threshold[: sae.cfg.n_latents], torch.tensor(float(sae.threshold)))
+    if arch == "jumprelu":  # one threshold per latent
+        torch.testing.assert_close(loaded.threshold[: sae.cfg.n_latents], sae.theta.detach())
     if scaffold_rank:  # zeroing the scaffold's codes removes exactly its output
         codes = loaded.encode(x)
         codes[:, sae.cfg.n_latents :] = 0

@@ -24,6 +24,9 @@ ARCHS = [
     ("matryoshka", {}),
     ("block_topk", {"block_size": 4, "n_active_blocks": 4}),
     ("block_jumprelu", {"target_l0": 16.0}),
+    ("jumprelu", {"target_l0": 16.0}),
+    ("standard", {"target_l0": 16.0}),
+    ("gated", {"target_l0": 16.0}),
     ("topk", {"skip": True, "scaffold_rank": 4, "scaffold_encoder_input": "x"}),
     ("topk", {"kernel": "dense"}),
 ]

@@ -46,6 +46,10 @@ ARCHS = [
     ("block_jumprelu", {"block_size": 4, "n_active_blocks": 2, "target_l0": 8.0}, "workbench_block_sparse"),
     ("group_lasso", {"block_size": 4, "n_active_blocks": 2}, "workbench_block_sparse"),
     ("topk", {"scaffold_rank": 2, "scaffold_encoder_input": "x"}, "workbench_scaffold"),
+    ("jumprelu", {"target_l0": 4.0}, "jumprelu_transcoder"),
+    ("jumprelu", {"target_l0": 4.0, "jumprelu_recipe": "anthropic2025"}, "jumprelu_transcoder"),
+    ("gated", {"target_l0": 4.0}, "jumprelu_transcoder"),  # a gated encoder is a JumpReLU
+    ("standard", {"target_l0": 4.0}, "transcoder"),
 ]
 
 
@@ -57,8 +61,8 @@ def test_every_architecture_trains_as_a_transcoder_and_loads_in_sae_lens(arch, k
     curves = [json.loads(line) for line in (folder / "curves.jsonl").read_text().splitlines()]
     assert curves[-1]["fvu"] < curves[0]["fvu"] < 1.5  # the loss is on the target and it falls
     loaded = load_sae(folder)
-    if skip and saved_as == "jumprelu_transcoder":
-        saved_as = "jumprelu_skip_transcoder"
+    if skip and saved_as in ("jumprelu_transcoder", "transcoder"):
+        saved_as = saved_as.replace("transcoder", "skip_transcoder")
     assert loaded.cfg.architecture() == saved_as
     assert loaded.cfg.d_in == D_IN and loaded.W_dec.shape[1] == D_OUT
     assert hasattr(loaded, "W_skip") == skip
@@ -69,7 +73,7 @@ def test_saved_transcoder_matches_the_workbench_forward(tmp_path):
     from workbench.sae.eval import transcode
 
     batch = next(pair_batches())
-    for arch in ("topk", "batchtopk", "block_topk"):
+    for arch in ("topk", "batchtopk", "block_topk", "jumprelu", "gated", "standard"):
         for skip in (False, True):
             cfg = SAEConfig(arch, k=4, n_latents=64, skip=skip, transcoder=True).resolve(D_IN, None, D_OUT)
             sae = build(cfg)
@@ -79,6 +83,9 @@ def test_saved_transcoder_matches_the_workbench_forward(tmp_path):
                     sae.W_skip.normal_()
                 if hasattr(sae, "threshold"):
                     sae.threshold.fill_(0.05)
+                if arch == "gated":  # a magnitude path unlike the gate's
+                    sae.r_mag.normal_(0, 0.3)
+                    sae.b_mag.normal_(0, 0.3)
             sae.eval()
             folder = save_sae(sae, tmp_path / f"{arch}{skip}", {"hook_name": IN, "hook_name_out": OUT})
             loaded = load_sae(folder)

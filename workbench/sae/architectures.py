@@ -7,7 +7,10 @@ from workbench.sae.batchtopk import BatchTopKSAE
 from workbench.sae.blocksparse import BlockJumpReLUSAE, BlockTopKSAE, GrassmannianSAE, GroupLassoSAE
 from workbench.sae.clt import CrossLayerTranscoder
 from workbench.sae.config import CLTConfig, SAEConfig
+from workbench.sae.gated import GatedSAE
+from workbench.sae.jumprelu import JumpReLUSAE
 from workbench.sae.matryoshka import MatryoshkaSAE
+from workbench.sae.standard import StandardSAE
 from workbench.sae.topk import TopKSAE
 
 CLASSES: dict[str, type[SparseAutoencoder]] = {
@@ -18,6 +21,9 @@ CLASSES: dict[str, type[SparseAutoencoder]] = {
     "group_lasso": GroupLassoSAE,
     "block_jumprelu": BlockJumpReLUSAE,
     "grassmannian": GrassmannianSAE,
+    "jumprelu": JumpReLUSAE,
+    "gated": GatedSAE,
+    "standard": StandardSAE,
 }
 
 

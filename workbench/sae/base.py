@@ -206,6 +206,7 @@ class SparseAutoencoder(nn.Module):
             losses["aux"] = cfg.aux_alpha * self._auxk(enc_in, e, aux_sup, W_enc, b_enc, W_dec, dead_mask)
         if cfg.architecture in TOPK_FAMILY and (cfg.reg_l1_off or cfg.reg_l1_l2):
             losses.update(self._regularisers(enc_in, W_enc, b_enc, sup))
+        losses.update(self.dense_terms(enc_in, W_enc, b_enc, sup))
         loss = sum(losses.values())
         with torch.no_grad():
             fired = vals.detach() != 0
@@ -232,6 +233,14 @@ class SparseAutoencoder(nn.Module):
         return xs.to(enc_in.dtype), b_enc - W_enc @ self._centre().to(W_enc.dtype)
 
     def extra_stats(self, vals, sup) -> dict:
+        return {}
+
+    def inference_threshold(self) -> torch.Tensor:
+        """[n_latents] the threshold of the JumpReLU this SAE saves as (0: ReLU; unused by a Top-k rule)."""
+        return torch.zeros(self.cfg.n_latents, device=self.b_dec.device)
+
+    def dense_terms(self, enc_in, W_enc, b_enc, sup: Support) -> dict:
+        """Loss terms over every latent's pre-activation (JumpReLU's pre-activation penalty); none by default."""
         return {}
 
     def _unit_fires(self, sup: Support, fired: torch.Tensor) -> torch.Tensor:

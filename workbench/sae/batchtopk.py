@@ -25,6 +25,9 @@ class BatchTopKSAE(SparseAutoencoder):
         # float64: the EMA of many small updates drifts in float32
         self.register_buffer("threshold", torch.zeros((), dtype=torch.float64))
 
+    def inference_threshold(self) -> torch.Tensor:
+        return self.threshold.float().expand(self.cfg.n_latents).clone()
+
     candidate_fraction = 0.8  # chunk candidates: pre-activations above this fraction of theta
 
     def select(self, h) -> Support:

@@ -1,8 +1,11 @@
 """Cross-layer transcoders (docs/methods.md §11, CLTs): one encoder per layer reading that layer's MLP input, and
 for each feature at layer l one decoder into the MLP output of every layer l' >= l.
 
+A gated CLT is not offered: its auxiliary loss reconstructs the target through a frozen copy of the member's own
+decoder, which in a CLT is only a share of each target layer's reconstruction (the sum of every member's writes).
+
 A CLT is built from the workbench's transcoders, one member per layer: member i is a transcoder of its
-architecture (Top-k, BatchTopK, Matryoshka, block Top-k) from layer i's input to the concatenation of the targets of layers
+architecture (Top-k, BatchTopK, Matryoshka, block Top-k, JumpReLU, standard) from layer i's input to the concatenation of the targets of layers
 i..L-1, so its selection, activation, sparse kernels, AuxK and unit-norm decoder (a feature's whole cross-layer
 decoder has norm 1) are the per-layer code's. What the CLT adds: layer t's MLP output is reconstructed as the sum
 of every member's write into it (its bias too), the loss is every layer's reconstruction (`clt_loss`: summed or
@@ -93,6 +96,8 @@ class CrossLayerTranscoder(nn.Module):
                 m.scaffold.init_from((xs - m.b_in.double()).float(), cfg.scaffold_init, m._gen, yc)
             if cfg.encoder_init == "fit":
                 m._fit_encoder_scale(x.float(), padded.float())
+            if hasattr(m, "init_thresholds"):  # JumpReLU members: theta from this batch, after the encoder scale
+                m.init_thresholds(x.float())
 
     def forward(self, batch: torch.Tensor, dead_mask: torch.Tensor | None = None) -> dict:
         """One training step's losses and statistics for stream rows (original units)."""
@@ -177,7 +182,8 @@ class CrossLayerTranscoder(nn.Module):
     @staticmethod
     def _write(m, p: dict):
         pre = m.kern.encode(p["enc_in"], p["W_enc"], p["b_enc"], p["sup"])
-        return m.activate(pre, p["sup"])
+        vals, losses = m.activate(pre, p["sup"])
+        return vals, {**losses, **m.dense_terms(p["enc_in"], p["W_enc"], p["b_enc"], p["sup"])}
 
     @torch.no_grad()
     def _stats(self, ts, err, parts, codes) -> dict:
@@ -203,8 +209,8 @@ class CrossLayerTranscoder(nn.Module):
 
     @torch.no_grad()
     def after_step(self, stats: dict) -> None:
-        for i, m in enumerate(self.members):
-            m.after_step({k: (v[i] if k == "min_kept" else v) for k, v in stats.items()})
+        for i, m in enumerate(self.members):  # each member's target_l0 is per layer: it sees its own layer's L0
+            m.after_step({k: (v[i] if k == "min_kept" else v) for k, v in stats.items()} | {"l0": stats[f"l0_{i}"]})
 
     def project_decoder_grad(self) -> None:
         for m in self.members:

@@ -6,8 +6,8 @@ config (every choice, e.g. clt_loss and clt_sparsity) and the run; `clt_weights.
 (`W_enc_{i}.safetensors` with W_enc_{i} [n, d_in], b_enc_{i}, b_dec_{i}, threshold_{i}; `W_dec_{i}.safetensors`
 with W_dec_{i} [n, n_layers - i, d_out]) and a `config.yaml` with model_kind cross_layer_transcoder, every scale
 folded in so it reads raw activations. circuit-tracer 0.5.0's CLT has ReLU or JumpReLU codes and no skip path in
-its files, so only BatchTopK CLTs (JumpReLU at their threshold) without scaffold or skip are written there; the
-manifest says why when it is not.
+its files, so only BatchTopK, Matryoshka, JumpReLU and standard CLTs (JumpReLU at their thresholds, ReLU at 0)
+without scaffold or skip are written there; the manifest says why when it is not.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def save_clt(clt, folder: str | Path, metadata: dict | None = None, workbench_in
 
 def tracer_unsupported(cfg) -> str | None:
     """Why circuit-tracer 0.5.0's CLT format cannot hold this CLT exactly (None: it can)."""
-    if cfg.architecture not in BATCH_RANKED:  # JumpReLU at the threshold at inference
+    if cfg.architecture not in (*BATCH_RANKED, "jumprelu", "standard"):  # JumpReLU (ReLU: threshold 0) at inference
         return f"circuit-tracer's CLT codes are ReLU or JumpReLU; a {cfg.architecture} CLT's rule is not one of them"
     if cfg.skip or cfg.scaffold_rank:
         return "circuit-tracer 0.5.0's CLT files hold no skip path or scaffold"
@@ -83,7 +83,9 @@ def tracer_tensors(clt) -> list[tuple[dict, dict]]:
             f"W_enc_{i}": (W_enc * s).contiguous(),
             f"b_enc_{i}": b_enc - W_enc @ m.b_in.detach().float().cpu(),
             f"b_dec_{i}": clt.bias(i).detach().float().cpu().contiguous(),
-            f"threshold_{i}": m.threshold.detach().float().cpu().expand(m.cfg.n_latents).clone(),
+            f"threshold_{i}": m.threshold.detach().float().cpu().expand(m.cfg.n_latents).clone()
+            if hasattr(m, "threshold")  # an imported CLT's per-latent thresholds
+            else m.inference_threshold().detach().float().cpu(),
         }
         out.append((enc, {f"W_dec_{i}": W_dec.contiguous()}))
     return out

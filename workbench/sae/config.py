@@ -8,9 +8,29 @@ from dataclasses import dataclass, field
 from workbench.config import Config, check_device
 from workbench.errors import ConfigError
 
-ARCHITECTURES = ("topk", "batchtopk", "matryoshka", "block_topk", "group_lasso", "block_jumprelu", "grassmannian")
+ARCHITECTURES = (
+    "topk",
+    "batchtopk",
+    "matryoshka",
+    "block_topk",
+    "group_lasso",
+    "block_jumprelu",
+    "grassmannian",
+    "jumprelu",
+    "gated",
+    "standard",
+)
 BLOCK_ARCHITECTURES = ("block_topk", "group_lasso", "block_jumprelu", "grassmannian")
 THRESHOLD_BLOCK_ARCHITECTURES = ("group_lasso", "block_jumprelu")  # learned per-block thresholds
+# the penalised architectures: lambda (this config field) times a sparsity term; target_l0 steers them
+COEF_FIELDS = {
+    "group_lasso": "group_lasso_coef",
+    "block_jumprelu": "block_l0_coef",
+    "jumprelu": "l0_coef",
+    "gated": "l1_coef",
+    "standard": "l1_coef",
+}
+THRESHOLD_CONTROLLED = ("block_jumprelu", "jumprelu")  # target_l0's "auto" controller scales their thresholds
 TOPK_FAMILY = ("topk", "batchtopk", "matryoshka")
 POSITIVE = {"min": 0, "open": "min"}  # a float field's bounds (workbench.config): > 0
 
@@ -148,11 +168,53 @@ class SAEConfig(Config):
     block_bandwidth: float = field(
         default=0.1, metadata={**POSITIVE, "help": "block JumpReLU: straight-through rectangle width"}
     )
+    # JumpReLU, gated and standard (ReLU + L1) SAEs (docs/methods.md §3b)
+    l0_coef: float = field(
+        default=1.0,
+        metadata={
+            "min": 0,
+            "help": "JumpReLU: lambda on the L0 (rajamanoharan2024) or on sum tanh(c |f| ||W_dec||) (anthropic2025)",
+        },
+    )
+    l1_coef: float = field(
+        default=0.1,
+        metadata={"min": 0, "help": "gated / standard: lambda on the L1 of the (gate) codes times ||W_dec,i||"},
+    )
+    jumprelu_recipe: str = field(
+        default="rajamanoharan2024",
+        metadata={
+            "choices": ("rajamanoharan2024", "anthropic2025"),
+            "help": "rajamanoharan2024: L0 penalty, unit-norm decoder, straight-through gradient to the threshold "
+            "only; anthropic2025 (Circuits Updates, January 2025): tanh(c |f| ||W_dec||) penalty, free decoder "
+            "norms, straight-through gradient to the pre-activation too, and the pre-activation penalty",
+        },
+    )
+    jumprelu_bandwidth: float = field(
+        default=0.1, metadata={**POSITIVE, "help": "JumpReLU: straight-through rectangle width epsilon"}
+    )
+    tanh_c: float = field(
+        default=4.0, metadata={**POSITIVE, "help": "JumpReLU anthropic2025: c in tanh(c |f| ||W_dec||)"}
+    )
+    pre_act_coef: float = field(
+        default=3e-6,
+        metadata={
+            "min": 0,
+            "help": "JumpReLU anthropic2025: lambda_p on sum_i relu(theta_i - h_i) ||W_dec,i|| (revives dead latents)",
+        },
+    )
+    l1_decoder: str = field(
+        default="weighted",
+        metadata={
+            "choices": ("weighted", "unit"),
+            "help": "standard: weighted = free decoder norms, L1 of f_i ||W_dec,i|| (Anthropic, April 2024); "
+            "unit = unit-norm decoder rows, plain L1 (Bricken et al. 2023)",
+        },
+    )
     target_l0: float | None = field(
         default=None,
         metadata={
             **POSITIVE,
-            "help": "group lasso / block JumpReLU: hold the mean L0 (latents per token) here by moving the sparsity "
+            "help": "group lasso / block JumpReLU / JumpReLU / gated / standard: hold the mean L0 (latents per token) here by moving the sparsity "
             "coefficient; None: the coefficient stays fixed (and L0 drifts)",
         },
     )
@@ -162,8 +224,8 @@ class SAEConfig(Config):
             "choices": ("auto", "log", "threshold"),
             "help": "target_l0's controller. log: moves lambda multiplicatively (dual ascent in log space); "
             "threshold: lambda stays fixed and every block's learned threshold is scaled by exp(rate * err) "
-            "after each step; auto: log for group lasso, threshold for block JumpReLU (whose thresholds, "
-            "moved by Adam at most lr a step, hold L0 wherever lambda goes)",
+            "after each step; auto: threshold for block JumpReLU and JumpReLU (whose thresholds, "
+            "moved by Adam at most lr a step, hold L0 wherever lambda goes), log for the others",
         },
     )
     l0_control_rate: float = field(
@@ -246,8 +308,8 @@ class SAEConfig(Config):
         if self.dead_tokens is None:
             # 10M tokens in the published runs; short runs use a tenth of the run (at least 1 batch-size worth)
             out["dead_tokens"] = int(min(10_000_000, max(1, (n_tokens or 10_000_000) // 10)))
-        if self.l0_control == "auto" and self.architecture in THRESHOLD_BLOCK_ARCHITECTURES:
-            out["l0_control"] = "log" if self.architecture == "group_lasso" else "threshold"
+        if self.l0_control == "auto" and self.architecture in COEF_FIELDS:
+            out["l0_control"] = "threshold" if self.architecture in THRESHOLD_CONTROLLED else "log"
         if self.architecture == "matryoshka" and self.prefixes is None:
             out["prefixes"] = _default_prefixes(n)
         if self.name is None:
@@ -268,7 +330,11 @@ class SAEConfig(Config):
             f"b{self.block_size}x{self.n_active_blocks}"
             if self.architecture in ("block_topk", "grassmannian")
             else f"b{self.block_size}t{self.target_l0:g}"
+            if self.target_l0 is not None and self.is_block
+            else f"t{self.target_l0:g}"
             if self.target_l0 is not None
+            else f"l{getattr(self, COEF_FIELDS[self.architecture]):g}"
+            if self.architecture in ("jumprelu", "gated", "standard")
             else f"b{self.block_size}l{self.block_l0_coef:g}"
             if self.architecture == "block_jumprelu"
             else f"b{self.block_size}l{self.group_lasso_coef:g}"
@@ -282,6 +348,10 @@ class SAEConfig(Config):
             parts.append("skip")
         if self.reg_l1_off or self.reg_l1_l2:
             parts.append(f"reg{self.reg_l1_off:g}_{self.reg_l1_l2:g}")
+        if self.architecture == "jumprelu" and self.jumprelu_recipe != "rajamanoharan2024":
+            parts.append(self.jumprelu_recipe)
+        if self.architecture == "standard" and self.l1_decoder != "weighted":
+            parts.append(f"l1{self.l1_decoder}")
         if self.kernel != "sparse":
             parts.append(self.kernel)
         if self.encoder_init != "fit":
@@ -333,14 +403,14 @@ class SAEConfig(Config):
             )
 
     def _check_target_l0(self, n: int | None) -> None:
-        if self.architecture not in THRESHOLD_BLOCK_ARCHITECTURES:
+        if self.architecture not in COEF_FIELDS:
             raise ConfigError(
-                f"target_l0 applies to {list(THRESHOLD_BLOCK_ARCHITECTURES)} (the other architectures fix their "
+                f"target_l0 applies to {list(COEF_FIELDS)} (the other architectures fix their "
                 f"L0 by k or n_active_blocks), not {self.architecture!r}"
             )
         if n is not None and self.target_l0 > n:
             raise ConfigError(f"target_l0={self.target_l0} must be in (0, n_latents={n}]")
-        coef = "group_lasso_coef" if self.architecture == "group_lasso" else "block_l0_coef"
+        coef = COEF_FIELDS[self.architecture]
         if not getattr(self, coef) > 0:
             raise ConfigError(
                 f"target_l0's log controller moves {coef} multiplicatively and the threshold controller "
@@ -362,7 +432,7 @@ class SAEConfig(Config):
             raise ConfigError(f"scaffold_rank={self.scaffold_rank} must be below d_out={self.d_out}")
 
 
-CLT_ARCHITECTURES = ("topk", "batchtopk", "matryoshka", "block_topk")
+CLT_ARCHITECTURES = ("topk", "batchtopk", "matryoshka", "block_topk", "jumprelu", "standard")
 BATCH_RANKED = ("batchtopk", "matryoshka")  # one threshold at inference (JumpReLU); a shared budget ranks the batch
 
 
@@ -417,9 +487,10 @@ class CLTConfig(SAEConfig):
             raise ConfigError(
                 f"architecture={self.architecture!r} is not trained as a CLT yet; choose one of {list(CLT_ARCHITECTURES)}"
             )
-        if self.clt_sparsity == "shared" and self.is_block:
+        if self.clt_sparsity == "shared" and self.architecture not in TOPK_FAMILY:
             raise ConfigError(
-                "clt_sparsity='shared' applies to topk, batchtopk and matryoshka, not to block architectures"
+                f"clt_sparsity='shared' applies to {list(TOPK_FAMILY)}, not to {self.architecture!r} (block and "
+                "penalised CLTs have no budget to share)"
             )
         if self.threshold_per_latent and self.architecture != "batchtopk":
             raise ConfigError(f"threshold_per_latent applies to batchtopk CLTs, not to {self.architecture!r}")
@@ -450,15 +521,15 @@ def _default_prefixes(n: int) -> list[int]:
 
 
 def at_k(cfgs: list[SAEConfig]) -> tuple[list[SAEConfig], list[str]]:
-    """SAEs trained "at k" (`sae train --k`): group lasso and block JumpReLU without a target_l0 get
-    target_l0 = k, since their fixed coefficient alone leaves L0 wherever it drifts (saved with the SAE);
+    """SAEs trained "at k" (`sae train --k`): the penalised architectures (group lasso, block JumpReLU, JumpReLU,
+    gated, standard) without a target_l0 get target_l0 = k, since their fixed coefficient alone leaves L0 wherever it drifts (saved with the SAE);
     returns the configs and notes that say so and name the architectures k does not reach."""
     out, steered, fixed = [], {}, set()
     for c in cfgs:
-        if c.architecture in THRESHOLD_BLOCK_ARCHITECTURES and c.target_l0 is None:
+        if c.architecture in COEF_FIELDS and c.target_l0 is None:
             c = dataclasses.replace(c, target_l0=float(c.k))
             steered.setdefault(c.k, set()).add(c.architecture)
-        elif c.architecture in BLOCK_ARCHITECTURES and c.architecture not in THRESHOLD_BLOCK_ARCHITECTURES:
+        elif c.architecture in BLOCK_ARCHITECTURES and c.architecture not in COEF_FIELDS:
             fixed.add(c.architecture)
         out.append(c)
     notes = [

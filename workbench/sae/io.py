@@ -1,9 +1,9 @@
 """Save trained SAEs in SAELens format (cfg.json + sae_weights.safetensors) and load them back.
 
 Top-k saves as SAELens `topk`; BatchTopK and Matryoshka as `jumprelu` with their threshold theta
-(as SAELens does); block-sparse and scaffold SAEs as the architectures in workbench.sae.saelens.
-Transcoders: BatchTopK and Matryoshka as sae-lens's `jumprelu_transcoder` (`jumprelu_skip_transcoder`
-with a skip path), Top-k as `workbench_topk_transcoder`, block-sparse and scaffolded ones as the
+(as SAELens does); JumpReLU as `jumprelu`, gated as `gated`, standard (ReLU + L1) as `standard`; block-sparse and scaffold SAEs as the architectures in workbench.sae.saelens.
+Transcoders: BatchTopK, Matryoshka, JumpReLU and gated (the JumpReLU a gated encoder equals) as sae-lens's
+`jumprelu_transcoder` (`jumprelu_skip_transcoder` with a skip path), standard as `transcoder` (`skip_transcoder`), Top-k as `workbench_topk_transcoder`, block-sparse and scaffolded ones as the
 workbench architectures with d_out set; metadata.hook_name is what they read, hook_name_out what
 they write.
 The input scaling used in training is folded into the weights, so the saved SAE reads raw
@@ -16,9 +16,14 @@ import json
 from pathlib import Path
 
 import torch
-from sae_lens import SAE, JumpReLUSAEConfig, TopKSAEConfig
+from sae_lens import SAE, GatedSAEConfig, JumpReLUSAEConfig, StandardSAEConfig, TopKSAEConfig
 from sae_lens.saes.sae import SAEMetadata
-from sae_lens.saes.transcoder import JumpReLUSkipTranscoderConfig, JumpReLUTranscoderConfig
+from sae_lens.saes.transcoder import (
+    JumpReLUSkipTranscoderConfig,
+    JumpReLUTranscoderConfig,
+    SkipTranscoderConfig,
+    TranscoderConfig,
+)
 from safetensors.torch import save_file
 
 from workbench.atomic import atomic_path, atomic_write_text, sha256_file
@@ -37,6 +42,10 @@ def export(sae: SparseAutoencoder, metadata: dict | None = None):
     s = float(sae.input_scale)
     so = float(sae.output_scale) if c.transcoder else s
     W_enc, b_enc, W_dec = (t.detach().float().cpu() for t in sae.weights())
+    theta = sae.inference_threshold().detach().float().cpu()
+    native_gated = c.architecture == "gated" and not (c.transcoder or c.scaffold_rank)
+    if c.architecture == "gated" and not native_gated:  # elsewhere a gated SAE saves as the JumpReLU it equals
+        W_enc, b_enc, theta = (t.float().cpu() for t in sae.jumprelu_form())
     t = {
         "W_enc": (W_enc * s).T.contiguous(),
         "b_enc": b_enc.clone(),
@@ -52,25 +61,38 @@ def export(sae: SparseAutoencoder, metadata: dict | None = None):
     # a transcoder's encoder reads x itself (sae-lens) or x - b_in (the workbench classes), never x - b_dec
     tc = {"d_out": c.d_out, "apply_b_dec_to_input": False} if c.transcoder else {}
     if c.is_block or c.scaffold_rank or (c.transcoder and c.architecture == "topk"):
-        cfg = _workbench_config(sae, t, s, so, {**common, **tc, "skip": c.skip})
-    elif c.transcoder:  # BatchTopK / Matryoshka: sae-lens's JumpReLU transcoders, b_in folded into b_enc
+        return _workbench_config(sae, t, theta, {**common, **tc, "skip": c.skip}), _contiguous(t)
+    if c.transcoder:  # sae-lens's ReLU or JumpReLU transcoders, b_in folded into b_enc
         t["b_enc"] -= W_enc @ sae.b_in.detach().float().cpu()
         del t["b_in"]
-        t["threshold"] = _threshold(sae)
-        cls = JumpReLUSkipTranscoderConfig if c.skip else JumpReLUTranscoderConfig
-        cfg = cls(**common, **tc, d_sae=c.n_latents)
-    elif c.architecture == "topk":
-        cfg = TopKSAEConfig(**common, d_sae=c.n_latents, k=c.k, rescale_acts_by_decoder_norm=False)
-    else:
-        t["threshold"] = _threshold(sae)
-        cfg = JumpReLUSAEConfig(**common, d_sae=c.n_latents)
-    return cfg, {k: v.contiguous() for k, v in t.items()}
+        if c.architecture == "standard":
+            cls = SkipTranscoderConfig if c.skip else TranscoderConfig
+        else:
+            t["threshold"] = theta
+            cls = JumpReLUSkipTranscoderConfig if c.skip else JumpReLUTranscoderConfig
+        return cls(**common, **tc, d_sae=c.n_latents), _contiguous(t)
+    if c.architecture == "topk":
+        return TopKSAEConfig(**common, d_sae=c.n_latents, k=c.k, rescale_acts_by_decoder_norm=False), _contiguous(t)
+    if c.architecture == "standard":
+        return StandardSAEConfig(**common, d_sae=c.n_latents), _contiguous(t)
+    if native_gated:
+        t["b_gate"] = t.pop("b_enc")
+        t["r_mag"], t["b_mag"] = sae.r_mag.detach().float().cpu(), sae.b_mag.detach().float().cpu()
+        return GatedSAEConfig(**common, d_sae=c.n_latents), _contiguous(t)
+    t["threshold"] = theta
+    return JumpReLUSAEConfig(**common, d_sae=c.n_latents), _contiguous(t)
 
 
-def _workbench_config(sae: SparseAutoencoder, t: dict, s: float, so: float, common: dict):
+def _contiguous(t: dict) -> dict:
+    return {k: v.contiguous() for k, v in t.items()}
+
+
+def _workbench_config(sae: SparseAutoencoder, t: dict, theta: torch.Tensor, common: dict):
     """The config of a workbench-registered architecture (block-sparse, scaffold, Top-k transcoder); the
     scaffold's U is appended to W_dec and its V saved as scaffold_V (workbench.sae.saelens)."""
     c = sae.cfg
+    s = float(sae.input_scale)
+    so = float(sae.output_scale) if c.transcoder else s
     r = c.scaffold_rank
     if r:
         U, V = sae.scaffold.U.detach().float().cpu(), sae.scaffold.V.detach().float().cpu()
@@ -85,19 +107,13 @@ def _workbench_config(sae: SparseAutoencoder, t: dict, s: float, so: float, comm
         return saelens.BlockSparseSAEConfig(
             **common, **extra, block_size=c.block_size, rule=rule, n_active_blocks=c.n_active_blocks
         )
-    t["threshold"] = _threshold(sae)
+    t["threshold"] = theta
     cls = (
         saelens.TopKTranscoderConfig
         if c.transcoder and c.architecture == "topk" and not r
         else saelens.ScaffoldSAEConfig
     )
     return cls(**common, **extra, base="topk" if c.architecture == "topk" else "jumprelu", k=c.k)
-
-
-def _threshold(sae: SparseAutoencoder) -> torch.Tensor:
-    if sae.cfg.architecture == "topk":
-        return torch.zeros(sae.cfg.n_latents)
-    return torch.full((sae.cfg.n_latents,), float(sae.threshold))
 
 
 def save_sae(

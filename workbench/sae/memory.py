@@ -86,10 +86,15 @@ def _init_bytes(cfg: SAEConfig, rows: int) -> int:
 
 
 def _active(cfg: SAEConfig, init: bool = False) -> int:
-    """Latents selected per token: k, the blocks' latents, or (thresholded blocks in training, whose L0 drifts
-    towards target_l0) an upper estimate."""
+    """Latents selected per token: k, the blocks' latents, or (thresholded blocks and JumpReLU in training, whose
+    L0 drifts towards target_l0; ReLU supports) an upper estimate."""
     if cfg.architecture in TOPK_FAMILY:
         return cfg.k
+    if cfg.architecture in ("gated", "standard"):
+        # every positive pre-activation: about half the latents at the start (n/2 measured 5% under the peak)
+        return 3 * cfg.n_latents // 4
+    if cfg.architecture == "jumprelu":  # theta starts at target_l0 (else k) a token; the controller holds it near
+        return 2 * int(cfg.target_l0 or cfg.k)
     blocks = cfg.n_active_blocks * cfg.block_size
     return blocks if init else max(blocks, int(cfg.target_l0 or 0) * 2)
 
