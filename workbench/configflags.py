@@ -15,8 +15,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import typing
 
-from workbench.config import out_of_range
+from workbench.config import elements, out_of_range, parse_numbers
 from workbench.errors import BadValueError
 from workbench.guard import Role, declare
 
@@ -57,6 +58,23 @@ def count(minimum: int = 1):
     """The argparse type of an integer flag outside the configs: a count, size, seed or port is an integer >=
     minimum, refused by name as the flag is parsed, before any work."""
     return _parse(int, False, minimum=minimum)
+
+
+def numbers(cls, name: str):
+    """The argparse type of a flag outside the generated ones that gives list field `name` of config `cls`
+    ('1,2.5'): each element within the field's declared bounds, no empty element, refused as it is parsed."""
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    kind = elements(typing.get_type_hints(cls)[name])
+
+    def parse(text: str) -> list:
+        try:
+            return parse_numbers(text, kind, f)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    parse.__name__ = f"{kind.__name__} list"
+    parse.field = f
+    return parse
 
 
 GIVEN = "_given_flags"  # namespace attribute: the dests of the config flags given on the command line
