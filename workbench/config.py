@@ -12,7 +12,7 @@ migrates field names of older saved configs (`renamed`) and names unknown fields
 Numeric bounds are declared once, in the field's metadata, and checked here for every way a config is made
 (a generated flag, `--set`, JSON, Python): "min" / "max" are inclusive bounds and "open" ("min", "max" or
 "both") makes them exclusive. An int field's "min" is 0 unless declared (no count, size or seed is
-negative); a float field is always finite (NaN and infinity are refused). A list or tuple of numbers has its
+negative) and every int fits 64 bits; a float field is always finite (NaN and infinity are refused). A list or tuple of numbers has its
 bounds checked on every element (`elements`), and a list typed as text (a flag, a URL) is read by
 `parse_numbers`, which refuses an empty element ('0,,3') rather than dropping it.
 """
@@ -112,6 +112,8 @@ def out_of_range(f: dataclasses.Field, kind: type, v, name: str | None = None) -
         ok = ok and (v > low if low_open else v >= low)
     if high is not None:
         ok = ok and (v < high if high_open else v <= high)
+    if ok and isinstance(v, int) and not -INT64 <= v < INT64:
+        return f"{name or f.name}={v!r} must be {valid_range(f, kind)} that fits 64 bits (below 2**63)"
     return None if ok else f"{name or f.name}={v!r} must be {valid_range(f, kind)}"
 
 
@@ -135,6 +137,9 @@ def parse_numbers(text: str, kind: type, f: dataclasses.Field | None = None) -> 
     if message:
         raise ValueError(message)
     return values
+
+
+INT64 = 2**63  # every integer a config holds fits a signed 64-bit integer (torch's and numpy's), whatever its bounds
 
 
 def check_device(device: str | None, error: type[Exception]) -> None:

@@ -17,7 +17,7 @@ import dataclasses
 import json
 import typing
 
-from workbench.config import elements, out_of_range, parse_numbers
+from workbench.config import INT64, elements, out_of_range, parse_numbers
 from workbench.errors import BadValueError
 from workbench.guard import Role, declare
 
@@ -32,9 +32,15 @@ def _scalar(annotation) -> tuple[type | None, bool]:
     return (_SCALARS.get(parts[0]) if len(parts) == 1 else None), optional
 
 
-def _parse(typ: type, optional: bool, f: dataclasses.Field | None = None, minimum: int | None = None):
+def _parse(
+    typ: type,
+    optional: bool,
+    f: dataclasses.Field | None = None,
+    minimum: int | None = None,
+    maximum: int = INT64 - 1,
+):
     """The argparse type of a flag: `typ` from the text, within the bounds of config field `f` (a number)
-    or at least `minimum`."""
+    or in [minimum, maximum] (an int fits 64 bits)."""
 
     def parse(text: str):
         if optional and text.lower() == "none":
@@ -47,6 +53,8 @@ def _parse(typ: type, optional: bool, f: dataclasses.Field | None = None, minimu
             raise argparse.ArgumentTypeError(message)
         if minimum is not None and value < minimum:
             raise argparse.ArgumentTypeError(f"{value} is below the minimum: it must be an integer >= {minimum}")
+        if minimum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"{value} is above the maximum: it must be an integer <= {maximum}")
         return value
 
     parse.__name__ = typ.__name__
@@ -54,10 +62,10 @@ def _parse(typ: type, optional: bool, f: dataclasses.Field | None = None, minimu
     return parse
 
 
-def count(minimum: int = 1):
-    """The argparse type of an integer flag outside the configs: a count, size, seed or port is an integer >=
-    minimum, refused by name as the flag is parsed, before any work."""
-    return _parse(int, False, minimum=minimum)
+def count(minimum: int = 1, maximum: int = INT64 - 1):
+    """The argparse type of an integer flag outside the configs: a count, size, seed or port is an integer in
+    [minimum, maximum] (at most 64 bits), refused by name as the flag is parsed, before any work."""
+    return _parse(int, False, minimum=minimum, maximum=maximum)
 
 
 def numbers(cls, name: str):

@@ -346,7 +346,7 @@ def test_a_clt_flag_without_clt_is_refused_naming_it(flag, tc_cache, tmp_path, c
     args = ["sae", "train", "--cache", str(tc_cache[0]), "--workspace", str(tmp_path / "ws")]
     assert main([*args, "--hook", "blocks.1.hook_resid_post", *flag]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and f"{' '.join(flag)} has no effect without --clt" in err[0], err
+    assert len(err) == 1 and f"{flag[0]} {flag[1]!r} has no effect without --clt" in err[0], err
     assert not (tmp_path / "ws").exists()
 
 

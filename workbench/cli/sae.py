@@ -164,7 +164,7 @@ def _train(a: argparse.Namespace) -> None:
         clt_cfg = CLTConfig(**{**cfgs[0].to_dict(), **extra})
         folders = [steps.train_clt(ws, a.cache, a.layers or "all", clt_cfg, train_cfg, **kw)]
         saved = []
-    elif unused := [f"--{f.replace('_', '-')} {getattr(a, f)}" for f in CLT_ONLY if getattr(a, f) is not None]:
+    elif unused := [f"--{f.replace('_', '-')} {getattr(a, f)!r}" for f in CLT_ONLY if getattr(a, f) is not None]:
         raise BadValueError(f"{', '.join(unused)} has no effect without --clt (it sets up a CLT): add --clt or drop it")
     elif a.transcoders is not None:
         if a.hook or a.target:
