@@ -170,9 +170,11 @@ def stopped(monkeypatch):
 
 
 @pytest.mark.parametrize("path, parser", COMMANDS, ids=[" ".join(p) for p, _ in COMMANDS])
-def test_every_flag_of_every_command_refuses_hostile_values_in_one_line(path, parser, stopped, tmp_path, capsys):
+def test_every_flag_of_every_command_refuses_hostile_values_in_one_line(
+    path, parser, stopped, tmp_path, capsys, monkeypatch
+):
     files = _sandbox(tmp_path)
-    os.chdir(tmp_path / "a" / "b")
+    monkeypatch.chdir(tmp_path / "a" / "b")
     outcomes, bad = Counter(), []
     for label, refused, argv in cases(path, parser):
         argv = [_file(x, files) for x in argv]
