@@ -7,12 +7,14 @@ panel runs the model only while its toggle is on (?steer=1), so a page still ope
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import streamlit as st
 
 from app import live, state
 from workbench.circuits import schema
+from workbench.config import parse_numbers
 from workbench.errors import UserError
 from workbench.interventions.config import ABLATE_TO, OPS, SEMANTICS, InterventionConfig
 
@@ -44,11 +46,18 @@ def _pick(widget, name: str, options: list[str], default: str, key: str, **kwarg
     return state.synced(widget, name, want, key, options=options, **kwargs)
 
 
+VALUE = next(f for f in dataclasses.fields(InterventionConfig) if f.name == "value")
+
+
 def _values(text: str) -> list[float] | None:
+    """The value box's numbers, each within InterventionConfig.value's bounds (finite, |v| <= MAX_VALUE); an empty
+    box is no value (the config then names the op that needs one)."""
+    if not text.strip():
+        return None
     try:
-        return [float(v) for v in text.split(",") if v.strip()] or None
-    except ValueError:
-        raise UserError(f"value {text!r} is not a number or a comma-separated list of numbers") from None
+        return parse_numbers(text, float, VALUE)
+    except ValueError as e:
+        raise UserError(f"value: {e}") from None
 
 
 def controls(t: Target, key: str) -> tuple[InterventionConfig, str]:

@@ -242,3 +242,21 @@ def test_every_numeric_field_refuses_out_of_range_nan_and_infinite_values_by_nam
             dataclasses.replace(base, **{f.name: value})
         message = str(e.value)
         assert "\n" not in message and f"{f.name}={value!r}" in message and valid_range(f, kind) in message, message
+
+
+def test_an_int_past_64_bits_is_refused_from_python_and_as_a_flag_is_parsed(capsys):
+    """10**30 as a seed or a count overflowed torch later (a traceback) or ran: every int a config holds fits 64
+    bits, and so does every count flag (a port at most 65535)."""
+    from workbench.cli import main
+    from workbench.interventions.config import InterventionConfig
+
+    with pytest.raises(BadValueError, match=r"seed=9223372036854775808 must be an integer >= 0 that fits 64 bits"):
+        InterventionConfig(seed=2**63)
+    InterventionConfig(seed=2**63 - 1)
+    for argv, message in [
+        (["model", "train", "--steps", "9" * 30], "must be an integer >= 1 that fits 64 bits"),
+        (["app", "--port", "65536"], "65536 is above the maximum: it must be an integer <= 65535"),
+    ]:
+        with pytest.raises(SystemExit):
+            main(argv)
+        assert message in capsys.readouterr().err.strip().splitlines()[-1]

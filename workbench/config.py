@@ -12,7 +12,9 @@ migrates field names of older saved configs (`renamed`) and names unknown fields
 Numeric bounds are declared once, in the field's metadata, and checked here for every way a config is made
 (a generated flag, `--set`, JSON, Python): "min" / "max" are inclusive bounds and "open" ("min", "max" or
 "both") makes them exclusive. An int field's "min" is 0 unless declared (no count, size or seed is
-negative); a float field is always finite (NaN and infinity are refused).
+negative) and every int fits 64 bits; a float field is always finite (NaN and infinity are refused). A list or tuple of numbers has its
+bounds checked on every element (`elements`), and a list typed as text (a flag, a URL) is read by
+`parse_numbers`, which refuses an empty element ('0,,3') rather than dropping it.
 """
 
 from __future__ import annotations
@@ -71,6 +73,16 @@ def numeric(hint) -> type | None:
     return args[0] if len(args) == 1 and args[0] in (int, float) else None
 
 
+def elements(hint) -> type | None:
+    """int or float when a field's annotation is a list or tuple of that number type (optionally `| None`)."""
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    args = [a for a in typing.get_args(hint) if a is not type(None)] if union else [hint]
+    if len(args) != 1 or typing.get_origin(args[0]) not in (list, tuple):
+        return None
+    kinds = {a for a in typing.get_args(args[0]) if a is not Ellipsis}
+    return kinds.pop() if len(kinds) == 1 and kinds <= {int, float} else None
+
+
 def _bounds(f: dataclasses.Field, kind: type) -> tuple:
     """(low, high, low open, high open) of a numeric field's metadata; an int's low is 0 unless declared."""
     meta, opened = f.metadata, f.metadata.get("open", "")
@@ -91,15 +103,43 @@ def valid_range(f: dataclasses.Field, kind: type) -> str:
     return what
 
 
-def out_of_range(f: dataclasses.Field, kind: type, v) -> str | None:
-    """The one-line refusal of value `v` for numeric field `f` (None when it is within the declared bounds)."""
+def out_of_range(f: dataclasses.Field, kind: type, v, name: str | None = None) -> str | None:
+    """The one-line refusal of value `v` for numeric field `f` (None when it is within the declared bounds);
+    `name`: what the message calls it (default the field's name; an element: 'value[2]')."""
     low, high, low_open, high_open = _bounds(f, kind)
     ok = isinstance(v, int) or math.isfinite(v)
     if low is not None:
         ok = ok and (v > low if low_open else v >= low)
     if high is not None:
         ok = ok and (v < high if high_open else v <= high)
-    return None if ok else f"{f.name}={v!r} must be {valid_range(f, kind)}"
+    if ok and isinstance(v, int) and not -INT64 <= v < INT64:
+        return f"{name or f.name}={v!r} must be {valid_range(f, kind)} that fits 64 bits (below 2**63)"
+    return None if ok else f"{name or f.name}={v!r} must be {valid_range(f, kind)}"
+
+
+def element_error(f: dataclasses.Field, kind: type, values) -> str | None:
+    """The refusal of the first element of a list of numbers outside field `f`'s bounds (None: all within)."""
+    return next((m for i, v in enumerate(values) if (m := out_of_range(f, kind, v, f"{f.name}[{i}]"))), None)
+
+
+def parse_numbers(text: str, kind: type, f: dataclasses.Field | None = None) -> list:
+    """Comma-separated numbers of `kind` ('1,2.5') from a flag or a URL, each within field `f`'s bounds; an
+    empty element ('0,,3'), a non-number or an out-of-range element raises ValueError naming it."""
+    parts = str(text).split(",")
+    if any(not p.strip() for p in parts):
+        raise ValueError(f"{text!r} has an empty element: give comma-separated numbers, e.g. 0,3")
+    try:
+        values = [kind(p) for p in parts]
+    except ValueError:
+        what = "integers" if kind is int else "numbers"
+        raise ValueError(f"{text!r} is not a comma-separated list of {what}") from None
+    message = element_error(f, kind, values) if f is not None else None
+    if message:
+        raise ValueError(message)
+    return values
+
+
+INT64 = 2**63  # every integer a config holds fits a signed 64-bit integer (torch's and numpy's), whatever its bounds
 
 
 def check_device(device: str | None, error: type[Exception]) -> None:
@@ -146,6 +186,9 @@ class Config:
             if choices is not None and v not in choices:
                 raise self.error(f"{f.name}={v!r} is not valid; choose one of {list(choices)}")
             message = out_of_range(f, kind, v) if kind and v is not None else None
+            each = elements(hint)
+            if each and v is not None and not message:
+                message = element_error(f, each, v)
             if message:
                 raise self.error(message + optional)
         self.check()

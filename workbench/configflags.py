@@ -15,8 +15,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import typing
 
-from workbench.config import out_of_range
+from workbench.config import INT64, elements, out_of_range, parse_numbers
 from workbench.errors import BadValueError
 from workbench.guard import Role, declare
 
@@ -31,9 +32,15 @@ def _scalar(annotation) -> tuple[type | None, bool]:
     return (_SCALARS.get(parts[0]) if len(parts) == 1 else None), optional
 
 
-def _parse(typ: type, optional: bool, f: dataclasses.Field | None = None, minimum: int | None = None):
+def _parse(
+    typ: type,
+    optional: bool,
+    f: dataclasses.Field | None = None,
+    minimum: int | None = None,
+    maximum: int = INT64 - 1,
+):
     """The argparse type of a flag: `typ` from the text, within the bounds of config field `f` (a number)
-    or at least `minimum`."""
+    or in [minimum, maximum] (an int fits 64 bits)."""
 
     def parse(text: str):
         if optional and text.lower() == "none":
@@ -46,6 +53,8 @@ def _parse(typ: type, optional: bool, f: dataclasses.Field | None = None, minimu
             raise argparse.ArgumentTypeError(message)
         if minimum is not None and value < minimum:
             raise argparse.ArgumentTypeError(f"{value} is below the minimum: it must be an integer >= {minimum}")
+        if minimum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"{value} is above the maximum: it must be an integer <= {maximum}")
         return value
 
     parse.__name__ = typ.__name__
@@ -53,10 +62,27 @@ def _parse(typ: type, optional: bool, f: dataclasses.Field | None = None, minimu
     return parse
 
 
-def count(minimum: int = 1):
-    """The argparse type of an integer flag outside the configs: a count, size, seed or port is an integer >=
-    minimum, refused by name as the flag is parsed, before any work."""
-    return _parse(int, False, minimum=minimum)
+def count(minimum: int = 1, maximum: int = INT64 - 1):
+    """The argparse type of an integer flag outside the configs: a count, size, seed or port is an integer in
+    [minimum, maximum] (at most 64 bits), refused by name as the flag is parsed, before any work."""
+    return _parse(int, False, minimum=minimum, maximum=maximum)
+
+
+def numbers(cls, name: str):
+    """The argparse type of a flag outside the generated ones that gives list field `name` of config `cls`
+    ('1,2.5'): each element within the field's declared bounds, no empty element, refused as it is parsed."""
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    kind = elements(typing.get_type_hints(cls)[name])
+
+    def parse(text: str) -> list:
+        try:
+            return parse_numbers(text, kind, f)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    parse.__name__ = f"{kind.__name__} list"
+    parse.field = f
+    return parse
 
 
 GIVEN = "_given_flags"  # namespace attribute: the dests of the config flags given on the command line

@@ -68,6 +68,7 @@ def _changed(key: str, on_marks) -> None:
     st.session_state[f"_{key}_seq"] = raw.get("seq", 0) if isinstance(raw, dict) else 0  # echoed: graph.js send
     try:
         a = an.from_dict(raw)
+        an.check_link(a)  # a longer link would be refused by the server with a bare HTTP error page
         v = an.view_from_dict(raw.get("view") or {})
     except UserError as e:
         st.session_state[f"_{key}_error"] = str(e)

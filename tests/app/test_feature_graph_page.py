@@ -90,6 +90,7 @@ def test_an_unknown_graph_in_the_url_is_one_line(graph_app):
         ("notes", "{", "query parameter notes='{' is not valid JSON"),
         ("groups", '[["lonely"]]', "groups must be a list of [name, node, ...] lists"),
         ("groups", "[" * 3000 + "]" * 3000, "nests JSON arrays or objects too deeply to be read"),
+        ("notes", json.dumps({f"n{i}": "x" * 20 for i in range(5000)}), "KB, over the 64 KB of marks a link holds"),
     ],
 )
 def test_a_bad_url_parameter_is_a_notice_and_the_graph_still_draws(graph_app, param, value, message):

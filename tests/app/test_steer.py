@@ -229,3 +229,21 @@ def test_a_clt_graph_node_is_ablated_through_the_clt(clt_workspace, model, monke
     r = intervene(model, str(clt), fg.metadata["prompt"], cfg)
     assert r["units"][0]["write_hooks"][-1] == f"blocks.{model.cfg.n_layers - 1}.hook_mlp_out"
     shown(at, r)
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("nan", "value[0]=nan must be a finite number in [-1e+06, 1e+06]"),
+        ("inf", "value[0]=inf must be a finite number"),
+        ("1e308", "value[0]=1e+308 must be a finite number"),
+        ("1,,2", "'1,,2' has an empty element"),
+    ],
+)
+def test_a_link_value_that_is_not_a_finite_number_in_range_is_one_error_and_no_run(steer_app, value, message):
+    """s_value is bounded as --value is (InterventionConfig.value's bounds): nan, inf and 1e308 ran and showed KL
+    nan; '1,,2' read as 1,2."""
+    at = steer_app("views/feature.py", sae=SAE, unit="3", steer="1", s_op="set", s_value=value, s_n="1")
+    [err] = at.error
+    assert message in plain(err.value), plain(err.value)
+    assert not at.exception and not [m for m in at.metric if "KL" in m.label]  # nothing ran

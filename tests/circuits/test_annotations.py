@@ -145,3 +145,15 @@ def test_view_settings_in_the_url_and_a_feature_graph():
     assert an.read_feature_view(d) == an.View()
     with pytest.raises(DamagedFileError, match=r"qParams: edge_threshold must be a number in \(0, 1\]"):
         an.read_feature_view({**out, "qParams": {**out["qParams"], an.VIEW_KEY: {"edge_threshold": 0}}})
+
+
+def test_marks_that_do_not_fit_a_link_are_refused_saying_how_big_they_are():
+    """5,000 notes (149 KB) made a link the app's server answered with a bare HTTP 400: the view keeps a change only
+    while the marks fit MAX_LINK, and a longer parameter in a link is refused by name."""
+    many = an.Annotations(notes={f"m{i}": f"note number {i} on this node" for i in range(5000)})
+    assert an.link_size(many) > an.MAX_LINK
+    with pytest.raises(BadValueError, match=r"5000 notes\) would take \d+ KB of the page's link, over the 64 KB"):
+        an.check_link(many)
+    an.check_link(MARKS)  # the usual few fit
+    with pytest.raises(BadValueError, match="notes= is .* KB, over the 64 KB of marks a link holds"):
+        an.from_param("notes", an.to_query(many)["notes"])

@@ -221,3 +221,27 @@ def test_circuit_tracer_graphs_with_nulls_open(tmp_path):
         broken["nodes"][2][bad[0]] = bad[1]
         with pytest.raises(DamagedFileError, match=match):
             schema.read_feature_graph(broken)
+
+
+@pytest.mark.parametrize(
+    "node, change, message",
+    [
+        (2, {"feature": 10**18}, "feature 1000000000000000000 is outside [-1, 2**53)"),
+        (2, {"feature": -5}, "feature -5 is outside [-1, 2**53)"),
+        (2, {"layer": "99"}, "layer 99 is outside the graph's layers 0..1 (its logits sit at 3)"),
+        (4, {"layer": "2"}, "layer 2 is outside the graph's layers 0..1 (its logits sit at 3)"),
+        (2, {"layer": "x"}, "layer 'x' is not a layer number"),
+        (2, {"layer": "-1"}, "layer '-1' is not a layer number"),
+        (2, {"ctx_idx": 7}, "ctx_idx 7 is outside the prompt's 2 positions"),
+        (3, {"node_id": "0_2_1"}, "is not named layer_latent_position (1_<latent>_1)"),
+    ],
+)
+def test_a_graph_node_index_out_of_range_is_refused_naming_it(node, change, message):
+    """Feature ids, layers and positions of a graph's nodes are bounded where the graph is read: within the graph's
+    own layers and prompt, the feature id an integer a browser keeps exact, a feature's node id agreeing with them."""
+    d = _tracer_graph()
+    schema.read_feature_graph(d)  # valid as made
+    d["nodes"][node].update(change)
+    with pytest.raises(DamagedFileError) as e:
+        schema.read_feature_graph(d)
+    assert message in str(e.value) and "\n" not in str(e.value), str(e.value)

@@ -355,3 +355,40 @@ def test_torchrun_with_two_processes_trains_a_clt(tc_cache, tmp_path):
     m = read_manifest(folder)
     assert m["world_size"] == 2 and m["tokens_seen"] == 2048 and m["circuit_tracer"] == {"folder": TRACER}
     assert all(torch.isfinite(v).all() for v in load_clt(folder).state_dict().values())
+
+
+@pytest.mark.parametrize("flag", [["--layers", "0,2"], ["--clt-loss", "mean"], ["--clt-sparsity", "shared"]])
+def test_a_clt_flag_without_clt_is_refused_naming_it(flag, tc_cache, tmp_path, capsys):
+    """--layers, --clt-loss and --clt-sparsity set up a CLT: without --clt they would be ignored."""
+    args = ["sae", "train", "--cache", str(tc_cache[0]), "--workspace", str(tmp_path / "ws")]
+    assert main([*args, "--hook", "blocks.1.hook_resid_post", *flag]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{flag[0]} {flag[1]!r} has no effect without --clt" in err[0], err
+    assert not (tmp_path / "ws").exists()
+
+
+def test_sae_eval_of_a_clt_whose_ce_recovered_is_undefined_says_why(tmp_path, capsys):
+    """A model whose unembedding is zero gives every token the same logit: zero ablation costs no loss, so the CLT's
+    CE recovered and KL score are undefined; the eval line says so (it raised TypeError formatting None)."""
+    from workbench import steps
+    from workbench.cache.config import HarvestConfig
+    from workbench.corpus.vocab import vocabulary
+    from workbench.models import save
+    from workbench.models.tokenizer import build_tokenizer
+    from workbench.models.toy import TinyConfig, build
+
+    model = build(TinyConfig(), build_tokenizer(vocabulary()))
+    with torch.no_grad():
+        model.W_U.zero_()
+    save(model, tmp_path / "model")
+    ws = tmp_path / "ws"
+    cfg = HarvestConfig(n_tokens=2000, heldout_fraction=0.2)
+    steps.make_cache(Workspace(ws), str(tmp_path / "model"), "synthetic", None, cfg, out=tmp_path / "c", progress=False)
+    args = ["sae", "train", "--cache", str(tmp_path / "c"), "--clt", "--layers", "0,1", "--workspace", str(ws)]
+    assert main([*args, "--k", "4", "--expansion", "2", "--tokens", "512", "--batch-size", "256", "--quiet"]) == 0
+    (art,) = Workspace(ws).artifacts("clts")
+    ev = ["sae", "eval", str(art.path), "--cache", str(tmp_path / "c"), "--model", str(tmp_path / "model")]
+    assert main([*ev, "--workspace", str(ws), "--tokens", "400", "--n-sequences", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "every MLP replaced: CE recovered undefined (zero ablation does not raise the CE loss" in out, out
+    assert "KL score undefined" in out, out

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.parse
 from dataclasses import dataclass, field
 
 from workbench.circuits.schema import NP_COMPONENT_TYPES, detect, loads
@@ -21,6 +22,9 @@ from workbench.errors import BadValueError, DamagedFileError
 NOTE_MARK = " | note: "
 FILE_KEY = "annotations"  # the workbench and MIB files' top-level key for the marks
 MAX_NOTE = 2000  # characters per note: a URL has to hold them
+# characters the marks may take in a page's link, URL-encoded: the app's server answers a request of about 128 KB
+# or more with a bare HTTP 400 page (measured: 120 KB served, 149 KB refused), so a link stays well under that
+MAX_LINK = 64_000
 # the clerp the export writes for a component; anything else there is a label edited by a person
 DEFAULT_CLERP = re.compile(r"(a\d+\.h\d+|m\d+) \((MLP|attention head), whole output\)")
 
@@ -95,10 +99,31 @@ def to_query(a: Annotations) -> dict[str, str]:
     }
 
 
+def link_size(a: Annotations) -> int:
+    """The characters the marks take in a page's link (to_query's parameters, URL-encoded)."""
+    return len(urllib.parse.urlencode({k: v for k, v in to_query(a).items() if v}))
+
+
+def check_link(a: Annotations) -> None:
+    """Marks that fit a page's link (MAX_LINK), or a BadValueError saying how big they are and the way out."""
+    size = link_size(a)
+    if size > MAX_LINK:
+        raise BadValueError(
+            f"these marks ({len(a.pinned)} pins, {len(a.groups)} groups, {len(a.notes)} notes) would take "
+            f"{size / 1000:.0f} KB of the page's link, over the {MAX_LINK // 1000} KB a link holds, so the last "
+            "change is not kept: remove some notes, or download the graph with its marks (a file holds any number)"
+        )
+
+
 def from_param(name: str, raw: str):
     """One of to_query's parameters back (pinned, groups or notes; "" is none). JSON is read as an uploaded file
     is (schema.loads: its size and nesting-depth limits); a malformed value is a BadValueError naming the
     parameter, with an example."""
+    if len(raw) > MAX_LINK:
+        raise BadValueError(
+            f"{name}= is {len(raw) / 1000:.0f} KB, over the {MAX_LINK // 1000} KB of marks a link holds; open the "
+            "graph from a file that carries its marks instead"
+        )
     if name == "pinned":
         return _pins([p for p in raw.split(",") if p])
     try:

@@ -34,6 +34,7 @@ FORMATS = {
 MAX_BYTES = 1 << 30  # a circuit file larger than this is refused before it is parsed
 MAX_EDGES = 5_000_000  # edges a file may hold (GPT-2 small's graph: 32k)
 MAX_POSITIONS = 8192  # prompt tokens a file may hold
+MAX_FEATURE = 2**53  # a graph node's feature id is below this: the largest integer a browser (JavaScript) keeps exact
 
 
 # ------------------------------------------------------------------ the name grammar
@@ -543,7 +544,7 @@ def validate_neuronpedia(d: dict) -> None:
     problems += [f"qParams lacks {k!r}" for k in NP_QPARAMS_FIELDS if k not in d["qParams"]]
     if len(d["nodes"]) + len(d["links"]) > MAX_EDGES:
         problems.append(f"{len(d['nodes'])} nodes and {len(d['links'])} links exceed the limit of {MAX_EDGES}")
-    ctx = {}
+    ctx, top = {}, _logit_layer(d["nodes"][:MAX_EDGES])
     for i, n in enumerate(d["nodes"][:MAX_EDGES]):
         if not isinstance(n, dict):
             problems.append(f"nodes[{i}] is {_type(n)}, expected an object")
@@ -552,6 +553,7 @@ def validate_neuronpedia(d: dict) -> None:
         problems += _np_fields(n, NP_NODE_FIELDS, NP_NODE_OPTIONAL, where + " field {k!r}", where + " lacks {k!r}")
         if n.get("feature_type") == "logit" and n.get("clerp") and "(p=" not in str(n["clerp"]):
             problems.append(f"logit node {n.get('node_id')!r} clerp {n.get('clerp')!r} lacks '(p=...)'")
+        problems += _np_indices(n, top, len(meta.get("prompt_tokens") or []), where)
         ctx[n.get("node_id")] = n["ctx_idx"] if _is(n.get("ctx_idx"), int) else 0  # a bad one is named above
     seen = set()
     for i, link in enumerate(d["links"][:MAX_EDGES]):
@@ -569,6 +571,35 @@ def validate_neuronpedia(d: dict) -> None:
             seen.add((link["source"], link["target"]))
     if problems:
         raise DamagedFileError(f"invalid Neuronpedia graph ({len(problems)} problems): " + "; ".join(problems[:10]))
+
+
+def _logit_layer(nodes: list) -> int | None:
+    """The layer the graph's logit nodes sit at (circuit-tracer: the model's layer count + 1), None if none names one."""
+    layers = [n.get("layer") for n in nodes if isinstance(n, dict) and n.get("feature_type") == "logit"]
+    layers = [int(x) for x in layers if isinstance(x, str) and x.isdecimal()]
+    return max(layers) if layers else None
+
+
+def _np_indices(n: dict, top: int | None, n_pos: int, where: str) -> list[str]:
+    """Problems of a node's indices: its feature id a JavaScript-exact integer >= -1, its position inside the
+    prompt, its layer 'E' (an embedding) or a decimal integer below the logits' layer, and a transcoder feature's
+    node_id 'layer_latent_position' agreeing with its fields (the check and the app read the latent from it)."""
+    out, feature, layer, pos = [], n.get("feature"), n.get("layer"), n.get("ctx_idx")
+    if _is(feature, int) and not -1 <= feature < MAX_FEATURE:
+        out.append(f"{where} feature {feature} is outside [-1, 2**53)")
+    if _is(pos, int) and n_pos and not 0 <= pos < n_pos:
+        out.append(f"{where} ctx_idx {pos} is outside the prompt's {n_pos} positions")
+    if not isinstance(layer, str) or n.get("feature_type") == "embedding":
+        return out
+    if not layer.isdecimal() or not layer.isascii():
+        return [*out, f"{where} layer {layer!r} is not a layer number"]
+    if top is not None and n.get("feature_type") != "logit" and int(layer) >= top - 1:
+        out.append(f"{where} layer {layer} is outside the graph's layers 0..{top - 2} (its logits sit at {top})")
+    if n.get("feature_type") == "cross layer transcoder":
+        parts = str(n.get("node_id")).split("_")
+        if len(parts) != 3 or not all(p.isdecimal() for p in parts) or (parts[0], parts[2]) != (layer, str(pos)):
+            out.append(f"{where} is not named layer_latent_position ({layer}_<latent>_{pos})")
+    return out
 
 
 def _np_fields(d: dict, required: dict, optional: dict, where: str, lacks: str) -> list[str]:

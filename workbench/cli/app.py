@@ -28,7 +28,7 @@ def add_serve_flags(p) -> None:
         default="127.0.0.1",
         help="address to bind; anything but localhost exposes the app (default: %(default)s)",
     )
-    p.add_argument("--port", type=count(1), default=8501, help="port (default: %(default)s)")
+    p.add_argument("--port", type=count(1, 65535), default=8501, help="port (default: %(default)s)")
 
 
 def _app(a: argparse.Namespace) -> None:

@@ -9,30 +9,15 @@ workbench intervene --model tiny --dictionary SAE_DIR|SET_DIR|CLT_DIR --prompt "
 
 from __future__ import annotations
 
-import argparse
 import shutil
 
 from workbench.cli.options import add_model_flag, workspace_flag
-from workbench.configflags import count
+from workbench.configflags import count, numbers
 from workbench.guard import FILE, INPUT, declare
 
 
-def _floats(text: str) -> list[float]:
-    try:
-        return [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number or a comma-separated list of numbers") from None
-
-
-def _ints(text: str) -> list[int]:
-    try:
-        return [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of layers (e.g. 0,1)") from None
-
-
 def add_parser(sub) -> None:
-    from workbench.interventions.config import ABLATE_TO, OPS, SEMANTICS
+    from workbench.interventions.config import ABLATE_TO, OPS, SEMANTICS, InterventionConfig
 
     p = sub.add_parser(
         "intervene",
@@ -68,7 +53,7 @@ def add_parser(sub) -> None:
     p.add_argument("--op", choices=OPS, default="ablate", help="what is done to the codes (default: %(default)s)")
     p.add_argument(
         "--value",
-        type=_floats,
+        type=numbers(InterventionConfig, "value"),
         help="set: the code; scale: the factor; steer: the strength (a block: "
         "one number or one per coordinate, comma separated)",
     )
@@ -96,7 +81,10 @@ def add_parser(sub) -> None:
         "every layer is constrained)",
     )
     p.add_argument(
-        "--constrained-layers", type=_ints, default=[], help="layers whose MLP outputs are held at the clean run's"
+        "--constrained-layers",
+        type=numbers(InterventionConfig, "constrained_layers"),
+        default=[],
+        help="layers whose MLP outputs are held at the clean run's",
     )
     p.add_argument(
         "--continue",

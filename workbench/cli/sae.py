@@ -117,7 +117,7 @@ def _add_train(sae) -> None:
         help="a cross-layer transcoder over --layers: one encoder per layer, each feature writing every later "
         "layer's MLP output (into <workspace>/clts/NAME)",
     )
-    t.add_argument("--layers", default="all", help="--clt: the layers ('all' or e.g. '0,2'; default: all)")
+    t.add_argument("--layers", help="--clt: the layers ('all' or e.g. '0,2'; default: all)")
     for f in ("clt_loss", "clt_sparsity"):
         meta = next(x for x in dataclasses.fields(CLTConfig) if x.name == f).metadata
         t.add_argument("--" + f.replace("_", "-"), choices=meta["choices"], default=None, help=meta["help"])
@@ -141,6 +141,9 @@ def _add_train(sae) -> None:
     t.set_defaults(func=_train)
 
 
+CLT_ONLY = ("layers", "clt_loss", "clt_sparsity")  # flags that only a CLT (--clt) reads
+
+
 def _train(a: argparse.Namespace) -> None:
     from workbench import steps
     from workbench.checkpoint import dist_info
@@ -159,8 +162,10 @@ def _train(a: argparse.Namespace) -> None:
             raise BadValueError("--clt trains one CLT over --layers: drop --hook/--target/--transcoders and sweeps")
         extra = {f: getattr(a, f) for f in ("clt_loss", "clt_sparsity") if getattr(a, f) is not None}
         clt_cfg = CLTConfig(**{**cfgs[0].to_dict(), **extra})
-        folders = [steps.train_clt(ws, a.cache, a.layers, clt_cfg, train_cfg, **kw)]
+        folders = [steps.train_clt(ws, a.cache, a.layers or "all", clt_cfg, train_cfg, **kw)]
         saved = []
+    elif unused := [f"--{f.replace('_', '-')} {getattr(a, f)!r}" for f in CLT_ONLY if getattr(a, f) is not None]:
+        raise BadValueError(f"{', '.join(unused)} has no effect without --clt (it sets up a CLT): add --clt or drop it")
     elif a.transcoders is not None:
         if a.hook or a.target:
             raise BadValueError(f"--transcoders {a.transcoders!r} chooses each layer's hooks; drop --hook/--target")
@@ -220,7 +225,7 @@ def _eval(a: argparse.Namespace) -> None:
         if "fvu_per_layer" in m:  # a CLT
             r = m.get("all_replaced", {})
             every = (
-                f"CE recovered {r['ce_loss_recovered']:.4g}, KL score {r['kl_score']:.4g}"
+                f"CE recovered {shown(r, 'ce_loss_recovered', '.4g')}, KL score {shown(r, 'kl_score', '.4g')}"
                 if "kl_score" in r
                 else r.get("why_not", "not run (--no-model)")
             )

@@ -20,6 +20,9 @@ OPS = ("set", "scale", "steer", "ablate")
 ABLATE_TO = ("zero", "mean", "counterfactual")
 SEMANTICS = ("live", "frozen")
 SPECIAL_POSITIONS = ("all", "generated")
+# |value| at most this: a code or a strength of 1e6 already saturates every next token of the embedded models, and
+# 1e308 overflows float32 to inf (KL nan)
+MAX_VALUE = 1e6
 
 
 def parse_positions(text: str) -> tuple[str, ...] | tuple[int, ...]:
@@ -27,6 +30,8 @@ def parse_positions(text: str) -> tuple[str, ...] | tuple[int, ...]:
     s = str(text).strip()
     if s in SPECIAL_POSITIONS:
         return (s,)
+    if s and any(not p.strip() for p in s.split(",")):
+        raise BadValueError(f"positions {text!r} has an empty element; use all, generated or e.g. 0,3,-1")
     try:
         out = tuple(int(p) for p in s.split(",") if p.strip())
     except ValueError:
@@ -64,8 +69,16 @@ def read_prompts(path) -> list[tuple[str, str | None]]:
     path = Path(path)
     if not path.is_file():
         raise MissingInputError(f"prompts file {str(path)!r} does not exist (one prompt a line, or JSON lines)")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BadValueError(
+            f"prompts file {str(path)!r} is not UTF-8 text: byte {e.start} is {raw[e.start : e.start + 1]!r}; "
+            "convert it to UTF-8"
+        ) from None
     out = []
-    for i, line in enumerate(path.read_text().splitlines(), 1):
+    for i, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         if not line.lstrip().startswith("{"):
@@ -101,7 +114,9 @@ class InterventionConfig(Config):
         default=None,
         metadata={
             "help": "set: the code; scale: the factor; steer: the multiple of the decoder direction added "
-            "(a block: one number or one per coordinate)"
+            "(a block: one number or one per coordinate)",
+            "min": -MAX_VALUE,
+            "max": MAX_VALUE,
         },
     )
     ablate_to: str = field(default="zero", metadata={"choices": ABLATE_TO, "help": "ablate: the code put in"})
@@ -144,12 +159,26 @@ class InterventionConfig(Config):
             raise BadValueError("ablate_to counterfactual needs the counterfactual prompt (--counterfactual)")
         if self.counterfactual and not (self.op == "ablate" and self.ablate_to == "counterfactual"):
             raise BadValueError("a counterfactual prompt applies only to --op ablate --ablate-to counterfactual")
+        if not self.frozen_norm and self.semantics == "live":
+            raise BadValueError(
+                "--live-norm (frozen_norm false) has no effect with --semantics live (the normalisation is live "
+                "already); use it with --semantics frozen"
+            )
         if self.positions == "generated" and self.continue_tokens == 0:
             raise BadValueError("positions generated with no continuation intervenes nowhere; set --continue N")
 
     @property
     def position_spec(self) -> tuple:
         return parse_positions(self.positions)
+
+    def check_context(self, prompt_tokens: int, n_ctx: int) -> None:
+        """The continuation must fit the model's context after the prompt (it would stop short, silently)."""
+        room = n_ctx - prompt_tokens
+        if self.continue_tokens > room:
+            raise BadValueError(
+                f"continue_tokens={self.continue_tokens} does not fit the model's context: the prompt takes "
+                f"{prompt_tokens} of its {n_ctx} tokens, so at most {max(room, 0)} (--continue {max(room, 0)})"
+            )
 
 
 @dataclass

@@ -197,8 +197,9 @@ class Intervention:
     def run(self) -> dict:
         """The result (module doc): next-token changes at the reported positions, KL, both continuations."""
         t0 = time.perf_counter()
-        clean, new = self.clean["logits"], self.logits()
         cfg = self.cfg
+        cfg.check_context(self.P, self.model.cfg.n_ctx)  # before any work: a longer continuation would stop short
+        clean, new = self.clean["logits"], self.logits()
         n, kw = cfg.continue_tokens, {"sample": cfg.sample, "seed": cfg.seed, "temp": cfg.temperature}
         gen_clean = continuation(self.model, self.tokens, n, self.hooks(empty=True), self.reads, **kw)
         gen_new = continuation(self.model, self.tokens, n, self.hooks(), self.reads, **kw)
