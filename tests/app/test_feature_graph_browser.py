@@ -217,7 +217,7 @@ def test_feature_graph_hover_pin_group_note_feature_page_back_download_upload(gr
     shots = Path(os.environ.get("WORKBENCH_SCREENSHOTS", tmp_path))
     requests: list[str] = []
     with serving(graph_workspace, tmp_path) as url, browser_page(requests) as page:
-        page.set_viewport_size({"width": 1600, "height": 1100})
+        page.set_viewport_size({"width": 1400, "height": 900})  # the docs' screenshots at a laptop's size
         sent: list = []
         page.on("websocket", lambda ws: ws.on("framesent", lambda f: sent.append(f)))
         base = f"{url}/feature_graph?graph=circuits%2Fg"
@@ -311,7 +311,10 @@ def test_the_embedded_models_graph_keeps_its_work_through_back_forward_and_a_dow
 
 def least_influential(fg, k: int = 3) -> list[str]:
     """The k features and error nodes ranked last by the file's cumulative influence: the first the pruning hides."""
-    ranked = sorted((n for n in fg.nodes if n["influence"] is not None), key=lambda n: n["influence"])
+    inner = [
+        n for n in fg.nodes if n["feature_type"] in fgf.KINDS and fgf.KINDS[n["feature_type"]] in ("feature", "error")
+    ]
+    ranked = sorted((n for n in inner if n["influence"] is not None), key=lambda n: n["influence"])
     assert ranked[-k - 1]["influence"] >= 0.5  # so node pruning at 0.5 hides all k (graph.js prune)
     return [n["node_id"] for n in ranked[-k:]]
 
@@ -363,6 +366,9 @@ def test_the_canvas_at_1400x900_keeps_marks_and_verdicts(tiny_graph_workspace, t
             page.goto(f"{base}&pinned={','.join(pins)}&node_threshold=0.5&edge_threshold=0.8")
             drawn(page)
             canvas_and_marks(page, pins)
+            shots = Path(os.environ.get("WORKBENCH_SCREENSHOTS", tmp_path))
+            page.get_by_role("heading", name="Feature graph").scroll_into_view_if_needed()
+            page.screenshot(path=str(shots / "graph_canvas.png"))  # the window: docs/graph/feature-graph-canvas.png
             styles = link_styles(page)
             unconfirmed = {k: v for k, v in styles.items() if k not in ("positive", "negative")}
             assert unconfirmed and len(set(styles.values())) == len(styles), styles  # each verdict its own style
