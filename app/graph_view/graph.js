@@ -715,8 +715,9 @@ class GraphApp {
   }
 
   hulls() {
-    // an outline around each expanded group's drawn members, in the group's colour, named at its top left
+    // an outline around each expanded group's drawn members, in the group's colour (named by placeLabels)
     const box = document.createDocumentFragment();
+    this.hullBoxes = [];
     this.ann.groups.forEach(([name, ...ms], gi) => {
       const ns = ms.map((m) => this.nodeById.get(m)).filter((n) => n && n.kind !== "group");
       if (!ns.length || this.subgraph || this.collapsed.has(name)) return;
@@ -725,7 +726,7 @@ class GraphApp {
       const colour = GROUP_COLOURS[gi % GROUP_COLOURS.length];
       const g = el("svg:g", { class: "wbg-hull", "data-group": name }, box);
       el("svg:rect", { x: x0, y: y0, width: x1 - x0, height: y1 - y0, rx: 8, stroke: colour, fill: colour, "fill-opacity": 0.06 }, g);
-      el("svg:text", { x: x0 + 4, y: y0 - 3, fill: colour, class: "wbg-hull-label" }, g, name);
+      this.hullBoxes.push({ name, colour, x0, y0 });
     });
     this.hullLayer.replaceChildren(box);
   }
@@ -830,6 +831,11 @@ class GraphApp {
     // a label sits inside its node when it fits there, else above it if that covers no node or label
     const screen = (n) => [(n.x - n.w / 2) * k + tx, (n.y - n.h / 2) * k + ty, (n.x + n.w / 2) * k + tx, (n.y + n.h / 2) * k + ty];
     const nodeBoxes = this.shown.nodes.map(screen).filter((b) => b[2] >= 0 && b[0] <= width && b[3] >= 0 && b[1] <= height);
+    for (const { name, colour, x0, y0 } of this.hullBoxes || []) { // a group's name at its outline's top left, first
+      const x = x0 * k + tx + 2, y = y0 * k + ty - 3;
+      el("svg:text", { x, y, fill: colour, class: "wbg-hull-label" }, labels, name);
+      boxes.push([x, y - 11, x + name.length * 6.6, y + 2]);
+    }
     let shown = 0;
     for (const n of order) {
       const text = n.label || n.id;
