@@ -223,7 +223,7 @@ def graph_panel(fg, rel: str, node: str, groups: list[list[str]]) -> None:
         return
 
     def target() -> Target | None:
-        tset = _graph_set(rel) if rel in state.catalog().feature_graphs else None
+        tset = graph_set(rel, fg)
         if tset is None:
             st.caption("this graph's transcoders are not in the workspace, so its features cannot be run")
             return None
@@ -236,6 +236,19 @@ def graph_panel(fg, rel: str, node: str, groups: list[list[str]]) -> None:
         return None if spec is None else Target(tset, spec, units, prompt, positions, "ablate", fg, nodes)
 
     panel("feature_graph", "the selected node or a group", target)
+
+
+GRAPH_SET = "workbench_transcoders"  # metadata.info key: the set a downloaded graph was built with
+
+
+def graph_set(rel: str, fg) -> str | None:
+    """The transcoder set (or CLT) of a recorded graph (its manifest), or of an uploaded graph the workbench
+    downloaded (metadata.info[GRAPH_SET]), when it lies in this workspace; else None (its features cannot run)."""
+    if rel in state.catalog().feature_graphs:
+        return _graph_set(rel)
+    tset = (fg.metadata.get("info") or {}).get(GRAPH_SET)
+    cat = state.catalog()
+    return tset if isinstance(tset, str) and tset in {*cat.transcoder_sets, *cat.clts} else None
 
 
 def _graph_set(rel: str) -> str | None:

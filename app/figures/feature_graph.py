@@ -22,13 +22,20 @@ KINDS = {
 ALWAYS = ("input", "logits")
 
 
+def verdict(r: dict) -> str:
+    """A check row's verdict word: its `verdict` (schema version 2: confirmed, under-predicted, over-predicted,
+    sign-flipped, absent, or a word a later version adds, which the view draws in a neutral "checked" style), else
+    (version 1) confirmed | failed from its `confirmed` flag."""
+    word = r.get("verdict")
+    return str(word) if word else ("confirmed" if r.get("confirmed") else "failed")
+
+
 def verdicts(fg: schema.FeatureGraph) -> tuple[dict, dict]:
-    """The intervention check's verdicts (workbench circuit check, schema.GRAPH_CHECK): node id -> confirmed |
-    failed, and (source, target) -> the same; both empty for a graph never checked."""
+    """The intervention check's verdicts (workbench circuit check, schema.GRAPH_CHECK): node id -> its verdict
+    word (verdict()), and (source, target) -> the same; both empty for a graph never checked."""
     c = fg.check or {}
-    word = {True: "confirmed", False: "failed"}
-    nodes = {r["node_id"]: word[bool(r["confirmed"])] for r in c.get("nodes", []) if "node_id" in r}
-    edges = {(r["source"], r["target"]): word[bool(r["confirmed"])] for r in c.get("edges", []) if "source" in r}
+    nodes = {r["node_id"]: verdict(r) for r in c.get("nodes", []) if "node_id" in r}
+    edges = {(r["source"], r["target"]): verdict(r) for r in c.get("edges", []) if "source" in r}
     return nodes, edges
 
 
@@ -74,14 +81,28 @@ def link_heads(fg: schema.FeatureGraph) -> dict[tuple[str, str], dict]:
     return {(lk["source"], lk["target"]): lk["heads"] for lk in fg.links if isinstance(lk.get("heads"), dict)}
 
 
-def to_graph(fg: schema.FeatureGraph, cap: int = 120, title: str = "") -> layout.Graph:
-    """The `cap` most influential features and error nodes (plus every embedding and logit) and the links
-    between them; `hidden` says how many nodes, links and how much link weight the cap hides."""
+def beyond_cap(fg: schema.FeatureGraph, cap: int, marked) -> frozenset:
+    """The marked node ids (pinned, grouped, noted, selected) of this graph that its node cap would leave out:
+    to_graph draws them anyway, so a mark never vanishes under the cap."""
+    inner = sorted((n for n in fg.nodes if KINDS.get(n["feature_type"], "feature") not in ALWAYS), key=_rank)
+    capped = {n["node_id"] for n in inner[cap:]}
+    return frozenset(m for m in marked if m in capped)
+
+
+def _rank(n: dict) -> float:
+    return 1.0 if n["influence"] is None else float(n["influence"])  # as _node's score
+
+
+def to_graph(fg: schema.FeatureGraph, cap: int = 120, title: str = "", keep: frozenset = frozenset()) -> layout.Graph:
+    """The `cap` most influential features and error nodes (plus every embedding and logit, and the marked nodes
+    `keep` beyond the cap) and the links between them; `hidden` says how many nodes, links and how much link
+    weight the cap hides."""
     n_layers, tokens = fg.n_layers, fg.metadata.get("prompt_tokens") or []
     node_check, edge_check = verdicts(fg)
     nodes = [_node(n, n_layers, tokens, node_check) for n in fg.nodes]
     inner = sorted((n for n in nodes if n.kind not in ALWAYS), key=lambda n: n.score)
-    keep = {n.id for n in inner[:cap]} | {n.id for n in nodes if n.kind in ALWAYS}
+    extra = {n.id for n in inner[cap:] if n.id in keep}
+    keep = {n.id for n in inner[:cap]} | {n.id for n in nodes if n.kind in ALWAYS} | extra
     heads = link_heads(fg)
     edges = [
         layout.Edge(
@@ -96,15 +117,15 @@ def to_graph(fg: schema.FeatureGraph, cap: int = 120, title: str = "") -> layout
         if lk["source"] in keep and lk["target"] in keep
     ]
     hidden = []
-    n_hidden = len(inner) - min(cap, len(inner))
+    n_hidden = len(inner) - min(cap, len(inner)) - len(extra)
     if n_hidden:
         total = sum(abs(float(lk["weight"])) for lk in fg.links) or 1.0
         lost = 1 - sum(abs(e.weight) for e in edges) / total
-        errors = sum(n.kind == "error" for n in inner[cap:])
+        errors = sum(n.kind == "error" and n.id not in extra for n in inner[cap:])
         hidden.append(
             f"the node cap ({cap}) hides {n_hidden} of {len(inner)} features and error nodes ({errors} error nodes), "
             f"the least influential, with {len(fg.links) - len(edges)} of {len(fg.links)} links ({lost:.1%} of the "
-            "total |link weight|)"
+            "total |link weight|)" + (f"; {len(extra)} marked nodes beyond it are drawn" if extra else "")
         )
     tokens = layout.token_columns(fg.metadata.get("prompt_tokens") or [])
     return layout.Graph([n for n in nodes if n.id in keep], edges, hidden, title, tokens, flow="up")

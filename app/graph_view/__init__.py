@@ -172,7 +172,7 @@ def draw(
     the page shows its own details beside the view). Returns the node clicked since the last page run (None: no
     click)."""
     a = marks or an.Annotations()
-    keep = frozenset(a.pinned) | {m for _, *ms in a.groups for m in ms}
+    keep = frozenset(a.pinned) | {m for _, *ms in a.groups for m in ms} | set(a.notes) | ({selected} - {None})
     raw, nodes = payload(graph, ident, counts, names, keep)
     view = {"selected": selected, "height": height, "readonly": marks is None, "panel": panel}
     clicked = st.session_state.pop(f"_{key}_clicked", None)

@@ -15,6 +15,17 @@ const SVG = "http://www.w3.org/2000/svg";
 const APPS = new WeakMap();
 const COLOUR = { input: "#6b6b6b", head: "#f28e2b", mlp: "#59a14f", logits: "#9467bd", feature: "#4e79a7", error: "#bab0ac", embedding: "#6b6b6b", logit: "#9467bd" };
 const SIGN = ["#b2182b", "#2166ac"]; // negative, positive
+// the intervention check's verdicts (schema v1: confirmed | failed; v2: the words below), each a colour and dash of
+// its own, none like a plain link (solid, its sign's red or blue); a word this view does not know is "checked"
+const VERDICT = {
+  failed: { colour: "#111111", dash: [7, 4], label: "failed the check" },
+  "under-predicted": { colour: "#ff7f0e", dash: [2, 3], label: "under-predicted (measured larger)" },
+  "over-predicted": { colour: "#17becf", dash: [9, 3], label: "over-predicted (measured smaller)" },
+  "sign-flipped": { colour: "#e377c2", dash: [6, 2, 2, 2], label: "sign-flipped" },
+  absent: { colour: "#8c564b", dash: [1, 3], label: "absent (no measured effect)" },
+  checked: { colour: "#999999", dash: [4, 2], label: "checked (a verdict this view does not know)" },
+};
+const verdictOf = (c) => (!c || c === "confirmed" ? null : VERDICT[c] ? c : "checked"); // null: plain style
 const DIFF = { both: "#8c8c8c", a: "#1f77b4", b: "#e6550d" };
 const GROUP_COLOURS = ["#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f"];
 const TOP = 5;
@@ -86,7 +97,7 @@ class EdgeLayer {
 
   set(edges, style, up) {
     this.curves = edges.map((e) => curve(e, up));
-    this.style = edges.map(style); // [colour, width step, dashed]
+    this.style = edges.map(style); // [colour, width step, dash pattern ("": solid)]
     this.grid = null;
     this.lit = null;
     this.base = new Set(edges.keys()); // drawn at rest; the lit ones (a hovered node's) are drawn besides
@@ -110,13 +121,13 @@ class EdgeLayer {
     this.style.forEach(([colour, step, dash], j) => {
       if (!this.drawn(j)) return;
       const tier = this.lit ? (this.lit.has(j) ? "lit" : "dim") : "rest";
-      const key = `${tier === "lit" ? 1 : 0}|${tier}|${colour}|${step}|${dash ? 1 : 0}`;
+      const key = `${tier === "lit" ? 1 : 0}|${tier}|${colour}|${step}|${dash}`;
       if (!batches.has(key)) batches.set(key, []);
       batches.get(key).push(j);
     });
     for (const key of [...batches.keys()].sort()) {
       const [, tier, colour, step, dash] = key.split("|");
-      ctx.setLineDash(dash === "1" ? [6, 4] : []);
+      ctx.setLineDash(dash ? dash.split(",").map(Number) : []);
       ctx.globalAlpha = tier === "rest" ? this.restAlpha() : ALPHA[tier];
       ctx.strokeStyle = colour;
       ctx.lineWidth = 0.8 + (4.2 * Number(step)) / STEPS;
@@ -188,13 +199,14 @@ class GraphApp {
     this.nodeT = 1;
     this.edgeT = 1; // influence thresholds (1: nothing pruned beyond what the file holds)
     this.showFailed = true;
+    this.picked = new Set(); // the pins selected for the next group (ctrl-click, or "select for group")
     this.root = el("div", { class: "wbg" }, parent);
     this.head = el("div", { class: "wbg-head" }, this.root);
     const bar = el("div", { class: "wbg-bar" }, this.root);
     this.fitBtn = el("button", { class: "wbg-fit" }, bar, "fit");
     this.subBtn = el("button", { class: "wbg-sub" }, bar, "pinned subgraph");
     this.groupName = el("input", { class: "wbg-group-name", placeholder: "group name" }, bar);
-    this.groupBtn = el("button", { class: "wbg-group" }, bar, "group pinned nodes");
+    this.groupBtn = el("button", { class: "wbg-group" }, bar, "group selected pins (0)");
     this.clearBtn = el("button", { class: "wbg-clear" }, bar, "unpin all");
     this.status = el("span", { class: "wbg-status" }, bar);
     const filters = el("div", { class: "wbg-bar wbg-filters" }, this.root);
@@ -205,15 +217,17 @@ class GraphApp {
     this.edgeTInput = this.slider(this.pruneBox, "edge influence", "graph-edge-threshold", (v) => (this.edgeT = v));
     const failed = el("label", { class: "wbg-check-filter" }, filters);
     this.failedInput = el("input", { type: "checkbox", "data-testid": "graph-show-failed" }, failed);
-    failed.append(" show what failed the intervention check");
+    failed.append(" show what the intervention check did not confirm");
     this.groupBar = el("span", { class: "wbg-groups" }, filters);
     this.stats = el("div", { class: "wbg-stats", "data-testid": "graph-stats" }, this.root);
+    this.legend = el("div", { class: "wbg-legend", "data-testid": "graph-legend" }, this.root);
     const main = el("div", { class: "wbg-main" }, this.root);
     this.stage = el("div", { class: "wbg-stage" }, main);
     this.edges = new EdgeLayer(this.stage);
     this.svg = el("svg:svg", { class: "wbg-svg" }, this.stage);
     this.vp = el("svg:g", {}, this.svg);
     this.nodeLayer = el("svg:g", { class: "wbg-nodes" }, null);
+    this.hullLayer = el("svg:g", { class: "wbg-hulls" }, null); // outlines of the expanded groups, under the nodes
     this.labels = el("svg:g", { class: "wbg-labels" }, this.svg);
     this.panel = el("div", { class: "wbg-details", "data-testid": "graph-details" }, main);
     this.tip = el("div", { class: "wbg-tip", "data-testid": "graph-tip" }, this.root);
@@ -308,6 +322,7 @@ class GraphApp {
       if (!n) return;
       ev.stopPropagation();
       if (ev.shiftKey) this.togglePin(n.id);
+      else if (ev.ctrlKey || ev.metaKey || ev.altKey) this.togglePick(n.id);
       else this.select(n.id, true);
     });
   }
@@ -372,6 +387,29 @@ class GraphApp {
     this.hasCheck = d.nodes.some((n) => n.check) || d.edges.some((e) => e.check);
     this.failedInput.parentElement.style.display = this.hasCheck ? "" : "none";
     this.failedInput.checked = this.showFailed = true;
+    this.legendRows();
+  }
+
+  legendRows() {
+    // the link styles this graph uses: a plain link's sign, and each verdict of the check found in it (with counts)
+    this.legend.replaceChildren();
+    const d = this.data;
+    if (d.counts) return; // a diff: its colours are named in its header
+    const row = (word, colour, dash, text) => {
+      const item = el("span", { class: "wbg-legend-item", "data-style": `${colour}|${dash.join(",")}`, "data-verdict": word }, this.legend);
+      const svg = el("svg:svg", { width: 30, height: 10 }, item);
+      el("svg:line", { x1: 1, x2: 29, y1: 5, y2: 5, stroke: colour, "stroke-width": 2.5, "stroke-dasharray": dash.join(" ") || "none" }, svg);
+      item.append(` ${text}`);
+    };
+    row("positive", SIGN[1], [], "positive link");
+    row("negative", SIGN[0], [], "negative link");
+    const counts = new Map();
+    for (const x of [...d.nodes, ...d.edges]) {
+      const v = verdictOf(x.check);
+      if (x.check) counts.set(v || "confirmed", (counts.get(v || "confirmed") || 0) + 1);
+    }
+    if (counts.has("confirmed")) el("span", { class: "wbg-legend-item", "data-verdict": "confirmed" }, this.legend, `confirmed by the check: plain style (${counts.get("confirmed")})`);
+    for (const [word, v] of Object.entries(VERDICT)) if (counts.has(word)) row(word, v.colour, v.dash, `${v.label} (${counts.get(word)})`);
   }
 
   applyView(s) {
@@ -403,14 +441,14 @@ class GraphApp {
   // ---------------------------------------------------------------- pruning (circuit-tracer's prune_graph)
 
   prune() {
-    // {nodes, edges}: 1 where kept. What failed the intervention check (when hidden), then, below a threshold,
+    // {nodes, edges}: 1 where kept. What the intervention check did not confirm (when hidden), then, below a threshold,
     // circuit-tracer's pruning on the drawn graph: the nodes covering nodeT of the influence (by the file's
     // cumulative influence), the edges covering edgeT of the edge influence among them, then features and
     // errors left without an outgoing edge (features also without an incoming one), until nothing changes
     const d = this.data, nodes = new Uint8Array(d.nodes.length).fill(1), edges = new Uint8Array(d.edges.length).fill(1);
     if (!this.showFailed) {
-      d.nodes.forEach((n, i) => n.check === "failed" && (nodes[i] = 0));
-      d.edges.forEach((e, j) => e.check === "failed" && (edges[j] = 0));
+      d.nodes.forEach((n, i) => verdictOf(n.check) && (nodes[i] = 0));
+      d.edges.forEach((e, j) => verdictOf(e.check) && (edges[j] = 0));
     }
     if (this.hasInfluence && this.nodeT < 1) {
       const ranked = d.nodes.map((n, i) => [n.influence, i]).filter(([v]) => v !== null && v !== undefined).sort((a, b) => a[0] - b[0]);
@@ -427,8 +465,17 @@ class GraphApp {
         if (nodes[i] && inner(n) && (!outs[i] || (n.kind === "feature" && !ins[i]))) [nodes[i], changed] = [0, true];
       });
     }
-    d.edges.forEach((e, j) => (edges[j] = live(j) ? 1 : 0));
+    // the marked nodes (pinned, grouped, noted, selected) are drawn whatever the pruning, with their links to drawn nodes
+    const marked = new Set([...this.markedIds()].filter((id) => this.byId.has(id)).map((id) => this.byId.get(id)));
+    marked.forEach((i) => (nodes[i] = 1));
+    const near = (e) => (marked.has(e.s) || marked.has(e.t)) && nodes[e.s] && nodes[e.t];
+    d.edges.forEach((e, j) => (edges[j] = live(j) || near(e) ? 1 : 0));
     return { nodes, edges };
+  }
+
+  markedIds() {
+    // the ids the researcher marked: never pruned away, their links drawn at rest
+    return new Set([...this.ann.pinned, ...this.ann.groups.flatMap((g) => g.slice(1)), ...Object.keys(this.ann.notes), ...(this.selected ? [this.selected] : [])]);
   }
 
   pruneEdges(edges, live) {
@@ -487,14 +534,23 @@ class GraphApp {
     // the marks changed: the pinned subgraph is another graph (redrawn); the full graph restyles its nodes
     const names = new Set(this.ann.groups.map((g) => g[0]));
     this.collapsed.forEach((c) => names.has(c) || this.collapsed.delete(c));
-    if (this.subgraph || this.collapsed.size) return this.render();
+    this.picked.forEach((p) => (this.ann.pinned.includes(p) && this.groupOf(p) < 0) || this.picked.delete(p));
+    this.groupBtn.textContent = `group selected pins (${this.picked.size})`;
+    if (this.pruned()) this.kept = this.prune(); // a mark made or undone under pruning: drawn, or pruned again
+    if (this.subgraph || this.collapsed.size || this.pruned()) return this.render();
     this.nodeEls.forEach((g, id) => this.markNode(g, this.nodeById.get(id)));
+    this.hulls();
     this.groupButtons();
     this.focus(false);
     this.header(this.shown);
     this.details(this.selected);
     this.placeLabels();
     this.schedule(false);
+  }
+
+  pruned() {
+    // whether anything is pruned in the browser (then a change of the marks changes what is drawn)
+    return (this.hasInfluence && (this.nodeT < 1 || this.edgeT < 1)) || (this.hasCheck && !this.showFailed);
   }
 
   groupOf(id) {
@@ -565,7 +621,11 @@ class GraphApp {
     v.edges.forEach((e, j) => this.ends(e).forEach((id) => this.touching.get(id).push(j)));
     const colour = (e) => (d.counts ? DIFF[e.status] : SIGN[e.w >= 0 ? 1 : 0]);
     const step = (e) => Math.round(STEPS * Math.min(1, Math.abs(e.w) / this.maxW));
-    this.edges.set(v.edges, (e) => [e.check === "failed" ? "#d62728" : colour(e), step(e), e.check === "failed"], d.flow === "up");
+    const style = (e) => {
+      const c = VERDICT[verdictOf(e.check)];
+      return c ? [c.colour, step(e), c.dash.join(",")] : [colour(e), step(e), ""];
+    };
+    this.edges.set(v.edges, style, d.flow === "up");
     this.order = v.edges.map((_, j) => j).sort((a, b) => Math.abs(v.edges[b].w) - Math.abs(v.edges[a].w));
     this.focus(false);
     this.hovered = null;
@@ -574,7 +634,8 @@ class GraphApp {
     const nodes = document.createDocumentFragment();
     this.nodeEls = new Map(v.nodes.map((n) => [n.id, this.drawNode(nodes, n)]));
     this.nodeLayer.replaceChildren(nodes);
-    this.vp.replaceChildren(cols, this.nodeLayer);
+    this.vp.replaceChildren(cols, this.hullLayer, this.nodeLayer);
+    this.hulls();
     this.root.setAttribute("data-edges", String(v.edges.length));
     this.groupButtons();
     this.header(v);
@@ -587,7 +648,7 @@ class GraphApp {
     // the links drawn at rest: the strongest linkCap, and those of the selected and the pinned nodes (a hovered
     // node's are lit on hover); the rest stay on the canvas's list, found again by a hover
     const base = new Set(this.order.slice(0, this.linkCap));
-    for (const id of [this.selected, ...this.ann.pinned]) {
+    for (const id of this.markedIds()) {
       const near = this.touching.get(id) || [];
       for (const j of near.length > FOCUS_EDGES ? this.strongest(near).slice(0, FOCUS_EDGES) : near) base.add(j);
     }
@@ -644,7 +705,30 @@ class GraphApp {
     g.classList.toggle("wbg-pinned", this.ann.pinned.includes(n.id));
     g.classList.toggle("wbg-super", !!(n.members && n.members.length));
     g.classList.toggle("wbg-selected", n.id === this.selected);
-    g.classList.toggle("wbg-failed", n.check === "failed");
+    g.classList.toggle("wbg-picked", this.picked.has(n.id));
+    const v = VERDICT[verdictOf(n.check)];
+    g.classList.toggle("wbg-unconfirmed", !!v);
+    if (v) {
+      g.firstChild.setAttribute("stroke-dasharray", v.dash.join(" "));
+      if (gi < 0) g.firstChild.setAttribute("stroke", v.colour);
+    }
+  }
+
+  hulls() {
+    // an outline around each expanded group's drawn members, in the group's colour (named by placeLabels)
+    const box = document.createDocumentFragment();
+    this.hullBoxes = [];
+    this.ann.groups.forEach(([name, ...ms], gi) => {
+      const ns = ms.map((m) => this.nodeById.get(m)).filter((n) => n && n.kind !== "group");
+      if (!ns.length || this.subgraph || this.collapsed.has(name)) return;
+      const pad = 6, x0 = Math.min(...ns.map((n) => n.x - n.w / 2)) - pad, y0 = Math.min(...ns.map((n) => n.y - n.h / 2)) - pad;
+      const x1 = Math.max(...ns.map((n) => n.x + n.w / 2)) + pad, y1 = Math.max(...ns.map((n) => n.y + n.h / 2)) + pad;
+      const colour = GROUP_COLOURS[gi % GROUP_COLOURS.length];
+      const g = el("svg:g", { class: "wbg-hull", "data-group": name }, box);
+      el("svg:rect", { x: x0, y: y0, width: x1 - x0, height: y1 - y0, rx: 8, stroke: colour, fill: colour, "fill-opacity": 0.06 }, g);
+      this.hullBoxes.push({ name, colour, x0, y0 });
+    });
+    this.hullLayer.replaceChildren(box);
   }
 
   header(v) {
@@ -678,9 +762,9 @@ class GraphApp {
       parts.push(`influence pruning (node ${this.nodeT.toFixed(2)}, edge ${this.edgeT.toFixed(2)}) hides ${lostN} of ${d.nodes.length} nodes and ${lostE} of ${d.edges.length} links`);
     }
     if (this.hasCheck) {
-      const count = (xs) => [xs.filter((x) => x.check === "failed").length, xs.filter((x) => x.check).length];
+      const count = (xs) => [xs.filter((x) => verdictOf(x.check)).length, xs.filter((x) => x.check).length];
       const [fn, cn] = count(d.nodes), [fe, ce] = count(d.edges);
-      parts.push(`intervention check: ${fn} of ${cn} checked nodes and ${fe} of ${ce} checked links failed (red, dashed)${this.showFailed ? "" : ", hidden"}`);
+      parts.push(`intervention check: ${fn} of ${cn} checked nodes and ${fe} of ${ce} checked links not confirmed (dashed, by verdict: see the legend)${this.showFailed ? "" : ", hidden"}`);
     }
     this.stats.textContent = parts.join(" · ");
   }
@@ -747,6 +831,11 @@ class GraphApp {
     // a label sits inside its node when it fits there, else above it if that covers no node or label
     const screen = (n) => [(n.x - n.w / 2) * k + tx, (n.y - n.h / 2) * k + ty, (n.x + n.w / 2) * k + tx, (n.y + n.h / 2) * k + ty];
     const nodeBoxes = this.shown.nodes.map(screen).filter((b) => b[2] >= 0 && b[0] <= width && b[3] >= 0 && b[1] <= height);
+    for (const { name, colour, x0, y0 } of this.hullBoxes || []) { // a group's name at its outline's top left, first
+      const x = x0 * k + tx + 2, y = y0 * k + ty - 3;
+      el("svg:text", { x, y, fill: colour, class: "wbg-hull-label" }, labels, name);
+      boxes.push([x, y - 11, x + name.length * 6.6, y + 2]);
+    }
     let shown = 0;
     for (const n of order) {
       const text = n.label || n.id;
@@ -759,15 +848,31 @@ class GraphApp {
         shown += 1;
         continue;
       }
-      const box = [cx - w / 2, y0 - h - 2, cx + w / 2, y0 - 1];
-      const hits = (b) => box[0] < b[2] && b[0] < box[2] && box[1] < b[3] && b[1] < box[3];
-      if (boxes.some(hits) || nodeBoxes.some(hits)) continue;
-      boxes.push(box);
-      el("svg:text", { x: cx, y: y0 - 4, class: "wbg-label" }, labels, text);
+      const spot = this.labelSpot(text, [x0, y0, x1, y1], width, [...boxes, ...nodeBoxes]);
+      if (!spot) continue;
+      boxes.push(spot.box);
+      el("svg:text", { x: spot.x, y: spot.y, class: "wbg-label" }, labels, spot.text);
       shown += 1;
     }
     this.labels.replaceChildren(labels);
     this.status.textContent = `labels: ${shown} of ${this.shown.nodes.length} (zoom in for more) · zoom ${this.t.k.toFixed(2)}`;
+  }
+
+  labelSpot(text, [x0, y0, x1, y1], width, taken) {
+    // the first free place for a node's label: its text, then a short form, above the node, then below it; kept
+    // inside the stage's width (never clipped at an edge); null when every place covers a node or a label
+    const short = text.length > 14 ? `${text.slice(0, 12)}…` : null;
+    const cx = (x0 + x1) / 2, h = 13;
+    for (const t of short ? [text, short] : [text]) {
+      const w = t.length * 6.6 + 4;
+      if (w > width) continue;
+      const x = Math.min(Math.max(cx, w / 2 + 1), width - w / 2 - 1);
+      for (const [top, y] of [[y0 - h - 2, y0 - 4], [y1 + 1, y1 + h - 2]]) {
+        const box = [x - w / 2, top, x + w / 2, top + h + 1];
+        if (!taken.some((b) => box[0] < b[2] && b[0] < box[2] && box[1] < b[3] && b[1] < box[3])) return { x, y, text: t, box };
+      }
+    }
+    return null;
   }
 
   rank(n) {
@@ -787,7 +892,7 @@ class GraphApp {
     // one link of a shown node (e: a shown edge): the node at its other end, by name, and its weight
     const other = this.shown.nodes[dir === "in" ? e.s : e.t];
     const via = e.heads && e.heads.length ? ` via ${e.heads.slice(0, 2).map(([h, w]) => `${h} ${fmt(w)}`).join(", ")}` : "";
-    const failed = e.check === "failed" ? " ✗ failed check" : "";
+    const failed = verdictOf(e.check) ? ` ✗ check: ${e.check}` : "";
     return `${dir === "in" ? "from" : "to"} ${this.name(other)}${dir === "in" ? portName(e) : ""}: ${fmt(e.w)}${via}${failed}`;
   }
 
@@ -868,7 +973,9 @@ class GraphApp {
   }
 
   select(id, send) {
+    const hidden = id !== null && !this.nodeById.has(id) && this.byId.has(id);
     this.selected = id;
+    if (hidden) this.reprune(); // a pruned node selected (the page's selection, a link): drawn with its links
     this.nodeEls.forEach((g, nid) => g.classList.toggle("wbg-selected", nid === id));
     this.focus();
     this.details(id);
@@ -897,6 +1004,7 @@ class GraphApp {
       el("button", { class: "wbg-pin-btn" }, p, pinned ? "unpin" : "pin").onclick = () => this.togglePin(id);
       const gi = this.groupOf(id);
       if (gi >= 0) el("div", { class: "wbg-in-group" }, p, `in group "${this.ann.groups[gi][0]}"`);
+      else el("button", { class: "wbg-pick-btn" }, p, this.picked.has(id) ? "deselect from group" : "select for group").onclick = () => this.togglePick(id);
     }
     for (const dir of ["in", "out"]) {
       const list = this.links(id, dir);
@@ -926,15 +1034,30 @@ class GraphApp {
     this.commit();
   }
 
+  togglePick(id) {
+    // select a node for the next group (pinning it), or take it out of the selection
+    if (this.data.readonly || id.startsWith("group:")) return;
+    if (this.groupOf(id) >= 0) {
+      this.status.textContent = `${id} is already in group "${this.ann.groups[this.groupOf(id)][0]}"`;
+      return;
+    }
+    if (this.picked.has(id)) this.picked.delete(id);
+    else this.picked.add(id);
+    if (!this.ann.pinned.includes(id)) return this.togglePin(id); // commit restyles it
+    this.remark();
+  }
+
   group() {
-    const free = this.ann.pinned.filter((p) => this.groupOf(p) < 0 && this.byId.has(p));
+    // the pins selected for it (togglePick), never every pin: a group is what the researcher chose
+    const free = this.ann.pinned.filter((p) => this.picked.has(p) && this.groupOf(p) < 0 && this.byId.has(p));
     const name = this.groupName.value.trim() || `group ${this.ann.groups.length + 1}`;
     if (free.length < 2 || this.ann.groups.some((g) => g[0] === name)) {
-      this.status.textContent = free.length < 2 ? "pin two or more ungrouped nodes to group them" : `a group is already named "${name}"`;
+      this.status.textContent = free.length < 2 ? "select two or more pinned, ungrouped nodes to group (ctrl-click, or \"select for group\" in a node's details)" : `a group is already named "${name}"`;
       return;
     }
     this.ann.groups.push([name, ...free]);
     this.groupName.value = "";
+    this.picked.clear();
     this.commit();
   }
 }

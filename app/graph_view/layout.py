@@ -46,7 +46,7 @@ class Node:
     token: str = ""  # the prompt's token at `pos` (links are named by label and token, never by id alone)
     influence: float | None = None  # feature graphs: the cumulative influence share at its rank (pruned in the view)
     prob: float | None = None  # a logit's probability: its weight in the view's influence pruning
-    check: str | None = None  # the intervention check's verdict: confirmed | failed | None (not checked)
+    check: str | None = None  # the check's verdict word (feature_graph.verdict) or None (not checked)
 
 
 @dataclass
@@ -58,7 +58,7 @@ class Edge:
     status: str = "both"
     weight_b: float | None = None  # diff mode: the second circuit's weight when both have the edge
     heads: dict | None = None  # feature graphs: head -> weight of the heads carrying the link (and "direct")
-    check: str | None = None  # the intervention check's verdict: confirmed | failed | None (not checked)
+    check: str | None = None  # the check's verdict word (feature_graph.verdict) or None (not checked)
 
 
 @dataclass

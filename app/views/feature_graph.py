@@ -15,8 +15,12 @@ from workbench.errors import UserError
 
 UPLOADED_GRAPH = "uploaded-graph"
 CIRCUIT_FILE = "feature_circuit.json"
+TRANSCODERS = steer.GRAPH_SET  # metadata.info key of a download: the transcoder set the graph was built with
 QPARAMS = {"pinnedIds": [], "supernodes": [], "linkType": "both", "clickedId": "", "sg_pos": ""}
 
+# a canvas page: the main column's side and top padding given to the graph, so its stage is the page's width and
+# starts above the fold (issue #47: 1,000 px wide, its top within 450 px at 1400 x 900, the sidebar open)
+st.html('<style>[data-testid="stMainBlockContainer"] { padding: 2rem 1rem 4rem 1rem; }</style>')
 st.title("Feature graph")
 
 
@@ -107,53 +111,34 @@ def details(fg: schema.FeatureGraph, node_id: str) -> None:
         st.dataframe(pd.DataFrame(rows), hide_index=True)
 
 
-upload_box()
-picked = pick()
-if picked is not None:
-    rel, fg = picked
-    meta = fg.metadata
-    info = meta.get("info") or {}
+def caption(rel: str, fg: schema.FeatureGraph) -> None:
+    meta, info = fg.metadata, fg.metadata.get("info") or {}
+    pins = (  # an uploaded file's pins are its own, not a feature circuit's
+        f"the file's {len(fg.pinned)} pins open pinned"
+        if rel == UPLOADED_GRAPH
+        else f"the feature circuit's {len(fg.pinned)} nodes in this graph open pinned"
+    )
     st.caption(
         f"prompt: {state.text(meta['prompt'])} · model {state.code(meta['scan'])} · replacement "
         f"{info.get('replacement', float('nan')):.3f}, completeness {info.get('completeness', float('nan')):.3f}"
-        + (f" · the feature circuit's {len(fg.pinned)} nodes in this graph open pinned" if fg.pinned else "")
+        + (f" · {pins}" if fg.pinned else "")
     )
-    cap = state.int_param("cap", 120, 1, 2000)
-    cap = state.synced(
-        st.number_input, "cap", cap, "w_cap", label="most influential nodes drawn", min_value=1, max_value=2000, step=10
-    )
-    g = fgf.to_graph(fg, int(cap), title=rel)
-    kinds = {k: sum(n.kind == k for n in g.nodes) for k in ("feature", "error", "input", "logits")}
-    st.caption(
-        f"{kinds['feature']} features, {kinds['error']} error nodes, {kinds['input']} embeddings, {kinds['logits']} "
-        f"logits and {len(g.edges)} links between them (the view draws the strongest and those of the selected, "
-        "pinned or hovered node; its controls raise the cap and prune by influence)"
-    )
-    for h in g.hidden:
-        st.caption(state.text(h))
-    marks = state.marks()
-    seeded = f"_pinned_from_circuit_{rel}"  # once per graph and session, so unpinning them all sticks
-    if not marks and fg.pinned and not st.session_state.get(seeded):  # a feature circuit's graph: pinned at first
-        marks = annotations.Annotations(pinned=list(fg.pinned))
-        graph_view.write_url(marks)  # the view reads its marks from the URL (also on its own fragment reruns)
-    st.session_state[seeded] = True
-    ident = (
-        None if rel == UPLOADED_GRAPH else ("feature_graph", rel, state.version(rel, browse.FEATURE_GRAPH), int(cap))
-    )
-    node = state.selected_node("feature_graph")
-    state.draw_marked(g, "feature_graph", ident, marks, node, panel="side")  # the widest stage: a token per column
-    if node:  # right under the graph: the same selection as the view's panel beside it
-        details(fg, node)
-    else:
-        st.caption("click a node for its links (with the heads carrying them) and its feature page")
-    steer.graph_panel(fg, rel, node, marks.groups)
-    missing(rel, fg, {n.id for n in g.nodes})
-    box = graph_view.marks_box()
+
+
+def download(rel: str, fg: schema.FeatureGraph) -> None:
+    """The graph JSON with the marks and the view (annotations.apply_feature_graph), the intervention check
+    (schema.GRAPH_CHECK's key, which circuit-tracer ignores) and the transcoder set it was built with (in
+    metadata.info, free-form there), so a re-upload shows the verdicts and can steer."""
+    box, meta = graph_view.marks_box(), fg.metadata
+    tset = steer.graph_set(rel, fg)
+    if tset:
+        meta = {**meta, "info": {**(meta.get("info") or {}), TRANSCODERS: tset}}
+    check = {schema.GRAPH_CHECK[0]: fg.check} if fg.check else {}
     st.download_button(
         "download graph JSON (circuit-tracer / Neuronpedia)" + state.MARKED,
         lambda: json.dumps(
             annotations.apply_feature_graph(
-                {"metadata": meta, "qParams": QPARAMS, "nodes": fg.nodes, "links": fg.links},
+                {"metadata": meta, "qParams": QPARAMS, "nodes": fg.nodes, "links": fg.links, **check},
                 box["marks"],
                 box["node"],
                 box.get("view"),
@@ -163,3 +148,67 @@ if picked is not None:
         mime="application/json",
         on_click="ignore",
     )
+
+
+def summary(fg: schema.FeatureGraph, g) -> None:
+    kinds = {k: sum(n.kind == k for n in g.nodes) for k in ("feature", "error", "input", "logits")}
+    st.caption(
+        f"{kinds['feature']} features, {kinds['error']} error nodes, {kinds['input']} embeddings, {kinds['logits']} "
+        f"logits and {len(g.edges)} links between them (the view draws the strongest and those of the selected, "
+        "pinned or hovered node; its controls raise the cap and prune by influence; marked nodes are always drawn)"
+    )
+    for h in g.hidden:
+        st.caption(state.text(h))
+
+
+def page_marks(rel: str, fg: schema.FeatureGraph) -> annotations.Annotations:
+    """The URL's marks; a feature circuit's graph (or an uploaded file with pins) opens with its pins."""
+    marks = state.marks()
+    seeded = f"_pinned_from_circuit_{rel}"  # once per graph and session, so unpinning them all sticks
+    if not marks and fg.pinned and not st.session_state.get(seeded):  # a feature circuit's graph: pinned at first
+        marks = annotations.Annotations(pinned=list(fg.pinned))
+        graph_view.write_url(marks)  # the view reads its marks from the URL (also on its own fragment reruns)
+    st.session_state[seeded] = True
+    return marks
+
+
+# the controls in one row and the graph right under them: the stage starts above the fold (issue #47)
+pick_col, cap_col, upload_col = st.columns([4, 2, 3], vertical_alignment="bottom")
+with upload_col:
+    upload_box()
+with pick_col:
+    picked = pick()
+if picked is not None:
+    rel, fg = picked
+    with cap_col:
+        cap = state.int_param("cap", 120, 1, 2000)
+        cap = state.synced(
+            st.number_input,
+            "cap",
+            cap,
+            "w_cap",
+            label="most influential nodes drawn",
+            min_value=1,
+            max_value=2000,
+            step=10,
+        )
+    marks = page_marks(rel, fg)
+    node = state.selected_node("feature_graph")
+    marked = {*marks.pinned, *(m for _, *ms in marks.groups for m in ms), *marks.notes, *([node] if node else [])}
+    keep = fgf.beyond_cap(fg, int(cap), marked)  # marks never vanish under the cap
+    g = fgf.to_graph(fg, int(cap), title=rel, keep=keep)
+    ident = (
+        None
+        if rel == UPLOADED_GRAPH
+        else ("feature_graph", rel, state.version(rel, browse.FEATURE_GRAPH), int(cap), keep)
+    )
+    state.draw_marked(g, "feature_graph", ident, marks, node)  # its panel under the stage: the page's width for it
+    caption(rel, fg)
+    summary(fg, g)
+    if node:  # right under the graph: the same selection as the view's panel beside it
+        details(fg, node)
+    else:
+        st.caption("click a node for its links (with the heads carrying them) and its feature page")
+    steer.graph_panel(fg, rel, node, marks.groups)
+    missing(rel, fg, {n.id for n in g.nodes})
+    download(rel, fg)

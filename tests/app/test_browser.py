@@ -384,7 +384,9 @@ def test_circuit_graph_pins_groups_export_upload_back_forward(circuit_server, ci
             drawn(page)
             expect(page.locator(".wbg-pinned")).to_have_count(2)
             page.get_by_placeholder("group name").fill("name movers")
-            page.get_by_role("button", name="group pinned nodes").click()
+            for h in heads:  # the pins selected for the group (ctrl-click), as the reload forgot the selection
+                page.locator(f"[data-node-id='{h}'] rect").click(modifiers=["Control"])
+            page.get_by_role("button", name="group selected pins (2)").click()
             page.wait_for_function("new URLSearchParams(location.search).get('groups') !== null", timeout=WAIT_MS)
             drawn(page)
             exported, marks = download_np("grouped.json")

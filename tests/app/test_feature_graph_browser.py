@@ -106,10 +106,11 @@ def hover_pin_group_note(page, a: str, b: str, name_a: str) -> None:
     expect(page.get_by_text(name_a).first).to_be_visible()  # the page's details, right under the graph
     details.get_by_role("button", name="pin").click()
     wait_param(page, "pinned", a)
-    node(page, b).click(modifiers=["Shift"])
+    details.get_by_role("button", name="select for group").click()
+    node(page, b).click(modifiers=["Control"])  # selects it for the group, pinning it
     wait_param(page, "pinned", f"{a},{b}")
     page.get_by_placeholder("group name").fill("movers")
-    page.get_by_role("button", name="group pinned nodes").click()
+    page.get_by_role("button", name="group selected pins (2)").click()
     wait_param(page, "groups", json.dumps([["movers", a, b]], separators=(",", ":")))
     node(page, b).click()
     wait_param(page, "node", b)  # the page's rerun for the click is over before the note is typed
@@ -143,7 +144,7 @@ def view_controls(page, sent: list, total: int) -> None:
     drawn(page)
     before = len(sent)
     page.get_by_test_id("graph-show-failed").uncheck()
-    expect(stats).to_contain_text("failed (red, dashed), hidden")
+    expect(stats).to_contain_text("not confirmed (dashed, by verdict: see the legend), hidden")
     page.get_by_test_id("graph-show-failed").check()
     assert len(sent) == before, "the check filter sent a message to the server"
 
@@ -216,7 +217,7 @@ def test_feature_graph_hover_pin_group_note_feature_page_back_download_upload(gr
     shots = Path(os.environ.get("WORKBENCH_SCREENSHOTS", tmp_path))
     requests: list[str] = []
     with serving(graph_workspace, tmp_path) as url, browser_page(requests) as page:
-        page.set_viewport_size({"width": 1600, "height": 1100})
+        page.set_viewport_size({"width": 1400, "height": 900})  # the docs' screenshots at a laptop's size
         sent: list = []
         page.on("websocket", lambda ws: ws.on("framesent", lambda f: sent.append(f)))
         base = f"{url}/feature_graph?graph=circuits%2Fg"
@@ -243,13 +244,14 @@ def test_feature_graph_hover_pin_group_note_feature_page_back_download_upload(gr
 def tiny_graph_workspace(tiny, tmp_path_factory):
     """A workspace on the embedded model (data/models/tiny), as the demo makes one: a cache of its MLPs, a
     transcoder set on every layer trained briefly (tests/conftest.py's _brief_training), the members' feature
-    stores, and an IOI prompt's attribution graph."""
+    stores, and an IOI prompt's attribution graph, checked by interventions."""
     from tests.conftest import _brief_training
     from workbench import steps
     from workbench.cache.config import HarvestConfig
     from workbench.circuits.feature.graph_config import GraphConfig
     from workbench.corpus import tasks
     from workbench.features.config import FeatureConfig
+    from workbench.interventions.config import CheckConfig
     from workbench.sae.config import SAEConfig
     from workbench.workspace import Workspace
 
@@ -264,7 +266,10 @@ def tiny_graph_workspace(tiny, tmp_path_factory):
         ws, members, cache.path, "tiny", FeatureConfig(chunk_rows=1000, corr_tokens=1500), progress=False
     )
     q = tasks.queries("ioi", 1, seed=0, tokenizer=tok)[0]
-    steps.attribution_graph(ws, model, tset, q.prompt, q.answer, cfg=GraphConfig(max_feature_nodes=100), name="g")
+    _, folder = steps.attribution_graph(
+        ws, model, tset, q.prompt, q.answer, cfg=GraphConfig(max_feature_nodes=100), name="g"
+    )
+    steps.check_graph(ws, model, folder / "graph.json", tset, CheckConfig(top_edges=10))  # verdicts to draw
     return ws.root
 
 
@@ -298,6 +303,92 @@ def test_the_embedded_models_graph_keeps_its_work_through_back_forward_and_a_dow
             wait_param(page, "links", "300")
             page.wait_for_function("!new URLSearchParams(location.search).has('node_threshold')", timeout=WAIT_MS)
             feature_page_back_download_upload(page, base, a, b, tmp_path, an.View(link_cap=300))
+        finally:
+            page.screenshot(path=str(tmp_path / "page.png"), full_page=True)
+            print("the page's URL at the end:", page.url)
+    assert_offline(requests)
+
+
+def least_influential(fg, k: int = 3) -> list[str]:
+    """The k features and error nodes ranked last by the file's cumulative influence: the first the pruning hides."""
+    inner = [
+        n for n in fg.nodes if n["feature_type"] in fgf.KINDS and fgf.KINDS[n["feature_type"]] in ("feature", "error")
+    ]
+    ranked = sorted((n for n in inner if n["influence"] is not None), key=lambda n: n["influence"])
+    assert ranked[-k - 1]["influence"] >= 0.5  # so node pruning at 0.5 hides all k (graph.js prune)
+    return [n["node_id"] for n in ranked[-k:]]
+
+
+def canvas_and_marks(page, pins: list[str]) -> None:
+    """At 1400 x 900: the stage is the page's width and starts above the fold; the pinned nodes stay drawn under
+    node 0.5 / edge 0.8 pruning, with their links; grouping takes the pins selected for it, not every pin, and an
+    expanded group is outlined."""
+    from playwright.sync_api import expect
+
+    box = page.locator(".wbg-stage").bounding_box()
+    assert box["width"] >= 1000 and box["y"] <= 450, box
+    expect(page.get_by_test_id("graph-stats")).to_contain_text("influence pruning (node 0.50, edge 0.80) hides")
+    for nid in pins:
+        expect(page.locator(f"[data-node-id='{nid}']")).to_have_count(1)
+    node(page, pins[0]).click()
+    wait_param(page, "node", pins[0])
+    drawn(page)
+    expect(page.get_by_test_id("graph-details")).to_contain_text(re.compile(r"strongest (incoming|outgoing) \([1-9]"))
+    page.get_by_test_id("graph-details").get_by_role("button", name="select for group").click()
+    node(page, pins[1]).click(modifiers=["Control"])
+    page.get_by_placeholder("group name").fill("pair")
+    page.get_by_role("button", name="group selected pins (2)").click()
+    wait_param(page, "groups", json.dumps([["pair", pins[0], pins[1]]], separators=(",", ":")))
+    expect(page.locator(".wbg-hull[data-group='pair']")).to_have_count(1)  # expanded, outlined
+
+
+def link_styles(page) -> dict[str, str]:
+    """The legend's link styles (colour|dash), by what they mark: the styles the canvas draws."""
+    items = page.locator(".wbg-legend-item[data-style]")
+    return {
+        items.nth(i).get_attribute("data-verdict"): items.nth(i).get_attribute("data-style")
+        for i in range(items.count())
+    }
+
+
+def test_the_canvas_at_1400x900_keeps_marks_and_verdicts(tiny_graph_workspace, tmp_path):
+    """Issue #47's done-when: the stage's room, pins that pruning cannot hide, verdict styles unlike a negative
+    link's, and a download whose check (and transcoder set) an upload brings back."""
+    from playwright.sync_api import expect
+
+    fg = browse.open_feature_graph(tiny_graph_workspace / "circuits" / "g")
+    pins = least_influential(fg)
+    requests: list[str] = []
+    with serving(tiny_graph_workspace, tmp_path) as url, browser_page(requests) as page:
+        page.set_viewport_size({"width": 1400, "height": 900})
+        base = f"{url}/feature_graph?graph=circuits%2Fg"
+        try:
+            page.goto(f"{base}&pinned={','.join(pins)}&node_threshold=0.5&edge_threshold=0.8")
+            drawn(page)
+            canvas_and_marks(page, pins)
+            shots = Path(os.environ.get("WORKBENCH_SCREENSHOTS", tmp_path))
+            page.get_by_role("heading", name="Feature graph").scroll_into_view_if_needed()
+            page.screenshot(path=str(shots / "graph_canvas.png"))  # the window: docs/graph/feature-graph-canvas.png
+            styles = link_styles(page)
+            unconfirmed = {k: v for k, v in styles.items() if k not in ("positive", "negative")}
+            assert unconfirmed and len(set(styles.values())) == len(styles), styles  # each verdict its own style
+            with page.expect_download() as dl:
+                page.get_by_role("button", name=re.compile(r"^download graph JSON")).click()
+            exported = tmp_path / "checked.json"
+            dl.value.save_as(exported)
+            d = json.loads(exported.read_text())
+            assert (
+                d["workbench_check"] == fg.check and d["metadata"]["info"]["workbench_transcoders"] == "transcoders/all"
+            )
+            page.goto(base)  # a plain link; the upload brings the check back
+            drawn(page)
+            page.get_by_text("upload a circuit-tracer / Neuronpedia graph JSON").click()
+            page.locator("input[type=file]").set_input_files(str(exported))
+            wait_param(page, "graph", "uploaded-graph")
+            drawn(page)
+            expect(page.get_by_test_id("graph-stats")).to_contain_text("intervention check:")
+            assert link_styles(page) == styles
+            expect(page.get_by_text(f"the file's {len(pins)} pins open pinned")).to_be_visible()
         finally:
             page.screenshot(path=str(tmp_path / "page.png"), full_page=True)
             print("the page's URL at the end:", page.url)

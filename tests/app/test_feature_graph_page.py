@@ -173,3 +173,34 @@ def test_a_feature_circuits_undrawn_nodes_are_listed_with_the_reason(graph_works
     assert {r["check"] for r in checked if r["source"] == fgf.names(fg)[link["source"]]} == {"failed"}
     g = fgf.to_graph(type(fg)(fg.nodes, fg.links, fg.pinned, fg.metadata, check), cap=2000)
     assert [e.check for e in g.edges if (e.src, e.dst) == (link["source"], target)] == ["failed"]
+
+
+def test_marked_nodes_beyond_the_node_cap_are_drawn(graph_app, graph_workspace):
+    """A pin, a note and the selected node among the least influential nodes: drawn under a cap of 1 (issue #47)."""
+    fg = browse.open_feature_graph(graph_workspace / "circuits" / "g")
+    kinds = ("cross layer transcoder", "mlp reconstruction error")
+    last = [n["node_id"] for n in sorted((n for n in fg.nodes if n["feature_type"] in kinds), key=fgf._rank)[-3:]]
+    link = dict(graph="circuits/g", cap="1", pinned=last[0], notes=json.dumps({last[1]: "x"}), node=last[2])
+    at = ok(graph_app("views/feature_graph.py", **link))
+    assert set(last) <= {n["id"] for n in view_data(at)["nodes"]}
+    assert "3 marked nodes beyond it are drawn" in text(at)
+
+
+def test_each_check_verdict_reaches_the_view_and_a_version_1_record_still_reads(graph_workspace):
+    """Schema version 2's verdict words, a word this app does not know yet (the view draws it as "checked") and a
+    version 1 row (confirmed: false, "failed") each reach the view's links and the node table."""
+    import dataclasses
+
+    fg = browse.open_feature_graph(graph_workspace / "circuits" / "g")
+    a, b, c = fg.links[:3]
+    rows = [
+        {"source": a["source"], "target": a["target"], "confirmed": False},
+        {"source": b["source"], "target": b["target"], "confirmed": False, "verdict": "under-predicted"},
+        {"source": c["source"], "target": c["target"], "confirmed": False, "verdict": "wobbly"},
+    ]
+    fg = dataclasses.replace(fg, check={"nodes": [], "edges": rows})
+    checks = {(e.src, e.dst): e.check for e in fgf.to_graph(fg, cap=2000).edges}
+    assert [checks[(lk["source"], lk["target"])] for lk in (a, b, c)] == ["failed", "under-predicted", "wobbly"]
+    table = {(r["source"], r["target"]): r["check"] for r in fgf.node_rows(fg, b["target"])}
+    names = fgf.names(fg)
+    assert table[(names[b["source"]], names[b["target"]])] == "under-predicted"

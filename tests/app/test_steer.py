@@ -247,3 +247,31 @@ def test_a_link_value_that_is_not_a_finite_number_in_range_is_one_error_and_no_r
     [err] = at.error
     assert message in plain(err.value), plain(err.value)
     assert not at.exception and not [m for m in at.metric if "KL" in m.label]  # nothing ran
+
+
+def test_an_uploaded_graph_the_workbench_downloaded_steers_through_its_set(steer_workspace, monkeypatch):
+    """A download names the graph's transcoder set (metadata.info, app.steer.GRAPH_SET) and keeps its check, so
+    the uploaded file's node is ablated through that set, next to the check's measurement (issue #47)."""
+    from streamlit.testing.v1 import AppTest
+
+    from app import steer
+    from tests.app.conftest import APP
+    from workbench import browse
+    from workbench.circuits import schema
+
+    monkeypatch.setenv("WORKBENCH_WORKSPACE", str(steer_workspace))
+    fg = browse.open_feature_graph(steer_workspace / "circuits" / "graph-ioi")
+    row = max(fg.check["nodes"], key=lambda r: abs(r["predicted"]))
+    info = {**fg.metadata["info"], steer.GRAPH_SET: "transcoders/full"}
+    qparams = {"pinnedIds": [], "supernodes": [], "linkType": "both", "clickedId": "", "sg_pos": ""}
+    d = {"metadata": {**fg.metadata, "info": info}, "qParams": qparams, "nodes": fg.nodes, "links": fg.links}
+    uploaded = schema.read_feature_graph({**d, schema.GRAPH_CHECK[0]: fg.check})
+    at = AppTest.from_file(str(APP), default_timeout=180)
+    at.switch_page("views/feature_graph.py")
+    at.session_state["uploaded-graph"] = uploaded
+    for k, v in dict(graph="uploaded-graph", node=row["node_id"], steer="1", s_n="3").items():
+        at.query_params[k] = v
+    at = ok(at.run())
+
+    measured = row.get("measured_live", row["measured"])  # schema v2 keeps the live reading apart
+    assert metric(at, "check's measured ablation") == f"{measured:+.4g}"
