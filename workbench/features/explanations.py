@@ -4,6 +4,7 @@ line, the feature page's headline, and search by explanation."""
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from workbench.readback import json_file, reading, verify_checksum
 FOLDER = "explanations"
 FORMAT = "workbench-explanations/1"
 LINES = "explanations.jsonl"
+SHORT_CHARS = 40  # a short form fits a graph node's label (app.graph_view.layout.LABEL_CHARS), its mark included
 
 
 def load_explanations(store: FeatureStore) -> tuple[dict, dict[int, dict]] | None:
@@ -67,6 +69,21 @@ def _has(store: FeatureStore) -> bool:
 def _loaded(path: Path, stamp: int):
     """load_explanations, kept while the explanations' manifest is unchanged (the feature page reads it per rerun)."""
     return load_explanations(FeatureStore(path))
+
+
+def short_form(text: str, width: int = SHORT_CHARS) -> str:
+    """A template sentence cut to what a graph node's label can hold, still marked as template text: what it fires
+    on (no shares, no promoted tokens), e.g. `[template] task 'ioi' and role 'name'`."""
+    body = text.removeprefix(TEMPLATE_MARK).split("; promotes")[0].split("; suppresses")[0].strip()
+    body = re.sub(r" \(\d+%\)", "", body.removeprefix("fires on ").removesuffix(" of its top examples"))
+    out = f"{TEMPLATE_MARK} {body}"
+    return out if len(out) <= width else out[: width - 1].rstrip() + "…"
+
+
+def short_labels(store: FeatureStore) -> dict[int, str]:
+    """latent -> the short form of its explanation; empty when the store has none."""
+    got = _loaded(store.path, (store.path / FOLDER / MANIFEST).stat().st_mtime_ns) if _has(store) else None
+    return {u: short_form(x["explanation"]) for u, x in got[1].items()} if got else {}
 
 
 def search(store: FeatureStore, text: str, top: int = 20) -> list[dict]:
