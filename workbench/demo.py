@@ -4,7 +4,8 @@ A list of steps (workbench.steps), each recording its artifact in the workspace:
 hooks (every residual stream, each MLP's input and output) -> a Top-k, a Matryoshka, a block-sparse and a
 Top-k + scaffold SAE on the middle layer, evaluated, with their feature stores -> a Top-k transcoder set
 (one transcoder per layer, from the MLP's normalised input to its output), evaluated with every MLP
-replaced at once, with its feature stores -> a short sparse-attention post-training run (few steps: demo
+replaced at once, with its feature stores -> template explanations of every feature store, scored (detection,
+fuzzing), so the app opens with meanings on feature pages, search and graph node labels -> a short sparse-attention post-training run (few steps: demo
 scale, to show the trainer) -> the embedded sparse model data/models/tiny-sparse (the full run, with its
 verdict) copied into the workspace -> query circuits for the first queries of each task family in the base
 and that sparse model, and `attention compare` per family -> for the first family's first query, an
@@ -25,6 +26,7 @@ from workbench import steps
 from workbench.cache.config import HarvestConfig
 from workbench.config import Config
 from workbench.errors import BadValueError, UserError
+from workbench.features.explain import ExplainConfig
 from workbench.sae.config import SAEConfig, TrainConfig
 from workbench.sae.scores import shown
 from workbench.workspace import Workspace
@@ -165,6 +167,7 @@ def run_demo(root: Path, cfg: DemoConfig | None = None, overwrite: bool = False,
     step("features", lambda: steps.build_features(ws, folders, cache.path, "tiny", progress=progress, ensure=True))
     tc_train = TrainConfig(n_tokens=cfg.transcoder_tokens, batch_size=SAE_BATCH, lr=1e-3, progress=progress)
     summary["transcoders"] = step("transcoders", lambda: _transcoders(ws, cache.path, tc_train, progress, step.log))
+    summary["explanations"] = step("explain", lambda: _explain(ws, progress, step.log))
     sparsify = SparsifyConfig(
         steps=cfg.sparsify_steps,
         eval_every=cfg.sparsify_eval_every,
@@ -247,6 +250,22 @@ def _transcoders(ws: Workspace, cache_dir: Path, train: TrainConfig, progress: b
         log(f"transcoders {name}, every MLP replaced at once: CE loss recovered {shown(r, 'ce_loss_recovered', '.3f')}")
     steps.build_features(ws, members, cache_dir, "tiny", progress=progress, ensure=True)
     return m
+
+
+def _explain(ws: Workspace, progress: bool, log) -> dict:
+    """Template explanations of every feature store (the SAEs' and the transcoders'), scored by detection and
+    fuzzing (no model runs); a store already explained is kept. Returns each store's count and mean detection AUC."""
+    stores = [a.path for a in ws.artifacts("features")]
+    steps.explain_features(ws, stores, ExplainConfig(), ("detection", "fuzz"), ensure=True, progress=progress)
+    out = {}
+    for a in ws.artifacts("features"):
+        said = a.manifest["summary"]["explanations"]
+        name = ws.rel(a.path.parent)
+        log(
+            f"explain {name}: {said['latents']} template explanations, mean detection AUC {shown(said, 'mean_detection_auc', '.3f')}"
+        )
+        out[name] = said
+    return out
 
 
 def _compare(ws: Workspace, cfg: DemoConfig, families: list[str], model, sparse, sparse_dir: Path, progress, log):

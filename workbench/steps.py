@@ -25,7 +25,7 @@ from workbench.circuits.config import DEFAULT_SAMPLES, QueryConfig, SearchConfig
 from workbench.errors import BadValueError, OutputExistsError
 from workbench.guard import check_artifact
 from workbench.lock import output_lock
-from workbench.readback import json_file
+from workbench.readback import artifact_manifest, json_file
 from workbench.sae.config import EvalConfig, SAEConfig, TrainConfig
 from workbench.sae.scores import shown
 from workbench.workspace import MANIFEST, Workspace
@@ -1047,6 +1047,38 @@ def build_features(
         )
         out.append(store)
     return out
+
+
+def explain_features(ws: Workspace, stores, cfg=None, scorers=("detection", "fuzz"), latents=None, **options) -> list:
+    """Explain (and score) each feature store (`workbench features explain`; options go to explain_store) and, for a
+    store the workspace recorded, record it again with its explanations listed (so a workspace clean-up knows them
+    and its loader checks them); returns each explanations folder. ensure=True: a store already explained is kept."""
+    from workbench.features.explain_run import explain_store
+    from workbench.features.explanations import FOLDER, has_explanations, load_explanations
+    from workbench.features.store import FeatureStore
+
+    ensure, out = options.pop("ensure", False), []
+    for path in stores:
+        store = FeatureStore(path)
+        folder = store.path / FOLDER
+        if not (ensure and has_explanations(store)):
+            folder = explain_store(store.path, cfg, scorers, latents, **options)
+            old = store.path / MANIFEST
+            if old.is_file() and store.path.resolve().is_relative_to(ws.root.resolve()):
+                _record_explained(ws, store.path, artifact_manifest(old), load_explanations(FeatureStore(path)))
+        out.append(folder)
+    return out
+
+
+def _record_explained(ws: Workspace, path: Path, m: dict, explained) -> None:
+    manifest, lines = explained
+    auc = [v for x in lines.values() if (v := (x["scores"].get("detection") or {}).get("auc")) is not None]
+    said = {"explainer": manifest["explainer"], "latents": len(lines), "scorers": manifest["scorers"]}
+    said["mean_detection_auc"] = round(sum(auc) / len(auc), 4) if auc else None
+    summary = {**m["summary"], "explanations": said}
+    ws.record(
+        path, "features", made_by=m["made_by"], config=m["config"], inputs=m["inputs"], summary=summary, checksums=False
+    )
 
 
 def train_attention(

@@ -9,7 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from workbench.errors import BadValueError
-from workbench.features.explain import TEMPLATE_MARK
+from workbench.features.explain import LLM_MARK, TEMPLATE_MARK
 from workbench.features.store import MANIFEST, FeatureStore
 from workbench.readback import json_file, reading, verify_checksum
 
@@ -52,16 +52,16 @@ def _said(scores: dict) -> str:
 
 def headline(store: FeatureStore, u: int) -> str | None:
     """One latent's explanation and its scores as the feature page shows them; None when the store has none."""
-    got = _loaded(store.path, (store.path / FOLDER / MANIFEST).stat().st_mtime_ns) if _has(store) else None
+    got = _loaded(store.path, (store.path / FOLDER / MANIFEST).stat().st_mtime_ns) if has_explanations(store) else None
     line = got[1].get(int(u)) if got else None
     if line is None:
         return None
-    return (
-        f"explanation ({line['explainer']} text, not a model's words): {line['explanation']} · {_said(line['scores'])}"
-    )
+    who = "template text, not a model's words" if line["explainer"] == "template" else "a language model's words"
+    return f"explanation ({who}): {line['explanation']} · {_said(line['scores'])}"
 
 
-def _has(store: FeatureStore) -> bool:
+def has_explanations(store: FeatureStore) -> bool:
+    """Whether a run of `workbench features explain` finished on the store (its manifest is written last)."""
     return (store.path / FOLDER / MANIFEST).is_file()
 
 
@@ -72,17 +72,23 @@ def _loaded(path: Path, stamp: int):
 
 
 def short_form(text: str, width: int = SHORT_CHARS) -> str:
-    """A template sentence cut to what a graph node's label can hold, still marked as template text: what it fires
-    on (no shares, no promoted tokens), e.g. `[template] task 'ioi' and role 'name'`."""
-    body = text.removeprefix(TEMPLATE_MARK).split("; promotes")[0].split("; suppresses")[0].strip()
-    body = re.sub(r" \(\d+%\)", "", body.removeprefix("fires on ").removesuffix(" of its top examples"))
-    out = f"{TEMPLATE_MARK} {body}"
+    """An explanation cut to what a graph node's label can hold, still marked: a template sentence's what it fires on
+    (no shares, no promoted tokens), e.g. `[template] task 'ioi' and role 'name'`; a model's phrase as written."""
+    if text.startswith(LLM_MARK):  # a model's phrase: kept as written, marked as a model's
+        mark, body = LLM_MARK, text.removeprefix(LLM_MARK).strip()
+    else:
+        body = text.removeprefix(TEMPLATE_MARK).split("; promotes")[0].split("; suppresses")[0].strip()
+        mark, body = (
+            TEMPLATE_MARK,
+            re.sub(r" \(\d+%\)", "", body.removeprefix("fires on ").removesuffix(" of its top examples")),
+        )
+    out = f"{mark} {body}"
     return out if len(out) <= width else out[: width - 1].rstrip() + "…"
 
 
 def short_labels(store: FeatureStore) -> dict[int, str]:
     """latent -> the short form of its explanation; empty when the store has none."""
-    got = _loaded(store.path, (store.path / FOLDER / MANIFEST).stat().st_mtime_ns) if _has(store) else None
+    got = _loaded(store.path, (store.path / FOLDER / MANIFEST).stat().st_mtime_ns) if has_explanations(store) else None
     return {u: short_form(x["explanation"]) for u, x in got[1].items()} if got else {}
 
 
@@ -98,7 +104,7 @@ def search(store: FeatureStore, text: str, top: int = 20) -> list[dict]:
         )
     hits = []
     for u, x in got[1].items():
-        body = x["explanation"].removeprefix(TEMPLATE_MARK).casefold()
+        body = x["explanation"].removeprefix(TEMPLATE_MARK).removeprefix(LLM_MARK).casefold()
         if all(w in body for w in words):
             det = (x["scores"].get("detection") or {}).get("auc")
             hits.append({"latent": u, "explanation": x["explanation"], "auc": det})
