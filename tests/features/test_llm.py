@@ -4,6 +4,7 @@ test): nothing leaves the machine. Retries, refusals, the prompt cache, token co
 import json
 import math
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -110,6 +111,17 @@ def test_nothing_listening_is_named_after_the_retries(tmp_path):
     c = Client("http://127.0.0.1:9/v1", "m", timeout=2, retries=1, backoff=0, cache=None)
     with pytest.raises(UserError, match="did not answer after 2 tries .*is the server running"):
         c.chat([{"role": "user", "content": "hi"}])
+
+
+def test_a_slow_answer_times_out_and_is_retried(tmp_path):
+    slow = FakeLLM(lambda prompt: time.sleep(1.0) or "late")
+    try:
+        c = Client(slow.url, "m", timeout=0.2, retries=1, backoff=0, cache=None)
+        with pytest.raises(UserError, match="did not answer after 2 tries \\(last: .*timed out"):
+            c.chat([{"role": "user", "content": "hi"}])
+        assert len(slow.requests) == 2
+    finally:
+        slow.close()
 
 
 def test_answers_are_cached_by_prompt_and_tokens_counted(fake, tmp_path):
