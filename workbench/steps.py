@@ -1054,7 +1054,7 @@ def explain_features(ws: Workspace, stores, cfg=None, scorers=("detection", "fuz
     store the workspace recorded, record it again with its explanations listed (so a workspace clean-up knows them
     and its loader checks them); returns each explanations folder. ensure=True: a store already explained is kept."""
     from workbench.features.explain_run import explain_store
-    from workbench.features.explanations import FOLDER, has_explanations, load_explanations
+    from workbench.features.explanations import FOLDER, has_explanations, summary
     from workbench.features.store import FeatureStore
 
     ensure, out = options.pop("ensure", False), []
@@ -1065,16 +1065,12 @@ def explain_features(ws: Workspace, stores, cfg=None, scorers=("detection", "fuz
             folder = explain_store(store.path, cfg, scorers, latents, **options)
             old = store.path / MANIFEST
             if old.is_file() and store.path.resolve().is_relative_to(ws.root.resolve()):
-                _record_explained(ws, store.path, artifact_manifest(old), load_explanations(FeatureStore(path)))
+                _record_explained(ws, store.path, artifact_manifest(old), summary(FeatureStore(path)))
         out.append(folder)
     return out
 
 
-def _record_explained(ws: Workspace, path: Path, m: dict, explained) -> None:
-    manifest, lines = explained
-    auc = [v for x in lines.values() if (v := (x["scores"].get("detection") or {}).get("auc")) is not None]
-    said = {"explainer": manifest["explainer"], "latents": len(lines), "scorers": manifest["scorers"]}
-    said["mean_detection_auc"] = round(sum(auc) / len(auc), 4) if auc else None
+def _record_explained(ws: Workspace, path: Path, m: dict, said: dict) -> None:
     summary = {**m["summary"], "explanations": said}
     ws.record(
         path, "features", made_by=m["made_by"], config=m["config"], inputs=m["inputs"], summary=summary, checksums=False

@@ -74,7 +74,7 @@ def _add_explain(features) -> None:
 
 def _explain(a: argparse.Namespace) -> None:
     from workbench import steps
-    from workbench.features.explanations import load_explanations
+    from workbench.features.explanations import load_explanations, summary
     from workbench.features.store import FeatureStore
 
     if a.out and len(a.store) > 1:
@@ -92,10 +92,10 @@ def _explain(a: argparse.Namespace) -> None:
             progress=not a.quiet,
             model=a.model,
         )
-        manifest, lines = load_explanations(FeatureStore(path))
-        auc = [x["scores"].get("detection", {}).get("auc") for x in lines.values()]
-        auc = [v for v in auc if v is not None]
-        mean = f", mean detection AUC {sum(auc) / len(auc):.3f} over {len(auc)} scored" if auc else ""
+        manifest, _ = load_explanations(FeatureStore(path))
+        said = summary(FeatureStore(path))
+        auc = said["mean_detection_auc"]
+        mean = f", mean detection AUC {auc:.3f} over {said['scored']} scored" if auc is not None else ""
         u = manifest.get("usage")
         used = (
             f"; {u['calls']} requests ({u['cached']} answered from the cache), {u['prompt_tokens']:,} prompt + "
@@ -104,7 +104,7 @@ def _explain(a: argparse.Namespace) -> None:
             else ""
         )
         print(
-            f"saved {folder}: {len(lines)} {manifest['explainer']} explanations{mean}{used}"
+            f"saved {folder}: {said['latents']} {manifest['explainer']} explanations{mean}{used}"
             + (f"; lines in {a.out}" if a.out else "")
         )
 

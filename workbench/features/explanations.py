@@ -60,6 +60,14 @@ def headline(store: FeatureStore, u: int) -> str | None:
     return f"explanation ({who}): {line['explanation']} · {_said(line['scores'])}"
 
 
+def summary(store: FeatureStore) -> dict:
+    """What a record or a log says of a store's explanations: explainer, latents, scorers, mean detection AUC."""
+    manifest, lines = load_explanations(store)
+    auc = [v for x in lines.values() if (v := (x["scores"].get("detection") or {}).get("auc")) is not None]
+    said = {"explainer": manifest["explainer"], "latents": len(lines), "scorers": manifest["scorers"]}
+    return {**said, "mean_detection_auc": round(sum(auc) / len(auc), 4) if auc else None, "scored": len(auc)}
+
+
 def has_explanations(store: FeatureStore) -> bool:
     """Whether a run of `workbench features explain` finished on the store (its manifest is written last)."""
     return (store.path / FOLDER / MANIFEST).is_file()
