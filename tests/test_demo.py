@@ -47,6 +47,9 @@ def test_demo_fills_a_workspace_then_resumes_without_redoing_anything(tiny, tmp_
     assert circuits <= {"ioi-0", "ioi-0-sparse", "graph-ioi", "features-ioi"} and {"ioi-0", "graph-ioi"} <= circuits
     graph = json.loads((tmp_path / "ws" / "circuits" / "graph-ioi" / "graph.json").read_text())
     assert graph["workbench_check"]["summary"]["nodes_checked"] > 0  # checked by interventions
+    features = [n for n in graph["nodes"] if n["feature_type"] == "cross layer transcoder"]
+    assert features and all(n["clerp"].startswith("[template] ") for n in features)  # labelled by explanations
+    assert set(summary["explanations"]) == {ws.rel(a.path.parent) for a in arts if a.kind == "features"}
     assert len([a for a in arts if a.kind == "interventions"]) == 5  # a steering example per SAE and the set
     base = json.loads((tmp_path / "ws" / "circuits" / "ioi-0" / "circuit.json").read_text())
     assert base["model_id"] == summary["model"] and base["method"]["target_ndf"] == TINY.target_ndf
@@ -65,6 +68,7 @@ def test_demo_fills_a_workspace_then_resumes_without_redoing_anything(tiny, tmp_
         "sae eval",
         "features",
         "transcoders",
+        "explain",
         "sparse attention",
         "sparse model",
         "circuits",
@@ -140,3 +144,34 @@ def test_demo_names_a_cache_harvested_without_the_mlp_inputs(tiny, tmp_path):
     with pytest.raises(BadValueError, match=r"lacks blocks.0.ln2.hook_normalized and 3 more hooks .* --overwrite"):
         run_demo(tmp_path / "ws", TINY, progress=False)
     assert [a.kind for a in ws.artifacts()] == ["caches"]
+
+
+def test_the_demo_explains_every_feature_store_and_a_clean_up_still_knows_every_file(
+    transcoder_workspace, tmp_path, capsys
+):
+    """The explain step: every store's latents explained and scored, listed in the store's record (so `demo
+    --overwrite` removes them instead of refusing them as a user's files), and kept on a rerun."""
+    import shutil
+
+    from workbench.demo import _explain
+    from workbench.features import FeatureStore
+    from workbench.features.explanations import load_explanations
+    from workbench.readback import artifact_manifest
+    from workbench.workspace import MANIFEST
+
+    root = shutil.copytree(transcoder_workspace, tmp_path / "ws", symlinks=True)
+    ws = Workspace(root)
+    stores = [a.path for a in ws.artifacts("features")]
+    said = _explain(ws, False, print)
+    assert len(said) == len(stores) >= 5
+    for path in stores:
+        _, lines = load_explanations(FeatureStore(path))
+        record = artifact_manifest(path / MANIFEST)
+        assert len(lines) == FeatureStore(path).n_units == record["summary"]["explanations"]["latents"]
+        assert {"explanations/explanations.jsonl", "explanations/manifest.json"} <= set(record["files"])
+    assert capsys.readouterr().out.count("template explanations, mean detection AUC 0.") == len(stores)
+    before = {a.path: a.manifest for a in ws.artifacts()}
+    _explain(ws, False, print)
+    assert {a.path: a.manifest for a in ws.artifacts()} == before  # a rerun keeps them
+    ws.clear()
+    assert not root.exists()

@@ -1,17 +1,18 @@
 """`workbench demo`: the whole workbench on the embedded model, offline, at demo scale.
 
-A list of steps (workbench.steps), each recording its artifact in the workspace: a cache of the default
-hooks (every residual stream, each MLP's input and output) -> a Top-k, a Matryoshka, a block-sparse and a
-Top-k + scaffold SAE on the middle layer, evaluated, with their feature stores -> a Top-k transcoder set
-(one transcoder per layer, from the MLP's normalised input to its output), evaluated with every MLP
-replaced at once, with its feature stores -> a short sparse-attention post-training run (few steps: demo
-scale, to show the trainer) -> the embedded sparse model data/models/tiny-sparse (the full run, with its
-verdict) copied into the workspace -> query circuits for the first queries of each task family in the base
-and that sparse model, and `attention compare` per family -> for the first family's first query, an
-attribution graph and a feature circuit through the transcoder set, each checked by interventions, and one
-steering example per SAE and for the set (workbench.interventions.examples). Every step is skipped when its
-artifact is complete in the workspace (its manifest is written last), and the interrupted one resumes
-from its checkpoint, so rerunning after an interruption continues where it stopped.
+A list of steps (workbench.steps), each recording its artifact in the workspace: a cache of the default hooks
+(every residual stream, each MLP's input and output) -> a Top-k, a Matryoshka, a block-sparse and a Top-k +
+scaffold SAE on the middle layer, evaluated, with their feature stores -> a Top-k transcoder set (one transcoder
+per layer, from the MLP's normalised input to its output), evaluated with every MLP replaced at once, with its
+feature stores -> template explanations of every feature store, scored (detection, fuzzing), so the app opens with
+meanings on feature pages, search and graph node labels -> a short sparse-attention post-training run (few steps:
+demo scale, to show the trainer) -> the embedded sparse model data/models/tiny-sparse (the full run, with its
+verdict) copied into the workspace -> query circuits for the first queries of each task family in the base and that
+sparse model, and `attention compare` per family -> for the first family's first query, an attribution graph and a
+feature circuit through the transcoder set, each checked by interventions, and one steering example per SAE and for
+the set (workbench.interventions.examples). Every step is skipped when its artifact is complete in the workspace
+(its manifest is written last), and the interrupted one resumes from its checkpoint, so rerunning after an
+interruption continues where it stopped.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from workbench import steps
 from workbench.cache.config import HarvestConfig
 from workbench.config import Config
 from workbench.errors import BadValueError, UserError
+from workbench.features.explain import ExplainConfig
+from workbench.features.explanations import summary
+from workbench.features.store import FeatureStore
 from workbench.sae.config import SAEConfig, TrainConfig
 from workbench.sae.scores import shown
 from workbench.workspace import Workspace
@@ -165,6 +169,7 @@ def run_demo(root: Path, cfg: DemoConfig | None = None, overwrite: bool = False,
     step("features", lambda: steps.build_features(ws, folders, cache.path, "tiny", progress=progress, ensure=True))
     tc_train = TrainConfig(n_tokens=cfg.transcoder_tokens, batch_size=SAE_BATCH, lr=1e-3, progress=progress)
     summary["transcoders"] = step("transcoders", lambda: _transcoders(ws, cache.path, tc_train, progress, step.log))
+    summary["explanations"] = step("explain", lambda: _explain(ws, progress, step.log))
     sparsify = SparsifyConfig(
         steps=cfg.sparsify_steps,
         eval_every=cfg.sparsify_eval_every,
@@ -247,6 +252,23 @@ def _transcoders(ws: Workspace, cache_dir: Path, train: TrainConfig, progress: b
         log(f"transcoders {name}, every MLP replaced at once: CE loss recovered {shown(r, 'ce_loss_recovered', '.3f')}")
     steps.build_features(ws, members, cache_dir, "tiny", progress=progress, ensure=True)
     return m
+
+
+def _explain(ws: Workspace, progress: bool, log) -> dict:
+    """Template explanations of every feature store in the workspace (the SAEs' and the transcoders'), scored by
+    detection and fuzzing (no model runs); a store already explained is kept. Returns each store's summary."""
+    root = ws.root.resolve()
+    stores = [a.path for a in ws.artifacts("features") if a.path.resolve().is_relative_to(root)]
+    steps.explain_features(ws, stores, ExplainConfig(), ("detection", "fuzz"), ensure=True, progress=progress)
+    out = {}
+    for path in stores:
+        said = out[ws.rel(path.parent)] = summary(FeatureStore(path))
+        auc = shown(said, "mean_detection_auc", ".3f")
+        log(
+            f"explain {ws.rel(path.parent)}: {said['latents']} {said['explainer']} explanations, "
+            f"mean detection AUC {auc}"
+        )
+    return out
 
 
 def _compare(ws: Workspace, cfg: DemoConfig, families: list[str], model, sparse, sparse_dir: Path, progress, log):

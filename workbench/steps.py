@@ -25,7 +25,7 @@ from workbench.circuits.config import DEFAULT_SAMPLES, QueryConfig, SearchConfig
 from workbench.errors import BadValueError, OutputExistsError
 from workbench.guard import check_artifact, check_in_place
 from workbench.lock import output_lock
-from workbench.readback import json_file, owner
+from workbench.readback import artifact_manifest, json_file, owner
 from workbench.sae.config import EvalConfig, SAEConfig, TrainConfig
 from workbench.sae.scores import shown
 from workbench.transaction import artifact_transaction
@@ -1126,6 +1126,34 @@ def build_features(
         )
         out.append(store)
     return out
+
+
+def explain_features(ws: Workspace, stores, cfg=None, scorers=("detection", "fuzz"), latents=None, **options) -> list:
+    """Explain (and score) each feature store (`workbench features explain`; options go to explain_store) and, for a
+    store the workspace recorded, record it again with its explanations listed (so a workspace clean-up knows them
+    and its loader checks them); returns each explanations folder. ensure=True: a store already explained is kept."""
+    from workbench.features.explain_run import explain_store
+    from workbench.features.explanations import FOLDER, has_explanations, summary
+    from workbench.features.store import FeatureStore
+
+    ensure, out = options.pop("ensure", False), []
+    for path in stores:
+        store = FeatureStore(path)
+        folder = store.path / FOLDER
+        if not (ensure and has_explanations(store)):
+            folder = explain_store(store.path, cfg, scorers, latents, **options)
+            old = store.path / MANIFEST
+            if old.is_file() and store.path.resolve().is_relative_to(ws.root.resolve()):
+                _record_explained(ws, store.path, artifact_manifest(old), summary(FeatureStore(path)))
+        out.append(folder)
+    return out
+
+
+def _record_explained(ws: Workspace, path: Path, m: dict, said: dict) -> None:
+    summary = {**m["summary"], "explanations": said}
+    ws.record(
+        path, "features", made_by=m["made_by"], config=m["config"], inputs=m["inputs"], summary=summary, checksums=False
+    )
 
 
 def train_attention(

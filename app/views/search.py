@@ -1,15 +1,18 @@
-"""Search one SAE's features: by index, by token, by text in their top contexts, by ground-truth label."""
+"""Search one SAE's features: by index, by token, by text in their top contexts, by ground-truth label, by
+explanation (`workbench features explain`)."""
 
 import pandas as pd
 import streamlit as st
 
 from app import state
 from workbench.errors import UserError
+from workbench.features import explanations
 
 MODES = {
     "token": "token (features that fire most on it)",
     "text": "text in top contexts",
     "label": "ground-truth label",
+    "explanation": "explanation (template text)",
     "index": "index",
 }
 
@@ -36,6 +39,7 @@ with c[1]:
             "token": "a token, e.g. " + " or ".join(common[:1] or ["(none)"]),
             "text": "words, e.g. " + " ".join(common),
             "label": "e.g. " + ", ".join(labels or ["(no labels)"]),
+            "explanation": "words of the explanations, e.g. fires",
             "index": f"a unit index, 0..{store.n_units - 1}",
         }[by],
     )
@@ -51,9 +55,15 @@ def search(root: str, rel: str, stamp: float, by: str, q: str) -> list[dict]:
     return {"token": s.search_token, "text": s.search_text, "label": s.search_label}[by](q)
 
 
+def explained(q: str) -> list[dict]:
+    """Hits by explanation, best detection AUC first (read each time: explanations are made after the store)."""
+    hits = explanations.search(store, q, top=100)
+    return [{"unit": h["latent"], "explanation": h["explanation"], "detection AUC": h["auc"]} for h in hits]
+
+
 if q.strip():
     try:
-        hits = search(str(state.root()), rel, state.stamp(rel), by, q)
+        hits = explained(q) if by == "explanation" else search(str(state.root()), rel, state.stamp(rel), by, q)
     except UserError as e:
         state.fail(e)
     if not hits:
@@ -68,9 +78,9 @@ if q.strip():
         )
         st.dataframe(pd.DataFrame(hits), hide_index=True)
         for h in hits[:20]:
+            said = explanations.short_form(h["explanation"]) if "explanation" in h else h["best label"]
             state.feature_link(
                 rel,
                 h["unit"],
-                f"open {store.manifest['unit']} {h['unit']}"
-                + (f" · {state.text(h['best label'])}" if h["best label"] else ""),
+                f"open {store.manifest['unit']} {h['unit']}" + (f" · {state.text(said)}" if said else ""),
             )

@@ -169,6 +169,28 @@ def test_bad_search_mode_and_query(app, feature_workspace):
     assert "no token spelled" in plain(app("views/search.py", sae=rel, by="token", q="qqqq").error[0].value)
 
 
+def test_search_by_explanation_lists_the_explained_latents_best_auc_first(feature_workspace, tmp_path, monkeypatch):
+    import shutil
+
+    from tests.app.conftest import _runner
+    from workbench.features.explain import ExplainConfig
+    from workbench.features.explain_run import explain_store
+    from workbench.features.explanations import search, short_form
+
+    root = shutil.copytree(feature_workspace, tmp_path / "ws", symlinks=True)
+    rel = next(r for r in saes(root) if "topk" in r)
+    explain_store(root / rel, ExplainConfig(pool=200), ("detection",), 12, progress=False)
+    want = search(FeatureStore(root / rel), "fires", top=100)
+    at = ok(_runner(root, monkeypatch)("views/search.py", sae=rel, by="explanation", q="fires"))
+    assert want and list(at.dataframe[0].value["unit"]) == [h["latent"] for h in want]
+    assert list(at.dataframe[0].value["explanation"]) == [h["explanation"] for h in want]
+    unit = FeatureStore(root / rel).manifest["unit"]
+    assert links(at)[0] == f"open {unit} {want[0]['latent']} · {short_form(want[0]['explanation'])}"
+    other = next(r for r in saes(root) if "topk" not in r)
+    at = _runner(root, monkeypatch)("views/search.py", sae=other, by="explanation", q="fires")
+    assert "has no explanations; make them with `workbench features explain`" in plain(at.error[0].value)
+
+
 def test_listings_come_from_manifests_and_a_damaged_one_is_named(app, feature_workspace):
     bad = feature_workspace / "circuits" / "broken"
     stray = feature_workspace / "saes" / "stray"  # an SAE folder no manifest records

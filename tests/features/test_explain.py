@@ -50,7 +50,7 @@ def test_a_label_predicate_holds_on_the_rows_with_that_value_and_an_unknown_valu
 
 
 def test_config_refuses_bad_values_by_name():
-    with pytest.raises(BadValueError, match=r"explainer='llm' is not valid; choose one of \['template'\]"):
+    with pytest.raises(BadValueError, match=r"explainer='llm' is not valid; choose one of \['template', 'openai'\]"):
         ExplainConfig(explainer="llm")
     with pytest.raises(BadValueError, match=r"label_share=1.5 must be a finite number in \[0, 1\]"):
         ExplainConfig(label_share=1.5)

@@ -12,7 +12,16 @@ from workbench.errors import BadValueError, DamagedFileError
 from workbench.features import FeatureStore
 from workbench.features.explain import ExplainConfig
 from workbench.features.explain_run import explain_store
-from workbench.features.explanations import FOLDER, LINES, headline, load_explanations, search
+from workbench.features.explanations import (
+    FOLDER,
+    LINES,
+    SHORT_CHARS,
+    headline,
+    load_explanations,
+    search,
+    short_form,
+    short_labels,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,3 +68,30 @@ def test_a_store_without_explanations_and_damaged_lines_are_named(explained, fea
     path.write_text(path.read_text().replace(first["explanation"], first["explanation"] + " and more", 1))
     with pytest.raises(DamagedFileError, match=LINES):
         load_explanations(FeatureStore(copy))
+
+
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        (
+            "[template] fires on task 'ioi' (95%) and role 'name' (88%) of its top examples; promotes ' Mary'",
+            "[template] task 'ioi' and role 'name'",
+        ),
+        (
+            "[template] fires on ' Mary', ' John' after ' and'; suppresses ' the'",
+            "[template] ' Mary', ' John' after ' and'",
+        ),
+        ("[template] never fired in the pass; promotes 'a'", "[template] never fired in the pass"),
+        ("[template] fires on 'abcdefghij', 'klmnopqrst', 'uvwxyz0123'", "[template] 'abcdefghij', 'klmnopqrst',…"),
+    ],
+)
+def test_the_short_form_fits_a_node_label_and_stays_marked_as_template(text, want):
+    assert short_form(text) == want and len(want) <= SHORT_CHARS
+
+
+def test_short_labels_are_the_saved_explanations_short_forms(explained, feature_workspace):
+    store = FeatureStore(explained)
+    _, lines = load_explanations(store)
+    assert short_labels(store) == {u: short_form(x["explanation"]) for u, x in lines.items()}
+    bare = FeatureStore(next(p for p in (feature_workspace / "saes" / "run").iterdir() if p.name.startswith("block")))
+    assert short_labels(bare) == {}

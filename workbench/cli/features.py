@@ -52,8 +52,9 @@ def _latents(text: str) -> int | None:
 def _add_explain(features) -> None:
     e = features.add_parser(
         "explain",
-        parents=[quiet_flag()],
-        help="template explanations of each store's latents, scored (detection, fuzzing, intervention), saved in it",
+        parents=[workspace_flag("that recorded the stores (their records then list the explanations)"), quiet_flag()],
+        help="explanations of each store's latents (template, or --explainer openai), scored (detection, fuzzing, "
+        "intervention), saved in it",
     )
     declare(e.add_argument("store", nargs="+", help="feature stores (or the SAE folders holding them)"), INPUT)
     e.add_argument(
@@ -72,22 +73,40 @@ def _add_explain(features) -> None:
 
 
 def _explain(a: argparse.Namespace) -> None:
-    from workbench.features.explain_run import explain_store
-    from workbench.features.explanations import load_explanations
+    from workbench import steps
+    from workbench.features.explanations import load_explanations, summary
     from workbench.features.store import FeatureStore
 
     if a.out and len(a.store) > 1:
         raise BadValueError(f"--out takes the lines of one store, got {len(a.store)} stores; run one at a time")
     cfg = ExplainConfig(**config_values(a, ExplainConfig, EXPLAIN))
     for path in a.store:
-        folder = explain_store(
-            path, cfg, a.scorers, a.latents, out=a.out, overwrite=a.overwrite, progress=not a.quiet, model=a.model
+        [folder] = steps.explain_features(
+            Workspace(a.workspace),
+            [path],
+            cfg,
+            a.scorers,
+            a.latents,
+            out=a.out,
+            overwrite=a.overwrite,
+            progress=not a.quiet,
+            model=a.model,
         )
-        _, lines = load_explanations(FeatureStore(path))
-        auc = [x["scores"].get("detection", {}).get("auc") for x in lines.values()]
-        auc = [v for v in auc if v is not None]
-        mean = f", mean detection AUC {sum(auc) / len(auc):.3f} over {len(auc)} scored" if auc else ""
-        print(f"saved {folder}: {len(lines)} template explanations{mean}" + (f"; lines in {a.out}" if a.out else ""))
+        manifest, _ = load_explanations(FeatureStore(path))
+        said = summary(FeatureStore(path))
+        auc = said["mean_detection_auc"]
+        mean = f", mean detection AUC {auc:.3f} over {said['scored']} scored" if auc is not None else ""
+        u = manifest.get("usage")
+        used = (
+            f"; {u['calls']} requests ({u['cached']} answered from the cache), {u['prompt_tokens']:,} prompt + "
+            f"{u['completion_tokens']:,} completion tokens"
+            if u
+            else ""
+        )
+        print(
+            f"saved {folder}: {said['latents']} {manifest['explainer']} explanations{mean}{used}"
+            + (f"; lines in {a.out}" if a.out else "")
+        )
 
 
 def _add_search(features) -> None:

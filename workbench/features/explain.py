@@ -22,9 +22,10 @@ import numpy as np
 from workbench.config import Config
 from workbench.errors import BadValueError
 
-EXPLAINERS = ("template",)
+EXPLAINERS = ("template", "openai")
 SCORERS = ("detection", "fuzz", "intervention")
 TEMPLATE_MARK = "[template]"  # begins every template sentence, wherever it is shown
+LLM_MARK = "[openai]"  # begins every explanation a language model wrote (workbench.features.llm_explain)
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,15 @@ class ExplainConfig(Config):
         default=1.0, metadata={"min": 0.0, "help": "steering added: scale x the latent's max activation x its decoder"}
     )
     seed: int = field(default=0, metadata={"help": "seed of the negative and false-highlight draws"})
+    llm_examples: int = field(
+        default=10, metadata={"min": 1, "help": "top examples shown to the language model (--explainer openai)"}
+    )
+    llm_batch: int = field(default=10, metadata={"min": 1, "help": "contexts per simulation prompt (openai)"})
+    llm_logprobs: bool = field(
+        default=True, metadata={"help": "ask for log-probabilities of the simulation answers (where offered)"}
+    )
+    llm_timeout: float = field(default=60.0, metadata={"min": 0.0, "open": "min", "help": "seconds per request"})
+    llm_retries: int = field(default=3, metadata={"help": "retries of a failed request (openai)"})
 
 
 def predicate_scores(pred: dict | None, rows: np.ndarray, meta: dict) -> np.ndarray:

@@ -23,6 +23,8 @@ from workbench.errors import BadValueError
 from workbench.features.build import row_metadata
 from workbench.features.explain import SCORERS, ExplainConfig, template_explanation
 from workbench.features.explanations import FOLDER, FORMAT, LINES
+from workbench.features.llm import Client, Usage
+from workbench.features.llm_explain import llm_explanation, llm_scores
 from workbench.features.scoring import Contexts, Encoder, score_chunk
 from workbench.features.steering import Steerer
 from workbench.features.store import MANIFEST, FeatureStore
@@ -32,9 +34,10 @@ from workbench.readback import digest, sealed_json, write_sealed_json
 from workbench.sae.io import load_sae
 
 
-def _record(store: FeatureStore, cfg: ExplainConfig, scorers: tuple, n: int) -> dict:
+def _record(store: FeatureStore, cfg: ExplainConfig, scorers: tuple, n: int, client: Client | None) -> dict:
     return {
         "explainer": cfg.explainer,
+        **({"llm": client.describe()} if client is not None else {}),
         "config": cfg.to_dict(),
         "scorers": list(scorers),
         "n_latents": n,
@@ -91,7 +94,10 @@ def explain_store(
     n = store.n_units if latents is None else min(latents, store.n_units)
     folder = store.path / FOLDER
     with output_lock(folder, "workbench features explain"):
-        record = _record(store, cfg, scorers, n)
+        client = None
+        if cfg.explainer == "openai":  # the only way the client runs: asked for by name
+            client = Client.from_env(timeout=cfg.llm_timeout, retries=cfg.llm_retries)
+        record = _record(store, cfg, scorers, n, client)
         partial = _resume(folder, record, overwrite)
         ctx = open_contexts(store, cfg, device)
         meta, cache = ctx.meta, ctx.enc.cache
@@ -101,8 +107,10 @@ def explain_store(
         for c, a in enumerate(chunks):
             done = partial / f"c{c:06d}.json"
             if not done.is_file():
-                lines = _chunk(list(range(a, min(n, a + cfg.chunk))), store, meta, ctx, steer, cfg, scorers)
-                write_sealed_json(done, {"run": digest(record), "chunk": c, "lines": lines}, indent=None)
+                before = client.usage.to_dict() if client else {}
+                lines = _chunk(list(range(a, min(n, a + cfg.chunk))), store, meta, ctx, steer, cfg, scorers, client)
+                used = {k: v - before[k] for k, v in client.usage.to_dict().items()} if client else {}
+                write_sealed_json(done, {"run": digest(record), "chunk": c, "lines": lines, "usage": used}, indent=None)
             if bar is not None:
                 bar.update(1)
         if bar is not None:
@@ -133,11 +141,19 @@ def _bar(total: int, progress: bool):
     return tqdm(total=total, desc="explain", unit="chunk")
 
 
-def _chunk(units: list[int], store, meta, ctx, steer, cfg: ExplainConfig, scorers) -> list[dict]:
-    """One chunk's lines: each latent's explanation and its scores."""
+def _chunk(units: list[int], store, meta, ctx, steer, cfg: ExplainConfig, scorers, client) -> list[dict]:
+    """One chunk's lines: each latent's explanation (the template's, or the language model's when a client is
+    given, scored by its simulations) and its scores."""
     expl = {u: template_explanation(u, store, meta, cfg) for u in units}
     rng = np.random.default_rng([cfg.seed, units[0]])
-    scores = score_chunk(units, {u: e["predicate"] for u, e in expl.items()}, ctx, scorers, rng)
+    if client is None:
+        scores = score_chunk(units, {u: e["predicate"] for u, e in expl.items()}, ctx, scorers, rng)
+    else:
+        for u in units:
+            expl[u] |= {"text": llm_explanation(u, ctx, client, cfg), "predicate": None}
+        near = ctx.near_negatives(units, {u: ctx.near_candidates(u) for u in units}) if "detection" in scorers else {}
+        none = np.zeros(0, np.int64)
+        scores = {u: llm_scores(u, expl[u]["text"], ctx, near.get(u, none), client, cfg, scorers, rng) for u in units}
     if steer is not None:
         for u in units:
             scores[u]["intervention"] = steer.score(u, expl[u]["promoted"])
@@ -156,15 +172,18 @@ def _chunk(units: list[int], store, meta, ctx, steer, cfg: ExplainConfig, scorer
 
 
 def _finish(folder: Path, partial: Path, record: dict, n_chunks: int, out) -> Path:
-    lines = []
+    lines, usage = [], Usage()
     for c in range(n_chunks):
         rec = sealed_json(partial / f"c{c:06d}.json", "partial explanations chunk", "rerun it with --overwrite")
         if rec.get("run") != digest(record) or rec.get("chunk") != c:
             raise BadValueError(f"{partial / f'c{c:06d}.json'} belongs to another run; rerun it with --overwrite")
         lines += rec["lines"]
+        usage.add(rec.get("usage") or {})
     text = "".join(json.dumps(x) + "\n" for x in lines)
     atomic_write_text(folder / LINES, text)
     manifest = {"format": FORMAT, **record, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    if "llm" in record:  # the server's token counts, and the calls made and answered from the prompt cache
+        manifest["usage"] = usage.to_dict()
     manifest["files"] = {LINES: sha256_file(folder / LINES)}
     atomic_write_text(folder / MANIFEST, json.dumps(manifest, indent=1))
     shutil.rmtree(partial)

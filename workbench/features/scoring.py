@@ -53,23 +53,35 @@ def detection_metrics(pos: np.ndarray, rand: np.ndarray, near: np.ndarray) -> di
     }
 
 
-def fuzz_metrics(pred: dict | None, rows: np.ndarray, acts: np.ndarray, meta: dict, rng) -> dict:
-    """Fuzzing over example windows: rows [E, W] of the pass (-1 outside it), the latent's activations [E, W]."""
-    right, windows = [], []  # per token: judged right; per window: (truly highlighted, judged correct)
+def fuzz_draws(rows: np.ndarray, acts: np.ndarray, rng) -> list[tuple[bool, np.ndarray, np.ndarray]]:
+    """Fuzzing's highlights over example windows (rows [E, W] of the pass, -1 outside it; the latent's activations
+    [E, W]): per window with both, (True, rows, the firing positions) and (False, rows, as many quiet ones)."""
+    out = []
     for r, a in zip(rows, acts):
         fire, quiet = np.flatnonzero((r >= 0) & (a > 0)), np.flatnonzero((r >= 0) & (a <= 0))
         k = min(len(fire), len(quiet))
-        if not k:
-            continue
-        for truth, pick in ((True, fire), (False, rng.choice(quiet, k, replace=False))):
-            holds = predicate_scores(pred, r[pick], meta) > 0
-            right.extend(holds == truth)
-            windows.append((truth, holds.mean() >= 0.5))
+        if k:
+            out += [(True, r, fire), (False, r, rng.choice(quiet, k, replace=False))]
+    return out
+
+
+def fuzz_result(judged: list[tuple[bool, np.ndarray]]) -> dict:
+    """Fuzzing's scores from each drawn window's truth and whether each of its highlights was judged to hold."""
+    right, windows = [], []  # per token: judged right; per window: (truly highlighted, judged correct)
+    for truth, holds in judged:
+        right.extend(holds == truth)
+        windows.append((truth, holds.mean() >= 0.5))
     if not windows:
         return {"token_accuracy": None, "balanced_accuracy": None, "n_windows": 0}
     w = np.array(windows)
     ba = (w[w[:, 0], 1].mean() + (~w[~w[:, 0], 1]).mean()) / 2
     return {"token_accuracy": float(np.mean(right)), "balanced_accuracy": float(ba), "n_windows": len(w) // 2}
+
+
+def fuzz_metrics(pred: dict | None, rows: np.ndarray, acts: np.ndarray, meta: dict, rng) -> dict:
+    """Fuzzing over example windows, each highlight judged by the predicate."""
+    draws = fuzz_draws(rows, acts, rng)
+    return fuzz_result([(t, predicate_scores(pred, r[pick], meta) > 0) for t, r, pick in draws])
 
 
 class Encoder:

@@ -152,10 +152,12 @@ def to_neuronpedia(
 
 
 def set_labels(transcoders, member: int | str = 0) -> dict:
-    """(layer, latent) -> clerp: each latent's best ground-truth label (highest F1 over the label kinds) with its
-    precision, from the feature stores of a transcoder set's members; members without a store give none."""
+    """(layer, latent) -> clerp, from the feature stores of a transcoder set's members: the short form of a latent's
+    explanation (`workbench features explain`, marked as template text) where its store has one, else its best
+    ground-truth label (highest F1 over the label kinds) with its precision; members without a store give none."""
 
     from workbench.circuits.feature.transcoders import Transcoders, open_set
+    from workbench.features.explanations import short_labels
     from workbench.features.store import FeatureStore
 
     if isinstance(transcoders, Transcoders):
@@ -166,14 +168,21 @@ def set_labels(transcoders, member: int | str = 0) -> dict:
     for layer, folder in open_set(transcoders).member_folders(member).items():
         if not (folder / "features").is_dir():
             continue
-        df = FeatureStore(folder).units
-        kinds = [c[: -len("_f1")] for c in df.columns if c.endswith("_f1")]
-        if not kinds:
-            continue
-        best = df[[f"{k}_f1" for k in kinds]].to_numpy().argmax(1)
-        for u, k in enumerate(best):
-            kind = kinds[k]
-            if df["count"].iat[u] > 0 and df[f"{kind}_f1"].iat[u] > 0:
-                label = f"{kind}={df[f'{kind}_label'].iat[u]} (precision {df[f'{kind}_precision'].iat[u]:.2f})"
-                out[layer, u] = label
+        store = FeatureStore(folder)
+        out |= {(layer, u): label for u, label in _ground_truth(store.units).items()}
+        out |= {(layer, u): label for u, label in short_labels(store).items()}
+    return out
+
+
+def _ground_truth(df) -> dict[int, str]:
+    """latent -> its best ground-truth label with its precision (latents that fired and match a label)."""
+    kinds = [c[: -len("_f1")] for c in df.columns if c.endswith("_f1")]
+    if not kinds:
+        return {}
+    out = {}
+    best = df[[f"{k}_f1" for k in kinds]].to_numpy().argmax(1)
+    for u, k in enumerate(best):
+        kind = kinds[k]
+        if df["count"].iat[u] > 0 and df[f"{kind}_f1"].iat[u] > 0:
+            out[u] = f"{kind}={df[f'{kind}_label'].iat[u]} (precision {df[f'{kind}_precision'].iat[u]:.2f})"
     return out
