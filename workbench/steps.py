@@ -774,26 +774,30 @@ def train_model(
 def import_model(
     ws: Workspace, source: str, *, name: str | None = None, dtype: str = "float32", overwrite: bool = False
 ) -> tuple[dict, Path]:
-    """A Hugging Face model folder or Hub id converted once into a workbench model folder
-    (`workbench model import`) in <ws>/models/<name>; returns (manifest summary, folder).
+    """A Hugging Face model folder or Hub id, or a GGUF file (or an installed package shipping one; de-quantized),
+    converted once into a workbench model folder (`workbench model import`) in <ws>/models/<name>; returns
+    (manifest summary, folder).
 
     The conversion is checked against the transformers model (max |logit difference| on random tokens,
     float32, at most hf.EQUIVALENCE_TOLERANCE); `dtype` is the precision the weights are stored in.
     """
     import torch
 
-    from workbench.models import ModelSpecError, hf, save
+    from workbench.models import ModelSpecError, gguf_import, hf, save
+    from workbench.models.card import write_import_card
     from workbench.provenance import model_id
 
     if dtype not in STORE_DTYPES:
         raise BadValueError(f"--dtype {dtype!r} is not one of {', '.join(STORE_DTYPES)}")
-    src = hf.resolve_source(source)
-    folder = ws.path("models", name or slug(src.name if Path(source).exists() else source.split("/")[-1]))
+    gguf_file = gguf_import.find(source)
+    src = gguf_file or hf.resolve_source(source)
+    default = src.stem if gguf_file else src.name if Path(source).exists() else source.split("/")[-1]
+    folder = ws.path("models", name or slug(default))
     if complete(folder) and not overwrite:
         raise OutputExistsError(f"{folder} already holds a model; pass --overwrite to replace it, or another --name")
-    source_input = {"source": src if Path(source).exists() else None}
+    source_input = {"source": src if Path(source).exists() or gguf_file else None}
     with artifact_transaction(ws, folder, "models", MODEL_IMPORT, source_input, replace=overwrite) as staged:
-        hf_model, tokenizer = hf.read_folder(src)
+        hf_model, tokenizer = gguf_import.read(src) if gguf_file else hf.read_folder(src)
         model = hf.convert(hf_model, tokenizer, folder.name, device="cpu")
         gap = hf.logit_gap(hf_model, model)
         if not gap <= hf.EQUIVALENCE_TOLERANCE:
@@ -802,16 +806,18 @@ def import_model(
                 f"(more than {hf.EQUIVALENCE_TOLERANCE:g}); TransformerLens does not convert this model faithfully"
             )
         model.to(getattr(torch, dtype))
-        arch = model.cfg.original_architecture
-        imported = {"source": str(source), "source_sha256": hf.source_checksum(src), "architecture": arch}
+        facts = gguf_import.describe(src) if gguf_file else {"source_sha256": hf.source_checksum(src)}
+        imported = {"source": str(source), **facts, "architecture": model.cfg.original_architecture}
         save(model, staged, extra={"imported": imported})
         summary = {**imported, "model_id": model_id(model), "logit_max_abs_diff": gap, "n_layers": model.cfg.n_layers}
+        config = {"dtype": dtype, "weight_processing": "none", "equivalence_tolerance": hf.EQUIVALENCE_TOLERANCE}
+        write_import_card(staged, model, summary, config)
         ws.record(
             staged,
             "models",
             made_by=MODEL_IMPORT,
-            config={"dtype": dtype, "weight_processing": "none", "equivalence_tolerance": hf.EQUIVALENCE_TOLERANCE},
-            inputs={"source": src if Path(source).exists() else source},
+            config=config,
+            inputs={"source": src if Path(source).exists() or gguf_file else source},
             summary=summary,
         )
         return summary, folder

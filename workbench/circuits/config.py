@@ -52,6 +52,12 @@ def check_metric(metric: str) -> None:
 
 
 DROPS = ("auto", "greedy", "ordered")
+# Above this many edges (or feature nodes) the defaults bound the exact search: every round of exact moves measures
+# AUTO_DROP_POOL drops, not one per kept edge (quadratic in the circuit), and no backward elimination runs (grow 1).
+# Tiny (479 edges) and small (3,628) stay below: their searches, and the committed tables, are the exhaustive ones.
+LARGE_GRAPH = 10_000
+AUTO_DROP_POOL = 64
+AUTO_GROW = 2.0
 
 
 @dataclass
@@ -68,9 +74,22 @@ class SearchConfig(Config):
     metric: str = field(default="logit_diff", metadata={"help": "faithfulness metric L", "choices": METRICS})
     refine_steps: int = field(default=4, metadata={"help": "rounds of exact drop/add/swap moves after best-of-N"})
     pool: int = field(default=24, metadata={"min": 1, "help": "additions tried per refinement round"})
-    grow: float = field(
-        default=2.0,
-        metadata={"min": 1, "help": "backward elimination starts from the best circuit with grow x k edges"},
+    grow: float | None = field(
+        default=None,
+        metadata={
+            "min": 1,
+            "help": "backward elimination starts from the best circuit with grow x k edges (1: none); default: 2 on "
+            f"graphs of up to {LARGE_GRAPH:,} edges (tiny, small), 1 above",
+        },
+    )
+    drop_pool: int | None = field(
+        default=None,
+        metadata={
+            "min": 0,
+            "help": "single drops measured exactly per round: the circuit's N entries of least attribution (0: every "
+            f"entry, exhaustive); default: every entry on graphs of up to {LARGE_GRAPH:,} edges (tiny, small), "
+            f"{AUTO_DROP_POOL} above",
+        },
     )
     min_gap: float | None = field(
         default=None,
@@ -97,6 +116,22 @@ class SearchConfig(Config):
             "cli": False,
         },
     )
+
+    def sized(self, n_items: int) -> SearchConfig:
+        """This config with drop_pool and grow set to what they are on a graph of n_items (what a circuit saves)."""
+        return dataclasses.replace(self, drop_pool=self.pool_for(n_items), grow=self.grow_for(n_items))
+
+    def pool_for(self, n_items: int) -> int:
+        """Drops measured per round on a graph of n_items (0: all); drop_pool, or its default for that size."""
+        if self.drop_pool is not None:
+            return self.drop_pool
+        return 0 if n_items <= LARGE_GRAPH else AUTO_DROP_POOL
+
+    def grow_for(self, n_items: int) -> float:
+        """grow, or its default for a graph of n_items."""
+        if self.grow is not None:
+            return self.grow
+        return AUTO_GROW if n_items <= LARGE_GRAPH else 1.0
 
     @property
     def gap_threshold(self) -> float:

@@ -34,7 +34,7 @@ def add_parser(sub) -> None:
     corpus = c.add_argument(
         "--corpus",
         default="synthetic",
-        help="'synthetic', 'synthetic:seed=N', comma-separated .txt/.jsonl/.parquet files or `datasets` save_to_disk folders, or hf:<dataset> (default: %(default)s)",
+        help="'synthetic', 'synthetic:seed=N', comma-separated .txt/.jsonl/.parquet files or `datasets` save_to_disk folders, hf:<dataset>, or pydoc (the standard library's documentation: real English offline) (default: %(default)s)",
     )
     declare(corpus, CORPUS)
     add_text_field_flag(c)

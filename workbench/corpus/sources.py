@@ -3,6 +3,9 @@
   "synthetic" / "synthetic:seed=N"   the generated task corpus (workbench.corpus.synthetic)
   path(s) to .txt / .jsonl / .parquet files or `datasets` save_to_disk folders (comma-separated)
   "hf:<dataset>[:<config>]"          a Hugging Face dataset, streamed (needs a network or a local HF cache)
+  "pydoc"                            real English offline: the standard library's documentation topics
+                                     (pydoc_data.topics, the `help()` text of the running Python), one
+                                     document per paragraph, topics in name order
 
 The text is a jsonl field, parquet column or dataset column (`text_field`, the CLI's --text-field); a
 wrong one is refused naming the fields there are, and a non-UTF-8 byte naming its file and offset.
@@ -13,6 +16,7 @@ carry no ground-truth labels: task/role are "text"/"word" and entity is -1.
 from __future__ import annotations
 
 import json
+import platform
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -23,6 +27,7 @@ from workbench.corpus.synthetic import SyntheticCorpus
 from workbench.errors import BadValueError
 
 FILE_SUFFIXES = (".txt", ".jsonl", ".parquet")
+PYDOC = "pydoc"
 HELDOUT_EVERY = 20  # every 20th document of a file corpus is held out
 
 
@@ -35,6 +40,12 @@ def load_corpus(spec: str, tokenizer, seed: int = 0, text_field: str = "text"):
         return SyntheticCorpus(tokenizer, seed)
     if spec.startswith("hf:"):
         return FileCorpus(spec, tokenizer, text_field)
+    if spec == PYDOC or spec.startswith(PYDOC + ":"):
+        if spec not in (PYDOC, pydoc_spec()):
+            raise BadValueError(
+                f"corpus {spec!r} is another Python's documentation; this Python's is {pydoc_spec()!r} (use {PYDOC!r})"
+            )
+        return FileCorpus(PYDOC, tokenizer, text_field)
     return FileCorpus([p.strip() for p in spec.split(",")], tokenizer, text_field)
 
 
@@ -128,6 +139,20 @@ def _hf_texts(name: str, text_field: str) -> Iterator[str]:
         yield _field(row, text_field, f"Hugging Face dataset 'hf:{name}'")
 
 
+def pydoc_spec() -> str:
+    """The recorded spec of the pydoc corpus: the documentation is the running Python's, so its version names it."""
+    return f"{PYDOC}:python-{platform.python_version()}"
+
+
+def _pydoc_texts() -> Iterator[str]:
+    """The paragraphs of the standard library's documentation topics (the text `help('if')` prints), in topic
+    order: English prose with code samples that every Python install carries."""
+    from pydoc_data.topics import topics
+
+    for key in sorted(topics):
+        yield from (p.strip() for p in topics[key].split("\n\n") if p.strip())
+
+
 def _field(row, text_field: str, where: str) -> str:
     if not isinstance(row, dict):
         raise BadValueError(f"{where}: expected a JSON object with a {text_field!r} field, got a {type(row).__name__}")
@@ -142,7 +167,8 @@ def _check_path(p: Path) -> None:
     if p.suffix not in FILE_SUFFIXES:
         raise BadValueError(
             f"unknown corpus spec {str(p)!r}: expected 'synthetic', 'hf:<dataset>', a folder saved by `datasets` "
-            f"save_to_disk, or a file ending in {', '.join(FILE_SUFFIXES)}"
+            f"save_to_disk, a file ending in {', '.join(FILE_SUFFIXES)}, or {PYDOC!r} (the standard library's "
+            "documentation)"
         )
     if not p.is_file():
         raise BadValueError(f"corpus file {str(p)!r} does not exist or is not a file")
@@ -156,10 +182,10 @@ class FileCorpus:
     def __init__(self, source: str | list[str], tokenizer, text_field: str = "text"):
         self.tokenizer = tokenizer
         self.text_field = text_field
-        if isinstance(source, str):  # hf:<name>
+        if isinstance(source, str):  # hf:<name> or pydoc
             self._paths: list[Path] = []
-            self._hf = source[3:]
-            self.spec = source
+            self._hf = source[3:] if source.startswith("hf:") else None
+            self.spec = source if self._hf is not None else pydoc_spec()
         else:
             self._hf = None
             self._paths = [Path(p) for p in source]
@@ -168,6 +194,8 @@ class FileCorpus:
             self.spec = ",".join(str(p.resolve()) for p in self._paths)
 
     def _texts(self) -> Iterable[str]:
+        if self.spec.startswith(PYDOC):
+            yield from _pydoc_texts()
         if self._hf is not None:
             yield from _hf_texts(self._hf, self.text_field)
         for p in self._paths:

@@ -1,4 +1,5 @@
-"""The embedded model's card: held-out task accuracy, head-detector tables, verbatim-overlap audit.
+"""The embedded model's card: held-out task accuracy, head-detector tables, verbatim-overlap audit; and the
+shorter card of an imported model (its source, the source's quantization, the conversion check).
 
 Every figure is measured on prompts whose defining combination is reserved from training (see
 workbench.corpus.tasks), and `verbatim_overlap` checks that claim against the regenerated training
@@ -298,6 +299,41 @@ Previous token:
 {_own_tables(card)}
 ```json
 {json.dumps({k: v for k, v in card.items() if k not in ("head_detector", "own_head_scores")}, indent=2)}
+```
+""",
+    )
+
+
+def _quantization_line(q: dict | None) -> str:
+    if not q:
+        return "Source weights: unquantized (read as stored)."
+    types = ", ".join(f"{n} {t}" for t, n in q["tensor_types"].items())
+    return (
+        f"Source quantization: **{q['file_type']}** (GGUF tensors: {types}), de-quantized to float32 on import; "
+        "the weights keep the quantization's rounding, so they are not the unquantized model's."
+    )
+
+
+def write_import_card(out: Path, model, summary: dict, config: dict) -> None:
+    """README.md of an imported model: where it came from, how it was quantized, and how faithful the conversion is."""
+    c = model.cfg
+    atomic_write_text(
+        out / "README.md",
+        f"""# {out.name}: an imported model
+
+Imported by `workbench model import {summary["source"]}` from a {summary.get("format", "Hugging Face")} source
+(sha256 {summary["source_sha256"]}): {summary["architecture"]}, {c.n_layers} layers, d_model {c.d_model},
+{c.n_heads} heads ({c.n_key_value_heads or c.n_heads} key/value heads) x d_head {c.d_head}, d_mlp {c.d_mlp},
+vocabulary {c.d_vocab}, {sum(p.numel() for p in model.parameters()):,} parameters, stored as {config["dtype"]}.
+The tokenizer is the source's own (tokenizer.json beside the weights).
+
+{_quantization_line(summary.get("quantization"))}
+
+Conversion to TransformerLens without weight processing; max |logit difference| against the transformers
+model on random tokens: {summary["logit_max_abs_diff"]:.2g} (tolerance {config["equivalence_tolerance"]:g}).
+
+```json
+{json.dumps(summary, indent=2)}
 ```
 """,
     )

@@ -72,3 +72,40 @@ def test_mean_ablation_search(small, ioi):
     s = QuerySearch(small, qi, {}, SearchConfig(ablation="mean", method="eap", min_gap=0.0), means)
     f = s.at_budget(0.1)
     assert 0.0 <= f.ndf <= 1.0 and torch.equal(s.setup.z_abl[:, 3], means)
+
+
+def _with(search, **fields):
+    """search with its config's fields replaced (restore with search.cfg = the returned old config)."""
+    old = search.cfg
+    search.cfg = SearchConfig(**{**old.to_dict(), **fields})
+    return old
+
+
+def test_a_drop_pool_measures_only_the_least_attributed_drops(search):
+    """Each round of exact moves measures at most drop_pool single drops, the kept edges of least attribution:
+    the bound that keeps refinement and elimination linear in the circuit on a 30-layer graph."""
+    mask = search.best_of_n(max(20, int(0.05 * search.graph.n_edges))).mask
+    kept = mask.nonzero().flatten()
+    old = _with(search, drop_pool=5)
+    try:
+        names, _ = search._moves(mask, 0)
+        found = search.at_budget(0.05)
+    finally:
+        search.cfg = old
+    dropped = [int(n.split()[1]) for n in names]
+    least = kept[torch.argsort(search.absolute["mean"][kept], stable=True)[:5]]
+    assert len(kept) > 5 and sorted(dropped) == sorted(least.tolist())
+    assert int(found.mask.sum()) <= int(0.05 * search.graph.n_edges)  # the search still ends within budget
+    assert len(search._moves(mask, 0)[0]) == len(kept)  # default on a small graph: every kept edge
+    assert (search.cfg.drop_pool, search.cfg.grow) == (0, 2.0)  # the defaults resolved, as a circuit saves them
+
+
+def test_search_defaults_are_exhaustive_below_the_large_graph_size():
+    """tiny (479 edges) and small (3,628) keep the search the committed tables were measured with; SmolLM2's
+    70,651 edges get the bounded one."""
+    from workbench.circuits.config import AUTO_DROP_POOL, LARGE_GRAPH
+
+    cfg = SearchConfig()
+    assert (cfg.pool_for(479), cfg.grow_for(479), cfg.pool_for(3628), cfg.grow_for(3628)) == (0, 2.0, 0, 2.0)
+    assert (cfg.pool_for(70651), cfg.grow_for(70651)) == (AUTO_DROP_POOL, 1.0) and LARGE_GRAPH < 70651
+    assert (SearchConfig(drop_pool=0, grow=2.0).pool_for(70651), SearchConfig(grow=3.0).grow_for(479)) == (0, 3.0)

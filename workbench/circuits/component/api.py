@@ -276,7 +276,7 @@ def find_circuit(
         metric=cfg.metric,
         ablation=cfg.ablation,
         attribution=search.scores.settings(),
-        search=cfg.to_dict(),
+        search=search.cfg.to_dict(),
         samples=sorted(samples),
     )
     return _to_circuit(model, search, found, method_info, samples, seed, search.curve() if curve else None, resampled)

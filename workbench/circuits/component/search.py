@@ -48,6 +48,7 @@ class QuerySearch:
         self.model, self.query, self.cfg, self.means = model, query, cfg or SearchConfig(), means
         cfg = self.cfg
         self.graph = Graph.from_model(model)
+        self.cfg = cfg = cfg.sized(self.graph.n_edges)  # the size defaults resolved, as the circuit records them
         self.setup = make_setup(model, self.graph, query, cfg.ablation, means)
         self.metric = Metric(cfg.metric, query.answer, query.wrong, self.setup.clean_logits)
         self.ev = EdgeEvaluator(model, self.setup, self.metric, cfg.max_batch)
@@ -108,7 +109,7 @@ class QuerySearch:
         """Single drops, plus additions (bridging edges, or a new node with one edge in and one out)."""
         parent, child = incidence(self.graph)
         moves, names = [], []
-        for e in mask.nonzero().flatten().tolist():
+        for e in self._drop_candidates(mask):
             m = mask.clone()
             m[e] = False
             moves.append(self._prune(m))
@@ -137,6 +138,15 @@ class QuerySearch:
                 moves.append(self._prune(m))
                 names.append(f"add {ein}+{eout}")
         return names, torch.stack(moves)
+
+    def _drop_candidates(self, mask: torch.Tensor) -> list[int]:
+        """The kept entries whose single drops are measured: all of them, or (a drop pool) the least attributed
+        (mean ranking), in index order, which bounds a round's exact evaluations on a large graph."""
+        kept = mask.nonzero().flatten()
+        pool = self.cfg.pool_for(self.n_items)
+        if pool and len(kept) > pool:
+            kept = kept[torch.argsort(self.absolute["mean"][kept], stable=True)[:pool]].sort().values
+        return kept.tolist()
 
     def _new_node_pairs(self, mask, alive, parent, child, rank):
         pairs = []
@@ -205,6 +215,8 @@ class QuerySearch:
             scores = self.ev.ndf(self.ev.values(moves)) - 1e-9 * moves.sum(1).numpy()
             # far from k, drop the few least useful edges together (fewer model calls); one at a time near k
             n_drop = max(1, (int(mask.sum()) - k) // 3)
+            if self.cfg.pool_for(self.n_items):  # at most a quarter of the measured drops together
+                n_drop = min(n_drop, max(1, len(moves) // 4))
             order = np.argsort(-scores)[:n_drop]
             together = self._prune(moves[order].all(0))
             mask = together if n_drop > 1 and int(together.sum()) >= k else moves[order[0]]
@@ -221,7 +233,7 @@ class QuerySearch:
         k = max(1, int(budget * self.n_items))
         bon = self.best_of_n(k)
         forward = self.refine(bon, k)
-        big = min(self.n_items, int(self.cfg.grow * k))
+        big = min(self.n_items, int(self.cfg.grow_for(self.n_items) * k))
         if big <= k:
             return forward
         wide = self.best_of_n(big)

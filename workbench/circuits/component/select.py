@@ -28,9 +28,27 @@ def incidence(graph: Graph):
     return parent, child
 
 
+@lru_cache(maxsize=16)
+def _child_float(graph: Graph) -> tuple[torch.Tensor, torch.Tensor]:
+    """incidence's child matrix as float and its transpose, made once per graph (prune multiplies by them every
+    round; on a 70,000-edge graph converting it was most of a prune)."""
+    child = incidence(graph)[1].float()
+    return child, child.T.contiguous()
+
+
+@lru_cache(maxsize=16)
+def _into(graph: Graph) -> list[list[int]]:
+    """Per node, the edges reading into it in edge order (greedy's expansion lists), made once per graph."""
+    into = [[] for _ in graph.nodes]
+    for n, e in incidence(graph)[1].T.nonzero().tolist():  # sorted by node, then edge
+        into[n].append(e)
+    return into
+
+
 def prune(graph: Graph, mask: torch.Tensor) -> torch.Tensor:
     """Drop edges not on an input -> logits path (works on [E] or [n, E] masks)."""
-    parent, child = incidence(graph)
+    parent, _ = incidence(graph)
+    child_f, child_t = _child_float(graph)
     m = mask.clone().reshape(-1, graph.n_edges)
     n_nodes = len(graph.nodes)
     logits, inp = n_nodes - 1, 0
@@ -40,11 +58,11 @@ def prune(graph: Graph, mask: torch.Tensor) -> torch.Tensor:
             torch.zeros(m.shape[0], n_nodes).scatter_reduce_(1, parent.expand(m.shape[0], -1), m.float(), reduce="amax")
             > 0
         )
-        has_in = (m.float() @ child.float()) > 0
+        has_in = (m.float() @ child_f) > 0
         has_in[:, inp] = True
         has_out[:, logits] = True
         alive = has_in & has_out
-        keep = alive.gather(1, parent.expand(m.shape[0], -1)) & ((alive.float() @ child.float().T) > 0)
+        keep = alive.gather(1, parent.expand(m.shape[0], -1)) & ((alive.float() @ child_t) > 0)
         new = m & keep
         if torch.equal(new, m):
             return new.reshape(mask.shape)
@@ -59,27 +77,24 @@ def topk(graph: Graph, ranking: torch.Tensor, k: int) -> torch.Tensor:
 
 def greedy(graph: Graph, ranking: torch.Tensor, k: int) -> torch.Tensor:
     """Grow from the logits: repeatedly take the best edge whose reader's node is already in the circuit."""
-    parent, child = incidence(graph)
-    into = [[] for _ in graph.nodes]  # node -> edges reading into it
-    for e, nodes in enumerate(child.tolist()):
-        for n, is_child in enumerate(nodes):
-            if is_child:
-                into[n].append(e)
+    parent, into = incidence(graph)[0].tolist(), _into(graph)
     r = ranking.tolist()
     heap = [(-r[e], e) for e in into[len(graph.nodes) - 1]]
     heapq.heapify(heap)
     in_graph = {len(graph.nodes) - 1}
-    mask = torch.zeros(graph.n_edges, dtype=torch.bool)
-    while heap and int(mask.sum()) < k:
+    taken: set[int] = set()
+    while heap and len(taken) < k:
         _, e = heapq.heappop(heap)
-        if mask[e]:
+        if e in taken:
             continue
-        mask[e] = True
-        p = int(parent[e])
+        taken.add(e)
+        p = parent[e]
         if p not in in_graph:
             in_graph.add(p)
             for e2 in into[p]:
                 heapq.heappush(heap, (-r[e2], e2))
+    mask = torch.zeros(graph.n_edges, dtype=torch.bool)
+    mask[list(taken)] = True
     return prune(graph, mask)
 
 
