@@ -71,6 +71,13 @@ class GraphConfig(Config):
         metadata={"help": "stop after this many backward batches (resume: the same command and work_dir)", "min": 1},
     )
     heads: bool = field(default=True, metadata={"help": "split each kept edge over the attention heads carrying it"})
+    bos_nodes: bool = field(
+        default=False,
+        metadata={
+            "help": "keep the features and error nodes at position 0 (the start token); circuit-tracer leaves them "
+            "out, so by default the graph's nodes and links are its"
+        },
+    )
 
     def check(self) -> None:
         if self.max_batches is not None and self.work_dir is None:
