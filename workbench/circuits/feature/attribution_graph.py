@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from workbench.circuits.feature import graph_heads
+from workbench.circuits.feature import graph_heads, graph_qk
 from workbench.circuits.feature import influence as inf
 from workbench.circuits.feature.graph_config import GraphConfig
 from workbench.circuits.feature.replacement import ActiveFeatures, ReplacementModel, source_rows
@@ -61,6 +61,7 @@ class AttributionGraph:
     pruned: inf.Pruned | None = None
     scores: dict = field(default_factory=dict)
     heads: dict | None = None  # graph_heads.split_edges: {"edges": [n, 2] (row, col), "weights": [n, L*H + 1]}
+    qk: dict | None = None  # graph_qk.qk_edges: each split edge's heads' QK attribution
 
     @property
     def n_pos(self) -> int:
@@ -258,6 +259,9 @@ def build_graph(model, transcoders, prompt, answer=None, wrong_answer=None, cfg:
     g.pruned = inf.prune(g.adjacency, g.n_features, g.n_pos, w, cfg.node_threshold, cfg.edge_threshold)
     g.scores = inf.graph_scores(g.adjacency, g.n_features, g.n_errors, w)
     if cfg.heads:
-        g.heads = graph_heads.split_edges(rm, g, g.pruned.edge_mask, cfg.batch_size)
+        uses = graph_qk.Uses(g.n_heads) if cfg.qk else None
+        g.heads = graph_heads.split_edges(rm, g, g.pruned.edge_mask, cfg.batch_size, uses)
+        if cfg.qk:
+            g.qk = graph_qk.qk_scores(rm, g, uses, cfg.batch_size)
     rm.release()
     return g
