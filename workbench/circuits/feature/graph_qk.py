@@ -72,42 +72,50 @@ def _graph_features(g) -> ActiveFeatures:
     return ActiveFeatures(f[:, 0], f[:, 1], f[:, 2], g.activations, torch.ones(f.shape[0], dtype=torch.bool))
 
 
-def score_rows(rm: ReplacementModel, g, pairs: torch.Tensor, batch_size: int = 32) -> dict:
-    """{"score": [m], "query": [m, n_sources], "key": [m, n_sources]}: each entry (layer, head, query, key) of
-    pairs [m, 4], its score and each graph source's direct effect on it through either side. With the other side
-    held, a side's part is linear in that side's q (k): the gradient target is the held side's clean vector /
-    attn_scale at the hook, so one held forward pass serves every batch (one backward pass each)."""
-    clean, score, (per_kv,) = _clean(rm, pairs)
-    active = _graph_features(g)
-    n_pos, top = int(pairs[:, 2].max()) + 1, int(pairs[:, 0].max())
-    names = [n for layer in range(top + 1) for n in _qk_names(rm, layer)]
-    m = pairs.shape[0]
-    both, query_side = torch.cat([pairs, pairs]), torch.arange(2 * m) < m
-    rows = torch.zeros(2 * m, g.n_sources)
+def _layer_rows(rm: ReplacementModel, g, active, layer: int, targets, clean: dict, per_kv: int, batch_size: int):
+    """[n, n_sources] rows (active: _graph_features(g)) of targets [n, 4] (head, query, key, query side?) of one layer's scores: one forward pass
+    (blocks 0..layer, positions up to the last query) held for every batch of them."""
+    qn, kn = _qk_names(rm, layer)
+    scale, n_pos = rm.model.blocks[layer].attn.attn_scale, int(targets[:, 1].max()) + 1
+    rows = torch.zeros(targets.shape[0], g.n_sources)
     with torch.enable_grad():
-        live, taps = rm.forward(batch_size, record=names, upto=top, n_pos=n_pos)
-        for start in range(0, 2 * m, batch_size):
+        live, taps = rm.forward(batch_size, record=(qn, kn), upto=layer, n_pos=n_pos)
+        tap_names = list(taps)
+        for start in range(0, targets.shape[0], batch_size):
             sl = slice(start, start + batch_size)
-            grads = {n: torch.zeros_like(live[n]) for n in names}
-            for i, ((la, h, q, k), side) in enumerate(zip(both[sl].tolist(), query_side[sl].tolist())):
-                qn, kn = _qk_names(rm, la)
-                scale = rm.model.blocks[la].attn.attn_scale
+            gq, gk = torch.zeros_like(live[qn]), torch.zeros_like(live[kn])
+            for i, (h, q, k, side) in enumerate(targets[sl].tolist()):
                 if side:
-                    grads[qn][i, q, h] += clean[kn][0, k, h // per_kv] / scale
+                    gq[i, q, h] += clean[kn][0, k, h // per_kv] / scale
                 else:
-                    grads[kn][i, k, h // per_kv] += clean[qn][0, q, h] / scale
-            tap_names = list(taps)
+                    gk[i, k, h // per_kv] += clean[qn][0, q, h] / scale
             got = torch.autograd.grad(
-                [live[n] for n in names],
+                [live[qn], live[kn]],
                 [taps[n] for n in tap_names],
-                [grads[n] for n in names],
+                [gq, gk],
                 retain_graph=True,
                 allow_unused=True,
                 materialize_grads=True,
             )
             with torch.no_grad():
-                r = source_rows(rm, active, dict(zip(tap_names, got)), below=top, n_pos=n_pos)
+                r = source_rows(rm, active, dict(zip(tap_names, got)), below=layer, n_pos=n_pos)
             rows[sl] = r[: rows[sl].shape[0]].float().cpu()
+    return rows
+
+
+def score_rows(rm: ReplacementModel, g, pairs: torch.Tensor, batch_size: int = 32) -> dict:
+    """{"score": [m], "query": [m, n_sources], "key": [m, n_sources]}: each entry (layer, head, query, key) of
+    pairs [m, 4], its score and each graph source's direct effect on it through either side. With the other side
+    held, a side's part is linear in that side's q (k): the gradient target is the held side's clean vector /
+    attn_scale at the hook, so one held forward pass per layer serves every batch (one backward pass each)."""
+    clean, score, (per_kv,) = _clean(rm, pairs)
+    m = pairs.shape[0]
+    both = torch.cat([torch.cat([pairs, pairs])[:, 1:], (torch.arange(2 * m) < m)[:, None].long()], 1)
+    layers = torch.cat([pairs[:, 0], pairs[:, 0]])
+    rows, active = torch.zeros(2 * m, g.n_sources), _graph_features(g)
+    for layer in layers.unique().tolist():
+        i = (layers == layer).nonzero().flatten()
+        rows[i] = _layer_rows(rm, g, active, layer, both[i], clean, per_kv, batch_size)
     if not g.config.get("bos_nodes", True):  # the start token's error nodes are not the graph's nodes
         rows[:, g.n_features + torch.arange(rm.L) * rm.P] = 0
     return {"score": score.float().cpu(), "query": rows[:m], "key": rows[m:]}
