@@ -111,6 +111,8 @@ def graph_part(args, info, threads, base) -> list[str]:
                 r["kept_edges"],
                 f"{r['cpu_seconds']:.2f} ({r['seconds']:.1f})",
                 f"{r['cpu_seconds_with_heads']:.2f} ({r['seconds_with_heads']:.1f})",
+                f"{r['cpu_seconds_with_qk']:.2f} ({r['seconds_with_qk']:.1f}), "
+                f"{r['cpu_seconds_with_qk'] / r['cpu_seconds_with_heads']:.1f}x, {r['qk_entries']} entries",
                 f"{r['graph_peak_mb_above_start']:.0f}",
                 f"{r['peak_rss_mb']:.0f}",
             ]
@@ -128,6 +130,7 @@ def graph_part(args, info, threads, base) -> list[str]:
             "kept edges",
             "graph CPU s (wall s), no head split",
             "graph CPU s (wall s), with head split",
+            "with head split and --qk: CPU s (wall s), x head split, QK entries",
             "graph peak MB above start",
             "process peak RSS MB",
         ],

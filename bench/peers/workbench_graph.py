@@ -1,7 +1,8 @@
 """Workbench side (main venv) of the feature-circuit benchmark; cfg["mode"] picks what one process measures.
 
 graph    build_graph on the first n tokens of a text through a transcoder set: seconds (wall and this process's
-         CPU) without and with the per-head split of the kept edges, active features, rows, kept edges
+         CPU) without and with the per-head split of the kept edges, and with it and QK attribution (qk=True),
+         active features, rows, kept edges
 circuit  find_feature_circuit on synthetic queries (target NDF cfg["target_ndf"]): seconds and what it found
 tracer   circuit-tracer 0.5's own `attribute` beside build_graph on the same prompt, model and transcoders (exported
          by workbench/circuits/feature/tracer_export.py): seconds, edges, and how far the shared edges differ
@@ -39,12 +40,18 @@ def graph_mode(cfg, model, tcs):
     t0, c0 = time.perf_counter(), time.process_time()
     h = build_graph(model, tcs, tokens, heads=True)
     with_heads, with_heads_cpu = time.perf_counter() - t0, time.process_time() - c0
+    t0, c0 = time.perf_counter(), time.process_time()
+    q = build_graph(model, tcs, tokens, heads=True, qk=True)
+    with_qk, with_qk_cpu = time.perf_counter() - t0, time.process_time() - c0
     return {
         "n_tokens": len(tokens),
         "seconds": plain,
         "seconds_with_heads": with_heads,
         "cpu_seconds": plain_cpu,
         "cpu_seconds_with_heads": with_heads_cpu,
+        "seconds_with_qk": with_qk,
+        "cpu_seconds_with_qk": with_qk_cpu,
+        "qk_entries": int(q.qk["pairs"].shape[0]),
         "active": g.n_active,
         "rows": g.n_features,
         "kept_edges": int(g.pruned.edge_mask.sum()),

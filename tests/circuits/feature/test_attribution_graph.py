@@ -86,7 +86,8 @@ def case(request, tmp_path_factory):
                 p.add_(torch.randn_like(p) * 0.3)
     tcs = dictionary(model, tmp_path_factory.mktemp(name + arch), arch)
     tokens = torch.randint(0, model.cfg.d_vocab, (9,), generator=torch.Generator().manual_seed(1))
-    graph = build_graph(model, tcs, tokens, batch_size=7, position_step=4)  # backward passes cut at 4, 8, 9 tokens
+    graph = build_graph(model, tcs, tokens, batch_size=7, position_step=4, qk=True)  # backward passes cut at 4,
+    # 8, 9 tokens
     return model, tcs, tokens, graph, ReplacementModel(model, tcs, tokens)
 
 
@@ -117,7 +118,9 @@ def test_replacement_model_reproduces_the_model(case):
 def check_edges(rm, g) -> None:
     """Removing a source's writes from the frozen model moves each target by exactly its edge."""
     base = _readout(rm, g, rm.forward(1)[0])
-    for c in range(g.n_sources):
+    start_errors = [] if g.config["bos_nodes"] else [g.n_features + layer * g.n_pos for layer in range(g.n_layers)]
+    assert not g.adjacency[:, start_errors].any(), "circuit-tracer's graph has no error node at the start token"
+    for c in sorted(set(range(g.n_sources)) - set(start_errors)):
         src = _sources(rm, g, torch.tensor([c]))  # a cross-layer feature: its writes at every layer
         deltas = {hook: -d for hook, d in src.deltas(rm.L, rm.P, torch.zeros(1, dtype=torch.long), 1).items()}
         moved = base - _readout(rm, g, rm.forward(1, deltas=deltas)[0])
@@ -208,6 +211,7 @@ def test_graph_json_is_valid_under_circuit_tracers_schema(case, tmp_path):
     assert {"cross layer transcoder", "embedding", "logit"} <= types
     assert len(d["links"]) == int(g.pruned.edge_mask.sum())
     assert any(set(link.get("heads", {})) - {"direct"} for link in d["links"]), "links name their heads"
+    assert any(link.get("qk") for link in d["links"]), "links through heads carry their QK sources"
     assert d["metadata"]["node_threshold"] == 0.8 and d["metadata"]["info"]["edge_threshold"] == 0.98
 
 

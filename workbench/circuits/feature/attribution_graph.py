@@ -10,6 +10,10 @@ source column is kept. Each row is computed once and kept in chunks (row_store.p
 active sources] fits `max_matrix_mib`, else in chunk files (cfg.work_dir, which a stopped build resumes from, or
 a temporary folder), read back one at a time for the chosen columns, so memory stays at [rows x chosen sources]
 plus one chunk.
+
+By default (cfg.bos_nodes False) the graph has circuit-tracer's nodes: no features at position 0 (the start token)
+and its error nodes' columns zero, so its kept nodes and links are circuit-tracer's (tests/circuits/feature/
+test_tracer_export.py); with bos_nodes they are nodes too, and enter the influence normalisation.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from workbench.circuits.feature import graph_heads
+from workbench.circuits.feature import graph_heads, graph_qk
 from workbench.circuits.feature import influence as inf
 from workbench.circuits.feature.graph_config import GraphConfig
 from workbench.circuits.feature.replacement import ActiveFeatures, ReplacementModel, source_rows
@@ -57,6 +61,7 @@ class AttributionGraph:
     pruned: inf.Pruned | None = None
     scores: dict = field(default_factory=dict)
     heads: dict | None = None  # graph_heads.split_edges: {"edges": [n, 2] (row, col), "weights": [n, L*H + 1]}
+    qk: dict | None = None  # graph_qk.qk_edges: each split edge's heads' QK attribution
 
     @property
     def n_pos(self) -> int:
@@ -121,6 +126,8 @@ class _Rows:
         self.computed = 0  # backward batches run by this call (max_batches counts them)
         # first feature of each layer: a target read at layer L has no edge from features at layer >= L
         self.first = torch.searchsorted(active.layer, torch.arange(rm.L + 1))
+        # the error nodes at position 0 (the start token), unless cfg.bos_nodes: zero, as circuit-tracer's
+        self.dropped = None if cfg.bos_nodes else len(active) + torch.arange(rm.L) * rm.P
 
     def _compute(self, layers, positions, vectors) -> torch.Tensor:
         out = torch.empty(layers.numel(), self.store.n_columns, dtype=self.rm.x[0].dtype)
@@ -129,6 +136,8 @@ class _Rows:
             grads = self.rm.backward(layers[sl], positions[sl], vectors[sl], copies=self.batch)
             cut = dict(below=int(layers[sl].max()), n_pos=self.rm.cut(positions[sl]))  # the rest is zero
             out[sl] = source_rows(self.rm, self.active, grads, **cut)
+            if self.dropped is not None:
+                out[sl, self.dropped] = 0
             self.computed += 1
         return out
 
@@ -198,7 +207,7 @@ def _row_folder(cfg: GraphConfig, n_bytes: int):
 
 def _build_key(model, tokens, ids, cfg: GraphConfig, rm: ReplacementModel) -> dict:
     """What a work folder's rows are of: a build with another key cannot reuse them."""
-    fields = ("max_feature_nodes", "batch_size", "chunk_mib")
+    fields = ("max_feature_nodes", "batch_size", "chunk_mib", "bos_nodes")
     key = {
         "model": model_id(model),
         "transcoders": rm.tcs.fingerprint(),
@@ -216,6 +225,8 @@ def build_graph(model, transcoders, prompt, answer=None, wrong_answer=None, cfg:
     tokens = tokens_of(model, prompt, "prompt")
     rm = ReplacementModel(model, resolve(transcoders, model), tokens, cfg.position_step)
     active = ActiveFeatures.of(rm)
+    if not cfg.bos_nodes:  # circuit-tracer's node set: no feature or error node at the start token
+        active = active.from_position(1)
     ids, probs, vecs = _logit_targets(model, rm, answer, wrong_answer, cfg)
     n = len(ids)
     logits = (torch.full((n,), rm.L), torch.full((n,), rm.P - 1), vecs, probs)
@@ -248,6 +259,9 @@ def build_graph(model, transcoders, prompt, answer=None, wrong_answer=None, cfg:
     g.pruned = inf.prune(g.adjacency, g.n_features, g.n_pos, w, cfg.node_threshold, cfg.edge_threshold)
     g.scores = inf.graph_scores(g.adjacency, g.n_features, g.n_errors, w)
     if cfg.heads:
-        g.heads = graph_heads.split_edges(rm, g, g.pruned.edge_mask, cfg.batch_size)
+        uses = graph_qk.Uses(g.n_heads) if cfg.qk else None
+        g.heads = graph_heads.split_edges(rm, g, g.pruned.edge_mask, cfg.batch_size, uses)
+        if cfg.qk:
+            g.qk = graph_qk.qk_scores(rm, g, uses, cfg.batch_size)
     rm.release()
     return g

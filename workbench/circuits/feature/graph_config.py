@@ -71,6 +71,24 @@ class GraphConfig(Config):
         metadata={"help": "stop after this many backward batches (resume: the same command and work_dir)", "min": 1},
     )
     heads: bool = field(default=True, metadata={"help": "split each kept edge over the attention heads carrying it"})
+    qk: bool = field(
+        default=False,
+        metadata={
+            "help": "with heads: for each head carrying a kept edge, the query-side and key-side sources of its "
+            "attention score on the entry the edge uses most (QK attribution, docs/methods.md §11; about 2x the "
+            "graph's CPU time on the embedded model at 64 tokens, so off by default)"
+        },
+    )
+    qk_sources: int = field(
+        default=10, metadata={"help": "QK sources per side written with each entry, largest |part| first", "min": 1}
+    )
+    bos_nodes: bool = field(
+        default=False,
+        metadata={
+            "help": "keep the features and error nodes at position 0 (the start token); circuit-tracer leaves them "
+            "out, so by default the graph's nodes and links are its"
+        },
+    )
 
     def check(self) -> None:
         if self.max_batches is not None and self.work_dir is None:

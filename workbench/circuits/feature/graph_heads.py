@@ -135,8 +135,9 @@ def carried(rm: ReplacementModel, src: Sources) -> torch.Tensor:
     return torch.stack(out, 1)
 
 
-def _split_batch(rm: ReplacementModel, targets, b, src, reach, copies: int) -> torch.Tensor:
-    """[n_edges, n_layers * n_heads + 1] for edges from sources src (reach: carried(src)) to the targets' copies b."""
+def _split_batch(rm: ReplacementModel, targets, b, src, reach, copies: int, entries=None) -> torch.Tensor:
+    """[n_edges, n_layers * n_heads + 1] for edges from sources src (reach: carried(src)) to the targets' copies b;
+    entries (a [n_edges, n_layers, n_heads, n_pos] tensor): filled with split_entries's parts, from the same pass."""
     full = rm.backward(*targets, copies=copies, with_z=True)
     direct = rm.backward(*targets, copies=copies, no_attention=True)
     taps = torch.stack([direct[output_hook(layer)] for layer in range(rm.L)] + [direct[EMBED]])
@@ -148,7 +149,18 @@ def _split_batch(rm: ReplacementModel, targets, b, src, reach, copies: int) -> t
         gv = torch.einsum("hqk,bqhe->bhke", pattern, gz)
         u = _ln_transpose(rm, layer, torch.einsum("bhke,hde->bhkd", gv, rm.model.blocks[layer].attn.W_V.detach()))
         out.insert(layer, torch.einsum("ehd,ed->eh", u[b, :, src.pos], reach[:, layer]))
+        if entries is not None:
+            entries[:, layer] = _entries(rm, layer, gz[b], pattern, src.pos, reach[:, layer])
     return torch.cat(out, 1)
+
+
+def _entries(rm: ReplacementModel, layer: int, gz, pattern, pos, reach) -> torch.Tensor:
+    """[n, n_heads, n_pos]: each edge's first hop through each head of `layer` split over the queries: the pattern
+    entry (query, key = pos) times the target's gradient at the head's output dotted with the head's value of
+    the carried write `reach` [n, d]. gz: [n, q, head, d_head] the edges' targets' gradients at hook_z."""
+    x = _ln_forward(rm, layer, reach, pos)
+    val = torch.einsum("nd,hde->nhe", x, rm.model.blocks[layer].attn.W_V.detach())
+    return (torch.einsum("nqhe,nhe->nqh", gz, val) * pattern[:, :, pos].permute(2, 1, 0)).transpose(1, 2)
 
 
 def head_names(n_layers: int, n_heads: int) -> list[str]:
@@ -175,14 +187,18 @@ def _edge_batches(rm: ReplacementModel, g, edges: torch.Tensor, batch_size: int)
         )
 
 
-def split_edges(rm: ReplacementModel, g, edge_mask: torch.Tensor, batch_size: int = 32) -> dict:
+def split_edges(rm: ReplacementModel, g, edge_mask: torch.Tensor, batch_size: int = 32, on_entries=None) -> dict:
     """{"edges": [n, 2] (row, column) of the edges in edge_mask, "weights": [n, n_layers * n_heads + 1] each
-    edge's first-hop part through each head then its direct part, "names": the column names}."""
+    edge's first-hop part through each head then its direct part, "names": the column names}. on_entries(pick,
+    weights, entries, key positions): called per batch of edges with their split_entries parts (graph_qk.py)."""
     edges = edge_mask.nonzero()
     weights = torch.zeros(edges.shape[0], rm.L * g.n_heads + 1)
     with torch.no_grad():
         for pick, targets, b, src, reach in _edge_batches(rm, g, edges, batch_size):
-            weights[pick] = _split_batch(rm, targets, b, src, reach, batch_size).float().cpu()
+            entries = None if on_entries is None else reach.new_zeros(pick.numel(), rm.L, g.n_heads, rm.P)
+            weights[pick] = _split_batch(rm, targets, b, src, reach, batch_size, entries).float().cpu()
+            if on_entries is not None:
+                on_entries(pick, weights[pick], entries.float().cpu(), src.pos)
     return {"edges": edges, "weights": weights, "names": head_names(rm.L, g.n_heads)}
 
 
@@ -208,10 +224,8 @@ def split_entries(rm: ReplacementModel, g, edges: torch.Tensor, batch_size: int 
             full = rm.backward(*targets, copies=batch_size, with_z=True)
             for layer in range(rm.L):
                 gz = full[f"blocks.{layer}.attn.hook_z"][b]  # [n, q, head, d_head]
-                pattern = rm.frozen[f"blocks.{layer}.attn.hook_pattern"][0][:, :, src.pos].permute(2, 1, 0)  # [n, q, h]
-                x = _ln_forward(rm, layer, reach[:, layer], src.pos)
-                val = torch.einsum("nd,hde->nhe", x, rm.model.blocks[layer].attn.W_V.detach())
-                out[pick, layer] = (torch.einsum("nqhe,nhe->nqh", gz, val) * pattern).transpose(1, 2).float().cpu()
+                pattern = rm.frozen[f"blocks.{layer}.attn.hook_pattern"][0]
+                out[pick, layer] = _entries(rm, layer, gz, pattern, src.pos, reach[:, layer]).float().cpu()
     return out
 
 

@@ -1,7 +1,9 @@
 """An attribution graph as circuit-tracer / Neuronpedia graph JSON (circuit_tracer.frontend.graph_models and
 create_graph_files' conventions, as export.py writes component circuits): the pruned graph's nodes (features as
 'cross layer transcoder' nodes, error nodes, embeddings, logits) and its kept edges as links; a link that crosses
-attention also names the heads carrying it ("heads": head -> weight, largest first, and "direct").
+attention also names the heads carrying it ("heads": head -> weight, largest first, and "direct") and, with QK
+attribution (graph_qk.py), why each of them attends ("qk", docs/methods.md §11): fields circuit-tracer's schema
+ignores.
 
 circuit-tracer names an error node '0_{layer}_{pos}', which can equal a layer-0 feature's id; error nodes are
 named 'err_{layer}_{pos}' here so every node id is unique (the frontend maps nodes by id).
@@ -88,6 +90,41 @@ def _heads(g) -> dict:
     return out
 
 
+def _top(row, n: int, name) -> list:
+    """[[source node id, part], ...] of the n largest |parts| of a row over the graph's sources."""
+    top = row.abs().argsort(descending=True)[:n]
+    return [[name(c), float(row[c])] for c in top.tolist() if row[c] != 0]
+
+
+def _qk(g) -> dict:
+    """(row, col) -> the link's "qk" list (docs/methods.md §11): per head carrying it and attention entry it uses,
+    {"head", "query", "key", "score", "query_sources", "key_sources"}, sources as [node id, part] pairs."""
+    if not g.qk or not g.heads:
+        return {}
+    n, ids, names = g.config.get("qk_sources", 10), {}, g.heads["names"]
+
+    def name(c: int) -> str:
+        if c not in ids:
+            ids[c] = _node(g, c, 0.0, {})["node_id"]
+        return ids[c]
+
+    entries = {}
+    for i, (layer, head, q, k) in enumerate(g.qk["pairs"].tolist()):
+        entries[i] = {
+            "head": names[layer * g.n_heads + head],
+            "query": q,
+            "key": k,
+            "score": float(g.qk["score"][i]),
+            "query_sources": _top(g.qk["query"][i], n, name),
+            "key_sources": _top(g.qk["key"][i], n, name),
+        }
+    out = {}
+    edges = g.heads["edges"].tolist()
+    for e, i in g.qk["uses"].tolist():
+        out.setdefault(tuple(edges[e]), []).append(entries[i])
+    return out
+
+
 def to_neuronpedia(
     g,
     path=None,
@@ -112,6 +149,7 @@ def to_neuronpedia(
     kept = node_mask.nonzero().flatten().tolist()
     ids = {n: _node(g, n, float(cumulative[n]), labels or {}) for n in kept}
     heads = _heads(g) if not only else {(e["source"], e["target"]): e["heads"] for e in circuit.edges}
+    qk = _qk(g) if not only else {}
     links = []
     for r, c in edge_mask.nonzero().tolist():
         target = g.row_node(r)
@@ -120,6 +158,8 @@ def to_neuronpedia(
             key = (g.node_name(c), g.node_name(target)) if only else (r, c)
             if key in heads:
                 link["heads"] = heads[key]
+            if (r, c) in qk:
+                link["qk"] = qk[r, c]
             links.append(link)
     pins = []
     if circuit is not None:

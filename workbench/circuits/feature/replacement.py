@@ -232,6 +232,11 @@ class ActiveFeatures:
     def __len__(self) -> int:
         return self.layer.numel()
 
+    def from_position(self, first: int) -> ActiveFeatures:
+        """The features at positions >= first (before any writes are kept)."""
+        keep = self.pos >= first
+        return ActiveFeatures(self.layer[keep], self.pos[keep], self.latent[keep], self.act[keep], self.has_row[keep])
+
     def at(self, layer: int) -> torch.Tensor:
         return (self.layer == layer).nonzero().flatten()
 
