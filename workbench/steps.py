@@ -22,6 +22,7 @@ from pathlib import Path
 
 from workbench.cache.config import HarvestConfig
 from workbench.circuits.config import DEFAULT_SAMPLES, QueryConfig, SearchConfig
+from workbench.dictionaries.kinds import CLT, SAE, WORKSPACE_KINDS, kind_of, named
 from workbench.errors import BadValueError, OutputExistsError
 from workbench.guard import check_artifact, check_in_place
 from workbench.lock import output_lock
@@ -251,7 +252,7 @@ def train_clt(
     from workbench.sae.clt_io import read_manifest
     from workbench.sae.transcoders import train_clt as train
 
-    run = _run_folder(ws, "clts", out, name, "clt")
+    run = _run_folder(ws, CLT.workspace, out, name, CLT.name)
     check_artifact(run, None, {"cache_dir": cache_dir})
     with rank_zero_writes(run, "workbench sae train --clt") as records:
         folder = train(cache_dir, layers, clt_cfg, train_cfg, run, resume=resume)
@@ -259,7 +260,7 @@ def train_clt(
             m = read_manifest(folder)
             ws.record(
                 folder,
-                "clts",
+                CLT.workspace,
                 made_by="workbench sae train --clt",
                 config={**m["clt_config"], "train": train_cfg.to_dict()},
                 inputs={"cache": Path(cache_dir), "model": m["model"]},
@@ -302,24 +303,23 @@ def evaluate_sae(
 
     ensure: an SAE (or set) whose manifest already carries the headline keeps its metrics.json (returned as read)."""
 
-    from workbench.sae.clt_io import is_clt
-    from workbench.sae.eval import evaluate
-    from workbench.sae.transcoders import is_set
-
-    check_in_place("SAE folder", sae_dir, ("saes", "transcoders", "clts"))  # its metrics and manifest are rewritten
+    check_in_place("SAE folder", sae_dir, WORKSPACE_KINDS)  # its metrics and manifest are rewritten
     if ensure and _evaluated(sae_dir):
         return json_file(Path(sae_dir) / "metrics.json", "evaluation metrics", "evaluate it again (sae eval)")
-    if is_set(sae_dir):
-        return _evaluate_set(ws, sae_dir, cache_dir, model_spec, cfg)
-    if is_clt(sae_dir):
-        return _evaluate_clt(ws, sae_dir, cache_dir, model_spec, cfg)
+    return named(kind_of(sae_dir, SAE).evaluate)(ws, sae_dir, cache_dir, model_spec, cfg)
+
+
+def _evaluate_one(ws: Workspace, sae_dir, cache_dir, model_spec, cfg) -> dict:
+    """One SAE's metrics.json, and its manifest's headline."""
+    from workbench.sae.eval import evaluate
+
     metrics = evaluate(sae_dir, cache_dir, model_spec, cfg)
     flat = {**metrics["reconstruction"], **metrics.get("splice", {})}
     headline = {k: shown(flat, k) for k in SAE_HEADLINE if k in flat}
     rerecord(
         ws,
         sae_dir,
-        "saes",
+        SAE.workspace,
         "workbench sae eval",
         inputs={"cache": Path(cache_dir), "eval_model": model_spec},
         summary=headline,
@@ -340,7 +340,8 @@ def _evaluate_clt(ws: Workspace, clt_dir, cache_dir, model_spec, cfg) -> dict:
     r = m.get("all_replaced", {})
     headline = {"fvu": m["fvu"], "l0": m["l0"], **{k: r[k] for k in ("ce_loss_recovered", "kl_score") if k in r}}
     inputs = {"cache": Path(cache_dir), "eval_model": model_spec}
-    rerecord(ws, clt_dir, "clts", "workbench sae eval", inputs, {**_manifest(clt_dir).get("summary", {}), **headline})
+    summary = {**_manifest(clt_dir).get("summary", {}), **headline}
+    rerecord(ws, clt_dir, CLT.workspace, "workbench sae eval", inputs, summary)
     return m
 
 
@@ -856,7 +857,7 @@ def import_sae(
         raise BadValueError(f"--hook is for sparsify and dictionary_learning files; a {fmt} folder names its hooks")
     model = model if model is not None else load(model_spec, device="cpu")[0]
     if fmt == "circuit-tracer" and imports.is_tracer_clt(src):
-        return _import_tracer_clt(ws, src, ws.path("clts", name), model, model_spec)
+        return _import_tracer_clt(ws, src, ws.path(CLT.workspace, name), model, model_spec)
     if fmt == "saelens":
         return _import_one(ws, src, ws.path("saes", "imported", name), model, model_spec, fmt, src)
     if fmt == "circuit-tracer":
@@ -889,7 +890,7 @@ def _import_hub(ws: Workspace, ref: str, via: str, sae_id, model_spec: str, *, n
     cfg, files = hub.tracer_files(ref)
     model = model if model is not None else load(model_spec, device="cpu")[0]
     if isinstance(files, Path):
-        return _import_tracer_clt(ws, files, ws.path("clts", name), model, model_spec)
+        return _import_tracer_clt(ws, files, ws.path(CLT.workspace, name), model, model_spec)
     folder = ws.path("transcoders", name)
     return _import_set(ws, files[0].parent, folder, model, model_spec, via, imports.tracer_members(cfg, files))
 
@@ -1016,7 +1017,7 @@ def _import_tracer_clt(ws: Workspace, src: Path, folder: Path, model, model_spec
         if widths[hook] != d:
             raise BadValueError(f"the CLT's width at {hook} is {d}, but the model's is {widths[hook]}: another model")
     meta = {"model_name": model_id(model), "layers": layers, "input_hooks": hooks[0], "target_hooks": hooks[1]}
-    with artifact_transaction(ws, folder, "clts", IMPORT, {"source": src}, what=IMPORTED) as staged:
+    with artifact_transaction(ws, folder, CLT.workspace, IMPORT, {"source": src}, what=IMPORTED) as staged:
         save_clt(clt, staged, {**meta, "source": str(src.resolve())})
         summary = {
             "layers": ",".join(map(str, layers)),
@@ -1026,7 +1027,7 @@ def _import_tracer_clt(ws: Workspace, src: Path, folder: Path, model, model_spec
         }
         ws.record(
             staged,
-            "clts",
+            CLT.workspace,
             made_by=IMPORT,
             config={"format": "circuit-tracer", **clt.cfg.to_dict()},
             inputs={"source": src.resolve(), **_model_inputs(ws, model, model_spec)},
