@@ -220,12 +220,12 @@ class SAEView:
 
 def open_sae(folder: str | Path) -> SAEView:
     folder = Path(folder)
-    if not (folder / "cfg.json").is_file():
-        raise MissingInputError(f"{folder} is not an SAE folder (no cfg.json)")
+    if not (folder / SAE.manifest).is_file():
+        raise MissingInputError(f"{folder} is not an SAE folder (no {SAE.manifest})")
     verify_artifact(folder, "SAE")
     return SAEView(
         folder,
-        json_file(folder / "cfg.json", "SAE's SAELens config"),
+        json_file(folder / SAE.manifest, "SAE's SAELens config"),
         json_or_empty(folder / "workbench.json", "SAE's training record"),
         json_or_empty(folder / "metrics.json", "SAE's evaluation metrics"),
         _curves(folder / "curves.jsonl"),

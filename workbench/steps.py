@@ -1060,7 +1060,7 @@ def export_dictionary(source, fmt: str, out, model_spec: str = "tiny", *, model=
         from workbench.circuits.feature.tracer_export import write_transcoder_set
 
         return write_transcoder_set(model, src, out)
-    if (src / SET_MANIFEST).is_file():
+    if kind_of(src) is TRANSCODERS:
         entries = json_file(src / SET_MANIFEST, "transcoder set manifest", "re-import or retrain the set")["layers"]
         folders = [src / e["transcoders"][0] for e in entries]
     else:
