@@ -2,6 +2,8 @@
 it was trained on, the manifest read once, the dictionary loaded once per device), and a folder of another kind
 is refused where a set is needed."""
 
+from pathlib import Path
+
 import pytest
 from small_models import small_model
 
@@ -18,7 +20,7 @@ def test_every_kind_opens_as_its_folder_class_and_names_its_model(tiny, tiny_set
     assert [type(f) for f in opened.values()] == [TranscoderSet, CLTFolder, SAEFolder]
     for kind, folder in opened.items():
         assert isinstance(folder, DictionaryFolder) and folder.kind is kind and open_folder(folder) is folder
-        assert folder.model == model_id(model)
+        assert folder.model == model_id(model) and Path(folder.cache).is_dir()  # the cache it was trained on
     assert open_set(opened[CLT]) is opened[CLT] and open_set(tiny_clt).kind is CLT
     with pytest.raises(UserError, match="transcoders.json"):  # an SAE folder is not a set: read as one, refused
         open_set(member)

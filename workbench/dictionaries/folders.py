@@ -46,6 +46,17 @@ class DictionaryFolder:
         """The id of the model it was trained on (or imported for)."""
         return self.manifest.get("model")
 
+    @cached_property
+    def cache(self) -> str | None:
+        """The cache it was trained on, resolved; None for one imported from another tool (no cache of its training
+        data here)."""
+        rel = self._cache()
+        return None if rel is None else str((self.folder / rel).resolve())
+
+    def _cache(self) -> str | None:
+        """The manifest's path to its training cache, relative to the folder."""
+        raise NotImplementedError
+
     def member_folders(self, member: int | str = 0) -> dict[int, Path]:
         """layer -> the folder of each per-layer member (none for a folder that is one dictionary)."""
         return {}
@@ -76,6 +87,9 @@ class SAEFolder(DictionaryFolder):
     def model(self) -> str | None:
         return (self.manifest.get("metadata") or {}).get("model_name")
 
+    def _cache(self) -> str | None:
+        return (self.manifest.get("metadata") or {}).get("dataset_path")
+
     def load(self, member: int | str = 0, device: str = "cpu", model=None):
         """The SAE (eval mode) on `device`, loaded once per device."""
         from workbench.sae.io import load_sae
@@ -102,11 +116,8 @@ class CLTFolder(DictionaryFolder):
 
         return read_manifest(self.folder)
 
-    @cached_property
-    def cache(self) -> str | None:
-        """The cache the CLT was trained on, resolved; None for a CLT imported from circuit-tracer."""
-        rel = self.manifest["metadata"].get("dataset_path")
-        return None if rel is None else str((self.folder / rel).resolve())
+    def _cache(self) -> str | None:
+        return self.manifest["metadata"].get("dataset_path")  # none for a CLT imported from circuit-tracer
 
     @property
     def layers(self) -> list[dict]:
@@ -164,12 +175,8 @@ class TranscoderSet(DictionaryFolder):
 
         return load_set(self.folder)
 
-    @cached_property
-    def cache(self) -> str | None:
-        """The cache the set was trained on, resolved; None for a set imported from another tool (no cache of its
-        training data here)."""
-        rel = self.manifest.get("cache")
-        return None if rel is None else str((self.folder / rel).resolve())
+    def _cache(self) -> str | None:
+        return self.manifest.get("cache")
 
     @property
     def layers(self) -> list[dict]:
