@@ -260,7 +260,7 @@ def _graph_set(rel: str) -> str | None:
     path = state.resolve(rel) / MANIFEST
     tset = artifact_manifest(path).get("inputs", {}).get("transcoders") if path.is_file() else None
     cat = state.catalog()
-    return tset if tset and tset in {*cat.transcoder_sets, *cat.clts} else None
+    return tset if tset and tset in cat.graph_dictionaries else None
 
 
 def circuit_panel(cd, node: str, spec: str) -> None:

@@ -139,7 +139,9 @@ def test_the_import_graph_sees_a_planted_upward_import(tmp_path):
 
 # ------------------------------------------------------------------ the order of the layers
 
-# The method packages from the bottom up: a module imports only from its own unit or one below it. circuits is
+# The method packages from the bottom up: a module imports only from its own unit or one below it. dictionaries
+# (the table of dictionary kinds, their folders and the Transcoders interface) sits above the sae package that
+# writes them and below every reader of them (features, circuits, attention; interventions and browse). circuits is
 # three units: its core (schema, annotations, config, inputs, metrics: what both kinds of circuit share), the
 # component wing (heads and MLPs) and the feature wing (transcoders), which may use the component wing (a
 # feature circuit is compared with the component circuit of the same query), never the reverse.
@@ -148,6 +150,7 @@ ORDER = (
     "models",
     "cache",
     "sae",
+    "dictionaries",
     "features",
     "circuits",
     "circuits.component",

@@ -56,6 +56,7 @@ TESTED_ELSEWHERE = {
     "sae/scores.py": "sae/test_eval.py and app/test_pages.py (an undefined CE loss recovered)",
     "sae/scaffold.py": "sae/test_architectures.py",
     "sae/topk.py": "sae/test_architectures.py",
+    "dictionaries/transcoders.py": "circuits/feature/test_transcoders.py (the interface, by its old import path)",
 }
 
 

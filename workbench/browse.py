@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from workbench.circuits import schema
-from workbench.circuits.feature.transcoders import TranscoderSet
+from workbench.dictionaries.folders import TranscoderSet
+from workbench.dictionaries.kinds import CLT, GRAPH_KINDS, SAE, TRANSCODERS, Kind
 from workbench.errors import DamagedFileError, MissingInputError, UserError
 from workbench.readback import artifact_manifest, json_file, json_or_empty, reading, verify_artifact, verify_listed
 from workbench.sae import scores
 from workbench.sae.scores import shown
-from workbench.sae.transcoders import SET_MANIFEST as TRANSCODER_SET
 from workbench.sae.transcoders import read_manifest
 from workbench.workspace import KINDS, MANIFEST, Artifact, Skipped, Workspace
 
@@ -48,7 +48,7 @@ __all__ = [
     "shown",
 ]
 
-SAE_FILES = ("cfg.json", "sae_weights.safetensors")
+SAE_FILES = SAE.files
 MODEL_FILES = ("config.json", "model.safetensors")
 REPORT = "attention_report.json"
 CIRCUIT = "circuit.json"
@@ -128,7 +128,7 @@ class Catalog:
     @property
     def saes(self) -> list[str]:
         """SAE folders (cfg.json + weights)."""
-        return self._inside("saes", SAE_FILES)
+        return self.dictionaries(SAE)
 
     @property
     def feature_stores(self) -> set[str]:
@@ -138,12 +138,22 @@ class Catalog:
     @property
     def transcoder_sets(self) -> list[str]:
         """Transcoder set folders (transcoders.json naming each layer's members)."""
-        return self._inside("transcoders", (TRANSCODER_SET,))
+        return self.dictionaries(TRANSCODERS)
 
     @property
     def clts(self) -> list[str]:
-        """Cross-layer transcoder folders (clt.json: workbench.sae.clt_io.MANIFEST, whose module imports torch)."""
-        return self._inside("clts", ("clt.json",))
+        """Cross-layer transcoder folders (clt.json)."""
+        return self.dictionaries(CLT)
+
+    def dictionaries(self, kind: Kind) -> list[str]:
+        """The complete folders of one dictionary kind (a row of workbench.dictionaries.kinds)."""
+        return self._inside(kind.workspace, kind.files)
+
+    @property
+    def graph_dictionaries(self) -> list[str]:
+        """The folders of every kind that replaces every MLP (what a feature circuit or an attribution graph reads),
+        kind by kind in the table's order."""
+        return [rel for kind in GRAPH_KINDS for rel in self.dictionaries(kind)]
 
     @property
     def models(self) -> list[str]:
@@ -210,12 +220,12 @@ class SAEView:
 
 def open_sae(folder: str | Path) -> SAEView:
     folder = Path(folder)
-    if not (folder / "cfg.json").is_file():
-        raise MissingInputError(f"{folder} is not an SAE folder (no cfg.json)")
+    if not (folder / SAE.manifest).is_file():
+        raise MissingInputError(f"{folder} is not an SAE folder (no {SAE.manifest})")
     verify_artifact(folder, "SAE")
     return SAEView(
         folder,
-        json_file(folder / "cfg.json", "SAE's SAELens config"),
+        json_file(folder / SAE.manifest, "SAE's SAELens config"),
         json_or_empty(folder / "workbench.json", "SAE's training record"),
         json_or_empty(folder / "metrics.json", "SAE's evaluation metrics"),
         _curves(folder / "curves.jsonl"),
@@ -282,7 +292,7 @@ class TranscoderSetView:
 
 def open_transcoder_set(folder: str | Path) -> TranscoderSetView:
     folder = Path(folder)
-    manifest = read_manifest(folder / TRANSCODER_SET)
+    manifest = read_manifest(folder / TRANSCODERS.manifest)
     verify_artifact(folder, "transcoder set")
     return TranscoderSetView(
         TranscoderSet(folder, manifest),

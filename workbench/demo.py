@@ -25,6 +25,7 @@ from pathlib import Path
 from workbench import steps
 from workbench.cache.config import HarvestConfig
 from workbench.config import Config
+from workbench.dictionaries import kinds
 from workbench.errors import BadValueError, UserError
 from workbench.features.explain import ExplainConfig
 from workbench.features.explanations import summary
@@ -195,7 +196,8 @@ def run_demo(root: Path, cfg: DemoConfig | None = None, overwrite: bool = False,
     sparse, _ = load(str(sparse_dir), device="cpu")
     models = ((model, "tiny", ""), (sparse, str(sparse_dir), "-sparse"))
     summary["circuits"] = step("circuits", lambda: _circuits(ws, cfg, families, models, tok, step.log))
-    query, tc_dir = tasks.queries(families[0], 1, seed=0, tokenizer=tok)[0], ws.path("transcoders", TRANSCODERS)
+    query = tasks.queries(families[0], 1, seed=0, tokenizer=tok)[0]
+    tc_dir = ws.path(kinds.TRANSCODERS.workspace, TRANSCODERS)
     summary["interventions"] = step("interventions", lambda: demo_examples(ws, model, query, tc_dir, folders, step.log))
     step("compare", lambda: _compare(ws, cfg, families, model, sparse, sparse_dir, progress, step.log))
     summary["open_fraction"] = report["open_fraction"]

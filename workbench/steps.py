@@ -22,6 +22,7 @@ from pathlib import Path
 
 from workbench.cache.config import HarvestConfig
 from workbench.circuits.config import DEFAULT_SAMPLES, QueryConfig, SearchConfig
+from workbench.dictionaries.kinds import CLT, SAE, TRANSCODERS, WORKSPACE_KINDS, kind_of, named
 from workbench.errors import BadValueError, OutputExistsError
 from workbench.guard import check_artifact, check_in_place
 from workbench.lock import output_lock
@@ -161,7 +162,7 @@ def train_saes(
     from workbench.checkpoint import rank_zero_writes
     from workbench.sae.trainer import train
 
-    run = _run_folder(ws, "saes", out, name, slug(hook))
+    run = _run_folder(ws, SAE.workspace, out, name, slug(hook))
     done = sorted(p.parent for p in run.glob(f"*/{MANIFEST}"))
     if ensure and len(done) == len(sae_cfgs):
         return done
@@ -199,7 +200,7 @@ def _record_sae(ws: Workspace, folder: Path, made_by: str, cache_dir, extra: dic
     hooks = {"hook": meta.get("hook_name")} | ({"target": meta["hook_name_out"]} if meta.get("hook_name_out") else {})
     ws.record(
         folder,
-        "saes",
+        SAE.workspace,
         made_by=made_by,
         config={**read_info(folder).get("sae_config", {}), **extra},
         inputs={"cache": cache_dir, **hooks},
@@ -227,11 +228,11 @@ def train_transcoder_set(
     from workbench.checkpoint import rank_zero_writes
     from workbench.sae.transcoders import SET_MANIFEST, read_manifest, started, train_set
 
-    run = _run_folder(ws, "transcoders", out, name, "transcoders")
+    run = _run_folder(ws, TRANSCODERS.workspace, out, name, "transcoders")
     if ensure and complete(run):
         entries = read_manifest(run / SET_MANIFEST)["layers"]
         return run, [run / n for e in entries for n in e["transcoders"]]
-    check_artifact(run, "transcoders", {"cache_dir": cache_dir})
+    check_artifact(run, TRANSCODERS.workspace, {"cache_dir": cache_dir})
     resume = resume or (ensure and started(run))
     with rank_zero_writes(run, "workbench sae train --transcoders") as records:
         folder, members = train_set(cache_dir, layers, sae_cfgs, train_cfg, run, resume=resume)
@@ -251,7 +252,7 @@ def train_clt(
     from workbench.sae.clt_io import read_manifest
     from workbench.sae.transcoders import train_clt as train
 
-    run = _run_folder(ws, "clts", out, name, "clt")
+    run = _run_folder(ws, CLT.workspace, out, name, CLT.name)
     check_artifact(run, None, {"cache_dir": cache_dir})
     with rank_zero_writes(run, "workbench sae train --clt") as records:
         folder = train(cache_dir, layers, clt_cfg, train_cfg, run, resume=resume)
@@ -259,7 +260,7 @@ def train_clt(
             m = read_manifest(folder)
             ws.record(
                 folder,
-                "clts",
+                CLT.workspace,
                 made_by="workbench sae train --clt",
                 config={**m["clt_config"], "train": train_cfg.to_dict()},
                 inputs={"cache": Path(cache_dir), "model": m["model"]},
@@ -276,7 +277,7 @@ def _record_set(ws: Workspace, folder: Path, n_members: int, cache_dir, layers: 
     manifest = read_manifest(folder / SET_MANIFEST)
     ws.record(
         folder,
-        "transcoders",
+        TRANSCODERS.workspace,
         made_by="workbench sae train --transcoders",
         config={"layers": layers, "saes": [c.to_dict() for c in sae_cfgs], "train": train_cfg.to_dict()},
         inputs={"cache": Path(cache_dir), "model": manifest["model"]},
@@ -302,24 +303,23 @@ def evaluate_sae(
 
     ensure: an SAE (or set) whose manifest already carries the headline keeps its metrics.json (returned as read)."""
 
-    from workbench.sae.clt_io import is_clt
-    from workbench.sae.eval import evaluate
-    from workbench.sae.transcoders import is_set
-
-    check_in_place("SAE folder", sae_dir, ("saes", "transcoders", "clts"))  # its metrics and manifest are rewritten
+    check_in_place("SAE folder", sae_dir, WORKSPACE_KINDS)  # its metrics and manifest are rewritten
     if ensure and _evaluated(sae_dir):
         return json_file(Path(sae_dir) / "metrics.json", "evaluation metrics", "evaluate it again (sae eval)")
-    if is_set(sae_dir):
-        return _evaluate_set(ws, sae_dir, cache_dir, model_spec, cfg)
-    if is_clt(sae_dir):
-        return _evaluate_clt(ws, sae_dir, cache_dir, model_spec, cfg)
+    return named(kind_of(sae_dir, SAE).evaluate)(ws, sae_dir, cache_dir, model_spec, cfg)
+
+
+def _evaluate_one(ws: Workspace, sae_dir, cache_dir, model_spec, cfg) -> dict:
+    """One SAE's metrics.json, and its manifest's headline."""
+    from workbench.sae.eval import evaluate
+
     metrics = evaluate(sae_dir, cache_dir, model_spec, cfg)
     flat = {**metrics["reconstruction"], **metrics.get("splice", {})}
     headline = {k: shown(flat, k) for k in SAE_HEADLINE if k in flat}
     rerecord(
         ws,
         sae_dir,
-        "saes",
+        SAE.workspace,
         "workbench sae eval",
         inputs={"cache": Path(cache_dir), "eval_model": model_spec},
         summary=headline,
@@ -340,7 +340,8 @@ def _evaluate_clt(ws: Workspace, clt_dir, cache_dir, model_spec, cfg) -> dict:
     r = m.get("all_replaced", {})
     headline = {"fvu": m["fvu"], "l0": m["l0"], **{k: r[k] for k in ("ce_loss_recovered", "kl_score") if k in r}}
     inputs = {"cache": Path(cache_dir), "eval_model": model_spec}
-    rerecord(ws, clt_dir, "clts", "workbench sae eval", inputs, {**_manifest(clt_dir).get("summary", {}), **headline})
+    summary = {**_manifest(clt_dir).get("summary", {}), **headline}
+    rerecord(ws, clt_dir, CLT.workspace, "workbench sae eval", inputs, summary)
     return m
 
 
@@ -355,11 +356,10 @@ def _evaluate_set(ws: Workspace, set_dir, cache_dir, model_spec, cfg) -> dict:
     result = evaluate_set(set_dir, cache_dir, model_spec, cfg)
     for name, flat in result["members"].items():
         summary = {k: shown(flat, k) for k in SAE_HEADLINE if k in flat}
-        rerecord(ws, Path(set_dir) / name, "saes", "workbench sae eval", {"cache": Path(cache_dir)}, summary)
+        rerecord(ws, Path(set_dir) / name, SAE.workspace, "workbench sae eval", {"cache": Path(cache_dir)}, summary)
     summary = {f"{ALL_MLPS}[{k}]": shown(v, "ce_loss_recovered") for k, v in result["all_replaced"].items()}
-    rerecord(
-        ws, set_dir, "transcoders", "workbench sae eval", {"cache": Path(cache_dir), "eval_model": model_spec}, summary
-    )
+    inputs = {"cache": Path(cache_dir), "eval_model": model_spec}
+    rerecord(ws, set_dir, TRANSCODERS.workspace, "workbench sae eval", inputs, summary)
     return result
 
 
@@ -862,9 +862,9 @@ def import_sae(
         raise BadValueError(f"--hook is for sparsify and dictionary_learning files; a {fmt} folder names its hooks")
     model = model if model is not None else load(model_spec, device="cpu")[0]
     if fmt == "circuit-tracer" and imports.is_tracer_clt(src):
-        return _import_tracer_clt(ws, src, ws.path("clts", name), model, model_spec)
+        return _import_tracer_clt(ws, src, ws.path(CLT.workspace, name), model, model_spec)
     if fmt == "saelens":
-        return _import_one(ws, src, ws.path("saes", "imported", name), model, model_spec, fmt, src)
+        return _import_one(ws, src, ws.path(SAE.workspace, "imported", name), model, model_spec, fmt, src)
     if fmt == "circuit-tracer":
         members = imports.tracer_members(*imports.tracer_layers(src))
     elif fmt == "sparsify":
@@ -872,8 +872,8 @@ def import_sae(
     else:
         members = [foreign.dictionary_learning_member(src, model, hooks)]
     if fmt == "circuit-tracer" or (len(members) > 1 and all(m.target and m.layer is not None for m in members)):
-        return _import_set(ws, src, ws.path("transcoders", name), model, model_spec, fmt, members)
-    return _import_converted(ws, ws.path("saes", "imported", name), model, model_spec, fmt, members)
+        return _import_set(ws, src, ws.path(TRANSCODERS.workspace, name), model, model_spec, fmt, members)
+    return _import_converted(ws, ws.path(SAE.workspace, "imported", name), model, model_spec, fmt, members)
 
 
 def _import_hub(ws: Workspace, ref: str, via: str, sae_id, model_spec: str, *, name, model) -> tuple[dict, Path]:
@@ -886,7 +886,7 @@ def _import_hub(ws: Workspace, ref: str, via: str, sae_id, model_spec: str, *, n
 
     name = name or slug(f"{ref}-{sae_id}" if via == "saelens" else ref.removeprefix("hf://"))
     if via == "saelens":
-        folder = ws.path("saes", "imported", name)
+        folder = ws.path(SAE.workspace, "imported", name)
         ws.root.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=ws.root) as tmp:
             fetched = hub.saelens_folder(ref, sae_id, Path(tmp) / "sae")
@@ -895,8 +895,8 @@ def _import_hub(ws: Workspace, ref: str, via: str, sae_id, model_spec: str, *, n
     cfg, files = hub.tracer_files(ref)
     model = model if model is not None else load(model_spec, device="cpu")[0]
     if isinstance(files, Path):
-        return _import_tracer_clt(ws, files, ws.path("clts", name), model, model_spec)
-    folder = ws.path("transcoders", name)
+        return _import_tracer_clt(ws, files, ws.path(CLT.workspace, name), model, model_spec)
+    folder = ws.path(TRANSCODERS.workspace, name)
     return _import_set(ws, files[0].parent, folder, model, model_spec, via, imports.tracer_members(cfg, files))
 
 
@@ -905,7 +905,7 @@ IMPORT, IMPORTED = "workbench sae import", "an imported dictionary"
 
 def _import_one(ws: Workspace, src: Path, folder: Path, model, model_spec: str, fmt: str, source) -> tuple[dict, Path]:
     """One SAELens folder imported into `folder` as one transaction (workbench.transaction)."""
-    with artifact_transaction(ws, folder, "saes", IMPORT, {"source": src}, what=IMPORTED) as staged:
+    with artifact_transaction(ws, folder, SAE.workspace, IMPORT, {"source": src}, what=IMPORTED) as staged:
         return _import_saelens(ws, src, staged, model, model_spec, fmt, source), folder
 
 
@@ -931,7 +931,7 @@ def _import_saelens(ws: Workspace, src: Path, folder: Path, model, model_spec: s
     }
     ws.record(
         folder,
-        "saes",
+        SAE.workspace,
         made_by=IMPORT,
         config={"format": fmt, **{k: v for k, v in cfg.items() if k != "metadata"}},
         inputs={
@@ -953,7 +953,7 @@ def _import_converted(ws: Workspace, folder: Path, model, model_spec: str, fmt: 
 
     one, summaries = len(members) == 1, []
     sources = {"source": [m.source for m in members]}
-    with artifact_transaction(ws, folder, "saes" if one else None, IMPORT, sources, what=IMPORTED) as staged:
+    with artifact_transaction(ws, folder, SAE.workspace if one else None, IMPORT, sources, what=IMPORTED) as staged:
         for m in members:
             converted = foreign.to_saelens(m, staged.parent / "converted" / m.name, model_id(model))
             dest = staged if one else staged / check_name(m.name)
@@ -973,7 +973,7 @@ def _import_set(ws: Workspace, src: Path, folder: Path, model, model_spec: str, 
     from workbench.sae.transcoders import SCHEMA, SET_MANIFEST
 
     mid, layers, gaps = model_id(model), [], {}
-    with artifact_transaction(ws, folder, "transcoders", IMPORT, {"source": src}, what=IMPORTED) as staged:
+    with artifact_transaction(ws, folder, TRANSCODERS.workspace, IMPORT, {"source": src}, what=IMPORTED) as staged:
         for m in members:
             dest = staged / check_name(m.name)
             if fmt == "circuit-tracer":
@@ -995,7 +995,7 @@ def _import_set(ws: Workspace, src: Path, folder: Path, model, model_spec: str, 
         }
         ws.record(
             staged,
-            "transcoders",
+            TRANSCODERS.workspace,
             made_by=IMPORT,
             config={"format": fmt, "members": [str(m.source) for m in members]},
             inputs={"source": src.resolve(), **_model_inputs(ws, model, model_spec)},
@@ -1022,7 +1022,7 @@ def _import_tracer_clt(ws: Workspace, src: Path, folder: Path, model, model_spec
         if widths[hook] != d:
             raise BadValueError(f"the CLT's width at {hook} is {d}, but the model's is {widths[hook]}: another model")
     meta = {"model_name": model_id(model), "layers": layers, "input_hooks": hooks[0], "target_hooks": hooks[1]}
-    with artifact_transaction(ws, folder, "clts", IMPORT, {"source": src}, what=IMPORTED) as staged:
+    with artifact_transaction(ws, folder, CLT.workspace, IMPORT, {"source": src}, what=IMPORTED) as staged:
         save_clt(clt, staged, {**meta, "source": str(src.resolve())})
         summary = {
             "layers": ",".join(map(str, layers)),
@@ -1032,7 +1032,7 @@ def _import_tracer_clt(ws: Workspace, src: Path, folder: Path, model, model_spec
         }
         ws.record(
             staged,
-            "clts",
+            CLT.workspace,
             made_by=IMPORT,
             config={"format": "circuit-tracer", **clt.cfg.to_dict()},
             inputs={"source": src.resolve(), **_model_inputs(ws, model, model_spec)},
@@ -1066,7 +1066,7 @@ def export_dictionary(source, fmt: str, out, model_spec: str = "tiny", *, model=
         from workbench.circuits.feature.tracer_export import write_transcoder_set
 
         return write_transcoder_set(model, src, out)
-    if (src / SET_MANIFEST).is_file():
+    if kind_of(src) is TRANSCODERS:
         entries = json_file(src / SET_MANIFEST, "transcoder set manifest", "re-import or retrain the set")["layers"]
         folders = [src / e["transcoders"][0] for e in entries]
     else:
@@ -1106,7 +1106,7 @@ def build_features(
     from workbench.features.store import STORE, FeatureStore
 
     for d in sae_dirs:
-        check_in_place("SAE folder", d, ("saes",))  # the store is built inside it
+        check_in_place("SAE folder", d, (SAE.workspace,))  # the store is built inside it
     kept = [Path(d) / STORE for d in sae_dirs if ensure and complete(Path(d) / STORE)]
     pending = [d for d in sae_dirs if Path(d) / STORE not in kept]
     out = [FeatureStore(path) for path in kept]

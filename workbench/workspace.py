@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workbench.atomic import atomic_write_text, sha256_file
+from workbench.dictionaries.kinds import WORKSPACE_KINDS as DICTIONARY_KINDS
 from workbench.errors import BadValueError, OutputExistsError, UserError
 from workbench.lock import stale_locks
 from workbench.readback import ARTIFACT, artifact_manifest, read_json, seal
 
-KINDS = ("caches", "saes", "transcoders", "clts", "circuits", "models", "features", "interventions")
+KINDS = ("caches", *DICTIONARY_KINDS, "circuits", "models", "features", "interventions")
 MANIFEST = ARTIFACT
 INDEX = "workspace.json"
 STAGING = ".staging-"  # in the name of the hidden folder an artifact is written in before it is renamed into place

@@ -1,24 +1,25 @@
 """Run: find a query circuit from the UI on a model of the workspace and save it there, with its manifest
-(the same step as `workbench circuit find`): of components (heads and MLPs, EAP-IG) or, with a transcoder set of
-the workspace, of features (`workbench circuit find --transcoders SET`), opened on the feature graph page."""
+(the same step as `workbench circuit find`): of components (heads and MLPs, EAP-IG) or, with a dictionary of the
+workspace that replaces every MLP (each such kind of workbench.dictionaries.kinds: a transcoder set, a cross-layer
+transcoder), of features (`workbench circuit find --transcoders DIR`), opened on the feature graph page."""
 
 import streamlit as st
 
 from app import live, state
 from workbench.circuits.config import DEFAULT_SAMPLES, DEFAULT_TARGET_NDF
+from workbench.dictionaries.kinds import GRAPH_KINDS
 from workbench.errors import UserError
 
-FEATURES = "features (a transcoder set)"
+FEATURES = {f"features (a {kind.label})": kind for kind in GRAPH_KINDS}  # one choice per kind in the table
 FEATURE_GRAPH = "views/feature_graph.py"
 
 st.title("Run a circuit search")
 specs = live.model_specs()
-level = st.radio("circuit of", ["components (heads, MLPs)", FEATURES], horizontal=True, key="w_run_level")
-sets = state.catalog().transcoder_sets if level == FEATURES else []
-if level == FEATURES and not sets:
-    state.fail(
-        "no transcoder sets in this workspace: train one with `workbench sae train --cache DIR --transcoders all`"
-    )
+level = st.radio("circuit of", ["components (heads, MLPs)", *FEATURES], horizontal=True, key="w_run_level")
+kind = FEATURES.get(level)
+sets = state.catalog().dictionaries(kind) if kind else []
+if kind and not sets:
+    state.fail(f"no {kind.label}s in this workspace: train one with `{kind.train_command}`")
 with st.form("run"):
     prompt = st.text_input("prompt", placeholder="When Mary and John went to the park , John gave a ball to")
     answer = st.text_input("answer (one token)", placeholder="Mary")
@@ -38,7 +39,7 @@ with st.form("run"):
     )
     a = st.columns(2)
     if sets:
-        tset = a[0].selectbox("transcoder set (every MLP replaced)", sets)
+        tset = a[0].selectbox(f"{kind.label} (every MLP replaced)", sets)
     else:
         ig_steps = a[0].number_input("EAP-IG steps", min_value=1, max_value=50, value=5)
     samples = a[1].number_input(

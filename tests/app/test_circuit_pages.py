@@ -291,6 +291,20 @@ def test_run_page_finds_and_records_a_circuit(circuit_app, circuit_workspace, ti
     assert not at.exception and "Zyzzyva" in plain(at.error[0].value)  # a word outside the vocabulary: one line
 
 
+def test_run_page_offers_every_kind_of_dictionary_that_replaces_the_mlps(circuit_app):
+    """One choice per kind of the dictionary table that a feature circuit reads; a kind the workspace lacks says
+    how to train one."""
+    from workbench.dictionaries.kinds import CLT, GRAPH_KINDS
+
+    at = ok(circuit_app("views/run.py"))
+    level = at.radio(key="w_run_level")
+    assert level.options[1:] == [f"features (a {kind.label})" for kind in GRAPH_KINDS] and len(GRAPH_KINDS) == 2
+    at = level.set_value(f"features (a {CLT.label})").run()
+    assert not at.exception and plain(at.error[0].value) == (
+        "no cross-layer transcoders in this workspace: train one with `workbench sae train --cache DIR --clt --layers all`"
+    )
+
+
 def test_circuit_pages_open_on_ioi_and_a_node_worth_seeing(circuit_app):
     at = ok(circuit_app("views/circuit.py"))
     assert at.selectbox(key="w_circuit_circuit").value == "circuits/ioi-0"  # not the first by name (induction-0)

@@ -6,6 +6,7 @@ import argparse
 
 from workbench.cli.options import add_model_flag, quiet_flag, workspace_flag
 from workbench.configflags import add_config_flags, config_values, count
+from workbench.dictionaries.kinds import SAE
 from workbench.errors import BadValueError
 from workbench.features.config import FeatureConfig
 from workbench.features.explain import SCORERS, ExplainConfig
@@ -26,7 +27,7 @@ def add_parser(sub) -> None:
     )
     declare(
         b.add_argument("sae", nargs="+", help="SAE folders (SAELens format, as `workbench sae train` saves them)"),
-        in_place("saes"),  # the store is built beside the SAE
+        in_place(SAE.workspace),  # the store is built beside the SAE
     )
     declare(b.add_argument("--cache", required=True, help="activation cache holding the SAEs' hook(s)"), INPUT)
     add_model_flag(b, help="the model the cache came from, for logit effects and token text (default: %(default)s)")

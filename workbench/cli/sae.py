@@ -10,6 +10,7 @@ import sys
 
 from workbench.cli.options import add_model_flag, quiet_flag, workspace_flag
 from workbench.configflags import add_config_flags, config_values, given, set_fields
+from workbench.dictionaries.kinds import TRANSCODERS, WORKSPACE_KINDS
 from workbench.errors import BadValueError
 from workbench.guard import INPUT, SCRATCH, artifact, declare, in_place
 from workbench.sae.config import CLTConfig, EvalConfig, SAEConfig, TrainConfig, at_k
@@ -30,7 +31,7 @@ def add_parser(sub) -> None:
         parents=[workspace_flag()],
         help="evaluate saved SAEs on the cache's held-out split (writes metrics.json)",
     )
-    declare(e.add_argument("sae", nargs="+", help="SAE folders"), in_place("saes", "transcoders", "clts"))
+    declare(e.add_argument("sae", nargs="+", help="SAE folders"), in_place(*WORKSPACE_KINDS))
     declare(e.add_argument("--cache", required=True, help="activation cache folder holding the SAE's hook"), INPUT)
     add_model_flag(e, help="model for the spliced CE/KL metrics (default: %(default)s)")
     e.add_argument("--no-model", action="store_true", help="skip the metrics that run the model")
@@ -127,7 +128,7 @@ def _add_train(sae) -> None:
         help="run folder instead of <workspace>/saes/NAME: one SAELens-format subfolder per SAE "
         "and the shared checkpoint",
     )
-    declare(out, artifact("transcoders"))  # a set's folder is its artifact; a plain run's folder holds none
+    declare(out, artifact(TRANSCODERS.workspace))  # a set's folder is its artifact; a plain run's folder holds none
     add_config_flags(t, SAEConfig, SAE, sweep=SWEEP)
     t.add_argument(
         "--set",

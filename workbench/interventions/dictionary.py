@@ -17,7 +17,9 @@ from pathlib import Path
 import torch
 
 from workbench.circuits.feature.replacement import EMBED  # noqa: F401  (where a graph's embedding nodes write)
-from workbench.circuits.feature.transcoders import output_hook
+from workbench.dictionaries.folders import open_folder
+from workbench.dictionaries.kinds import SAE, TRANSCODERS, kind_of
+from workbench.dictionaries.transcoders import output_hook
 from workbench.errors import BadValueError, MissingInputError
 from workbench.interventions.config import parse_feature
 
@@ -129,24 +131,17 @@ class Unit:
 def load_dictionary(folder, model, device: str = "cpu", member: int | str = 0) -> list[Site]:
     """The sites of an SAE folder, a transcoder set folder (member: which config of each layer's, by index or
     config name) or a cross-layer transcoder folder, checked against the model's hooks."""
-    from workbench.sae.clt_io import is_clt
-    from workbench.sae.transcoders import is_set
-
     folder = Path(folder)
     if not folder.is_dir():
         raise MissingInputError(
             f"dictionary {str(folder)!r} is not a folder (an SAE folder, a transcoder set or a cross-layer transcoder)"
         )
-    if is_set(folder) or is_clt(folder):
-        from workbench.circuits.feature.transcoders import PerLayerTranscoders, open_set
-
-        tcs = open_set(folder).load(member, device, model)
-        if not isinstance(tcs, PerLayerTranscoders):  # read through the interface: writes to several layers
+    if kind_of(folder, SAE).replaces_mlps:
+        tcs = open_folder(folder).load(member, device, model)
+        if tcs.kind is not TRANSCODERS:  # read through the interface: writes to several layers
             return [TranscoderSite.of(tcs, layer) for layer in range(tcs.n_layers)]
         return [Site(t.layer, t.input_hook, output_hook(t.layer), t.sae) for t in tcs.members]
-    from workbench.sae.io import load_sae
-
-    sae = load_sae(folder, device=device).eval()
+    sae = open_folder(folder).load(device=device)
     meta = sae.cfg.metadata
     read = getattr(meta, "hook_name", None)
     write = getattr(meta, "hook_name_out", None) or read

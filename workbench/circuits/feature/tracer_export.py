@@ -16,13 +16,8 @@ from pathlib import Path
 
 import torch
 
-from workbench.circuits.feature.transcoders import (
-    CrossLayerTranscoders,
-    PerLayerTranscoders,
-    Transcoder,
-    Transcoders,
-    resolve,
-)
+from workbench.circuits.feature.transcoders import CrossLayerTranscoders, Transcoder, Transcoders, resolve
+from workbench.dictionaries.kinds import TRANSCODERS, named
 from workbench.errors import BadValueError
 from workbench.sae.hub import tracer_importable as importable
 
@@ -68,7 +63,7 @@ def transcoder_set(model, transcoders: Transcoders):
     from circuit_tracer.transcoder.single_layer_transcoder import SingleLayerTranscoder, TranscoderSet
 
     tcs = resolve(transcoders, model)
-    if not isinstance(tcs, PerLayerTranscoders):
+    if tcs.kind is not TRANSCODERS:
         raise BadValueError(f"{type(tcs).__name__} is not a per-layer set: only those export to a TranscoderSet")
     tcs = tcs.members
     hook = _input_hook(t.input_hook for t in tcs)
@@ -171,9 +166,7 @@ def replacement_model(model, transcoders: Transcoders):
     from circuit_tracer.replacement_model.replacement_model_transformerlens import TransformerLensReplacementModel
 
     tcs = resolve(transcoders, model)
-    theirs = (
-        cross_layer_transcoder(model, tcs) if isinstance(tcs, CrossLayerTranscoders) else transcoder_set(model, tcs)
-    )
+    theirs = named(tcs.kind.export)(model, tcs)
     ct = TransformerLensReplacementModel.from_config(model.cfg, theirs)
     ct.tokenizer = model.tokenizer
     rename = ((".mlp.", ".mlp.old_mlp."), ("unembed.", "unembed.old_unembed."))
