@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import harness  # noqa: E402
@@ -677,6 +679,8 @@ def main() -> None:
     harness.add_common_args(ap, OUT, threads=1)
     args = ap.parse_args()
     harness.set_threads(args.threads)
+    if args.threads:  # torch is imported already (feature_circuit_bench), after which the env var comes too late
+        torch.set_num_threads(args.threads)
     WORK.mkdir(parents=True, exist_ok=True)
     lines = parts[args.part](args)
     if lines:
