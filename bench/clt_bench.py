@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import harness  # noqa: E402
@@ -321,7 +323,10 @@ def speed_part(args) -> list[str]:
         ratio = statistics.median(v[3] / (v[1] + v[2]) for v in times[name][2:])
         params = sum(p.numel() for s in t.saes for p in s.parameters())
         rows.append([name, f"{t.cfgs[0].n_latents:,}", f"{params:,}", f"{step * 1e3:.0f}", f"{BATCH / step:,.0f}"])
+        # paired: this dictionary's step CPU over the set's in the same round (the same batch, the same load)
+        vs_set = statistics.median(v[3] / w[3] for v, w in zip(times[name][2:], times["set"][2:]))
         rows[-1] += [f"{cpu * 1e3:.0f}", f"{BATCH / cpu:,.0f}", f"{enc * 1e3:.1f}", f"{dec * 1e3:.1f}", f"{ratio:.1f}x"]
+        rows[-1].append(f"{vs_set:.2f}x")
         print(rows[-1], flush=True)
     lines = head("a. Training speed: CLT vs per-layer set on the same cache rows", info, args, "interleaved steps")
     lines += [
@@ -336,11 +341,15 @@ def speed_part(args) -> list[str]:
         "would do without sparse kernels: encode = every layer's [B, d] @ [d, n]; decode = [B, n] @ [n, d x layers "
         "written] per layer (one layer each for the set; 4 + 3 + 2 + 1 for a CLT), in CPU time; step / dense: the "
         "median of each step's CPU time over its encode + decode (a forward only: backward and Adam are not in it)",
+        "- Paired: each step's CPU time over the set's step in the same round (same batch, same load), median; "
+        "the grouped top-k (`kernels.topk`) takes its fast path at any width since 585 latents stopped falling "
+        "back to torch.topk",
         "",
     ]
     cols = ["dictionary", "latents per layer", "parameters", "step ms (median)", "tokens/s", "step CPU ms"]
     cols += ["tokens per CPU s", "dense encode CPU ms"]
-    return lines + harness.table(cols + ["dense decode CPU ms", "step CPU / dense forward CPU"], rows)
+    cols += ["dense decode CPU ms", "step CPU / dense forward CPU", "step CPU / set's, paired (median)"]
+    return lines + harness.table(cols, rows)
 
 
 def memory_part(args) -> list[str]:
@@ -670,6 +679,8 @@ def main() -> None:
     harness.add_common_args(ap, OUT, threads=1)
     args = ap.parse_args()
     harness.set_threads(args.threads)
+    if args.threads:  # torch is imported already (feature_circuit_bench), after which the env var comes too late
+        torch.set_num_threads(args.threads)
     WORK.mkdir(parents=True, exist_ok=True)
     lines = parts[args.part](args)
     if lines:

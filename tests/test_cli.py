@@ -284,7 +284,11 @@ DEVICE_COMMANDS = [list(path) for path, p in leaf_commands() if "--device" in p.
 
 
 def test_the_device_commands_are_found():
-    assert ["sae", "train"] in DEVICE_COMMANDS and ["attention", "train"] in DEVICE_COMMANDS
+    """Every heavy command takes --device (only `sae train`, `sae eval` and `attention train` used to)."""
+    heavy = [["cache"], ["sae", "train"], ["sae", "eval"], ["circuit", "find"], ["circuit", "graph"]]
+    heavy += [["circuit", "check"], ["intervene"], ["features", "build"], ["features", "explain"]]
+    heavy += [["attention", "train"], ["attention", "compare"]]
+    assert [c for c in heavy if c not in DEVICE_COMMANDS] == []
 
 
 @pytest.mark.parametrize("device", ["cuda", "cuda:7", "gpu"])
@@ -295,11 +299,22 @@ def test_an_unusable_device_is_one_line_on_every_command_that_takes_one(command,
     if device != "gpu" and torch.cuda.device_count() > (7 if device == "cuda:7" else 0):
         pytest.skip("this machine has that device")
     parser = dict((tuple(p), q) for p, q in leaf_commands())[tuple(command)]
-    argv = [*command, *_required_args(parser), "--device", device, "--workspace", str(tmp_path / "ws")]
-    assert main(argv) == 2
+    ws = ["--workspace", str(tmp_path / "ws")] if "--workspace" in parser._option_string_actions else []
+    assert main([*command, *_required_args(parser), "--device", device, *ws]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"device={device!r}" in err[0] and "cpu" in err[0], err
     assert not (tmp_path / "ws").exists()
+
+
+def test_the_device_flag_resolves_unset_to_cuda_when_available_else_cpu():
+    import torch
+
+    from workbench.cli.options import chosen_device
+
+    assert chosen_device(argparse.Namespace(device=None)) == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert chosen_device(argparse.Namespace(device="cpu")) == "cpu"
+    with pytest.raises(BadValueError, match=r"device='tpu' is not a torch device; use cpu"):
+        chosen_device(argparse.Namespace(device="tpu"))
 
 
 OUT_COMMANDS = {  # command -> (what --out names, arguments whose work would fail if it started: a bad model)

@@ -94,6 +94,7 @@ def make_cache(
     model=None,
     ensure: bool = False,
     text_field: str = "text",
+    device: str | None = None,
 ):
     """Harvest a cache (`workbench cache`) into <ws>/caches/<name> or `out`; returns the ActivationCache.
 
@@ -114,7 +115,7 @@ def make_cache(
     check_artifact(folder, "caches", {"model_spec": model_spec, "corpus_spec": corpus_spec.split(",")})  # before work
     with output_lock(folder, "workbench cache"):  # one process per output
         if model is None:
-            model, _ = load(model_spec)
+            model, _ = load(model_spec, device=device)
         corpus = load_corpus(corpus_spec, model.tokenizer, seed=corpus_seed, text_field=text_field)
         names = [h for spec in hooks for h in expand_hooks(spec, model.hook_dict)] if hooks else default_hooks(model)
         cache = harvest(model, corpus, names, folder, cfg=cfg, resume=resume, overwrite=overwrite, progress=progress)
@@ -1099,6 +1100,7 @@ def build_features(
     overwrite: bool = False,
     progress: bool = True,
     ensure: bool = False,
+    device: str = "cpu",
 ) -> list:
     """Build (or resume) the feature store beside each SAE (`workbench features build`) and record each
     as a `features` artifact; returns the opened FeatureStores (ensure: a recorded store is opened as it is)."""
@@ -1110,7 +1112,11 @@ def build_features(
     kept = [Path(d) / STORE for d in sae_dirs if ensure and complete(Path(d) / STORE)]
     pending = [d for d in sae_dirs if Path(d) / STORE not in kept]
     out = [FeatureStore(path) for path in kept]
-    built = build_stores(pending, cache_dir, model_spec, cfg, overwrite=overwrite, progress=progress) if pending else []
+    built = (
+        build_stores(pending, cache_dir, model_spec, cfg, overwrite=overwrite, progress=progress, device=device)
+        if pending
+        else []
+    )
     for path in built:
         store = FeatureStore(path)
         m = store.manifest

@@ -18,6 +18,7 @@ import argparse
 import sys
 
 from workbench.cli import app, attention, cache, circuit, demo, features, intervene, ls, model, sae
+from workbench.cli.options import check_device_flag
 from workbench.errors import UserError, os_error_message
 from workbench.guard import check_args
 
@@ -38,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        check_device_flag(args)  # every command's --device, before any work
         check_args(parser, args)  # no output onto or into an input or another artifact, for every command
         args.func(args)
     except UserError as e:

@@ -26,7 +26,9 @@ from workbench.cli.options import (
     CORPUS,
     EMBEDDED_HELP,
     EMBEDDED_SPARSE,
+    add_device_flag,
     add_text_field_flag,
+    chosen_device,
     quiet_flag,
     workspace_flag,
 )
@@ -68,6 +70,7 @@ def add_parser(sub) -> None:
     )
     declare(transcoders, INPUT)
     add_config_flags(c, HeadFlowConfig, HEADS)
+    add_device_flag(c)
     c.set_defaults(func=_compare)
 
 
@@ -226,8 +229,9 @@ def _compare(args) -> None:
     if args.transcoders and not args.sparse:
         raise BadValueError("--transcoders compares two models: pass --sparse too")
     split = config_values(args, HeadFlowConfig, HEADS)["split"]
-    base, _ = load(args.base)
-    sparse = load(args.sparse)[0] if args.sparse else None
+    device = chosen_device(args)
+    base, _ = load(args.base, device=device)
+    sparse = load(args.sparse, device=device)[0] if args.sparse else None
     if args.transcoders:
         return _compare_heads(args, base, sparse)
     res = compare(

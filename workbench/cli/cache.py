@@ -7,9 +7,11 @@ import argparse
 from workbench.cache.config import HarvestConfig
 from workbench.cli.options import (
     CORPUS,
+    add_device_flag,
     add_model_flag,
     add_resume_or_overwrite,
     add_text_field_flag,
+    chosen_device,
     quiet_flag,
     workspace_flag,
 )
@@ -53,6 +55,7 @@ def add_parser(sub) -> None:
         resume="continue an interrupted harvest in the output folder",
         overwrite="replace an existing cache in the output folder",
     )
+    add_device_flag(c)
     c.set_defaults(func=_run)
 
 
@@ -73,6 +76,7 @@ def _run(a: argparse.Namespace) -> None:
         name=a.name,
         corpus_seed=a.seed,
         text_field=a.text_field,
+        device=chosen_device(a),
         resume=a.resume,
         overwrite=a.overwrite,
         progress=not a.quiet,

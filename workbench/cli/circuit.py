@@ -20,7 +20,7 @@ from pathlib import Path
 
 from workbench.circuits.config import QueryConfig, SearchConfig
 from workbench.circuits.feature.graph_config import GraphConfig
-from workbench.cli.options import EMBEDDED_HELP, add_model_flag, workspace_flag
+from workbench.cli.options import EMBEDDED_HELP, add_device_flag, add_model_flag, chosen_device, workspace_flag
 from workbench.configflags import add_config_flags, config_values, count, given
 from workbench.errors import BadValueError
 from workbench.guard import FILE, INPUT, declare, in_place
@@ -115,6 +115,7 @@ def _add_check(circuit) -> None:
     )
     c.add_argument("--member", help="which config of each layer's set (default: the manifest's, else 0)")
     add_config_flags(c, CheckConfig, "check.")
+    add_device_flag(c)
     c.set_defaults(func=_check)
 
 
@@ -152,7 +153,7 @@ def _check(args) -> None:
 
     cfg = CheckConfig(**config_values(args, CheckConfig, "check."))
     path, spec, transcoders, member = _check_inputs(args)
-    model, _ = load(spec)
+    model, _ = load(spec, device=chosen_device(args))
     r = steps.check_graph(Workspace(args.workspace), model, path, transcoders, cfg, member=member)
     s = r["summary"]
     for what in ("nodes", "edges"):
@@ -212,6 +213,7 @@ def _add_find(circuit) -> None:
     declare(out, FILE)
     declare(f.add_argument("--mib", help="also write the EAP-IG/MIB circuit JSON here"), FILE)
     declare(f.add_argument("--neuronpedia", help="also write the Neuronpedia graph JSON here"), FILE)
+    add_device_flag(f)
     f.set_defaults(func=_find)
 
 
@@ -239,6 +241,7 @@ def _add_graph(circuit) -> None:
     g.add_argument("--name", help="the graph's folder in <workspace>/circuits (default: from the prompt)")
     declare(g.add_argument("--out", help="also write the graph JSON (circuit-tracer / Neuronpedia schema) here"), FILE)
     _add_transcoder_flags(g)
+    add_device_flag(g)
     g.set_defaults(func=_graph)
 
 
@@ -269,7 +272,7 @@ def _graph(args) -> None:
         raise BadValueError("--wrong is a second target beside --answer; give --answer too")
     cfg = _graph_cfg(args)
     tset = open_set(args.transcoders)  # a bad set is refused before the model loads; its manifest is read once
-    model, _ = load(args.model)
+    model, _ = load(args.model, device=chosen_device(args))
     g, folder = steps.attribution_graph(
         Workspace(args.workspace),
         model,
@@ -478,7 +481,7 @@ def _find(args) -> None:
 
     cfg = SearchConfig(**config_values(args, SearchConfig, PREFIX))
     query = _check_find_args(args, cfg)
-    model, _ = load(args.model)
+    model, _ = load(args.model, device=chosen_device(args))
     means = None
     if cfg.ablation == "mean":
         from workbench.cache.reader import ActivationCache

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from workbench.cli.options import add_model_flag, quiet_flag, workspace_flag
+from workbench.cli.options import add_device_flag, add_model_flag, chosen_device, quiet_flag, workspace_flag
 from workbench.configflags import add_config_flags, config_values, count
 from workbench.dictionaries.kinds import SAE
 from workbench.errors import BadValueError
@@ -33,6 +33,7 @@ def add_parser(sub) -> None:
     add_model_flag(b, help="the model the cache came from, for logit effects and token text (default: %(default)s)")
     add_config_flags(b, FeatureConfig, PREFIX)
     b.add_argument("--overwrite", action="store_true", help="rebuild a finished or unfinished store from scratch")
+    add_device_flag(b)
     b.set_defaults(func=_build)
     _add_explain(features)
     _add_search(features)
@@ -70,6 +71,7 @@ def _add_explain(features) -> None:
     add_model_flag(e, help="the store's model, for the intervention scorer (default: %(default)s)")
     add_config_flags(e, ExplainConfig, EXPLAIN)
     e.add_argument("--overwrite", action="store_true", help="make finished or unfinished explanations again")
+    add_device_flag(e)
     e.set_defaults(func=_explain)
 
 
@@ -92,6 +94,7 @@ def _explain(a: argparse.Namespace) -> None:
             overwrite=a.overwrite,
             progress=not a.quiet,
             model=a.model,
+            device=chosen_device(a),
         )
         manifest, _ = load_explanations(FeatureStore(path))
         said = summary(FeatureStore(path))
@@ -135,7 +138,14 @@ def _build(a: argparse.Namespace) -> None:
 
     cfg = FeatureConfig(**config_values(a, FeatureConfig, PREFIX))
     for store in steps.build_features(
-        Workspace(a.workspace), a.sae, a.cache, a.model, cfg, overwrite=a.overwrite, progress=not a.quiet
+        Workspace(a.workspace),
+        a.sae,
+        a.cache,
+        a.model,
+        cfg,
+        overwrite=a.overwrite,
+        progress=not a.quiet,
+        device=chosen_device(a),
     ):
         m = store.manifest
         dead = int((store.units["count"] == 0).sum())

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import shutil
 
-from workbench.cli.options import add_model_flag, workspace_flag
+from workbench.cli.options import add_device_flag, add_model_flag, chosen_device, workspace_flag
 from workbench.configflags import count, numbers
 from workbench.guard import FILE, INPUT, declare
 
@@ -103,6 +103,7 @@ def add_parser(sub) -> None:
         action="store_true",
         help="--prompts: continue the stopped batch in the --name folder after its last complete line",
     )
+    add_device_flag(p)
     p.set_defaults(func=_intervene)
 
 
@@ -148,7 +149,7 @@ def _intervene(args) -> None:
         raise BadValueError("--ablate-to mean needs --cache DIR (the mean codes come from its sequences)")
     if args.resume and not prompts:
         raise BadValueError("--resume continues a stopped --prompts batch; a single --prompt has nothing to resume")
-    model, _ = load(args.model)
+    model, _ = load(args.model, device=chosen_device(args))
     r, folder = steps.intervene(
         Workspace(args.workspace),
         model,

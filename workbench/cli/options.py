@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 
+from workbench.config import check_device
+from workbench.errors import BadValueError
 from workbench.guard import INPUT, WORKSPACE, Role, declare
 
 CORPUS = Role("input", split=",")  # a corpus spec: comma-separated files (or synthetic, hf:...)
@@ -36,6 +38,28 @@ def workspace_flag(purpose: str = "that records the artifact", writes=True) -> a
 
 def add_model_flag(p: argparse.ArgumentParser, help: str = MODEL_HELP, flag: str = "--model") -> None:
     declare(p.add_argument(flag, default="tiny", help=help), INPUT)
+
+
+def add_device_flag(p: argparse.ArgumentParser) -> None:
+    """--device for a command that runs a model or a dictionary; read it with `chosen_device`."""
+    p.add_argument(
+        "--device", default=None, help="torch device: cpu, cuda, cuda:1 ... (default: cuda when available, else cpu)"
+    )
+
+
+def check_device_flag(a: argparse.Namespace) -> None:
+    """A command's --device must name a device this machine has: one line naming the way out (`main` runs it first)."""
+    check_device(getattr(a, "device", None), BadValueError)
+
+
+def chosen_device(a: argparse.Namespace) -> str:
+    """The checked --device, resolved: unset is cuda when torch sees a GPU, else cpu (what `models.load` picks)."""
+    check_device_flag(a)
+    if a.device:
+        return a.device
+    import torch  # here: building the CLI's parsers stays torch-free
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def add_text_field_flag(p: argparse.ArgumentParser) -> None:
