@@ -238,31 +238,39 @@ def test_difference_needs_a_second_logit(graph):
     assert torch.is_tensor(GraphNodes(graph, "target").tokens)
 
 
-def _shortcut_model():
-    """One layer, no LayerNorm, d_model 8 (basis e0..e7), tokens 0 BOS, 1 A, 2 B, 3 C, 4 OUT. The mechanism: the head
-    copies 'A' from position 0 into e6 at position 1 (a constant query, a key on position 0's positional e4), and
-    the MLP reads e6 and writes e7, the OUT logit's direction. B's own embedding (e1) reaches nothing."""
+def _blank_model(d_model: int, n_ctx: int, d_head: int, name: str):
+    """A one-layer, one-head, LayerNorm-free model with absolute positions and every weight zero: the hand-set
+    models below fill in only their mechanism (5 tokens, 4 MLP neurons)."""
     from transformer_lens import HookedTransformer, HookedTransformerConfig
 
     cfg = HookedTransformerConfig(
         n_layers=1,
-        d_model=8,
-        n_ctx=4,
-        d_head=8,
+        d_model=d_model,
+        n_ctx=n_ctx,
+        d_head=d_head,
         n_heads=1,
         d_mlp=4,
         d_vocab=5,
         act_fn="relu",
         normalization_type=None,
         positional_embedding_type="standard",
-        model_name="shortcut",
+        model_name=name,
         device="cpu",
     )
     model = HookedTransformer(cfg)
-    e = torch.eye(8)
     with torch.no_grad():
         for p in model.parameters():
             p.zero_()
+    return model
+
+
+def _shortcut_model():
+    """One layer, no LayerNorm, d_model 8 (basis e0..e7), tokens 0 BOS, 1 A, 2 B, 3 C, 4 OUT. The mechanism: the head
+    copies 'A' from position 0 into e6 at position 1 (a constant query, a key on position 0's positional e4), and
+    the MLP reads e6 and writes e7, the OUT logit's direction. B's own embedding (e1) reaches nothing."""
+    model = _blank_model(d_model=8, n_ctx=4, d_head=8, name="shortcut")
+    e = torch.eye(8)
+    with torch.no_grad():
         model.W_E[1], model.W_E[2], model.W_E[3], model.W_E[0] = e[0], e[1], e[2], e[3]
         model.W_pos[0] = e[4]
         model.blocks[0].attn.b_Q[0, 0] = 60.0  # every query: "position 0's key"
@@ -359,28 +367,10 @@ def _previous_token_model(mlp_reads_b: float = 0.0, second_neuron: bool = False)
     embedding reaches the MLP only through the head's QK: zeroed with attention live, the query loses its
     position and the head attends to BOS, which carries nothing. second_neuron: a second MLP neuron reads e6 too and
     writes e7 + e9."""
-    from transformer_lens import HookedTransformer, HookedTransformerConfig
-
-    cfg = HookedTransformerConfig(
-        n_layers=1,
-        d_model=12,
-        n_ctx=3,
-        d_head=2,
-        n_heads=1,
-        d_mlp=4,
-        d_vocab=5,
-        act_fn="relu",
-        normalization_type=None,
-        positional_embedding_type="standard",
-        model_name="previous-token",
-        device="cpu",
-    )
-    model = HookedTransformer(cfg)
+    model = _blank_model(d_model=12, n_ctx=3, d_head=2, name="previous-token")
     e = torch.eye(12)
     attn, mlp = model.blocks[0].attn, model.blocks[0].mlp
     with torch.no_grad():
-        for p in model.parameters():
-            p.zero_()
         model.W_E[0], model.W_E[1], model.W_E[2], model.W_E[3] = e[3], e[0], e[1], e[2]
         model.W_pos[0], model.W_pos[1], model.W_pos[2] = e[4], e[5], e[8]
         attn.W_Q[0, 8, 0], attn.W_K[0, 5, 0] = 60.0, 1.0  # position 2 looks for position 1
