@@ -17,8 +17,6 @@ from workbench.guard import FILE, INPUT, declare
 
 
 def add_parser(sub) -> None:
-    from workbench.interventions.config import ABLATE_TO, OPS, SEMANTICS, InterventionConfig
-
     p = sub.add_parser(
         "intervene",
         parents=[workspace_flag()],
@@ -50,6 +48,22 @@ def add_parser(sub) -> None:
         help="a unit to intervene on (repeat for several): a latent, a block of a block-sparse SAE, or 'scaffold'; "
         "LAYER is required for a transcoder set; none: the clean run",
     )
+    _add_config_flags(p)
+    p.add_argument("--name", help="the result's folder in <workspace>/interventions (default: from the prompt)")
+    declare(p.add_argument("--out", help="also write the result JSON here (--prompts: the JSON lines)"), FILE)
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="--prompts: continue the stopped batch in the --name folder after its last complete line",
+    )
+    add_device_flag(p)
+    p.set_defaults(func=_intervene)
+
+
+def _add_config_flags(p) -> None:
+    """The flags of the intervention itself (InterventionConfig's fields): what is done, where, and how it runs."""
+    from workbench.interventions.config import ABLATE_TO, OPS, SEMANTICS, InterventionConfig
+
     p.add_argument("--op", choices=OPS, default="ablate", help="what is done to the codes (default: %(default)s)")
     p.add_argument(
         "--value",
@@ -96,15 +110,6 @@ def add_parser(sub) -> None:
     p.add_argument("--sample", action="store_true", help="sample the continuations (default: greedy)")
     p.add_argument("--seed", type=count(0), default=0, help="sampling seed, the same for both (default: %(default)s)")
     p.add_argument("--top-k", type=count(1), default=10, help="next tokens reported (default: %(default)s)")
-    p.add_argument("--name", help="the result's folder in <workspace>/interventions (default: from the prompt)")
-    declare(p.add_argument("--out", help="also write the result JSON here (--prompts: the JSON lines)"), FILE)
-    p.add_argument(
-        "--resume",
-        action="store_true",
-        help="--prompts: continue the stopped batch in the --name folder after its last complete line",
-    )
-    add_device_flag(p)
-    p.set_defaults(func=_intervene)
 
 
 def _config(args, prompts=None):
