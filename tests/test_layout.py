@@ -12,6 +12,9 @@ TESTED_ELSEWHERE = {
     "cache/prefetch.py": "cache/test_reader.py (the reader's prefetching windows)",
     "cache/shards.py": "cache/test_writer.py",
     "cache/stats.py": "cache/test_writer.py and cache/test_reader.py",
+    "interventions/batch.py": "interventions/test_intervene_cli.py (streamed lines, resume, refusals)",
+    "sae/sparsity.py": "sae/test_jumprelu.py, sae/test_gated.py, sae/test_standard.py, sae/test_architectures.py "
+    "(the coefficient controller and the straight-through step of every penalised SAE)",
     "circuits/component/hooks.py": "circuits/component/test_attribute.py, circuits/component/test_patching.py",
     "circuits/component/report.py": "test_cli.py (`circuit report`)",
     "circuits/component/types.py": "circuits/component/test_export.py and circuits/test_schema.py (the Circuit format)",
@@ -19,7 +22,6 @@ TESTED_ELSEWHERE = {
     "circuits/feature/feature_search.py": "circuits/feature/test_feature_circuit.py (the node search)",
     "circuits/feature/graph_config.py": "circuits/feature/test_feature_cli.py and attention/test_head_flow.py",
     "circuits/feature/graph_heads.py": "circuits/feature/test_attribution_graph.py (head split, QK attribution)",
-    "circuits/feature/graph_json.py": "circuits/feature/test_attribution_graph.py (export) and app tests",
     "circuits/feature/influence.py": "circuits/feature/test_attribution_graph.py (pruning and scores)",
     "circuits/feature/replacement.py": "circuits/feature/test_attribution_graph.py (every edge vs an intervention)",
     "cli/__main__.py": "test_cli.py (`python -m workbench.cli`)",

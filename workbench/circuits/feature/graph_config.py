@@ -11,6 +11,8 @@ from workbench.errors import BadValueError
 
 SHARE = {"min": 0, "max": 1, "open": "min"}  # a share of influence kept (circuit-tracer's defaults 0.8, 0.98)
 
+HEAD_SHARE = 0.05  # heads listed on a link (graph_json) and given QK sources (graph_qk): at least this share of its |weight| split
+
 
 def check_threshold(name: str, value: float) -> float:
     if not (isinstance(value, (int, float)) and 0 < value <= 1):

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from workbench.atomic import write_json
 from workbench.circuits.component.export import _cantor, validate_neuronpedia
-
-HEAD_SHARE = 0.05  # heads listed on a link: those carrying at least this share of its |weight| split
+from workbench.circuits.feature.graph_config import HEAD_SHARE
 
 
 def _node(g, node: int, influence: float, labels: dict) -> dict:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from workbench.circuits.feature.graph_json import HEAD_SHARE
+from workbench.circuits.feature.graph_config import HEAD_SHARE
 from workbench.circuits.feature.replacement import ActiveFeatures, ReplacementModel, source_rows
 from workbench.errors import BadValueError
 
