@@ -23,6 +23,8 @@ import re
 from contextlib import contextmanager
 from pathlib import Path
 
+import yaml
+
 from workbench.atomic import jsonable, sha256_file, write_json
 from workbench.errors import DamagedFileError, MissingInputError, UserError
 
@@ -81,8 +83,6 @@ def json_file(path, what: str, way_out: str = "", *, fields: dict | None = None,
 
 def yaml_file(path, what: str, way_out: str = "", *, fields: dict | None = None, top: type = dict):
     """The parsed YAML of a file another tool wrote (safe_load: plain data only), checked as json_file checks."""
-    import yaml
-
     path = Path(path)
     _exists(path, what)
     with reading(path, what, way_out):

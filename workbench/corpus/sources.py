@@ -19,6 +19,7 @@ import json
 import platform
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from pydoc_data.topics import topics
 
 import numpy as np
 
@@ -147,8 +148,6 @@ def pydoc_spec() -> str:
 def _pydoc_texts() -> Iterator[str]:
     """The paragraphs of the standard library's documentation topics (the text `help('if')` prints), in topic
     order: English prose with code samples that every Python install carries."""
-    from pydoc_data.topics import topics
-
     for key in sorted(topics):
         yield from (p.strip() for p in topics[key].split("\n\n") if p.strip())
 

@@ -13,6 +13,7 @@ from importlib import metadata
 from pathlib import Path
 
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from workbench.atomic import sha256_file
 from workbench.errors import ModelSpecError
@@ -58,8 +59,6 @@ def _gguf():
 
 def read(path: Path, dtype: torch.dtype = torch.float32):
     """(transformers model de-quantized to `dtype`, the file's tokenizer), read with local files only."""
-    from transformers import AutoModelForCausalLM
-
     _gguf()
     where, name = str(Path(path).parent), Path(path).name
     try:
@@ -76,8 +75,6 @@ def read(path: Path, dtype: torch.dtype = torch.float32):
 
 def read_tokenizer(path: Path):
     """The tokenizer the GGUF file carries (its vocabulary and merges), without reading the weights."""
-    from transformers import AutoTokenizer
-
     return AutoTokenizer.from_pretrained(str(Path(path).parent), gguf_file=Path(path).name, local_files_only=True)
 
 
