@@ -7,7 +7,8 @@ be installed beside the workbench; sae_lens and circuit-tracer run in the tests 
 1. a random GPT-2 folder saved by transformers (tests/hf_folders.py) imported as a workspace model; rows of its
    activations at the hooks (random tokens; training rows and held-out rows from other sequences);
 2. in bench/.venv-sae: sparsify SparseCoders (an SAE on `h.1`, transcoders on `h.0.mlp` and `h.1.mlp`) and
-   dictionary_learning AutoEncoder / AutoEncoderTopK trained with the libraries' own code on the training rows,
+   dictionary_learning AutoEncoder, AutoEncoderTopK, BatchTopKSAE, MatryoshkaBatchTopKSAE, JumpReluAutoEncoder and
+   GatedAutoEncoder trained with the libraries' own code on the training rows,
    saved as the libraries save them, loaded back by their own loaders, their codes and outputs of the held-out
    rows written; the Hugging Face model's module inputs/outputs on the held-out tokens too;
 3. `sae import` of each (hooks from the run's config; dictionary_learning's free-text submodule_name needs --hook,
@@ -45,7 +46,11 @@ SPARSIFY = {
     "sparsify-tc": {f"h.{i}.mlp": [MLP_IN[i], TC[i][1]] for i in TC},
 }
 # dictionary_learning records a free-text submodule_name: one names a TransformerLens hook, one does not (--hook)
-DL = {"topk": RESID, "standard": "resid_post_layer_1"}
+DL = {
+    "topk": RESID,
+    "standard": "resid_post_layer_1",
+    **{name: RESID for name in ("batchtopk", "matryoshka", "jumprelu", "gated")},
+}
 
 
 def rows(model, n_train: int, n_eval: int, seq: int = 32, seed: int = 0) -> dict:

@@ -62,37 +62,51 @@ def train_sparsify(rows: dict, points: dict, steps: int, out: Path) -> dict:
     return {p: SparseCoder.load_from_disk(out / p) for p in points}
 
 
-def train_dictionary_learning(x: torch.Tensor, steps: int, out: Path, submodules: dict) -> dict:
-    """AutoEncoder (StandardTrainer) and AutoEncoderTopK (TopKTrainer) trained with their own update(), saved as
-    trainSAE saves them; returns {name: the dictionary loaded back by its own from_pretrained}."""
-    from dictionary_learning.dictionary import AutoEncoder
+def dl_trainers(steps: int, d: int, submodules: dict) -> dict:
+    """One trainer per dictionary_learning class the workbench imports, each with the library's own update()."""
+    from dictionary_learning.trainers.batch_top_k import BatchTopKTrainer
+    from dictionary_learning.trainers.gdm import GatedSAETrainer
+    from dictionary_learning.trainers.jumprelu import JumpReluTrainer
+    from dictionary_learning.trainers.matryoshka_batch_top_k import MatryoshkaBatchTopKTrainer
     from dictionary_learning.trainers.standard import StandardTrainer
-    from dictionary_learning.trainers.top_k import AutoEncoderTopK, TopKTrainer
+    from dictionary_learning.trainers.top_k import TopKTrainer
 
-    d = x.shape[1]
-    common_kw = dict(steps=steps, activation_dim=d, dict_size=4 * d, layer=1, lm_name="byo", device="cpu")
-    trainers = {
-        "standard": StandardTrainer(
-            **common_kw,
-            lr=1e-3,
-            l1_penalty=0.1,
-            warmup_steps=0,
-            sparsity_warmup_steps=None,
-            submodule_name=submodules["standard"],
-        ),
-        "topk": TopKTrainer(**common_kw, k=4, lr=1e-3, warmup_steps=0, submodule_name=submodules["topk"]),
+    common = dict(steps=steps, activation_dim=d, dict_size=4 * d, layer=1, lm_name="byo", device="cpu")
+    # thresholds start learning at step steps // 4 (the library's default, 1000, is past a short run's end)
+    topk = dict(k=4, lr=1e-3, warmup_steps=0, threshold_start_step=steps // 4)
+    made = {
+        "standard": (StandardTrainer, dict(lr=1e-3, l1_penalty=0.1, warmup_steps=0, sparsity_warmup_steps=None)),
+        "topk": (TopKTrainer, dict(k=4, lr=1e-3, warmup_steps=0)),
+        "batchtopk": (BatchTopKTrainer, topk),
+        "matryoshka": (MatryoshkaBatchTopKTrainer, topk | dict(group_fractions=[0.25, 0.75])),
+        "jumprelu": (JumpReluTrainer, dict(lr=1e-3, warmup_steps=0, sparsity_warmup_steps=None, target_l0=4.0)),
+        "gated": (GatedSAETrainer, dict(lr=1e-3, warmup_steps=0, sparsity_warmup_steps=None)),
     }
-    for name, trainer in trainers.items():
+    return {name: cls(**common, **kw, submodule_name=submodules[name]) for name, (cls, kw) in made.items()}
+
+
+def train_dictionary_learning(x: torch.Tensor, steps: int, out: Path, submodules: dict) -> dict:
+    """Each dictionary_learning class trained with its trainer's own update(), saved as trainSAE saves it; returns
+    {name: the dictionary loaded back by its class's own from_pretrained}."""
+    for name, trainer in dl_trainers(steps, x.shape[1], submodules).items():
         for step in range(steps):
             trainer.update(step, x[torch.arange(step * 64, (step + 1) * 64) % x.shape[0]])
         (out / name).mkdir(parents=True, exist_ok=True)
         torch.save({k: v.cpu() for k, v in trainer.ae.state_dict().items()}, out / name / "ae.pt")
         config = {k: (v.item() if torch.is_tensor(v) else v) for k, v in trainer.config.items()}
         (out / name / "config.json").write_text(json.dumps({"trainer": config}, indent=4))
-    return {
-        "standard": AutoEncoder.from_pretrained(out / "standard" / "ae.pt", normalize_decoder=False),
-        "topk": AutoEncoderTopK.from_pretrained(out / "topk" / "ae.pt"),
-    }
+    return {name: dl_load(out / name) for name in submodules}
+
+
+def dl_load(folder: Path):
+    """A saved dictionary read back by its class's own from_pretrained (the class its config names)."""
+    from dictionary_learning import dictionary
+    from dictionary_learning.trainers import batch_top_k, matryoshka_batch_top_k, top_k
+
+    cls = json.loads((folder / "config.json").read_text())["trainer"]["dict_class"]
+    modules = (dictionary, top_k, batch_top_k, matryoshka_batch_top_k)
+    loader = next(getattr(m, cls) for m in modules if hasattr(m, cls)).from_pretrained
+    return loader(folder / "ae.pt", normalize_decoder=False) if cls == "AutoEncoder" else loader(folder / "ae.pt")
 
 
 def hf_activations(model_dir: str, tokens: torch.Tensor, modules: list[str]) -> dict:

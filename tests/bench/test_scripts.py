@@ -232,7 +232,7 @@ def test_byo_roundtrip_equals_sparsify_and_dictionary_learning(tmp_path):
     text = out.read_text()
     _names_the_commit(text)
     rows = [ln for ln in text.splitlines() if re.match(r"\| (sparsify|dictionary_learning|dl-topk|h\.)", ln)]
-    assert len(rows) == 5 + 3 + 5, text
+    assert len(rows) == 9 + 3 + 5, text
     for row in rows:
         diffs = [float(x) for x in re.findall(r"\d\.\d\de[+-]\d\d", row)]
         assert diffs and max(diffs) < 1e-5, row

@@ -112,21 +112,87 @@ def test_sparsify_files_that_do_not_fit_are_refused_by_name(bound, tmp_path):  #
         steps.import_sae(ws, tmp_path / "one", spec, model=model, name="groupmax")
 
 
+def _dl_weights(cls: str) -> dict:
+    """The state dict dictionary_learning 0.1.0's `cls` saves (its tensors' names and orientations)."""
+    lin = {
+        "encoder.weight": _rand(N, D, seed=1),
+        "encoder.bias": _rand(N, seed=2),
+        "decoder.weight": _rand(D, N, seed=3),
+    }
+    params = {
+        "W_enc": _rand(D, N, seed=1),
+        "b_enc": _rand(N, seed=2),
+        "W_dec": _rand(N, D, seed=3),
+        "b_dec": _rand(D, seed=4),
+    }
+    topk = {"b_dec": _rand(D, seed=4), "k": torch.tensor(K, dtype=torch.int), "threshold": torch.tensor(-1.0)}
+    return {
+        "AutoEncoder": lambda: lin | {"bias": _rand(D, seed=4)},
+        "AutoEncoderTopK": lambda: lin | topk,
+        "BatchTopKSAE": lambda: lin | topk | {"threshold": torch.tensor(0.3)},
+        "MatryoshkaBatchTopKSAE": lambda: (
+            params | {"k": topk["k"], "threshold": torch.tensor(0.3), "group_sizes": torch.tensor([16, 48])}
+        ),
+        "JumpReluAutoEncoder": lambda: params | {"threshold": _rand(N, seed=5)},  # some below 0
+        "GatedAutoEncoder": lambda: {
+            "encoder.weight": lin["encoder.weight"],
+            "decoder.weight": lin["decoder.weight"],
+            "decoder_bias": _rand(D, seed=4),
+            "r_mag": _rand(N, seed=5) * 0.3,
+            "gate_bias": _rand(N, seed=6),
+            "mag_bias": _rand(N, seed=7),
+        },
+    }[cls]()
+
+
 def _dictionary_learning(out, cls: str, submodule: str) -> dict:
     """A dictionary_learning save folder: ae.pt (the module's state dict) and config.json {"trainer": ...}."""
     out.mkdir(parents=True)
-    w = {"encoder.weight": _rand(N, D, seed=1), "encoder.bias": _rand(N, seed=2), "decoder.weight": _rand(D, N, seed=3)}
-    if cls == "AutoEncoder":
-        w["bias"] = _rand(D, seed=4)
-    else:
-        w |= {"b_dec": _rand(D, seed=4), "k": torch.tensor(K, dtype=torch.int), "threshold": torch.tensor(-1.0)}
+    w = _dl_weights(cls)
     torch.save(w, out / "ae.pt")
     trainer = {"dict_class": cls, "activation_dim": D, "dict_size": N, "layer": 1, "submodule_name": submodule}
     (out / "config.json").write_text(json.dumps({"trainer": trainer}))
     return w
 
 
-@pytest.mark.parametrize("cls", ["AutoEncoder", "AutoEncoderTopK"])
+def _dl_formula(cls: str, w: dict, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Codes and reconstruction by each class's encode/decode in dictionary_learning 0.1.0, written out."""
+    if cls == "GatedAutoEncoder":
+        pre = (x - w["decoder_bias"]) @ w["encoder.weight"].T
+        codes = (pre + w["gate_bias"] > 0) * torch.relu(w["r_mag"].exp() * pre + w["mag_bias"])
+        return codes, codes @ w["decoder.weight"].T + w["decoder_bias"]
+    if cls == "JumpReluAutoEncoder":  # its loader leaves apply_b_dec_to_input False
+        pre = x @ w["W_enc"] + w["b_enc"]
+        codes = torch.relu(pre * (pre > w["threshold"]))
+        return codes, codes @ w["W_dec"] + w["b_dec"]
+    b = w["bias"] if cls == "AutoEncoder" else w["b_dec"]
+    if "W_enc" in w:
+        pre = torch.relu((x - b) @ w["W_enc"] + w["b_enc"])
+    else:
+        pre = torch.relu((x - b) @ w["encoder.weight"].T + w["encoder.bias"])
+    if cls == "AutoEncoderTopK":  # ReLU, then the k largest
+        top = pre.topk(K, dim=-1)
+        pre = torch.zeros_like(pre).scatter(-1, top.indices, top.values)
+    elif "threshold" in w:  # BatchTopK and Matryoshka once trained: ReLU, then zero at or below the threshold
+        pre = pre * (pre > w["threshold"])
+    dec = w["W_dec"] if "W_dec" in w else w["decoder.weight"].T
+    return pre, pre @ dec + b
+
+
+ARCHITECTURE = {"AutoEncoder": "standard", "AutoEncoderTopK": "workbench_scaffold", "GatedAutoEncoder": "gated"}
+
+
+@pytest.mark.parametrize(
+    "cls",
+    [
+        "AutoEncoder",
+        "AutoEncoderTopK",
+        "BatchTopKSAE",
+        "MatryoshkaBatchTopKSAE",
+        "JumpReluAutoEncoder",
+        "GatedAutoEncoder",
+    ],
+)
 def test_a_dictionary_learning_ae_imports_equal_to_its_formula(bound, tmp_path, cls):  # noqa: F811
     ws, model, spec, _ = bound
     w = _dictionary_learning(tmp_path / cls, cls, "resid_post_layer_1")
@@ -134,18 +200,13 @@ def test_a_dictionary_learning_ae_imports_equal_to_its_formula(bound, tmp_path, 
         steps.import_sae(ws, tmp_path / cls, spec, model=model)
     hook = "blocks.1.hook_resid_post"
     summary, folder = steps.import_sae(ws, tmp_path / cls, spec, model=model, hook=hook, name=f"dl-{cls}")
-    assert summary["hook"] == hook and summary["architecture"] == (
-        "standard" if cls == "AutoEncoder" else "workbench_scaffold"
-    )
+    assert summary["hook"] == hook and summary["architecture"] == ARCHITECTURE.get(cls, "jumprelu")
     x = torch.randn(50, D, generator=torch.Generator().manual_seed(5)) * 3
-    b = w["bias"] if cls == "AutoEncoder" else w["b_dec"]
-    pre = torch.relu((x - b) @ w["encoder.weight"].T + w["encoder.bias"])
-    if cls == "AutoEncoderTopK":  # dictionary_learning's AutoEncoderTopK.encode: ReLU, then the k largest
-        top = pre.topk(K, dim=-1)
-        pre = torch.zeros_like(pre).scatter(-1, top.indices, top.values)
+    codes, out = _dl_formula(cls, w, x)
+    assert 0 < (codes > 0).float().mean() < 1  # the thresholds and gates both open and close here
     ours = load_sae(folder)
-    torch.testing.assert_close(ours.encode(x), pre, atol=1e-5, rtol=0)
-    torch.testing.assert_close(ours(x), pre @ w["decoder.weight"].T + b, atol=1e-5, rtol=0)
+    torch.testing.assert_close(ours.encode(x), codes, atol=1e-5, rtol=0)
+    torch.testing.assert_close(ours(x), out, atol=1e-5, rtol=0)
 
 
 def test_a_sparsify_export_writes_back_the_files_it_came_from(bound, tmp_path, capsys):  # noqa: F811
@@ -238,9 +299,9 @@ def test_what_the_hook_table_cannot_map_is_refused_by_name(bound, tmp_path):  # 
         foreign.hf_hookpoint("blocks.1.ln2.hook_normalized", "blocks.1.hook_mlp_out", gemma2)
     ws, model, spec, src = bound
     _dictionary_learning(tmp_path / "jump", "AutoEncoderTopK", "blocks.1.hook_resid_post")
-    trainer = {"dict_class": "JumpReluAutoEncoder", "submodule_name": "blocks.1.hook_resid_post"}
+    trainer = {"dict_class": "AutoEncoderNew", "submodule_name": "blocks.1.hook_resid_post"}
     (tmp_path / "jump" / "config.json").write_text(json.dumps({"trainer": trainer}))
-    with pytest.raises(BadValueError, match="dict_class 'JumpReluAutoEncoder' does not import; valid: AutoEncoder"):
+    with pytest.raises(BadValueError, match="dict_class 'AutoEncoderNew' does not import; valid: AutoEncoder, .*Gated"):
         steps.import_sae(ws, tmp_path / "jump", spec, model=model)
     with pytest.raises(BadValueError, match="--hook is for sparsify and dictionary_learning files"):
         steps.import_sae(ws, src["topk"], spec, model=model, hook="blocks.1.hook_resid_post")

@@ -13,7 +13,11 @@ a transcoder does not.
 dictionary_learning saves `ae.pt` (a state dict) beside `config.json` ({"trainer": {dict_class, ...}});
 `AutoEncoder` (ReLU of encoder(x - bias)) becomes SAELens `standard`, `AutoEncoderTopK` (Top-k of
 ReLU(encoder(x - b_dec))) the workbench's Top-k SAE; nn.Linear stores the decoder [d_in, n], so it is
-transposed. Its `submodule_name` is free text; when it is not one of the model's hooks, --hook names it.
+transposed. `BatchTopKSAE` and `MatryoshkaBatchTopKSAE` encode, once trained, by their learned scalar threshold
+(ReLU, then zero below it: their `encode`'s default; the batch top-k is a training-time rule), so they become
+SAELens `jumprelu` with that threshold on every latent; `JumpReluAutoEncoder` (ReLU of the jump) becomes
+`jumprelu` too, `GatedAutoEncoder` SAELens `gated`. A threshold below 0 reads as 0 (ReLU first makes them
+equal). Its `submodule_name` is free text; when it is not one of the model's hooks, --hook names it.
 """
 
 from __future__ import annotations
@@ -28,7 +32,14 @@ from workbench.readback import confined, damaged, json_file, safetensors_file, t
 # `sae import --format` choices (here, not in imports.py: the CLI reads them without importing torch)
 FORMATS = ("auto", "saelens", "sparsify", "circuit-tracer", "dictionary-learning")
 SPARSIFY_WEIGHTS, RUN_CONFIG, DL_WEIGHTS = "sae.safetensors", "config.json", "ae.pt"
-DL_CLASSES = ("AutoEncoder", "AutoEncoderTopK")
+DL_CLASSES = (
+    "AutoEncoder",
+    "AutoEncoderTopK",
+    "BatchTopKSAE",
+    "MatryoshkaBatchTopKSAE",
+    "JumpReluAutoEncoder",
+    "GatedAutoEncoder",
+)
 # a Hugging Face decoder layer, its MLP or its attention, under the base model's layer list (h: GPT-2)
 HOOKPOINT = re.compile(r"^(?:[\w.]*\.)?(?:h|layers)\.(\d+)(?:\.(mlp|attn|self_attn|attention))?$")
 
@@ -215,11 +226,26 @@ def _trainer(src: Path) -> dict:
 
 def _dl_class(source: Path, state) -> str:
     """The dictionary_learning class of `source` (its config's dict_class, else told by a `k`), one that imports."""
-    cls = _trainer(source.parent).get("dict_class")
-    cls = cls or ("AutoEncoderTopK" if isinstance(state, dict) and "k" in state else "AutoEncoder")
+    cls = _trainer(source.parent).get("dict_class") or _dl_class_of(state)
     if cls not in DL_CLASSES:
         raise BadValueError(f"{source}: dict_class {cls!r} does not import; valid: {', '.join(DL_CLASSES)}")
     return cls
+
+
+def _dl_class_of(state) -> str:
+    """A dictionary_learning class told by its tensors, for an ae.pt saved without its config.json. BatchTopKSAE
+    holds the same tensors as AutoEncoderTopK (a `k` and a `threshold`), so without its config's dict_class it is read
+    as AutoEncoderTopK (per-token Top-k), as before BatchTopKSAE imported."""
+    keys = set(state) if isinstance(state, dict) else set()
+    for cls, marker in (
+        ("GatedAutoEncoder", "r_mag"),
+        ("MatryoshkaBatchTopKSAE", "group_sizes"),
+        ("JumpReluAutoEncoder", "W_enc"),
+        ("AutoEncoderTopK", "k"),
+    ):
+        if marker in keys:
+            return cls
+    return "AutoEncoder"
 
 
 # the tensors of each format, by name: their shapes in named dimensions (workbench.readback.tensors)
@@ -230,24 +256,36 @@ SPARSIFY_SHAPES = {
     "b_dec": ("d_out",),
     "W_skip": ("d_out", "d_in"),
 }
-DL_SHAPES = {
-    "encoder.weight": ("n", "d_in"),
-    "encoder.bias": ("n",),
-    "decoder.weight": ("d_in", "n"),
-    "bias": ("d_in",),
-    "b_dec": ("d_in",),
-    "k": (),
+_LINEAR = {"encoder.weight": ("n", "d_in"), "encoder.bias": ("n",), "decoder.weight": ("d_in", "n")}
+_PARAMS = {"W_enc": ("d_in", "n"), "b_enc": ("n",), "W_dec": ("n", "d_in"), "b_dec": ("d_in",)}
+_TOPK = {**_LINEAR, "b_dec": ("d_in",), "k": ()}
+DL_SHAPES = {  # per class: its tensors, and those it may lack
+    "AutoEncoder": ({**_LINEAR, "bias": ("d_in",)}, ()),
+    "AutoEncoderTopK": ({**_TOPK, "threshold": ()}, ("threshold",)),
+    "BatchTopKSAE": ({**_TOPK, "threshold": ()}, ()),
+    "MatryoshkaBatchTopKSAE": ({**_PARAMS, "k": (), "threshold": (), "group_sizes": ("groups",)}, ()),
+    "JumpReluAutoEncoder": ({**_PARAMS, "threshold": ("n",)}, ()),
+    "GatedAutoEncoder": (
+        {
+            "encoder.weight": ("n", "d_in"),
+            "decoder.weight": ("d_in", "n"),
+            "decoder_bias": ("d_in",),
+            "r_mag": ("n",),
+            "gate_bias": ("n",),
+            "mag_bias": ("n",),
+        },
+        (),
+    ),
 }
 
 
 def _state(member: Member) -> dict:
     """The member's tensors, read through workbench.readback and checked (names, dtypes, shapes, finite)."""
     if member.source.name == DL_WEIGHTS:
-        state = torch_file(member.source, "dictionary_learning state dict (ae.pt)")
-        optional = ("bias",) if _dl_class(member.source, state) == "AutoEncoderTopK" else ("b_dec", "k")
-        tensors(
-            member.source, "dictionary_learning state dict (ae.pt)", state, DL_SHAPES, optional=optional, ints=("k",)
-        )
+        what = "dictionary_learning state dict (ae.pt)"
+        state = torch_file(member.source, what)
+        shapes, optional = DL_SHAPES[_dl_class(member.source, state)]
+        tensors(member.source, what, state, shapes, optional=optional, ints=("k", "group_sizes"))
     else:
         state = safetensors_file(member.source, "sparsify weights")
         tensors(member.source, "sparsify weights", state, SPARSIFY_SHAPES, optional=("W_skip",))
@@ -256,11 +294,7 @@ def _state(member: Member) -> dict:
 
 def to_saelens(member: Member, dest: Path, model_id: str) -> Path:
     """Write `member` as a SAELens folder in `dest`, bound to `model_id`."""
-    import torch
-    from sae_lens import StandardSAE, StandardSAEConfig
     from sae_lens.saes.sae import SAEMetadata
-
-    from workbench.sae.saelens import ScaffoldSAE, ScaffoldSAEConfig, TopKTranscoderConfig
 
     w = _state(member)
     meta = SAEMetadata(model_name=model_id, hook_name=member.hook, hook_name_out=member.target)
@@ -269,23 +303,35 @@ def to_saelens(member: Member, dest: Path, model_id: str) -> Path:
     else:
         kind, state, k = _sparsify(member, w)
         state = fold_affine(state, member.affine)
-    d_sae, d_in = state["W_enc"].shape[1], state["W_enc"].shape[0]
-    if kind == "standard":
-        cfg = StandardSAEConfig(d_in=d_in, d_sae=d_sae, apply_b_dec_to_input=True, metadata=meta)
-        sae = StandardSAE(cfg)
-    else:
-        d_out, skip = state["W_dec"].shape[1], "W_skip" in state
-        common = dict(d_in=d_in, d_sae=d_sae, k=k, base="topk", metadata=meta)
-        if member.target:
-            cfg = TopKTranscoderConfig(**common, d_out=d_out, skip=skip, apply_b_dec_to_input=False)
-            state["b_in"] = torch.zeros(d_in)
-        else:
-            cfg = ScaffoldSAEConfig(**common, apply_b_dec_to_input=True)
-        state |= {"scaffold_V": torch.zeros(d_in, 0), "threshold": torch.zeros(d_sae)}
-        sae = ScaffoldSAE(cfg)
+    sae = _saelens_sae(kind, state, k, member, meta)
     sae.load_state_dict({k: v.contiguous() for k, v in state.items()})
     sae.save_model(str(dest))
     return dest
+
+
+def _saelens_sae(kind: str, state: dict, k: int, member: Member, meta):
+    """The empty SAELens module of `kind` for `state` (a Top-k one gains the scaffold's empty tensors in place)."""
+    import torch
+    from sae_lens import GatedSAE, GatedSAEConfig, JumpReLUSAE, JumpReLUSAEConfig, StandardSAE, StandardSAEConfig
+
+    from workbench.sae.saelens import ScaffoldSAE, ScaffoldSAEConfig, TopKTranscoderConfig
+
+    d_in, d_sae = state["W_enc"].shape
+    b_dec_in = state.pop("apply_b_dec_to_input", True)  # every kind subtracts b_dec first but a JumpReLU AE
+    plain = {"standard": (StandardSAE, StandardSAEConfig), "jumprelu": (JumpReLUSAE, JumpReLUSAEConfig)}
+    plain["gated"] = (GatedSAE, GatedSAEConfig)
+    if kind in plain:
+        module, config = plain[kind]
+        return module(config(d_in=d_in, d_sae=d_sae, apply_b_dec_to_input=b_dec_in, metadata=meta))
+    d_out, skip = state["W_dec"].shape[1], "W_skip" in state
+    common = dict(d_in=d_in, d_sae=d_sae, k=k, base="topk", metadata=meta)
+    if member.target:
+        cfg = TopKTranscoderConfig(**common, d_out=d_out, skip=skip, apply_b_dec_to_input=False)
+        state["b_in"] = torch.zeros(d_in)
+    else:
+        cfg = ScaffoldSAEConfig(**common, apply_b_dec_to_input=True)
+    state |= {"scaffold_V": torch.zeros(d_in, 0), "threshold": torch.zeros(d_sae)}
+    return ScaffoldSAE(cfg)
 
 
 def _sparsify(member: Member, w: dict) -> tuple[str, dict, int]:
@@ -306,11 +352,22 @@ def _sparsify(member: Member, w: dict) -> tuple[str, dict, int]:
 
 
 def _dictionary_learning(member: Member, w: dict) -> tuple[str, dict, int]:
+    """The SAELens kind, state and k of a dictionary_learning class (see the module docstring)."""
     cls = _dl_class(member.source, w)  # its tensors checked by _state
-    state = {"W_enc": w["encoder.weight"].T, "b_enc": w["encoder.bias"], "W_dec": w["decoder.weight"].T}
+    if cls == "GatedAutoEncoder":
+        state = {"W_enc": w["encoder.weight"].T, "b_gate": w["gate_bias"], "r_mag": w["r_mag"], "b_mag": w["mag_bias"]}
+        return "gated", state | {"W_dec": w["decoder.weight"].T, "b_dec": w["decoder_bias"]}, 0
+    if "W_enc" in w:  # Matryoshka and JumpReLU keep their weights as parameters, already [d_in, n] and [n, d_in]
+        state = {name: w[name] for name in ("W_enc", "b_enc", "W_dec", "b_dec")}
+    else:
+        state = {"W_enc": w["encoder.weight"].T, "b_enc": w["encoder.bias"], "W_dec": w["decoder.weight"].T}
     if cls == "AutoEncoder":
         return "standard", state | {"b_dec": w["bias"]}, 0
-    return "topk", state | {"b_dec": w["b_dec"]}, int(w["k"])
+    if cls == "AutoEncoderTopK":
+        return "topk", state | {"b_dec": w["b_dec"]}, int(w["k"])
+    threshold = w["threshold"].clamp(min=0).expand(state["W_enc"].shape[1]).clone()
+    b_dec_in = cls != "JumpReluAutoEncoder"  # its loader leaves apply_b_dec_to_input False
+    return "jumprelu", state | {"b_dec": w["b_dec"], "threshold": threshold, "apply_b_dec_to_input": b_dec_in}, 0
 
 
 def hf_hookpoint(hook: str, target: str | None, model) -> str:
