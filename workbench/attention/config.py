@@ -26,6 +26,9 @@ DUAL_STREAMS = ("train", "heldout")
 # weights fine-tune ("none"), the frozen base with frozen weights ("frozen": only the gates learn), or an ungated
 # copy fine-tuned in lockstep on the same batches ("finetune")
 CONTROLS = ("none", "frozen", "finetune")
+# under control "finetune", what the tolerance holds the sparse model to: the control alone, or both the control and
+# the frozen base (the lower of their CEs), so a control that fine-tuning made worse cannot loosen the constraint
+REFERENCES = ("control", "both")
 DEFAULT_LR = 1e-4  # AdamW on the model's weights when they train (control "none" or "finetune")
 
 
@@ -158,6 +161,22 @@ class SparsifyConfig(Config):
             "choices": CONTROLS,
         },
     )
+    reference: str = field(
+        default="both",
+        metadata={
+            "help": "under --control finetune, what the tolerance is held to: the control alone, or both the control "
+            "and the frozen base (the lower CE of the two, in the dual step, the selection and the verdict)",
+            "choices": REFERENCES,
+        },
+    )
+    control_average: float = field(
+        default=0.0,
+        metadata={
+            "help": "under --control finetune, the decay of a running average of the control's weights that its "
+            "evaluations use (selection, held-out dual, verdict, the saved control/); 0: its weights as they are",
+            **SHARE,
+        },
+    )
     # AdamW on the model's own weights (0 freezes them: only the gates learn); None: 1e-4, or 0 under control "frozen"
     lr: float | None = field(default=None, metadata={"min": 0})
     gate_lr: float = field(default=3e-2, metadata=POSITIVE)  # AdamW on the gates' scale and bias
@@ -228,6 +247,11 @@ class SparsifyConfig(Config):
             raise ConfigError(
                 "lr=0 with control 'finetune': a control that does not train equals the frozen base; "
                 "give lr > 0, or choose --control frozen"
+            )
+        if self.control != "finetune" and self.control_average:
+            raise ConfigError(
+                f"control_average={self.control_average} with control {self.control!r}: only the fine-tuned "
+                "control has weights to average; choose --control finetune or drop --control-average"
             )
         if self.control == "finetune" and self.dual_ce == "fixed":
             raise ConfigError(

@@ -30,7 +30,7 @@ from workbench.attention.config import RESUME_FREE, SparsifyConfig
 from workbench.attention.constraint import Multiplier
 from workbench.attention.control import FineTunedControl
 from workbench.attention.report import build_report, heldout, measure, stack, summarise, write_report
-from workbench.attention.verdict import dual_sequences, feasible, paired_difference, verdict_sequences
+from workbench.attention.verdict import admitted, dual_sequences, judge_both, paired_difference, verdict_sequences
 from workbench.checkpoint import default_device, dist_info
 from workbench.errors import BadValueError, DamagedFileError, UserError
 from workbench.models import load, model_id
@@ -40,6 +40,7 @@ from workbench.schedule import lr_factor
 CHECKPOINT, RUN, CURVES = "checkpoint.pt", "sparsify.json", "curves.jsonl"
 CONTROL_DIR = "control"  # control "finetune": the fine-tuned control at the saved state, a model folder
 CONTROL_REFERENCE = "the control: the base fine-tuned in lockstep on the same batches, no gates, at the saved step"
+BOTH_REFERENCE = f"both {CONTROL_REFERENCE} and the frozen base (the constraint holds against each)"
 
 
 SELECT_RULE = "sparsest evaluated state with CE difference + select_z * standard error <= tolerance"
@@ -135,18 +136,17 @@ class Sparsifier:
     def step(self, tokens: torch.Tensor) -> dict:
         """One descent step on the Lagrangian and one dual-ascent step on lambda; returns the curve row."""
         cfg, model, step = self.cfg, self.model, self.step_no
-        ce_control = self.control.step(tokens) if self.control is not None else None  # draws no random numbers
+        refs = [self.control.step(tokens)] if self.control is not None else []  # draws no random numbers
         torch.manual_seed(cfg.seed * 1_000_000_007 + step * 1_000 + self.rank)  # gate noise: f(seed, step, rank)
         tau = cfg.tau(step)
         G.set_temperature(model, tau)
         model.train()
-        if ce_control is not None:
-            ce_ref = ce_control
-        elif self.base is not None:  # first: its activations are freed before the gated graph is built (peak RSS)
+        if self.base is not None:  # first: its activations are freed before the gated graph is built (peak RSS)
             with torch.inference_mode():  # draws no random numbers, so the gate noise is unchanged
-                ce_ref = float(self.base(tokens, return_type="loss"))
-        else:
-            ce_ref = self.ce_ref_fixed
+                refs.append(float(self.base(tokens, return_type="loss")))
+        elif self.ce_ref_fixed is not None:
+            refs.append(self.ce_ref_fixed)
+        ce_ref = min(refs)  # under reference "both": the lower of the control's and the base's
         ce = self.net(tokens, return_type="loss")
         open_frac = G.expected_open_fraction(model)
         loss = self.mult.lagrangian(open_frac, ce, ce_ref)
@@ -168,9 +168,10 @@ class Sparsifier:
             self.mult.update(ce_v, ref_v)
         elif self.step_no % cfg.dual_every == 0:
             ce_dual = _evaluate(model, self.dual[0], self.world)["ce"]  # deterministic gates, no_grad
-            ref = (
-                self.dual[1] if self.control is None else _evaluate(self.control.model, self.dual[0], self.world)["ce"]
-            )
+            ref = self.dual[1]
+            if self.control is not None:
+                ref_control = _evaluate(self.control.reference, self.dual[0], self.world)["ce"]
+                ref = min(ref, ref_control) if cfg.reference == "both" else ref_control
             row["dual_difference"] = ce_dual - ref
             self.mult.update(ce_dual, ref, steps=cfg.dual_every)
         return {**row, "lambda": self.mult.value}
@@ -257,7 +258,7 @@ def prepare(base: str, out_dir, cfg: SparsifyConfig, corpus: str, resume: bool, 
     base_copy, ce_ref_fixed, control = None, None, None
     if cfg.control == "finetune":
         control = FineTunedControl(model, cfg)
-    elif cfg.dual_ce == "paired":
+    if cfg.dual_ce == "paired" and (control is None or cfg.reference == "both"):
         base_copy = copy.deepcopy(model).eval().requires_grad_(False)
     else:
         train_tokens = heldout(data, cfg.eval_sequences, ctx, rank, world, split="train")[0]
@@ -289,13 +290,15 @@ def _evaluate_state(run: Run, step: int) -> None:
     control at this step); keep it if it is the sparsest feasible one."""
     cfg, h, control = run.cfg, run.history, run.trainer.control
     m = _evaluate(run.model, run.eval_tokens, run.world)
-    ref = run.base_eval if control is None else _evaluate(control.model, run.eval_tokens, run.world)
-    diff = paired_difference(m["seq_ce"], ref["seq_ce"])
-    ok = feasible(diff, cfg.tolerance, cfg.select_z)
-    ev = {"step": step, "ce": m["ce"], "open_fraction": m["open_fraction"], "feasible": ok}
-    ev.update(mean_open_keys_per_query=m["mean_open_keys_per_query"], difference=diff)
+    ref = run.base_eval if control is None else _evaluate(control.reference, run.eval_tokens, run.world)
+    ev = {"step": step, "ce": m["ce"], "open_fraction": m["open_fraction"]}
+    ev.update(mean_open_keys_per_query=m["mean_open_keys_per_query"])
+    ev["difference"] = paired_difference(m["seq_ce"], ref["seq_ce"])
     if control is not None:
         ev["ce_control"] = ref["ce"]
+        if cfg.reference == "both":
+            ev["difference_base"] = paired_difference(m["seq_ce"], run.base_eval["seq_ce"])
+    ev["feasible"] = ok = admitted(ev, cfg.tolerance, cfg.select_z)
     h["evals"].append(ev)
     kept = {"state": _cpu_state(run.model), **({"control_state": control.state()} if control is not None else {})}
     if ok and (h["best"] is None or ev["open_fraction"] < h["best"]["open_fraction"]):
@@ -346,7 +349,7 @@ def select(run: Run) -> dict:
     run.model.load_state_dict(chosen["state"])
     run.model.eval()
     if run.trainer.control is not None:
-        run.trainer.control.model.load_state_dict(chosen["control_state"])
+        run.trainer.control.adopt(chosen["control_state"])
     return {k: v for k, v in chosen.items() if k not in ("state", "control_state")}
 
 
@@ -364,7 +367,7 @@ def adopt_kept(run: Run, kept: str | Path) -> dict:
     run.model.load_state_dict(state["model"])
     run.model.eval()
     if run.trainer.control is not None:
-        run.trainer.control.model.load_state_dict(state["control"]["model"])
+        run.trainer.control.load_state_dict(state["control"])
     row = run.history["evals"][evaluated.index(state["step"])]
     return {**row, "adopted_from": Path(kept).name}
 
@@ -394,7 +397,7 @@ def save(run: Run, chosen: dict, report_queries: int) -> dict | None:
         "corpus": run.data.spec,
         "final_lambda": run.trainer.mult.value,
         "control": cfg.control,
-        "reference": "the base model" if run.trainer.control is None else CONTROL_REFERENCE,
+        "reference": _reference_name(run),
     }
     if run.rank != 0:
         return None
@@ -403,10 +406,19 @@ def save(run: Run, chosen: dict, report_queries: int) -> dict | None:
     report = build_report(
         reference, run.model, run.data, {**info, "model_id": model_id(run.model)}, cfg, run.ctx, report_queries
     )
+    if run.trainer.control is not None and cfg.reference == "both":
+        report["verdict"] = judge_both(report["verdict"], info["against_base"]["sparse - base"], cfg.tolerance)
+        report["constraint_met"] = report["verdict"]["constraint_met"]
     atomic_write_text(run.out / RUN, json.dumps({**info, "verdict": report["verdict"]}, indent=1))
     atomic_write_text(run.out / CURVES, "".join(json.dumps(r) + "\n" for r in run.history["curves"]))
     write_report(report, run.out)
     return report
+
+
+def _reference_name(run: Run) -> str:
+    if run.trainer.control is None:
+        return "the base model"
+    return BOTH_REFERENCE if run.cfg.reference == "both" else CONTROL_REFERENCE
 
 
 def _reference(run: Run, info: dict):
@@ -415,7 +427,7 @@ def _reference(run: Run, info: dict):
     base = run.base_copy if run.base_copy is not None else load(run.base, device=str(run.device))[0]
     if run.trainer.control is None:
         return base
-    control = run.trainer.control.model.eval()
+    control = run.trainer.control.reference.eval()
     save_model(control, run.out / CONTROL_DIR)
     seqs, start = verdict_sequences(
         run.data, run.cfg.eval_sequences, run.cfg.verdict_sequences, run.ctx, run.cfg.verdict_start

@@ -33,10 +33,16 @@ def feasible(diff: dict, tolerance: float, z: float) -> bool:
     return diff["difference"] + z * diff["se"] <= tolerance
 
 
+def admitted(ev: dict, tolerance: float, z: float) -> bool:
+    """The selection rule for one evaluation row: feasible against its reference and, where the row holds one (a
+    fine-tuned control under reference "both"), against the frozen base too."""
+    return all(feasible(ev[k], tolerance, z) for k in ("difference", "difference_base") if k in ev)
+
+
 def sparsest_within(evals: list[dict], tolerance: float, z: float) -> dict | None:
     """The sparsest evaluation row (lowest open fraction) that the selection rule admits at `tolerance`, or
     None: what a run trained at another tolerance would keep for this one (the frontier over tolerances)."""
-    rows = [e for e in evals if feasible(e["difference"], tolerance, z)]
+    rows = [e for e in evals if admitted(e, tolerance, z)]
     return min(rows, key=lambda e: e["open_fraction"], default=None)
 
 
@@ -51,6 +57,15 @@ def judge(diff: dict, tolerance: float) -> dict:
         "(raise verdict_sequences)"
     )
     return {**diff, "tolerance": tolerance, "se_below_fifth_of_tolerance": se_ok, "constraint_met": met, "why": why}
+
+
+def judge_both(verdict: dict, against_base: dict, tolerance: float) -> dict:
+    """The verdict against a fine-tuned control under reference "both": met only if the verdict against the frozen
+    base (the same split) is met too; both are kept."""
+    base = judge(against_base, tolerance)
+    met = verdict["constraint_met"] and base["constraint_met"]
+    why = f"against the control: {verdict['why']}; against the frozen base: {base['why']}"
+    return {**verdict, "constraint_met": met, "why": why, "against_base": base}
 
 
 def _docs(seqs) -> set[int]:
