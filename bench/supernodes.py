@@ -70,10 +70,11 @@ def rows_of(model, ws, set_dir, n: int, tasks_: list[str]) -> list[dict]:
     from workbench.circuits.feature.attribution_graph import build_graph
     from workbench.circuits.feature.graph_config import GraphConfig, GroupConfig
     from workbench.circuits.feature.graph_json import to_neuronpedia
-    from workbench.circuits.feature.grouping import store_labels, training_cache
+    from workbench.circuits.feature.grouping import store_labels
     from workbench.circuits.feature.transcoders import open_set
     from workbench.corpus import tasks
     from workbench.interventions import load_dictionary
+    from workbench.supernodes import training_cache
 
     tcs, sites = open_set(set_dir).load(0, "cpu", model), load_dictionary(set_dir, model)
     cache, rng, rows = training_cache(ws, set_dir), random.Random(0), []
@@ -111,11 +112,11 @@ def report(rows: list[dict], info: dict, setup: str) -> str:
         "of a query's groups whose members all carry one planted label (store label kind=label at precision >= 0.5); "
         f"`chance`: the same for {DRAWS} random groups of each group's size drawn from the features at its position; "
         "`confirmed`: joint ablation confirmed against the summed prediction (frozen: the verdict; live: the total "
-        "effect); `alone confirmed`: the members ablated one at a time, summed, against the same prediction. Each: "
+        "effect); `shares - chance`: per query, paired; `alone confirmed`: the members ablated one at a time, summed, against the same prediction. Each: "
         "mean over the queries that have a group, with a 95% t-interval over those queries (n).",
         "",
     ]
-    header = ["task", "variant", "graphs", "groups", "features grouped", "shares label", "chance"]
+    header = ["task", "variant", "graphs", "groups", "features grouped", "shares label", "chance", "shares - chance"]
     header += ["confirmed (frozen)", "confirmed (live)", "alone confirmed", "CPU s / graph"]
     body = []
     for task in [*dict.fromkeys(r["task"] for r in rows), "all"]:
@@ -132,6 +133,7 @@ def report(rows: list[dict], info: dict, setup: str) -> str:
                     f"{sum(x['size'] for x in gs)} of {sum(r['features'] for r in rs)}",
                     _rate(rs, v, lambda x: x["shares"]),
                     _rate(rs, v, lambda x: x["chance"]),
+                    _rate(rs, v, lambda x: x["shares"] - x["chance"]),
                     _rate(rs, v, lambda x: x["verdict_frozen"] == "confirmed"),
                     _rate(rs, v, lambda x: x["verdict_live"] == "confirmed"),
                     _rate(rs, v, lambda x: x["alone_verdict"] == "confirmed"),

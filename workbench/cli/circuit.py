@@ -152,9 +152,9 @@ def _add_group(circuit) -> None:
 
 
 def _group(args) -> None:
-    from workbench.circuits.feature.grouping import group_graph
     from workbench.interventions.config import CheckConfig
     from workbench.models import load
+    from workbench.supernodes import group_graph
     from workbench.workspace import Workspace
 
     cfg = GroupConfig(**config_values(args, GroupConfig, GROUP))

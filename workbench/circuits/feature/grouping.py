@@ -24,26 +24,19 @@ cfg.semantics), so what the joint ablation adds beyond them (`interaction`) is v
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections import Counter, defaultdict
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from workbench import steps
-from workbench.atomic import write_json
 from workbench.circuits.feature.graph_config import SIGNALS, GroupConfig
 from workbench.circuits.schema import CHECK_VERDICTS
 from workbench.errors import BadValueError
-from workbench.interventions.check import FEATURE, READINGS, GraphNodes, reading_row
+from workbench.interventions.check import READINGS, GraphNodes, reading_row
 from workbench.interventions.config import CheckConfig, InterventionConfig
 from workbench.interventions.engine import Intervention
-from workbench.lock import output_lock
-from workbench.readback import artifact_manifest
-from workbench.workspace import MANIFEST
 
 GROUPS = ("workbench_groups", "workbench.graph_groups", 1)  # the graph JSON's key (circuit-tracer ignores it), schema
 ACCEPT = ("confirmed", "all", "none")  # which proposals become qParams.supernodes
@@ -130,15 +123,15 @@ def cluster(sim: np.ndarray, scopes: list, cfg: GroupConfig) -> list[list[int]]:
     for scope in dict.fromkeys(scopes):
         groups = [[i] for i, s in enumerate(scopes) if s == scope]
         while True:
-            best, pair = cfg.threshold, None
+            best, pair = -1.0, None
             for a in range(len(groups)):
                 for b in range(a + 1, len(groups)):
                     if len(groups[a]) + len(groups[b]) > cfg.max_size:
                         continue
                     s = float(sim[np.ix_(groups[a], groups[b])].mean())
-                    if s >= best:
+                    if s > best:  # ties: the first pair
                         best, pair = s, (a, b)
-            if pair is None:
+            if pair is None or best < cfg.threshold:
                 break
             a, b = pair
             groups[a] = sorted(groups[a] + groups.pop(b))
@@ -310,58 +303,3 @@ def store_labels(transcoders, feats: set[tuple[int, int]], cfg: GroupConfig, mem
             got = [f"{k}={row[f'{k}_label']}" for k in kinds if row[f"{k}_precision"] >= cfg.label_precision]
             out[layer, u] = frozenset(got) or None
     return out
-
-
-GROUP = "workbench circuit group"
-
-
-def training_cache(ws, transcoders):
-    """The activation cache the set (or CLT) was trained on (its manifest's input `cache`), opened; None when its
-    manifest names none or the cache is not there (co-activation is then missing, and the record says so)."""
-    from workbench.cache.reader import ActivationCache
-
-    path = Path(transcoders) / MANIFEST
-    rel = artifact_manifest(path).get("inputs", {}).get("cache") if path.is_file() else None
-    folder = ws.resolve(rel) if rel else None
-    return ActivationCache.open(folder) if folder is not None and folder.is_dir() else None
-
-
-def group_graph(
-    ws, model, graph_path, transcoders, cfg=None, check_cfg=None, *, member: int | str = 0, accept: str = "confirmed"
-) -> dict:
-    """Propose and check a graph JSON's supernodes (`workbench circuit group`) and store them in it in place (the
-    same graph files and lock as `circuit check`); a recorded graph's manifest summary gains the counts. Returns
-    the record as stored."""
-    from workbench.circuits.schema import load, read_feature_graph
-    from workbench.interventions.dictionary import load_dictionary
-
-    accepted({"groups": []}, accept)  # a bad --accept is refused before any work
-    graph_path = Path(graph_path)
-    recorded = steps.check_graph_target(ws, graph_path)
-    folder = graph_path.parent
-    with output_lock(folder if recorded else graph_path, GROUP):
-        d = load(graph_path)
-        fg = read_feature_graph(d)
-        steps._same_makers(ws, d, graph_path, model, transcoders)
-        circuit = folder / "feature_circuit.json"  # a circuit's own graph keeps only its embedding nodes
-        tokens = json.loads(circuit.read_text())["query"]["tokens"] if circuit.is_file() else None
-        sites = load_dictionary(transcoders, model, model.cfg.device, member)
-        g_feats = {(n["layer"], int(n["node_id"].split("_")[1])) for n in fg.nodes if n["feature_type"] == FEATURE}
-        labels = store_labels(transcoders, {(int(a), b) for a, b in g_feats}, cfg or GroupConfig(), member)
-        with torch.no_grad():
-            record = propose(
-                model, sites, d, cfg, check_cfg, cache=training_cache(ws, transcoders), labels=labels, tokens=tokens
-            )
-        out = apply(d, record, accept)
-        write_json(graph_path, out)
-        if recorded:
-            s = record["summary"]
-            counts = {"groups_proposed": s["proposed"], "groups_confirmed": s["confirmed"]}
-            steps.rerecord(
-                ws,
-                folder,
-                "circuits",
-                "workbench circuit graph",
-                summary={**steps._manifest(folder).get("summary", {}), **counts},
-            )
-    return out[GROUPS[0]]
