@@ -125,6 +125,8 @@ def test_every_proposal_shares_a_position_and_is_checked(tiny, tiny_set, graph):
             x["measured"] - x["members_measured"]
         )
     assert r["summary"]["proposed"] == len(r["groups"]) and r["config"]["threshold"] == 0.05
+    bare = {**graph, "nodes": [n for n in graph["nodes"] if n["feature_type"] != "cross layer transcoder"]}
+    assert propose(tiny[0], sites, bare)["groups"] == []  # no feature nodes: nothing proposed, no failure
 
 
 def test_circuit_group_stores_proposals_in_a_recorded_graph(tiny, tiny_set, tmp_path, capsys):

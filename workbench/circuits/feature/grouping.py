@@ -154,6 +154,8 @@ def similarity(model_sites, graph: dict, g: GraphNodes, cfg: GroupConfig, cache=
     """The feature ids, their scopes, each signal's matrix (None: missing) and the combined similarity."""
     ids = sorted(g.features, key=lambda n: (g.features[n][1], g.features[n][0], g.features[n][2]))
     feats = [(g.features[n][0], g.features[n][2]) for n in ids]
+    if not ids:  # a graph without feature nodes: nothing to group
+        return {"ids": [], "scopes": [], "parts": dict.fromkeys(SIGNALS), "combined": np.zeros((0, 0))}
     parts = {
         "decoder": decoder_similarity(model_sites, feats) if cfg.decoder else None,
         "adjacency": adjacency_similarity(ids, graph["links"]) if cfg.adjacency else None,
