@@ -11,9 +11,12 @@ import torch
 
 from workbench import steps
 from workbench.atomic import write_json
+from workbench.cache.reader import ActivationCache
 from workbench.circuits.feature.graph_config import GroupConfig
 from workbench.circuits.feature.grouping import GROUPS, accepted, apply, propose, store_labels
+from workbench.circuits.schema import load, read_feature_graph
 from workbench.interventions.check import FEATURE
+from workbench.interventions.dictionary import load_dictionary
 from workbench.lock import output_lock
 from workbench.readback import artifact_manifest
 from workbench.workspace import MANIFEST
@@ -24,8 +27,6 @@ GROUP = "workbench circuit group"
 def training_cache(ws, transcoders):
     """The activation cache the set (or CLT) was trained on (its manifest's input `cache`), opened; None when its
     manifest names none or the cache is not there (co-activation is then missing, and the record says so)."""
-    from workbench.cache.reader import ActivationCache
-
     path = Path(transcoders) / MANIFEST
     rel = artifact_manifest(path).get("inputs", {}).get("cache") if path.is_file() else None
     folder = ws.resolve(rel) if rel else None
@@ -38,9 +39,6 @@ def group_graph(
     """Propose and check a graph JSON's supernodes (`workbench circuit group`) and store them in it in place (the
     same graph files and lock as `circuit check`); a recorded graph's manifest summary gains the counts. Returns
     the record as stored."""
-    from workbench.circuits.schema import load, read_feature_graph
-    from workbench.interventions.dictionary import load_dictionary
-
     accepted({"groups": []}, accept)  # a bad --accept is refused before any work
     graph_path = Path(graph_path)
     recorded = steps.check_graph_target(ws, graph_path)
@@ -52,8 +50,8 @@ def group_graph(
         circuit = folder / "feature_circuit.json"  # a circuit's own graph keeps only its embedding nodes
         tokens = json.loads(circuit.read_text())["query"]["tokens"] if circuit.is_file() else None
         sites = load_dictionary(transcoders, model, model.cfg.device, member)
-        g_feats = {(n["layer"], int(n["node_id"].split("_")[1])) for n in fg.nodes if n["feature_type"] == FEATURE}
-        labels = store_labels(transcoders, {(int(a), b) for a, b in g_feats}, cfg or GroupConfig(), member)
+        feats = {(int(n["layer"]), int(n["node_id"].split("_")[1])) for n in fg.nodes if n["feature_type"] == FEATURE}
+        labels = store_labels(transcoders, feats, cfg or GroupConfig(), member)
         with torch.no_grad():
             record = propose(
                 model, sites, d, cfg, check_cfg, cache=training_cache(ws, transcoders), labels=labels, tokens=tokens
