@@ -269,3 +269,34 @@ def graph_effect(graph, nodes: list[str], result: dict) -> dict:
         "predicted": sum(predicted.get(n, 0.0) for n in nodes),
         "checked": [checked.get(n) for n in nodes],
     }
+
+
+@st.cache_resource(show_spinner="proposing groups, each ablated in the model...", max_entries=8)
+def propose_groups(spec: str, dictionary: str, key: tuple, _graph: dict, threshold: float) -> dict:
+    """`workbench circuit group`'s proposals for a graph (key: its name and version; _graph: its nodes and links)
+    through the dictionary folder (workspace-relative) it was built with, each checked by joint ablation; nothing
+    is written (the CLI stores them). Co-activation reads the dictionary's training cache where the workspace has it;
+    labels come from its members' feature stores."""
+    import torch
+
+    from workbench.cache.reader import ActivationCache
+    from workbench.circuits.feature.graph_config import GroupConfig
+    from workbench.circuits.feature.grouping import propose, store_labels
+    from workbench.interventions.check import FEATURE
+
+    cfg = GroupConfig(threshold=threshold)
+    model, _, lock = load_model(spec)
+    sites = _sites(spec, str(state.resolve(dictionary)), state.stamp(dictionary))
+    try:
+        cache = ActivationCache.open(_training_cache(dictionary))
+    except UserError:
+        cache = None  # the record's signals_used says co-activation is missing
+    feats = {
+        (int(n["layer"]), int(n["node_id"].split("_")[1])) for n in _graph["nodes"] if n["feature_type"] == FEATURE
+    }
+    try:
+        labels = store_labels(state.resolve(dictionary), feats, cfg)
+    except UserError:
+        labels = None
+    with lock, torch.no_grad():
+        return propose(model, sites, _graph, cfg, cache=cache, labels=labels)

@@ -59,6 +59,7 @@ TESTED_ELSEWHERE = {
     "sae/scaffold.py": "sae/test_architectures.py",
     "sae/topk.py": "sae/test_architectures.py",
     "dictionaries/transcoders.py": "circuits/feature/test_transcoders.py (the interface, by its old import path)",
+    "supernodes.py": "circuits/feature/test_grouping.py (`circuit group` storing its record in a recorded graph)",
 }
 
 

@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from app import graph_view, state, steer
+from app import graph_view, live, state, steer
 from app.figures import feature_graph as fgf
 from workbench import browse
 from workbench.circuits import annotations, schema
@@ -111,6 +111,77 @@ def details(fg: schema.FeatureGraph, node_id: str) -> None:
         st.dataframe(pd.DataFrame(rows), hide_index=True)
 
 
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _stored_groups(path: str, stamp: float) -> dict | None:
+    """The proposals `workbench circuit group` stored in a recorded graph (its workbench_groups field), or None."""
+    from workbench.circuits.feature.grouping import read_groups
+
+    return read_groups(schema.load(path))
+
+
+def _accept(name: str, members: list[str]) -> None:
+    """A proposal accepted: one more of the page's groups (in the URL, as 'group pinned nodes' makes them)."""
+    marks = state.marks()
+    if name not in [g[0] for g in marks.groups]:
+        graph_view.write_url(annotations.Annotations(marks.pinned, [*marks.groups, [name, *members]], marks.notes))
+        state.remember_marks()
+
+
+def groups_panel(rel: str, fg: schema.FeatureGraph, groups: list[list[str]]) -> None:
+    """`workbench circuit group` on the page: supernodes proposed from the graph (decoder cosine, co-activation,
+    shared links, shared explanation), each ablated jointly in the model and given the check's verdict against its
+    members' summed prediction; each can be accepted into the page's groups."""
+    tset = steer.graph_set(rel, fg)
+    key = f"_groups:{rel}"
+    left, right = st.columns([1, 3], vertical_alignment="bottom")
+    threshold = left.number_input("group similarity threshold", 0.05, 1.0, 0.5, 0.05, key="w_group_threshold")
+    if right.button("propose groups", key="w_propose_groups", disabled=tset is None):
+        ident = (rel, None if rel == UPLOADED_GRAPH else state.version(rel, browse.FEATURE_GRAPH))
+        try:
+            spec = live.spec_of(str(fg.metadata.get("scan")), "this graph")
+            graph = {"nodes": fg.nodes, "links": fg.links}
+            st.session_state[key] = live.propose_groups(spec, tset, ident, graph, float(threshold))
+        except UserError as e:
+            st.warning(state.text(e))
+    if tset is None:
+        st.caption("propose groups: this graph's transcoders are not in the workspace, so its features cannot be run")
+    record, said = st.session_state.get(key), "proposed here"
+    if record is None and rel != UPLOADED_GRAPH:
+        try:
+            path = state.resolve(rel) / browse.FEATURE_GRAPH
+            record, said = (
+                _stored_groups(str(path), state.version(rel, browse.FEATURE_GRAPH)),
+                "stored by `circuit group`",
+            )
+        except UserError as e:
+            st.warning(state.text(e))
+    if record is None:
+        return
+    s = record["summary"]
+    st.caption(
+        f"{s['proposed']} groups of {s['features']} features, {said} ({', '.join(record['signals_used'])}); each "
+        "ablated jointly at its position (frozen: the verdict) against the sum of its members' predicted effects"
+    )
+    have = {g[0] for g in groups}
+    for i, x in enumerate(record["groups"]):
+        cols = st.columns([5, 2], vertical_alignment="center")
+        cols[0].markdown(
+            state.text(
+                f"**{x['name']}** ({len(x['members'])} features, similarity {x['similarity']:.2f}): predicted "
+                f"{x['predicted']:+.3g}, joint ablation {x['measured']:+.3g}: {x['verdict']} (live "
+                f"{x['measured_live']:+.3g}: {x['verdict_live']}; members alone {x['members_measured']:+.3g})"
+            )
+        )
+        done = x["name"] in have
+        cols[1].button(
+            "accepted" if done else f"accept {x['name']}",
+            key=f"w_accept_group_{i}",
+            disabled=done,
+            on_click=_accept,
+            args=(x["name"], x["members"]),
+        )
+
+
 def caption(rel: str, fg: schema.FeatureGraph) -> None:
     meta, info = fg.metadata, fg.metadata.get("info") or {}
     pins = (  # an uploaded file's pins are its own, not a feature circuit's
@@ -210,5 +281,6 @@ if picked is not None:
     else:
         st.caption("click a node for its links (with the heads carrying them) and its feature page")
     steer.graph_panel(fg, rel, node, marks.groups)
+    groups_panel(rel, fg, marks.groups)
     missing(rel, fg, {n.id for n in g.nodes})
     download(rel, fg)

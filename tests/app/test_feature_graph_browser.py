@@ -393,3 +393,42 @@ def test_the_canvas_at_1400x900_keeps_marks_and_verdicts(tiny_graph_workspace, t
             page.screenshot(path=str(tmp_path / "page.png"), full_page=True)
             print("the page's URL at the end:", page.url)
     assert_offline(requests)
+
+
+def test_proposed_groups_show_their_verdicts_and_one_is_accepted_as_a_group(tiny_graph_workspace, tmp_path):
+    """`propose groups` on the page (issue #47, supernodes proposed and checked): the proposals come with the check's
+    verdict of their joint ablation; accepting one makes it one of the page's groups (the URL's `groups`, the view's
+    outline), as 'group selected pins' would, and its button says so."""
+    from urllib.parse import parse_qs, urlparse
+
+    from playwright.sync_api import expect
+
+    requests: list[str] = []
+    with serving(tiny_graph_workspace, tmp_path) as url, browser_page(requests) as page:
+        try:
+            page.goto(f"{url}/feature_graph?graph=circuits%2Fg")
+            drawn(page)
+            threshold = page.get_by_label("group similarity threshold")
+            threshold.fill("0.05")  # a briefly trained set: low similarities, still groups to propose
+            threshold.press("Enter")
+            page.get_by_role("button", name="propose groups").click()
+            first = page.get_by_role("button", name=re.compile(r"^accept S1 "))
+            expect(first).to_be_visible()
+            words = "|".join(re.escape(w) for w in ("confirmed", "under-predicted", "over-predicted", "sign-flipped"))
+            verdict = re.compile(rf"joint ablation [-+][0-9.e+-]+: ({words}|absent) \(live")
+            expect(page.get_by_text(verdict).first).to_be_visible()
+            name = first.inner_text().removeprefix("accept ")
+            first.click()
+            page.wait_for_function(
+                f"(new URLSearchParams(location.search).get('groups') || '').includes({json.dumps(name)})",
+                timeout=WAIT_MS,
+            )
+            (group,) = json.loads(parse_qs(urlparse(page.url).query)["groups"][0])
+            assert group[0] == name and len(group) >= 3, group
+            drawn(page)
+            expect(page.locator(f".wbg-hull[data-group={json.dumps(name)}]")).to_have_count(1)
+            expect(page.get_by_role("button", name="accepted", exact=True)).to_be_disabled()
+        finally:
+            page.screenshot(path=str(tmp_path / "page.png"), full_page=True)
+            print("the page's URL at the end:", page.url)
+    assert_offline(requests)

@@ -9,6 +9,7 @@ workbench circuit export circuit.json|mib.json --format mib|neuronpedia|workbenc
 workbench circuit import circuit.json|mib.json|graph.json [--model tiny] [--name NAME]
 workbench circuit report --n 20 --out circuit_results.md
 workbench circuit check GRAPH.json|FOLDER [--transcoders SET|CLT] [--fraction 0.5] [--under 2] [--absent 0.05] [--top-edges 20]
+workbench circuit group GRAPH.json|FOLDER [--transcoders SET|CLT] [--threshold 0.5] [--scope position] [--accept confirmed]
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sys
 from pathlib import Path
 
 from workbench.circuits.config import QueryConfig, SearchConfig
-from workbench.circuits.feature.graph_config import GraphConfig
+from workbench.circuits.feature.graph_config import GraphConfig, GroupConfig
 from workbench.cli.options import EMBEDDED_HELP, add_device_flag, add_model_flag, chosen_device, workspace_flag
 from workbench.configflags import add_config_flags, config_values, count, given
 from workbench.errors import BadValueError
@@ -27,6 +28,7 @@ from workbench.guard import FILE, INPUT, declare, in_place
 
 PREFIX = "search."  # namespace prefix of the SearchConfig flags
 GRAPH = "graph."  # namespace prefix of the GraphConfig flags
+GROUP = "group."  # namespace prefix of the GroupConfig flags
 PROMPT_ONLY = ("prompt", "answer", "counterfactual", "wrong", "paraphrase", "target_ndf", "mib", "neuronpedia", "name")
 TASK_ONLY = ("n", "budgets", "all_queries")
 MODEL_HELP = f"{EMBEDDED_HELP}, a saved model folder, or a TransformerLens name (default: %(default)s)"
@@ -90,6 +92,7 @@ def add_parser(sub) -> None:
     i.set_defaults(func=_import)
     _add_report(circuit)
     _add_check(circuit)
+    _add_group(circuit)
 
 
 def _add_check(circuit) -> None:
@@ -117,6 +120,58 @@ def _add_check(circuit) -> None:
     add_config_flags(c, CheckConfig, "check.")
     add_device_flag(c)
     c.set_defaults(func=_check)
+
+
+def _add_group(circuit) -> None:
+    """`circuit group`: supernodes proposed from a graph and checked by joint ablation, stored in it in place."""
+    from workbench.interventions.config import CheckConfig
+
+    c = circuit.add_parser(
+        "group",
+        parents=[workspace_flag("whose manifest records the graph")],
+        help="propose supernodes of a graph's features (decoder cosine, co-activation, shared links, shared "
+        "explanation), each checked by ablating it in the real model; stored in the graph JSON",
+    )
+    declare(
+        c.add_argument("graph", help="a graph JSON made by the workbench, or its circuit folder"), in_place("circuits")
+    )
+    declare(c.add_argument("--model", help="default: the model the graph's manifest records"), INPUT)
+    declare(c.add_argument("--transcoders", help="the graph's transcoder set or CLT (default: its manifest's)"), INPUT)
+    c.add_argument("--member", help="which config of each layer's set (default: the manifest's, else 0)")
+    c.add_argument(
+        "--accept",
+        choices=("confirmed", "all", "none"),
+        default="confirmed",
+        help="proposals written to qParams.supernodes (every one is kept, with its verdict, in workbench_groups): "
+        "those whose joint ablation confirms the summed prediction, all, or none (default: %(default)s)",
+    )
+    add_config_flags(c, GroupConfig, GROUP)
+    add_config_flags(c, CheckConfig, "check.", skip=("edge_target", "top_edges"))
+    add_device_flag(c)
+    c.set_defaults(func=_group)
+
+
+def _group(args) -> None:
+    from workbench.interventions.config import CheckConfig
+    from workbench.models import load
+    from workbench.supernodes import group_graph
+    from workbench.workspace import Workspace
+
+    cfg = GroupConfig(**config_values(args, GroupConfig, GROUP))
+    check = CheckConfig(**config_values(args, CheckConfig, "check."))
+    path, spec, transcoders, member = _check_inputs(args)
+    model, _ = load(spec, device=chosen_device(args))
+    r = group_graph(Workspace(args.workspace), model, path, transcoders, cfg, check, member=member, accept=args.accept)
+    print(
+        f"signals: {', '.join(r['signals_used'])}; {r['summary']['features']} features, {r['summary']['proposed']} groups"
+    )
+    for x in r["groups"]:
+        print(
+            f"{'accepted' if x['accepted'] else 'proposed'} {x['name']}: {', '.join(x['members'])}; similarity "
+            f"{x['similarity']:.2f}; predicted {x['predicted']:+.4g}, joint ablation {x['measured']:+.4g} "
+            f"{x['verdict']} (members alone {x['members_measured']:+.4g})"
+        )
+    print(f"stored in {path} (workbench_groups; accepted ones in qParams.supernodes)")
 
 
 def _check_inputs(args) -> tuple[Path, str, str, int | str]:

@@ -105,7 +105,7 @@ def verdict(predicted: float, measured: float, cfg: CheckConfig) -> str:
     return "over-predicted" if m < cfg.fraction * p else "confirmed"
 
 
-def _row(base: dict, predicted: float, measured: dict, cfg: CheckConfig) -> dict:
+def reading_row(base: dict, predicted: float, measured: dict, cfg: CheckConfig) -> dict:
     """A node's or edge's record: both readings with their verdicts, the part through attention (live − frozen),
     and cfg.semantics' reading as `measured`, `verdict` and `confirmed`."""
     v = {s: verdict(predicted, measured[s], cfg) for s in READINGS}
@@ -233,10 +233,11 @@ def check_graph(model, sites: list[Site], graph: dict, cfg: CheckConfig | None =
     predicted = g.predicted(graph["links"])
     runs = _measure_nodes(model, sites, g)
     nodes = [
-        _row({"node_id": nid}, p, {s: runs[s, "ablate"][nid][0] for s in READINGS}, cfg) for nid, p in predicted.items()
+        reading_row({"node_id": nid}, p, {s: runs[s, "ablate"][nid][0] for s in READINGS}, cfg)
+        for nid, p in predicted.items()
     ]
     edges = [
-        _row(
+        reading_row(
             {"source": link["source"], "target": link["target"]},
             -float(link["weight"]),
             {s: measure_edge(model, sites, g, link, replace(cfg, semantics=s)) for s in READINGS},

@@ -115,3 +115,59 @@ class HeadFlowConfig(Config):
         },
     )
     graph: dict = field(default_factory=dict, metadata={"help": "GraphConfig fields of the graphs (heads on)"})
+
+
+SIGNALS = ("decoder", "coactivation", "adjacency", "explanation")  # grouping.py: the similarity's parts
+SCOPES = ("position", "position_layer")  # the nodes a supernode may join (grouping.py's module doc)
+
+
+@dataclass
+class GroupConfig(Config):
+    """How supernodes are proposed from an attribution graph (`circuit group`, grouping.py), saved with them: each
+    signal's weight in the similarity, the clustering's threshold and the nodes a group may join."""
+
+    error = BadValueError
+
+    decoder: float = field(default=1.0, metadata={"min": 0, "help": "weight of the decoder rows' cosine"})
+    coactivation: float = field(
+        default=1.0, metadata={"min": 0, "help": "weight of the codes' correlation over the set's training cache"}
+    )
+    adjacency: float = field(
+        default=1.0, metadata={"min": 0, "help": "weight of the cosine of the nodes' in- and out-link weights"}
+    )
+    explanation: float = field(
+        default=1.0,
+        metadata={"min": 0, "help": "weight of the overlap (Jaccard) of the features' explanations or store labels"},
+    )
+    threshold: float = field(
+        default=0.5,
+        metadata={
+            "min": 0,
+            "max": 1,
+            "open": "min",
+            "help": "merge while two groups' mean similarity is at least this",
+        },
+    )
+    scope: str = field(
+        default="position",
+        metadata={
+            "choices": SCOPES,
+            "help": "a group's features share a token position (any layer), or a position and a layer",
+        },
+    )
+    max_size: int = field(default=6, metadata={"min": 2, "help": "features in one group at most"})
+    coactivation_rows: int = field(
+        default=20_000, metadata={"min": 1, "help": "cache rows (tokens) the correlations are computed on"}
+    )
+    label_precision: float = field(
+        default=0.5,
+        metadata={
+            "min": 0,
+            "max": 1,
+            "help": "a store label stands for a feature without an explanation from this precision",
+        },
+    )
+
+    def check(self) -> None:
+        if not any(getattr(self, s) for s in SIGNALS):
+            raise BadValueError(f"every signal's weight is 0 ({', '.join(SIGNALS)}): give one a positive weight")
