@@ -29,34 +29,45 @@ from dataclasses import replace
 
 import torch
 
+from workbench.circuits.feature.replacement import EMBED, POS_EMBED, TOKEN_EMBED
 from workbench.circuits.schema import CHECK_VERDICTS, GRAPH_CHECK
 from workbench.errors import BadValueError
 from workbench.interventions.config import CheckConfig, InterventionConfig
-from workbench.interventions.dictionary import EMBED, Site
-from workbench.interventions.engine import Intervention
+from workbench.interventions.dictionary import Site
+from workbench.interventions.engine import Intervention, clean_run
 from workbench.interventions.generate import forward
 from workbench.interventions.validation import pair_influence, rank_block
 
 FEATURE = "cross layer transcoder"
 VERDICTS = CHECK_VERDICTS  # the verdict words, from the schema that reads them
 READINGS = ("frozen", "live")  # the direct effect (along the graph's own path), the total
+# what an embedding node's edge check zeroes at its position, by its graph JSON "embedding" field (graph_json.py):
+# the whole embedding (no field: a rotary model's, or a graph from before the split), or one of its two parts
+EMBEDDING_HOOKS = {None: EMBED, "token": TOKEN_EMBED, "position": POS_EMBED}
 OPS = ("ablate", "steer")  # zero ablation, and steering ×−1 (the code negated): the rank validation's two
 
 
 class GraphNodes:
-    """The graph JSON's parts the check reads: token ids (from the embedding nodes), feature nodes
-    id -> (layer, pos, latent, activation), logit nodes id -> token, the metric's coefficients per logit node."""
+    """The graph JSON's parts the check reads: token ids (from the token embedding nodes), embedding nodes id ->
+    (pos, the hook its edge check zeroes there), feature nodes id -> (layer, pos, latent, activation), logit nodes
+    id -> token, the metric's coefficients per logit node."""
 
     def __init__(self, graph: dict, metric: str, tokens=None):
         nodes = graph["nodes"]
-        emb = sorted((n["ctx_idx"], int(n["node_id"].split("_")[1])) for n in nodes if n["feature_type"] == "embedding")
+        embeddings = [n for n in nodes if n["feature_type"] == "embedding"]
+        bad = sorted({str(n["embedding"]) for n in embeddings if n.get("embedding") not in EMBEDDING_HOOKS})
+        if bad:
+            raise BadValueError(f"embedding nodes of kind {bad}: the kinds are token and position (or none)")
+        emb = sorted(
+            (n["ctx_idx"], int(n["node_id"].split("_")[1])) for n in embeddings if n.get("embedding") != "position"
+        )
         if tokens is None and (not emb or [p for p, _ in emb] != list(range(len(emb)))):
             raise BadValueError(
                 "the graph lacks an embedding node for every position (a circuit's own JSON?): pass the prompt's "
                 "tokens (a feature circuit's folder gives them)"
             )
         self.tokens = torch.as_tensor(tokens if tokens is not None else [t for _, t in emb])
-        self.embeddings = {n["node_id"]: n["ctx_idx"] for n in nodes if n["feature_type"] == "embedding"}
+        self.embeddings = {n["node_id"]: (n["ctx_idx"], EMBEDDING_HOOKS[n.get("embedding")]) for n in embeddings}
         self.features = {}
         for n in nodes:
             if n["feature_type"] == FEATURE:
@@ -105,19 +116,25 @@ def verdict(predicted: float, measured: float, cfg: CheckConfig) -> str:
     return "over-predicted" if m < cfg.fraction * p else "confirmed"
 
 
+def readings(cfg: CheckConfig) -> tuple[str, ...]:
+    """The semantics each node and edge is measured in: both, or (cfg.both_readings off) cfg.semantics' only."""
+    return READINGS if cfg.both_readings else (cfg.semantics,)
+
+
 def _row(base: dict, predicted: float, measured: dict, cfg: CheckConfig) -> dict:
-    """A node's or edge's record: both readings with their verdicts, the part through attention (live − frozen),
-    and cfg.semantics' reading as `measured`, `verdict` and `confirmed`."""
-    v = {s: verdict(predicted, measured[s], cfg) for s in READINGS}
+    """A node's or edge's record: each reading measured with its verdict, the part through attention (live −
+    frozen, where both are), and cfg.semantics' reading as `measured`, `verdict` and `confirmed`."""
+    v = {s: verdict(predicted, m, cfg) for s, m in measured.items()}
+    both = set(READINGS) <= set(measured)
     return {
         **base,
         "predicted": predicted,
         "measured": measured[cfg.semantics],
         "verdict": v[cfg.semantics],
         "confirmed": v[cfg.semantics] == "confirmed",
-        **{f"measured_{s}": measured[s] for s in READINGS},
-        **{f"verdict_{s}": v[s] for s in READINGS},
-        "through_attention": measured["live"] - measured["frozen"],
+        **{f"measured_{s}": m for s, m in measured.items()},
+        **{f"verdict_{s}": w for s, w in v.items()},
+        **({"through_attention": measured["live"] - measured["frozen"]} if both else {}),
     }
 
 
@@ -148,37 +165,54 @@ def measure_node(
     semantics: str = "live",
     op: str = "ablate",
     clean: dict | None = None,
+    shared: dict | None = None,
 ) -> tuple[float, dict]:
     """The metric's change when feature `nid` is ablated (op ablate) or its code negated (op steer) at its
     position, and each feature node's pre-activation change in the same run (from `clean`, the clean run's
-    feature_preacts; empty without it)."""
+    feature_preacts; empty without it). shared: shared_clean_runs', so the model's clean run is not made again."""
     feature, pos = _feature(g, nid)
     how = {"op": "scale", "value": [-1.0]} if op == "steer" else {}
     cfg = InterventionConfig(features=[feature], positions=str(pos), semantics=semantics, **how)
-    iv = Intervention(model, sites, g.tokens, cfg)
+    iv = Intervention(model, sites, g.tokens, cfg, clean=(shared or {}).get(semantics))
     if clean is None:
         return g.metric(iv.logits()[-1]) - g.metric(iv.clean["logits"][-1]), {}
     logits, pre = feature_preacts(model, sites, g, iv.hooks(), iv.reads)
     return g.metric(logits[-1]) - g.metric(iv.clean["logits"][-1]), {t: pre[t] - clean[t] for t in pre}
 
 
-def measure_edge(model, sites: list[Site], g: GraphNodes, link: dict, cfg: CheckConfig) -> float:
+def shared_clean_runs(model, sites: list[Site], g: GraphNodes, semantics) -> dict:
+    """semantics -> one clean run (engine.clean_run) that every intervention of the check in it can use: every
+    site's input, every layer's MLP output (any may be held), and (frozen) the patterns and scales."""
+    every = list(range(model.cfg.n_layers))
+    reads = list(dict.fromkeys(s.read_hook for s in sites))
+    return {
+        s: clean_run(model, g.tokens, reads, InterventionConfig(semantics=s, constrained_layers=every))
+        for s in semantics
+    }
+
+
+def measure_edge(
+    model, sites: list[Site], g: GraphNodes, link: dict, cfg: CheckConfig, shared: dict | None = None
+) -> float:
     """The target's change when the source's write reaches it only through the residual stream and attention: the
-    source (a feature, or a token's embedding) ablated, the MLPs between them held. The target is read as its logit
+    source (a feature, or a token's embedding, or with absolute positions its token's or its position's part: the
+    hook GraphNodes.embeddings names zeroed there) ablated, the MLPs between them held (shared: shared_clean_runs').
+    The target is read as its logit
     minus the mean, or a feature as cfg.edge_target says: `mlp`, the real MLP output's change along the feature's
     decoder row (in units of its code); `mlp_active`, its coefficient when that change is fitted by least squares
     on the decoder rows of every feature active there in the clean run (so co-active features whose rows overlap
     its own do not count as it); `encoder`, its transcoder's pre-activation."""
     emb = link["source"] not in g.features
-    src_layer, pos = (-1, g.embeddings[link["source"]]) if emb else (g.features[link["source"]][0], 0)
+    pos, zeroed = g.embeddings[link["source"]] if emb else (0, None)
+    src_layer = -1 if emb else g.features[link["source"]][0]
     tgt = g.features.get(link["target"])
     top = model.cfg.n_layers if tgt is None else tgt[0]
     feature = [] if emb else [_feature(g, link["source"])[0]]
     pos = pos if emb else _feature(g, link["source"])[1]
     held = list(range(src_layer + 1, top))
     icfg = InterventionConfig(features=feature, positions=str(pos), constrained_layers=held, semantics=cfg.semantics)
-    iv = Intervention(model, sites, g.tokens, icfg)
-    hooks = iv.hooks() + ([(EMBED, lambda act, hook: _zero_at(act, pos))] if emb else [])
+    iv = Intervention(model, sites, g.tokens, icfg, clean=(shared or {}).get(cfg.semantics))
+    hooks = iv.hooks() + ([(zeroed, lambda act, hook: _zero_at(act, pos))] if emb else [])
     how = cfg.edge_target
     w = None if tgt is None or how == "encoder" else _mlp_reading(model, sites, g, link["target"], how)
     return _read_target(model, sites, g, link["target"], how, iv, hooks, w) - _read_target(
@@ -231,15 +265,18 @@ def check_graph(model, sites: list[Site], graph: dict, cfg: CheckConfig | None =
     t0, c0 = time.perf_counter(), time.process_time()
     g = GraphNodes(graph, cfg.metric, tokens)
     predicted = g.predicted(graph["links"])
-    runs = _measure_nodes(model, sites, g)
+    measured_in = readings(cfg)
+    shared = shared_clean_runs(model, sites, g, measured_in)
+    runs = _measure_nodes(model, sites, g, measured_in, shared)
     nodes = [
-        _row({"node_id": nid}, p, {s: runs[s, "ablate"][nid][0] for s in READINGS}, cfg) for nid, p in predicted.items()
+        _row({"node_id": nid}, p, {s: runs[s, "ablate"][nid][0] for s in measured_in}, cfg)
+        for nid, p in predicted.items()
     ]
     edges = [
         _row(
             {"source": link["source"], "target": link["target"]},
             -float(link["weight"]),
-            {s: measure_edge(model, sites, g, link, replace(cfg, semantics=s)) for s in READINGS},
+            {s: measure_edge(model, sites, g, link, replace(cfg, semantics=s), shared) for s in measured_in},
             cfg,
         )
         for link in _top_links(g, graph["links"], cfg.top_edges)
@@ -248,11 +285,12 @@ def check_graph(model, sites: list[Site], graph: dict, cfg: CheckConfig | None =
         "schema": GRAPH_CHECK[1],
         "schema_version": GRAPH_CHECK[2],
         "semantics": cfg.semantics,
+        "readings": list(measured_in),
         "config": cfg.to_dict(),
         "clean_metric": g.metric(forward(model, g.tokens, [])[-1]),
         "nodes": nodes,
         "edges": edges,
-        "spearman": _ranks(g, graph["links"], predicted, runs),
+        "spearman": _ranks(g, graph["links"], predicted, runs, measured_in),
         "summary": {
             **summary(nodes, "nodes"),
             **summary(edges, "edges"),
@@ -274,23 +312,24 @@ def _top_links(g: GraphNodes, links: list[dict], n: int) -> list[dict]:
     return sorted(ok, key=lambda link: -abs(float(link["weight"])))[:n]
 
 
-def _measure_nodes(model, sites: list[Site], g: GraphNodes) -> dict:
-    """(semantics, op) -> feature id -> (metric change, {feature: pre-activation change}), every kept feature."""
+def _measure_nodes(model, sites: list[Site], g: GraphNodes, measured_in=READINGS, shared=None) -> dict:
+    """(semantics, op) -> feature id -> (metric change, {feature: pre-activation change}), every kept feature, in
+    each semantics of measured_in."""
     _, clean = feature_preacts(model, sites, g, [])
     return {
-        (s, op): {nid: measure_node(model, sites, g, nid, s, op, clean) for nid in g.features}
-        for s in READINGS
+        (s, op): {nid: measure_node(model, sites, g, nid, s, op, clean, shared) for nid in g.features}
+        for s in measured_in
         for op in OPS
     }
 
 
-def _ranks(g: GraphNodes, links: list[dict], predicted: dict, runs: dict) -> dict:
+def _ranks(g: GraphNodes, links: list[dict], predicted: dict, runs: dict, measured_in=READINGS) -> dict:
     """The rank validation (validation.py): Spearman of |predicted| vs |measured| for nodes (the metric; the graph
     predicts steering ×−1 as twice the ablation, the same ranks) and for feature → feature pairs (the target's
     pre-activation), per semantics and op."""
     pairs = pair_influence(g.features, links)
-    on_nodes = {s: {op: {n: runs[s, op][n][0] for n in predicted} for op in OPS} for s in READINGS}
-    on_pairs = {s: {op: {(a, b): runs[s, op][a][1][b] for a, b in pairs} for op in OPS} for s in READINGS}
+    on_nodes = {s: {op: {n: runs[s, op][n][0] for n in predicted} for op in OPS} for s in measured_in}
+    on_pairs = {s: {op: {(a, b): runs[s, op][a][1][b] for a, b in pairs} for op in OPS} for s in measured_in}
     return {"nodes": rank_block(predicted, on_nodes), "pairs": rank_block(pairs, on_pairs)}
 
 
@@ -305,8 +344,9 @@ def summary(rows: list[dict], what: str) -> dict:
         f"{what}_confirmed_share": ok / total if total else None,
         f"{what}_failed": failed,
     }
-    if rows and "verdict_frozen" in rows[0]:
-        out[f"{what}_verdicts"] = {s: dict(Counter(r[f"verdict_{s}"] for r in rows)) for s in READINGS}
+    measured_in = [s for s in READINGS if rows and f"verdict_{s}" in rows[0]]
+    if measured_in:
+        out[f"{what}_verdicts"] = {s: dict(Counter(r[f"verdict_{s}"] for r in rows)) for s in measured_in}
     return out
 
 
@@ -321,25 +361,27 @@ def _top_agrees(nodes: list[dict]) -> bool | None:
 
 
 def report_lines(record: dict) -> list[str]:
-    """What `circuit check` prints beyond the shares: each edge's verdict in both readings with the part through
-    attention, the verdict counts, and the Spearman values (None: fewer than 3 points, or a constant side)."""
+    """What `circuit check` prints beyond the shares: each edge's verdict in each reading measured (with the part
+    through attention where both are), the verdict counts, and the Spearman values (None: fewer than 3 points, or a
+    constant side)."""
+    measured_in = record.get("readings", READINGS)
+    name = {"frozen": "direct (frozen)", "live": "total (live)"}
     lines = []
     for e in record["edges"]:
-        lines.append(
-            f"edge {e['source']} -> {e['target']}: predicted {e['predicted']:+.4g}; direct (frozen) "
-            f"{e['measured_frozen']:+.4g} {e['verdict_frozen']}; total (live) {e['measured_live']:+.4g} "
-            f"{e['verdict_live']}; through attention {e['through_attention']:+.4g}"
-        )
+        parts = [f"{name[r]} {e[f'measured_{r}']:+.4g} {e[f'verdict_{r}']}" for r in measured_in]
+        if "through_attention" in e:
+            parts.append(f"through attention {e['through_attention']:+.4g}")
+        lines.append(f"edge {e['source']} -> {e['target']}: predicted {e['predicted']:+.4g}; " + "; ".join(parts))
     s = record["summary"]
     for what in ("nodes", "edges"):
-        for reading in READINGS:
+        for reading in measured_in:
             counts = s.get(f"{what}_verdicts", {}).get(reading, {})
             words = ", ".join(f"{counts[w]} {w}" for w in VERDICTS if w in counts) or "none checked"
-            lines.append(f"{what} {'direct (frozen)' if reading == 'frozen' else 'total (live)'}: {words}")
+            lines.append(f"{what} {name[reading]}: {words}")
     for what, block in record["spearman"].items():
         values = "; ".join(
             f"{reading} {op} {'n/a' if block[reading][op] is None else f'{block[reading][op]:.3f}'}"
-            for reading in READINGS
+            for reading in measured_in
             for op in OPS
         )
         lines.append(f"Spearman |predicted| vs |measured|, {what} (n={block['n']}): {values}")
