@@ -257,6 +257,34 @@ def test_token_and_position_edges_are_measured_apart(absolute_set):
         assert isinstance(e["measured_live"], float) and "through_attention" in e
 
 
+def test_one_reading_is_measured_alone_and_a_shared_clean_run_changes_nothing(tiny, tc_set, graph):
+    """both_readings off: only the semantics' reading is measured, stored and printed. The clean run the check
+    shares over its interventions gives each exactly what the intervention's own clean run gives."""
+    from workbench.interventions.check import (
+        READINGS,
+        measure_edge,
+        measure_node,
+        report_lines,
+        shared_clean_runs,
+    )
+
+    model = tiny[0]
+    sites = load_dictionary(tc_set, model)
+    one = check_graph(model, sites, graph, CheckConfig(semantics="live", both_readings=False, top_edges=3))
+    assert one["readings"] == ["live"] and set(one["spearman"]["nodes"]) == {"live", "n"}
+    for row in one["edges"] + one["nodes"]:
+        assert "measured_live" in row and "measured_frozen" not in row and "through_attention" not in row
+    assert set(one["summary"]["edges_verdicts"]) == {"live"}
+    assert not any("frozen" in line for line in report_lines(one))
+    g = GraphNodes(graph, "target")
+    shared = shared_clean_runs(model, sites, g, READINGS)
+    nid, link = next(iter(g.features)), next(k for k in graph["links"] if k["source"] in g.embeddings)
+    for s in READINGS:
+        assert measure_node(model, sites, g, nid, s, shared=shared) == measure_node(model, sites, g, nid, s)
+        cfg = CheckConfig(semantics=s)
+        assert measure_edge(model, sites, g, link, cfg, shared) == measure_edge(model, sites, g, link, cfg)
+
+
 def test_difference_needs_a_second_logit(graph):
     from workbench.errors import BadValueError
 

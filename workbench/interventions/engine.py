@@ -162,8 +162,10 @@ class Intervention:
         P, clean = self.P, self.clean
 
         def hold(act, hook):
-            act = act.clone()
             held = clean[hook.name]
+            if act.shape == held.shape and hook.name.endswith(FROZEN):  # the prompt alone (no continuation): the
+                return held.to(act.dtype)  # clean pattern or scale itself, which nothing downstream writes into
+            act = act.clone()
             if hook.name.endswith("hook_pattern"):
                 act[..., :P, :P] = held
             else:
