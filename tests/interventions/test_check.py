@@ -285,6 +285,33 @@ def test_one_reading_is_measured_alone_and_a_shared_clean_run_changes_nothing(ti
         assert measure_edge(model, sites, g, link, cfg, shared) == measure_edge(model, sites, g, link, cfg)
 
 
+def test_a_nodes_readings_in_one_batched_run_are_its_readings_one_by_one(tiny, tc_set, graph):
+    """measure_node_rows (the check's: every reading of a node in one run, a batch row each, the frozen rows held)
+    gives each reading's metric change and pre-activation changes as its own run does (measure_node)."""
+    from workbench.interventions.check import (
+        OPS,
+        READINGS,
+        feature_preacts,
+        measure_node,
+        measure_node_rows,
+        shared_clean_runs,
+    )
+
+    model = tiny[0]
+    sites = load_dictionary(tc_set, model)
+    g = GraphNodes(graph, "target")
+    _, clean = feature_preacts(model, sites, g, [])
+    shared = shared_clean_runs(model, sites, g, READINGS)
+    rows = [(s, op) for s in READINGS for op in OPS]
+    for nid in list(g.features)[:3]:
+        batched = measure_node_rows(model, sites, g, nid, rows, clean, shared)
+        for s, op in rows:
+            metric, pre = measure_node(model, sites, g, nid, s, op, clean)
+            assert batched[s, op][0] == pytest.approx(metric, rel=1e-4, abs=1e-5), (nid, s, op)
+            assert batched[s, op][1] == pytest.approx(pre, rel=1e-4, abs=1e-5), (nid, s, op)
+        assert batched["frozen", "ablate"] != batched["live", "ablate"]  # the rows are not all one reading
+
+
 def test_difference_needs_a_second_logit(graph):
     from workbench.errors import BadValueError
 

@@ -13,8 +13,9 @@ transcoder's encoder (`edge_target encoder`: the frozen semantics then reproduce
 
 Each node and edge is measured twice: frozen (attention patterns and normalisation scales at the clean run's, the
 graph's own assumption: its direct effect, along its own path) and live (its total effect); the difference is
-what goes through attention ("through_attention"). Each reading gets a verdict word (VERDICTS, thresholds in
-CheckConfig); the one of cfg.semantics (frozen by default) is the node's or edge's `verdict`, `measured` and
+what goes through attention ("through_attention"); cfg.both_readings off measures cfg.semantics' reading only. A
+node's readings run as one batch (measure_node_rows), and the interventions share one clean run per semantics.
+Each reading gets a verdict word (VERDICTS, thresholds in CheckConfig); the one of cfg.semantics (frozen by default) is the node's or edge's `verdict`, `measured` and
 `confirmed`. The confirmed share weighs each by its predicted |effect|. A rank validation (validation.py) is
 added: Spearman of |predicted| against |measured| for nodes (the metric) and for feature → feature pairs (the
 target's pre-activation), both semantics, zero ablation and steering ×−1. Stored in the graph JSON under
@@ -143,18 +144,26 @@ def _feature(g: GraphNodes, nid: str) -> tuple[str, int]:
     return f"{layer}:{latent}", pos
 
 
-def feature_preacts(model, sites: list[Site], g: GraphNodes, hooks: list, reads=()) -> tuple[torch.Tensor, dict]:
-    """One run with `hooks`: its logits, and every feature node's pre-activation at its layer and position."""
+def feature_preacts(
+    model, sites: list[Site], g: GraphNodes, hooks: list, reads=(), rows: int | None = None
+) -> tuple[torch.Tensor, dict]:
+    """One run with `hooks`: its logits, and every feature node's pre-activation at its layer and position (one
+    encoder pass per layer over the positions its nodes sit at). rows: the prompt repeated over that many batch
+    rows, hooks acting per row: logits [rows, P, d_vocab] and each pre-activation [rows]."""
     by_layer = {s.layer: s for s in sites}
     at = {by_layer[layer].read_hook for layer, *_ in g.features.values()}
     seen = {}
-    capture = [(h, lambda act, hook: seen.__setitem__(hook.name, act[0])) for h in at]
-    logits = forward(model, g.tokens, [*hooks, *capture], [*reads, *at])
+    capture = [(h, lambda act, hook: seen.__setitem__(hook.name, act)) for h in at]
+    logits = forward(model, g.tokens, [*hooks, *capture], [*reads, *at], rows)
     pre = {}
-    for nid, (layer, pos, latent, _) in g.features.items():
-        site = by_layer[layer]
-        pre[nid] = float(site.preacts(seen[site.read_hook][pos])[latent])
-    return logits, pre
+    for layer in sorted({f[0] for f in g.features.values()}):
+        ids = [nid for nid, f in g.features.items() if f[0] == layer]
+        pos, latent = (torch.tensor([g.features[n][i] for n in ids]) for i in (1, 2))
+        where, back = pos.unique(return_inverse=True)
+        x = seen[by_layer[layer].read_hook][:, where]
+        values = by_layer[layer].preacts(x.reshape(-1, x.shape[-1])).reshape(*x.shape[:2], -1)[:, back, latent]
+        pre |= {nid: values[:, i] if rows else float(values[0, i]) for i, nid in enumerate(ids)}
+    return (logits, pre)
 
 
 def measure_node(
@@ -178,6 +187,26 @@ def measure_node(
         return g.metric(iv.logits()[-1]) - g.metric(iv.clean["logits"][-1]), {}
     logits, pre = feature_preacts(model, sites, g, iv.hooks(), iv.reads)
     return g.metric(logits[-1]) - g.metric(iv.clean["logits"][-1]), {t: pre[t] - clean[t] for t in pre}
+
+
+def measure_node_rows(
+    model, sites: list[Site], g: GraphNodes, nid: str, rows: list[tuple], clean: dict, shared: dict
+) -> dict:
+    """(semantics, op) of each of `rows` -> what measure_node gives for it (with `clean`), all from one batched
+    run: the prompt repeated over the rows, the feature's code scaled by 0 (ablate: its zero ablation exactly) or
+    −1 (steer) at its position, the frozen rows' patterns and scales held (shared: shared_clean_runs', frozen's
+    among them if a row is frozen). One run per node instead of one per reading: the check's cost."""
+    feature, pos = _feature(g, nid)
+    cfg = InterventionConfig(features=[feature], positions=str(pos), op="scale", value=[1.0])
+    frozen = torch.tensor([s == "frozen" for s, _ in rows])
+    scale = torch.tensor([0.0 if op == "ablate" else -1.0 for _, op in rows])
+    base = shared["frozen" if frozen.any() else "live"]
+    iv = Intervention(model, sites, g.tokens, cfg, clean=base, row_scale=scale, frozen_rows=frozen)
+    logits, pre = feature_preacts(model, sites, g, iv.hooks(), iv.reads, len(rows))
+    m0 = g.metric(base["logits"][-1])
+    return {
+        row: (g.metric(logits[i, -1]) - m0, {t: float(pre[t][i]) - clean[t] for t in pre}) for i, row in enumerate(rows)
+    }
 
 
 def shared_clean_runs(model, sites: list[Site], g: GraphNodes, semantics) -> dict:
@@ -314,13 +343,12 @@ def _top_links(g: GraphNodes, links: list[dict], n: int) -> list[dict]:
 
 def _measure_nodes(model, sites: list[Site], g: GraphNodes, measured_in=READINGS, shared=None) -> dict:
     """(semantics, op) -> feature id -> (metric change, {feature: pre-activation change}), every kept feature, in
-    each semantics of measured_in."""
+    each semantics of measured_in: each node's readings in one batched run (measure_node_rows)."""
     _, clean = feature_preacts(model, sites, g, [])
-    return {
-        (s, op): {nid: measure_node(model, sites, g, nid, s, op, clean, shared) for nid in g.features}
-        for s in measured_in
-        for op in OPS
-    }
+    shared = shared or shared_clean_runs(model, sites, g, measured_in)
+    rows = [(s, op) for s in measured_in for op in OPS]
+    per_node = {nid: measure_node_rows(model, sites, g, nid, rows, clean, shared) for nid in g.features}
+    return {row: {nid: per_node[nid][row] for nid in g.features} for row in rows}
 
 
 def _ranks(g: GraphNodes, links: list[dict], predicted: dict, runs: dict, measured_in=READINGS) -> dict:

@@ -29,9 +29,24 @@ class Intervention:
     """`cfg` on `model` at `prompt` through the dictionary's `sites`; `run()` gives the result dict. The clean run
     (and for ablate_to counterfactual / mean the codes put in) is computed once, at construction, or given
     (`clean`: clean_run's of this prompt for a config of the same semantics and constrained layers, reading at
-    least these units' sites, so many interventions share one: the graph check's)."""
+    least these units' sites, so many interventions share one: the graph check's).
 
-    def __init__(self, model, sites: list[Site], prompt, cfg: InterventionConfig, mean_source=None, clean=None):
+    Rows (a run of the prompt repeated over a batch, one intervention per row: the graph check's): `row_scale`
+    [rows], with op scale, each row's factor on the units' codes (0: the zero ablation, exactly); `frozen_rows`
+    [rows] bool, with semantics live, the rows whose patterns and scales are held at the clean run's (then `clean`
+    must hold them: a frozen clean_run)."""
+
+    def __init__(
+        self,
+        model,
+        sites: list[Site],
+        prompt,
+        cfg: InterventionConfig,
+        mean_source=None,
+        clean=None,
+        row_scale: torch.Tensor | None = None,
+        frozen_rows: torch.Tensor | None = None,
+    ):
         self.model, self.cfg, self.prompt = model, cfg, prompt
         self.tokens = tokens_of(model, prompt)
         self.P = self.tokens.numel()
@@ -47,6 +62,7 @@ class Intervention:
         self.prompt_positions = self._prompt_positions()
         self.reads = [s.read_hook for s in self.sites]
         self.clean = clean if clean is not None else clean_run(model, self.tokens, self.reads, cfg)
+        self.row_scale, self.frozen_rows = row_scale, frozen_rows
         self.fill = self._fill_codes(mean_source)
 
     def _prompt_positions(self) -> list[int]:
@@ -114,7 +130,8 @@ class Intervention:
         if op == "set":
             return v.expand_as(codes)
         if op == "scale":
-            return codes * v
+            per_row = self.row_scale
+            return codes * (v if per_row is None else per_row.to(codes).reshape(-1, *[1] * (codes.dim() - 1)))
         if op == "steer":
             return codes + v
         if self.cfg.ablate_to == "zero":
@@ -161,19 +178,24 @@ class Intervention:
     def _held_hooks(self) -> list:
         P, clean = self.P, self.clean
 
+        rows = self.frozen_rows if self.cfg.semantics == "live" else None
+
         def hold(act, hook):
             held = clean[hook.name]
-            if act.shape == held.shape and hook.name.endswith(FROZEN):  # the prompt alone (no continuation): the
-                return held.to(act.dtype)  # clean pattern or scale itself, which nothing downstream writes into
+            frozen = hook.name.endswith(FROZEN)
+            if act.shape == held.shape and frozen and rows is None:  # the prompt alone, frozen: the clean pattern or
+                return held.to(act.dtype)  # scale itself, which nothing downstream writes into
             act = act.clone()
+            at = rows if frozen and rows is not None else slice(None)
             if hook.name.endswith("hook_pattern"):
-                act[..., :P, :P] = held
+                act[at, ..., :P, :P] = held
             else:
-                act[:, :P] = held
+                act[at, :P] = held
             return act
 
         held = FROZEN if self.cfg.frozen_norm else FROZEN[:1]
-        out = [(lambda n: n.endswith(held), hold)] if self.cfg.semantics == "frozen" else []
+        some = self.cfg.semantics == "frozen" or (rows is not None and bool(rows.any()))
+        out = [(lambda n: n.endswith(held), hold)] if some else []
         out += [(f"blocks.{layer}.hook_mlp_out", hold) for layer in self.cfg.constrained_layers]
         return out
 
