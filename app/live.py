@@ -262,7 +262,10 @@ def graph_effect(graph, nodes: list[str], result: dict) -> dict:
     last = result["positions"][-1]
     measured = g.metric(torch.tensor(last["logits"])) - g.metric(torch.tensor(last["clean_logits"]))
     predicted = g.predicted(graph.links)
-    checked = {r["node_id"]: r.get("measured_live", r["measured"]) for r in check.get("nodes", [])}  # the live one
+    live_only = check.get("semantics", "live") == "live"  # one reading (both_readings off) may be the frozen one
+    checked = {
+        r["node_id"]: r.get("measured_live", r["measured"] if live_only else None) for r in check.get("nodes", [])
+    }
     return {
         "metric": metric,
         "measured": measured,

@@ -157,7 +157,11 @@ def not_drawn(fg: schema.FeatureGraph, circuit: dict, drawn: set[str]) -> list[d
     prompt fires only on the counterfactual (the attribution graph holds the prompt's active features), others
     were pruned from the graph, or lie below the view's node cap."""
     in_graph = {n["node_id"] for n in fg.nodes}
-    embeddings = {f"E_{n['ctx_idx']}": n["node_id"] for n in fg.nodes if n["feature_type"] == "embedding"}
+    embeddings = {  # a circuit's embedding node is the token's (a position node, absolute positions, is apart)
+        f"E_{n['ctx_idx']}": n["node_id"]
+        for n in fg.nodes
+        if n["feature_type"] == "embedding" and n.get("embedding") != "position"
+    }
     rows = []
     for n in circuit.get("nodes", []):
         nid = circuit_id(n)

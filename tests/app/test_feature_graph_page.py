@@ -133,6 +133,16 @@ def test_the_figure_keeps_embeddings_and_logits_and_counts_hidden_weight(graph_w
         schema.read_feature_graph(d)
 
 
+def test_token_and_position_nodes_are_labelled_by_token_and_position(graph_workspace):
+    """The workspace's model has absolute positions, so its graph has two embedding nodes at each position: the
+    token's, labelled by its text, and the position's, labelled 'pos p' (both always drawn)."""
+    fg = browse.open_feature_graph(graph_workspace / "circuits" / "g")
+    n_pos = len(fg.metadata["prompt_tokens"])
+    labels = {(n.pos, n.label) for n in fgf.to_graph(fg, cap=1).nodes if n.kind == "input"}
+    assert {(p, f"pos {p}") for p in range(n_pos)} <= labels
+    assert sorted(p for p, label in labels if label.startswith("Emb: ")) == list(range(n_pos))
+
+
 def test_a_feature_circuits_nodes_start_pinned_unless_the_url_has_marks(graph_app, graph_workspace):
     fg = browse.open_feature_graph(graph_workspace / "circuits" / "pinned")
     at = ok(graph_app("views/feature_graph.py", graph="circuits/pinned"))

@@ -51,6 +51,16 @@ def other_tc_set(tiny, tmp_path_factory):
     return _tc_set(tiny[0], tmp_path_factory.mktemp("other_tc_set"), init_seed=1)
 
 
+@pytest.fixture(scope="session")
+def absolute_set(tmp_path_factory):
+    """(model, transcoder set folder): a random model of the embedded model's width with absolute positions
+    (TransformerLens 'standard', so its graphs split each embedding into token and position) and such a set of it."""
+    from small_models import small_model
+
+    model = small_model(seed=2, d_model=128, n_heads=4, d_head=32, d_mlp=256, positional_embedding_type="standard")
+    return model, _tc_set(model, tmp_path_factory.mktemp("absolute_set"))
+
+
 def _tc_set(model, root, init_seed: int = 0):
     """Every layer's transcoder initialised from SAEConfig.seed `init_seed`."""
     from workbench.provenance import model_id

@@ -230,6 +230,88 @@ def test_circuit_check_on_a_clt_graph(tiny, tiny_clt, tmp_path, capsys):
     assert all(isinstance(n["measured"], float) for n in record["nodes"])
 
 
+def test_token_and_position_edges_are_measured_apart(absolute_set):
+    """A model with absolute positions: each embedding link is a token link (its check zeroes hook_embed there) or
+    a position link (hook_pos_embed); both are measured in both readings, and frozen through the encoder each
+    reproduces its own part of the graph's edge exactly."""
+    from workbench.circuits.feature.attribution_graph import build_graph
+    from workbench.circuits.feature.graph_config import GraphConfig
+    from workbench.circuits.feature.graph_json import to_neuronpedia
+    from workbench.circuits.feature.transcoders import open_set
+
+    model, folder = absolute_set
+    tokens = torch.tensor([3, 17, 5, 9, 30, 12, 7, 21])
+    built = build_graph(model, open_set(folder).load(0, "cpu", model), tokens, None, None, GraphConfig(heads=False))
+    graph = to_neuronpedia(built)
+    g = GraphNodes(graph, "target")
+    assert torch.equal(g.tokens, tokens)
+    assert {nid[0]: hook for nid, (_, hook) in g.embeddings.items()} == {"E": "hook_embed", "P": "hook_pos_embed"}
+    emb = sorted((link for link in graph["links"] if link["source"] in g.embeddings), key=lambda k: -abs(k["weight"]))
+    picked = [next(k for k in emb if k["source"][0] == kind) for kind in "EP"]  # the largest of each kind
+    r = check_graph(
+        model, load_dictionary(folder, model), {**graph, "links": picked}, CheckConfig(edge_target="encoder")
+    )
+    assert sorted(e["source"][0] for e in r["edges"]) == ["E", "P"]
+    for e in r["edges"]:
+        assert e["measured_frozen"] == pytest.approx(e["predicted"], rel=1e-3, abs=1e-4), e
+        assert isinstance(e["measured_live"], float) and "through_attention" in e
+
+
+def test_one_reading_is_measured_alone_and_a_shared_clean_run_changes_nothing(tiny, tc_set, graph):
+    """both_readings off: only the semantics' reading is measured, stored and printed. The clean run the check
+    shares over its interventions gives each exactly what the intervention's own clean run gives."""
+    from workbench.interventions.check import (
+        READINGS,
+        measure_edge,
+        measure_node,
+        report_lines,
+        shared_clean_runs,
+    )
+
+    model = tiny[0]
+    sites = load_dictionary(tc_set, model)
+    one = check_graph(model, sites, graph, CheckConfig(semantics="live", both_readings=False, top_edges=3))
+    assert one["readings"] == ["live"] and set(one["spearman"]["nodes"]) == {"live", "n"}
+    for row in one["edges"] + one["nodes"]:
+        assert "measured_live" in row and "measured_frozen" not in row and "through_attention" not in row
+    assert set(one["summary"]["edges_verdicts"]) == {"live"}
+    assert not any("frozen" in line for line in report_lines(one))
+    g = GraphNodes(graph, "target")
+    shared = shared_clean_runs(model, sites, g, READINGS)
+    nid, link = next(iter(g.features)), next(k for k in graph["links"] if k["source"] in g.embeddings)
+    for s in READINGS:
+        assert measure_node(model, sites, g, nid, s, shared=shared) == measure_node(model, sites, g, nid, s)
+        cfg = CheckConfig(semantics=s)
+        assert measure_edge(model, sites, g, link, cfg, shared) == measure_edge(model, sites, g, link, cfg)
+
+
+def test_a_nodes_readings_in_one_batched_run_are_its_readings_one_by_one(tiny, tc_set, graph):
+    """measure_node_rows (the check's: every reading of a node in one run, a batch row each, the frozen rows held)
+    gives each reading's metric change and pre-activation changes as its own run does (measure_node)."""
+    from workbench.interventions.check import (
+        OPS,
+        READINGS,
+        feature_preacts,
+        measure_node,
+        measure_node_rows,
+        shared_clean_runs,
+    )
+
+    model = tiny[0]
+    sites = load_dictionary(tc_set, model)
+    g = GraphNodes(graph, "target")
+    _, clean = feature_preacts(model, sites, g, [])
+    shared = shared_clean_runs(model, sites, g, READINGS)
+    rows = [(s, op) for s in READINGS for op in OPS]
+    for nid in list(g.features)[:3]:
+        batched = measure_node_rows(model, sites, g, nid, rows, clean, shared)
+        for s, op in rows:
+            metric, pre = measure_node(model, sites, g, nid, s, op, clean)
+            assert batched[s, op][0] == pytest.approx(metric, rel=1e-4, abs=1e-5), (nid, s, op)
+            assert batched[s, op][1] == pytest.approx(pre, rel=1e-4, abs=1e-5), (nid, s, op)
+        assert batched["frozen", "ablate"] != batched["live", "ablate"]  # the rows are not all one reading
+
+
 def test_difference_needs_a_second_logit(graph):
     from workbench.errors import BadValueError
 
@@ -384,7 +466,8 @@ def _previous_token_model(mlp_reads_b: float = 0.0, second_neuron: bool = False)
 
 
 def _ground_truth_check(tmp_path, reads: dict, mlp_reads_b: float = 0.0, **kw) -> tuple[dict, dict]:
-    """(graph link weights, the check's record by (source, target)) on the previous-token model through a hand-set
+    """(graph link weights, the check's record by (source, target) and "graph": the graph JSON) on the
+    previous-token model through a hand-set
     transcoder whose feature 0 reads `reads` (direction -> weight) and writes 2 e7; kw: the model's second neuron
     and the set's second feature, the CheckConfig's fields."""
     from workbench.circuits.feature.attribution_graph import build_graph
@@ -400,10 +483,12 @@ def _ground_truth_check(tmp_path, reads: dict, mlp_reads_b: float = 0.0, **kw) -
     )
     weights = {(link["source"], link["target"]): link["weight"] for link in graph["links"]}
     r = check_graph(model, load_dictionary(folder, model), graph, CheckConfig(top_edges=10, **kw))
-    return weights, {(e["source"], e["target"]): e for e in r["edges"]} | {n["node_id"]: n for n in r["nodes"]}
+    rows = {(e["source"], e["target"]): e for e in r["edges"]} | {n["node_id"]: n for n in r["nodes"]}
+    return weights, rows | {"graph": graph}
 
 
 TRUE, SPURIOUS, OUT = ("E_1_1", "0_0_2"), ("E_2_2", "0_0_2"), ("0_0_2", "2_4_2")
+POSITION = ("P_2_2", "0_0_2")  # position 2's own embedding -> the feature (the model has absolute positions)
 
 
 def test_the_true_edges_of_a_faithful_transcoder_are_confirmed(tmp_path):
@@ -416,22 +501,27 @@ def test_the_true_edges_of_a_faithful_transcoder_are_confirmed(tmp_path):
     assert r[TRUE]["measured_frozen"] == pytest.approx(-1.0) and r[TRUE]["through_attention"] == pytest.approx(0.0)
 
 
-def test_a_spurious_direct_edge_is_absent_in_its_direct_reading(tmp_path):
+def test_a_spurious_direct_edge_is_absent_and_its_live_effect_is_the_positions(tmp_path):
     """The issue's case: the transcoder gives 0.7 of the feature's input to B's own embedding (a same-position
-    edge the model lacks) and 0.3 to A's. Zeroing B's embedding with attention live moves the MLP (the query loses
-    its position): the live reading confirms the edge, as the check did before. Along the edge's own path
-    (patterns frozen) it moves nothing: absent, and the whole live effect is reported as through attention."""
+    edge the model lacks) and 0.3 to A's. The model has absolute positions, so the graph splits B's embedding into
+    its token (e1, which the transcoder reads) and its position (e8, which the head's query reads): the token's
+    edge is absent in both readings, nothing of it going through attention. Zeroing the position with attention
+    live moves the MLP (the query loses its position and attends to BOS), frozen it moves nothing: the spurious
+    live influence a whole-embedding node showed (live reading -1) is the position node's, through attention."""
+    from workbench.interventions.check import measure_edge
+
     weights, r = _ground_truth_check(tmp_path, {6: 0.3, 1: 0.7})
     assert weights[SPURIOUS] == pytest.approx(0.7) and weights[TRUE] == pytest.approx(0.3)
+    assert not weights.get(POSITION)  # the transcoder reads no position
     e = r[SPURIOUS]
-    assert e["measured_frozen"] == pytest.approx(0.0, abs=1e-4) and e["measured_live"] == pytest.approx(-1.0, abs=1e-3)
-    assert (e["verdict_frozen"], e["verdict_live"], e["verdict"], e["confirmed"]) == (
-        "absent",
-        "confirmed",
-        "absent",
-        False,
-    )
-    assert e["through_attention"] == pytest.approx(-1.0, abs=1e-3)
+    assert e["measured_frozen"] == pytest.approx(0.0, abs=1e-4) and e["measured_live"] == pytest.approx(0.0, abs=1e-4)
+    assert (e["verdict_frozen"], e["verdict_live"], e["confirmed"]) == ("absent", "absent", False)
+    model = _previous_token_model()
+    folder = _shortcut_set(model, tmp_path, {6: 0.3, 1: 0.7})
+    sites, graph = load_dictionary(folder, model), r["graph"]
+    g, link = GraphNodes(graph, "target"), {"source": POSITION[0], "target": POSITION[1], "weight": 0.0}
+    live, frozen = (measure_edge(model, sites, g, link, CheckConfig(semantics=s)) for s in ("live", "frozen"))
+    assert live == pytest.approx(-1.0, abs=1e-3) and frozen == pytest.approx(0.0, abs=1e-4)
 
 
 def test_an_under_weighted_true_edge_is_under_predicted(tmp_path):

@@ -13,8 +13,9 @@ transcoder's encoder (`edge_target encoder`: the frozen semantics then reproduce
 
 Each node and edge is measured twice: frozen (attention patterns and normalisation scales at the clean run's, the
 graph's own assumption: its direct effect, along its own path) and live (its total effect); the difference is
-what goes through attention ("through_attention"). Each reading gets a verdict word (VERDICTS, thresholds in
-CheckConfig); the one of cfg.semantics (frozen by default) is the node's or edge's `verdict`, `measured` and
+what goes through attention ("through_attention"); cfg.both_readings off measures cfg.semantics' reading only. A
+node's readings run as one batch (measure_node_rows), and the interventions share one clean run per semantics.
+Each reading gets a verdict word (VERDICTS, thresholds in CheckConfig); the one of cfg.semantics (frozen by default) is the node's or edge's `verdict`, `measured` and
 `confirmed`. The confirmed share weighs each by its predicted |effect|. A rank validation (validation.py) is
 added: Spearman of |predicted| against |measured| for nodes (the metric) and for feature → feature pairs (the
 target's pre-activation), both semantics, zero ablation and steering ×−1. Stored in the graph JSON under
@@ -29,34 +30,45 @@ from dataclasses import replace
 
 import torch
 
+from workbench.circuits.feature.replacement import EMBED, POS_EMBED, TOKEN_EMBED
 from workbench.circuits.schema import CHECK_VERDICTS, GRAPH_CHECK
 from workbench.errors import BadValueError
 from workbench.interventions.config import CheckConfig, InterventionConfig
-from workbench.interventions.dictionary import EMBED, Site
-from workbench.interventions.engine import Intervention
+from workbench.interventions.dictionary import Site
+from workbench.interventions.engine import Intervention, clean_run
 from workbench.interventions.generate import forward
 from workbench.interventions.validation import pair_influence, rank_block
 
 FEATURE = "cross layer transcoder"
 VERDICTS = CHECK_VERDICTS  # the verdict words, from the schema that reads them
 READINGS = ("frozen", "live")  # the direct effect (along the graph's own path), the total
+# what an embedding node's edge check zeroes at its position, by its graph JSON "embedding" field (graph_json.py):
+# the whole embedding (no field: a rotary model's, or a graph from before the split), or one of its two parts
+EMBEDDING_HOOKS = {None: EMBED, "token": TOKEN_EMBED, "position": POS_EMBED}
 OPS = ("ablate", "steer")  # zero ablation, and steering ×−1 (the code negated): the rank validation's two
 
 
 class GraphNodes:
-    """The graph JSON's parts the check reads: token ids (from the embedding nodes), feature nodes
-    id -> (layer, pos, latent, activation), logit nodes id -> token, the metric's coefficients per logit node."""
+    """The graph JSON's parts the check reads: token ids (from the token embedding nodes), embedding nodes id ->
+    (pos, the hook its edge check zeroes there), feature nodes id -> (layer, pos, latent, activation), logit nodes
+    id -> token, the metric's coefficients per logit node."""
 
     def __init__(self, graph: dict, metric: str, tokens=None):
         nodes = graph["nodes"]
-        emb = sorted((n["ctx_idx"], int(n["node_id"].split("_")[1])) for n in nodes if n["feature_type"] == "embedding")
+        embeddings = [n for n in nodes if n["feature_type"] == "embedding"]
+        bad = sorted({str(n["embedding"]) for n in embeddings if n.get("embedding") not in EMBEDDING_HOOKS})
+        if bad:
+            raise BadValueError(f"embedding nodes of kind {bad}: the kinds are token and position (or none)")
+        emb = sorted(
+            (n["ctx_idx"], int(n["node_id"].split("_")[1])) for n in embeddings if n.get("embedding") != "position"
+        )
         if tokens is None and (not emb or [p for p, _ in emb] != list(range(len(emb)))):
             raise BadValueError(
                 "the graph lacks an embedding node for every position (a circuit's own JSON?): pass the prompt's "
                 "tokens (a feature circuit's folder gives them)"
             )
         self.tokens = torch.as_tensor(tokens if tokens is not None else [t for _, t in emb])
-        self.embeddings = {n["node_id"]: n["ctx_idx"] for n in nodes if n["feature_type"] == "embedding"}
+        self.embeddings = {n["node_id"]: (n["ctx_idx"], EMBEDDING_HOOKS[n.get("embedding")]) for n in embeddings}
         self.features = {}
         for n in nodes:
             if n["feature_type"] == FEATURE:
@@ -105,19 +117,25 @@ def verdict(predicted: float, measured: float, cfg: CheckConfig) -> str:
     return "over-predicted" if m < cfg.fraction * p else "confirmed"
 
 
+def readings(cfg: CheckConfig) -> tuple[str, ...]:
+    """The semantics each node and edge is measured in: both, or (cfg.both_readings off) cfg.semantics' only."""
+    return READINGS if cfg.both_readings else (cfg.semantics,)
+
+
 def reading_row(base: dict, predicted: float, measured: dict, cfg: CheckConfig) -> dict:
-    """A node's or edge's record: both readings with their verdicts, the part through attention (live − frozen),
-    and cfg.semantics' reading as `measured`, `verdict` and `confirmed`."""
-    v = {s: verdict(predicted, measured[s], cfg) for s in READINGS}
+    """A node's or edge's record: each reading measured with its verdict, the part through attention (live −
+    frozen, where both are), and cfg.semantics' reading as `measured`, `verdict` and `confirmed`."""
+    v = {s: verdict(predicted, m, cfg) for s, m in measured.items()}
+    both = set(READINGS) <= set(measured)
     return {
         **base,
         "predicted": predicted,
         "measured": measured[cfg.semantics],
         "verdict": v[cfg.semantics],
         "confirmed": v[cfg.semantics] == "confirmed",
-        **{f"measured_{s}": measured[s] for s in READINGS},
-        **{f"verdict_{s}": v[s] for s in READINGS},
-        "through_attention": measured["live"] - measured["frozen"],
+        **{f"measured_{s}": m for s, m in measured.items()},
+        **{f"verdict_{s}": w for s, w in v.items()},
+        **({"through_attention": measured["live"] - measured["frozen"]} if both else {}),
     }
 
 
@@ -126,18 +144,26 @@ def _feature(g: GraphNodes, nid: str) -> tuple[str, int]:
     return f"{layer}:{latent}", pos
 
 
-def feature_preacts(model, sites: list[Site], g: GraphNodes, hooks: list, reads=()) -> tuple[torch.Tensor, dict]:
-    """One run with `hooks`: its logits, and every feature node's pre-activation at its layer and position."""
+def feature_preacts(
+    model, sites: list[Site], g: GraphNodes, hooks: list, reads=(), rows: int | None = None
+) -> tuple[torch.Tensor, dict]:
+    """One run with `hooks`: its logits, and every feature node's pre-activation at its layer and position (one
+    encoder pass per layer over the positions its nodes sit at). rows: the prompt repeated over that many batch
+    rows, hooks acting per row: logits [rows, P, d_vocab] and each pre-activation [rows]."""
     by_layer = {s.layer: s for s in sites}
     at = {by_layer[layer].read_hook for layer, *_ in g.features.values()}
     seen = {}
-    capture = [(h, lambda act, hook: seen.__setitem__(hook.name, act[0])) for h in at]
-    logits = forward(model, g.tokens, [*hooks, *capture], [*reads, *at])
+    capture = [(h, lambda act, hook: seen.__setitem__(hook.name, act)) for h in at]
+    logits = forward(model, g.tokens, [*hooks, *capture], [*reads, *at], rows)
     pre = {}
-    for nid, (layer, pos, latent, _) in g.features.items():
-        site = by_layer[layer]
-        pre[nid] = float(site.preacts(seen[site.read_hook][pos])[latent])
-    return logits, pre
+    for layer in sorted({f[0] for f in g.features.values()}):
+        ids = [nid for nid, f in g.features.items() if f[0] == layer]
+        pos, latent = (torch.tensor([g.features[n][i] for n in ids]) for i in (1, 2))
+        where, back = pos.unique(return_inverse=True)
+        x = seen[by_layer[layer].read_hook][:, where]
+        values = by_layer[layer].preacts(x.reshape(-1, x.shape[-1])).reshape(*x.shape[:2], -1)[:, back, latent]
+        pre |= {nid: values[:, i] if rows else float(values[0, i]) for i, nid in enumerate(ids)}
+    return (logits, pre)
 
 
 def measure_node(
@@ -148,37 +174,74 @@ def measure_node(
     semantics: str = "live",
     op: str = "ablate",
     clean: dict | None = None,
+    shared: dict | None = None,
 ) -> tuple[float, dict]:
     """The metric's change when feature `nid` is ablated (op ablate) or its code negated (op steer) at its
     position, and each feature node's pre-activation change in the same run (from `clean`, the clean run's
-    feature_preacts; empty without it)."""
+    feature_preacts; empty without it). shared: shared_clean_runs', so the model's clean run is not made again."""
     feature, pos = _feature(g, nid)
     how = {"op": "scale", "value": [-1.0]} if op == "steer" else {}
     cfg = InterventionConfig(features=[feature], positions=str(pos), semantics=semantics, **how)
-    iv = Intervention(model, sites, g.tokens, cfg)
+    iv = Intervention(model, sites, g.tokens, cfg, clean=(shared or {}).get(semantics))
     if clean is None:
         return g.metric(iv.logits()[-1]) - g.metric(iv.clean["logits"][-1]), {}
     logits, pre = feature_preacts(model, sites, g, iv.hooks(), iv.reads)
     return g.metric(logits[-1]) - g.metric(iv.clean["logits"][-1]), {t: pre[t] - clean[t] for t in pre}
 
 
-def measure_edge(model, sites: list[Site], g: GraphNodes, link: dict, cfg: CheckConfig) -> float:
+def measure_node_rows(
+    model, sites: list[Site], g: GraphNodes, nid: str, rows: list[tuple], clean: dict, shared: dict
+) -> dict:
+    """(semantics, op) of each of `rows` -> what measure_node gives for it (with `clean`), all from one batched
+    run: the prompt repeated over the rows, the feature's code scaled by 0 (ablate: its zero ablation exactly) or
+    −1 (steer) at its position, the frozen rows' patterns and scales held (shared: shared_clean_runs', frozen's
+    among them if a row is frozen). One run per node instead of one per reading: the check's cost."""
+    feature, pos = _feature(g, nid)
+    cfg = InterventionConfig(features=[feature], positions=str(pos), op="scale", value=[1.0])
+    frozen = torch.tensor([s == "frozen" for s, _ in rows])
+    scale = torch.tensor([0.0 if op == "ablate" else -1.0 for _, op in rows])
+    base = shared["frozen" if frozen.any() else "live"]
+    iv = Intervention(model, sites, g.tokens, cfg, clean=base, row_scale=scale, frozen_rows=frozen)
+    logits, pre = feature_preacts(model, sites, g, iv.hooks(), iv.reads, len(rows))
+    m0 = g.metric(base["logits"][-1])
+    return {
+        row: (g.metric(logits[i, -1]) - m0, {t: float(pre[t][i]) - clean[t] for t in pre}) for i, row in enumerate(rows)
+    }
+
+
+def shared_clean_runs(model, sites: list[Site], g: GraphNodes, semantics) -> dict:
+    """semantics -> one clean run (engine.clean_run) that every intervention of the check in it can use: every
+    site's input, every layer's MLP output (any may be held), and (frozen) the patterns and scales."""
+    every = list(range(model.cfg.n_layers))
+    reads = list(dict.fromkeys(s.read_hook for s in sites))
+    return {
+        s: clean_run(model, g.tokens, reads, InterventionConfig(semantics=s, constrained_layers=every))
+        for s in semantics
+    }
+
+
+def measure_edge(
+    model, sites: list[Site], g: GraphNodes, link: dict, cfg: CheckConfig, shared: dict | None = None
+) -> float:
     """The target's change when the source's write reaches it only through the residual stream and attention: the
-    source (a feature, or a token's embedding) ablated, the MLPs between them held. The target is read as its logit
+    source (a feature, or a token's embedding, or with absolute positions its token's or its position's part: the
+    hook GraphNodes.embeddings names zeroed there) ablated, the MLPs between them held (shared: shared_clean_runs').
+    The target is read as its logit
     minus the mean, or a feature as cfg.edge_target says: `mlp`, the real MLP output's change along the feature's
     decoder row (in units of its code); `mlp_active`, its coefficient when that change is fitted by least squares
     on the decoder rows of every feature active there in the clean run (so co-active features whose rows overlap
     its own do not count as it); `encoder`, its transcoder's pre-activation."""
     emb = link["source"] not in g.features
-    src_layer, pos = (-1, g.embeddings[link["source"]]) if emb else (g.features[link["source"]][0], 0)
+    pos, zeroed = g.embeddings[link["source"]] if emb else (0, None)
+    src_layer = -1 if emb else g.features[link["source"]][0]
     tgt = g.features.get(link["target"])
     top = model.cfg.n_layers if tgt is None else tgt[0]
     feature = [] if emb else [_feature(g, link["source"])[0]]
     pos = pos if emb else _feature(g, link["source"])[1]
     held = list(range(src_layer + 1, top))
     icfg = InterventionConfig(features=feature, positions=str(pos), constrained_layers=held, semantics=cfg.semantics)
-    iv = Intervention(model, sites, g.tokens, icfg)
-    hooks = iv.hooks() + ([(EMBED, lambda act, hook: _zero_at(act, pos))] if emb else [])
+    iv = Intervention(model, sites, g.tokens, icfg, clean=(shared or {}).get(cfg.semantics))
+    hooks = iv.hooks() + ([(zeroed, lambda act, hook: _zero_at(act, pos))] if emb else [])
     how = cfg.edge_target
     w = None if tgt is None or how == "encoder" else _mlp_reading(model, sites, g, link["target"], how)
     return _read_target(model, sites, g, link["target"], how, iv, hooks, w) - _read_target(
@@ -231,16 +294,18 @@ def check_graph(model, sites: list[Site], graph: dict, cfg: CheckConfig | None =
     t0, c0 = time.perf_counter(), time.process_time()
     g = GraphNodes(graph, cfg.metric, tokens)
     predicted = g.predicted(graph["links"])
-    runs = _measure_nodes(model, sites, g)
+    measured_in = readings(cfg)
+    shared = shared_clean_runs(model, sites, g, measured_in)
+    runs = _measure_nodes(model, sites, g, measured_in, shared)
     nodes = [
-        reading_row({"node_id": nid}, p, {s: runs[s, "ablate"][nid][0] for s in READINGS}, cfg)
+        reading_row({"node_id": nid}, p, {s: runs[s, "ablate"][nid][0] for s in measured_in}, cfg)
         for nid, p in predicted.items()
     ]
     edges = [
         reading_row(
             {"source": link["source"], "target": link["target"]},
             -float(link["weight"]),
-            {s: measure_edge(model, sites, g, link, replace(cfg, semantics=s)) for s in READINGS},
+            {s: measure_edge(model, sites, g, link, replace(cfg, semantics=s), shared) for s in measured_in},
             cfg,
         )
         for link in _top_links(g, graph["links"], cfg.top_edges)
@@ -249,11 +314,12 @@ def check_graph(model, sites: list[Site], graph: dict, cfg: CheckConfig | None =
         "schema": GRAPH_CHECK[1],
         "schema_version": GRAPH_CHECK[2],
         "semantics": cfg.semantics,
+        "readings": list(measured_in),
         "config": cfg.to_dict(),
         "clean_metric": g.metric(forward(model, g.tokens, [])[-1]),
         "nodes": nodes,
         "edges": edges,
-        "spearman": _ranks(g, graph["links"], predicted, runs),
+        "spearman": _ranks(g, graph["links"], predicted, runs, measured_in),
         "summary": {
             **summary(nodes, "nodes"),
             **summary(edges, "edges"),
@@ -275,23 +341,23 @@ def _top_links(g: GraphNodes, links: list[dict], n: int) -> list[dict]:
     return sorted(ok, key=lambda link: -abs(float(link["weight"])))[:n]
 
 
-def _measure_nodes(model, sites: list[Site], g: GraphNodes) -> dict:
-    """(semantics, op) -> feature id -> (metric change, {feature: pre-activation change}), every kept feature."""
+def _measure_nodes(model, sites: list[Site], g: GraphNodes, measured_in=READINGS, shared=None) -> dict:
+    """(semantics, op) -> feature id -> (metric change, {feature: pre-activation change}), every kept feature, in
+    each semantics of measured_in: each node's readings in one batched run (measure_node_rows)."""
     _, clean = feature_preacts(model, sites, g, [])
-    return {
-        (s, op): {nid: measure_node(model, sites, g, nid, s, op, clean) for nid in g.features}
-        for s in READINGS
-        for op in OPS
-    }
+    shared = shared or shared_clean_runs(model, sites, g, measured_in)
+    rows = [(s, op) for s in measured_in for op in OPS]
+    per_node = {nid: measure_node_rows(model, sites, g, nid, rows, clean, shared) for nid in g.features}
+    return {row: {nid: per_node[nid][row] for nid in g.features} for row in rows}
 
 
-def _ranks(g: GraphNodes, links: list[dict], predicted: dict, runs: dict) -> dict:
+def _ranks(g: GraphNodes, links: list[dict], predicted: dict, runs: dict, measured_in=READINGS) -> dict:
     """The rank validation (validation.py): Spearman of |predicted| vs |measured| for nodes (the metric; the graph
     predicts steering ×−1 as twice the ablation, the same ranks) and for feature → feature pairs (the target's
     pre-activation), per semantics and op."""
     pairs = pair_influence(g.features, links)
-    on_nodes = {s: {op: {n: runs[s, op][n][0] for n in predicted} for op in OPS} for s in READINGS}
-    on_pairs = {s: {op: {(a, b): runs[s, op][a][1][b] for a, b in pairs} for op in OPS} for s in READINGS}
+    on_nodes = {s: {op: {n: runs[s, op][n][0] for n in predicted} for op in OPS} for s in measured_in}
+    on_pairs = {s: {op: {(a, b): runs[s, op][a][1][b] for a, b in pairs} for op in OPS} for s in measured_in}
     return {"nodes": rank_block(predicted, on_nodes), "pairs": rank_block(pairs, on_pairs)}
 
 
@@ -306,8 +372,9 @@ def summary(rows: list[dict], what: str) -> dict:
         f"{what}_confirmed_share": ok / total if total else None,
         f"{what}_failed": failed,
     }
-    if rows and "verdict_frozen" in rows[0]:
-        out[f"{what}_verdicts"] = {s: dict(Counter(r[f"verdict_{s}"] for r in rows)) for s in READINGS}
+    measured_in = [s for s in READINGS if rows and f"verdict_{s}" in rows[0]]
+    if measured_in:
+        out[f"{what}_verdicts"] = {s: dict(Counter(r[f"verdict_{s}"] for r in rows)) for s in measured_in}
     return out
 
 
@@ -322,25 +389,27 @@ def _top_agrees(nodes: list[dict]) -> bool | None:
 
 
 def report_lines(record: dict) -> list[str]:
-    """What `circuit check` prints beyond the shares: each edge's verdict in both readings with the part through
-    attention, the verdict counts, and the Spearman values (None: fewer than 3 points, or a constant side)."""
+    """What `circuit check` prints beyond the shares: each edge's verdict in each reading measured (with the part
+    through attention where both are), the verdict counts, and the Spearman values (None: fewer than 3 points, or a
+    constant side)."""
+    measured_in = record.get("readings", READINGS)
+    name = {"frozen": "direct (frozen)", "live": "total (live)"}
     lines = []
     for e in record["edges"]:
-        lines.append(
-            f"edge {e['source']} -> {e['target']}: predicted {e['predicted']:+.4g}; direct (frozen) "
-            f"{e['measured_frozen']:+.4g} {e['verdict_frozen']}; total (live) {e['measured_live']:+.4g} "
-            f"{e['verdict_live']}; through attention {e['through_attention']:+.4g}"
-        )
+        parts = [f"{name[r]} {e[f'measured_{r}']:+.4g} {e[f'verdict_{r}']}" for r in measured_in]
+        if "through_attention" in e:
+            parts.append(f"through attention {e['through_attention']:+.4g}")
+        lines.append(f"edge {e['source']} -> {e['target']}: predicted {e['predicted']:+.4g}; " + "; ".join(parts))
     s = record["summary"]
     for what in ("nodes", "edges"):
-        for reading in READINGS:
+        for reading in measured_in:
             counts = s.get(f"{what}_verdicts", {}).get(reading, {})
             words = ", ".join(f"{counts[w]} {w}" for w in VERDICTS if w in counts) or "none checked"
-            lines.append(f"{what} {'direct (frozen)' if reading == 'frozen' else 'total (live)'}: {words}")
+            lines.append(f"{what} {name[reading]}: {words}")
     for what, block in record["spearman"].items():
         values = "; ".join(
             f"{reading} {op} {'n/a' if block[reading][op] is None else f'{block[reading][op]:.3f}'}"
-            for reading in READINGS
+            for reading in measured_in
             for op in OPS
         )
         lines.append(f"Spearman |predicted| vs |measured|, {what} (n={block['n']}): {values}")

@@ -214,8 +214,16 @@ class CheckConfig(Config):
         default="frozen",
         metadata={
             "choices": SEMANTICS,
-            "help": "the reading that gives each verdict (both are measured): frozen, the direct effect with "
+            "help": "the reading that gives each verdict (both are measured unless both_readings is off): frozen, "
+            "the direct effect with "
             "patterns and scales at the clean run's as the graph assumes; live, the total effect",
+        },
+    )
+    both_readings: bool = field(
+        default=True,
+        metadata={
+            "help": "measure every node and edge in both semantics (frozen and live); off: only in --semantics "
+            "(half the interventions, no through-attention part)"
         },
     )
     edge_target: str = field(

@@ -27,9 +27,26 @@ FROZEN = ("hook_pattern", "hook_scale")
 
 class Intervention:
     """`cfg` on `model` at `prompt` through the dictionary's `sites`; `run()` gives the result dict. The clean run
-    (and for ablate_to counterfactual / mean the codes put in) is computed once, at construction."""
+    (and for ablate_to counterfactual / mean the codes put in) is computed once, at construction, or given
+    (`clean`: clean_run's of this prompt for a config of the same semantics and constrained layers, reading at
+    least these units' sites, so many interventions share one: the graph check's).
 
-    def __init__(self, model, sites: list[Site], prompt, cfg: InterventionConfig, mean_source=None):
+    Rows (a run of the prompt repeated over a batch, one intervention per row: the graph check's): `row_scale`
+    [rows], with op scale, each row's factor on the units' codes (0: the zero ablation, exactly); `frozen_rows`
+    [rows] bool, with semantics live, the rows whose patterns and scales are held at the clean run's (then `clean`
+    must hold them: a frozen clean_run)."""
+
+    def __init__(
+        self,
+        model,
+        sites: list[Site],
+        prompt,
+        cfg: InterventionConfig,
+        mean_source=None,
+        clean=None,
+        row_scale: torch.Tensor | None = None,
+        frozen_rows: torch.Tensor | None = None,
+    ):
         self.model, self.cfg, self.prompt = model, cfg, prompt
         self.tokens = tokens_of(model, prompt)
         self.P = self.tokens.numel()
@@ -44,7 +61,8 @@ class Intervention:
                 )
         self.prompt_positions = self._prompt_positions()
         self.reads = [s.read_hook for s in self.sites]
-        self.clean = self._clean_run()
+        self.clean = clean if clean is not None else clean_run(model, self.tokens, self.reads, cfg)
+        self.row_scale, self.frozen_rows = row_scale, frozen_rows
         self.fill = self._fill_codes(mean_source)
 
     def _prompt_positions(self) -> list[int]:
@@ -63,23 +81,6 @@ class Intervention:
         if self.cfg.position_spec[0] in ("all", "generated"):
             m[self.P :] = True
         return m
-
-    def _clean_run(self) -> dict:
-        """The clean prompt's logits and the activations the hooks need: each site's input, and (frozen) every
-        attention pattern and normalisation scale and the constrained layers' MLP outputs."""
-        keep = set(self.reads) | {f"blocks.{layer}.hook_mlp_out" for layer in self.cfg.constrained_layers}
-        frozen = self.cfg.semantics == "frozen"
-        bad = [layer for layer in self.cfg.constrained_layers if not 0 <= layer < self.model.cfg.n_layers]
-        if bad:
-            raise BadValueError(f"constrained layers {bad} are outside the model's 0..{self.model.cfg.n_layers - 1}")
-        from workbench.cache.hooks import mlp_in_hooks
-
-        with mlp_in_hooks(self.model, self.reads), torch.no_grad():
-            logits, cache = self.model.run_with_cache(
-                self.tokens[None].to(self.model.cfg.device),
-                names_filter=lambda n: n in keep or (frozen and n.endswith(FROZEN)),
-            )
-        return {"logits": logits[0].float(), **{k: v for k, v in cache.items()}}
 
     def _fill_codes(self, mean_source) -> dict:
         """unit name -> (codes [P, u] put in at each prompt position, [P] bool where there are any) for ablate."""
@@ -129,7 +130,8 @@ class Intervention:
         if op == "set":
             return v.expand_as(codes)
         if op == "scale":
-            return codes * v
+            per_row = self.row_scale
+            return codes * (v if per_row is None else per_row.to(codes).reshape(-1, *[1] * (codes.dim() - 1)))
         if op == "steer":
             return codes + v
         if self.cfg.ablate_to == "zero":
@@ -176,17 +178,24 @@ class Intervention:
     def _held_hooks(self) -> list:
         P, clean = self.P, self.clean
 
+        rows = self.frozen_rows if self.cfg.semantics == "live" else None
+
         def hold(act, hook):
-            act = act.clone()
             held = clean[hook.name]
+            frozen = hook.name.endswith(FROZEN)
+            if act.shape == held.shape and frozen and rows is None:  # the prompt alone, frozen: the clean pattern or
+                return held.to(act.dtype)  # scale itself, which nothing downstream writes into
+            act = act.clone()
+            at = rows if frozen and rows is not None else slice(None)
             if hook.name.endswith("hook_pattern"):
-                act[..., :P, :P] = held
+                act[at, ..., :P, :P] = held
             else:
-                act[:, :P] = held
+                act[at, :P] = held
             return act
 
         held = FROZEN if self.cfg.frozen_norm else FROZEN[:1]
-        out = [(lambda n: n.endswith(held), hold)] if self.cfg.semantics == "frozen" else []
+        some = self.cfg.semantics == "frozen" or (rows is not None and bool(rows.any()))
+        out = [(lambda n: n.endswith(held), hold)] if some else []
         out += [(f"blocks.{layer}.hook_mlp_out", hold) for layer in self.cfg.constrained_layers]
         return out
 
@@ -267,6 +276,24 @@ class Intervention:
     def _text(self, ids: list[int]) -> dict:
         t = torch.tensor(ids, dtype=torch.long)
         return {"tokens": ids, "str_tokens": str_tokens(self.model, t) if ids else []}
+
+
+def clean_run(model, tokens: torch.Tensor, reads: list[str], cfg: InterventionConfig) -> dict:
+    """The clean prompt's logits and the activations an intervention's hooks need: each site's input (`reads`), and
+    (frozen) every attention pattern and normalisation scale and the constrained layers' MLP outputs."""
+    keep = set(reads) | {f"blocks.{layer}.hook_mlp_out" for layer in cfg.constrained_layers}
+    frozen = cfg.semantics == "frozen"
+    bad = [layer for layer in cfg.constrained_layers if not 0 <= layer < model.cfg.n_layers]
+    if bad:
+        raise BadValueError(f"constrained layers {bad} are outside the model's 0..{model.cfg.n_layers - 1}")
+    from workbench.cache.hooks import mlp_in_hooks
+
+    with mlp_in_hooks(model, reads), torch.no_grad():
+        logits, cache = model.run_with_cache(
+            tokens[None].to(model.cfg.device),
+            names_filter=lambda n: n in keep or (frozen and n.endswith(FROZEN)),
+        )
+    return {"logits": logits[0].float(), **{k: v for k, v in cache.items()}}
 
 
 def _write(act: torch.Tensor, seen: dict, i: int) -> torch.Tensor:

@@ -13,10 +13,13 @@ from workbench.cache.hooks import mlp_in_hooks
 
 
 @torch.no_grad()
-def forward(model, tokens: torch.Tensor, hooks: list, reads=()) -> torch.Tensor:
-    """[len(tokens), d_vocab] logits of one sequence with `hooks` on (reads: hook names that need hook_mlp_in)."""
+def forward(model, tokens: torch.Tensor, hooks: list, reads=(), rows: int | None = None) -> torch.Tensor:
+    """[len(tokens), d_vocab] logits of one sequence with `hooks` on (reads: hook names that need hook_mlp_in);
+    rows: [rows, len(tokens), d_vocab], the sequence repeated over a batch (hooks that act per row)."""
+    batch = tokens[None].expand(rows or 1, -1).to(model.cfg.device)
     with mlp_in_hooks(model, reads), model.hooks(fwd_hooks=hooks):
-        return model(tokens[None].to(model.cfg.device))[0].float()
+        logits = model(batch).float()
+    return logits if rows else logits[0]
 
 
 @torch.no_grad()

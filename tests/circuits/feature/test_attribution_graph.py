@@ -209,10 +209,67 @@ def test_graph_json_is_valid_under_circuit_tracers_schema(case, tmp_path):
     assert len(ids) == len(set(ids))
     types = {n["feature_type"] for n in d["nodes"]}
     assert {"cross layer transcoder", "embedding", "logit"} <= types
-    assert len(d["links"]) == int(g.pruned.edge_mask.sum())
+    first = g.n_features + g.n_errors
+    n_links = int(g.pruned.edge_mask[:, :first].sum())
+    if g.positions is None:
+        n_links += int(g.pruned.edge_mask[:, first:].sum())
+    else:  # absolute positions: an embedding edge is a token link and a position link (an exact zero left out)
+        kept = g.pruned.edge_mask[:, first:]
+        parts = g.embedding_parts()
+        n_links += sum(int((kept & (parts[k] != 0)).sum()) for k in ("token", "position"))
+    assert len(d["links"]) == n_links
     assert any(set(link.get("heads", {})) - {"direct"} for link in d["links"]), "links name their heads"
     assert any(link.get("qk") for link in d["links"]), "links through heads carry their QK sources"
     assert d["metadata"]["node_threshold"] == 0.8 and d["metadata"]["info"]["edge_threshold"] == 0.98
+
+
+def test_absolute_positions_split_each_embedding_node_into_token_and_position(case):
+    """With absolute positions (the LayerNorm model: TransformerLens's 'standard'), each embedding column splits
+    into its position's part (removing hook_pos_embed's write there from the frozen model moves every target by
+    exactly it) and its token's (the rest); the parts' influences sum to the node's, and the JSON has a token node
+    and a 'pos p' node at each position whose links sum to the edge. A rotary model keeps one node per position."""
+    from workbench.circuits.feature import influence as inf
+
+    model, _, _, g, rm = case
+    first = g.n_features + g.n_errors
+    d = to_neuronpedia(g)
+    embeddings = [n for n in d["nodes"] if n["feature_type"] == "embedding"]
+    if model.cfg.positional_embedding_type != "standard":
+        assert g.positions is None and rm.pos_embed is None and g.embedding_parts() is None
+        assert len(embeddings) == g.n_pos and not any("embedding" in n for n in embeddings)
+        return
+    parts = g.embedding_parts()
+    torch.testing.assert_close(parts["token"] + parts["position"], g.adjacency[:, first:])
+    assert parts["position"].abs().sum() > 0 and parts["token"].abs().sum() > 0
+    base = _readout(rm, g, rm.forward(1)[0])
+    for p in range(g.n_pos):
+        delta = torch.zeros(1, rm.P, model.cfg.d_model)
+        delta[0, p] = -rm.pos_embed[p]
+        moved = base - _readout(rm, g, rm.forward(1, deltas={replacement.EMBED: delta})[0])
+        torch.testing.assert_close(moved, parts["position"][:, p], rtol=1e-3, atol=1e-4)
+    whole = inf.influence(inf.normalise(g.adjacency), g.n_features, g.logit_probs)[first:]
+    torch.testing.assert_close(parts["influence"]["token"] + parts["influence"]["position"], whole)
+    kinds = {(n["ctx_idx"], n["embedding"]): n for n in embeddings}
+    assert set(kinds) == {(p, k) for p in range(g.n_pos) for k in ("token", "position")}
+    assert kinds[3, "position"]["node_id"] == "P_3_3" and kinds[3, "position"]["clerp"] == "pos 3"
+    assert kinds[3, "token"]["node_id"] == f"E_{g.tokens[3]}_3" and kinds[3, "token"]["clerp"].startswith("Emb: ")
+    for p in range(g.n_pos):
+        shares = kinds[p, "token"]["embedding_share"] + kinds[p, "position"]["embedding_share"]
+        assert shares == pytest.approx(1.0)
+    weights = {(link["source"], link["target"]): link["weight"] for link in d["links"]}
+    row, col = next(
+        (r, c) for r, c in g.pruned.edge_mask.nonzero().tolist() if c >= first and parts["position"][r, c - first]
+    )
+    p, target = col - first, _json_id(d, g, g.row_node(row))
+    split = weights.get((kinds[p, "token"]["node_id"], target), 0.0) + weights[(f"P_{p}_{p}", target)]
+    assert split == pytest.approx(float(g.adjacency[row, col]), rel=1e-5, abs=1e-7)
+
+
+def _json_id(d: dict, g, node: int) -> str:
+    """The JSON node id of a feature or logit graph node."""
+    from workbench.circuits.feature.graph_json import _node
+
+    return _node(g, node, 0.0, {})["node_id"]
 
 
 @pytest.mark.parametrize("max_nodes", [12, None])

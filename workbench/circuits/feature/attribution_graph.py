@@ -62,6 +62,9 @@ class AttributionGraph:
     scores: dict = field(default_factory=dict)
     heads: dict | None = None  # graph_heads.split_edges: {"edges": [n, 2] (row, col), "weights": [n, L*H + 1]}
     qk: dict | None = None  # graph_qk.qk_edges: each split edge's heads' QK attribution
+    # absolute positions (hook_pos_embed): [rows, n_pos] the positional embedding's part of each token column
+    # (the token's own part is the column minus it); None for rotary models, whose embedding is the token's only
+    positions: torch.Tensor | None = None
 
     @property
     def n_pos(self) -> int:
@@ -94,6 +97,18 @@ class AttributionGraph:
 
     def row_node(self, row: int) -> int:
         return row if row < self.n_features else self.n_sources + row - self.n_features
+
+    def embedding_parts(self) -> dict | None:
+        """{"token": [rows, n_pos], "position": [rows, n_pos]}: each embedding column split into its token's and
+        its position's direct effects (they sum to it), and "influence": {part: [n_pos]} (influence.split_columns,
+        summing to each embedding node's influence); None without absolute positions."""
+        if self.positions is None:
+            return None
+        first = self.n_features + self.n_errors
+        column = self.adjacency[:, first:]
+        parts = {"token": column - self.positions, "position": self.positions}
+        token, position = inf.split_columns(self.adjacency, self.n_features, self.logit_probs, first, self.positions)
+        return {**parts, "influence": {"token": token, "position": position}}
 
 
 def _logit_targets(model, rm: ReplacementModel, answer, wrong, cfg: GraphConfig):
@@ -128,6 +143,8 @@ class _Rows:
         self.first = torch.searchsorted(active.layer, torch.arange(rm.L + 1))
         # the error nodes at position 0 (the start token), unless cfg.bos_nodes: zero, as circuit-tracer's
         self.dropped = None if cfg.bos_nodes else len(active) + torch.arange(rm.L) * rm.P
+        self.n_all = len(active) + rm.L * rm.P + rm.P  # the graph's columns (then, with absolute positions, the
+        # positional embedding's part of each token column, rm.pos_embed)
 
     def _compute(self, layers, positions, vectors) -> torch.Tensor:
         out = torch.empty(layers.numel(), self.store.n_columns, dtype=self.rm.x[0].dtype)
@@ -135,7 +152,7 @@ class _Rows:
             sl = slice(start, start + self.batch)
             grads = self.rm.backward(layers[sl], positions[sl], vectors[sl], copies=self.batch)
             cut = dict(below=int(layers[sl].max()), n_pos=self.rm.cut(positions[sl]))  # the rest is zero
-            out[sl] = source_rows(self.rm, self.active, grads, **cut)
+            out[sl] = source_rows(self.rm, self.active, grads, positions=True, **cut)
             if self.dropped is not None:
                 out[sl, self.dropped] = 0
             self.computed += 1
@@ -164,7 +181,8 @@ def _sweep(rows: _Rows, logits: tuple, cfg: GraphConfig):
     rm, active = rows.rm, rows.active
     layers, positions, vecs, weights = logits
     logit_rows = torch.cat([r for _, r in rows.chunks("logits", layers, positions, vecs)])
-    running = weights.to(logit_rows.dtype) @ inf.normalise(logit_rows)  # each source column's influence so far
+    n_all = rows.n_all  # influence is of the graph's own columns, not of the positional parts after them
+    running = weights.to(logit_rows.dtype) @ inf.normalise(logit_rows[:, :n_all])  # each column's influence so far
     budget = cfg.max_feature_nodes or len(active)
     chosen, parts = [], []
     for layer in reversed(range(rm.L)):
@@ -175,7 +193,7 @@ def _sweep(rows: _Rows, logits: tuple, cfg: GraphConfig):
         vecs = rm.tcs.encoder_vectors(layer, active.latent[idx], rm.x[layer].dtype)  # once per layer: a pass of
         # the encoder over the input basis, as costly as a backward pass at 24,576 latents
         for index, (sl, r) in enumerate(rows.chunks(f"L{layer}", active.layer[idx], active.pos[idx], vecs)):
-            running += running[idx[sl]] @ inf.normalise(r)
+            running += running[idx[sl]] @ inf.normalise(r[:, :n_all])
             parts.append((f"L{layer}", index))
         chosen.append(idx)
     return torch.cat(chosen), parts, logit_rows
@@ -214,7 +232,8 @@ def _build_key(model, tokens, ids, cfg: GraphConfig, rm: ReplacementModel) -> di
         "tokens": tokens.tolist(),
         "logit_tokens": ids,
     }
-    return {**key, **{f: getattr(cfg, f) for f in fields}, "position_step": rm.position_step}
+    split = {} if rm.pos_embed is None else {"positions": True}  # the rows hold the positional parts too
+    return {**key, **{f: getattr(cfg, f) for f in fields}, "position_step": rm.position_step, **split}
 
 
 def build_graph(model, transcoders, prompt, answer=None, wrong_answer=None, cfg: GraphConfig | None = None, **options):
@@ -231,13 +250,16 @@ def build_graph(model, transcoders, prompt, answer=None, wrong_answer=None, cfg:
     n = len(ids)
     logits = (torch.full((n,), rm.L), torch.full((n,), rm.P - 1), vecs, probs)
     n_all = len(active) + rm.L * rm.P + rm.P
+    n_split = 0 if rm.pos_embed is None else rm.P  # the positional parts' columns, after the graph's
     n_rows = min(cfg.max_feature_nodes or len(active), int(active.has_row.sum())) + n
-    with _row_folder(cfg, n_rows * n_all * 4) as folder:
-        store = RowStore(folder, _build_key(model, tokens, ids, cfg, rm), n_all, len(active))
+    with _row_folder(cfg, n_rows * (n_all + n_split) * 4) as folder:
+        store = RowStore(folder, _build_key(model, tokens, ids, cfg, rm), n_all + n_split, len(active))
         chosen, parts, logit_rows = _sweep(_Rows(rm, active, cfg, store), logits, cfg)
         active.forget_writes()
-        cols = torch.cat([chosen.sort().values, torch.arange(len(active), n_all)])
+        cols = torch.cat([chosen.sort().values, torch.arange(len(active), n_all + n_split)])
         adjacency = _adjacency(store, chosen, parts, logit_rows, cols)
+    positions = adjacency[:, adjacency.shape[1] - n_split :].clone() if n_split else None
+    adjacency = adjacency[:, : adjacency.shape[1] - n_split].contiguous() if n_split else adjacency
     chosen = cols[: chosen.numel()]
     g = AttributionGraph(
         tokens=tokens.tolist(),
@@ -254,6 +276,7 @@ def build_graph(model, transcoders, prompt, answer=None, wrong_answer=None, cfg:
         config=asdict(cfg),
         n_active=len(active),
         model_id=model_id(model),
+        positions=positions,
     )
     w = g.logit_probs
     g.pruned = inf.prune(g.adjacency, g.n_features, g.n_pos, w, cfg.node_threshold, cfg.edge_threshold)

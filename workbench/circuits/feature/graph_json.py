@@ -7,6 +7,12 @@ ignores.
 
 circuit-tracer names an error node '0_{layer}_{pos}', which can equal a layer-0 feature's id; error nodes are
 named 'err_{layer}_{pos}' here so every node id is unique (the frontend maps nodes by id).
+
+A model with absolute positions (AttributionGraph.positions) has two embedding nodes per position, both of
+circuit-tracer's feature_type 'embedding' (its frontend draws them in the embedding row): the token
+('E_{token}_{pos}', clerp "Emb: 'tok'") and the position ('P_{pos}_{pos}', clerp 'pos 7'), told apart by an
+"embedding" field ('token' / 'position') circuit-tracer ignores; each embedding link is split into the two
+parts, which sum to its weight. A rotary model's graph has one node per position and no such field.
 """
 
 from __future__ import annotations
@@ -14,6 +20,26 @@ from __future__ import annotations
 from workbench.atomic import write_json
 from workbench.circuits.component.export import _cantor, validate_neuronpedia
 from workbench.circuits.feature.graph_config import HEAD_SHARE
+
+
+def _embedding_nodes(g, node: int, influence: float) -> list[dict]:
+    """The JSON node(s) of embedding column `node`: the token's, and with absolute positions the position's."""
+    pos = node - g.n_features - g.n_errors
+    tok = g.tokens[pos]
+    base = {"token_prob": 0.0, "is_target_logit": False, "influence": influence, "feature": pos, "layer": "E"}
+    token = {
+        **base,
+        "node_id": f"E_{tok}_{pos}",
+        "ctx_idx": pos,
+        "feature_type": "embedding",
+        "jsNodeId": f"E_{tok}-{pos}",
+        "clerp": f"Emb: {g.str_tokens[pos]!r}",
+        "activation": 0.0,
+    }
+    if g.positions is None:
+        return [token]
+    position = {**token, "node_id": f"P_{pos}_{pos}", "jsNodeId": f"P_{pos}-{pos}", "clerp": f"pos {pos}"}
+    return [{**token, "embedding": "token"}, {**position, "embedding": "position"}]
 
 
 def _node(g, node: int, influence: float, labels: dict) -> dict:
@@ -46,19 +72,7 @@ def _node(g, node: int, influence: float, labels: dict) -> dict:
             "activation": 0.0,
         }
     if node < g.n_sources:
-        pos = node - n_f - n_e
-        tok = g.tokens[pos]
-        return {
-            **base,
-            "node_id": f"E_{tok}_{pos}",
-            "feature": pos,
-            "layer": "E",
-            "ctx_idx": pos,
-            "feature_type": "embedding",
-            "jsNodeId": f"E_{tok}-{pos}",
-            "clerp": f"Emb: {g.str_tokens[pos]!r}",
-            "activation": 0.0,
-        }
+        return _embedding_nodes(g, node, influence)[0]
     i = node - g.n_sources
     tok, p = g.logit_tokens[i], float(g.logit_probs[i])
     return {
@@ -146,23 +160,13 @@ def to_neuronpedia(
 
         node_mask, edge_mask = circuit.graph_nodes, circuit_edges(g, circuit.graph_nodes)
     kept = node_mask.nonzero().flatten().tolist()
-    ids = {n: _node(g, n, float(cumulative[n]), labels or {}) for n in kept}
+    nodes = _nodes(g, kept, cumulative, labels or {})
     heads = _heads(g) if not only else {(e["source"], e["target"]): e["heads"] for e in circuit.edges}
-    qk = _qk(g) if not only else {}
-    links = []
-    for r, c in edge_mask.nonzero().tolist():
-        target = g.row_node(r)
-        if target in ids and c in ids:
-            link = {"source": ids[c]["node_id"], "target": ids[target]["node_id"], "weight": float(g.adjacency[r, c])}
-            key = (g.node_name(c), g.node_name(target)) if only else (r, c)
-            if key in heads:
-                link["heads"] = heads[key]
-            if (r, c) in qk:
-                link["qk"] = qk[r, c]
-            links.append(link)
+    links = _links(g, edge_mask, nodes, heads, _qk(g) if not only else {}, only)
     pins = []
     if circuit is not None:
-        pins = [ids[n]["node_id"] for n in circuit.graph_nodes[: g.n_sources].nonzero().flatten().tolist() if n in ids]
+        on = circuit.graph_nodes[: g.n_sources].nonzero().flatten().tolist()
+        pins = [m["node_id"] for n in on if n in nodes for m in nodes[n]]
     d = {
         "metadata": {
             "slug": slug,
@@ -181,13 +185,57 @@ def to_neuronpedia(
             },
         },
         "qParams": {"pinnedIds": pins, "supernodes": [], "linkType": "both", "clickedId": "", "sg_pos": ""},
-        "nodes": list(ids.values()),
+        "nodes": [m for ms in nodes.values() for m in ms],
         "links": links,
     }
     validate_neuronpedia(d)
     if path is not None:
         write_json(path, d)
     return d
+
+
+def _nodes(g, kept: list[int], cumulative, labels: dict) -> dict:
+    """graph node -> its JSON nodes: one, or for an embedding with absolute positions the token's and the
+    position's, each with its share of the embedding's influence ("embedding_share", influence.split_columns)."""
+    first, parts = g.n_features + g.n_errors, g.embedding_parts()
+    out = {}
+    for n in kept:
+        if not first <= n < g.n_sources:
+            out[n] = [_node(g, n, float(cumulative[n]), labels)]
+            continue
+        out[n] = _embedding_nodes(g, n, float(cumulative[n]))
+        if parts is not None:
+            split = {k: float(v[n - first]) for k, v in parts["influence"].items()}
+            total = sum(split.values())
+            for m in out[n]:
+                m["embedding_share"] = split[m["embedding"]] / total if total else 0.0
+    return out
+
+
+def _links(g, edge_mask, nodes: dict, heads: dict, qk: dict, only: bool) -> list[dict]:
+    """The kept edges between kept nodes as links (heads and QK named where split); an embedding's edge with
+    absolute positions as two links, its token's part and its position's (AttributionGraph.positions), which sum
+    to its weight; a part that is exactly zero is left out. The head split is of the whole embedding's edge, so
+    the two parts' links carry none."""
+    first, links = g.n_features + g.n_errors, []
+    for r, c in edge_mask.nonzero().tolist():
+        target = g.row_node(r)
+        if target not in nodes or c not in nodes:
+            continue
+        tgt, w = nodes[target][0]["node_id"], float(g.adjacency[r, c])
+        if g.positions is not None and first <= c < g.n_sources:
+            at = float(g.positions[r, c - first])
+            pairs = [(m["node_id"], v) for m, v in zip(nodes[c], (w - at, at)) if v != 0]
+            links += [{"source": src, "target": tgt, "weight": v} for src, v in pairs]
+            continue
+        link = {"source": nodes[c][0]["node_id"], "target": tgt, "weight": w}
+        key = (g.node_name(c), g.node_name(target)) if only else (r, c)
+        if key in heads:
+            link["heads"] = heads[key]
+        if (r, c) in qk:
+            link["qk"] = qk[r, c]
+        links.append(link)
+    return links
 
 
 def set_labels(transcoders, member: int | str = 0) -> dict:

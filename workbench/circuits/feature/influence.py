@@ -33,6 +33,22 @@ def influence(a_hat: torch.Tensor, n_features: int, logit_weights: torch.Tensor)
     raise RuntimeError("influence did not converge: the adjacency has a cycle")
 
 
+def split_columns(adj: torch.Tensor, n_features: int, logit_weights, first: int, parts: torch.Tensor) -> tuple:
+    """(first part [n], second part [n]) of the influence of columns first..first+n whose direct effects split
+    into two (parts [rows, n]: the second part of each entry; the first is the rest), e.g. a token embedding's
+    token and position. Each target row passes on its share of a column's influence (its own influence times the
+    column's normalised entry) to the parts by their |direct effect|, so the two sum to the column's influence
+    and every other node's influence (and the pruning) is that of the unsplit graph."""
+    a_hat = normalise(adj)
+    row_weight = torch.cat([influence(a_hat, n_features, logit_weights)[:n_features], logit_weights.to(adj.dtype)])
+    per_row = a_hat[:, first : first + parts.shape[1]] * row_weight[:, None]
+    second = parts.abs()
+    rest = (adj[:, first : first + parts.shape[1]] - parts).abs()
+    share = second / (rest + second).clamp_min(1e-30)
+    second_inf = (per_row * share).sum(0)
+    return per_row.sum(0) - second_inf, second_inf
+
+
 def cut(scores: torch.Tensor, share: float) -> torch.Tensor:
     """The score at which the largest scores first cover `share` of the total (circuit-tracer's find_threshold)."""
     s = torch.from_numpy(np.sort(scores.detach().flatten().cpu().numpy())).flip(0)  # values only: torch.sort

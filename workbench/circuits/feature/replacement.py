@@ -18,6 +18,7 @@ from workbench.cache.hooks import mlp_in_hooks
 from workbench.circuits.feature.transcoders import Transcoders, output_hook, resolve
 
 EMBED = "blocks.0.hook_resid_pre"
+TOKEN_EMBED, POS_EMBED = "hook_embed", "hook_pos_embed"  # its two parts in a model with absolute positions
 FINAL = "ln_final.hook_normalized"  # before ln_final's weight and bias, which unembed_vectors apply
 FROZEN = ("hook_pattern", "hook_scale")
 HELD = 2  # forward passes backward keeps for reuse (the head split alternates two kinds)
@@ -41,7 +42,8 @@ class ReplacementModel:
         self.P = self.tokens.numel()
         self.final = FINAL if FINAL in model.hook_dict else f"blocks.{self.L - 1}.hook_resid_post"
         self.inputs = [self.tcs.input_hook(layer) for layer in range(self.L)] + [self.final]
-        wanted = set(self.inputs) | {EMBED} | {output_hook(layer) for layer in range(self.L)}
+        absolute = model.cfg.positional_embedding_type == "standard" and POS_EMBED in model.hook_dict
+        wanted = set(self.inputs) | {EMBED, POS_EMBED} | {output_hook(layer) for layer in range(self.L)}
         with mlp_in_hooks(model, self.inputs), torch.no_grad():
             logits, cache = model.run_with_cache(
                 self.tokens[None], names_filter=lambda n: n in wanted or n.endswith(FROZEN + ("attn.hook_v",))
@@ -50,6 +52,8 @@ class ReplacementModel:
         self.values = {n: v for n, v in cache.items() if n.endswith("attn.hook_v")}  # what no_attention holds fixed
         self.logits = logits[0, -1]
         self.embed = cache[EMBED][0]
+        # absolute positions: the positional embedding's part of embed (its token part is the rest); else None
+        self.pos_embed = cache[POS_EMBED][0] if absolute else None
         self.x = [cache[hook][0] for hook in self.inputs[:-1]]
         self.codes, self.errors, self.base = [], [], []
         self._held = {}  # (copies, highest layer, options) -> (live, taps) of the forward passes backward reuses
@@ -282,7 +286,12 @@ class LayerWrites:
 
 
 def source_rows(
-    rm: ReplacementModel, active: ActiveFeatures, grads: dict, below: int | None = None, n_pos: int | None = None
+    rm: ReplacementModel,
+    active: ActiveFeatures,
+    grads: dict,
+    below: int | None = None,
+    n_pos: int | None = None,
+    positions: bool = False,
 ) -> torch.Tensor:
     """[n_targets, n_active + n_layers * n_pos + n_pos]: each source's direct effect on each target, from the
     gradients at the taps: a feature writes act * its decoder row into the MLP output of every layer it writes
@@ -290,12 +299,15 @@ def source_rows(
     layer 0. A feature's effect is its position's gradients dotted with its writes: one batched product per
     (layer, target layer) over positions (no gather of the gradients).
     below, n_pos: the targets read before layer `below`'s MLP output and at positions < n_pos (backward's cut),
-    so sources at later layers or positions have no effect: their zeros are not computed."""
+    so sources at later layers or positions have no effect: their zeros are not computed. positions (a model with
+    absolute positions, rm.pos_embed): n_pos more columns, each position's positional embedding's part of its
+    token column (the same gradient dotted with hook_pos_embed's output), so the two parts split that column."""
     n_layers, p = rm.L if below is None else min(below, rm.L), n_pos or rm.P
     mlp = [grads[output_hook(layer)][:, :p] for layer in range(n_layers)]
     emb = grads[EMBED][:, :p]
     n_a = len(active)
-    out = emb.new_zeros(emb.shape[0], n_a + rm.L * rm.P + rm.P)
+    split = positions and rm.pos_embed is not None
+    out = emb.new_zeros(emb.shape[0], n_a + rm.L * rm.P + rm.P + (rm.P if split else 0))
     for layer in range(n_layers):
         for target in rm.tcs.writes_to(layer):
             if target >= n_layers:
@@ -306,5 +318,8 @@ def source_rows(
             out[:, w.idx[inside]] += effects[:, w.flat[inside]]
         start = n_a + layer * rm.P
         out[:, start : start + p] = torch.einsum("bpd,pd->bp", mlp[layer], rm.errors[layer][:p])
-    out[:, n_a + rm.L * rm.P :][:, :p] = torch.einsum("bpd,pd->bp", emb, rm.embed[:p])
+    start = n_a + rm.L * rm.P
+    out[:, start : start + p] = torch.einsum("bpd,pd->bp", emb, rm.embed[:p])
+    if split:
+        out[:, start + rm.P : start + rm.P + p] = torch.einsum("bpd,pd->bp", emb, rm.pos_embed[:p])
     return out
