@@ -89,8 +89,8 @@ def test_a_batch_streams_each_line_and_resumes_after_the_last_complete_one(tiny,
     """Each prompt's line is on disk when the next starts (nothing accumulates); a run stopped after two prompts
     (a line cut off mid-write after them) leaves no manifest, is refused without --resume, and --resume finishes
     it with exactly the lines an uninterrupted run writes."""
-    from workbench import steps
     from workbench.interventions import InterventionConfig
+    from workbench.steps.interventions import intervene
     from workbench.workspace import Workspace
 
     prompts = [
@@ -111,7 +111,7 @@ def test_a_batch_streams_each_line_and_resumes_after_the_last_complete_one(tiny,
             raise Stop
 
     with pytest.raises(Stop):
-        steps.intervene(ws, tiny[0], saes["topk"], prompts, cfg, name="b", on_result=stop_after_two)
+        intervene(ws, tiny[0], saes["topk"], prompts, cfg, name="b", on_result=stop_after_two)
     assert seen == [1, 2] and not (folder / "artifact.json").exists()
     with open(folder / RESULTS, "a") as f:
         f.write('{"prompt": "cut off')

@@ -123,7 +123,7 @@ def _check_inputs(args) -> tuple[Path, str, str, int | str]:
     """(graph file, model spec, transcoder set, member), from the flags, else the graph folder's manifest."""
     import json
 
-    from workbench import steps
+    from workbench.steps.graphs import check_graph_target
     from workbench.workspace import MANIFEST, Workspace
 
     path = Path(args.graph)
@@ -132,7 +132,7 @@ def _check_inputs(args) -> tuple[Path, str, str, int | str]:
     if not path.is_file():
         raise BadValueError(f"no graph JSON at {path}; give a graph file or the folder `circuit graph` recorded")
     ws = Workspace(args.workspace)
-    steps.check_graph_target(ws, path)  # before the model loads
+    check_graph_target(ws, path)  # before the model loads
     manifest = path.parent / MANIFEST
     m = json.loads(manifest.read_text()) if manifest.is_file() else {}
     inputs = m.get("inputs", {})
@@ -145,16 +145,16 @@ def _check_inputs(args) -> tuple[Path, str, str, int | str]:
 
 
 def _check(args) -> None:
-    from workbench import steps
     from workbench.interventions.check import report_lines
     from workbench.interventions.config import CheckConfig
     from workbench.models import load
+    from workbench.steps.graphs import check_graph
     from workbench.workspace import Workspace
 
     cfg = CheckConfig(**config_values(args, CheckConfig, "check."))
     path, spec, transcoders, member = _check_inputs(args)
     model, _ = load(spec, device=chosen_device(args))
-    r = steps.check_graph(Workspace(args.workspace), model, path, transcoders, cfg, member=member)
+    r = check_graph(Workspace(args.workspace), model, path, transcoders, cfg, member=member)
     s = r["summary"]
     for what in ("nodes", "edges"):
         share = s[f"{what}_confirmed_share"]
@@ -261,9 +261,9 @@ def _graph_cfg(args) -> GraphConfig:
 
 
 def _graph(args) -> None:
-    from workbench import steps
     from workbench.circuits.feature.transcoders import open_set
     from workbench.models import load
+    from workbench.steps.graphs import attribution_graph
     from workbench.workspace import Workspace
 
     if not args.transcoders:
@@ -273,7 +273,7 @@ def _graph(args) -> None:
     cfg = _graph_cfg(args)
     tset = open_set(args.transcoders)  # a bad set is refused before the model loads; its manifest is read once
     model, _ = load(args.model, device=chosen_device(args))
-    g, folder = steps.attribution_graph(
+    g, folder = attribution_graph(
         Workspace(args.workspace),
         model,
         tset,
@@ -448,13 +448,13 @@ def _feature_task(args, model, cfg: SearchConfig, query: QueryConfig) -> None:
 
 
 def _find_features(args, model, cfg: SearchConfig, query: QueryConfig) -> None:
-    from workbench import steps
+    from workbench.steps.circuits import find_feature_circuit
     from workbench.workspace import Workspace
 
     if args.task:
         return _feature_task(args, model, cfg, query)
 
-    circuit, g, folder = steps.find_feature_circuit(
+    circuit, g, folder = find_feature_circuit(
         Workspace(args.workspace),
         model,
         args.transcoders,
@@ -516,12 +516,12 @@ def _evaluate_task(args, model, cfg: SearchConfig, query: QueryConfig, means) ->
 
 
 def _find_one(args, model, cfg: SearchConfig, query: QueryConfig, means) -> None:
-    from workbench import steps
     from workbench.circuits.component.export import to_mib, to_neuronpedia
+    from workbench.steps.circuits import find_circuit
     from workbench.workspace import Workspace
 
     paraphrases = [tuple(p.split("|||", 1)) if "|||" in p else p for p in args.paraphrase]
-    circuit, folder = steps.find_circuit(
+    circuit, folder = find_circuit(
         Workspace(args.workspace),
         model,
         args.prompt,
@@ -555,13 +555,13 @@ def _export(args) -> None:
 
 
 def _import(args) -> None:
-    from workbench import steps
     from workbench.circuits.schema import FeatureGraph
     from workbench.models import load
+    from workbench.steps.circuits import import_circuit
     from workbench.workspace import Workspace
 
     model, _ = load(args.model, device="cpu")
-    c, folder = steps.import_circuit(Workspace(args.workspace), args.circuit, model, args.model, name=args.name)
+    c, folder = import_circuit(Workspace(args.workspace), args.circuit, model, args.model, name=args.name)
     if isinstance(c, FeatureGraph):
         print(f"imported {args.circuit} (a graph: {len(c.nodes)} nodes, {len(c.links)} links) into {folder}")
         return

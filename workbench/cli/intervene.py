@@ -137,11 +137,11 @@ def _config(args, prompts=None):
 
 
 def _intervene(args) -> None:
-    from workbench import steps
     from workbench.atomic import atomic_path
     from workbench.errors import BadValueError
     from workbench.interventions.config import read_prompts
     from workbench.models import load
+    from workbench.steps.interventions import intervene
     from workbench.workspace import Workspace
 
     if (args.prompt is None) == (args.prompts is None):
@@ -155,7 +155,7 @@ def _intervene(args) -> None:
     if args.resume and not prompts:
         raise BadValueError("--resume continues a stopped --prompts batch; a single --prompt has nothing to resume")
     model, _ = load(args.model, device=chosen_device(args))
-    r, folder = steps.intervene(
+    r, folder = intervene(
         Workspace(args.workspace),
         model,
         args.dictionary,
