@@ -18,7 +18,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from workbench.circuits.config import QueryConfig, SearchConfig
+from workbench.circuits.config import QueryConfig, SearchConfig, TaskConfig
 from workbench.circuits.feature.graph_config import GraphConfig
 from workbench.cli.options import EMBEDDED_HELP, add_device_flag, add_model_flag, chosen_device, workspace_flag
 from workbench.configflags import add_config_flags, config_values, count, given
@@ -256,6 +256,17 @@ def _query(args) -> QueryConfig:
     return QueryConfig(seed=args.seed, **member, **{k: v for k, v in given.items() if v is not None})
 
 
+def _task(args) -> TaskConfig:
+    """`circuit find --task`'s batch: --n and --budgets (or the one --budget) where given, else TaskConfig's defaults."""
+    budgets = [args.budget] if args.budget is not None else args.budgets
+    given = {"n": args.n, "budgets": budgets}
+    return TaskConfig(**{k: v for k, v in given.items() if v is not None})
+
+
+def _percents(budgets: list[float]) -> str:
+    return ",".join(f"{b:.0%}" for b in budgets).replace("%", "%%")  # argparse's help escapes %
+
+
 def _graph_cfg(args) -> GraphConfig:
     return GraphConfig(**config_values(args, GraphConfig, GRAPH))
 
@@ -311,11 +322,11 @@ def _add_task_flags(f: argparse.ArgumentParser) -> None:
         help="evaluate n generated queries of a synthetic task family instead of one prompt "
         "(ioi, induction, greater_than, addition, facts)",
     )
-    f.add_argument("--n", type=count(1), help="queries for --task (default: 20)")
+    f.add_argument("--n", type=count(1), help=f"queries for --task (default: {TaskConfig.n})")
     f.add_argument(
         "--budgets",
         type=parse_budgets,
-        help="budgets for --task, comma separated (default: 1%%,2%%,5%%; --budget gives one)",
+        help=f"budgets for --task, comma separated (default: {_percents(TaskConfig().budgets)}; --budget gives one)",
     )
     f.add_argument(
         "--all-queries",
@@ -365,7 +376,7 @@ def _check_task_args(args) -> None:
     if bad:
         raise BadValueError(
             f"{', '.join(bad)} {'does' if len(bad) == 1 else 'do'} not apply to --task (it "
-            f"evaluates {args.n or 20} generated queries at --budgets and writes a summary); find "
+            f"evaluates {_task(args).n} generated queries at --budgets and writes a summary); find "
             "one circuit with --prompt to use them"
         )
     if args.budget is not None and args.budgets is not None:
@@ -428,7 +439,7 @@ def _feature_task(args, model, cfg: SearchConfig, query: QueryConfig) -> None:
         model,
         args.transcoders,
         args.task,
-        args.n or 20,
+        _task(args).n,
         query=dataclasses.replace(query, n_samples=1),  # one resample per query: a batch's cost
         cfg=cfg,
         graph_cfg=_graph_cfg(args),
@@ -497,12 +508,12 @@ def _evaluate_task(args, model, cfg: SearchConfig, query: QueryConfig, means) ->
     from workbench.atomic import write_json
     from workbench.circuits.component.api import evaluate_task, format_summary_table
 
-    budgets = [args.budget] if args.budget is not None else args.budgets or [0.01, 0.02, 0.05]
+    task = _task(args)
     summary = evaluate_task(
         model,
         args.task,
-        args.n or 20,
-        budgets,
+        task.n,
+        task.budgets,
         query=query,
         cfg=cfg,
         means=means,
