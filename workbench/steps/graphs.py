@@ -76,6 +76,9 @@ def attribution_graph(
     return g, folder
 
 
+CHECK = "workbench circuit check"
+
+
 def check_graph(ws: Workspace, model, graph_path, transcoders, cfg=None, *, member: int | str = 0) -> dict:
     """Check a graph JSON's nodes and edges by interventions (`workbench circuit check`) and store the record in
     it (schema.GRAPH_CHECK); a recorded graph's manifest is rewritten with the confirmed shares. Returns it."""
@@ -98,9 +101,6 @@ def check_graph(ws: Workspace, model, graph_path, transcoders, cfg=None, *, memb
             summary = {**manifest_of(folder).get("summary", {}), **shares}
             rerecord(ws, folder, "circuits", "workbench circuit graph", summary=summary)
     return record
-
-
-CHECK = "workbench circuit check"
 
 
 def check_graph_target(ws: Workspace, graph_path: Path) -> bool:
