@@ -147,11 +147,11 @@ def stream_features(spec: str, tokens: tuple[int, ...], sae_rel: str, hook: str,
 
 
 def find_circuit(spec: str, prompt: str, answer: str, counterfactual: str | None, transcoders=None, **kwargs):
-    """steps.find_circuit (or, with a transcoder set folder, steps.find_feature_circuit) into the workspace,
+    """steps.circuits.find_circuit (or, with a transcoder set folder, its find_feature_circuit) into the workspace,
     holding the model's lock (the search adds hooks to the shared model); returns (circuit, folder, the finder's
     own warnings as text). Library warnings (deprecations, torch internals) stay in the server log: they are not
     the user's to act on."""
-    from workbench import steps
+    from workbench.steps.circuits import find_circuit, find_feature_circuit
     from workbench.workspace import Workspace
 
     model, _, lock = load_model(spec)
@@ -159,9 +159,9 @@ def find_circuit(spec: str, prompt: str, answer: str, counterfactual: str | None
     with lock, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         if transcoders is None:
-            circuit, folder = steps.find_circuit(ws, model, prompt, answer, counterfactual, model_spec=spec, **kwargs)
+            circuit, folder = find_circuit(ws, model, prompt, answer, counterfactual, model_spec=spec, **kwargs)
         else:
-            circuit, _, folder = steps.find_feature_circuit(
+            circuit, _, folder = find_feature_circuit(
                 ws, model, transcoders, prompt, answer, counterfactual, model_spec=spec, **kwargs
             )
     notes = [str(w.message) for w in caught if _from_workbench(w)]

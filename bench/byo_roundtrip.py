@@ -89,19 +89,19 @@ def compare(ours, x, y, theirs: dict, key: str) -> list:
 
 def imported(ws, work: Path, spec: str, model) -> dict:
     """Each library's files imported into the workspace: {(library, name): (SAELens folder, input hook, target)}."""
-    from workbench import steps
     from workbench.sae.transcoders import load_set
+    from workbench.steps.exchange import import_sae
 
     made = {}
-    _, folder = steps.import_sae(ws, work / "sparsify-sae", spec, model=model, name="sparsify-sae")
+    _, folder = import_sae(ws, work / "sparsify-sae", spec, model=model, name="sparsify-sae")
     made[("sparsify", "sparsify-sae/h.1")] = (folder, RESID, RESID)
-    _, tc = steps.import_sae(ws, work / "sparsify-tc", spec, model=model, name="sparsify-tc")
+    _, tc = import_sae(ws, work / "sparsify-tc", spec, model=model, name="sparsify-tc")
     for e in load_set(tc)["layers"]:
         made[("sparsify", f"sparsify-tc/h.{e['layer']}.mlp")] = (tc / e["transcoders"][0], *TC[e["layer"]])
     for name, sub in DL.items():
         hook = None if sub == RESID else RESID
         src = work / "dictionary_learning" / name
-        _, folder = steps.import_sae(ws, src, spec, model=model, name=f"dl-{name}", hook=hook)
+        _, folder = import_sae(ws, src, spec, model=model, name=f"dl-{name}", hook=hook)
         made[("dictionary_learning", f"dictionary_learning/{name}")] = (folder, RESID, RESID)
     return made
 
@@ -119,10 +119,10 @@ def hookpoint_gaps(work: Path, held: dict) -> dict:
 def exported(ws, work: Path, model) -> dict:
     """`sae export --format sparsify` of the imported transcoder set and dictionary_learning Top-k SAE:
     {name: {"folder": the run folder, "inputs": {hookpoint: the row key sparsify's coder reads}}}."""
-    from workbench import steps
+    from workbench.steps.exchange import export_dictionary
 
     def export(src, name):
-        return str(steps.export_dictionary(src, "sparsify", work / f"export-{name}", model=model))
+        return str(export_dictionary(src, "sparsify", work / f"export-{name}", model=model))
 
     return {
         "sparsify-tc": {
@@ -173,9 +173,9 @@ def main() -> None:
     a = ap.parse_args()
     threads = harness.set_threads(a.threads)
     from tests.hf_folders import hf_folder
-    from workbench import steps
     from workbench.models import load
     from workbench.sae.io import load_sae
+    from workbench.steps.models import import_model
     from workbench.workspace import Workspace
 
     work = harness.WORK / "byo"
@@ -183,7 +183,7 @@ def main() -> None:
     work.mkdir(parents=True)
     src = hf_folder("gpt2", work / "hf-gpt2")
     ws = Workspace(work / "ws")
-    _, model_dir = steps.import_model(ws, str(src), name="gpt2")
+    _, model_dir = import_model(ws, str(src), name="gpt2")
     model = load(str(model_dir), device="cpu")[0]
     data = rows(model, n_train=200, n_eval=40)
     save_file(data, str(work / "rows.safetensors"))

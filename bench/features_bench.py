@@ -80,10 +80,10 @@ def prepare(ws: Path, tokens: int, widths: list[int], train_tokens: int, env: di
     """The cache and one Top-k SAE per width, made once (reused when present). The cache is harvested by
     `workbench cache` in a measured subprocess (the model's forward passes: the harvest side of the
     comparison); its timing is kept beside the cache for later runs."""
-    from workbench import steps
     from workbench.cache import ActivationCache
     from workbench.corpus.base import SPLITS
     from workbench.sae.config import SAEConfig, TrainConfig
+    from workbench.steps.dictionaries import train_saes
     from workbench.workspace import Workspace
 
     w = Workspace(ws)
@@ -108,7 +108,7 @@ def prepare(ws: Path, tokens: int, widths: list[int], train_tokens: int, env: di
         found = sorted(run.glob("*/cfg.json"))
         if not found:
             shutil.rmtree(run, ignore_errors=True)
-            steps.train_saes(
+            train_saes(
                 w,
                 cache_dir,
                 HOOK,

@@ -74,7 +74,7 @@ def rows_of(model, ws, set_dir, n: int, tasks_: list[str]) -> list[dict]:
     from workbench.circuits.feature.transcoders import open_set
     from workbench.corpus import tasks
     from workbench.interventions import load_dictionary
-    from workbench.supernodes import training_cache
+    from workbench.steps.groups import training_cache
 
     tcs, sites = open_set(set_dir).load(0, "cpu", model), load_dictionary(set_dir, model)
     cache, rng, rows = training_cache(ws, set_dir), random.Random(0), []

@@ -66,7 +66,6 @@ def _all_have(folder: Path, name: str) -> bool:
 def run(args, timings: dict) -> None:
     """Every stage in turn: the label-share comparison (training and feature stores) before the evaluations, so a
     run stopped early has it; the report is rewritten after each stage."""
-    from workbench import steps
     from workbench.cache.config import HarvestConfig
     from workbench.features.build import build_stores
     from workbench.features.config import FeatureConfig
@@ -74,6 +73,7 @@ def run(args, timings: dict) -> None:
     from workbench.sae.eval import evaluate, evaluate_set
     from workbench.sae.trainer import fit_cache
     from workbench.sae.transcoders import started, train_set
+    from workbench.steps.cache import make_cache
     from workbench.workspace import Workspace
 
     w = args.work
@@ -91,7 +91,7 @@ def run(args, timings: dict) -> None:
         (
             "harvest",
             (cache / "manifest.json").is_file(),
-            lambda: steps.make_cache(Workspace(w / "ws"), "tiny", "synthetic", None, hc, out=cache, progress=False),
+            lambda: make_cache(Workspace(w / "ws"), "tiny", "synthetic", None, hc, out=cache, progress=False),
         ),
         (
             "train set",

@@ -27,13 +27,15 @@ def feature_workspace(tmp_path_factory):
     random-init model of the embedded shape (saved under models/), a cache of one hook, a Top-k, a
     Matryoshka + scaffold and a block Top-k SAE trained for a few steps and evaluated, and their
     feature stores."""
-    from workbench import steps
     from workbench.cache.config import HarvestConfig
     from workbench.features.config import FeatureConfig
     from workbench.models import save
     from workbench.models.toy import TinyConfig, build
     from workbench.provenance import model_id
     from workbench.sae.config import EvalConfig, SAEConfig, TrainConfig
+    from workbench.steps.cache import make_cache
+    from workbench.steps.dictionaries import evaluate_sae, train_saes
+    from workbench.steps.features import build_features
     from workbench.workspace import Workspace
 
     root = tmp_path_factory.mktemp("workspace")
@@ -42,7 +44,7 @@ def feature_workspace(tmp_path_factory):
     model = build(TinyConfig(), build_tokenizer(vocabulary()))
     model_dir = save(model, ws.path("models", "random"))
     ws.record(model_dir, "models", made_by="test", config={}, summary={"model_id": model_id(model)})
-    cache = steps.make_cache(
+    cache = make_cache(
         ws,
         str(model_dir),
         "synthetic",
@@ -57,12 +59,12 @@ def feature_workspace(tmp_path_factory):
         SAEConfig("matryoshka", k=8, expansion=4, scaffold_rank=4),
         SAEConfig("block_topk", expansion=4, block_size=4, n_active_blocks=2),
     ]
-    folders = steps.train_saes(
+    folders = train_saes(
         ws, cache.path, hook, cfgs, TrainConfig(n_tokens=16_384, batch_size=512, lr=1e-3, progress=False), name="run"
     )
     for f in folders:
-        steps.evaluate_sae(ws, f, cache.path, str(model_dir), EvalConfig(max_tokens=1000, n_sequences=4))
-    steps.build_features(
+        evaluate_sae(ws, f, cache.path, str(model_dir), EvalConfig(max_tokens=1000, n_sequences=4))
+    build_features(
         ws, folders, cache.path, str(model_dir), FeatureConfig(chunk_rows=1000, corr_tokens=1500), progress=False
     )
     return root
@@ -75,20 +77,22 @@ def transcoder_workspace(feature_workspace, tmp_path_factory):
     trained for a few steps, the set evaluated (every MLP replaced at once), and the members' feature stores."""
     import shutil
 
-    from workbench import steps
     from workbench.cache.config import HarvestConfig
     from workbench.features.config import FeatureConfig
     from workbench.sae.config import EvalConfig, SAEConfig, TrainConfig
+    from workbench.steps.cache import make_cache
+    from workbench.steps.dictionaries import evaluate_sae, train_transcoder_set
+    from workbench.steps.features import build_features
     from workbench.workspace import Workspace
 
     root = tmp_path_factory.mktemp("transcoders") / "ws"
     shutil.copytree(feature_workspace, root, symlinks=True)
     ws = Workspace(root)
     model_dir = str(root / "models" / "random")
-    cache = steps.make_cache(
+    cache = make_cache(
         ws, model_dir, "synthetic", None, HarvestConfig(n_tokens=6000, heldout_fraction=0.3), name="mlp", progress=False
     )
-    folder, members = steps.train_transcoder_set(
+    folder, members = train_transcoder_set(
         ws,
         cache.path,
         "0,2",
@@ -96,23 +100,19 @@ def transcoder_workspace(feature_workspace, tmp_path_factory):
         TrainConfig(n_tokens=8192, batch_size=512, lr=1e-3, progress=False),
         name="set",
     )
-    steps.evaluate_sae(ws, folder, cache.path, model_dir, EvalConfig(max_tokens=1000, n_sequences=4))
-    steps.build_features(
-        ws, members, cache.path, model_dir, FeatureConfig(chunk_rows=1000, corr_tokens=1500), progress=False
-    )
+    evaluate_sae(ws, folder, cache.path, model_dir, EvalConfig(max_tokens=1000, n_sequences=4))
+    build_features(ws, members, cache.path, model_dir, FeatureConfig(chunk_rows=1000, corr_tokens=1500), progress=False)
     return root
 
 
 def _small_cache(spec, model, root):
     """A small cache of the default hooks (every MLP's input and output) of a model, under root/cache."""
-    from workbench import steps
     from workbench.cache.config import HarvestConfig
+    from workbench.steps.cache import make_cache
     from workbench.workspace import Workspace
 
     cfg = HarvestConfig(n_tokens=6000, heldout_fraction=0.2)
-    steps.make_cache(
-        Workspace(root / "ws"), spec, "synthetic", None, cfg, out=root / "cache", progress=False, model=model
-    )
+    make_cache(Workspace(root / "ws"), spec, "synthetic", None, cfg, out=root / "cache", progress=False, model=model)
     return root / "cache"
 
 
@@ -184,18 +184,18 @@ def small_world(tmp_path_factory):
     splits it into two passes}."""
     from small_models import small_model
 
-    from workbench import steps
     from workbench.cache.config import HarvestConfig
     from workbench.cli import main
     from workbench.models import save
     from workbench.sae.transcoders import load_set
+    from workbench.steps.cache import make_cache
     from workbench.workspace import Workspace
 
     root = tmp_path_factory.mktemp("small_world")
     model = small_model(build_tokenizer(vocabulary()), seed=0)
     save(model, root / "model")
     cfg = HarvestConfig(n_tokens=3000, heldout_fraction=0.2)
-    steps.make_cache(
+    make_cache(
         Workspace(root / "ws"),
         str(root / "model"),
         "synthetic",

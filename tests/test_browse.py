@@ -2,10 +2,13 @@
 
 import pytest
 
-from workbench import browse, steps
+from workbench import browse
 from workbench.cache.config import HarvestConfig
 from workbench.errors import DamagedFileError
 from workbench.sae.config import SAEConfig, TrainConfig
+from workbench.steps.cache import make_cache
+from workbench.steps.circuits import find_circuit
+from workbench.steps.dictionaries import train_saes
 from workbench.workspace import Workspace
 
 HOOK = "blocks.1.hook_resid_post"
@@ -15,8 +18,8 @@ HOOK = "blocks.1.hook_resid_post"
 def made(tiny, tmp_path_factory):
     model, tok = tiny
     ws = Workspace(tmp_path_factory.mktemp("browse") / "ws")
-    cache = steps.make_cache(ws, "tiny", "synthetic", [HOOK], HarvestConfig(n_tokens=3000), progress=False, model=model)
-    [sae] = steps.train_saes(
+    cache = make_cache(ws, "tiny", "synthetic", [HOOK], HarvestConfig(n_tokens=3000), progress=False, model=model)
+    [sae] = train_saes(
         ws,
         cache.path,
         HOOK,
@@ -27,7 +30,7 @@ def made(tiny, tmp_path_factory):
     from workbench.corpus import tasks
 
     q = tasks.queries("induction", 1, tokenizer=tok)[0]
-    _, circuit = steps.find_circuit(
+    _, circuit = find_circuit(
         ws,
         model,
         q.prompt,

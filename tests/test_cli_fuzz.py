@@ -14,8 +14,10 @@ still running after CASE_SECONDS is a hang.
 from __future__ import annotations
 
 import argparse
+import importlib
 import inspect
 import os
+import pkgutil
 import signal
 from collections import Counter
 
@@ -26,6 +28,8 @@ from workbench import steps
 from workbench.cli import main
 from workbench.guard import ROLE
 
+# every module of the steps: each step is stopped where it is defined, where the CLI imports it from
+STEP_MODULES = [importlib.import_module(m.name) for m in pkgutil.iter_modules(steps.__path__, f"{steps.__name__}.")]
 CASE_SECONDS = 60  # far above any case here (the slowest loads a model's config): only a hang reaches it
 NON_UTF8 = "caf\udce9"  # what Python makes of the argv bytes b"caf\xe9" (Latin-1, not UTF-8)
 MODEL_FLAGS = ("--model", "--base", "--sparse")  # given a model that does not exist unless the flag is fuzzed
@@ -163,9 +167,10 @@ def stopped(monkeypatch):
     def stop(*_, **__):
         raise Started
 
-    for name, fn in inspect.getmembers(steps, inspect.isfunction):
-        if fn.__module__ == steps.__name__ and not name.startswith("_"):
-            monkeypatch.setattr(steps, name, stop)
+    for module in STEP_MODULES:
+        for name, fn in inspect.getmembers(module, inspect.isfunction):
+            if fn.__module__ == module.__name__ and not name.startswith("_"):
+                monkeypatch.setattr(module, name, stop)
     monkeypatch.setattr(os, "execve", stop)
 
 

@@ -268,27 +268,30 @@ def test_an_artifact_folder_holding_an_input_or_two_equal_outputs_are_refused(tm
 
 
 def test_the_steps_refuse_the_same_for_python_callers(tmp_path):
-    from workbench import steps
     from workbench.sae.config import SAEConfig, TrainConfig
+    from workbench.steps.attention import train_attention
+    from workbench.steps.cache import make_cache
+    from workbench.steps.dictionaries import train_saes, train_transcoder_set
+    from workbench.steps.models import train_model
     from workbench.workspace import Workspace
 
     ws, cache = Workspace(tmp_path / "ws"), _artifact(tmp_path / "cache", "caches", "manifest.json")
     cfgs, train = [SAEConfig("topk", k=4, expansion=2)], TrainConfig(n_tokens=256, batch_size=256)
     with pytest.raises(BadValueError, match=rf"output folder {cache} is the input cache_dir {cache}"):
-        steps.train_transcoder_set(ws, cache, "0", cfgs, train, out=cache)
+        train_transcoder_set(ws, cache, "0", cfgs, train, out=cache)
     with pytest.raises(BadValueError, match="lies inside the input cache_dir"):
-        steps.train_saes(ws, cache, "h", cfgs, train, out=cache / "run")
+        train_saes(ws, cache, "h", cfgs, train, out=cache / "run")
     with pytest.raises(
         BadValueError, match=rf"holds the manifest of another artifact \({cache / MANIFEST}, kind caches"
     ):
-        steps.train_model(ws, out=cache)
+        train_model(ws, out=cache)
     with pytest.raises(BadValueError, match="holds the manifest of another artifact"):
-        steps.train_attention(ws, "tiny", out=cache)
+        train_attention(ws, "tiny", out=cache)
     corpus = tmp_path / "text" / "a.txt"
     corpus.parent.mkdir()
     corpus.write_text("hello")
     with pytest.raises(BadValueError, match=f"holds the input corpus_spec {corpus}"):
-        steps.make_cache(ws, "tiny", f"synthetic,{corpus}", out=corpus.parent)
+        make_cache(ws, "tiny", f"synthetic,{corpus}", out=corpus.parent)
     assert not ws.root.exists()
 
 

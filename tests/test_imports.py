@@ -17,7 +17,7 @@ HEAVY = ("torch", "transformer_lens", "sae_lens")
 @pytest.mark.parametrize(
     "code",
     [
-        "import workbench.workspace, workbench.browse, workbench.errors, workbench.steps",
+        "import workbench.workspace, workbench.browse, workbench.errors, workbench.steps, workbench.demo.config",
         "from workbench.cli import build_parser; build_parser().parse_args(['ls'])",
         # every command's --help but `model train`'s (its flags come from TinyConfig, beside TransformerLens)
         "import argparse; from workbench.cli import build_parser\n"
@@ -114,19 +114,21 @@ def test_the_package_has_no_import_cycle():
     assert _cycles(graph) == []
 
 
-METHOD_PACKAGES = ("attention", "cache", "circuits", "corpus", "features", "models", "sae")
+TOP = ("steps", "demo", "cli")  # the layers over the engine: the steps record artifacts, the demo and the CLI run them
 
 
-def test_no_method_package_imports_the_steps_or_the_cli():
-    """The method packages are the engine; the steps and the CLI sit on top of them, never below."""
+def _top(module: str) -> bool:
+    return module.split(".")[1:2] in ([layer] for layer in TOP)
+
+
+def test_only_the_top_layers_import_the_steps_the_demo_or_the_cli():
+    """The method packages and the shared modules (interventions, browse, the workspace) are the engine; the steps, the
+    demo and the CLI sit on top of them, never below (interventions imports no demo code: the demo's examples live
+    in workbench.demo)."""
     graph = _graph()
-    up = {"workbench.steps", "workbench.demo", "workbench.cli"}
-    found = {
-        name: sorted(m for m in deps if m in up or m.startswith("workbench.cli."))
-        for name, deps in graph.items()
-        if name.partition(".")[2].split(".")[0] in METHOD_PACKAGES
-    }
-    assert {"workbench.attention.train", "workbench.circuits.component.export", "workbench.sae.trainer"} <= set(found)
+    found = {name: sorted(d for d in deps if _top(d)) for name, deps in graph.items() if not _top(name)}
+    assert {"workbench.attention.train", "workbench.interventions.engine", "workbench.sae.trainer"} <= set(found)
+    assert {"workbench.steps.cache", "workbench.demo.examples", "workbench.cli.circuit"} <= set(graph)
     assert {name: deps for name, deps in found.items() if deps} == {}
 
 
@@ -135,6 +137,7 @@ def test_the_import_graph_sees_a_planted_upward_import(tmp_path):
     path = tmp_path / "probe.py"
     path.write_text("def f():\n    from workbench import steps\n    from workbench.cli.circuit import parse_budget\n")
     assert {"workbench.steps", "workbench.cli.circuit"} <= _module_imports(path, "workbench.sae.probe")
+    assert _top("workbench.steps.cache") and _top("workbench.cli") and not _top("workbench.stepsize")
 
 
 # ------------------------------------------------------------------ the order of the layers
@@ -144,7 +147,8 @@ def test_the_import_graph_sees_a_planted_upward_import(tmp_path):
 # writes them and below every reader of them (features, circuits, attention; interventions and browse). circuits is
 # three units: its core (schema, annotations, config, inputs, metrics: what both kinds of circuit share), the
 # component wing (heads and MLPs) and the feature wing (transcoders), which may use the component wing (a
-# feature circuit is compared with the component circuit of the same query), never the reverse.
+# feature circuit is compared with the component circuit of the same query), never the reverse. The steps, the demo
+# and the CLI are the floors above every method package, in that order (the CLI runs the demo, which runs the steps).
 ORDER = (
     "corpus",
     "models",
@@ -156,6 +160,7 @@ ORDER = (
     "circuits.component",
     "circuits.feature",
     "attention",
+    *TOP,
 )
 # (importer, imported) pairs that go upward, each with its reason
 ALLOWED_UPWARD = {

@@ -5,13 +5,16 @@ import pytest
 import torch
 from small_models import VARIANTS, small_model
 
-from workbench import steps
 from workbench.cache.config import HarvestConfig
 from workbench.circuits import find_circuit
 from workbench.circuits.component.hooks import answer_logits, writer_means
 from workbench.corpus import tasks
 from workbench.models import load, save
 from workbench.sae.config import SAEConfig, TrainConfig
+from workbench.steps import circuits as circuit_steps
+from workbench.steps.cache import make_cache
+from workbench.steps.dictionaries import train_saes
+from workbench.steps.features import build_features
 from workbench.workspace import Workspace
 
 HOOK = "blocks.1.hook_resid_post"
@@ -38,7 +41,7 @@ def test_the_loaded_model_is_the_variant(variant):
 def test_circuit_find_and_mean_ablation(variant, tokenizer):
     model, folder, ws = variant
     q = tasks.queries("ioi", 1, seed=0, tokenizer=tokenizer)[0]
-    c, path = steps.find_circuit(
+    c, path = circuit_steps.find_circuit(
         ws,
         model,
         q.prompt,
@@ -61,7 +64,7 @@ def test_circuit_find_and_mean_ablation(variant, tokenizer):
 
 def test_cache_sae_training_and_features(variant):
     _, folder, ws = variant
-    cache = steps.make_cache(
+    cache = make_cache(
         ws,
         str(folder),
         "synthetic",
@@ -71,7 +74,7 @@ def test_cache_sae_training_and_features(variant):
         progress=False,
     )
     assert cache.n_tokens("train") > 0 and torch.isfinite(cache.rows(HOOK, [0, 1])).all()
-    [sae_dir] = steps.train_saes(
+    [sae_dir] = train_saes(
         ws,
         cache.path,
         HOOK,
@@ -84,9 +87,7 @@ def test_cache_sae_training_and_features(variant):
     assert load_sae(sae_dir).cfg.d_in == cache.d(HOOK)
     from workbench.features.config import FeatureConfig
 
-    [store] = steps.build_features(
-        ws, [sae_dir], cache.path, str(folder), FeatureConfig(corr_tokens=200), progress=False
-    )
+    [store] = build_features(ws, [sae_dir], cache.path, str(folder), FeatureConfig(corr_tokens=200), progress=False)
     assert store.n_units == 64 and "W_U" in store.manifest["logit_effects"]
 
 

@@ -114,12 +114,15 @@ DAMAGES = {"truncated": _truncate, "empty": _empty, "type-swapped": _type_swap, 
 def workspace(transcoder_workspace, tiny, tmp_path_factory):
     """The transcoder workspace (copied: every kind but circuits), plus a query circuit of its random model and an
     attribution graph through a transcoder set on all its layers, each made through workbench.steps."""
-    from workbench import steps
     from workbench.circuits.feature.graph_config import GraphConfig
     from workbench.corpus import tasks
     from workbench.interventions.config import InterventionConfig
     from workbench.models import load
     from workbench.sae.config import CLTConfig, SAEConfig, TrainConfig
+    from workbench.steps.circuits import find_circuit
+    from workbench.steps.dictionaries import train_clt, train_transcoder_set
+    from workbench.steps.graphs import attribution_graph
+    from workbench.steps.interventions import intervene
 
     root = tmp_path_factory.mktemp("readback") / "ws"
     shutil.copytree(transcoder_workspace, root, symlinks=True)
@@ -128,17 +131,15 @@ def workspace(transcoder_workspace, tiny, tmp_path_factory):
     model, tok = load(model_dir, device="cpu")
     q = tasks.queries("induction", 1, tokenizer=tok)[0]
     fast = dict(budget=0.1, n_samples=1, steps=2, refine_steps=1, min_gap=0.0, curve=False)
-    steps.find_circuit(ws, model, q.prompt, q.answer, q.counterfactual, model_spec=model_dir, name="query", **fast)
+    find_circuit(ws, model, q.prompt, q.answer, q.counterfactual, model_spec=model_dir, name="query", **fast)
     train = TrainConfig(n_tokens=2048, batch_size=512, lr=1e-3, progress=False)
-    every, _ = steps.train_transcoder_set(
-        ws, root / "caches" / "mlp", "all", [SAEConfig("topk", k=4)], train, name="all"
-    )
+    every, _ = train_transcoder_set(ws, root / "caches" / "mlp", "all", [SAEConfig("topk", k=4)], train, name="all")
     cfg = GraphConfig(max_feature_nodes=8, batch_size=8, heads=False)
-    steps.attribution_graph(ws, model, every, q.prompt, cfg=cfg, model_spec=model_dir, name="g")
+    attribution_graph(ws, model, every, q.prompt, cfg=cfg, model_spec=model_dir, name="g")
     clt = CLTConfig("topk", k=4, expansion=2)
-    steps.train_clt(ws, root / "caches" / "mlp", "all", clt, train, name="clt")
+    train_clt(ws, root / "caches" / "mlp", "all", clt, train, name="clt")
     iv = InterventionConfig(features=["0:1"], op="ablate", continue_tokens=2)
-    steps.intervene(ws, model, every, q.prompt, iv, model_spec=model_dir, name="iv")
+    intervene(ws, model, every, q.prompt, iv, model_spec=model_dir, name="iv")
     return root
 
 

@@ -10,9 +10,9 @@ from safetensors.torch import load_file, save_file
 
 from tests.sae.test_foreign import _dictionary_learning, _sparsify_run
 from tests.sae.test_imports import _tracer_set, bound  # noqa: F401 (a fixture)
-from workbench import steps
 from workbench.cli import main
 from workbench.errors import BadValueError
+from workbench.steps.exchange import import_sae
 from workbench.transaction import artifact_transaction
 from workbench.workspace import MANIFEST, Workspace
 
@@ -50,12 +50,12 @@ def test_a_tracer_set_failing_at_layer_1_records_nothing_and_frees_its_name(boun
     bad["activation_function.threshold"][:3] = -0.1  # layer 1 is refused after layer 0 was converted
     save_file(bad, str(tmp_path / "tracer" / "layer_1.safetensors"))
     with pytest.raises(BadValueError, match="3 JumpReLU thresholds are negative"):
-        steps.import_sae(ws, tmp_path / "tracer", spec, model=model, name="half")
+        import_sae(ws, tmp_path / "tracer", spec, model=model, name="half")
     assert not ws.path("transcoders", "half").exists()
     assert [a for a in ws.artifacts() if "half" in a.path.parts] == []
     assert not [p for p in ws.root.rglob("*half*")]  # no staging folder left either
     save_file(good, str(tmp_path / "tracer" / "layer_1.safetensors"))
-    summary, folder = steps.import_sae(ws, tmp_path / "tracer", spec, model=model, name="half")
+    summary, folder = import_sae(ws, tmp_path / "tracer", spec, model=model, name="half")
     assert summary["transcoders"] == 2 and (folder / MANIFEST).is_file()
 
 

@@ -13,17 +13,18 @@ def circuit_workspace(feature_workspace, tmp_path_factory):
     sparse-attention version of its random model (a few steps), query circuits of an IOI and an induction
     query in both models, `attention compare` on IOI, and the embedded sparse model tiny-sparse (the real
     run: the Attention page's closed gates, differences and masks)."""
-    from workbench import steps
     from workbench.attention.config import SparsifyConfig
     from workbench.corpus import tasks
     from workbench.models import load
+    from workbench.steps.attention import compare_attention, embedded_sparse_model, train_attention
+    from workbench.steps.circuits import find_circuit
     from workbench.workspace import Workspace
 
     root = tmp_path_factory.mktemp("circuits") / "ws"
     shutil.copytree(feature_workspace, root, symlinks=True)
     ws = Workspace(root)
     base_dir = str(root / "models" / "random")
-    _, sparse_dir = steps.train_attention(
+    _, sparse_dir = train_attention(
         ws,
         base_dir,
         SparsifyConfig(steps=4, eval_every=2, eval_sequences=4, batch_size=2, ctx_len=32, progress=False),
@@ -35,10 +36,10 @@ def circuit_workspace(feature_workspace, tmp_path_factory):
     fast = dict(n_samples=1, steps=2, refine_steps=1, min_gap=0.0, budget=0.05)
     for task in QUERY_TASKS:
         q = tasks.queries(task, 1, seed=0, tokenizer=tok)[0]
-        steps.find_circuit(ws, base, q, model_spec=base_dir, name=f"{task}-0", **fast)
-        steps.find_circuit(ws, sparse, q, model_spec=str(sparse_dir), name=f"{task}-0-sparse", **fast)
-    steps.compare_attention(ws, base, sparse, sparse_dir, "ioi", 1, n_samples=1, progress=False)
-    steps.embedded_sparse_model(ws)
+        find_circuit(ws, base, q, model_spec=base_dir, name=f"{task}-0", **fast)
+        find_circuit(ws, sparse, q, model_spec=str(sparse_dir), name=f"{task}-0-sparse", **fast)
+    compare_attention(ws, base, sparse, sparse_dir, "ioi", 1, n_samples=1, progress=False)
+    embedded_sparse_model(ws)
     return root
 
 

@@ -13,13 +13,14 @@ from tests.app.test_browser import assert_offline, browser_page, serving, settle
 def imported_workspace(tmp_path_factory):
     from tests.hf_folders import hf_folder
     from tests.sae.test_imports import _saelens_folders
-    from workbench import steps
+    from workbench.steps.exchange import import_sae
+    from workbench.steps.models import import_model
     from workbench.workspace import Workspace
 
     root = tmp_path_factory.mktemp("byo-browser")
     ws = Workspace(root / "ws")
-    _, model = steps.import_model(ws, str(hf_folder("neox", root / "downloads" / "their-pythia")))
-    steps.import_sae(ws, _saelens_folders(root / "downloads")["topk"], str(model), name="their-sae")
+    _, model = import_model(ws, str(hf_folder("neox", root / "downloads" / "their-pythia")))
+    import_sae(ws, _saelens_folders(root / "downloads")["topk"], str(model), name="their-sae")
     return ws.root
 
 

@@ -214,10 +214,10 @@ def test_the_48_head_sparse_model_added_to_a_workspace_is_on_the_attention_and_c
     """`attention add small-sparse`: the Attention page draws its 6 layers x 8 heads; the Compare page finds it and
     shows the section-3 claims shipped with it, per family, as claims.paired reads them."""
     from tests.app.conftest import _runner
-    from workbench import steps
+    from workbench.steps.attention import embedded_sparse_model
     from workbench.workspace import Workspace
 
-    report, folder = steps.embedded_sparse_model(Workspace(tmp_path / "ws"), "small-sparse")
+    report, folder = embedded_sparse_model(Workspace(tmp_path / "ws"), "small-sparse")
     run = _runner(tmp_path / "ws", monkeypatch)
     at = ok(run("views/attention.py", model="models/small-sparse"))
     heads = at.dataframe[0].value

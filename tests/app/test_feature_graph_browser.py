@@ -32,13 +32,15 @@ INSIDE_JS = """() => { const root = document.querySelector("[data-testid='stBidi
 def graph_workspace(transcoder_workspace, tmp_path_factory):
     """The transcoder workspace (copied) with a transcoder set on every layer and an IOI prompt's attribution graph (heads on its links) whose nodes
     and edges were checked by interventions (workbench circuit check)."""
-    from workbench import steps
     from workbench.circuits.feature.graph_config import GraphConfig
     from workbench.corpus import tasks
     from workbench.features.config import FeatureConfig
     from workbench.interventions.config import CheckConfig
     from workbench.models import load
     from workbench.sae.config import SAEConfig, TrainConfig
+    from workbench.steps.dictionaries import train_transcoder_set
+    from workbench.steps.features import build_features
+    from workbench.steps.graphs import attribution_graph, check_graph
     from workbench.workspace import Workspace
 
     root = tmp_path_factory.mktemp("fgraph_browser") / "ws"
@@ -48,14 +50,14 @@ def graph_workspace(transcoder_workspace, tmp_path_factory):
     model, tok = load(model_dir, device="cpu")
     q = tasks.queries("ioi", 1, seed=0, tokenizer=tok)[0]
     train = TrainConfig(n_tokens=8192, batch_size=512, lr=1e-3, progress=False)
-    tset, members = steps.train_transcoder_set(
+    tset, members = train_transcoder_set(
         ws, root / "caches" / "mlp", "all", [SAEConfig("topk", k=8, expansion=4)], train, name="all"
     )  # the replacement model replaces every MLP; each member's store makes its feature pages
     features = FeatureConfig(chunk_rows=1000, corr_tokens=1500)
-    steps.build_features(ws, members, root / "caches" / "mlp", model_dir, features, progress=False)
+    build_features(ws, members, root / "caches" / "mlp", model_dir, features, progress=False)
     cfg = GraphConfig(max_feature_nodes=200, batch_size=16, node_threshold=0.95, edge_threshold=0.995)  # ~2,000 links
-    _, folder = steps.attribution_graph(ws, model, tset, q.prompt, q.answer, cfg=cfg, model_spec=model_dir, name="g")
-    steps.check_graph(ws, model, folder / "graph.json", tset, CheckConfig(top_edges=10))
+    _, folder = attribution_graph(ws, model, tset, q.prompt, q.answer, cfg=cfg, model_spec=model_dir, name="g")
+    check_graph(ws, model, folder / "graph.json", tset, CheckConfig(top_edges=10))
     return root
 
 
@@ -246,30 +248,29 @@ def tiny_graph_workspace(tiny, tmp_path_factory):
     transcoder set on every layer trained briefly (tests/conftest.py's _brief_training), the members' feature
     stores, and an IOI prompt's attribution graph, checked by interventions."""
     from tests.conftest import _brief_training
-    from workbench import steps
     from workbench.cache.config import HarvestConfig
     from workbench.circuits.feature.graph_config import GraphConfig
     from workbench.corpus import tasks
     from workbench.features.config import FeatureConfig
     from workbench.interventions.config import CheckConfig
     from workbench.sae.config import SAEConfig
+    from workbench.steps.cache import make_cache
+    from workbench.steps.dictionaries import train_transcoder_set
+    from workbench.steps.features import build_features
+    from workbench.steps.graphs import attribution_graph, check_graph
     from workbench.workspace import Workspace
 
     model, tok = tiny
     ws = Workspace(tmp_path_factory.mktemp("tiny_graph") / "ws")
     cfg = HarvestConfig(n_tokens=6000, heldout_fraction=0.2)
-    cache = steps.make_cache(ws, "tiny", "synthetic", None, cfg, name="mlp", progress=False, model=model)
-    tset, members = steps.train_transcoder_set(
+    cache = make_cache(ws, "tiny", "synthetic", None, cfg, name="mlp", progress=False, model=model)
+    tset, members = train_transcoder_set(
         ws, cache.path, "all", [SAEConfig("topk", k=8, expansion=4)], _brief_training(), name="all"
     )
-    steps.build_features(
-        ws, members, cache.path, "tiny", FeatureConfig(chunk_rows=1000, corr_tokens=1500), progress=False
-    )
+    build_features(ws, members, cache.path, "tiny", FeatureConfig(chunk_rows=1000, corr_tokens=1500), progress=False)
     q = tasks.queries("ioi", 1, seed=0, tokenizer=tok)[0]
-    _, folder = steps.attribution_graph(
-        ws, model, tset, q.prompt, q.answer, cfg=GraphConfig(max_feature_nodes=100), name="g"
-    )
-    steps.check_graph(ws, model, folder / "graph.json", tset, CheckConfig(top_edges=10))  # verdicts to draw
+    _, folder = attribution_graph(ws, model, tset, q.prompt, q.answer, cfg=GraphConfig(max_feature_nodes=100), name="g")
+    check_graph(ws, model, folder / "graph.json", tset, CheckConfig(top_edges=10))  # verdicts to draw
     return ws.root
 
 

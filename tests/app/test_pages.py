@@ -58,7 +58,7 @@ def test_an_undefined_ce_loss_recovered_is_shown_with_its_reason(feature_workspa
 
     from tests.app.conftest import _runner
     from workbench.sae.eval import _splice_summary
-    from workbench.steps import rerecord
+    from workbench.steps.artifacts import rerecord
     from workbench.workspace import Workspace
 
     ws = tmp_path / "ws"

@@ -55,15 +55,16 @@ def test_run_page_finds_a_component_circuit_and_opens_it_drawn(tmp_path, tiny):
 def tiny_set_workspace(tmp_path_factory):
     """A workspace with a transcoder set of the embedded model: a small cache of its default hooks and a Top-k
     transcoder per layer, trained for a few steps."""
-    from workbench import steps
     from workbench.cache.config import HarvestConfig
     from workbench.sae.config import SAEConfig, TrainConfig
+    from workbench.steps.cache import make_cache
+    from workbench.steps.dictionaries import train_transcoder_set
     from workbench.workspace import Workspace
 
     ws = Workspace(tmp_path_factory.mktemp("runfeat") / "ws")
-    cache = steps.make_cache(ws, "tiny", "synthetic", None, HarvestConfig(n_tokens=6000), name="c", progress=False)
+    cache = make_cache(ws, "tiny", "synthetic", None, HarvestConfig(n_tokens=6000), name="c", progress=False)
     train = TrainConfig(n_tokens=8192, batch_size=512, lr=1e-3, progress=False)
-    steps.train_transcoder_set(ws, cache.path, "all", [SAEConfig("topk", k=8, expansion=4)], train, name="set")
+    train_transcoder_set(ws, cache.path, "all", [SAEConfig("topk", k=8, expansion=4)], train, name="set")
     return ws.root
 
 

@@ -18,12 +18,14 @@ SAE = "saes/run/topk_n512_k8_seed0"
 @pytest.fixture(scope="module")
 def steer_workspace(transcoder_workspace, tmp_path_factory):
     """The transcoder workspace (copied) with a transcoder set on every layer, an IOI query's attribution graph through it, checked by
-    interventions (steps.check_graph, two edges), and the query's component circuit."""
-    from workbench import steps
+    interventions (check_graph, two edges), and the query's component circuit."""
     from workbench.corpus import tasks
     from workbench.interventions.config import CheckConfig
     from workbench.models import load
     from workbench.sae.config import SAEConfig, TrainConfig
+    from workbench.steps.circuits import find_circuit
+    from workbench.steps.dictionaries import train_transcoder_set
+    from workbench.steps.graphs import attribution_graph, check_graph
     from workbench.workspace import Workspace
 
     root = tmp_path_factory.mktemp("steer") / "ws"
@@ -33,13 +35,13 @@ def steer_workspace(transcoder_workspace, tmp_path_factory):
     model, tok = load(spec, device="cpu")
     q = tasks.queries("ioi", 1, seed=0, tokenizer=tok)[0]
     train = TrainConfig(n_tokens=4096, batch_size=512, lr=1e-3, progress=False)
-    tset, _ = steps.train_transcoder_set(
+    tset, _ = train_transcoder_set(
         ws, root / "caches" / "mlp", "all", [SAEConfig("topk", k=8, expansion=4)], train, name="full"
     )
-    _, folder = steps.attribution_graph(ws, model, tset, q.prompt, q.answer, name="graph-ioi", model_spec=spec)
-    steps.check_graph(ws, model, folder / "graph.json", tset, CheckConfig(top_edges=2))
+    _, folder = attribution_graph(ws, model, tset, q.prompt, q.answer, name="graph-ioi", model_spec=spec)
+    check_graph(ws, model, folder / "graph.json", tset, CheckConfig(top_edges=2))
     fast = dict(n_samples=1, steps=2, refine_steps=1, min_gap=0.0, budget=0.05)  # as tests/app/conftest.py
-    steps.find_circuit(ws, model, q, model_spec=spec, name="ioi-0", **fast)
+    find_circuit(ws, model, q, model_spec=spec, name="ioi-0", **fast)
     return root
 
 
@@ -190,11 +192,12 @@ def test_a_circuit_group_offers_the_dictionaries_at_its_layers(steer_app, steer_
 @pytest.fixture(scope="module")
 def clt_workspace(steer_workspace, tmp_path_factory):
     """The steer workspace (copied) with a CLT trained on its MLP cache and the IOI query's graph through it."""
-    from workbench import steps
     from workbench.circuits.feature.graph_config import GraphConfig
     from workbench.corpus import tasks
     from workbench.models import load
     from workbench.sae.config import CLTConfig, TrainConfig
+    from workbench.steps.dictionaries import train_clt
+    from workbench.steps.graphs import attribution_graph
     from workbench.workspace import Workspace
 
     root = tmp_path_factory.mktemp("steer_clt") / "ws"
@@ -203,9 +206,9 @@ def clt_workspace(steer_workspace, tmp_path_factory):
     model, tok = load(spec, device="cpu")
     q = tasks.queries("ioi", 1, seed=0, tokenizer=tok)[0]
     train = TrainConfig(n_tokens=4096, batch_size=512, lr=1e-3, progress=False)
-    clt = steps.train_clt(ws, root / "caches" / "mlp", "all", CLTConfig("batchtopk", k=8, expansion=4), train)
+    clt = train_clt(ws, root / "caches" / "mlp", "all", CLTConfig("batchtopk", k=8, expansion=4), train)
     cfg = GraphConfig(max_feature_nodes=20, heads=False)
-    steps.attribution_graph(ws, model, clt, q.prompt, q.answer, cfg=cfg, name="graph-clt", model_spec=spec)
+    attribution_graph(ws, model, clt, q.prompt, q.answer, cfg=cfg, name="graph-clt", model_spec=spec)
     return root, clt
 
 

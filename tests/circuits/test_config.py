@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from workbench.circuits.config import DEFAULT_BUDGET, DEFAULT_TARGET_NDF, QueryConfig, SearchConfig
+from workbench.circuits.config import DEFAULT_BUDGET, DEFAULT_TARGET_NDF, QueryConfig, SearchConfig, TaskConfig
 from workbench.errors import BadValueError
 
 
@@ -49,3 +49,13 @@ def test_take_reads_the_per_query_keywords_and_leaves_the_rest():
     with pytest.raises(BadValueError, match="not both"):
         QueryConfig.take(QueryConfig(budget=0.1), {"target_ndf": 0.8})
     assert QueryConfig.from_dict(q.to_dict()) == q
+
+
+def test_a_task_batch_defaults_to_20_queries_at_three_budgets_and_refuses_an_empty_or_bad_one():
+    assert (TaskConfig().n, TaskConfig().budgets) == (20, [0.01, 0.02, 0.05])
+    with pytest.raises(BadValueError, match="budgets is empty"):
+        TaskConfig(budgets=[])
+    with pytest.raises(BadValueError):
+        TaskConfig(budgets=[1.5])
+    with pytest.raises(BadValueError):
+        TaskConfig(n=0)

@@ -10,19 +10,21 @@ from workbench.features.explain import ExplainConfig
 @pytest.fixture(scope="module")
 def tiny_store(tiny, tmp_path_factory):
     """A Top-k SAE of the embedded model trained briefly on a synthetic-corpus cache, and its feature store."""
-    from workbench import steps
     from workbench.cache.config import HarvestConfig
     from workbench.sae.config import SAEConfig, TrainConfig
+    from workbench.steps.cache import make_cache
+    from workbench.steps.dictionaries import train_saes
+    from workbench.steps.features import build_features
     from workbench.workspace import Workspace
 
     model, _ = tiny
     ws = Workspace(tmp_path_factory.mktemp("calibration"))
     hook = "blocks.2.hook_resid_post"
     cfg = HarvestConfig(n_tokens=8000, heldout_fraction=0.5)
-    cache = steps.make_cache(ws, "tiny", "synthetic", [hook], cfg, progress=False, model=model)
+    cache = make_cache(ws, "tiny", "synthetic", [hook], cfg, progress=False, model=model)
     train = TrainConfig(n_tokens=20_000, batch_size=512, lr=1e-3, progress=False)
-    (folder,) = steps.train_saes(ws, cache.path, hook, [SAEConfig("topk", k=16, n_latents=256)], train, name="cal")
-    steps.build_features(ws, [folder], cache.path, "tiny", progress=False)
+    (folder,) = train_saes(ws, cache.path, hook, [SAEConfig("topk", k=16, n_latents=256)], train, name="cal")
+    build_features(ws, [folder], cache.path, "tiny", progress=False)
     return folder
 
 

@@ -95,21 +95,24 @@ def brought_in(tmp_path_factory):
     labels: argmax of an empty sequence)."""
     from tests.hf_folders import hf_folder
     from tests.sae.test_imports import _saelens_folders
-    from workbench import steps
     from workbench.cache.config import HarvestConfig
     from workbench.corpus.vocab import vocabulary
+    from workbench.steps.cache import make_cache
+    from workbench.steps.exchange import import_sae
+    from workbench.steps.features import build_features
+    from workbench.steps.models import import_model
     from workbench.workspace import Workspace
 
     root = tmp_path_factory.mktemp("brought-in")
     ws = Workspace(root / "ws")
-    _, model = steps.import_model(ws, str(hf_folder("llama", root / "downloads" / "their-llama")))
+    _, model = import_model(ws, str(hf_folder("llama", root / "downloads" / "their-llama")))
     words, rng = [w for w in vocabulary() if w.isalpha()][:300], random.Random(0)
     text = "\n\n".join(" ".join(rng.choice(words) for _ in range(40)) for _ in range(200))
     (root / "own.txt").write_text(text)
-    _, sae = steps.import_sae(ws, _saelens_folders(root / "downloads")["topk"], str(model), name="their-sae")
+    _, sae = import_sae(ws, _saelens_folders(root / "downloads")["topk"], str(model), name="their-sae")
     cfg = HarvestConfig(n_tokens=3000, heldout_fraction=0.3)
-    cache = steps.make_cache(ws, str(model), str(root / "own.txt"), ["blocks.1.hook_resid_post"], cfg, progress=False)
-    steps.build_features(ws, [sae], cache.path, str(model), progress=False)
+    cache = make_cache(ws, str(model), str(root / "own.txt"), ["blocks.1.hook_resid_post"], cfg, progress=False)
+    build_features(ws, [sae], cache.path, str(model), progress=False)
     return sae, str(model)
 
 

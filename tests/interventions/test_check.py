@@ -133,14 +133,14 @@ def test_the_check_measures_every_kept_feature_in_both_readings(tiny, tc_set, gr
 
 
 def test_circuit_check_stores_the_record_in_a_recorded_graph(tiny, tc_set, tmp_path, capsys):
-    from workbench import steps
     from workbench.circuits.feature.graph_config import GraphConfig
     from workbench.cli import main
+    from workbench.steps.graphs import attribution_graph
     from workbench.workspace import Workspace
 
     ws = tmp_path / "ws"
     cfg = GraphConfig(max_feature_nodes=10, heads=False)
-    _, folder = steps.attribution_graph(Workspace(ws), tiny[0], tc_set, PROMPT, "a", None, cfg=cfg, name="g")
+    _, folder = attribution_graph(Workspace(ws), tiny[0], tc_set, PROMPT, "a", None, cfg=cfg, name="g")
     assert main(["circuit", "check", str(folder), "--workspace", str(ws), "--top-edges", "2"]) == 0
     out = capsys.readouterr().out
     assert "of the predicted influence confirmed" in out
@@ -168,15 +168,15 @@ def test_circuit_check_refuses_a_dictionary_the_graph_was_not_built_with(
     dictionary."""
     import shutil
 
-    from workbench import steps
     from workbench.circuits.feature.graph_config import GraphConfig
     from workbench.cli import main
     from workbench.provenance import dictionary_id, model_id
+    from workbench.steps.graphs import attribution_graph
     from workbench.workspace import Workspace
 
     ws = tmp_path / "ws"
     cfg = GraphConfig(max_feature_nodes=10, heads=False)
-    _, folder = steps.attribution_graph(Workspace(ws), tiny[0], tc_set, PROMPT, "a", None, cfg=cfg, name="g")
+    _, folder = attribution_graph(Workspace(ws), tiny[0], tc_set, PROMPT, "a", None, cfg=cfg, name="g")
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
     argv = ["circuit", "check", str(folder), "--workspace", str(ws), "--top-edges", "2"]
     assert main([*argv, "--transcoders", str(other_tc_set)]) == 2
@@ -197,13 +197,14 @@ def test_circuit_check_refuses_a_dictionary_the_graph_was_not_built_with(
 def test_an_imported_graph_json_is_a_workspace_graph_that_keeps_its_ids(tiny, tc_set, other_tc_set, tmp_path, capsys):
     """`circuit import graph.json` records it as a graph the app lists; its ids travel in it, so the check refuses
     another set and runs with its own."""
-    from workbench import browse, steps
+    from workbench import browse
     from workbench.circuits.feature.graph_config import GraphConfig
     from workbench.cli import main
+    from workbench.steps.graphs import attribution_graph
     from workbench.workspace import Workspace
 
     cfg = GraphConfig(max_feature_nodes=10, heads=False)
-    _, made = steps.attribution_graph(Workspace(tmp_path / "a"), tiny[0], tc_set, PROMPT, "a", None, cfg=cfg, name="g")
+    _, made = attribution_graph(Workspace(tmp_path / "a"), tiny[0], tc_set, PROMPT, "a", None, cfg=cfg, name="g")
     ws = tmp_path / "ws"
     assert main(["circuit", "import", str(made / "graph.json"), "--workspace", str(ws), "--name", "in"]) == 0
     assert "a graph: " in capsys.readouterr().out

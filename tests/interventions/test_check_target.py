@@ -5,10 +5,10 @@ import shutil
 
 import pytest
 
-from workbench import steps
 from workbench.circuits.feature.graph_config import GraphConfig
 from workbench.cli import main
 from workbench.lock import output_lock
+from workbench.steps.graphs import attribution_graph
 from workbench.workspace import MANIFEST, Workspace
 
 PROMPT = "When Mary and John went to the store , John gave"
@@ -19,7 +19,7 @@ def recorded(tiny, tc_set, tmp_path_factory):
     """A workspace holding a recorded graph g1 (and the transcoder set its graph used)."""
     ws = Workspace(tmp_path_factory.mktemp("check") / "a")
     cfg = GraphConfig(max_feature_nodes=10, heads=False)
-    _, folder = steps.attribution_graph(ws, tiny[0], tc_set, PROMPT, "a", None, cfg=cfg, name="g1")
+    _, folder = attribution_graph(ws, tiny[0], tc_set, PROMPT, "a", None, cfg=cfg, name="g1")
     return ws, folder
 
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from workbench.corpus import tasks
-from workbench.interventions.examples import demo_examples
+from workbench.demo.examples import demo_examples
 from workbench.workspace import Workspace
 
 

@@ -1,11 +1,15 @@
 """`workbench intervene` end to end on the embedded model: recorded with a manifest, --out, one-line errors."""
 
+import dataclasses
 import json
 
 import pytest
 
-from workbench.cli import main
+from workbench.cli import build_parser, main
+from workbench.cli import intervene as intervene_cli
+from workbench.configflags import flag_fields
 from workbench.interventions.batch import RESULTS, read_results
+from workbench.interventions.config import InterventionConfig
 from workbench.provenance import dictionary_id
 
 PROMPT = "When Mary and John went to the store , John gave a drink to"
@@ -89,8 +93,8 @@ def test_a_batch_streams_each_line_and_resumes_after_the_last_complete_one(tiny,
     """Each prompt's line is on disk when the next starts (nothing accumulates); a run stopped after two prompts
     (a line cut off mid-write after them) leaves no manifest, is refused without --resume, and --resume finishes
     it with exactly the lines an uninterrupted run writes."""
-    from workbench import steps
     from workbench.interventions import InterventionConfig
+    from workbench.steps.interventions import intervene
     from workbench.workspace import Workspace
 
     prompts = [
@@ -111,7 +115,7 @@ def test_a_batch_streams_each_line_and_resumes_after_the_last_complete_one(tiny,
             raise Stop
 
     with pytest.raises(Stop):
-        steps.intervene(ws, tiny[0], saes["topk"], prompts, cfg, name="b", on_result=stop_after_two)
+        intervene(ws, tiny[0], saes["topk"], prompts, cfg, name="b", on_result=stop_after_two)
     assert seen == [1, 2] and not (folder / "artifact.json").exists()
     with open(folder / RESULTS, "a") as f:
         f.write('{"prompt": "cut off')
@@ -162,3 +166,20 @@ def test_intervene_on_a_clt_feature(tiny, tiny_clt, tmp_path, capsys):
     unit = json.loads(out.read_text())["units"][0]
     assert unit["write_hooks"] == [f"blocks.{t}.hook_mlp_out" for t in range(1, tiny[0].cfg.n_layers)]
     assert unit["layer"] == 1
+
+
+def test_every_field_of_the_intervention_reaches_its_config_from_a_flag(capsys):
+    """The flags are generated from InterventionConfig: each scalar field has one (temperature and mean_sequences
+    too), the list fields their own, and a value out of a field's bounds is refused as it is parsed."""
+    line = ["intervene", "--dictionary", "d", "--prompt", "x", "--feature", "1", "--op", "steer", "--value", "2"]
+    given = ["--temperature", "0.5", "--mean-sequences", "8", "--continue", "3", "--live-norm", "--semantics", "frozen"]
+    cfg = intervene_cli._config(build_parser().parse_args([*line, *given, "--constrained-layers", "0,1"]))
+    assert (cfg.temperature, cfg.mean_sequences, cfg.continue_tokens, cfg.frozen_norm) == (0.5, 8, 3, False)
+    assert (cfg.value, cfg.constrained_layers, cfg.semantics) == ([2.0], [0, 1], "frozen")
+    flags = {f.name for f in flag_fields(InterventionConfig)}
+    assert flags | {"features", "value", "constrained_layers"} == {
+        f.name for f in dataclasses.fields(InterventionConfig)
+    }
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args([*line, "--temperature", "0"])
+    assert e.value.code == 2 and "temperature=0.0 must be a finite number > 0" in capsys.readouterr().err

@@ -61,12 +61,12 @@ def tiny_cache(tmp_path_factory) -> tuple[Path, Path]:
 def tc_cache(tmp_path_factory):
     """(cache, model folder): a random-init model of the embedded shape and a cache with the default hooks (every
     residual stream, each MLP's input and output)."""
-    from workbench import steps
     from workbench.cache.config import HarvestConfig
     from workbench.corpus.vocab import vocabulary
     from workbench.models import save
     from workbench.models.tokenizer import build_tokenizer
     from workbench.models.toy import TinyConfig, build
+    from workbench.steps.cache import make_cache
     from workbench.workspace import Workspace
 
     root = tmp_path_factory.mktemp("tc")
@@ -74,9 +74,7 @@ def tc_cache(tmp_path_factory):
     save(model, root / "model")
     ws = Workspace(root / "ws")
     cfg = HarvestConfig(n_tokens=5000, heldout_fraction=0.2)
-    cache = steps.make_cache(
-        ws, str(root / "model"), "synthetic", None, cfg, out=root / "cache", progress=False, model=model
-    )
+    cache = make_cache(ws, str(root / "model"), "synthetic", None, cfg, out=root / "cache", progress=False, model=model)
     assert {"blocks.1.ln2.hook_normalized", "blocks.1.hook_mlp_out", "blocks.3.hook_resid_post"} <= set(
         cache.hooks
     ) and cache.manifest["n_layers"] == 4

@@ -370,12 +370,12 @@ def test_a_clt_flag_without_clt_is_refused_naming_it(flag, tc_cache, tmp_path, c
 def test_sae_eval_of_a_clt_whose_ce_recovered_is_undefined_says_why(tmp_path, capsys):
     """A model whose unembedding is zero gives every token the same logit: zero ablation costs no loss, so the CLT's
     CE recovered and KL score are undefined; the eval line says so (it raised TypeError formatting None)."""
-    from workbench import steps
     from workbench.cache.config import HarvestConfig
     from workbench.corpus.vocab import vocabulary
     from workbench.models import save
     from workbench.models.tokenizer import build_tokenizer
     from workbench.models.toy import TinyConfig, build
+    from workbench.steps.cache import make_cache
 
     model = build(TinyConfig(), build_tokenizer(vocabulary()))
     with torch.no_grad():
@@ -383,7 +383,7 @@ def test_sae_eval_of_a_clt_whose_ce_recovered_is_undefined_says_why(tmp_path, ca
     save(model, tmp_path / "model")
     ws = tmp_path / "ws"
     cfg = HarvestConfig(n_tokens=2000, heldout_fraction=0.2)
-    steps.make_cache(Workspace(ws), str(tmp_path / "model"), "synthetic", None, cfg, out=tmp_path / "c", progress=False)
+    make_cache(Workspace(ws), str(tmp_path / "model"), "synthetic", None, cfg, out=tmp_path / "c", progress=False)
     args = ["sae", "train", "--cache", str(tmp_path / "c"), "--clt", "--layers", "0,1", "--workspace", str(ws)]
     assert main([*args, "--k", "4", "--expansion", "2", "--tokens", "512", "--batch-size", "256", "--quiet"]) == 0
     (art,) = Workspace(ws).artifacts("clts")

@@ -11,12 +11,12 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tests.sae.test_imports import _tracer_set, bound  # noqa: F401 (a fixture)
-from workbench import steps
 from workbench.cli import main
 from workbench.errors import BadValueError
 from workbench.provenance import model_id
 from workbench.sae.io import load_sae
 from workbench.sae.transcoders import load_set
+from workbench.steps.exchange import export_dictionary, import_sae
 
 D, N, K = 32, 64, 4
 
@@ -69,7 +69,7 @@ def test_a_sparsify_run_imports_with_the_hooks_its_config_names(bound, tmp_path,
     ws, model, spec, _ = bound
     model = _with_norms(model)
     w = _sparsify_run(tmp_path / "run", {"layers.0.mlp": True, "layers.1.mlp": True})
-    summary, folder = steps.import_sae(ws, tmp_path / "run", spec, model=model, name="sp-tc")
+    summary, folder = import_sae(ws, tmp_path / "run", spec, model=model, name="sp-tc")
     manifest = load_set(folder)
     mid = model_id(model)
     assert manifest["model"] == mid and summary["transcoders"] == 2
@@ -99,17 +99,17 @@ def test_sparsify_files_that_do_not_fit_are_refused_by_name(bound, tmp_path):  #
     ws, model, spec, _ = bound
     _sparsify_run(tmp_path / "odd", {"encoder.layer.3": False})
     with pytest.raises(BadValueError, match="hookpoint 'encoder.layer.3' is not a decoder layer.*pass --hook"):
-        steps.import_sae(ws, tmp_path / "odd", spec, model=model)
+        import_sae(ws, tmp_path / "odd", spec, model=model)
     _sparsify_run(tmp_path / "deep", {"layers.7": False})
     with pytest.raises(BadValueError, match="'blocks.7.hook_resid_post', which model .* does not have"):
-        steps.import_sae(ws, tmp_path / "deep", spec, model=model)
+        import_sae(ws, tmp_path / "deep", spec, model=model)
     _sparsify_run(tmp_path / "one", {"layers.1": False})
-    summary, _ = steps.import_sae(ws, tmp_path / "one" / "layers.1", spec, model=model, name="one-point")
+    summary, _ = import_sae(ws, tmp_path / "one" / "layers.1", spec, model=model, name="one-point")
     assert summary["hook"] == "blocks.1.hook_resid_post"  # the folder's run config lists it
     cfg = json.loads((tmp_path / "one" / "layers.1" / "cfg.json").read_text())
     (tmp_path / "one" / "layers.1" / "cfg.json").write_text(json.dumps({**cfg, "activation": "groupmax"}))
     with pytest.raises(BadValueError, match="activation 'groupmax'; only 'topk'"):
-        steps.import_sae(ws, tmp_path / "one", spec, model=model, name="groupmax")
+        import_sae(ws, tmp_path / "one", spec, model=model, name="groupmax")
 
 
 def _dl_weights(cls: str) -> dict:
@@ -197,9 +197,9 @@ def test_a_dictionary_learning_ae_imports_equal_to_its_formula(bound, tmp_path, 
     ws, model, spec, _ = bound
     w = _dictionary_learning(tmp_path / cls, cls, "resid_post_layer_1")
     with pytest.raises(BadValueError, match="submodule_name='resid_post_layer_1' .* pass --hook"):
-        steps.import_sae(ws, tmp_path / cls, spec, model=model)
+        import_sae(ws, tmp_path / cls, spec, model=model)
     hook = "blocks.1.hook_resid_post"
-    summary, folder = steps.import_sae(ws, tmp_path / cls, spec, model=model, hook=hook, name=f"dl-{cls}")
+    summary, folder = import_sae(ws, tmp_path / cls, spec, model=model, hook=hook, name=f"dl-{cls}")
     assert summary["hook"] == hook and summary["architecture"] == ARCHITECTURE.get(cls, "jumprelu")
     x = torch.randn(50, D, generator=torch.Generator().manual_seed(5)) * 3
     codes, out = _dl_formula(cls, w, x)
@@ -213,8 +213,8 @@ def test_a_sparsify_export_writes_back_the_files_it_came_from(bound, tmp_path, c
     ws, model, spec, _ = bound
     model = _with_norms(model)
     w = _sparsify_run(tmp_path / "run", {"layers.0.mlp": True, "layers.1.mlp": True})
-    _, folder = steps.import_sae(ws, tmp_path / "run", spec, model=model, name="sp-back")
-    out = steps.export_dictionary(folder, "sparsify", tmp_path / "exported", model=model)
+    _, folder = import_sae(ws, tmp_path / "run", spec, model=model, name="sp-back")
+    out = export_dictionary(folder, "sparsify", tmp_path / "exported", model=model)
     assert json.loads((out / "config.json").read_text())["hookpoints"] == ["layers.0.mlp", "layers.1.mlp"]
     for point, tensors in w.items():
         back = load_file(str(out / point / "sae.safetensors"))
@@ -235,7 +235,7 @@ def test_a_circuit_tracer_export_loads_in_circuit_tracer_equal_to_the_set(bound,
 
     ws, model, spec, _ = bound
     _tracer_set(tmp_path / "tracer", 2, True)
-    _, folder = steps.import_sae(ws, tmp_path / "tracer", spec, model=model, name="ct-back")
+    _, folder = import_sae(ws, tmp_path / "tracer", spec, model=model, name="ct-back")
     out = tmp_path / "exported"
     args = ["sae", "export", str(folder), "--format", "circuit-tracer", "--out", str(out), "--model", spec]
     assert main([*args, "--workspace", str(ws.root)]) == 0, capsys.readouterr()
@@ -252,9 +252,9 @@ def test_a_circuit_tracer_export_loads_in_circuit_tracer_equal_to_the_set(bound,
         torch.testing.assert_close(tc(x), ours(x), atol=1e-5, rtol=0)
     # sparsify imports are Top-k: circuit-tracer's file loaders would read them as ReLU, so they are refused
     _sparsify_run(tmp_path / "run", {"layers.0.mlp": True, "layers.1.mlp": True})
-    _, topk = steps.import_sae(ws, tmp_path / "run", spec, model=model, name="topk-set")
+    _, topk = import_sae(ws, tmp_path / "run", spec, model=model, name="topk-set")
     with pytest.raises(BadValueError, match="layer 0's transcoder is Top-k: circuit-tracer 0.5's file loaders"):
-        steps.export_dictionary(topk, "circuit-tracer", tmp_path / "no", model=model)
+        export_dictionary(topk, "circuit-tracer", tmp_path / "no", model=model)
 
 
 @pytest.mark.parametrize("skip", [False, True])
@@ -269,7 +269,7 @@ def test_the_workbench_s_own_top_k_transcoders_export_to_sparsify_equal(tmp_path
     with torch.no_grad():
         t.sae.b_in.normal_(0, 0.3)  # the input centre, which sparsify has not got: folded into its encoder bias
     t.sae.save_model(str(tmp_path / "L1"))
-    out = steps.export_dictionary(tmp_path / "L1", "sparsify", tmp_path / "sp", model=model)
+    out = export_dictionary(tmp_path / "L1", "sparsify", tmp_path / "sp", model=model)
     w = load_file(str(out / "layers.1.mlp" / "sae.safetensors"))
     assert ("W_skip" in w) == skip and json.loads((out / "layers.1.mlp" / "cfg.json").read_text())["k"] == 4
     x = torch.randn(40, model.cfg.d_model, generator=torch.Generator().manual_seed(3)) * 3
@@ -302,9 +302,9 @@ def test_what_the_hook_table_cannot_map_is_refused_by_name(bound, tmp_path):  # 
     trainer = {"dict_class": "AutoEncoderNew", "submodule_name": "blocks.1.hook_resid_post"}
     (tmp_path / "jump" / "config.json").write_text(json.dumps({"trainer": trainer}))
     with pytest.raises(BadValueError, match="dict_class 'AutoEncoderNew' does not import; valid: AutoEncoder, .*Gated"):
-        steps.import_sae(ws, tmp_path / "jump", spec, model=model)
+        import_sae(ws, tmp_path / "jump", spec, model=model)
     with pytest.raises(BadValueError, match="--hook is for sparsify and dictionary_learning files"):
-        steps.import_sae(ws, src["topk"], spec, model=model, hook="blocks.1.hook_resid_post")
+        import_sae(ws, src["topk"], spec, model=model, hook="blocks.1.hook_resid_post")
 
 
 def test_an_imported_sparsify_set_draws_a_graph(bound, tmp_path, capsys):  # noqa: F811

@@ -10,10 +10,10 @@ import torch
 import yaml
 
 from tests.sae.test_imports import RESID, _tracer_clt, _tracer_set, bound  # noqa: F401 (a fixture)
-from workbench import steps
 from workbench.cli import main
 from workbench.readback import artifact_manifest
 from workbench.sae.io import load_sae
+from workbench.steps.exchange import import_sae
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 
@@ -70,8 +70,8 @@ def test_a_cached_sae_lens_repo_imports_offline_equal_to_its_folder(bound, offli
     sae = made["jumprelu"]
     shutil.copytree(sae, tmp_path / "repo" / "layer_1")
     _cache(offline, "someone/their-saes", tmp_path / "repo")
-    summary, folder = steps.import_sae(ws, "someone/their-saes", spec, model=model, sae_id="layer_1")
-    direct, direct_folder = steps.import_sae(ws, sae, spec, model=model, name="jumprelu-direct")
+    summary, folder = import_sae(ws, "someone/their-saes", spec, model=model, sae_id="layer_1")
+    direct, direct_folder = import_sae(ws, sae, spec, model=model, name="jumprelu-direct")
     assert summary == direct and summary["hook"] == RESID and summary["max_abs_diff_vs_source"] == 0.0
     ours, theirs = load_sae(folder).state_dict(), load_sae(direct_folder).state_dict()
     assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
@@ -101,7 +101,7 @@ def test_a_cached_circuit_tracer_repo_imports_offline_equal_to_its_folder(
     argv = ["sae", "import", ref, "--model", spec, "--workspace", str(ws.root), "--name", f"hub-{kind}"]
     assert main(argv) == 0, capsys.readouterr().err
     assert "of the source library's own loader" in capsys.readouterr().out
-    _, direct = steps.import_sae(ws, src, spec, model=model, name=f"direct-{kind}")
+    _, direct = import_sae(ws, src, spec, model=model, name=f"direct-{kind}")
     hub_folder = direct.parent / f"hub-{kind}"
     weights = sorted(p.relative_to(direct) for p in direct.rglob("*.safetensors"))
     assert weights and weights == sorted(p.relative_to(hub_folder) for p in hub_folder.rglob("*.safetensors"))

@@ -7,12 +7,16 @@ import pytest
 import torch
 
 from tests.small_models import small_model
-from workbench import browse, steps
+from workbench import browse
 from workbench.cli import main
 from workbench.errors import BadValueError
 from workbench.models import save
 from workbench.provenance import model_id
 from workbench.sae.io import load_sae
+from workbench.steps.cache import make_cache
+from workbench.steps.dictionaries import evaluate_sae
+from workbench.steps.exchange import import_sae
+from workbench.steps.features import build_features
 from workbench.workspace import Workspace
 
 RESID, MLP_IN, MLP_OUT = "blocks.1.hook_resid_post", "blocks.0.ln2.hook_normalized", "blocks.0.hook_mlp_out"
@@ -61,7 +65,7 @@ def test_a_saelens_folder_imports_equal_to_sae_lens_and_bound_to_the_model(bound
     from sae_lens import SAE
 
     ws, model, spec, src = bound
-    summary, folder = steps.import_sae(ws, src[arch], spec, model=model)
+    summary, folder = import_sae(ws, src[arch], spec, model=model)
     assert summary["max_abs_diff_vs_source"] == 0.0
     x = torch.randn(50, 32, generator=torch.Generator().manual_seed(1)) * 3
     theirs, ours = SAE.load_from_disk(str(src[arch])), load_sae(folder)
@@ -77,13 +81,13 @@ def test_an_imported_sae_builds_features_and_evaluates(bound):
     from workbench.cache.config import HarvestConfig
 
     ws, model, spec, src = bound
-    _, folder = steps.import_sae(ws, src["topk"], spec, model=model, name="for-features")
-    cache = steps.make_cache(
+    _, folder = import_sae(ws, src["topk"], spec, model=model, name="for-features")
+    cache = make_cache(
         ws, spec, "synthetic", [RESID], HarvestConfig(n_tokens=3000, heldout_fraction=0.3), progress=False, model=model
     )
-    metrics = steps.evaluate_sae(ws, folder, cache.path, spec)
+    metrics = evaluate_sae(ws, folder, cache.path, spec)
     assert 0 <= metrics["reconstruction"]["l0"] <= 4
-    steps.build_features(ws, [folder], cache.path, spec, progress=False)
+    build_features(ws, [folder], cache.path, spec, progress=False)
     assert (folder / "features").is_dir()
 
 
@@ -99,7 +103,7 @@ def test_what_does_not_fit_is_refused_by_name(bound, tmp_path, capsys):
         (bad / "sae_weights.safetensors").write_bytes((src["standard"] / "sae_weights.safetensors").read_bytes())
         (bad / "cfg.json").write_text(json.dumps({**cfg, "metadata": {**cfg["metadata"], key: value}}))
         with pytest.raises(BadValueError, match=match):
-            steps.import_sae(ws, bad, spec, model=model)
+            import_sae(ws, bad, spec, model=model)
     sparsify = tmp_path / "sparsify-layer"
     sparsify.mkdir()
     (sparsify / "cfg.json").write_text("{}")
@@ -146,7 +150,7 @@ def test_a_circuit_tracer_set_imports_equal_to_circuit_tracer_and_draws_a_graph(
     ws, model, spec, _ = bound
     _tracer_set(tmp_path / "tracer", 2, skip)
     name = f"tracer-skip-{skip}"
-    summary, folder = steps.import_sae(ws, tmp_path / "tracer", spec, model=model, name=name)
+    summary, folder = import_sae(ws, tmp_path / "tracer", spec, model=model, name=name)
     assert summary["max_abs_diff_vs_source"] < 1e-5 and summary["transcoders"] == 2
     manifest = load_set(folder)
     assert manifest["model"] == model_id(model) and [e["target_hook"] for e in manifest["layers"]] == [
@@ -178,7 +182,7 @@ def test_a_negative_jumprelu_threshold_is_refused_not_converted_wrongly(bound, t
     w["activation_function.threshold"][:3] = -0.1
     save_file(w, str(tmp_path / "tracer" / "layer_0.safetensors"))
     with pytest.raises(BadValueError, match="3 JumpReLU thresholds are negative"):
-        steps.import_sae(ws, tmp_path / "tracer", spec, model=model, name="negative")
+        import_sae(ws, tmp_path / "tracer", spec, model=model, name="negative")
 
 
 def _tracer_clt(out, n_layers: int, thresholds: str) -> None:
@@ -246,4 +250,4 @@ def test_a_circuit_tracer_clt_with_a_negative_threshold_is_refused_not_converted
     w["threshold_1"][:3] = -0.1
     save_file(w, str(tmp_path / "tracer" / "W_enc_1.safetensors"))
     with pytest.raises(BadValueError, match="3 of layer 1's JumpReLU thresholds are negative"):
-        steps.import_sae(ws, tmp_path / "tracer", spec, model=model, name="negative")
+        import_sae(ws, tmp_path / "tracer", spec, model=model, name="negative")

@@ -8,7 +8,6 @@ import json
 import pytest
 import torch
 
-from workbench import steps
 from workbench.cli import main
 from workbench.errors import BadValueError, ConfigError, DamagedFileError, MissingInputError
 from workbench.sae.architectures import build
@@ -16,6 +15,8 @@ from workbench.sae.config import SAEConfig, TrainConfig
 from workbench.sae.io import load_sae, save_sae
 from workbench.sae.trainer import fit, train
 from workbench.sae.transcoders import load_set, parse_layers
+from workbench.steps.cache import make_cache
+from workbench.steps.dictionaries import train_transcoder_set
 from workbench.workspace import Workspace
 
 D_IN, D_OUT = 16, 12
@@ -225,7 +226,7 @@ def test_transcoder_from_the_cache_records_its_hooks_and_evaluates(tc_cache, tmp
 def test_transcoder_set_trains_evaluates_and_is_listed(tc_cache, tmp_path, capsys):
     cache, model = tc_cache
     ws = Workspace(tmp_path / "ws")
-    folder, members = steps.train_transcoder_set(
+    folder, members = train_transcoder_set(
         ws, cache, "0,2", [SAEConfig("topk", k=8, expansion=4)], _small_train(), name="set"
     )
     manifest = load_set(folder)
@@ -254,7 +255,7 @@ def test_bad_input_is_one_line_naming_the_value(tc_cache, tmp_path, capsys):
         train(cache, IN, [SAEConfig("topk", d_out=64)], _small_train(), tmp_path / "b", target=OUT)
     ws = Workspace(tmp_path / "ws")
     with pytest.raises(BadValueError, match="no layer 4"):
-        steps.train_transcoder_set(ws, cache, "1,4", [SAEConfig("topk")], _small_train())
+        train_transcoder_set(ws, cache, "1,4", [SAEConfig("topk")], _small_train())
     args = ["sae", "train", "--workspace", str(ws.root), "--cache", str(cache), "--transcoders", "all", "--hook", IN]
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
@@ -359,7 +360,7 @@ def _target_only_cache(tc_cache, out, **kw):
     corpus_seed = kw.pop("corpus_seed", 0)
     cfg = HarvestConfig(**{"n_tokens": 5000, "heldout_fraction": 0.2, **kw})
     ws = Workspace(out.parent / "ws2")
-    return steps.make_cache(
+    return make_cache(
         ws, str(model_dir), "synthetic", [OUT], cfg, out=out, corpus_seed=corpus_seed, progress=False, model=model
     ).path
 
@@ -554,7 +555,7 @@ def test_a_set_over_its_memory_budget_trains_in_passes_to_the_one_pass_result(tc
     assert manifest["memory"]["passes"] == [[0, 1, 2, 3]] and manifest["memory"]["budget_mib"] > 0
     ws = Workspace(tmp_path / "ws")
     budget = _budget(one_pass)
-    folder, split = steps.train_transcoder_set(
+    folder, split = train_transcoder_set(
         ws, tc_cache[0], "all", PASS_CFGS, _pass_train(memory_budget_mib=budget), name="split"
     )
     memory = load_set(folder)["memory"]

@@ -189,3 +189,22 @@ class QueryConfig(Config):
         mine = {k: v for k, v in options.items() if k in names}
         rest = {k: v for k, v in options.items() if k not in names}
         return dataclasses.replace(query or cls(), **mine), rest
+
+
+@dataclass
+class TaskConfig(Config):
+    """A batch of generated queries of one task family (`circuit find --task`): how many, and the budgets each query's
+    component circuit is found at (a feature circuit aims at the query's target instead)."""
+
+    error = BadValueError
+
+    n: int = field(default=20, metadata={"min": 1, "help": "queries generated from the task family"})
+    budgets: list[float] = field(
+        default_factory=lambda: [0.01, 0.02, 0.05], metadata={"help": "edge budgets of each query's circuit"}
+    )
+
+    def check(self) -> None:
+        if not self.budgets:
+            raise BadValueError("budgets is empty: give at least one edge budget (e.g. 2%)")
+        for b in self.budgets:
+            check_budget(b)

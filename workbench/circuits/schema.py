@@ -501,6 +501,12 @@ def check_tokens(query: dict, d_vocab: int) -> None:
 
 # ------------------------------------------------------------------ circuit-tracer / Neuronpedia graph JSON
 
+
+def cantor(x: int, y: int) -> int:
+    """circuit-tracer's feature index of (layer, index): unique across layers, so per-feature labels stay apart."""
+    return (x + y) * (x + y + 1) // 2 + y
+
+
 # circuit-tracer 0.5.0's graph schema (circuit_tracer.frontend.graph_models): required fields, then the
 # optional ones with the default its pydantic models fill in; NP_NULLABLE ones may also be null
 NP_NODE_FIELDS = {"node_id": str, "feature": int, "layer": str, "ctx_idx": int, "feature_type": str}

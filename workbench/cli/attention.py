@@ -87,7 +87,7 @@ def _add_add(attention) -> None:
 
 def _add(args) -> None:
     from workbench.attention.card import COMPARE
-    from workbench.steps import embedded_sparse_model
+    from workbench.steps.attention import embedded_sparse_model
 
     report, folder = embedded_sparse_model(Workspace(args.workspace), args.name)
     compared = sorted(p.stem for p in (folder / COMPARE).glob("*.json"))
@@ -158,7 +158,7 @@ def _train(args) -> None:
     from workbench.attention.report import format_report
     from workbench.attention.train import ConstraintNotMet
     from workbench.checkpoint import dist_info
-    from workbench.steps import train_attention
+    from workbench.steps.attention import train_attention
 
     if args.attention_command == OLD_NAME:
         print("workbench attention sparsify is deprecated: use `workbench attention train`", file=sys.stderr)

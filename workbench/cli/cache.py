@@ -63,10 +63,10 @@ def _run(a: argparse.Namespace) -> None:
     if a.action == "verify":
         _verify(a.folder)
         return
-    from workbench import steps
+    from workbench.steps.cache import make_cache
 
     cfg = HarvestConfig(**config_values(a, HarvestConfig, PREFIX))
-    cache = steps.make_cache(
+    cache = make_cache(
         Workspace(a.workspace),
         a.model,
         a.corpus,

@@ -19,7 +19,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from workbench.circuits.config import QueryConfig, SearchConfig
+from workbench.circuits.config import QueryConfig, SearchConfig, TaskConfig
 from workbench.circuits.feature.graph_config import GraphConfig, GroupConfig
 from workbench.cli.options import EMBEDDED_HELP, add_device_flag, add_model_flag, chosen_device, workspace_flag
 from workbench.configflags import add_config_flags, config_values, count, given
@@ -154,7 +154,7 @@ def _add_group(circuit) -> None:
 def _group(args) -> None:
     from workbench.interventions.config import CheckConfig
     from workbench.models import load
-    from workbench.supernodes import group_graph
+    from workbench.steps.groups import group_graph
     from workbench.workspace import Workspace
 
     cfg = GroupConfig(**config_values(args, GroupConfig, GROUP))
@@ -178,7 +178,7 @@ def _check_inputs(args) -> tuple[Path, str, str, int | str]:
     """(graph file, model spec, transcoder set, member), from the flags, else the graph folder's manifest."""
     import json
 
-    from workbench import steps
+    from workbench.steps.graphs import check_graph_target
     from workbench.workspace import MANIFEST, Workspace
 
     path = Path(args.graph)
@@ -187,7 +187,7 @@ def _check_inputs(args) -> tuple[Path, str, str, int | str]:
     if not path.is_file():
         raise BadValueError(f"no graph JSON at {path}; give a graph file or the folder `circuit graph` recorded")
     ws = Workspace(args.workspace)
-    steps.check_graph_target(ws, path)  # before the model loads
+    check_graph_target(ws, path)  # before the model loads
     manifest = path.parent / MANIFEST
     m = json.loads(manifest.read_text()) if manifest.is_file() else {}
     inputs = m.get("inputs", {})
@@ -200,16 +200,16 @@ def _check_inputs(args) -> tuple[Path, str, str, int | str]:
 
 
 def _check(args) -> None:
-    from workbench import steps
     from workbench.interventions.check import report_lines
     from workbench.interventions.config import CheckConfig
     from workbench.models import load
+    from workbench.steps.graphs import check_graph
     from workbench.workspace import Workspace
 
     cfg = CheckConfig(**config_values(args, CheckConfig, "check."))
     path, spec, transcoders, member = _check_inputs(args)
     model, _ = load(spec, device=chosen_device(args))
-    r = steps.check_graph(Workspace(args.workspace), model, path, transcoders, cfg, member=member)
+    r = check_graph(Workspace(args.workspace), model, path, transcoders, cfg, member=member)
     s = r["summary"]
     for what in ("nodes", "edges"):
         share = s[f"{what}_confirmed_share"]
@@ -311,14 +311,25 @@ def _query(args) -> QueryConfig:
     return QueryConfig(seed=args.seed, **member, **{k: v for k, v in given.items() if v is not None})
 
 
+def _task(args) -> TaskConfig:
+    """`circuit find --task`'s batch: --n and --budgets (or the one --budget) where given, else TaskConfig's defaults."""
+    budgets = [args.budget] if args.budget is not None else args.budgets
+    given = {"n": args.n, "budgets": budgets}
+    return TaskConfig(**{k: v for k, v in given.items() if v is not None})
+
+
+def _percents(budgets: list[float]) -> str:
+    return ",".join(f"{b:.0%}" for b in budgets).replace("%", "%%")  # argparse's help escapes %
+
+
 def _graph_cfg(args) -> GraphConfig:
     return GraphConfig(**config_values(args, GraphConfig, GRAPH))
 
 
 def _graph(args) -> None:
-    from workbench import steps
     from workbench.circuits.feature.transcoders import open_set
     from workbench.models import load
+    from workbench.steps.graphs import attribution_graph
     from workbench.workspace import Workspace
 
     if not args.transcoders:
@@ -328,7 +339,7 @@ def _graph(args) -> None:
     cfg = _graph_cfg(args)
     tset = open_set(args.transcoders)  # a bad set is refused before the model loads; its manifest is read once
     model, _ = load(args.model, device=chosen_device(args))
-    g, folder = steps.attribution_graph(
+    g, folder = attribution_graph(
         Workspace(args.workspace),
         model,
         tset,
@@ -366,11 +377,11 @@ def _add_task_flags(f: argparse.ArgumentParser) -> None:
         help="evaluate n generated queries of a synthetic task family instead of one prompt "
         "(ioi, induction, greater_than, addition, facts)",
     )
-    f.add_argument("--n", type=count(1), help="queries for --task (default: 20)")
+    f.add_argument("--n", type=count(1), help=f"queries for --task (default: {TaskConfig.n})")
     f.add_argument(
         "--budgets",
         type=parse_budgets,
-        help="budgets for --task, comma separated (default: 1%%,2%%,5%%; --budget gives one)",
+        help=f"budgets for --task, comma separated (default: {_percents(TaskConfig().budgets)}; --budget gives one)",
     )
     f.add_argument(
         "--all-queries",
@@ -420,7 +431,7 @@ def _check_task_args(args) -> None:
     if bad:
         raise BadValueError(
             f"{', '.join(bad)} {'does' if len(bad) == 1 else 'do'} not apply to --task (it "
-            f"evaluates {args.n or 20} generated queries at --budgets and writes a summary); find "
+            f"evaluates {_task(args).n} generated queries at --budgets and writes a summary); find "
             "one circuit with --prompt to use them"
         )
     if args.budget is not None and args.budgets is not None:
@@ -483,7 +494,7 @@ def _feature_task(args, model, cfg: SearchConfig, query: QueryConfig) -> None:
         model,
         args.transcoders,
         args.task,
-        args.n or 20,
+        _task(args).n,
         query=dataclasses.replace(query, n_samples=1),  # one resample per query: a batch's cost
         cfg=cfg,
         graph_cfg=_graph_cfg(args),
@@ -503,13 +514,13 @@ def _feature_task(args, model, cfg: SearchConfig, query: QueryConfig) -> None:
 
 
 def _find_features(args, model, cfg: SearchConfig, query: QueryConfig) -> None:
-    from workbench import steps
+    from workbench.steps.circuits import find_feature_circuit
     from workbench.workspace import Workspace
 
     if args.task:
         return _feature_task(args, model, cfg, query)
 
-    circuit, g, folder = steps.find_feature_circuit(
+    circuit, g, folder = find_feature_circuit(
         Workspace(args.workspace),
         model,
         args.transcoders,
@@ -552,12 +563,12 @@ def _evaluate_task(args, model, cfg: SearchConfig, query: QueryConfig, means) ->
     from workbench.atomic import write_json
     from workbench.circuits.component.api import evaluate_task, format_summary_table
 
-    budgets = [args.budget] if args.budget is not None else args.budgets or [0.01, 0.02, 0.05]
+    task = _task(args)
     summary = evaluate_task(
         model,
         args.task,
-        args.n or 20,
-        budgets,
+        task.n,
+        task.budgets,
         query=query,
         cfg=cfg,
         means=means,
@@ -571,12 +582,12 @@ def _evaluate_task(args, model, cfg: SearchConfig, query: QueryConfig, means) ->
 
 
 def _find_one(args, model, cfg: SearchConfig, query: QueryConfig, means) -> None:
-    from workbench import steps
     from workbench.circuits.component.export import to_mib, to_neuronpedia
+    from workbench.steps.circuits import find_circuit
     from workbench.workspace import Workspace
 
     paraphrases = [tuple(p.split("|||", 1)) if "|||" in p else p for p in args.paraphrase]
-    circuit, folder = steps.find_circuit(
+    circuit, folder = find_circuit(
         Workspace(args.workspace),
         model,
         args.prompt,
@@ -610,13 +621,13 @@ def _export(args) -> None:
 
 
 def _import(args) -> None:
-    from workbench import steps
     from workbench.circuits.schema import FeatureGraph
     from workbench.models import load
+    from workbench.steps.circuits import import_circuit
     from workbench.workspace import Workspace
 
     model, _ = load(args.model, device="cpu")
-    c, folder = steps.import_circuit(Workspace(args.workspace), args.circuit, model, args.model, name=args.name)
+    c, folder = import_circuit(Workspace(args.workspace), args.circuit, model, args.model, name=args.name)
     if isinstance(c, FeatureGraph):
         print(f"imported {args.circuit} (a graph: {len(c.nodes)} nodes, {len(c.links)} links) into {folder}")
         return

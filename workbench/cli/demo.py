@@ -8,7 +8,7 @@ from pathlib import Path
 from workbench.cli.app import add_serve_flags, serve
 from workbench.cli.options import quiet_flag, workspace_flag
 from workbench.configflags import add_config_flags, config_values
-from workbench.demo import DemoConfig, run_demo
+from workbench.demo.config import DemoConfig
 
 PREFIX = "demo."  # namespace prefix of the DemoConfig flags
 
@@ -31,6 +31,8 @@ def add_parser(sub) -> None:
 
 
 def _demo(a: argparse.Namespace) -> None:
+    from workbench.demo.run import run_demo  # the steps import torch: `workbench --help` stays light
+
     run_demo(Path(a.workspace), DemoConfig(**config_values(a, DemoConfig, PREFIX)), a.overwrite, not a.quiet)
     if not a.no_serve:
         serve(Path(a.workspace), a.host, a.port)

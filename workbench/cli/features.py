@@ -76,15 +76,15 @@ def _add_explain(features) -> None:
 
 
 def _explain(a: argparse.Namespace) -> None:
-    from workbench import steps
     from workbench.features.explanations import load_explanations, summary
     from workbench.features.store import FeatureStore
+    from workbench.steps.features import explain_features
 
     if a.out and len(a.store) > 1:
         raise BadValueError(f"--out takes the lines of one store, got {len(a.store)} stores; run one at a time")
     cfg = ExplainConfig(**config_values(a, ExplainConfig, EXPLAIN))
     for path in a.store:
-        [folder] = steps.explain_features(
+        [folder] = explain_features(
             Workspace(a.workspace),
             [path],
             cfg,
@@ -134,10 +134,10 @@ def _search(a: argparse.Namespace) -> None:
 
 
 def _build(a: argparse.Namespace) -> None:
-    from workbench import steps
+    from workbench.steps.features import build_features
 
     cfg = FeatureConfig(**config_values(a, FeatureConfig, PREFIX))
-    for store in steps.build_features(
+    for store in build_features(
         Workspace(a.workspace),
         a.sae,
         a.cache,

@@ -3,7 +3,8 @@
 workbench intervene --model tiny --dictionary SAE_DIR|SET_DIR|CLT_DIR --prompt "..."|--prompts FILE --feature [layer:]index
                     --op set|scale|steer|ablate [--value V[,V...]] [--ablate-to zero|mean|counterfactual]
                     [--counterfactual "..."] [--positions all|0,3|generated] [--semantics live|frozen]
-                    [--live-norm] [--constrained-layers 0,1] [--continue N] [--sample --seed S] [--out result.json]
+                    [--live-norm] [--constrained-layers 0,1] [--continue N] [--sample --seed S --temperature T]
+                    [--mean-sequences N] [--top-k K] [--out result.json]
                     [--resume]  (--prompts: one JSON line per prompt in results.jsonl as it goes; --resume continues)
 """
 
@@ -12,8 +13,11 @@ from __future__ import annotations
 import shutil
 
 from workbench.cli.options import add_device_flag, add_model_flag, chosen_device, workspace_flag
-from workbench.configflags import count, numbers
+from workbench.configflags import add_config_flags, config_values, numbers
 from workbench.guard import FILE, INPUT, declare
+from workbench.interventions.config import InterventionConfig
+
+PREFIX = ""  # the intervention's flags keep their plain dests (args.op), as before they were generated
 
 
 def add_parser(sub) -> None:
@@ -61,10 +65,8 @@ def add_parser(sub) -> None:
 
 
 def _add_config_flags(p) -> None:
-    """The flags of the intervention itself (InterventionConfig's fields): what is done, where, and how it runs."""
-    from workbench.interventions.config import ABLATE_TO, OPS, SEMANTICS, InterventionConfig
-
-    p.add_argument("--op", choices=OPS, default="ablate", help="what is done to the codes (default: %(default)s)")
+    """The flags of the intervention itself: one per scalar field of InterventionConfig (configflags), and the list
+    fields' own (a comma-separated list each)."""
     p.add_argument(
         "--value",
         type=numbers(InterventionConfig, "value"),
@@ -72,76 +74,35 @@ def _add_config_flags(p) -> None:
         "one number or one per coordinate, comma separated)",
     )
     p.add_argument(
-        "--ablate-to", choices=ABLATE_TO, default="zero", help="ablate: the code put in (default: %(default)s)"
-    )
-    p.add_argument("--counterfactual", help="--ablate-to counterfactual: the prompt whose codes are put in")
-    declare(
-        p.add_argument("--cache", help="--ablate-to mean: the activation cache whose sequences give the mean codes"),
-        INPUT,
-    )
-    p.add_argument("--positions", default="all", help="all, generated, or prompt positions e.g. 0,3,-1 (default: all)")
-    p.add_argument(
-        "--semantics",
-        choices=SEMANTICS,
-        default="live",
-        help="live (the real model) or frozen "
-        "(attention patterns and normalisation held at the clean run's, as circuit-tracer)",
-    )
-    p.add_argument(
-        "--live-norm",
-        dest="frozen_norm",
-        action="store_false",
-        help="frozen: leave the normalisation scales live (circuit-tracer 0.5's feature_intervention does, unless "
-        "every layer is constrained)",
-    )
-    p.add_argument(
         "--constrained-layers",
         type=numbers(InterventionConfig, "constrained_layers"),
         default=[],
         help="layers whose MLP outputs are held at the clean run's",
     )
-    p.add_argument(
-        "--continue",
-        dest="continue_tokens",
-        type=count(0),
-        default=20,
-        help="tokens generated, clean and intervened (default: %(default)s)",
+    add_config_flags(p, InterventionConfig, PREFIX)
+    declare(
+        p.add_argument("--cache", help="--ablate-to mean: the activation cache whose sequences give the mean codes"),
+        INPUT,
     )
-    p.add_argument("--sample", action="store_true", help="sample the continuations (default: greedy)")
-    p.add_argument("--seed", type=count(0), default=0, help="sampling seed, the same for both (default: %(default)s)")
-    p.add_argument("--top-k", type=count(1), default=10, help="next tokens reported (default: %(default)s)")
 
 
-def _config(args, prompts=None):
+def _config(args, prompts=None) -> InterventionConfig:
     """The flags as an InterventionConfig; a batch whose every line names its counterfactual needs no
     --counterfactual (the first line's stands in the config; each result records its own)."""
-    from workbench.interventions.config import InterventionConfig
-
-    own = prompts and all(cf for _, cf in prompts)
-
+    values = config_values(args, InterventionConfig, PREFIX)
+    own = prompts and all(cf for _, cf in prompts) and values["ablate_to"] == "counterfactual"
+    values["counterfactual"] = values["counterfactual"] or (prompts[0][1] if own else None)
     return InterventionConfig(
-        features=list(args.feature),
-        op=args.op,
-        value=args.value,
-        ablate_to=args.ablate_to,
-        counterfactual=args.counterfactual or (prompts[0][1] if own and args.ablate_to == "counterfactual" else None),
-        positions=args.positions,
-        semantics=args.semantics,
-        frozen_norm=args.frozen_norm,
-        constrained_layers=args.constrained_layers,
-        continue_tokens=args.continue_tokens,
-        sample=args.sample,
-        seed=args.seed,
-        top_k=args.top_k,
+        features=list(args.feature), value=args.value, constrained_layers=args.constrained_layers, **values
     )
 
 
 def _intervene(args) -> None:
-    from workbench import steps
     from workbench.atomic import atomic_path
     from workbench.errors import BadValueError
     from workbench.interventions.config import read_prompts
     from workbench.models import load
+    from workbench.steps.interventions import intervene
     from workbench.workspace import Workspace
 
     if (args.prompt is None) == (args.prompts is None):
@@ -155,7 +116,7 @@ def _intervene(args) -> None:
     if args.resume and not prompts:
         raise BadValueError("--resume continues a stopped --prompts batch; a single --prompt has nothing to resume")
     model, _ = load(args.model, device=chosen_device(args))
-    r, folder = steps.intervene(
+    r, folder = intervene(
         Workspace(args.workspace),
         model,
         args.dictionary,

@@ -67,11 +67,11 @@ def _tiny_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _train(a: argparse.Namespace) -> None:
-    from workbench import steps
     from workbench.models.toy import TinyConfig
+    from workbench.steps.models import train_model
 
     cfg = TinyConfig(**config_values(a, TinyConfig, PREFIX))
-    card, folder = steps.train_model(
+    card, folder = train_model(
         Workspace(a.workspace),
         cfg,
         out=a.out,
@@ -86,11 +86,9 @@ def _train(a: argparse.Namespace) -> None:
 
 
 def _import(a: argparse.Namespace) -> None:
-    from workbench import steps
+    from workbench.steps.models import import_model
 
-    summary, folder = steps.import_model(
-        Workspace(a.workspace), a.source, name=a.name, dtype=a.dtype, overwrite=a.overwrite
-    )
+    summary, folder = import_model(Workspace(a.workspace), a.source, name=a.name, dtype=a.dtype, overwrite=a.overwrite)
     print(
         f"imported {a.source} ({summary['architecture']}, {summary['n_layers']} layers) into {folder}: "
         f"logits within {summary['logit_max_abs_diff']:.2g} of transformers; use --model {folder}"

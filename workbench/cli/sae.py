@@ -146,8 +146,8 @@ CLT_ONLY = ("layers", "clt_loss", "clt_sparsity")  # flags that only a CLT (--cl
 
 
 def _train(a: argparse.Namespace) -> None:
-    from workbench import steps
     from workbench.checkpoint import dist_info
+    from workbench.steps.dictionaries import train_clt, train_saes, train_transcoder_set
 
     shared = {**config_values(a, SAEConfig, SAE), **set_fields(SAEConfig, a.set, others=(TrainConfig,))}
     sweeps = [shared.pop(name) for name in SWEEP]
@@ -163,7 +163,7 @@ def _train(a: argparse.Namespace) -> None:
             raise BadValueError("--clt trains one CLT over --layers: drop --hook/--target/--transcoders and sweeps")
         extra = {f: getattr(a, f) for f in ("clt_loss", "clt_sparsity") if getattr(a, f) is not None}
         clt_cfg = CLTConfig(**{**cfgs[0].to_dict(), **extra})
-        folders = [steps.train_clt(ws, a.cache, a.layers or "all", clt_cfg, train_cfg, **kw)]
+        folders = [train_clt(ws, a.cache, a.layers or "all", clt_cfg, train_cfg, **kw)]
         saved = []
     elif unused := [f"--{f.replace('_', '-')} {getattr(a, f)!r}" for f in CLT_ONLY if getattr(a, f) is not None]:
         raise BadValueError(f"{', '.join(unused)} has no effect without --clt (it sets up a CLT): add --clt or drop it")
@@ -176,23 +176,21 @@ def _train(a: argparse.Namespace) -> None:
                 f"set (--transcoders {a.transcoders!r}) reads every layer's MLP input and output from --cache: "
                 "drop --target-cache"
             )
-        folder, folders = steps.train_transcoder_set(ws, a.cache, a.transcoders, cfgs, train_cfg, **kw)
+        folder, folders = train_transcoder_set(ws, a.cache, a.transcoders, cfgs, train_cfg, **kw)
         saved = [f"saved transcoder set {folder}"]
     elif not a.hook:
         raise BadValueError("sae train needs --hook HOOK (and --target HOOK for a transcoder) or --transcoders LAYERS")
     else:
-        folders = steps.train_saes(
-            ws, a.cache, a.hook, cfgs, train_cfg, target=a.target, target_cache=a.target_cache, **kw
-        )
+        folders = train_saes(ws, a.cache, a.hook, cfgs, train_cfg, target=a.target, target_cache=a.target_cache, **kw)
         saved = []
     if dist_info()[0] == 0:  # under torchrun, rank 0 reports
         print("\n".join([*saved, *(f"saved {f}" for f in folders)]))
 
 
 def _import(a: argparse.Namespace) -> None:
-    from workbench import steps
+    from workbench.steps.exchange import import_sae
 
-    s, folder = steps.import_sae(
+    s, folder = import_sae(
         Workspace(a.workspace), a.source, a.model, fmt=a.format, name=a.name, hook=a.hook, sae_id=a.sae_id
     )
     gap = s["max_abs_diff_vs_source"]
@@ -209,20 +207,20 @@ def _import(a: argparse.Namespace) -> None:
 
 
 def _export(a: argparse.Namespace) -> None:
-    from workbench import steps
+    from workbench.steps.exchange import export_dictionary
 
-    out = steps.export_dictionary(a.source, a.format, a.out, a.model)
+    out = export_dictionary(a.source, a.format, a.out, a.model)
     print(f"wrote {a.source} as {a.format} files in {out}")
 
 
 def _eval(a: argparse.Namespace) -> None:
-    from workbench import steps
     from workbench.sae.scores import shown
+    from workbench.steps.dictionaries import SAE_HEADLINE, evaluate_sae
 
     cfg = EvalConfig(**config_values(a, EvalConfig, EVAL))
     ws = Workspace(a.workspace)
     for folder in a.sae:
-        m = steps.evaluate_sae(ws, folder, a.cache, None if a.no_model else a.model, cfg)
+        m = evaluate_sae(ws, folder, a.cache, None if a.no_model else a.model, cfg)
         if "fvu_per_layer" in m:  # a CLT
             r = m.get("all_replaced", {})
             every = (
@@ -241,5 +239,5 @@ def _eval(a: argparse.Namespace) -> None:
                 )
             continue
         flat = {**m["reconstruction"], **m.get("splice", {})}
-        headline = ", ".join(f"{k} {shown(flat, k, '.4g')}" for k in steps.SAE_HEADLINE if k in flat)
+        headline = ", ".join(f"{k} {shown(flat, k, '.4g')}" for k in SAE_HEADLINE if k in flat)
         print(f"{folder}: {headline}  (all metrics in metrics.json)")

@@ -131,16 +131,20 @@ class InterventionConfig(Config):
     frozen_norm: bool = field(
         default=True,
         metadata={
-            "help": "frozen: hold the normalisation scales too (circuit-tracer 0.5's feature_intervention "
-            "holds only the patterns unless every layer is constrained)"
+            "flag": "--live-norm",
+            "negate": True,
+            "help": "frozen: leave the normalisation scales live (held by default; circuit-tracer 0.5's "
+            "feature_intervention holds only the patterns unless every layer is constrained)",
         },
     )
     constrained_layers: list[int] = field(
         default_factory=list, metadata={"help": "layers whose MLP outputs are held at the clean run's"}
     )
-    continue_tokens: int = field(default=20, metadata={"help": "tokens generated, clean and intervened"})
-    sample: bool = field(default=False, metadata={"help": "sample the continuation (else greedy)"})
-    seed: int = field(default=0, metadata={"help": "the sampling seed (both continuations use it)"})
+    continue_tokens: int = field(
+        default=20, metadata={"flag": "--continue", "help": "tokens generated, clean and intervened", "min": 0}
+    )
+    sample: bool = field(default=False, metadata={"help": "sample the continuations (else greedy)"})
+    seed: int = field(default=0, metadata={"help": "the sampling seed (both continuations use it)", "min": 0})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature", "min": 0, "open": "min"})
     top_k: int = field(default=10, metadata={"help": "next tokens reported per position", "min": 1})
     mean_sequences: int = field(

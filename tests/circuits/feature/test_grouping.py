@@ -132,14 +132,14 @@ def test_every_proposal_shares_a_position_and_is_checked(tiny, tiny_set, graph):
 def test_circuit_group_stores_proposals_in_a_recorded_graph(tiny, tiny_set, tmp_path, capsys):
     from circuit_tracer.frontend.graph_models import Model
 
-    from workbench import steps
     from workbench.circuits.feature.graph_config import GraphConfig
     from workbench.cli import main
+    from workbench.steps.graphs import attribution_graph
     from workbench.workspace import Workspace
 
     ws = tmp_path / "ws"
     cfg = GraphConfig(max_feature_nodes=30, heads=False)
-    _, folder = steps.attribution_graph(Workspace(ws), tiny[0], tiny_set, PROMPT, "a", None, cfg=cfg, name="g")
+    _, folder = attribution_graph(Workspace(ws), tiny[0], tiny_set, PROMPT, "a", None, cfg=cfg, name="g")
     argv = ["circuit", "group", str(folder), "--workspace", str(ws), "--threshold", "0.05", "--accept", "all"]
     assert main(argv) == 0
     out = capsys.readouterr().out

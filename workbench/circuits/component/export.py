@@ -19,7 +19,7 @@ from workbench.atomic import write_json
 from workbench.circuits import schema
 from workbench.circuits.component.graph import Graph
 from workbench.circuits.component.types import Circuit, check_model, read_json
-from workbench.circuits.schema import NP_HEAD_TYPE, NP_MLP_TYPE, validate_neuronpedia
+from workbench.circuits.schema import NP_HEAD_TYPE, NP_MLP_TYPE, cantor, validate_neuronpedia
 from workbench.errors import DamagedFileError
 
 # ---------------------------------------------------------------- EAP-IG / MIB JSON
@@ -76,11 +76,6 @@ def read_circuit(path, model=None) -> Circuit:
 
 
 # ---------------------------------------------------------------- circuit-tracer / Neuronpedia graph JSON
-
-
-def _cantor(x: int, y: int) -> int:
-    """circuit-tracer's feature index of (layer, index): unique across layers, so per-feature labels stay apart."""
-    return (x + y) * (x + y + 1) // 2 + y
 
 
 def to_neuronpedia(
@@ -228,7 +223,7 @@ def _np_node(c: Circuit, ids: _NodeIds, nid: str, mass: float, influence: float,
     else:
         name = f"m{layer}" if int(feature) == c.graph.n_heads else f"a{layer}.h{feature}"
         node.update(
-            feature=_cantor(int(layer), int(feature)),
+            feature=cantor(int(layer), int(feature)),
             feature_type=NP_MLP_TYPE if name[0] == "m" else NP_HEAD_TYPE,
             jsNodeId=f"{layer}_{feature}-{ctx}",
             clerp=f"{name} ({'MLP' if name[0] == 'm' else 'attention head'}, whole output)",

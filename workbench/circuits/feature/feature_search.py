@@ -15,12 +15,11 @@ import dataclasses
 
 import torch
 
-from workbench.circuits.component.search import QuerySearch
 from workbench.circuits.config import SearchConfig, check_budget
 from workbench.circuits.feature.feature_patching import FeatureSetup
 from workbench.circuits.inputs import QueryInput
 from workbench.circuits.metrics import Metric
-from workbench.circuits.search import Evaluator, Found, check_gap, smallest_hit
+from workbench.circuits.search import Evaluator, Found, MaskSearch, check_gap, smallest_hit
 
 
 class FeatureEvaluator(Evaluator):
@@ -64,8 +63,8 @@ def graph_influence(setup: FeatureSetup, graph) -> torch.Tensor:
     return out
 
 
-class FeatureSearch(QuerySearch):
-    """QuerySearch over the nodes of a transcoder replacement instead of the edges of the component graph."""
+class FeatureSearch(MaskSearch):
+    """The query-circuit search over the nodes of a transcoder replacement instead of the edges of the component graph."""
 
     DROPS = "ordered"  # greedy drops are quadratic in the circuit's size (~100 s per induction circuit)
 

@@ -18,8 +18,8 @@ parts, which sum to its weight. A rotary model's graph has one node per position
 from __future__ import annotations
 
 from workbench.atomic import write_json
-from workbench.circuits.component.export import _cantor, validate_neuronpedia
 from workbench.circuits.feature.graph_config import HEAD_SHARE
+from workbench.circuits.schema import cantor, validate_neuronpedia
 
 
 def _embedding_nodes(g, node: int, influence: float) -> list[dict]:
@@ -50,7 +50,7 @@ def _node(g, node: int, influence: float, labels: dict) -> dict:
         return {
             **base,
             "node_id": f"{layer}_{latent}_{pos}",
-            "feature": _cantor(layer, latent),
+            "feature": cantor(layer, latent),
             "layer": str(layer),
             "ctx_idx": pos,
             "feature_type": "cross layer transcoder",

@@ -1,6 +1,6 @@
 """The step of `workbench circuit group`: a graph JSON's supernodes proposed and checked (circuits.feature.grouping)
 and stored in it in place, under the graph's lock and with its circuit's manifest rewritten, as `circuit check` adds
-its record (it sits beside workbench.steps, above the method packages, for the same reason)."""
+its record."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from pathlib import Path
 
 import torch
 
-from workbench import steps
 from workbench.atomic import write_json
 from workbench.cache.reader import ActivationCache
 from workbench.circuits.feature.graph_config import GroupConfig
@@ -19,6 +18,8 @@ from workbench.interventions.check import FEATURE
 from workbench.interventions.dictionary import load_dictionary
 from workbench.lock import output_lock
 from workbench.readback import artifact_manifest
+from workbench.steps.artifacts import manifest_of, rerecord
+from workbench.steps.graphs import _same_makers, check_graph_target
 from workbench.workspace import MANIFEST
 
 GROUP = "workbench circuit group"
@@ -41,12 +42,12 @@ def group_graph(
     the record as stored."""
     accepted({"groups": []}, accept)  # a bad --accept is refused before any work
     graph_path = Path(graph_path)
-    recorded = steps.check_graph_target(ws, graph_path)
+    recorded = check_graph_target(ws, graph_path)
     folder = graph_path.parent
     with output_lock(folder if recorded else graph_path, GROUP):
         d = load(graph_path)
         fg = read_feature_graph(d)
-        steps._same_makers(ws, d, graph_path, model, transcoders)
+        _same_makers(ws, d, graph_path, model, transcoders)
         circuit = folder / "feature_circuit.json"  # a circuit's own graph keeps only its embedding nodes
         tokens = json.loads(circuit.read_text())["query"]["tokens"] if circuit.is_file() else None
         sites = load_dictionary(transcoders, model, model.cfg.device, member)
@@ -61,11 +62,11 @@ def group_graph(
         if recorded:
             s = record["summary"]
             counts = {"groups_proposed": s["proposed"], "groups_confirmed": s["confirmed"]}
-            steps.rerecord(
+            rerecord(
                 ws,
                 folder,
                 "circuits",
                 "workbench circuit graph",
-                summary={**steps._manifest(folder).get("summary", {}), **counts},
+                summary={**manifest_of(folder).get("summary", {}), **counts},
             )
     return out[GROUPS[0]]

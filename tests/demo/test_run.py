@@ -3,7 +3,8 @@ import json
 import pytest
 
 from workbench.cli import main
-from workbench.demo import DemoConfig, run_demo
+from workbench.demo.config import DemoConfig
+from workbench.demo.run import run_demo
 from workbench.errors import BadValueError, OutputExistsError
 from workbench.workspace import Workspace
 
@@ -134,13 +135,13 @@ def test_demo_overwrite_keeps_the_users_empty_folders(tmp_path):
 
 def test_demo_names_a_cache_harvested_without_the_mlp_inputs(tiny, tmp_path):
     """A workspace from an older demo (its cache has no MLP inputs) fails at once with the way out."""
-    from workbench import steps
     from workbench.cache.config import HarvestConfig
-    from workbench.demo import CACHE
+    from workbench.demo.config import CACHE
+    from workbench.steps.cache import make_cache
 
     ws = Workspace(tmp_path / "ws")
     hooks = ["blocks.*.hook_resid_post", "blocks.*.hook_mlp_out"]  # what the demo harvested before transcoders
-    steps.make_cache(ws, "tiny", "synthetic", hooks, HarvestConfig(n_tokens=5000), name=CACHE, progress=False)
+    make_cache(ws, "tiny", "synthetic", hooks, HarvestConfig(n_tokens=5000), name=CACHE, progress=False)
     with pytest.raises(BadValueError, match=r"lacks blocks.0.ln2.hook_normalized and 3 more hooks .* --overwrite"):
         run_demo(tmp_path / "ws", TINY, progress=False)
     assert [a.kind for a in ws.artifacts()] == ["caches"]
@@ -153,7 +154,7 @@ def test_the_demo_explains_every_feature_store_and_a_clean_up_still_knows_every_
     --overwrite` removes them instead of refusing them as a user's files), and kept on a rerun."""
     import shutil
 
-    from workbench.demo import _explain
+    from workbench.demo.run import _explain
     from workbench.features import FeatureStore
     from workbench.features.explanations import load_explanations
     from workbench.readback import artifact_manifest

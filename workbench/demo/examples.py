@@ -10,11 +10,15 @@ from pathlib import Path
 
 import torch
 
-from workbench import steps
+from workbench.circuits.inputs import tokens_of
 from workbench.circuits.schema import GRAPH_CHECK
 from workbench.errors import UserError
 from workbench.interventions.config import InterventionConfig
 from workbench.interventions.dictionary import load_dictionary
+from workbench.steps.artifacts import complete
+from workbench.steps.circuits import find_feature_circuit
+from workbench.steps.graphs import attribution_graph, check_graph
+from workbench.steps.interventions import intervene
 
 STEER = 8.0  # the steering strength of the examples (a multiple of the decoder row)
 
@@ -24,13 +28,13 @@ def demo_examples(ws, model, query, set_dir, sae_folders, log, model_spec: str =
     per folder of `sae_folders` and the set. Returns {artifact name: headline}."""
     out = {}
     graph = ws.path("circuits", f"graph-{query.task}")
-    if not steps.complete(graph):
-        steps.attribution_graph(ws, model, set_dir, query.prompt, query.answer, name=graph.name, model_spec=model_spec)
+    if not complete(graph):
+        attribution_graph(ws, model, set_dir, query.prompt, query.answer, name=graph.name, model_spec=model_spec)
     out[graph.name] = _checked(ws, model, graph / "graph.json", set_dir, log)
     circuit = ws.path("circuits", f"features-{query.task}")
     try:
-        if not steps.complete(circuit):
-            steps.find_feature_circuit(
+        if not complete(circuit):
+            find_feature_circuit(
                 ws, model, set_dir, query.prompt, query.answer, query.counterfactual, name=circuit.name
             )
         out[circuit.name] = _checked(ws, model, circuit / "neuronpedia.json", set_dir, log)
@@ -38,9 +42,9 @@ def demo_examples(ws, model, query, set_dir, sae_folders, log, model_spec: str =
         log(f"feature circuit {circuit.name}: skipped ({e})")
     for folder in [*sae_folders, set_dir]:
         name = f"steer-{Path(folder).name}"
-        if not steps.complete(ws.path("interventions", name)):
+        if not complete(ws.path("interventions", name)):
             cfg = _steering(model, folder, query.prompt)
-            steps.intervene(ws, model, folder, query.prompt, cfg, name=name, model_spec=model_spec)
+            intervene(ws, model, folder, query.prompt, cfg, name=name, model_spec=model_spec)
         r = json.loads((ws.path("interventions", name) / "result.json").read_text())
         out[name] = {"kl": r["positions"][-1]["kl"], "top": r["positions"][-1]["top"][0]["str"]}
         log(f"intervention {name}: {r['config']['op']} {r['config']['features']}, KL {out[name]['kl']:.3f}")
@@ -49,7 +53,7 @@ def demo_examples(ws, model, query, set_dir, sae_folders, log, model_spec: str =
 
 def _checked(ws, model, path: Path, set_dir, log) -> dict:
     d = json.loads(path.read_text())
-    s = d[GRAPH_CHECK[0]]["summary"] if GRAPH_CHECK[0] in d else steps.check_graph(ws, model, path, set_dir)["summary"]
+    s = d[GRAPH_CHECK[0]]["summary"] if GRAPH_CHECK[0] in d else check_graph(ws, model, path, set_dir)["summary"]
     log(
         f"check {path.parent.name}/{path.name}: {s['nodes_confirmed_share'] or 0:.1%} of the nodes' and "
         f"{s['edges_confirmed_share'] or 0:.1%} of the edges' predicted influence confirmed"
@@ -61,8 +65,6 @@ def _checked(ws, model, path: Path, set_dir, log) -> dict:
 def _steering(model, folder, prompt) -> InterventionConfig:
     """A scaffolded SAE's scaffold removed; otherwise the unit most active at the prompt's last position (the last
     layer's, for a set) steered by STEER at every position."""
-    from workbench.circuits.inputs import tokens_of
-
     site = load_dictionary(folder, model)[-1]
     if site.d_sae > site.n_sparse:
         return InterventionConfig(features=["scaffold"], op="ablate", continue_tokens=20)

@@ -10,106 +10,48 @@ demo scale, to show the trainer) -> the embedded sparse model data/models/tiny-s
 verdict) copied into the workspace -> query circuits for the first queries of each task family in the base and that
 sparse model, and `attention compare` per family -> for the first family's first query, an attribution graph and a
 feature circuit through the transcoder set, each checked by interventions, and one steering example per SAE and for
-the set (workbench.interventions.examples). Every step is skipped when its artifact is complete in the workspace
+the set (workbench.demo.examples). Every step is skipped when its artifact is complete in the workspace
 (its manifest is written last), and the interrupted one resumes from its checkpoint, so rerunning after an
 interruption continues where it stopped.
 """
 
 from __future__ import annotations
 
-import math
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from workbench import steps
+from workbench.attention.config import SparsifyConfig
 from workbench.cache.config import HarvestConfig
-from workbench.config import Config
+from workbench.cache.hooks import default_hooks
+from workbench.corpus import tasks
+from workbench.demo.config import (
+    CACHE,
+    DEMO_HOOK,
+    DEMO_SAES,
+    DEMO_TRANSCODER,
+    SAE_BATCH,
+    SPARSE,
+    SPARSE_RUN,
+    TRANSCODERS,
+    DemoConfig,
+)
+from workbench.demo.examples import demo_examples
 from workbench.dictionaries import kinds
 from workbench.errors import BadValueError, UserError
 from workbench.features.explain import ExplainConfig
 from workbench.features.explanations import summary
 from workbench.features.store import FeatureStore
-from workbench.sae.config import SAEConfig, TrainConfig
+from workbench.models import load
+from workbench.provenance import model_id
+from workbench.sae.config import TrainConfig
 from workbench.sae.scores import shown
+from workbench.steps.artifacts import slug
+from workbench.steps.attention import compare_attention, embedded_sparse_model, train_attention
+from workbench.steps.cache import make_cache
+from workbench.steps.circuits import find_circuit
+from workbench.steps.dictionaries import evaluate_sae, train_saes, train_transcoder_set
+from workbench.steps.features import build_features, explain_features
 from workbench.workspace import Workspace
-
-DEMO_HOOK = "blocks.2.hook_resid_post"
-DEMO_SAES = (
-    SAEConfig(architecture="topk", k=16, expansion=8),
-    SAEConfig(architecture="matryoshka", k=16, expansion=8),
-    SAEConfig(architecture="block_topk", expansion=8, block_size=4, n_active_blocks=4),
-    SAEConfig(architecture="topk", k=16, expansion=8, scaffold_rank=8, name="topk-scaffold"),
-)
-DEMO_TRANSCODER = SAEConfig(architecture="topk", k=16, expansion=8)
-CACHE, SPARSE, TRANSCODERS = "tiny-synthetic", "tiny-sparse", "tiny-topk"
-SPARSE_RUN = "tiny-sparse-demo"  # the demo's short trainer run; circuits and compare use the embedded SPARSE
-SAE_BATCH = 2048  # tokens per step of the demo's SAEs
-
-
-@dataclass
-class DemoConfig(Config):
-    """Demo-scale sizes: every step of the workbench in minutes on two CPU cores."""
-
-    error = BadValueError
-
-    cache_tokens: int = field(
-        default=200_000, metadata={"min": 1, "help": "activation rows in the cache (train + held-out)"}
-    )
-    sae_tokens: int = field(default=1_000_000, metadata={"min": 1, "help": "training tokens per SAE"})
-    transcoder_tokens: int = field(
-        default=400_000, metadata={"min": 1, "help": "training tokens of the transcoder set (each layer's)"}
-    )
-    sparsify_steps: int = field(
-        default=300, metadata={"min": 1, "help": "sparse-attention post-training steps (demo scale)"}
-    )
-    sparsify_eval_every: int = field(
-        default=50, metadata={"min": 1, "help": "steps between held-out checks of the constraint"}
-    )
-    sparsify_eval_sequences: int = field(default=32, metadata={"min": 1, "help": "held-out sequences of each check"})
-    report_queries: int = field(
-        default=40, metadata={"min": 1, "help": "queries per family for the sparse model's accuracy"}
-    )
-    queries: int = field(default=1, metadata={"min": 1, "help": "query circuits per task family, in each model"})
-    compare_queries: int = field(
-        default=1, metadata={"min": 1, "help": "queries per task family for `attention compare`"}
-    )
-    target_ndf: float = field(
-        default=0.8,
-        metadata={"min": 0, "max": 1, "open": "min", "help": "NDF the circuits of both models reach (equal NDF)"},
-    )
-    samples: int = field(default=2, metadata={"help": "paraphrases and resampled counterfactuals per query"})
-    tasks: str = field(
-        default="ioi,induction,greater_than,addition,facts", metadata={"help": "task families, comma separated"}
-    )
-
-    def check(self) -> None:
-        """Token counts too small for one SAE batch would fail only after the cache is harvested."""
-        self.families()  # an unknown family fails when the config is made, before any work
-        train_share = 1 - HarvestConfig().heldout_fraction
-        need = math.ceil(2 * SAE_BATCH / train_share)  # two batches of train rows: the sampler drops a few
-        if self.cache_tokens < need:
-            raise BadValueError(
-                f"cache_tokens={self.cache_tokens} is too few for the demo's SAEs, whose batches take {SAE_BATCH} "
-                f"train rows: --cache-tokens must be at least {need} ({train_share:.0%} of it is train); "
-                "raise --cache-tokens"
-            )
-        for name in ("sae_tokens", "transcoder_tokens"):
-            flag = "--" + name.replace("_", "-")
-            if getattr(self, name) < SAE_BATCH:
-                raise BadValueError(
-                    f"{name}={getattr(self, name)} is less than one SAE batch: {flag} must be at least "
-                    f"{SAE_BATCH}; raise {flag}"
-                )
-
-    def families(self) -> list[str]:
-        from workbench.corpus.tasks import QUERY_TASKS
-
-        out = [t.strip() for t in self.tasks.split(",") if t.strip()]
-        bad = [t for t in out if t not in QUERY_TASKS]
-        if bad or not out:
-            raise BadValueError(f"demo tasks {bad or self.tasks!r} unknown; valid: {', '.join(QUERY_TASKS)}")
-        return out
 
 
 class _Steps:
@@ -137,12 +79,6 @@ class _Steps:
 
 def run_demo(root: Path, cfg: DemoConfig | None = None, overwrite: bool = False, progress: bool = True) -> dict:
     """Run (or continue) the demo in `root`; returns a summary with the wall time of each step."""
-    from workbench.attention.config import SparsifyConfig
-    from workbench.corpus import tasks
-    from workbench.interventions.examples import demo_examples
-    from workbench.models import load
-    from workbench.provenance import model_id
-
     cfg = cfg or DemoConfig()
     families = cfg.families()
     ws = Workspace(root)
@@ -155,19 +91,17 @@ def run_demo(root: Path, cfg: DemoConfig | None = None, overwrite: bool = False,
     harvest = HarvestConfig(n_tokens=cfg.cache_tokens)
     cache = step(
         "cache",
-        lambda: steps.make_cache(
+        lambda: make_cache(
             ws, "tiny", "synthetic", None, harvest, name=CACHE, progress=progress, model=model, ensure=True
         ),
     )
     _check_cache(cache, model)
     step.log(f"cache: {cache.n_tokens('train'):,} + {cache.n_tokens('heldout'):,} tokens x {len(cache.hooks)} hooks")
     train = TrainConfig(n_tokens=cfg.sae_tokens, batch_size=SAE_BATCH, lr=1e-3, progress=progress)
-    run = steps.slug(DEMO_HOOK)
-    folders = step(
-        "saes", lambda: steps.train_saes(ws, cache.path, DEMO_HOOK, list(DEMO_SAES), train, name=run, ensure=True)
-    )
+    run = slug(DEMO_HOOK)
+    folders = step("saes", lambda: train_saes(ws, cache.path, DEMO_HOOK, list(DEMO_SAES), train, name=run, ensure=True))
     summary["saes"] = step("sae eval", lambda: _evaluate(ws, folders, cache.path, step.log))
-    step("features", lambda: steps.build_features(ws, folders, cache.path, "tiny", progress=progress, ensure=True))
+    step("features", lambda: build_features(ws, folders, cache.path, "tiny", progress=progress, ensure=True))
     tc_train = TrainConfig(n_tokens=cfg.transcoder_tokens, batch_size=SAE_BATCH, lr=1e-3, progress=progress)
     summary["transcoders"] = step("transcoders", lambda: _transcoders(ws, cache.path, tc_train, progress, step.log))
     summary["explanations"] = step("explain", lambda: _explain(ws, progress, step.log))
@@ -180,15 +114,13 @@ def run_demo(root: Path, cfg: DemoConfig | None = None, overwrite: bool = False,
     )
     run = step(
         "sparse attention",
-        lambda: steps.train_attention(
-            ws, "tiny", sparsify, name=SPARSE_RUN, report_queries=cfg.report_queries, ensure=True
-        ),
+        lambda: train_attention(ws, "tiny", sparsify, name=SPARSE_RUN, report_queries=cfg.report_queries, ensure=True),
     )[0]
     step.log(
         f"attention, demo-scale run: {run['mean_open_keys_per_query']:.2f} open keys per query per head, held-out "
         f"CE {run['ce']['base']:.4f} -> {run['ce']['sparse']:.4f} (constraint {_met(run)} at demo scale)"
     )
-    report, sparse_dir = step("sparse model", lambda: steps.embedded_sparse_model(ws, SPARSE, ensure=True))
+    report, sparse_dir = step("sparse model", lambda: embedded_sparse_model(ws, SPARSE, ensure=True))
     step.log(
         f"attention, embedded {SPARSE}: {report['mean_open_keys_per_query']:.2f} open keys per query per head "
         f"({report['open_fraction']:.2%} at T = {report['ctx_len']}), constraint {_met(report)} on the fresh split"
@@ -216,7 +148,7 @@ def _evaluate(ws: Workspace, folders: list[Path], cache_dir: Path, log) -> dict:
     """Evaluate every SAE not evaluated yet; returns each SAE's metrics."""
     out = {}
     for folder in folders:
-        m = steps.evaluate_sae(ws, folder, cache_dir, "tiny", ensure=True)
+        m = evaluate_sae(ws, folder, cache_dir, "tiny", ensure=True)
         rec, splice = m["reconstruction"], m["splice"]
         log(
             f"sae {folder.name}: FVU {rec['fvu']:.3f}, L0 {rec['l0']:.1f}, CE loss recovered "
@@ -228,8 +160,6 @@ def _evaluate(ws: Workspace, folders: list[Path], cache_dir: Path, log) -> dict:
 
 def _check_cache(cache, model) -> None:
     """A cache an older demo harvested (before the transcoder set) lacks each MLP's input: say so before training."""
-    from workbench.cache.hooks import default_hooks
-
     missing = [h for h in default_hooks(model) if h not in cache.hooks]
     if missing:
         raise BadValueError(
@@ -242,17 +172,17 @@ def _check_cache(cache, model) -> None:
 def _transcoders(ws: Workspace, cache_dir: Path, train: TrainConfig, progress: bool, log) -> dict:
     """The transcoder set (one per layer), evaluated with every MLP replaced at once, and its feature stores;
     returns the set's metrics."""
-    folder, members = steps.train_transcoder_set(
+    folder, members = train_transcoder_set(
         ws, cache_dir, "all", [DEMO_TRANSCODER], train, name=TRANSCODERS, ensure=True
     )
-    m = steps.evaluate_sae(ws, folder, cache_dir, "tiny", ensure=True)
+    m = evaluate_sae(ws, folder, cache_dir, "tiny", ensure=True)
     for name, flat in m["members"].items():
         log(
             f"transcoder {name}: FVU {flat['fvu']:.3f}, L0 {flat['l0']:.1f}, CE recovered {shown(flat, 'ce_loss_recovered', '.3f')}"
         )
     for name, r in m["all_replaced"].items():
         log(f"transcoders {name}, every MLP replaced at once: CE loss recovered {shown(r, 'ce_loss_recovered', '.3f')}")
-    steps.build_features(ws, members, cache_dir, "tiny", progress=progress, ensure=True)
+    build_features(ws, members, cache_dir, "tiny", progress=progress, ensure=True)
     return m
 
 
@@ -261,7 +191,7 @@ def _explain(ws: Workspace, progress: bool, log) -> dict:
     detection and fuzzing (no model runs); a store already explained is kept. Returns each store's summary."""
     root = ws.root.resolve()
     stores = [a.path for a in ws.artifacts("features") if a.path.resolve().is_relative_to(root)]
-    steps.explain_features(ws, stores, ExplainConfig(), ("detection", "fuzz"), ensure=True, progress=progress)
+    explain_features(ws, stores, ExplainConfig(), ("detection", "fuzz"), ensure=True, progress=progress)
     out = {}
     for path in stores:
         said = out[ws.rel(path.parent)] = summary(FeatureStore(path))
@@ -276,7 +206,7 @@ def _explain(ws: Workspace, progress: bool, log) -> dict:
 def _compare(ws: Workspace, cfg: DemoConfig, families: list[str], model, sparse, sparse_dir: Path, progress, log):
     """`attention compare` per family, kept with the sparse model."""
     for task in families:
-        res = steps.compare_attention(
+        res = compare_attention(
             ws,
             model,
             sparse,
@@ -293,15 +223,13 @@ def _compare(ws: Workspace, cfg: DemoConfig, families: list[str], model, sparse,
 def _circuits(ws: Workspace, cfg: DemoConfig, families: list[str], models, tok, log) -> dict:
     """Query circuits for the first queries of each family in each model, at equal NDF; a query without a
     logit gap on a model is logged and skipped (and tried again on the next run)."""
-    from workbench.corpus import tasks
-
     out = {}
     for task in families:
         for i, q in enumerate(tasks.queries(task, cfg.queries, seed=0, tokenizer=tok)):
             for model, spec, suffix in models:
                 name = f"{task}-{i}{suffix}"
                 try:
-                    c, _ = steps.find_circuit(
+                    c, _ = find_circuit(
                         ws,
                         model,
                         q,
