@@ -43,7 +43,6 @@ TESTED_ELSEWHERE = {
     "features/config.py": "features/test_store.py",
     "interventions/config.py": "interventions/test_engine.py and test_config.py (the numeric bounds)",
     "interventions/dictionary.py": "interventions/test_engine.py (every kind of unit against a hand-written hook)",
-    "interventions/generate.py": "interventions/test_engine.py (continuations) and interventions/test_tracer_agreement.py",
     "lazy.py": "test_imports.py (the light layers import no torch)",
     "models/card.py": "models/test_load.py and circuits/component/test_embedded.py",
     "models/tokenizer.py": "models/test_load.py",
