@@ -2,7 +2,7 @@
 
 workbench intervene --model tiny --dictionary SAE_DIR|SET_DIR|CLT_DIR --prompt "..."|--prompts FILE --feature [layer:]index
                     --op set|scale|steer|ablate [--value V[,V...]] [--ablate-to zero|mean|counterfactual]
-                    [--counterfactual "..."] [--positions all|0,3|generated] [--semantics live|frozen]
+                    [--strengths S,S,... [--target TOKEN]] [--counterfactual "..."] [--positions all|0,3|generated] [--semantics live|frozen]
                     [--live-norm] [--constrained-layers 0,1] [--continue N] [--sample --seed S] [--out result.json]
                     [--resume]  (--prompts: one JSON line per prompt in results.jsonl as it goes; --resume continues)
 """
@@ -72,6 +72,15 @@ def _add_config_flags(p) -> None:
         "one number or one per coordinate, comma separated)",
     )
     p.add_argument(
+        "--strengths",
+        type=numbers(InterventionConfig, "strengths"),
+        help="a sweep in the same run (comma separated, e.g. 0,4,8,16): each put in as --value is; per strength "
+        "the --target token's logit and probability change, the KL and the continuation",
+    )
+    p.add_argument(
+        "--target", help="--strengths: the next token followed (default: the one the largest strength raises most)"
+    )
+    p.add_argument(
         "--ablate-to", choices=ABLATE_TO, default="zero", help="ablate: the code put in (default: %(default)s)"
     )
     p.add_argument("--counterfactual", help="--ablate-to counterfactual: the prompt whose codes are put in")
@@ -123,6 +132,8 @@ def _config(args, prompts=None):
         features=list(args.feature),
         op=args.op,
         value=args.value,
+        strengths=args.strengths,
+        target=args.target,
         ablate_to=args.ablate_to,
         counterfactual=args.counterfactual or (prompts[0][1] if own and args.ablate_to == "counterfactual" else None),
         positions=args.positions,
@@ -188,4 +199,12 @@ def _summary(r: dict) -> str:
     c = r["continuation"]
     lines.append(f"clean:      {''.join(' ' + s for s in c['clean']['str_tokens'])}")
     lines.append(f"intervened: {''.join(' ' + s for s in c['intervened']['str_tokens'])}")
+    if "sweep" in r:
+        sw = r["sweep"]
+        lines.append(f"sweep, target {sw['target_str']!r} (clean p {sw['clean_prob']:.3f}):")
+        for row in sw["rows"]:
+            lines.append(
+                f"  {row['strength']:>8g}: KL {row['kl']:.4g}, target logit {row['target_logit_change']:+.3f}, "
+                f"p {row['target_prob']:.3f}, top {row['top']!r}"
+            )
     return "\n".join(lines)

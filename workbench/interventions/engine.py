@@ -241,6 +241,7 @@ class Intervention:
             )
         finally:
             self.rows, self.values = slice(None), None if self.value is None else self.value.reshape(1, 1, -1)
+            self.span.start = 0
 
     def run(self) -> dict:
         """The result (module doc): next-token changes at the reported positions, KL, both continuations, and the

@@ -63,33 +63,32 @@ def rollout(
     seq = tokens.reshape(1, -1).cpu().expand(rows, -1)
     P, device = seq.shape[1], model.cfg.device
     past = TransformerLensKeyValueCache.init_cache(model.cfg, device, rows) if kv_cache else None
-    steps, new = [], seq
+    steps = []
     with mlp_in_hooks(model, reads), model.hooks(fwd_hooks=hooks):
-        for t in range(n + 1):
-            span.start = P + t - new.shape[1]
-            logits = model(new.to(device), past_kv_cache=past).float()
-            if t == 0:
-                prompt = logits
-            if t == n or P >= model.cfg.n_ctx:
-                break
-            last = logits[:, -1].cpu()
-            nxt = torch.stack([_draw(last[r], sample, temp, gens[r]) for r in range(rows)])
-            steps.append(last)
-            seq = torch.cat([seq, nxt], 1)
-            new = nxt if kv_cache else seq
+        span.start = 0
+        logits = prompt = model(seq.to(device), past_kv_cache=past).float()
+        for t in range(n):
             if seq.shape[1] >= model.cfg.n_ctx:
                 break
+            last = logits[:, -1].cpu()
+            nxt = _draw(last, sample, temp, gens)
+            steps.append(last)
+            seq = torch.cat([seq, nxt], 1)
+            if t + 1 < n and seq.shape[1] < model.cfg.n_ctx:  # the next step's logits
+                span.start = seq.shape[1] - 1 if kv_cache else 0
+                logits = model((nxt if kv_cache else seq).to(device), past_kv_cache=past).float()
     span.start = 0
     gen = seq[:, P:]
     logits = torch.stack(steps, 1) if steps else torch.zeros(rows, 0, prompt.shape[-1])
     return Rollout(prompt, [r.tolist() for r in gen], logits)
 
 
-def _draw(logits: torch.Tensor, sample: bool, temp: float, gen: torch.Generator) -> torch.Tensor:
-    """[1]: the next token from one row's logits, greedy or drawn with that row's generator."""
-    if sample:
-        return torch.multinomial((logits / temp).softmax(-1), 1, generator=gen)
-    return logits.argmax(-1, keepdim=True)
+def _draw(logits: torch.Tensor, sample: bool, temp: float, gens: list) -> torch.Tensor:
+    """[rows, 1]: each row's next token from its logits [rows, d_vocab], greedy or drawn with that row's generator."""
+    if not sample:
+        return logits.argmax(-1, keepdim=True)
+    probs = (logits / temp).softmax(-1)
+    return torch.stack([torch.multinomial(p, 1, generator=g) for p, g in zip(probs, gens)])
 
 
 def continuation(
