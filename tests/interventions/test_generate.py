@@ -10,6 +10,8 @@ from workbench.interventions.engine import Intervention, intervene
 from workbench.interventions.generate import continuation, rollout
 
 PROMPT = "When Mary and John went to the store , John gave a drink to"
+# ending in the tokenizer's pad token (GPT-2's is its end-of-text token): attended with the cache as without it
+PAD_PROMPT = "When Mary and John went to the store , John gave a drink to <pad>"
 
 
 def _top(model, site) -> int:
@@ -41,7 +43,7 @@ def test_a_cached_steered_continuation_equals_the_uncached_one(tiny, saes, tc_se
     model = tiny[0]
     sites = load_dictionary(saes["topk"] if dictionary == "topk" else tc_set, model)
     feature = "3" if dictionary == "topk" else f"2:{_top(model, sites[2])}"
-    iv = Intervention(model, sites, PROMPT, C(features=[feature], continue_tokens=12, **kw))
+    iv = Intervention(model, sites, PAD_PROMPT, C(features=[feature], continue_tokens=12, **kw))
     cached, uncached = iv.rollout(12), iv.rollout(12, kv_cache=False)
     _same(cached, uncached)
     assert len(cached.tokens[1]) == 12 and cached.logits.shape == (2, 12, model.cfg.d_vocab)

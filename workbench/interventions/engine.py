@@ -44,6 +44,7 @@ class Intervention:
                 )
         self.prompt_positions = self._prompt_positions()
         self.target = None if cfg.target is None else self._token(cfg.target)
+        self.open_ended = cfg.position_spec[0] in ("all", "generated")  # every generated position is intervened on
         self.span = Span()  # where the running forward's tokens start (a rollout's cached steps run one token)
         self.rows = slice(None)  # the batch rows intervened on (a rollout's first row is the clean run)
         self.values = None if self.value is None else self.value.reshape(1, 1, -1)  # each row's value [rows, 1, n]
@@ -71,9 +72,17 @@ class Intervention:
         """[n_pos] bool: the positions intervened on in a sequence of n_pos tokens (the prompt, then generated)."""
         m = torch.zeros(n_pos, dtype=torch.bool)
         m[self.prompt_positions] = True
-        if self.cfg.position_spec[0] in ("all", "generated"):
+        if self.open_ended:
             m[self.P :] = True
         return m
+
+    def _local_positions(self, start: int, length: int) -> torch.Tensor:
+        """The intervened positions among a forward's `length` tokens starting at `start`, counted from there (what
+        mask(start + length)[start:] marks, without building it on every generated token)."""
+        local = [p - start for p in self.prompt_positions if start <= p < start + length]
+        if self.open_ended:
+            local += range(max(self.P, start) - start, length)
+        return torch.tensor(local, dtype=torch.long)
 
     def _clean_run(self) -> dict:
         """The clean prompt's logits and the activations the hooks need: each site's input, and (frozen) every
@@ -175,7 +184,7 @@ class Intervention:
         if site.layer in self.cfg.constrained_layers and n:  # codes of the clean input, as circuit-tracer's
             held = self.clean[site.read_hook][:, start : start + n].to(x)
             x = torch.cat([held.expand(x.shape[0], -1, -1), x[:, n:]], 1)
-        pos = self.mask(start + act.shape[1])[start:].nonzero().flatten()
+        pos = self._local_positions(start, act.shape[1])
         seen["writes"] = None
         if not pos.numel():
             return act

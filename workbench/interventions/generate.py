@@ -61,12 +61,12 @@ def rollout(
     span = span or Span()
     gens = [torch.Generator().manual_seed(seed) for _ in range(rows)]
     seq = tokens.reshape(1, -1).cpu().expand(rows, -1)
-    P, device = seq.shape[1], model.cfg.device
-    past = TransformerLensKeyValueCache.init_cache(model.cfg, device, rows) if kv_cache else None
+    P = seq.shape[1]
+    past = TransformerLensKeyValueCache.init_cache(model.cfg, model.cfg.device, rows) if kv_cache else None
     steps = []
     with mlp_in_hooks(model, reads), model.hooks(fwd_hooks=hooks):
         span.start = 0
-        logits = prompt = model(seq.to(device), past_kv_cache=past).float()
+        logits = prompt = _forward(model, seq, past)
         for t in range(n):
             if seq.shape[1] >= model.cfg.n_ctx:
                 break
@@ -76,11 +76,20 @@ def rollout(
             seq = torch.cat([seq, nxt], 1)
             if t + 1 < n and seq.shape[1] < model.cfg.n_ctx:  # the next step's logits
                 span.start = seq.shape[1] - 1 if kv_cache else 0
-                logits = model((nxt if kv_cache else seq).to(device), past_kv_cache=past).float()
+                logits = _forward(model, nxt if kv_cache else seq, past)
     span.start = 0
     gen = seq[:, P:]
     logits = torch.stack(steps, 1) if steps else torch.zeros(rows, 0, prompt.shape[-1])
     return Rollout(prompt, [r.tolist() for r in gen], logits)
+
+
+def _forward(model, tokens: torch.Tensor, past) -> torch.Tensor:
+    """[rows, len, d_vocab] logits of the new `tokens` after those in the cache `past` (None: no cache). With a
+    cache the attention mask is given (every token attended): TransformerLens would otherwise make one from the
+    tokenizer, masking trailing pad tokens (a generated end-of-text token, GPT-2's pad), and fail without one."""
+    device = model.cfg.device
+    mask = None if past is None else torch.ones(tokens.shape, dtype=torch.long, device=device)
+    return model(tokens.to(device), past_kv_cache=past, attention_mask=mask).float()
 
 
 def _draw(logits: torch.Tensor, sample: bool, temp: float, gens: list) -> torch.Tensor:
