@@ -45,6 +45,7 @@ class Intervention:
         self.prompt_positions = self._prompt_positions()
         self.target = None if cfg.target is None else self._token(cfg.target)
         self.open_ended = cfg.position_spec[0] in ("all", "generated")  # every generated position is intervened on
+        self._positions = {}  # _local_positions' answers
         self.span = Span()  # where the running forward's tokens start (a rollout's cached steps run one token)
         self.rows = slice(None)  # the batch rows intervened on (a rollout's first row is the clean run)
         self.values = None if self.value is None else self.value.reshape(1, 1, -1)  # each row's value [rows, 1, n]
@@ -79,10 +80,13 @@ class Intervention:
     def _local_positions(self, start: int, length: int) -> torch.Tensor:
         """The intervened positions among a forward's `length` tokens starting at `start`, counted from there (what
         mask(start + length)[start:] marks, without building it on every generated token)."""
-        local = [p - start for p in self.prompt_positions if start <= p < start + length]
-        if self.open_ended:
-            local += range(max(self.P, start) - start, length)
-        return torch.tensor(local, dtype=torch.long)
+        key = (min(start, self.P), length)  # past the prompt, the same for every start
+        if key not in self._positions:
+            local = [p - start for p in self.prompt_positions if start <= p < start + length]
+            if self.open_ended:
+                local += range(max(self.P, start) - start, length)
+            self._positions[key] = torch.tensor(local, dtype=torch.long)
+        return self._positions[key]
 
     def _clean_run(self) -> dict:
         """The clean prompt's logits and the activations the hooks need: each site's input, and (frozen) every
