@@ -167,9 +167,11 @@ class Intervention:
     def hooks(self, empty: bool = False) -> list:
         """fwd_hooks of the intervened run (empty: of the clean run in this semantics, nothing changed): frozen
         patterns and scales and the constrained MLP outputs held first, then each site's change at its write hook."""
-        out = self._held_hooks()
-        if empty:
-            return out
+        return self._held_hooks() + ([] if empty else self._change_hooks())
+
+    def _change_hooks(self) -> list:
+        """Each site's change at its write hook(s) (and, where it reads elsewhere, the read of its input)."""
+        out = []
         for site in self.sites:
             units = [u for u in self.units if u.site is site]
             seen = {}
@@ -243,7 +245,7 @@ class Intervention:
                 self.model,
                 self.tokens,
                 n,
-                self.hooks(),
+                self._change_hooks(),
                 self.reads,
                 self.span,
                 rows + int(clean),
@@ -251,6 +253,7 @@ class Intervention:
                 cfg.seed,
                 cfg.temperature,
                 kv_cache,
+                self._held_hooks(),  # they hold prompt positions only: a cached step's new token runs without them
             )
         finally:
             self.rows, self.values = slice(None), None if self.value is None else self.value.reshape(1, 1, -1)

@@ -55,18 +55,25 @@ def rollout(
     seed: int = 0,
     temp: float = 1.0,
     kv_cache: bool = True,
+    prompt_hooks=(),
 ) -> Rollout:
     """`rows` copies of the prompt `tokens` run with `hooks` on (which tell the rows apart), then n tokens (fewer at
-    the model's context length) generated after each."""
+    the model's context length) generated after each. `prompt_hooks` (first at each hook point) act on prompt
+    positions only, so the cached steps run without them."""
     span = span or Span()
     gens = [torch.Generator().manual_seed(seed) for _ in range(rows)]
     seq = tokens.reshape(1, -1).cpu().expand(rows, -1)
     P = seq.shape[1]
     past = TransformerLensKeyValueCache.init_cache(model.cfg, model.cfg.device, rows) if kv_cache else None
     steps = []
-    with mlp_in_hooks(model, reads), model.hooks(fwd_hooks=hooks):
+    every = [*prompt_hooks, *hooks]
+    with mlp_in_hooks(model, reads), model.hooks(fwd_hooks=every):
         span.start = 0
         logits = prompt = _forward(model, seq, past)
+        if kv_cache and prompt_hooks and n:  # from here on each step's hooks are `hooks` alone
+            model.reset_hooks(clear_contexts=False, level=model.context_level)
+            for name, hook in hooks:
+                model.add_hook(name, hook, level=model.context_level)
         for t in range(n):
             if seq.shape[1] >= model.cfg.n_ctx:
                 break
