@@ -77,15 +77,18 @@ class Intervention:
             m[self.P :] = True
         return m
 
-    def _local_positions(self, start: int, length: int) -> torch.Tensor:
+    def _local_positions(self, start: int, length: int) -> tuple[torch.Tensor, slice | torch.Tensor]:
         """The intervened positions among a forward's `length` tokens starting at `start`, counted from there (what
-        mask(start + length)[start:] marks, without building it on every generated token)."""
+        mask(start + length)[start:] marks, without building it on every generated token), and the same as an index
+        (a slice where they run without a gap: no copy)."""
         key = (min(start, self.P), length)  # past the prompt, the same for every start
         if key not in self._positions:
             local = [p - start for p in self.prompt_positions if start <= p < start + length]
             if self.open_ended:
                 local += range(max(self.P, start) - start, length)
-            self._positions[key] = torch.tensor(local, dtype=torch.long)
+            pos = torch.tensor(local, dtype=torch.long)
+            gapless = local == list(range(local[0], local[-1] + 1)) if local else False
+            self._positions[key] = pos, slice(local[0], local[-1] + 1) if gapless else pos
         return self._positions[key]
 
     def _clean_run(self) -> dict:
@@ -190,15 +193,15 @@ class Intervention:
         if site.layer in self.cfg.constrained_layers and n:  # codes of the clean input, as circuit-tracer's
             held = self.clean[site.read_hook][:, start : start + n].to(x)
             x = torch.cat([held.expand(x.shape[0], -1, -1), x[:, n:]], 1)
-        pos = self._local_positions(start, act.shape[1])
+        pos, at = self._local_positions(start, act.shape[1])
         seen["writes"] = None
         if not pos.numel():
             return act
-        codes = site.encode(x[:, pos])
+        codes = site.encode(x[:, at])
         new = codes.clone()
         for u in units:
             new[..., u.index] = self.new_codes(u, codes[..., u.index], pos + start)
-        seen["writes"] = (self.rows, pos, site.decode_changes(codes, new, act.dtype))
+        seen["writes"] = (self.rows, at, site.decode_changes(codes, new, act.dtype))
         return _write(act, seen, 0)
 
     def _prompt_part(self, length: int) -> tuple[int, int]:
