@@ -205,8 +205,8 @@ def _tracer_lines(sp: dict) -> list[str]:
     what = {
         "equal_work": "clean run, intervened prompt, 19 key/value-cached steps (as circuit-tracer)",
         "whole_run": "the engine's run: also the clean continuation (one batch of 2 rows) and the result record",
-        "no_kv_cache": "equal work, but re-running the whole sequence each step (the engine before this commit did, "
-        "and entered the hooks around every token)",
+        "no_kv_cache": "equal work, but re-running the whole sequence each step, the hooks entered once (the engine "
+        "before issue #47's change re-ran it and also entered the hooks around every token)",
     }
     for k, text in what.items():
         p = tr[k]
