@@ -21,7 +21,7 @@ from workbench.interventions.config import ABLATE_TO, OPS, SEMANTICS, Interventi
 
 OP_NAMES = {"set": "set to", "scale": "scale by", "steer": "add decoder direction ×", "ablate": "ablate"}
 DEFAULT_VALUE = {"set": "0", "scale": "0", "steer": "8"}  # steer: the demo's strength (a multiple of the decoder row)
-SWEEP = (0, 0.5, 1, 2, 4, 8)  # the feature page's sweep: multiples of the unit's largest activation in the store
+SWEEP = (0, 1, 2, 4, 8, 16, 32)  # the feature page's sweep: multiples of the unit's largest activation in the store
 
 
 @dataclass

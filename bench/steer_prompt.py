@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 
-MULTIPLES = (0.5, 1, 2, 4, 8)  # app/steer.py's SWEEP without its 0
+MULTIPLES = (1, 2, 4, 8, 16, 32)  # app/steer.py's SWEEP without its 0
 
 
 def prompts(store, tok, u: int) -> tuple[str, str] | None:

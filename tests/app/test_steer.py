@@ -79,7 +79,7 @@ def test_the_feature_page_steers_its_unit_as_the_engine_does(steer_app, steer_wo
     prompt = at.text_input(key="feature_prompt").value
     assert prompt  # the unit's top example, up to where it fires
     sweep = [float(v) for v in at.text_input(key="feature_sweep").value.split(",")]
-    assert len(sweep) == 6 and sweep[0] == 0  # multiples of the unit's largest activation
+    assert len(sweep) == 7 and sweep[0] == 0  # multiples of the unit's largest activation
     cfg = InterventionConfig(features=["3"], op="steer", value=[8.0], strengths=sweep, continue_tokens=5)
     r = intervene(model, str(steer_workspace / SAE), prompt, cfg)
     shown(at, r)
