@@ -35,9 +35,9 @@ class Target:
     prompt: str
     positions: str = "all"
     op: str = "steer"
-    sweep: str = ""  # the strengths a sweep opens with (comma separated; empty: no sweep)
     graph: object = None  # a schema.FeatureGraph: the effect is measured on its metric
     nodes: list[str] = field(default_factory=list)
+    sweep: str = ""  # the strengths a sweep opens with (comma separated; empty: no sweep)
 
 
 def _pick(widget, name: str, options: list[str], default: str, key: str, **kwargs) -> str:
