@@ -248,6 +248,18 @@ def token_str(spec: str, token: int) -> str:
     return load_model(spec)[0].to_single_str_token(int(token))
 
 
+def decode(spec: str, ids: list[int]) -> str | None:
+    """Token ids as text the model's tokenizer reads back as them (a leading start token dropped: a prompt gets its
+    own); None for a model without a tokenizer."""
+    tok = load_model(spec)[0].tokenizer
+    if tok is None:
+        return None
+    ids = [int(i) for i in ids]
+    while ids and ids[0] == tok.bos_token_id:
+        ids = ids[1:]
+    return tok.decode(ids)
+
+
 def graph_effect(graph, nodes: list[str], result: dict) -> dict:
     """An intervention's change of an attribution graph's metric (the one its check used; target minus the mean
     logit by default) at the last position, with the graph's prediction for ablating `nodes` (summed) and what the

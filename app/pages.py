@@ -8,8 +8,8 @@ from workbench.circuits import annotations
 
 MARK_PARAMS = ("pinned", "groups", "notes")  # the graph view's marks
 VIEW_PARAMS = tuple(annotations.VIEW_PARAMS.values())  # the link cap, the pruning thresholds, the collapsed groups
-STEER_PARAMS = ("steer", "s_prompt", "s_op", "s_value", "s_ablate", "s_cf", "s_pos", "s_sem", "s_n", "s_target")
-STEER_PARAMS += ("s_dict", "s_unit")  # app/steer.py's controls (the last three: which target, dictionary, unit)
+STEER_PARAMS = ("steer", "s_prompt", "s_op", "s_value", "s_sweep", "s_ablate", "s_cf", "s_pos", "s_sem", "s_n")
+STEER_PARAMS += ("s_target", "s_dict", "s_unit")  # app/steer.py's controls (these: which target, dictionary, unit)
 # The page scripts live in views/, not pages/: Streamlit runs an entry script with a pages/ folder beside it
 # in its legacy multipage mode (PagesManager.uses_pages_directory), which skips main.py's st.navigation.
 PAGES = [  # (script, title, URL path, the query parameters that make up the page's view)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import streamlit as st
 
 from app import live, state
+from app.figures import sae as plots
 from workbench.circuits import schema
 from workbench.config import parse_numbers
 from workbench.errors import UserError
@@ -20,6 +21,7 @@ from workbench.interventions.config import ABLATE_TO, OPS, SEMANTICS, Interventi
 
 OP_NAMES = {"set": "set to", "scale": "scale by", "steer": "add decoder direction ×", "ablate": "ablate"}
 DEFAULT_VALUE = {"set": "0", "scale": "0", "steer": "8"}  # steer: the demo's strength (a multiple of the decoder row)
+SWEEP = (0, 1, 2, 4, 8, 16, 32)  # the feature page's sweep: multiples of the unit's largest activation in the store
 
 
 @dataclass
@@ -35,6 +37,7 @@ class Target:
     op: str = "steer"
     graph: object = None  # a schema.FeatureGraph: the effect is measured on its metric
     nodes: list[str] = field(default_factory=list)
+    sweep: str = ""  # the strengths a sweep opens with (comma separated; empty: no sweep)
 
 
 def _pick(widget, name: str, options: list[str], default: str, key: str, **kwargs) -> str:
@@ -46,18 +49,18 @@ def _pick(widget, name: str, options: list[str], default: str, key: str, **kwarg
     return state.synced(widget, name, want, key, options=options, **kwargs)
 
 
-VALUE = next(f for f in dataclasses.fields(InterventionConfig) if f.name == "value")
+FIELDS = {f.name: f for f in dataclasses.fields(InterventionConfig)}
 
 
-def _values(text: str) -> list[float] | None:
-    """The value box's numbers, each within InterventionConfig.value's bounds (finite, |v| <= MAX_VALUE); an empty
-    box is no value (the config then names the op that needs one)."""
+def _values(text: str, name: str = "value") -> list[float] | None:
+    """The box's numbers, each within the InterventionConfig field's bounds (finite, |v| <= MAX_VALUE); an empty
+    box is none (the config then names the op that needs a value)."""
     if not text.strip():
         return None
     try:
-        return parse_numbers(text, float, VALUE)
+        return parse_numbers(text, float, FIELDS[name])
     except ValueError as e:
-        raise UserError(f"value: {e}") from None
+        raise UserError(f"{name}: {e}") from None
 
 
 def controls(t: Target, key: str) -> tuple[InterventionConfig, str]:
@@ -66,7 +69,7 @@ def controls(t: Target, key: str) -> tuple[InterventionConfig, str]:
     prompt = state.synced(st.text_input, "s_prompt", url.get("s_prompt", t.prompt), f"{key}_prompt", label="prompt")
     c = st.columns(4)
     op = _pick(c[0].selectbox, "s_op", list(OPS), t.op, f"{key}_op", label="operation", format_func=OP_NAMES.get)
-    value, ablate_to, cf = None, "zero", None
+    value, strengths, ablate_to, cf = None, None, "zero", None
     if op == "ablate":
         ablate_to = _pick(c[1].selectbox, "s_ablate", list(ABLATE_TO), "zero", f"{key}_ablate", label="ablate to")
         if ablate_to == "counterfactual":
@@ -76,6 +79,9 @@ def controls(t: Target, key: str) -> tuple[InterventionConfig, str]:
         value = _values(
             state.synced(c[1].text_input, "s_value", url.get("s_value", DEFAULT_VALUE[op]), f"{key}_v", label=label)
         )
+        sweep = url.get("s_sweep", t.sweep if op == "steer" else "")  # multiples of a strength, not of a factor
+        label = "sweep: strengths run beside it (comma separated; empty: none)"
+        strengths = _values(state.synced(st.text_input, "s_sweep", sweep, f"{key}_sweep", label=label), "strengths")
     positions = state.synced(
         c[2].text_input,
         "s_pos",
@@ -99,6 +105,7 @@ def controls(t: Target, key: str) -> tuple[InterventionConfig, str]:
         features=list(t.features),
         op=op,
         value=value,
+        strengths=strengths,
         ablate_to=ablate_to,
         counterfactual=cf or None,
         positions=positions,
@@ -165,8 +172,29 @@ def show(r: dict, t: Target) -> None:
     st.caption(f"{cont['mode']} continuations" + (f", seed {cont['seed']}" if cont["seed"] is not None else ""))
     for col, which in zip(c, ("clean", "intervened")):
         col.markdown(f"**{which}**: " + state.text(" ".join(cont[which]["str_tokens"]) or "(nothing generated)"))
+    if "sweep" in r:
+        sweep(r["sweep"])
     if t.graph is not None:
         graph_effect(r, t)
+
+
+def sweep(s: dict) -> None:
+    """The strength sweep: the target token's logit change and the KL per strength (a plot), and each strength's
+    numbers and continuation."""
+    st.markdown(state.text(f"**sweep**: the next token {s['target_str']!r} (clean p {s['clean_prob']:.3g}) and the KL"))
+    st.plotly_chart(plots.steering_sweep(s["rows"], s["target_str"]))
+    rows = [
+        {
+            "strength": r["strength"],
+            "KL": r["kl"],
+            "target logit change": r["target_logit_change"],
+            "target p": r["target_prob"],
+            "top": r["top"],
+            "continuation": " ".join(r["continuation"]["str_tokens"]),
+        }
+        for r in s["rows"]
+    ]
+    state.table(rows, digits=4)
 
 
 def graph_effect(r: dict, t: Target) -> None:
@@ -199,13 +227,22 @@ def _spec(model_id: str, what: str) -> str | None:
 
 
 def feature_panel(rel: str, unit: int, f: dict) -> None:
-    """The feature page's panel: the unit steered, on the text of its top example up to where it fires."""
+    """The feature page's panel: the unit steered on its top example's context up to where it fires (its token ids
+    decoded by the model's tokenizer: the text the model read there), with a sweep over multiples of its largest
+    activation (a fixed strength is weak for a unit that fires at 30 and huge for one at 0.5)."""
     top = next((e for e in f["examples"] if e["group"] == "top"), None)
-    prompt = " ".join(top["tokens"][: top["center"] + 1]) if top else ""
+    peak = float(f["stats"].get("max") or 0)
+    sweep = ",".join(f"{m * peak:.3g}" for m in SWEEP) if peak > 0 else ""
 
     def target() -> Target | None:
         spec = _spec(state.sae_info(rel)["model_name"], "this SAE")
-        return None if spec is None else Target(rel, spec, [str(unit)], prompt)
+        if spec is None:
+            return None
+        prompt = ""
+        if top:
+            ids = top["ids"][: top["center"] + 1]
+            prompt = live.decode(spec, ids) or " ".join(top["tokens"][: top["center"] + 1])
+        return Target(rel, spec, [str(unit)], prompt, sweep=sweep)
 
     panel("feature", f"unit {unit}", target)
 

@@ -43,7 +43,6 @@ TESTED_ELSEWHERE = {
     "features/config.py": "features/test_store.py",
     "interventions/config.py": "interventions/test_engine.py and test_config.py (the numeric bounds)",
     "interventions/dictionary.py": "interventions/test_engine.py (every kind of unit against a hand-written hook)",
-    "interventions/generate.py": "interventions/test_engine.py (continuations) and interventions/test_tracer_agreement.py",
     "demo/config.py": "demo/test_run.py (the sizes it refuses)",
     "demo/examples.py": "interventions/test_examples.py (beside the dictionaries its fixtures train)",
     "lazy.py": "test_imports.py (the light layers import no torch)",

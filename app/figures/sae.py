@@ -111,3 +111,29 @@ def examples_html(examples: list[dict], vmax: float) -> str:
         for e in examples
     )
     return f'<table style="border:none">{rows}</table>'
+
+
+def steering_sweep(rows: list[dict], target: str) -> go.Figure:
+    """A strength sweep (`intervene --strengths`, the result's sweep rows): the target token's logit change and the
+    KL from the clean run at the last position, per strength (the KL on its own axis: it grows much faster)."""
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    x = [r["strength"] for r in rows]
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=[r["target_logit_change"] for r in rows],
+            mode="lines+markers",
+            name=f"logit change of {target!r}",
+            marker_color=PALETTE[0],
+        ),
+        secondary_y=False,
+    )
+    fig.add_trace(
+        go.Scatter(x=x, y=[r["kl"] for r in rows], mode="lines+markers", name="KL", marker_color=PALETTE[3]),
+        secondary_y=True,
+    )
+    fig.update_xaxes(title_text="strength")
+    fig.update_yaxes(title_text="target logit change", secondary_y=False)
+    fig.update_yaxes(title_text="KL (nats)", secondary_y=True, rangemode="tozero")
+    fig.update_layout(height=300, margin=dict(l=40, r=40, t=30, b=40), legend=dict(orientation="h", y=-0.3))
+    return fig

@@ -30,3 +30,12 @@ def test_examples_html_is_one_table_row_per_example():
     ]
     html = plots.examples_html(ex, 2.0)
     assert html.count("<tr>") == 2 and "<code>2.000</code>" in html and "rgba(255,140,0,0.50)" in html
+
+
+def test_steering_sweep_plots_the_target_and_the_kl_per_strength_on_two_axes():
+    rows = [{"strength": s, "target_logit_change": s / 2, "kl": s * s / 100} for s in (0.0, 8.0, 16.0)]
+    fig = plots.steering_sweep(rows, "<eos>")
+    target, kl = fig.data
+    assert list(target.x) == [0.0, 8.0, 16.0] and list(target.y) == [0.0, 4.0, 8.0]
+    assert target.name == "logit change of '<eos>'" and list(kl.y) == [0.0, 0.64, 2.56]
+    assert target.yaxis == "y" and kl.yaxis == "y2"

@@ -80,9 +80,15 @@ def test_the_feature_page_steers_its_unit_as_the_engine_does(steer_app, steer_wo
     at = ok(steer_app("views/feature.py", **link))
     prompt = at.text_input(key="feature_prompt").value
     assert prompt  # the unit's top example, up to where it fires
-    cfg = InterventionConfig(features=["3"], op="steer", value=[8.0], continue_tokens=5)
+    sweep = [float(v) for v in at.text_input(key="feature_sweep").value.split(",")]
+    assert len(sweep) == 7 and sweep[0] == 0  # multiples of the unit's largest activation
+    cfg = InterventionConfig(features=["3"], op="steer", value=[8.0], strengths=sweep, continue_tokens=5)
     r = intervene(model, str(steer_workspace / SAE), prompt, cfg)
     shown(at, r)
+    page = text(at)
+    for row in r["sweep"]["rows"]:
+        assert f"| {row['strength']:.4g} | {row['kl']:.4g} | {row['target_logit_change']:.4g} |" in page
+    assert len(at.get("plotly_chart")) == 1
     assert r["continuation"]["clean"] != r["continuation"]["intervened"] or r["positions"][-1]["kl"] > 0
     # a frozen ablation to the counterfactual's codes at the last position, from its deep link
     link.update(s_op="ablate", s_ablate="counterfactual", s_cf=prompt, s_pos="-1", s_sem="frozen", s_prompt=prompt)

@@ -54,6 +54,8 @@ def test_counts_top_examples_histogram_and_quantiles_match_brute_force(feature_w
             np.testing.assert_allclose([e["value"] for e in top], vals[::-1][: c.n_top], rtol=1e-5)
             for e in top:  # the example's own token sits at `center`, with the unit's activation on it
                 assert e["tokens"][e["center"]] == store.token(int(tokens[e["row"]]))
+                assert e["ids"][e["center"]] == int(tokens[e["row"]])
+                assert e["tokens"] == [store.token(i) for i in e["ids"]]
                 assert e["acts"][e["center"]] == pytest.approx(a[e["row"], u], rel=1e-5)
             q = np.floor(np.linspace(0, 1, c.n_bins + 1) * (len(vals) - 1)).astype(int)
             np.testing.assert_allclose(f["quantile_edges"], vals[q], rtol=1e-5)  # true quantiles, not equal-width bins

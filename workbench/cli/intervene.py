@@ -2,7 +2,8 @@
 
 workbench intervene --model tiny --dictionary SAE_DIR|SET_DIR|CLT_DIR --prompt "..."|--prompts FILE --feature [layer:]index
                     --op set|scale|steer|ablate [--value V[,V...]] [--ablate-to zero|mean|counterfactual]
-                    [--counterfactual "..."] [--positions all|0,3|generated] [--semantics live|frozen]
+                    [--strengths S,S,... [--target TOKEN]] [--counterfactual "..."] [--positions all|0,3|generated]
+                    [--semantics live|frozen]
                     [--live-norm] [--constrained-layers 0,1] [--continue N] [--sample --seed S --temperature T]
                     [--mean-sequences N] [--top-k K] [--out result.json]
                     [--resume]  (--prompts: one JSON line per prompt in results.jsonl as it goes; --resume continues)
@@ -74,6 +75,12 @@ def _add_config_flags(p) -> None:
         "one number or one per coordinate, comma separated)",
     )
     p.add_argument(
+        "--strengths",
+        type=numbers(InterventionConfig, "strengths"),
+        help="a sweep in the same run (comma separated, e.g. 0,4,8,16): each put in as --value is; per strength "
+        "the --target token's logit and probability change, the KL and the continuation",
+    )
+    p.add_argument(
         "--constrained-layers",
         type=numbers(InterventionConfig, "constrained_layers"),
         default=[],
@@ -93,7 +100,11 @@ def _config(args, prompts=None) -> InterventionConfig:
     own = prompts and all(cf for _, cf in prompts) and values["ablate_to"] == "counterfactual"
     values["counterfactual"] = values["counterfactual"] or (prompts[0][1] if own else None)
     return InterventionConfig(
-        features=list(args.feature), value=args.value, constrained_layers=args.constrained_layers, **values
+        features=list(args.feature),
+        value=args.value,
+        strengths=args.strengths,
+        constrained_layers=args.constrained_layers,
+        **values,
     )
 
 
@@ -149,4 +160,12 @@ def _summary(r: dict) -> str:
     c = r["continuation"]
     lines.append(f"clean:      {''.join(' ' + s for s in c['clean']['str_tokens'])}")
     lines.append(f"intervened: {''.join(' ' + s for s in c['intervened']['str_tokens'])}")
+    if "sweep" in r:
+        sw = r["sweep"]
+        lines.append(f"sweep, target {sw['target_str']!r} (clean p {sw['clean_prob']:.3f}):")
+        for row in sw["rows"]:
+            lines.append(
+                f"  {row['strength']:>8g}: KL {row['kl']:.4g}, target logit {row['target_logit_change']:+.3f}, "
+                f"p {row['target_prob']:.3f}, top {row['top']!r}"
+            )
     return "\n".join(lines)

@@ -130,6 +130,7 @@ class FeatureStore:
                     "row": int(ex_rows[i]),
                     "value": float(ex_vals[i]),
                     "tokens": [self.token(int(t)) for t in toks[i][keep]],
+                    "ids": toks[i][keep].astype(int).tolist(),  # the window's token ids (a prompt decodes them)
                     "acts": acts[i][keep].astype(float).tolist(),
                     "center": int(c.left - (~keep[: c.left]).sum()),
                 }

@@ -119,6 +119,23 @@ class InterventionConfig(Config):
             "max": MAX_VALUE,
         },
     )
+    strengths: list[float] | None = field(
+        default=None,
+        metadata={
+            "help": "a sweep beside value, run in the same batch: each one number put in as value is (steer: the "
+            "strength); per strength the target's logit and probability change and the KL at the last position, "
+            "and its continuation",
+            "min": -MAX_VALUE,
+            "max": MAX_VALUE,
+        },
+    )
+    target: str | None = field(
+        default=None,
+        metadata={
+            "help": "the sweep's next token followed (a token of the vocabulary, or its id); default: the one the "
+            "largest |strength| raises most"
+        },
+    )
     ablate_to: str = field(default="zero", metadata={"choices": ABLATE_TO, "help": "ablate: the code put in"})
     counterfactual: str | None = field(
         default=None, metadata={"help": "ablate_to counterfactual: the prompt whose codes are put in (right-aligned)"}
@@ -159,6 +176,13 @@ class InterventionConfig(Config):
             raise BadValueError(f"op {self.op} needs a value (e.g. --value 5, or one per coordinate of a block)")
         if self.op == "ablate" and self.value:
             raise BadValueError(f"op ablate takes no value (got {self.value}); choose --ablate-to {list(ABLATE_TO)}")
+        if self.strengths is not None and (self.op == "ablate" or not self.strengths):
+            raise BadValueError(
+                f"strengths {self.strengths} sweep the value of op set, scale or steer (got op {self.op}); give "
+                "one or more numbers, e.g. --strengths 0,4,8,16"
+            )
+        if self.target is not None and self.strengths is None:
+            raise BadValueError(f"target {self.target!r} is the token a sweep follows; give --strengths too")
         if self.op == "ablate" and self.ablate_to == "counterfactual" and not self.counterfactual:
             raise BadValueError("ablate_to counterfactual needs the counterfactual prompt (--counterfactual)")
         if self.counterfactual and not (self.op == "ablate" and self.ablate_to == "counterfactual"):

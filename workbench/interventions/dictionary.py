@@ -65,8 +65,8 @@ class Site:
     def decode_changes(self, old: torch.Tensor, new: torch.Tensor, dtype) -> list[torch.Tensor]:
         """What the decoded output changes by at each write hook when the codes go from old to new (a skip path,
         which reads the input, does not change): zero exactly where they are equal."""
-        d = self.sae.decode(new.to(self.sae.dtype)) - self.sae.decode(old.to(self.sae.dtype))
-        return [d.to(dtype)]
+        both = self.sae.decode(torch.stack([new, old]).to(self.sae.dtype))  # one call: a generated token's is small
+        return [(both[0] - both[1]).to(dtype)]
 
     def decoder_row(self, latent: int) -> torch.Tensor:
         """[d_out]: what one unit of `latent` writes at write_hook."""

@@ -14,11 +14,11 @@ import time
 
 import torch
 
-from workbench.circuits.inputs import align, str_tokens, tokens_of
+from workbench.circuits.inputs import align, single_token, str_tokens, tokens_of
 from workbench.errors import BadValueError
 from workbench.interventions.config import InterventionConfig
 from workbench.interventions.dictionary import Site, Unit, load_dictionary, resolve
-from workbench.interventions.generate import continuation, forward
+from workbench.interventions.generate import Rollout, Span, forward, rollout
 
 SCHEMA = ("workbench.intervention", 1)
 BATCH_SCHEMA = ("workbench.intervention_batch", 1)
@@ -60,10 +60,23 @@ class Intervention:
                     f"{u.index.numel()} coordinates: give one number or one per coordinate"
                 )
         self.prompt_positions = self._prompt_positions()
+        self.target = None if cfg.target is None else self._token(cfg.target)
+        self.open_ended = cfg.position_spec[0] in ("all", "generated")  # every generated position is intervened on
+        self._positions = {}  # _local_positions' answers
+        self.span = Span()  # where the running forward's tokens start (a rollout's cached steps run one token)
+        self.rows = slice(None)  # the batch rows intervened on (a rollout's first row is the clean run)
+        self.values = None if self.value is None else self.value.reshape(1, 1, -1)  # each row's value [rows, 1, n]
         self.reads = [s.read_hook for s in self.sites]
         self.clean = clean if clean is not None else clean_run(model, self.tokens, self.reads, cfg)
         self.row_scale, self.frozen_rows = row_scale, frozen_rows
         self.fill = self._fill_codes(mean_source)
+
+    def _token(self, text: str) -> int:
+        """A sweep's target: a token of the vocabulary, or (a model without a tokenizer) its id."""
+        t = text.strip()
+        if t.isdigit() and getattr(self.model, "tokenizer", None) is None:
+            return single_token(self.model, int(t), "target")
+        return single_token(self.model, text, "target")
 
     def _prompt_positions(self) -> list[int]:
         spec = self.cfg.position_spec
@@ -78,9 +91,23 @@ class Intervention:
         """[n_pos] bool: the positions intervened on in a sequence of n_pos tokens (the prompt, then generated)."""
         m = torch.zeros(n_pos, dtype=torch.bool)
         m[self.prompt_positions] = True
-        if self.cfg.position_spec[0] in ("all", "generated"):
+        if self.open_ended:
             m[self.P :] = True
         return m
+
+    def _local_positions(self, start: int, length: int) -> tuple[torch.Tensor, slice | torch.Tensor]:
+        """The intervened positions among a forward's `length` tokens starting at `start`, counted from there (what
+        mask(start + length)[start:] marks, without building it on every generated token), and the same as an index
+        (a slice where they run without a gap: no copy)."""
+        key = (min(start, self.P), length)  # past the prompt, the same for every start
+        if key not in self._positions:
+            local = [p - start for p in self.prompt_positions if start <= p < start + length]
+            if self.open_ended:
+                local += range(max(self.P, start) - start, length)
+            pos = torch.tensor(local, dtype=torch.long)
+            gapless = local == list(range(local[0], local[-1] + 1)) if local else False
+            self._positions[key] = pos, slice(local[0], local[-1] + 1) if gapless else pos
+        return self._positions[key]
 
     def _fill_codes(self, mean_source) -> dict:
         """unit name -> (codes [P, u] put in at each prompt position, [P] bool where there are any) for ablate."""
@@ -126,7 +153,7 @@ class Intervention:
 
     def new_codes(self, u: Unit, codes: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """The unit's coordinates after the operation, at positions `pos` (codes: [.., len(pos), u] there)."""
-        op, v = self.cfg.op, None if self.value is None else self.value.to(codes)
+        op, v = self.cfg.op, None if self.values is None else self.values.to(codes)
         if op == "set":
             return v.expand_as(codes)
         if op == "scale":
@@ -145,9 +172,11 @@ class Intervention:
     def hooks(self, empty: bool = False) -> list:
         """fwd_hooks of the intervened run (empty: of the clean run in this semantics, nothing changed): frozen
         patterns and scales and the constrained MLP outputs held first, then each site's change at its write hook."""
-        out = self._held_hooks()
-        if empty:
-            return out
+        return self._held_hooks() + ([] if empty else self._change_hooks())
+
+    def _change_hooks(self) -> list:
+        """Each site's change at its write hook(s) (and, where it reads elsewhere, the read of its input)."""
+        out = []
         for site in self.sites:
             units = [u for u in self.units if u.site is site]
             seen = {}
@@ -160,37 +189,47 @@ class Intervention:
 
     def _change(self, act: torch.Tensor, site: Site, units: list[Unit], seen: dict) -> torch.Tensor:
         """At the site's first write hook: the change of its decoded output at every write hook (kept in `seen` for
-        the later ones, a cross-layer transcoder's), the first one added."""
-        x = seen.pop("x", act)
-        if site.layer in self.cfg.constrained_layers:  # codes of the clean input, as circuit-tracer's
-            x = torch.cat([self.clean[site.read_hook].to(x), x[:, self.P :]], 1)
-        pos = self.mask(act.shape[1]).nonzero().flatten()
+        the later ones, a cross-layer transcoder's), the first one added, in the intervened rows."""
+        x = seen.pop("x", act)[self.rows]
+        start, n = self._prompt_part(act.shape[1])
+        if site.layer in self.cfg.constrained_layers and n:  # codes of the clean input, as circuit-tracer's
+            held = self.clean[site.read_hook][:, start : start + n].to(x)
+            x = torch.cat([held.expand(x.shape[0], -1, -1), x[:, n:]], 1)
+        pos, at = self._local_positions(start, act.shape[1])
         seen["writes"] = None
         if not pos.numel():
             return act
-        codes = site.encode(x[:, pos])
+        codes = site.encode(x[:, at])
         new = codes.clone()
         for u in units:
-            new[..., u.index] = self.new_codes(u, codes[..., u.index], pos)
-        seen["writes"] = (pos, site.decode_changes(codes, new, act.dtype))
+            new[..., u.index] = self.new_codes(u, codes[..., u.index], pos + start)
+        seen["writes"] = (self.rows, at, site.decode_changes(codes, new, act.dtype))
         return _write(act, seen, 0)
+
+    def _prompt_part(self, length: int) -> tuple[int, int]:
+        """(start, n): where the running forward's `length` tokens start, and how many of them are the prompt's."""
+        start = self.span.start
+        return start, max(0, min(self.P, start + length) - start)
 
     def _held_hooks(self) -> list:
         P, clean = self.P, self.clean
-
         rows = self.frozen_rows if self.cfg.semantics == "live" else None
 
         def hold(act, hook):
+            pattern = hook.name.endswith("hook_pattern")
+            start, n = self._prompt_part(act.shape[-2 if pattern else 1])
+            if not n:
+                return act
             held = clean[hook.name]
             frozen = hook.name.endswith(FROZEN)
             if act.shape == held.shape and frozen and rows is None:  # the prompt alone, frozen: the clean pattern or
                 return held.to(act.dtype)  # scale itself, which nothing downstream writes into
             act = act.clone()
             at = rows if frozen and rows is not None else slice(None)
-            if hook.name.endswith("hook_pattern"):
-                act[at, ..., :P, :P] = held
+            if pattern:
+                act[at, ..., :n, :P] = held[..., start : start + n, :]
             else:
-                act[at, :P] = held
+                act[at, :n] = held[:, start : start + n]
             return act
 
         held = FROZEN if self.cfg.frozen_norm else FROZEN[:1]
@@ -203,17 +242,44 @@ class Intervention:
         """[P, d_vocab] logits of the prompt with the intervention's hooks (empty: the semantics' clean run)."""
         return forward(self.model, self.tokens, self.hooks(empty), self.reads)
 
+    def rollout(self, n: int, strengths=(), clean: bool = True, kv_cache: bool = True) -> Rollout:
+        """The clean run's row (clean: with it) and the intervention's rows (its value, then each of `strengths` in
+        its place) in one batch: their prompt logits and n-token continuations (rollout in generate.py)."""
+        cfg = self.cfg
+        values = self.values
+        if strengths:
+            values = torch.stack([self.value, *(torch.full_like(self.value, float(s)) for s in strengths)])[:, None]
+        rows = 1 if values is None else values.shape[0]
+        self.rows, self.values = slice(int(clean), None), values
+        try:
+            return rollout(
+                self.model,
+                self.tokens,
+                n,
+                self._change_hooks(),
+                self.reads,
+                self.span,
+                rows + int(clean),
+                cfg.sample,
+                cfg.seed,
+                cfg.temperature,
+                kv_cache,
+                self._held_hooks(),  # they hold prompt positions only: a cached step's new token runs without them
+            )
+        finally:
+            self.rows, self.values = slice(None), None if self.value is None else self.value.reshape(1, 1, -1)
+            self.span.start = 0
+
     def run(self) -> dict:
-        """The result (module doc): next-token changes at the reported positions, KL, both continuations."""
+        """The result (module doc): next-token changes at the reported positions, KL, both continuations, and the
+        sweep over cfg.strengths (run in the same batch)."""
         t0 = time.perf_counter()
         cfg = self.cfg
         cfg.check_context(self.P, self.model.cfg.n_ctx)  # before any work: a longer continuation would stop short
-        clean, new = self.clean["logits"], self.logits()
-        n, kw = cfg.continue_tokens, {"sample": cfg.sample, "seed": cfg.seed, "temp": cfg.temperature}
-        gen_clean = continuation(self.model, self.tokens, n, self.hooks(empty=True), self.reads, **kw)
-        gen_new = continuation(self.model, self.tokens, n, self.hooks(), self.reads, **kw)
+        ro = self.rollout(cfg.continue_tokens, cfg.strengths or ())
+        clean, new = ro.prompt[0], ro.prompt[1]
         reported = sorted(set(self.prompt_positions) | {self.P - 1})
-        return {
+        out = {
             "schema": SCHEMA[0],
             "schema_version": SCHEMA[1],
             "semantics": cfg.semantics,
@@ -226,11 +292,38 @@ class Intervention:
             "continuation": {
                 "mode": "sampled" if cfg.sample else "greedy",
                 "seed": cfg.seed if cfg.sample else None,
-                "clean": self._text(gen_clean),
-                "intervened": self._text(gen_new),
+                "clean": self._text(ro.tokens[0]),
+                "intervened": self._text(ro.tokens[1]),
             },
-            "seconds": time.perf_counter() - t0,
         }
+        if cfg.strengths:
+            out["sweep"] = self._sweep(ro)
+        return {**out, "seconds": time.perf_counter() - t0}
+
+    def _sweep(self, ro: Rollout) -> dict:
+        """Per strength (rows 2.. of the rollout), at the last prompt position: the target token's logit change and
+        probability, the KL from the clean run, the top token, and the continuation."""
+        last = ro.prompt[:, -1]
+        lp = last.log_softmax(-1)
+        strengths = self.cfg.strengths
+        target = self.target
+        if target is None:  # the token the largest |strength| raises most
+            far = 2 + max(range(len(strengths)), key=lambda i: abs(strengths[i]))
+            target = int((last[far] - last[0]).argmax())
+        kl = (lp[0].exp() * (lp[0] - lp)).sum(-1).clamp_min(0)
+        rows = [
+            {
+                "strength": float(s),
+                "kl": float(kl[r]),
+                "target_logit_change": float(last[r, target] - last[0, target]),
+                "target_prob": float(lp[r, target].exp()),
+                "top": str_tokens(self.model, last[r].argmax()[None])[0],
+                "continuation": self._text(ro.tokens[r]),
+            }
+            for r, s in enumerate(strengths, 2)
+        ]
+        name = str_tokens(self.model, torch.tensor([target]))[0]
+        return {"target": target, "target_str": name, "clean_prob": float(lp[0, target].exp()), "rows": rows}
 
     def _unit_record(self, u: Unit) -> dict:
         codes = u.site.encode(self.clean[u.site.read_hook][0])[:, u.index]
@@ -300,9 +393,9 @@ def _write(act: torch.Tensor, seen: dict, i: int) -> torch.Tensor:
     """act with the site's change at its i-th write hook added at the intervened positions (`seen`, from _change)."""
     if seen.get("writes") is None:
         return act
-    pos, changes = seen["writes"]
+    rows, pos, changes = seen["writes"]
     act = act.clone()
-    act[:, pos] += changes[i]
+    act[rows, pos] += changes[i]
     return act
 
 
