@@ -173,11 +173,12 @@ def test_every_field_of_the_intervention_reaches_its_config_from_a_flag(capsys):
     too), the list fields their own, and a value out of a field's bounds is refused as it is parsed."""
     line = ["intervene", "--dictionary", "d", "--prompt", "x", "--feature", "1", "--op", "steer", "--value", "2"]
     given = ["--temperature", "0.5", "--mean-sequences", "8", "--continue", "3", "--live-norm", "--semantics", "frozen"]
-    cfg = intervene_cli._config(build_parser().parse_args([*line, *given, "--constrained-layers", "0,1"]))
+    lists = ["--constrained-layers", "0,1", "--strengths", "0,4"]
+    cfg = intervene_cli._config(build_parser().parse_args([*line, *given, *lists]))
     assert (cfg.temperature, cfg.mean_sequences, cfg.continue_tokens, cfg.frozen_norm) == (0.5, 8, 3, False)
-    assert (cfg.value, cfg.constrained_layers, cfg.semantics) == ([2.0], [0, 1], "frozen")
+    assert (cfg.value, cfg.constrained_layers, cfg.strengths, cfg.semantics) == ([2.0], [0, 1], [0.0, 4.0], "frozen")
     flags = {f.name for f in flag_fields(InterventionConfig)}
-    assert flags | {"features", "value", "constrained_layers"} == {
+    assert flags | {"features", "value", "constrained_layers", "strengths"} == {
         f.name for f in dataclasses.fields(InterventionConfig)
     }
     with pytest.raises(SystemExit) as e:
