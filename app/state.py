@@ -33,6 +33,8 @@ from app.pages import (  # noqa: F401 (the page registry, read through state by 
 from workbench import browse
 from workbench.circuits import annotations, schema
 from workbench.errors import UserError
+from workbench.readback import artifact_manifest
+from workbench.workspace import MANIFEST
 
 WORKSPACE_ENV = "WORKBENCH_WORKSPACE"
 UPLOADED = "uploaded"
@@ -170,6 +172,41 @@ def transcoder_sets() -> list[browse.TranscoderSetView]:
         return [_transcoder_set(str(r), rel, stamp) for rel in catalog().transcoder_sets]
     except UserError as e:
         fail(e)
+
+
+def _spec(spec) -> str | None:
+    """A manifest's model_spec as live.model_specs lists it: a workspace folder absolute, an embedded model by name."""
+    if not isinstance(spec, str) or not spec:
+        return None
+    return str((root() / spec).resolve()) if (root() / spec).exists() else spec
+
+
+def model_spec_of(rel: str) -> str | None:
+    """The model an artifact was made with, as its manifest records it (inputs.model_spec, else its cache's); None
+    when no manifest on the way records one (or one is damaged: the pages that read it say so)."""
+    folder = resolve(rel)
+    for _ in range(3):  # a dictionary -> its cache -> the model
+        try:
+            inputs = artifact_manifest(folder / MANIFEST).get("inputs", {}) if (folder / MANIFEST).is_file() else {}
+        except UserError:
+            return None
+        if _spec(inputs.get("model_spec")):
+            return _spec(inputs["model_spec"])
+        if not isinstance(inputs.get("cache"), str):
+            return None
+        folder = root() / inputs["cache"]
+    return None
+
+
+def specs_recorded(model_id: str) -> list[str]:
+    """The model specs the workspace's manifests record beside `model_id` (every step records a model's id and spec
+    together): where live.spec_of looks first, so it loads the one model it needs, not every model before it."""
+    found = [
+        _spec(a.manifest["inputs"].get("model_spec"))
+        for a in catalog().artifacts
+        if isinstance(a.manifest.get("inputs"), dict) and a.manifest["inputs"].get("model") == model_id
+    ]
+    return list(dict.fromkeys(s for s in found if s))
 
 
 def stamp(rel: str) -> float:

@@ -125,8 +125,13 @@ def run_live(cd: cg.CircuitData) -> tuple[str, dict] | None:
         st.info("this file holds no prompt tokens (MIB and Neuronpedia files carry none), so nothing can be run")
         return None
     try:
-        spec = live.spec_of(cd.model_id, "this circuit")
-        with st.spinner("running the model live on the prompt (attention patterns and logit effects of every node)..."):
+        with st.spinner(
+            state.text(
+                f"loading the model {cd.model_id or '?'} and running it on the prompt for the node details "
+                "(attention patterns, logit effects; the first time on this server it also imports torch: seconds)..."
+            )
+        ):
+            spec = live.spec_of(cd.model_id, "this circuit")
             model = live.load_model(spec)[0]
             schema.check_tokens(cd.query, model.cfg.d_vocab)
             return spec, live.run_prompt(spec, tuple(tokens))
@@ -249,10 +254,6 @@ with side:
     node = pick_node(cd, v, node_url)
 with graph_col:
     state.draw(cd, v, "graph", (rel, fraction, cap), node)
-with side:
-    ran = run_live(cd) if node is not None else None
-    if ran is not None:
-        node_panel(cd, node, *ran)
 left, right = st.columns([3, 2])
 with left:
     if cd.curve:
@@ -263,5 +264,9 @@ with left:
         st.info("this file holds no faithfulness curve (MIB and Neuronpedia files carry none)")
 with right:
     state.download_buttons(rel)
+with side:  # last: the page is whole while the model loads (seconds on a fresh server), under a spinner naming it
+    ran = run_live(cd) if node is not None else None
+    if ran is not None:
+        node_panel(cd, node, *ran)
 if ran is not None:
     steer.circuit_panel(cd, node, ran[0])
