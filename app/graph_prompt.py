@@ -117,8 +117,9 @@ def box() -> Request | None:
             name = st.text_input("name (optional)", help="its folder in circuits/; default: from the prompt")
             go = st.form_submit_button("build and check the graph")
         made = st.session_state.pop(MADE, None)
-        if made:
-            st.success(state.text(made))
+        if made:  # once, after the run opened its graph: what it recorded, and the commands that do the same
+            st.success(state.text(made[0]))
+            st.code(made[1], language="bash", wrap_lines=True)
         if not go:
             return None
         try:
@@ -137,8 +138,8 @@ def _default_model(dictionary: str, models: list[str]) -> int:
 def run(r: Request) -> None:
     """The two steps under a status with a progress bar; on success the page reruns on the new graph."""
     root = state.root()
-    st.caption("the same as, from any folder:")
-    st.code(shown(commands(root, r)), language="bash")
+    st.caption("the same as these commands, in a shell in any folder:")
+    st.code(shown(commands(root, r)), language="bash", wrap_lines=True)
     bar = st.progress(0.0, text="starting")
     with st.status("building the attribution graph...", expanded=True) as status:
         done = [0]
@@ -164,7 +165,7 @@ def run(r: Request) -> None:
         bar.progress(1.0, text="done")
         status.update(label=f"recorded {r.name}: {_share(s)}", state="complete")
     notes = "".join(f"; note: {n}" for n in notes)
-    st.session_state[MADE] = f"recorded and opened {r.name}: {_share(s)}{notes}"
+    st.session_state[MADE] = (f"recorded and opened {r.name}: {_share(s)}{notes}", shown(commands(root, r)))
     open_graph(folder.resolve().relative_to(root.resolve()).as_posix())
 
 

@@ -255,26 +255,10 @@ def intervene(spec: str, dictionary: str, prompt: str, cfg: dict) -> dict:
 
     cfg = InterventionConfig.from_dict(cfg)
     model, _, lock = load_model(spec)
-    source = ActivationCache.open(_training_cache(dictionary)) if cfg.ablate_to == "mean" else None
+    source = ActivationCache.open(state.training_cache(dictionary)) if cfg.ablate_to == "mean" else None
     sites = _sites(spec, str(state.resolve(dictionary)), state.stamp(dictionary))
     with lock:
         return Intervention(model, sites, prompt, cfg, source).run()
-
-
-def _training_cache(rel: str) -> Path:
-    """The activation cache a dictionary was trained on: its manifest's (a set's member: the set's) input `cache`."""
-    from workbench.readback import artifact_manifest
-    from workbench.workspace import MANIFEST
-
-    folder, root = state.resolve(rel), state.root()
-    for f in [folder, *folder.parents]:
-        if (f / MANIFEST).is_file():
-            cache = artifact_manifest(f / MANIFEST).get("inputs", {}).get("cache")
-            if cache:
-                return state.resolve(cache)
-        if f == root:
-            break
-    raise UserError(f"no manifest of {rel} names the cache it was trained on, so there is no mean code to ablate to")
 
 
 def token_str(spec: str, token: int) -> str:

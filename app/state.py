@@ -11,6 +11,7 @@ import hashlib
 import json
 import math
 import os
+import shlex
 from pathlib import Path
 
 import streamlit as st
@@ -51,6 +52,19 @@ def fail(msg) -> None:
     """Show a user error and stop the page (no traceback); the message may quote a file, so it is escaped."""
     st.error(text(msg))
     st.stop()
+
+
+def shown_path(rel: str) -> str:
+    """A workspace path as the app shows it: absolute, so a command quoting it runs from any folder (a manifest's
+    path is relative to the workspace, which a shell elsewhere does not know)."""
+    return str(resolve(rel))
+
+
+def command(*words) -> str:
+    """A CLI command as the app shows it: inline code, each word quoted for a shell, with --workspace naming this
+    workspace (absolute) when the command reads or records artifacts there; `...` stands for what the user fills in."""
+    shown = " ".join(w if w == "..." else shlex.quote(str(w)) for w in words)
+    return code(f"{shown} --workspace {shlex.quote(str(root()))}")
 
 
 def resolve(rel: str) -> Path:
@@ -196,6 +210,19 @@ def model_spec_of(rel: str) -> str | None:
             return None
         folder = root() / inputs["cache"]
     return None
+
+
+def training_cache(rel: str) -> Path:
+    """The activation cache a dictionary was trained on: its manifest's (a set's member: the set's) input `cache`."""
+    folder, top = resolve(rel), root()
+    for f in [folder, *folder.parents]:
+        if (f / MANIFEST).is_file():
+            cache = artifact_manifest(f / MANIFEST).get("inputs", {}).get("cache")
+            if cache:
+                return resolve(cache)
+        if f == top:
+            break
+    raise UserError(f"no manifest of {rel} names the cache it was trained on, so there is no mean code to ablate to")
 
 
 def specs_recorded(model_id: str) -> list[str]:
@@ -585,7 +612,7 @@ def download_buttons(rel: str) -> None:
                 key=f"dl_{fmt}",
             )
         else:
-            col.caption(f"no {fname} in {rel} (export it with `workbench circuit export`)")
+            col.caption(f"no {fname} in {text(shown_path(rel))} (export it with `workbench circuit export`)")
 
 
 def compare_pairs(report: dict) -> dict[str, str]:

@@ -83,3 +83,18 @@ def test_the_shown_commands_run_from_another_folder(prompt_workspace, tokenizer,
 
 def _env() -> dict:
     return {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+
+
+def test_a_shown_command_names_absolute_paths_and_the_workspace(tmp_path, monkeypatch):
+    """state.command, as the SAE page shows `sae eval`: quoted for a shell, --workspace the absolute root."""
+    from app import state
+
+    monkeypatch.setenv("WORKBENCH_WORKSPACE", str(tmp_path / "my ws"))
+    (tmp_path / "my ws" / "saes" / "a").mkdir(parents=True)
+    folder = state.shown_path("saes/a")
+    assert folder == str(tmp_path / "my ws" / "saes" / "a")
+    shown = state.command("workbench", "sae", "eval", folder, "--cache", "...")
+    assert (
+        shown
+        == f"`workbench sae eval {shlex.quote(folder)} --cache ... --workspace {shlex.quote(str(tmp_path / 'my ws'))}`"
+    )
