@@ -116,10 +116,6 @@ def box() -> Request | None:
             model = st.selectbox("model", models, index=_default_model(dictionary, models), format_func=_model_label)
             name = st.text_input("name (optional)", help="its folder in circuits/; default: from the prompt")
             go = st.form_submit_button("build and check the graph")
-        made = st.session_state.pop(MADE, None)
-        if made:  # once, after the run opened its graph: what it recorded, and the commands that do the same
-            st.success(state.text(made[0]))
-            st.code(made[1], language="bash", wrap_lines=True)
         if not go:
             return None
         try:
@@ -127,6 +123,15 @@ def box() -> Request | None:
         except BadRequest as e:
             st.error(state.text(e))
             return None
+
+
+def report() -> None:
+    """Once, after a run opened its graph (under the row of controls, the page's width): what it recorded, and the
+    commands that do the same from a shell."""
+    made = st.session_state.pop(MADE, None)
+    if made:
+        st.success(state.text(made[0]))
+        st.code(made[1], language="bash", wrap_lines=True)
 
 
 def _default_model(dictionary: str, models: list[str]) -> int:

@@ -180,6 +180,7 @@ with upload_col:
     upload_box()
 with prompt_col:
     request = graph_prompt.box()
+graph_prompt.report()
 if request is not None:
     graph_prompt.run(request)  # the page's width for its progress; it reruns the page on the new graph
 with pick_col:
