@@ -119,7 +119,8 @@ def _layer(hook: str | None) -> int | None:
 
 def run_live(cd: cg.CircuitData) -> tuple[str, dict] | None:
     """The model's forward pass on the circuit's prompt, started as soon as the circuit opens (not on the first
-    click), saying so while it runs; None (with the reason shown) when it cannot run here."""
+    click), saying so while it runs, under the model loading's own spinner the first time (the page's graph, curve
+    and downloads are drawn before: this runs last); None (with the reason shown) when it cannot run here."""
     tokens = cd.query.get("tokens")
     if not tokens:
         st.info("this file holds no prompt tokens (MIB and Neuronpedia files carry none), so nothing can be run")
@@ -127,8 +128,8 @@ def run_live(cd: cg.CircuitData) -> tuple[str, dict] | None:
     try:
         with st.spinner(
             state.text(
-                f"loading the model {cd.model_id or '?'} and running it on the prompt for the node details "
-                "(attention patterns, logit effects; the first time on this server it also imports torch: seconds)..."
+                f"running the model {cd.model_id or '?'} on the prompt for the node details (attention patterns, "
+                "logit effects)..."
             )
         ):
             spec = live.spec_of(cd.model_id, "this circuit")
