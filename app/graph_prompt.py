@@ -157,9 +157,7 @@ def run(r: Request) -> None:
         try:
             step(f"loading the model {_model_label(r.model)} (the first time on this server: seconds)")
             live.load_model(r.model)
-            step(
-                "reading the prompt as the model's tokens (a word outside its vocabulary, or a prompt longer than its context, is refused here)"
-            )
+            step("reading the prompt as the model's tokens (an unknown word or a prompt over its context is refused)")
             live.tokenize(r.model, r.prompt)
             _, folder, record, notes = live.graph_steps(r.model, root / r.dictionary, r.prompt, r.answer, r.name, step)
         except UserError as e:
