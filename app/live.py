@@ -35,7 +35,9 @@ class ModelNotFound(UserError):
     """A file names a model that is neither the embedded one nor a saved model in the workspace."""
 
 
-@st.cache_resource(show_spinner="loading the model...", max_entries=4)
+@st.cache_resource(
+    show_spinner="loading the model (the first time on this server it also imports torch)...", max_entries=4
+)
 def load_model(spec: str):
     """(model, model id, lock): the lock serialises runs of this shared model across sessions."""
     from workbench.models import load, model_id
@@ -60,8 +62,12 @@ def model_specs() -> list[str]:
 
 
 def spec_of(model_id: str, what: str = "this SAE") -> str:
-    """The spec (tiny or a workspace model's path) of the model whose id is `model_id`, or ModelNotFound."""
-    for spec in model_specs():
+    """The spec (tiny or a workspace model's path) of the model whose id is `model_id`, or ModelNotFound. A model's id
+    hashes its weights, so a candidate is loaded to be told apart: the specs the manifests record beside the id are
+    tried first, and the rest (each one loaded) only when none of them is it."""
+    specs = model_specs()
+    recorded = [s for s in state.specs_recorded(model_id) if s in specs]
+    for spec in recorded + [s for s in specs if s not in recorded]:  # the recorded one first: one model loaded
         try:
             if load_model(spec)[1] == model_id:
                 return spec
@@ -149,26 +155,53 @@ def stream_features(spec: str, tokens: tuple[int, ...], sae_rel: str, hook: str,
 def find_circuit(spec: str, prompt: str, answer: str, counterfactual: str | None, transcoders=None, **kwargs):
     """steps.circuits.find_circuit (or, with a transcoder set folder, its find_feature_circuit) into the workspace,
     holding the model's lock (the search adds hooks to the shared model); returns (circuit, folder, the finder's
-    own warnings as text). Library warnings (deprecations, torch internals) stay in the server log: they are not
-    the user's to act on."""
+    own warnings as text)."""
     from workbench.steps.circuits import find_circuit, find_feature_circuit
+
+    def run(ws, model):
+        if transcoders is None:
+            return find_circuit(ws, model, prompt, answer, counterfactual, model_spec=spec, **kwargs)
+        circuit, _, folder = find_feature_circuit(
+            ws, model, transcoders, prompt, answer, counterfactual, model_spec=spec, **kwargs
+        )
+        return circuit, folder
+
+    (circuit, folder), notes = _in_workspace(spec, run)
+    return circuit, folder, notes
+
+
+def graph_steps(spec: str, dictionary: Path, prompt: str, answer: str | None, name: str, on_step) -> tuple:
+    """`workbench circuit graph` then `workbench circuit check` on the new graph, as the CLI runs them (the same step
+    functions, the config defaults, the dictionary's first member): recorded in the workspace as one circuit artifact.
+    `on_step(text)` is called as each stage starts. Returns (graph, folder, check record, the steps' own warnings)."""
+    from workbench.interventions.config import CheckConfig
+    from workbench.steps.graphs import attribution_graph, check_graph
+
+    def run(ws, model):
+        on_step("building the attribution graph (a backward pass per kept row)")
+        g, folder = attribution_graph(ws, model, dictionary, prompt, answer, model_spec=spec, name=name)
+        on_step("checking its nodes and top edges by interventions in the model")
+        return g, folder, check_graph(ws, model, folder / "graph.json", dictionary, CheckConfig())
+
+    (g, folder, record), notes = _in_workspace(spec, run)
+    return g, folder, record, notes
+
+
+def _in_workspace(spec: str, run) -> tuple:
+    """`run(workspace, model)` holding the model's lock (a step adds hooks to the shared model); returns (its result,
+    the workbench's own warnings as text). Library warnings (deprecations, torch internals) stay in the server log:
+    they are not the user's to act on."""
     from workbench.workspace import Workspace
 
     model, _, lock = load_model(spec)
-    ws = Workspace(state.root())
     with lock, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        if transcoders is None:
-            circuit, folder = find_circuit(ws, model, prompt, answer, counterfactual, model_spec=spec, **kwargs)
-        else:
-            circuit, _, folder = find_feature_circuit(
-                ws, model, transcoders, prompt, answer, counterfactual, model_spec=spec, **kwargs
-            )
+        out = run(Workspace(state.root()), model)
     notes = [str(w.message) for w in caught if _from_workbench(w)]
     for w in caught:
         if not _from_workbench(w):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    return circuit, folder, notes
+    return out, notes
 
 
 def _from_workbench(w: warnings.WarningMessage) -> bool:
@@ -222,26 +255,10 @@ def intervene(spec: str, dictionary: str, prompt: str, cfg: dict) -> dict:
 
     cfg = InterventionConfig.from_dict(cfg)
     model, _, lock = load_model(spec)
-    source = ActivationCache.open(_training_cache(dictionary)) if cfg.ablate_to == "mean" else None
+    source = ActivationCache.open(state.training_cache(dictionary)) if cfg.ablate_to == "mean" else None
     sites = _sites(spec, str(state.resolve(dictionary)), state.stamp(dictionary))
     with lock:
         return Intervention(model, sites, prompt, cfg, source).run()
-
-
-def _training_cache(rel: str) -> Path:
-    """The activation cache a dictionary was trained on: its manifest's (a set's member: the set's) input `cache`."""
-    from workbench.readback import artifact_manifest
-    from workbench.workspace import MANIFEST
-
-    folder, root = state.resolve(rel), state.root()
-    for f in [folder, *folder.parents]:
-        if (f / MANIFEST).is_file():
-            cache = artifact_manifest(f / MANIFEST).get("inputs", {}).get("cache")
-            if cache:
-                return state.resolve(cache)
-        if f == root:
-            break
-    raise UserError(f"no manifest of {rel} names the cache it was trained on, so there is no mean code to ablate to")
 
 
 def token_str(spec: str, token: int) -> str:
@@ -303,7 +320,7 @@ def propose_groups(spec: str, dictionary: str, key: tuple, _graph: dict, thresho
     model, _, lock = load_model(spec)
     sites = _sites(spec, str(state.resolve(dictionary)), state.stamp(dictionary))
     try:
-        cache = ActivationCache.open(_training_cache(dictionary))
+        cache = ActivationCache.open(state.training_cache(dictionary))
     except UserError:
         cache = None  # the record's signals_used says co-activation is missing
     feats = {

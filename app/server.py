@@ -6,7 +6,9 @@ every page but the first paid that (0.13-0.17 s in bench/results/app.md). Here e
 root in `window.__streamlit.BACKEND_BASE_URL`, the client's hosting hook, so it connects at once.
 """
 
+import importlib
 import sys
+import threading
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `app` and this checkout's `workbench`
@@ -36,5 +38,18 @@ async def _page(_request) -> HTMLResponse:
     return HTMLResponse(PAGE_HTML, headers={"Cache-Control": "no-cache"})
 
 
+WARM = "workbench.models"  # torch and TransformerLens: 7-11 s of imports on two busy cores, 0.3 s for tiny's weights
+
+
+def warm_imports() -> threading.Thread:
+    """Import the model stack in the background as the server starts: a page that runs a model (Circuit's node details,
+    the prompt box) then loads only the weights, on demand, instead of waiting seconds on imports first. No model is
+    loaded here; a page that needs none never waits on this."""
+    t = threading.Thread(target=importlib.import_module, args=(WARM,), name="warm-imports", daemon=True)
+    t.start()
+    return t
+
+
+warm_imports()
 ROUTES = [Route("/", _page)] + [Route(f"/{url}", _page) for _, _, url, _ in PAGES]
 app = st.App(str(Path(__file__).with_name("main.py")), routes=ROUTES)

@@ -11,6 +11,7 @@ import hashlib
 import json
 import math
 import os
+import shlex
 from pathlib import Path
 
 import streamlit as st
@@ -33,6 +34,8 @@ from app.pages import (  # noqa: F401 (the page registry, read through state by 
 from workbench import browse
 from workbench.circuits import annotations, schema
 from workbench.errors import UserError
+from workbench.readback import artifact_manifest
+from workbench.workspace import MANIFEST
 
 WORKSPACE_ENV = "WORKBENCH_WORKSPACE"
 UPLOADED = "uploaded"
@@ -49,6 +52,19 @@ def fail(msg) -> None:
     """Show a user error and stop the page (no traceback); the message may quote a file, so it is escaped."""
     st.error(text(msg))
     st.stop()
+
+
+def shown_path(rel: str) -> str:
+    """A workspace path as the app shows it: absolute, so a command quoting it runs from any folder (a manifest's
+    path is relative to the workspace, which a shell elsewhere does not know)."""
+    return str(resolve(rel))
+
+
+def command(*words) -> str:
+    """A CLI command as the app shows it: inline code, each word quoted for a shell, with --workspace naming this
+    workspace (absolute) when the command reads or records artifacts there; `...` stands for what the user fills in."""
+    shown = " ".join(w if w == "..." else shlex.quote(str(w)) for w in words)
+    return code(f"{shown} --workspace {shlex.quote(str(root()))}")
 
 
 def resolve(rel: str) -> Path:
@@ -170,6 +186,54 @@ def transcoder_sets() -> list[browse.TranscoderSetView]:
         return [_transcoder_set(str(r), rel, stamp) for rel in catalog().transcoder_sets]
     except UserError as e:
         fail(e)
+
+
+def _spec(spec) -> str | None:
+    """A manifest's model_spec as live.model_specs lists it: a workspace folder absolute, an embedded model by name."""
+    if not isinstance(spec, str) or not spec:
+        return None
+    return str((root() / spec).resolve()) if (root() / spec).exists() else spec
+
+
+def model_spec_of(rel: str) -> str | None:
+    """The model an artifact was made with, as its manifest records it (inputs.model_spec, else its cache's); None
+    when no manifest on the way records one (or one is damaged: the pages that read it say so)."""
+    folder = resolve(rel)
+    for _ in range(3):  # a dictionary -> its cache -> the model
+        try:
+            inputs = artifact_manifest(folder / MANIFEST).get("inputs", {}) if (folder / MANIFEST).is_file() else {}
+        except UserError:
+            return None
+        if _spec(inputs.get("model_spec")):
+            return _spec(inputs["model_spec"])
+        if not isinstance(inputs.get("cache"), str):
+            return None
+        folder = root() / inputs["cache"]
+    return None
+
+
+def training_cache(rel: str) -> Path:
+    """The activation cache a dictionary was trained on: its manifest's (a set's member: the set's) input `cache`."""
+    folder, top = resolve(rel), root()
+    for f in [folder, *folder.parents]:
+        if (f / MANIFEST).is_file():
+            cache = artifact_manifest(f / MANIFEST).get("inputs", {}).get("cache")
+            if cache:
+                return resolve(cache)
+        if f == top:
+            break
+    raise UserError(f"no manifest of {rel} names the cache it was trained on, so there is no mean code to ablate to")
+
+
+def specs_recorded(model_id: str) -> list[str]:
+    """The model specs the workspace's manifests record beside `model_id` (every step records a model's id and spec
+    together): where live.spec_of looks first, so it loads the one model it needs, not every model before it."""
+    found = [
+        _spec(a.manifest["inputs"].get("model_spec"))
+        for a in catalog().artifacts
+        if isinstance(a.manifest.get("inputs"), dict) and a.manifest["inputs"].get("model") == model_id
+    ]
+    return list(dict.fromkeys(s for s in found if s))
 
 
 def stamp(rel: str) -> float:
@@ -548,7 +612,7 @@ def download_buttons(rel: str) -> None:
                 key=f"dl_{fmt}",
             )
         else:
-            col.caption(f"no {fname} in {rel} (export it with `workbench circuit export`)")
+            col.caption(f"no {fname} in {text(shown_path(rel))} (export it with `workbench circuit export`)")
 
 
 def compare_pairs(report: dict) -> dict[str, str]:

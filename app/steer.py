@@ -136,7 +136,7 @@ def panel(key: str, what: str, target) -> None:
     except UserError as e:
         st.error(state.text(e))
         return
-    st.caption(state.text(f"{', '.join(t.features)} of {t.dictionary}"))
+    st.caption(state.text(f"{', '.join(t.features)} of {state.shown_path(t.dictionary)}"))
     show(r, t)
 
 

@@ -119,14 +119,20 @@ def _layer(hook: str | None) -> int | None:
 
 def run_live(cd: cg.CircuitData) -> tuple[str, dict] | None:
     """The model's forward pass on the circuit's prompt, started as soon as the circuit opens (not on the first
-    click), saying so while it runs; None (with the reason shown) when it cannot run here."""
+    click), saying so while it runs, under the model loading's own spinner the first time (the page's graph, curve
+    and downloads are drawn before: this runs last); None (with the reason shown) when it cannot run here."""
     tokens = cd.query.get("tokens")
     if not tokens:
         st.info("this file holds no prompt tokens (MIB and Neuronpedia files carry none), so nothing can be run")
         return None
     try:
-        spec = live.spec_of(cd.model_id, "this circuit")
-        with st.spinner("running the model live on the prompt (attention patterns and logit effects of every node)..."):
+        with st.spinner(
+            state.text(
+                f"running the model {cd.model_id or '?'} on the prompt for the node details (attention patterns, "
+                "logit effects)..."
+            )
+        ):
+            spec = live.spec_of(cd.model_id, "this circuit")
             model = live.load_model(spec)[0]
             schema.check_tokens(cd.query, model.cfg.d_vocab)
             return spec, live.run_prompt(spec, tuple(tokens))
@@ -249,10 +255,6 @@ with side:
     node = pick_node(cd, v, node_url)
 with graph_col:
     state.draw(cd, v, "graph", (rel, fraction, cap), node)
-with side:
-    ran = run_live(cd) if node is not None else None
-    if ran is not None:
-        node_panel(cd, node, *ran)
 left, right = st.columns([3, 2])
 with left:
     if cd.curve:
@@ -263,5 +265,9 @@ with left:
         st.info("this file holds no faithfulness curve (MIB and Neuronpedia files carry none)")
 with right:
     state.download_buttons(rel)
+with side:  # last: the page is whole while the model loads (seconds on a fresh server), under a spinner naming it
+    ran = run_live(cd) if node is not None else None
+    if ran is not None:
+        node_panel(cd, node, *ran)
 if ran is not None:
     steer.circuit_panel(cd, node, ran[0])

@@ -97,7 +97,8 @@ except UserError as e:
 if not results:
     st.info(
         state.text(
-            f"no compare results in {rel}/compare (the demo writes them; or `workbench attention compare --out`)"
+            f"no compare results in {state.shown_path(rel)}/compare (the demo writes them; or `workbench attention "
+            "compare --out`)"
         )
     )
 

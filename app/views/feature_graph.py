@@ -1,13 +1,15 @@
 """Feature graph page: an attribution graph or a feature-level circuit (circuit-tracer / Neuronpedia graph JSON) on
 the interactive graph view: features, error nodes and embeddings by layer and position, a node cap saying what it
-hides, a node's links with the heads that carry them, and its feature page. Upload any circuit-tracer graph JSON."""
+hides, a node's links with the heads that carry them, and its feature page. Build a typed prompt's graph (and its
+check) through any transcoder set or CLT of the workspace (app/graph_prompt.py), or upload any circuit-tracer graph
+JSON."""
 
 import json
 
 import pandas as pd
 import streamlit as st
 
-from app import graph_view, live, state, steer
+from app import graph_prompt, graph_view, live, state, steer
 from app.figures import feature_graph as fgf
 from workbench import browse
 from workbench.circuits import annotations, schema
@@ -53,8 +55,8 @@ def pick() -> tuple[str, schema.FeatureGraph] | None:
     options = state.catalog().feature_graphs + ([UPLOADED_GRAPH] if UPLOADED_GRAPH in st.session_state else [])
     if not options:
         st.info(
-            "no attribution graphs in this workspace: make one with `workbench circuit graph --transcoders SET` "
-            "or `workbench circuit find --transcoders SET`, or upload a graph JSON"
+            "no attribution graphs in this workspace: build one from a prompt here (or with `workbench circuit graph "
+            "--transcoders SET`, `workbench circuit find --transcoders SET`), or upload a graph JSON"
         )
         return None
     rel = state.choice(st.selectbox, "graph", options, "w_graph", label="graph")
@@ -244,9 +246,14 @@ def page_marks(rel: str, fg: schema.FeatureGraph) -> annotations.Annotations:
 
 
 # the controls in one row and the graph right under them: the stage starts above the fold (issue #47)
-pick_col, cap_col, upload_col = st.columns([4, 2, 3], vertical_alignment="bottom")
+pick_col, cap_col, prompt_col, upload_col = st.columns([4, 2, 3, 3], vertical_alignment="bottom")
 with upload_col:
     upload_box()
+with prompt_col:
+    request = graph_prompt.box()
+graph_prompt.report()
+if request is not None:
+    graph_prompt.run(request)  # the page's width for its progress; it reruns the page on the new graph
 with pick_col:
     picked = pick()
 if picked is not None:

@@ -6,6 +6,7 @@ import streamlit as st
 from app import state
 from app.figures import sae as plots
 from workbench.browse import scores
+from workbench.errors import UserError
 
 st.title("SAE")
 rel = state.pick_sae("sae")
@@ -64,7 +65,13 @@ st.dataframe(
     )
 )
 if not info["metrics"]:
-    st.info(f"no metrics.json for {rel}: run `workbench sae eval {rel} --cache ...`")
+    try:
+        cache = str(state.training_cache(rel))
+    except UserError:
+        cache = "..."
+    folder = state.shown_path(rel)
+    eval_sae = state.command("workbench", "sae", "eval", folder, "--cache", cache)
+    st.info(f"no metrics.json for {state.text(folder)}: run {eval_sae}")
 
 curves = {s.split("/")[-1]: i["curves"] for s, i in infos.items() if i["curves"]}
 if curves:

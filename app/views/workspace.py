@@ -21,7 +21,7 @@ for kind, items in by_kind.items():
     st.subheader(f"{kind} ({len(items)})")
     rows = [
         {
-            "path": cat.rel(a) or f"{a.path} (outside the workspace: not opened)",
+            "path": str(a.path.resolve()) + ("" if cat.rel(a) else " (outside the workspace: not opened)"),
             "made by": a.manifest.get("made_by", ""),
             "created": a.manifest.get("created", ""),
             **{k: v for k, v in (a.manifest.get("summary") or {}).items() if isinstance(v, (int, float, str))},
@@ -31,7 +31,7 @@ for kind, items in by_kind.items():
     st.dataframe(pd.DataFrame(rows), hide_index=True)
     with st.expander(f"{kind}: configs and inputs"):
         for a in items:
-            st.markdown(f"**{state.text(cat.rel(a) or a.path)}**")
+            st.markdown(f"**{state.text(a.path.resolve())}**")
             st.json({"config": a.manifest.get("config"), "inputs": a.manifest.get("inputs")}, expanded=False)
 
 sets = state.transcoder_sets()

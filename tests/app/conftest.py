@@ -76,3 +76,28 @@ def circuit_app(circuit_workspace, monkeypatch):
 def transcoder_app(transcoder_workspace, monkeypatch):
     """The same on the workspace with a transcoder set (layers 0 and 2) beside the SAEs."""
     return _runner(transcoder_workspace, monkeypatch)
+
+
+@pytest.fixture(scope="session")
+def full_set_workspace(transcoder_workspace, tmp_path_factory):
+    """The transcoder workspace (copied) with a transcoder set on every layer (`all`: the replacement model replaces
+    every MLP), trained briefly, and no graph yet: what the feature graph page's prompt box builds graphs through."""
+    from workbench import steps
+    from workbench.sae.config import SAEConfig, TrainConfig
+    from workbench.workspace import Workspace
+
+    root = tmp_path_factory.mktemp("full_set") / "ws"
+    shutil.copytree(transcoder_workspace, root, symlinks=True)
+    train = TrainConfig(n_tokens=8192, batch_size=512, lr=1e-3, progress=False)
+    steps.train_transcoder_set(
+        Workspace(root), root / "caches" / "mlp", "all", [SAEConfig("topk", k=8, expansion=4)], train, name="all"
+    )
+    return root
+
+
+@pytest.fixture
+def prompt_workspace(full_set_workspace, tmp_path):
+    """A copy of full_set_workspace of the test's own: the prompt box and the CLI record graphs in it."""
+    root = tmp_path / "ws"
+    shutil.copytree(full_set_workspace, root, symlinks=True)
+    return root

@@ -33,9 +33,11 @@ def links(at):
 
 def test_overview_lists_every_artifact(app, feature_workspace):
     at = ok(app())
-    text = " ".join(str(d.value) for d in at.dataframe)
+    text = " ".join(str(v) for d in at.dataframe for v in d.value.to_numpy().ravel())
     for name in ("random", "random-synthetic", *[s.split("/")[-1] for s in saes(feature_workspace)]):
         assert name in text
+    paths = at.dataframe[0].value["path"]  # absolute: pasted into a command, they work from any folder
+    assert all(p.startswith(str(feature_workspace.resolve())) for p in paths)
     assert sum("open " in label for label in links(at)) == len(saes(feature_workspace))
 
 
