@@ -4,7 +4,7 @@ The trainer fine-tunes the model's weights beside its gates, so a CE held within
 be paid for by the fine-tuning itself. Under `control "finetune"` an ungated copy of the base takes the same AdamW
 steps (learning rate, weight decay, warm-up, gradient clip) on the same batches, CE alone, in lockstep with the gated
 model; its loss on each batch is the dual step's reference, and its state at an evaluated step is what the selection
-and the verdict compare with. bench/finetune_control.py fine-tunes the same control after the fact.
+and the verdict compare with. bench/attention/finetune_control.py fine-tunes the same control after the fact.
 """
 
 from __future__ import annotations
