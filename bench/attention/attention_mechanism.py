@@ -19,7 +19,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import harness  # noqa: E402
 
 OUT = harness.BENCH / "results" / "attention_sparsify.md"
-BEGIN, END = "<!-- induction-mechanism: written by bench/attention/attention_mechanism.py -->", "<!-- end induction-mechanism -->"
+BEGIN, END = (
+    "<!-- induction-mechanism: written by bench/attention/attention_mechanism.py -->",
+    "<!-- end induction-mechanism -->",
+)
 
 
 def section(res: dict, info: dict, threads: str, base: str, sparse: str) -> list[str]:

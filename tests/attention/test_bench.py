@@ -93,9 +93,7 @@ def test_dual_stream_bench_sets_a_held_out_dual_run_beside_a_training_dual_run(s
 
 def test_mechanism_section_replaces_its_old_self_and_keeps_the_rest(tmp_path):
     out = tmp_path / "sparsify.md"
-    stale = (
-        "<!-- induction-mechanism: written by bench/attention/attention_mechanism.py -->\nSTALE\n<!-- end induction-mechanism -->"
-    )
+    stale = "<!-- induction-mechanism: written by bench/attention/attention_mechanism.py -->\nSTALE\n<!-- end induction-mechanism -->"
     out.write_text(f"# kept title\n\nkept text\n\n{stale}\n\nkept tail\n")
     _bench("attention_mechanism.py", "--sequences", "1", "--out", str(out))
     text = out.read_text()

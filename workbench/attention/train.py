@@ -43,7 +43,9 @@ CONTROL_REFERENCE = "the control: the base fine-tuned in lockstep on the same ba
 
 
 SELECT_RULE = "sparsest evaluated state with CE difference + select_z * standard error <= tolerance"
-ADOPT_RULE = "a kept copy of the run's checkpoint.pt, chosen after the run (--adopt; e.g. by bench/attention/sparse_choice.py)"
+ADOPT_RULE = (
+    "a kept copy of the run's checkpoint.pt, chosen after the run (--adopt; e.g. by bench/attention/sparse_choice.py)"
+)
 
 
 class ConstraintNotMet(UserError):
