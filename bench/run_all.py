@@ -1,4 +1,4 @@
-"""Run every bench/*_bench.py in turn (each writes its own bench/results/*.md).
+"""Run every bench/<area>/*_bench.py in turn (each writes its own bench/results/*.md).
 
 Extra options go to every driver that defines them (an option a driver does not define is left out
 for it, e.g. --quick for the cache benchmark):
@@ -31,14 +31,15 @@ def args_for(source: str, args: list[str]) -> list[str]:
 
 def main() -> int:
     failed = []
-    for script in sorted(BENCH.glob("*_bench.py")):
+    for script in sorted(BENCH.glob("[a-z]*/*_bench.py")):  # the area folders, not bench/.venv*
         t0 = time.time()
         args = args_for(script.read_text(), sys.argv[1:])
-        print(f"== {script.name} {' '.join(args)}", flush=True)
+        name = script.relative_to(BENCH)
+        print(f"== {name} {' '.join(args)}", flush=True)
         rc = subprocess.run([sys.executable, str(script), *args], cwd=BENCH.parent).returncode
-        print(f"== {script.name}: exit {rc} after {time.time() - t0:.0f}s", flush=True)
+        print(f"== {name}: exit {rc} after {time.time() - t0:.0f}s", flush=True)
         if rc:
-            failed.append(script.name)
+            failed.append(str(name))
     if failed:
         print(f"failed: {', '.join(failed)}")
     return 1 if failed else 0

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_every_methods_citation_has_its_section():
     sections = set(re.findall(r"^## (\d+)\. ", (ROOT / "docs" / "methods.md").read_text(), flags=re.M))
     cited = {}
-    for path in [*ROOT.glob("workbench/**/*.py"), *ROOT.glob("bench/*.py")]:
+    for path in [*ROOT.glob("workbench/**/*.py"), *ROOT.glob("bench/*.py"), *ROOT.glob("bench/[a-z]*/*.py")]:
         text = path.read_text()
         assert not re.search(r"(?<!docs/)methods\.md", text), f"{path}: cite docs/methods.md §N"
         for n in re.findall(r"docs/methods\.md §(\d+)", text):

@@ -16,7 +16,7 @@ family; each generic one keeps the matching built-in as a second base, so `excep
   the cache reader and writer catch it to name every damaged shard.
 - `DiskFullError` (OSError): the disk filled up during a harvest; carries the errno.
 - `ModelSpecError` (ValueError): a model spec that names no model, or a model folder or Hub id that cannot be
-  converted (re-exported as `workbench.models.ModelSpecError`; caught by bench/sae_bench.py).
+  converted (re-exported as `workbench.models.ModelSpecError`; caught by bench/sae/sae_bench.py).
 Elsewhere, kept because code catches them or they stand apart:
 - `workbench.lock.OutputBusyError` (BlockingIOError): another run holds the output's lock.
 - `workbench.attention.train.ConstraintNotMet`: the run ended with no evaluated state meeting the

@@ -368,7 +368,7 @@ class GraphApp {
     this.kept = this.prune();
     this.render();
     if (fresh) this.fit();
-    // how long this draw took in the browser, data in to the frame after it was painted (bench/app_bench.py)
+    // how long this draw took in the browser, data in to the frame after it was painted (bench/app/app_bench.py)
     frame().then(() => this.root.setAttribute("data-draw-ms", (performance.now() - t0).toFixed(1)));
   }
 
@@ -512,7 +512,7 @@ class GraphApp {
     this.remark();
     this.seq += 1;
     this.send(RESENDS);
-    // the click (or key) that changed the marks to the frame that shows them (bench/app_bench.py); a page-wide
+    // the click (or key) that changed the marks to the frame that shows them (bench/app/app_bench.py); a page-wide
     // list, not an attribute, because a rerun may remount the view and drop the root the attribute was on
     frame().then(() => (window.wbgMarkedMs = window.wbgMarkedMs || []).push(performance.now() - t0));
   }

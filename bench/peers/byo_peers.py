@@ -1,4 +1,4 @@
-"""sparsify and dictionary_learning side of bench/byo_roundtrip.py, in their own venv (bench/.venv-sae).
+"""sparsify and dictionary_learning side of bench/sae/byo_roundtrip.py, in their own venv (bench/.venv-sae).
 
 cfg["mode"] == "make": train each library's dictionaries with its own classes and update rules on the driver's
 rows (the workbench model's activations at the hooks), save them as each library saves them (sparsify:

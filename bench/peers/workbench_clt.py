@@ -1,4 +1,4 @@
-"""Workbench side (main venv) of bench/clt_bench.py's memory measurements, one process per measurement so each
+"""Workbench side (main venv) of bench/circuits/clt_bench.py's memory measurements, one process per measurement so each
 peak is its own; cfg["mode"] picks it:
 
 memory  train a CLT for cfg["steps"] steps from a cache through sae.transcoders.train_clt (the CLI's path): the

@@ -1,4 +1,4 @@
-"""A page with only the graph view, for the view's own browser tests, the docs screenshots and bench/app_bench.py:
+"""A page with only the graph view, for the view's own browser tests, the docs screenshots and bench/app/app_bench.py:
 GRAPH_CIRCUIT names a circuit file (workbench or MIB) or a circuit-tracer / Neuronpedia feature graph JSON,
 GRAPH_DIFF (optional) a second circuit to diff it with, GRAPH_CAP the display cap, GRAPH_FRACTION /
 GRAPH_DIFF_FRACTION a budget to draw instead of the saved circuit. A graph JSON uploaded on the page replaces

@@ -1,6 +1,6 @@
-"""bench/attention_bench.py --quick runs every side and writes the table (no timing is asserted);
-bench/attention_frontier.py judges a small run's kept states per tolerance; bench/sparse_choice.py judges them against
-the whole goal; bench/attention_dual_stream.py sets a held-out-dual run beside a training-dual one."""
+"""bench/attention/: attention_bench.py --quick runs every side and writes the table (no timing is asserted);
+attention_frontier.py judges a small run's kept states per tolerance; sparse_choice.py judges them against the whole
+goal; attention_dual_stream.py sets a held-out-dual run beside a training-dual one."""
 
 import shutil
 import subprocess
@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _bench(script: str, *args: str) -> None:
     """Run a bench script as the integrator does (its own process, this checkout's code)."""
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / script), *args],
+        [sys.executable, str(ROOT / "bench" / "attention" / script), *args],
         capture_output=True,
         text=True,
         timeout=900,
@@ -93,9 +93,7 @@ def test_dual_stream_bench_sets_a_held_out_dual_run_beside_a_training_dual_run(s
 
 def test_mechanism_section_replaces_its_old_self_and_keeps_the_rest(tmp_path):
     out = tmp_path / "sparsify.md"
-    stale = (
-        "<!-- induction-mechanism: written by bench/attention_mechanism.py -->\nSTALE\n<!-- end induction-mechanism -->"
-    )
+    stale = "<!-- induction-mechanism: written by bench/attention/attention_mechanism.py -->\nSTALE\n<!-- end induction-mechanism -->"
     out.write_text(f"# kept title\n\nkept text\n\n{stale}\n\nkept tail\n")
     _bench("attention_mechanism.py", "--sequences", "1", "--out", str(out))
     text = out.read_text()
@@ -107,7 +105,7 @@ def test_mechanism_section_replaces_its_old_self_and_keeps_the_rest(tmp_path):
 
 def test_an_unknown_bench_shape_is_refused_naming_the_valid_ones():
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "attention_bench.py"), "--shapes", "embedded,gpt3"],
+        [sys.executable, str(ROOT / "bench" / "attention" / "attention_bench.py"), "--shapes", "embedded,gpt3"],
         capture_output=True,
         text=True,
         timeout=300,

@@ -5,9 +5,11 @@ a missing peer is reported in the table, not a crash. Results go to a temporary 
 bench/results/, and every table names the commit it was measured at.
 """
 
+import ast
 import json
 import os
 import py_compile
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,12 +17,58 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS = sorted([*(ROOT / "bench").glob("*.py"), *(ROOT / "bench" / "peers").glob("*.py")])  # not the peer venvs
+SCRIPTS = sorted(  # bench/ and its area folders, not the peer venvs (bench/.venv*) or the scratch folder (bench/work)
+    [*(ROOT / "bench").glob("*.py"), *(p for p in (ROOT / "bench").glob("*/*.py") if p.parent.name[0] not in "._")]
+)
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=[str(p.relative_to(ROOT)) for p in SCRIPTS])
 def test_every_bench_script_compiles(script, tmp_path):
     py_compile.compile(str(script), cfile=str(tmp_path / "x.pyc"), doraise=True)
+
+
+def test_the_bench_readme_names_every_script_by_its_path_and_no_other():
+    """bench/README.md lists each script as `<area>/<name>.py` (`name.py` at bench/ itself), and every script path it
+    names exists: a script added, moved or removed shows up here."""
+    text = (ROOT / "bench" / "README.md").read_text()
+    paths = {str(p.relative_to(ROOT / "bench")) for p in SCRIPTS}
+    assert sorted(p for p in paths if f"`{p}`" not in text) == []
+    named = set(re.findall(r"`([a-z_]+/[a-z_]+\.py)`", text))
+    assert sorted(named - paths) == []
+
+
+def _script_imports(path: Path) -> set[str]:
+    """The module names a script imports anywhere (module level or inside functions)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_no_bench_script_imports_one_that_imports_it_back():
+    """Scripts import helpers from their own folder or bench/ (harness.py); no two import each other, even inside a
+    function (the app_bench <-> app_floor circle: the shared browser clock is app/app_browser.py)."""
+    graph = {}
+    for path in SCRIPTS:
+        visible = {p.stem for p in (*path.parent.glob("*.py"), *(ROOT / "bench").glob("*.py"))} - {path.stem}
+        graph[path.parent / path.stem] = {
+            path.parent / m if (path.parent / f"{m}.py").is_file() else ROOT / "bench" / m
+            for m in _script_imports(path) & visible
+        }
+
+    def reach(start):
+        seen, todo = set(), list(graph.get(start, ()))
+        while todo:
+            n = todo.pop()
+            if n not in seen:
+                seen.add(n)
+                todo += graph.get(n, ())
+        return seen
+
+    assert sorted(str(n.relative_to(ROOT)) for n in graph if n in reach(n)) == []
 
 
 def test_every_committed_results_table_names_its_commit():
@@ -43,7 +91,7 @@ def _names_the_commit(text: str) -> None:
 
 
 def _quick(tmp_path, script: str, *extra) -> str:
-    """The report of `bench/<script> --quick --threads 1 ...`, checked to name the commit it measured."""
+    """The report of `bench/<area>/<script> --quick --threads 1 ...`, checked to name the commit it measured."""
     out = tmp_path / "report.md"
     _run(tmp_path, f"bench/{script}", "--quick", "--threads", "1", *extra, "--out", out)
     text = out.read_text()
@@ -53,20 +101,20 @@ def _quick(tmp_path, script: str, *extra) -> str:
 
 @pytest.mark.slow
 def test_sae_bench_quick(tmp_path):
-    text = _quick(tmp_path, "sae_bench.py", "--datasets", "tiny", "--no-variants")
+    text = _quick(tmp_path, "sae/sae_bench.py", "--datasets", "tiny", "--no-variants")
     row = next(line for line in text.splitlines() if line.startswith("| workbench |"))
     assert "nan" not in row and "failed" not in row.lower()
 
 
 @pytest.mark.slow
 def test_cli_bench_quick(tmp_path):
-    text = _quick(tmp_path, "cli_bench.py", "--rounds", "1")
+    text = _quick(tmp_path, "app/cli_bench.py", "--rounds", "1")
     assert "| `workbench --help` |" in text and "| `import torch, transformer_lens` | " in text
 
 
 @pytest.mark.slow
 def test_transcoder_bench_quick(tmp_path):
-    text = _quick(tmp_path, "transcoder_bench.py", "--datasets", "tiny")
+    text = _quick(tmp_path, "sae/transcoder_bench.py", "--datasets", "tiny")
     row = next(line for line in text.splitlines() if line.startswith("| workbench |"))
     assert "nan" not in row and "failed" not in row.lower()
     assert "ln2.hook_normalized + blocks.1.hook_mlp_out" in text and "(d_in = d_out = 128)" in text
@@ -77,11 +125,11 @@ def test_sae_quality_quick_renders_intervals_and_resumes(tmp_path):
     """Two seeds give every figure an interval and every claim a verdict; a rerun on the same work folder
     finds every (configuration, seed) row stored and trains nothing."""
     work = tmp_path / "sq"
-    text = _quick(tmp_path, "sae_quality.py", "--work", work)
+    text = _quick(tmp_path, "sae/sae_quality.py", "--work", work)
     assert "| topk_n1024_k16 | 2 |" in text and "## Each paper's claims here" in text
     assert "Top-k regularisers: l1/l2 — more monosemantic" in text
     assert len(list((work / "rows").rglob("*_seed1.json"))) == 3
-    again = _run(tmp_path, "bench/sae_quality.py", "--quick", "--work", work, "--out", tmp_path / "again.md")
+    again = _run(tmp_path, "bench/sae/sae_quality.py", "--quick", "--work", work, "--out", tmp_path / "again.md")
     assert "FVU" not in again and (tmp_path / "again.md").read_text().count("| topk_n1024_k16 | 2 |") == 1
 
 
@@ -90,10 +138,10 @@ def test_transcoder_quality_quick_fills_every_table_and_resumes(tmp_path):
     """Every stage runs (set, residual SAEs, feature stores, evaluations): no cell is left '–'; a rerun on the
     same work folder skips every stage."""
     work = tmp_path / "tq"
-    text = _quick(tmp_path, "transcoder_quality.py", "--work", work)
+    text = _quick(tmp_path, "sae/transcoder_quality.py", "--work", work)
     assert "–" not in text and "not run yet" not in text and "not trained yet" not in text
     assert "| 3 | " in text.split("## Label share ≥ 0.8: transcoders against residual-stream SAEs")[1]
-    again = _run(tmp_path, "bench/transcoder_quality.py", "--quick", "--work", work, "--out", tmp_path / "again.md")
+    again = _run(tmp_path, "bench/sae/transcoder_quality.py", "--quick", "--work", work, "--out", tmp_path / "again.md")
     assert again.count("done before, skipped") == 7
 
 
@@ -105,7 +153,7 @@ def test_circuit_claims_quick_reuses_the_base_side_resumes_and_refuses_other_set
     transcoder sets, then CLTs with --heads-only) on the same results folder: the paired run takes the base side
     from the base-only JSON, renders every measure with its intervals and each dictionary kind's heads rows, a rerun
     measures nothing, other settings and a set against a CLT are refused."""
-    work, script = tmp_path / "claims", "bench/circuit_claims.py"
+    work, script = tmp_path / "claims", "bench/circuits/circuit_claims.py"
     _run(tmp_path, script, "--base-only", "--quick", "--from-end", "--results", work, "--out", tmp_path / "end.md")
     ahead = json.loads((work / "tiny" / "ahead-heldout-ioi-n2.json").read_text())["ahead"]
     assert list(ahead) == ["1"]  # the last query only: the ordered store has none, so query 1 is left to it
@@ -157,14 +205,14 @@ def test_circuit_claims_quick_reuses_the_base_side_resumes_and_refuses_other_set
 
 @pytest.mark.slow
 def test_circuit_bench_quick(tmp_path):
-    assert "# Query-circuit benchmark" in _quick(tmp_path, "circuit_bench.py", "--lengths", "")
+    assert "# Query-circuit benchmark" in _quick(tmp_path, "circuits/circuit_bench.py", "--lengths", "")
 
 
 @pytest.mark.slow
 def test_gpu_check_quick_on_the_cpu(tmp_path):
     _run(
         tmp_path,
-        "bench/gpu_check.py",
+        "bench/sae/gpu_check.py",
         "--device",
         "cpu",
         "--quick",
@@ -182,19 +230,19 @@ def test_gpu_check_quick_on_the_cpu(tmp_path):
 
 @pytest.mark.slow
 def test_features_bench_quick(tmp_path):
-    text = _quick(tmp_path, "features_bench.py")
+    text = _quick(tmp_path, "sae/features_bench.py")
     assert "| 256 latents |" in text and "(one shared pass)" in text
 
 
 @pytest.mark.slow
 def test_cache_bench_quick(tmp_path):
-    text = _quick(tmp_path, "cache_bench.py")
+    text = _quick(tmp_path, "sae/cache_bench.py")
     assert "GPT-2-small-shaped" in text
 
 
 @pytest.mark.slow
 def test_app_bench_quick(tmp_path):
-    text = _quick(tmp_path, "app_bench.py")
+    text = _quick(tmp_path, "app/app_bench.py")
     assert "| sparse attention |" in text and "GPT-2-shaped circuit:" in text
     if Path("/usr/bin/chromium").exists():
         assert "| GPT-2-shaped (bench-gpt2-shaped) | 300 |" in text
@@ -203,14 +251,14 @@ def test_app_bench_quick(tmp_path):
 
 @pytest.mark.slow
 def test_sae_ground_truth_quick(tmp_path):
-    text = _quick(tmp_path, "sae_ground_truth.py")
+    text = _quick(tmp_path, "sae/sae_ground_truth.py")
     assert "Every (architecture, seed) finished." in text and "paired difference matryoshka − topk" in text
     assert "| block_topk | 0,1,2 |" in text and "nan" not in text
 
 
 @pytest.mark.slow
 def test_feature_circuit_bench_quick(tmp_path):
-    text = _quick(tmp_path, "feature_circuit_bench.py")
+    text = _quick(tmp_path, "circuits/feature_circuit_bench.py")
     assert "<!-- part:bounded -->" in text and "| ioi | 1 of 1 |" in text
     assert "RANDOM (quick run" in text  # no trained set in a fresh work folder: a random one, said so
 
@@ -228,7 +276,7 @@ def test_byo_roundtrip_equals_sparsify_and_dictionary_learning(tmp_path):
     import re
 
     out = tmp_path / "report.md"
-    _run(tmp_path, "bench/byo_roundtrip.py", "--steps", "20", "--threads", "1", "--out", out)
+    _run(tmp_path, "bench/sae/byo_roundtrip.py", "--steps", "20", "--threads", "1", "--out", out)
     text = out.read_text()
     _names_the_commit(text)
     rows = [ln for ln in text.splitlines() if re.match(r"\| (sparsify|dictionary_learning|dl-topk|h\.)", ln)]
@@ -253,7 +301,7 @@ def test_clt_bench_pairs_the_stored_queries(tmp_path):
         }
         (queries / f"{name}-ioi-n4.json").write_text(json.dumps({"rows": rows}))
     out = tmp_path / "report.md"
-    _run(tmp_path, "bench/clt_bench.py", "--part", "compare", "--families", "ioi", "--n", "4", "--out", out)
+    _run(tmp_path, "bench/circuits/clt_bench.py", "--part", "compare", "--families", "ioi", "--n", "4", "--out", out)
     row = next(line for line in out.read_text().splitlines() if line.startswith("| ioi |"))
     gap = paired_difference({i: v for i, v in enumerate(nodes["set"][:3])}, dict(enumerate(nodes["clt-params"][:3])))
     assert f"11.0 / 9.3; {gap.format('{:.1f}')}" in row
@@ -264,7 +312,7 @@ def test_clt_bench_pairs_the_stored_queries(tmp_path):
 def test_finetune_control_quick_resumes_and_starts_at_the_base(tmp_path):
     """The control is the base fine-tuned without gates: at 0 steps it is the base (difference exactly 0); a rerun
     continues from its checkpoint, and a checkpoint of other settings is refused."""
-    script, work = "bench/finetune_control.py", tmp_path / "control"
+    script, work = "bench/attention/finetune_control.py", tmp_path / "control"
     common = ("--sparse", "data/models/tiny-sparse", "--quick", "--work", work, "--out", tmp_path / "c.md")
     _run(tmp_path, script, *common)
     text = (tmp_path / "c.md").read_text()

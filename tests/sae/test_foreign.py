@@ -1,5 +1,5 @@
 """sparsify checkpoints and dictionary_learning dictionaries: their on-disk layouts (hand-built here, since neither
-library installs beside the workbench; bench/byo_roundtrip.py runs the libraries' own code), imported bound to the
+library installs beside the workbench; bench/sae/byo_roundtrip.py runs the libraries' own code), imported bound to the
 model with the hooks their configs name, refused by name when they do not fit, and exported back (sparsify,
 circuit-tracer) to files the libraries read."""
 

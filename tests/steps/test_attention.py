@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("name, base, flows", [("tiny-sparse", "tiny", 0), ("small-sparse", "small", 10)])
 def test_the_embedded_sparse_model_is_copied_recorded_and_loadable(name, base, flows, tmp_path):
     """Each embedded sparse model ships its circuit claims for Compare: the committed section-3 results of
-    bench/circuit_claims.py for all five task families, byte for byte (flows: the head flows through per-layer sets
+    bench/circuits/circuit_claims.py for all five task families, byte for byte (flows: the head flows through per-layer sets
     and CLTs, one per family and kind)."""
     from workbench.errors import BadValueError
     from workbench.models import load, model_id

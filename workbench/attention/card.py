@@ -16,7 +16,7 @@ from workbench.attention.report import REPORT, format_report, guard_line, read_r
 from workbench.errors import DamagedFileError, MissingInputError
 
 FILES = ("model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json", REPORT, "sparsify.json")
-COMPARE = "compare"  # <task>.json: the circuit claims measured on the model (bench/circuit_claims.py), read by Compare
+COMPARE = "compare"  # <task>.json: the circuit claims measured on the model (bench/circuits/circuit_claims.py), read by Compare
 
 
 def shipped(folder: str | Path) -> tuple[str, ...]:

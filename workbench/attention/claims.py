@@ -1,7 +1,7 @@
 """The paper's circuit-size claims, read from a comparison's per-query rows (`compare.compare_result`): for one
 measure at one NDF target, over the queries both models have a gap on, each model's mean, the ratio of the
 means, the geometric mean of the per-query base / sparse ratios and base - sparse, the last two with their paired
-Student-t 95% intervals (docs/methods.md §7). bench/circuit_claims.py tabulates them; the app's Compare page
+Student-t 95% intervals (docs/methods.md §7). bench/circuits/circuit_claims.py tabulates them; the app's Compare page
 shows them per task family. No torch here: the app reads stored comparisons.
 
     paired(result, "component_edges", "0.9")  # {"n", "base", "sparse", "ratio_of_means", "ratio", "difference"}

@@ -6,7 +6,7 @@ steps (learning rate, weight decay, warm-up, gradient clip) on the same batches,
 model; its loss on each batch is the dual step's reference, and its state at an evaluated step is what the selection
 and the verdict compare with. With `control_average` > 0 those evaluations use a running average of its weights
 (decay `control_average` a step), which takes out the step-to-step noise a constant learning rate leaves in the
-control's held-out CE. bench/finetune_control.py fine-tunes the same control after the fact.
+control's held-out CE. bench/attention/finetune_control.py fine-tunes the same control after the fact.
 """
 
 from __future__ import annotations

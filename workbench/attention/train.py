@@ -44,7 +44,9 @@ BOTH_REFERENCE = f"both {CONTROL_REFERENCE} and the frozen base (the constraint 
 
 
 SELECT_RULE = "sparsest evaluated state with CE difference + select_z * standard error <= tolerance"
-ADOPT_RULE = "a kept copy of the run's checkpoint.pt, chosen after the run (--adopt; e.g. by bench/sparse_choice.py)"
+ADOPT_RULE = (
+    "a kept copy of the run's checkpoint.pt, chosen after the run (--adopt; e.g. by bench/attention/sparse_choice.py)"
+)
 
 
 class ConstraintNotMet(UserError):
@@ -52,7 +54,7 @@ class ConstraintNotMet(UserError):
 
 
 def training_batches(corpus, ctx: int, cfg: SparsifyConfig, start_step: int, rank: int, world: int):
-    """This process's [batch/world, ctx] token batch for every step from start_step on (bench/finetune_control.py
+    """This process's [batch/world, ctx] token batch for every step from start_step on (bench/attention/finetune_control.py
     fine-tunes its control on the same stream)."""
     B, share = cfg.batch_size, cfg.batch_size // world
     it = corpus.sequences(ctx, start_step * B, split="train")

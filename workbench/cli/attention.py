@@ -148,7 +148,7 @@ def _add_train(attention) -> None:
     adopt = t.add_argument(
         "--adopt",
         help="save the state of this kept copy of the run's checkpoint.pt (an evaluated step) instead of the "
-        "selection rule's: a state chosen after the run against the whole goal (bench/sparse_choice.py)",
+        "selection rule's: a state chosen after the run against the whole goal (bench/attention/sparse_choice.py)",
     )
     declare(adopt, INPUT)
     t.set_defaults(func=_train)

@@ -112,7 +112,7 @@ def _import_saelens(ws: Workspace, src: Path, folder: Path, model, model_spec: s
         **fits,
         "architecture": cfg.get("architecture"),
         "source_model_name": cfg["metadata"]["source_model_name"],
-        # sae_lens's own loader runs here; sparsify and dictionary_learning in bench/byo_roundtrip.py
+        # sae_lens's own loader runs here; sparsify and dictionary_learning in bench/sae/byo_roundtrip.py
         "max_abs_diff_vs_source": imports.encoding_gap(src, folder) if fmt == "saelens" else None,
     }
     ws.record(

@@ -1,6 +1,6 @@
 """The workbench's transcoders and models in circuit-tracer's objects (its TranscoderSet or CrossLayerTranscoder,
 and its TransformerLens ReplacementModel), so circuit-tracer's own `attribute` can run on the same model, prompt
-and dictionary as `build_graph` (bench/feature_circuit_bench.py compares the two), and a set as circuit-tracer's
+and dictionary as `build_graph` (bench/circuits/feature_circuit_bench.py compares the two), and a set as circuit-tracer's
 files (`workbench sae export --format circuit-tracer`). circuit-tracer is imported here only.
 
 Exact for Top-k transcoders without a scaffold: the encoder's input bias folds into its bias, the transcoders
