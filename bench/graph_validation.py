@@ -115,9 +115,12 @@ def _groups(rows: list[dict], keys: tuple[str, ...]) -> list[tuple[tuple, list[d
 
 
 def _spearman_table(rows: list[dict], keys: tuple[str, ...], what: str) -> list[str]:
-    header = [*keys, "graphs", *(f"{what} {s} {op}" for s, op in READINGS), "top node agrees"]
+    """One row per group of `keys`: the four readings' intervals (and, for nodes, the top node agreement count)."""
+    top = what == "nodes"
+    header = [*keys, "graphs", *(f"{what} {s} {op}" for s, op in READINGS), *(["top node agrees"] if top else [])]
     body = [
-        [*k, len(rs), *(_cell(rs, what, rd) for rd in READINGS), f"{sum(bool(r['top_node_agrees']) for r in rs)}"]
+        [*k, len(rs), *(_cell(rs, what, rd) for rd in READINGS)]
+        + ([f"{sum(bool(r['top_node_agrees']) for r in rs)}/{len(rs)}"] if top else [])
         for k, rs in _groups(rows, keys)
     ]
     return harness.table(header, body)
@@ -171,6 +174,7 @@ def render(args) -> None:
     info = harness.machine_info()
     info["date"] = rows[0]["date"]  # the measurement's, not the rendering's
     info["commit"] = rows[0]["commit"]
+    info["load_avg_at_start"] = f"{info['load_avg_at_start']} (at rendering; the rows come from runs side by side)"
     raw = args.out.with_suffix(".json")
     raw.write_text(json.dumps({"info": info, "setup": args.setup, "rows": rows}, indent=1))
     harness.write_text(args.out, report(rows, info, args.setup))
