@@ -1,13 +1,17 @@
 """Attribution graphs validated the way the field reports it (issue 45): per held-out query, the graph through a
-transcoder set checked by `check_graph`, and per task family the Spearman correlation of |predicted| against
-|measured| effect for nodes (the metric) and for feature -> feature pairs (the target's pre-activation), in the
-frozen and the live semantics, with zero ablation and steering x-1; the edges' verdicts, direct (frozen) and total
-(live); how often the graph's top node is the measured top node.
+dictionary (a per-layer transcoder set or a CLT) checked by `check_graph`, and the Spearman correlation of
+|predicted| against |measured| effect for nodes (the metric) and for feature -> feature pairs (the target's
+pre-activation), in the frozen and the live semantics, with zero ablation and steering x-1 (mean with a 95%
+t-interval over the queries); the edges' verdicts, direct (frozen) and total (live), under each edge reading asked
+for; how often the graph's top node is the measured top node.
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/circuits/graph_validation.py --transcoders SET [--model tiny] [--n 20]
-    .venv/bin/python bench/circuits/graph_validation.py --render     (the report again from the JSON beside it)
+    OMP_NUM_THREADS=1 .venv/bin/python bench/circuits/graph_validation.py --transcoders SET --label NAME --rows RUN.jsonl \
+        [--model tiny] [--n 20] [--edge-targets mlp mlp_active]
+    .venv/bin/python bench/circuits/graph_validation.py --render RUN.jsonl [RUN.jsonl ...] [--setup TEXT]
 
-Writes bench/results/graph_validation.md (and the raw rows beside it as JSON).
+A run appends one JSON line per query to --rows as soon as it is checked and skips the queries already there, so a
+run stopped at any point resumes where it stopped (queries go round the families, so a partial run keeps the
+families even). --render writes bench/results/graph_validation.md from the rows (and them all beside it as JSON).
 """
 
 from __future__ import annotations
@@ -22,39 +26,69 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import harness  # noqa: E402
 
 READINGS = [(s, op) for s in ("frozen", "live") for op in ("ablate", "steer")]
+SEMANTICS = {"frozen": "edges direct (frozen)", "live": "edges total (live)"}
 
 
-def rows_of(model, set_dir, n: int) -> list[dict]:
-    """One row per held-out query of each task family: its check's Spearman values, verdict counts and costs."""
+def _done(rows_file: Path) -> set:
+    """The (model, dictionary, task, index) of every query already in the rows file."""
+    if not rows_file.exists():
+        return set()
+    rows = [json.loads(line) for line in rows_file.read_text().splitlines() if line.strip()]
+    return {(r["model"], r["dictionary"], r["task"], r["index"]) for r in rows}
+
+
+def _row(model, sites, graph: dict, edge_targets: list[str]) -> dict:
+    """One query's check: its Spearman values, verdict counts under each edge reading (the first by the full
+    check, the others by their edges alone), top node agreement and the full check's CPU seconds."""
+    from workbench.interventions.check import check_edges, check_graph
+    from workbench.interventions.config import CheckConfig
+
+    r = check_graph(model, sites, graph, CheckConfig(edge_target=edge_targets[0]))
+    s = r["summary"]
+    verdicts = {edge_targets[0]: s.get("edges_verdicts", {})}
+    for target in edge_targets[1:]:
+        verdicts[target] = check_edges(model, sites, graph, CheckConfig(edge_target=target))["summary"].get(
+            "edges_verdicts", {}
+        )
+    return {
+        "spearman": r["spearman"],
+        "edges_verdicts": verdicts,
+        "nodes_checked": s["nodes_checked"],
+        "nodes_confirmed_share": s["nodes_confirmed_share"],
+        "top_node_agrees": s["top_node_agrees"],
+        "cpu_seconds": s["cpu_seconds"],
+    }
+
+
+def run(args, info: dict) -> None:
+    """Check every held-out query not yet in args.rows, appending each row as it is done."""
+    import torch
+
     from workbench.circuits.feature.attribution_graph import build_graph
     from workbench.circuits.feature.graph_config import GraphConfig
     from workbench.circuits.feature.graph_json import to_neuronpedia
     from workbench.circuits.feature.transcoders import open_set
     from workbench.corpus import tasks
     from workbench.interventions import load_dictionary
-    from workbench.interventions.check import check_graph
+    from workbench.models import load
 
-    tcs, sites = open_set(set_dir).load(0, "cpu", model), load_dictionary(set_dir, model)
-    rows = []
-    for task in tasks.QUERY_TASKS:
-        for q in tasks.queries(task, n, tokenizer=model.tokenizer):
-            g = to_neuronpedia(build_graph(model, tcs, q.prompt, q.answer, None, GraphConfig(heads=False)))
-            r = check_graph(model, sites, g)
-            s = r["summary"]
-            rows.append(
-                {
-                    "task": task,
-                    "prompt": q.prompt,
-                    "spearman": r["spearman"],
-                    "edges_verdicts": s.get("edges_verdicts", {}),
-                    "nodes_confirmed_share": s["nodes_confirmed_share"],
-                    "top_node_agrees": s["top_node_agrees"],
-                    "cpu_seconds": s["cpu_seconds"],
-                }
-            )
-            sp = r["spearman"]["nodes"]["frozen"]["ablate"]
-            print(task, "nodes frozen ablate", "n/a" if sp is None else f"{sp:.3f}", flush=True)
-    return rows
+    model, _ = load(args.model, device="cpu")
+    tcs, sites = open_set(args.transcoders).load(0, "cpu", model), load_dictionary(args.transcoders, model)
+    qs = {task: tasks.queries(task, args.n, tokenizer=model.tokenizer) for task in tasks.QUERY_TASKS}
+    done = _done(args.rows)
+    for i in range(args.n):  # round the families, so that a partial run keeps them even
+        for task in tasks.QUERY_TASKS:
+            if (args.model, args.label, task, i) in done:
+                continue
+            q = qs[task][i]
+            with torch.no_grad():
+                g = to_neuronpedia(build_graph(model, tcs, q.prompt, q.answer, None, GraphConfig(heads=False)))
+                row = _row(model, sites, g, args.edge_targets)
+            row = {"model": args.model, "dictionary": args.label, "task": task, "index": i, "prompt": q.prompt, **row}
+            with args.rows.open("a") as f:
+                f.write(json.dumps({**row, "commit": info["commit"], "date": info["date"]}) + "\n")
+            sp = row["spearman"]["pairs"]["frozen"]["steer"]
+            print(args.label, task, i, "pairs frozen steer", "n/a" if sp is None else f"{sp:.3f}", flush=True)
 
 
 def _cell(rows: list[dict], what: str, reading: tuple[str, str]) -> str:
@@ -65,75 +99,113 @@ def _cell(rows: list[dict], what: str, reading: tuple[str, str]) -> str:
     return t_interval(vals).format("{:.2f}") if vals else "n/a"
 
 
-def _verdicts(rows: list[dict], reading: str) -> str:
+def _shares(rows: list[dict], target: str, semantics: str) -> str:
+    """Each verdict's share of the edges checked, summed over the queries."""
     from workbench.interventions.check import VERDICTS
 
-    total = {w: sum(r["edges_verdicts"].get(reading, {}).get(w, 0) for r in rows) for w in VERDICTS}
-    return ", ".join(f"{v} {w}" for w, v in total.items() if v)
+    total = {w: sum(r["edges_verdicts"].get(target, {}).get(semantics, {}).get(w, 0) for r in rows) for w in VERDICTS}
+    n = sum(total.values())
+    return ", ".join(f"{v / n:.0%} {w}" for w, v in total.items() if v) + f" (of {n})" if n else "n/a"
+
+
+def _groups(rows: list[dict], keys: tuple[str, ...]) -> list[tuple[tuple, list[dict]]]:
+    """Rows grouped by keys, in their first appearance's order."""
+    order = dict.fromkeys(tuple(r[k] for k in keys) for r in rows)
+    return [(k, [r for r in rows if tuple(r[x] for x in keys) == k]) for k in order]
+
+
+def _spearman_table(rows: list[dict], keys: tuple[str, ...], what: str) -> list[str]:
+    """One row per group of `keys`: the four readings' intervals (and, for nodes, the top node agreement count)."""
+    top = what == "nodes"
+    header = [*keys, "graphs", *(f"{what} {s} {op}" for s, op in READINGS), *(["top node agrees"] if top else [])]
+    body = [
+        [*k, len(rs), *(_cell(rs, what, rd) for rd in READINGS)]
+        + ([f"{sum(bool(r['top_node_agrees']) for r in rs)}/{len(rs)}"] if top else [])
+        for k, rs in _groups(rows, keys)
+    ]
+    return harness.table(header, body)
+
+
+def _edge_table(rows: list[dict]) -> list[str]:
+    header = ["model", "dictionary", "edge reading", *SEMANTICS.values(), "nodes per graph", "check CPU s"]
+    body = []
+    for (model, dictionary), rs in _groups(rows, ("model", "dictionary")):
+        nodes = statistics.mean(r["nodes_checked"] for r in rs)
+        cpu = statistics.mean(r["cpu_seconds"] for r in rs)
+        for target in dict.fromkeys(t for r in rs for t in r["edges_verdicts"]):
+            shares = [_shares(rs, target, s) for s in SEMANTICS]
+            body.append([model, dictionary, target, *shares, f"{nodes:.0f}", f"{cpu:.1f}"])
+    return harness.table(header, body)
+
+
+METHOD = (
+    "Each held-out query's graph (tasks.queries, split heldout; answer = target logit; node threshold 0.8, edge "
+    "threshold 0.98, no head split) checked with CheckConfig's defaults (metric: target logit minus the mean; every "
+    "kept feature node; the 20 largest edges). Spearman of |predicted| vs |measured| per graph (ties averaged; a "
+    "graph with fewer than 3 points or a constant side has none), then the mean with a 95% t-interval over the "
+    "graphs that have one (n in each cell). Nodes: predicted = the graph's total effect on the metric through its "
+    "kept links; measured = the metric's change. Pairs: every ordered feature pair whose target lies in a later "
+    "layer at the same or a later position; predicted = the graph's influence through every kept path "
+    "(-a_s ((I - M)^-1 - I)[t, s]); measured = the target's pre-activation change. Frozen: attention patterns and "
+    "normalisation scales held at the clean run's (the graph's own assumption); live: nothing held. Ablate: the "
+    "feature's code set to 0; steer: the code times -1. Top node agrees: the graph's largest |predicted| node is "
+    "the largest |measured| one (frozen ablation), counted over the graphs."
+)
 
 
 def report(rows: list[dict], info: dict, setup: str) -> str:
-    lines = ["# Attribution graphs validated by interventions", "", *harness.machine_lines(info, {}, "1"), ""]
-    lines += [
-        setup,
-        "",
-        "Each held-out query's graph (tasks.queries; answer = target logit; node threshold 0.8, edge threshold 0.98, "
-        "no head split) checked with CheckConfig's defaults (metric: target logit minus the mean; every kept feature "
-        "node; the 20 largest edges, a feature target read in the real MLP output). Spearman of |predicted| vs "
-        "|measured| (ties averaged; a graph with fewer than 3 points or a constant side has none): mean with a 95% "
-        "t-interval over the graphs that have one. For reference, Anthropic report 0.72 for feature -> feature "
-        "influence against steering x-1 with attention frozen (their CLT on Claude 3.5 Haiku), the `pairs frozen "
-        "steer` column here.",
-        "",
-    ]
+    commits = ", ".join(dict.fromkeys(r["commit"] for r in rows))
+    lines = ["# Attribution graphs validated by interventions", "", *harness.machine_lines(info, {}, "1")]
+    lines += [f"- Rows measured at commit(s): {commits}", "", setup, "", METHOD, ""]
+    lines += ["## Spearman over all five families", ""]
     for what in ("nodes", "pairs"):
-        header = ["task", "graphs", *(f"{what} {s} {op}" for s, op in READINGS)]
-        by_task = [
-            [task, len(rs), *(_cell(rs, what, rd) for rd in READINGS)]
-            for task in dict.fromkeys(r["task"] for r in rows)
-            for rs in [[r for r in rows if r["task"] == task]]
-        ]
-        lines += [f"## Spearman, {what}", "", *harness.table(header, by_task), ""]
-    lines += ["## Edge verdicts and the top node", ""]
-    header = ["task", "edges direct (frozen)", "edges total (live)", "top node agrees", "check CPU s"]
-    body = []
-    for task in dict.fromkeys(r["task"] for r in rows):
-        rs = [r for r in rows if r["task"] == task]
-        agree = sum(bool(r["top_node_agrees"]) for r in rs)
-        cpu = statistics.mean(r["cpu_seconds"] for r in rs)
-        body.append([task, _verdicts(rs, "frozen"), _verdicts(rs, "live"), f"{agree}/{len(rs)}", f"{cpu:.2f}"])
-    return "\n".join([*lines, *harness.table(header, body)]) + "\n"
+        lines += [*_spearman_table(rows, ("model", "dictionary"), what), ""]
+    lines += ["## Spearman per family", ""]
+    for what in ("nodes", "pairs"):
+        lines += [*_spearman_table(rows, ("model", "dictionary", "task"), what), ""]
+    lines += ["## Edge verdicts under each edge reading", "", *_edge_table(rows)]
+    return "\n".join(lines) + "\n"
+
+
+def render(args) -> None:
+    rows = [json.loads(line) for p in args.render for line in Path(p).read_text().splitlines() if line.strip()]
+    if not rows:
+        raise SystemExit(f"no rows in {', '.join(map(str, args.render))}")
+    info = harness.machine_info()
+    info["date"] = rows[0]["date"]  # the measurement's, not the rendering's
+    info["commit"] = rows[0]["commit"]
+    info["load_avg_at_start"] = f"{info['load_avg_at_start']} (at rendering; the rows come from runs side by side)"
+    raw = args.out.with_suffix(".json")
+    raw.write_text(json.dumps({"info": info, "setup": args.setup, "rows": rows}, indent=1))
+    harness.write_text(args.out, report(rows, info, args.setup))
+    print(args.out.read_text())
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--transcoders", help="a per-layer transcoder set (or CLT) of the model")
+    ap.add_argument("--transcoders", help="a per-layer transcoder set or a CLT of the model")
+    ap.add_argument("--label", help="the dictionary's name in the tables (default: its folder's name)")
+    ap.add_argument("--rows", type=Path, help="the JSON-lines file the run appends to and resumes from")
     ap.add_argument("--model", default="tiny", help="the model (default: %(default)s)")
     ap.add_argument("--n", type=int, default=20, help="held-out queries per task family (default: %(default)s)")
-    ap.add_argument("--setup", default="", help="a sentence on the dictionaries and n, printed above the tables")
-    ap.add_argument("--render", action="store_true", help="write the report again from the JSON beside it")
+    ap.add_argument(
+        "--edge-targets",
+        nargs="+",
+        default=["mlp"],
+        help="edge readings (CheckConfig.edge_target): the first by the full check, the others on the edges alone "
+        "(default: %(default)s)",
+    )
+    ap.add_argument("--render", nargs="+", type=Path, metavar="ROWS", help="write the report from these rows files")
+    ap.add_argument("--setup", default="", help="the paragraph on models and dictionaries, above the tables")
     harness.add_common_args(ap, harness.BENCH / "results" / "graph_validation.md", threads=1)
     args = ap.parse_args()
-    raw = args.out.with_suffix(".json")
     if args.render:
-        d = json.loads(raw.read_text())
-        harness.write_text(args.out, report(d["rows"], d["info"], d["setup"]))
-        return print(args.out.read_text())
-    if not args.transcoders:
-        ap.error("--transcoders SET is needed (a transcoder set of the model)")
+        return render(args)
+    if not (args.transcoders and args.rows):
+        ap.error("--transcoders SET and --rows FILE are needed (or --render ROWS ...)")
+    args.label = args.label or Path(args.transcoders).name
     harness.set_threads(args.threads)
-    import torch
-
-    from workbench.models import load
-
-    model, _ = load(args.model, device="cpu")
-    info = harness.machine_info()  # the commit before the run, as measured
-    with torch.no_grad():
-        rows = rows_of(model, args.transcoders, args.n)
-    setup = args.setup or f"Model {args.model}; transcoders {Path(args.transcoders).name}; n = {args.n} per family."
-    raw.write_text(json.dumps({"info": info, "setup": setup, "rows": rows}, indent=1))
-    harness.write_text(args.out, report(rows, info, setup))
-    print(args.out.read_text())
+    run(args, harness.machine_info())  # the commit before the run, as measured
 
 
 if __name__ == "__main__":

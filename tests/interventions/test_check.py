@@ -9,7 +9,7 @@ import torch
 
 from workbench.circuits.schema import GRAPH_CHECK, read_feature_graph
 from workbench.errors import DamagedFileError
-from workbench.interventions.check import GraphNodes, check_graph, summary, verdict
+from workbench.interventions.check import GraphNodes, check_edges, check_graph, summary, verdict
 from workbench.interventions.config import CheckConfig
 from workbench.interventions.dictionary import load_dictionary
 from workbench.interventions.validation import spearman
@@ -101,7 +101,10 @@ def test_the_check_measures_every_kept_feature_in_both_readings(tiny, tc_set, gr
     the stored Spearman values are those of the stored rows (nodes), and every causal feature pair is ranked."""
     model = tiny[0]
     cfg = CheckConfig(top_edges=3, semantics="live")
-    r = check_graph(model, load_dictionary(tc_set, model), graph, cfg)
+    sites = load_dictionary(tc_set, model)
+    r = check_graph(model, sites, graph, cfg)
+    alone = check_edges(model, sites, graph, cfg)  # the edges alone, as the full check reads them
+    assert alone["edges"] == r["edges"] and alone["summary"]["edges_verdicts"] == r["summary"]["edges_verdicts"]
     feats = [n["node_id"] for n in graph["nodes"] if n["feature_type"] == "cross layer transcoder"]
     assert sorted(n["node_id"] for n in r["nodes"]) == sorted(feats)
     for row in r["nodes"] + r["edges"]:
