@@ -17,8 +17,9 @@ what goes through attention ("through_attention"). Each reading gets a verdict w
 CheckConfig); the one of cfg.semantics (frozen by default) is the node's or edge's `verdict`, `measured` and
 `confirmed`. The confirmed share weighs each by its predicted |effect|. A rank validation (validation.py) is
 added: Spearman of |predicted| against |measured| for nodes (the metric) and for feature → feature pairs (the
-target's pre-activation), both semantics, zero ablation and steering ×−1. Stored in the graph JSON under
-schema.GRAPH_CHECK[0].
+target's pre-activation), both semantics, zero ablation and steering ×−1. A graph built with QK attribution also
+has its largest query-side and key-side parts checked (check_qk.py: the head's score read with the source removed),
+in both readings with the same verdict words. Stored in the graph JSON under schema.GRAPH_CHECK[0].
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import torch
 
 from workbench.circuits.schema import CHECK_VERDICTS, GRAPH_CHECK
 from workbench.errors import BadValueError
+from workbench.interventions.check_qk import check_parts, zero_at
 from workbench.interventions.config import CheckConfig, InterventionConfig
 from workbench.interventions.dictionary import EMBED, Site
 from workbench.interventions.engine import Intervention
@@ -40,6 +42,7 @@ from workbench.interventions.validation import pair_influence, rank_block
 FEATURE = "cross layer transcoder"
 VERDICTS = CHECK_VERDICTS  # the verdict words, from the schema that reads them
 READINGS = ("frozen", "live")  # the direct effect (along the graph's own path), the total
+CHECKED = ("nodes", "edges", "qk")  # the record's checked rows: feature nodes, top edges, top QK parts
 OPS = ("ablate", "steer")  # zero ablation, and steering ×−1 (the code negated): the rank validation's two
 
 
@@ -178,7 +181,7 @@ def measure_edge(model, sites: list[Site], g: GraphNodes, link: dict, cfg: Check
     held = list(range(src_layer + 1, top))
     icfg = InterventionConfig(features=feature, positions=str(pos), constrained_layers=held, semantics=cfg.semantics)
     iv = Intervention(model, sites, g.tokens, icfg)
-    hooks = iv.hooks() + ([(EMBED, lambda act, hook: _zero_at(act, pos))] if emb else [])
+    hooks = iv.hooks() + ([(EMBED, lambda act, hook: zero_at(act, pos))] if emb else [])
     how = cfg.edge_target
     w = None if tgt is None or how == "encoder" else _mlp_reading(model, sites, g, link["target"], how)
     return _read_target(model, sites, g, link["target"], how, iv, hooks, w) - _read_target(
@@ -199,12 +202,6 @@ def _mlp_reading(model, sites: list[Site], g: GraphNodes, target: str, how: str)
     active = sorted({latent, *codes.nonzero().flatten().tolist()})
     rows = torch.stack([site.decoder_row(i) for i in active]).double()
     return torch.linalg.pinv(rows)[:, active.index(latent)].to(row)
-
-
-def _zero_at(act: torch.Tensor, pos: int) -> torch.Tensor:
-    act = act.clone()
-    act[:, pos] = 0
-    return act
 
 
 def _read_target(model, sites, g: GraphNodes, target: str, how: str, iv: Intervention, hooks: list, w=None) -> float:
@@ -244,6 +241,7 @@ def check_graph(model, sites: list[Site], graph: dict, cfg: CheckConfig | None =
         )
         for link in _top_links(g, graph["links"], cfg.top_edges)
     ]
+    qk = [_row(*part, cfg) for part in check_parts(model, sites, g, graph["links"], cfg.top_qk, READINGS)]
     return {
         "schema": GRAPH_CHECK[1],
         "schema_version": GRAPH_CHECK[2],
@@ -252,10 +250,12 @@ def check_graph(model, sites: list[Site], graph: dict, cfg: CheckConfig | None =
         "clean_metric": g.metric(forward(model, g.tokens, [])[-1]),
         "nodes": nodes,
         "edges": edges,
+        "qk": qk,
         "spearman": _ranks(g, graph["links"], predicted, runs),
         "summary": {
             **summary(nodes, "nodes"),
             **summary(edges, "edges"),
+            **summary(qk, "qk"),
             "top_node_agrees": _top_agrees(nodes),
             "seconds": time.perf_counter() - t0,
             "cpu_seconds": time.process_time() - c0,
@@ -299,7 +299,7 @@ def summary(rows: list[dict], what: str) -> dict:
     how many get each verdict in each."""
     total = sum(abs(r["predicted"]) for r in rows)
     ok = sum(abs(r["predicted"]) for r in rows if r["confirmed"])
-    failed = [r.get("node_id") or f"{r['source']} -> {r['target']}" for r in rows if not r["confirmed"]]
+    failed = [_name(r) for r in rows if not r["confirmed"]]
     out = {
         f"{what}_checked": len(rows),
         f"{what}_confirmed_share": ok / total if total else None,
@@ -308,6 +308,13 @@ def summary(rows: list[dict], what: str) -> dict:
     if rows and "verdict_frozen" in rows[0]:
         out[f"{what}_verdicts"] = {s: dict(Counter(r[f"verdict_{s}"] for r in rows)) for s in READINGS}
     return out
+
+
+def _name(r: dict) -> str:
+    """A node's id, an edge as source -> target, a QK part as source -> head [query, key] (side)."""
+    if "head" in r:
+        return f"{r['source']} -> {r['head']} [{r['query']}, {r['key']}] ({r['side']})"
+    return r.get("node_id") or f"{r['source']} -> {r['target']}"
 
 
 def _top_agrees(nodes: list[dict]) -> bool | None:
@@ -330,8 +337,16 @@ def report_lines(record: dict) -> list[str]:
             f"{e['measured_frozen']:+.4g} {e['verdict_frozen']}; total (live) {e['measured_live']:+.4g} "
             f"{e['verdict_live']}; through attention {e['through_attention']:+.4g}"
         )
+    for r in record.get("qk", ()):
+        lines.append(
+            f"qk {_name(r)}: score {r['score']:+.4g}, predicted {r['predicted']:+.4g}; direct (frozen) "
+            f"{r['measured_frozen']:+.4g} {r['verdict_frozen']}; total (live) {r['measured_live']:+.4g} "
+            f"{r['verdict_live']}"
+        )
     s = record["summary"]
-    for what in ("nodes", "edges"):
+    for what in CHECKED:
+        if what == "qk" and not record.get("qk"):  # a graph built without --qk, or a record made before
+            continue
         for reading in READINGS:
             counts = s.get(f"{what}_verdicts", {}).get(reading, {})
             words = ", ".join(f"{counts[w]} {w}" for w in VERDICTS if w in counts) or "none checked"
