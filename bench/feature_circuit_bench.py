@@ -167,7 +167,8 @@ def qk_part(args, info, threads, base) -> list[str]:
     }
     rows = []
     for i, (name, cfg) in enumerate(sides.items()):
-        r = harness.run_side("main", "workbench_graph.py", {**cfg, "mode": "qk", "reps": args.reps}, f"fqk{i}")
+        cfg = {**cfg, "mode": "qk", "reps": args.reps}
+        r = harness.run_side("main", "workbench_graph.py", cfg, f"fqk{i}", timeout=7200)  # GPT-2 shape: > 30 min here
         ratios = sorted(q / h for h, q in zip(r["cpu_seconds_heads"], r["cpu_seconds_qk"]))
         rows.append(
             [
