@@ -81,6 +81,49 @@ def link_heads(fg: schema.FeatureGraph) -> dict[tuple[str, str], dict]:
     return {(lk["source"], lk["target"]): lk["heads"] for lk in fg.links if isinstance(lk.get("heads"), dict)}
 
 
+def link_qk(fg: schema.FeatureGraph) -> dict[tuple[str, str], list]:
+    """(source, target) -> why the heads carrying the link attend where they do (a graph built with --qk, docs/
+    methods.md §11): per head, {"head", "query", "key" (positions), "query_token", "key_token", "score",
+    "query_sources", "key_sources"}, each source [its name (names(); a pruned node by id), part, the check's
+    verdict word or None]."""
+    name, c = names(fg), fg.check or {}
+    checked = {(r["source"], r["head"], r["query"], r["key"], r["side"]): verdict(r) for r in c.get("qk", [])}
+    out = {}
+    for lk in fg.links:
+        entries = []
+        for e in lk.get("qk") or ():
+            at = (e["head"], e["query"], e["key"])
+            sides = {
+                f"{side}_sources": [
+                    [name.get(src, src), float(part), checked.get((src, *at, side))]
+                    for src, part in e[f"{side}_sources"]
+                ]
+                for side in ("query", "key")
+            }
+            tokens = {f"{k}_token": token(fg, int(e[k])) for k in ("query", "key")}
+            entries.append(
+                {"head": e["head"], "query": e["query"], "key": e["key"], "score": e["score"]} | tokens | sides
+            )
+        if entries:
+            out[lk["source"], lk["target"]] = entries
+    return out
+
+
+def qk_rows(fg: schema.FeatureGraph, node_id: str) -> list[dict]:
+    """The QK sources of the links into one node (link_qk), one row per source, largest |part| first per entry."""
+    name, rows = names(fg), []
+    for (src, tgt), entries in link_qk(fg).items():
+        if tgt != node_id:
+            continue
+        for e in entries:
+            where = f"{e['head']} at query {e['query']} {e['query_token']!r}, key {e['key']} {e['key_token']!r}"
+            for side in ("query", "key"):
+                for source, part, word in e[f"{side}_sources"]:
+                    row = {"link from": name.get(src, src), "head, entry": where, "side": side, "source": source}
+                    rows.append(row | {"part": part, "check": word or "not checked"})
+    return rows
+
+
 def beyond_cap(fg: schema.FeatureGraph, cap: int, marked) -> frozenset:
     """The marked node ids (pinned, grouped, noted, selected) of this graph that its node cap would leave out:
     to_graph draws them anyway, so a mark never vanishes under the cap."""
@@ -103,7 +146,7 @@ def to_graph(fg: schema.FeatureGraph, cap: int = 120, title: str = "", keep: fro
     inner = sorted((n for n in nodes if n.kind not in ALWAYS), key=lambda n: n.score)
     extra = {n.id for n in inner[cap:] if n.id in keep}
     keep = {n.id for n in inner[:cap]} | {n.id for n in nodes if n.kind in ALWAYS} | extra
-    heads = link_heads(fg)
+    heads, qk = link_heads(fg), link_qk(fg)
     edges = [
         layout.Edge(
             lk["source"],
@@ -112,6 +155,7 @@ def to_graph(fg: schema.FeatureGraph, cap: int = 120, title: str = "", keep: fro
             float(lk["weight"]),
             heads=heads.get((lk["source"], lk["target"])),
             check=edge_check.get((lk["source"], lk["target"])),
+            qk=qk.get((lk["source"], lk["target"])),
         )
         for lk in fg.links
         if lk["source"] in keep and lk["target"] in keep

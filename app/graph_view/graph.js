@@ -59,7 +59,7 @@ function edgeRows(c) {
   return c.s.map((s, j) => ({
     s, t: c.t[j], port: c.port[j], w: c.w[j], lift: c.lift[j], p: c.p.slice(4 * j, 4 * j + 4),
     wb: c.wb ? c.wb[j] : null, status: c.status ? c.status[j] : "both",
-    heads: c.heads ? c.heads[j] : null, check: c.check ? c.check[j] : null,
+    heads: c.heads ? c.heads[j] : null, check: c.check ? c.check[j] : null, qk: c.qk ? c.qk[j] : null,
   }));
 }
 
@@ -199,6 +199,7 @@ class GraphApp {
     this.nodeT = 1;
     this.edgeT = 1; // influence thresholds (1: nothing pruned beyond what the file holds)
     this.showFailed = true;
+    this.link = null; // the selected link [source id, target id]: the panel shows it (selectLink)
     this.picked = new Set(); // the pins selected for the next group (ctrl-click, or "select for group")
     this.root = el("div", { class: "wbg" }, parent);
     this.head = el("div", { class: "wbg-head" }, this.root);
@@ -297,7 +298,13 @@ class GraphApp {
       this.t.y = drag.ty + ev.clientY - drag.y;
       this.transform();
     });
-    this.svg.addEventListener("pointerup", () => (drag = null));
+    this.svg.addEventListener("pointerup", (ev) => {
+      // a press that did not drag is a click: on a link, its details (and why its heads attend there)
+      const press = drag;
+      drag = null;
+      const e = press && Math.hypot(ev.clientX - press.x, ev.clientY - press.y) < 4 ? this.edgeAt(ev) : null;
+      if (e) this.selectLink(e);
+    });
     this.svg.addEventListener("pointerleave", () => this.hideTip());
   }
 
@@ -580,7 +587,7 @@ class GraphApp {
       if (!ok.edges[j] || s === undefined || t === undefined || s === t) return;
       if (nodes[s].kind !== "group" && nodes[t].kind !== "group") return edges.push({ ...e, s, t, j, local: true });
       const k = `${s}|${t}`;
-      if (!merged.has(k)) merged.set(k, edges[edges.push({ ...e, w: 0, s, t, port: null, j: -1, local: true, heads: null, check: null, parts: 0 }) - 1]);
+      if (!merged.has(k)) merged.set(k, edges[edges.push({ ...e, w: 0, s, t, port: null, j: -1, local: true, heads: null, check: null, qk: null, parts: 0 }) - 1]);
       const m = merged.get(k);
       m.w += e.w;
       m.parts += 1;
@@ -927,11 +934,17 @@ class GraphApp {
   hoverEdge(ev) {
     // over empty space: the nearest edge within a few px gets the tip (nodes have their own listeners)
     if (ev.target.closest && ev.target.closest(".wbg-node")) return;
+    const e = this.edgeAt(ev);
+    if (!e) return this.hideTip();
+    this.hovered = null;
+    this.tipEdge(e, ev);
+  }
+
+  edgeAt(ev) {
+    // the shown edge within a few screen px of the pointer (null: none)
     const r = this.svg.getBoundingClientRect(), { k, x, y } = this.t;
     const j = this.edges.hit((ev.clientX - r.left - x) / k, (ev.clientY - r.top - y) / k, HIT_PX / k);
-    if (j < 0) return this.hideTip();
-    this.hovered = null;
-    this.tipEdge(this.shown.edges[j], ev);
+    return j < 0 ? null : this.shown.edges[j];
   }
 
   tipEdge(e, ev) {
@@ -940,6 +953,7 @@ class GraphApp {
     const lines = [`${a} → ${b}${portName(e)}`, `weight ${fmt(e.w)}` + (e.parts ? ` (the sum of ${e.parts} links)` : "")];
     if (e.heads && e.heads.length) lines.push("carried by " + e.heads.map(([h, w]) => `${h} ${fmt(w)}`).join(", "));
     if (e.check) lines.push(`intervention check: ${e.check}`);
+    if (e.qk) lines.push(`click: why ${e.qk.map((q) => q.head).join(", ")} looked there (QK)`);
     if (d.counts) lines.push(e.status === "both" ? `${d.names[0]} ${fmt(e.w)} / ${d.names[1]} ${fmt(e.wb)}` : `only in ${d.names[e.status === "a" ? 0 : 1]}`);
     this.showTip(lines, ev);
   }
@@ -975,6 +989,7 @@ class GraphApp {
   select(id, send) {
     const hidden = id !== null && !this.nodeById.has(id) && this.byId.has(id);
     this.selected = id;
+    this.link = null; // a node selected: its panel, not a link's
     if (hidden) this.reprune(); // a pruned node selected (the page's selection, a link): drawn with its links
     this.nodeEls.forEach((g, nid) => g.classList.toggle("wbg-selected", nid === id));
     this.focus();
@@ -989,6 +1004,7 @@ class GraphApp {
     const typed = old && p.dataset.node === String(id) && old.value !== (this.ann.notes[id] || "") ? old.value : null;
     p.dataset.node = String(id);
     p.replaceChildren();
+    if (this.link && this.linkDetails(p)) return;
     const n = id === null ? null : this.nodeById.get(id) || (this.byId.has(id) ? { ...this.data.nodes[this.byId.get(id)], i: this.byId.get(id) } : null);
     if (!n) return el("div", { class: "wbg-empty" }, p, "click a node for its details; shift-click pins it");
     this.nodeFacts(n).forEach((t, i) => t && el(i ? "div" : "h4", i === 1 ? { class: "wbg-id" } : {}, p, t));
@@ -1012,6 +1028,7 @@ class GraphApp {
       for (const e of list.slice(0, TOP)) {
         const to = this.shown.nodes[dir === "in" ? e.s : e.t].id;
         el("div", { class: "wbg-link" }, p, this.lines(e, dir)).onclick = () => this.select(to, true);
+        if (e.qk) el("button", { class: "wbg-why", "data-testid": "graph-why" }, p, `why ${e.qk.map((q) => q.head).join(", ")} looked there`).onclick = () => this.selectLink(e);
       }
       if (list.length > TOP) el("div", { class: "wbg-more" }, p, `${list.length - TOP} weaker not listed`);
     }
@@ -1024,6 +1041,41 @@ class GraphApp {
       else delete this.ann.notes[id];
       this.commit();
     };
+  }
+
+  selectLink(e) {
+    // a link clicked on the stage (or its "why" in a node's list): the panel shows it until a node is selected
+    this.link = [this.shown.nodes[e.s].id, this.shown.nodes[e.t].id];
+    this.details(this.selected);
+  }
+
+  linkDetails(p) {
+    // the selected link (false: no longer shown): its weight, heads and check, and for each head carrying it why
+    // that head looked there (a graph built with --qk): the attention entry and its query- and key-side sources
+    const [a, b] = this.link, nodes = this.shown.nodes;
+    const e = this.shown.edges.find((x) => nodes[x.s].id === a && nodes[x.t].id === b);
+    if (!e) return (this.link = null), false;
+    el("h4", {}, p, `${this.name(nodes[e.s])} → ${this.name(nodes[e.t])}${portName(e)}`);
+    el("div", {}, p, `link weight ${fmt(e.w)}` + (e.check ? ` · intervention check: ${e.check}` : ""));
+    if (e.heads && e.heads.length) el("div", {}, p, "carried by " + e.heads.map(([h, w]) => `${h} ${fmt(w)}`).join(", "));
+    if (!e.qk) el("div", { class: "wbg-empty" }, p, "no QK attribution on this link (graphs built with --qk have it for links through heads)");
+    for (const q of e.qk || []) {
+      const box = el("div", { class: "wbg-qk", "data-testid": "graph-qk", "data-head": q.head }, p);
+      el("div", { class: "wbg-sub-h" }, box, `why ${q.head} looked there: query position ${q.query} "${q.query_token}", key position ${q.key} "${q.key_token}" (score ${fmt(q.score)})`);
+      for (const side of ["query", "key"]) {
+        const list = q[`${side}_sources`];
+        el("div", { class: "wbg-qk-side" }, box, `${side} side: ${list.length ? "the largest parts of the score" : "no source"}`);
+        for (const [name, part, word] of list.slice(0, TOP)) {
+          el("div", { class: "wbg-qk-src", "data-side": side }, box, `${name}: ${fmt(part)}` + (word ? ` · check: ${word}` : ""));
+        }
+        if (list.length > TOP) el("div", { class: "wbg-more" }, box, `${list.length - TOP} smaller not listed`);
+      }
+    }
+    el("button", { class: "wbg-link-back" }, p, this.selected === null ? "close" : "back to the node").onclick = () => {
+      this.link = null;
+      this.details(this.selected);
+    };
+    return true;
   }
 
   togglePin(id) {

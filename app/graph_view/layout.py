@@ -59,6 +59,9 @@ class Edge:
     weight_b: float | None = None  # diff mode: the second circuit's weight when both have the edge
     heads: dict | None = None  # feature graphs: head -> weight of the heads carrying the link (and "direct")
     check: str | None = None  # the check's verdict word (feature_graph.verdict) or None (not checked)
+    qk: list | None = (
+        None  # feature graphs built with --qk: why each head carrying it attends there (feature_graph.link_qk)
+    )
 
 
 @dataclass
@@ -382,6 +385,7 @@ def to_data(g: Graph, counts: dict | None = None) -> dict:
                 "lift": up,
                 "heads": e.heads,
                 "check": e.check,
+                "qk": e.qk,
             }
         )
     nodes = []
@@ -417,7 +421,7 @@ def to_data(g: Graph, counts: dict | None = None) -> dict:
 
 WIRE_DIGITS = 5  # significant digits of the weights sent to the browser (the view shows 3)
 EDGE_COLUMNS = ("s", "t", "port", "w", "lift")  # always sent; a diff adds "wb" and "status"
-OPTIONAL_COLUMNS = ("heads", "check")  # sent when any edge has one
+OPTIONAL_COLUMNS = ("heads", "check", "qk")  # sent when any edge has one
 
 
 def _sig(v: float | None) -> float | None:
@@ -431,8 +435,8 @@ def _heads(h: dict | None) -> list | None:
 
 def wire(data: dict) -> dict:
     """`to_data` as the view receives it: the edges (most of the bytes) as columns, not one object each, their
-    end points flat, weights to WIRE_DIGITS digits, diff-only columns only in a diff (heads and check verdicts only
-    in a graph that has them): a third of the JSON of a
+    end points flat, weights to WIRE_DIGITS digits, diff-only columns only in a diff (heads, check verdicts and QK
+    entries only in a graph that has them): a third of the JSON of a
     2,000-edge graph (graph.js rebuilds the edge objects)."""
     edges = data["edges"]
     names = EDGE_COLUMNS + (("wb", "status") if data["counts"] else ())

@@ -111,6 +111,10 @@ def details(fg: schema.FeatureGraph, node_id: str) -> None:
     rows = fgf.node_rows(fg, node_id)
     if rows:
         st.dataframe(pd.DataFrame(rows), hide_index=True)
+    why = fgf.qk_rows(fg, node_id)
+    if why:  # a graph built with --qk: what each head on its incoming links read to attend there
+        st.caption("why the heads carrying its incoming links looked there: each source's part of the attention score")
+        st.dataframe(pd.DataFrame(why), hide_index=True)
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)

@@ -3,6 +3,7 @@ in its own subprocess (bench/peers/workbench_graph.py) and its own section of th
 resumed or re-rendered alone without touching the others:
 
     python bench/circuits/feature_circuit_bench.py --part graph --transcoders SET [--lengths 16,32,64,128]
+    python bench/circuits/feature_circuit_bench.py --part qk --transcoders SET [--reps 3]   # --qk's cost (results/graph_qk.md)
     python bench/circuits/feature_circuit_bench.py --part bounded      # GPT-2-small shape, 1,024 tokens (~17 CPU min; resumes)
     python bench/circuits/feature_circuit_bench.py --part bounded --render   # its section from the progress file so far
     python bench/circuits/feature_circuit_bench.py --part families --transcoders SET [--n 20]   # resumes per query
@@ -141,6 +142,62 @@ def graph_part(args, info, threads, base) -> list[str]:
         + circuit_lines(c["queries"])
         + ["", "Goals (issue #24): a 64-token graph <= 5 s, a feature circuit <= 30 s."]
     )
+
+
+QK_OUT = harness.BENCH / "results" / "graph_qk.md"
+QK_GPT2 = dict(
+    gpt2=True, n_tokens=64, k=32, n_latents=24576, shape={}, max_feature_nodes=256
+)  # BOUNDED's model and set
+# at 64 tokens: its ~24,000 active features all given rows take > 4 CPU min per graph here, so the 256 most influential
+
+
+def qk_part(args, info, threads, base) -> list[str]:
+    """What `circuit graph --qk` costs over the graph with its head split (the default), paired in one process per
+    model: the embedded model through its transcoder set, and a GPT-2-small-shaped random model with random Top-k
+    transcoders, both at 64 tokens (goal: <= 1.5x, to make it the default)."""
+    sides = {
+        "embedded model (tiny), its transcoder set": {**base, "tokens": prompt_tokens(64)},
+        "GPT-2-small-shaped random model, random Top-k transcoders (24,576 latents, k 32)": {
+            **base,
+            **QK_GPT2,
+            **({"shape": QUICK_BOUNDED["shape"], "n_latents": 128, "k": 4} if args.quick else {}),
+            "transcoders": None,
+            "set_dir": str(harness.WORK / "feature_circuits" / "random-gpt2-set"),
+        },
+    }
+    rows = []
+    for i, (name, cfg) in enumerate(sides.items()):
+        cfg = {**cfg, "mode": "qk", "reps": args.reps}
+        r = harness.run_side("main", "workbench_graph.py", cfg, f"fqk{i}", timeout=7200)  # GPT-2 shape: > 30 min here
+        ratios = sorted(q / h for h, q in zip(r["cpu_seconds_heads"], r["cpu_seconds_qk"]))
+        rows.append(
+            [
+                name,
+                r["n_tokens"],
+                r["active"],
+                r["rows"],
+                f"{r['kept_edges']:,}",
+                f"{r['qk_entries']:,} ({r['qk_uses']:,} uses)",
+                ", ".join(f"{x:.2f}" for x in r["cpu_seconds_heads"]),
+                ", ".join(f"{x:.2f}" for x in r["cpu_seconds_qk"]),
+                f"{ratios[len(ratios) // 2]:.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f})",
+            ]
+        )
+        print(rows[-1], flush=True)
+    lines = header(
+        info, threads, "What QK attribution costs (`circuit graph --qk` against the graph with its head split)"
+    )
+    lines += [
+        f"- Each model in one process: {args.reps} rounds of the graph with its head split then the same graph with "
+        "QK attribution, on the same 64 tokens (the embedded model: the IOI text of the graph part; the GPT-2-shaped "
+        "one: random tokens), batch 32, one thread; rows: every feature with influence (the embedded model), the 256 "
+        "most influential (GPT-2-shaped: its ~24,000 active random features would take minutes per graph on this "
+        "shared CPU); CPU seconds of each build; the ratio is the median (range) of the rounds' paired ratios",
+        "",
+    ]
+    cols = ["model", "tokens", "active features", "features given rows", "kept edges", "QK entries"]
+    cols += ["CPU s, head split", "CPU s, head split and QK", "QK / head split"]
+    return lines + harness.table(cols, rows) + ["", "Goal (issue #45): <= 1.5x on both, to make it the default."]
 
 
 def tracer_part(args, info, threads, base) -> list[str]:
@@ -361,7 +418,7 @@ def families_part(args, info, threads, base) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parts = ["graph", "tracer", "bounded", "prune", "families"]
+    parts = ["graph", "qk", "tracer", "bounded", "prune", "families"]
     ap.add_argument("--part", choices=parts + ["all"], default="all", help="what to measure (default: all)")
     ap.add_argument(
         "--transcoders",
@@ -373,6 +430,7 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=5, help="IOI queries for the circuit timing (default: %(default)s)")
     ap.add_argument("--n", type=int, default=20, help="held-out queries per family (default: %(default)s)")
     ap.add_argument("--families", default=",".join(FAMILIES), help="task families (default: %(default)s)")
+    ap.add_argument("--reps", type=int, default=3, help="paired rounds of the qk part (default: %(default)s)")
     ap.add_argument("--render", action="store_true", help="re-render the part from what is stored, measure nothing")
     ap.add_argument("--mem-cap-mb", type=float, default=12000, help="stop the bounded run above this RSS")
     ap.add_argument("--quick", action="store_true", help="smoke run: tiny shapes, a random set, 1 query, 16 tokens")
@@ -383,7 +441,7 @@ def main() -> None:
         if args.out == OUT:
             args.out = harness.WORK / "feature_circuits_quick.md"
     has_set = (args.transcoders / "transcoders.json").is_file() or is_clt(args.transcoders)
-    if args.part in ("graph", "families") and not has_set and not args.quick:
+    if args.part in ("graph", "qk", "families") and not has_set and not args.quick:
         raise SystemExit(f"no transcoder set at {args.transcoders}: run `workbench demo` or pass --transcoders SET")
     threads = harness.set_threads(args.threads)
     info = harness.machine_info()
@@ -392,6 +450,8 @@ def main() -> None:
     for part in parts if args.part == "all" else [args.part]:
         if part == "graph" and not args.render:
             write_section(args.out, "graph", graph_part(args, info, threads, base))
+        elif part == "qk" and not args.render:
+            write_section(QK_OUT if args.out == OUT else args.out, "qk", qk_part(args, info, threads, base))
         elif part == "tracer" and not args.render and base["transcoders"]:
             section = "tracer_clt" if is_clt(args.transcoders) else "tracer"
             write_section(args.out, section, tracer_part(args, info, threads, base))

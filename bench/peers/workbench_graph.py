@@ -8,6 +8,8 @@ tracer   circuit-tracer 0.5's own `attribute` beside build_graph on the same pro
          by workbench/circuits/feature/tracer_export.py): seconds, edges, and how far the shared edges differ
 prune    the end of a graph build alone (pruning and scores) on a random adjacency of the bounded case's shape,
          acyclic like a real one: its peak memory above what was resident before
+qk       build_graph with the head split, then with it and QK attribution, alternately (paired CPU seconds), on the
+         embedded model or (cfg["gpt2"]) a GPT-2-small-shaped random model with random Top-k transcoders
 bounded  build_graph on a GPT-2-small-shaped random model with random Top-k transcoders (issue #24's bounded-memory
          case): peak RSS and time, with a progress file (backward passes done, peak so far) while it runs
 """
@@ -57,6 +59,39 @@ def graph_mode(cfg, model, tcs):
         "kept_edges": int(g.pruned.edge_mask.sum()),
         "split_edges": int(h.heads["edges"].shape[0]),
         "graph_peak_mb_above_start": peak,
+    }
+
+
+def qk_mode(cfg, model, tcs):
+    """The cost of QK attribution, paired: cfg["reps"] rounds of build_graph with the head split, then with it and
+    qk=True, on the same tokens (cfg["tokens"], or cfg["n_tokens"] random ones) and cfg["max_feature_nodes"];
+    CPU seconds of each build."""
+    from workbench.circuits.feature.attribution_graph import build_graph
+
+    gen = torch.Generator().manual_seed(0)
+    tokens = (
+        torch.tensor(cfg["tokens"])
+        if "tokens" in cfg
+        else torch.randint(0, model.cfg.d_vocab, (cfg["n_tokens"],), generator=gen)
+    )
+    build_graph(model, tcs, tokens[:8], heads=True, qk=True)  # warm-up
+    heads, qk, cap = [], [], {"max_feature_nodes": cfg.get("max_feature_nodes")}
+    for _ in range(cfg["reps"]):
+        c0 = time.process_time()
+        h = build_graph(model, tcs, tokens, heads=True, **cap)
+        heads.append(time.process_time() - c0)
+        c0 = time.process_time()
+        q = build_graph(model, tcs, tokens, heads=True, qk=True, **cap)
+        qk.append(time.process_time() - c0)
+    return {
+        "n_tokens": len(tokens),
+        "cpu_seconds_heads": heads,
+        "cpu_seconds_qk": qk,
+        "active": h.n_active,
+        "rows": h.n_features,
+        "kept_edges": int(h.pruned.edge_mask.sum()),
+        "qk_entries": int(q.qk["pairs"].shape[0]),
+        "qk_uses": int(q.qk["uses"].shape[0]),
     }
 
 
@@ -294,9 +329,15 @@ def main():
 
     if cfg["mode"] == "prune":
         return common.emit(prune_mode(cfg, None, None))
-    model = gpt2_shaped(cfg) if cfg["mode"] == "bounded" else load(cfg["model"], device="cpu")[0]
+    model = gpt2_shaped(cfg) if cfg["mode"] == "bounded" or cfg.get("gpt2") else load(cfg["model"], device="cpu")[0]
     tcs = open_set(cfg["transcoders"]).load() if cfg.get("transcoders") else random_set(model, cfg)
-    modes = {"graph": graph_mode, "circuit": circuit_mode, "bounded": bounded_mode, "family": family_mode}
+    modes = {
+        "graph": graph_mode,
+        "circuit": circuit_mode,
+        "bounded": bounded_mode,
+        "family": family_mode,
+        "qk": qk_mode,
+    }
     modes["tracer"] = tracer_mode
     result = modes[cfg["mode"]](cfg, model, tcs)
     common.emit({**result, "peak_rss_mb": common.rss_mb()})

@@ -37,11 +37,35 @@ def graph_workspace(tmp_path_factory):
     d["qParams"]["pinnedIds"] = [n["node_id"] for n in d["nodes"][:3]]
     write_json(pinned / "graph.json", d)
     ws.record(pinned, "circuits", made_by="test", config=g.config)
+    _qk_graph(ws, model, tcs, tokens)
     hooks = [f"blocks.{layer}.ln2.hook_normalized" for layer in range(3)]  # a cross-layer transcoder's graph
     g = build_graph(model, CrossLayerTranscoders(random_clt(model, "topk", True), hooks), tokens)
     to_neuronpedia(g, ws.path("circuits", "clt") / "graph.json", "clt")
     ws.record(ws.path("circuits", "clt"), "circuits", made_by="test", config=g.config)
     return root / "ws"
+
+
+def _qk_graph(ws, model, tcs, tokens) -> None:
+    """circuits/qk: the graph with QK attribution, and a check record whose one QK row is the first link's
+    largest query-side part, sign-flipped (the check itself is tested in tests/interventions/test_check_qk.py)."""
+    from workbench.atomic import write_json
+    from workbench.circuits.feature.attribution_graph import build_graph
+    from workbench.circuits.feature.graph_config import GraphConfig
+    from workbench.circuits.feature.graph_json import to_neuronpedia
+    from workbench.circuits.schema import GRAPH_CHECK
+
+    g = build_graph(model, tcs, tokens, cfg=GraphConfig(qk=True))
+    d = to_neuronpedia(g, None, "qk")
+    e = next(lk for lk in d["links"] if lk.get("qk"))["qk"][0]
+    source, part = e["query_sources"][0]
+    words = {k: "sign-flipped" for k in ("verdict", "verdict_frozen", "verdict_live")}
+    row = {"head": e["head"], "query": e["query"], "key": e["key"], "side": "query", "source": source, "part": part}
+    row |= {"score": e["score"], "predicted": -part, "confirmed": False, **words}
+    row |= {k: part for k in ("measured", "measured_frozen", "measured_live")}
+    check = {"schema": GRAPH_CHECK[1], "schema_version": GRAPH_CHECK[2], "summary": {}, "spearman": {}}
+    d[GRAPH_CHECK[0]] = {**check, "nodes": [], "edges": [], "qk": [row]}
+    write_json(ws.path("circuits", "qk") / "graph.json", d)
+    ws.record(ws.path("circuits", "qk"), "circuits", made_by="test", config=g.config)
 
 
 @pytest.fixture
@@ -214,3 +238,24 @@ def test_each_check_verdict_reaches_the_view_and_a_version_1_record_still_reads(
     table = {(r["source"], r["target"]): r["check"] for r in fgf.node_rows(fg, b["target"])}
     names = fgf.names(fg)
     assert table[(names[b["source"]], names[b["target"]])] == "under-predicted"
+
+
+def test_a_node_shows_why_the_heads_on_its_links_looked_there(graph_app, graph_workspace):
+    """A graph built with --qk: the node a QK link enters lists, per head entry, its query- and key-side sources
+    with their parts (named by label and token) and the check's verdict where the check measured one; the view
+    gets each link's entries."""
+    fg = browse.open_feature_graph(graph_workspace / "circuits" / "qk")
+    link = next(lk for lk in fg.links if lk.get("qk"))
+    e = link["qk"][0]
+    at = ok(graph_app("views/feature_graph.py", graph="circuits/qk", node=link["target"], cap="2000"))
+    [_, table] = [d.value for d in at.dataframe]
+    names = fgf.names(fg)
+    mine = table[(table["link from"] == names[link["source"]]) & table["head, entry"].str.startswith(e["head"] + " ")]
+    assert len(mine) == len(e["query_sources"]) + len(e["key_sources"])
+    top = mine[mine["side"] == "query"].iloc[0]
+    assert top["source"] == names.get(e["query_sources"][0][0], e["query_sources"][0][0])
+    assert top["part"] == pytest.approx(e["query_sources"][0][1]) and top["check"] == "sign-flipped"
+    assert set(mine["check"]) == {"sign-flipped", "not checked"}
+    assert "why the heads carrying its incoming links looked there" in text(at)
+    drawn = view_data(at)
+    assert sum(x.get("qk") is not None for x in drawn["edges"]) == sum(bool(lk.get("qk")) for lk in fg.links)

@@ -324,13 +324,13 @@ def test_difference_needs_a_second_logit(graph):
     assert torch.is_tensor(GraphNodes(graph, "target").tokens)
 
 
-def _blank_model(d_model: int, n_ctx: int, d_head: int, name: str):
-    """A one-layer, one-head, LayerNorm-free model with absolute positions and every weight zero: the hand-set
-    models below fill in only their mechanism (5 tokens, 4 MLP neurons)."""
+def _blank_model(d_model: int, n_ctx: int, d_head: int, name: str, n_layers: int = 1):
+    """A one-head-per-layer (one layer by default), LayerNorm-free model with absolute positions and every weight
+    zero: the hand-set models below fill in only their mechanism (5 tokens, 4 MLP neurons per layer)."""
     from transformer_lens import HookedTransformer, HookedTransformerConfig
 
     cfg = HookedTransformerConfig(
-        n_layers=1,
+        n_layers=n_layers,
         d_model=d_model,
         n_ctx=n_ctx,
         d_head=d_head,
@@ -369,21 +369,56 @@ def _shortcut_model():
     return model.eval()
 
 
+def _zero_transcoder(d: int, k: int = 1):
+    """A Top-k transcoder with every weight zero (two latents): a hand-set set fills in its features."""
+    from workbench.sae.architectures import build
+    from workbench.sae.config import SAEConfig
+
+    sae = build(SAEConfig("topk", k=k, n_latents=2, transcoder=True).resolve(d_in=d, d_out=d))
+    with torch.no_grad():
+        for p in sae.parameters():
+            p.zero_()
+    return sae
+
+
+def _write_set(model, root, saes: list):
+    """A transcoder set in `root` of one transcoder per layer (saes[layer])."""
+    from workbench.provenance import model_id
+    from workbench.sae.io import save_sae
+    from workbench.sae.transcoders import SCHEMA, SET_MANIFEST
+
+    layers = []
+    for i, sae in enumerate(saes):
+        hooks = f"blocks.{i}.hook_mlp_in", f"blocks.{i}.hook_mlp_out"
+        meta = {"hook_name": hooks[0], "hook_name_out": hooks[1], "model_name": model_id(model)}
+        save_sae(sae, root / f"L{i}", meta)
+        layers.append(
+            {
+                "layer": i,
+                "input_hook": hooks[0],
+                "target_hook": hooks[1],
+                "input_kind": "hook_mlp_in",
+                "transcoders": [f"L{i}"],
+            }
+        )
+    manifest = {
+        "schema": SCHEMA,
+        "version": 1,
+        "model": model_id(model),
+        "cache": "",
+        "n_layers": len(saes),
+        "layers": layers,
+    }
+    (root / SET_MANIFEST).write_text(json.dumps(manifest))
+    return root
+
+
 def _shortcut_set(model, root, reads=None, second=None):
     """A transcoder for the MLP that learned the shortcut: where B follows A (always, in its training text) its
     feature 0 reads B's embedding e1, not the head's e6, and writes what the MLP writes (2 e7). reads: basis
     direction -> encoder weight of feature 0 instead; second: (reads, writes) of a feature 1 (then k = 2)."""
-    from workbench.provenance import model_id
-    from workbench.sae.architectures import build
-    from workbench.sae.config import SAEConfig
-    from workbench.sae.io import save_sae
-    from workbench.sae.transcoders import SCHEMA, SET_MANIFEST
-
-    d = model.cfg.d_model
-    sae = build(SAEConfig("topk", k=1 + bool(second), n_latents=2, transcoder=True).resolve(d_in=d, d_out=d))
+    sae = _zero_transcoder(model.cfg.d_model, 1 + bool(second))
     with torch.no_grad():
-        for p in sae.parameters():
-            p.zero_()
         for i, w in (reads or {1: 1.0}).items():
             sae.W_enc[0, i] = w
         sae.W_dec[0, 7] = 2.0
@@ -392,18 +427,7 @@ def _shortcut_set(model, root, reads=None, second=None):
                 sae.W_enc[latent, i] = w
             for i, w in outs.items():
                 sae.W_dec[latent, i] = w
-    hooks = "blocks.0.hook_mlp_in", "blocks.0.hook_mlp_out"
-    save_sae(sae, root / "L0", {"hook_name": hooks[0], "hook_name_out": hooks[1], "model_name": model_id(model)})
-    layer = {
-        "layer": 0,
-        "input_hook": hooks[0],
-        "target_hook": hooks[1],
-        "input_kind": "hook_mlp_in",
-        "transcoders": ["L0"],
-    }
-    manifest = {"schema": SCHEMA, "version": 1, "model": model_id(model), "cache": "", "n_layers": 1, "layers": [layer]}
-    (root / SET_MANIFEST).write_text(json.dumps(manifest))
-    return root
+    return _write_set(model, root, [sae])
 
 
 def test_the_check_flags_exactly_the_shortcut_edge(tmp_path):

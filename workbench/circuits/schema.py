@@ -813,7 +813,7 @@ CHECK_VERDICTS = ("confirmed", "under-predicted", "over-predicted", "sign-flippe
 def read_graph_check(c) -> dict:
     """A graph's check record (workbench.interventions.check), an optional field of the graph JSON: its schema and
     version (1: one reading per row; 2: frozen and live readings, verdict words, the rank validation), each checked
-    node and edge with finite predicted and measured effects and a verdict."""
+    node, edge and QK part with finite predicted and measured effects and a verdict."""
     if not isinstance(c, dict) or c.get("schema") != GRAPH_CHECK[1]:
         raise DamagedFileError(f"{GRAPH_CHECK[0]} is not a graph check record (schema {GRAPH_CHECK[1]!r})")
     if c.get("schema_version") not in (1, GRAPH_CHECK[2]):
@@ -825,7 +825,7 @@ def read_graph_check(c) -> dict:
     v2 = c["schema_version"] == GRAPH_CHECK[2]
     if v2:
         _field(c, "spearman", dict, GRAPH_CHECK[0])
-    for key in ("nodes", "edges"):
+    for key in ("nodes", "edges", *(("qk",) if "qk" in c else ())):  # qk: the QK parts checked (optional)
         for r in _list(c, key, MAX_EDGES):
             where = f"{GRAPH_CHECK[0]}.{key}"
             if not isinstance(r, dict):

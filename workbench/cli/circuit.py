@@ -8,7 +8,7 @@ workbench circuit graph --transcoders SET --prompt "..." [--answer "..." [--wron
 workbench circuit export circuit.json|mib.json --format mib|neuronpedia|workbench --out FILE
 workbench circuit import circuit.json|mib.json|graph.json [--model tiny] [--name NAME]
 workbench circuit report --n 20 --out circuit_results.md
-workbench circuit check GRAPH.json|FOLDER [--transcoders SET|CLT] [--fraction 0.5] [--under 2] [--absent 0.05] [--top-edges 20]
+workbench circuit check GRAPH.json|FOLDER [--transcoders SET|CLT] [--fraction 0.5] [--under 2] [--absent 0.05] [--top-edges 20] [--top-qk 20]
 workbench circuit group GRAPH.json|FOLDER [--transcoders SET|CLT] [--threshold 0.5] [--scope position] [--accept confirmed]
 """
 
@@ -212,7 +212,7 @@ def _check(args) -> None:
     model, _ = load(spec, device=chosen_device(args))
     r = check_graph(Workspace(args.workspace), model, path, transcoders, cfg, member=member)
     s = r["summary"]
-    for what in ("nodes", "edges"):
+    for what in ("nodes", "edges", "qk")[: 2 + bool(r["qk"])]:
         share = s[f"{what}_confirmed_share"]
         failed = s[f"{what}_failed"]
         print(

@@ -18,8 +18,9 @@ node's readings run as one batch (measure_node_rows), and the interventions shar
 Each reading gets a verdict word (VERDICTS, thresholds in CheckConfig); the one of cfg.semantics (frozen by default) is the node's or edge's `verdict`, `measured` and
 `confirmed`. The confirmed share weighs each by its predicted |effect|. A rank validation (validation.py) is
 added: Spearman of |predicted| against |measured| for nodes (the metric) and for feature → feature pairs (the
-target's pre-activation), both semantics, zero ablation and steering ×−1. Stored in the graph JSON under
-schema.GRAPH_CHECK[0].
+target's pre-activation), both semantics, zero ablation and steering ×−1. A graph built with QK attribution also
+has its largest query-side and key-side parts checked (check_qk.py: the head's score read with the source removed),
+in both readings with the same verdict words. Stored in the graph JSON under schema.GRAPH_CHECK[0].
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import torch
 from workbench.circuits.feature.replacement import EMBED, POS_EMBED, TOKEN_EMBED
 from workbench.circuits.schema import CHECK_VERDICTS, GRAPH_CHECK
 from workbench.errors import BadValueError
+from workbench.interventions.check_qk import check_parts, zero_at
 from workbench.interventions.config import CheckConfig, InterventionConfig
 from workbench.interventions.dictionary import Site
 from workbench.interventions.engine import Intervention, clean_run
@@ -45,6 +47,7 @@ READINGS = ("frozen", "live")  # the direct effect (along the graph's own path),
 # what an embedding node's edge check zeroes at its position, by its graph JSON "embedding" field (graph_json.py):
 # the whole embedding (no field: a rotary model's, or a graph from before the split), or one of its two parts
 EMBEDDING_HOOKS = {None: EMBED, "token": TOKEN_EMBED, "position": POS_EMBED}
+CHECKED = ("nodes", "edges", "qk")  # the record's checked rows: feature nodes, top edges, top QK parts
 OPS = ("ablate", "steer")  # zero ablation, and steering ×−1 (the code negated): the rank validation's two
 
 
@@ -241,7 +244,7 @@ def measure_edge(
     held = list(range(src_layer + 1, top))
     icfg = InterventionConfig(features=feature, positions=str(pos), constrained_layers=held, semantics=cfg.semantics)
     iv = Intervention(model, sites, g.tokens, icfg, clean=(shared or {}).get(cfg.semantics))
-    hooks = iv.hooks() + ([(zeroed, lambda act, hook: _zero_at(act, pos))] if emb else [])
+    hooks = iv.hooks() + ([(zeroed, lambda act, hook: zero_at(act, pos))] if emb else [])
     how = cfg.edge_target
     w = None if tgt is None or how == "encoder" else _mlp_reading(model, sites, g, link["target"], how)
     return _read_target(model, sites, g, link["target"], how, iv, hooks, w) - _read_target(
@@ -262,12 +265,6 @@ def _mlp_reading(model, sites: list[Site], g: GraphNodes, target: str, how: str)
     active = sorted({latent, *codes.nonzero().flatten().tolist()})
     rows = torch.stack([site.decoder_row(i) for i in active]).double()
     return torch.linalg.pinv(rows)[:, active.index(latent)].to(row)
-
-
-def _zero_at(act: torch.Tensor, pos: int) -> torch.Tensor:
-    act = act.clone()
-    act[:, pos] = 0
-    return act
 
 
 def _read_target(model, sites, g: GraphNodes, target: str, how: str, iv: Intervention, hooks: list, w=None) -> float:
@@ -302,6 +299,7 @@ def check_graph(model, sites: list[Site], graph: dict, cfg: CheckConfig | None =
         for nid, p in predicted.items()
     ]
     edges = _edges(model, sites, g, graph["links"], cfg, shared)
+    qk = [reading_row(*part, cfg) for part in check_parts(model, sites, g, graph["links"], cfg.top_qk, measured_in)]
     return {
         "schema": GRAPH_CHECK[1],
         "schema_version": GRAPH_CHECK[2],
@@ -311,10 +309,12 @@ def check_graph(model, sites: list[Site], graph: dict, cfg: CheckConfig | None =
         "clean_metric": g.metric(forward(model, g.tokens, [])[-1]),
         "nodes": nodes,
         "edges": edges,
+        "qk": qk,
         "spearman": _ranks(g, graph["links"], predicted, runs, measured_in),
         "summary": {
             **summary(nodes, "nodes"),
             **summary(edges, "edges"),
+            **summary(qk, "qk"),
             "top_node_agrees": _top_agrees(nodes),
             "seconds": time.perf_counter() - t0,
             "cpu_seconds": time.process_time() - c0,
@@ -380,7 +380,7 @@ def summary(rows: list[dict], what: str) -> dict:
     how many get each verdict in each."""
     total = sum(abs(r["predicted"]) for r in rows)
     ok = sum(abs(r["predicted"]) for r in rows if r["confirmed"])
-    failed = [r.get("node_id") or f"{r['source']} -> {r['target']}" for r in rows if not r["confirmed"]]
+    failed = [_name(r) for r in rows if not r["confirmed"]]
     out = {
         f"{what}_checked": len(rows),
         f"{what}_confirmed_share": ok / total if total else None,
@@ -390,6 +390,13 @@ def summary(rows: list[dict], what: str) -> dict:
     if measured_in:
         out[f"{what}_verdicts"] = {s: dict(Counter(r[f"verdict_{s}"] for r in rows)) for s in measured_in}
     return out
+
+
+def _name(r: dict) -> str:
+    """A node's id, an edge as source -> target, a QK part as source -> head [query, key] (side)."""
+    if "head" in r:
+        return f"{r['source']} -> {r['head']} [{r['query']}, {r['key']}] ({r['side']})"
+    return r.get("node_id") or f"{r['source']} -> {r['target']}"
 
 
 def _top_agrees(nodes: list[dict]) -> bool | None:
@@ -414,8 +421,13 @@ def report_lines(record: dict) -> list[str]:
         if "through_attention" in e:
             parts.append(f"through attention {e['through_attention']:+.4g}")
         lines.append(f"edge {e['source']} -> {e['target']}: predicted {e['predicted']:+.4g}; " + "; ".join(parts))
+    for r in record.get("qk", ()):
+        parts = [f"{name[m]} {r[f'measured_{m}']:+.4g} {r[f'verdict_{m}']}" for m in measured_in]
+        lines.append(f"qk {_name(r)}: score {r['score']:+.4g}, predicted {r['predicted']:+.4g}; " + "; ".join(parts))
     s = record["summary"]
-    for what in ("nodes", "edges"):
+    for what in CHECKED:
+        if what == "qk" and not record.get("qk"):  # a graph built without --qk, or a record made before
+            continue
         for reading in measured_in:
             counts = s.get(f"{what}_verdicts", {}).get(reading, {})
             words = ", ".join(f"{counts[w]} {w}" for w in VERDICTS if w in counts) or "none checked"

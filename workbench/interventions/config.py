@@ -265,6 +265,14 @@ class CheckConfig(Config):
         },
     )
     top_edges: int = field(default=20, metadata={"help": "edges checked, largest |weight| first", "min": 0})
+    top_qk: int = field(
+        default=20,
+        metadata={
+            "help": "QK parts checked (a graph built with --qk): the largest |part| of a source on a head's "
+            "attention score, over its entries' query and key sides",
+            "min": 0,
+        },
+    )
     metric: str = field(
         default="target",
         metadata={

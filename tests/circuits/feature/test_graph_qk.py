@@ -1,7 +1,7 @@
 """QK attribution on a graph's edges: every kept link that crosses a head carries, for each head it names, the
 query-side and key-side sources of that head's score on the entry it uses, each part equal to
 graph_heads.qk_attribution's (itself checked against interventions in test_attribution_graph.py), and the JSON
-stays valid under circuit-tracer's schema."""
+stays valid under circuit-tracer's schema; the entry a link uses is the one carrying most of its head's part."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from circuit_tracer.frontend.graph_models import Model
 
 from workbench.circuits.feature.attribution_graph import build_graph
-from workbench.circuits.feature.graph_heads import qk_attribution
+from workbench.circuits.feature.graph_heads import qk_attribution, split_entries
 from workbench.circuits.feature.graph_json import to_neuronpedia
 from workbench.circuits.feature.replacement import ActiveFeatures, ReplacementModel
 from workbench.circuits.feature.transcoders import open_set
@@ -47,3 +47,9 @@ def test_every_attention_mediated_link_of_an_ioi_graph_carries_its_qk_sources(ti
         for side in ("query", "key"):
             torch.testing.assert_close(g.qk[side][i][nodes], ref[side][cols][nodes].float(), atol=1e-4, rtol=1e-3)
             assert g.qk[side][i].abs().sum() > 0
+    # each use's entry is the one carrying the most of its head's part of the edge (split_entries's argmax)
+    uses = g.qk["uses"][torch.linspace(0, g.qk["uses"].shape[0] - 1, 8).long()]
+    parts = split_entries(rm, g, g.heads["edges"][uses[:, 0]])
+    for (_, i), p in zip(uses.tolist(), parts):
+        layer, head, q, k = g.qk["pairs"][i].tolist()
+        assert int(p[layer, head].abs().argmax()) == q and p[layer, head].abs().max() > 0

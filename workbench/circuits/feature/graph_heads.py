@@ -135,9 +135,9 @@ def carried(rm: ReplacementModel, src: Sources) -> torch.Tensor:
     return torch.stack(out, 1)
 
 
-def _split_batch(rm: ReplacementModel, targets, b, src, reach, copies: int, entries=None) -> torch.Tensor:
-    """[n_edges, n_layers * n_heads + 1] for edges from sources src (reach: carried(src)) to the targets' copies b;
-    entries (a [n_edges, n_layers, n_heads, n_pos] tensor): filled with split_entries's parts, from the same pass."""
+def _split_batch(rm: ReplacementModel, targets, b, src, reach, copies: int) -> tuple[torch.Tensor, dict]:
+    """([n_edges, n_layers * n_heads + 1] for edges from sources src (reach: carried(src)) to the targets' copies b,
+    the pass's gradients (top_queries reads their hook_z ones))."""
     full = rm.backward(*targets, copies=copies, with_z=True)
     direct = rm.backward(*targets, copies=copies, no_attention=True)
     taps = torch.stack([direct[output_hook(layer)] for layer in range(rm.L)] + [direct[EMBED]])
@@ -149,9 +149,30 @@ def _split_batch(rm: ReplacementModel, targets, b, src, reach, copies: int, entr
         gv = torch.einsum("hqk,bqhe->bhke", pattern, gz)
         u = _ln_transpose(rm, layer, torch.einsum("bhke,hde->bhkd", gv, rm.model.blocks[layer].attn.W_V.detach()))
         out.insert(layer, torch.einsum("ehd,ed->eh", u[b, :, src.pos], reach[:, layer]))
-        if entries is not None:
-            entries[:, layer] = _entries(rm, layer, gz[b], pattern, src.pos, reach[:, layer])
-    return torch.cat(out, 1)
+    return torch.cat(out, 1), full
+
+
+def top_queries(rm: ReplacementModel, full: dict, b, pos, reach, e, layer, head) -> torch.Tensor:
+    """[m] for m (edge, layer, head) triples, the query whose entry (query, key = the source's position) carries the
+    most of the edge's first hop through that head: the argmax over q of |split_entries|, for only those heads (not
+    every head's [n_pos] parts of every edge). b, pos, reach: a split batch's target copy, source position and carried
+    writes [n, n_layers, d] per edge, full: its pass's gradients; e [m]: indices into them. Grouped by (target copy,
+    head), each group is one product with that copy's gradient at the head's output (nothing gathered per edge)."""
+    out = torch.zeros(len(e), dtype=torch.long)
+    n_heads = rm.model.cfg.n_heads
+    for la in layer.unique().tolist():
+        i = (layer == la).nonzero().flatten()
+        ei, hi = e[i].to(b.device), head[i].to(b.device)
+        x = _ln_forward(rm, la, reach[ei, la], pos[ei])  # [m, d]
+        gz, w_v = full[f"blocks.{la}.attn.hook_z"], rm.model.blocks[la].attn.W_V.detach()
+        pattern = rm.frozen[f"blocks.{la}.attn.hook_pattern"][0]  # [head, q, k]
+        groups, rows = (b[ei] * n_heads + hi).sort()
+        kinds, counts = groups.unique_consecutive(return_counts=True)
+        for kind, r in zip(kinds.tolist(), rows.split(counts.tolist())):
+            cb, h = divmod(kind, n_heads)
+            parts = (x[r] @ w_v[h]) @ gz[cb, :, h].T * pattern[h, :, pos[ei[r]]].T  # [m_g, q]
+            out[i[r.cpu()]] = parts.abs().argmax(1).cpu()
+    return out
 
 
 def _entries(rm: ReplacementModel, layer: int, gz, pattern, pos, reach) -> torch.Tensor:
@@ -190,15 +211,20 @@ def _edge_batches(rm: ReplacementModel, g, edges: torch.Tensor, batch_size: int)
 def split_edges(rm: ReplacementModel, g, edge_mask: torch.Tensor, batch_size: int = 32, on_entries=None) -> dict:
     """{"edges": [n, 2] (row, column) of the edges in edge_mask, "weights": [n, n_layers * n_heads + 1] each
     edge's first-hop part through each head then its direct part, "names": the column names}. on_entries(pick,
-    weights, entries, key positions): called per batch of edges with their split_entries parts (graph_qk.py)."""
+    weights, queries, key positions): called per batch of edges, queries(edges, layers, heads) giving top_queries
+    of those (edge, head) pairs of the batch from its own pass (graph_qk.py)."""
     edges = edge_mask.nonzero()
     weights = torch.zeros(edges.shape[0], rm.L * g.n_heads + 1)
     with torch.no_grad():
         for pick, targets, b, src, reach in _edge_batches(rm, g, edges, batch_size):
-            entries = None if on_entries is None else reach.new_zeros(pick.numel(), rm.L, g.n_heads, rm.P)
-            weights[pick] = _split_batch(rm, targets, b, src, reach, batch_size, entries).float().cpu()
+            w, full = _split_batch(rm, targets, b, src, reach, batch_size)
+            weights[pick] = w.float().cpu()
             if on_entries is not None:
-                on_entries(pick, weights[pick], entries.float().cpu(), src.pos)
+
+                def queries(e, layer, head, full=full, b=b, src=src, reach=reach):
+                    return top_queries(rm, full, b, src.pos, reach, e, layer, head)
+
+                on_entries(pick, weights[pick], queries, src.pos.cpu())
     return {"edges": edges, "weights": weights, "names": head_names(rm.L, g.n_heads)}
 
 

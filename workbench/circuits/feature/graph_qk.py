@@ -26,12 +26,11 @@ class Uses:
     def __init__(self, n_heads: int):
         self.n_heads, self.rows = n_heads, []
 
-    def __call__(self, pick, weights, entries, key_pos) -> None:
+    def __call__(self, pick, weights, queries, key_pos) -> None:
         w = weights.abs()
-        for e, k in (w[:, :-1] >= HEAD_SHARE * w.sum(1, keepdim=True)).nonzero().tolist():
-            layer, head = divmod(k, self.n_heads)
-            q = int(entries[e, layer, head].abs().argmax())
-            self.rows.append((int(pick[e]), layer, head, q, int(key_pos[e])))
+        e, k = (w[:, :-1] >= HEAD_SHARE * w.sum(1, keepdim=True)).nonzero().unbind(1)
+        layer, head = k // self.n_heads, k % self.n_heads
+        self.rows += torch.stack([pick[e], layer, head, queries(e, layer, head), key_pos[e]], 1).tolist()
 
 
 def _qk_names(rm: ReplacementModel, layer: int) -> tuple[str, str]:
