@@ -75,7 +75,9 @@ class ScoreReader:
         layer, head = (int(v) for v in _HEAD.fullmatch(row["head"]).groups())
         source = row["source"]
         if source in self.embeddings:
-            src_layer, pos, feature = -1, self.embeddings[source], []
+            # the whole embedding (token and position, where a graph splits them: its QK sources name it by
+            # the token node), as the graph's QK part is of the residual stream's first write
+            src_layer, pos, feature = -1, self.embeddings[source][0], []
         else:
             src_layer, latent, pos = (int(v) for v in _FEATURE_ID.fullmatch(source).groups())
             feature = [f"{src_layer}:{latent}"]

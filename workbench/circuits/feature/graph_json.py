@@ -216,7 +216,7 @@ def _links(g, edge_mask, nodes: dict, heads: dict, qk: dict, only: bool) -> list
     """The kept edges between kept nodes as links (heads and QK named where split); an embedding's edge with
     absolute positions as two links, its token's part and its position's (AttributionGraph.positions), which sum
     to its weight; a part that is exactly zero is left out. The head split is of the whole embedding's edge, so
-    the two parts' links carry none."""
+    the two parts' links carry none; its QK entries (why the heads attend where the edge goes) are both parts'."""
     first, links = g.n_features + g.n_errors, []
     for r, c in edge_mask.nonzero().tolist():
         target = g.row_node(r)
@@ -226,7 +226,8 @@ def _links(g, edge_mask, nodes: dict, heads: dict, qk: dict, only: bool) -> list
         if g.positions is not None and first <= c < g.n_sources:
             at = float(g.positions[r, c - first])
             pairs = [(m["node_id"], v) for m, v in zip(nodes[c], (w - at, at)) if v != 0]
-            links += [{"source": src, "target": tgt, "weight": v} for src, v in pairs]
+            qk_parts = {"qk": qk[r, c]} if (r, c) in qk else {}
+            links += [{"source": src, "target": tgt, "weight": v, **qk_parts} for src, v in pairs]
             continue
         link = {"source": nodes[c][0]["node_id"], "target": tgt, "weight": w}
         key = (g.node_name(c), g.node_name(target)) if only else (r, c)
