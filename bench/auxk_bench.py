@@ -6,7 +6,7 @@ bench/sae_bench.py's d 768 cases) on Gaussian rows with a fixed dead mask, in CP
 AuxK and the step under each variant, in a rotated order; the figure is the median over rounds of
 step / matmul of the same round (neighbours under the same load of a shared machine).
 Part 2 (effect): each variant trains a Top-k SAE on the embedded model `tiny` (blocks.2.hook_resid_post, d 128,
-n 1,024) for 600k tokens (batch 1,024, lr 1e-3, 50 warm-up steps: the schedule of
+n 4,096, dead after 20 steps: latents die there) for 600k tokens (batch 1,024, lr 1e-3, 50 warm-up steps: the schedule of
 bench/results/new_trainers.md) on the same shuffled batches; held-out FVU on 35k tokens and the dead-latent
 fraction at the end.
 
@@ -39,7 +39,7 @@ OUT = harness.BENCH / "results" / "auxk.md"
 # (label, SAEConfig overrides); None: AuxK off
 VARIANTS = [
     ("no AuxK", None),
-    ("AuxK today (aux_rows 1, aux_k 384 / 64)", {}),
+    ("AuxK today (aux_rows 1, aux_k d_in // 2)", {}),
     ("aux_rows 0.25", {"aux_rows": 0.25}),
     ("aux_rows 0.125", {"aux_rows": 0.125}),
     ("aux_rows 0.0625", {"aux_rows": 0.0625}),
@@ -102,14 +102,14 @@ def time_steps(rounds: int, dead_frac: float) -> dict[str, float]:
     return out
 
 
-def train_tiny(variant: dict | None, data: dict, seed: int, tokens: int = 600_000) -> dict:
+def train_tiny(variant: dict | None, data: dict, seed: int, tokens: int, expansion: int, dead_tokens: int) -> dict:
     """A Top-k SAE on tiny under the new_trainers.md schedule; held-out FVU, dead fraction, AuxK steps."""
     train = np.load(data["train"])
     heldout = torch.from_numpy(np.load(data["heldout"]))
     d = train.shape[1]
     batch = 1024
     n_steps = tokens // batch
-    cfg = SAEConfig(**_sae_cfg(variant, d, seed=seed)).resolve(d, tokens)
+    cfg = SAEConfig(**_sae_cfg(variant, d, seed=seed, expansion=expansion, dead_tokens=dead_tokens)).resolve(d, tokens)
     tcfg = TrainConfig(
         n_tokens=tokens, batch_size=batch, lr=1e-3, warmup_steps=50, checkpoint_every=0, device="cpu", progress=False
     )
@@ -136,21 +136,22 @@ def train_tiny(variant: dict | None, data: dict, seed: int, tokens: int = 600_00
 
 
 def report(timing: dict, fvus: dict[str, list[dict]], args, commit: str) -> str:
-    base = statistics.mean(r["fvu"] for r in fvus["AuxK today (aux_rows 1, aux_k 384 / 64)"])
+    base = statistics.mean(r["fvu"] for r in fvus["AuxK today (aux_rows 1, aux_k d_in // 2)"])
     first = next(iter(fvus.values()))[0]
     lines = [
         "# AuxK: cost at d 768 and held-out FVU on tiny, today's AuxK vs cheaper variants",
         "",
         f"Measured at commit `{commit}` by `OMP_NUM_THREADS=1 python bench/auxk_bench.py --rounds {args.rounds}"
-        f" --seeds {args.seeds}` (one thread, CPU time), both parts in one run.",
+        f" --seeds {args.seeds} --expansion {args.expansion} --dead-tokens {args.dead_tokens}` (one thread, CPU time), "
+        "both parts in one run.",
         "",
         f"- Cost: Top-k training step (forward, backward, Adam, decoder renorm) at d_in {D}, n {N:,}, k {K}, "
         f"batch {B:,}, Gaussian rows, {args.dead_frac:.0%} of latents marked dead (AuxK's sparse kernels: "
         f"more than 4 x aux_k dead), CPU seconds (time.process_time) of one thread; step / matmul is the median "
         f"over {args.rounds} rounds of the step over the dense encoder matmul {B} x {D} x {N} into a preallocated "
         f"output timed right before it (matmul median {1000 * timing['_matmul_s']:.0f} ms CPU).",
-        f"- FVU: Top-k on `tiny` blocks.2.hook_resid_post (d 128, n 1,024, k 32), 600k tokens, batch 1,024, "
-        f"lr 1e-3, 50 warm-up steps, dead_tokens {first['dead_tokens']:,} (the default: a tenth of the run); "
+        f"- FVU: Top-k on `tiny` blocks.2.hook_resid_post (d 128, n {128 * args.expansion:,}, k 32, aux_k 64 today), "
+        f"{args.tokens:,} tokens, batch 1,024, lr 1e-3, 50 warm-up steps, dead_tokens {first['dead_tokens']:,}; "
         f"held-out FVU on 35k tokens; mean over seeds {list(range(args.seeds))}; dead = latents not fired for "
         "dead_tokens at the end; AuxK steps = steps with a dead latent (where AuxK runs).",
         "",
@@ -176,6 +177,10 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--dead-frac", type=float, default=0.5)
     ap.add_argument("--tokens", type=int, default=600_000)
+    # latents die at expansion 32 with a 20-step dead window (at the defaults, expansion 8 and a tenth of the
+    # run, none dies on tiny in 600k tokens and AuxK never runs)
+    ap.add_argument("--expansion", type=int, default=32)
+    ap.add_argument("--dead-tokens", type=int, default=20_480)
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -183,7 +188,9 @@ def main() -> None:
     data = tiny_acts(665_000, 35_000, ("blocks.2.hook_resid_post",))
     fvus = {}
     for label, variant in VARIANTS:
-        fvus[label] = [train_tiny(variant, data, s, args.tokens) for s in range(args.seeds)]
+        fvus[label] = [
+            train_tiny(variant, data, s, args.tokens, args.expansion, args.dead_tokens) for s in range(args.seeds)
+        ]
         print(f"  {label}: {fvus[label]}", flush=True)
     timing = time_steps(args.rounds, args.dead_frac)
     text = report(timing, fvus, args, commit)
