@@ -176,13 +176,14 @@ class SparseAutoencoder(nn.Module):
         # is exempt from autocast, so the matmul would stay fp32 there.
         buf = torch.empty(min(step, B), W_enc.shape[0], dtype=enc_in.dtype) if cpu else None
         dead = dead_mask.nonzero().squeeze(1) if dead_mask is not None else None
+        n_aux = self.aux_rows(B)
         sups, auxs = [], []
         for start in range(0, B, step):
             chunk = enc_in[start : start + step]
             h = self._preacts(chunk, W_enc, b_enc, buf[: len(chunk)] if cpu else None)
             sups.append((select or self.select)(h))
-            if dead is not None:
-                auxs.append(self._aux_select(h, dead))
+            if dead is not None and start < n_aux:
+                auxs.append(self._aux_select(h[: n_aux - start], dead))
         sup = self.finish_select(Support.cat(sups), enc_in, W_enc, b_enc)
         return sup, Support.cat(auxs) if auxs else None
 
@@ -251,6 +252,11 @@ class SparseAutoencoder(nn.Module):
             units = torch.unique(sup.rows[fired] * n_units + units) % n_units
         return torch.bincount(units, minlength=n_units)
 
+    def aux_rows(self, n_rows: int) -> int:
+        """How many of a batch's first rows AuxK runs on: a shuffled batch's first rows are a random
+        sample, and AuxK's loss is normalised over them, so a fraction keeps its expected size."""
+        return min(n_rows, max(1, math.ceil(self.cfg.aux_rows * n_rows)))
+
     def _aux_select(self, h: torch.Tensor, dead: torch.Tensor) -> Support:
         """AuxK's support: the aux_k (in latents) highest-scoring dead units (indices `dead`) of each token."""
         k_units = min(max(1, self.cfg.aux_k // self.u), dead.numel())
@@ -261,8 +267,10 @@ class SparseAutoencoder(nn.Module):
     def _auxk(self, enc_in, e, sup: Support, W_enc, b_enc, W_dec, dead_mask) -> torch.Tensor:
         """AuxK: the top dead units reconstruct the detached residual; the gradient reaches W_enc.
 
-        With few dead latents the products run dense over just their rows (same values and gradients)."""
-        kern = self.kern
+        With few dead latents the products run dense over just their rows (same values and gradients).
+        Only the support's rows, the batch's first `aux_rows`, take part."""
+        kern, n = self.kern, sup.n_rows
+        enc_in, e = enc_in[:n], e[:n]
         dead = self.expand_units(dead_mask[None])[0].nonzero().squeeze(1)
         if dead.numel() <= AUXK_DENSE_RATIO * self.cfg.aux_k:
             pos = torch.full((self.cfg.n_latents,), -1, dtype=torch.long, device=dead.device)

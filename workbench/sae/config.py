@@ -112,6 +112,16 @@ class SAEConfig(Config):
     # AuxK (dead latents reconstruct the residual)
     aux_k: int | None = field(default=None, metadata={"min": 1, "help": "AuxK latents; None: d_in // 2"})
     aux_alpha: float = field(default=1 / 32, metadata={"min": 0, "help": "weight of the AuxK loss"})
+    aux_rows: float = field(
+        default=1.0,
+        metadata={
+            "min": 0,
+            "max": 1,
+            "open": "min",
+            "help": "fraction of each batch's rows AuxK runs on (the first ceil(aux_rows x B); batches come "
+            "shuffled); its loss is normalised over those rows, so its expected size is unchanged",
+        },
+    )
     dead_tokens: int | None = field(
         default=None,
         metadata={
