@@ -120,6 +120,8 @@ def top_features(ws: Path) -> None:
     """The two graphs' most influential features with their template explanations and scores."""
     out = {}
     for name in ("graph-france", "graph-ioi"):
+        if not (ws / "circuits" / name / "graph.json").is_file():
+            continue
         out[name] = [
             {**f, "explanation": _explanation(ws, f["layer"], f["latent"])} for f in graph_features(ws, name)[:TOP]
         ]
