@@ -146,3 +146,11 @@ def test_clear_keeps_empty_folders_no_manifest_lists(tmp_path):
     ws.clear()
     assert (tmp_path / "ws" / "notes" / "later").is_dir() and (tmp_path / "ws" / "circuits").is_dir()
     assert not (tmp_path / "ws" / "caches").exists()
+
+
+def test_a_recorded_model_folder_resolves_against_the_root_whatever_the_working_directory(tmp_path, monkeypatch):
+    ws = Workspace(tmp_path / "ws")
+    (ws.root / "models" / "m").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)  # "models/m" does not exist from here: `circuit check` once loaded it from here
+    assert ws.model_spec(ws.rel(ws.root / "models" / "m")) == str(ws.root / "models" / "m")
+    assert ws.model_spec("tiny") == "tiny"  # an embedded name (no such folder in the workspace) stays a name

@@ -72,6 +72,11 @@ class Workspace:
         """A path read from a manifest, back to a real path."""
         return self.root / rel
 
+    def model_spec(self, spec: str) -> str:
+        """A model spec read from a manifest: a saved model folder is stored relative to the workspace root (and
+        resolved here, whatever the working directory), an embedded or Hub name as it was given."""
+        return str(self.resolve(spec)) if (self.root / spec).is_dir() else spec
+
     def record(
         self,
         folder: str | Path,

