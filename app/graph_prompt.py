@@ -18,7 +18,7 @@ import streamlit as st
 from app import live, state
 from workbench.dictionaries.kinds import GRAPH_KINDS, kind_of
 from workbench.errors import UserError
-from workbench.steps import slug
+from workbench.workspace import slug
 
 MAX_PROMPT_CHARS = 2000  # a graph's cost grows with its positions; the model's context refuses longer in tokens
 MAX_ANSWER_CHARS = 200

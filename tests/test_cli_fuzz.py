@@ -29,7 +29,9 @@ from workbench.cli import main
 from workbench.guard import ROLE
 
 # every module of the steps: each step is stopped where it is defined, where the CLI imports it from
+# the modules whose public functions start work: every step, and the demo's run (it imports its steps by name)
 STEP_MODULES = [importlib.import_module(m.name) for m in pkgutil.iter_modules(steps.__path__, f"{steps.__name__}.")]
+STEP_MODULES.append(importlib.import_module("workbench.demo.run"))
 CASE_SECONDS = 60  # far above any case here (the slowest loads a model's config): only a hang reaches it
 NON_UTF8 = "caf\udce9"  # what Python makes of the argv bytes b"caf\xe9" (Latin-1, not UTF-8)
 MODEL_FLAGS = ("--model", "--base", "--sparse")  # given a model that does not exist unless the flag is fuzzed
@@ -162,7 +164,7 @@ def _one_line_error(err: str) -> bool:
 
 @pytest.fixture
 def stopped(monkeypatch):
-    """workbench.steps' jobs and os.execve raise Started: a case that gets to its work ends there."""
+    """workbench.steps' jobs, the demo's run and os.execve raise Started: a case that gets to its work ends there."""
 
     def stop(*_, **__):
         raise Started

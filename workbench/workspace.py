@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -239,6 +240,11 @@ class Workspace:
             if d.is_dir() and not d.is_symlink() and not any(d.iterdir()):
                 d.rmdir()
         return skipped
+
+
+def slug(text: str) -> str:
+    """A folder-name-safe version of a spec: 'data/x.txt,hf:y' -> 'data_x.txt_hf_y'."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(text)).strip("_.") or "artifact"
 
 
 def check_name(name) -> str:

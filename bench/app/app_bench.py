@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # app_floor, harness
 import app_floor  # noqa: E402
 import harness  # noqa: E402
 from app_browser import GRAPH, SECOND, VIEW, budget_moves, load, rerun, spread, verdict  # noqa: E402

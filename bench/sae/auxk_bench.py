@@ -142,7 +142,9 @@ def report(timing: dict, fvus: dict[str, list[dict]], args, commit: str) -> str:
     lines = [
         "# AuxK: cost at d 768 and held-out FVU on tiny, today's AuxK vs cheaper variants",
         "",
-        f"Measured at commit `{commit}` by `OMP_NUM_THREADS=1 python bench/sae/auxk_bench.py --rounds {args.rounds}"
+        f"- Commit: {commit}",
+        "",
+        f"Measured by `OMP_NUM_THREADS=1 python bench/sae/auxk_bench.py --rounds {args.rounds}"
         f" --seeds {args.seeds} --expansion {args.expansion} --dead-tokens {args.dead_tokens}` (one thread, CPU time), "
         "both parts in one run.",
         "",

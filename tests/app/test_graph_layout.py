@@ -104,7 +104,7 @@ def test_diff_marks_and_counts():
 
 
 def test_a_feature_graph_reads_across_positions_and_up_the_layers():
-    from bench.app_bench import feature_graph
+    from bench.app.app_bench import feature_graph
 
     d = feature_graph(300, n_layers=3, n_pos=4)
     g = layout.from_neuronpedia(d)
@@ -140,7 +140,7 @@ def upward_order(data: dict, d: dict) -> None:
 
 
 def test_a_64_token_feature_graph_is_wide_not_tall():
-    from bench.app_bench import feature_graph
+    from bench.app.app_bench import feature_graph
 
     d = feature_graph(400, n_layers=4, n_pos=64)
     data = layout.to_data(layout.from_neuronpedia(d))
@@ -152,7 +152,7 @@ def test_a_64_token_feature_graph_is_wide_not_tall():
 
 
 def test_bound_keeps_pins_and_the_strongest_and_says_what_it_hides():
-    from bench.app_bench import feature_graph
+    from bench.app.app_bench import feature_graph
 
     g = layout.from_neuronpedia(feature_graph(5000))
     assert layout.bound(g, 5000, 10**6) is g  # nothing to cut: the same graph, no sentence

@@ -36,7 +36,7 @@ def test_the_wire_form_holds_every_edge_to_its_digits():
 
 
 def test_a_change_of_marks_rebuilds_nothing_unless_the_bound_cuts():
-    from bench.app_bench import feature_graph
+    from bench.app.app_bench import feature_graph
 
     cd = big()
     v = cg.choose(cd, None, 2000)

@@ -139,7 +139,7 @@ def test_a_5000_node_upload_draws_a_bounded_subgraph_and_says_what_it_hides(tmp_
 
     from playwright.sync_api import expect
 
-    from bench.app_bench import feature_graph
+    from bench.app.app_bench import feature_graph
 
     d = feature_graph(5000)
     path = tmp_path / "random-5000.json"
@@ -189,7 +189,7 @@ def test_a_64_token_feature_graph_reads_across_positions_and_up_the_layers(tmp_p
 
     from test_browser import drawn
 
-    from bench.app_bench import feature_graph
+    from bench.app.app_bench import feature_graph
 
     d = feature_graph(400, n_layers=4, n_pos=64)
     path = tmp_path / "prompt-64.graph.json"

@@ -98,7 +98,7 @@ def test_a_bad_annotations_key_is_a_damaged_file():
 def test_feature_graph_round_trip_with_the_selected_node():
     """A feature graph names its nodes by id: pins, groups, notes and the selected node (qParams.clickedId) are
     written, still read as a circuit-tracer graph, and read back equal; the clerps lose the notes on reading."""
-    from bench.app_bench import feature_graph
+    from bench.app.app_bench import feature_graph
 
     d = feature_graph(40, n_layers=2, n_pos=4)
     ids = [n["node_id"] for n in d["nodes"]]
@@ -117,7 +117,7 @@ def test_view_settings_in_the_url_and_a_feature_graph():
     """How the view was left (link cap, node and edge influence thresholds, collapsed groups) reads back from the
     URL and from a feature graph: the node threshold as circuit-tracer's own qParams.pruningThreshold (which its
     frontend keeps as text), the rest under the workbench's field; defaults write nothing."""
-    from bench.app_bench import feature_graph
+    from bench.app.app_bench import feature_graph
 
     view = an.View(300, 0.8, 0.9, ["pair", "a, b"])
     q = an.view_to_query(view)

@@ -109,7 +109,7 @@ def test_every_command_runs_on_an_imported_model(arch, tmp_path, capsys, monkeyp
     assert main(["ls", "--kind", "models"]) == 0
     assert f"{arch}" in capsys.readouterr().out
     app = _runner(tmp_path / "workspace", monkeypatch)
-    assert arch in " ".join(str(d.value) for d in ok(app()).dataframe)
+    assert arch in " ".join(d.value.to_csv() for d in ok(app()).dataframe)
     for rel in (f"saes/s/{sae.name}", f"transcoders/set/{member.name}"):
         ok(app("views/sae.py", sae=rel))
         ok(app("views/feature.py", sae=rel, unit="0"))
@@ -147,7 +147,7 @@ def test_newcomer_walk_from_a_llama_folder_to_the_app(tmp_path, capsys, monkeypa
         assert re.search(rf"^{kind}\s+{re.escape(name)}\b", listed, re.M), (kind, listed)
     app = _runner(tmp_path / "workspace", monkeypatch)
     overview = ok(app())
-    assert "my-llama" in " ".join(str(d.value) for d in overview.dataframe)
+    assert "my-llama" in " ".join(d.value.to_csv() for d in overview.dataframe)
     rel = f"saes/run/{sae.name}"
     table = ok(app("views/prompt.py", sae=rel, prompt="Mary and John went to the store")).dataframe[0].value
     assert list(table["token"])[-1].strip() == "store"
@@ -184,7 +184,7 @@ def test_newcomer_walk_with_dictionaries_made_elsewhere(tmp_path, capsys, monkey
         assert re.search(rf"^{kind}\s+{re.escape(name)}\b", listed, re.M), (kind, name, listed)
     assert len(re.findall(r"^features\s", listed, re.M)) == 2, listed  # the SAE's store and the member's
     app = _runner(tmp_path / "workspace", monkeypatch)
-    overview = " ".join(str(d.value) for d in ok(app()).dataframe)
+    overview = " ".join(d.value.to_csv() for d in ok(app()).dataframe)
     assert "my-llama" in overview and "their-set" in overview
     for rel in ("saes/imported/their-sae", "transcoders/their-set/L0-circuit-tracer"):
         ok(app("views/sae.py", sae=rel))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -18,17 +17,12 @@ from workbench.models import EMBEDDED
 from workbench.provenance import model_id
 from workbench.readback import artifact_manifest
 from workbench.transaction import artifact_transaction
-from workbench.workspace import MANIFEST, Workspace
+from workbench.workspace import MANIFEST, Workspace, slug
 
 
 def complete(folder) -> bool:
     """Whether the artifact in `folder` is complete: its manifest, written last, is there."""
     return (Path(folder) / MANIFEST).is_file()
-
-
-def slug(text: str) -> str:
-    """A folder-name-safe version of a spec: 'data/x.txt,hf:y' -> 'data_x.txt_hf_y'."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(text)).strip("_.") or "artifact"
 
 
 def model_inputs(ws: Workspace, model, spec: str) -> dict:
