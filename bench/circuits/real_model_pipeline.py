@@ -106,7 +106,7 @@ def steps(ws: Path) -> list[tuple[str, list[str]]]:
         out.append(("transcoder-eval", _cli("sae", "eval", *w, *tcs, "--cache", c, "--model", m, *EVAL)))
     out.append(("find-france-features", _cli("circuit", "find", *w, "--model", m, "--transcoders", tc, "--prompt",
                                               FRANCE[0], "--answer", FRANCE[1], "--name", "find-france-features",
-                                              *GRAPH)))
+                                              "--ablation", "zero", *GRAPH)))
     return out
 # fmt: on
 
