@@ -52,15 +52,15 @@ class FineTunedControl:
 
     def state(self) -> dict:
         """The reference's weights alone, on the CPU (what a kept state and the saved control need)."""
-        return _cpu(self.reference)
+        return cpu_state(self.reference)
 
     def adopt(self, weights: dict) -> None:
         """Load a kept state into the reference (the state the verdict compares with and control/ saves)."""
         self.reference.load_state_dict(weights)
 
     def state_dict(self) -> dict:
-        state = {"model": _cpu(self.model), "optim": self.opt.state_dict(), "sched": self.sched.state_dict()}
-        return state | ({"average": _cpu(self.average)} if self.average is not None else {})
+        state = {"model": cpu_state(self.model), "optim": self.opt.state_dict(), "sched": self.sched.state_dict()}
+        return state | ({"average": cpu_state(self.average)} if self.average is not None else {})
 
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
@@ -70,5 +70,6 @@ class FineTunedControl:
             self.average.load_state_dict(state["average"])
 
 
-def _cpu(model) -> dict:
+def cpu_state(model) -> dict:
+    """A model's weights on the CPU, copied (a kept state, a checkpoint's)."""
     return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}

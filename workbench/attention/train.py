@@ -28,7 +28,7 @@ from workbench.atomic import atomic_write_text
 from workbench.attention import gates as G
 from workbench.attention.config import RESUME_FREE, SparsifyConfig
 from workbench.attention.constraint import Multiplier
-from workbench.attention.control import FineTunedControl
+from workbench.attention.control import FineTunedControl, cpu_state
 from workbench.attention.report import build_report, heldout, measure, stack, summarise, write_report
 from workbench.attention.verdict import admitted, dual_sequences, judge_both, paired_difference, verdict_sequences
 from workbench.checkpoint import default_device, dist_info
@@ -89,10 +89,6 @@ def _evaluate(model, tokens, world: int) -> dict:
         dist.all_gather(parts, seq_ce)
         seq_ce = torch.cat(parts)
     return {**summarise(sums), "seq_ce": seq_ce}
-
-
-def _cpu_state(model) -> dict:
-    return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
 
 
 class Sparsifier:
@@ -181,7 +177,7 @@ class Sparsifier:
     def state_dict(self) -> dict:
         return {
             "step": self.step_no,
-            "model": _cpu_state(self.model),
+            "model": cpu_state(self.model),
             "optim": self.opt.state_dict(),
             "sched": self.sched.state_dict(),
             "multiplier": self.mult.state_dict(),
@@ -302,7 +298,7 @@ def _evaluate_state(run: Run, step: int) -> None:
             ev["difference_base"] = paired_difference(m["seq_ce"], run.base_eval["seq_ce"])
     ev["feasible"] = ok = admitted(ev, cfg.tolerance, cfg.select_z)
     h["evals"].append(ev)
-    kept = {"state": _cpu_state(run.model), **({"control_state": control.state()} if control is not None else {})}
+    kept = {"state": cpu_state(run.model), **({"control_state": control.state()} if control is not None else {})}
     if ok and (h["best"] is None or ev["open_fraction"] < h["best"]["open_fraction"]):
         h["best"] = {**ev, **kept}
     if not ok and h["best"] is None and (h["fallback"] is None or ev["ce"] < h["fallback"]["ce"]):
