@@ -39,6 +39,7 @@ const MIN_FIT = 0.35; // an upward graph fits the stage on open when that leaves
 const LINK_CAP = 150; // an upward graph's links drawn at rest: the strongest this many (the user raises it)
 const RESEND_MS = 4000; // a change of the marks not echoed by Python within this long is sent again
 const RESENDS = 30;
+const DRAG_PX = 6; // a press on a node that moves this many screen px is a drag (drag-to-group), not a click
 const FOCUS_EDGES = 400; // the most links of one selected or pinned node drawn beside them
 
 function el(tag, attrs = {}, parent = null, text = null) {
@@ -234,6 +235,7 @@ class GraphApp {
     this.tip = el("div", { class: "wbg-tip", "data-testid": "graph-tip" }, this.root);
     this.wire();
     this.wireNodes();
+    this.wireDragGroup();
     new ResizeObserver(() => this.measure()).observe(this.stage);
   }
 
@@ -332,6 +334,88 @@ class GraphApp {
       else if (ev.ctrlKey || ev.metaKey || ev.altKey) this.togglePick(n.id);
       else this.select(n.id, true);
     });
+  }
+
+  // ---------------------------------------------------------------- drag-to-group
+
+  wireDragGroup() {
+    // a node dragged onto another node (or into a group's outline, or onto a supernode) joins it in a group: the
+    // same marks "group selected pins" makes (in the URL and downloads); a press that does not move stays a click,
+    // and a drag on the background still pans (the svg's own handlers never see a press on a node)
+    let drag = null;
+    const move = (ev) => {
+      const dx = ev.clientX - drag.x, dy = ev.clientY - drag.y;
+      if (!drag.moved && Math.hypot(dx, dy) < DRAG_PX) return;
+      drag.moved = true;
+      drag.el.setAttribute("transform", `translate(${dx / this.t.k},${dy / this.t.k})`);
+      const target = this.dropTarget(ev, drag.id);
+      this.nodeEls.forEach((g, id) => g.classList.toggle("wbg-drop", !!target && target.node === id));
+      this.hullLayer.querySelectorAll(".wbg-hull").forEach((h) => h.classList.toggle("wbg-drop", !!target && !target.node && target.group === this.groupIndex(h.getAttribute("data-group"))));
+    };
+    const up = (ev) => {
+      window.removeEventListener("pointermove", move);
+      window.removeEventListener("pointerup", up);
+      const d = drag;
+      drag = null;
+      if (!d.moved) return;
+      this.dragEnded = true; // the click that follows this press is no click on the node
+      d.el.removeAttribute("transform");
+      this.root.querySelectorAll(".wbg-drop").forEach((x) => x.classList.remove("wbg-drop"));
+      const target = this.dropTarget(ev, d.id);
+      if (target) this.dropInto(d.id, target);
+    };
+    this.nodeLayer.addEventListener("pointerdown", (ev) => {
+      const g = ev.button === 0 && ev.target.closest && ev.target.closest(".wbg-node");
+      const id = g && g.getAttribute("data-node-id");
+      if (!id || this.data.readonly || id.startsWith("group:")) return;
+      drag = { id, el: g, x: ev.clientX, y: ev.clientY, moved: false };
+      window.addEventListener("pointermove", move);
+      window.addEventListener("pointerup", up);
+    });
+    this.nodeLayer.addEventListener("click", (ev) => {
+      if (this.dragEnded) ev.stopImmediatePropagation();
+      this.dragEnded = false;
+    }, true);
+  }
+
+  groupIndex(name) {
+    return this.ann.groups.findIndex((g) => g[0] === name);
+  }
+
+  dropTarget(ev, dragged) {
+    // what the pointer is over, in graph units: {node, group} (a drawn node other than the dragged one, or a
+    // supernode: its group), {group} (inside an expanded group's outline), or null
+    const r = this.svg.getBoundingClientRect(), { k, x, y } = this.t;
+    const px = (ev.clientX - r.left - x) / k, py = (ev.clientY - r.top - y) / k;
+    const inside = (x0, y0, x1, y1) => px >= x0 && px <= x1 && py >= y0 && py <= y1;
+    const n = this.shown.nodes.find((m) => m.id !== dragged && inside(m.x - m.w / 2, m.y - m.h / 2, m.x + m.w / 2, m.y + m.h / 2));
+    if (n) return { node: n.id, group: n.kind === "group" ? this.groupIndex(n.label) : this.groupOf(n.id) };
+    const hull = (this.hullBoxes || []).find((b) => inside(b.x0, b.y0, b.x1, b.y1));
+    return hull ? { group: this.groupIndex(hull.name) } : null;
+  }
+
+  dropInto(id, target) {
+    // the dragged node joins the target's group (leaving its own; a group left with one member is undone), or the
+    // two ungrouped nodes become a new group named by the name box (else "group N"); the node's group takes an
+    // ungrouped target in
+    const groups = this.ann.groups, from = this.groupOf(id);
+    if (target.group >= 0 && target.group === from) return;
+    if (target.group < 0 && from >= 0) groups[from].push(target.node);
+    else if (target.group >= 0) groups[target.group].push(id);
+    else groups.push([this.newGroupName(), target.node, id]);
+    if (target.group >= 0 && from >= 0) groups[from].splice(groups[from].indexOf(id), 1);
+    this.ann.groups = groups.filter((g) => g.length > 2);
+    this.status.textContent = `${id} is in group "${this.ann.groups[this.groupOf(id)][0]}"`;
+    this.commit();
+  }
+
+  newGroupName() {
+    const typed = this.groupName.value.trim();
+    this.groupName.value = "";
+    if (typed && this.groupIndex(typed) < 0) return typed;
+    let i = this.ann.groups.length + 1;
+    while (this.groupIndex(`group ${i}`) >= 0) i += 1;
+    return `group ${i}`;
   }
 
   update(raw, api) {
@@ -733,7 +817,7 @@ class GraphApp {
       const colour = GROUP_COLOURS[gi % GROUP_COLOURS.length];
       const g = el("svg:g", { class: "wbg-hull", "data-group": name }, box);
       el("svg:rect", { x: x0, y: y0, width: x1 - x0, height: y1 - y0, rx: 8, stroke: colour, fill: colour, "fill-opacity": 0.06 }, g);
-      this.hullBoxes.push({ name, colour, x0, y0 });
+      this.hullBoxes.push({ name, colour, x0, y0, x1, y1 });
     });
     this.hullLayer.replaceChildren(box);
   }

@@ -433,3 +433,46 @@ def test_proposed_groups_show_their_verdicts_and_one_is_accepted_as_a_group(tiny
             page.screenshot(path=str(tmp_path / "page.png"), full_page=True)
             print("the page's URL at the end:", page.url)
     assert_offline(requests)
+
+
+def drag(page, frm: dict, to: dict) -> None:
+    """A press at the centre of box `frm`, moved in steps to the centre of box `to`, released (page.mouse)."""
+    page.mouse.move(frm["x"] + frm["width"] / 2, frm["y"] + frm["height"] / 2)
+    page.mouse.down()
+    page.mouse.move(to["x"] + to["width"] / 2, to["y"] + to["height"] / 2, steps=8)
+    page.mouse.up()
+
+
+def test_dragging_a_node_onto_another_groups_them_and_the_background_still_pans(tiny_graph_workspace, tmp_path):
+    """Drag-to-group (issue #47, marks): a feature dropped on another makes a group of the two (the URL's `groups`,
+    outlined, as 'group selected pins' makes them); a third dropped on a member joins it; dragging the background
+    pans the view and groups nothing."""
+    from urllib.parse import parse_qs, urlparse
+
+    from playwright.sync_api import expect
+
+    requests: list[str] = []
+    with serving(tiny_graph_workspace, tmp_path) as url, browser_page(requests) as page:
+        page.set_viewport_size({"width": 1400, "height": 900})
+        try:
+            page.goto(f"{url}/feature_graph?graph=circuits%2Fg")
+            drawn(page)
+            feats = page.locator(".wbg-node.wbg-k-feature")
+            a, b, c = (feats.nth(i).get_attribute("data-node-id") for i in range(3))
+            view = page.locator(".wbg-svg > g:not(.wbg-labels)")  # the viewport: its transform is the pan
+            before = view.get_attribute("transform")
+            stage = page.locator(".wbg-svg").bounding_box()
+            corner = {"x": stage["x"] + 3, "y": stage["y"] + 8, "width": 0, "height": 0}  # left of the fitted graph
+            drag(page, corner, {**corner, "x": corner["x"] + 60})
+            assert view.get_attribute("transform") != before  # the background pans
+            assert "groups" not in parse_qs(urlparse(page.url).query)
+            drag(page, node(page, a).bounding_box(), node(page, b).bounding_box())
+            wait_param(page, "groups", json.dumps([["group 1", b, a]], separators=(",", ":")))
+            drawn(page)
+            expect(page.locator(".wbg-hull[data-group='group 1']")).to_have_count(1)
+            drag(page, node(page, c).bounding_box(), node(page, b).bounding_box())
+            wait_param(page, "groups", json.dumps([["group 1", b, a, c]], separators=(",", ":")))
+        finally:
+            page.screenshot(path=str(tmp_path / "page.png"), full_page=True)
+            print("the page's URL at the end:", page.url)
+    assert_offline(requests)
