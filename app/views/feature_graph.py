@@ -199,6 +199,7 @@ def caption(rel: str, fg: schema.FeatureGraph) -> None:
         f"prompt: {state.text(meta['prompt'])} · model {state.code(meta['scan'])} · replacement "
         f"{info.get('replacement', float('nan')):.3f}, completeness {info.get('completeness', float('nan')):.3f}"
         + (f" · {pins}" if fg.pinned else "")
+        + (f" · the file's {len(fg.groups)} groups (qParams.supernodes) open as groups" if fg.groups else "")
     )
 
 
@@ -239,11 +240,12 @@ def summary(fg: schema.FeatureGraph, g) -> None:
 
 
 def page_marks(rel: str, fg: schema.FeatureGraph) -> annotations.Annotations:
-    """The URL's marks; a feature circuit's graph (or an uploaded file with pins) opens with its pins."""
+    """The URL's marks; a feature circuit's graph (or an uploaded file with pins) opens with its pins, and a graph
+    with supernodes (drawn by hand, or accepted by `workbench circuit group --accept`) with them as its groups."""
     marks = state.marks()
     seeded = f"_pinned_from_circuit_{rel}"  # once per graph and session, so unpinning them all sticks
-    if not marks and fg.pinned and not st.session_state.get(seeded):  # a feature circuit's graph: pinned at first
-        marks = annotations.Annotations(pinned=list(fg.pinned))
+    if not marks and (fg.pinned or fg.groups) and not st.session_state.get(seeded):  # the file's marks at first
+        marks = annotations.Annotations(pinned=list(fg.pinned), groups=[list(g) for g in fg.groups])
         graph_view.write_url(marks)  # the view reads its marks from the URL (also on its own fragment reruns)
     st.session_state[seeded] = True
     return marks

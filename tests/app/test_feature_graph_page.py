@@ -259,3 +259,33 @@ def test_a_node_shows_why_the_heads_on_its_links_looked_there(graph_app, graph_w
     assert "why the heads carrying its incoming links looked there" in text(at)
     drawn = view_data(at)
     assert sum(x.get("qk") is not None for x in drawn["edges"]) == sum(bool(lk.get("qk")) for lk in fg.links)
+
+
+def test_groups_accepted_by_circuit_group_open_as_the_pages_groups(tiny, tiny_set, tmp_path, monkeypatch, capsys):
+    """`workbench circuit group GRAPH --accept all` writes qParams.supernodes into the recorded graph; the page opens
+    that graph with them as its groups (the view outlines them, test_feature_graph_browser) and says so; the
+    URL's own marks win."""
+    from tests.app.conftest import _runner
+    from workbench.circuits.feature.graph_config import GraphConfig
+    from workbench.cli import main
+    from workbench.steps.graphs import attribution_graph
+    from workbench.workspace import Workspace
+
+    ws = tmp_path / "ws"
+    cfg = GraphConfig(max_feature_nodes=30, heads=False)
+    prompt = "When Mary and John went to the store , John gave"
+    _, folder = attribution_graph(Workspace(ws), tiny[0], tiny_set, prompt, "a", None, cfg=cfg, name="g")
+    argv = ["circuit", "group", str(folder), "--workspace", str(ws), "--threshold", "0.05", "--accept", "all"]
+    assert main(argv) == 0
+    capsys.readouterr()
+    supernodes = json.loads((folder / "graph.json").read_text())["qParams"]["supernodes"]
+    assert supernodes
+    run = _runner(ws, monkeypatch)
+    at = ok(run("views/feature_graph.py", graph="circuits/g"))
+    assert view_data(at)["annotations"]["groups"] == supernodes
+    assert f"the file's {len(supernodes)} groups (qParams.supernodes) open as groups" in text(at)
+    drawn = {n["id"] for n in view_data(at)["nodes"]}
+    assert {m for _, *ms in supernodes for m in ms} <= drawn  # grouped: marked, so drawn whatever the cap
+    mine = [["mine", *supernodes[0][1:]]]
+    at = ok(run("views/feature_graph.py", graph="circuits/g", groups=json.dumps(mine)))
+    assert view_data(at)["annotations"]["groups"] == mine

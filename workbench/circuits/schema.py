@@ -789,6 +789,7 @@ class FeatureGraph:
     pinned: list[str]
     metadata: dict
     check: dict | None = None  # GRAPH_CHECK: its nodes and edges measured by interventions (None: never checked)
+    groups: list[list[str]] = field(default_factory=list)  # qParams.supernodes: [name, node_id, ...] each
 
     @cached_property
     def n_layers(self) -> int:
@@ -803,7 +804,20 @@ def read_feature_graph(d) -> FeatureGraph:
     validate_neuronpedia(d)
     check = read_graph_check(d[GRAPH_CHECK[0]]) if GRAPH_CHECK[0] in d else None
     nodes = [np_defaults(n) for n in d["nodes"]]
-    return FeatureGraph(nodes, d["links"], list(d["qParams"].get("pinnedIds") or []), d["metadata"], check)
+    pinned = list(d["qParams"].get("pinnedIds") or [])
+    return FeatureGraph(nodes, d["links"], pinned, d["metadata"], check, supernodes(d))
+
+
+def supernodes(d: dict) -> list[list[str]]:
+    """A graph's qParams.supernodes (groups made by hand, or accepted by `workbench circuit group --accept`) as
+    [name, node_id, ...] lists; DamagedFileError names an entry that is not one of this graph's nodes."""
+    ids = {str(n["node_id"]) for n in d["nodes"]}
+    out = []
+    for g in d["qParams"].get("supernodes") or []:
+        if not isinstance(g, list) or len(g) < 2 or any(str(x) not in ids for x in g[1:]):
+            raise DamagedFileError(f"qParams.supernodes entry {str(g)[:120]} is not [name, node_id, ...] of this graph")
+        out.append([str(g[0]), *dict.fromkeys(str(x) for x in g[1:])])
+    return out
 
 
 GRAPH_CHECK = ("workbench_check", "workbench.graph_check", 2)  # the key in a graph JSON, its schema and version
