@@ -149,10 +149,11 @@ def run(r: Request) -> None:
     with st.status("building the attribution graph...", expanded=True) as status:
         done = [0]
 
-        def step(text: str) -> None:
-            done[0] += 1
-            bar.progress(done[0] / STAGES, text=text)
-            st.write(text)
+        def step(text: str, within: float | None = None) -> None:
+            if within is None:  # a stage begins (its line stays in the status); else a step within it
+                done[0] += 1
+                st.write(text)
+            bar.progress(bar_share(done[0], within), text=text)
 
         try:
             step(f"loading the model {_model_label(r.model)} (the first time on this server: seconds)")
@@ -170,6 +171,12 @@ def run(r: Request) -> None:
     notes = "".join(f"; note: {n}" for n in notes)
     st.session_state[MADE] = (f"recorded and opened {r.name}: {_share(s)}{notes}", shown(commands(root, r)))
     open_graph(folder.resolve().relative_to(root.resolve()).as_posix())
+
+
+def bar_share(stage: int, within: float | None) -> float:
+    """The bar's share when stage (1-based, of STAGES) has run `within` of itself: a stage begun sits at its start,
+    so the check (the last stage) advances the bar as its nodes and edges are measured instead of showing it full."""
+    return min(1.0, (stage - 1 + min(max(within or 0.0, 0.0), 1.0)) / STAGES)
 
 
 def _share(s: dict) -> str:

@@ -173,15 +173,22 @@ def find_circuit(spec: str, prompt: str, answer: str, counterfactual: str | None
 def graph_steps(spec: str, dictionary: Path, prompt: str, answer: str | None, name: str, on_step) -> tuple:
     """`workbench circuit graph` then `workbench circuit check` on the new graph, as the CLI runs them (the same step
     functions, the config defaults, the dictionary's first member): recorded in the workspace as one circuit artifact.
-    `on_step(text)` is called as each stage starts. Returns (graph, folder, check record, the steps' own warnings)."""
+    `on_step(text)` is called as each stage starts, and `on_step(text, within)` as the check measures each node and
+    edge (within: the share of the check done, in [0, 1)). Returns (graph, folder, check record, the steps' own
+    warnings)."""
+    from workbench.interventions.check import CHECK_STAGES
     from workbench.interventions.config import CheckConfig
     from workbench.steps.graphs import attribution_graph, check_graph
+
+    def tick(stage: str, i: int, n: int) -> None:
+        within = (CHECK_STAGES.index(stage) + i / max(n, 1)) / len(CHECK_STAGES)
+        on_step(f"checking by interventions: {stage} {i + 1} of {n}" if n > 1 else f"checking the {stage}", within)
 
     def run(ws, model):
         on_step("building the attribution graph (a backward pass per kept row)")
         g, folder = attribution_graph(ws, model, dictionary, prompt, answer, model_spec=spec, name=name)
         on_step("checking its nodes and top edges by interventions in the model")
-        return g, folder, check_graph(ws, model, folder / "graph.json", dictionary, CheckConfig())
+        return g, folder, check_graph(ws, model, folder / "graph.json", dictionary, CheckConfig(), progress=tick)
 
     (g, folder, record), notes = _in_workspace(spec, run)
     return g, folder, record, notes

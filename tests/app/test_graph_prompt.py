@@ -98,3 +98,11 @@ def test_a_shown_command_names_absolute_paths_and_the_workspace(tmp_path, monkey
         shown
         == f"`workbench sae eval {shlex.quote(folder)} --cache ... --workspace {shlex.quote(str(tmp_path / 'my ws'))}`"
     )
+
+
+def test_the_bar_advances_through_the_check_instead_of_sitting_full():
+    """The check is the last of STAGES: begun, the bar sits at its start; its nodes and edges move it on to the end."""
+    last = gp.STAGES
+    assert gp.bar_share(1, None) == 0.0 and gp.bar_share(last, None) == pytest.approx((last - 1) / last)
+    halves = [gp.bar_share(last, w) for w in (0.0, 0.25, 0.5, 0.99)]
+    assert halves == sorted(halves) and halves[-1] < 1.0 and gp.bar_share(last, 1.0) == 1.0

@@ -102,11 +102,16 @@ def test_the_check_measures_every_kept_feature_in_both_readings(tiny, tc_set, gr
     model = tiny[0]
     cfg = CheckConfig(top_edges=3, semantics="live")
     sites = load_dictionary(tc_set, model)
-    r = check_graph(model, sites, graph, cfg)
+    calls = []
+    r = check_graph(model, sites, graph, cfg, progress=lambda *a: calls.append(a))
     alone = check_edges(model, sites, graph, cfg)  # the edges alone, as the full check reads them
     assert alone["edges"] == r["edges"] and alone["summary"]["edges_verdicts"] == r["summary"]["edges_verdicts"]
     feats = [n["node_id"] for n in graph["nodes"] if n["feature_type"] == "cross layer transcoder"]
     assert sorted(n["node_id"] for n in r["nodes"]) == sorted(feats)
+    n_edges = len(r["edges"])  # progress (the app's prompt box): before each node, each edge, and the QK parts
+    assert calls == [("nodes", i, len(feats)) for i in range(len(feats))] + [
+        ("edges", i, n_edges) for i in range(n_edges)
+    ] + [("qk", 0, 1)]
     for row in r["nodes"] + r["edges"]:
         for s in ("frozen", "live"):
             assert row[f"verdict_{s}"] == verdict(row["predicted"], row[f"measured_{s}"], cfg)

@@ -48,6 +48,7 @@ READINGS = ("frozen", "live")  # the direct effect (along the graph's own path),
 # the whole embedding (no field: a rotary model's, or a graph from before the split), or one of its two parts
 EMBEDDING_HOOKS = {None: EMBED, "token": TOKEN_EMBED, "position": POS_EMBED}
 CHECKED = ("nodes", "edges", "qk")  # the record's checked rows: feature nodes, top edges, top QK parts
+CHECK_STAGES = ("nodes", "edges", "qk")  # check_graph's progress stages, in order (its progress callback)
 OPS = ("ablate", "steer")  # zero ablation, and steering ×−1 (the code negated): the rank validation's two
 
 
@@ -284,21 +285,27 @@ def _read_target(model, sites, g: GraphNodes, target: str, how: str, iv: Interve
     return float(seen["a"] @ w.to(seen["a"]))
 
 
-def check_graph(model, sites: list[Site], graph: dict, cfg: CheckConfig | None = None, tokens=None) -> dict:
+def check_graph(
+    model, sites: list[Site], graph: dict, cfg: CheckConfig | None = None, tokens=None, progress=None
+) -> dict:
     """The check record (module doc) of a circuit-tracer graph dict made by the workbench through `sites`; tokens:
-    the prompt's ids where the graph does not keep every position's embedding node (a feature circuit's JSON)."""
+    the prompt's ids where the graph does not keep every position's embedding node (a feature circuit's JSON).
+    progress(stage, i, n), when given, is called before each node and edge is measured and before the QK parts
+    (stage one of CHECK_STAGES), so a caller (the app's prompt box) can show the check advancing."""
     cfg = cfg or CheckConfig()
+    tick = progress or _quiet
     t0, c0 = time.perf_counter(), time.process_time()
     g = GraphNodes(graph, cfg.metric, tokens)
     predicted = g.predicted(graph["links"])
     measured_in = readings(cfg)
     shared = shared_clean_runs(model, sites, g, measured_in)
-    runs = _measure_nodes(model, sites, g, measured_in, shared)
+    runs = _measure_nodes(model, sites, g, measured_in, shared, tick)
     nodes = [
         reading_row({"node_id": nid}, p, {s: runs[s, "ablate"][nid][0] for s in measured_in}, cfg)
         for nid, p in predicted.items()
     ]
-    edges = _edges(model, sites, g, graph["links"], cfg, shared)
+    edges = _edges(model, sites, g, graph["links"], cfg, shared, tick)
+    tick(CHECK_STAGES[2], 0, 1)
     qk = [reading_row(*part, cfg) for part in check_parts(model, sites, g, graph["links"], cfg.top_qk, measured_in)]
     return {
         "schema": GRAPH_CHECK[1],
@@ -330,18 +337,23 @@ def check_edges(model, sites: list[Site], graph: dict, cfg: CheckConfig | None =
     return {"edges": edges, "summary": summary(edges, "edges")}
 
 
-def _edges(model, sites: list[Site], g: GraphNodes, links: list[dict], cfg: CheckConfig, shared=None) -> list[dict]:
+def _edges(
+    model, sites: list[Site], g: GraphNodes, links: list[dict], cfg: CheckConfig, shared=None, tick=None
+) -> list[dict]:
     """Each of the cfg.top_edges largest links measured in each reading, next to minus its weight (shared: the clean
-    runs per semantics, shared_clean_runs's)."""
-    return [
-        reading_row(
-            {"source": link["source"], "target": link["target"]},
-            -float(link["weight"]),
-            {s: measure_edge(model, sites, g, link, replace(cfg, semantics=s), shared) for s in readings(cfg)},
-            cfg,
+    runs per semantics, shared_clean_runs's; tick: check_graph's progress)."""
+    top, tick, rows = _top_links(g, links, cfg.top_edges), tick or _quiet, []
+    for i, link in enumerate(top):
+        tick(CHECK_STAGES[1], i, len(top))
+        measured = {s: measure_edge(model, sites, g, link, replace(cfg, semantics=s), shared) for s in readings(cfg)}
+        rows.append(
+            reading_row({"source": link["source"], "target": link["target"]}, -float(link["weight"]), measured, cfg)
         )
-        for link in _top_links(g, links, cfg.top_edges)
-    ]
+    return rows
+
+
+def _quiet(stage: str, i: int, n: int) -> None:
+    """No progress shown (the CLI's check, and every caller that passes none)."""
 
 
 def _top_links(g: GraphNodes, links: list[dict], n: int) -> list[dict]:
@@ -355,13 +367,16 @@ def _top_links(g: GraphNodes, links: list[dict], n: int) -> list[dict]:
     return sorted(ok, key=lambda link: -abs(float(link["weight"])))[:n]
 
 
-def _measure_nodes(model, sites: list[Site], g: GraphNodes, measured_in=READINGS, shared=None) -> dict:
+def _measure_nodes(model, sites: list[Site], g: GraphNodes, measured_in=READINGS, shared=None, tick=None) -> dict:
     """(semantics, op) -> feature id -> (metric change, {feature: pre-activation change}), every kept feature, in
-    each semantics of measured_in: each node's readings in one batched run (measure_node_rows)."""
+    each semantics of measured_in: each node's readings in one batched run (measure_node_rows; tick: progress)."""
     _, clean = feature_preacts(model, sites, g, [])
     shared = shared or shared_clean_runs(model, sites, g, measured_in)
     rows = [(s, op) for s in measured_in for op in OPS]
-    per_node = {nid: measure_node_rows(model, sites, g, nid, rows, clean, shared) for nid in g.features}
+    tick, per_node = tick or _quiet, {}
+    for i, nid in enumerate(g.features):
+        tick(CHECK_STAGES[0], i, len(g.features))
+        per_node[nid] = measure_node_rows(model, sites, g, nid, rows, clean, shared)
     return {row: {nid: per_node[nid][row] for nid in g.features} for row in rows}
 
 

@@ -79,9 +79,12 @@ def attribution_graph(
 CHECK = "workbench circuit check"
 
 
-def check_graph(ws: Workspace, model, graph_path, transcoders, cfg=None, *, member: int | str = 0) -> dict:
+def check_graph(
+    ws: Workspace, model, graph_path, transcoders, cfg=None, *, member: int | str = 0, progress=None
+) -> dict:
     """Check a graph JSON's nodes and edges by interventions (`workbench circuit check`) and store the record in
-    it (schema.GRAPH_CHECK); a recorded graph's manifest is rewritten with the confirmed shares. Returns it."""
+    it (schema.GRAPH_CHECK); a recorded graph's manifest is rewritten with the confirmed shares. Returns it.
+    progress: interventions.check.check_graph's (the app's prompt box shows the check advancing)."""
     graph_path = Path(graph_path)
     recorded = check_graph_target(ws, graph_path)
     folder = graph_path.parent
@@ -92,7 +95,7 @@ def check_graph(ws: Workspace, model, graph_path, transcoders, cfg=None, *, memb
         circuit = folder / "feature_circuit.json"  # a circuit's own graph keeps only its embedding nodes
         tokens = json.loads(circuit.read_text())["query"]["tokens"] if circuit.is_file() else None
         record = check_by_interventions(
-            model, load_dictionary(transcoders, model, model.cfg.device, member), d, cfg, tokens
+            model, load_dictionary(transcoders, model, model.cfg.device, member), d, cfg, tokens, progress
         )
         write_json(graph_path, {**d, GRAPH_CHECK[0]: record})
         if recorded:
