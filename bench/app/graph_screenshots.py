@@ -5,7 +5,8 @@
 
 On the demo's own artifacts: the feature graph page's default graph (circuits/features-ioi: pinned, pruned and a
 drag-to-group made with the mouse), the attribution graph circuits/graph-ioi at 100 and 1,000 links drawn, the IOI
-circuit circuits/ioi-0 as saved and at its full budget capped at 300 edges. Synthetic, for their size: a random
+circuit circuits/ioi-0 as saved and at its full budget capped at 300 edges, and the Compare page's diff of it with the
+sparse-attention model's circuit. Synthetic, for their size: a random
 5,000-node feature graph and a 64-token one (app_bench.feature_graph) uploaded on the feature graph page, and the
 GPT-2-shaped circuit app_bench.gpt2_shaped_circuit writes into the workspace at 2,000 edges. Prints one line per
 file: its name, the URL and what the view said it drew (data-edges, labels shown).
@@ -38,6 +39,13 @@ def least_influential(ws: Path, rel: str, k: int = 3) -> list[str]:
     return [n["node_id"] for n in ranked[-k:]]
 
 
+def same_position(pins: list[str]) -> tuple[str, str]:
+    """Two pins at one token position where there are (a group's usual shape: one concept at one token)."""
+    pos = [p.rsplit("_", 1)[-1] for p in pins]
+    pair = next(((a, b) for i, a in enumerate(pins) for b in pins[i + 1 :] if pos[pins.index(b)] == pos[i]), None)
+    return pair or (pins[0], pins[1])
+
+
 def drag(page, a: str, b: str) -> None:
     """page.mouse: press on node a, move onto node b, release (drag-to-group)."""
     boxes = [page.locator(f"[data-node-id='{n}'] rect").bounding_box() for n in (a, b)]
@@ -67,12 +75,13 @@ def upload(page, url: str, graph: dict, name: str) -> None:
 def canvas(page, url: str, ws: Path) -> str:
     """The whole window: the demo's default graph, its three least influential nodes pinned, pruned at node 0.5 /
     edge 0.8, two pins dragged into one group."""
-    pins = least_influential(ws, "circuits/features-ioi")
-    query = f"graph=circuits%2Ffeatures-ioi&pinned={','.join(pins)}&node_threshold=0.5&edge_threshold=0.8"
+    pins = least_influential(ws, "circuits/graph-ioi")
+    query = f"graph=circuits%2Fgraph-ioi&pinned={','.join(pins)}&node_threshold=0.5&edge_threshold=0.8"
     open_page(page, f"{url}/feature_graph?{query}")
-    drag(page, pins[0], pins[1])
+    drag(page, *same_position(pins))
     page.wait_for_function("(new URLSearchParams(location.search).get('groups') || '').includes('group 1')")
     harness.wait_drawn(page)
+    page.mouse.move(2, 2)  # the pointer off the stage: no tip over the graph
     page.get_by_role("heading", name="Feature graph").scroll_into_view_if_needed()
     return "window"
 
@@ -87,13 +96,25 @@ def links(cap: int):
 
 def ioi_saved(page, url: str, ws: Path) -> str:
     open_page(page, f"{url}/circuit?circuit=circuits%2Fioi-0")
-    first_head = page.locator(".wbg-k-head").first
-    first_head.locator("rect").hover()
+    select(page, page.locator(".wbg-k-head").first.get_attribute("data-node-id"))
     return ".wbg"
+
+
+def select(page, nid: str) -> None:
+    """A node clicked (its details in the view's panel), the pointer then moved off: no tip over the graph."""
+    page.locator(f"[data-node-id='{nid}'] rect").click()
+    page.wait_for_function(f"new URLSearchParams(location.search).get('node') === {json.dumps(nid)}")
+    harness.wait_drawn(page)
+    page.mouse.move(2, 2)
 
 
 def ioi_300(page, url: str, ws: Path) -> str:
     open_page(page, f"{url}/circuit?circuit=circuits%2Fioi-0&view=budget&budget=1.0&cap=300")
+    return ".wbg"
+
+
+def diff(page, url: str, ws: Path) -> str:
+    open_page(page, f"{url}/compare?circuit=circuits%2Fioi-0")
     return ".wbg"
 
 
@@ -109,7 +130,7 @@ def tokens_64(page, url: str, ws: Path) -> str:
 
 def gpt2_shape(page, url: str, ws: Path) -> str:
     open_page(page, f"{url}/circuit?circuit=circuits%2Fbench-gpt2-shaped&cap=2000")
-    page.locator("[data-node-id='a5.h3'] rect").hover()
+    select(page, "a5.h3")
     return ".wbg"
 
 
@@ -119,6 +140,7 @@ SHOTS = {
     "feature-graph-1000-links.png": links(1000),
     "ioi-9-edges.png": ioi_saved,
     "ioi-300-edges.png": ioi_300,
+    "diff-base-vs-sparse.png": diff,
     "random-5000-nodes-bounded.png": random_5000,
     "feature-graph-64-tokens.png": tokens_64,
     "gpt2-shape-2000-edges.png": gpt2_shape,
