@@ -369,7 +369,7 @@ def test_the_canvas_at_1400x900_keeps_marks_and_verdicts(tiny_graph_workspace, t
             canvas_and_marks(page, pins)
             shots = Path(os.environ.get("WORKBENCH_SCREENSHOTS", tmp_path))
             page.get_by_role("heading", name="Feature graph").scroll_into_view_if_needed()
-            page.screenshot(path=str(shots / "graph_canvas.png"))  # the window: docs/graph/feature-graph-canvas.png
+            page.screenshot(path=str(shots / "graph_canvas.png"))  # the window (docs/graph: graph_screenshots.py)
             styles = link_styles(page)
             unconfirmed = {k: v for k, v in styles.items() if k not in ("positive", "negative")}
             assert unconfirmed and len(set(styles.values())) == len(styles), styles  # each verdict its own style
