@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from workbench.browse import catalog
 from workbench.corpus import tasks
 from workbench.demo.examples import demo_examples
 from workbench.workspace import Workspace
@@ -24,6 +25,8 @@ def test_demo_examples_record_checked_graphs_and_steering(tiny, tc_set, saes, tm
     assert steer["steer-block"].manifest["config"]["op"] == "steer"
     assert set(out) >= {"graph-ioi", "features-ioi", "steer-block"}, lines
     assert any(line.startswith("check features-ioi/neuronpedia.json") for line in lines)
+    opened = catalog(ws.root).feature_graphs[0]  # the graph the feature-graph page opens by default
+    assert "workbench_check" in json.loads((ws.root / opened / "graph.json").read_text()), opened
     before = {a.path: a.manifest["created"] for a in ws.artifacts()}
     assert demo_examples(ws, model, q, tc_set, [saes["block"], saes["scaffold"]], lines.append) == out
     assert {a.path: a.manifest["created"] for a in ws.artifacts()} == before

@@ -38,6 +38,8 @@ def demo_examples(ws, model, query, set_dir, sae_folders, log, model_spec: str =
                 ws, model, set_dir, query.prompt, query.answer, query.counterfactual, name=circuit.name
             )
         out[circuit.name] = _checked(ws, model, circuit / "neuronpedia.json", set_dir, log)
+        # the feature-graph page opens this folder's graph.json first: it opens checked
+        out[f"{circuit.name}/graph"] = _checked(ws, model, circuit / "graph.json", set_dir, log)
     except UserError as e:
         log(f"feature circuit {circuit.name}: skipped ({e})")
     for folder in [*sae_folders, set_dir]:
