@@ -343,17 +343,13 @@ class Intervention:
         kl = float((lp_clean.exp() * (lp_clean - lp_new)).sum().clamp_min(0))
         k = min(self.cfg.top_k, clean.numel())
 
-        def rows(ids):
+        def rows(ids):  # each column read out at once: one tensor op and one tolist, not one per number
             names = str_tokens(self.model, ids)
+            cols = zip(ids.tolist(), names, lp_new[ids].exp().tolist(), lp_clean[ids].exp().tolist())
+            change = (new[ids] - clean[ids]).tolist()
             return [
-                {
-                    "token": int(i),
-                    "str": s,
-                    "prob": float(lp_new[i].exp()),
-                    "clean_prob": float(lp_clean[i].exp()),
-                    "logit_change": float(new[i] - clean[i]),
-                }
-                for i, s in zip(ids.tolist(), names)
+                {"token": i, "str": s, "prob": p, "clean_prob": c, "logit_change": d}
+                for (i, s, p, c), d in zip(cols, change)
             ]
 
         return {

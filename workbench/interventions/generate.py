@@ -95,11 +95,19 @@ def rollout(
 
 def _forward(model, tokens: torch.Tensor, past) -> torch.Tensor:
     """[rows, len, d_vocab] logits of the new `tokens` after those in the cache `past` (None: no cache). With a
-    cache the attention mask is given (every token attended): TransformerLens would otherwise make one from the
-    tokenizer, masking trailing pad tokens (a generated end-of-text token, GPT-2's pad), and fail without one."""
-    device = model.cfg.device
-    mask = None if past is None else torch.ones(tokens.shape, dtype=torch.long, device=device)
-    return model(tokens.to(device), past_kv_cache=past, attention_mask=mask).float()
+    cache the embedding is made here and the blocks run from it, with no attention mask: every token is attended
+    (TransformerLens would otherwise make a mask from the tokenizer, masking trailing pad tokens, a generated
+    end-of-text token, GPT-2's pad), and an all-ones mask would only add per-layer work (its positions, its masking)
+    for the same numbers. The embedding's hooks run as in TransformerLens's own forward."""
+    tokens = tokens.to(model.cfg.device)
+    if past is None:
+        return model(tokens).float()
+    if model.cfg.use_hook_tokens:
+        tokens = model.hook_tokens(tokens)
+    embed = model.hook_embed(model.embed(tokens))
+    offset = model.get_pos_offset(past, tokens.shape[0])
+    residual, short = model.get_residual(embed, offset, tokens=tokens, return_shortformer_pos_embed=True)
+    return model(residual, start_at_layer=0, past_kv_cache=past, shortformer_pos_embed=short).float()
 
 
 def _draw(logits: torch.Tensor, sample: bool, temp: float, gens: list) -> torch.Tensor:
