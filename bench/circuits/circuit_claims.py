@@ -34,6 +34,7 @@ from head_flow_bench import family_row  # noqa: E402
 from head_flow_bench import header as heads_header  # noqa: E402
 
 from workbench.attention.claims import MEASURES, paired, side_values, undecided  # noqa: E402
+from workbench.attention.train import CONTROL_DIR  # noqa: E402
 from workbench.browse import HEAD_FLOW_KINDS  # noqa: E402
 from workbench.intervals import t_interval  # noqa: E402
 
@@ -44,11 +45,17 @@ SETTINGS = ("task", "n", "targets", "seed", "split", "samples", "ig_steps", "bas
 
 
 def tag(spec: str) -> str:
-    return Path(spec).name
+    """A model's name in file names: its folder's, a run's control folder named with its run (tiny-fair-control)."""
+    path = Path(spec)
+    return f"{path.parent.name}-control" if path.name == CONTROL_DIR and path.parent.name else path.name
 
 
-def run_folder(args) -> Path:
-    return args.results / (tag(args.base) if args.base_only else f"{tag(args.base)}-vs-{tag(args.sparse)}")
+def run_folder(args, control: bool = True) -> Path:
+    """The run's store folder (control False: the base-vs-sparse one a control run takes those two sides from)."""
+    if args.base_only:
+        return args.results / tag(args.base)
+    middle = f"-vs-{tag(args.control)}" if args.control and control else ""
+    return args.results / f"{tag(args.base)}{middle}-vs-{tag(args.sparse)}"
 
 
 def store_path(folder: Path, args, task: str, kind: str = "") -> Path:
@@ -56,7 +63,7 @@ def store_path(folder: Path, args, task: str, kind: str = "") -> Path:
 
 
 def check_settings(stored: dict, now: dict, path: Path) -> None:
-    for key in SETTINGS + ("sparse_model",):
+    for key in SETTINGS + ("sparse_model", "control_model"):
         if stored.get(key) != now.get(key):
             raise SystemExit(
                 f"{path} was made with {key}={stored.get(key)!r}, this run has {key}={now.get(key)!r}: "
@@ -69,24 +76,37 @@ def ahead_path(folder: Path, args, task: str) -> Path:
     return store_path(folder, args, task, "ahead-")
 
 
-def stored_rows(path: Path, now: dict, prompts: list[str]) -> dict[int, dict]:
+def stored_rows(path: Path, now: dict, prompts: list[str], keys: tuple[str, ...] = SETTINGS) -> dict[int, dict]:
     """A store's query rows by index (an ordered store's list, an ahead store's map): those of a store with the
-    same settings, each for the same prompt (none: empty)."""
+    same settings (`keys`), each for the same prompt (none: empty)."""
     done = json.loads(path.read_text()) if path.is_file() else {}
-    if not done or any(done.get(k) != now.get(k) for k in SETTINGS):
+    if not done or any(done.get(k) != now.get(k) for k in keys):
         return {}
     rows = {int(i): q for i, q in done["ahead"].items()} if "ahead" in done else dict(enumerate(done["queries"]))
     return {i: q for i, q in rows.items() if i < len(prompts) and q["prompt"] == prompts[i]}
 
 
-def reusable_base(args, task: str, now: dict, prompts: list[str]) -> dict[int, dict]:
-    """A paired run's base sides measured by --base-only runs with the same settings (ordered or --from-end)."""
+def reuse_sources(args) -> list[tuple[Path, tuple[str, ...], tuple[str, ...]]]:
+    """Where a run takes sides measured by others with the same settings: (folder, sides, settings to match). A
+    paired run takes the base side from a --base-only run; a control run also the base and sparse sides from the
+    base-vs-sparse run of the same sparse model."""
     if args.base_only:
-        return {}
-    folder = args.results / tag(args.base)
-    ordered, ahead = store_path(folder, args, task), ahead_path(folder, args, task)
-    rows = {**stored_rows(ahead, now, prompts), **stored_rows(ordered, now, prompts)}
-    return {i: {"base": q["base"]} for i, q in rows.items()}
+        return []
+    found = [(args.results / tag(args.base), ("base",), SETTINGS)]
+    if args.control:
+        found.append((run_folder(args, control=False), ("base", "sparse"), SETTINGS + ("sparse_model",)))
+    return found
+
+
+def reusable_base(args, task: str, now: dict, prompts: list[str]) -> dict[int, dict]:
+    """The sides of each query measured by other runs (reuse_sources, ordered or --from-end), by query index."""
+    found: dict[int, dict] = {}
+    for folder, sides, keys in reuse_sources(args):
+        ordered, ahead = store_path(folder, args, task), ahead_path(folder, args, task)
+        rows = {**stored_rows(ahead, now, prompts, keys), **stored_rows(ordered, now, prompts, keys)}
+        for i, q in rows.items():
+            found.setdefault(i, {}).update({side: q[side] for side in sides if side in q})
+    return found
 
 
 def family_setup(args, models: dict, task: str) -> tuple[dict, dict, bool, list]:
@@ -413,6 +433,11 @@ def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", default="tiny", help="base model spec (default: %(default)s)")
     ap.add_argument("--sparse", help="its sparse-attention version (a model folder)")
+    ap.add_argument(
+        "--control",
+        help="with --sparse: the base fine-tuned like the sparse model without gates (a model folder, e.g. a "
+        "`attention train --control finetune` run's control/), measured beside both to split base - sparse",
+    )
     ap.add_argument("--base-only", action="store_true", help="the base model's circuit sizes alone (no --sparse)")
     ap.add_argument(
         "--from-end",
@@ -445,6 +470,8 @@ def parse_args():
     args = ap.parse_args()
     if args.base_only == bool(args.sparse):
         ap.error("pass --sparse MODEL (base vs sparse) or --base-only, not both")
+    if args.control and not args.sparse:
+        ap.error(f"--control {args.control} splits base - sparse: pass --sparse MODEL too")
     if args.from_end and args.transcoders:
         ap.error("--from-end measures component circuits ahead of an ordered run: not with --transcoders")
     if args.transcoders and args.base_only:
@@ -467,7 +494,7 @@ def parse_args():
     if args.quick:
         args.n, args.samples, args.families = 2, 1, "ioi,greater_than"
     args.results = args.results or (harness.WORK / "circuit_claims" if args.quick else RESULTS)
-    name = tag(args.base) + ("_base" if args.base_only else "")
+    name = tag(args.base) + ("_base" if args.base_only else "_control" if args.control else "")
     args.out = args.out or harness.BENCH / "results" / f"circuit_claims_{name}.md"
     return args
 
@@ -484,6 +511,8 @@ def main() -> None:
         from workbench.models import load
 
         models = {"base": load(args.base)[0]}
+        if args.control:
+            models["control"] = load(args.control)[0]
         if args.sparse:
             models["sparse"] = load(args.sparse)[0]
         folder.mkdir(parents=True, exist_ok=True)

@@ -277,7 +277,9 @@ def compare(
 
 def compare_result(models: dict, rows: list[dict], cfg: dict, rule: bool) -> dict:
     """compare's JSON from its per-query rows: cfg (task, n, targets, seed, split, samples, ig_steps) and, per
-    target, each side's means over the queries with a gap on every model (and base/sparse ratios of them)."""
+    target, each side's means over the queries with a gap on every model (and base/sparse ratios of them).
+    models: "base", optionally "control" (the base fine-tuned without gates, bench/circuits/circuit_claims.py) and
+    "sparse"; a row has one side per model."""
     from workbench.provenance import model_id
 
     base = models["base"]
@@ -288,6 +290,7 @@ def compare_result(models: dict, rows: list[dict], cfg: dict, rule: bool) -> dic
         "n_used": len(used),
         "base_model": model_id(models["base"]),
         "sparse_model": model_id(models["sparse"]) if "sparse" in models else None,
+        "control_model": model_id(models["control"]) if "control" in models else None,
         "components": {"heads": base.cfg.n_layers * base.cfg.n_heads, "mlps": base.cfg.n_layers},
         "token_removal": "renormalised over the kept entries" if rule else "dropped, not renormalised (published gate)",
         "summary": summary,
