@@ -1,5 +1,6 @@
 """Compare: one query's circuit in the base and the sparse-attention model side by side, edge counts at equal
-NDF, and the per-task table of `workbench attention compare`."""
+NDF, and the per-task table of `workbench attention compare`; where the run saved a control (the base fine-tuned
+like the sparse model, without gates), its column too and base − sparse split into training and gates."""
 
 import pandas as pd
 import streamlit as st
@@ -17,6 +18,10 @@ RATIO = "base ÷ sparse edges"
 MEANS = "base ÷ sparse (mean counts)"
 GEOMEAN = "per-query base ÷ sparse, geometric mean [95%]"
 DIFF = "base − sparse [95%]"
+SPLIT = {
+    "from training": "from training: base − control [95%]",
+    "from the gates": "from the gates: control − sparse [95%]",
+}
 
 st.title("Compare base and sparse attention")
 rel, report = state.pick_sparse_model("compare")
@@ -104,20 +109,34 @@ if not results:
 
 
 def claims_table(res: dict) -> list[dict]:
-    """Per NDF target and measure, base against sparse over the queries both have a gap on (claims.paired)."""
+    """Per NDF target and measure, base against sparse over the queries every model has a gap on (claims.paired);
+    with a control, its mean and the split of base − sparse (claims.pairs)."""
     rows = []
     for t in map(str, res.get("targets", [])):
         for name, measure in claims.MEASURES.items():
-            p = claims.paired(res, measure, t)
+            found = {label: claims.paired(res, measure, t, a, b) for label, (a, b) in claims.pairs(res).items()}
+            p = found.pop("base - sparse")
             if p is None:
                 rows.append({"NDF": t, "measure": name, "queries": 0, "undecided": "no query with a value on both"})
                 continue
+            means = {side: v for q in (p, *filter(None, found.values())) for side, v in q.items() if side in SIDES}
             rows.append(
-                {"NDF": t, "measure": name, "queries": p["n"], "base": p["base"], "sparse": p["sparse"]}
+                {"NDF": t, "measure": name, "queries": p["n"], **{s: means.get(s) for s in claims.model_sides(res)}}
                 | {MEANS: p["ratio_of_means"], GEOMEAN: "–" if p["ratio"] is None else p["ratio"].format("{:.2f}")}
-                | {DIFF: p["difference"].format("{:.1f}"), "undecided": "; ".join(claims.undecided(p))}
+                | {DIFF: p["difference"].format("{:.1f}")}
+                | {SPLIT[k]: "–" if q is None else q["difference"].format("{:.1f}") for k, q in found.items()}
+                | {"undecided": undecided(p, found)}
             )
     return rows
+
+
+SIDES = ("base", "control", "sparse")
+
+
+def undecided(p: dict, split: dict) -> str:
+    """Which intervals include no effect: base − sparse's, and each split pair's named by it."""
+    flags = claims.undecided(p) + [f"{k}: {f}" for k, q in split.items() if q for f in claims.undecided(q)]
+    return "; ".join(flags)
 
 
 FLOW_MEASURES = {
@@ -127,22 +146,37 @@ FLOW_MEASURES = {
 }
 
 
+FLOW_SPLIT = {"from training": "base_minus_control", "from the gates": "control_minus_sparse"}
+
+
 def head_flow_table(flow: dict) -> list[dict]:
-    """Per measure, each model's mean over the queries and base − sparse with its paired interval (where drawn)."""
+    """Per measure, each model's mean over the queries and base − sparse with its paired interval (where drawn);
+    with a control, its mean and the split of base − sparse."""
     rows = []
     for name, key in FLOW_MEASURES.items():
         gap = flow["base_minus_sparse"].get(key)
+        means = {side: flow["summary"][side][key]["mean"] for side in SIDES if side in flow["summary"]}
+        split = {SPLIT[k]: flow[f].get(key) for k, f in FLOW_SPLIT.items() if f in flow}
         rows.append(
-            {"measure": name, "base": flow["summary"]["base"][key]["mean"]}
-            | {"sparse": flow["summary"]["sparse"][key]["mean"], DIFF: format_gap(gap) if gap else "–"}
+            {"measure": name, **means, DIFF: format_gap(gap) if gap else "–"}
+            | {k: format_gap(g) if g else "–" for k, g in split.items()}
         )
     return rows
 
 
 for task, res in results:
+    models = "all three models" if res.get("control_model") else "both models"
     st.markdown(
-        f"**{state.text(res.get('task', task))}**: {res.get('n_used', 0)}/{res.get('n', 0)} queries with a gap on both models"
+        f"**{state.text(res.get('task', task))}**: {res.get('n_used', 0)}/{res.get('n', 0)} queries with a gap on {models}"
     )
+    if res.get("control_model"):
+        st.caption(
+            state.text(
+                f"control {res['control_model']}: the base fine-tuned on the sparse model's batches without gates; "
+                "base − sparse = (base − control, from training) + (control − sparse, from the gates), each paired "
+                "over the same queries"
+            )
+        )
     st.dataframe(pd.DataFrame(claims_table(res)), hide_index=True)
     st.caption(
         state.text(

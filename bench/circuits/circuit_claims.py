@@ -4,6 +4,7 @@ attention entries it needs, on a base model and its sparse-attention version, wi
 through transcoders (per-layer sets or CLTs, a store per kind), the heads carrying the attention-mediated attribution (`workbench.attention.head_flow`).
 
     python bench/circuits/circuit_claims.py --base tiny --sparse data/models/tiny-sparse [--n 20] [--transcoders B S]
+    python bench/circuits/circuit_claims.py --base tiny --sparse RUN --control RUN/control [--transcoders B C S]
     python bench/circuits/circuit_claims.py --base data/models/small --base-only [--n 20]   # the base model's sizes alone
     python bench/circuits/circuit_claims.py ... --render                                    # the report, measure nothing
 
@@ -33,7 +34,8 @@ from clt_bench import eval_figures  # noqa: E402
 from head_flow_bench import family_row  # noqa: E402
 from head_flow_bench import header as heads_header  # noqa: E402
 
-from workbench.attention.claims import MEASURES, paired, side_values, undecided  # noqa: E402
+from workbench.attention.claims import MEASURES, format_gap, model_sides, paired, pairs, side_values, undecided  # noqa: E402
+from workbench.attention.train import CONTROL_DIR  # noqa: E402
 from workbench.browse import HEAD_FLOW_KINDS  # noqa: E402
 from workbench.intervals import t_interval  # noqa: E402
 
@@ -44,11 +46,17 @@ SETTINGS = ("task", "n", "targets", "seed", "split", "samples", "ig_steps", "bas
 
 
 def tag(spec: str) -> str:
-    return Path(spec).name
+    """A model's name in file names: its folder's, a run's control folder named with its run (tiny-fair-control)."""
+    path = Path(spec)
+    return f"{path.parent.name}-control" if path.name == CONTROL_DIR and path.parent.name else path.name
 
 
-def run_folder(args) -> Path:
-    return args.results / (tag(args.base) if args.base_only else f"{tag(args.base)}-vs-{tag(args.sparse)}")
+def run_folder(args, control: bool = True) -> Path:
+    """The run's store folder (control False: the base-vs-sparse one a control run takes those two sides from)."""
+    if args.base_only:
+        return args.results / tag(args.base)
+    middle = f"-vs-{tag(args.control)}" if args.control and control else ""
+    return args.results / f"{tag(args.base)}{middle}-vs-{tag(args.sparse)}"
 
 
 def store_path(folder: Path, args, task: str, kind: str = "") -> Path:
@@ -56,7 +64,7 @@ def store_path(folder: Path, args, task: str, kind: str = "") -> Path:
 
 
 def check_settings(stored: dict, now: dict, path: Path) -> None:
-    for key in SETTINGS + ("sparse_model",):
+    for key in SETTINGS + ("sparse_model", "control_model"):
         if stored.get(key) != now.get(key):
             raise SystemExit(
                 f"{path} was made with {key}={stored.get(key)!r}, this run has {key}={now.get(key)!r}: "
@@ -69,24 +77,38 @@ def ahead_path(folder: Path, args, task: str) -> Path:
     return store_path(folder, args, task, "ahead-")
 
 
-def stored_rows(path: Path, now: dict, prompts: list[str]) -> dict[int, dict]:
+def stored_rows(path: Path, now: dict, prompts: list[str], keys: tuple[str, ...] = SETTINGS) -> dict[int, dict]:
     """A store's query rows by index (an ordered store's list, an ahead store's map): those of a store with the
-    same settings, each for the same prompt (none: empty)."""
+    same settings (`keys`), each for the same prompt (none: empty)."""
     done = json.loads(path.read_text()) if path.is_file() else {}
-    if not done or any(done.get(k) != now.get(k) for k in SETTINGS):
+    if not done or any(done.get(k) != now.get(k) for k in keys):
         return {}
     rows = {int(i): q for i, q in done["ahead"].items()} if "ahead" in done else dict(enumerate(done["queries"]))
     return {i: q for i, q in rows.items() if i < len(prompts) and q["prompt"] == prompts[i]}
 
 
-def reusable_base(args, task: str, now: dict, prompts: list[str]) -> dict[int, dict]:
-    """A paired run's base sides measured by --base-only runs with the same settings (ordered or --from-end)."""
+def reuse_sources(args) -> list[tuple[Path, tuple[str, ...], tuple[str, ...], str]]:
+    """Where a run takes sides measured by others with the same settings: (folder, sides, settings to match, the
+    run's name). A paired run takes the base side from a --base-only run; a control run also the base and sparse
+    sides from the base-vs-sparse run of the same sparse model."""
     if args.base_only:
-        return {}
-    folder = args.results / tag(args.base)
-    ordered, ahead = store_path(folder, args, task), ahead_path(folder, args, task)
-    rows = {**stored_rows(ahead, now, prompts), **stored_rows(ordered, now, prompts)}
-    return {i: {"base": q["base"]} for i, q in rows.items()}
+        return []
+    found = [(args.results / tag(args.base), ("base",), SETTINGS, "--base-only run")]
+    if args.control:
+        pair = (run_folder(args, control=False), ("base", "sparse"), SETTINGS + ("sparse_model",), "base-vs-sparse run")
+        found.append(pair)
+    return found
+
+
+def reusable_base(args, task: str, now: dict, prompts: list[str]) -> dict[int, dict]:
+    """The sides of each query measured by other runs (reuse_sources, ordered or --from-end), by query index."""
+    found: dict[int, dict] = {}
+    for folder, sides, keys, _ in reuse_sources(args):
+        ordered, ahead = store_path(folder, args, task), ahead_path(folder, args, task)
+        rows = {**stored_rows(ahead, now, prompts, keys), **stored_rows(ordered, now, prompts, keys)}
+        for i, q in rows.items():
+            found.setdefault(i, {}).update({side: q[side] for side in sides if side in q})
+    return found
 
 
 def family_setup(args, models: dict, task: str) -> tuple[dict, dict, bool, list]:
@@ -172,7 +194,11 @@ def measure_heads(args, models: dict, task: str, path: Path) -> None:
         return
     meta, t0 = run_meta(), time.perf_counter()
     cfg = HeadFlowConfig(share=args.share, split=args.split)
-    res = compare_heads(models["base"], models["sparse"], *args.transcoders, task, args.n, cfg=cfg)
+    sets = dict(zip(models, args.transcoders, strict=True))  # base, control (if any), sparse
+    control = {"control": models["control"], "control_set": sets["control"]} if "control" in models else {}
+    res = compare_heads(
+        models["base"], models["sparse"], sets["base"], sets["sparse"], task, args.n, cfg=cfg, **control
+    )
     res["runs"] = [{**meta, "wall_seconds": time.perf_counter() - t0}]
     harness.write_text(path, json.dumps(res, indent=1))
 
@@ -185,12 +211,20 @@ def fmt_interval(iv, digits: int = 2) -> str:
 
 
 def paired_row(res: dict, measure, t: str) -> list:
-    p = paired(res, measure, t)
+    """base vs sparse (and with a control, each pair of its split) over the queries every model has a gap on:
+    the queries, each model's mean, the ratio of base's and sparse's means, per pair the geometric mean of the
+    per-query ratios and the difference with their intervals, and the intervals that include no effect."""
+    found = {label: paired(res, measure, t, a, b) for label, (a, b) in pairs(res).items()}
+    p = found["base - sparse"]
     if p is None:
-        return [0, "-", "-", "-", "-", "-", "no query with a value on both"]
-    ratio_of_means = "-" if p["ratio_of_means"] is None else f"{p['ratio_of_means']:.2f}"
-    cells = [p["n"], f"{p['base']:.2f}", f"{p['sparse']:.2f}", ratio_of_means]
-    return cells + [fmt_interval(p["ratio"]), fmt_interval(p["difference"]), "; ".join(undecided(p)) or "-"]
+        return [0] + ["-"] * (len(model_sides(res)) + 1 + 2 * len(found)) + ["no query with a value on both"]
+    means = {side: v for q in filter(None, found.values()) for side, v in q.items() if side in model_sides(res)}
+    cells = [p["n"], *(f"{means[s]:.2f}" if s in means else "-" for s in model_sides(res))]
+    cells.append("-" if p["ratio_of_means"] is None else f"{p['ratio_of_means']:.2f}")
+    for q in found.values():
+        cells += ["-", "-"] if q is None else [fmt_interval(q["ratio"]), fmt_interval(q["difference"])]
+    flags = [f"{label}: {f}" if len(found) > 1 else f for label, q in found.items() if q for f in undecided(q)]
+    return cells + ["; ".join(flags) or "-"]
 
 
 def answers(res: dict, side: str) -> str:
@@ -214,8 +248,12 @@ def seconds(res: dict, side: str) -> float:
 
 
 def render_paired(results: dict[str, dict]) -> list[str]:
-    header = ["family", "NDF", "queries", "base mean", "sparse mean", "base / sparse (ratio of means)"]
-    header += ["geometric mean of per-query base / sparse [95% CI]", "base - sparse [95% CI]", "flags"]
+    first = next(iter(results.values()))
+    header = ["family", "NDF", "queries", *(f"{s} mean" for s in model_sides(first)), "base / sparse (ratio of means)"]
+    for label, (a, b) in pairs(first).items():
+        named = "" if label == "base - sparse" else f"{label}: "
+        header += [f"{named}geometric mean of per-query {a} / {b} [95% CI]", f"{named}{a} - {b} [95% CI]"]
+    header.append("flags")
     lines = []
     for name, measure in MEASURES.items():
         rows = [[task, t, *paired_row(res, measure, t)] for task, res in results.items() for t in targets(res)]
@@ -263,14 +301,35 @@ def render_heads(kind: str, heads: dict[str, dict]) -> list[str]:
     title = f"### Through {HEAD_FLOW_KINDS[kind]}: heads carrying the attention-mediated attribution, entries per edge"
     first = next(iter(heads.values()))
     lines = ["", title, ""]
+    sets = first["transcoders"]
     lines.append(
-        f"- Dictionaries: base {first['transcoders']['base']}, sparse {first['transcoders']['sparse']}; share "
+        f"- Dictionaries: {', '.join(f'{side} {folder}' for side, folder in sets.items())}; share "
         f"{first['config']['share']}; base - sparse: mean per-query difference with its paired Student-t 95% interval"
     )
-    lines += [
-        f"- {side} dictionary: {dictionary_line(Path(first['transcoders'][side]))}" for side in ("base", "sparse")
+    lines += [f"- {side} dictionary: {dictionary_line(Path(folder))}" for side, folder in sets.items()]
+    lines += [""] + harness.table(heads_header(first), [family_row(r) for r in heads.values()])
+    if "control" not in sets:
+        return lines
+    header = ["family", "heads for the share, control (mean / median)", "from training: base - control heads"]
+    header += ["from the gates: control - sparse heads", "entries per edge covering the share, control"]
+    header += ["from training: base - control entries", "from the gates: control - sparse entries"]
+    return (
+        lines
+        + ["", "Split through the control (paired over the same queries):", ""]
+        + harness.table(header, [split_row(r) for r in heads.values()])
+    )
+
+
+def split_row(res: dict) -> list:
+    """A family's head-flow row for the control: its counts and base - sparse split into training and gates."""
+    c, train, gates = res["summary"]["control"], res["base_minus_control"], res["control_minus_sparse"]
+    f = lambda key, d=1: f"{c[key]['mean']:.{d}f} / {c[key]['median']:.{d}f}"  # noqa: E731
+    cells = [res["task"], f("heads_needed"), format_gap(train["heads_needed"]), format_gap(gates["heads_needed"])]
+    return cells + [
+        f("entries_covering", 2),
+        format_gap(train["entries_covering"]),
+        format_gap(gates["entries_covering"]),
     ]
-    return lines + [""] + harness.table(heads_header(first), [family_row(r) for r in heads.values()])
 
 
 def dictionary_line(folder: Path) -> str:
@@ -311,6 +370,7 @@ def render(args, stores: dict[str, Path], heads: dict[str, dict[str, Path]]) -> 
     info["commit"] = ", ".join(sorted({r["commit"] for _, r in runs})) or "-"
     first = next(iter(results.values()), None)
     title = f"# Circuit sizes: {tag(args.base)}" + ("" if args.base_only else f" vs {tag(args.sparse)}")
+    title += f", against the control {tag(args.control)}" if args.control else ""
     lines = [title + (f" (PARTIAL: {', '.join(partial)} incomplete)" if partial else ""), ""]
     lines += harness.machine_lines(info, {}, "1", "the figures are counts, not times")
     done = [
@@ -321,33 +381,36 @@ def render(args, stores: dict[str, Path], heads: dict[str, dict[str, Path]]) -> 
     lines += reuse_lines(args, results) + method_lines(args, first)
     if not first:
         return "\n".join(lines) + "\n"
-    sides = ("base",) if args.base_only else ("base", "sparse")
+    sides = model_sides(first)
     lines += ["", "## Base model alone (section 1)", "", *render_base(results)]
     if not args.base_only:
-        lines += ["", "## Base vs sparse (section 3)", *render_paired(results)]
+        section = "Base vs control vs sparse (section 3, split)" if args.control else "Base vs sparse (section 3)"
+        lines += ["", f"## {section}", *render_paired(results)]
         lines += [line for kind, found in flows.items() for line in render_heads(kind, found)]
     return "\n".join(lines + render_answers(results, sides)) + "\n"
 
 
 def reuse_lines(args, results: dict[str, dict]) -> list[str]:
-    """Where a base side was taken from another run: a --base-only run's (for a paired run) and a --from-end
-    run's, with their folder and commits."""
-    base_only = {t: store_path(args.results / tag(args.base), args, t) for t in results}
-    reused, lines = {}, []
-    for t, res in results.items():
-        if not args.base_only and base_only[t].is_file():
-            done = json.loads(base_only[t].read_text())
-            if [q["base"] for q in done["queries"][: len(res["queries"])]] == [q["base"] for q in res["queries"]]:
+    """Where sides were taken from another run (reuse_sources: a --base-only run's base side, a control run's base
+    and sparse sides from the base-vs-sparse run) and from a --from-end run, with their folder and commits."""
+    lines = []
+    for folder, sides, _, name in reuse_sources(args):
+        reused = {}
+        for t, res in results.items():
+            path = store_path(folder, args, t)
+            done = json.loads(path.read_text()) if path.is_file() else {"queries": []}
+            same = lambda s: (
+                [q.get(s) for q in done["queries"][: len(res["queries"])]] == [q[s] for q in res["queries"]]
+            )  # noqa: E731
+            if done["queries"] and all(same(s) for s in sides):
                 reused[t] = done["runs"]
-        lines += ahead_line(args, t, res)
-    if not reused:
-        return lines
-    commits = ", ".join(sorted({r["commit"] for runs in reused.values() for r in runs}))
-    return [
-        f"- Base side of {', '.join(reused)}: measured by the --base-only run in "
-        f"{rel(args.results / tag(args.base))} (commits {commits}), taken as stored",
-        *lines,
-    ]
+        if reused:
+            commits = ", ".join(sorted({r["commit"] for runs in reused.values() for r in runs}))
+            lines.append(
+                f"- {' and '.join(sides).capitalize()} side of {', '.join(reused)}: measured by the {name} in "
+                f"{rel(folder)} (commits {commits}), taken as stored"
+            )
+    return lines + [line for t, res in results.items() for line in ahead_line(args, t, res)]
 
 
 def ahead_line(args, task: str, res: dict) -> list[str]:
@@ -359,11 +422,11 @@ def ahead_line(args, task: str, res: dict) -> list[str]:
         taken = sorted(
             int(i)
             for i, q in done["ahead"].items()
-            if int(i) < len(rows) and all(rows[int(i)].get(k) == q[k] for k in ("base", "sparse") if k in q)
+            if int(i) < len(rows) and all(rows[int(i)].get(k) == q[k] for k in model_sides(res) if k in q)
         )
         if taken:
             commits = ", ".join(sorted({r["commit"] for r in done["runs"]}))
-            sides = " and ".join(k for k in ("base", "sparse") if k in done["ahead"][str(taken[0])])
+            sides = " and ".join(k for k in model_sides(res) if k in done["ahead"][str(taken[0])])
             lines.append(
                 f"- {task} {'query' if len(taken) == 1 else 'queries'} {', '.join(str(i + 1) for i in taken)}, {sides} "
                 f"side: measured by a --from-end run beside the ordered one ({rel(path)}, commits {commits}), taken as stored"
@@ -375,6 +438,7 @@ def method_lines(args, first: dict | None) -> list[str]:
     cmd = f"python bench/circuits/circuit_claims.py --base {args.base} " + (
         "--base-only" if args.base_only else f"--sparse {args.sparse}"
     )
+    cmd += f" --control {args.control}" if args.control else ""
     lines = [
         f"- Command: `{cmd} --n {args.n} --split {args.split} --targets {','.join(map(str, args.targets))} "
         f"--samples {args.samples}`; JSON per family in {rel(run_folder(args))}",
@@ -388,8 +452,9 @@ def method_lines(args, first: dict | None) -> list[str]:
     ]
     if first:
         lines.append(
-            f"- Models: base {first['base_model']}, sparse {first['sparse_model'] or '-'}; attention entries "
-            f"left out are {first['token_removal']}"
+            f"- Models: base {first['base_model']}, sparse {first['sparse_model'] or '-'}"
+            + (f", control {first['control_model']}" if first.get("control_model") else "")
+            + f"; attention entries left out are {first['token_removal']}"
         )
     if not args.base_only:
         lines += [
@@ -399,6 +464,12 @@ def method_lines(args, first: dict | None) -> list[str]:
             "are > 0; base - sparse: the paired Student-t 95% interval (`workbench.intervals.paired_difference`)",
             "- flags: where the ratio's interval includes 1 or the difference's includes 0",
         ]
+    if args.control:
+        lines.append(
+            "- Control: the base fine-tuned like the sparse model (same batches, optimiser and steps) without gates. "
+            "base - sparse = (base - control: from training) + (control - sparse: from the gates), per query, so the "
+            "two paired intervals split the one above over the same queries (those every model has a gap on)"
+        )
     return lines
 
 
@@ -413,6 +484,11 @@ def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", default="tiny", help="base model spec (default: %(default)s)")
     ap.add_argument("--sparse", help="its sparse-attention version (a model folder)")
+    ap.add_argument(
+        "--control",
+        help="with --sparse: the base fine-tuned like the sparse model without gates (a model folder, e.g. a "
+        "`attention train --control finetune` run's control/), measured beside both to split base - sparse",
+    )
     ap.add_argument("--base-only", action="store_true", help="the base model's circuit sizes alone (no --sparse)")
     ap.add_argument(
         "--from-end",
@@ -427,10 +503,10 @@ def parse_args():
     ap.add_argument("--split", default="heldout", choices=("heldout", "train"), help="query split (default: heldout)")
     ap.add_argument(
         "--transcoders",
-        nargs=2,
+        nargs="+",
         type=Path,
-        metavar=("BASE_SET", "SPARSE_SET"),
-        help="one per-layer set or CLT per model, two of a kind",
+        metavar="SET",
+        help="one per-layer set or CLT per model, all of a kind: BASE SPARSE, or with --control BASE CONTROL SPARSE",
     )
     ap.add_argument("--share", type=float, default=0.8, help="with --transcoders: attribution share (default: 0.8)")
     ap.add_argument(
@@ -445,16 +521,25 @@ def parse_args():
     args = ap.parse_args()
     if args.base_only == bool(args.sparse):
         ap.error("pass --sparse MODEL (base vs sparse) or --base-only, not both")
+    if args.control and not args.sparse:
+        ap.error(f"--control {args.control} splits base - sparse: pass --sparse MODEL too")
     if args.from_end and args.transcoders:
         ap.error("--from-end measures component circuits ahead of an ordered run: not with --transcoders")
     if args.transcoders and args.base_only:
         ap.error("--transcoders compares two models: not with --base-only")
     if args.heads_only and not args.transcoders:
         ap.error("--heads-only measures through dictionaries: pass --transcoders BASE SPARSE")
+    wanted = 3 if args.control else 2
+    if args.transcoders and len(args.transcoders) != wanted:
+        ap.error(
+            f"--transcoders {' '.join(map(str, args.transcoders))}: pass {wanted} dictionaries, one per model "
+            + ("(base, control, sparse)" if args.control else "(base, sparse)")
+        )
     kinds = {dictionary_kind(p) for p in args.transcoders or ()}
     if len(kinds) > 1:
         ap.error(
-            f"--transcoders {' '.join(map(str, args.transcoders))}: one per-layer set and one CLT; pass two of a kind"
+            f"--transcoders {' '.join(map(str, args.transcoders))}: "
+            + ("one per-layer set and one CLT; pass two of a kind" if wanted == 2 else "sets and CLTs mixed; one kind")
         )
     args.kind = kinds.pop() if kinds else None  # the heads store this run measures into
     bad = [f for f in args.families.split(",") if f not in FAMILIES]
@@ -467,7 +552,7 @@ def parse_args():
     if args.quick:
         args.n, args.samples, args.families = 2, 1, "ioi,greater_than"
     args.results = args.results or (harness.WORK / "circuit_claims" if args.quick else RESULTS)
-    name = tag(args.base) + ("_base" if args.base_only else "")
+    name = tag(args.base) + ("_base" if args.base_only else "_control" if args.control else "")
     args.out = args.out or harness.BENCH / "results" / f"circuit_claims_{name}.md"
     return args
 
@@ -484,6 +569,8 @@ def main() -> None:
         from workbench.models import load
 
         models = {"base": load(args.base)[0]}
+        if args.control:
+            models["control"] = load(args.control)[0]
         if args.sparse:
             models["sparse"] = load(args.sparse)[0]
         folder.mkdir(parents=True, exist_ok=True)

@@ -465,3 +465,44 @@ def test_the_finders_warnings_are_shown_with_the_circuit(circuit_workspace):
     note = "the stored scores are attribution estimates; each kept edge's measured effect is in 'effect'"
     warned = dataclasses.replace(cd, faithfulness={**cd.faithfulness, "warnings": [note]})
     assert warned.warnings == [note]
+
+
+def test_compare_page_shows_the_control_beside_base_and_sparse(feature_workspace, tmp_path, monkeypatch):
+    """A run with a fine-tuned control (`attention train --control finetune`): `attention compare` measures the
+    control saved beside the sparse model too, and the Compare page shows its column and base − sparse split into
+    training (base − control) and the gates (control − sparse), as claims.paired reads the stored result."""
+    import shutil
+
+    from tests.app.conftest import _runner
+    from workbench.attention.config import SparsifyConfig
+    from workbench.models import load
+    from workbench.provenance import model_id
+    from workbench.steps.attention import compare_attention, train_attention
+    from workbench.workspace import Workspace
+
+    root = tmp_path / "ws"
+    shutil.copytree(feature_workspace, root, symlinks=True)
+    ws = Workspace(root)
+    base_dir = str(root / "models" / "random")
+    cfg = SparsifyConfig(steps=2, eval_every=2, eval_sequences=4, batch_size=2, ctx_len=32, control="finetune")
+    _, sparse_dir = train_attention(ws, base_dir, cfg, name="random-fair", report_queries=2)
+    base, sparse = load(base_dir, device="cpu")[0], load(str(sparse_dir), device="cpu")[0]
+    res = compare_attention(ws, base, sparse, sparse_dir, "ioi", 2, n_samples=1, progress=False)
+    control = load(str(sparse_dir / "control"), device="cpu")[0]
+    assert res["control_model"] == model_id(control) and all("control" in q for q in res["queries"])
+    at = ok(_runner(root, monkeypatch)("views/compare.py", model="models/random-fair"))
+    assert res["control_model"] in text(at) and "queries with a gap on all three models" in text(at)
+    [table] = [d.value for d in at.dataframe if "undecided" in d.value.columns]
+    assert list(table.columns[3:6]) == ["base", "control", "sparse"]
+    split = ["from training: base − control [95%]", "from the gates: control − sparse [95%]"]
+    assert set(split) <= set(table.columns)
+    row = table[(table["NDF"] == "0.9") & (table["measure"] == "component edges")].iloc[0]
+    p, training = claims.paired(res, "component_edges", "0.9"), claims.paired(res, "heads", "0.9", "base", "control")
+    gates = claims.paired(res, "component_edges", "0.9", "control", "sparse")
+    assert (row["queries"], row["base"], row["sparse"], row["control"]) == (
+        p["n"],
+        p["base"],
+        p["sparse"],
+        gates["control"],
+    )
+    assert row[split[1]] == gates["difference"].format("{:.1f}") and training["n"] == p["n"]

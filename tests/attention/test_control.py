@@ -10,6 +10,7 @@ from safetensors.torch import load_file
 from workbench.attention import train as T
 from workbench.attention.card import card_text
 from workbench.attention.config import GateConfig, SparsifyConfig
+from workbench.attention.report import format_report
 from workbench.cli import main
 from workbench.corpus import load_corpus
 from workbench.errors import ConfigError
@@ -46,6 +47,8 @@ def test_the_frozen_control_trains_the_gates_alone(small_dir, tmp_path):
     assert curves[0]["open_fraction"] != curves[-1]["open_fraction"]  # the gates learned
     assert report["control"] == "frozen" and report["config"]["lr"] == 0.0
     assert report["reference"] == "the base model"
+    text = format_report(report)  # what `attention train` prints: the reference is the base
+    assert "CE difference sparse - base " in text and "sparse - control" not in text
 
 
 @pytest.mark.parametrize(
@@ -174,3 +177,10 @@ def test_cli_runs_the_finetune_control(small_dir, tmp_path, capsys):
     saved = json.loads((tmp_path / "run" / T.RUN).read_text())
     assert saved["config"]["control"] == "finetune" and saved["config"]["lr"] == 1e-4
     assert (tmp_path / "run" / T.CONTROL_DIR / "model.safetensors").is_file()
+    printed = capsys.readouterr().out  # the differences are named by the reference they are taken against
+    v = saved["verdict"]
+    assert f"CE difference sparse - control {v['difference']:+.4f} " in printed
+    assert (
+        f"and against the frozen base: CE difference sparse - base {v['against_base']['difference']:+.4f} " in printed
+    )
+    assert "CE on the verdict split: control " in printed and "points of control" in printed

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from workbench.attention.claims import format_gap
-from workbench.attention.head_flow import fewest_covering, head_mass, paired_gap
+from workbench.attention.head_flow import compare_heads, fewest_covering, head_mass, paired_gap
 from workbench.circuits.feature.graph_config import HeadFlowConfig
 from workbench.circuits.feature.transcoders import open_set
 from workbench.cli import main
@@ -164,3 +164,16 @@ def test_attention_compare_through_clts(tiny_clt, tiny_sparse_clt, tmp_path, cap
     assert re.search(
         rf"CLT '{re.escape(str(tiny_sparse_clt))}' was trained on 'workbench-tiny@\w+', not on", _err(capsys)
     )
+
+
+def test_compare_heads_with_a_control_splits_base_minus_sparse(tiny, tiny_sparse, tiny_set, sparse_set):
+    """A control measured beside both through its own set: with the base itself as the control (same weights, same
+    set), base - control is exactly 0 and control - sparse equals base - sparse, query for query."""
+    (base, _), (sparse, _) = tiny, tiny_sparse
+    res = compare_heads(base, sparse, tiny_set, sparse_set, "ioi", 1, control=base, control_set=tiny_set)
+    assert res["control_model"] == res["base_model"] and set(res["transcoders"]) == {"base", "control", "sparse"}
+    assert all(g["mean"] == 0 for g in res["base_minus_control"].values() if g["n"])
+    assert res["control_minus_sparse"] == res["base_minus_sparse"]
+    assert [q["control"] for q in res["queries"]] == [q["base"] for q in res["queries"]]
+    with pytest.raises(BadValueError, match="pass both control and control_set"):
+        compare_heads(base, sparse, tiny_set, sparse_set, "ioi", 1, control=base)

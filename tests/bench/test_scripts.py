@@ -204,6 +204,46 @@ def test_circuit_claims_quick_reuses_the_base_side_resumes_and_refuses_other_set
 
 
 @pytest.mark.slow
+def test_circuit_claims_with_a_control_splits_base_minus_sparse_and_reuses_both_sides(tmp_path):
+    """--control beside base vs sparse: the control run takes the base and sparse sides from the base-vs-sparse
+    store and measures only the control's; with the base itself as the control (the same weights, so the same
+    circuits), "from training" is exactly 0 and "from the gates" equals base - sparse on every measure."""
+    work, script = tmp_path / "claims", "bench/circuits/circuit_claims.py"
+    paired = ("--sparse", "tiny-sparse", "--quick", "--results", work)
+    _run(tmp_path, script, *paired, "--out", tmp_path / "paired.md")
+    _run(tmp_path, script, *paired, "--control", "data/models/tiny", "--out", tmp_path / "control.md")
+    text = (tmp_path / "control.md").read_text()
+    _names_the_commit(text)
+    assert "## Base vs control vs sparse (section 3, split)" in text and "- ioi, control: wrong on " in text
+    assert "- Base and sparse side of ioi, greater_than: measured by the base-vs-sparse run in " in text
+    pair = json.loads((work / "tiny-vs-tiny-sparse" / "heldout-ioi-n2.json").read_text())
+    res = json.loads((work / "tiny-vs-tiny-vs-tiny-sparse" / "heldout-ioi-n2.json").read_text())
+    assert [{k: q[k] for k in ("base", "sparse")} for q in res["queries"]] == [
+        {k: q[k] for k in ("base", "sparse")} for q in pair["queries"]
+    ]
+    assert res["control_model"] == res["base_model"] and all(q["control"]["seconds"] > 0 for q in res["queries"])
+    for q in res["queries"]:
+        assert {k: v for k, v in q["control"].items() if k != "seconds"} == {
+            k: v for k, v in q["base"].items() if k != "seconds"
+        }
+    row = text.split("### component edges\n", 1)[1].split("| ioi | 0.9 | ", 1)[1].split("\n")[0].split(" | ")
+    # queries, 3 means, ratio of means, then (geometric mean, difference) for base-sparse, training, gates
+    assert row[7].startswith("1.00 [1.00, 1.00]") and row[8].startswith("0.00 [0.00, 0.00]")
+    assert (row[9], row[10]) == (row[5], row[6])
+    proc = subprocess.run(
+        [sys.executable, script, "--base-only", "--control", "data/models/tiny", "--quick"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert (
+        proc.returncode == 2 and "--control data/models/tiny splits base - sparse: pass --sparse MODEL" in proc.stderr
+    )
+
+
+@pytest.mark.slow
 def test_circuit_bench_quick(tmp_path):
     assert "# Query-circuit benchmark" in _quick(tmp_path, "circuits/circuit_bench.py", "--lengths", "")
 

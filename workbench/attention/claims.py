@@ -1,10 +1,13 @@
 """The paper's circuit-size claims, read from a comparison's per-query rows (`compare.compare_result`): for one
-measure at one NDF target, over the queries both models have a gap on, each model's mean, the ratio of the
+measure at one NDF target, over the queries every model has a gap on, each model's mean, the ratio of the
 means, the geometric mean of the per-query base / sparse ratios and base - sparse, the last two with their paired
-Student-t 95% intervals (docs/methods.md §7). bench/circuits/circuit_claims.py tabulates them; the app's Compare page
-shows them per task family. No torch here: the app reads stored comparisons.
+Student-t 95% intervals (docs/methods.md §7). With a control (the base fine-tuned like the sparse model, without
+gates) the same pair statistics split the change: base - control ("from training"), control - sparse ("from the
+gates"). bench/circuits/circuit_claims.py tabulates them; the app's Compare page shows them per task family. No torch
+here: the app reads stored comparisons.
 
     paired(result, "component_edges", "0.9")  # {"n", "base", "sparse", "ratio_of_means", "ratio", "difference"}
+    paired(result, "heads", "0.9", "control", "sparse")  # {"n", "control", "sparse", ...}: from the gates
 """
 
 from __future__ import annotations
@@ -38,11 +41,29 @@ MEASURES = {
 }
 
 
+# the pairs a comparison with a control splits base - sparse into, in order (a, b): a - b, a / b
+SPLIT = {
+    "base - sparse": ("base", "sparse"),
+    "from training": ("base", "control"),
+    "from the gates": ("control", "sparse"),
+}
+
+
+def model_sides(res: dict) -> tuple[str, ...]:
+    """The models a comparison measured, in order: base, its control (if any), the sparse model (if any)."""
+    return ("base",) + tuple(s for s in ("control", "sparse") if res.get(f"{s}_model"))
+
+
+def pairs(res: dict) -> dict[str, tuple[str, str]]:
+    """The pairs to tabulate: base - sparse alone, or with a control the split of it."""
+    return SPLIT if "control" in model_sides(res) else {"base - sparse": SPLIT["base - sparse"]}
+
+
 def side_values(res: dict, side: str, measure, t: str, sides: tuple[str, ...] | None = None) -> dict[int, float]:
     """query index -> one side's value, over the queries every one of `sides` (default: every model) has a gap
     on, and a value for."""
     read = measure if callable(measure) else LEVELS[measure]
-    sides = sides or (("base", "sparse") if res.get("sparse_model") else ("base",))
+    sides = sides or model_sides(res)
     out = {}
     for i, q in enumerate(res["queries"]):
         if not any("skipped" in q[s] for s in sides) and (v := read(q[side], t)) is not None:
@@ -51,7 +72,7 @@ def side_values(res: dict, side: str, measure, t: str, sides: tuple[str, ...] | 
 
 
 def log_ratio(b: dict[int, float], s: dict[int, float]) -> Interval | None:
-    """exp of the Student-t interval of log(base / sparse) over the queries where both counts are > 0: the
+    """exp of the Student-t interval of log(b / s) over the queries where both counts are > 0: the
     geometric mean of the per-query ratios, with its interval (None: no such query)."""
     logs = [math.log(b[i] / s[i]) for i in sorted(set(b) & set(s)) if b[i] > 0 and s[i] > 0]
     if not logs:
@@ -60,20 +81,23 @@ def log_ratio(b: dict[int, float], s: dict[int, float]) -> Interval | None:
     return Interval(math.exp(iv.mean), math.exp(iv.lo), math.exp(iv.hi), iv.n, iv.confidence)  # one query: nan bounds
 
 
-def paired(res: dict, measure, t: str) -> dict | None:
-    """Base against sparse on one measure at one target (None: no query has a value on both)."""
-    b, s = side_values(res, "base", measure, t), side_values(res, "sparse", measure, t)
-    both = sorted(set(b) & set(s))
+def paired(res: dict, measure, t: str, a: str = "base", b: str = "sparse") -> dict | None:
+    """Model a against model b (default: base against sparse) on one measure at one target, over the queries
+    every model has a gap on (None: no query has a value on both); the means keyed by the side names."""
+    va, vb = side_values(res, a, measure, t), side_values(res, b, measure, t)
+    both = sorted(set(va) & set(vb))
     if not both:
         return None
-    mb, ms = (sum(d[i] for i in both) / len(both) for d in (b, s))
+    ma, mb = (sum(d[i] for i in both) / len(both) for d in (va, vb))
     return {
         "n": len(both),
-        "base": mb,
-        "sparse": ms,
-        "ratio_of_means": mb / ms if ms else None,
-        "ratio": log_ratio(b, s),
-        "difference": paired_difference(b, s),
+        a: ma,
+        b: mb,
+        "a": a,
+        "b": b,
+        "ratio_of_means": ma / mb if mb else None,
+        "ratio": log_ratio(va, vb),
+        "difference": paired_difference(va, vb),
     }
 
 

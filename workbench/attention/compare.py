@@ -251,16 +251,22 @@ def compare(
     ig_steps: int = 5,
     progress: bool = True,
     split: str = "heldout",
+    control=None,
 ) -> dict:
     """Per-query counts on both models and, per target, the base/sparse ratios (of the means over queries
     answered by both), on queries of `split` (heldout: combinations the training text never contains).
     The token level removes entries by the sparse model's rule on both models. sparse None: the base model
-    alone (its circuit sizes; the token level by its own rule, the published gate's on an ungated model)."""
+    alone (its circuit sizes; the token level by its own rule, the published gate's on an ungated model).
+    control: the base fine-tuned like the sparse model without gates (saved_control), measured beside both so
+    base - sparse splits into base - control (training) and control - sparse (the gates)."""
     from workbench.corpus import tasks
 
-    models = {"base": base} if sparse is None else {"base": base, "sparse": sparse}
-    if sparse is not None:
-        check_same_vocab(base, sparse)
+    if control is not None and sparse is None:
+        raise BadValueError("a control splits base - sparse: pass the sparse model too")
+    models = {"base": base, "control": control, "sparse": sparse}
+    models = {side: m for side, m in models.items() if m is not None}
+    for side in list(models)[1:]:
+        check_same_vocab(base, models[side])
     for t in targets:
         QueryConfig(target_ndf=t)  # its one range check
     qs = tasks.queries(task, n, seed=seed, tokenizer=base.tokenizer, split=split)
@@ -275,9 +281,23 @@ def compare(
     return compare_result(models, rows, {**cfg, "ig_steps": ig_steps}, rule)
 
 
+def saved_control(sparse_dir, device: str = "cpu") -> object | None:
+    """The control a sparse-attention run saved beside its model (`attention train --control finetune`: the base
+    fine-tuned in lockstep without gates, the folder control/), loaded; None when the run has none."""
+    from pathlib import Path
+
+    from workbench.attention.train import CONTROL_DIR
+    from workbench.models import load
+
+    folder = Path(sparse_dir) / CONTROL_DIR
+    return load(str(folder), device=device)[0] if (folder / "config.json").is_file() else None
+
+
 def compare_result(models: dict, rows: list[dict], cfg: dict, rule: bool) -> dict:
     """compare's JSON from its per-query rows: cfg (task, n, targets, seed, split, samples, ig_steps) and, per
-    target, each side's means over the queries with a gap on every model (and base/sparse ratios of them)."""
+    target, each side's means over the queries with a gap on every model (and base/sparse ratios of them).
+    models: "base", optionally "control" (the base fine-tuned without gates, bench/circuits/circuit_claims.py) and
+    "sparse"; a row has one side per model."""
     from workbench.provenance import model_id
 
     base = models["base"]
@@ -288,6 +308,7 @@ def compare_result(models: dict, rows: list[dict], cfg: dict, rule: bool) -> dic
         "n_used": len(used),
         "base_model": model_id(models["base"]),
         "sparse_model": model_id(models["sparse"]) if "sparse" in models else None,
+        "control_model": model_id(models["control"]) if "control" in models else None,
         "components": {"heads": base.cfg.n_layers * base.cfg.n_heads, "mlps": base.cfg.n_layers},
         "token_removal": "renormalised over the kept entries" if rule else "dropped, not renormalised (published gate)",
         "summary": summary,

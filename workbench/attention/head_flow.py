@@ -29,6 +29,7 @@ from workbench.circuits.feature.attribution_graph import GraphConfig, build_grap
 from workbench.circuits.feature.graph_config import HeadFlowConfig
 from workbench.circuits.feature.replacement import ReplacementModel
 from workbench.circuits.feature.transcoders import open_set
+from workbench.errors import BadValueError
 from workbench.intervals import paired_difference
 
 # the per-query measures summarised over a family: name -> how to read it from one model's query_heads row
@@ -113,11 +114,14 @@ def query_heads(model, tcs, q, cfg: HeadFlowConfig) -> dict:
     }
 
 
-def compare_heads(base, sparse, base_set, sparse_set, task: str, n: int, seed: int = 0, cfg=None) -> dict:
+def compare_heads(
+    base, sparse, base_set, sparse_set, task: str, n: int, seed: int = 0, cfg=None, control=None, control_set=None
+) -> dict:
     """query_heads on n queries of a task family from cfg.split, on both models (each with its own set, checked
     to belong to it), asked for the base model's answer; per model the mean and median over the queries, and
     base - sparse with its paired interval. Each query also says whether its prompt occurs in the training
-    cache of either set (held-out combinations should not)."""
+    cache of either set (held-out combinations should not). control (with its own control_set): the base
+    fine-tuned without gates, measured beside both, base - sparse split into base - control and control - sparse."""
     from workbench.attention.compare import check_same_vocab
     from workbench.cache.overlap import seen_in_training
     from workbench.circuits.component.api import retarget
@@ -126,11 +130,14 @@ def compare_heads(base, sparse, base_set, sparse_set, task: str, n: int, seed: i
     from workbench.provenance import model_id
 
     cfg = cfg or HeadFlowConfig()
-    check_same_vocab(base, sparse)
-    sets = {"base": open_set(base_set), "sparse": open_set(sparse_set)}
-    sides = {
-        side: (m, sets[side].load(device=m.cfg.device, model=m)) for side, m in (("base", base), ("sparse", sparse))
-    }
+    models = {"base": (base, base_set), "control": (control, control_set), "sparse": (sparse, sparse_set)}
+    if (control is None) != (control_set is None):
+        raise BadValueError("a control is measured through its own dictionary: pass both control and control_set")
+    models = {side: pair for side, pair in models.items() if pair[0] is not None}
+    for model, _ in list(models.values())[1:]:
+        check_same_vocab(base, model)
+    sets = {side: open_set(folder) for side, (_, folder) in models.items()}
+    sides = {side: (m, sets[side].load(device=m.cfg.device, model=m)) for side, (m, _) in models.items()}
     seen = {side: seen_in_training(tset.cache) for side, tset in sets.items()}
     rows = []
     for cq in tasks.queries(task, n, seed=seed, tokenizer=base.tokenizer, split=cfg.split):
@@ -149,20 +156,26 @@ def compare_heads(base, sparse, base_set, sparse_set, task: str, n: int, seed: i
         "config": cfg.to_dict(),
         "base_model": model_id(base),
         "sparse_model": model_id(sparse),
+        **({"control_model": model_id(control)} if control is not None else {}),
         "transcoders": {side: str(tset.folder) for side, tset in sets.items()},
         "summary": {side: _summary([r[side] for r in rows]) for side in sides},
-        "base_minus_sparse": {key: paired_gap(rows, key) for key in PAIRED},
+        **{f"{a}_minus_{b}": {key: paired_gap(rows, key, a, b) for key in PAIRED} for a, b in _pairs(sides)},
         "in_training_cache": {side: sum(bool(r["in_training_cache"][side]) for r in rows) for side in sides},
         "queries": rows,
     }
 
 
-def paired_gap(rows: list[dict], key: str, confidence: float = 0.95) -> dict:
-    """base - sparse of one measure over the queries where both models have it (MEASURES[key]): the mean with
-    its paired Student-t interval (both models answer the same queries; bounds None below two queries)."""
+def _pairs(sides) -> list[tuple[str, str]]:
+    """base - sparse, and with a control its split: base - control (training), control - sparse (the gates)."""
+    return [("base", "sparse")] + ([("base", "control"), ("control", "sparse")] if "control" in sides else [])
+
+
+def paired_gap(rows: list[dict], key: str, a: str = "base", b: str = "sparse", confidence: float = 0.95) -> dict:
+    """a - b (default base - sparse) of one measure over the queries where both models have it (MEASURES[key]):
+    the mean with its paired Student-t interval (the models answer the same queries; bounds None below two)."""
     read = MEASURES[key]
-    base = {i: read(r["base"]) for i, r in enumerate(rows) if read(r["base"]) is not None}
-    sparse = {i: read(r["sparse"]) for i, r in enumerate(rows) if read(r["sparse"]) is not None}
+    base = {i: read(r[a]) for i, r in enumerate(rows) if read(r[a]) is not None}
+    sparse = {i: read(r[b]) for i, r in enumerate(rows) if read(r[b]) is not None}
     if not set(base) & set(sparse):
         return {"mean": None, "lo": None, "hi": None, "n": 0, "confidence": confidence}
     d = paired_difference(base, sparse, confidence)

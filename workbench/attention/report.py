@@ -313,8 +313,15 @@ def _saved_state_line(r: dict) -> str:
     )
 
 
+def reference_side(r: dict) -> str:
+    """What a report's differences are taken against: the fine-tuned control (`--control finetune`), else the
+    base (the frozen base; `--control frozen` keeps the weights, so its reference is the base as well)."""
+    return "control" if r.get("control") == "finetune" else "base"
+
+
 def _verdict_lines(r: dict) -> list[str]:
     v = r.get("verdict")
+    ref = reference_side(r)
     if not v:  # a report written before verdicts on a fresh split
         met = "met" if r.get("constraint_met") else "NOT MET"
         return [f"constraint {met} (judged on the selection split, CE target {r.get('ce_target', float('nan')):.4f})"]
@@ -322,12 +329,22 @@ def _verdict_lines(r: dict) -> list[str]:
     first, end = v["split"]["sequences"]
     return [
         f"constraint {'met' if v['constraint_met'] else 'NOT MET'}: {v['why']}",
-        f"  fresh verdict split: held-out sequences {first}-{end - 1} (n = {v['n']}), CE difference sparse - base "
+        f"  fresh verdict split: held-out sequences {first}-{end - 1} (n = {v['n']}), CE difference sparse - {ref} "
         f"{v['difference']:+.4f} (SE {v['se']:.4f}, 95% interval [{lo:+.4f}, {hi:+.4f}])",
+        *([_against_base_line(v["against_base"])] if v.get("against_base") else []),
         _saved_state_line(r),
-        *([untouched_line(r["untouched"])] if r.get("untouched") else []),
-        *([guard_line(r["accuracy_guard"])] if r.get("accuracy_guard") else []),
+        *([untouched_line(r["untouched"], ref)] if r.get("untouched") else []),
+        *([guard_line(r["accuracy_guard"], reference=ref)] if r.get("accuracy_guard") else []),
     ]
+
+
+def _against_base_line(b: dict) -> str:
+    """Under reference "both": the verdict's second difference, against the frozen base on the same split."""
+    lo, hi = b["ci95"]
+    return (
+        f"  and against the frozen base: CE difference sparse - base {b['difference']:+.4f} (SE {b['se']:.4f}, 95% "
+        f"interval [{lo:+.4f}, {hi:+.4f}]): {'met' if b['constraint_met'] else 'NOT met'}"
+    )
 
 
 def format_report(r: dict) -> str:
@@ -337,7 +354,7 @@ def format_report(r: dict) -> str:
     lines = [
         f"{r.get('model', '?')} from {r.get('base_model', '?')} (gate {gate.get('gate', gate.get('gate_input', '?'))})",
         *_verdict_lines(r),
-        f"CE on the verdict split: base {r['ce']['base']:.4f}  sparse {r['ce']['sparse']:.4f}  "
+        f"CE on the verdict split: {reference_side(r)} {r['ce']['base']:.4f}  sparse {r['ce']['sparse']:.4f}  "
         f"({r['ce']['increase']:+.4f})",
         f"open edges: {r['mean_open_keys_per_query']:.2f} open keys per query per head = {r['open_fraction']:.2%} of "
         f"causal pairs at T = {T} (count: {r.get('edge_count', 'T(T+1)/2 causal pairs per head')})",
@@ -356,8 +373,10 @@ def format_report(r: dict) -> str:
 def _task_lines(r: dict) -> list[str]:
     acc = r.get("task_accuracy") or {}
     ci = (r.get("task_accuracy_detail") or {}).get("ci95", {})
+    ref = reference_side(r)  # the columns named "base" in the report hold the reference's figures
     lines = [
-        f"{'family':<22}{'CE base':>9}{'CE sparse':>11}{'acc base':>10}{'acc sparse':>12}{'  95% interval (sparse)':<24}"
+        f"{'family':<22}{'CE ' + ref:>12}{'CE sparse':>11}{'acc ' + ref:>12}{'acc sparse':>12}"
+        f"{'  95% interval (sparse)':<24}"
     ]
     f = lambda v, fmt: format(v, fmt) if v is not None else "-"  # noqa: E731
     for t in sorted(set(r["ce_per_task"]["base"]) | set(acc.get("base", {}))):
@@ -365,7 +384,7 @@ def _task_lines(r: dict) -> list[str]:
         ab, as_ = acc.get("base", {}).get(t), acc.get("sparse", {}).get(t)
         iv = ci.get("sparse", {}).get(t)
         cell = f"  [{iv[0]:.1%}, {iv[1]:.1%}]" if iv else ""
-        lines.append(f"{t:<22}{f(cb, '.4f'):>9}{f(cs, '.4f'):>11}{f(ab, '.1%'):>10}{f(as_, '.1%'):>12}{cell}")
+        lines.append(f"{t:<22}{f(cb, '.4f'):>12}{f(cs, '.4f'):>11}{f(ab, '.1%'):>12}{f(as_, '.1%'):>12}{cell}")
     if acc:
         seed = (r.get("accuracy_guard") or {}).get("query_seed", 0)
         lines.append(
@@ -477,19 +496,20 @@ def _pts(x: float) -> str:
     return f"{100 * x:+.1f}"
 
 
-def untouched_line(u: dict) -> str:
+def untouched_line(u: dict, reference: str = "base") -> str:
     if "unavailable" in u:
         return f"untouched split: not measured ({u['unavailable']})"
     first, end = u["split"]["sequences"]
     return (
         f"untouched split (held-out sequences {first}-{end - 1}, n = {u['n']}, read by no run): CE difference "
-        f"sparse - base {u['difference']:+.4f} (95% interval [{u['ci95'][0]:+.4f}, {u['ci95'][1]:+.4f}])"
+        f"sparse - {reference} {u['difference']:+.4f} (95% interval [{u['ci95'][0]:+.4f}, {u['ci95'][1]:+.4f}])"
     )
 
 
-def guard_line(g: dict, use: str = "verdict") -> str:
+def guard_line(g: dict, use: str = "verdict", reference: str = "base") -> str:
     drops = ", ".join(f"{t} {_pts(d)}" for t, d in g["difference"].items())
     return (
         f"accuracy guard on the {use} queries (seed {g['query_seed']}): every task family within "
-        f"{100 * g['max_drop']:g} points of base: {'met' if g['met'] else 'NOT met'} (sparse - base, points: {drops})"
+        f"{100 * g['max_drop']:g} points of {reference}: {'met' if g['met'] else 'NOT met'} (sparse - {reference}, "
+        f"points: {drops})"
     )

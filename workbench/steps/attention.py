@@ -8,7 +8,7 @@ from pathlib import Path
 
 from workbench.atomic import atomic_write_text
 from workbench.attention.card import copy_model, shipped
-from workbench.attention.compare import compare
+from workbench.attention.compare import compare, saved_control
 from workbench.attention.report import read_report
 from workbench.attention.train import sparsify
 from workbench.checkpoint import dist_info
@@ -125,7 +125,10 @@ def compare_attention(
     folder = Path(sparse_dir)
     if ensure and (folder / "compare" / f"{slug(task)}.json").is_file():
         return json_file(folder / "compare" / f"{slug(task)}.json", "attention comparison", "run the compare again")
-    res = compare(base, sparse, task, n, n_samples=n_samples, progress=progress)
+    control = saved_control(
+        folder, str(base.cfg.device)
+    )  # a run with a control: base - sparse split into training and gates
+    res = compare(base, sparse, task, n, n_samples=n_samples, progress=progress, control=control)
     (folder / "compare").mkdir(exist_ok=True)
     atomic_write_text(folder / "compare" / f"{slug(task)}.json", json.dumps(res, indent=1))
     rerecord(ws, folder, "models", "workbench attention compare")
