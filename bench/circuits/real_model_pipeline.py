@@ -112,6 +112,7 @@ def steps(ws: Path) -> list[tuple[str, list[str]]]:
     out.append(("find-france-features-cf", _cli("circuit", "find", *w, "--model", m, "--transcoders", tc, "--prompt",
                                                  FRANCE[0], "--answer", FRANCE[1], "--counterfactual", FRANCE_CF,
                                                  "--name", "find-france-features-cf", *GRAPH)))
+    out.append(("app-pages", _self("app-pages")))
     return out
 # fmt: on
 

@@ -225,7 +225,6 @@ def test_a_30_layer_component_circuit_opens_readable_with_the_logits_in_view(tmp
     circuit page's: fitted to that width its nodes would be ~3 px tall, so the view opens at a readable zoom
     (every drawn head at least 14 px tall), no taller than the view's height, panned to the logits."""
     import torch
-
     from test_browser import drawn
 
     from workbench.circuits.component.graph import Graph
