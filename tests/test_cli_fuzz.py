@@ -31,7 +31,7 @@ from workbench.guard import ROLE
 # every module of the steps: each step is stopped where it is defined, where the CLI imports it from
 # the modules whose public functions start work: every step, and the demo's run (it imports its steps by name)
 STEP_MODULES = [importlib.import_module(m.name) for m in pkgutil.iter_modules(steps.__path__, f"{steps.__name__}.")]
-STEP_MODULES.append(importlib.import_module("workbench.demo.run"))
+STEP_MODULES += [importlib.import_module(m) for m in ("workbench.demo.run", "workbench.demo.smollm2")]
 CASE_SECONDS = 60  # far above any case here (the slowest loads a model's config): only a hang reaches it
 NON_UTF8 = "caf\udce9"  # what Python makes of the argv bytes b"caf\xe9" (Latin-1, not UTF-8)
 MODEL_FLAGS = ("--model", "--base", "--sparse")  # given a model that does not exist unless the flag is fuzzed

@@ -36,6 +36,7 @@ const HIT_PX = 5; // an edge under the pointer: within this many screen px
 const SAMPLES = 12; // segments per edge curve for hit tests
 const READABLE = 0.8; // the zoom an upward graph too wide to fit opens at (its nodes 22 x 16 px)
 const MIN_FIT = 0.35; // an upward graph fits the stage on open when that leaves its nodes at least this zoom
+const MIN_FIT_WIDE = 0.1; // a layer-column graph likewise (12 layers fit the circuit page's width; 30 do not)
 const LINK_CAP = 150; // an upward graph's links drawn at rest: the strongest this many (the user raises it)
 const RESEND_MS = 4000; // a change of the marks not echoed by Python within this long is sent again
 const RESENDS = 30;
@@ -869,12 +870,12 @@ class GraphApp {
   }
 
   fit() {
-    // the whole graph in the stage's width; an upward graph of a long prompt (too wide for that at a readable
-    // zoom) at a readable zoom instead, panned to its end: the answer's position and the logits
+    // the whole graph in the stage's width; an upward graph of a long prompt, or the layer columns of a deep
+    // model (too wide for that at a readable zoom), at a readable zoom instead, panned to its end: the logits
     const [w, h] = this.data.size, most = this.data.height || 560;
     const width = this.stage.getBoundingClientRect().width || 800; // the one forced layout of a draw
     let k = Math.min(width / w, (most - 30) / h, 2.5); // the whole graph, when its nodes stay readable so
-    if (this.data.flow === "up" && k < MIN_FIT) k = Math.min(READABLE, (most - 30) / h);
+    if (k < (this.data.flow === "up" ? MIN_FIT : MIN_FIT_WIDE)) k = Math.min(READABLE, (most - 30) / h);
     const tall = Math.max(220, Math.min(most, h * k + 30));
     this.root.style.setProperty("--wbg-height", `${tall}px`);
     this.size = { w: width, h: tall }; // the stage is as tall as the height just set (no second layout)

@@ -73,8 +73,8 @@ def split(page, total: float) -> dict:
 
 
 def _loads(page, url: str, drawn: str | None, repeats: int) -> dict:
-    ab.load(page, url, drawn)  # cold: the server's caches, the browser's compiled JS
-    out = {"load": os.getloadavg()[0], "reload": [], "boot": [], "script": [], "draw": []}
+    cold = ab.load(page, url, drawn)  # cold: the server's caches, the browser's compiled JS
+    out = {"load": os.getloadavg()[0], "cold": cold, "reload": [], "boot": [], "script": [], "draw": []}
     for _ in range(repeats):
         t = ab.load(page, url, drawn)
         out["reload"].append(t)
@@ -118,16 +118,25 @@ def demo_pages(ws: Path) -> dict[str, tuple[str, str]]:
     topk = [s for s in cat.saes if s.split("/")[-1].startswith("topk") and s in cat.feature_stores]
     sae = min(topk, key=lambda s: "scaffold" in s)  # the plain Top-k SAE
     unit = int(FeatureStore(ws / sae).units["count"].idxmax())
+    return pages(circuit, graph, sae, unit)
+
+
+FEATURE_DRAWN = (  # the feature page's histogram drawn
+    "() => { const c = document.querySelector(\"img[data-chart='histogram']\");"
+    " return c && c.complete && c.naturalWidth > 0; }"
+)
+
+
+def pages(circuit: str, graph: str, sae: str, unit: int) -> dict[str, tuple[str, str]]:
+    """A circuit page, a feature graph page and a feature page (workspace-relative names): name -> (path and
+    query, what it is drawn on)."""
     return {
         f"circuit page ({circuit.split('/')[-1]})": (f"/circuit?circuit={circuit}", ab.DRAWN),
         f"feature graph page ({graph.split('/')[-1]})": (
             f"/feature_graph?graph={graph}",
             "() => { " + ab.VIEW + " return r; }",
         ),
-        f"feature page ({sae.split('/')[-1]} latent {unit})": (
-            f"/feature?sae={sae}&unit={unit}",
-            "() => { const c = document.querySelector(\"img[data-chart='histogram']\"); return c && c.complete && c.naturalWidth > 0; }",
-        ),
+        f"feature page ({sae.split('/')[-1]} latent {unit})": (f"/feature?sae={sae}&unit={unit}", FEATURE_DRAWN),
     }
 
 

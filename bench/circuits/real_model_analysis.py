@@ -6,7 +6,9 @@ explanations. Each writes one JSON file into <workspace>/pipeline/ (the pipeline
 from __future__ import annotations
 
 import json
+import os
 import re
+import sys
 from pathlib import Path
 
 import torch
@@ -128,4 +130,20 @@ def top_features(ws: Path) -> None:
     write_json(ws / "pipeline/top_features.json", out)
 
 
-ANALYSES = {"heads": heads, "ioi-roles": ioi_roles, "top-features": top_features}
+def app_pages(ws: Path) -> None:
+    """The app's pages on this workspace in headless Chromium (bench/app/app_floor.py's clock and floor, in one
+    run): the Workspace overview, the IOI component circuit's page, the " Paris" graph's feature graph page, the
+    feature circuit's graph, and the feature page of that graph's most influential feature."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "app"))
+    import app_floor  # the browser benches' helpers (Playwright): only this step needs them
+
+    top = graph_features(ws, "graph-france")[0]
+    sae = next((ws / "transcoders/tc-e4k32").glob(f"L{top['layer']}-*")).relative_to(ws).as_posix()
+    pages = {"Workspace overview": ("/", None)}
+    pages |= app_floor.pages("circuits/find-ioi-components", "circuits/graph-france", sae, top["latent"])
+    graph = "circuits/find-france-features-cf"
+    pages[f"feature graph page ({graph.split('/')[-1]})"] = (f"/feature_graph?graph={graph}", None)
+    write_json(ws / "pipeline/app_pages.json", {"load_start": os.getloadavg(), **app_floor.app_loads(ws, pages, 5)})
+
+
+ANALYSES = {"heads": heads, "ioi-roles": ioi_roles, "top-features": top_features, "app-pages": app_pages}

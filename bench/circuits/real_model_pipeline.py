@@ -48,6 +48,7 @@ RESID_HOOKS = ("blocks.9.hook_resid_post", "blocks.19.hook_resid_post")
 IOI = ("When Mary and John went to the store, John gave a drink to", " Mary")
 IOI_CF = "When Mary and John went to the store, Mary gave a drink to"
 FRANCE = ("The capital of France is", " Paris")
+FRANCE_CF = "The capital of Italy is"  # the same six tokens; SmolLM2's top answer " Rome"
 
 
 def _cli(*args: str) -> list[str]:
@@ -107,6 +108,11 @@ def steps(ws: Path) -> list[tuple[str, list[str]]]:
     out.append(("find-france-features", _cli("circuit", "find", *w, "--model", m, "--transcoders", tc, "--prompt",
                                               FRANCE[0], "--answer", FRANCE[1], "--name", "find-france-features",
                                               "--ablation", "zero", *GRAPH)))
+    # the same search against a counterfactual prompt (what differs when France becomes Italy), the default ablation
+    out.append(("find-france-features-cf", _cli("circuit", "find", *w, "--model", m, "--transcoders", tc, "--prompt",
+                                                 FRANCE[0], "--answer", FRANCE[1], "--counterfactual", FRANCE_CF,
+                                                 "--name", "find-france-features-cf", *GRAPH)))
+    out.append(("app-pages", _self("app-pages")))
     return out
 # fmt: on
 

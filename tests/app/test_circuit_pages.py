@@ -54,7 +54,8 @@ def saved(ws, name):
 def test_circuit_page_draws_the_saved_circuit_and_its_curve(circuit_app, circuit_workspace):
     cd = saved(circuit_workspace, "ioi-0")
     at = ok(circuit_app("views/circuit.py", circuit="circuits/ioi-0"))
-    assert at.metric[0].value == f"{cd.n_circuit_edges:,} / {cd.n_graph_edges:,}"
+    assert at.metric[0].value == f"{cd.n_circuit_edges:,}"
+    assert at.metric[0].label == f"edges in the circuit (of {cd.n_graph_edges:,})"
     assert "drawn: the saved circuit" in text(at)
     graph, [curve] = view_data(at), svgs(at, "curve")
     assert len(graph["edges"]) == len(cg.choose(cd).rows) and graph["hidden"] == cg.choose(cd).hidden

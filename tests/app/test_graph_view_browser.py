@@ -218,3 +218,41 @@ def test_a_64_token_feature_graph_reads_across_positions_and_up_the_layers(tmp_p
     assert stage["x"] <= logit[1] and logit[3] <= stage["x"] + stage["width"]
     assert rows == ["logits", "L3", "L2", "L1", "L0", "embeddings"]
     assert_offline(requests)
+
+
+def test_a_30_layer_component_circuit_opens_readable_with_the_logits_in_view(tmp_path):
+    """The layer columns of a 30-layer, 9-head model (SmolLM2-135M's shape: 62 columns) in a stage as narrow as the
+    circuit page's: fitted to that width its nodes would be ~3 px tall, so the view opens at a readable zoom
+    (every drawn head at least 14 px tall), no taller than the view's height, panned to the logits."""
+    import torch
+    from test_browser import drawn
+
+    from workbench.circuits.component.graph import Graph
+    from workbench.circuits.component.select import topk
+    from workbench.circuits.component.types import Circuit
+
+    g = Graph(30, 9, 3, 64)
+    scores = torch.randn(g.n_edges, generator=torch.Generator().manual_seed(0))
+    k, mask = 300, topk(g, scores.abs(), 300)
+    while int(mask.sum()) < 300:  # pruning drops dangling edges: grow k until the circuit has 300
+        k += 300 - int(mask.sum())
+        mask = topk(g, scores.abs(), k)
+    c = Circuit(g, mask, scores, query={"prompt": "p", "tokens": [0, 1], "answer": "x"})
+    c.save(tmp_path / "circuit.json")
+    requests: list[str] = []
+    with (
+        page_server(tmp_path, PYTHONPATH=str(REPO), GRAPH_CIRCUIT=str(tmp_path / "circuit.json")) as url,
+        browser_page(requests) as page,
+    ):
+        page.set_viewport_size({"width": 700, "height": 1000})
+        page.goto(url)
+        drawn(page)
+        stage = page.locator(".wbg-stage").bounding_box()
+        heads = page.locator(".wbg-node[data-node-id^='a'] rect").evaluate_all(
+            "rs => rs.map(r => r.getBoundingClientRect().height)"
+        )
+        logits = page.locator("[data-node-id='logits'] rect").bounding_box()
+    assert heads and min(heads) >= 14, min(heads)
+    assert stage["height"] <= 562  # the view's height (560) and its 1 px border
+    assert stage["x"] <= logits["x"] and logits["x"] + logits["width"] <= stage["x"] + stage["width"]
+    assert_offline(requests)
