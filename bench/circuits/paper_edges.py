@@ -72,9 +72,11 @@ def measure(args, models: dict, store: Path) -> None:
     if any(res.get(k) != v for k, v in cfg.items()):
         raise SystemExit(f"{store} was made with other settings; delete it or pass another --results")
     res["runs"].append({"commit": harness.commit(), "start": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-    qs = {t: tasks.queries(t, args.n, seed=0, tokenizer=models["base"].tokenizer, split="heldout") for t in FAMILIES}
+    qs = {
+        t: tasks.queries(t, args.n, seed=0, tokenizer=models["base"].tokenizer, split="heldout") for t in args.families
+    }
     for i in range(args.n):
-        for task in FAMILIES:
+        for task in args.families:
             rows = res["families"].setdefault(task, [])
             if len(rows) > i:
                 continue
@@ -120,6 +122,9 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=20)
     ap.add_argument("--targets", type=float, nargs="+", default=[0.8, 0.9])
     ap.add_argument("--samples", type=int, default=3)
+    ap.add_argument(
+        "--families", nargs="+", choices=FAMILIES, default=list(FAMILIES), help="in the order queries go round them"
+    )
     ap.add_argument("--results", type=Path, default=harness.BENCH / "results" / "paper_edges" / "small.json")
     ap.add_argument("--render", action="store_true", help="print the tables from the stored JSON, measure nothing")
     harness.add_common_args(ap, harness.BENCH / "results" / "paper_edges.md", threads=1)
