@@ -112,7 +112,29 @@ def render(res: dict) -> list[str]:
                 cells.append(f"{b:.1f} / {s:.1f} ({g:.2f}×)")
             rows.append([f"{task} (n={n})", *cells])
         lines += harness.table(["family", "workbench edges", "heads", *COUNTS], rows)
-    return lines
+    return lines + ["", *ceiling(res)]
+
+
+def ceiling(res: dict) -> list[str]:
+    """Per family: the prompt length, the open attention entries base / sparse (what one head's entry-resolved
+    edge shrinks by), and the base circuit's component pairs (the most the pairs ratio could be: a sparse circuit
+    of one pair)."""
+    rows, t = [], str(res["targets"][-1])
+    for task, qrows in res["families"].items():
+        used = [r for r in qrows if "skipped" not in r["base"] and "skipped" not in r["sparse"]]
+        if not used:
+            continue
+        ratio = np.exp(np.mean([np.log(r["base"]["open_entries"] / r["sparse"]["open_entries"]) for r in used]))
+        rows.append(
+            [
+                task,
+                f"{np.mean([r['base']['n_pos'] for r in used]):.1f}",
+                f"{ratio:.1f}×",
+                f"{np.mean([r['base'][t]['pairs'] for r in used]):.1f} (max {max(r['base'][t]['pairs'] for r in used)})",
+            ]
+        )
+    head = ["family", "tokens", "open entries base/sparse (geo. mean)", f"base pairs at NDF {t}: the pairs ceiling"]
+    return harness.table(head, rows)
 
 
 def main() -> None:
