@@ -167,7 +167,7 @@ def qk_part(args, info, threads, base) -> list[str]:
     }
     rows = []
     for i, (name, cfg) in enumerate(sides.items()):
-        cfg = {**cfg, "mode": "qk", "reps": args.reps}
+        cfg = {**cfg, "mode": "qk", "reps": args.reps, "progress": str(harness.WORK / f"fqk{i}.progress.json")}
         r = harness.run_side("main", "workbench_graph.py", cfg, f"fqk{i}", timeout=7200)  # GPT-2 shape: > 30 min here
         ratios = sorted(q / h for h, q in zip(r["cpu_seconds_heads"], r["cpu_seconds_qk"]))
         rows.append(
