@@ -194,7 +194,10 @@ def qk_part(args, info, threads, base) -> list[str]:
     model: the embedded model through its transcoder set, and a GPT-2-small-shaped random model with random Top-k
     transcoders, both at 64 tokens (goal: <= 1.5x, to make it the default)."""
     sides = {
-        f"embedded model (tiny), its transcoder set ({base['transcoders']})": {**base, "tokens": prompt_tokens(64)},
+        f"embedded model (tiny), its transcoder set ({base['transcoders'] or 'random'})": {
+            **base,
+            "tokens": prompt_tokens(64),
+        },
         "GPT-2-small-shaped random model, random Top-k transcoders (24,576 latents, k 32)": {
             **base,
             **QK_GPT2,
