@@ -4,6 +4,7 @@ resumed or re-rendered alone without touching the others:
 
     python bench/circuits/feature_circuit_bench.py --part graph --transcoders SET [--lengths 16,32,64,128]
     python bench/circuits/feature_circuit_bench.py --part qk --transcoders SET [--reps 3]   # --qk's cost (results/graph_qk.md)
+    python bench/circuits/feature_circuit_bench.py --part qk --transcoders SET --render   # from the rounds finished
     python bench/circuits/feature_circuit_bench.py --part bounded      # GPT-2-small shape, 1,024 tokens (~17 CPU min; resumes)
     python bench/circuits/feature_circuit_bench.py --part bounded --render   # its section from the progress file so far
     python bench/circuits/feature_circuit_bench.py --part families --transcoders SET [--n 20]   # resumes per query
@@ -151,12 +152,52 @@ QK_GPT2 = dict(
 # at 64 tokens: its ~24,000 active features all given rows take > 4 CPU min per graph here, so the 256 most influential
 
 
+def qk_side(args, cfg: dict, i: int) -> dict:
+    """One model's paired rounds (workbench_graph.py's qk mode). A side stopped at its time limit (--qk-timeout)
+    keeps the rounds it finished (its progress file, rewritten after each round); --render reads those files."""
+    progress = harness.WORK / f"fqk{i}.progress.json"
+    if not args.render:
+        progress.unlink(missing_ok=True)
+        cfg = {**cfg, "mode": "qk", "reps": args.reps, "progress": str(progress)}
+        try:
+            return harness.run_side("main", "workbench_graph.py", cfg, f"fqk{i}", timeout=args.qk_timeout)
+        except harness.PeerError as e:
+            stopped = e.summary
+    else:
+        stopped = "the side's progress file"
+    if not progress.is_file():
+        return {"stopped": f"{stopped}, before its first round"}
+    return {**json.loads(progress.read_text()), "stopped": stopped}
+
+
+def qk_row(name: str, r: dict, reps: int) -> list:
+    if "cpu_seconds_heads" not in r:
+        return [name] + ["-"] * 7 + [f"not measured ({r['stopped']})"]
+    ratios = sorted(q / h for h, q in zip(r["cpu_seconds_heads"], r["cpu_seconds_qk"]))
+    done = len(ratios)
+    note = f"; {done} of {reps} rounds ({r['stopped']})" if r.get("stopped") and done < reps else ""
+    return [
+        name,
+        r["n_tokens"],
+        r["active"],
+        r["rows"],
+        f"{r['kept_edges']:,}",
+        f"{r['qk_entries']:,} ({r['qk_uses']:,} uses)",
+        ", ".join(f"{x:.2f}" for x in r["cpu_seconds_heads"]),
+        ", ".join(f"{x:.2f}" for x in r["cpu_seconds_qk"]),
+        f"{ratios[done // 2]:.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f}){note}",
+    ]
+
+
 def qk_part(args, info, threads, base) -> list[str]:
     """What `circuit graph --qk` costs over the graph with its head split (the default), paired in one process per
     model: the embedded model through its transcoder set, and a GPT-2-small-shaped random model with random Top-k
     transcoders, both at 64 tokens (goal: <= 1.5x, to make it the default)."""
     sides = {
-        "embedded model (tiny), its transcoder set": {**base, "tokens": prompt_tokens(64)},
+        f"embedded model (tiny), its transcoder set ({base['transcoders'] or 'random'})": {
+            **base,
+            "tokens": prompt_tokens(64),
+        },
         "GPT-2-small-shaped random model, random Top-k transcoders (24,576 latents, k 32)": {
             **base,
             **QK_GPT2,
@@ -165,24 +206,14 @@ def qk_part(args, info, threads, base) -> list[str]:
             "set_dir": str(harness.WORK / "feature_circuits" / "random-gpt2-set"),
         },
     }
+    stored = harness.WORK / "fqk.info.json"  # the run's machine, commit and date, for --render
+    if args.render:
+        info, threads = json.loads(stored.read_text()).values()
+    else:
+        harness.write_text(stored, json.dumps({"info": info, "threads": threads}))
     rows = []
     for i, (name, cfg) in enumerate(sides.items()):
-        cfg = {**cfg, "mode": "qk", "reps": args.reps}
-        r = harness.run_side("main", "workbench_graph.py", cfg, f"fqk{i}", timeout=7200)  # GPT-2 shape: > 30 min here
-        ratios = sorted(q / h for h, q in zip(r["cpu_seconds_heads"], r["cpu_seconds_qk"]))
-        rows.append(
-            [
-                name,
-                r["n_tokens"],
-                r["active"],
-                r["rows"],
-                f"{r['kept_edges']:,}",
-                f"{r['qk_entries']:,} ({r['qk_uses']:,} uses)",
-                ", ".join(f"{x:.2f}" for x in r["cpu_seconds_heads"]),
-                ", ".join(f"{x:.2f}" for x in r["cpu_seconds_qk"]),
-                f"{ratios[len(ratios) // 2]:.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f})",
-            ]
-        )
+        rows.append(qk_row(name, qk_side(args, cfg, i), args.reps))
         print(rows[-1], flush=True)
     lines = header(
         info, threads, "What QK attribution costs (`circuit graph --qk` against the graph with its head split)"
@@ -431,6 +462,9 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=20, help="held-out queries per family (default: %(default)s)")
     ap.add_argument("--families", default=",".join(FAMILIES), help="task families (default: %(default)s)")
     ap.add_argument("--reps", type=int, default=3, help="paired rounds of the qk part (default: %(default)s)")
+    ap.add_argument(
+        "--qk-timeout", type=float, default=7200, help="seconds per model of the qk part (default: %(default)s)"
+    )
     ap.add_argument("--render", action="store_true", help="re-render the part from what is stored, measure nothing")
     ap.add_argument("--mem-cap-mb", type=float, default=12000, help="stop the bounded run above this RSS")
     ap.add_argument("--quick", action="store_true", help="smoke run: tiny shapes, a random set, 1 query, 16 tokens")
@@ -450,7 +484,7 @@ def main() -> None:
     for part in parts if args.part == "all" else [args.part]:
         if part == "graph" and not args.render:
             write_section(args.out, "graph", graph_part(args, info, threads, base))
-        elif part == "qk" and not args.render:
+        elif part == "qk":
             write_section(QK_OUT if args.out == OUT else args.out, "qk", qk_part(args, info, threads, base))
         elif part == "tracer" and not args.render and base["transcoders"]:
             section = "tracer_clt" if is_clt(args.transcoders) else "tracer"

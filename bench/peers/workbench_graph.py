@@ -74,8 +74,8 @@ def qk_mode(cfg, model, tcs):
         if "tokens" in cfg
         else torch.randint(0, model.cfg.d_vocab, (cfg["n_tokens"],), generator=gen)
     )
-    build_graph(model, tcs, tokens[:8], heads=True, qk=True)  # warm-up
     heads, qk, cap = [], [], {"max_feature_nodes": cfg.get("max_feature_nodes")}
+    build_graph(model, tcs, tokens[:8], heads=True, qk=True, **cap)  # warm-up
     for _ in range(cfg["reps"]):
         c0 = time.process_time()
         h = build_graph(model, tcs, tokens, heads=True, **cap)
@@ -83,16 +83,19 @@ def qk_mode(cfg, model, tcs):
         c0 = time.process_time()
         q = build_graph(model, tcs, tokens, heads=True, qk=True, **cap)
         qk.append(time.process_time() - c0)
-    return {
-        "n_tokens": len(tokens),
-        "cpu_seconds_heads": heads,
-        "cpu_seconds_qk": qk,
-        "active": h.n_active,
-        "rows": h.n_features,
-        "kept_edges": int(h.pruned.edge_mask.sum()),
-        "qk_entries": int(q.qk["pairs"].shape[0]),
-        "qk_uses": int(q.qk["uses"].shape[0]),
-    }
+        out = {
+            "n_tokens": len(tokens),
+            "cpu_seconds_heads": heads,
+            "cpu_seconds_qk": qk,
+            "active": h.n_active,
+            "rows": h.n_features,
+            "kept_edges": int(h.pruned.edge_mask.sum()),
+            "qk_entries": int(q.qk["pairs"].shape[0]),
+            "qk_uses": int(q.qk["uses"].shape[0]),
+        }
+        if cfg.get("progress"):  # the rounds so far, should the side be stopped before the last
+            Path(cfg["progress"]).write_text(json.dumps(out))
+    return out
 
 
 def circuit_mode(cfg, model, tcs):

@@ -77,8 +77,8 @@ class GraphConfig(Config):
         default=False,
         metadata={
             "help": "with heads: for each head carrying a kept edge, the query-side and key-side sources of its "
-            "attention score on the entry the edge uses most (QK attribution, docs/methods.md §11; about 1.5x the "
-            "graph's CPU time on the embedded model at 64 tokens, off by default)"
+            "attention score on the entry the edge uses most (QK attribution, docs/methods.md §11; about 1.3x the "
+            "graph's CPU time on the embedded model at 64 tokens, about 1x at GPT-2 small's shape, off by default)"
         },
     )
     qk_sources: int = field(

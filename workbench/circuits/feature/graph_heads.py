@@ -45,18 +45,19 @@ def _ln_transpose(rm: ReplacementModel, layer: int, u: torch.Tensor) -> torch.Te
 
 def _targets(rm: ReplacementModel, g, active_rows: torch.Tensor):
     """(layers, positions, vectors) of graph rows: features through their encoders, logits as built."""
-    layers, positions, vecs = [], [], []
-    for r in active_rows.tolist():
-        if r < g.n_features:
-            layer, pos, latent = g.features[r].tolist()
-            vec = rm.tcs.encoder_vectors(layer, torch.tensor([latent]), rm.x[layer].dtype)[0]
+    rows = active_rows.tolist()
+    layers = torch.tensor([int(g.features[r, 0]) if r < g.n_features else rm.L for r in rows], dtype=torch.long)
+    positions = torch.tensor([int(g.features[r, 1]) if r < g.n_features else rm.P - 1 for r in rows])
+    vecs = [None] * len(rows)
+    for layer in layers.unique().tolist():  # one pass of a layer's encoder for all its rows
+        at = (layers == layer).nonzero().flatten().tolist()
+        if layer < rm.L:
+            got = rm.tcs.encoder_vectors(layer, g.features[[rows[i] for i in at], 2], rm.x[layer].dtype)
         else:
-            layer, pos = rm.L, rm.P - 1
-            vec = rm.unembed_vectors([g.logit_tokens[r - g.n_features]])[0]
-        layers.append(layer)
-        positions.append(pos)
-        vecs.append(vec)
-    return torch.tensor(layers), torch.tensor(positions), torch.stack(vecs)
+            got = rm.unembed_vectors([g.logit_tokens[rows[i] - g.n_features] for i in at])
+        for i, v in zip(at, got):
+            vecs[i] = v
+    return layers, positions, torch.stack(vecs)
 
 
 @dataclass
@@ -195,13 +196,14 @@ def _edge_batches(rm: ReplacementModel, g, edges: torch.Tensor, batch_size: int)
     cols, col_of = edges[:, 1].unique(return_inverse=True)
     src = _sources(rm, g, cols)
     reach = carried(rm, src)
+    every = _targets(rm, g, rows)  # each layer's encoder once for all rows, not once per batch
     for start in range(0, rows.numel(), batch_size):
         chunk = rows[start : start + batch_size]
         pick = torch.isin(edges[:, 0], chunk).nonzero().flatten()
         c = col_of[pick]
         yield (
             pick,
-            _targets(rm, g, chunk),
+            tuple(t[start : start + batch_size] for t in every),
             torch.searchsorted(chunk, edges[pick, 0]),
             src[c],
             reach[c],
