@@ -143,7 +143,7 @@ def _edge_table(rows: list[dict]) -> list[str]:
 METHOD = (
     "Each held-out query's graph (tasks.queries, split heldout; answer = target logit; node threshold 0.8, edge "
     "threshold 0.98, no head split) checked with CheckConfig's defaults (metric: target logit minus the mean; every "
-    "kept feature node; the 20 largest edges). Spearman of |predicted| vs |measured| per graph (ties averaged; a "
+    "kept feature node; the 20 largest edges) except the edge reading, which the edge table names (--edge-targets). Spearman of |predicted| vs |measured| per graph (ties averaged; a "
     "graph with fewer than 3 points or a constant side has none), then the mean with a 95% t-interval over the "
     "graphs that have one (n in each cell). Nodes: predicted = the graph's total effect on the metric through its "
     "kept links; measured = the metric's change. Pairs: every ordered feature pair whose target lies in a later "
