@@ -100,12 +100,14 @@ def _cell(rows: list[dict], what: str, reading: tuple[str, str]) -> str:
 
 
 def _shares(rows: list[dict], target: str, semantics: str) -> str:
-    """Each verdict's share of the edges checked, summed over the queries."""
+    """Each verdict's share of the edges checked, summed over the queries read with `target`."""
     from workbench.interventions.check import VERDICTS
 
-    total = {w: sum(r["edges_verdicts"].get(target, {}).get(semantics, {}).get(w, 0) for r in rows) for w in VERDICTS}
+    rows = [r for r in rows if target in r["edges_verdicts"]]
+    total = {w: sum(r["edges_verdicts"][target].get(semantics, {}).get(w, 0) for r in rows) for w in VERDICTS}
     n = sum(total.values())
-    return ", ".join(f"{v / n:.0%} {w}" for w, v in total.items() if v) + f" (of {n})" if n else "n/a"
+    shares = ", ".join(f"{v / n:.0%} {w}" for w, v in total.items() if v)
+    return f"{shares} (of {n} edges, {len(rows)} graphs)" if n else "n/a"
 
 
 def _groups(rows: list[dict], keys: tuple[str, ...]) -> list[tuple[tuple, list[dict]]]:
@@ -141,7 +143,7 @@ def _edge_table(rows: list[dict]) -> list[str]:
 METHOD = (
     "Each held-out query's graph (tasks.queries, split heldout; answer = target logit; node threshold 0.8, edge "
     "threshold 0.98, no head split) checked with CheckConfig's defaults (metric: target logit minus the mean; every "
-    "kept feature node; the 20 largest edges). Spearman of |predicted| vs |measured| per graph (ties averaged; a "
+    "kept feature node; the 20 largest edges) except the edge reading, which the edge table names (--edge-targets). Spearman of |predicted| vs |measured| per graph (ties averaged; a "
     "graph with fewer than 3 points or a constant side has none), then the mean with a 95% t-interval over the "
     "graphs that have one (n in each cell). Nodes: predicted = the graph's total effect on the metric through its "
     "kept links; measured = the metric's change. Pairs: every ordered feature pair whose target lies in a later "
@@ -153,10 +155,33 @@ METHOD = (
 )
 
 
-def report(rows: list[dict], info: dict, setup: str) -> str:
-    commits = ", ".join(dict.fromkeys(r["commit"] for r in rows))
+def _coverage(rows: list[dict], n: int) -> list[str]:
+    """Per model and dictionary: graphs per family, the commits its rows were measured at, and whether every family
+    reached the asked n."""
+    from workbench.corpus.tasks import QUERY_TASKS
+
+    header = ["model", "dictionary", *QUERY_TASKS, "graphs", f"{n} per family?", "rows measured at"]
+    body = []
+    for k, rs in _groups(rows, ("model", "dictionary")):
+        per = [sum(r["task"] == t for r in rs) for t in QUERY_TASKS]
+        reached = "yes" if min(per) >= n else f"no: short by {sum(max(0, n - c) for c in per)} graphs"
+        at = "; ".join(f"{sum(r['commit'] == c for r in rs)} at {c}" for c in dict.fromkeys(r["commit"] for r in rs))
+        body.append([*k, *per, len(rs), reached, at])
+    return harness.table(header, body)
+
+
+def report(rows: list[dict], info: dict, setup: str, n: int = 20) -> str:
     lines = ["# Attribution graphs validated by interventions", "", *harness.machine_lines(info, {}, "1")]
-    lines += [f"- Rows measured at commit(s): {commits}", "", setup, "", METHOD, ""]
+    lines += [
+        "- The commit above is the one the report was rendered at; each row's own commit is in the coverage table "
+        "and in the JSON beside this file",
+        "",
+        setup,
+        "",
+        METHOD,
+        "",
+    ]
+    lines += [f"## Coverage (asked: {n} held-out queries per family)", "", *_coverage(rows, n), ""]
     lines += ["## Spearman over all five families", ""]
     for what in ("nodes", "pairs"):
         lines += [*_spearman_table(rows, ("model", "dictionary"), what), ""]
@@ -171,13 +196,13 @@ def render(args) -> None:
     rows = [json.loads(line) for p in args.render for line in Path(p).read_text().splitlines() if line.strip()]
     if not rows:
         raise SystemExit(f"no rows in {', '.join(map(str, args.render))}")
-    info = harness.machine_info()
-    info["date"] = rows[0]["date"]  # the measurement's, not the rendering's
-    info["commit"] = rows[0]["commit"]
+    info = harness.machine_info()  # its commit: the rendering's (each row keeps its own)
+    dates = sorted(r["date"] for r in rows)
+    info["date"] = f"{dates[0]} to {dates[-1]} (the rows' measurement dates)"
     info["load_avg_at_start"] = f"{info['load_avg_at_start']} (at rendering; the rows come from runs side by side)"
     raw = args.out.with_suffix(".json")
     raw.write_text(json.dumps({"info": info, "setup": args.setup, "rows": rows}, indent=1))
-    harness.write_text(args.out, report(rows, info, args.setup))
+    harness.write_text(args.out, report(rows, info, args.setup, args.n))
     print(args.out.read_text())
 
 
@@ -187,7 +212,12 @@ def main() -> None:
     ap.add_argument("--label", help="the dictionary's name in the tables (default: its folder's name)")
     ap.add_argument("--rows", type=Path, help="the JSON-lines file the run appends to and resumes from")
     ap.add_argument("--model", default="tiny", help="the model (default: %(default)s)")
-    ap.add_argument("--n", type=int, default=20, help="held-out queries per task family (default: %(default)s)")
+    ap.add_argument(
+        "--n",
+        type=int,
+        default=20,
+        help="held-out queries per task family (run), or the number asked (--render) (default: %(default)s)",
+    )
     ap.add_argument(
         "--edge-targets",
         nargs="+",

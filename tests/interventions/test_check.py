@@ -579,12 +579,18 @@ def test_a_mis_weighted_direct_edge_gets_its_word(tmp_path, mlp_reads_b, measure
     assert e["measured_frozen"] == pytest.approx(measured, abs=1e-4) and e["verdict_frozen"] == word
 
 
-@pytest.mark.parametrize("edge_target, measured", [("mlp", -1.5), ("mlp_active", -1.0)])
+@pytest.mark.parametrize(
+    "edge_target, measured",
+    [("mlp", -1.5), ("mlp_active", -1.0), (None, -1.0)],
+    ids=["mlp", "mlp_active", "default"],
+)
 def test_the_active_reading_does_not_count_an_overlapping_feature(tmp_path, edge_target, measured):
     """The MLP has two neurons reading the head's e6 (writing 2 e7, and e7 + e9), the transcoder one feature for
     each, both active. Zeroing A's embedding removes 3 e7 + e9: along feature 0's row that is 1.5 of its code (the
-    other feature's write overlaps its row), fitted on both active rows exactly 1, the graph's weight."""
+    other feature's write overlaps its row), fitted on both active rows exactly 1, the graph's weight. The default
+    reading is the fitted one: the code the graph's edge predicts."""
     second = ({6: 1.0}, {7: 1.0, 9: 1.0})
-    _, r = _ground_truth_check(tmp_path, {6: 1.0}, second=second, second_neuron=True, edge_target=edge_target)
+    kw = {"edge_target": edge_target} if edge_target else {}
+    _, r = _ground_truth_check(tmp_path, {6: 1.0}, second=second, second_neuron=True, **kw)
     e = r[TRUE]
     assert e["predicted"] == pytest.approx(-1.0) and e["measured_frozen"] == pytest.approx(measured)

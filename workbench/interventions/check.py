@@ -7,9 +7,11 @@ link is a direct effect on a pre-activation, so a path's effect divides by each 
 (one unit of pre-activation moves an active feature's code by one). Edge (from a feature or a token embedding):
 the source's write into the target only (a path patching): the source ablated, every MLP between them held at the
 clean run's output, so that only the residual stream and attention (its patterns live) carry it; the graph
-predicts minus the link's weight. A feature target is read in the real model (the MLP output's change along its
-decoder row), which is what exposes a transcoder's correlated shortcut (docs/methods.md §12), or through its
-transcoder's encoder (`edge_target encoder`: the frozen semantics then reproduces the graph's edges exactly).
+predicts minus the link's weight. A feature target is read in the real model (by default its coefficient when the
+MLP output's change is fitted on the decoder rows of the features active there, the code the graph's edge predicts;
+`edge_target mlp`: the change along its own row alone), which is what exposes a transcoder's correlated shortcut
+(docs/methods.md §12), or through its transcoder's encoder (`edge_target encoder`: the frozen semantics then
+reproduces the graph's edges exactly).
 
 Each node and edge is measured twice: frozen (attention patterns and normalisation scales at the clean run's, the
 graph's own assumption: its direct effect, along its own path) and live (its total effect); the difference is
@@ -231,10 +233,11 @@ def measure_edge(
     source (a feature, or a token's embedding, or with absolute positions its token's or its position's part: the
     hook GraphNodes.embeddings names zeroed there) ablated, the MLPs between them held (shared: shared_clean_runs').
     The target is read as its logit
-    minus the mean, or a feature as cfg.edge_target says: `mlp`, the real MLP output's change along the feature's
-    decoder row (in units of its code); `mlp_active`, its coefficient when that change is fitted by least squares
-    on the decoder rows of every feature active there in the clean run (so co-active features whose rows overlap
-    its own do not count as it); `encoder`, its transcoder's pre-activation."""
+    minus the mean, or a feature as cfg.edge_target says: `mlp_active` (the default), its coefficient when the real
+    MLP output's change is fitted by least squares on the decoder rows of every feature active there in the clean
+    run (the graph models that output as those features' codes times their rows plus a fixed error, so this is the
+    code its edge predicts; co-active features whose rows overlap its own do not count as it); `mlp`, that change
+    along the feature's own decoder row alone (in units of its code); `encoder`, its transcoder's pre-activation."""
     emb = link["source"] not in g.features
     pos, zeroed = g.embeddings[link["source"]] if emb else (0, None)
     src_layer = -1 if emb else g.features[link["source"]][0]

@@ -255,13 +255,14 @@ class CheckConfig(Config):
         },
     )
     edge_target: str = field(
-        default="mlp",
+        default="mlp_active",
         metadata={
-            "choices": ("mlp", "mlp_active", "encoder"),
-            "help": "an edge into a feature read as the real MLP output's change along its decoder row (mlp), as "
-            "its coefficient in a least-squares fit of that change on the rows of the features active there "
-            "(mlp_active: co-active features with overlapping rows not counted as it), or as its transcoder's "
-            "pre-activation (encoder: blind to a transcoder's shortcut)",
+            "choices": ("mlp_active", "mlp", "encoder"),
+            "help": "an edge into a feature read in the real MLP output's change as the feature's coefficient in a "
+            "least-squares fit on the decoder rows of the features active there (mlp_active: the code the graph "
+            "predicts, co-active features with overlapping rows not counted as it), as the change along its own "
+            "row alone (mlp: overlapping co-active features counted as it), or as its transcoder's pre-activation "
+            "(encoder: blind to a transcoder's shortcut)",
         },
     )
     top_edges: int = field(default=20, metadata={"help": "edges checked, largest |weight| first", "min": 0})
