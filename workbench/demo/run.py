@@ -54,7 +54,7 @@ from workbench.steps.features import build_features, explain_features
 from workbench.workspace import Workspace
 
 
-class _Steps:
+class DemoSteps:
     """Runs the demo's steps one after another, timing each and logging from the demo's start; a step that
     recorded nothing new in the workspace (every artifact it makes was complete) is counted as skipped."""
 
@@ -87,7 +87,7 @@ def run_demo(root: Path, cfg: DemoConfig | None = None, overwrite: bool = False,
             print(f"left in place (not the workbench's to remove): {s}")
     model, tok = load("tiny", device="cpu")
     summary: dict = {"model": model_id(model), "config": cfg.to_dict(), "seconds": {}, "skipped": []}
-    step = _Steps(ws, summary)
+    step = DemoSteps(ws, summary)
     harvest = HarvestConfig(n_tokens=cfg.cache_tokens)
     cache = step(
         "cache",

@@ -17,7 +17,7 @@ import torch
 
 from workbench.cache.config import HarvestConfig
 from workbench.circuits.feature.graph_config import GraphConfig
-from workbench.demo.run import _Steps
+from workbench.demo.run import DemoSteps
 from workbench.errors import ModelSpecError
 from workbench.features.config import FeatureConfig
 from workbench.features.explain import ExplainConfig
@@ -70,7 +70,7 @@ def run_smollm2_demo(root: Path, overwrite: bool = False, progress: bool = True)
         for s in ws.clear():
             print(f"left in place (not the workbench's to remove): {s}")
     summary: dict = {"model": NAME, "seconds": {}, "skipped": []}
-    step = _Steps(ws, summary)
+    step = DemoSteps(ws, summary)
     folder = ws.path("models", NAME)
     step("model", lambda: None if complete(folder) else import_model(ws, PACKAGE, name=NAME))
     model, _ = load(str(folder), device="cpu")
