@@ -51,9 +51,9 @@ def test_entry_resolved_by_hand():
 
 
 def test_refusals_name_the_value_and_the_choices():
-    with pytest.raises(BadValueError, match=r"endpoints 'heads' is not one of components, all"):
+    with pytest.raises(BadValueError, match=r"endpoints='heads' is not valid; choose one of \['components', 'all'\]"):
         PaperEdgeConfig(endpoints="heads")
-    with pytest.raises(BadValueError, match=r"resolve 'token' is not one of component, entry"):
+    with pytest.raises(BadValueError, match=r"resolve='token' is not valid; choose one of \['component', 'entry'\]"):
         PaperEdgeConfig(resolve="token")
     with pytest.raises(BadValueError, match="needs open_entries and n_pos"):
         paper_edges(GRAPH, _mask(EDGES), PaperEdgeConfig(resolve="entry"))

@@ -19,31 +19,31 @@ abstract and opening are in reach), so what an edge is stays an open choice, rec
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from workbench.circuits.schema import parse_reader
+from workbench.config import Config
 from workbench.errors import BadValueError
 
 ENDPOINTS = ("components", "all")
 RESOLVE = ("component", "entry")
 
 
-@dataclass(frozen=True)
-class PaperEdgeConfig:
+@dataclass
+class PaperEdgeConfig(Config):
     """The open choices of the paper's edge count (see the module doc); saved with every result."""
 
-    endpoints: str = "components"
-    resolve: str = "component"
+    error = BadValueError
 
-    def __post_init__(self):
-        for name, value, valid in (("endpoints", self.endpoints, ENDPOINTS), ("resolve", self.resolve, RESOLVE)):
-            if value not in valid:
-                raise BadValueError(f"{name} {value!r} is not one of {', '.join(valid)}")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+    endpoints: str = field(
+        default="components",
+        metadata={"help": "heads and MLPs only, or also embedding and logits", "choices": ENDPOINTS},
+    )
+    resolve: str = field(
+        default="component", metadata={"help": "one edge per component pair, or per open entry", "choices": RESOLVE}
+    )
 
 
 def _is_component(node: str) -> bool:
