@@ -1,7 +1,7 @@
 """The paper's "edges connecting components" (arXiv 2512.05865, issue 50 ask 4) beside the workbench's own edge
 count, base vs sparse attention, per task family on held-out queries: the sparsest query circuit at each NDF target
 (EAP-IG search with exact patching, as in circuit_claims.py), counted four ways by workbench.attention.paper_edges
-(endpoints components | all  x  resolve component | entry), plus its heads and the prompt's open attention entries.
+(endpoints components | all  x  per component | entry), plus its heads and the prompt's open attention entries.
 
     python bench/circuits/paper_edges.py --base data/models/small --sparse data/models/small-sparse --n 20 --threads 1
     python bench/circuits/paper_edges.py ... --render        # the report from the stored JSON, measure nothing

@@ -44,7 +44,7 @@ def test_entry_resolved_by_hand():
     """Open entries of a1.h1: 3 of a 4-token prompt's 10. a0.h0 -> a1.h1 and m0 -> a1.h1 reach its key or value:
     3 each; a0.h0 -> m1: one per position, 4; with the ends, input -> a0.h0 through q only: 4, m1 -> logits: 1."""
     mask, opened = _mask(EDGES), torch.tensor([[10, 10], [10, 3]])
-    entry = PaperEdgeConfig(resolve="entry")
+    entry = PaperEdgeConfig(per="entry")
     assert paper_edges(GRAPH, mask, entry, opened, n_pos=4) == 3 + 3 + 4
     assert paper_edges(GRAPH, mask, PaperEdgeConfig("all", "entry"), opened, n_pos=4) == 3 + 3 + 4 + 4 + 1
     assert paper_edges(GRAPH, mask, PaperEdgeConfig()) == 3
@@ -53,10 +53,10 @@ def test_entry_resolved_by_hand():
 def test_refusals_name_the_value_and_the_choices():
     with pytest.raises(BadValueError, match=r"endpoints='heads' is not valid; choose one of \['components', 'all'\]"):
         PaperEdgeConfig(endpoints="heads")
-    with pytest.raises(BadValueError, match=r"resolve='token' is not valid; choose one of \['component', 'entry'\]"):
-        PaperEdgeConfig(resolve="token")
+    with pytest.raises(BadValueError, match=r"per='token' is not valid; choose one of \['component', 'entry'\]"):
+        PaperEdgeConfig(per="token")
     with pytest.raises(BadValueError, match="needs open_entries and n_pos"):
-        paper_edges(GRAPH, _mask(EDGES), PaperEdgeConfig(resolve="entry"))
+        paper_edges(GRAPH, _mask(EDGES), PaperEdgeConfig(per="entry"))
     with pytest.raises(BadValueError, match=r"shape \(3,\)"):
         component_pairs(GRAPH, torch.zeros(3, dtype=torch.bool))
 

@@ -6,7 +6,7 @@ abstract and opening are in reach), so what an edge is stays an open choice, rec
 
   endpoints  "components": an edge joins two components, heads and MLPs only (the abstract's words);
              "all": the embedding and the logits count as components too.
-  resolve    "component": one edge per (writer component, reader component) pair of the circuit, however many of
+  per        "component": one edge per (writer component, reader component) pair of the circuit, however many of
              the reader's q/k/v inputs it reaches (the workbench's own count splits an edge into a head by q/k/v);
              "entry": each such pair counted once per token-level path it can use: a pair into a head through its
              key or value counts the head's open (query, key) attention entries on this prompt, through its query
@@ -41,7 +41,7 @@ class PaperEdgeConfig(Config):
         default="components",
         metadata={"help": "heads and MLPs only, or also embedding and logits", "choices": ENDPOINTS},
     )
-    resolve: str = field(
+    per: str = field(
         default="component", metadata={"help": "one edge per component pair, or per open entry", "choices": RESOLVE}
     )
 
@@ -79,13 +79,13 @@ def _head_index(node: str) -> tuple[int, int]:
 
 
 def paper_edges(graph, mask: torch.Tensor, cfg: PaperEdgeConfig, open_entries=None, n_pos: int | None = None) -> int:
-    """A circuit's edge count under `cfg` (the module doc). resolve "entry" needs open_entries ([n_layers, n_heads]
+    """A circuit's edge count under `cfg` (the module doc). per "entry" needs open_entries ([n_layers, n_heads]
     open causal attention entries on the prompt, `open_entry_counts`) and n_pos (the prompt's length)."""
     pairs = pair_readers(graph, mask, cfg.endpoints)
-    if cfg.resolve == "component":
+    if cfg.per == "component":
         return len(pairs)
     if open_entries is None or n_pos is None:
-        raise BadValueError("resolve 'entry' needs open_entries and n_pos (open_entry_counts on the prompt)")
+        raise BadValueError("per 'entry' needs open_entries and n_pos (open_entry_counts on the prompt)")
     total = 0
     for (_, node), kinds in pairs.items():
         if node == "logits":
