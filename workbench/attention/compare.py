@@ -16,12 +16,16 @@ NDF uses the same clean and counterfactual values as the circuit search (logit d
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import torch
 
 from workbench.attention.claims import LEVELS
+from workbench.attention.train import CONTROL_DIR
 from workbench.circuits.config import DEFAULT_SAMPLES, QueryConfig
 from workbench.errors import BadValueError
+from workbench.models import load
 
 TARGETS = (0.8, 0.9)
 
@@ -284,11 +288,6 @@ def compare(
 def saved_control(sparse_dir, device: str = "cpu") -> object | None:
     """The control a sparse-attention run saved beside its model (`attention train --control finetune`: the base
     fine-tuned in lockstep without gates, the folder control/), loaded; None when the run has none."""
-    from pathlib import Path
-
-    from workbench.attention.train import CONTROL_DIR
-    from workbench.models import load
-
     folder = Path(sparse_dir) / CONTROL_DIR
     return load(str(folder), device=device)[0] if (folder / "config.json").is_file() else None
 
