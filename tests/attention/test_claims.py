@@ -49,3 +49,25 @@ def test_a_missing_value_drops_the_query_from_that_measure_and_intervals_that_in
     assert undecided(single) == ["difference includes 0", "ratio includes 1"]  # one query: no interval
     assert single["ratio"].mean == pytest.approx(2.0) and single["ratio"].format("{:.2f}") == "2.00 (n=1)"
     assert paired(_result([(_side(10, 4, None), _side(5, 2, None))]), "token_entries", "0.9") is None
+
+
+def test_split_pairs_base_minus_sparse_into_training_and_gates_and_names_each_pairs_flags():
+    """With a control: base - sparse, base - control and control - sparse over the same queries, the differences
+    adding up per query; split_flags names each split pair's undecided interval, base - sparse's bare."""
+    from workbench.attention.claims import split, split_flags
+
+    sides = [
+        (_side(20, 4, 40), _side(15, 3, 30), _side(10, 2, 10)),
+        (_side(22, 4, 40), _side(16, 3, 20), _side(11, 2, 8)),
+    ]
+    sides.append((_side(24, 2, 80), _side(17, 2, 50), _side(12, 2, 20)))
+    res = {"sparse_model": "s", "control_model": "c", "targets": [0.9]}
+    res["queries"] = [{"base": b, "control": c, "sparse": s} for b, c, s in sides]
+    found = split(res, "component_edges", "0.9")
+    assert list(found) == ["base - sparse", "from training", "from the gates"]
+    total, train, gates = (found[k]["difference"].mean for k in found)
+    assert train == pytest.approx(6.0) and gates == pytest.approx(5.0) and total == pytest.approx(train + gates)
+    flags = split_flags(split(res, "heads", "0.9"))  # 4, 4, 2 vs 3, 3, 2 vs 2, 2, 2: nothing decided
+    assert "difference includes 0" in flags and "from training: difference includes 0" in flags
+    assert "from the gates: difference includes 0" in flags
+    assert list(split(RES, "heads", "0.9")) == ["base - sparse"]  # no control: base - sparse alone

@@ -151,3 +151,55 @@ def test_cli_compare_without_sparse_measures_the_base_model_on_the_split(tokeniz
 def test_transcoders_need_a_sparse_model(capsys):
     rc = main(["attention", "compare", "--task", "ioi", "--transcoders", "A", "B", "--quiet"])
     assert rc == 2 and "pass --sparse too" in capsys.readouterr().err
+
+
+def _base_control_sparse(tokenizer, root, save_control=True):
+    """A base, a control (another model of the same vocabulary) saved as the sparse run's control/, and the sparse
+    model (the base with gates): the folders `attention train --control finetune` leaves."""
+    from workbench.attention.train import CONTROL_DIR
+
+    save(build(tokenizer, seed=2), root / "base")
+    sparse = build(tokenizer, seed=2)
+    G.install(sparse, GateConfig(gate="log_prob", init_bias=3.0))
+    save(sparse, root / "sparse")
+    if save_control:
+        save(build(tokenizer, seed=4), root / "sparse" / CONTROL_DIR)
+    return ["attention", "compare", "--base", str(root / "base"), "--sparse", str(root / "sparse")]
+
+
+def test_cli_compare_with_the_saved_control_splits_base_minus_sparse(tokenizer, tmp_path, capsys):
+    """`--control` alone: the control the sparse run saved, measured beside both on the same queries; the CLI prints
+    each model's mean and base - sparse split into training and gates, as the Compare page does."""
+    from workbench.attention import claims
+
+    argv = _base_control_sparse(tokenizer, tmp_path)
+    out = tmp_path / "compare.json"
+    rc = main([*argv, "--control", "--task", "induction", "--n", "2", "--samples", "1", "--quiet", "--out", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0
+    res = json.loads(out.read_text())
+    assert res["control_model"] and res["control_model"] != res["base_model"]
+    assert all({"base", "control", "sparse"} <= set(q) for q in res["queries"])
+    assert "queries with a gap on all three models" in text and f"control {res['control_model']}" in text
+    header = next(line for line in text.splitlines() if "undecided" in line)
+    for column in ("base", "control", "sparse", "base - sparse [95%]", "from training: base - control [95%]"):
+        assert column in header
+    assert "from the gates: control - sparse [95%]" in header
+    found = claims.split(res, "component_edges", "0.8")
+    line = next(line for line in text.splitlines() if line.split()[:3] == ["0.8", "component", "edges"])
+    for label in ("base - sparse", "from training", "from the gates"):  # the page's numbers, printed
+        if found[label] is not None:
+            assert found[label]["difference"].format("{:.2f}") in line
+
+
+def test_cli_compare_control_refusals(tokenizer, tmp_path, capsys):
+    argv = _base_control_sparse(tokenizer, tmp_path, save_control=False)
+    assert main([*argv, "--control", "--task", "ioi", "--n", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{tmp_path / 'sparse'} saved no control" in err[0] and "--control DIR" in err[0]
+    assert main(["attention", "compare", "--control", "--task", "ioi", "--quiet"]) == 2
+    assert "pass --sparse too" in capsys.readouterr().err
+    assert main([*argv, "--control", str(tmp_path / "base"), "--task", "ioi", "--transcoders", "A", "B"]) == 2
+    assert "pass 3 sets, BASE_SET CONTROL_SET SPARSE_SET" in capsys.readouterr().err
+    assert main([*argv, "--task", "ioi", "--transcoders", "A", "B", "C"]) == 2
+    assert "pass 2 sets, BASE_SET SPARSE_SET" in capsys.readouterr().err

@@ -177,3 +177,21 @@ def test_compare_heads_with_a_control_splits_base_minus_sparse(tiny, tiny_sparse
     assert [q["control"] for q in res["queries"]] == [q["base"] for q in res["queries"]]
     with pytest.raises(BadValueError, match="pass both control and control_set"):
         compare_heads(base, sparse, tiny_set, sparse_set, "ioi", 1, control=base)
+
+
+def test_attention_compare_with_a_control_prints_the_split(tiny_set, sparse_set, tmp_path, capsys):
+    """`--control DIR --transcoders BASE CONTROL SPARSE`: the control read through its own set beside both; with
+    the base as its own control, from training is exactly 0 and from the gates is base - sparse."""
+    out = tmp_path / "heads.json"
+    argv = ["attention", "compare", "--sparse", "tiny-sparse", "--control", "tiny", "--task", "ioi", "--n", "2"]
+    assert main([*argv, "--transcoders", str(tiny_set), str(tiny_set), str(sparse_set), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    res = json.loads(out.read_text())
+    assert res["transcoders"] == {"base": str(tiny_set), "control": str(tiny_set), "sparse": str(sparse_set)}
+    assert re.search(
+        r"from training: base - control, heads covering 80% \[paired t 95%\]: 0\.00 \[0\.00, 0\.00\]", printed
+    )
+    gates = format_gap(res["control_minus_sparse"]["heads_needed"])
+    assert gates == format_gap(res["base_minus_sparse"]["heads_needed"])
+    assert f"from the gates: control - sparse, heads covering 80% [paired t 95%]: {gates}" in printed
+    assert re.search(r"measure \(mean / median over queries\)\s+base\s+control\s+sparse", printed)

@@ -101,6 +101,21 @@ def paired(res: dict, measure, t: str, a: str = "base", b: str = "sparse") -> di
     }
 
 
+def split(res: dict, measure, t: str) -> dict[str, dict | None]:
+    """Each pair to tabulate (`pairs`) -> `paired` of it: base - sparse, and with a control "from training" and
+    "from the gates" over the same queries (the page's and the CLI's table rows read this one thing)."""
+    return {label: paired(res, measure, t, a, b) for label, (a, b) in pairs(res).items()}
+
+
+def split_flags(found: dict[str, dict | None]) -> list[str]:
+    """Which intervals of a `split` include no effect: base - sparse's flags as they are, each split pair's named."""
+    flags = []
+    for label, p in found.items():
+        if p is not None:
+            flags += [f if label == "base - sparse" else f"{label}: {f}" for f in undecided(p)]
+    return flags
+
+
 def undecided(p: dict) -> list[str]:
     """Which of the paired intervals includes no effect (or cannot be drawn from fewer than two queries)."""
     diff, ratio = p["difference"], p["ratio"]

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from workbench.attention import claims
 from workbench.attention.claims import LEVELS
 from workbench.attention.train import CONTROL_DIR
 from workbench.circuits.config import DEFAULT_SAMPLES, QueryConfig
@@ -332,6 +333,8 @@ def _mean(v: list) -> float | None:
 
 
 def format_compare(res: dict) -> str:
+    if res.get("control_model"):
+        return format_split(res)
     paired = bool(res.get("sparse_model"))
     lines = [
         f"{res['task']}: {res['n_used']}/{res['n']} {res.get('split', 'heldout')} queries with a gap on "
@@ -351,6 +354,51 @@ def format_compare(res: dict) -> str:
             lines.append(line + (f"{f(d['sparse']):>10}{f(d['ratio'], '.2f'):>13}" if paired else ""))
     if paired:
         lines.append("base/sparse: the base model's mean count / the sparse model's, over queries answered by both")
+    if "token_removal" in res:
+        lines.append(f"attention entries left out of a circuit are {res['token_removal']}")
+    return "\n".join(lines)
+
+
+SIDES = ("base", "control", "sparse")
+SPLIT_COLUMNS = {  # claims.SPLIT's pairs as the Compare page heads them
+    "base - sparse": "base - sparse [95%]",
+    "from training": "from training: base - control [95%]",
+    "from the gates": "from the gates: control - sparse [95%]",
+}
+
+
+def format_split(res: dict) -> str:
+    """format_compare with a control: per target and measure (claims.MEASURES, as the Compare page) each model's
+    mean over the queries all three have a gap on, base / sparse, base - sparse and its split into training and
+    gates with their paired 95% intervals, and the intervals that include no effect."""
+    f = lambda v, fmt=".2f": "-" if v is None else format(v, fmt)  # noqa: E731
+    iv = lambda p: "-" if p is None else p["difference"].format("{:.2f}")  # noqa: E731
+    lines = [
+        f"{res['task']}: {res['n_used']}/{res['n']} {res.get('split', 'heldout')} queries with a gap on all three "
+        f"models (base {res['base_model']}, control {res['control_model']}, sparse {res['sparse_model']})",
+        f"{'NDF':>5} {'measure':<36}{'base':>8}{'control':>9}{'sparse':>8}{'base/sparse':>13}  "
+        + "".join(f"{c:<42}" for c in SPLIT_COLUMNS.values())
+        + "undecided",
+    ]
+    for t in map(str, res["targets"]):
+        for name, measure in claims.MEASURES.items():
+            found = claims.split(res, measure, t)
+            p = found["base - sparse"]
+            if p is None:
+                lines.append(f"{t:>5} {name:<36}no query with a value on every model")
+                continue
+            means = {s: v for q in filter(None, found.values()) for s, v in q.items() if s in SIDES}
+            lines.append(
+                f"{t:>5} {name:<36}{f(means.get('base')):>8}{f(means.get('control')):>9}{f(means.get('sparse')):>8}"
+                f"{f(p['ratio_of_means']):>13}  "
+                + "".join(f"{iv(found.get(k)):<42}" for k in SPLIT_COLUMNS)
+                + ("; ".join(claims.split_flags(found)) or "-")
+            )
+    lines.append(
+        "base - sparse = (base - control: from training) + (control - sparse: from the gates), per query; control: "
+        "the base fine-tuned on the sparse model's batches without gates; intervals: paired Student-t over the queries "
+        "every model has a value on; base/sparse: the ratio of the means"
+    )
     if "token_removal" in res:
         lines.append(f"attention entries left out of a circuit are {res['token_removal']}")
     return "\n".join(lines)

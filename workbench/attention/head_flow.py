@@ -191,14 +191,24 @@ def _summary(rows: list[dict]) -> dict:
     return {key: stats([read(r) for r in rows]) for key, read in MEASURES.items()}
 
 
+SPLIT_NAMES = {  # the pairs of _pairs as the Compare page names them
+    ("base", "sparse"): "base - sparse",
+    ("base", "control"): "from training: base - control",
+    ("control", "sparse"): "from the gates: control - sparse",
+}
+
+
 def format_head_compare(res: dict) -> str:
+    """The per-model means / medians and each pair's paired gap (with a control: base - sparse and its split)."""
     share = res["config"]["share"]
+    sides = [s for s in ("base", "control", "sparse") if s in res["summary"]]
     f = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
+    models = ", ".join(f"{s} {res[f'{s}_model']}" for s in sides)
+    seen = ", ".join(f"{s} set's {res['in_training_cache'][s]}" for s in sides)
     lines = [
-        f"{res['task']}: {res['n']} queries of the {res['split']} split (base {res['base_model']}, sparse "
-        f"{res['sparse_model']}); prompts in the training cache: base set's {res['in_training_cache']['base']}, "
-        f"sparse set's {res['in_training_cache']['sparse']}",
-        f"{'measure (mean / median over queries)':<52}{'base':>16}{'sparse':>16}",
+        f"{res['task']}: {res['n']} queries of the {res['split']} split ({models}); prompts in the training cache: "
+        f"{seen}",
+        f"{'measure (mean / median over queries)':<52}" + "".join(f"{s:>16}" for s in sides),
     ]
     for name, key in (
         (f"heads carrying {share:.0%} of the attention-mediated part", "heads_needed"),
@@ -206,15 +216,15 @@ def format_head_compare(res: dict) -> str:
         ("entries per feature edge, nonzero", "entries_nonzero"),
         ("feature -> feature edges crossing attention", "feature_edges"),
     ):
-        b, s = res["summary"]["base"][key], res["summary"]["sparse"][key]
-        lines.append(
-            f"{name:<52}{f(b['mean']) + ' / ' + f(b['median']):>16}{f(s['mean']) + ' / ' + f(s['median']):>16}"
-        )
-    b, s = res["summary"]["base"]["attention_share"], res["summary"]["sparse"]["attention_share"]
-    lines.append(f"{'attention-mediated share of the weighted attribution':<52}{b['mean']:>16.3f}{s['mean']:>16.3f}")
-    for name, key in (("heads", "heads_needed"), ("entries per edge", "entries_covering")):
-        gap = res["base_minus_sparse"][key]
-        lines.append(
-            f"base - sparse, {name} covering {share:.0%} [paired t {gap['confidence']:.0%}]: {format_gap(gap)}"
-        )
+        stats = [res["summary"][s][key] for s in sides]
+        lines.append(f"{name:<52}" + "".join(f"{f(v['mean']) + ' / ' + f(v['median']):>16}" for v in stats))
+    shares = "".join(f"{res['summary'][s]['attention_share']['mean']:>16.3f}" for s in sides)
+    lines.append(f"{'attention-mediated share of the weighted attribution':<52}{shares}")
+    for a, b in _pairs(sides):
+        for name, key in (("heads", "heads_needed"), ("entries per edge", "entries_covering")):
+            gap = res[f"{a}_minus_{b}"][key]
+            lines.append(
+                f"{SPLIT_NAMES[a, b]}, {name} covering {share:.0%} [paired t {gap['confidence']:.0%}]: "
+                f"{format_gap(gap)}"
+            )
     return "\n".join(lines)

@@ -9,6 +9,8 @@ workbench attention compare --base tiny --sparse sparse-tiny --task ioi --n 20 [
 workbench attention compare --base tiny --task ioi        # no --sparse: the base model's circuit sizes alone
 workbench attention compare --sparse sparse-tiny --transcoders BASE_SET SPARSE_SET --task ioi [--share 0.8]
     [--split heldout|train]
+workbench attention compare --sparse RUN --control [DIR] --task ioi [--transcoders BASE_SET CONTROL_SET SPARSE_SET]
+    # base / control / sparse: base - sparse split into training (base - control) and gates (control - sparse)
 
 `attention sparsify` is the old name of `attention train` (it still works, with a note): "sparsify" also
 names EleutherAI's library, which the benchmark tables compare against.
@@ -39,6 +41,7 @@ from workbench.workspace import Workspace
 
 TRAIN, GATE, HEADS, JUDGE = "attention.", "gate.", "heads.", "judge."  # namespace prefixes of the config flags
 OLD_NAME = "sparsify"
+SAVED_CONTROL = "SPARSE/control"  # `compare --control` alone: the control the sparse run saved
 
 
 def add_parser(sub) -> None:
@@ -62,11 +65,21 @@ def add_parser(sub) -> None:
     c.add_argument("--seed", type=count(0), default=0, help="query seed (default: %(default)s)")
     declare(c.add_argument("--out", help="per-query JSON for the app"), FILE)
     c.add_argument("--quiet", action="store_true", help="no progress bar")
+    control = c.add_argument(
+        "--control",
+        nargs="?",
+        const=SAVED_CONTROL,
+        metavar="DIR",
+        help="the base fine-tuned like the sparse model without gates, measured beside both so base - sparse splits "
+        f"into training and gates; alone: {SAVED_CONTROL}, the one `attention train --control finetune` saved",
+    )
+    declare(control, INPUT)
     transcoders = c.add_argument(
         "--transcoders",
-        nargs=2,
-        metavar=("BASE_SET", "SPARSE_SET"),
-        help="instead: the heads carrying the attention-mediated attribution of feature graphs, one set per model",
+        nargs="+",
+        metavar="SET",
+        help="instead: the heads carrying the attention-mediated attribution of feature graphs, one set per model: "
+        "BASE_SET SPARSE_SET, or with --control BASE_SET CONTROL_SET SPARSE_SET",
     )
     declare(transcoders, INPUT)
     add_config_flags(c, HeadFlowConfig, HEADS)
@@ -226,14 +239,14 @@ def _compare(args) -> None:
         raise BadValueError(
             f"--targets {args.targets!r} must be comma-separated numbers in (0, 1], e.g. 0.8,0.9"
         ) from None
-    if args.transcoders and not args.sparse:
-        raise BadValueError("--transcoders compares two models: pass --sparse too")
+    _check_compare_models(args)
     split = config_values(args, HeadFlowConfig, HEADS)["split"]
     device = chosen_device(args)
     base, _ = load(args.base, device=device)
     sparse = load(args.sparse, device=device)[0] if args.sparse else None
+    control = _compare_control(args, device)
     if args.transcoders:
-        return _compare_heads(args, base, sparse)
+        return _compare_heads(args, base, sparse, control)
     res = compare(
         base,
         sparse,
@@ -244,18 +257,55 @@ def _compare(args) -> None:
         n_samples=args.samples,
         progress=not args.quiet,
         split=split,
+        control=control,
     )
     print(format_compare(res))
     if args.out:
         atomic_write_text(args.out, json.dumps(res, indent=1))
 
 
-def _compare_heads(args, base, sparse) -> None:
+def _check_compare_models(args) -> None:
+    """The flags that need --sparse, and one transcoder set per model measured."""
+    if args.transcoders and not args.sparse:
+        raise BadValueError("--transcoders compares two models: pass --sparse too")
+    if args.control is not None and not args.sparse:
+        raise BadValueError("--control splits base - sparse into training and gates: pass --sparse too")
+    if args.transcoders:
+        wanted = "BASE_SET CONTROL_SET SPARSE_SET" if args.control is not None else "BASE_SET SPARSE_SET"
+        if len(args.transcoders) != len(wanted.split()):
+            raise BadValueError(
+                f"--transcoders {' '.join(args.transcoders)}: pass {len(wanted.split())} sets, {wanted}, one per "
+                "model measured"
+            )
+
+
+def _compare_control(args, device: str):
+    """The control model --control names (alone: the one the sparse run saved), or None without the flag."""
+    from workbench.attention.compare import saved_control
+    from workbench.attention.train import CONTROL_DIR
+    from workbench.models import load
+
+    if args.control is None:
+        return None
+    if args.control != SAVED_CONTROL:
+        return load(args.control, device=device)[0]
+    control = saved_control(args.sparse, device=device)
+    if control is None:
+        raise BadValueError(
+            f"--control: {args.sparse} saved no control (no {CONTROL_DIR}/config.json in it; `attention train "
+            "--control finetune` saves one); pass the control model's folder: --control DIR"
+        )
+    return control
+
+
+def _compare_heads(args, base, sparse, control) -> None:
     from workbench.atomic import atomic_write_text
     from workbench.attention.head_flow import compare_heads, format_head_compare
 
     cfg = HeadFlowConfig(**config_values(args, HeadFlowConfig, HEADS))
-    res = compare_heads(base, sparse, *args.transcoders, args.task, args.n, seed=args.seed, cfg=cfg)
+    sets = args.transcoders
+    with_control = {"control": control, "control_set": sets[1]} if control is not None else {}
+    res = compare_heads(base, sparse, sets[0], sets[-1], args.task, args.n, seed=args.seed, cfg=cfg, **with_control)
     print(format_head_compare(res))
     if args.out:
         atomic_write_text(args.out, json.dumps(res, indent=1))
