@@ -166,17 +166,22 @@ def open_fraction_heatmap(per_head, per_layer, keys_per_query=None) -> go.Figure
 
 
 def heads_only_in_one(res: dict) -> list[dict]:
-    """Rows of an `attention compare` result: per NDF target and model, the heads that only that model's
-    component circuit uses on a query, with how many queries (answered by both) they do so on."""
+    """Rows of an `attention compare` result: per NDF target and pair of models, the heads that only one model's
+    component circuit uses on a query, with how many queries (those every model has a gap on) it does so on. The
+    pairs: base and sparse, and where the run has a control, base and control (training) and control and sparse
+    (the gates)."""
+    control = bool(res.get("control_model"))
+    sides = ("base", "control", "sparse") if control else ("base", "sparse")
+    pairs = [("base", "sparse")] + ([("base", "control"), ("control", "sparse")] if control else [])
+    used = [q for q in res.get("queries", []) if not any("skipped" in q[s] for s in sides)]
     out = []
     for t in map(str, res.get("targets", [])):
-        for side, other in (("base", "sparse"), ("sparse", "base")):
-            counts: dict[str, int] = {}
-            for q in res.get("queries", []):
-                if "skipped" in q[side] or "skipped" in q[other]:
-                    continue
-                for h in set(q[side]["component"][t]["heads"]) - set(q[other]["component"][t]["heads"]):
-                    counts[h] = counts.get(h, 0) + 1
-            heads = ", ".join(f"{h} ({n})" for h, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
-            out.append({"NDF": t, "heads only in": side, "heads (queries)": heads or "none"})
+        for a, b in pairs:
+            for side, other in ((a, b), (b, a)):
+                counts: dict[str, int] = {}
+                for q in used:
+                    for h in set(q[side]["component"][t]["heads"]) - set(q[other]["component"][t]["heads"]):
+                        counts[h] = counts.get(h, 0) + 1
+                heads = ", ".join(f"{h} ({n})" for h, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+                out.append({"NDF": t, "heads only in": side, "not in": other, "heads (queries)": heads or "none"})
     return out

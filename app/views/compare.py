@@ -114,7 +114,7 @@ def claims_table(res: dict) -> list[dict]:
     rows = []
     for t in map(str, res.get("targets", [])):
         for name, measure in claims.MEASURES.items():
-            found = {label: claims.paired(res, measure, t, a, b) for label, (a, b) in claims.pairs(res).items()}
+            found = claims.split(res, measure, t)
             p = found.pop("base - sparse")
             if p is None:
                 rows.append({"NDF": t, "measure": name, "queries": 0, "undecided": "no query with a value on both"})
@@ -125,18 +125,12 @@ def claims_table(res: dict) -> list[dict]:
                 | {MEANS: p["ratio_of_means"], GEOMEAN: "–" if p["ratio"] is None else p["ratio"].format("{:.2f}")}
                 | {DIFF: p["difference"].format("{:.1f}")}
                 | {SPLIT[k]: "–" if q is None else q["difference"].format("{:.1f}") for k, q in found.items()}
-                | {"undecided": undecided(p, found)}
+                | {"undecided": "; ".join(claims.split_flags({"base - sparse": p, **found}))}
             )
     return rows
 
 
 SIDES = ("base", "control", "sparse")
-
-
-def undecided(p: dict, split: dict) -> str:
-    """Which intervals include no effect: base − sparse's, and each split pair's named by it."""
-    flags = claims.undecided(p) + [f"{k}: {f}" for k, q in split.items() if q for f in claims.undecided(q)]
-    return "; ".join(flags)
 
 
 FLOW_MEASURES = {
@@ -194,4 +188,8 @@ for task, res in results:
         st.dataframe(pd.DataFrame(head_flow_table(flow)), hide_index=True)
     only = fa.heads_only_in_one(res)
     if only:
+        pairs = (
+            "base and sparse, base and control, control and sparse" if res.get("control_model") else "base and sparse"
+        )
+        st.markdown(f"heads only in one model's component circuits ({pairs}; queries with a gap on {models})")
         st.dataframe(pd.DataFrame(only), hide_index=True)

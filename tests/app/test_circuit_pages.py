@@ -9,6 +9,7 @@ from urllib.parse import unquote
 import pytest
 
 from app import state
+from app.figures import attention as fa
 from app.figures import circuit as cg
 from workbench import browse
 from workbench.attention import claims
@@ -507,3 +508,9 @@ def test_compare_page_shows_the_control_beside_base_and_sparse(feature_workspace
         gates["control"],
     )
     assert row[split[1]] == gates["difference"].format("{:.1f}") and training["n"] == p["n"]
+    [only] = [d.value for d in at.dataframe if "heads only in" in d.value.columns]  # each pair of the split
+    pairs = set(zip(only["heads only in"], only["not in"]))
+    assert pairs == {
+        (a, b) for x, y in (("base", "sparse"), ("base", "control"), ("control", "sparse")) for a, b in ((x, y), (y, x))
+    }
+    assert only.to_dict("records") == fa.heads_only_in_one(res)

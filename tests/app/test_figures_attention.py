@@ -53,6 +53,25 @@ def test_heads_present_in_only_one_model():
     skipped = {**q(["a1.h1"], []), "base": {"skipped": "no logit gap"}}
     res = {"targets": [0.8], "queries": [q(["a0.h1", "a3.h0"], ["a3.h0"]), q(["a0.h1"], []), skipped]}
     assert fa.heads_only_in_one(res) == [
-        {"NDF": "0.8", "heads only in": "base", "heads (queries)": "a0.h1 (2)"},
-        {"NDF": "0.8", "heads only in": "sparse", "heads (queries)": "none"},
+        {"NDF": "0.8", "heads only in": "base", "not in": "sparse", "heads (queries)": "a0.h1 (2)"},
+        {"NDF": "0.8", "heads only in": "sparse", "not in": "base", "heads (queries)": "none"},
+    ]
+
+
+def test_heads_only_in_one_model_with_a_control_covers_each_pair_of_the_split():
+    """A run with a control: base and sparse, base and control (training), control and sparse (the gates), over the
+    queries all three models have a gap on."""
+    q = lambda b, c, s: {  # noqa: E731
+        side: {"component": {"0.9": {"heads": h}}} for side, h in (("base", b), ("control", c), ("sparse", s))
+    }
+    skipped = {**q(["a1.h1"], [], []), "control": {"skipped": "no logit gap"}}
+    queries = [q(["a0.h1", "a3.h0"], ["a3.h0", "a2.h2"], ["a3.h0"]), q(["a0.h1"], ["a0.h1"], []), skipped]
+    rows = fa.heads_only_in_one({"targets": [0.9], "control_model": "c", "queries": queries})
+    assert [(r["heads only in"], r["not in"], r["heads (queries)"]) for r in rows] == [
+        ("base", "sparse", "a0.h1 (2)"),
+        ("sparse", "base", "none"),
+        ("base", "control", "a0.h1 (1)"),
+        ("control", "base", "a2.h2 (1)"),
+        ("control", "sparse", "a0.h1 (1), a2.h2 (1)"),
+        ("sparse", "control", "none"),
     ]
