@@ -8,6 +8,9 @@ through transcoders (per-layer sets or CLTs, a store per kind), the heads carryi
     python bench/circuits/circuit_claims.py --base data/models/small --base-only [--n 20]   # the base model's sizes alone
     python bench/circuits/circuit_claims.py ... --render                                    # the report, measure nothing
 
+With --control the report closes with "What the split shows", rendered from the same rows (each pair's rows whose
+paired interval excludes 0: base - sparse, control - sparse, base - control), so a re-render loses nothing.
+
 Resumable: each family's JSON under --results is rewritten after every query, and a rerun of the same command
 measures only what is missing (a stored file made with other settings is refused, not mixed in). A paired run
 takes the base side from a --base-only run of the same settings instead of measuring it again, read per query, so the
@@ -367,7 +370,8 @@ def render(args, stores: dict[str, Path], heads: dict[str, dict[str, Path]]) -> 
     partial = [t for t in stores if t not in results or len(results[t]["queries"]) < args.n]
     runs = [(t, r) for part in (results, *flows.values()) for t, res in part.items() for r in res["runs"]]
     info = harness.machine_info()
-    info["commit"] = ", ".join(sorted({r["commit"] for _, r in runs})) or "-"
+    measured = ", ".join(sorted({r["commit"] for _, r in runs})) or "-"
+    info["commit"] = f"{measured} (measured); rendered at {harness.commit()}"
     first = next(iter(results.values()), None)
     title = f"# Circuit sizes: {tag(args.base)}" + ("" if args.base_only else f" vs {tag(args.sparse)}")
     title += f", against the control {tag(args.control)}" if args.control else ""
@@ -387,7 +391,112 @@ def render(args, stores: dict[str, Path], heads: dict[str, dict[str, Path]]) -> 
         section = "Base vs control vs sparse (section 3, split)" if args.control else "Base vs sparse (section 3)"
         lines += ["", f"## {section}", *render_paired(results)]
         lines += [line for kind, found in flows.items() for line in render_heads(kind, found)]
-    return "\n".join(lines + render_answers(results, sides)) + "\n"
+    lines += render_answers(results, sides)
+    if args.control:
+        lines += render_summary(args, first, results, flows)
+    return "\n".join(lines) + "\n"
+
+
+# ---- what the split shows: read from the rows' paired intervals, rendered (a re-render rewrites it) ----
+
+SUMMARY_PAIRS = {  # the pairs the summary reads, in its order: the whole change, the gates' part, training's part
+    "base - sparse": ("base", "sparse"),
+    "control - sparse (from the gates)": ("control", "sparse"),
+    "base - control (from training)": ("base", "control"),
+}
+FLOW_KEYS = {
+    "heads carrying the share": "heads_needed",
+    "entries per feature edge covering the share": "entries_covering",
+}
+
+
+def decided(mean: float, lo, hi, n: int) -> str | None:
+    """'+52.75 [+25.80, +79.70] (n=20)' where a paired interval over two or more queries excludes 0, else None."""
+    if n < 2 or lo is None or lo != lo or (lo <= 0 <= hi):
+        return None
+    return f"{mean:+.2f} [{lo:+.2f}, {hi:+.2f}] (n={n})"
+
+
+def decided_rows(results: dict[str, dict], measure) -> tuple[int, dict[str, dict[str, str]]]:
+    """(rows in the table, pair label -> {'family NDF': its decided difference}) for one component measure."""
+    found: dict[str, dict[str, str]] = {label: {} for label in SUMMARY_PAIRS}
+    n_rows = 0
+    for task, res in results.items():
+        for t in targets(res):
+            n_rows += 1
+            for label, (a, b) in SUMMARY_PAIRS.items():
+                p = paired(res, measure, t, a, b)
+                d = p and p["difference"]
+                if d and (cell := decided(d.mean, d.lo, d.hi, d.n)):
+                    found[label][f"{task} {t}"] = cell
+    return n_rows, found
+
+
+def decided_flows(flows: dict[str, dict], key: str) -> tuple[int, dict[str, dict[str, str]]]:
+    """decided_rows for one head-flow measure: one row per family (its stored a_minus_b paired gaps)."""
+    found: dict[str, dict[str, str]] = {label: {} for label in SUMMARY_PAIRS}
+    for task, res in flows.items():
+        for label, (a, b) in SUMMARY_PAIRS.items():
+            g = res.get(f"{a}_minus_{b}", {}).get(key)
+            if g and g["mean"] is not None and (cell := decided(g["mean"], g["lo"], g["hi"], g["n"])):
+                found[label][task] = cell
+    return len(flows), found
+
+
+def summary_line(name: str, n_rows: int, found: dict[str, dict[str, str]]) -> str:
+    """One measure: each pair's decided rows, then what they add up to (a positive difference: the first model's
+    count is the larger, so for base - sparse and control - sparse the sparse model's circuit is the smaller)."""
+    parts = []
+    for label, cells in found.items():
+        listed = ", ".join(f"{row} {cell}" for row, cell in cells.items())
+        parts.append(f"{label} excludes 0 on {len(cells)}" + (f" ({listed})" if cells else ""))
+    total, gates, train = (set(found[k]) for k in SUMMARY_PAIRS)
+    whole = found["base - sparse"]
+    smaller = sum(whole[r].startswith("+") for r in total)
+    same = lambda part: sum(found[part][r][0] == whole[r][0] for r in total & set(found[part]))  # noqa: E731
+    reading = [
+        f"base - sparse decided on {len(total)} of {n_rows} rows ({smaller} with the sparse model's smaller, "
+        f"{len(total) - smaller} larger); of those the gates' part is decided the same way on "
+        f"{same('control - sparse (from the gates)')} and training's on {same('base - control (from training)')}"
+    ]
+    if gates - total:
+        reading.append(f"the gates' part alone is decided on {', '.join(sorted(gates - total))}")
+    reading.append("training decides no row" if not train else f"training decides {', '.join(sorted(train))}")
+    return f"- **{name}** ({n_rows} rows): " + "; ".join(parts) + ". Reading: " + "; ".join(reading) + "."
+
+
+def render_summary(args, first: dict, results: dict[str, dict], flows: dict[str, dict]) -> list[str]:
+    """The section a person would write under the split tables, generated from the same rows."""
+    lines = ["", "## What the split shows (rendered from the rows above: the paired 95% intervals that exclude 0)", ""]
+    lines += measured_on(args, first, results)
+    for name, measure in MEASURES.items():
+        lines.append(summary_line(f"component circuits, {name}", *decided_rows(results, measure)))
+    for kind, found in flows.items():
+        if found and all("control_minus_sparse" in r for r in found.values()):
+            for name, key in FLOW_KEYS.items():
+                lines.append(summary_line(f"through {HEAD_FLOW_KINDS[kind]}, {name}", *decided_flows(found, key)))
+    return lines
+
+
+def measured_on(args, first: dict, results: dict[str, dict]) -> list[str]:
+    """What each figure is measured on: the three models (the sparse run's own report where it has one) and the
+    queries the intervals pair over."""
+    report = Path(args.sparse) / "attention_report.json"
+    run = json.loads(report.read_text()) if report.is_file() else {}
+    state = (
+        f", the saved state of its run (step {run.get('selected_step')}, "
+        f"{'a state the selection admitted' if run.get('selection_feasible') else 'no state admitted: the fallback'}; "
+        f"{run['mean_open_keys_per_query']:.2f} open keys per query per head)"
+        if run
+        else ""
+    )
+    used = ", ".join(f"{task} {res['n_used']}" for task, res in results.items())
+    return [
+        f"- Measured on: base `{args.base}` ({first['base_model']}); sparse `{args.sparse}` ({first['sparse_model']})"
+        f"{state}; control `{args.control}` ({first['control_model']}); {args.n} {args.split} queries per family, "
+        f"every model asked for the base model's answer; each interval pairs over the queries every model has a gap "
+        f"on ({used})",
+    ]
 
 
 def reuse_lines(args, results: dict[str, dict]) -> list[str]:

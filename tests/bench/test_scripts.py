@@ -243,6 +243,34 @@ def test_circuit_claims_with_a_control_splits_base_minus_sparse_and_reuses_both_
     )
 
 
+def test_circuit_claims_renders_what_the_split_shows_from_the_stored_rows(tmp_path):
+    """The control report's closing section is rendered, not written by hand: from the committed tiny-fair rows,
+    per measure, each pair's rows whose paired 95% interval excludes 0, the same rows claims.paired finds here."""
+    from workbench.attention.claims import MEASURES, paired
+
+    stored = ROOT / "bench" / "results" / "circuit_claims"
+    out = tmp_path / "control.md"
+    argv = ["--sparse", "runs/tiny-fair", "--control", "runs/tiny-fair/control", "--results", stored, "--render"]
+    _run(tmp_path, "bench/circuits/circuit_claims.py", *argv, "--out", out)
+    summary = out.read_text().split("## What the split shows (rendered from the rows above", 1)[1]
+    results = {
+        p.stem.split("-")[1]: json.loads(p.read_text())
+        for p in sorted(stored.glob("tiny-vs-tiny-fair-control-vs-tiny-fair/heldout-*-n20.json"))
+    }
+    assert len(results) == 5
+    for name, measure in MEASURES.items():
+        line = next(x for x in summary.splitlines() if x.startswith(f"- **component circuits, {name}**"))
+        for label, (a, b) in {"base - sparse": ("base", "sparse"), "control - sparse": ("control", "sparse")}.items():
+            rows = []
+            for task, res in results.items():
+                for t in map(str, res["targets"]):
+                    d = paired(res, measure, t, a, b)["difference"]
+                    if d.n >= 2 and not d.lo <= 0 <= d.hi:
+                        rows.append(f"{task} {t} {d.mean:+.2f} [{d.lo:+.2f}, {d.hi:+.2f}] (n={d.n})")
+            assert f"{label}{' (from the gates)' if a == 'control' else ''} excludes 0 on {len(rows)}" in line
+            assert all(r in line for r in rows)
+
+
 @pytest.mark.slow
 def test_circuit_bench_quick(tmp_path):
     assert "# Query-circuit benchmark" in _quick(tmp_path, "circuits/circuit_bench.py", "--lengths", "")
