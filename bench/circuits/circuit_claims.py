@@ -351,7 +351,9 @@ def dictionary_line(folder: Path) -> str:
         arch = saved["sae_config"]
     made = (
         f"{arch['architecture']} k {arch['k']}, {arch['n_latents']} latents per layer, "
-        f"{saved['train_config']['n_tokens']:,} training tokens of {saved['data']['corpus']} on {saved['data']['model']}"
+        f"{saved['train_config']['n_tokens']:,} training tokens of {saved['data']['corpus']} on {saved['data']['model']} "
+        f"(batch {saved['train_config']['batch_size']:,}, lr {saved['train_config']['lr']:g}"
+        + (f", from a {saved['data']['cache_n_tokens']:,}-row cache)" if saved["data"].get("cache_n_tokens") else ")")
     )
     q = eval_figures(folder)
     if not q["replaced"]:
