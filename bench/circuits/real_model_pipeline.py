@@ -62,9 +62,18 @@ PILOT = {
 TRIED = "REAL_MODEL_PIPELINE_TRIED"  # steps this run already tried (across its re-executions)
 # each transcoder set: its folder, the cache it trains on and its training arguments; the steps using a set carry its
 # suffix ("" for the first set, so that the first records keep their names)
+# fmt: off
 TC_SETS = {
     "": ("transcoders/tc-e4k32", CACHE, ("--expansion", "4", "--k", "32", *TC_TRAIN, "--memory-budget-mib", "3072")),
+    # trained longer (the pilot's choice, bench/results/real_model.md "Transcoders trained longer"): the skip path,
+    # lr 3e-3, expansion 4, 202 steps of 512 tokens (about one pass over the MLP cache's train rows: what the shared
+    # CPU allowed before the deadline)
+    "-v2": ("transcoders/tc-v2-e4k32-skip", MLP_CACHE, (
+        "--expansion", "4", "--k", "32", "--skip", "--tokens", "103424", "--batch-size", "512", "--lr", "3e-3",
+        "--warmup-steps", "20", "--checkpoint-every", "100", "--quiet", "--device", "cpu", "--memory-budget-mib", "4096",
+    )),
 }
+# fmt: on
 TC_EVAL = (5, 15, 25)  # the transcoders `sae eval` measures (each spliced in alone)
 RESID_HOOKS = ("blocks.9.hook_resid_post", "blocks.19.hook_resid_post")
 IOI = ("When Mary and John went to the store, John gave a drink to", " Mary")
