@@ -124,7 +124,8 @@ def steps(ws: Path) -> list[tuple[str, list[str]]]:
 def tc_steps(ws: Path, sfx: str) -> list[tuple[str, list[str]]]:
     """The steps of one transcoder set (TC_SETS[sfx]), each named with the set's suffix: its training, the two
     graphs and their checks, the stores and explanations of the " Paris" graph's top features, the top features,
-    `sae eval` of three layers (held-out rows of the 32,768-row cache) and the two feature circuits of " Paris"."""
+    `sae eval` (held-out rows of the 32,768-row cache) of three layers with the spliced model and of the others
+    without, and the two feature circuits of " Paris"."""
     w, m, c = ["--workspace", str(ws)], str(ws / MODEL), str(ws / CACHE)
     folder, train_cache, args = TC_SETS[sfx]
     tc = str(ws / folder)
@@ -148,6 +149,10 @@ def tc_steps(ws: Path, sfx: str) -> list[tuple[str, list[str]]]:
     tcs = [str(p) for layer in TC_EVAL for p in sorted(Path(tc).glob(f"L{layer}-*")) if p.is_dir()]
     if tcs:
         out.append((f"transcoder-eval{sfx}", _cli("sae", "eval", *w, *tcs, "--cache", c, "--model", m, *EVAL)))
+    # held-out FVU of the other layers (no spliced model: 27 splices would cost more than the set's training)
+    rest = [str(p) for p in sorted(Path(tc).glob("L*-*")) if p.is_dir() and int(p.name[1:].split("-")[0]) not in TC_EVAL]
+    if rest:
+        out.append((f"transcoder-fvu{sfx}", _cli("sae", "eval", *w, *rest, "--cache", c, "--no-model", "--device", "cpu")))
     find = lambda name, *extra: (name, _cli("circuit", "find", *w, "--model", m, "--transcoders", tc, "--prompt",  # noqa: E731
                                             FRANCE[0], "--answer", FRANCE[1], "--name", name, *extra, *GRAPH))
     out.append(find(f"find-france-features{sfx}", "--ablation", "zero"))
