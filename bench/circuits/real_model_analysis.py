@@ -22,6 +22,7 @@ MODEL = "models/smollm2"
 IOI = "When Mary and John went to the store, John gave a drink to"
 REPEAT = 50  # random tokens repeated once: positions 51..100 each have an induction target
 TOP = 10
+TC = "transcoders/tc-e4k32"  # the first transcoder set (the app pages read it)
 
 
 def _top_heads(scores: dict[str, dict[str, float]], kind: str, n: int = TOP) -> list[list]:
@@ -109,8 +110,8 @@ def graph_features(ws: Path, name: str) -> list[dict]:
     return out
 
 
-def _explanation(ws: Path, layer: int, latent: int) -> dict | None:
-    for p in sorted((ws / "transcoders/tc-e4k32").glob(f"L{layer}-*/**/explanations.jsonl")):
+def _explanation(ws: Path, tc: str, layer: int, latent: int) -> dict | None:
+    for p in sorted((ws / tc).glob(f"L{layer}-*/**/explanations.jsonl")):
         for line in p.read_text().splitlines():
             d = json.loads(line)
             if d.get("latent", d.get("unit")) == latent:
@@ -118,16 +119,17 @@ def _explanation(ws: Path, layer: int, latent: int) -> dict | None:
     return None
 
 
-def top_features(ws: Path) -> None:
-    """The two graphs' most influential features with their template explanations and scores."""
+def top_features(ws: Path, tc: str = TC, suffix: str = "") -> None:
+    """The two graphs' most influential features with their template explanations and scores (the graphs of the
+    transcoder set in `tc`, named graph-france<suffix> and graph-ioi<suffix>)."""
     out = {}
-    for name in ("graph-france", "graph-ioi"):
+    for name in (f"graph-france{suffix}", f"graph-ioi{suffix}"):
         if not (ws / "circuits" / name / "graph.json").is_file():
             continue
         out[name] = [
-            {**f, "explanation": _explanation(ws, f["layer"], f["latent"])} for f in graph_features(ws, name)[:TOP]
+            {**f, "explanation": _explanation(ws, tc, f["layer"], f["latent"])} for f in graph_features(ws, name)[:TOP]
         ]
-    write_json(ws / "pipeline/top_features.json", out)
+    write_json(ws / f"pipeline/top_features{suffix}.json", out)
 
 
 def app_pages(ws: Path) -> None:
@@ -138,7 +140,7 @@ def app_pages(ws: Path) -> None:
     import app_floor  # the browser benches' helpers (Playwright): only this step needs them
 
     top = graph_features(ws, "graph-france")[0]
-    sae = next((ws / "transcoders/tc-e4k32").glob(f"L{top['layer']}-*")).relative_to(ws).as_posix()
+    sae = next((ws / TC).glob(f"L{top['layer']}-*")).relative_to(ws).as_posix()
     pages = {"Workspace overview": ("/", None)}
     pages |= app_floor.pages("circuits/find-ioi-components", "circuits/graph-france", sae, top["latent"])
     graph = "circuits/find-france-features-cf"
