@@ -139,6 +139,9 @@ def test_browse_search_feature_neighbour_reload_offline(server, feature_workspac
             settle(page)
             expect(page.get_by_role("heading", name="Workspace")).to_be_visible()
             no_links(page)
+            expect(page.locator("[data-testid='stJson']")).to_have_count(0)  # configs: drawn once opened
+            page.get_by_text("saes: configs and inputs").click()
+            expect(page.locator("[data-testid='stJson']").first).to_be_visible()
             page.get_by_role("link", name=f"open {rel.split('/')[-1]}").click()
             expect(page.get_by_role("heading", name="SAE", exact=True)).to_be_visible()
             page.get_by_role("link", name=f"search the features of {rel.split('/')[-1]}").click()
