@@ -372,6 +372,8 @@ def test_circuit_graph_pins_groups_export_upload_back_forward(circuit_server, ci
         try:
             page.goto(base)
             drawn(page)
+            stage = page.locator(".wbg-stage").bounding_box()  # the page's width (a 30-layer circuit needs it):
+            assert stage["width"] >= 900, stage  # 556 px when the node details sat beside it, at 1,400 px
             page.locator(f"[data-node-id='{heads[0]}'] rect").hover()
             expect(page.get_by_test_id("graph-tip")).to_contain_text(f"{heads[0]} · head")
             expect(page.get_by_test_id("graph-tip")).to_contain_text("strongest")
