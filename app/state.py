@@ -398,14 +398,17 @@ def feature_link(sae: str, unit: int, label: str | None = None, activation: floa
 
 
 MARKDOWN = set("\\`*_{}[]()<>#+-.!|~$:&=")
+ONE_LINE = str.maketrans("\r\n", "  ")  # CommonMark's line endings: \n, \r, \r\n
 
 
 def text(s) -> str:
     """A string from a file or a user, escaped for Markdown (every element that renders text does Markdown):
     shown as typed, never as an image, a link or HTML, so nothing in a file makes the browser fetch. A word
-    joiner after `://` and `www` keeps GitHub-flavoured Markdown from turning a bare URL into a link."""
+    joiner after `://` and `www` keeps GitHub-flavoured Markdown from turning a bare URL into a link. Every line
+    break (\\r too: SmolLM2's vocabulary has "\\r\\r" tokens) becomes a space, so a table cell stays in its row and
+    no indented line starts a code block (whose highlighter is 1.5 MB of JS a page load would then run)."""
     s = "" if s is None else str(s)
-    s = "".join("\\" + ch if ch in MARKDOWN else ch for ch in s).replace("\n", " ")
+    s = "".join("\\" + ch if ch in MARKDOWN else ch for ch in s).translate(ONE_LINE)
     return s.replace("\\://", "\\:\u2060//").replace("www\\.", "www\u2060\\.")
 
 
@@ -425,7 +428,7 @@ def table(rows: list[dict], digits: int = 3) -> None:
 
 def code(s) -> str:
     """A string from a file as inline code: nothing renders inside a code span but a backtick would end it."""
-    return "`" + ("" if s is None else str(s)).replace("`", "'").replace("\n", " ") + "`"
+    return "`" + ("" if s is None else str(s)).replace("`", "'").translate(ONE_LINE) + "`"
 
 
 # ------------------------------------------------------------------ circuits

@@ -171,15 +171,11 @@ def node_panel(cd: cg.CircuitData, node: str, spec: str, res: dict) -> None:
 
 
 def layer_features(cd: cg.CircuitData, spec: str, layer: int) -> None:
-    same = [
-        s
-        for s in state.saes()
-        if state.sae_info(s)["model_name"] == cd.model_id and _layer(state.sae_info(s)["hook"]) == layer
-    ]
+    infos = {s: state.sae_info(s) for s in state.saes()}  # each read once (a 30-layer workspace holds 32)
+    same = {s: i for s, i in infos.items() if i["model_name"] == cd.model_id and _layer(i["hook"]) == layer}
     if not same:
         st.caption(f"no SAE of this model on a layer-{layer} hook in the workspace")
-    for s in same:
-        info = state.sae_info(s)
+    for s, info in same.items():
         with st.spinner(f"running {s.split('/')[-1]} on the prompt..."):
             feats = live.stream_features(spec, tuple(cd.query["tokens"]), s, info["hook"])
         st.markdown(
@@ -250,23 +246,22 @@ state.compare_link(rel)
 node_url = state.selected_node("graph")
 fraction, cap = budget_controls(cd)
 v = state.view(rel, cd, fraction, cap)
-graph_col, side = st.columns([3, 2])
-with side:
+stage = st.container()  # the graph the page's width (a 30-layer circuit's columns need it), its details under it
+details, rest = st.columns([3, 2])
+with details:
     st.subheader("node details")
     node = pick_node(cd, v, node_url)
-with graph_col:
+with stage:
     state.draw(cd, v, "graph", (rel, fraction, cap), node)
-left, right = st.columns([3, 2])
-with left:
+with rest:
     if cd.curve:
         st.html(svg.block(cg.curve_figure(cd, v.point)))
         with st.expander("search vs top-k at each budget (the finder's curve)"):
             state.table(cg.grid_rows(cd))
     else:
         st.info("this file holds no faithfulness curve (MIB and Neuronpedia files carry none)")
-with right:
     state.download_buttons(rel)
-with side:  # last: the page is whole while the model loads (seconds on a fresh server), under a spinner naming it
+with details:  # last: the page is whole while the model loads (seconds on a fresh server), under a spinner naming it
     ran = run_live(cd) if node is not None else None
     if ran is not None:
         node_panel(cd, node, *ran)

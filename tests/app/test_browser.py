@@ -139,6 +139,9 @@ def test_browse_search_feature_neighbour_reload_offline(server, feature_workspac
             settle(page)
             expect(page.get_by_role("heading", name="Workspace")).to_be_visible()
             no_links(page)
+            expect(page.locator("[data-testid='stJson']")).to_have_count(0)  # configs: drawn once opened
+            page.get_by_text("saes: configs and inputs").click()
+            expect(page.locator("[data-testid='stJson']").first).to_be_visible()
             page.get_by_role("link", name=f"open {rel.split('/')[-1]}").click()
             expect(page.get_by_role("heading", name="SAE", exact=True)).to_be_visible()
             page.get_by_role("link", name=f"search the features of {rel.split('/')[-1]}").click()
@@ -369,6 +372,8 @@ def test_circuit_graph_pins_groups_export_upload_back_forward(circuit_server, ci
         try:
             page.goto(base)
             drawn(page)
+            stage = page.locator(".wbg-stage").bounding_box()  # the page's width (a 30-layer circuit needs it):
+            assert stage["width"] >= 900, stage  # 556 px when the node details sat beside it, at 1,400 px
             page.locator(f"[data-node-id='{heads[0]}'] rect").hover()
             expect(page.get_by_test_id("graph-tip")).to_contain_text(f"{heads[0]} · head")
             expect(page.get_by_test_id("graph-tip")).to_contain_text("strongest")

@@ -514,3 +514,21 @@ def test_compare_page_shows_the_control_beside_base_and_sparse(feature_workspace
         (a, b) for x, y in (("base", "sparse"), ("base", "control"), ("control", "sparse")) for a, b in ((x, y), (y, x))
     }
     assert only.to_dict("records") == fa.heads_only_in_one(res)
+
+
+def _logit_table() -> None:
+    from app import state
+
+    state.table([{"promotes": "\r\r             ", "logit": 0.797}, {"promotes": "a\r\nb", "logit": 0.5}])
+
+
+def test_a_token_with_line_breaks_stays_in_its_table_row():
+    """SmolLM2's "\\r\\r" + spaces token among a node's top logits ended the Markdown table's row and opened an
+    indented code block, whose highlighter (1.5 MB of JS) every load of the circuit page then ran."""
+    from streamlit.testing.v1 import AppTest
+
+    for s in ("\r\r   x", "a\r\nb", "a\nb"):
+        assert "\r" not in state.text(s) + state.code(s) and "\n" not in state.text(s) + state.code(s)
+    at = ok(AppTest.from_function(_logit_table).run())
+    assert not at.code and len(at.markdown) == 1
+    assert at.markdown[0].value.count("\n") == 3  # header, rule, two rows

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
+import pytest
 from test_browser import (  # noqa: F401
     CHROMIUM,
     REPO,
@@ -220,10 +221,11 @@ def test_a_64_token_feature_graph_reads_across_positions_and_up_the_layers(tmp_p
     assert_offline(requests)
 
 
-def test_a_30_layer_component_circuit_opens_readable_with_the_logits_in_view(tmp_path):
-    """The layer columns of a 30-layer, 9-head model (SmolLM2-135M's shape: 62 columns) in a stage as narrow as the
-    circuit page's: fitted to that width its nodes would be ~3 px tall, so the view opens at a readable zoom
-    (every drawn head at least 14 px tall), no taller than the view's height, panned to the logits."""
+@pytest.mark.parametrize("width", [700, 1400])
+def test_a_30_layer_component_circuit_opens_readable_with_the_logits_in_view(tmp_path, width):
+    """The layer columns of a 30-layer, 9-head model (SmolLM2-135M's shape: 62 columns) in a narrow stage and in one
+    the width of a 1,400 px page: fitted to either width its nodes would be 2-4 px tall, so the view opens at a
+    readable zoom (every drawn head at least 14 px tall), no taller than the view's height, panned to the logits."""
     import torch
     from test_browser import drawn
 
@@ -244,7 +246,7 @@ def test_a_30_layer_component_circuit_opens_readable_with_the_logits_in_view(tmp
         page_server(tmp_path, PYTHONPATH=str(REPO), GRAPH_CIRCUIT=str(tmp_path / "circuit.json")) as url,
         browser_page(requests) as page,
     ):
-        page.set_viewport_size({"width": 700, "height": 1000})
+        page.set_viewport_size({"width": width, "height": 1000})
         page.goto(url)
         drawn(page)
         stage = page.locator(".wbg-stage").bounding_box()

@@ -41,6 +41,23 @@ def test_overview_lists_every_artifact(app, feature_workspace):
     assert sum("open " in label for label in links(at)) == len(saes(feature_workspace))
 
 
+def test_overview_draws_a_kind_s_configs_once_its_expander_is_opened(app, feature_workspace):
+    """Each kind's configs and inputs run only inside an opened expander (a reload of a 30-layer workspace sent 84
+    JSON and Markdown elements nobody had opened); opened, they show each artifact's manifest config and inputs."""
+    from workbench import browse
+
+    at = ok(app())
+    assert not at.json
+    kinds = [e.label.split(":")[0] for e in at.expander if e.label.endswith(": configs and inputs")]
+    cat = browse.catalog(feature_workspace)
+    assert sorted(kinds) == sorted({a.kind for a in cat.artifacts})
+    at.session_state["ws_configs_saes"] = True  # what opening the expander records (it reruns the page)
+    at = ok(at.run())
+    want = [{"config": a.manifest.get("config"), "inputs": a.manifest.get("inputs")} for a in cat.artifacts]
+    shown = [json.loads(j.value) for j in at.json]
+    assert shown == [w for a, w in zip(cat.artifacts, want) if a.kind == "saes"] and shown
+
+
 def test_sae_page_compares_saes_on_one_hook(app, feature_workspace):
     first, *others = saes(feature_workspace)
     at = ok(app("views/sae.py", sae=first, compare=",".join(others)))

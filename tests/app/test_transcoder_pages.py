@@ -30,6 +30,22 @@ def test_workspace_page_lists_the_set_by_layer(transcoder_app, transcoder_worksp
     assert list(table["fvu"]) == [metrics["members"][m]["fvu"] for m in table["member"]]
 
 
+def test_workspace_page_links_a_set_s_members_once_their_expander_is_opened(transcoder_app, transcoder_workspace):
+    """The SAEs beside the set are linked on every load, the set's members once their expander is opened (a
+    30-layer set added 30 links to every reload)."""
+    from urllib.parse import parse_qs
+
+    def linked(at) -> list[str]:
+        return [parse_qs(p.proto.query_string)["sae"][0] for p in at.get("page_link")]
+
+    at = ok(transcoder_app())
+    rels = linked(at)
+    assert rels and not set(rels) & set(members(transcoder_workspace))
+    at.session_state["ws_members_transcoders/set"] = True
+    at = ok(at.run())
+    assert linked(at)[: len(rels)] == rels and sorted(linked(at)[len(rels) :]) == members(transcoder_workspace)
+
+
 def test_sae_page_says_what_a_transcoder_and_an_sae_read_and_write(transcoder_app, transcoder_workspace):
     for rel in members(transcoder_workspace):
         layer = rel.split("/L")[-1].split("-")[0]
