@@ -30,7 +30,14 @@ LABEL = {True: "rerun step", False: "step"}  # a rerun of a published run (--pub
 
 
 def _iv(d: dict) -> str:
-    return f"{d['difference']:+.4f} [{d['ci95'][0]:+.4f}, {d['ci95'][1]:+.4f}]"
+    """A paired difference with its interval; under reference "both", the frozen base's after a semicolon."""
+    cell = f"{d['difference']:+.4f} [{d['ci95'][0]:+.4f}, {d['ci95'][1]:+.4f}]"
+    return cell + (f"; frozen base {_iv(d['against_base'])}" if d.get("against_base") else "")
+
+
+def _selection(e: dict) -> str:
+    """A logged evaluation's selection-split difference (and, under reference "both", the frozen base's)."""
+    return _iv({**e["difference"], **({"against_base": e["difference_base"]} if "difference_base" in e else {})})
 
 
 def _guard(g: dict) -> str:
@@ -63,17 +70,22 @@ def judge_run(
     states, evals = frontier.kept_states(run, checkpoints)
     newest = max((checkpoint.read(p) for p in sorted(checkpoints.glob("*.pt"))), key=lambda c: c["step"])
     record = newest["record"]
-    cfg = SparsifyConfig.from_dict(record["config"])
+    saved = run / "sparsify.json"  # a finished run's whole config (the checkpoint's leaves out the verdict's size)
+    cfg = SparsifyConfig.from_dict(json.loads(saved.read_text())["config"] if saved.is_file() else record["config"])
     base, tok = load(base_spec, device="cpu")
     corpus = load_corpus(record["corpus"], tok, seed=cfg.seed)
     key = f"{run.resolve()} queries={n_queries} judge={json.dumps(cfg.judge.to_dict(), sort_keys=True)}"
     kept = json.loads(cache.read_text()) if cache and cache.is_file() else {}
     kept = kept.get(key, {})
     judged, memo = {}, {}
+    controls = kept_controls(run, checkpoints) if cfg.control == "finetune" else {}
     for step in sorted(steps or states):
         if str(step) not in kept:
             sparse = frontier.sparse_model(states[step], base_spec, record["config"]["gates"])
-            kept[str(step)] = judge_state(base.eval(), sparse, corpus, cfg, record["ctx_len"], n_queries, memo)
+            ref, frozen = (base.eval(), None)
+            if controls:  # a fair run: against its control at this step (and the frozen base, reference "both")
+                ref, frozen = control_model(controls[step], base_spec), base.eval() if cfg.reference == "both" else None
+            kept[str(step)] = judge_state(ref, sparse, corpus, cfg, record["ctx_len"], n_queries, memo, frozen)
             if cache:
                 harness.write_text(cache, json.dumps({key: kept}))
         judged[step] = kept[str(step)]
@@ -81,13 +93,41 @@ def judge_run(
     return {**record, "cfg": cfg, "corpus_obj": corpus}, evals, judged
 
 
+def kept_controls(run: Path, checkpoints: Path) -> dict:
+    """{step: the fine-tuned control's reference weights at that step (or the run's saved control/ folder)} of a
+    `--control finetune` run: what each kept state is judged against, as the run's own evaluations were."""
+    from workbench import checkpoint
+    from workbench.attention.train import CONTROL_DIR
+
+    controls = {}
+    for p in sorted(checkpoints.glob("*.pt")) + [run / "checkpoint.pt"]:
+        if p.is_file():
+            c = checkpoint.read(p)
+            controls[c["step"]] = c["control"].get("average", c["control"]["model"])
+            if c.get("best"):
+                controls[c["best"]["step"]] = c["best"]["control_state"]
+    if (run / "sparsify.json").is_file():
+        controls[json.loads((run / "sparsify.json").read_text())["selected_step"]] = run / CONTROL_DIR
+    return controls
+
+
+def control_model(weights, base_spec: str):
+    """The control model from kept weights (the base's architecture, no gates) or a saved control folder."""
+    from workbench.models import load
+
+    model = load(str(weights) if isinstance(weights, Path) else base_spec, device="cpu")[0]
+    if not isinstance(weights, Path):
+        model.load_state_dict(weights)
+    return model.eval()
+
+
 def row(label: str, j: dict, e: dict | None, cfg, keys: float) -> tuple[list, bool]:
     """One table row and whether the state is a candidate (admitted on the selection split and the
     selection queries)."""
-    from workbench.attention.verdict import feasible
+    from workbench.attention.verdict import admitted as admits
 
     sel, ver = j["accuracy_guard"]["selection"], j["accuracy_guard"]["verdict"]
-    admitted = e is not None and feasible(e["difference"], cfg.tolerance, cfg.select_z)
+    admitted = e is not None and admits(e, cfg.tolerance, cfg.select_z)
     candidate = admitted and sel["met"]
     k = j["mean_open_keys_per_query"]
     return [
@@ -95,7 +135,7 @@ def row(label: str, j: dict, e: dict | None, cfg, keys: float) -> tuple[list, bo
         f"{k:.2f}",
         _rows_off(j),
         "yes" if k <= keys else "no",
-        _iv(e["difference"]) if e else "-",
+        _selection(e) if e else "-",
         "yes" if admitted else "no",
         _guard(sel),
         "**yes**" if candidate else "no",
@@ -184,6 +224,14 @@ def _lines(a, machine, threads, cfg, ctx, rows, cands, judged, cj, dual_range) -
     j0 = next(iter(judged.values()))
     v, u = j0["verdict"]["split"]["sequences"], j0["untouched"]["split"]["sequences"]
     jc, label = cfg.judge, LABEL[bool(a.published)]
+    fair = cfg.control == "finetune"  # judged against the run's fine-tuned control at each state's step
+    ref = "control" if fair else "base"
+    both = (
+        "; after the semicolon, sparse - frozen base on the same sequences (reference both: a state is admitted, "
+        "and the verdict met, only within the tolerance of each)"
+        if fair and cfg.reference == "both"
+        else ""
+    )
     best = min(cands, default=None)
     chosen = judged[best[1]] if best else None
     if chosen is None:
@@ -207,10 +255,10 @@ def _lines(a, machine, threads, cfg, ctx, rows, cands, judged, cj, dual_range) -
         f"Splits (held-out sequences, T = {ctx}): selection 0-{cfg.eval_sequences - 1} (the run's own choice), verdict "
         f"{v[0]}-{v[1] - 1} (fresh), dual stream {dual_range[0]}-{dual_range[1] - 1} (the held-out-dual run's dual "
         f"step reads it), untouched {u[0]}-{u[1] - 1} (no run, selection, verdict or dual step reads it; shares no "
-        "document with the others). CE figures: paired per-sequence difference sparse - base, deterministic gates, "
-        f"with its 95% interval. Accuracy: {a.queries} held-out queries per family, selection queries seed "
+        f"document with the others). CE figures: paired per-sequence difference sparse - {ref}, deterministic gates, "
+        f"with its 95% interval{both}. Accuracy: {a.queries} held-out queries per family, selection queries seed "
         f"{jc.selection_query_seed}, verdict queries seed {jc.verdict_query_seed}; guard: no family more than "
-        f"{100 * jc.accuracy_drop:g} points below base (worst task family shown, sparse - base in points; sub-rows, the "
+        f"{100 * jc.accuracy_drop:g} points below {ref} (worst task family shown, sparse - {ref} in points; sub-rows, the "
         "unseen IOI template and both digits of the addition, are shown when below that but not gated). Keys/q/h on the "
         f"verdict split; target <= {a.keys:g}.",
         "",

@@ -76,6 +76,45 @@ def test_choice_bench_judges_each_kept_state_and_ships_only_a_candidate_meeting_
     assert "- Commit: " in text and "current" not in text.split("| state |")[1]  # no --current: no such row
 
 
+def test_choice_bench_judges_a_fair_run_against_its_control_at_each_step(small_dir, tmp_path, monkeypatch):
+    """A `--control finetune` run (reference both): each state is judged against the control at its step and the
+    frozen base; the saved state's judgement reproduces the run's own verdict; a kept checkpoint's control is the
+    averaged control the run saved."""
+    import importlib.util
+    import json
+
+    import torch
+    from safetensors.torch import load_file
+
+    from workbench.attention.config import JudgeConfig
+
+    from .test_train import _cfg
+
+    run, kept = tmp_path / "run", tmp_path / "kept"
+    kept.mkdir()
+    cfg = _cfg(steps=3, control="finetune", lr=0.05, control_average=0.5, judge=JudgeConfig(untouched_sequences=6))
+    report = T.sparsify(small_dir, run, cfg, report_queries=2)
+    shutil.copy(run / T.CHECKPOINT, kept / "step3.pt")
+    out, cache = tmp_path / "choice.md", tmp_path / "cache.json"
+    args = ("--base", small_dir, "--run", str(run), "--checkpoints", str(kept), "--queries", "2", "--out", str(out))
+    _bench("sparse_choice.py", *args, "--cache", str(cache))
+    (j,) = (states["3"] for states in json.loads(cache.read_text()).values())
+    assert j["reference"] == "control"
+    assert abs(j["verdict"]["difference"] - report["verdict"]["difference"]) < 1e-9
+    assert abs(j["verdict"]["against_base"]["difference"] - report["verdict"]["against_base"]["difference"]) < 1e-9
+    text = out.read_text()
+    row = next(ln.split(" | ") for ln in text.splitlines() if ln.startswith("| step 3 |"))
+    assert "; frozen base " in row[4] and "; frozen base " in row[8] and "sparse - control" in text
+    monkeypatch.syspath_prepend(str(ROOT / "bench" / "attention"))  # as the script sees its neighbours
+    spec = importlib.util.spec_from_file_location("sparse_choice", ROOT / "bench" / "attention" / "sparse_choice.py")
+    choice = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(choice)
+    (run / "sparsify.json").rename(tmp_path / "sparsify.json")  # the checkpoint's control alone
+    weights = choice.kept_controls(run, kept)[3]
+    saved = load_file(str(run / T.CONTROL_DIR / "model.safetensors"))
+    assert all(torch.allclose(weights[k], saved[k], atol=1e-6) for k in saved)
+
+
 def test_dual_stream_bench_sets_a_held_out_dual_run_beside_a_training_dual_run(small_dir, tmp_path):
     from .test_train import HELDOUT_DUAL, _cfg
 

@@ -20,6 +20,7 @@ from workbench.attention.report import (
     guard_line,
     paired_sums,
     read_report,
+    reference_side,
     remembered,
     stack,
     summarise,
@@ -27,41 +28,55 @@ from workbench.attention.report import (
     untouched_line,
     write_report,
 )
-from workbench.attention.verdict import judge, verdict_sequences
+from workbench.attention.train import CONTROL_DIR
+from workbench.attention.verdict import judge, judge_both, verdict_sequences
 
 
 def judge_state(
-    base, sparse, corpus, cfg: SparsifyConfig, ctx_len: int, n_queries: int, memo: dict | None = None
+    base, sparse, corpus, cfg: SparsifyConfig, ctx_len: int, n_queries: int, memo: dict | None = None, frozen=None
 ) -> dict:
     """Keys per query and the CE verdict on the verdict split, the CE on the untouched split, and the accuracy
     guard on the selection and the verdict queries; `meets`: CE verdict met and the verdict queries' guard met.
-    memo: a dict kept across calls with the same base, corpus, cfg and n_queries (the base is measured once)."""
+    base: the reference every difference is taken against (a fair run's fine-tuned control at the state's step).
+    frozen: under reference "both", the frozen base, whose CE verdict (and untouched CE) is added as against_base;
+    the verdict is met only if both are.
+    memo: a dict kept across calls with the same base (or frozen), corpus, cfg and n_queries: that model is measured
+    once; with `frozen` given the reference is a new control for every state, so only the frozen base is memoised."""
     from workbench.models.card import task_accuracy
 
+    ref_memo = None if frozen is not None else memo
     seqs, first = verdict_sequences(corpus, cfg.eval_sequences, cfg.verdict_sequences, ctx_len, cfg.verdict_start)
-    _, s, diff = paired_sums(base, sparse, stack(seqs)[0], memo, "verdict")
+    tokens = stack(seqs)[0]
+    _, s, diff = paired_sums(base, sparse, tokens, ref_memo, "verdict")
     verdict = judge(diff, cfg.tolerance)
+    spread = untouched(base, sparse, corpus, cfg, ctx_len, memo=ref_memo)
+    if frozen is not None:
+        verdict = judge_both(verdict, paired_sums(frozen, sparse, tokens, memo, "verdict")[2], cfg.tolerance)
+        if spread:
+            spread["against_base"] = untouched(frozen, sparse, corpus, cfg, ctx_len, memo=memo)
     verdict["split"] = {"split": "heldout", "sequences": [first, first + len(seqs)], "ctx_len": ctx_len}
     j = cfg.judge
     guards = {}
     for use, seed in (("selection", j.selection_query_seed), ("verdict", j.verdict_query_seed)):
-        base_acc = remembered(memo, ("accuracy", seed), lambda seed=seed: task_accuracy(base, n_queries, seed))
+        base_acc = remembered(ref_memo, ("accuracy", seed), lambda seed=seed: task_accuracy(base, n_queries, seed))
         acc = accuracy_with_intervals(base, sparse, n_queries, seed, base_acc)
         guards[use] = accuracy_guard(acc, j.accuracy_drop, seed)
     keys = summarise(s)
     return {
         **{k: keys[k] for k in ("mean_open_keys_per_query", "empty_row_fraction", "single_key_row_fraction")},
         "verdict": verdict,
-        "untouched": untouched(base, sparse, corpus, cfg, ctx_len, memo=memo),
+        "untouched": spread,
         "accuracy_guard": guards,
         "judge_config": j.to_dict(),
+        "reference": "control" if frozen is not None else "base",
         "meets": verdict["constraint_met"] and guards["verdict"]["met"],
     }
 
 
 def judge_folder(folder: str | Path, judge_cfg=None, base_spec: str | None = None, n_queries: int | None = None):
     """judge_state for a saved sparse model folder: its base, corpus and splits from its attention_report.json;
-    judge_cfg (a JudgeConfig) replaces the one saved with it."""
+    judge_cfg (a JudgeConfig) replaces the one saved with it. A fair run (`--control finetune`) is judged against
+    its saved control/ (and, under reference "both", the frozen base too), as its report was."""
     from workbench.corpus import load_corpus
     from workbench.models import load
 
@@ -73,7 +88,11 @@ def judge_folder(folder: str | Path, judge_cfg=None, base_spec: str | None = Non
     sparse, _ = load(str(folder), device="cpu")
     corpus = load_corpus(r["corpus"], tok, seed=cfg.seed)
     n = n_queries or r.get("task_accuracy_queries") or 200
-    return judge_state(base.eval(), sparse.eval(), corpus, cfg, r["heldout"]["ctx_len"], n)
+    if reference_side(r) == "base":
+        return judge_state(base.eval(), sparse.eval(), corpus, cfg, r["heldout"]["ctx_len"], n)
+    control = load(str(Path(folder) / CONTROL_DIR), device="cpu")[0].eval()
+    frozen = base.eval() if cfg.reference == "both" else None
+    return judge_state(control, sparse.eval(), corpus, cfg, r["heldout"]["ctx_len"], n, frozen=frozen)
 
 
 def record(folder: str | Path, judgement: dict) -> dict:
@@ -89,15 +108,23 @@ def record(folder: str | Path, judgement: dict) -> dict:
 
 def format_judgement(j: dict) -> str:
     """The judgement as plain text (what `workbench attention judge` prints)."""
-    v, u = j["verdict"], j["untouched"]
+    v, u, ref = j["verdict"], j["untouched"], j.get("reference", "base")
     lines = [
         f"open keys per query per head: {j['mean_open_keys_per_query']:.2f} (rows with no open key "
         f"{j['empty_row_fraction']:.2%}, with exactly one {j['single_key_row_fraction']:.2%})",
-        f"CE verdict (held-out sequences {v['split']['sequences'][0]}-{v['split']['sequences'][1] - 1}): "
-        f"{v['difference']:+.4f} [{v['ci95'][0]:+.4f}, {v['ci95'][1]:+.4f}]: {v['why']}",
-        untouched_line(u) if u else "untouched split: none (untouched_sequences = 0)",
+        f"CE verdict (held-out sequences {v['split']['sequences'][0]}-{v['split']['sequences'][1] - 1}), sparse - "
+        f"{ref}: {_iv(v)}: {v['why']}",
     ]
+    if "against_base" in v:
+        lines.append(f"  sparse - frozen base on the same split: {_iv(v['against_base'])}")
+    lines.append(untouched_line(u, ref) if u else "untouched split: none (untouched_sequences = 0)")
+    if u and "against_base" in u:
+        lines.append(f"  sparse - frozen base on the untouched split: {_iv(u['against_base'])}")
     for use, g in j["accuracy_guard"].items():
-        lines.append(guard_line(g, use))
+        lines.append(guard_line(g, use, ref))
     lines.append(f"meets the goal (CE verdict and the verdict queries' guard): {'yes' if j['meets'] else 'NO'}")
     return "\n".join(lines)
+
+
+def _iv(d: dict) -> str:
+    return f"{d['difference']:+.4f} [{d['ci95'][0]:+.4f}, {d['ci95'][1]:+.4f}]"
