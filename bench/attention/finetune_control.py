@@ -6,7 +6,10 @@ untouched splits, three paired CE differences with their 95% intervals: control 
 buys), sparse - base (the figure the card reports) and sparse - control (what the gates cost against a base trained
 as long).
 
-    python bench/attention/finetune_control.py --sparse data/models/small-sparse [--steps N] [--threads 1]
+    python bench/attention/finetune_control.py --sparse data/models/small-sparse [--steps N] [--threads 1] [--write]
+
+--write records the differences in the model's attention_report.json (`fine_tuned_control`) and rewrites its card,
+so a shipped model whose run had no control states what its gates cost against one.
 
 Resumable: the control's checkpoint is written (atomically) every --checkpoint-every steps in --work, and a rerun of
 the same command continues from it; a checkpoint from other settings is refused.
@@ -34,6 +37,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--sequences", type=int, help="first N sequences of each split only (default: all of them)")
     ap.add_argument("--work", type=Path, help="the control's checkpoint folder (default: bench/work/control-NAME)")
     ap.add_argument("--quick", action="store_true", help="smoke run: 3 steps, 16 sequences per split")
+    ap.add_argument(
+        "--write", action="store_true", help="record the differences in the model's report and rewrite its card"
+    )
     harness.add_common_args(ap, None, threads=1)
     args = ap.parse_args()
     if args.quick:
@@ -147,6 +153,20 @@ def main() -> None:
     diffs = differences({"base": base.eval(), "control": control, "sparse": sparse}, splits)
     harness.write_text(args.out, render(args, report, trained, diffs, record))
     print(args.out.read_text())
+    if args.write:
+        write_control(args, report, trained, diffs)
+
+
+def write_control(args, report: dict, trained: dict, diffs: dict) -> None:
+    """The differences into the sparse model's report (`card.AFTER_THE_FACT`) and, for an embedded model, its card."""
+    from workbench.attention.card import AFTER_THE_FACT, rewrite
+    from workbench.attention.report import write_report
+
+    report[AFTER_THE_FACT] = {"steps": trained["step"], "cpu_s": trained["cpu_s"], "splits": diffs}
+    write_report(report, args.sparse)
+    if (Path(args.sparse) / "README.md").is_file():
+        command = f"python bench/attention/finetune_control.py --sparse DIR --steps {trained['step']} --write"
+        rewrite(args.sparse, command, "for the CE against a control fine-tuned after the run")
 
 
 if __name__ == "__main__":

@@ -396,3 +396,25 @@ def test_finetune_control_quick_resumes_and_starts_at_the_base(tmp_path):
     argv = [sys.executable, script, *map(str, common), "--steps", "4"]
     proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode != 0 and "written by a different configuration" in proc.stderr
+
+
+def test_finetune_control_write_records_the_differences_and_the_card_states_them(tmp_path):
+    """--write puts the control's differences in the model's report and its card (the command once, however often
+    it is recorded); the card's figures are the report's."""
+    import json
+
+    from workbench.attention.card import copy_model, shipped
+
+    model = copy_model(
+        ROOT / "data/models/tiny-sparse", tmp_path / "tiny-sparse", shipped(ROOT / "data/models/tiny-sparse")
+    )
+    args = ("--sparse", model, "--quick", "--steps", "2", "--work", tmp_path / "control", "--out", tmp_path / "c.md")
+    for _ in range(2):
+        _run(tmp_path, "bench/attention/finetune_control.py", *args, "--write")
+    c = json.loads((model / "attention_report.json").read_text())["fine_tuned_control"]
+    assert c["steps"] == 2 and set(c["splits"]) == {"verdict", "untouched"}
+    d = c["splits"]["verdict"]["sparse - control"]
+    card = (model / "README.md").read_text()
+    assert f"CE sparse - control {d['difference']:+.4f}, 95% interval [{d['ci95'][0]:+.4f}" in card
+    assert "Against a control fine-tuned after the run (2 steps" in card
+    assert card.count("finetune_control.py --sparse DIR --steps 2 --write") == 1

@@ -45,6 +45,7 @@ def card_text(r: dict, command: str, name: str) -> str:
             f"n = {v['n']}): CE difference {v['difference']:+.4f}, 95% interval [{v['ci95'][0]:+.4f}, "
             f"{v['ci95'][1]:+.4f}]; constraint {'met' if v['constraint_met'] else 'NOT met'} ({v['why']}).",
             *_control(r),
+            *_after_the_fact(r),
             f"Open keys per query per head: {r['mean_open_keys_per_query']:.2f} ({r['open_fraction']:.2%} of "
             f"{r['edge_count']}, T = {r['ctx_len']}); rows with no open key {r['empty_row_fraction']:.2%}, with "
             f"exactly one {r['single_key_row_fraction']:.2%}.",
@@ -80,6 +81,29 @@ def _control(r: dict) -> list[str]:
     return lines
 
 
+def _after_the_fact(r: dict) -> list[str]:
+    """The card's lines for a control fine-tuned after the run (bench/attention/finetune_control.py --write): what
+    the gates cost against the base trained as long without them, for a model whose run had no such control."""
+    c = r.get(AFTER_THE_FACT)
+    if not c:
+        return []
+    tol = r["config"]["tolerance"]
+    lines = [
+        f"Against a control fine-tuned after the run ({c['steps']} steps on the run's own batches, its optimiser "
+        "settings, no gates; the trainer held the tolerance against the frozen base only):"
+    ]
+    for split, d in c["splits"].items():
+        first, end = d["sequences"]
+        sc, cb = d["sparse - control"], d["control - base"]
+        within = "within" if sc["ci95"][1] <= tol else "NOT within"
+        lines.append(
+            f"- {split} split (held-out sequences {first}-{end - 1}, n = {sc['n']}): CE sparse - control "
+            f"{sc['difference']:+.4f}, 95% interval [{sc['ci95'][0]:+.4f}, {sc['ci95'][1]:+.4f}] ({within} the "
+            f"tolerance {tol:g}); control - base {cb['difference']:+.4f} [{cb['ci95'][0]:+.4f}, {cb['ci95'][1]:+.4f}]."
+        )
+    return lines
+
+
 def _judged(r: dict) -> list[str]:
     """The card's lines for the untouched split and the accuracy guard (a report judged by `attention judge`)."""
     lines = [untouched_line(r["untouched"])] if r.get("untouched") else []
@@ -88,6 +112,8 @@ def _judged(r: dict) -> list[str]:
 
 
 JUDGE_COMMAND = "workbench attention judge DIR --write"
+JUDGE_WHY = "for the untouched split and the accuracy guard"
+AFTER_THE_FACT = "fine_tuned_control"  # the report's record of a control fine-tuned after the run
 
 
 def made_by(text: str) -> str:
@@ -99,16 +125,16 @@ def made_by(text: str) -> str:
     return command
 
 
-def rewrite(folder: str | Path) -> Path:
-    """Rewrite a card from its folder's report, keeping its made-by command and adding the judge command
-    (which recorded the untouched split and the accuracy guard) once."""
+def rewrite(folder: str | Path, added: str = JUDGE_COMMAND, why: str = JUDGE_WHY) -> Path:
+    """Rewrite a card from its folder's report, keeping its made-by command and adding the command that recorded
+    the new figures (by default the judge's: the untouched split and the accuracy guard) once."""
     out = Path(folder)
     card = out / "README.md"
     if not card.is_file():
         raise MissingInputError(f"{card} does not exist; write the card first with card.embed")
     command = made_by(card.read_text())
-    if JUDGE_COMMAND not in command:
-        command = f"{command}\n# then, for the untouched split and the accuracy guard:\n{JUDGE_COMMAND}"
+    if added not in command:
+        command = f"{command}\n# then, {why}:\n{added}"
     atomic_write_text(card, card_text(read_report(out), command, out.name))
     return card
 
