@@ -177,6 +177,53 @@ def test_browse_search_feature_neighbour_reload_offline(server, feature_workspac
     assert pings and set(pings) == {"/_stcore/health"}, pings
 
 
+def feature_and_back(page, url: str, back_checks) -> None:
+    """Open the circuit at url (a node selected), follow the node's first feature link, go Back (back_checks: what
+    the circuit page must show again) and Forward to the same feature."""
+    from playwright.sync_api import expect
+
+    page.goto(url)
+    drawn(page)
+    link = page.get_by_role("link", name=re.compile(r"^unit \d+")).first
+    feature = page.get_by_role("heading", name=re.compile(rf"· (latent|block) {int(link.inner_text().split()[1])}$"))
+    link.click()
+    expect(feature).to_be_visible()
+    drawn(page)
+    page.go_back()
+    drawn(page)
+    back_checks()
+    page.go_forward()
+    expect(feature).to_be_visible()
+
+
+def compare_and_back(page) -> None:
+    """From a circuit page: the Compare page (one graph of both models, with counts), the sparse circuit, Back to
+    Compare in one step (the circuit page's defaults add no history entry), Forward, and the page's own way back."""
+    from playwright.sync_api import expect
+
+    def on_compare() -> None:
+        expect(page.get_by_role("heading", name="Compare base and sparse attention")).to_be_visible()
+        settle(page)
+        expect(page.locator(".wbg-diff")).to_contain_text("only in base")
+
+    def on_sparse() -> None:
+        expect(page).to_have_url(re.compile(r"/circuit\?.*ioi-0-sparse"))
+        drawn(page)
+
+    page.get_by_role("link", name="Compare").click()
+    on_compare()
+    expect(page.get_by_text("queries with a gap on both models").first).to_be_visible()
+    page.get_by_role("link", name="open the sparse attention circuit").click()
+    on_sparse()
+    page.go_back()
+    on_compare()
+    expect(page.get_by_text("is not a circuit in this workspace")).to_have_count(0)
+    page.go_forward()
+    on_sparse()
+    page.get_by_role("link", name="compare with the other model's circuit").click()
+    on_compare()
+
+
 CURVE_MARK = "() => { const c = document.querySelector(\"img[data-chart='curve']\"); return c && c.dataset.mark; }"
 
 
@@ -238,42 +285,18 @@ def test_circuit_budget_click_download_upload_compare_feature_offline(circuit_se
             expect(page).to_have_url(re.compile(r"circuit=uploaded"))  # set only once an upload passed its checks
             expect(page.get_by_text("not a circuit file")).to_have_count(0)
             page.locator("[data-node-id]").first.wait_for()
-            page.get_by_role("link", name="Compare").click()
-            settle(page)
-            expect(page.get_by_role("heading", name="Compare base and sparse attention")).to_be_visible()
-            expect(page.locator(".wbg-diff")).to_contain_text("only in base")  # one graph of both, with counts
-            expect(page.get_by_text("queries with a gap on both models").first).to_be_visible()
-            page.get_by_role("link", name="open the sparse attention circuit").click()
-            expect(page).to_have_url(re.compile(r"/circuit\?.*ioi-0-sparse"))
-            drawn(page)
-            page.go_back()  # one Back: the circuit page's defaults add no history entry of their own
-            expect(page.get_by_role("heading", name="Compare base and sparse attention")).to_be_visible()
-            settle(page)
-            expect(page.get_by_text("is not a circuit in this workspace")).to_have_count(0)
-            expect(page.locator(".wbg-diff")).to_contain_text("only in base")
-            page.go_forward()  # and Forward returns to the sparse circuit
-            expect(page).to_have_url(re.compile(r"/circuit\?.*ioi-0-sparse"))
-            drawn(page)
-            page.get_by_role("link", name="compare with the other model's circuit").click()  # the page's own way back
-            expect(page.get_by_role("heading", name="Compare base and sparse attention")).to_be_visible()
-            settle(page)
-            expect(page.locator(".wbg-diff")).to_contain_text("only in base")
+            compare_and_back(page)
 
             if layer2:
-                page.goto(f"{circuit_server}/circuit?circuit=circuits/ioi-0&cap=2000&node={layer2[0]}")
-                settle(page)
-                link = page.get_by_role("link", name=re.compile(r"^unit \d+")).first
-                unit = int(link.inner_text().split()[1])
-                link.click()
-                expect(page.get_by_role("heading", name=re.compile(rf"· (latent|block) {unit}$"))).to_be_visible()
-                drawn(page)
-                page.go_back()  # lands on the circuit with its own parameters, not the default one with the feature's
-                drawn(page)
-                expect(page).to_have_url(re.compile(rf"circuit=circuits%2Fioi-0.*node={re.escape(layer2[0])}"))
-                assert "unit=" not in page.url and "sae=" not in page.url
-                expect(page.get_by_text(f"{layer2[0]}: direct logit effect at the answer position")).to_be_visible()
-                page.go_forward()
-                expect(page.get_by_role("heading", name=re.compile(rf"· (latent|block) {unit}$"))).to_be_visible()
+
+                def back_on_the_node() -> None:  # the circuit with its own parameters, not the default one
+                    expect(page).to_have_url(re.compile(rf"circuit=circuits%2Fioi-0.*node={re.escape(layer2[0])}"))
+                    assert "unit=" not in page.url and "sae=" not in page.url
+                    node_text = f"{layer2[0]}: direct logit effect at the answer position"
+                    expect(page.get_by_text(node_text)).to_be_visible()
+
+                url = f"{circuit_server}/circuit?circuit=circuits/ioi-0&cap=2000&node={layer2[0]}"
+                feature_and_back(page, url, back_on_the_node)
         finally:
             page.screenshot(path=str(tmp_path / "circuit.png"), full_page=True)
     assert_offline(requests)
@@ -337,6 +360,29 @@ def test_text_from_files_is_shown_as_text_and_fetches_nothing(circuit_server, ci
     assert_offline(requests)
 
 
+def pinned_in_url(page, heads: list[str]) -> None:
+    page.wait_for_function(
+        f"new URLSearchParams(location.search).get('pinned') === {','.join(heads)!r}", timeout=WAIT_MS
+    )
+
+
+def upload_restores_marks(page, base: str, exported: Path, heads: list[str]) -> None:
+    """A plain link to the circuit has no marks; uploading the exported file brings the pins and the group back."""
+    from playwright.sync_api import expect
+
+    page.goto(base)
+    drawn(page)
+    expect(page).not_to_have_url(re.compile("pinned="))
+    page.get_by_text("upload a circuit JSON").click()
+    page.locator("input[type=file]").set_input_files(str(exported))
+    drawn(page)
+    expect(page).to_have_url(re.compile(r"circuit=uploaded"))
+    pinned_in_url(page, heads)
+    expect(page.locator(".wbg-pinned")).to_have_count(2)
+    page.get_by_role("button", name="pinned subgraph (2)").click()
+    expect(page.locator("[data-node-id='group:name movers']")).to_have_count(1)
+
+
 def test_circuit_graph_pins_groups_export_upload_back_forward(circuit_server, circuit_workspace, tmp_path):
     """The graph view on the circuit page (issue #23): hover a node and read its details, pin two nodes and find
     them in the URL and the downloaded Neuronpedia JSON, reload and find them pinned, group them into a supernode
@@ -355,11 +401,6 @@ def test_circuit_graph_pins_groups_export_upload_back_forward(circuit_server, ci
     layer2 = sorted(n["name"] for n in d["nodes"] if n["name"].startswith(("a2.", "m2")))
     base = f"{circuit_server}/circuit?circuit=circuits/ioi-0"
     requests = []
-
-    def pinned_in_url() -> None:
-        page.wait_for_function(
-            f"new URLSearchParams(location.search).get('pinned') === {','.join(heads)!r}", timeout=WAIT_MS
-        )
 
     def download_np(name: str):
         with page.expect_download() as dl:
@@ -381,7 +422,7 @@ def test_circuit_graph_pins_groups_export_upload_back_forward(circuit_server, ci
             expect(page.get_by_test_id("graph-details").locator("h4")).to_have_text(f"{heads[0]} · head")
             page.get_by_test_id("graph-details").get_by_role("button", name="pin").click()
             page.locator(f"[data-node-id='{heads[1]}'] rect").click(modifiers=["Shift"])
-            pinned_in_url()
+            pinned_in_url(page, heads)
             drawn(page)
             _, marks = download_np("pinned.json")
             assert marks.pinned == heads
@@ -399,33 +440,18 @@ def test_circuit_graph_pins_groups_export_upload_back_forward(circuit_server, ci
             with page.expect_download() as dl:  # the workbench JSON carries them too (its `annotations` key)
                 page.get_by_role("button", name=re.compile(r"^download workbench JSON")).click()
             assert an.read(json.loads(Path(dl.value.path()).read_text()), n_heads) == marks
-            page.goto(base)  # a plain link: no marks; the upload brings them back
-            drawn(page)
-            expect(page).not_to_have_url(re.compile("pinned="))
-            page.get_by_text("upload a circuit JSON").click()
-            page.locator("input[type=file]").set_input_files(str(exported))
-            drawn(page)
-            expect(page).to_have_url(re.compile(r"circuit=uploaded"))
-            pinned_in_url()
-            expect(page.locator(".wbg-pinned")).to_have_count(2)
-            page.get_by_role("button", name="pinned subgraph (2)").click()
-            expect(page.locator("[data-node-id='group:name movers']")).to_have_count(1)
+            upload_restores_marks(page, base, exported, heads)
 
             if layer2:
-                page.goto(f"{base}&view=budget&budget={budget}&node={layer2[0]}&pinned={','.join(heads)}")
-                drawn(page)
-                link = page.get_by_role("link", name=re.compile(r"^unit \d+")).first
-                link.click()
-                expect(page.get_by_role("heading", name=re.compile(r"· (latent|block) \d+$"))).to_be_visible()
-                drawn(page)
-                page.go_back()
-                drawn(page)
-                expect(page).to_have_url(re.compile(rf"budget={re.escape(budget)}"))
-                expect(page).to_have_url(re.compile(r"circuit=circuits%2Fioi-0"))
-                pinned_in_url()
-                expect(page.locator(".wbg-pinned")).to_have_count(2)
-                page.go_forward()
-                expect(page.get_by_role("heading", name=re.compile(r"· (latent|block) \d+$"))).to_be_visible()
+
+                def back_with_budget_and_pins() -> None:
+                    expect(page).to_have_url(re.compile(rf"budget={re.escape(budget)}"))
+                    expect(page).to_have_url(re.compile(r"circuit=circuits%2Fioi-0"))
+                    pinned_in_url(page, heads)
+                    expect(page.locator(".wbg-pinned")).to_have_count(2)
+
+                url = f"{base}&view=budget&budget={budget}&node={layer2[0]}&pinned={','.join(heads)}"
+                feature_and_back(page, url, back_with_budget_and_pins)
         finally:
             page.screenshot(path=str(tmp_path / "graph.png"), full_page=True)
     assert_offline(requests)
