@@ -146,6 +146,41 @@ def row(label: str, j: dict, e: dict | None, cfg, keys: float) -> tuple[list, bo
     ], candidate
 
 
+TOLERANCES = (0.005, 0.01, 0.015, 0.02, 0.03)  # the frontier over tolerances read from the run's own evaluations
+
+
+def logged_lines(evals: list[dict], kept: set[int], cfg) -> list[str]:
+    """Every evaluation the run logged on the selection split, and per tolerance the sparsest one the selection
+    rule admits (what a run at that tolerance would have saved): which states a rerun with kept copies must judge."""
+    from workbench.attention.verdict import admitted, sparsest_within
+
+    rows = [
+        [
+            e["step"],
+            f"{e['mean_open_keys_per_query']:.2f}",
+            _selection(e),
+            "yes" if admitted(e, cfg.tolerance, cfg.select_z) else "no",
+            "yes" if e["step"] in kept else "no",
+        ]
+        for e in evals
+    ]
+    frontier = []
+    for tol in TOLERANCES:
+        e = sparsest_within(evals, tol, cfg.select_z)
+        frontier.append(
+            f"{tol:g}: " + (f"step {e['step']} ({e['mean_open_keys_per_query']:.2f} keys)" if e else "none")
+        )
+    return [
+        f"Every evaluation the run logged (selection split, the run's own figures; admitted at tolerance {cfg.tolerance:g}):",
+        "",
+        *harness.table(["step", "keys/q/h", "selection CE diff [95%]", "admitted", "judged above"], rows),
+        "",
+        "The sparsest admitted evaluation per tolerance (selection split only; judged above only where its state was "
+        "kept): " + "; ".join(frontier) + ".",
+        "",
+    ]
+
+
 def published_evals(path: Path) -> dict[int, tuple[str, str]]:
     """{step: (keys/q/h, selection CE diff)} of the held-out-dual run in a published dual-stream table (its
     'Every evaluation' table: step, keys, selection CE diff first)."""
@@ -214,6 +249,7 @@ def main() -> None:
     dual, dual_first = dual_sequences(record["corpus_obj"], cfg, record["ctx_len"])
     dual_range = (dual_first, dual_first + len(dual))
     lines = _lines(a, machine, threads, cfg, record["ctx_len"], rows, cands, judged, cj, dual_range)
+    lines += logged_lines(evals, set(judged), cfg)
     if a.published:
         lines += reproduction_lines(evals, published_evals(a.published))
     harness.write_text(a.out, "\n".join(lines))

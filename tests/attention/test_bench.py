@@ -105,6 +105,8 @@ def test_choice_bench_judges_a_fair_run_against_its_control_at_each_step(small_d
     text = out.read_text()
     row = next(ln.split(" | ") for ln in text.splitlines() if ln.startswith("| step 3 |"))
     assert "; frozen base " in row[4] and "; frozen base " in row[8] and "sparse - control" in text
+    assert "Every evaluation the run logged" in text and "| 3 | " in text  # the run's own log, every evaluation
+    assert "The sparsest admitted evaluation per tolerance" in text
     monkeypatch.syspath_prepend(str(ROOT / "bench" / "attention"))  # as the script sees its neighbours
     spec = importlib.util.spec_from_file_location("sparse_choice", ROOT / "bench" / "attention" / "sparse_choice.py")
     choice = importlib.util.module_from_spec(spec)
