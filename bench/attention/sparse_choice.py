@@ -82,10 +82,11 @@ def judge_run(
     for step in sorted(steps or states):
         if str(step) not in kept:
             sparse = frontier.sparse_model(states[step], base_spec, record["config"]["gates"])
-            ref, frozen = (base.eval(), None)
+            ref, frozen, name = base.eval(), None, "base"
             if controls:  # a fair run: against its control at this step (and the frozen base, reference "both")
-                ref, frozen = control_model(controls[step], base_spec), base.eval() if cfg.reference == "both" else None
-            kept[str(step)] = judge_state(ref, sparse, corpus, cfg, record["ctx_len"], n_queries, memo, frozen)
+                ref, name = control_model(controls[step], base_spec), "control"
+                frozen = base.eval() if cfg.reference == "both" else None
+            kept[str(step)] = judge_state(ref, sparse, corpus, cfg, record["ctx_len"], n_queries, memo, frozen, name)
             if cache:
                 harness.write_text(cache, json.dumps({key: kept}))
         judged[step] = kept[str(step)]

@@ -120,21 +120,25 @@ def test_a_memo_measures_the_base_once_and_changes_no_figure(tokenizer):
     assert plain["untouched"]["n"] == 5 and plain["verdict"]["n"] == 6
 
 
-def test_a_fair_run_is_judged_against_its_control_and_the_frozen_base_as_its_report_was(small_dir, tmp_path):
-    """judge_folder of a `--control finetune` run (reference "both") reproduces the run's own verdict against the
-    saved control and against the frozen base, and its untouched split; the accuracy guard names the control."""
+@pytest.mark.parametrize("reference", ["both", "control"])
+def test_a_fair_run_is_judged_against_its_control_and_the_frozen_base_as_its_report_was(small_dir, tmp_path, reference):
+    """judge_folder of a `--control finetune` run reproduces the run's own verdict against the saved control (and,
+    under reference "both", against the frozen base), and its untouched split; the accuracy guard names the control."""
     from workbench.attention.judge import format_judgement, judge_folder
 
-    cfg = _cfg(steps=3, control="finetune", lr=0.05, control_average=0.5, judge=JudgeConfig(untouched_sequences=6))
+    untouched = JudgeConfig(untouched_sequences=6)
+    cfg = _cfg(steps=3, control="finetune", lr=0.05, control_average=0.5, reference=reference, judge=untouched)
     report = T.sparsify(small_dir, tmp_path / "run", cfg, report_queries=3)
     j = judge_folder(tmp_path / "run", n_queries=3)
     v, r = j["verdict"], report["verdict"]
     assert j["reference"] == "control" and v["n"] == r["n"]
-    assert v["difference"] == pytest.approx(r["difference"], abs=1e-9)
-    assert v["against_base"]["difference"] == pytest.approx(r["against_base"]["difference"], abs=1e-9)
-    assert v["constraint_met"] == r["constraint_met"]
+    assert v["difference"] == pytest.approx(r["difference"], abs=1e-9) and v["constraint_met"] == r["constraint_met"]
     assert j["untouched"]["difference"] == pytest.approx(report["untouched"]["difference"], abs=1e-9)
-    assert j["untouched"]["against_base"]["n"] == 6
     assert j["accuracy_guard"]["verdict"]["base"] == report["accuracy_guard"]["base"]  # the control's accuracy
     text = format_judgement(j)
-    assert "sparse - control: " in text and "sparse - frozen base on the same split: " in text
+    assert "sparse - control: " in text
+    if reference == "both":
+        assert v["against_base"]["difference"] == pytest.approx(r["against_base"]["difference"], abs=1e-9)
+        assert j["untouched"]["against_base"]["n"] == 6 and "sparse - frozen base on the same split: " in text
+    else:
+        assert "against_base" not in v and "against_base" not in j["untouched"] and "frozen base" not in text

@@ -33,11 +33,20 @@ from workbench.attention.verdict import judge, judge_both, verdict_sequences
 
 
 def judge_state(
-    base, sparse, corpus, cfg: SparsifyConfig, ctx_len: int, n_queries: int, memo: dict | None = None, frozen=None
+    base,
+    sparse,
+    corpus,
+    cfg: SparsifyConfig,
+    ctx_len: int,
+    n_queries: int,
+    memo: dict | None = None,
+    frozen=None,
+    reference: str = "base",
 ) -> dict:
     """Keys per query and the CE verdict on the verdict split, the CE on the untouched split, and the accuracy
     guard on the selection and the verdict queries; `meets`: CE verdict met and the verdict queries' guard met.
-    base: the reference every difference is taken against (a fair run's fine-tuned control at the state's step).
+    base: the reference every difference is taken against, named by `reference` ("control": a fair run's
+    fine-tuned control at the state's step).
     frozen: under reference "both", the frozen base, whose CE verdict (and untouched CE) is added as against_base;
     the verdict is met only if both are.
     memo: a dict kept across calls with the same base (or frozen), corpus, cfg and n_queries: that model is measured
@@ -68,7 +77,7 @@ def judge_state(
         "untouched": spread,
         "accuracy_guard": guards,
         "judge_config": j.to_dict(),
-        "reference": "control" if frozen is not None else "base",
+        "reference": reference,
         "meets": verdict["constraint_met"] and guards["verdict"]["met"],
     }
 
@@ -92,7 +101,7 @@ def judge_folder(folder: str | Path, judge_cfg=None, base_spec: str | None = Non
         return judge_state(base.eval(), sparse.eval(), corpus, cfg, r["heldout"]["ctx_len"], n)
     control = load(str(Path(folder) / CONTROL_DIR), device="cpu")[0].eval()
     frozen = base.eval() if cfg.reference == "both" else None
-    return judge_state(control, sparse.eval(), corpus, cfg, r["heldout"]["ctx_len"], n, frozen=frozen)
+    return judge_state(control, sparse.eval(), corpus, cfg, r["heldout"]["ctx_len"], n, None, frozen, "control")
 
 
 def record(folder: str | Path, judgement: dict) -> dict:
