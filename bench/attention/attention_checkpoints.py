@@ -30,10 +30,6 @@ OUT = harness.BENCH / "results" / "attention_checkpoints.md"
 SELECTION_QUERY_SEED = 1  # the report's queries use seed 0
 
 
-def _iv(d: dict) -> str:
-    return f"{d['difference']:+.4f} [{d['ci95'][0]:+.4f}, {d['ci95'][1]:+.4f}]"
-
-
 def query_overlap(n: int) -> dict[str, float]:
     """Share of the selection queries whose prompt is also among the verdict (seed 0) queries, per family."""
     from workbench.corpus.tasks import QUERY_TASKS, queries
@@ -47,6 +43,7 @@ def query_overlap(n: int) -> dict[str, float]:
 
 def goal_rows(states, evals, base, record, n: int, points: float) -> tuple[list[list], list[dict]]:
     """One row per kept state (selection split and selection queries only) and the candidates."""
+    from workbench.attention.report import interval
     from workbench.attention.verdict import feasible
     from workbench.models.card import task_accuracy
 
@@ -65,7 +62,7 @@ def goal_rows(states, evals, base, record, n: int, points: float) -> tuple[list[
             [
                 e["step"],
                 f"{e['mean_open_keys_per_query']:.2f}",
-                _iv(e["difference"]),
+                interval(e["difference"]),
                 "yes" if admitted else "no",
                 f"{worst} {diff[worst]:+.1f}",
                 ", ".join(f"{t} {d:+.1f}" for t, d in diff.items() if d < -points) or "none",
@@ -103,7 +100,7 @@ def drift_rows(states, record, base, corpus, steps: list[int]) -> list[list]:
     import numpy as np
     import torch
 
-    from workbench.attention.report import heldout
+    from workbench.attention.report import heldout, interval
     from workbench.attention.verdict import paired_difference
 
     cfg = record["config"]
@@ -118,7 +115,7 @@ def drift_rows(states, record, base, corpus, steps: list[int]) -> list[list]:
         cells = []
         for tokens in (held, train):
             b = seq_ce(base, tokens, False)
-            cells += [_iv(paired_difference(seq_ce(sparse, tokens, s), b)) for s in (False, True)]
+            cells += [interval(paired_difference(seq_ce(sparse, tokens, s), b)) for s in (False, True)]
         logged = [c["ce"] - c["ce_base"] for c in curves if step - 16 < c["step"] <= step]
         rows.append([step, *cells, f"{sum(logged) / len(logged):+.4f}"])
         print(f"drift at step {step}: {cells}", flush=True)
@@ -190,6 +187,8 @@ def main() -> None:
 
 
 def _verdict_line(best, report) -> str:
+    from workbench.attention.report import interval
+
     if best is None:
         return (
             "**No kept state is a candidate**: none is both admitted and within the points of the base on every family."
@@ -197,7 +196,7 @@ def _verdict_line(best, report) -> str:
     acc = report["task_accuracy_detail"]["difference"]
     return (
         f"Sparsest candidate: step {best['step']} ({report['mean_open_keys_per_query']:.2f} keys/query/head); on the "
-        f"fresh verdict split {_iv(report['verdict'])} (n = {report['verdict']['n']}), constraint "
+        f"fresh verdict split {interval(report['verdict'])} (n = {report['verdict']['n']}), constraint "
         f"{'met' if report['verdict']['constraint_met'] else 'NOT met'}; verdict queries (seed 0): "
         + ", ".join(f"{t} {100 * d:+.1f}" for t, d in acc.items())
     )

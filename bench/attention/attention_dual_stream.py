@@ -77,14 +77,16 @@ def verdict_split(info: dict, base_spec: str) -> tuple:
 
 
 def row(step: int, info: dict, judged: dict, every: int) -> list[str]:
+    from workbench.attention.report import interval
+
     e = next((e for e in info["evals"] if e["step"] == step), None)
     j = judged.get(step)
     dual = [r["dual_difference"] for r in info["curves"] if step - every < r["step"] <= step and "dual_difference" in r]
     lam = next((r["lambda"] for r in info["curves"] if r["step"] == step), None)
     return [
         f"{j['mean_open_keys_per_query']:.2f}" if j else "-",
-        frontier._interval(j["diff"]) if j else "not kept",
-        frontier._interval(e["difference"]) if e else "-",
+        interval(j["diff"]) if j else "not kept",
+        interval(e["difference"]) if e else "-",
         f"{sum(dual) / len(dual):+.4f}" if dual else "-",
         f"{lam:.3g}" if lam is not None else "-",
     ]
@@ -92,11 +94,13 @@ def row(step: int, info: dict, judged: dict, every: int) -> list[str]:
 
 def evaluation_row(e: dict, dual: dict, ref: dict, every: int) -> list:
     """One selection-split evaluation of the held-out-dual run beside the reference's at the same step."""
+    from workbench.attention.report import interval
+
     r = next((r for r in ref["evals"] if r["step"] == e["step"]), None)
     d = row(e["step"], dual, {}, every)
     ref_lam = next((c["lambda"] for c in ref["curves"] if c["step"] == e["step"]), None)
     return [e["step"], f"{e['mean_open_keys_per_query']:.2f}", *d[2:]] + (
-        [f"{r['mean_open_keys_per_query']:.2f}", frontier._interval(r["difference"]), f"{ref_lam:.3g}"]
+        [f"{r['mean_open_keys_per_query']:.2f}", interval(r["difference"]), f"{ref_lam:.3g}"]
         if r and ref_lam is not None
         else ["-", "-", "-"]
     )

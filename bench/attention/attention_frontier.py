@@ -46,15 +46,18 @@ def kept_states(run: Path, checkpoints: Path | None) -> tuple[dict[int, object],
     return states, evals
 
 
-def sparse_model(state, base_spec: str, gates: dict):
-    """The gated model at one kept state."""
+def sparse_model(state, base_spec: str, gates: dict | None):
+    """The gated model at one kept state (gates None: the ungated base with those weights, e.g. a run's fine-tuned
+    control at a kept step)."""
     from workbench.attention import gates as G
     from workbench.attention.config import GateConfig
     from workbench.models import load
 
     if isinstance(state, Path):
         return load(str(state), device="cpu")[0].eval()
-    model = G.install(load(base_spec, device="cpu")[0], GateConfig.from_dict(gates))
+    model = load(base_spec, device="cpu")[0]
+    if gates is not None:
+        model = G.install(model, GateConfig.from_dict(gates))
     model.load_state_dict(state)
     return model.eval()
 
@@ -78,12 +81,9 @@ def judge_states(run: Path, steps: set[int], states: dict, queries: int) -> dict
     return out
 
 
-def _interval(d: dict) -> str:
-    return f"{d['difference']:+.4f} [{d['ci95'][0]:+.4f}, {d['ci95'][1]:+.4f}]"
-
-
 def rows(tolerances, evals, states, reports, z: float) -> tuple[list[list], list[str]]:
     """One table row per tolerance, and notes on sparser admitted states that were not kept."""
+    from workbench.attention.report import interval
     from workbench.attention.verdict import judge, sparsest_within
 
     table, notes = [], []
@@ -93,7 +93,7 @@ def rows(tolerances, evals, states, reports, z: float) -> tuple[list[list], list
         if any_ is not None and (best is None or any_["open_fraction"] < best["open_fraction"]):
             notes.append(
                 f"tolerance {tol}: step {any_['step']} ({any_['mean_open_keys_per_query']:.2f} keys/query/head, "
-                f"selection split {_interval(any_['difference'])}) is sparser but its state was not kept"
+                f"selection split {interval(any_['difference'])}) is sparser but its state was not kept"
             )
         if best is None:
             table.append([tol, "no kept state admitted", "", "", "", "", "", "", ""])
@@ -109,8 +109,8 @@ def rows(tolerances, evals, states, reports, z: float) -> tuple[list[list], list
                 f"{r['mean_open_keys_per_query']:.2f}",
                 f"{100 * r['open_fraction']:.2f}%",
                 f"{r['empty_row_fraction']:.1%} / {r['single_key_row_fraction']:.1%}",
-                _interval(best["difference"]),
-                _interval(v),
+                interval(best["difference"]),
+                interval(v),
                 "met" if v["constraint_met"] else "NOT met",
                 f"{worst} {100 * acc[worst]:+.1f}",
             ]

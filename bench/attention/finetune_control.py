@@ -93,6 +93,8 @@ PAIRS = (("control", "base"), ("sparse", "base"), ("sparse", "control"))
 
 
 def render(args, report: dict, trained: dict, diffs: dict, record: dict) -> str:
+    from workbench.attention.report import interval
+
     cfg = record["config"]
     lines = [
         f"# Fine-tuned-base control: {Path(args.sparse).name}",
@@ -113,10 +115,7 @@ def render(args, report: dict, trained: dict, diffs: dict, record: dict) -> str:
         "|---|---|---|---|---|",
     ]
     for split, d in diffs.items():
-        cells = [
-            f"{d[k]['difference']:+.4f} [{d[k]['ci95'][0]:+.4f}, {d[k]['ci95'][1]:+.4f}]"
-            for k in map(" - ".join, PAIRS)
-        ]
+        cells = [interval(d[k]) for k in map(" - ".join, PAIRS)]
         lines.append(
             f"| {split} | {d['sequences'][0]}-{d['sequences'][1] - 1} (n = {d[PAIRS[0][0] + ' - base']['n']}) | "
             + " | ".join(cells)

@@ -31,8 +31,9 @@ LABEL = {True: "rerun step", False: "step"}  # a rerun of a published run (--pub
 
 def _iv(d: dict) -> str:
     """A paired difference with its interval; under reference "both", the frozen base's after a semicolon."""
-    cell = f"{d['difference']:+.4f} [{d['ci95'][0]:+.4f}, {d['ci95'][1]:+.4f}]"
-    return cell + (f"; frozen base {_iv(d['against_base'])}" if d.get("against_base") else "")
+    from workbench.attention.report import interval
+
+    return interval(d) + (f"; frozen base {_iv(d['against_base'])}" if d.get("against_base") else "")
 
 
 def _selection(e: dict) -> str:
@@ -84,7 +85,7 @@ def judge_run(
             sparse = frontier.sparse_model(states[step], base_spec, record["config"]["gates"])
             ref, frozen, name = base.eval(), None, "base"
             if controls:  # a fair run: against its control at this step (and the frozen base, reference "both")
-                ref, name = control_model(controls[step], base_spec), "control"
+                ref, name = frontier.sparse_model(controls[step], base_spec, None), "control"
                 frozen = base.eval() if cfg.reference == "both" else None
             kept[str(step)] = judge_state(ref, sparse, corpus, cfg, record["ctx_len"], n_queries, memo, frozen, name)
             if cache:
@@ -110,16 +111,6 @@ def kept_controls(run: Path, checkpoints: Path) -> dict:
     if (run / "sparsify.json").is_file():
         controls[json.loads((run / "sparsify.json").read_text())["selected_step"]] = run / CONTROL_DIR
     return controls
-
-
-def control_model(weights, base_spec: str):
-    """The control model from kept weights (the base's architecture, no gates) or a saved control folder."""
-    from workbench.models import load
-
-    model = load(str(weights) if isinstance(weights, Path) else base_spec, device="cpu")[0]
-    if not isinstance(weights, Path):
-        model.load_state_dict(weights)
-    return model.eval()
 
 
 def row(label: str, j: dict, e: dict | None, cfg, keys: float) -> tuple[list, bool]:

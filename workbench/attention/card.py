@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 from workbench.atomic import atomic_path, atomic_write_text
-from workbench.attention.report import REPORT, format_report, guard_line, read_report, untouched_line
+from workbench.attention.report import REPORT, format_report, guard_line, interval, read_report, untouched_line
 from workbench.errors import DamagedFileError, MissingInputError
 
 FILES = ("model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json", REPORT, "sparsify.json")
@@ -99,7 +99,7 @@ def _after_the_fact(r: dict) -> list[str]:
         lines.append(
             f"- {split} split (held-out sequences {first}-{end - 1}, n = {sc['n']}): CE sparse - control "
             f"{sc['difference']:+.4f}, 95% interval [{sc['ci95'][0]:+.4f}, {sc['ci95'][1]:+.4f}] ({within} the "
-            f"tolerance {tol:g}); control - base {cb['difference']:+.4f} [{cb['ci95'][0]:+.4f}, {cb['ci95'][1]:+.4f}]."
+            f"tolerance {tol:g}); control - base {interval(cb)}."
         )
     return lines
 

@@ -18,6 +18,7 @@ from workbench.attention.report import (
     accuracy_guard,
     accuracy_with_intervals,
     guard_line,
+    interval,
     paired_sums,
     read_report,
     reference_side,
@@ -53,16 +54,16 @@ def judge_state(
     once; with `frozen` given the reference is a new control for every state, so only the frozen base is memoised."""
     from workbench.models.card import task_accuracy
 
-    ref_memo = None if frozen is not None else memo
+    ref_memo, seen = (None if frozen is not None else memo), {}  # seen: the sparse state's sums, once per split
     seqs, first = verdict_sequences(corpus, cfg.eval_sequences, cfg.verdict_sequences, ctx_len, cfg.verdict_start)
     tokens = stack(seqs)[0]
-    _, s, diff = paired_sums(base, sparse, tokens, ref_memo, "verdict")
+    _, s, diff = paired_sums(base, sparse, tokens, ref_memo, "verdict", seen)
     verdict = judge(diff, cfg.tolerance)
-    spread = untouched(base, sparse, corpus, cfg, ctx_len, memo=ref_memo)
+    spread = untouched(base, sparse, corpus, cfg, ctx_len, memo=ref_memo, seen=seen)
     if frozen is not None:
-        verdict = judge_both(verdict, paired_sums(frozen, sparse, tokens, memo, "verdict")[2], cfg.tolerance)
+        verdict = judge_both(verdict, paired_sums(frozen, sparse, tokens, memo, "verdict", seen)[2], cfg.tolerance)
         if spread:
-            spread["against_base"] = untouched(frozen, sparse, corpus, cfg, ctx_len, memo=memo)
+            spread["against_base"] = untouched(frozen, sparse, corpus, cfg, ctx_len, memo=memo, seen=seen)
     verdict["split"] = {"split": "heldout", "sequences": [first, first + len(seqs)], "ctx_len": ctx_len}
     j = cfg.judge
     guards = {}
@@ -122,18 +123,14 @@ def format_judgement(j: dict) -> str:
         f"open keys per query per head: {j['mean_open_keys_per_query']:.2f} (rows with no open key "
         f"{j['empty_row_fraction']:.2%}, with exactly one {j['single_key_row_fraction']:.2%})",
         f"CE verdict (held-out sequences {v['split']['sequences'][0]}-{v['split']['sequences'][1] - 1}), sparse - "
-        f"{ref}: {_iv(v)}: {v['why']}",
+        f"{ref}: {interval(v)}: {v['why']}",
     ]
     if "against_base" in v:
-        lines.append(f"  sparse - frozen base on the same split: {_iv(v['against_base'])}")
+        lines.append(f"  sparse - frozen base on the same split: {interval(v['against_base'])}")
     lines.append(untouched_line(u, ref) if u else "untouched split: none (untouched_sequences = 0)")
     if u and "against_base" in u:
-        lines.append(f"  sparse - frozen base on the untouched split: {_iv(u['against_base'])}")
+        lines.append(f"  sparse - frozen base on the untouched split: {interval(u['against_base'])}")
     for use, g in j["accuracy_guard"].items():
         lines.append(guard_line(g, use, ref))
     lines.append(f"meets the goal (CE verdict and the verdict queries' guard): {'yes' if j['meets'] else 'NO'}")
     return "\n".join(lines)
-
-
-def _iv(d: dict) -> str:
-    return f"{d['difference']:+.4f} [{d['ci95'][0]:+.4f}, {d['ci95'][1]:+.4f}]"

@@ -459,7 +459,8 @@ def accuracy_guard(acc: dict, max_drop: float, seed: int) -> dict:
 
 
 def remembered(memo: dict | None, key, compute):
-    """The base model's figure `key`, computed once per memo (judging many states of one run against one base)."""
+    """A model's figure `key`, computed once per memo (judging many states of one run against one base, or one
+    state against two references)."""
     if memo is None:
         return compute()
     if key not in memo:
@@ -467,18 +468,21 @@ def remembered(memo: dict | None, key, compute):
     return memo[key]
 
 
-def paired_sums(base, sparse, tokens, memo: dict | None, key: str) -> tuple[dict, dict, dict]:
-    """Sums of both models on tokens (the base's memoised under key) and the paired difference sparse - base."""
+def paired_sums(base, sparse, tokens, memo: dict | None, key: str, seen: dict | None = None) -> tuple[dict, dict, dict]:
+    """Sums of both models on tokens (the base's memoised under key in memo, the sparse model's in seen: one
+    state compared with two references is measured once) and the paired difference sparse - base."""
     b = dict(remembered(memo, key, lambda: measure(base, tokens)))
-    s = measure(sparse, tokens)
+    s = dict(remembered(seen, key, lambda: measure(sparse, tokens)))
     return b, s, paired_difference(s.pop("seq_ce"), b.pop("seq_ce"))
 
 
-def untouched(base, sparse, corpus, cfg, ctx_len: int, required: bool = True, memo: dict | None = None) -> dict | None:
+def untouched(
+    base, sparse, corpus, cfg, ctx_len: int, required: bool = True, memo: dict | None = None, seen: dict | None = None
+) -> dict | None:
     """The paired CE difference sparse - base on the untouched split with its 95% interval (None: size 0).
 
     required False (a training run's report): a corpus too short for the split gives {"unavailable": why}, which
-    the report prints, instead of failing a finished run. memo: see judge.judge_state."""
+    the report prints, instead of failing a finished run. memo, seen: see paired_sums and judge.judge_state."""
     if cfg.judge.untouched_sequences == 0:
         return None
     try:
@@ -487,13 +491,18 @@ def untouched(base, sparse, corpus, cfg, ctx_len: int, required: bool = True, me
         if required:
             raise
         return {"unavailable": str(e)}
-    b, s, diff = paired_sums(base, sparse, stack(seqs)[0], memo, "untouched")
+    b, s, diff = paired_sums(base, sparse, stack(seqs)[0], memo, "untouched", seen)
     split = {"split": "heldout", "sequences": [first, first + len(seqs)], "ctx_len": ctx_len}
     return {**diff, "split": split, "ce": {"base": summarise(b)["ce"], "sparse": summarise(s)["ce"]}}
 
 
 def _pts(x: float) -> str:
     return f"{100 * x:+.1f}"
+
+
+def interval(d: dict) -> str:
+    """A paired difference and its 95% interval as the tables print it: +0.0027 [+0.0010, +0.0044]."""
+    return f"{d['difference']:+.4f} [{d['ci95'][0]:+.4f}, {d['ci95'][1]:+.4f}]"
 
 
 def untouched_line(u: dict, reference: str = "base") -> str:
