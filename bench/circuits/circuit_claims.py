@@ -250,7 +250,9 @@ def seconds(res: dict, side: str) -> float:
 # ---- the report ----
 
 
-def render_paired(results: dict[str, dict]) -> list[str]:
+def render_paired(results: dict[str, dict], measures: dict = MEASURES) -> list[str]:
+    """One table per measure (table name -> claims.LEVELS key or a function of one side and the target): per
+    family and target each model's mean and each pair's paired intervals (paper_edges.py passes its counts)."""
     first = next(iter(results.values()))
     header = ["family", "NDF", "queries", *(f"{s} mean" for s in model_sides(first)), "base / sparse (ratio of means)"]
     for label, (a, b) in pairs(first).items():
@@ -258,7 +260,7 @@ def render_paired(results: dict[str, dict]) -> list[str]:
         header += [f"{named}geometric mean of per-query {a} / {b} [95% CI]", f"{named}{a} - {b} [95% CI]"]
     header.append("flags")
     lines = []
-    for name, measure in MEASURES.items():
+    for name, measure in measures.items():
         rows = [[task, t, *paired_row(res, measure, t)] for task, res in results.items() for t in targets(res)]
         lines += ["", f"### {name}", "", *harness.table(header, rows)]
     return lines

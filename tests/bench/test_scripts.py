@@ -243,6 +243,30 @@ def test_circuit_claims_with_a_control_splits_base_minus_sparse_and_reuses_both_
     )
 
 
+def test_paper_edges_keeps_circuits_per_model_and_splits_with_a_control(tmp_path):
+    """paper_edges.py base vs sparse, then with the base itself as the control: the store keeps circuits by model
+    id, so the control run measures nothing new (the control is the base's weights) and its "from training" pair is
+    exactly 1x and 0 while "from the gates" equals base / sparse; other settings are refused."""
+    store, script = tmp_path / "edges.json", "bench/circuits/paper_edges.py"
+    argv = ("--base", "data/models/tiny", "--sparse", "data/models/tiny-sparse", "--n", "1", "--targets", "0.8")
+    argv += ("--families", "ioi", "--samples", "1", "--results", store)
+    _run(tmp_path, script, *argv)
+    res = json.loads(store.read_text())
+    assert len(res["sides"]) == 2 and all(s["ioi"][0]["0.8"]["pairs"] > 0 for s in res["sides"].values())
+    assert res["queries"]["ioi"][0]["prompt"] and res["runs"][0]["models"]["base"] == res["base_model"]
+    out = _run(tmp_path, script, *argv, "--control", "data/models/tiny")
+    again = json.loads(store.read_text())
+    assert again == res  # nothing to measure, so not even a run is recorded
+    row = out.split("### pairs\n", 1)[1].split("| ioi | 0.8 | ", 1)[1].split("\n")[0].split(" | ")
+    # queries, 3 means, ratio of means, then (geometric mean, difference) for base-sparse, training, gates
+    assert row[0] == "1" and row[7].startswith("1.00 (n=1)") and row[8].startswith("0.00 (n=1)")
+    assert (row[9], row[10]) == (row[5], row[6])
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, script, *map(str, argv[:-6]), "0.9", "--families", "ioi", "--results", str(store)]
+    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0 and "was made with other settings" in proc.stderr
+
+
 def test_circuit_claims_renders_what_the_split_shows_from_the_stored_rows(tmp_path):
     """The control report's closing section is rendered, not written by hand: from the committed tiny-fair rows,
     per measure, each pair's rows whose paired 95% interval excludes 0, the same rows claims.paired finds here."""
