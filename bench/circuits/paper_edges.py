@@ -98,8 +98,8 @@ def measure(args, models: dict, store: Path) -> None:
             if not todo:
                 continue
             asked = retarget(base, qs[task][i])
-            row, stored = {"prompt": asked.prompt, "answer": asked.answer, "wrong": asked.wrong}, res["queries"]
-            stored = stored.setdefault(task, [])
+            row = {"prompt": asked.prompt, "answer": asked.answer, "wrong": asked.wrong}
+            stored = res["queries"].setdefault(task, [])
             if len(stored) <= i:
                 stored.append(row)
             elif stored[i] != row:
@@ -115,10 +115,10 @@ def comparisons(res: dict, ids: dict) -> dict[str, dict]:
     per query with a side per model), over the queries every model has been measured on."""
     out = {}
     for task, asked in res["queries"].items():
-        sides = {role: res["sides"].get(i, {}).get(task, []) for role, i in ids.items()}
+        sides = {role: res["sides"].get(mid, {}).get(task, []) for role, mid in ids.items()}
         n = min(len(asked), *map(len, sides.values()))
         if n:
-            out[task] = {"targets": res["targets"], **{f"{role}_model": i for role, i in ids.items()}}
+            out[task] = {"targets": res["targets"], **{f"{role}_model": mid for role, mid in ids.items()}}
             out[task]["queries"] = [{role: sides[role][q] for role in ids} | asked[q] for q in range(n)]
     return out
 
