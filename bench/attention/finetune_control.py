@@ -8,8 +8,9 @@ as long).
 
     python bench/attention/finetune_control.py --sparse data/models/small-sparse [--steps N] [--threads 1] [--write]
 
---write records the differences in the model's attention_report.json (`fine_tuned_control`) and rewrites its card,
-so a shipped model whose run had no control states what its gates cost against one.
+--write records the differences in the model's attention_report.json (`fine_tuned_control`), rewrites its card and
+saves the control beside the model as control/, so a shipped model whose run had no control states what its gates cost
+against one, and `attention compare --control` (and the Compare page) split its circuits' base - sparse with it.
 
 Resumable: the control's checkpoint is written (atomically) every --checkpoint-every steps in --work, and a rerun of
 the same command continues from it; a checkpoint from other settings is refused.
@@ -153,15 +154,24 @@ def main() -> None:
     harness.write_text(args.out, render(args, report, trained, diffs, record))
     print(args.out.read_text())
     if args.write:
-        write_control(args, report, trained, diffs)
+        write_control(args, report, trained, diffs, control)
 
 
-def write_control(args, report: dict, trained: dict, diffs: dict) -> None:
-    """The differences into the sparse model's report (`card.AFTER_THE_FACT`) and, for an embedded model, its card."""
-    from workbench.attention.card import AFTER_THE_FACT, rewrite
+def write_control(args, report: dict, trained: dict, diffs: dict, control) -> None:
+    """The control beside the sparse model (control/), the differences into its report (`card.AFTER_THE_FACT`) and,
+    for an embedded model, its card. The report is written last, so it never names a control that is not there."""
+    from workbench.attention.card import AFTER_THE_FACT, CONTROL_DIR, rewrite
     from workbench.attention.report import write_report
+    from workbench.models import model_id, save
 
-    report[AFTER_THE_FACT] = {"steps": trained["step"], "cpu_s": trained["cpu_s"], "splits": diffs}
+    save(control, Path(args.sparse) / CONTROL_DIR)
+    report[AFTER_THE_FACT] = {
+        "steps": trained["step"],
+        "cpu_s": trained["cpu_s"],
+        "splits": diffs,
+        "model": model_id(control),
+        "folder": CONTROL_DIR,
+    }
     write_report(report, args.sparse)
     if (Path(args.sparse) / "README.md").is_file():
         command = f"python bench/attention/finetune_control.py --sparse DIR --steps {trained['step']} --write"

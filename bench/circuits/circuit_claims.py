@@ -547,11 +547,19 @@ def ahead_line(args, task: str, res: dict) -> list[str]:
     return lines
 
 
+def default_out(args) -> Path:
+    """The report's default path: named by the base and the kind of run only, so a second run of that kind on the same
+    base needs --out (the report's command then names it)."""
+    name = tag(args.base) + ("_base" if args.base_only else "_control" if args.control else "")
+    return harness.BENCH / "results" / f"circuit_claims_{name}.md"
+
+
 def method_lines(args, first: dict | None) -> list[str]:
     cmd = f"python bench/circuits/circuit_claims.py --base {args.base} " + (
         "--base-only" if args.base_only else f"--sparse {args.sparse}"
     )
     cmd += f" --control {args.control}" if args.control else ""
+    cmd += f" --out {rel(args.out)}" if Path(args.out).resolve() != default_out(args).resolve() else ""
     lines = [
         f"- Command: `{cmd} --n {args.n} --split {args.split} --targets {','.join(map(str, args.targets))} "
         f"--samples {args.samples}`; JSON per family in {rel(run_folder(args))}",
@@ -665,8 +673,7 @@ def parse_args():
     if args.quick:
         args.n, args.samples, args.families = 2, 1, "ioi,greater_than"
     args.results = args.results or (harness.WORK / "circuit_claims" if args.quick else RESULTS)
-    name = tag(args.base) + ("_base" if args.base_only else "_control" if args.control else "")
-    args.out = args.out or harness.BENCH / "results" / f"circuit_claims_{name}.md"
+    args.out = args.out or default_out(args)
     return args
 
 

@@ -442,3 +442,11 @@ def test_finetune_control_write_records_the_differences_and_the_card_states_them
     assert f"CE sparse - control {d['difference']:+.4f}, 95% interval [{d['ci95'][0]:+.4f}" in card
     assert "Against a control fine-tuned after the run (2 steps" in card
     assert card.count("finetune_control.py --sparse DIR --steps 2 --write") == 1
+    # the control itself is saved beside the model, read back by compare's reader and shipped with the model
+    from workbench.attention.compare import saved_control
+    from workbench.provenance import model_id
+
+    control = saved_control(model)
+    assert model_id(control) == c["model"] != json.loads((model / "attention_report.json").read_text())["base_model"]
+    assert f"({c['model']}) is saved beside the model as control/" in card
+    assert {"control/config.json", "control/model.safetensors"} <= set(shipped(model))

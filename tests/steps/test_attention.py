@@ -30,7 +30,15 @@ def test_the_embedded_sparse_model_is_copied_recorded_and_loadable(name, base, f
     assert set(shipped) == {"ioi", "induction", "greater_than", "addition", "facts"}
     assert all(r["n"] == 20 and r["sparse_model"] == report["model_id"] for r in shipped.values())
     assert all(r["base_model"] == report["base_model"] for r in shipped.values())
-    claims = ROOT / "bench" / "results" / "circuit_claims" / f"{base}-vs-{name}"
+    # a model shipped with its control (finetune_control.py --write) ships the three-way claims of its store
+    control = report.get("fine_tuned_control", {}).get("model")
+    middle = f"-vs-{name}-control" if control else ""
+    claims = ROOT / "bench" / "results" / "circuit_claims" / f"{base}{middle}-vs-{name}"
+    assert all(r.get("control_model") == control for r in shipped.values())
+    if control:
+        from workbench.attention.compare import saved_control
+
+        assert model_id(saved_control(folder)) == control  # the workspace's copy carries the control Compare names
     for task in shipped:
         assert (folder / "compare" / f"{task}.json").read_bytes() == (claims / f"heldout-{task}-n20.json").read_bytes()
     heads = browse.head_flow_results(folder)

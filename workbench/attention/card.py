@@ -17,12 +17,23 @@ from workbench.errors import DamagedFileError, MissingInputError
 
 FILES = ("model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json", REPORT, "sparsify.json")
 COMPARE = "compare"  # <task>.json: the circuit claims measured on the model (bench/circuits/circuit_claims.py), read by Compare
+# the base fine-tuned without gates (`attention train --control finetune`, or after the run by
+# bench/attention/finetune_control.py --write), a model folder: Compare splits base - sparse with it
+CONTROL_DIR = "control"
+
+
+def control_files(folder: str | Path) -> tuple[str, ...]:
+    """The files of the control saved beside a sparse model (none when it has none; config.json is written last)."""
+    control = Path(folder) / CONTROL_DIR
+    if not (control / "config.json").is_file():
+        return ()
+    return tuple(f"{CONTROL_DIR}/{p.name}" for p in sorted(control.iterdir()) if p.is_file())
 
 
 def shipped(folder: str | Path) -> tuple[str, ...]:
-    """An embedded sparse model's files: the model's, its card, and the comparisons shipped beside it."""
+    """An embedded sparse model's files: the model's, its card, its control and the comparisons shipped beside it."""
     compared = sorted((Path(folder) / COMPARE).glob("*.json"))
-    return FILES + ("README.md",) + tuple(f"{COMPARE}/{p.name}" for p in compared)
+    return FILES + ("README.md",) + control_files(folder) + tuple(f"{COMPARE}/{p.name}" for p in compared)
 
 
 def card_text(r: dict, command: str, name: str) -> str:
@@ -101,6 +112,11 @@ def _after_the_fact(r: dict) -> list[str]:
             f"{sc['difference']:+.4f}, 95% interval [{sc['ci95'][0]:+.4f}, {sc['ci95'][1]:+.4f}] ({within} the "
             f"tolerance {tol:g}); control - base {interval(cb)}."
         )
+    if c.get("folder"):
+        lines.append(
+            f"- The control ({c['model']}) is saved beside the model as {c['folder']}/: Compare splits each circuit's "
+            "base - sparse into training (base - control) and the gates (control - sparse) with it."
+        )
     return lines
 
 
@@ -152,6 +168,6 @@ def copy_model(src: str | Path, dest: str | Path, names: tuple[str, ...] = FILES
 def embed(run_folder: str | Path, dest: str | Path, command: str) -> Path:
     """Copy a finished sparsify run's model into dest (an embedded model folder) with its card."""
     r = read_report(run_folder)
-    out = copy_model(run_folder, dest)
+    out = copy_model(run_folder, dest, FILES + control_files(run_folder))
     atomic_write_text(out / "README.md", card_text(r, command, out.name))
     return out

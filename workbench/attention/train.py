@@ -26,6 +26,7 @@ import torch.distributed as dist
 from workbench import checkpoint
 from workbench.atomic import atomic_write_text
 from workbench.attention import gates as G
+from workbench.attention.card import CONTROL_DIR  # control "finetune": the control at the saved state
 from workbench.attention.config import RESUME_FREE, SparsifyConfig
 from workbench.attention.constraint import Multiplier
 from workbench.attention.control import FineTunedControl, cpu_state
@@ -38,7 +39,6 @@ from workbench.models import save as save_model
 from workbench.schedule import lr_factor
 
 CHECKPOINT, RUN, CURVES = "checkpoint.pt", "sparsify.json", "curves.jsonl"
-CONTROL_DIR = "control"  # control "finetune": the fine-tuned control at the saved state, a model folder
 CONTROL_REFERENCE = "the control: the base fine-tuned in lockstep on the same batches, no gates, at the saved step"
 BOTH_REFERENCE = f"both {CONTROL_REFERENCE} and the frozen base (the constraint holds against each)"
 
