@@ -516,6 +516,26 @@ def test_compare_page_shows_the_control_beside_base_and_sparse(feature_workspace
     assert only.to_dict("records") == fa.heads_only_in_one(res)
 
 
+def test_compare_page_shows_the_control_shipped_with_tiny_sparse(circuit_app, circuit_workspace):
+    """The embedded tiny-sparse ships the control fine-tuned after its run (finetune_control.py --write) and the
+    three-way claims measured with it: the workspace's copy carries both, and its Compare page shows, per family,
+    the control's column and base − sparse split into training and the gates, as claims.paired reads them."""
+    folder = circuit_workspace / "models" / "tiny-sparse"
+    control = json.loads((folder / "attention_report.json").read_text())["fine_tuned_control"]["model"]
+    shipped = browse.compare_results(folder)
+    assert len(shipped) == 5 and all(res["control_model"] == control for _, res in shipped)
+    at = ok(circuit_app("views/compare.py", model="models/tiny-sparse"))
+    assert control in text(at) and "queries with a gap on all three models" in text(at)
+    tables = [d.value for d in at.dataframe if "undecided" in d.value.columns]
+    assert len(tables) == len(shipped)
+    for (_, res), table in zip(shipped, tables):
+        assert list(table.columns[3:6]) == ["base", "control", "sparse"]
+        row = table[(table["NDF"] == "0.8") & (table["measure"] == "heads")].iloc[0]
+        gates = claims.paired(res, "heads", "0.8", "control", "sparse")
+        assert (row["queries"], row["control"], row["sparse"]) == (gates["n"], gates["control"], gates["sparse"])
+        assert row["from the gates: control − sparse [95%]"] == gates["difference"].format("{:.1f}")
+
+
 def _logit_table() -> None:
     from app import state
 
