@@ -166,7 +166,8 @@ def copy_model(src: str | Path, dest: str | Path, names: tuple[str, ...] = FILES
 
 
 def embed(run_folder: str | Path, dest: str | Path, command: str) -> Path:
-    """Copy a finished sparsify run's model into dest (an embedded model folder) with its card."""
+    """Copy a finished sparsify run's model into dest (an embedded model folder) with its card, and its control/
+    when the run saved one."""
     r = read_report(run_folder)
     out = copy_model(run_folder, dest, FILES + control_files(run_folder))
     atomic_write_text(out / "README.md", card_text(r, command, out.name))
