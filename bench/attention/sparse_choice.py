@@ -99,7 +99,7 @@ def kept_controls(run: Path, checkpoints: Path) -> dict:
     """{step: the fine-tuned control's reference weights at that step (or the run's saved control/ folder)} of a
     `--control finetune` run: what each kept state is judged against, as the run's own evaluations were."""
     from workbench import checkpoint
-    from workbench.attention.train import CONTROL_DIR
+    from workbench.attention.card import CONTROL_DIR
 
     controls = {}
     for p in sorted(checkpoints.glob("*.pt")) + [run / "checkpoint.pt"]:

@@ -37,8 +37,8 @@ from clt_bench import eval_figures  # noqa: E402
 from head_flow_bench import family_row  # noqa: E402
 from head_flow_bench import header as heads_header  # noqa: E402
 
+from workbench.attention.card import CONTROL_DIR  # noqa: E402
 from workbench.attention.claims import MEASURES, format_gap, model_sides, paired, pairs, side_values, undecided  # noqa: E402
-from workbench.attention.train import CONTROL_DIR  # noqa: E402
 from workbench.browse import HEAD_FLOW_KINDS  # noqa: E402
 from workbench.intervals import t_interval  # noqa: E402
 

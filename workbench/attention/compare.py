@@ -22,8 +22,8 @@ import numpy as np
 import torch
 
 from workbench.attention import claims
+from workbench.attention.card import CONTROL_DIR
 from workbench.attention.claims import LEVELS
-from workbench.attention.train import CONTROL_DIR
 from workbench.circuits.config import DEFAULT_SAMPLES, QueryConfig
 from workbench.errors import BadValueError
 from workbench.models import load

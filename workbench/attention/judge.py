@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from workbench.attention.card import CONTROL_DIR
 from workbench.attention.config import SparsifyConfig
 from workbench.attention.report import (
     accuracy_guard,
@@ -29,7 +30,6 @@ from workbench.attention.report import (
     untouched_line,
     write_report,
 )
-from workbench.attention.train import CONTROL_DIR
 from workbench.attention.verdict import judge, judge_both, verdict_sequences
 
 

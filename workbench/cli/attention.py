@@ -281,8 +281,8 @@ def _check_compare_models(args) -> None:
 
 def _compare_control(args, device: str):
     """The control model --control names (alone: the one the sparse run saved), or None without the flag."""
+    from workbench.attention.card import CONTROL_DIR
     from workbench.attention.compare import saved_control
-    from workbench.attention.train import CONTROL_DIR
     from workbench.models import load
 
     if args.control is None:
