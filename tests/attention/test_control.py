@@ -14,7 +14,7 @@ from workbench.attention.report import format_report
 from workbench.cli import main
 from workbench.corpus import load_corpus
 from workbench.errors import ConfigError
-from workbench.models import load
+from workbench.models import load, model_id
 from workbench.schedule import lr_factor
 
 
@@ -108,8 +108,10 @@ def test_the_finetune_control_equals_a_separate_fine_tune_on_the_same_batches(sm
     against = report["against_base"]
     assert against["split"]["sequences"] == report["verdict"]["split"]["sequences"]
     assert against["control - base"]["difference"] != 0  # the control trained
+    assert report["control_model"] == model_id(load(str(out / T.CONTROL_DIR), device="cpu")[0])
     card = card_text(report, "workbench attention train --control finetune", "run")
-    assert f"Control: finetune; the verdict compares with {T.CONTROL_REFERENCE}." in card
+    saved_as = f"({report['control_model']}, saved beside the model as control/)"
+    assert f"Control: finetune {saved_as}; the verdict compares with {T.CONTROL_REFERENCE}." in card
     assert "Against the frozen base, sparse - base: " in card and "Against the frozen base, control - base: " in card
 
 

@@ -139,6 +139,8 @@ def test_resume_after_a_crash_gives_the_identical_model(small_dir, tmp_path, mon
         a, b = (load_file(str(tmp_path / d / name)) for d in ("full", "resumed"))
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert (tmp_path / "full" / "curves.jsonl").read_text() == (tmp_path / "resumed" / "curves.jsonl").read_text()
+    rows = (tmp_path / "resumed" / "curves.jsonl").read_text().splitlines()
+    assert {json.loads(r)["threads"] for r in rows} == {torch.get_num_threads()}  # identical at the same count
     ia, ib = (json.loads((tmp_path / d / "sparsify.json").read_text()) for d in ("full", "resumed"))
     assert ia["evals"] == ib["evals"] and ia["final_lambda"] == ib["final_lambda"]
 

@@ -82,7 +82,8 @@ def _control(r: dict) -> list[str]:
     """The card's lines naming what the verdict compares with (runs made with `--control`; older ones: the base)."""
     if "control" not in r:
         return []
-    lines = [f"Control: {r['control']}; the verdict compares with {r['reference']}."]
+    saved = f" ({r['control_model']}, saved beside the model as {CONTROL_DIR}/)" if r.get("control_model") else ""
+    lines = [f"Control: {r['control']}{saved}; the verdict compares with {r['reference']}."]
     for pair, d in r.get("against_base", {}).items():
         if pair != "split":
             lines.append(

@@ -8,7 +8,9 @@ the lowest CE, marked constraint_met = false). The dual step compares the traini
 model's CE on the same batch (SparsifyConfig.dual_ce) or, with dual_stream "heldout", the CE difference
 on a third held-out split (neither the selection nor the verdict split) every dual_every steps. Tokens come from the corpus machinery; sequence
 indices and the gate noise depend only on (seed, step, rank), so a resume from a checkpoint gives
-the identical result; under torchrun each process takes its share of every batch (DDP, gloo on CPU).
+the identical result at the same CPU thread count (on another count the matmuls sum in another order: two steps
+of small on 1 and 2 threads differ by 7e-9, and the trajectories part; each curves row records its threads);
+under torchrun each process takes its share of every batch (DDP, gloo on CPU).
 """
 
 from __future__ import annotations
@@ -162,6 +164,7 @@ class Sparsifier:
             )
         self.step_no += 1
         row = {"step": self.step_no, "ce": ce_v, "ce_base": ref_v, "open_fraction": open_v, "tau": tau}
+        row["threads"] = torch.get_num_threads()  # the sums' order: a resume on another count is not bit-identical
         if self.dual is None:
             self.mult.update(ce_v, ref_v)
         elif self.step_no % cfg.dual_every == 0:
@@ -427,6 +430,7 @@ def _reference(run: Run, info: dict):
         return base
     control = run.trainer.control.reference.eval()
     save_model(control, run.out / CONTROL_DIR)
+    info["control_model"] = model_id(control)
     seqs, start = verdict_sequences(
         run.data, run.cfg.eval_sequences, run.cfg.verdict_sequences, run.ctx, run.cfg.verdict_start
     )
