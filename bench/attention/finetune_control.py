@@ -6,7 +6,12 @@ untouched splits, three paired CE differences with their 95% intervals: control 
 buys), sparse - base (the figure the card reports) and sparse - control (what the gates cost against a base trained
 as long).
 
-    python bench/attention/finetune_control.py --sparse data/models/small-sparse [--steps N] [--threads 1] [--write]
+    python bench/attention/finetune_control.py --sparse data/models/small-sparse [--steps N] [--control-average D]
+        [--threads 1] [--write]
+
+--control-average D compares with the running average of the control's weights (decay D a step), as the fair
+runs' `attention train --control finetune --control-average D` do: one fine-tuned control's last state is a
+reference only to about 0.005 nats (docs/methods.md §7).
 
 --write records the differences in the model's attention_report.json (`fine_tuned_control`), rewrites its card and
 saves the control beside the model as control/, so a shipped model whose run had no control states what its gates cost
@@ -19,6 +24,7 @@ the same command continues from it; a checkpoint from other settings is refused.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -34,6 +40,12 @@ def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sparse", default="data/models/small-sparse", help="a sparse model folder (default: %(default)s)")
     ap.add_argument("--steps", type=int, help="fine-tuning steps (default: the shipped state's step)")
+    ap.add_argument(
+        "--control-average",
+        type=float,
+        default=0.0,
+        help="decay of a running average of the control's weights that the differences use (0: its last state)",
+    )
     ap.add_argument("--checkpoint-every", type=int, default=50)
     ap.add_argument("--sequences", type=int, help="first N sequences of each split only (default: all of them)")
     ap.add_argument("--work", type=Path, help="the control's checkpoint folder (default: bench/work/control-NAME)")
@@ -43,6 +55,8 @@ def parse_args() -> argparse.Namespace:
     )
     harness.add_common_args(ap, None, threads=1)
     args = ap.parse_args()
+    if not 0 <= args.control_average < 1:
+        ap.error(f"--control-average {args.control_average} must be in [0, 1) (0: the control's last state)")
     if args.quick:
         args.steps, args.sequences, args.checkpoint_every = 3 if args.steps is None else args.steps, 16, 2
     name = Path(args.sparse).name
@@ -53,7 +67,8 @@ def parse_args() -> argparse.Namespace:
 
 def fine_tune(model, corpus, cfg, ctx: int, steps: int, every: int, ckpt: Path, record: dict):
     """The control: `steps` AdamW steps on CE alone over the run's own batches (the trainer's own control under
-    `--control finetune`); resumes from ckpt. The fine-tuned model and its curve."""
+    `--control finetune`, cfg.control_average its decay); resumes from ckpt. What the differences compare with (the
+    running average of its weights, else its last state) and its curve."""
     from workbench import checkpoint
     from workbench.attention.control import FineTunedControl
     from workbench.attention.train import training_batches  # the run's own stream, in the same order
@@ -72,7 +87,7 @@ def fine_tune(model, corpus, cfg, ctx: int, steps: int, every: int, ckpt: Path, 
             state = {"step": step, "curve": curve, "cpu_s": time.process_time() - cpu0, "record": record}
             checkpoint.write(ckpt, {**state, **control.state_dict()})
             print(f"step {step}/{steps}: CE {sum(curve[-every:]) / len(curve[-every:]):.4f}", flush=True)
-    return control.model.eval(), {"step": step, "curve": curve, "cpu_s": time.process_time() - cpu0}
+    return control.reference.eval(), {"step": step, "curve": curve, "cpu_s": time.process_time() - cpu0}
 
 
 def differences(models: dict, splits: dict) -> dict:
@@ -106,7 +121,9 @@ def render(args, report: dict, trained: dict, diffs: dict, record: dict) -> str:
         f"(`{report['base_spec']}`), corpus {report['corpus']}",
         f"- Control: the base fine-tuned {trained['step']} steps on the run's own training batches (batch "
         f"{cfg['batch_size']}, ctx {record['ctx_len']}), AdamW lr {cfg['lr']}, weight decay {cfg['weight_decay']}, "
-        f"warm-up {cfg['warmup_steps']} steps then constant, gradient clip {cfg['grad_clip']}, CE alone, no gates; "
+        f"warm-up {cfg['warmup_steps']} steps then constant, gradient clip {cfg['grad_clip']}, CE alone, no gates"
+        + (f", the running average of its weights (decay {cfg['control_average']})" if cfg["control_average"] else "")
+        + "; "
         f"{trained['cpu_s'] / 3600:.2f} CPU hours; mean training CE over its last 50 steps "
         f"{sum(trained['curve'][-50:]) / max(1, len(trained['curve'][-50:])):.4f}",
         "- Differences: paired per-sequence mean CE, second model subtracted, with the 95% interval "
@@ -135,7 +152,9 @@ def main() -> None:
     from workbench.models import load
 
     report = read_report(args.sparse)
+    # the run's settings, with the control a fair run (--control finetune) would have kept beside it
     cfg = SparsifyConfig.from_dict(report["config"])
+    cfg = dataclasses.replace(cfg, control="finetune", control_average=args.control_average)
     base, tok = load(report["base_spec"], device="cpu")
     sparse = load(args.sparse, device="cpu")[0].eval()
     corpus = load_corpus(report["corpus"], tok, seed=cfg.seed)
@@ -171,10 +190,12 @@ def write_control(args, report: dict, trained: dict, diffs: dict, control) -> No
         "splits": diffs,
         "model": model_id(control),
         "folder": CONTROL_DIR,
+        "control_average": args.control_average,
     }
     write_report(report, args.sparse)
     if (Path(args.sparse) / "README.md").is_file():
-        command = f"python bench/attention/finetune_control.py --sparse DIR --steps {trained['step']} --write"
+        average = f" --control-average {args.control_average:g}" if args.control_average else ""
+        command = f"python bench/attention/finetune_control.py --sparse DIR --steps {trained['step']}{average} --write"
         rewrite(args.sparse, command, "for the CE against a control fine-tuned after the run")
 
 

@@ -450,3 +450,32 @@ def test_finetune_control_write_records_the_differences_and_the_card_states_them
     assert model_id(control) == c["model"] != json.loads((model / "attention_report.json").read_text())["base_model"]
     assert f"({c['model']}) is saved beside the model as control/" in card
     assert {"control/config.json", "control/model.safetensors"} <= set(shipped(model))
+
+
+def test_finetune_control_can_average_the_controls_weights_as_a_fair_run_does(tmp_path):
+    """--control-average D: the differences and the saved control use the running average of the control's weights
+    (the checkpoint's average, not its last weights), as `attention train --control-average` does; the report, the
+    card and the results say so; a decay outside [0, 1) is refused by name."""
+    import torch
+    from safetensors.torch import load_file
+
+    from workbench import checkpoint
+    from workbench.attention.card import copy_model, shipped
+
+    model = copy_model(
+        ROOT / "data/models/tiny-sparse", tmp_path / "tiny-sparse", shipped(ROOT / "data/models/tiny-sparse")
+    )
+    work, out = tmp_path / "control", tmp_path / "c.md"
+    args = ("--sparse", model, "--quick", "--steps", "2", "--work", work, "--out", out, "--write")
+    _run(tmp_path, "bench/attention/finetune_control.py", *args, "--control-average", "0.5")
+    state, saved = checkpoint.read(work / "checkpoint.pt"), load_file(str(model / "control" / "model.safetensors"))
+    assert all(torch.equal(saved[k], state["average"][k]) for k in saved)
+    assert not all(torch.equal(saved[k], state["model"][k]) for k in saved)  # two steps moved the last weights
+    assert json.loads((model / "attention_report.json").read_text())["fine_tuned_control"]["control_average"] == 0.5
+    card = (model / "README.md").read_text()
+    assert "no gates, the running average of its weights (decay 0.5);" in card
+    assert "finetune_control.py --sparse DIR --steps 2 --control-average 0.5 --write" in card
+    assert "the running average of its weights (decay 0.5)" in out.read_text()
+    script = [sys.executable, "bench/attention/finetune_control.py", "--control-average", "1"]
+    proc = subprocess.run(script, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2 and "--control-average 1.0 must be in [0, 1)" in proc.stderr

@@ -100,9 +100,12 @@ def _after_the_fact(r: dict) -> list[str]:
     if not c:
         return []
     tol = r["config"]["tolerance"]
+    average = (
+        f", the running average of its weights (decay {c['control_average']:g})" if c.get("control_average") else ""
+    )
     lines = [
         f"Against a control fine-tuned after the run ({c['steps']} steps on the run's own batches, its optimiser "
-        "settings, no gates; the trainer held the tolerance against the frozen base only):"
+        f"settings, no gates{average}; the trainer held the tolerance against the frozen base only):"
     ]
     for split, d in c["splits"].items():
         first, end = d["sequences"]
