@@ -106,6 +106,7 @@ def differences(models: dict, splits: dict) -> dict:
 
 
 PAIRS = (("control", "base"), ("sparse", "base"), ("sparse", "control"))
+COMMAND = "python bench/attention/finetune_control.py --sparse DIR"  # as the card's made-by block names it
 
 
 def render(args, report: dict, trained: dict, diffs: dict, record: dict) -> str:
@@ -195,8 +196,9 @@ def write_control(args, report: dict, trained: dict, diffs: dict, control) -> No
     write_report(report, args.sparse)
     if (Path(args.sparse) / "README.md").is_file():
         average = f" --control-average {args.control_average:g}" if args.control_average else ""
-        command = f"python bench/attention/finetune_control.py --sparse DIR --steps {trained['step']}{average} --write"
-        rewrite(args.sparse, command, "for the CE against a control fine-tuned after the run")
+        command = f"{COMMAND} --steps {trained['step']}{average} --write"
+        # an earlier control's figures are overwritten, so its command leaves the card
+        rewrite(args.sparse, command, "for the CE against a control fine-tuned after the run", replaces=COMMAND)
 
 
 if __name__ == "__main__":

@@ -145,18 +145,33 @@ def made_by(text: str) -> str:
     return command
 
 
-def rewrite(folder: str | Path, added: str = JUDGE_COMMAND, why: str = JUDGE_WHY) -> Path:
+def rewrite(folder: str | Path, added: str = JUDGE_COMMAND, why: str = JUDGE_WHY, replaces: str = "") -> Path:
     """Rewrite a card from its folder's report, keeping its made-by command and adding the command that recorded
-    the new figures (by default the judge's: the untouched split and the accuracy guard) once."""
+    the new figures (by default the judge's: the untouched split and the accuracy guard) once. replaces: the start
+    of an earlier command whose figures the added one overwrote (its line and its "# then" line leave the card)."""
     out = Path(folder)
     card = out / "README.md"
     if not card.is_file():
         raise MissingInputError(f"{card} does not exist; write the card first with card.embed")
     command = made_by(card.read_text())
+    if replaces:
+        command = _superseded_removed(command, replaces, f"# then, {why}:", keep=added)
     if added not in command:
         command = f"{command}\n# then, {why}:\n{added}"
     atomic_write_text(card, card_text(read_report(out), command, out.name))
     return card
+
+
+def _superseded_removed(command: str, start: str, then: str, keep: str) -> str:
+    """The made-by block without the lines starting with `start` (other than `keep`) and the `then` line before each."""
+    lines: list[str] = []
+    for line in command.split("\n"):
+        if line.startswith(start) and line != keep:
+            if lines and lines[-1] == then:
+                lines.pop()
+            continue
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def copy_model(src: str | Path, dest: str | Path, names: tuple[str, ...] = FILES) -> Path:
