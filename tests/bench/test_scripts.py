@@ -475,7 +475,7 @@ def test_finetune_control_can_average_the_controls_weights_as_a_fair_run_does(tm
     card = (model / "README.md").read_text()
     assert "no gates, the running average of its weights (decay 0.5);" in card
     assert "finetune_control.py --sparse DIR --steps 2 --control-average 0.5 --write" in card
-    assert card.count("finetune_control.py --sparse DIR") == 1  # the shipped control's command, whose figures went
+    assert card.count("finetune_control.py --sparse DIR") == 1  # the earlier control's command left with its figures
     assert "the running average of its weights (decay 0.5)" in out.read_text()
     script = [sys.executable, "bench/attention/finetune_control.py", "--control-average", "1"]
     proc = subprocess.run(script, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -13,11 +13,14 @@ from workbench.workspace import MANIFEST, Workspace
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("name, base, flows", [("tiny-sparse", "tiny", 0), ("small-sparse", "small", 10)])
-def test_the_embedded_sparse_model_is_copied_recorded_and_loadable(name, base, flows, tmp_path):
+@pytest.mark.parametrize(
+    "name, base, flows, three_way", [("tiny-sparse", "tiny", 0, True), ("small-sparse", "small", 10, False)]
+)
+def test_the_embedded_sparse_model_is_copied_recorded_and_loadable(name, base, flows, three_way, tmp_path):
     """Each embedded sparse model ships its circuit claims for Compare: the committed section-3 results of
     bench/circuits/circuit_claims.py for all five task families, byte for byte (flows: the head flows through per-layer sets
-    and CLTs, one per family and kind)."""
+    and CLTs, one per family and kind); three_way: measured with the control shipped beside it (small-sparse's
+    control came after its claims, which stay base vs sparse)."""
     from workbench.errors import BadValueError
     from workbench.models import load, model_id
 
@@ -32,13 +35,13 @@ def test_the_embedded_sparse_model_is_copied_recorded_and_loadable(name, base, f
     assert all(r["base_model"] == report["base_model"] for r in shipped.values())
     # a model shipped with its control (finetune_control.py --write) ships the three-way claims of its store
     control = report.get("fine_tuned_control", {}).get("model")
-    middle = f"-vs-{name}-control" if control else ""
+    measured_with = control if three_way else None
+    middle = f"-vs-{name}-control" if measured_with else ""
     claims = ROOT / "bench" / "results" / "circuit_claims" / f"{base}{middle}-vs-{name}"
-    assert all(r.get("control_model") == control for r in shipped.values())
-    if control:
-        from workbench.attention.compare import saved_control
+    assert control and all(r.get("control_model") == measured_with for r in shipped.values())
+    from workbench.attention.compare import saved_control
 
-        assert model_id(saved_control(folder)) == control  # the workspace's copy carries the control Compare names
+    assert model_id(saved_control(folder)) == control  # the workspace's copy carries the shipped control
     for task in shipped:
         assert (folder / "compare" / f"{task}.json").read_bytes() == (claims / f"heldout-{task}-n20.json").read_bytes()
     heads = browse.head_flow_results(folder)

@@ -118,8 +118,9 @@ def _after_the_fact(r: dict) -> list[str]:
         )
     if c.get("folder"):
         lines.append(
-            f"- The control ({c['model']}) is saved beside the model as {c['folder']}/: Compare splits each circuit's "
-            "base - sparse into training (base - control) and the gates (control - sparse) with it."
+            f"- The control ({c['model']}) is saved beside the model as {c['folder']}/: with it `attention compare "
+            "--control` splits each circuit's base - sparse into training (base - control) and the gates (control - "
+            "sparse)."
         )
     return lines
 
