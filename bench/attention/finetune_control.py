@@ -110,6 +110,7 @@ COMMAND = "python bench/attention/finetune_control.py --sparse DIR"  # as the ca
 
 
 def render(args, report: dict, trained: dict, diffs: dict, record: dict) -> str:
+    from workbench.attention.card import averaged
     from workbench.attention.report import interval
 
     cfg = record["config"]
@@ -123,8 +124,7 @@ def render(args, report: dict, trained: dict, diffs: dict, record: dict) -> str:
         f"- Control: the base fine-tuned {trained['step']} steps on the run's own training batches (batch "
         f"{cfg['batch_size']}, ctx {record['ctx_len']}), AdamW lr {cfg['lr']}, weight decay {cfg['weight_decay']}, "
         f"warm-up {cfg['warmup_steps']} steps then constant, gradient clip {cfg['grad_clip']}, CE alone, no gates"
-        + (f", the running average of its weights (decay {cfg['control_average']})" if cfg["control_average"] else "")
-        + "; "
+        f"{averaged(cfg['control_average'])}; "
         f"{trained['cpu_s'] / 3600:.2f} CPU hours; mean training CE over its last 50 steps "
         f"{sum(trained['curve'][-50:]) / max(1, len(trained['curve'][-50:])):.4f}",
         "- Differences: paired per-sequence mean CE, second model subtracted, with the 95% interval "

@@ -100,12 +100,10 @@ def _after_the_fact(r: dict) -> list[str]:
     if not c:
         return []
     tol = r["config"]["tolerance"]
-    average = (
-        f", the running average of its weights (decay {c['control_average']:g})" if c.get("control_average") else ""
-    )
     lines = [
         f"Against a control fine-tuned after the run ({c['steps']} steps on the run's own batches, its optimiser "
-        f"settings, no gates{average}; the trainer held the tolerance against the frozen base only):"
+        f"settings, no gates{averaged(c.get('control_average', 0))}; the trainer held the tolerance against the frozen "
+        "base only):"
     ]
     for split, d in c["splits"].items():
         first, end = d["sequences"]
@@ -123,6 +121,11 @@ def _after_the_fact(r: dict) -> list[str]:
             "sparse)."
         )
     return lines
+
+
+def averaged(decay: float) -> str:
+    """The words for a control compared through the running average of its weights (decay > 0); none otherwise."""
+    return f", the running average of its weights (decay {decay:g})" if decay else ""
 
 
 def _judged(r: dict) -> list[str]:
