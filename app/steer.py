@@ -35,7 +35,7 @@ class Target:
     prompt: str
     positions: str = "all"
     op: str = "steer"
-    graph: object = None  # a schema.FeatureGraph: the effect is measured on its metric
+    graph: object = None  # a neuronpedia.FeatureGraph: the effect is measured on its metric
     nodes: list[str] = field(default_factory=list)
     sweep: str = ""  # the strengths a sweep opens with (comma separated; empty: no sweep)
 

@@ -15,6 +15,8 @@ TESTED_ELSEWHERE = {
     "interventions/batch.py": "interventions/test_intervene_cli.py (streamed lines, resume, refusals)",
     "sae/sparsity.py": "sae/test_jumprelu.py, sae/test_gated.py, sae/test_standard.py, sae/test_architectures.py "
     "(the coefficient controller and the straight-through step of every penalised SAE)",
+    "circuits/fields.py": "circuits/test_schema.py and circuits/test_neuronpedia.py (each field error, read through "
+    "the readers)",
     "circuits/component/hooks.py": "circuits/component/test_attribute.py, circuits/component/test_patching.py",
     "circuits/component/report.py": "test_cli.py (`circuit report`)",
     "circuits/component/types.py": "circuits/component/test_export.py and circuits/test_schema.py (the Circuit format)",

@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from workbench.circuits import schema
+from workbench.circuits import neuronpedia, schema
 from workbench.dictionaries.folders import TranscoderSet
 from workbench.dictionaries.kinds import CLT, GRAPH_KINDS, SAE, TRANSCODERS, Kind
 from workbench.errors import DamagedFileError, MissingInputError, UserError
@@ -316,14 +316,14 @@ def open_circuit(path: str | Path) -> schema.CircuitRecord:
         raise DamagedFileError(f"{path}: {e}") from None
 
 
-def open_feature_graph(path: str | Path) -> schema.FeatureGraph:
+def open_feature_graph(path: str | Path) -> neuronpedia.FeatureGraph:
     """A circuit-tracer / Neuronpedia graph JSON (or an artifact folder holding graph.json), validated."""
     path = Path(path)
     if path.is_dir():
         path = path / FEATURE_GRAPH
     verify_artifact(path.parent, "attribution graph")
     try:
-        return schema.read_feature_graph(schema.load(path))
+        return neuronpedia.read_feature_graph(schema.load(path))
     except DamagedFileError as e:
         raise DamagedFileError(f"{path}: {e}") from None
 

@@ -1,4 +1,4 @@
-"""A feature graph (circuit-tracer / Neuronpedia graph JSON, read by workbench.circuits.schema) as the graph view's
+"""A feature graph (circuit-tracer / Neuronpedia graph JSON, read by workbench.circuits.neuronpedia) as the graph view's
 data: features, error nodes, embeddings and logits across token positions and up the layers (as circuit-tracer
 draws them: readable at a 64-token prompt, not one tall column), bounded to the
 most influential nodes, with one sentence per filter saying what it hides. Pure Python: no torch, no Streamlit.
@@ -10,7 +10,7 @@ influential), so the cap keeps the nodes with the smallest values; embeddings an
 from __future__ import annotations
 
 from app.graph_view import layout
-from workbench.circuits import schema
+from workbench.circuits import neuronpedia
 
 KINDS = {
     "cross layer transcoder": "feature",
@@ -30,8 +30,8 @@ def verdict(r: dict) -> str:
     return str(word) if word else ("confirmed" if r.get("confirmed") else "failed")
 
 
-def verdicts(fg: schema.FeatureGraph) -> tuple[dict, dict]:
-    """The intervention check's verdicts (workbench circuit check, schema.GRAPH_CHECK): node id -> its verdict
+def verdicts(fg: neuronpedia.FeatureGraph) -> tuple[dict, dict]:
+    """The intervention check's verdicts (workbench circuit check, neuronpedia.GRAPH_CHECK): node id -> its verdict
     word (verdict()), and (source, target) -> the same; both empty for a graph never checked."""
     c = fg.check or {}
     nodes = {r["node_id"]: verdict(r) for r in c.get("nodes", []) if "node_id" in r}
@@ -39,12 +39,12 @@ def verdicts(fg: schema.FeatureGraph) -> tuple[dict, dict]:
     return nodes, edges
 
 
-def token(fg: schema.FeatureGraph, pos: int) -> str:
+def token(fg: neuronpedia.FeatureGraph, pos: int) -> str:
     tokens = fg.metadata.get("prompt_tokens") or []
     return str(tokens[pos]) if 0 <= pos < len(tokens) else f"pos {pos}"
 
 
-def names(fg: schema.FeatureGraph) -> dict[str, str]:
+def names(fg: neuronpedia.FeatureGraph) -> dict[str, str]:
     """node id -> the node as a researcher reads it: its label and the token it sits on (`L1 latent 5 @ ' Mary'`)."""
     return {n["node_id"]: f"{n['clerp'] or n['node_id']} @ {token(fg, int(n['ctx_idx']))!r}" for n in fg.nodes}
 
@@ -76,12 +76,12 @@ def _node(n: dict, n_layers: int, tokens: list, check: dict) -> layout.Node:
     )
 
 
-def link_heads(fg: schema.FeatureGraph) -> dict[tuple[str, str], dict]:
+def link_heads(fg: neuronpedia.FeatureGraph) -> dict[tuple[str, str], dict]:
     """(source, target) -> {head: weight} of the links that name the heads carrying them."""
     return {(lk["source"], lk["target"]): lk["heads"] for lk in fg.links if isinstance(lk.get("heads"), dict)}
 
 
-def link_qk(fg: schema.FeatureGraph) -> dict[tuple[str, str], list]:
+def link_qk(fg: neuronpedia.FeatureGraph) -> dict[tuple[str, str], list]:
     """(source, target) -> why the heads carrying the link attend where they do (a graph built with --qk, docs/
     methods.md §11): per head, {"head", "query", "key" (positions), "query_token", "key_token", "score",
     "query_sources", "key_sources"}, each source [its name (names(); a pruned node by id), part, the check's
@@ -109,7 +109,7 @@ def link_qk(fg: schema.FeatureGraph) -> dict[tuple[str, str], list]:
     return out
 
 
-def qk_rows(fg: schema.FeatureGraph, node_id: str) -> list[dict]:
+def qk_rows(fg: neuronpedia.FeatureGraph, node_id: str) -> list[dict]:
     """The QK sources of the links into one node (link_qk), one row per source, largest |part| first per entry."""
     name, rows = names(fg), []
     for (src, tgt), entries in link_qk(fg).items():
@@ -124,7 +124,7 @@ def qk_rows(fg: schema.FeatureGraph, node_id: str) -> list[dict]:
     return rows
 
 
-def beyond_cap(fg: schema.FeatureGraph, cap: int, marked) -> frozenset:
+def beyond_cap(fg: neuronpedia.FeatureGraph, cap: int, marked) -> frozenset:
     """The marked node ids (pinned, grouped, noted, selected) of this graph that its node cap would leave out:
     to_graph draws them anyway, so a mark never vanishes under the cap."""
     inner = sorted((n for n in fg.nodes if KINDS.get(n["feature_type"], "feature") not in ALWAYS), key=_rank)
@@ -136,7 +136,9 @@ def _rank(n: dict) -> float:
     return 1.0 if n["influence"] is None else float(n["influence"])  # as _node's score
 
 
-def to_graph(fg: schema.FeatureGraph, cap: int = 120, title: str = "", keep: frozenset = frozenset()) -> layout.Graph:
+def to_graph(
+    fg: neuronpedia.FeatureGraph, cap: int = 120, title: str = "", keep: frozenset = frozenset()
+) -> layout.Graph:
     """The `cap` most influential features and error nodes (plus every embedding and logit, and the marked nodes
     `keep` beyond the cap) and the links between them; `hidden` says how many nodes, links and how much link
     weight the cap hides."""
@@ -175,7 +177,7 @@ def to_graph(fg: schema.FeatureGraph, cap: int = 120, title: str = "", keep: fro
     return layout.Graph([n for n in nodes if n.id in keep], edges, hidden, title, tokens, flow="up")
 
 
-def node_rows(fg: schema.FeatureGraph, node_id: str) -> list[dict]:
+def node_rows(fg: neuronpedia.FeatureGraph, node_id: str) -> list[dict]:
     """The links into and out of one node, strongest first, each named by label and token (name), with the heads
     that carry it and its intervention check verdict when the graph was checked."""
     heads, (_, checked), name = link_heads(fg), verdicts(fg), names(fg)
@@ -196,7 +198,7 @@ def circuit_id(n: dict) -> str:
     return f"err_{n['layer']}_{n['pos']}" if n["kind"] == "error" else f"E_{n['pos']}"
 
 
-def not_drawn(fg: schema.FeatureGraph, circuit: dict, drawn: set[str]) -> list[dict]:
+def not_drawn(fg: neuronpedia.FeatureGraph, circuit: dict, drawn: set[str]) -> list[dict]:
     """The feature circuit's nodes the graph view does not show, each with the reason: a feature silent on the
     prompt fires only on the counterfactual (the attribution graph holds the prompt's active features), others
     were pruned from the graph, or lie below the view's node cap."""

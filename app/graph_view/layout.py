@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from workbench.circuits import schema
+from workbench.circuits import neuronpedia, schema
 
 COL_GAP, ROW_GAP, BAND_GAP = 150.0, 52.0, 30.0  # px between columns, rows, position bands
 SIZE = {"head": (70.0, 38.0), "feature": (60.0, 30.0)}  # (width, height); anything else: DEFAULT_SIZE
@@ -132,11 +132,11 @@ def _np_column(n: dict) -> tuple[tuple, str]:
 
 
 def from_neuronpedia(d: dict, title: str = "") -> Graph:
-    """A circuit-tracer / Neuronpedia graph JSON (checked by schema.validate_neuronpedia) as an upward graph:
+    """A circuit-tracer / Neuronpedia graph JSON (checked by neuronpedia.validate) as an upward graph:
     token positions (`ctx_idx`) across, layers bottom to top, influence as the score, the clerp as the label."""
-    schema.validate_neuronpedia(d)
+    neuronpedia.validate(d)
     nodes = []
-    for n in map(schema.np_defaults, d["nodes"]):
+    for n in map(neuronpedia.with_defaults, d["nodes"]):
         column, col_label = _np_column(n)
         layer = str(n["layer"])
         clerp = str(n.get("clerp") or n["node_id"])

@@ -12,7 +12,7 @@ import streamlit as st
 from app import graph_prompt, graph_view, live, state, steer
 from app.figures import feature_graph as fgf
 from workbench import browse
-from workbench.circuits import annotations, schema
+from workbench.circuits import annotations, neuronpedia, schema
 from workbench.errors import UserError
 
 UPLOADED_GRAPH = "uploaded-graph"
@@ -34,7 +34,9 @@ def upload_box() -> None:
         st.session_state["_graph_upload_seen"] = state.upload_key(up.getvalue())
         try:
             d = schema.loads(up.getvalue(), up.name)
-            fg = schema.read_feature_graph(annotations.without_notes(d) if isinstance(d, dict) and "nodes" in d else d)
+            fg = neuronpedia.read_feature_graph(
+                annotations.without_notes(d) if isinstance(d, dict) and "nodes" in d else d
+            )
             marks, clicked = annotations.read_feature_graph(d)
             view = annotations.read_feature_view(d)
         except UserError as e:
@@ -51,7 +53,7 @@ def upload_box() -> None:
             del st.query_params["node"]
 
 
-def pick() -> tuple[str, schema.FeatureGraph] | None:
+def pick() -> tuple[str, neuronpedia.FeatureGraph] | None:
     options = state.catalog().feature_graphs + ([UPLOADED_GRAPH] if UPLOADED_GRAPH in st.session_state else [])
     if not options:
         st.info(
@@ -69,7 +71,7 @@ def pick() -> tuple[str, schema.FeatureGraph] | None:
 
 
 @st.cache_resource(show_spinner="reading the graph...", max_entries=8)
-def _open(path: str, stamp: float) -> schema.FeatureGraph:
+def _open(path: str, stamp: float) -> neuronpedia.FeatureGraph:
     """Parsed once per file version (read-only: never mutate), as the circuit page's circuits (state.circuit)."""
     return browse.open_feature_graph(path)
 
@@ -80,7 +82,7 @@ def _circuit(path: str, stamp: float) -> dict | None:
     return schema.read_feature_circuit(schema.load(path)) if stamp else None
 
 
-def missing(rel: str, fg: schema.FeatureGraph, drawn: set[str]) -> None:
+def missing(rel: str, fg: neuronpedia.FeatureGraph, drawn: set[str]) -> None:
     """The feature circuit's nodes the graph cannot show, each with the reason (never silently fewer)."""
     if rel == UPLOADED_GRAPH:
         return
@@ -95,7 +97,7 @@ def missing(rel: str, fg: schema.FeatureGraph, drawn: set[str]) -> None:
         state.table(rows)
 
 
-def details(fg: schema.FeatureGraph, node_id: str) -> None:
+def details(fg: neuronpedia.FeatureGraph, node_id: str) -> None:
     node = next((n for n in fg.nodes if n["node_id"] == node_id), None)
     if node is None:
         st.warning(f"node={node_id!r} is not in this graph")
@@ -133,7 +135,7 @@ def _accept(name: str, members: list[str]) -> None:
         state.remember_marks()
 
 
-def groups_panel(rel: str, fg: schema.FeatureGraph, groups: list[list[str]]) -> None:
+def groups_panel(rel: str, fg: neuronpedia.FeatureGraph, groups: list[list[str]]) -> None:
     """`workbench circuit group` on the page: supernodes proposed from the graph (decoder cosine, co-activation,
     shared links, shared explanation), each ablated jointly in the model and given the check's verdict against its
     members' summed prediction; each can be accepted into the page's groups."""
@@ -188,7 +190,7 @@ def groups_panel(rel: str, fg: schema.FeatureGraph, groups: list[list[str]]) -> 
         )
 
 
-def caption(rel: str, fg: schema.FeatureGraph) -> None:
+def caption(rel: str, fg: neuronpedia.FeatureGraph) -> None:
     meta, info = fg.metadata, fg.metadata.get("info") or {}
     pins = (  # an uploaded file's pins are its own, not a feature circuit's
         f"the file's {len(fg.pinned)} pins open pinned"
@@ -203,15 +205,15 @@ def caption(rel: str, fg: schema.FeatureGraph) -> None:
     )
 
 
-def download(rel: str, fg: schema.FeatureGraph) -> None:
+def download(rel: str, fg: neuronpedia.FeatureGraph) -> None:
     """The graph JSON with the marks and the view (annotations.apply_feature_graph), the intervention check
-    (schema.GRAPH_CHECK's key, which circuit-tracer ignores) and the transcoder set it was built with (in
+    (neuronpedia.GRAPH_CHECK's key, which circuit-tracer ignores) and the transcoder set it was built with (in
     metadata.info, free-form there), so a re-upload shows the verdicts and can steer."""
     box, meta = graph_view.marks_box(), fg.metadata
     tset = steer.graph_set(rel, fg)
     if tset:
         meta = {**meta, "info": {**(meta.get("info") or {}), TRANSCODERS: tset}}
-    check = {schema.GRAPH_CHECK[0]: fg.check} if fg.check else {}
+    check = {neuronpedia.GRAPH_CHECK[0]: fg.check} if fg.check else {}
     st.download_button(
         "download graph JSON (circuit-tracer / Neuronpedia)" + state.MARKED,
         lambda: json.dumps(
@@ -228,7 +230,7 @@ def download(rel: str, fg: schema.FeatureGraph) -> None:
     )
 
 
-def summary(fg: schema.FeatureGraph, g) -> None:
+def summary(fg: neuronpedia.FeatureGraph, g) -> None:
     kinds = {k: sum(n.kind == k for n in g.nodes) for k in ("feature", "error", "input", "logits")}
     st.caption(
         f"{kinds['feature']} features, {kinds['error']} error nodes, {kinds['input']} embeddings, {kinds['logits']} "
@@ -239,7 +241,7 @@ def summary(fg: schema.FeatureGraph, g) -> None:
         st.caption(state.text(h))
 
 
-def page_marks(rel: str, fg: schema.FeatureGraph) -> annotations.Annotations:
+def page_marks(rel: str, fg: neuronpedia.FeatureGraph) -> annotations.Annotations:
     """The URL's marks; a feature circuit's graph (or an uploaded file with pins) opens with its pins, and a graph
     with supernodes (drawn by hand, or accepted by `workbench circuit group --accept`) with them as its groups."""
     marks = state.marks()

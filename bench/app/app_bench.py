@@ -137,7 +137,7 @@ def gpt2_shaped_circuit(
 
 
 def _np_node(node_id: str, feature: int, layer: str, pos: int, kind: str, js: str, clerp: str, **extra) -> dict:
-    """One node of a Neuronpedia graph JSON with every field schema.validate_neuronpedia asks for."""
+    """One node of a Neuronpedia graph JSON with every field neuronpedia.validate asks for."""
     base = {"token_prob": 0.0, "is_target_logit": False, "influence": 0.0, "activation": 0.0}
     return {**base, "node_id": node_id, "feature": feature, "layer": layer, "ctx_idx": pos, "feature_type": kind,
             "jsNodeId": js, "clerp": clerp, **extra}  # fmt: skip
@@ -145,7 +145,7 @@ def _np_node(node_id: str, feature: int, layer: str, pos: int, kind: str, js: st
 
 def feature_graph(n_nodes: int = 5000, n_layers: int = 12, n_pos: int = 16, fan_in: int = 4, seed: int = 0) -> dict:
     """A circuit-tracer / Neuronpedia feature graph JSON of `n_nodes` nodes with random (seeded) weights, valid
-    under schema.validate_neuronpedia: embeddings, a logit, an error node per (layer, position) and features,
+    under neuronpedia.validate: embeddings, a logit, an error node per (layer, position) and features,
     each non-embedding node fed by `fan_in` links from earlier layers at its own or earlier positions. For the
     view's bound (layout.bound) and upload: its size, not a found graph."""
     import numpy as np

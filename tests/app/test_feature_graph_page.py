@@ -52,7 +52,7 @@ def _qk_graph(ws, model, tcs, tokens) -> None:
     from workbench.circuits.feature.attribution_graph import build_graph
     from workbench.circuits.feature.graph_config import GraphConfig
     from workbench.circuits.feature.graph_json import to_neuronpedia
-    from workbench.circuits.schema import GRAPH_CHECK
+    from workbench.circuits.neuronpedia import GRAPH_CHECK
 
     g = build_graph(model, tcs, tokens, cfg=GraphConfig(qk=True))
     d = to_neuronpedia(g, None, "qk")
@@ -150,11 +150,11 @@ def test_the_figure_keeps_embeddings_and_logits_and_counts_hidden_weight(graph_w
     assert {n.kind for n in g.nodes} >= {"input", "logits"} and len(g.hidden) == 1
     assert "of the total |link weight|" in g.hidden[0]
     d["metadata"]["schema_version"] = 2
-    from workbench.circuits import schema
+    from workbench.circuits import neuronpedia
     from workbench.errors import DamagedFileError
 
     with pytest.raises(DamagedFileError, match="schema_version is 2, expected 1"):
-        schema.read_feature_graph(d)
+        neuronpedia.read_feature_graph(d)
 
 
 def test_token_and_position_nodes_are_labelled_by_token_and_position(graph_workspace):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from app import graph_prompt as gp
-from workbench.circuits import schema
+from workbench.circuits import neuronpedia
 from workbench.corpus import tasks
 from workbench.errors import UserError
 from workbench.workspace import MANIFEST, Workspace
@@ -77,7 +77,7 @@ def test_the_shown_commands_run_from_another_folder(prompt_workspace, tokenizer,
     assert folder in {a.path.resolve() for a in Workspace(prompt_workspace).artifacts()}
     manifest = json.loads((folder / MANIFEST).read_text())
     assert manifest["made_by"] == "workbench circuit graph" and "check_nodes_confirmed_share" in manifest["summary"]
-    assert schema.GRAPH_CHECK[0] in json.loads((folder / "graph.json").read_text())
+    assert neuronpedia.GRAPH_CHECK[0] in json.loads((folder / "graph.json").read_text())
     assert not list(elsewhere.iterdir())  # nothing written beside the shell
 
 

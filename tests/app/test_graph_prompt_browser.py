@@ -9,7 +9,7 @@ import json
 
 from test_browser import WAIT_MS, assert_offline, browser_page, drawn, pytestmark, serving, settle  # noqa: F401
 
-from workbench.circuits import schema
+from workbench.circuits import neuronpedia
 from workbench.corpus import tasks
 from workbench.workspace import MANIFEST, Workspace
 
@@ -48,5 +48,5 @@ def test_a_typed_prompt_becomes_a_recorded_checked_graph_the_page_opens(prompt_w
     assert manifest["made_by"] == "workbench circuit graph" and manifest["inputs"]["transcoders"] == "transcoders/all"
     assert "check_nodes_confirmed_share" in manifest["summary"]
     graph = json.loads((folder / "graph.json").read_text())
-    assert schema.GRAPH_CHECK[0] in graph and graph["metadata"]["prompt"] == prompt
+    assert neuronpedia.GRAPH_CHECK[0] in graph and graph["metadata"]["prompt"] == prompt
     assert n_drawn >= 3  # embeddings, features or errors, and the logit nodes

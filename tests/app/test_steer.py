@@ -266,7 +266,7 @@ def test_an_uploaded_graph_the_workbench_downloaded_steers_through_its_set(steer
     from app import steer
     from tests.app.conftest import APP
     from workbench import browse
-    from workbench.circuits import schema
+    from workbench.circuits import neuronpedia
 
     monkeypatch.setenv("WORKBENCH_WORKSPACE", str(steer_workspace))
     fg = browse.open_feature_graph(steer_workspace / "circuits" / "graph-ioi")
@@ -274,7 +274,7 @@ def test_an_uploaded_graph_the_workbench_downloaded_steers_through_its_set(steer
     info = {**fg.metadata["info"], steer.GRAPH_SET: "transcoders/full"}
     qparams = {"pinnedIds": [], "supernodes": [], "linkType": "both", "clickedId": "", "sg_pos": ""}
     d = {"metadata": {**fg.metadata, "info": info}, "qParams": qparams, "nodes": fg.nodes, "links": fg.links}
-    uploaded = schema.read_feature_graph({**d, schema.GRAPH_CHECK[0]: fg.check})
+    uploaded = neuronpedia.read_feature_graph({**d, neuronpedia.GRAPH_CHECK[0]: fg.check})
     at = AppTest.from_file(str(APP), default_timeout=180)
     at.switch_page("views/feature_graph.py")
     at.session_state["uploaded-graph"] = uploaded

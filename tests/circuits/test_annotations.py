@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from workbench.circuits import annotations as an
-from workbench.circuits import schema
+from workbench.circuits import neuronpedia, schema
 from workbench.errors import BadValueError, DamagedFileError
 
 NP = Path(__file__).parent / "old_files" / "neuronpedia.json"  # a component graph of a 2-head model
@@ -39,7 +39,7 @@ def test_neuronpedia_round_trip():
     """Written into qParams and clerps, still a valid graph the upload reader accepts, and read back equal."""
     d = json.loads(NP.read_text())
     out = an.apply_neuronpedia(d, MARKS, n_heads=2)
-    schema.validate_neuronpedia(out)
+    neuronpedia.validate(out)
     assert out["qParams"]["pinnedIds"] == ["0_0_0", "E_1_0", "E_5_1", "E_7_2", "E_5_3"]  # input: every embedding
     assert out["qParams"]["supernodes"] == [["movers", "1_0_3", "1_1_0"]]
     clerps = {n["node_id"]: n["clerp"] for n in out["nodes"]}
@@ -104,7 +104,7 @@ def test_feature_graph_round_trip_with_the_selected_node():
     ids = [n["node_id"] for n in d["nodes"]]
     marks = an.Annotations([ids[3], ids[0]], [["pair", ids[3], ids[5]]], {ids[5]: "fires on | names"})
     out = an.apply_feature_graph(d, marks, ids[5])
-    fg = schema.read_feature_graph(out)
+    fg = neuronpedia.read_feature_graph(out)
     assert fg.pinned == [ids[3], ids[0]] and out["qParams"]["supernodes"] == [["pair", ids[3], ids[5]]]
     assert an.read_feature_graph(out) == (marks, ids[5])
     assert an.without_notes(out)["nodes"] == d["nodes"]
@@ -137,7 +137,7 @@ def test_view_settings_in_the_url_and_a_feature_graph():
     out = an.apply_feature_graph(d, marks, None, an.View(300, 0.8, None, ["pair"]))
     assert out["qParams"]["pruningThreshold"] == 0.8
     assert out["qParams"][an.VIEW_KEY] == {"link_cap": 300, "collapsed": ["pair"]}
-    schema.read_feature_graph(out)  # still a circuit-tracer graph
+    neuronpedia.read_feature_graph(out)  # still a circuit-tracer graph
     assert an.read_feature_view(out) == an.View(300, 0.8, None, ["pair"])
     assert an.read_feature_view({**out, "qParams": {**out["qParams"], "pruningThreshold": "0.5"}}).node_threshold == 0.5
     plain = an.apply_feature_graph(out, marks, None, an.View())  # a later download at the defaults drops them

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from workbench.circuits.schema import GRAPH_CHECK, read_feature_graph
+from workbench.circuits.neuronpedia import GRAPH_CHECK, read_feature_graph
 from workbench.errors import DamagedFileError
 from workbench.interventions.check import GraphNodes, check_edges, check_graph, summary, verdict
 from workbench.interventions.config import CheckConfig

@@ -19,7 +19,7 @@ from workbench.circuits.feature.attribution_graph import build_graph
 from workbench.circuits.feature.graph_config import GraphConfig
 from workbench.circuits.feature.graph_json import to_neuronpedia
 from workbench.circuits.feature.transcoders import open_set
-from workbench.circuits.schema import GRAPH_CHECK, read_feature_graph
+from workbench.circuits.neuronpedia import GRAPH_CHECK, read_feature_graph
 from workbench.interventions.check import check_graph
 from workbench.interventions.check_qk import top_parts
 from workbench.interventions.config import CheckConfig

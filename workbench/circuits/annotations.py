@@ -16,7 +16,8 @@ import re
 import urllib.parse
 from dataclasses import dataclass, field
 
-from workbench.circuits.schema import NP_COMPONENT_TYPES, detect, loads
+from workbench.circuits.neuronpedia import COMPONENT_TYPES
+from workbench.circuits.schema import detect, loads
 from workbench.errors import BadValueError, DamagedFileError
 
 NOTE_MARK = " | note: "
@@ -226,7 +227,7 @@ def _component(n: dict) -> str | None:
         return "input"
     if t == "logit":
         return "logits"
-    if t not in NP_COMPONENT_TYPES:
+    if t not in COMPONENT_TYPES:
         return None
     layer, feat = nid.split("_")[:2]
     return None if not (layer.isdigit() and feat.isdigit()) else (layer, int(feat))
@@ -321,7 +322,7 @@ def read_neuronpedia(d: dict, n_heads: int) -> Annotations:
 
 def _edited(n: dict, clerp: str) -> bool:
     """A component's clerp that is not the export's own text: a label a person edited."""
-    return n.get("feature_type") in NP_COMPONENT_TYPES and bool(clerp) and not DEFAULT_CLERP.fullmatch(clerp)
+    return n.get("feature_type") in COMPONENT_TYPES and bool(clerp) and not DEFAULT_CLERP.fullmatch(clerp)
 
 
 def _read(d: dict, names: dict[str, str], edited) -> Annotations:

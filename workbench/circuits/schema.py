@@ -1,13 +1,13 @@
-"""Circuit files as data, without torch: the one place that knows every circuit format.
+"""Circuit files as data, without torch: the one place every circuit file is read through.
 
 What it holds: the workbench format's name and version, format detection (workbench, EAP-IG/MIB,
-circuit-tracer/Neuronpedia), the grammar of node and edge names (`a0.h1->a3.h2<q>`, `a3.kv0<k>`,
+circuit-tracer/Neuronpedia, whose graph JSON neuronpedia.py checks), the grammar of node and edge names (`a0.h1->a3.h2<q>`, `a3.kv0<k>`,
 `m2`, `input`, `logits`), the model shape a circuit lives on (`GraphShape`: writers, readers and
 edges in canonical order, numpy only), and one reader per format returning one record type
 (`CircuitRecord`). Every reader of circuit files (`Circuit.from_dict`, `browse.open_circuit`, the
 app's upload check) goes through `read`, which validates once: types and shapes, finite numbers,
 token ids inside the vocabulary when it is known, size limits and nesting depth, each error naming
-the field. Like circuit-tracer's frontend/graph_models.py, it is the typed schema between the
+the field (fields.py). Like circuit-tracer's frontend/graph_models.py, it is the typed schema between the
 engine that makes graphs and the frontend that never imports the model.
 """
 
@@ -22,6 +22,20 @@ from pathlib import Path
 
 import numpy as np
 
+from workbench.circuits import neuronpedia
+from workbench.circuits.fields import (
+    MAX_EDGES,
+    MAX_POSITIONS,
+    check_numbers,
+    finite_or_null,
+    get_bool,
+    get_int,
+    get_list,
+    get_number,
+    get_typed,
+    is_a,
+    type_name,
+)
 from workbench.errors import DamagedFileError, MissingInputError
 
 SCHEMA = "workbench.circuit"
@@ -32,9 +46,6 @@ FORMATS = {
     "neuronpedia": "Neuronpedia / circuit-tracer graph JSON",
 }
 MAX_BYTES = 1 << 30  # a circuit file larger than this is refused before it is parsed
-MAX_EDGES = 5_000_000  # edges a file may hold (GPT-2 small's graph: 32k)
-MAX_POSITIONS = 8192  # prompt tokens a file may hold
-MAX_FEATURE = 2**53  # a graph node's feature id is below this: the largest integer a browser (JavaScript) keeps exact
 
 
 # ------------------------------------------------------------------ the name grammar
@@ -134,21 +145,21 @@ class GraphShape:
     def from_config(cls, cfg, where: str = "graph") -> GraphShape:
         """A shape from a file's dict, every field checked (errors name `where`.field)."""
         if not isinstance(cfg, dict):
-            raise DamagedFileError(f"{where} is {_type(cfg)}, expected an object with n_layers, n_heads, d_model")
-        n_heads = _int(cfg, "n_heads", where, 1)
-        n_kv = _int(cfg, "n_kv_heads", where, 1, default=n_heads)
+            raise DamagedFileError(f"{where} is {type_name(cfg)}, expected an object with n_layers, n_heads, d_model")
+        n_heads = get_int(cfg, "n_heads", where, 1)
+        n_kv = get_int(cfg, "n_kv_heads", where, 1, default=n_heads)
         if n_heads % n_kv:
             raise DamagedFileError(f"{where}.n_kv_heads={n_kv} does not divide {where}.n_heads={n_heads}")
-        n_layers = _int(cfg, "n_layers", where, 1)
+        n_layers = get_int(cfg, "n_layers", where, 1)
         if (1 + n_layers * (n_heads + 1)) * (n_layers * (n_heads + 2 * n_kv + 1) + 1) > 4 * MAX_EDGES:
             raise DamagedFileError(f"{where} describes a graph larger than this reader's limit of {MAX_EDGES} edges")
         return cls(
             n_layers,
             n_heads,
             n_kv,
-            _int(cfg, "d_model", where, 1),
-            _bool(cfg, "parallel_attn_mlp", where, False),
-            _bool(cfg, "attn_only", where, False),
+            get_int(cfg, "d_model", where, 1),
+            get_bool(cfg, "parallel_attn_mlp", where, False),
+            get_bool(cfg, "attn_only", where, False),
         )
 
     def config(self) -> dict:
@@ -317,9 +328,9 @@ def detect(d) -> str:
             return "workbench"
         if {"cfg", "nodes", "edges"} <= set(d):
             return "mib"
-        if {"metadata", "nodes", "links"} <= set(d):
+        if neuronpedia.TOP_KEYS <= set(d):
             return "neuronpedia"
-    keys = sorted(map(str, d))[:6] if isinstance(d, dict) else _type(d)
+    keys = sorted(map(str, d))[:6] if isinstance(d, dict) else type_name(d)
     raise DamagedFileError(f"not a circuit file (top level {keys}); valid formats: {'; '.join(FORMATS.values())}")
 
 
@@ -350,7 +361,7 @@ def read_workbench(d: dict) -> CircuitRecord:
             f"this workbench reads version {FORMAT_VERSION}"
         )
     shape = GraphShape.from_config(d.get("graph"), "graph")
-    edges = _list(d, "edges", MAX_EDGES)
+    edges = get_list(d, "edges", MAX_EDGES)
     if len(edges) != shape.n_edges:
         raise DamagedFileError(f"edges holds {len(edges)} entries but the graph {shape.config()} has {shape.n_edges}")
     names, scores, member, pp, effects = [], [], [], [], {}
@@ -358,14 +369,14 @@ def read_workbench(d: dict) -> CircuitRecord:
     for i, e in enumerate(edges):
         where = f"edges[{i}]"
         if not isinstance(e, dict):
-            raise DamagedFileError(f"{where} is {_type(e)}, expected an object with name, score, in_circuit")
-        names.append(_field(e, "name", str, where))
-        scores.append(_number(e, "score", f"{where} ({names[-1]})"))  # a bad score names its edge too
-        member.append(_field(e, "in_circuit", bool, where))
+            raise DamagedFileError(f"{where} is {type_name(e)}, expected an object with name, score, in_circuit")
+        names.append(get_typed(e, "name", str, where))
+        scores.append(get_number(e, "score", f"{where} ({names[-1]})"))  # a bad score names its edge too
+        member.append(get_typed(e, "in_circuit", bool, where))
         if "effect" in e:
-            effects[names[-1]] = _number(e, "effect", where)
+            effects[names[-1]] = get_number(e, "effect", where)
         if has_pp:
-            pp.append(_numbers(e.get("per_position"), f"{where}.per_position", MAX_POSITIONS))
+            pp.append(check_numbers(e.get("per_position"), f"{where}.per_position", MAX_POSITIONS))
     if names != shape.edges:
         bad = next(i for i, (a, b) in enumerate(zip(names, shape.edges)) if a != b)
         raise DamagedFileError(f"edges[{bad}].name is {names[bad]!r}; the graph's edge there is {shape.edges[bad]!r}")
@@ -382,10 +393,10 @@ def read_workbench(d: dict) -> CircuitRecord:
         shape.n_edges,
         shape,
         per_position,
-        model_id=_field(d, "model_id", str, "", default=""),
+        model_id=get_typed(d, "model_id", str, "", default=""),
         query=_query(d.get("query")),
-        method=_field(d, "method", dict, "", default={}) or {},
-        seed=_field(d, "seed", int, "", default=0),
+        method=get_typed(d, "method", dict, "", default={}) or {},
+        seed=get_typed(d, "seed", int, "", default=0),
         faithfulness=_faithfulness(d.get("faithfulness")),
         curve=_curve(d.get("curve")),
         effects=effects or None,
@@ -396,16 +407,20 @@ def read_mib(d: dict) -> CircuitRecord:
     """An EAP-IG / MIB file: cfg, nodes, and edges as {per-head name: {score, in_graph}}."""
     cfg = d["cfg"]
     if not isinstance(cfg, dict):
-        raise DamagedFileError(f"cfg is {_type(cfg)}, expected an object with n_layers, n_heads, d_model")
+        raise DamagedFileError(f"cfg is {type_name(cfg)}, expected an object with n_layers, n_heads, d_model")
     fields = ("n_layers", "n_heads", "d_model", "parallel_attn_mlp", "attn_only")
     shape = GraphShape.from_config(
         {**{k: cfg.get(k) for k in fields}, "n_kv_heads": cfg.get("n_key_value_heads")}, "cfg"
     )
     edges = d["edges"]
     if not isinstance(edges, dict):
-        raise DamagedFileError(f"edges is {_type(edges)}, expected an object mapping edge names to {{score, in_graph}}")
+        raise DamagedFileError(
+            f"edges is {type_name(edges)}, expected an object mapping edge names to {{score, in_graph}}"
+        )
     if not isinstance(d["nodes"], dict):
-        raise DamagedFileError(f"nodes is {_type(d['nodes'])}, expected an object mapping node names to {{in_graph}}")
+        raise DamagedFileError(
+            f"nodes is {type_name(d['nodes'])}, expected an object mapping node names to {{in_graph}}"
+        )
     if len(edges) > MAX_EDGES:
         raise DamagedFileError(f"edges holds {len(edges)} entries; the limit is {MAX_EDGES}")
     names, scores, member = [], [], []
@@ -413,10 +428,10 @@ def read_mib(d: dict) -> CircuitRecord:
         where = f"edges[{name!r}]"
         check_edge(name, shape, where)
         if not isinstance(e, dict):
-            raise DamagedFileError(f"{where} is {_type(e)}, expected an object with score and in_graph")
+            raise DamagedFileError(f"{where} is {type_name(e)}, expected an object with score and in_graph")
         names.append(name)
-        scores.append(_number(e, "score", where))
-        member.append(_field(e, "in_graph", bool, where))
+        scores.append(get_number(e, "score", where))
+        member.append(get_typed(e, "in_graph", bool, where))
     return CircuitRecord(
         "mib",
         names,
@@ -431,7 +446,7 @@ def read_mib(d: dict) -> CircuitRecord:
 def read_neuronpedia(d: dict, shape: GraphShape) -> CircuitRecord:
     """A component graph as the workbench exports it: embeddings -> `input`, `{layer}_{head}_{pos}` -> a head
     or (head index n_heads) the MLP, the target logit -> `logits`; links node to node, summed over positions."""
-    validate_neuronpedia(d)
+    neuronpedia.validate(d)
     names = {}
     for n in d["nodes"]:
         t, nid = n["feature_type"], n["node_id"]
@@ -439,7 +454,7 @@ def read_neuronpedia(d: dict, shape: GraphShape) -> CircuitRecord:
             names[nid] = "input"
         elif t == "logit":
             names[nid] = "logits"
-        elif t in NP_COMPONENT_TYPES:
+        elif t in neuronpedia.COMPONENT_TYPES:
             layer, feat, _ = (nid.split("_") + ["", "", ""])[:3]
             if not (layer.isdigit() and feat.isdigit()):
                 raise DamagedFileError(f"node {nid!r}: a component's node_id must be LAYER_HEAD_POSITION")
@@ -499,132 +514,6 @@ def check_tokens(query: dict, d_vocab: int) -> None:
                 raise DamagedFileError(f"query.{k}[{i}]={t} is outside the model's vocabulary of {d_vocab} tokens")
 
 
-# ------------------------------------------------------------------ circuit-tracer / Neuronpedia graph JSON
-
-
-def cantor(x: int, y: int) -> int:
-    """circuit-tracer's feature index of (layer, index): unique across layers, so per-feature labels stay apart."""
-    return (x + y) * (x + y + 1) // 2 + y
-
-
-# circuit-tracer 0.5.0's graph schema (circuit_tracer.frontend.graph_models): required fields, then the
-# optional ones with the default its pydantic models fill in; NP_NULLABLE ones may also be null
-NP_NODE_FIELDS = {"node_id": str, "feature": int, "layer": str, "ctx_idx": int, "feature_type": str}
-NP_NODE_OPTIONAL = {
-    "token_prob": (float, 0.0),
-    "is_target_logit": (bool, False),
-    "run_idx": (int, 0),
-    "reverse_ctx_idx": (int, 0),
-    "jsNodeId": (str, None),  # defaults to the node_id
-    "clerp": (str, ""),
-    "influence": (float, None),
-    "activation": (float, None),
-}
-NP_METADATA_FIELDS = {"slug": str, "scan": str, "transcoder_list": list, "prompt": str, "prompt_tokens": list}
-NP_METADATA_OPTIONAL = {"node_threshold": (float, None), "schema_version": (int, 1)}
-NP_NULLABLE = {"influence", "activation", "node_threshold", "schema_version"}
-NP_QPARAMS_FIELDS = ("pinnedIds", "supernodes", "linkType", "clickedId", "sg_pos")
-# circuit-tracer's frontend knows four node types (embedding, logit, cross layer transcoder, mlp reconstruction
-# error) and draws any other as a feature: a head is written as what it is, an MLP taken whole (its output not
-# split into features) as what circuit-tracer calls an MLP's undecomposed output. Files written before heads had
-# their own type hold heads as the MLP type: both read as components (the head index says which)
-NP_HEAD_TYPE, NP_MLP_TYPE = "attention head", "mlp reconstruction error"
-NP_COMPONENT_TYPES = (NP_HEAD_TYPE, NP_MLP_TYPE)
-
-
-def validate_neuronpedia(d: dict) -> None:
-    """Check the fields docs/methods.md §8 lists (types included) and that links are unique, finite and run
-    forward in position; raise DamagedFileError naming every problem (the first ten)."""
-    problems = [f"missing top-level key {k!r}" for k in ("metadata", "qParams", "nodes", "links") if k not in d]
-    if not problems:
-        problems += [
-            f"{k} is {_type(d[k])}, expected an object" for k in ("metadata", "qParams") if not isinstance(d[k], dict)
-        ]
-        problems += [f"{k} is {_type(d[k])}, expected a list" for k in ("nodes", "links") if not isinstance(d[k], list)]
-    if problems:
-        raise DamagedFileError("invalid Neuronpedia graph: " + "; ".join(problems))
-    meta = d["metadata"]
-    problems += _np_fields(meta, NP_METADATA_FIELDS, NP_METADATA_OPTIONAL, "metadata.{k}", "metadata lacks {k!r}")
-    if meta.get("schema_version") not in (1, None):
-        problems.append(f"metadata.schema_version is {meta.get('schema_version')!r}, expected 1")
-    problems += [f"qParams lacks {k!r}" for k in NP_QPARAMS_FIELDS if k not in d["qParams"]]
-    if len(d["nodes"]) + len(d["links"]) > MAX_EDGES:
-        problems.append(f"{len(d['nodes'])} nodes and {len(d['links'])} links exceed the limit of {MAX_EDGES}")
-    ctx, top = {}, _logit_layer(d["nodes"][:MAX_EDGES])
-    for i, n in enumerate(d["nodes"][:MAX_EDGES]):
-        if not isinstance(n, dict):
-            problems.append(f"nodes[{i}] is {_type(n)}, expected an object")
-            continue
-        where = f"node {n.get('node_id')!r}"
-        problems += _np_fields(n, NP_NODE_FIELDS, NP_NODE_OPTIONAL, where + " field {k!r}", where + " lacks {k!r}")
-        if n.get("feature_type") == "logit" and n.get("clerp") and "(p=" not in str(n["clerp"]):
-            problems.append(f"logit node {n.get('node_id')!r} clerp {n.get('clerp')!r} lacks '(p=...)'")
-        problems += _np_indices(n, top, len(meta.get("prompt_tokens") or []), where)
-        ctx[n.get("node_id")] = n["ctx_idx"] if _is(n.get("ctx_idx"), int) else 0  # a bad one is named above
-    seen = set()
-    for i, link in enumerate(d["links"][:MAX_EDGES]):
-        if not isinstance(link, dict) or not {"source", "target", "weight"} <= set(link):
-            problems.append(f"links[{i}] needs source, target and weight")
-        elif not _is(link["weight"], float) or not math.isfinite(link["weight"]):
-            problems.append(f"links[{i}].weight is {link['weight']!r}, expected a finite float")
-        elif link["source"] not in ctx or link["target"] not in ctx:
-            problems.append(f"link {link['source']} -> {link['target']} refers to a missing node")
-        elif (link["source"], link["target"]) in seen:
-            problems.append(f"link {link['source']} -> {link['target']} appears twice")
-        elif ctx[link["source"]] > ctx[link["target"]]:
-            problems.append(f"link {link['source']} -> {link['target']} runs from a later position to an earlier one")
-        else:
-            seen.add((link["source"], link["target"]))
-    if problems:
-        raise DamagedFileError(f"invalid Neuronpedia graph ({len(problems)} problems): " + "; ".join(problems[:10]))
-
-
-def _logit_layer(nodes: list) -> int | None:
-    """The layer the graph's logit nodes sit at (circuit-tracer: the model's layer count + 1), None if none names one."""
-    layers = [n.get("layer") for n in nodes if isinstance(n, dict) and n.get("feature_type") == "logit"]
-    layers = [int(x) for x in layers if isinstance(x, str) and x.isdecimal()]
-    return max(layers) if layers else None
-
-
-def _np_indices(n: dict, top: int | None, n_pos: int, where: str) -> list[str]:
-    """Problems of a node's indices: its feature id a JavaScript-exact integer >= -1, its position inside the
-    prompt, its layer 'E' (an embedding) or a decimal integer below the logits' layer, and a transcoder feature's
-    node_id 'layer_latent_position' agreeing with its fields (the check and the app read the latent from it)."""
-    out, feature, layer, pos = [], n.get("feature"), n.get("layer"), n.get("ctx_idx")
-    if _is(feature, int) and not -1 <= feature < MAX_FEATURE:
-        out.append(f"{where} feature {feature} is outside [-1, 2**53)")
-    if _is(pos, int) and n_pos and not 0 <= pos < n_pos:
-        out.append(f"{where} ctx_idx {pos} is outside the prompt's {n_pos} positions")
-    if not isinstance(layer, str) or n.get("feature_type") == "embedding":
-        return out
-    if not layer.isdecimal() or not layer.isascii():
-        return [*out, f"{where} layer {layer!r} is not a layer number"]
-    if top is not None and n.get("feature_type") != "logit" and int(layer) >= top - 1:
-        out.append(f"{where} layer {layer} is outside the graph's layers 0..{top - 2} (its logits sit at {top})")
-    if n.get("feature_type") == "cross layer transcoder":
-        parts = str(n.get("node_id")).split("_")
-        if len(parts) != 3 or not all(p.isdecimal() for p in parts) or (parts[0], parts[2]) != (layer, str(pos)):
-            out.append(f"{where} is not named layer_latent_position ({layer}_<latent>_{pos})")
-    return out
-
-
-def _np_fields(d: dict, required: dict, optional: dict, where: str, lacks: str) -> list[str]:
-    """Problems of one circuit-tracer object: a required field missing, or any field of the wrong type (null
-    only where circuit-tracer's schema allows it)."""
-    problems = [lacks.format(k=k) for k in required if k not in d]
-    types = {**required, **{k: t for k, (t, _) in optional.items()}}
-    for k, t in types.items():
-        if k in d and not _is(d[k], t) and not (d[k] is None and k in NP_NULLABLE):
-            problems.append(f"{where.format(k=k)} is {_type(d[k])}, expected {t.__name__}")
-    return problems
-
-
-def np_defaults(n: dict) -> dict:
-    """A circuit-tracer node with the defaults its schema fills in for the optional fields it lacks."""
-    filled = {k: default for k, (_, default) in NP_NODE_OPTIONAL.items()} | {"jsNodeId": n.get("node_id")}
-    return filled | n
-
-
 # ------------------------------------------------------------------ field checks (errors name the field)
 
 QUERY_INTS = ("answer_id", "wrong_id")
@@ -637,16 +526,16 @@ def _query(q) -> dict:
     if q is None:
         return {}
     if not isinstance(q, dict):
-        raise DamagedFileError(f"query is {_type(q)}, expected an object")
+        raise DamagedFileError(f"query is {type_name(q)}, expected an object")
     for k in QUERY_INTS:
-        _field(q, k, int, "query", default=None)
+        get_typed(q, k, int, "query", default=None)
     for k in QUERY_STRS:
-        _field(q, k, str, "query", default=None)
+        get_typed(q, k, str, "query", default=None)
     for k, t in (("tokens", int), ("str_tokens", str), ("counterfactual_tokens", int)):
         v = q.get(k)
         if v is None:
             continue
-        if not isinstance(v, list) or len(v) > MAX_POSITIONS or not all(_is(x, t) for x in v):
+        if not isinstance(v, list) or len(v) > MAX_POSITIONS or not all(is_a(x, t) for x in v):
             raise DamagedFileError(f"query.{k} must be a list of at most {MAX_POSITIONS} {t.__name__}s")
     return q
 
@@ -657,96 +546,26 @@ def _faithfulness(f) -> dict:
     if f is None:
         return {}
     if not isinstance(f, dict):
-        raise DamagedFileError(f"faithfulness is {_type(f)}, expected an object")
-    return _finite_or_null(f)
-
-
-def _finite_or_null(v):
-    if isinstance(v, float):
-        return v if math.isfinite(v) else None
-    if isinstance(v, dict):
-        return {k: _finite_or_null(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_finite_or_null(x) for x in v]
-    return v
+        raise DamagedFileError(f"faithfulness is {type_name(f)}, expected an object")
+    return finite_or_null(f)
 
 
 def _curve(c) -> dict | None:
     if c is None:
         return None
     if not isinstance(c, dict):
-        raise DamagedFileError(f"curve is {_type(c)}, expected an object")
+        raise DamagedFileError(f"curve is {type_name(c)}, expected an object")
     n = None
     for k in CURVE_LISTS:
         v = c.get(k)
-        if not isinstance(v, list) or len(v) > 10_000 or not all(x is None or _is(x, float) for x in v):
-            raise DamagedFileError(f"curve.{k} must be a list of at most 10000 numbers, got {_type(v)}")
+        if not isinstance(v, list) or len(v) > 10_000 or not all(x is None or is_a(x, float) for x in v):
+            raise DamagedFileError(f"curve.{k} must be a list of at most 10000 numbers, got {type_name(v)}")
         if n is not None and len(v) != n:
             raise DamagedFileError(f"curve.{k} has {len(v)} points, curve.fractions has {n}")
         n = len(v)
     for k in CURVE_NUMBERS:
-        _field(c, k, float, "curve", default=None)
-    return _finite_or_null(c)  # an NDF over a zero gap is NaN: not measured, drawn as a gap
-
-
-def _type(v) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "an int"}.get(
-        type(v), "null" if v is None else f"a {type(v).__name__}"
-    )
-
-
-def _is(v, t) -> bool:
-    """isinstance where bool is not an int and an int counts as a float (JSON writes 1.0 as 1 in some tools)."""
-    if t in (int, float) and isinstance(v, bool):
-        return False
-    return isinstance(v, (int, float)) if t is float else isinstance(v, t)
-
-
-def _field(d: dict, key: str, t, where: str, default=...):
-    name = f"{where}.{key}" if where else key
-    if key not in d or d[key] is None:
-        if default is ...:
-            raise DamagedFileError(f"{name} is missing")
-        return default
-    if not _is(d[key], t):
-        raise DamagedFileError(f"{name} is {_type(d[key])}, expected {t.__name__}")
-    return d[key]
-
-
-def _int(d: dict, key: str, where: str, lo: int, default=...) -> int:
-    v = _field(d, key, int, where, default)
-    if v < lo:
-        raise DamagedFileError(f"{where}.{key}={v} must be at least {lo}")
-    return v
-
-
-def _bool(d: dict, key: str, where: str, default: bool) -> bool:
-    return _field(d, key, bool, where, default)
-
-
-def _number(d: dict, key: str, where: str) -> float:
-    v = _field(d, key, float, where)
-    if not math.isfinite(v):
-        raise DamagedFileError(f"{where}.{key} is {v!r}; scores must be finite numbers")
-    return float(v)
-
-
-def _list(d: dict, key: str, limit: int) -> list:
-    v = d.get(key)
-    if not isinstance(v, list):
-        raise DamagedFileError(f"{key} is {_type(v)}, expected a list")
-    if len(v) > limit:
-        raise DamagedFileError(f"{key} holds {len(v)} entries; the limit is {limit}")
-    return v
-
-
-def _numbers(v, where: str, limit: int) -> list:
-    if not isinstance(v, list) or len(v) > limit:
-        raise DamagedFileError(f"{where} must be a list of at most {limit} numbers, got {_type(v)}")
-    for i, x in enumerate(v):
-        if not _is(x, float) or not math.isfinite(x):
-            raise DamagedFileError(f"{where}[{i}] is {x!r}; expected a finite number")
-    return v
+        get_typed(c, k, float, "curve", default=None)
+    return finite_or_null(c)  # an NDF over a zero gap is NaN: not measured, drawn as a gap
 
 
 # ------------------------------------------------------------------ feature circuits and feature graphs
@@ -760,7 +579,7 @@ def read_feature_circuit(d: dict) -> dict:
     """A feature circuit file (schema workbench.feature_circuit v1), checked: its schema and version, its parts'
     types, each node's kind and each number finite; DamagedFileError naming the first problem."""
     if not isinstance(d, dict) or d.get("schema") != FEATURE_SCHEMA[0]:
-        got = d.get("schema") if isinstance(d, dict) else _type(d)
+        got = d.get("schema") if isinstance(d, dict) else type_name(d)
         raise DamagedFileError(f"not a feature circuit file: schema {got!r}, expected {FEATURE_SCHEMA[0]!r}")
     if d.get("schema_version") != FEATURE_SCHEMA[1]:
         raise DamagedFileError(
@@ -768,86 +587,12 @@ def read_feature_circuit(d: dict) -> dict:
             f"({FEATURE_SCHEMA[1]})"
         )
     for key, t in FEATURE_CIRCUIT_KEYS.items():
-        _field(d, key, t, "feature circuit")
-    for n in _list(d, "nodes", MAX_EDGES):
+        get_typed(d, key, t, "feature circuit")
+    for n in get_list(d, "nodes", MAX_EDGES):
         if not isinstance(n, dict) or n.get("kind") not in NODE_KINDS:
             raise DamagedFileError(f"feature circuit node {n!r} has no kind among {', '.join(NODE_KINDS)}")
-    for e in _list(d, "edges", MAX_EDGES):
-        if not isinstance(e, dict) or not _is(e.get("weight"), float) or not math.isfinite(e["weight"]):
+    for e in get_list(d, "edges", MAX_EDGES):
+        if not isinstance(e, dict) or not is_a(e.get("weight"), float) or not math.isfinite(e["weight"]):
             raise DamagedFileError(f"feature circuit edge {e!r} needs a finite weight")
     _faithfulness(d.get("faithfulness"))
     return d
-
-
-@dataclass
-class FeatureGraph:
-    """A circuit-tracer / Neuronpedia feature graph as the app draws it: nodes by layer ('E' embeddings, logits at
-    n_layers + 1) and position, links with their weight (and the heads carrying them where the workbench made it)."""
-
-    nodes: list[dict]
-    links: list[dict]
-    pinned: list[str]
-    metadata: dict
-    check: dict | None = None  # GRAPH_CHECK: its nodes and edges measured by interventions (None: never checked)
-    groups: list[list[str]] = field(default_factory=list)  # qParams.supernodes: [name, node_id, ...] each
-
-    @cached_property
-    def n_layers(self) -> int:
-        layers = [int(n["layer"]) for n in self.nodes if str(n["layer"]).isdigit()]
-        return max(layers, default=1) - 1
-
-
-def read_feature_graph(d) -> FeatureGraph:
-    """A graph JSON in circuit-tracer's schema (metadata.schema_version 1), validated (validate_neuronpedia)."""
-    if not isinstance(d, dict) or detect(d) != "neuronpedia":
-        raise DamagedFileError("not a circuit-tracer / Neuronpedia graph JSON (it needs metadata, nodes and links)")
-    validate_neuronpedia(d)
-    check = read_graph_check(d[GRAPH_CHECK[0]]) if GRAPH_CHECK[0] in d else None
-    nodes = [np_defaults(n) for n in d["nodes"]]
-    pinned = list(d["qParams"].get("pinnedIds") or [])
-    return FeatureGraph(nodes, d["links"], pinned, d["metadata"], check, supernodes(d))
-
-
-def supernodes(d: dict) -> list[list[str]]:
-    """A graph's qParams.supernodes (groups made by hand, or accepted by `workbench circuit group --accept`) as
-    [name, node_id, ...] lists; DamagedFileError names an entry that is not one of this graph's nodes."""
-    ids = {str(n["node_id"]) for n in d["nodes"]}
-    out = []
-    for g in d["qParams"].get("supernodes") or []:
-        if not isinstance(g, list) or len(g) < 2 or any(str(x) not in ids for x in g[1:]):
-            raise DamagedFileError(f"qParams.supernodes entry {str(g)[:120]} is not [name, node_id, ...] of this graph")
-        out.append([str(g[0]), *dict.fromkeys(str(x) for x in g[1:])])
-    return out
-
-
-GRAPH_CHECK = ("workbench_check", "workbench.graph_check", 2)  # the key in a graph JSON, its schema and version
-CHECK_VERDICTS = ("confirmed", "under-predicted", "over-predicted", "sign-flipped", "absent")  # check.VERDICTS
-
-
-def read_graph_check(c) -> dict:
-    """A graph's check record (workbench.interventions.check), an optional field of the graph JSON: its schema and
-    version (1: one reading per row; 2: frozen and live readings, verdict words, the rank validation), each checked
-    node, edge and QK part with finite predicted and measured effects and a verdict."""
-    if not isinstance(c, dict) or c.get("schema") != GRAPH_CHECK[1]:
-        raise DamagedFileError(f"{GRAPH_CHECK[0]} is not a graph check record (schema {GRAPH_CHECK[1]!r})")
-    if c.get("schema_version") not in (1, GRAPH_CHECK[2]):
-        raise DamagedFileError(
-            f"{GRAPH_CHECK[0]} schema_version {c.get('schema_version')!r} is not a version this workbench reads "
-            f"(1, {GRAPH_CHECK[2]})"
-        )
-    _field(c, "summary", dict, GRAPH_CHECK[0])
-    v2 = c["schema_version"] == GRAPH_CHECK[2]
-    if v2:
-        _field(c, "spearman", dict, GRAPH_CHECK[0])
-    for key in ("nodes", "edges", *(("qk",) if "qk" in c else ())):  # qk: the QK parts checked (optional)
-        for r in _list(c, key, MAX_EDGES):
-            where = f"{GRAPH_CHECK[0]}.{key}"
-            if not isinstance(r, dict):
-                raise DamagedFileError(f"{where} holds {_type(r)}, expected objects")
-            for k in ("predicted", "measured", *(("measured_frozen", "measured_live") if v2 else ())):
-                _number(r, k, where)
-            _bool(r, "confirmed", where, False)
-            for k in ("verdict", "verdict_frozen", "verdict_live") if v2 else ():
-                if r.get(k) not in CHECK_VERDICTS:
-                    raise DamagedFileError(f"{where}.{k} is {r.get(k)!r}; a verdict is one of {list(CHECK_VERDICTS)}")
-    return c

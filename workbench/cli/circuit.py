@@ -621,7 +621,7 @@ def _export(args) -> None:
 
 
 def _import(args) -> None:
-    from workbench.circuits.schema import FeatureGraph
+    from workbench.circuits.neuronpedia import FeatureGraph
     from workbench.models import load
     from workbench.steps.circuits import import_circuit
     from workbench.workspace import Workspace

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from workbench.circuits.inputs import tokens_of
-from workbench.circuits.schema import GRAPH_CHECK
+from workbench.circuits.neuronpedia import GRAPH_CHECK
 from workbench.errors import UserError
 from workbench.interventions.config import InterventionConfig
 from workbench.interventions.dictionary import load_dictionary

@@ -22,7 +22,7 @@ Each reading gets a verdict word (VERDICTS, thresholds in CheckConfig); the one 
 added: Spearman of |predicted| against |measured| for nodes (the metric) and for feature → feature pairs (the
 target's pre-activation), both semantics, zero ablation and steering ×−1. A graph built with QK attribution also
 has its largest query-side and key-side parts checked (check_qk.py: the head's score read with the source removed),
-in both readings with the same verdict words. Stored in the graph JSON under schema.GRAPH_CHECK[0].
+in both readings with the same verdict words. Stored in the graph JSON under neuronpedia.GRAPH_CHECK[0].
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from dataclasses import replace
 import torch
 
 from workbench.circuits.feature.replacement import EMBED, POS_EMBED, TOKEN_EMBED
-from workbench.circuits.schema import CHECK_VERDICTS, GRAPH_CHECK
+from workbench.circuits.neuronpedia import CHECK_VERDICTS, GRAPH_CHECK
 from workbench.errors import BadValueError
 from workbench.interventions.check_qk import check_parts, zero_at
 from workbench.interventions.config import CheckConfig, InterventionConfig

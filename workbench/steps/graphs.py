@@ -8,11 +8,12 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from workbench.atomic import write_json
-from workbench.circuits import annotations, schema
+from workbench.circuits import annotations, neuronpedia, schema
 from workbench.circuits.feature.attribution_graph import build_graph
 from workbench.circuits.feature.graph_json import set_labels, to_neuronpedia
 from workbench.circuits.feature.transcoders import open_set
-from workbench.circuits.schema import GRAPH_CHECK, load, read_feature_graph
+from workbench.circuits.neuronpedia import GRAPH_CHECK, read_feature_graph
+from workbench.circuits.schema import load
 from workbench.errors import BadValueError
 from workbench.guard import check_in_place
 from workbench.interventions.check import check_graph as check_by_interventions
@@ -83,7 +84,7 @@ def check_graph(
     ws: Workspace, model, graph_path, transcoders, cfg=None, *, member: int | str = 0, progress=None
 ) -> dict:
     """Check a graph JSON's nodes and edges by interventions (`workbench circuit check`) and store the record in
-    it (schema.GRAPH_CHECK); a recorded graph's manifest is rewritten with the confirmed shares. Returns it.
+    it (neuronpedia.GRAPH_CHECK); a recorded graph's manifest is rewritten with the confirmed shares. Returns it.
     progress: interventions.check.check_graph's (the app's prompt box shows the check advancing)."""
     graph_path = Path(graph_path)
     recorded = check_graph_target(ws, graph_path)
@@ -145,10 +146,10 @@ def import_graph(ws: Workspace, path, model=None, model_spec: str | None = None,
     """A circuit-tracer / Neuronpedia graph JSON recorded in <ws>/circuits/<name>/graph.json as it is (validated as
     the app's upload is, its notes and pins kept), so `workbench ls`, the app's Feature graph page and `circuit check`
     find it; checked against `model` when given (its layers; its id where the file names a workbench one), and then
-    bound to it. Returns (schema.FeatureGraph, folder)."""
+    bound to it. Returns (neuronpedia.FeatureGraph, folder)."""
     path = Path(path)
     d = schema.load(path)
-    fg = schema.read_feature_graph(annotations.without_notes(d))
+    fg = neuronpedia.read_feature_graph(annotations.without_notes(d))
     scan = str(fg.metadata.get("scan", ""))
     inputs = {"model": scan}
     if model is not None:

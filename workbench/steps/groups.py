@@ -13,7 +13,8 @@ from workbench.atomic import write_json
 from workbench.cache.reader import ActivationCache
 from workbench.circuits.feature.graph_config import GroupConfig
 from workbench.circuits.feature.grouping import GROUPS, accepted, apply, propose, store_labels
-from workbench.circuits.schema import load, read_feature_graph
+from workbench.circuits.neuronpedia import read_feature_graph
+from workbench.circuits.schema import load
 from workbench.interventions.check import FEATURE
 from workbench.interventions.dictionary import load_dictionary
 from workbench.lock import output_lock

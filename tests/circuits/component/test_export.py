@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from tests.circuits.conftest import _model
-from workbench.circuits import Graph, find_circuit
-from workbench.circuits.component.export import from_mib, to_mib, to_neuronpedia, validate_neuronpedia
+from workbench.circuits import Graph, find_circuit, neuronpedia
+from workbench.circuits.component.export import from_mib, to_mib, to_neuronpedia
 from workbench.circuits.component.types import Circuit
 from workbench.errors import BadValueError, DamagedFileError
 
@@ -81,7 +81,7 @@ def test_neuronpedia_graph_loads_with_circuit_tracer(circuit, tmp_path):
     to_neuronpedia(circuit, tmp_path / "np.json", slug="test")
     d = json.loads((tmp_path / "np.json").read_text())
     Model(**d)
-    validate_neuronpedia(d)
+    neuronpedia.validate(d)
     n_layers, tokens = circuit.graph.n_layers, circuit.query["tokens"]
     assert d["metadata"]["prompt_tokens"][0] == "<bos>" and d["metadata"]["transcoder_list"] == []
     types = {n["feature_type"] for n in d["nodes"]}
@@ -116,10 +116,10 @@ def test_neuronpedia_graph_loads_with_circuit_tracer(circuit, tmp_path):
     assert infl[-1] == pytest.approx(1.0) and all(0 < x <= 1 for x in infl)
     broken = {**d, "nodes": [{k: v for k, v in n.items() if k != "feature_type"} for n in d["nodes"]]}
     with pytest.raises(DamagedFileError, match="lacks 'feature_type'"):  # required in circuit-tracer's schema
-        validate_neuronpedia(broken)
+        neuronpedia.validate(broken)
     broken = {**d, "nodes": [{**n, "clerp": None} for n in d["nodes"]]}  # optional there, but never null
     with pytest.raises(DamagedFileError, match="field 'clerp' is null, expected str"):
-        validate_neuronpedia(broken)
+        neuronpedia.validate(broken)
 
 
 def test_neuronpedia_merges_qkv_links_and_keeps_positions_causal():
@@ -148,7 +148,7 @@ def test_neuronpedia_merges_qkv_links_and_keeps_positions_causal():
     assert links[("0_0_1", "1_1_1")] == pytest.approx(6.0)
     assert ("1_1_1", "3_9_3") in links
     assert {s for s, t in links if t == "0_0_1"} == {"E_0_0", "E_5_1"}  # position 3 lies after a0.h0's position
-    validate_neuronpedia(d)
+    neuronpedia.validate(d)
 
 
 @pytest.mark.parametrize(
@@ -228,7 +228,7 @@ def test_mib_files_export_and_import_from_the_cli(circuit, small, tmp_path, caps
         ["circuit", "export", str(mib), "--format", "neuronpedia", "--out", str(tmp_path / "g.json")], capsys
     )
     assert rc == 0, err
-    validate_neuronpedia(json.loads((tmp_path / "g.json").read_text()))
+    neuronpedia.validate(json.loads((tmp_path / "g.json").read_text()))
 
     rc, err = _cli(["circuit", "import", str(mib), "--model", str(model_dir), "--workspace", str(ws)], capsys)
     assert rc == 0, err

@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 
-from workbench.circuits import schema
+from workbench.circuits import neuronpedia, schema
 from workbench.circuits.feature.feature_circuit import find_feature_circuit
 from workbench.circuits.feature.feature_patching import FeatureSetup
 from workbench.circuits.feature.transcoders import open_set
@@ -182,7 +182,7 @@ def test_the_file_and_the_export_follow_their_schemas(found, tmp_path):
     Model(**np_graph)
     kinds = {n["feature_type"] for n in np_graph["nodes"]}
     assert "cross layer transcoder" in kinds and "logit" in kinds
-    fg = schema.read_feature_graph(np_graph)
+    fg = neuronpedia.read_feature_graph(np_graph)
     assert len(fg.nodes) <= len(c.nodes) + len(g.logit_tokens) and fg.n_layers == g.n_layers
     whole = to_neuronpedia(g, circuit=c, pinned=True)
     Model(**whole)
@@ -201,7 +201,7 @@ def test_files_of_another_schema_version_are_refused(found):
     graph = to_neuronpedia(g)
     graph["metadata"]["schema_version"] = 2
     with pytest.raises(DamagedFileError, match="schema_version is 2, expected 1"):
-        schema.read_feature_graph(graph)
+        neuronpedia.read_feature_graph(graph)
 
 
 def test_bad_queries_and_settings_are_refused(tiny, tiny_set):

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from workbench.circuits import schema
+from workbench.circuits import neuronpedia, schema
 from workbench.cli import main
 
 PROMPT = "When Mary and John went to the store , John gave a drink to"
@@ -30,7 +30,7 @@ def test_circuit_graph_records_a_graph_json(tiny, tiny_set, tmp_path, capsys):
     assert "recorded" in capsys.readouterr().out
     d = json.loads(out.read_text())
     Model(**d)
-    assert schema.read_feature_graph(d).nodes and (ws / "circuits" / "g" / "artifact.json").is_file()
+    assert neuronpedia.read_feature_graph(d).nodes and (ws / "circuits" / "g" / "artifact.json").is_file()
     assert json.loads((ws / "circuits" / "g" / "artifact.json").read_text())["config"]["node_threshold"] == 0.8
     assert main([*argv, "--name", "g"]) == 2
     assert "already holds" in _err(capsys)

@@ -16,10 +16,10 @@ from __future__ import annotations
 import torch
 
 from workbench.atomic import write_json
-from workbench.circuits import schema
+from workbench.circuits import neuronpedia, schema
 from workbench.circuits.component.graph import Graph
 from workbench.circuits.component.types import Circuit, check_model, read_json
-from workbench.circuits.schema import NP_HEAD_TYPE, NP_MLP_TYPE, cantor, validate_neuronpedia
+from workbench.circuits.neuronpedia import cantor
 from workbench.errors import DamagedFileError
 
 # ---------------------------------------------------------------- EAP-IG / MIB JSON
@@ -124,7 +124,7 @@ def to_neuronpedia(
         "nodes": nodes,
         "links": links,
     }
-    validate_neuronpedia(d)
+    neuronpedia.validate(d)
     if path is not None:
         write_json(path, d)
     return d
@@ -224,7 +224,7 @@ def _np_node(c: Circuit, ids: _NodeIds, nid: str, mass: float, influence: float,
         name = f"m{layer}" if int(feature) == c.graph.n_heads else f"a{layer}.h{feature}"
         node.update(
             feature=cantor(int(layer), int(feature)),
-            feature_type=NP_MLP_TYPE if name[0] == "m" else NP_HEAD_TYPE,
+            feature_type=neuronpedia.MLP_TYPE if name[0] == "m" else neuronpedia.HEAD_TYPE,
             jsNodeId=f"{layer}_{feature}-{ctx}",
             clerp=f"{name} ({'MLP' if name[0] == 'm' else 'attention head'}, whole output)",
         )

@@ -18,8 +18,9 @@ parts, which sum to its weight. A rotary model's graph has one node per position
 from __future__ import annotations
 
 from workbench.atomic import write_json
+from workbench.circuits import neuronpedia
 from workbench.circuits.feature.graph_config import HEAD_SHARE
-from workbench.circuits.schema import cantor, validate_neuronpedia
+from workbench.circuits.neuronpedia import cantor
 
 
 def _embedding_nodes(g, node: int, influence: float) -> list[dict]:
@@ -188,7 +189,7 @@ def to_neuronpedia(
         "nodes": [m for ms in nodes.values() for m in ms],
         "links": links,
     }
-    validate_neuronpedia(d)
+    neuronpedia.validate(d)
     if path is not None:
         write_json(path, d)
     return d

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from workbench.circuits.feature.graph_config import SIGNALS, GroupConfig
-from workbench.circuits.schema import CHECK_VERDICTS
+from workbench.circuits.neuronpedia import CHECK_VERDICTS
 from workbench.errors import BadValueError
 from workbench.interventions.check import READINGS, GraphNodes, reading_row
 from workbench.interventions.config import CheckConfig, InterventionConfig
