@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from workbench.errors import BadValueError, MissingInputError
 from workbench.readback import confined, damaged, json_file, safetensors_file, tensors, torch_file
@@ -298,26 +299,33 @@ def to_saelens(member: Member, dest: Path, model_id: str) -> Path:
 
     w = _state(member)
     meta = SAEMetadata(model_name=model_id, hook_name=member.hook, hook_name_out=member.target)
-    if member.source.name == DL_WEIGHTS:
-        kind, state, k = _dictionary_learning(member, w)
-    else:
-        kind, state, k = _sparsify(member, w)
-        state = fold_affine(state, member.affine)
-    sae = _saelens_sae(kind, state, k, member, meta)
-    sae.load_state_dict({k: v.contiguous() for k, v in state.items()})
+    dictionary = _dictionary_learning(member, w) if member.source.name == DL_WEIGHTS else _sparsify(member, w)
+    sae = _saelens_sae(dictionary, member, meta)
+    sae.load_state_dict({k: v.contiguous() for k, v in dictionary.state.items()})
     sae.save_model(str(dest))
     return dest
 
 
-def _saelens_sae(kind: str, state: dict, k: int, member: Member, meta):
-    """The empty SAELens module of `kind` for `state` (a Top-k one gains the scaffold's empty tensors in place)."""
+class Converted(NamedTuple):
+    """A foreign dictionary as SAELens names it: its kind, its tensors under SAELens's names, k (Top-k kinds), and
+    whether its encoder subtracts b_dec from the input first (every kind but dictionary_learning's JumpReLU AE)."""
+
+    kind: str
+    state: dict
+    k: int = 0
+    b_dec_in: bool = True
+
+
+def _saelens_sae(dictionary: Converted, member: Member, meta):
+    """The empty SAELens module for a converted dictionary (a Top-k one gains the scaffold's empty tensors in its
+    state, in place)."""
     import torch
     from sae_lens import GatedSAE, GatedSAEConfig, JumpReLUSAE, JumpReLUSAEConfig, StandardSAE, StandardSAEConfig
 
     from workbench.sae.saelens import ScaffoldSAE, ScaffoldSAEConfig, TopKTranscoderConfig
 
+    kind, state, k, b_dec_in = dictionary
     d_in, d_sae = state["W_enc"].shape
-    b_dec_in = state.pop("apply_b_dec_to_input", True)  # every kind subtracts b_dec first but a JumpReLU AE
     plain = {"standard": (StandardSAE, StandardSAEConfig), "jumprelu": (JumpReLUSAE, JumpReLUSAEConfig)}
     plain["gated"] = (GatedSAE, GatedSAEConfig)
     if kind in plain:
@@ -334,7 +342,7 @@ def _saelens_sae(kind: str, state: dict, k: int, member: Member, meta):
     return ScaffoldSAE(cfg)
 
 
-def _sparsify(member: Member, w: dict) -> tuple[str, dict, int]:
+def _sparsify(member: Member, w: dict) -> Converted:
     cfg = _coder_config(member.source.parent)
     if cfg.get("activation", "topk") != "topk":
         raise BadValueError(f"{member.source.parent}: activation {cfg['activation']!r}; only 'topk' coders import")
@@ -348,26 +356,26 @@ def _sparsify(member: Member, w: dict) -> tuple[str, dict, int]:
         if not member.target:
             raise BadValueError(f"{member.source.parent}: a skip path on an SAE (not a transcoder) does not import")
         state["W_skip"] = w["W_skip"]
-    return "topk", state, int(cfg.get("k", 32))
+    return Converted("topk", fold_affine(state, member.affine), int(cfg.get("k", 32)))
 
 
-def _dictionary_learning(member: Member, w: dict) -> tuple[str, dict, int]:
-    """The SAELens kind, state and k of a dictionary_learning class (see the module docstring)."""
+def _dictionary_learning(member: Member, w: dict) -> Converted:
+    """A dictionary_learning class as SAELens names it (see the module docstring)."""
     cls = _dl_class(member.source, w)  # its tensors checked by _state
     if cls == "GatedAutoEncoder":
         state = {"W_enc": w["encoder.weight"].T, "b_gate": w["gate_bias"], "r_mag": w["r_mag"], "b_mag": w["mag_bias"]}
-        return "gated", state | {"W_dec": w["decoder.weight"].T, "b_dec": w["decoder_bias"]}, 0
+        return Converted("gated", state | {"W_dec": w["decoder.weight"].T, "b_dec": w["decoder_bias"]})
     if "W_enc" in w:  # Matryoshka and JumpReLU keep their weights as parameters, already [d_in, n] and [n, d_in]
         state = {name: w[name] for name in ("W_enc", "b_enc", "W_dec", "b_dec")}
     else:
         state = {"W_enc": w["encoder.weight"].T, "b_enc": w["encoder.bias"], "W_dec": w["decoder.weight"].T}
     if cls == "AutoEncoder":
-        return "standard", state | {"b_dec": w["bias"]}, 0
+        return Converted("standard", state | {"b_dec": w["bias"]})
     if cls == "AutoEncoderTopK":
-        return "topk", state | {"b_dec": w["b_dec"]}, int(w["k"])
+        return Converted("topk", state | {"b_dec": w["b_dec"]}, int(w["k"]))
     threshold = w["threshold"].clamp(min=0).expand(state["W_enc"].shape[1]).clone()
-    b_dec_in = cls != "JumpReluAutoEncoder"  # its loader leaves apply_b_dec_to_input False
-    return "jumprelu", state | {"b_dec": w["b_dec"], "threshold": threshold, "apply_b_dec_to_input": b_dec_in}, 0
+    # dictionary_learning's JumpReluAutoEncoder loader leaves apply_b_dec_to_input False
+    return Converted("jumprelu", state | {"b_dec": w["b_dec"], "threshold": threshold}, 0, cls != "JumpReluAutoEncoder")
 
 
 def hf_hookpoint(hook: str, target: str | None, model) -> str:
