@@ -139,7 +139,7 @@ def main() -> None:
     from workbench.models import load
 
     record = {**json.loads((a.run / "sparsify.json").read_text()), "_run": str(a.run)}
-    states, evals = frontier.kept_states(a.run, a.checkpoints)
+    states, _, evals, _ = frontier.read_kept(a.run, a.checkpoints)
     base, tok = load(record["base_spec"], device="cpu")
     base.eval()
     rows, cands = goal_rows(states, evals, base, record, a.queries, a.points)

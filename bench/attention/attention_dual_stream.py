@@ -28,13 +28,7 @@ OUT = harness.BENCH / "results" / "attention_dual_stream.md"
 def run_info(run: Path, checkpoints: Path | None) -> dict:
     """A run's kept states, evaluations, config and curves (the newest checkpoint's: a run folder copied as an
     embedded model keeps no curves file, an unfinished one has no sparsify.json)."""
-    from workbench import checkpoint
-
-    states, evals = frontier.kept_states(run, checkpoints)
-    paths = [
-        p for p in [run / "checkpoint.pt", *sorted(checkpoints.glob("*.pt") if checkpoints else [])] if p.is_file()
-    ]
-    newest = max((checkpoint.read(p) for p in paths), key=lambda c: c["step"])
+    states, _, evals, newest = frontier.read_kept(run, checkpoints)
     finished = run / "sparsify.json"
     record = json.loads(finished.read_text()) if finished.is_file() else newest["record"]
     return {**record, "states": states, "evals": evals, "curves": newest["curves"]}

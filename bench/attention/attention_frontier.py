@@ -17,6 +17,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import harness  # noqa: E402
@@ -25,25 +26,42 @@ OUT = harness.BENCH / "results" / "attention_frontier.md"
 TOLERANCES = (0.005, 0.01, 0.02, 0.05)
 
 
-def kept_states(run: Path, checkpoints: Path | None) -> tuple[dict[int, object], list[dict]]:
-    """{step: model state or the run folder (its saved model)} and the evaluation rows of the longest history."""
-    from workbench import checkpoint
+class KeptRun(NamedTuple):
+    """What a run's kept checkpoints and saved model hold, each file read once (a fair run's are 178 MB on small)."""
 
-    states, evals = {}, []
-    paths = sorted(checkpoints.glob("*.pt")) if checkpoints else []
-    for p in paths + [run / "checkpoint.pt"]:
-        if p.is_file():
-            c = checkpoint.read(p)
-            states[c["step"]] = c["model"]
-            if c.get("best"):  # the sparsest admitted state so far, kept inside every checkpoint
-                states[c["best"]["step"]] = c["best"]["state"]
-            evals = c["evals"] if len(c["evals"]) > len(evals) else evals
+    states: dict[int, object]  # step: the model state, or the run folder (its saved model)
+    controls: dict[int, object]  # step: a `--control finetune` run's reference weights, or its saved control/ folder
+    evals: list[dict]  # the evaluation rows of the longest history
+    newest: dict  # the checkpoint of the highest step (its record and curves)
+
+
+def read_kept(run: Path, checkpoints: Path | None) -> KeptRun:
+    """The kept states and controls of a run: copies of its checkpoint.pt in `checkpoints`, its checkpoint.pt and, once
+    finished, its saved model; each checkpoint also keeps the sparsest admitted state so far ("best")."""
+    from workbench import checkpoint
+    from workbench.attention.card import CONTROL_DIR
+
+    states, controls, evals, newest = {}, {}, [], {}
+    for p in (sorted(checkpoints.glob("*.pt")) if checkpoints else []) + [run / "checkpoint.pt"]:
+        if not p.is_file():
+            continue
+        c = checkpoint.read(p)
+        states[c["step"]] = c["model"]
+        if c.get("control"):  # what the run judged this state against
+            controls[c["step"]] = c["control"].get("average", c["control"]["model"])
+        if c.get("best"):
+            states[c["best"]["step"]] = c["best"]["state"]
+            if "control_state" in c["best"]:
+                controls[c["best"]["step"]] = c["best"]["control_state"]
+        evals = c["evals"] if len(c["evals"]) > len(evals) else evals
+        newest = c if c["step"] > newest.get("step", -1) else newest
     if (run / "sparsify.json").is_file():  # a finished run: its saved model too (an unfinished one has none)
         record = json.loads((run / "sparsify.json").read_text())
         states[record["selected_step"]] = run
-        if len(record["evals"]) >= len(evals):
-            evals = record["evals"]
-    return states, evals
+        if (run / CONTROL_DIR).is_dir():
+            controls[record["selected_step"]] = run / CONTROL_DIR
+        evals = record["evals"] if len(record["evals"]) >= len(evals) else evals
+    return KeptRun(states, controls, evals, newest)
 
 
 def sparse_model(state, base_spec: str, gates: dict | None):
@@ -131,7 +149,7 @@ def main() -> None:
     tolerances = [float(t) for t in a.tolerances.split(",")]
     record = json.loads((a.run / "sparsify.json").read_text())
     z = record["config"]["select_z"]
-    states, evals = kept_states(a.run, a.checkpoints)
+    states, _, evals, _ = read_kept(a.run, a.checkpoints)
     from workbench.attention.verdict import sparsest_within
 
     chosen = {e["step"] for t in tolerances if (e := sparsest_within([e for e in evals if e["step"] in states], t, z))}

@@ -62,14 +62,12 @@ def judge_run(
 ) -> tuple[dict, list, dict]:
     """The run's record, its logged evaluations, and judge_state of every kept state (or of `steps`); cache: a
     JSON file of earlier judgements of this run's states at these settings (a state is fixed by its step)."""
-    from workbench import checkpoint
     from workbench.attention.config import SparsifyConfig
     from workbench.attention.judge import judge_state
     from workbench.corpus import load_corpus
     from workbench.models import load
 
-    states, evals = frontier.kept_states(run, checkpoints)
-    newest = max((checkpoint.read(p) for p in sorted(checkpoints.glob("*.pt"))), key=lambda c: c["step"])
+    states, controls, evals, newest = frontier.read_kept(run, checkpoints)
     record = newest["record"]
     saved = run / "sparsify.json"  # a finished run's whole config (the checkpoint's leaves out the verdict's size)
     cfg = SparsifyConfig.from_dict(json.loads(saved.read_text())["config"] if saved.is_file() else record["config"])
@@ -79,7 +77,7 @@ def judge_run(
     kept = json.loads(cache.read_text()) if cache and cache.is_file() else {}
     kept = kept.get(key, {})
     judged, memo = {}, {}
-    controls = kept_controls(run, checkpoints) if cfg.control == "finetune" else {}
+    controls = controls if cfg.control == "finetune" else {}
     for step in sorted(steps or states):
         if str(step) not in kept:
             sparse = frontier.sparse_model(states[step], base_spec, record["config"]["gates"])
@@ -93,24 +91,6 @@ def judge_run(
         judged[step] = kept[str(step)]
         print(f"step {step}: keys {judged[step]['mean_open_keys_per_query']:.2f}", flush=True)
     return {**record, "cfg": cfg, "corpus_obj": corpus}, evals, judged
-
-
-def kept_controls(run: Path, checkpoints: Path) -> dict:
-    """{step: the fine-tuned control's reference weights at that step (or the run's saved control/ folder)} of a
-    `--control finetune` run: what each kept state is judged against, as the run's own evaluations were."""
-    from workbench import checkpoint
-    from workbench.attention.card import CONTROL_DIR
-
-    controls = {}
-    for p in sorted(checkpoints.glob("*.pt")) + [run / "checkpoint.pt"]:
-        if p.is_file():
-            c = checkpoint.read(p)
-            controls[c["step"]] = c["control"].get("average", c["control"]["model"])
-            if c.get("best"):
-                controls[c["best"]["step"]] = c["best"]["control_state"]
-    if (run / "sparsify.json").is_file():
-        controls[json.loads((run / "sparsify.json").read_text())["selected_step"]] = run / CONTROL_DIR
-    return controls
 
 
 def row(label: str, j: dict, e: dict | None, cfg, keys: float) -> tuple[list, bool]:

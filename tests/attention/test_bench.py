@@ -112,7 +112,7 @@ def test_choice_bench_judges_a_fair_run_against_its_control_at_each_step(small_d
     choice = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(choice)
     (run / "sparsify.json").rename(tmp_path / "sparsify.json")  # the checkpoint's control alone
-    weights = choice.kept_controls(run, kept)[3]
+    weights = choice.frontier.read_kept(run, kept).controls[3]
     saved = load_file(str(run / T.CONTROL_DIR / "model.safetensors"))
     assert all(torch.allclose(weights[k], saved[k], atol=1e-6) for k in saved)
 
