@@ -13,15 +13,11 @@ from workbench.workspace import MANIFEST, Workspace
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize(
-    "name, base, flows, two_way", [("tiny-sparse", "tiny", 0, ()), ("small-sparse", "small", 10, ("induction",))]
-)
-def test_the_embedded_sparse_model_is_copied_recorded_and_loadable(name, base, flows, two_way, tmp_path):
+@pytest.mark.parametrize("name, base, flows", [("tiny-sparse", "tiny", 0), ("small-sparse", "small", 10)])
+def test_the_embedded_sparse_model_is_copied_recorded_and_loadable(name, base, flows, tmp_path):
     """Each embedded sparse model ships its circuit claims for Compare: the committed section-3 results of
     bench/circuits/circuit_claims.py for all five task families, byte for byte (flows: the head flows through per-layer sets
-    and CLTs, one per family and kind), measured on base, the control shipped beside it and sparse; two_way: the
-    families whose component claims stay base vs sparse (small's induction: its control side is not yet measured on
-    all 20 queries, each costing up to an hour a model)."""
+    and CLTs, one per family and kind), measured on base, the control shipped beside it and sparse."""
     from workbench.errors import BadValueError
     from workbench.models import load, model_id
 
@@ -37,13 +33,12 @@ def test_the_embedded_sparse_model_is_copied_recorded_and_loadable(name, base, f
     # the control shipped beside the model (finetune_control.py --write) is the one its claims were measured with
     control = report.get("fine_tuned_control", {}).get("model")
     claims = ROOT / "bench" / "results" / "circuit_claims" / f"{base}-vs-{name}-control-vs-{name}"
-    assert control and all(r.get("control_model") == (None if t in two_way else control) for t, r in shipped.items())
+    assert control and all(r.get("control_model") == control for t, r in shipped.items())
     from workbench.attention.compare import saved_control
 
     assert model_id(saved_control(folder)) == control  # the workspace's copy carries the shipped control
     for task in shipped:
-        store = claims.parent / f"{base}-vs-{name}" if task in two_way else claims
-        assert (folder / "compare" / f"{task}.json").read_bytes() == (store / f"heldout-{task}-n20.json").read_bytes()
+        assert (folder / "compare" / f"{task}.json").read_bytes() == (claims / f"heldout-{task}-n20.json").read_bytes()
     heads = browse.head_flow_results(folder)
     assert len(heads) == flows and {kind for kind, _, _ in heads} <= {"set", "clt"}
     for kind, task, res in heads:
