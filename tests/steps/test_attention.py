@@ -33,7 +33,7 @@ def test_the_embedded_sparse_model_is_copied_recorded_and_loadable(name, base, f
     # the control shipped beside the model (finetune_control.py --write) is the one its claims were measured with
     control = report.get("fine_tuned_control", {}).get("model")
     claims = ROOT / "bench" / "results" / "circuit_claims" / f"{base}-vs-{name}-control-vs-{name}"
-    assert control and all(r.get("control_model") == control for t, r in shipped.items())
+    assert control and all(r.get("control_model") == control for r in shipped.values())
     from workbench.attention.compare import saved_control
 
     assert model_id(saved_control(folder)) == control  # the workspace's copy carries the shipped control
